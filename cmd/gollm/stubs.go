@@ -1,0 +1,23 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// notYet registers a subcommand that a later issue delivers. It exits 2 with one line, never panics.
+// Delete a line here when the real command lands in its own file.
+func notYet(name, summary string) {
+	register(name, summary, func(_ context.Context, _ []string, _, stderr io.Writer) int {
+		fmt.Fprintf(stderr, "gollm %s: not implemented yet\n", name)
+		return 2
+	})
+}
+
+func init() {
+	notYet("generate", "generate text from a prompt (not implemented yet)")
+	notYet("serve", "serve an OpenAI-compatible HTTP API (not implemented yet)")
+	notYet("bench", "measure throughput and latency (not implemented yet)")
+	notYet("tokenize", "encode text to token ids or decode ids (not implemented yet)")
+}
