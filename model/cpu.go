@@ -1,0 +1,218 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/gollm/gollm/attention"
+	"github.com/gollm/gollm/weights"
+)
+
+// cpuBackend is the pure-Go reference backend. Activations are []float32; weights are converted to
+// float32 once at upload (4 bytes per parameter: about 540 MB for a 135M-parameter model, 32 GB for 8B),
+// because a float32 inner loop measured faster here than converting bfloat16 in the kernel; the KV cache
+// is one attention.Cache (float32) per layer. Matrix products split the output features across
+// GOMAXPROCS goroutines.
+type cpuBackend struct {
+	shape   Shape
+	caches  []*attention.Cache
+	workers int
+
+	// Step state, refreshed by BeginStep.
+	step     *Step
+	batch    attention.Batch
+	cos, sin []float32 // [T][D/2] rotary factors of each token's position
+	k, v, q  []float32 // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
+}
+
+// NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once:
+// NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks).
+// Weights cost 4 bytes per parameter once uploaded (float32).
+func NewCPUBackend(shape Shape) (Backend, error) {
+	if shape.NumLayers <= 0 || shape.NumBlocks <= 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
+		shape.HeadDim <= 0 || shape.NumHeads <= 0 || len(shape.RopeInvFreq) != shape.HeadDim/2 {
+		return nil, fmt.Errorf("cpu backend: invalid shape %+v", shape)
+	}
+	b := &cpuBackend{shape: shape, workers: runtime.GOMAXPROCS(0)}
+	b.caches = make([]*attention.Cache, shape.NumLayers)
+	for l := range b.caches {
+		b.caches[l] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
+	}
+	return b, nil
+}
+
+func f32(t Tensor) []float32 { return t.Data.([]float32)[:t.Rows*t.Cols] }
+
+func (b *cpuBackend) Upload(t *weights.Tensor) (Weight, error) {
+	w := Weight{Rows: 1}
+	switch len(t.Shape) {
+	case 1:
+		w.Cols = t.Shape[0]
+	case 2:
+		w.Rows, w.Cols = t.Shape[0], t.Shape[1]
+	default:
+		return Weight{}, fmt.Errorf("cpu backend: tensor %q: rank %d, want 1 or 2", t.Name, len(t.Shape))
+	}
+	if want := w.Rows * w.Cols * t.DType.Size(); len(t.Data) != want || want == 0 {
+		return Weight{}, fmt.Errorf("cpu backend: tensor %q: %d bytes of %v for shape %v", t.Name,
+			len(t.Data), t.DType, t.Shape)
+	}
+	w.Data = t.Float32()
+	return w, nil
+}
+
+func (b *cpuBackend) NewTensor(rows, cols int) (Tensor, error) {
+	if rows <= 0 || cols <= 0 {
+		return Tensor{}, fmt.Errorf("cpu backend: tensor [%d][%d]: dimensions must be positive", rows, cols)
+	}
+	return Tensor{Rows: rows, Cols: cols, Data: make([]float32, rows*cols)}, nil
+}
+
+func (b *cpuBackend) BeginStep(s *Step) error {
+	b.step = s
+	b.batch = attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
+	numTokens := len(s.Tokens)
+	sh := &b.shape
+	half := sh.HeadDim / 2
+	b.cos = grow(b.cos, numTokens*half)
+	b.sin = grow(b.sin, numTokens*half)
+	for t, pos := range s.Positions {
+		// As transformers: the angle is a float32 product, cos and sin are rounded to float32.
+		p := float32(pos)
+		for i, f := range sh.RopeInvFreq {
+			angle := float64(f * p)
+			b.cos[t*half+i] = float32(math.Cos(angle)) * sh.RopeAttentionScaling
+			b.sin[t*half+i] = float32(math.Sin(angle)) * sh.RopeAttentionScaling
+		}
+	}
+	kvCols := sh.NumKVHeads * sh.HeadDim
+	b.k = grow(b.k, numTokens*kvCols)
+	b.v = grow(b.v, numTokens*kvCols)
+	b.q = grow(b.q, numTokens*sh.NumHeads*sh.HeadDim)
+	return nil
+}
+
+// grow returns s resliced to n elements, reallocated when its capacity is short.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func (b *cpuBackend) Embed(dst Tensor, table Weight) {
+	out, tab := f32(dst), table.Data.([]float32)
+	h := table.Cols
+	for t, tok := range b.step.Tokens {
+		copy(out[t*h:(t+1)*h], tab[int(tok)*h:int(tok+1)*h])
+	}
+}
+
+func (b *cpuBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32) {
+	res, out, gain := f32(residual), f32(dst), w.Data.([]float32)
+	h := residual.Cols
+	var extra []float32
+	if add.Data != nil {
+		extra = f32(add)
+	}
+	for r := range residual.Rows {
+		row := res[r*h : (r+1)*h]
+		if extra != nil {
+			for i, x := range extra[r*h : (r+1)*h] {
+				row[i] += x
+			}
+		}
+		var sum float64
+		for _, x := range row {
+			sum += float64(x) * float64(x)
+		}
+		inv := float32(1 / math.Sqrt(float64(float32(sum/float64(h))+eps)))
+		o := out[r*h : (r+1)*h]
+		for i, x := range row {
+			o[i] = gain[i] * (x * inv)
+		}
+	}
+}
+
+func (b *cpuBackend) MatMul(dst, x Tensor, w Weight) {
+	matMul(f32(dst), f32(x), w.Data.([]float32), x.Rows, w.Cols, w.Rows, b.workers)
+}
+
+func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {
+	sh := &b.shape
+	d, half := sh.HeadDim, sh.HeadDim/2
+	cols := qkv.Cols
+	data := f32(qkv)
+	qCols, kvCols := sh.NumHeads*d, sh.NumKVHeads*d
+	for t := range qkv.Rows {
+		row := data[t*cols : (t+1)*cols]
+		cos, sin := b.cos[t*half:(t+1)*half], b.sin[t*half:(t+1)*half]
+		for h := range sh.NumHeads + sh.NumKVHeads { // the q heads, then the k heads
+			rotateHalf(row[h*d:(h+1)*d], cos, sin)
+		}
+		copy(b.k[t*kvCols:(t+1)*kvCols], row[qCols:qCols+kvCols])
+		copy(b.v[t*kvCols:(t+1)*kvCols], row[qCols+kvCols:qCols+2*kvCols])
+	}
+	b.caches[layer].Write(b.k, b.v, b.step.SlotMapping)
+}
+
+// rotateHalf applies HF LLaMA's rotary embedding to one head: x*cos + rotate_half(x)*sin, where
+// rotate_half(x) = [-x[half:], x[:half]] and cos, sin are the half-length factors (repeated twice).
+func rotateHalf(x, cos, sin []float32) {
+	half := len(cos)
+	lo, hi := x[:half], x[half:2*half]
+	sin = sin[:half]
+	for i, c := range cos {
+		a, b := lo[i], hi[i]
+		lo[i] = a*c - b*sin[i]
+		hi[i] = b*c + a*sin[i]
+	}
+}
+
+func (b *cpuBackend) Attention(dst, qkv Tensor, layer int) {
+	sh := &b.shape
+	qCols := sh.NumHeads * sh.HeadDim
+	data := f32(qkv)
+	for t := range qkv.Rows {
+		copy(b.q[t*qCols:(t+1)*qCols], data[t*qkv.Cols:t*qkv.Cols+qCols])
+	}
+	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
+	attention.Attend(f32(dst), b.q, sh.NumHeads, scale, b.caches[layer], &b.batch)
+}
+
+func (b *cpuBackend) SwiGLU(dst, gateUp Tensor) {
+	in, out := f32(gateUp), f32(dst)
+	inter := dst.Cols
+	for r := range dst.Rows {
+		gate, up := in[r*2*inter:r*2*inter+inter], in[r*2*inter+inter:(r+1)*2*inter]
+		o := out[r*inter : (r+1)*inter]
+		for i, g := range gate {
+			o[i] = float32(float64(g)/(1+math.Exp(-float64(g)))) * up[i]
+		}
+	}
+}
+
+func (b *cpuBackend) GatherRows(dst, src Tensor, rows []int32) {
+	out, in := f32(dst), f32(src)
+	c := src.Cols
+	for j, r := range rows {
+		copy(out[j*c:(j+1)*c], in[int(r)*c:int(r+1)*c])
+	}
+}
+
+func (b *cpuBackend) CopyToHost(dst [][]float32, src Tensor) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	in := f32(src)
+	for r := range dst {
+		copy(dst[r], in[r*src.Cols:(r+1)*src.Cols])
+	}
+	return nil
+}
+
+func (b *cpuBackend) Close() error {
+	b.caches = nil
+	return nil
+}

@@ -1,0 +1,304 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// ErrInvalidStep is wrapped by Forward's errors when the step's metadata is inconsistent (lengths,
+// ranges, block tables too short for the context). Callers that build steps should treat it as a bug.
+var ErrInvalidStep = errors.New("invalid step")
+
+// ErrClosed is returned by Forward after Close.
+var ErrClosed = errors.New("model closed")
+
+// DefaultBlockSize is the page size, in tokens, used when Options.BlockSize is zero.
+const DefaultBlockSize = 16
+
+// Options configures Load.
+type Options struct {
+	// NumBlocks is the number of KV pages per layer the backend allocates; it must be positive.
+	NumBlocks int
+	// BlockSize is the number of tokens per page; zero means DefaultBlockSize.
+	BlockSize int
+	// Progress receives a one-line progress bar while weights load (rewritten in place with \r); nil
+	// writes nothing.
+	Progress io.Writer
+}
+
+// Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of
+// several sequences side by side. Sequence s owns token rows QueryStart[s] to QueryStart[s+1]; they are
+// its newest tokens, so after the step it has ContextLens[s] tokens in its pages, and the query at row
+// QueryStart[s]+i sits at position ContextLens[s]-(QueryStart[s+1]-QueryStart[s])+i (which Positions
+// must state). Earlier tokens of the sequence must already be in the cache from earlier steps.
+type Step struct {
+	Tokens, Positions, SlotMapping []int32 // [T] flat over all sequences in the step
+	QueryStart                     []int32 // [S+1]; QueryStart[0] == 0, QueryStart[S] == T
+	ContextLens                    []int32 // [S] context length after this step
+	BlockTables                    [][]int32 // [S] physical block ids in logical order
+	LogitRows                      []int32 // token rows whose logits are wanted
+}
+
+// layerWeights holds one decoder layer's parameters as backend handles.
+type layerWeights struct {
+	inputNorm, postNorm Weight
+	qkv                 Weight // [Hq*D + 2*Hkv*D][H]: q_proj, k_proj, v_proj stacked
+	o                   Weight // [H][Hq*D]
+	gateUp              Weight // [2I][H]: gate_proj, up_proj stacked
+	down                Weight // [H][I]
+}
+
+// workspace is the set of activation buffers a step uses, sized for capTokens token rows and capLogits
+// logit rows; views of their first rows serve smaller steps.
+type workspace struct {
+	capTokens, capLogits int
+	hidden, normed       Tensor // [T][H]
+	qkv                  Tensor // [T][QKVCols]
+	attn                 Tensor // [T][Hq*D]
+	proj                 Tensor // [T][H]: o_proj and down_proj outputs
+	gateUp               Tensor // [T][2I]
+	act                  Tensor // [T][I]
+	picked               Tensor // [R][H]
+	logits               Tensor // [R][V]
+}
+
+// Model is a loaded LLaMA-family model on a backend. It is not safe for concurrent use: one goroutine
+// (the engine's step loop) calls Forward.
+type Model struct {
+	cfg     *weights.Config
+	shape   Shape
+	backend Backend
+	eps     float32
+
+	embed, finalNorm, lmHead Weight
+	layers                   []layerWeights
+
+	ws     workspace
+	closed bool
+}
+
+// Config returns the model's configuration. The caller must not modify it.
+func (m *Model) Config() *weights.Config { return m.cfg }
+
+// BlockSize returns the number of tokens per KV page.
+func (m *Model) BlockSize() int { return m.shape.BlockSize }
+
+// NumBlocks returns the number of KV pages per layer.
+func (m *Model) NumBlocks() int { return m.shape.NumBlocks }
+
+// Shape returns the geometry the backend was built for.
+func (m *Model) Shape() Shape { return m.shape }
+
+// KVBytesPerBlock is the memory one KV page costs across all layers on the CPU backend (float32 K and V):
+// layers × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory budget by it to size Options.NumBlocks.
+func KVBytesPerBlock(cfg *weights.Config, blockSize int) int {
+	return cfg.NumHiddenLayers * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
+}
+
+// headDim is cfg.HeadDim, or HiddenSize/NumAttentionHeads when the config left it zero.
+func headDim(cfg *weights.Config) int {
+	if cfg.HeadDim > 0 {
+		return cfg.HeadDim
+	}
+	if cfg.NumAttentionHeads > 0 {
+		return cfg.HiddenSize / cfg.NumAttentionHeads
+	}
+	return 0
+}
+
+// Forward runs one step and returns one [VocabSize] row of logits per entry of s.LogitRows, in that
+// order. It writes the step's K and V into the pages named by s.SlotMapping. Errors wrap ErrInvalidStep
+// for inconsistent metadata and ErrClosed after Close.
+func (m *Model) Forward(s *Step) ([][]float32, error) {
+	if m.closed {
+		return nil, fmt.Errorf("model: forward: %w", ErrClosed)
+	}
+	if err := m.validate(s); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	numTokens, numLogits := len(s.Tokens), len(s.LogitRows)
+	if err := m.ensureWorkspace(numTokens, numLogits); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	b := m.backend
+	if err := b.BeginStep(s); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	w := &m.ws
+	hidden := w.hidden.Prefix(numTokens) // the residual stream
+	normed := w.normed.Prefix(numTokens)
+	qkv := w.qkv.Prefix(numTokens)
+	attn := w.attn.Prefix(numTokens)
+	proj := w.proj.Prefix(numTokens)
+	gateUp := w.gateUp.Prefix(numTokens)
+	act := w.act.Prefix(numTokens)
+
+	b.Embed(hidden, m.embed)
+	pending := Tensor{} // the last sublayer's output, not yet added to the residual stream
+	for l := range m.layers {
+		layer := &m.layers[l]
+		b.AddRMSNorm(normed, hidden, pending, layer.inputNorm, m.eps)
+		b.MatMul(qkv, normed, layer.qkv)
+		b.RoPEWriteKV(qkv, l)
+		b.Attention(attn, qkv, l)
+		b.MatMul(proj, attn, layer.o)
+		b.AddRMSNorm(normed, hidden, proj, layer.postNorm, m.eps)
+		b.MatMul(gateUp, normed, layer.gateUp)
+		b.SwiGLU(act, gateUp)
+		b.MatMul(proj, act, layer.down)
+		pending = proj
+	}
+	b.AddRMSNorm(normed, hidden, pending, m.finalNorm, m.eps)
+	if numLogits == 0 {
+		return [][]float32{}, b.CopyToHost(nil, Tensor{})
+	}
+	picked := w.picked.Prefix(numLogits)
+	logits := w.logits.Prefix(numLogits)
+	b.GatherRows(picked, normed, s.LogitRows)
+	b.MatMul(logits, picked, m.lmHead)
+	out := make([][]float32, numLogits)
+	flat := make([]float32, numLogits*m.cfg.VocabSize)
+	for i := range out {
+		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
+	}
+	if err := b.CopyToHost(out, logits); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	return out, nil
+}
+
+// ensureWorkspace grows the activation buffers to hold numTokens token rows and numLogits logit rows.
+// Capacities grow to the next power of two so that a run of growing prefill chunks reallocates rarely.
+func (m *Model) ensureWorkspace(numTokens, numLogits int) error {
+	w := &m.ws
+	if numTokens > w.capTokens {
+		n := nextPow2(numTokens)
+		c := m.cfg
+		var err error
+		alloc := func(cols int) Tensor {
+			if err != nil {
+				return Tensor{}
+			}
+			var t Tensor
+			t, err = m.backend.NewTensor(n, cols)
+			return t
+		}
+		next := workspace{
+			capTokens: n, capLogits: w.capLogits, picked: w.picked, logits: w.logits,
+			hidden: alloc(c.HiddenSize), normed: alloc(c.HiddenSize), qkv: alloc(m.shape.QKVCols()),
+			attn: alloc(m.shape.NumHeads * m.shape.HeadDim), proj: alloc(c.HiddenSize),
+			gateUp: alloc(2 * c.IntermediateSize), act: alloc(c.IntermediateSize),
+		}
+		if err != nil {
+			return fmt.Errorf("workspace for %d tokens: %w", n, err)
+		}
+		*w = next
+	}
+	if numLogits > w.capLogits {
+		n := nextPow2(numLogits)
+		picked, err := m.backend.NewTensor(n, m.cfg.HiddenSize)
+		if err != nil {
+			return fmt.Errorf("workspace for %d logit rows: %w", n, err)
+		}
+		logits, err := m.backend.NewTensor(n, m.cfg.VocabSize)
+		if err != nil {
+			return fmt.Errorf("workspace for %d logit rows: %w", n, err)
+		}
+		w.capLogits, w.picked, w.logits = n, picked, logits
+	}
+	return nil
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
+// validate checks that s is consistent with itself and with the model, so that backends may trust it.
+func (m *Model) validate(s *Step) error {
+	if s == nil {
+		return fmt.Errorf("%w: nil step", ErrInvalidStep)
+	}
+	numTokens := len(s.Tokens)
+	if numTokens == 0 {
+		return fmt.Errorf("%w: no tokens", ErrInvalidStep)
+	}
+	if len(s.Positions) != numTokens || len(s.SlotMapping) != numTokens {
+		return fmt.Errorf("%w: %d tokens but %d positions and %d slots", ErrInvalidStep,
+			numTokens, len(s.Positions), len(s.SlotMapping))
+	}
+	numSeqs := len(s.ContextLens)
+	if len(s.QueryStart) != numSeqs+1 || len(s.BlockTables) != numSeqs {
+		return fmt.Errorf("%w: %d context lengths need %d query starts and %d block tables, have %d and %d",
+			ErrInvalidStep, numSeqs, numSeqs+1, numSeqs, len(s.QueryStart), len(s.BlockTables))
+	}
+	if s.QueryStart[0] != 0 || int(s.QueryStart[numSeqs]) != numTokens {
+		return fmt.Errorf("%w: query starts must run from 0 to %d, run from %d to %d", ErrInvalidStep,
+			numTokens, s.QueryStart[0], s.QueryStart[numSeqs])
+	}
+	vocab := int32(m.cfg.VocabSize)
+	blockSize := int32(m.shape.BlockSize)
+	for seq := range numSeqs {
+		start, end := s.QueryStart[seq], s.QueryStart[seq+1]
+		if end < start {
+			return fmt.Errorf("%w: sequence %d: query starts decrease (%d then %d)", ErrInvalidStep, seq, start, end)
+		}
+		queryLen := end - start
+		ctx := s.ContextLens[seq]
+		if ctx < queryLen {
+			return fmt.Errorf("%w: sequence %d: context length %d shorter than its %d step tokens",
+				ErrInvalidStep, seq, ctx, queryLen)
+		}
+		table := s.BlockTables[seq]
+		if need := (ctx + blockSize - 1) / blockSize; int32(len(table)) < need {
+			return fmt.Errorf("%w: sequence %d: context length %d needs %d blocks, block table has %d",
+				ErrInvalidStep, seq, ctx, need, len(table))
+		}
+		for i, blk := range table[:(ctx+blockSize-1)/blockSize] {
+			if blk < 0 || int(blk) >= m.shape.NumBlocks {
+				return fmt.Errorf("%w: sequence %d: block table entry %d is %d, not in [0, %d)",
+					ErrInvalidStep, seq, i, blk, m.shape.NumBlocks)
+			}
+		}
+		for row := start; row < end; row++ {
+			pos := ctx - queryLen + (row - start)
+			if s.Positions[row] != pos {
+				return fmt.Errorf("%w: sequence %d: token row %d has position %d, want %d",
+					ErrInvalidStep, seq, row, s.Positions[row], pos)
+			}
+			if want := table[pos/blockSize]*blockSize + pos%blockSize; s.SlotMapping[row] != want {
+				return fmt.Errorf("%w: sequence %d: token row %d at position %d has slot %d, its block table says %d",
+					ErrInvalidStep, seq, row, pos, s.SlotMapping[row], want)
+			}
+		}
+	}
+	for row := range numTokens {
+		if tok := s.Tokens[row]; tok < 0 || tok >= vocab {
+			return fmt.Errorf("%w: token row %d: id %d not in [0, %d)", ErrInvalidStep, row, tok, vocab)
+		}
+	}
+	for i, row := range s.LogitRows {
+		if row < 0 || int(row) >= numTokens {
+			return fmt.Errorf("%w: logit row %d is %d, not in [0, %d)", ErrInvalidStep, i, row, numTokens)
+		}
+	}
+	return nil
+}
+
+// Close releases the backend and its memory. Forward fails afterwards.
+func (m *Model) Close() error {
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	if err := m.backend.Close(); err != nil {
+		return fmt.Errorf("model: close: %w", err)
+	}
+	return nil
+}
