@@ -35,11 +35,11 @@ type Options struct {
 // QueryStart[s]+i sits at position ContextLens[s]-(QueryStart[s+1]-QueryStart[s])+i (which Positions
 // must state). Earlier tokens of the sequence must already be in the cache from earlier steps.
 type Step struct {
-	Tokens, Positions, SlotMapping []int32 // [T] flat over all sequences in the step
-	QueryStart                     []int32 // [S+1]; QueryStart[0] == 0, QueryStart[S] == T
-	ContextLens                    []int32 // [S] context length after this step
+	Tokens, Positions, SlotMapping []int32   // [T] flat over all sequences in the step
+	QueryStart                     []int32   // [S+1]; QueryStart[0] == 0, QueryStart[S] == T
+	ContextLens                    []int32   // [S] context length after this step
 	BlockTables                    [][]int32 // [S] physical block ids in logical order
-	LogitRows                      []int32 // token rows whose logits are wanted
+	LogitRows                      []int32   // token rows whose logits are wanted
 }
 
 // layerWeights holds one decoder layer's parameters as backend handles.
