@@ -1,0 +1,204 @@
+package attention
+
+import "fmt"
+
+// Batch is one step's attention metadata, in vLLM's varlen layout: the query rows of all sequences lie
+// in one flat list, prefill chunks and decode tokens mixed.
+type Batch struct {
+	// QueryStart has len S+1; the query rows of sequence s are [QueryStart[s], QueryStart[s+1]).
+	QueryStart []int32
+	// ContextLens has len S; ContextLens[s] is sequence s's context length including this step's tokens.
+	ContextLens []int32
+	// BlockTables has len S; BlockTables[s] lists sequence s's physical block ids in logical order.
+	BlockTables [][]int32
+}
+
+// Attend writes causal attention for every query row: q and out are [T][numHeads][HeadDim]
+// (T = QueryStart[S]); scale is usually 1/sqrt(HeadDim). Query j of a sequence with qlen rows sits at
+// position ContextLens[s]-qlen+j and attends to positions [0, position], read through BlockTables[s]: a
+// prefill chunk thus attends to its cached prefix, whose K/V must already be in c (as must this step's,
+// written with Cache.Write). Decode rows (qlen == 1) go through Plan's choice of DecodeGrouped or
+// DecodeSplitK; longer chunks through the prefill path. Work is spread over runtime.GOMAXPROCS(0)
+// goroutines. It panics on inconsistent shapes (programmer errors).
+func Attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch) {
+	attend(out, q, numHeads, scale, c, b, defaultWorkers())
+}
+
+// attend is Attend on a given number of workers; it returns the decode plan it followed.
+func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, workers int) DecodePlan {
+	numSeqs := len(b.ContextLens)
+	if len(b.QueryStart) != numSeqs+1 || len(b.BlockTables) != numSeqs {
+		panic(fmt.Sprintf("attention: Attend: %d context lengths, %d query starts, %d block tables",
+			numSeqs, len(b.QueryStart), len(b.BlockTables)))
+	}
+	numRows := int(b.QueryStart[numSeqs])
+	st := newStep(out, q, numHeads, scale, c, numRows, "Attend")
+	for s := range numSeqs {
+		row, qlen, ctx := int(b.QueryStart[s]), int(b.QueryStart[s+1]-b.QueryStart[s]), int(b.ContextLens[s])
+		if qlen < 0 || row < 0 || qlen > ctx {
+			panic(fmt.Sprintf("attention: Attend: sequence %d has %d query rows from row %d and context %d",
+				s, qlen, row, ctx))
+		}
+		st.checkTable("Attend", s, b.BlockTables[s], ctx)
+		switch {
+		case qlen == 1:
+			st.dec.rows = append(st.dec.rows, int32(row))
+			st.dec.tables = append(st.dec.tables, b.BlockTables[s])
+			st.dec.ctx = append(st.dec.ctx, int32(ctx))
+		case qlen > 1:
+			st.pre = append(st.pre, prefillSeq{row: row, qlen: qlen, ctx: ctx, table: b.BlockTables[s]})
+		}
+	}
+	plan := Plan(st.planInput(workers))
+	st.run(plan, workers)
+	return plan
+}
+
+// step is one call's work: the decode sequences (one query row each), the prefill chunks, and the
+// split-k partial state when the plan splits.
+type step struct {
+	out, q    []float32
+	numHeads  int
+	group     int // G = numHeads / NumKVHeads
+	scale     float32
+	c         *Cache
+	dec       decodeSeqs
+	pre       []prefillSeq
+	queryTile int // prefill query rows per unit
+
+	plan                  DecodePlan
+	partM, partL, partAcc []float32 // split-k: [len(dec)][NumKVHeads][NumPartitions][G] (and [HeadDim])
+}
+
+// decodeSeqs are the sequences with one query row.
+type decodeSeqs struct {
+	rows   []int32   // query row of each sequence
+	tables [][]int32 // block table of each sequence
+	ctx    []int32   // context length of each sequence
+}
+
+// prefillSeq is a sequence with several query rows (a prefill chunk).
+type prefillSeq struct {
+	row, qlen, ctx int // first query row, number of rows, context length after this step
+	table          []int32
+}
+
+// prefillTileVectors bounds the query vectors (rows × G) of one prefill unit, so that its tile of
+// queries and accumulators stays in a core's L1/L2 cache.
+const prefillTileVectors = 64
+
+func newStep(out, q []float32, numHeads int, scale float32, c *Cache, numRows int, who string) *step {
+	if c.NumKVHeads <= 0 || numHeads <= 0 || numHeads%c.NumKVHeads != 0 {
+		panic(fmt.Sprintf("attention: %s: %d query heads is not a multiple of %d KV heads", who, numHeads, c.NumKVHeads))
+	}
+	if n := c.NumBlocks * c.BlockSize * c.NumKVHeads * c.HeadDim; len(c.K) != n || len(c.V) != n {
+		panic(fmt.Sprintf("attention: %s: cache K %d and V %d values, want %d", who, len(c.K), len(c.V), n))
+	}
+	if n := numRows * numHeads * c.HeadDim; len(q) < n || len(out) < n {
+		panic(fmt.Sprintf("attention: %s: %d rows need %d values, have q %d, out %d", who, numRows, n, len(q), len(out)))
+	}
+	g := numHeads / c.NumKVHeads
+	return &step{
+		out: out, q: q, numHeads: numHeads, group: g, scale: scale, c: c,
+		queryTile: max(1, prefillTileVectors/g),
+	}
+}
+
+// checkTable panics unless table covers ctx tokens with valid block ids.
+func (st *step) checkTable(who string, s int, table []int32, ctx int) {
+	if ctx < 1 {
+		panic(fmt.Sprintf("attention: %s: sequence %d has context length %d", who, s, ctx))
+	}
+	need := ceilDiv(ctx, st.c.BlockSize)
+	if len(table) < need {
+		panic(fmt.Sprintf("attention: %s: sequence %d: %d blocks for %d tokens, need %d", who, s, len(table), ctx, need))
+	}
+	for i, blk := range table[:need] {
+		if blk < 0 || int(blk) >= st.c.NumBlocks {
+			panic(fmt.Sprintf("attention: %s: sequence %d: block %d is %d, out of [0, %d)", who, s, i, blk, st.c.NumBlocks))
+		}
+	}
+}
+
+func (st *step) planInput(workers int) PlanInput {
+	return PlanInput{
+		Batch:       len(st.dec.ctx),
+		ContextLens: st.dec.ctx,
+		NumHeads:    st.numHeads,
+		NumKVHeads:  st.c.NumKVHeads,
+		HeadDim:     st.c.HeadDim,
+		BlockSize:   st.c.BlockSize,
+		DTypeSize:   4,
+		NumSMs:      workers,
+	}
+}
+
+// unitKind says which kernel a unit of work belongs to.
+type unitKind uint8
+
+const (
+	unitGrouped   unitKind = iota // decode sequence seq, KV head head
+	unitPartition                 // decode sequence seq, KV head head, partition index
+	unitPrefill                   // prefill sequence seq, KV head head, query tile index
+)
+
+// unit is one program of the GPU grid: what one worker does without synchronising with others.
+type unit struct {
+	kind             unitKind
+	seq, head, index int32
+}
+
+// run executes the step: all prefill units and the decode units of plan in one parallel phase, then the
+// split-k reduce in a second one.
+func (st *step) run(plan DecodePlan, workers int) {
+	st.plan = plan
+	hkv := st.c.NumKVHeads
+	var units []unit
+	for s, p := range st.pre {
+		for tile := range ceilDiv(p.qlen, st.queryTile) {
+			for h := range hkv {
+				units = append(units, unit{unitPrefill, int32(s), int32(h), int32(tile)})
+			}
+		}
+	}
+	maxVectors := st.group
+	if len(st.pre) > 0 {
+		maxVectors = st.queryTile * st.group
+	}
+	switch plan.Kernel {
+	case Grouped:
+		for s := range st.dec.ctx {
+			for h := range hkv {
+				units = append(units, unit{unitGrouped, int32(s), int32(h), 0})
+			}
+		}
+	case SplitK:
+		st.allocPartials()
+		for s, ctx := range st.dec.ctx {
+			for h := range hkv {
+				for p := range ceilDiv(int(ctx), plan.PartitionTokens) {
+					units = append(units, unit{unitPartition, int32(s), int32(h), int32(p)})
+				}
+			}
+		}
+	default:
+		panic(fmt.Sprintf("attention: unknown kernel %v", plan.Kernel))
+	}
+	d, bs := st.c.HeadDim, st.c.BlockSize
+	parallelFor(workers, len(units), func() *walker { return newWalker(maxVectors, d, bs) },
+		func(w *walker, i int) {
+			u := units[i]
+			switch u.kind {
+			case unitGrouped:
+				st.groupedUnit(w, int(u.seq), int(u.head))
+			case unitPartition:
+				st.partitionUnit(w, int(u.seq), int(u.head), int(u.index))
+			case unitPrefill:
+				st.prefillUnit(w, int(u.seq), int(u.head), int(u.index))
+			}
+		})
+	if plan.Kernel == SplitK {
+		parallelFor(workers, len(st.dec.ctx)*hkv, func() struct{} { return struct{}{} },
+			func(_ struct{}, i int) { st.reduceUnit(i/hkv, i%hkv) })
+	}
+}

@@ -1,0 +1,308 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// seqSpec is one sequence of a test batch: qlen query rows this step, context length ctx after it.
+type seqSpec struct{ qlen, ctx int }
+
+// fixture is a random batch written into a paged cache through permuted block tables, with the logical
+// K/V kept aside for the dense reference.
+type fixture struct {
+	numHeads, kvHeads, headDim, blockSize int
+	scale                                 float32
+	specs                                 []seqSpec
+	cache                                 *Cache
+	batch                                 *Batch
+	q                                     []float32   // [T][numHeads][headDim]
+	keys, values                          [][]float32 // per sequence [ctx][kvHeads][headDim], logical order
+}
+
+// newFixture builds the batch. Every cache slot is NaN before the write, so a kernel that reads a slot it
+// should not (beyond a context, a wrong page) produces NaN; padding tokens written with slot -1 are NaN
+// too, so a write that does not skip them is caught.
+func newFixture(t *testing.T, rng *rand.Rand, group, kvHeads, headDim, blockSize int, scale float32, specs []seqSpec) *fixture {
+	t.Helper()
+	f := &fixture{
+		numHeads: group * kvHeads, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize,
+		scale: scale, specs: specs,
+	}
+	numBlocks := 3 // spare pages that nobody owns
+	for _, s := range specs {
+		numBlocks += ceilDiv(s.ctx, blockSize)
+	}
+	f.cache = NewCache(numBlocks, blockSize, kvHeads, headDim)
+	for i := range f.cache.K {
+		f.cache.K[i] = float32(math.NaN())
+		f.cache.V[i] = float32(math.NaN())
+	}
+	physical := rng.Perm(numBlocks)
+	row := kvHeads * headDim
+	b := &Batch{QueryStart: []int32{0}}
+	for _, s := range specs {
+		table := make([]int32, ceilDiv(s.ctx, blockSize))
+		for i := range table {
+			table[i] = int32(physical[0])
+			physical = physical[1:]
+		}
+		keys, values := randomSlice(rng, s.ctx*row), randomSlice(rng, s.ctx*row)
+		// Write the context in two steps (cached prefix, then this step's tokens) with padding tokens
+		// between them, as the model does.
+		var k, v []float32
+		var slots []int32
+		for pos := range s.ctx {
+			if pos == s.ctx-s.qlen || pos == 0 {
+				slots = append(slots, -1)
+				k, v = append(k, nanSlice(row)...), append(v, nanSlice(row)...)
+			}
+			slots = append(slots, Slot(table, blockSize, pos))
+			k = append(k, keys[pos*row:(pos+1)*row]...)
+			v = append(v, values[pos*row:(pos+1)*row]...)
+		}
+		f.cache.Write(k, v, slots)
+		f.keys, f.values = append(f.keys, keys), append(f.values, values)
+		b.ContextLens = append(b.ContextLens, int32(s.ctx))
+		b.BlockTables = append(b.BlockTables, table)
+		b.QueryStart = append(b.QueryStart, b.QueryStart[len(b.QueryStart)-1]+int32(s.qlen))
+	}
+	f.batch = b
+	f.q = randomSlice(rng, f.numRows()*f.numHeads*headDim)
+	return f
+}
+
+func (f *fixture) numRows() int { return int(f.batch.QueryStart[len(f.specs)]) }
+
+// reference is dense causal attention in float64 over the logical K/V.
+func (f *fixture) reference() []float64 {
+	d, hq, g := f.headDim, f.numHeads, f.numHeads/f.kvHeads
+	ref := make([]float64, f.numRows()*hq*d)
+	for s, spec := range f.specs {
+		keys, values := f.keys[s], f.values[s]
+		for j := range spec.qlen {
+			row := int(f.batch.QueryStart[s]) + j
+			pos := spec.ctx - spec.qlen + j
+			for h := range hq {
+				q := f.q[(row*hq+h)*d : (row*hq+h+1)*d]
+				kvh := h / g
+				scores := make([]float64, pos+1)
+				mx := math.Inf(-1)
+				for t := range scores {
+					k := keys[(t*f.kvHeads+kvh)*d:]
+					var dot float64
+					for i := range d {
+						dot += float64(q[i]) * float64(k[i])
+					}
+					scores[t] = dot * float64(f.scale)
+					mx = math.Max(mx, scores[t])
+				}
+				var sum float64
+				for t := range scores {
+					scores[t] = math.Exp(scores[t] - mx)
+					sum += scores[t]
+				}
+				o := ref[(row*hq+h)*d : (row*hq+h+1)*d]
+				for t, p := range scores {
+					v := values[(t*f.kvHeads+kvh)*d:]
+					for i := range d {
+						o[i] += p / sum * float64(v[i])
+					}
+				}
+			}
+		}
+	}
+	return ref
+}
+
+// poisonedOutput is an output buffer filled with NaN, so an element no kernel writes fails the check.
+func (f *fixture) poisonedOutput() []float32 { return nanSlice(f.numRows() * f.numHeads * f.headDim) }
+
+// checkClose fails unless ‖out−ref‖/‖ref‖ < 1e-5 and out has no NaN.
+func checkClose(t *testing.T, what string, out []float32, ref []float64) {
+	t.Helper()
+	var diff, norm float64
+	for i, r := range ref {
+		o := float64(out[i])
+		if math.IsNaN(o) || math.IsInf(o, 0) {
+			t.Fatalf("%s: out[%d] = %v", what, i, o)
+		}
+		diff += (o - r) * (o - r)
+		norm += r * r
+	}
+	if rel := math.Sqrt(diff / norm); !(rel < 1e-5) {
+		t.Fatalf("%s: relative error %.3g, want < 1e-5", what, rel)
+	}
+}
+
+func randomSlice(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = rng.Float32()*2 - 1
+	}
+	return s
+}
+
+func nanSlice(n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(math.NaN())
+	}
+	return s
+}
+
+// shapes is the grid of kernels.md: group sizes (MHA, GQA, MQA-like), head sizes and page sizes.
+func shapes() []struct{ group, kvHeads, headDim, blockSize int } {
+	var out []struct{ group, kvHeads, headDim, blockSize int }
+	kvHeadsFor := map[int]int{1: 3, 2: 2, 4: 2, 6: 2, 8: 2, 16: 1, 32: 1}
+	for _, group := range []int{1, 2, 4, 6, 8, 16, 32} {
+		for _, headDim := range []int{64, 128} {
+			for _, blockSize := range []int{8, 16, 32} {
+				out = append(out, struct{ group, kvHeads, headDim, blockSize int }{group, kvHeadsFor[group], headDim, blockSize})
+			}
+		}
+	}
+	return out
+}
+
+// raggedDecode is a decode batch with the context lengths that break paged kernels: one token, a page
+// minus one, a page, a page plus one, and long contexts of many pages.
+func raggedDecode(rng *rand.Rand, blockSize int) []seqSpec {
+	return []seqSpec{
+		{1, 1}, {1, blockSize - 1}, {1, blockSize}, {1, blockSize + 1},
+		{1, 300 + rng.IntN(100)}, {1, 2}, {1, 700 + rng.IntN(300)},
+	}
+}
+
+func TestDecode(t *testing.T) {
+	for _, sh := range shapes() {
+		name := fmt.Sprintf("g%d_kv%d_d%d_page%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize)
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.group*1000+sh.headDim), uint64(sh.blockSize)))
+			for _, scale := range []float32{1 / float32(math.Sqrt(float64(sh.headDim))), 1} {
+				f := newFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, sh.blockSize, scale, raggedDecode(rng, sh.blockSize))
+				ref := f.reference()
+				b := f.batch
+
+				out := f.poisonedOutput()
+				DecodeGrouped(out, f.q, f.numHeads, scale, f.cache, b.BlockTables, b.ContextLens)
+				checkClose(t, fmt.Sprintf("grouped scale %g", scale), out, ref)
+
+				// One page, a few pages, the default minimum, and longer than every context.
+				for _, part := range []int{sh.blockSize, 3 * sh.blockSize, roundUp(DefaultMinPartitionTokens, sh.blockSize), 4096} {
+					out := f.poisonedOutput()
+					DecodeSplitK(out, f.q, f.numHeads, scale, f.cache, b.BlockTables, b.ContextLens, part)
+					checkClose(t, fmt.Sprintf("split-k partition %d scale %g", part, scale), out, ref)
+				}
+
+				out = f.poisonedOutput()
+				Attend(out, f.q, f.numHeads, scale, f.cache, b)
+				checkClose(t, fmt.Sprintf("Attend scale %g", scale), out, ref)
+			}
+		})
+	}
+}
+
+// mixedBatch is a step of vLLM's varlen style: decodes with ragged contexts, a fresh prompt, a chunk that
+// attends to its cached prefix, and two-row and page-sized chunks.
+func mixedBatch(rng *rand.Rand, blockSize int) []seqSpec {
+	return []seqSpec{
+		{1, 1},
+		{blockSize + 3, blockSize + 3},         // whole prompt at once
+		{1, blockSize - 1},                     //
+		{5 + rng.IntN(30), 300 + rng.IntN(60)}, // chunk after a cached prefix
+		{1, 300 + rng.IntN(100)},
+		{2, 2},
+		{blockSize, 2 * blockSize}, // chunk of exactly a page, page-aligned prefix
+		{1, blockSize + 1},
+		{70, 71},
+		{1, blockSize},
+	}
+}
+
+func TestAttendMixed(t *testing.T) {
+	for _, sh := range shapes() {
+		name := fmt.Sprintf("g%d_kv%d_d%d_page%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize)
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.group*1000+sh.headDim), uint64(sh.blockSize)+7))
+			for _, scale := range []float32{1 / float32(math.Sqrt(float64(sh.headDim))), 1} {
+				f := newFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, sh.blockSize, scale, mixedBatch(rng, sh.blockSize))
+				ref := f.reference()
+				out := f.poisonedOutput()
+				Attend(out, f.q, f.numHeads, scale, f.cache, f.batch)
+				checkClose(t, fmt.Sprintf("Attend scale %g", scale), out, ref)
+			}
+		})
+	}
+}
+
+// TestAttendRoutesThroughPlan checks that Attend's decode rows follow Plan: with many workers and one long
+// MQA sequence the plan splits, with one worker it does not, and both match the reference.
+func TestAttendRoutesThroughPlan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	specs := []seqSpec{{1, 3000}, {4, 40}, {1, 17}}
+	for _, tc := range []struct {
+		name    string
+		workers int
+		want    Kernel
+	}{
+		{"one worker", 1, Grouped},
+		{"64 workers", 64, SplitK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, rng, 8, 1, 64, 16, 0.125, specs)
+			ref := f.reference()
+			out := f.poisonedOutput()
+			plan := attend(out, f.q, f.numHeads, f.scale, f.cache, f.batch, tc.workers)
+			if plan.Kernel != tc.want {
+				t.Fatalf("plan %+v, want kernel %v", plan, tc.want)
+			}
+			checkClose(t, fmt.Sprintf("attend with %+v", plan), out, ref)
+		})
+	}
+}
+
+func TestCacheWrite(t *testing.T) {
+	c := NewCache(4, 8, 2, 4)
+	row := c.NumKVHeads * c.HeadDim
+	k := []float32{}
+	v := []float32{}
+	for i := range 3 * row {
+		k = append(k, float32(i+1))
+		v = append(v, -float32(i+1))
+	}
+	c.Write(k, v, []int32{17, -1, 3})
+	for slot := range c.NumSlots() {
+		var want float32
+		switch slot {
+		case 17:
+			want = 1
+		case 3:
+			want = float32(2*row + 1)
+		}
+		if got := c.K[slot*row]; got != want {
+			t.Errorf("K at slot %d = %v, want %v", slot, got, want)
+		}
+		if got := c.V[slot*row+row-1]; want != 0 && got != -(want+float32(row-1)) {
+			t.Errorf("V at slot %d ends with %v, want %v", slot, got, -(want + float32(row-1)))
+		}
+	}
+	if got := Slot([]int32{3, 1}, 8, 9); got != 9 {
+		t.Errorf("Slot = %d, want 9", got)
+	}
+	if got := Slot([]int32{3, 1}, 8, 7); got != 31 {
+		t.Errorf("Slot = %d, want 31", got)
+	}
+}
+
+func TestCacheWriteOutOfRangePanics(t *testing.T) {
+	c := NewCache(2, 4, 1, 2)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic for slot beyond the cache")
+		}
+	}()
+	c.Write(make([]float32, 2), make([]float32, 2), []int32{8})
+}

@@ -1,0 +1,206 @@
+package attention
+
+import (
+	"math"
+)
+
+// walker is one worker's state for the page walk that every kernel here shares: a tile of query vectors
+// (the G heads of one KV group for decode; rows × G for a prefill tile), the scores of those vectors
+// against one page of keys, and the online-softmax state (m, l, acc) of each vector, all float32. On the
+// GPU the query tile and (m, l, acc) live in registers and the page's K/V tile in shared memory; here they
+// are small per-worker buffers that stay in L1/L2.
+//
+// The walk reads each K and V row of the KV head once per tile and uses it for every vector of the tile:
+// that is the property that makes the grouped kernel read the cache once per KV head, not once per query
+// head.
+type walker struct {
+	headDim, blockSize int
+	q                  []float32 // [vectors][headDim], queries pre-multiplied by scale
+	scores             []float32 // [vectors][blockSize], scores, then probabilities, of the current page
+	m, l               []float32 // [vectors] running max and running sum of exp(score - m)
+	acc                []float32 // [vectors][headDim] running Σ exp(score - m) · v
+	limit              []int     // [vectors] exclusive end of the keys a vector may see (causal mask)
+}
+
+func newWalker(maxVectors, headDim, blockSize int) *walker {
+	return &walker{
+		headDim:   headDim,
+		blockSize: blockSize,
+		q:         make([]float32, maxVectors*headDim),
+		scores:    make([]float32, maxVectors*blockSize),
+		m:         make([]float32, maxVectors),
+		l:         make([]float32, maxVectors),
+		acc:       make([]float32, maxVectors*headDim),
+		limit:     make([]int, maxVectors),
+	}
+}
+
+// loadQ copies n query vectors starting at src into the tile from vector index first, multiplied by scale.
+func (w *walker) loadQ(first int, src []float32, n int, scale float32) {
+	d := w.headDim
+	dst := w.q[first*d : (first+n)*d]
+	src = src[:len(dst)]
+	for i, x := range src {
+		dst[i] = x * scale
+	}
+}
+
+// walk runs online softmax for vectors [0, n) of the tile over the keys [keyStart, keyEnd) of KV head head,
+// read through the block table. With masked, vector r sees only keys below w.limit[r] (every vector must
+// see key keyStart, which holds for causal attention walked from key 0). It leaves (m, l, acc) per vector.
+func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int, masked bool) {
+	d, bs := w.headDim, w.blockSize
+	stride := c.NumKVHeads * d
+	m, l := w.m[:n], w.l[:n]
+	acc := w.acc[:n*d]
+	for r := range m {
+		m[r] = float32(math.Inf(-1))
+		l[r] = 0
+	}
+	clear(acc)
+	for t := keyStart; t < keyEnd; {
+		block, off := int(table[t/bs]), t%bs
+		tile := min(bs-off, keyEnd-t)
+		base := ((block*bs+off)*c.NumKVHeads + head) * d
+
+		// Scores: each K row is loaded once and dotted with every vector of the tile.
+		for j := range tile {
+			k := c.K[base+j*stride : base+j*stride+d]
+			w.scoreRow(k, n, j)
+		}
+
+		// Online softmax per vector: new max, rescale of the old state, probabilities of this page.
+		for r := range n {
+			s := w.scores[r*bs : r*bs+tile]
+			valid := tile
+			if masked {
+				valid = min(tile, w.limit[r]-t)
+			}
+			if valid <= 0 {
+				clear(s)
+				continue
+			}
+			mx := s[0]
+			for _, x := range s[1:valid] {
+				mx = max(mx, x)
+			}
+			mNew := max(m[r], mx)
+			corr := expf(m[r] - mNew)
+			var sum float32
+			for j := range valid {
+				p := expf(s[j] - mNew)
+				s[j] = p
+				sum += p
+			}
+			clear(s[valid:])
+			l[r] = l[r]*corr + sum
+			m[r] = mNew
+			if corr != 1 {
+				a := acc[r*d : (r+1)*d]
+				for i := range a {
+					a[i] *= corr
+				}
+			}
+		}
+
+		// P·V: each V row is loaded once and accumulated into every vector of the tile.
+		for j := range tile {
+			v := c.V[base+j*stride : base+j*stride+d]
+			w.accumulateRow(v, n, j)
+		}
+		t += tile
+	}
+}
+
+// scoreRow sets scores[r][j] = q[r]·k for r in [0, n), four vectors at a time so that each element of k
+// is loaded once per four dot products.
+func (w *walker) scoreRow(k []float32, n, j int) {
+	d, bs := w.headDim, w.blockSize
+	r := 0
+	for ; r+4 <= n; r += 4 {
+		s0, s1, s2, s3 := dot4(w.q[r*d:(r+1)*d], w.q[(r+1)*d:(r+2)*d], w.q[(r+2)*d:(r+3)*d], w.q[(r+3)*d:(r+4)*d], k)
+		w.scores[r*bs+j] = s0
+		w.scores[(r+1)*bs+j] = s1
+		w.scores[(r+2)*bs+j] = s2
+		w.scores[(r+3)*bs+j] = s3
+	}
+	for ; r < n; r++ {
+		w.scores[r*bs+j] = dot(w.q[r*d:(r+1)*d], k)
+	}
+}
+
+// accumulateRow adds scores[r][j]·v to acc[r] for r in [0, n), four vectors at a time.
+func (w *walker) accumulateRow(v []float32, n, j int) {
+	d, bs := w.headDim, w.blockSize
+	r := 0
+	for ; r+4 <= n; r += 4 {
+		axpy4(w.acc[r*d:(r+1)*d], w.acc[(r+1)*d:(r+2)*d], w.acc[(r+2)*d:(r+3)*d], w.acc[(r+3)*d:(r+4)*d],
+			w.scores[r*bs+j], w.scores[(r+1)*bs+j], w.scores[(r+2)*bs+j], w.scores[(r+3)*bs+j], v)
+	}
+	for ; r < n; r++ {
+		axpy(w.acc[r*d:(r+1)*d], w.scores[r*bs+j], v)
+	}
+}
+
+// store writes acc[r]/l[r] for vectors [first, first+n) to dst (n consecutive rows of headDim).
+func (w *walker) store(dst []float32, first, n int) {
+	d := w.headDim
+	for r := first; r < first+n; r++ {
+		inv := 1 / w.l[r]
+		o := dst[(r-first)*d : (r-first+1)*d]
+		a := w.acc[r*d : (r+1)*d]
+		a = a[:len(o)]
+		for i := range o {
+			o[i] = a[i] * inv
+		}
+	}
+}
+
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func dot4(q0, q1, q2, q3, k []float32) (s0, s1, s2, s3 float32) {
+	q0, q1, q2, q3 = q0[:len(k)], q1[:len(k)], q2[:len(k)], q3[:len(k)]
+	for i, x := range k {
+		s0 += q0[i] * x
+		s1 += q1[i] * x
+		s2 += q2[i] * x
+		s3 += q3[i] * x
+	}
+	return
+}
+
+func axpy(dst []float32, a float32, x []float32) {
+	x = x[:len(dst)]
+	for i := range dst {
+		dst[i] += a * x[i]
+	}
+}
+
+func axpy4(d0, d1, d2, d3 []float32, a0, a1, a2, a3 float32, x []float32) {
+	d0, d1, d2, d3 = d0[:len(x)], d1[:len(x)], d2[:len(x)], d3[:len(x)]
+	for i, v := range x {
+		d0[i] += a0 * v
+		d1[i] += a1 * v
+		d2[i] += a2 * v
+		d3[i] += a3 * v
+	}
+}
+
+// expf is exp for the softmax's arguments (x ≤ 0, -Inf allowed).
+func expf(x float32) float32 {
+	return float32(math.Exp(float64(x)))
+}

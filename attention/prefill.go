@@ -1,0 +1,26 @@
+package attention
+
+// prefillUnit is the program (prefill sequence s, KV head h, query tile) of the prefill path: it takes up
+// to queryTile consecutive query rows of the chunk and all G heads of the group as one tile of vectors,
+// walks the pages from position 0 to the last row's position, and masks each row causally (row j of a
+// chunk of qlen rows sits at position ctx-qlen+j and sees keys [0, position]). Each K/V row is loaded once
+// per tile and used by every row and head of it, like FlashAttention's varlen kernel with paged K/V.
+func (st *step) prefillUnit(w *walker, s, h, tile int) {
+	p := st.pre[s]
+	d, g := st.c.HeadDim, st.group
+	first := tile * st.queryTile
+	rows := min(st.queryTile, p.qlen-first)
+	firstPos := p.ctx - p.qlen + first
+	for i := range rows {
+		row := p.row + first + i
+		w.loadQ(i*g, st.q[(row*st.numHeads+h*g)*d:], g, st.scale)
+		for head := range g {
+			w.limit[i*g+head] = firstPos + i + 1
+		}
+	}
+	w.walk(st.c, h, p.table, rows*g, 0, firstPos+rows, true)
+	for i := range rows {
+		row := p.row + first + i
+		w.store(st.out[(row*st.numHeads+h*g)*d:], i*g, g)
+	}
+}
