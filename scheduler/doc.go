@@ -1,3 +1,41 @@
-// Package scheduler decides which sequences run in each step: waiting and running queues, the token
-// budget, chunked prefill and preemption by recompute. Pure Go bookkeeping: it never touches a device.
+// Package scheduler decides which sequences run in each step of the engine and how many tokens
+// each: waiting (first come, first served) and running queues, a token budget and a sequence cap per
+// step, decodes before prefill, chunked prefill, admission by KV-block availability (counting
+// prefix-cache hits) and preemption by recompute. It keeps the [kvcache.Pool]'s allocations in step
+// with the sequences: a sequence holds blocks exactly while it is running.
+//
+// It is pure Go bookkeeping: it never touches a device, a model, a tokenizer or a request's
+// transport. It does not sample and does not detokenize; it applies stop token ids and MaxTokens,
+// and the engine finishes sequences for anything else (stop strings, cancellation).
+//
+// # The step
+//
+// The engine's loop is three calls around the forward pass:
+//
+//	b := s.Schedule()            // who runs, which tokens, their slots; KV blocks reserved
+//	// flatten b.Chunks (decodes first, then prefill chunks) into the model's step: Tokens,
+//	// positions (AppendPositions), SlotMapping, BlockTable, ContextLen; compute logits for
+//	// the chunks with NeedsLogits and sample one token for each, in chunk order.
+//	seqs, err := s.Update(b, sampled) // tokens computed and appended; stop/length applied
+//	// stream each seq's LastToken; report the finished ones (seq.Finished()) and b.Finished.
+//
+// Requests enter with [Scheduler.Add] and leave by finishing (stop token, MaxTokens), by
+// [Scheduler.Finish] or [Scheduler.Abort]; a finished sequence's blocks are released at once, so a
+// sequence aborted before a step's Schedule frees its blocks for that very step.
+//
+// # Policy
+//
+// A step's token budget (Config.MaxNumBatchedTokens) goes first to one token for every running
+// sequence that is decoding, then to prompts already being prefilled, then to admitting waiting
+// sequences. A prompt longer than what is left of the budget is prefilled in chunks over several
+// steps, alongside other sequences' decodes. Admission is first come, first served and all or
+// nothing on KV blocks: the head of the waiting queue gets blocks for all its tokens (minus the
+// prefix-cache hits, which it skips computing) or nobody behind it is admitted, so no request
+// starves behind later, smaller ones. When a decoding sequence needs a new block and the pool has
+// none, the latest-arrived running sequence is preempted: its blocks are freed, NumComputed drops
+// to 0, and it goes back to the head of the waiting queue with its output tokens kept, to be
+// recomputed as part of its prompt when admitted again (cheaply, if its blocks are still in the
+// prefix cache). A sequence that could not fit even the empty pool finishes with FinishError.
+//
+// A Scheduler is not safe for concurrent use: one goroutine owns it and its pool.
 package scheduler

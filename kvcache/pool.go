@@ -1,0 +1,327 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SeqID identifies a sequence in a [Pool]. The caller (the engine) chooses ids; a pool holds at most
+// one allocation per id at a time, and an id may be reused after [Pool.Free].
+type SeqID uint64
+
+// Sentinel errors returned (wrapped) by [Pool] methods; test them with errors.Is.
+var (
+	// ErrNoFreeBlocks means the pool has too few free and evictable blocks for the request. The
+	// pool is unchanged.
+	ErrNoFreeBlocks = errors.New("kvcache: no free blocks")
+	// ErrUnknownSeq means the sequence id has no allocation in the pool.
+	ErrUnknownSeq = errors.New("kvcache: unknown sequence")
+	// ErrDuplicateSeq means Allocate was called for an id that already has an allocation.
+	ErrDuplicateSeq = errors.New("kvcache: sequence already allocated")
+)
+
+// Config sizes a [Pool].
+type Config struct {
+	// NumBlocks is the number of blocks (pages) in the pool; > 0.
+	NumBlocks int
+	// BlockSize is the number of token slots per block; > 0.
+	BlockSize int
+	// PrefixCaching enables sharing of computed full blocks between sequences with the same prefix.
+	PrefixCaching bool
+	// HashSeed is mixed into every block hash. Any fixed value works; it exists so that hashes are a
+	// property of the pool, not of global state.
+	HashSeed uint64
+}
+
+// noBlock marks an empty link in the LRU list.
+const noBlock = -1
+
+// block is the bookkeeping of one physical block.
+type block struct {
+	ref int32 // number of sequences whose table holds the block
+
+	// Set while the block is registered in the prefix cache (it is full and its KV computed).
+	hashed bool
+	hash   uint64 // chained hash of the prefix ending with this block
+	parent uint64 // hash of the parent block (rootHash for the first block)
+	index  int32  // position of the block in its sequences' tables
+
+	// Links in the evictable LRU list, valid while hashed && ref == 0.
+	prev, next int32
+}
+
+// sequence is the pool's view of one sequence.
+type sequence struct {
+	table     []int32  // physical block ids; len == BlocksFor(len(tokens), blockSize)
+	tokens    []int32  // every token that holds a slot
+	hashes    []uint64 // chained hashes of the first len(hashes) full blocks (hits and committed)
+	committed int      // tokens whose KV the caller has written (see Commit)
+}
+
+// Pool is a block pool with reference counts, per-sequence block tables and a prefix cache.
+// The zero value is not usable; create one with [NewPool]. A Pool is not safe for concurrent use.
+type Pool struct {
+	blockSize     int
+	prefixCaching bool
+	seed          uint64
+
+	blocks      []block
+	blockTokens []int32 // token ids of registered blocks, blockSize per block (prefix caching only)
+
+	free      []int32 // unregistered blocks with ref 0 (a stack)
+	lruHead   int32   // least recently freed evictable block
+	lruTail   int32   // most recently freed evictable block
+	numCached int     // evictable blocks: registered, ref 0
+	numUsed   int     // blocks with ref > 0
+
+	byHash map[uint64]int32
+	seqs   map[SeqID]*sequence
+
+	queriedTokens int64
+	hitTokens     int64
+}
+
+// NewPool returns a pool of cfg.NumBlocks free blocks.
+func NewPool(cfg Config) (*Pool, error) {
+	if cfg.NumBlocks <= 0 {
+		return nil, fmt.Errorf("kvcache: NumBlocks must be positive, got %d", cfg.NumBlocks)
+	}
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("kvcache: BlockSize must be positive, got %d", cfg.BlockSize)
+	}
+	if int64(cfg.NumBlocks)*int64(cfg.BlockSize) > 1<<31-1 {
+		return nil, fmt.Errorf("kvcache: %d blocks of %d slots overflow int32 slot ids", cfg.NumBlocks, cfg.BlockSize)
+	}
+	p := &Pool{
+		blockSize:     cfg.BlockSize,
+		prefixCaching: cfg.PrefixCaching,
+		seed:          cfg.HashSeed,
+		blocks:        make([]block, cfg.NumBlocks),
+		free:          make([]int32, cfg.NumBlocks),
+		lruHead:       noBlock,
+		lruTail:       noBlock,
+		byHash:        make(map[uint64]int32),
+		seqs:          make(map[SeqID]*sequence),
+	}
+	if cfg.PrefixCaching {
+		p.blockTokens = make([]int32, cfg.NumBlocks*cfg.BlockSize)
+	}
+	for i := range p.blocks {
+		p.blocks[i].prev, p.blocks[i].next = noBlock, noBlock
+		// Pop order 0, 1, 2, ...: the stack holds the highest id at the bottom.
+		p.free[i] = int32(cfg.NumBlocks - 1 - i)
+	}
+	return p, nil
+}
+
+// BlockSize returns the number of token slots per block.
+func (p *Pool) BlockSize() int { return p.blockSize }
+
+// NumBlocks returns the number of blocks in the pool.
+func (p *Pool) NumBlocks() int { return len(p.blocks) }
+
+// PrefixCaching reports whether the pool shares computed blocks between sequences.
+func (p *Pool) PrefixCaching() bool { return p.prefixCaching }
+
+// BlocksFor returns the number of blocks of blockSize slots needed to hold numTokens tokens.
+func BlocksFor(numTokens, blockSize int) int {
+	return (numTokens + blockSize - 1) / blockSize
+}
+
+// CanAllocate reports whether [Pool.Allocate] of tokens would succeed now, and how many leading
+// tokens it would take from the prefix cache. It changes nothing, not even the hit statistics.
+func (p *Pool) CanAllocate(tokens []int32) (cachedTokens int, ok bool) {
+	if len(tokens) == 0 {
+		return 0, false
+	}
+	hits, _ := p.lookup(tokens)
+	return len(hits) * p.blockSize, p.newBlocksAvailable(hits) >= BlocksFor(len(tokens), p.blockSize)-len(hits)
+}
+
+// Allocate creates the block table of sequence id with a slot for every token of tokens (a prompt,
+// or a preempted sequence's prompt and output). Leading full blocks found in the prefix cache are
+// shared instead of allocated; cachedTokens is the number of leading tokens whose KV is therefore
+// already there (a multiple of BlockSize, at most len(tokens)-1). On failure the pool is unchanged;
+// the error wraps [ErrNoFreeBlocks] or [ErrDuplicateSeq].
+func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) {
+	if len(tokens) == 0 {
+		return 0, fmt.Errorf("kvcache: allocate sequence %d: no tokens", id)
+	}
+	if _, ok := p.seqs[id]; ok {
+		return 0, fmt.Errorf("kvcache: allocate sequence %d: %w", id, ErrDuplicateSeq)
+	}
+	hits, hashes := p.lookup(tokens)
+	numBlocks := BlocksFor(len(tokens), p.blockSize)
+	if need, have := numBlocks-len(hits), p.newBlocksAvailable(hits); need > have {
+		return 0, fmt.Errorf("kvcache: allocate sequence %d: %d tokens need %d new blocks, %d available: %w",
+			id, len(tokens), need, have, ErrNoFreeBlocks)
+	}
+	s := &sequence{
+		table:     make([]int32, 0, numBlocks),
+		tokens:    append(make([]int32, 0, len(tokens)), tokens...),
+		hashes:    hashes,
+		committed: len(hits) * p.blockSize,
+	}
+	for _, b := range hits {
+		p.acquire(b)
+		s.table = append(s.table, b)
+	}
+	for len(s.table) < numBlocks {
+		s.table = append(s.table, p.take())
+	}
+	p.seqs[id] = s
+	p.queriedTokens += int64(len(tokens))
+	p.hitTokens += int64(s.committed)
+	return s.committed, nil
+}
+
+// CanAppend reports whether [Pool.Append] of n more tokens to sequence id would succeed now.
+func (p *Pool) CanAppend(id SeqID, n int) bool {
+	s, ok := p.seqs[id]
+	if !ok || n < 0 {
+		return false
+	}
+	return BlocksFor(len(s.tokens)+n, p.blockSize)-len(s.table) <= len(p.free)+p.numCached
+}
+
+// Append gives the tokens (typically the one token sampled in the last step) a slot at the end of
+// sequence id, allocating blocks as needed. The last block of a sequence is never shared, so the new
+// slots are always private. On failure the pool is unchanged; the error wraps [ErrNoFreeBlocks] or
+// [ErrUnknownSeq].
+func (p *Pool) Append(id SeqID, tokens ...int32) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: append to sequence %d: %w", id, ErrUnknownSeq)
+	}
+	numBlocks := BlocksFor(len(s.tokens)+len(tokens), p.blockSize)
+	if need, have := numBlocks-len(s.table), len(p.free)+p.numCached; need > have {
+		return fmt.Errorf("kvcache: append %d tokens to sequence %d: %d new blocks needed, %d available: %w",
+			len(tokens), id, need, have, ErrNoFreeBlocks)
+	}
+	for len(s.table) < numBlocks {
+		s.table = append(s.table, p.take())
+	}
+	s.tokens = append(s.tokens, tokens...)
+	return nil
+}
+
+// Commit records that the KV of the first numComputed tokens of sequence id has been written. With
+// prefix caching, every full block among them becomes a cache entry that later allocations can
+// share. Commit never lowers the committed count; numComputed beyond the sequence's tokens is an
+// error.
+func (p *Pool) Commit(id SeqID, numComputed int) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: commit sequence %d: %w", id, ErrUnknownSeq)
+	}
+	if numComputed < 0 || numComputed > len(s.tokens) {
+		return fmt.Errorf("kvcache: commit sequence %d: %d computed tokens out of range [0, %d]", id, numComputed, len(s.tokens))
+	}
+	if numComputed <= s.committed {
+		return nil
+	}
+	s.committed = numComputed
+	if p.prefixCaching {
+		p.register(s)
+	}
+	return nil
+}
+
+// Free releases the blocks of sequence id. Registered blocks stay in the prefix cache until evicted;
+// the others return to the free list. The error wraps [ErrUnknownSeq] if id has no allocation.
+func (p *Pool) Free(id SeqID) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: free sequence %d: %w", id, ErrUnknownSeq)
+	}
+	// Release the tail first so that, among blocks freed together, the deepest ones are evicted
+	// first and shared prefixes (the heads) survive longest.
+	for i := len(s.table) - 1; i >= 0; i-- {
+		p.release(s.table[i])
+	}
+	delete(p.seqs, id)
+	return nil
+}
+
+// BlockTable returns the block table of sequence id: the physical block of positions
+// [i*BlockSize, (i+1)*BlockSize) is table[i]. The slice is a read-only view whose entries never
+// change; a later Append may make the sequence's table longer than this view.
+func (p *Pool) BlockTable(id SeqID) ([]int32, error) {
+	s, ok := p.seqs[id]
+	if !ok {
+		return nil, fmt.Errorf("kvcache: block table of sequence %d: %w", id, ErrUnknownSeq)
+	}
+	return s.table[:len(s.table):len(s.table)], nil
+}
+
+// NumTokens returns the number of tokens of sequence id that hold a slot.
+func (p *Pool) NumTokens(id SeqID) (int, error) {
+	s, ok := p.seqs[id]
+	if !ok {
+		return 0, fmt.Errorf("kvcache: tokens of sequence %d: %w", id, ErrUnknownSeq)
+	}
+	return len(s.tokens), nil
+}
+
+// NumSeqs returns the number of sequences holding an allocation.
+func (p *Pool) NumSeqs() int { return len(p.seqs) }
+
+// newBlocksAvailable returns how many blocks could be taken for new slots if the hit blocks were
+// acquired first: free and evictable blocks, less the evictable ones among the hits.
+func (p *Pool) newBlocksAvailable(hits []int32) int {
+	n := len(p.free) + p.numCached
+	for _, b := range hits {
+		if p.blocks[b].ref == 0 {
+			n--
+		}
+	}
+	return n
+}
+
+// take returns a block with ref 1 for new slots: a free block if there is one, else the least
+// recently used evictable block, which leaves the prefix cache. The caller has checked availability.
+func (p *Pool) take() int32 {
+	var b int32
+	if n := len(p.free); n > 0 {
+		b = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		b = p.lruHead
+		if b == noBlock {
+			panic("kvcache: take from an exhausted pool")
+		}
+		p.lruRemove(b)
+		p.unregister(b)
+	}
+	p.blocks[b].ref = 1
+	p.numUsed++
+	return b
+}
+
+// acquire adds a reference to a registered block found in the prefix cache.
+func (p *Pool) acquire(b int32) {
+	blk := &p.blocks[b]
+	if blk.ref == 0 {
+		p.lruRemove(b)
+		p.numUsed++
+	}
+	blk.ref++
+}
+
+// release drops a reference; a block nobody holds becomes evictable (registered) or free.
+func (p *Pool) release(b int32) {
+	blk := &p.blocks[b]
+	if blk.ref <= 0 {
+		panic(fmt.Sprintf("kvcache: release of block %d with ref %d", b, blk.ref))
+	}
+	blk.ref--
+	if blk.ref > 0 {
+		return
+	}
+	p.numUsed--
+	if blk.hashed {
+		p.lruPushBack(b)
+	} else {
+		p.free = append(p.free, b)
+	}
+}

@@ -1,0 +1,172 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Stats is a snapshot of a pool's occupancy and prefix-cache effectiveness.
+// TotalBlocks == UsedBlocks + CachedBlocks + FreeBlocks.
+type Stats struct {
+	TotalBlocks  int // blocks in the pool
+	UsedBlocks   int // blocks held by at least one sequence
+	CachedBlocks int // blocks held by none but kept in the prefix cache (evictable, LRU)
+	FreeBlocks   int // blocks holding nothing reusable
+	SharedBlocks int // used blocks held by more than one sequence
+
+	QueriedTokens int64 // tokens passed to successful Allocate calls
+	HitTokens     int64 // of those, tokens whose KV came from the prefix cache
+}
+
+// HitRate returns HitTokens / QueriedTokens, or 0 before any query.
+func (s Stats) HitRate() float64 {
+	if s.QueriedTokens == 0 {
+		return 0
+	}
+	return float64(s.HitTokens) / float64(s.QueriedTokens)
+}
+
+// Stats returns the pool's current statistics.
+func (p *Pool) Stats() Stats {
+	shared := 0
+	for i := range p.blocks {
+		if p.blocks[i].ref > 1 {
+			shared++
+		}
+	}
+	return Stats{
+		TotalBlocks:   len(p.blocks),
+		UsedBlocks:    p.numUsed,
+		CachedBlocks:  p.numCached,
+		FreeBlocks:    len(p.free),
+		SharedBlocks:  shared,
+		QueriedTokens: p.queriedTokens,
+		HitTokens:     p.hitTokens,
+	}
+}
+
+// CheckInvariants verifies the pool's internal consistency and returns an error describing every
+// violation found (nil if none): reference counts equal the number of tables holding each block;
+// every block is exactly one of used, cached (registered, in the LRU list) or free; the counters
+// match; the hash index and the registered blocks agree; table lengths match token counts; and no
+// registered block is a sequence's writable last block. It is meant for tests and costs
+// O(blocks + table entries).
+func (p *Pool) CheckInvariants() error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf("kvcache: invariant: "+format, args...))
+		}
+	}
+	n := len(p.blocks)
+
+	refs := make([]int32, n)
+	for id, s := range p.seqs {
+		if want := BlocksFor(len(s.tokens), p.blockSize); len(s.table) != want {
+			fail("sequence %d: %d tokens in %d blocks, want %d", id, len(s.tokens), len(s.table), want)
+		}
+		if s.committed > len(s.tokens) {
+			fail("sequence %d: %d committed of %d tokens", id, s.committed, len(s.tokens))
+		}
+		if p.prefixCaching && len(s.hashes) > s.committed/p.blockSize {
+			fail("sequence %d: %d hashed blocks but only %d committed tokens", id, len(s.hashes), s.committed)
+		}
+		seen := make(map[int32]bool, len(s.table))
+		for i, b := range s.table {
+			if b < 0 || int(b) >= n {
+				fail("sequence %d: block id %d out of range", id, b)
+				continue
+			}
+			if seen[b] {
+				fail("sequence %d: block %d twice in its table", id, b)
+			}
+			seen[b] = true
+			refs[b]++
+			blk := &p.blocks[b]
+			if blk.hashed && int(blk.index) != i {
+				fail("sequence %d: registered block %d at table index %d, registered at %d", id, b, i, blk.index)
+			}
+			if blk.hashed && (i+1)*p.blockSize > s.committed {
+				fail("sequence %d: registered block %d at index %d is not fully committed (%d)", id, b, i, s.committed)
+			}
+		}
+	}
+
+	inFree := make([]bool, n)
+	for _, b := range p.free {
+		if inFree[b] {
+			fail("block %d twice in the free list", b)
+		}
+		inFree[b] = true
+	}
+	inLRU := make([]bool, n)
+	count, prev := 0, int32(noBlock)
+	for b := p.lruHead; b != noBlock && count <= n; b = p.blocks[b].next {
+		if p.blocks[b].prev != prev {
+			fail("LRU link broken at block %d", b)
+		}
+		inLRU[b] = true
+		prev = b
+		count++
+	}
+	if prev != p.lruTail {
+		fail("LRU tail is %d, list ends at %d", p.lruTail, prev)
+	}
+	if count != p.numCached {
+		fail("LRU holds %d blocks, counter says %d", count, p.numCached)
+	}
+
+	used, cached, free := 0, 0, 0
+	for b := range n {
+		blk := &p.blocks[b]
+		if blk.ref != refs[b] {
+			fail("block %d: ref %d, held by %d tables", b, blk.ref, refs[b])
+		}
+		switch {
+		case blk.ref > 0:
+			used++
+			if inFree[b] || inLRU[b] {
+				fail("used block %d is also free (%v) or cached (%v)", b, inFree[b], inLRU[b])
+			}
+		case blk.hashed:
+			cached++
+			if !inLRU[b] || inFree[b] {
+				fail("cached block %d: in LRU %v, in free list %v", b, inLRU[b], inFree[b])
+			}
+		default:
+			free++
+			if !inFree[b] || inLRU[b] {
+				fail("free block %d: in free list %v, in LRU %v", b, inFree[b], inLRU[b])
+			}
+		}
+		if blk.hashed {
+			if !p.prefixCaching {
+				fail("block %d registered with prefix caching off", b)
+			}
+			if got, ok := p.byHash[blk.hash]; !ok || got != int32(b) {
+				fail("registered block %d: hash index points to %d (present %v)", b, got, ok)
+			}
+			if h := blockHash(blk.parent, p.tokensOf(int32(b))); h != blk.hash {
+				fail("registered block %d: stored hash %#x, tokens hash to %#x", b, blk.hash, h)
+			}
+		}
+	}
+	if used != p.numUsed || cached != p.numCached || free != len(p.free) {
+		fail("counters used/cached/free %d/%d/%d, counted %d/%d/%d", p.numUsed, p.numCached, len(p.free), used, cached, free)
+	}
+	if used+cached+free != n {
+		fail("used %d + cached %d + free %d != total %d", used, cached, free, n)
+	}
+	for h, b := range p.byHash {
+		if b < 0 || int(b) >= n || !p.blocks[b].hashed || p.blocks[b].hash != h {
+			fail("hash index entry %#x points to block %d which is not registered under it", h, b)
+		}
+	}
+	if len(p.seqs) == 0 && used != 0 {
+		fail("%d blocks held with no sequence allocated", used)
+	}
+	if p.hitTokens > p.queriedTokens {
+		fail("hit tokens %d exceed queried tokens %d", p.hitTokens, p.queriedTokens)
+	}
+	return errors.Join(errs...)
+}

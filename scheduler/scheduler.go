@@ -1,0 +1,431 @@
+package scheduler
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gollm/gollm/kvcache"
+)
+
+// Sentinel errors returned (wrapped) by the [Scheduler]; test them with errors.Is.
+var (
+	// ErrUnknownSeq means no unfinished sequence has the id.
+	ErrUnknownSeq = errors.New("scheduler: unknown sequence")
+	// ErrDuplicateSeq means Add was given a sequence whose id an unfinished sequence already has.
+	ErrDuplicateSeq = errors.New("scheduler: duplicate sequence id")
+	// ErrFinished means the sequence has already finished.
+	ErrFinished = errors.New("scheduler: sequence already finished")
+	// ErrInvalidSequence means Add was given a sequence it cannot run (empty prompt, MaxTokens < 1,
+	// or a sequence added before).
+	ErrInvalidSequence = errors.New("scheduler: invalid sequence")
+	// ErrTooLong means a sequence needs more KV blocks than the whole pool has. Add returns it for a
+	// prompt; a sequence that outgrows the pool while generating finishes with FinishError and Err
+	// wrapping it.
+	ErrTooLong = errors.New("scheduler: sequence does not fit the KV pool")
+	// ErrStaleBatch means Update or Discard was given a batch other than the last one scheduled,
+	// or one already handed back.
+	ErrStaleBatch = errors.New("scheduler: stale batch")
+)
+
+// Config bounds each step.
+type Config struct {
+	// MaxNumSeqs caps the number of running sequences (and so of chunks in a step); > 0.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens caps the tokens of one step (decodes plus prefill chunks); it must be
+	// at least MaxNumSeqs so that every running sequence can decode in every step.
+	MaxNumBatchedTokens int
+}
+
+// Scheduler decides, step by step, which sequences run and how many tokens each; it keeps the KV
+// pool's allocations in step with the sequences. It is not safe for concurrent use: one goroutine
+// (the engine's step loop) owns it and the pool it was given.
+type Scheduler struct {
+	cfg  Config
+	pool *kvcache.Pool
+
+	waiting []*Sequence // sorted by arrival; the head is admitted first
+	running []*Sequence // sorted by arrival; the tail is preempted first
+	live    map[kvcache.SeqID]*Sequence
+
+	nextArrival    uint64
+	step           uint64
+	pending        *Batch // scheduled, not yet updated or discarded
+	numPreemptions int
+}
+
+// New returns a scheduler over pool. The scheduler owns the pool's allocations from now on: use
+// the pool directly only to read it (Stats, BlockSize).
+func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
+	if pool == nil {
+		return nil, errors.New("scheduler: nil pool")
+	}
+	if cfg.MaxNumSeqs <= 0 {
+		return nil, fmt.Errorf("scheduler: MaxNumSeqs must be positive, got %d", cfg.MaxNumSeqs)
+	}
+	if cfg.MaxNumBatchedTokens < cfg.MaxNumSeqs {
+		return nil, fmt.Errorf("scheduler: MaxNumBatchedTokens (%d) must be at least MaxNumSeqs (%d)",
+			cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	}
+	return &Scheduler{cfg: cfg, pool: pool, live: make(map[kvcache.SeqID]*Sequence)}, nil
+}
+
+// Config returns the scheduler's configuration.
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// Pool returns the KV pool the scheduler allocates from (for reading: Stats, BlockSize).
+func (s *Scheduler) Pool() *kvcache.Pool { return s.pool }
+
+// Add queues a new sequence at the tail of the waiting queue. It fails if the id is in use, the
+// sequence is invalid, or its prompt alone needs more blocks than the pool has ([ErrTooLong]).
+func (s *Scheduler) Add(seq *Sequence) error {
+	switch {
+	case seq == nil:
+		return fmt.Errorf("scheduler: add nil sequence: %w", ErrInvalidSequence)
+	case seq.numPrompt == 0:
+		return fmt.Errorf("scheduler: add sequence %d: empty prompt: %w", seq.id, ErrInvalidSequence)
+	case seq.limits.MaxTokens < 1:
+		return fmt.Errorf("scheduler: add sequence %d: MaxTokens %d: %w", seq.id, seq.limits.MaxTokens, ErrInvalidSequence)
+	case seq.admitted || seq.status != StatusWaiting || len(seq.tokens) != seq.numPrompt || seq.arrival != 0:
+		return fmt.Errorf("scheduler: add sequence %d: already used: %w", seq.id, ErrInvalidSequence)
+	}
+	if _, ok := s.live[seq.id]; ok {
+		return fmt.Errorf("scheduler: add sequence %d: %w", seq.id, ErrDuplicateSeq)
+	}
+	if need := kvcache.BlocksFor(seq.numPrompt, s.pool.BlockSize()); need > s.pool.NumBlocks() {
+		return fmt.Errorf("scheduler: add sequence %d: %d prompt tokens need %d blocks, the pool has %d: %w",
+			seq.id, seq.numPrompt, need, s.pool.NumBlocks(), ErrTooLong)
+	}
+	s.nextArrival++
+	seq.arrival = s.nextArrival
+	s.waiting = append(s.waiting, seq)
+	s.live[seq.id] = seq
+	return nil
+}
+
+// Sequence returns the unfinished sequence with the given id.
+func (s *Scheduler) Sequence(id kvcache.SeqID) (*Sequence, bool) {
+	seq, ok := s.live[id]
+	return seq, ok
+}
+
+// NumWaiting returns the number of waiting sequences (new or preempted).
+func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+
+// NumRunning returns the number of running sequences.
+func (s *Scheduler) NumRunning() int { return len(s.running) }
+
+// HasUnfinished reports whether any sequence is waiting or running.
+func (s *Scheduler) HasUnfinished() bool { return len(s.live) > 0 }
+
+// NumPreemptions returns the number of preemptions since the scheduler was created.
+func (s *Scheduler) NumPreemptions() int { return s.numPreemptions }
+
+// Schedule plans the next step and reserves its KV slots. In order:
+//
+//  1. Decodes: every running sequence with one token left to compute gets a chunk of 1, in
+//     arrival order. If the pool has no block for its new token, the latest-arrived running
+//     sequence is preempted (blocks freed, back to the head of the waiting queue, recomputed
+//     later), possibly the sequence itself; one that could not fit even an empty pool finishes
+//     with FinishError.
+//  2. Running prefills (a prompt being prefilled in chunks) continue, in arrival order, each
+//     taking as many tokens as the remaining budget allows.
+//  3. Unless step 1 preempted someone, waiting sequences are admitted from the head, first come
+//     first served, while the token budget, the sequence cap and the pool allow; the head is never
+//     skipped, so later requests cannot overtake it. Admission allocates blocks for all of the
+//     sequence's tokens, reusing prefix-cache hits: NumComputed starts at the hit length, and the
+//     first chunk goes up to the remaining budget.
+//
+// Schedule returns a non-empty batch whenever a sequence is unfinished, except when every one of
+// them finished with an error during the call (see Batch.Finished). A non-empty batch must be
+// handed back to [Scheduler.Update] (or [Scheduler.Discard]) before the next Schedule; calling
+// Schedule with a batch outstanding is a programming error and panics.
+func (s *Scheduler) Schedule() *Batch {
+	if s.pending != nil {
+		panic("scheduler: Schedule called before Update or Discard of the previous batch")
+	}
+	s.step++
+	b := &Batch{step: s.step}
+	budget := s.cfg.MaxNumBatchedTokens
+
+	// 1. Decodes, in arrival order. The tail of running is never scheduled before the current
+	// sequence, so a preemption victim taken from the tail has no chunk in b yet.
+	for i := 0; i < len(s.running); {
+		seq := s.running[i]
+		if len(seq.tokens)-seq.numComputed != 1 {
+			i++
+			continue
+		}
+		if !s.reserve(seq, b) {
+			continue // seq left running (preempted or finished); s.running[i] is the next one
+		}
+		s.addChunk(b, seq, 1)
+		b.NumDecodes++
+		budget--
+		i++
+	}
+
+	// 2. Prefills already under way.
+	for _, seq := range s.running {
+		if budget == 0 {
+			break
+		}
+		if rem := len(seq.tokens) - seq.numComputed; rem > 1 {
+			n := min(rem, budget)
+			s.addChunk(b, seq, n)
+			budget -= n
+		}
+	}
+
+	// 3. Admissions, first come first served.
+	for len(b.Preempted) == 0 && budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs {
+		seq := s.waiting[0]
+		cached, err := s.pool.Allocate(seq.id, seq.tokens)
+		if err != nil {
+			if !errors.Is(err, kvcache.ErrNoFreeBlocks) {
+				panic(fmt.Sprintf("scheduler: admit %v: %v", seq, err))
+			}
+			if s.neverFits(seq) {
+				s.waiting = s.waiting[1:]
+				s.finishTooLong(seq, b)
+				continue
+			}
+			break // wait for blocks; nobody overtakes the head
+		}
+		s.waiting = s.waiting[1:]
+		seq.status = StatusRunning
+		seq.numComputed = cached
+		seq.numReserved = len(seq.tokens)
+		if !seq.admitted {
+			seq.admitted = true
+			seq.numCached = cached
+		}
+		s.insertRunning(seq)
+		n := min(len(seq.tokens)-cached, budget)
+		s.addChunk(b, seq, n)
+		budget -= n
+	}
+
+	if !b.Empty() {
+		s.pending = b
+	}
+	return b
+}
+
+// reserve makes sure every token of a decoding sequence has a KV slot, preempting the
+// latest-arrived running sequences as needed. It reports whether seq is still running.
+func (s *Scheduler) reserve(seq *Sequence, b *Batch) bool {
+	for seq.numReserved < len(seq.tokens) {
+		err := s.pool.Append(seq.id, seq.tokens[seq.numReserved:]...)
+		if err == nil {
+			seq.numReserved = len(seq.tokens)
+			break
+		}
+		if !errors.Is(err, kvcache.ErrNoFreeBlocks) {
+			panic(fmt.Sprintf("scheduler: reserve %v: %v", seq, err))
+		}
+		if s.neverFits(seq) {
+			s.removeRunning(seq)
+			s.finishTooLong(seq, b)
+			return false
+		}
+		victim := s.running[len(s.running)-1]
+		s.preempt(victim)
+		b.Preempted = append(b.Preempted, victim)
+		if victim == seq {
+			return false
+		}
+	}
+	return true
+}
+
+// neverFits reports whether seq's tokens need more blocks than the whole pool has.
+func (s *Scheduler) neverFits(seq *Sequence) bool {
+	return kvcache.BlocksFor(len(seq.tokens), s.pool.BlockSize()) > s.pool.NumBlocks()
+}
+
+// finishTooLong finishes a sequence (already out of the queues) that can never fit the pool.
+func (s *Scheduler) finishTooLong(seq *Sequence, b *Batch) {
+	err := fmt.Errorf("scheduler: sequence %d: %d tokens need %d blocks of %d, the pool has %d: %w",
+		seq.id, len(seq.tokens), kvcache.BlocksFor(len(seq.tokens), s.pool.BlockSize()),
+		s.pool.BlockSize(), s.pool.NumBlocks(), ErrTooLong)
+	s.finish(seq, FinishError, err)
+	b.Finished = append(b.Finished, seq)
+}
+
+// preempt frees a running sequence's blocks and puts it back in the waiting queue, in arrival
+// order (which is at the head: every waiting sequence that never ran arrived later). Its output
+// tokens stay; they are recomputed with the prompt when it is admitted again.
+func (s *Scheduler) preempt(seq *Sequence) {
+	s.removeRunning(seq)
+	s.freeBlocks(seq)
+	seq.status = StatusWaiting
+	seq.numComputed = 0
+	seq.numPreemptions++
+	s.numPreemptions++
+	i, _ := slices.BinarySearchFunc(s.waiting, seq.arrival, func(w *Sequence, a uint64) int {
+		return cmp.Compare(w.arrival, a)
+	})
+	s.waiting = slices.Insert(s.waiting, i, seq)
+}
+
+// addChunk appends seq's next n tokens to the batch.
+func (s *Scheduler) addChunk(b *Batch, seq *Sequence, n int) {
+	table, err := s.pool.BlockTable(seq.id)
+	if err != nil {
+		panic(fmt.Sprintf("scheduler: chunk of %v: %v", seq, err))
+	}
+	start, end := seq.numComputed, seq.numComputed+n
+	c := Chunk{
+		Seq:         seq,
+		Start:       start,
+		Len:         n,
+		Tokens:      seq.tokens[start:end:end],
+		BlockTable:  table,
+		SlotMapping: kvcache.SlotMapping(make([]int32, 0, n), table, s.pool.BlockSize(), start, end),
+		ContextLen:  end,
+		NeedsLogits: end == len(seq.tokens),
+	}
+	b.Chunks = append(b.Chunks, c)
+	b.NumTokens += n
+	if c.NeedsLogits {
+		b.NumLogits++
+	}
+}
+
+// Update applies the results of running batch b: every chunk's tokens become computed (and their
+// full blocks shareable through the prefix cache), and each chunk with NeedsLogits gets its sampled
+// token appended; sampled holds one token per such chunk, in chunk order (b.NumLogits in all).
+// A sequence whose new token is a stop token (after MinTokens) finishes with FinishStop, one that
+// reaches MaxTokens with FinishLength; either releases its blocks now. Chunks of sequences finished
+// or aborted since Schedule are skipped.
+//
+// Update returns the sequences that received a token, in chunk order; the engine streams each one's
+// LastToken, and may then finish it for a reason the scheduler does not see (a stop string) with
+// [Scheduler.Finish].
+func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
+	if b == nil || b != s.pending {
+		if b != nil && b.Empty() && len(sampled) == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("scheduler: update: %w", ErrStaleBatch)
+	}
+	if len(sampled) != b.NumLogits {
+		return nil, fmt.Errorf("scheduler: update: %d sampled tokens for %d chunks that need logits", len(sampled), b.NumLogits)
+	}
+	s.pending = nil
+	var updated []*Sequence
+	k := 0
+	for i := range b.Chunks {
+		c := &b.Chunks[i]
+		seq := c.Seq
+		var tok int32
+		if c.NeedsLogits {
+			tok = sampled[k]
+			k++
+		}
+		if seq.status != StatusRunning {
+			continue
+		}
+		if seq.numComputed != c.Start {
+			panic(fmt.Sprintf("scheduler: update: %v: chunk starts at %d", seq, c.Start))
+		}
+		seq.numComputed = c.Start + c.Len
+		if err := s.pool.Commit(seq.id, seq.numComputed); err != nil {
+			panic(fmt.Sprintf("scheduler: update: %v", err))
+		}
+		if !c.NeedsLogits {
+			continue
+		}
+		seq.tokens = append(seq.tokens, tok)
+		updated = append(updated, seq)
+		switch {
+		case seq.isStop(tok):
+			s.removeRunning(seq)
+			s.finish(seq, FinishStop, nil)
+		case seq.NumOutputTokens() >= seq.limits.MaxTokens:
+			s.removeRunning(seq)
+			s.finish(seq, FinishLength, nil)
+		}
+	}
+	return updated, nil
+}
+
+// Discard drops batch b without applying it (the forward pass failed): no token becomes computed,
+// and the sequences will run the same tokens again in the next step.
+func (s *Scheduler) Discard(b *Batch) error {
+	if b == nil || b != s.pending {
+		if b != nil && b.Empty() {
+			return nil
+		}
+		return fmt.Errorf("scheduler: discard: %w", ErrStaleBatch)
+	}
+	s.pending = nil
+	return nil
+}
+
+// Finish ends an unfinished sequence for the given reason (FinishStop when the engine matched a stop
+// string, FinishAbort, ...) and releases its blocks now. It may be called between Schedule and
+// Update: the sequence's chunk is then skipped by Update.
+func (s *Scheduler) Finish(seq *Sequence, reason FinishReason) error {
+	if seq.status == StatusFinished {
+		return fmt.Errorf("scheduler: finish sequence %d: %w", seq.id, ErrFinished)
+	}
+	if s.live[seq.id] != seq {
+		return fmt.Errorf("scheduler: finish sequence %d: %w", seq.id, ErrUnknownSeq)
+	}
+	if reason == FinishNone {
+		return fmt.Errorf("scheduler: finish sequence %d: no reason given", seq.id)
+	}
+	switch seq.status {
+	case StatusRunning:
+		s.removeRunning(seq)
+	case StatusWaiting:
+		s.waiting = slices.DeleteFunc(s.waiting, func(w *Sequence) bool { return w == seq })
+	}
+	s.finish(seq, reason, nil)
+	return nil
+}
+
+// Abort finishes the unfinished sequence with the given id with FinishAbort and releases its blocks.
+func (s *Scheduler) Abort(id kvcache.SeqID) error {
+	seq, ok := s.live[id]
+	if !ok {
+		return fmt.Errorf("scheduler: abort sequence %d: %w", id, ErrUnknownSeq)
+	}
+	return s.Finish(seq, FinishAbort)
+}
+
+// finish marks a sequence (already out of the queues) finished and frees its blocks.
+func (s *Scheduler) finish(seq *Sequence, reason FinishReason, err error) {
+	s.freeBlocks(seq)
+	seq.status = StatusFinished
+	seq.reason = reason
+	seq.err = err
+	delete(s.live, seq.id)
+}
+
+// freeBlocks returns a sequence's blocks to the pool, if it holds any.
+func (s *Scheduler) freeBlocks(seq *Sequence) {
+	if seq.numReserved == 0 {
+		return
+	}
+	if err := s.pool.Free(seq.id); err != nil {
+		panic(fmt.Sprintf("scheduler: free %v: %v", seq, err))
+	}
+	seq.numReserved = 0
+}
+
+// insertRunning adds seq to the running list in arrival order.
+func (s *Scheduler) insertRunning(seq *Sequence) {
+	i, _ := slices.BinarySearchFunc(s.running, seq.arrival, func(r *Sequence, a uint64) int {
+		return cmp.Compare(r.arrival, a)
+	})
+	s.running = slices.Insert(s.running, i, seq)
+}
+
+// removeRunning deletes seq from the running list.
+func (s *Scheduler) removeRunning(seq *Sequence) {
+	s.running = slices.DeleteFunc(s.running, func(r *Sequence) bool { return r == seq })
+}
