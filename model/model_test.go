@@ -1,0 +1,415 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// randomModel is an in-memory checkpoint with float32 weights drawn from a seeded generator.
+type randomModel struct {
+	cfg     *weights.Config
+	tensors map[string]*weights.Tensor
+}
+
+func (r *randomModel) get(name string) (*weights.Tensor, error) {
+	t, ok := r.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("no tensor %q", name)
+	}
+	return t, nil
+}
+
+// newRandomModel draws every parameter of cfg: norm gains near 1, matrices N(0, scale²) with a larger
+// scale for the embeddings so that logits spread out.
+func newRandomModel(cfg *weights.Config, dt weights.DType, seed uint64) *randomModel {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	r := &randomModel{cfg: cfg, tensors: map[string]*weights.Tensor{}}
+	add := func(name string, std, mean float64, shape ...int) {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(mean + std*rng.NormFloat64())
+		}
+		r.tensors[name] = encodeTensor(name, dt, shape, v)
+	}
+	h, d, inter := cfg.HiddenSize, headDim(cfg), cfg.IntermediateSize
+	add("model.embed_tokens.weight", 0.5, 0, cfg.VocabSize, h)
+	for l := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add(p+"input_layernorm.weight", 0.2, 1, h)
+		add(p+"post_attention_layernorm.weight", 0.2, 1, h)
+		add(p+"self_attn.q_proj.weight", 0.15, 0, cfg.NumAttentionHeads*d, h)
+		add(p+"self_attn.k_proj.weight", 0.15, 0, cfg.NumKeyValueHeads*d, h)
+		add(p+"self_attn.v_proj.weight", 0.15, 0, cfg.NumKeyValueHeads*d, h)
+		add(p+"self_attn.o_proj.weight", 0.15, 0, h, cfg.NumAttentionHeads*d)
+		add(p+"mlp.gate_proj.weight", 0.15, 0, inter, h)
+		add(p+"mlp.up_proj.weight", 0.15, 0, inter, h)
+		add(p+"mlp.down_proj.weight", 0.15, 0, h, inter)
+	}
+	add("model.norm.weight", 0.2, 1, h)
+	if !cfg.TieWordEmbeddings {
+		add("lm_head.weight", 0.5, 0, cfg.VocabSize, h)
+	}
+	return r
+}
+
+// encodeTensor stores v in dtype dt (bf16 by truncation, which is fine for random data).
+func encodeTensor(name string, dt weights.DType, shape []int, v []float32) *weights.Tensor {
+	t := &weights.Tensor{Name: name, DType: dt, Shape: shape}
+	switch dt {
+	case weights.DTypeF32:
+		t.Data = float32Bytes(v)
+	case weights.DTypeBF16:
+		t.Data = make([]byte, 2*len(v))
+		for i, x := range v {
+			u := math.Float32bits(x) >> 16
+			t.Data[2*i], t.Data[2*i+1] = byte(u), byte(u>>8)
+		}
+	default:
+		panic("encodeTensor: unsupported dtype " + dt.String())
+	}
+	return t
+}
+
+func tinyConfig() *weights.Config {
+	return &weights.Config{
+		Architecture: "LlamaForCausalLM", VocabSize: 97, HiddenSize: 48, IntermediateSize: 75,
+		NumHiddenLayers: 2, NumAttentionHeads: 6, NumKeyValueHeads: 2, HeadDim: 8,
+		MaxPositionEmbeddings: 512, RMSNormEps: 1e-5, RopeTheta: 10000,
+		RopeScaling: weights.RopeScaling{Type: "default"}, DType: weights.DTypeF32,
+	}
+}
+
+// reference computes the logits of every position of tokens with a dense float64 forward pass that
+// shares no code with the backend (its own RMSNorm, RoPE from float64 frequencies, softmax attention).
+func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
+	t.Helper()
+	c := r.cfg
+	h, d, inter := c.HiddenSize, headDim(c), c.IntermediateSize
+	hq, hkv := c.NumAttentionHeads, c.NumKeyValueHeads
+	w := func(name string) []float64 {
+		tn, err := r.get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := tn.Float32()
+		out := make([]float64, len(f))
+		for i, x := range f {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	linear := func(x []float64, m []float64, rows int) []float64 { // m [rows][len(x)]
+		y := make([]float64, rows)
+		for o := range rows {
+			for i, xi := range x {
+				y[o] += m[o*len(x)+i] * xi
+			}
+		}
+		return y
+	}
+	norm := func(x, g []float64) []float64 {
+		var ss float64
+		for _, v := range x {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(ss/float64(len(x))+c.RMSNormEps)
+		y := make([]float64, len(x))
+		for i := range x {
+			y[i] = x[i] * inv * g[i]
+		}
+		return y
+	}
+	invFreq := make([]float64, d/2)
+	for i := range invFreq {
+		invFreq[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(d))
+	}
+	rope := func(v []float64, pos int) {
+		for i, f := range invFreq {
+			cs, sn := math.Cos(f*float64(pos)), math.Sin(f*float64(pos))
+			a, b := v[i], v[i+d/2]
+			v[i], v[i+d/2] = a*cs-b*sn, b*cs+a*sn
+		}
+	}
+	emb := w("model.embed_tokens.weight")
+	n := len(tokens)
+	x := make([][]float64, n)
+	for p, tok := range tokens {
+		x[p] = append([]float64(nil), emb[int(tok)*h:int(tok+1)*h]...)
+	}
+	for l := range c.NumHiddenLayers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		q, k, v := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+		for p := range n {
+			xn := norm(x[p], w(pre+"input_layernorm.weight"))
+			q[p] = linear(xn, w(pre+"self_attn.q_proj.weight"), hq*d)
+			k[p] = linear(xn, w(pre+"self_attn.k_proj.weight"), hkv*d)
+			v[p] = linear(xn, w(pre+"self_attn.v_proj.weight"), hkv*d)
+			for hh := range hq {
+				rope(q[p][hh*d:(hh+1)*d], p)
+			}
+			for hh := range hkv {
+				rope(k[p][hh*d:(hh+1)*d], p)
+			}
+		}
+		for p := range n {
+			attn := make([]float64, hq*d)
+			for hh := range hq {
+				kh := hh / (hq / hkv)
+				scores := make([]float64, p+1)
+				maxS := math.Inf(-1)
+				for j := 0; j <= p; j++ {
+					for i := range d {
+						scores[j] += q[p][hh*d+i] * k[j][kh*d+i]
+					}
+					scores[j] /= math.Sqrt(float64(d))
+					maxS = math.Max(maxS, scores[j])
+				}
+				var sum float64
+				for j := range scores {
+					scores[j] = math.Exp(scores[j] - maxS)
+					sum += scores[j]
+				}
+				for j := range scores {
+					for i := range d {
+						attn[hh*d+i] += scores[j] / sum * v[j][kh*d+i]
+					}
+				}
+			}
+			o := linear(attn, w(pre+"self_attn.o_proj.weight"), h)
+			for i := range h {
+				x[p][i] += o[i]
+			}
+			xn := norm(x[p], w(pre+"post_attention_layernorm.weight"))
+			gate := linear(xn, w(pre+"mlp.gate_proj.weight"), inter)
+			up := linear(xn, w(pre+"mlp.up_proj.weight"), inter)
+			for i := range gate {
+				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+			}
+			down := linear(gate, w(pre+"mlp.down_proj.weight"), h)
+			for i := range h {
+				x[p][i] += down[i]
+			}
+		}
+	}
+	head := emb
+	if !c.TieWordEmbeddings {
+		head = w("lm_head.weight")
+	}
+	logits := make([][]float64, n)
+	for p := range n {
+		logits[p] = linear(norm(x[p], w("model.norm.weight")), head, c.VocabSize)
+	}
+	return logits
+}
+
+// pager hands out physical blocks in a shuffled order and builds steps, as a block pool would.
+type pager struct {
+	blockSize int
+	free      []int32
+	tables    map[int][]int32 // sequence id → block table
+	lens      map[int]int     // sequence id → tokens in the cache
+}
+
+func newPager(numBlocks, blockSize int, rng *rand.Rand) *pager {
+	p := &pager{blockSize: blockSize, tables: map[int][]int32{}, lens: map[int]int{}}
+	for _, b := range rng.Perm(numBlocks) {
+		p.free = append(p.free, int32(b))
+	}
+	return p
+}
+
+// chunk is part of one step: tokens appended to sequence seq, and whether its last row's logits are
+// wanted.
+type chunk struct {
+	seq    int
+	tokens []int32
+}
+
+// step builds the Step that appends the chunks, allocating blocks as needed; LogitRows asks for the last
+// row of every chunk.
+func (p *pager) step(chunks ...chunk) *Step {
+	s := &Step{QueryStart: []int32{0}}
+	for _, c := range chunks {
+		start := p.lens[c.seq]
+		for i, tok := range c.tokens {
+			pos := start + i
+			for len(p.tables[c.seq])*p.blockSize <= pos {
+				p.tables[c.seq] = append(p.tables[c.seq], p.free[0])
+				p.free = p.free[1:]
+			}
+			table := p.tables[c.seq]
+			s.Tokens = append(s.Tokens, tok)
+			s.Positions = append(s.Positions, int32(pos))
+			s.SlotMapping = append(s.SlotMapping, table[pos/p.blockSize]*int32(p.blockSize)+int32(pos%p.blockSize))
+		}
+		p.lens[c.seq] = start + len(c.tokens)
+		s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
+		s.ContextLens = append(s.ContextLens, int32(p.lens[c.seq]))
+		s.BlockTables = append(s.BlockTables, p.tables[c.seq])
+		s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+	}
+	return s
+}
+
+func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(rng.IntN(vocab))
+	}
+	return out
+}
+
+func maxAbsDiff(got []float32, want []float64) float64 {
+	var worst float64
+	for i := range want {
+		diff := math.Abs(float64(got[i]) - want[i])
+		if math.IsNaN(diff) {
+			return math.Inf(1)
+		}
+		worst = math.Max(worst, diff)
+	}
+	return worst
+}
+
+// TestForwardMatchesReference runs three sequences through mixed steps (prefill chunks of different
+// lengths beside decode tokens, shuffled pages, a page size that prompts straddle) and compares every
+// logits row asked for with the float64 dense reference.
+func TestForwardMatchesReference(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*weights.Config)
+		dt   weights.DType
+	}{
+		{"gqa3", func(*weights.Config) {}, weights.DTypeF32},
+		{"mha_tied", func(c *weights.Config) { c.NumKeyValueHeads = 6; c.TieWordEmbeddings = true }, weights.DTypeF32},
+		{"mqa_bf16", func(c *weights.Config) { c.NumKeyValueHeads = 1 }, weights.DTypeBF16},
+		{"headdim16", func(c *weights.Config) { c.HeadDim = 16; c.NumAttentionHeads = 4 }, weights.DTypeF32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyConfig()
+			tc.cfg(cfg)
+			r := newRandomModel(cfg, tc.dt, 1)
+			m, err := load(cfg, r.get, Options{NumBlocks: 64, BlockSize: 4}, NewCPUBackend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			rng := rand.New(rand.NewPCG(2, 3))
+			p := newPager(64, 4, rng)
+			prompts := [][]int32{randomTokens(rng, 9, cfg.VocabSize), randomTokens(rng, 1, cfg.VocabSize),
+				randomTokens(rng, 21, cfg.VocabSize)}
+			full := make([][]int32, len(prompts)) // each sequence's tokens so far
+			// Steps: prefill of 0 and 1 together; 2's first chunk beside decodes of 0 and 1; 2's second
+			// chunk; then decodes of all three.
+			var plan [][]chunk
+			plan = append(plan, []chunk{{0, prompts[0]}, {1, prompts[1]}})
+			plan = append(plan, []chunk{{0, nil}, {2, prompts[2][:8]}, {1, nil}})
+			plan = append(plan, []chunk{{2, prompts[2][8:]}})
+			for range 4 {
+				plan = append(plan, []chunk{{1, nil}, {2, nil}, {0, nil}})
+			}
+			for i, chunks := range plan {
+				for j := range chunks {
+					if chunks[j].tokens == nil { // a decode: feed a random token
+						chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
+					}
+					full[chunks[j].seq] = append(full[chunks[j].seq], chunks[j].tokens...)
+				}
+				logits, err := m.Forward(p.step(chunks...))
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				for j, c := range chunks {
+					want := reference(t, r, full[c.seq])
+					if diff := maxAbsDiff(logits[j], want[len(want)-1]); diff > 1e-4 {
+						t.Errorf("step %d, sequence %d (%d tokens): max abs diff %g", i, c.seq, len(full[c.seq]), diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestForwardRejectsInvalidSteps(t *testing.T) {
+	cfg := tinyConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	m, err := load(cfg, r.get, Options{NumBlocks: 8, BlockSize: 4}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	valid := func() *Step {
+		return &Step{
+			Tokens: []int32{5, 6, 7}, Positions: []int32{0, 1, 2}, SlotMapping: []int32{12, 13, 14},
+			QueryStart: []int32{0, 3}, ContextLens: []int32{3}, BlockTables: [][]int32{{3}}, LogitRows: []int32{2},
+		}
+	}
+	if _, err := m.Forward(valid()); err != nil {
+		t.Fatalf("valid step: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Step)
+	}{
+		{"no tokens", func(s *Step) { *s = Step{QueryStart: []int32{0}} }},
+		{"short positions", func(s *Step) { s.Positions = s.Positions[:2] }},
+		{"token out of vocab", func(s *Step) { s.Tokens[1] = 97 }},
+		{"negative token", func(s *Step) { s.Tokens[1] = -1 }},
+		{"query start not zero", func(s *Step) { s.QueryStart[0] = 1 }},
+		{"query start short of T", func(s *Step) { s.QueryStart[1] = 2 }},
+		{"context shorter than query", func(s *Step) { s.ContextLens[0] = 2 }},
+		{"block table too short", func(s *Step) { s.ContextLens[0] = 5; s.Positions = []int32{2, 3, 4} }},
+		{"block out of range", func(s *Step) { s.BlockTables[0][0] = 8 }},
+		{"wrong position", func(s *Step) { s.Positions[2] = 7 }},
+		{"slot off its block table", func(s *Step) { s.SlotMapping[0] = 0 }},
+		{"logit row out of range", func(s *Step) { s.LogitRows[0] = 3 }},
+		{"missing block table", func(s *Step) { s.BlockTables = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := valid()
+			tc.mutate(s)
+			if _, err := m.Forward(s); !errors.Is(err, ErrInvalidStep) {
+				t.Fatalf("Forward: got %v, want ErrInvalidStep", err)
+			}
+		})
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Forward(valid()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Forward after Close: got %v, want ErrClosed", err)
+	}
+}
+
+func TestLoadRejectsBadShapes(t *testing.T) {
+	cfg := tinyConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	r.tensors["model.layers.1.mlp.up_proj.weight"].Shape = []int{cfg.IntermediateSize + 1, cfg.HiddenSize}
+	if _, err := load(cfg, r.get, Options{NumBlocks: 8}, NewCPUBackend); err == nil {
+		t.Fatal("load accepted a wrong up_proj shape")
+	}
+	delete(r.tensors, "lm_head.weight")
+	if _, err := load(cfg, r.get, Options{NumBlocks: 8}, NewCPUBackend); err == nil {
+		t.Fatal("load accepted a missing lm_head")
+	}
+	if _, err := load(tinyConfig(), newRandomModel(tinyConfig(), weights.DTypeF32, 1).get, Options{}, NewCPUBackend); err == nil {
+		t.Fatal("load accepted NumBlocks 0")
+	}
+}
+
+func TestKVBytesPerBlock(t *testing.T) {
+	cfg := tinyConfig()
+	// 2 layers × (K and V) × 16 tokens × 2 KV heads × 8 dims × 4 bytes.
+	if got, want := KVBytesPerBlock(cfg, 16), 2*2*16*2*8*4; got != want {
+		t.Fatalf("KVBytesPerBlock = %d, want %d", got, want)
+	}
+}
