@@ -260,6 +260,8 @@ func (p *pager) step(chunks ...chunk) *Step {
 	return s
 }
 
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 11)) }
+
 func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 	out := make([]int32, n)
 	for i := range out {

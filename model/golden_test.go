@@ -1,0 +1,206 @@
+package model
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// goldenDir holds tiny random checkpoints and HF transformers' outputs for them, written by
+// scripts/goldens/make_goldens.py (see its header to regenerate).
+const goldenDir = "testdata/golden"
+
+// golden is one case's golden.json.
+type golden struct {
+	Case                string    `json:"case"`
+	Style               string    `json:"style"`
+	DType               string    `json:"dtype"`
+	TransformersVersion string    `json:"transformers_version"`
+	NewTokens           int       `json:"new_tokens"`
+	InvFreq             []float64 `json:"inv_freq"`
+	Prompts             []struct {
+		PromptIDs  []int32   `json:"prompt_ids"`
+		GreedyIDs  []int32   `json:"greedy_ids"`
+		MinMargin  float64   `json:"min_margin"`
+		LastLogits []float64 `json:"last_logits"`
+	} `json:"prompts"`
+}
+
+// goldenCase is a loaded golden case: the checkpoint on the CPU backend and transformers' answers.
+type goldenCase struct {
+	name   string
+	model  *Model
+	golden golden
+	tol    float64 // max abs logit error allowed
+}
+
+// loadGoldens opens every case under goldenDir with weights.Open and Load. The goldens are committed,
+// so their absence is a failure.
+func loadGoldens(t *testing.T) []goldenCase {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no goldens under %s (%v): run scripts/goldens/make_goldens.py", goldenDir, err)
+	}
+	var cases []goldenCase
+	for _, path := range dirs {
+		dir := filepath.Dir(path)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g golden
+		if err := json.Unmarshal(raw, &g); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		folder, err := weights.Open(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		t.Cleanup(func() { folder.Close() })
+		const blockSize = 16
+		numBlocks := 0
+		for _, p := range g.Prompts {
+			// Room for the batched greedy run and the whole and chunked prefills of every prompt.
+			numBlocks += 3 * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
+		}
+		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize})
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		tol := 2e-2
+		if g.DType == "float32" {
+			tol = 1e-3
+		}
+		cases = append(cases, goldenCase{name: filepath.Base(dir), model: m, golden: g, tol: tol})
+	}
+	return cases
+}
+
+func float64s(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// TestGoldenGreedy prefills all four prompts of a case in one step (ragged lengths 1, 7, 33, 300 side by
+// side, shuffled pages), checks the last prompt position's logits against transformers', then decodes
+// the four sequences together greedily and requires transformers' 32 tokens exactly.
+func TestGoldenGreedy(t *testing.T) {
+	for _, gc := range loadGoldens(t) {
+		t.Run(gc.name, func(t *testing.T) {
+			m, g := gc.model, gc.golden
+			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(uint64(len(gc.name))))
+			chunks := make([]chunk, len(g.Prompts))
+			for i, pr := range g.Prompts {
+				chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+			}
+			logits, err := m.Forward(p.step(chunks...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for i, pr := range g.Prompts {
+				diff := maxAbsDiff(logits[i], pr.LastLogits)
+				worst = math.Max(worst, diff)
+				if diff > gc.tol {
+					t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, gc.tol)
+				}
+			}
+			t.Logf("%s (%s, %s config, transformers %s): worst last-logits diff %.3g", gc.name, g.DType, g.Style,
+				g.TransformersVersion, worst)
+			got := make([][]int32, len(g.Prompts))
+			for step := range g.NewTokens {
+				for i := range chunks {
+					next := argmax(logits[i])
+					got[i] = append(got[i], next)
+					chunks[i].tokens = []int32{next}
+				}
+				if step == g.NewTokens-1 {
+					break
+				}
+				if logits, err = m.Forward(p.step(chunks...)); err != nil {
+					t.Fatalf("decode step %d: %v", step, err)
+				}
+			}
+			for i, pr := range g.Prompts {
+				for j := range pr.GreedyIDs {
+					if got[i][j] != pr.GreedyIDs[j] {
+						t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
+							len(pr.PromptIDs), j, got[i][j], pr.GreedyIDs[j], pr.MinMargin, got[i], pr.GreedyIDs)
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGoldenChunkedPrefill prefills each prompt in chunks of 5 tokens (each chunk attending to the
+// prefix that earlier steps cached) and compares the last logits with transformers' and with a prefill
+// of the whole prompt in one step.
+func TestGoldenChunkedPrefill(t *testing.T) {
+	for _, gc := range loadGoldens(t) {
+		t.Run(gc.name, func(t *testing.T) {
+			m, g := gc.model, gc.golden
+			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(99))
+			for i, pr := range g.Prompts {
+				whole, err := m.Forward(p.step(chunk{seq: 2 * i, tokens: pr.PromptIDs}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var logits [][]float32
+				for start := 0; start < len(pr.PromptIDs); start += 5 {
+					end := min(start+5, len(pr.PromptIDs))
+					if logits, err = m.Forward(p.step(chunk{seq: 2*i + 1, tokens: pr.PromptIDs[start:end]})); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if diff := maxAbsDiff(logits[0], pr.LastLogits); diff > gc.tol {
+					t.Errorf("prompt of %d tokens in chunks of 5: last logits max abs diff %g > %g",
+						len(pr.PromptIDs), diff, gc.tol)
+				}
+				// Chunking changes only the order of float32 sums inside attention.
+				if diff := maxAbsDiff(logits[0], float64s(whole[0])); diff > 1e-4 {
+					t.Errorf("prompt of %d tokens: chunked and whole prefill logits differ by %g", len(pr.PromptIDs), diff)
+				}
+			}
+		})
+	}
+}
+
+// TestGoldenInvFreq checks the rotary frequencies computed from each config (4- and 5-style, default,
+// linear and llama3 scaling) against the inv_freq buffer of transformers' model, to within an ulp or two.
+func TestGoldenInvFreq(t *testing.T) {
+	for _, gc := range loadGoldens(t) {
+		t.Run(gc.name, func(t *testing.T) {
+			cfg := gc.model.Config()
+			got := gc.model.Shape().RopeInvFreq
+			if len(gc.golden.InvFreq) != len(got) {
+				t.Fatalf("%d frequencies, transformers has %d (config %+v)", len(got), len(gc.golden.InvFreq), cfg.RopeScaling)
+			}
+			for i, want := range gc.golden.InvFreq {
+				if rel := math.Abs(float64(got[i])-want) / want; rel > 3e-7 {
+					t.Errorf("inv_freq[%d] = %g, transformers %g (rope %+v)", i, got[i], want, cfg.RopeScaling)
+				}
+			}
+		})
+	}
+}
