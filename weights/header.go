@@ -145,9 +145,9 @@ func onlySpace(b []byte) bool { return len(bytes.TrimLeft(b, " \t\r\n")) == 0 }
 // to the data area.
 func parseEntry(name string, value json.RawMessage, dataLen int) (headerEntry, error) {
 	var rec struct {
-		DType       *string       `json:"dtype"`
-		Shape       []json.Number `json:"shape"`
-		DataOffsets []json.Number `json:"data_offsets"`
+		DType       *string           `json:"dtype"`
+		Shape       []json.RawMessage `json:"shape"`
+		DataOffsets []json.RawMessage `json:"data_offsets"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.UseNumber()
@@ -201,7 +201,11 @@ func parseEntry(name string, value json.RawMessage, dataLen int) (headerEntry, e
 }
 
 // parseUint parses a non-negative integer no larger than limit.
-func parseUint(n json.Number, limit int) (int, error) {
+func parseUint(raw json.RawMessage, limit int) (int, error) {
+	n, err := jsonNumber(raw)
+	if err != nil {
+		return 0, err
+	}
 	v, err := strconv.ParseUint(string(n), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("want a non-negative integer, got %s", n)

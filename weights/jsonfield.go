@@ -56,8 +56,8 @@ func (f fields) int(key string) (v int, ok bool, err error) {
 // parseInt parses an integral JSON number that fits in an int. A float with no fraction (4096.0) is
 // accepted, as Python writes some integers that way.
 func parseInt(raw json.RawMessage) (int, error) {
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
+	n, err := jsonNumber(raw)
+	if err != nil {
 		return 0, fmt.Errorf("want an integer, got %s", abbreviate(raw))
 	}
 	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
@@ -73,6 +73,17 @@ func parseInt(raw json.RawMessage) (int, error) {
 	return int(fl), nil
 }
 
+// jsonNumber returns raw as a number. Unlike decoding into json.Number, it refuses a string that
+// happens to hold digits.
+func jsonNumber(raw json.RawMessage) (json.Number, error) {
+	raw = bytes.TrimSpace(raw)
+	var n json.Number
+	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+		return "", fmt.Errorf("want a number, got %s", abbreviate(raw))
+	}
+	return n, nil
+}
+
 // float reads key as a number; ok is false when it is absent or null.
 func (f fields) float(key string) (v float64, ok bool, err error) {
 	if !f.has(key) {
@@ -86,9 +97,9 @@ func (f fields) float(key string) (v float64, ok bool, err error) {
 }
 
 func parseFloat(raw json.RawMessage) (float64, error) {
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, fmt.Errorf("want a number, got %s", abbreviate(raw))
+	n, err := jsonNumber(raw)
+	if err != nil {
+		return 0, err
 	}
 	v, err := strconv.ParseFloat(string(n), 64)
 	if err != nil || math.IsInf(v, 0) {

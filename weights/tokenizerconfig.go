@@ -154,9 +154,9 @@ func (t *TokenizerConfig) parseChatTemplate(f fields) error {
 // parseModelMaxLength reads an integer that may exceed int64 (transformers writes int(1e30) for "no
 // limit"); values beyond int become 0.
 func parseModelMaxLength(raw json.RawMessage) (int, error) {
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, fmt.Errorf("want a number, got %s", abbreviate(raw))
+	n, err := jsonNumber(raw)
+	if err != nil {
+		return 0, err
 	}
 	v, ok := new(big.Float).SetString(string(n))
 	if !ok {
