@@ -123,6 +123,12 @@ func (f *fixture) poisonedOutput() []float32 { return nanSlice(f.numRows() * f.n
 // checkClose fails unless ‖out−ref‖/‖ref‖ < 1e-5 and out has no NaN.
 func checkClose(t *testing.T, what string, out []float32, ref []float64) {
 	t.Helper()
+	checkCloseTol(t, what, out, ref, 1e-5)
+}
+
+// checkCloseTol fails unless ‖out−ref‖/‖ref‖ < tol and out has no NaN or infinity.
+func checkCloseTol(t *testing.T, what string, out []float32, ref []float64, tol float64) {
+	t.Helper()
 	var diff, norm float64
 	for i, r := range ref {
 		o := float64(out[i])
@@ -132,9 +138,11 @@ func checkClose(t *testing.T, what string, out []float32, ref []float64) {
 		diff += (o - r) * (o - r)
 		norm += r * r
 	}
-	if rel := math.Sqrt(diff / norm); !(rel < 1e-5) {
-		t.Fatalf("%s: relative error %.3g, want < 1e-5", what, rel)
+	rel := math.Sqrt(diff / norm)
+	if !(rel < tol) {
+		t.Fatalf("%s: relative error %.3g, want < %g", what, rel, tol)
 	}
+	t.Logf("%s: relative error %.3g", what, rel)
 }
 
 func randomSlice(rng *rand.Rand, n int) []float32 {
@@ -305,4 +313,38 @@ func TestCacheWriteOutOfRangePanics(t *testing.T) {
 		}
 	}()
 	c.Write(make([]float32, 2), make([]float32, 2), []int32{8})
+}
+
+// TestLargeLogits uses scores spread over hundreds (scale 8 on unit-range inputs), where exp without
+// the running max overflows float32: every algorithm must keep its exponents at or below zero. The
+// tolerance is 1e-4 because a float32 dot product of magnitude ~100 carries an absolute error of ~1e-5,
+// which the softmax turns into a relative error of the same size.
+func TestLargeLogits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	f := newFixture(t, rng, 4, 2, 128, 16, 8, append(raggedDecode(rng, 16), seqSpec{40, 400}))
+	ref := f.reference()
+	b := f.batch
+	decode := &Batch{QueryStart: b.QueryStart[:len(b.ContextLens)], ContextLens: b.ContextLens[:len(b.ContextLens)-1],
+		BlockTables: b.BlockTables[:len(b.ContextLens)-1]}
+	numDecode := len(decode.ContextLens)
+	decodeRef := ref[:numDecode*f.numHeads*f.headDim]
+	for _, tc := range []struct {
+		name string
+		run  func(out []float32)
+		ref  []float64
+	}{
+		{"grouped", func(out []float32) {
+			DecodeGrouped(out, f.q, f.numHeads, f.scale, f.cache, decode.BlockTables, decode.ContextLens)
+		}, decodeRef},
+		{"split-k", func(out []float32) {
+			DecodeSplitK(out, f.q, f.numHeads, f.scale, f.cache, decode.BlockTables, decode.ContextLens, 32)
+		}, decodeRef},
+		{"Attend with a prefill chunk", func(out []float32) { Attend(out, f.q, f.numHeads, f.scale, f.cache, b) }, ref},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := f.poisonedOutput()
+			tc.run(out)
+			checkClose(t, tc.name, out[:len(tc.ref)], tc.ref)
+		})
+	}
 }

@@ -20,6 +20,7 @@ type walker struct {
 	m, l               []float32 // [vectors] running max and running sum of exp(score - m)
 	acc                []float32 // [vectors][headDim] running Σ exp(score - m) · v
 	limit              []int     // [vectors] exclusive end of the keys a vector may see (causal mask)
+	sink               float32   // keeps prefetch's loads alive; never read
 }
 
 func newWalker(maxVectors, headDim, blockSize int) *walker {
@@ -62,6 +63,9 @@ func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int
 		block, off := int(table[t/bs]), t%bs
 		tile := min(bs-off, keyEnd-t)
 		base := ((block*bs+off)*c.NumKVHeads + head) * d
+		if next := t + tile; next < keyEnd {
+			w.prefetch(c, head, int(table[next/bs]), next%bs, min(bs-next%bs, keyEnd-next))
+		}
 
 		// Scores: each K row is loaded once and dotted with every vector of the tile.
 		for j := range tile {
@@ -110,6 +114,28 @@ func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int
 		}
 		t += tile
 	}
+}
+
+// prefetch touches one value per cache line of the K and V rows of the next page (tokens [off,
+// off+n) of block, KV head head) before the current page is computed. Rows of one KV head are
+// NumKVHeads·HeadDim·4 bytes apart, usually a 4 KiB page or more, where the hardware prefetcher does not
+// follow; touching them all at once lets their cache misses overlap instead of stalling the dot products
+// one row at a time. It is the CPU's version of the GPU kernel's next-tile load in flight.
+func (w *walker) prefetch(c *Cache, head, block, off, n int) {
+	const floatsPerLine = 64 / 4
+	d := w.headDim
+	stride := c.NumKVHeads * d
+	base := ((block*w.blockSize+off)*c.NumKVHeads + head) * d
+	var s0, s1 float32
+	for j := range n {
+		k := c.K[base+j*stride : base+j*stride+d]
+		v := c.V[base+j*stride : base+j*stride+d]
+		for i := 0; i < d; i += floatsPerLine {
+			s0 += k[i]
+			s1 += v[i]
+		}
+	}
+	w.sink += s0 + s1
 }
 
 // scoreRow sets scores[r][j] = q[r]·k for r in [0, n), four vectors at a time so that each element of k
