@@ -125,28 +125,24 @@ func parseConfig(f fields) (*Config, error) {
 		*r.dst = v
 	}
 
+	defaultContext := 2048 // LlamaConfig's default
+	if isMistral {
+		defaultContext = 131072 // MistralConfig's default
+	}
+	defaultHeadDim := 0 // head_dim is then required
+	if c.HiddenSize%c.NumAttentionHeads == 0 {
+		defaultHeadDim = c.HiddenSize / c.NumAttentionHeads
+	} else if !f.has("head_dim") {
+		return nil, invalid("num_attention_heads", "%d does not divide hidden_size %d and head_dim is not given", c.NumAttentionHeads, c.HiddenSize)
+	}
 	optionalInts := []struct {
 		key string
 		dst *int
 		def int
 	}{
 		{"num_key_value_heads", &c.NumKeyValueHeads, c.NumAttentionHeads},
-		{"max_position_embeddings", &c.MaxPositionEmbeddings, map[bool]int{false: 2048, true: 131072}[isMistral]},
-	}
-	if c.HiddenSize%c.NumAttentionHeads == 0 {
-		optionalInts = append(optionalInts, struct {
-			key string
-			dst *int
-			def int
-		}{"head_dim", &c.HeadDim, c.HiddenSize / c.NumAttentionHeads})
-	} else if !f.has("head_dim") {
-		return nil, invalid("num_attention_heads", "%d does not divide hidden_size %d and head_dim is not given", c.NumAttentionHeads, c.HiddenSize)
-	} else {
-		optionalInts = append(optionalInts, struct {
-			key string
-			dst *int
-			def int
-		}{"head_dim", &c.HeadDim, 0})
+		{"max_position_embeddings", &c.MaxPositionEmbeddings, defaultContext},
+		{"head_dim", &c.HeadDim, defaultHeadDim},
 	}
 	for _, o := range optionalInts {
 		v, ok, err := f.int(o.key)
