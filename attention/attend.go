@@ -39,7 +39,9 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 			panic(fmt.Sprintf("attention: Attend: sequence %d has %d query rows from row %d and context %d",
 				s, qlen, row, ctx))
 		}
-		st.checkTable("Attend", s, b.BlockTables[s], ctx)
+		if qlen > 0 {
+			st.checkTable("Attend", s, b.BlockTables[s], ctx)
+		}
 		switch {
 		case qlen == 1:
 			st.dec.rows = append(st.dec.rows, int32(row))
@@ -155,7 +157,8 @@ func (st *step) run(plan DecodePlan, workers int) {
 	hkv := st.c.NumKVHeads
 	var units []unit
 	for s, p := range st.pre {
-		for tile := range ceilDiv(p.qlen, st.queryTile) {
+		// Later tiles see more keys: hand them out first so that the short ones fill the gaps at the end.
+		for tile := ceilDiv(p.qlen, st.queryTile) - 1; tile >= 0; tile-- {
 			for h := range hkv {
 				units = append(units, unit{unitPrefill, int32(s), int32(h), int32(tile)})
 			}

@@ -1,5 +1,32 @@
 // Package attention owns the paged KV layout, the KV write by slot mapping, causal prefill attention over
 // pages and decode attention (the grouped and split-k algorithms and the pure dispatcher that picks one).
 // The CPU code here is the specification of the GPU kernels. It must not know about sequences' lifetimes,
-// scheduling or sampling.
+// scheduling or sampling: block tables, slot mappings and context lengths arrive as plain slices.
+//
+// # Layout
+//
+// A Cache holds one layer's K and V pools, each [NumBlocks][BlockSize][NumKVHeads][HeadDim] float32. A
+// token lives at slot = block·BlockSize + offset; Cache.Write stores a step's K/V rows by slot mapping
+// (a negative slot is a padding token). A sequence's pages are listed, in logical order, by its block
+// table; the pages themselves may lie anywhere in the pool.
+//
+// # Attention
+//
+// Attend computes causal attention for one step laid out like vLLM's varlen batches: a flat list of query
+// rows, sequence s owning rows [QueryStart[s], QueryStart[s+1]), with ContextLens[s] the context after
+// the step. Rows of a prefill chunk attend to the cached prefix and to the chunk up to themselves; decode
+// rows (one per sequence) go through Plan, which picks one of the two decode algorithms:
+//
+//   - DecodeGrouped: one unit of work per (sequence, KV head) serving all query heads of the group, so
+//     the cache is read once per KV head, not once per query head;
+//   - DecodeSplitK: one unit per (sequence, KV head, partition of the context), each leaving the online
+//     softmax state (m, l, acc), merged by a log-sum-exp reduce; it keeps every worker (SM) busy when
+//     there are few sequences with long contexts.
+//
+// Every unit walks its pages one page at a time with online softmax in float32 (the GPU kernels' tile
+// loop); units are spread over runtime.GOMAXPROCS(0) goroutines, and Plan is given that number as the
+// machine's size. The GPU kernels (built with the cuda tag) follow the same structure and are tested
+// against these functions.
+//
+// Shape mismatches are programmer errors and panic with a message saying which.
 package attention

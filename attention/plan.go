@@ -81,6 +81,9 @@ const (
 	// splitMargin is how much faster split-k must be predicted to be before it is chosen over grouped:
 	// the model is coarse, and grouped has no reduce and no partial state to get wrong.
 	splitMargin = 0.9
+	// nearBest is how close to the best predicted time a split must be for Plan to prefer it for having
+	// fewer partitions.
+	nearBest = 1.03
 	// linearCandidates is how many partition counts are tried one by one before the search steps
 	// geometrically (long contexts have thousands of possible counts; neighbours cost the same).
 	linearCandidates = 64
@@ -146,12 +149,17 @@ func Plan(in PlanInput) DecodePlan {
 	tokenBytes := 2 * float64(max(1, in.HeadDim)) * float64(max(1, in.DTypeSize))
 	partialTokens := 2 * group * float64(in.HeadDim+2) * 4 / tokenBytes
 
-	best, bestTime := grouped, math.Inf(1)
+	type candidate struct {
+		plan DecodePlan
+		time float64
+	}
+	var candidates []candidate // in increasing partition count
+	bestTime := math.Inf(1)
 	maxSplits := ceilDiv(maxCtx, minPart)
 	for n := 2; n <= maxSplits; n = nextSplitCount(n) {
 		part := max(minPart, roundUp(ceilDiv(maxCtx, n), in.BlockSize))
 		partitions := ceilDiv(maxCtx, part)
-		if partitions < 2 || (best.Kernel == SplitK && part == best.PartitionTokens) {
+		if partitions < 2 || (len(candidates) > 0 && part == candidates[len(candidates)-1].plan.PartitionTokens) {
 			continue
 		}
 		units := 0
@@ -161,15 +169,20 @@ func Plan(in PlanInput) DecodePlan {
 		u := float64(units) * kvHeads
 		t := makespan(u, kvHeads*float64(sumCtx)+u*unitOverheadTokens, float64(part)+unitOverheadTokens, slots)
 		t += reduceLaunchTokens + u*partialTokens/slots
-		if t < bestTime {
-			best = DecodePlan{Kernel: SplitK, PartitionTokens: part, NumPartitions: partitions}
-			bestTime = t
+		candidates = append(candidates, candidate{DecodePlan{Kernel: SplitK, PartitionTokens: part, NumPartitions: partitions}, t})
+		bestTime = min(bestTime, t)
+	}
+	if !(bestTime < splitMargin*groupedTime) {
+		return grouped
+	}
+	// The model is flat near its minimum; the fewest partitions within a few percent of the best keep
+	// the reduce cheapest and the choice stable from one step to the next.
+	for _, c := range candidates {
+		if c.time <= nearBest*bestTime {
+			return c.plan
 		}
 	}
-	if best.Kernel == SplitK && bestTime < splitMargin*groupedTime {
-		return best
-	}
-	return grouped
+	panic("attention: Plan: no candidate reaches the best time") // unreachable: the best is a candidate
 }
 
 // makespan estimates how long units of total work (longest unit longest) take on slots parallel slots.

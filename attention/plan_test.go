@@ -48,7 +48,7 @@ func TestPlan(t *testing.T) {
 		{"batch 4 x 2048 llama70b splits", h100(4, 2048, 64, 8), SplitK, 2},
 		{"batch 1 x 8192 llama3-8b splits", h100(1, 8192, 32, 8), SplitK, 8},
 		{"mqa batch 16 x 4096 splits", h100(16, 4096, 32, 1), SplitK, 4},
-		{"one straggler among short contexts splits", straggler, SplitK, 64},
+		{"one straggler among short contexts splits", straggler, SplitK, 17},
 		{"batch 256 x 1024 x 8 kv heads is grouped", h100(256, 1024, 32, 8), Grouped, 0},
 		{"batch 256 x 256 MHA is grouped", h100(256, 256, 12, 12), Grouped, 0},
 		{"batch 128 x 8192 x 8 kv heads is grouped", h100(128, 8192, 32, 8), Grouped, 0},
