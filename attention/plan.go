@@ -86,7 +86,7 @@ const (
 	nearBest = 1.03
 	// linearCandidates is how many partition counts are tried one by one before the search steps
 	// geometrically (long contexts have thousands of possible counts; neighbours cost the same).
-	linearCandidates = 64
+	linearCandidates = 32
 )
 
 // Plan chooses the decode-attention kernel and its partitioning for one step. It is a pure function of
@@ -111,7 +111,10 @@ const (
 // which now also charges each partition's fixed cost, its partial (m, l, acc) written and read back
 // (G·(HeadDim+2) float32 values) and the reduce's launch: that is why partitions stay at least
 // MinPartitionTokens long and a multiple of the page size (a page is never shared by two units).
-// Split-k is chosen only when the model predicts it at least 10% faster than grouped.
+// Split-k is chosen only when the model predicts it at least 10% faster than grouped, and among the
+// partition counts predicted within 3% of the best, the smallest is taken (the model is flat there).
+// Plan costs a few microseconds: the search over partition counts is skipped when grouped is already
+// within the margin of perfect balance, and steps geometrically beyond 32 partitions.
 //
 // The same function serves the CPU, with NumSMs = number of workers: with 2 workers and 8 KV heads every
 // batch fills the machine and grouped runs; an MQA model at batch 1 splits to use both cores.
@@ -143,6 +146,12 @@ func Plan(in PlanInput) DecodePlan {
 
 	groupedTime := makespan(batch*kvHeads, kvHeads*(float64(sumCtx)+batch*unitOverheadTokens),
 		float64(maxCtx)+unitOverheadTokens, slots)
+
+	// No split can beat perfect balance of the same tokens plus the reduce's launch: when grouped is
+	// within the margin of that bound, there is nothing to search for.
+	if splitMargin*groupedTime <= kvHeads*float64(sumCtx)/slots+reduceLaunchTokens {
+		return grouped
+	}
 
 	// Partial state per unit, written by the partition and read by the reduce, in token-equivalents.
 	group := float64(max(1, in.NumHeads/in.NumKVHeads))
@@ -195,7 +204,7 @@ func nextSplitCount(n int) int {
 	if n < linearCandidates {
 		return n + 1
 	}
-	return n + n/16
+	return n + n/8
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

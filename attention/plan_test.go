@@ -137,3 +137,20 @@ func TestPlanBatchMismatchPanics(t *testing.T) {
 	}()
 	Plan(PlanInput{Batch: 2, ContextLens: []int32{5}, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, BlockSize: 16, NumSMs: 1})
 }
+
+// BenchmarkPlan measures the dispatcher itself, which runs once per step.
+func BenchmarkPlan(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		batch int
+		ctx   int32
+	}{{"b1_ctx131072", 1, 131072}, {"b256_ctx1024", 256, 1024}, {"b256_ctx32768", 256, 32768}} {
+		b.Run(tc.name, func(b *testing.B) {
+			in := PlanInput{Batch: tc.batch, ContextLens: repeat(tc.batch, tc.ctx), NumHeads: 32, NumKVHeads: 8,
+				HeadDim: 128, BlockSize: 16, DTypeSize: 2, NumSMs: 132, ProgramsPerSM: 2}
+			for b.Loop() {
+				Plan(in)
+			}
+		})
+	}
+}

@@ -1,0 +1,42 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkAttendPrefill reports query tokens per second of a prefill chunk through Attend.
+func BenchmarkAttendPrefill(b *testing.B) {
+	for _, s := range []struct {
+		name                        string
+		qlen, ctx, hq, hkv, headDim int
+	}{
+		{"smollm2_prompt512", 512, 512, 9, 3, 64},
+		{"llama3_chunk256_after1024", 256, 1280, 32, 8, 128},
+	} {
+		b.Run(fmt.Sprintf("%s_hq%d_hkv%d_d%d", s.name, s.hq, s.hkv, s.headDim), func(b *testing.B) {
+			const blockSize = 16
+			rng := rand.New(rand.NewPCG(2, 2))
+			pages := ceilDiv(s.ctx, blockSize)
+			c := NewCache(pages, blockSize, s.hkv, s.headDim)
+			for i := range c.K {
+				c.K[i] = rng.Float32()*2 - 1
+				c.V[i] = rng.Float32()*2 - 1
+			}
+			table := make([]int32, pages)
+			for i, p := range rng.Perm(pages) {
+				table[i] = int32(p)
+			}
+			batch := &Batch{QueryStart: []int32{0, int32(s.qlen)}, ContextLens: []int32{int32(s.ctx)}, BlockTables: [][]int32{table}}
+			q := randomSlice(rng, s.qlen*s.hq*s.headDim)
+			out := make([]float32, len(q))
+			scale := float32(1 / math.Sqrt(float64(s.headDim)))
+			for b.Loop() {
+				Attend(out, q, s.hq, scale, c, batch)
+			}
+			b.ReportMetric(float64(s.qlen)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
