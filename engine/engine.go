@@ -1,0 +1,366 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/gollm/gollm/kvcache"
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/scheduler"
+	"github.com/gollm/gollm/weights"
+)
+
+// Sentinel errors; test them with errors.Is.
+var (
+	// ErrClosed is returned by Add once Close has been called.
+	ErrClosed = errors.New("engine: closed")
+	// ErrPromptTooLong is returned by Add when the prompt leaves no room for one generated token in
+	// the context (the model's max_position_embeddings, Config.MaxModelLen or the KV pool's size).
+	ErrPromptTooLong = errors.New("engine: prompt too long")
+	// ErrInvalidRequest is returned by Add for a request it cannot run (empty prompt, token ids
+	// outside the vocabulary, sampling parameters out of range).
+	ErrInvalidRequest = errors.New("engine: invalid request")
+)
+
+// Model is what the engine needs from a loaded model. *model.Model satisfies it. Forward is called
+// from the engine's step goroutine only.
+type Model interface {
+	// Forward runs one step and returns one row of logits per entry of s.LogitRows.
+	Forward(s *model.Step) ([][]float32, error)
+	// Config is the model's configuration (vocabulary size, context length, EOS ids).
+	Config() *weights.Config
+	// BlockSize is the number of tokens per KV page.
+	BlockSize() int
+	// NumBlocks is the number of KV pages the model allocated.
+	NumBlocks() int
+}
+
+// Default limits used when Config leaves them zero.
+const (
+	DefaultMaxNumSeqs          = 64
+	DefaultMaxNumBatchedTokens = 2048
+)
+
+// Config tunes an Engine. The zero value is usable.
+type Config struct {
+	// MaxNumSeqs caps the sequences running at once; 0 means DefaultMaxNumSeqs.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens caps the tokens of one step (decodes plus prefill chunks); 0 means
+	// DefaultMaxNumBatchedTokens. It is raised to MaxNumSeqs if below it.
+	MaxNumBatchedTokens int
+	// DisablePrefixCaching turns off the reuse of cached prompt prefixes.
+	DisablePrefixCaching bool
+	// MaxModelLen caps prompt plus output tokens; 0 means the model's max_position_embeddings. The
+	// KV pool's capacity (NumBlocks × BlockSize) caps it too.
+	MaxModelLen int
+	// EOSTokenIDs are end-of-sequence ids in addition to the model config's, typically those of
+	// generation_config.json.
+	EOSTokenIDs []int32
+	// Logger receives the engine's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Request is one generation request. Prompt and limits are in tokens; the server translates OpenAI
+// requests into it (n > 1 is several requests).
+type Request struct {
+	// ID names the request in logs and Stream.ID; empty means the engine makes one up.
+	ID string
+	// PromptIDs is the tokenized prompt, special tokens (BOS) included; not empty.
+	PromptIDs []int32
+	// MaxTokens caps the generated tokens; 0 means as many as the context allows.
+	MaxTokens int
+	// MinTokens is the number of tokens generated before EOS, stop ids and stop strings apply.
+	MinTokens int
+	// Sampling says how tokens are chosen.
+	Sampling SamplingParams
+	// Stop strings end the request when they appear in the output text; the text returned stops
+	// before the match.
+	Stop []string
+	// StopTokenIDs end the request when generated, like EOS.
+	StopTokenIDs []int32
+	// IgnoreEOS keeps generating past EOS tokens (stop token ids still apply).
+	IgnoreEOS bool
+	// Logprobs asks for each generated token's log-probability, and TopLogprobs for that many most
+	// likely alternatives at each position.
+	Logprobs    bool
+	TopLogprobs int
+	// KeepSpecialTokens puts the text of special tokens into Output.Text (they are skipped by
+	// default, as in vLLM's skip_special_tokens).
+	KeepSpecialTokens bool
+}
+
+// Stats is a snapshot of the engine's state and counters, for metrics.
+type Stats struct {
+	Running, Waiting int // sequences
+	// KV pool occupancy, in blocks.
+	KVBlocksTotal, KVBlocksUsed, KVBlocksCached int
+	// KVUsage is KVBlocksUsed / KVBlocksTotal.
+	KVUsage float64
+	// PrefixQueriedTokens and PrefixHitTokens count prompt tokens looked up in the prefix cache
+	// and found there; PrefixHitRate is their ratio.
+	PrefixQueriedTokens, PrefixHitTokens int64
+	PrefixHitRate                        float64
+	// Preemptions counts sequences preempted (their KV freed, to be recomputed) since the start.
+	Preemptions int
+	// Steps, PromptTokens (prefill tokens computed, recomputation included) and GenerationTokens
+	// (tokens sampled) since the start.
+	Steps, PromptTokens, GenerationTokens int64
+	// Finished counts finished requests by reason.
+	Finished map[FinishReason]int64
+}
+
+// Engine runs a model over a continuously batched stream of requests. Add and Close are safe for
+// concurrent use; everything else (the scheduler, the KV pool, each request's sampler) belongs to
+// one goroutine that runs the step loop.
+type Engine struct {
+	model     Model
+	tok       Tokenizer
+	log       *slog.Logger
+	vocab     int
+	maxLen    int
+	eos       []int32
+	sched     *scheduler.Scheduler
+	pool      *kvcache.Pool
+	workers   int
+	addCh     chan *request
+	closing   chan struct{} // closed by Close: finish in-flight work, accept no more
+	abortAll  chan struct{} // closed by Close when its context ends: abort in-flight work
+	done      chan struct{} // closed when the loop has exited
+	abortOnce sync.Once
+
+	mu     sync.RWMutex // guards closed against sends on addCh
+	closed bool
+
+	statsMu sync.Mutex
+	stats   Stats
+
+	// Owned by the loop.
+	live   map[kvcache.SeqID]*request
+	nextID kvcache.SeqID
+	step   model.Step
+}
+
+// request is the loop's state for one request.
+type request struct {
+	req    Request
+	id     kvcache.SeqID
+	stream *Stream
+	done   <-chan struct{} // the Add context's Done: closed when the caller gives up
+
+	limits   scheduler.Limits
+	seq      *scheduler.Sequence // set when the loop admits the request
+	sampler  *sampler
+	detok    *detokenizer
+	stops    stopMatcher
+	stopIDs  []int32 // EOS (unless ignored) and stop token ids: their text is never shown
+	text     string  // the output text so far (after any stop string is cut)
+	sent     int     // bytes of text already streamed
+	logprobs Logprobs
+}
+
+// New returns an engine over m, decoding text with tok, and starts its step loop. The KV pool has
+// m.NumBlocks() blocks of m.BlockSize() tokens. Call Close to stop it; the caller still owns m.
+func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
+	if m == nil || tok == nil {
+		return nil, errors.New("engine: nil model or tokenizer")
+	}
+	mc := m.Config()
+	if cfg.MaxNumSeqs <= 0 {
+		cfg.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if cfg.MaxNumBatchedTokens <= 0 {
+		cfg.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	cfg.MaxNumBatchedTokens = max(cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	pool, err := kvcache.NewPool(kvcache.Config{
+		NumBlocks:     m.NumBlocks(),
+		BlockSize:     m.BlockSize(),
+		PrefixCaching: !cfg.DisablePrefixCaching,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	sched, err := scheduler.New(scheduler.Config{
+		MaxNumSeqs:          cfg.MaxNumSeqs,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+	}, pool)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	maxLen := mc.MaxPositionEmbeddings
+	if cfg.MaxModelLen > 0 {
+		maxLen = min(maxLen, cfg.MaxModelLen)
+	}
+	maxLen = min(maxLen, m.NumBlocks()*m.BlockSize())
+	eos := slices.Clone(mc.EOSTokenIDs)
+	for _, id := range cfg.EOSTokenIDs {
+		if !slices.Contains(eos, id) {
+			eos = append(eos, id)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	e := &Engine{
+		model:    m,
+		tok:      tok,
+		log:      log,
+		vocab:    mc.VocabSize,
+		maxLen:   maxLen,
+		eos:      eos,
+		sched:    sched,
+		pool:     pool,
+		workers:  runtime.GOMAXPROCS(0),
+		addCh:    make(chan *request, 64),
+		closing:  make(chan struct{}),
+		abortAll: make(chan struct{}),
+		done:     make(chan struct{}),
+		live:     map[kvcache.SeqID]*request{},
+		stats:    Stats{Finished: map[FinishReason]int64{}},
+	}
+	e.updateStats()
+	log.Info("engine started", "max_model_len", maxLen, "kv_blocks", m.NumBlocks(), "block_size", m.BlockSize(),
+		"max_num_seqs", cfg.MaxNumSeqs, "max_batched_tokens", cfg.MaxNumBatchedTokens, "prefix_caching", !cfg.DisablePrefixCaching)
+	go e.loop()
+	return e, nil
+}
+
+// MaxModelLen returns the most tokens (prompt plus output) one request can hold.
+func (e *Engine) MaxModelLen() int { return e.maxLen }
+
+// EOSTokenIDs returns the ids that end generation unless a request ignores EOS.
+func (e *Engine) EOSTokenIDs() []int32 { return slices.Clone(e.eos) }
+
+// Add queues a request and returns the stream of its outputs. Cancelling ctx aborts the request: it
+// finishes with FinishAbort and its KV blocks are freed at the next step. Add fails at once with
+// ErrPromptTooLong, ErrInvalidRequest or ErrClosed (wrapped), or with ctx's error if ctx ends
+// while the engine's intake is full.
+func (e *Engine) Add(ctx context.Context, req Request) (*Stream, error) {
+	r, err := e.newRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	r.done = ctx.Done()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, ErrClosed)
+	}
+	select {
+	case e.addCh <- r:
+		return r.stream, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, ctx.Err())
+	}
+}
+
+// newRequest validates req and prepares everything about it that needs no loop state.
+func (e *Engine) newRequest(req Request) (*request, error) {
+	id := req.ID
+	if id == "" {
+		id = "req-" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("engine: request %s: %s: %w", id, fmt.Sprintf(format, args...), ErrInvalidRequest)
+	}
+	n := len(req.PromptIDs)
+	switch {
+	case n == 0:
+		return nil, bad("empty prompt")
+	case req.MaxTokens < 0:
+		return nil, bad("max tokens %d is negative", req.MaxTokens)
+	case req.MinTokens < 0:
+		return nil, bad("min tokens %d is negative", req.MinTokens)
+	case req.TopLogprobs < 0:
+		return nil, bad("top logprobs %d is negative", req.TopLogprobs)
+	}
+	for i, t := range req.PromptIDs {
+		if t < 0 || int(t) >= e.vocab {
+			return nil, bad("prompt token %d at index %d is outside the vocabulary of %d", t, i, e.vocab)
+		}
+	}
+	for _, t := range req.StopTokenIDs {
+		if t < 0 || int(t) >= e.vocab {
+			return nil, bad("stop token %d is outside the vocabulary of %d", t, e.vocab)
+		}
+	}
+	if err := req.Sampling.validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	if n >= e.maxLen {
+		return nil, fmt.Errorf("engine: request %s: %d prompt tokens leave no room to generate in a context of %d: %w",
+			id, n, e.maxLen, ErrPromptTooLong)
+	}
+	maxTokens := e.maxLen - n
+	if req.MaxTokens > 0 {
+		maxTokens = min(maxTokens, req.MaxTokens)
+	}
+	req.PromptIDs = slices.Clone(req.PromptIDs)
+	req.Stop = slices.Clone(req.Stop)
+	req.ID = id
+
+	var stopIDs []int32
+	if !req.IgnoreEOS {
+		stopIDs = append(stopIDs, e.eos...)
+	}
+	for _, t := range req.StopTokenIDs {
+		if !slices.Contains(stopIDs, t) {
+			stopIDs = append(stopIDs, t)
+		}
+	}
+	var seed uint64
+	if req.Sampling.Seed != nil {
+		seed = *req.Sampling.Seed
+	} else {
+		seed = rand.Uint64()
+	}
+	return &request{
+		req:     req,
+		stream:  newStream(id),
+		sampler: newSampler(req.Sampling, seed, req.PromptIDs),
+		detok:   newDetokenizer(e.tok, req.PromptIDs, !req.KeepSpecialTokens),
+		stops:   newStopMatcher(req.Stop),
+		stopIDs: stopIDs,
+		limits:  scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs},
+	}, nil
+}
+
+// Close stops accepting requests and waits for the in-flight ones to finish. If ctx ends first, the
+// rest are aborted (FinishAbort), and Close returns ctx's error once the loop has stopped. Close
+// may be called more than once.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.closing)
+	}
+	e.mu.Unlock()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		e.abortOnce.Do(func() { close(e.abortAll) })
+		<-e.done
+		return ctx.Err()
+	}
+}
+
+// Stats returns a snapshot of the engine's state as of the last step.
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	s := e.stats
+	s.Finished = make(map[FinishReason]int64, len(e.stats.Finished))
+	for k, v := range e.stats.Finished {
+		s.Finished[k] = v
+	}
+	return s
+}

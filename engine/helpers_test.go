@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights"
+)
+
+// tinyConfig is the config.json of the random test model: GQA (4 query heads over 2 KV heads), two
+// layers, a 300-token vocabulary (bytes, then a few specials).
+var tinyConfig = map[string]any{
+	"architectures":           []string{"LlamaForCausalLM"},
+	"model_type":              "llama",
+	"vocab_size":              300,
+	"hidden_size":             64,
+	"intermediate_size":       128,
+	"num_hidden_layers":       2,
+	"num_attention_heads":     4,
+	"num_key_value_heads":     2,
+	"max_position_embeddings": 512,
+	"rms_norm_eps":            1e-5,
+	"rope_theta":              10000.0,
+	"bos_token_id":            256,
+	"eos_token_id":            257,
+	"tie_word_embeddings":     false,
+	"torch_dtype":             "float32",
+}
+
+// writeTinyModel writes a random LLaMA checkpoint (config.json and model.safetensors) into a fresh
+// directory and returns it. The weights are N(0, scale²) with scale chosen so that activations stay
+// in a sane range; norms are 1 ± noise. EOS (257) is one of 300 tokens like any other, so greedy
+// continuations rarely end early.
+func writeTinyModel(t testing.TB, seed uint64) string {
+	t.Helper()
+	dir := t.TempDir()
+	data, err := json.Marshal(tinyConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, weights.ConfigFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := weights.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := weights.LlamaTensorShapes(cfg)
+	names := make([]string, 0, len(shapes))
+	for name := range shapes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var tensors []*weights.Tensor
+	for _, name := range names {
+		shape := shapes[name]
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		buf := make([]byte, 4*n)
+		scale := 1 / math.Sqrt(float64(shape[len(shape)-1]))
+		isNorm := len(shape) == 1
+		if name == "model.embed_tokens.weight" {
+			scale = 1
+		}
+		for i := range n {
+			v := rng.NormFloat64() * scale
+			if isNorm {
+				v = 1 + 0.1*rng.NormFloat64()
+			}
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
+		}
+		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
+	}
+	if err := weights.WriteSafetensors(filepath.Join(dir, "model.safetensors"), tensors); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// loadTinyModel loads the model in dir with a KV pool of numBlocks pages of blockSize tokens.
+func loadTinyModel(t testing.TB, dir string, numBlocks, blockSize int) *model.Model {
+	t.Helper()
+	f, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := model.Load(f, model.Options{NumBlocks: numBlocks, BlockSize: blockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// byteTokenizer decodes ids below 256 as raw bytes and the rest as special tokens "<N>". Multi-byte
+// characters therefore arrive split over several tokens, as with byte-fallback tokenizers.
+type byteTokenizer struct{}
+
+func (byteTokenizer) Decode(ids []int32, skipSpecial bool) string {
+	var b []byte
+	for _, id := range ids {
+		switch {
+		case id < 256:
+			b = append(b, byte(id))
+		case !skipSpecial:
+			b = append(b, fmt.Sprintf("<%d>", id)...)
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD") // as HF decodes bytes that are not UTF-8
+}
+
+// quietLogger discards engine logs in tests.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// result is everything a stream delivered.
+type result struct {
+	ids      []int32
+	text     string
+	reason   FinishReason
+	stop     string
+	usage    Usage
+	logprobs []Logprobs
+	outputs  int
+	err      error
+}
+
+// collect reads a stream to its end (with a generous deadline that only a deadlock reaches).
+func collect(t testing.TB, s *Stream) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var r result
+	for {
+		o, err := s.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			return r
+		}
+		if err != nil {
+			t.Errorf("stream %s: %v (deadlock?)", s.ID(), err)
+			return r
+		}
+		r.outputs++
+		r.ids = append(r.ids, o.TokenIDs...)
+		r.text += o.Text
+		r.logprobs = append(r.logprobs, o.Logprobs...)
+		if o.Finished() {
+			r.reason, r.stop, r.usage, r.err = o.FinishReason, o.StopString, o.Usage, o.Err
+		}
+	}
+}
+
+// newEngine starts an engine and closes it at the end of the test.
+func newEngine(t testing.TB, m Model, cfg Config) *Engine {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	e, err := New(m, byteTokenizer{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return e
+}
+
+// closeAndCheckPool closes e (draining) and checks that its KV pool holds no block and is consistent.
+func closeAndCheckPool(t testing.TB, e *Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	// The loop has exited: the pool is ours to read.
+	st := e.pool.Stats()
+	if st.UsedBlocks != 0 || e.pool.NumSeqs() != 0 {
+		t.Fatalf("leaked KV blocks after every request finished: %+v, %d sequences", st, e.pool.NumSeqs())
+	}
+	if err := e.pool.CheckInvariants(); err != nil {
+		t.Fatalf("pool invariants: %v", err)
+	}
+}

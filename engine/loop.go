@@ -1,0 +1,357 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/scheduler"
+)
+
+// loop is the step goroutine: it owns the scheduler, the KV pool and every request's state.
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		if !e.sched.HasUnfinished() {
+			// Idle: wait for work or for Close.
+			select {
+			case r := <-e.addCh:
+				e.admit(r)
+			case <-e.closing:
+			case <-e.abortAll:
+			}
+		}
+		// Read closing before draining the intake: once it is closed, no Add can send any more, so
+		// the drain below sees every request that will ever arrive.
+		closing := isClosed(e.closing)
+		e.drainIntake()
+		if isClosed(e.abortAll) {
+			e.abortEverything(ErrClosed)
+			return
+		}
+		e.reapCancelled()
+		if !e.sched.HasUnfinished() {
+			e.updateStats()
+			if closing {
+				return
+			}
+			continue
+		}
+		e.runStep()
+		e.updateStats()
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// drainIntake admits every request waiting in the intake channel.
+func (e *Engine) drainIntake() {
+	for {
+		select {
+		case r := <-e.addCh:
+			e.admit(r)
+		default:
+			return
+		}
+	}
+}
+
+// admit gives a new request its sequence id and queues it in the scheduler.
+func (e *Engine) admit(r *request) {
+	e.nextID++
+	r.id = e.nextID
+	r.seq = scheduler.NewSequence(r.id, r.req.PromptIDs, r.limits)
+	if err := e.sched.Add(r.seq); err != nil {
+		if errors.Is(err, scheduler.ErrTooLong) {
+			err = fmt.Errorf("engine: request %s: %w: %w", r.req.ID, ErrPromptTooLong, err)
+		}
+		e.finish(r, FinishError, err, Output{})
+		return
+	}
+	e.live[r.id] = r
+	e.log.Debug("request added", "id", r.req.ID, "seq", r.id, "prompt_tokens", len(r.req.PromptIDs),
+		"max_tokens", r.limits.MaxTokens)
+}
+
+// reapCancelled aborts the requests whose Add context has ended; their blocks are freed now.
+func (e *Engine) reapCancelled() {
+	for _, r := range e.live {
+		if isClosed(r.done) {
+			e.abort(r, nil)
+		}
+	}
+}
+
+// abortEverything aborts every live request and every request still in the intake.
+func (e *Engine) abortEverything(cause error) {
+	for _, r := range e.live {
+		e.abort(r, cause)
+	}
+	for {
+		select {
+		case r := <-e.addCh:
+			e.finish(r, FinishAbort, cause, Output{})
+		default:
+			return
+		}
+	}
+}
+
+// abort finishes a live request with FinishAbort.
+func (e *Engine) abort(r *request, cause error) {
+	if !r.seq.Finished() {
+		if err := e.sched.Finish(r.seq, scheduler.FinishAbort); err != nil {
+			panic(fmt.Sprintf("engine: abort %s: %v", r.req.ID, err)) // the loop's books disagree with the scheduler's
+		}
+	}
+	e.finish(r, FinishAbort, cause, Output{})
+}
+
+// finish sends a request's last output and forgets it. The scheduler must already have finished its
+// sequence (if it has one).
+func (e *Engine) finish(r *request, reason FinishReason, err error, out Output) {
+	out.FinishReason = reason
+	out.Err = err
+	if r.seq != nil {
+		out.Usage = usageOf(r.seq)
+	} else {
+		out.Usage = Usage{PromptTokens: len(r.req.PromptIDs)}
+	}
+	delete(e.live, r.id)
+	e.statsMu.Lock()
+	e.stats.Finished[reason]++
+	e.statsMu.Unlock()
+	r.stream.push(out)
+	level := e.log.Debug
+	if reason == FinishError {
+		level = e.log.Warn
+	}
+	level("request finished", "id", r.req.ID, "reason", reason, "prompt_tokens", out.Usage.PromptTokens,
+		"completion_tokens", out.Usage.CompletionTokens, "cached_tokens", out.Usage.CachedTokens, "err", err)
+}
+
+func usageOf(seq *scheduler.Sequence) Usage {
+	return Usage{
+		PromptTokens:     seq.NumPromptTokens(),
+		CompletionTokens: seq.NumOutputTokens(),
+		CachedTokens:     seq.NumCachedTokens(),
+	}
+}
+
+// runStep runs one scheduler step: schedule, forward, sample, update, postprocess.
+func (e *Engine) runStep() {
+	preemptedBefore := e.sched.NumPreemptions()
+	b := e.sched.Schedule()
+	for _, seq := range b.Finished {
+		if r := e.live[seq.ID()]; r != nil {
+			e.finish(r, FinishError, seq.Err(), Output{})
+		}
+	}
+	if n := e.sched.NumPreemptions() - preemptedBefore; n > 0 {
+		e.log.Warn("KV cache full: sequences preempted, to be recomputed", "preempted", n,
+			"running", e.sched.NumRunning(), "waiting", e.sched.NumWaiting())
+	}
+	if b.Empty() {
+		return
+	}
+
+	st := e.buildStep(b)
+	logits, err := e.model.Forward(st)
+	if err == nil && len(logits) != b.NumLogits {
+		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), b.NumLogits)
+	}
+	if err != nil {
+		// A forward failure is a bug or a dead device: fail the sequences of this step, keep serving.
+		e.log.Error("forward pass failed", "err", err, "tokens", b.NumTokens, "sequences", len(b.Chunks))
+		if derr := e.sched.Discard(b); derr != nil {
+			panic(fmt.Sprintf("engine: %v", derr))
+		}
+		for _, c := range b.Chunks {
+			if r := e.live[c.Seq.ID()]; r != nil {
+				if ferr := e.sched.Finish(r.seq, scheduler.FinishError); ferr != nil {
+					panic(fmt.Sprintf("engine: %v", ferr))
+				}
+				e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{})
+			}
+		}
+		return
+	}
+
+	sampled := make([]int32, b.NumLogits)
+	jobs := make([]sampleJob, 0, b.NumLogits)
+	for _, c := range b.Chunks {
+		if c.NeedsLogits {
+			k := len(jobs)
+			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k]})
+		}
+	}
+	e.sampleAll(jobs)
+
+	updated, err := e.sched.Update(b, sampled)
+	if err != nil {
+		panic(fmt.Sprintf("engine: %v", err)) // only a batch the loop mishandled gets here
+	}
+	var prompt int64
+	for _, c := range b.Prefills() {
+		prompt += int64(c.Len)
+	}
+	e.statsMu.Lock()
+	e.stats.Steps++
+	e.stats.PromptTokens += prompt
+	e.stats.GenerationTokens += int64(len(updated))
+	e.statsMu.Unlock()
+	for _, seq := range updated {
+		if r := e.live[seq.ID()]; r != nil {
+			e.postprocess(r)
+		}
+	}
+}
+
+// buildStep flattens a batch into the model's step, reusing the engine's buffers.
+func (e *Engine) buildStep(b *scheduler.Batch) *model.Step {
+	st := &e.step
+	st.Tokens = st.Tokens[:0]
+	st.Positions = st.Positions[:0]
+	st.SlotMapping = st.SlotMapping[:0]
+	st.QueryStart = append(st.QueryStart[:0], 0)
+	st.ContextLens = st.ContextLens[:0]
+	clear(st.BlockTables)
+	st.BlockTables = st.BlockTables[:0]
+	st.LogitRows = st.LogitRows[:0]
+	for i := range b.Chunks {
+		c := &b.Chunks[i]
+		st.Tokens = append(st.Tokens, c.Tokens...)
+		st.Positions = c.AppendPositions(st.Positions)
+		st.SlotMapping = append(st.SlotMapping, c.SlotMapping...)
+		st.QueryStart = append(st.QueryStart, int32(len(st.Tokens)))
+		st.ContextLens = append(st.ContextLens, int32(c.ContextLen))
+		st.BlockTables = append(st.BlockTables, c.BlockTable)
+		if c.NeedsLogits {
+			st.LogitRows = append(st.LogitRows, int32(len(st.Tokens)-1))
+		}
+	}
+	return st
+}
+
+// sampleJob is one sequence's draw in a step.
+type sampleJob struct {
+	r      *request
+	logits []float32
+	out    *int32
+}
+
+// parallelSampleWork is the number of logits (rows × vocabulary) above which a step's draws are
+// spread over goroutines. Each request has its own sampler and random stream, so the result does not
+// depend on how the draws are spread.
+const parallelSampleWork = 1 << 17
+
+// sampleAll draws one token per job, and its logprobs when the request asked for them.
+func (e *Engine) sampleAll(jobs []sampleJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	workers := min(e.workers, len(jobs))
+	if workers <= 1 || len(jobs)*len(jobs[0].logits) < parallelSampleWork {
+		for i := range jobs {
+			sampleOne(&jobs[i])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(jobs); i += workers {
+				sampleOne(&jobs[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func sampleOne(j *sampleJob) {
+	if j.r == nil { // cannot happen: every chunk's sequence is live; keep the batch consistent anyway
+		*j.out = argmax(j.logits)
+		return
+	}
+	tok := j.r.sampler.sample(j.logits)
+	*j.out = tok
+	if j.r.req.Logprobs {
+		j.r.logprobs = computeLogprobs(j.logits, tok, j.r.req.TopLogprobs)
+	}
+}
+
+// postprocess handles the token the scheduler just appended to r's sequence: penalties' counts, text,
+// stop strings, streaming, and finishing.
+func (e *Engine) postprocess(r *request) {
+	seq := r.seq
+	tok := seq.LastToken()
+	r.sampler.accept(tok)
+	out := Output{TokenIDs: []int32{tok}}
+	if r.req.Logprobs {
+		out.Logprobs = []Logprobs{r.logprobs}
+	}
+
+	var reason FinishReason
+	switch seq.FinishReason() {
+	case scheduler.FinishStop:
+		reason = FinishStop
+	case scheduler.FinishLength:
+		reason = FinishLength
+	}
+	from := len(r.text)
+	// An EOS or stop token ends the text without adding its own.
+	if !(reason == FinishStop && slices.Contains(r.stopIDs, tok)) {
+		r.text += r.detok.next(tok)
+	}
+	if reason != "" {
+		r.text += r.detok.flush()
+	}
+	if seq.NumOutputTokens() >= r.req.MinTokens {
+		if pos, stop, ok := r.stops.find(r.text, from); ok {
+			r.text = r.text[:max(pos, r.sent)]
+			reason, out.StopString = FinishStop, stop
+			if !seq.Finished() {
+				if err := e.sched.Finish(seq, scheduler.FinishStop); err != nil {
+					panic(fmt.Sprintf("engine: stop %s: %v", r.req.ID, err))
+				}
+			}
+		}
+	}
+	end := len(r.text)
+	if reason == "" {
+		end = max(r.sent, end-r.stops.holdBack(r.text))
+	}
+	out.Text = r.text[r.sent:end]
+	r.sent = end
+	if reason != "" {
+		e.finish(r, reason, nil, out)
+		return
+	}
+	out.Usage = usageOf(seq)
+	r.stream.push(out)
+}
+
+// updateStats refreshes the snapshot Stats returns.
+func (e *Engine) updateStats() {
+	ps := e.pool.Stats()
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	s := &e.stats
+	s.Running, s.Waiting = e.sched.NumRunning(), e.sched.NumWaiting()
+	s.KVBlocksTotal, s.KVBlocksUsed, s.KVBlocksCached = ps.TotalBlocks, ps.UsedBlocks, ps.CachedBlocks
+	s.KVUsage = 0
+	if ps.TotalBlocks > 0 {
+		s.KVUsage = float64(ps.UsedBlocks) / float64(ps.TotalBlocks)
+	}
+	s.PrefixQueriedTokens, s.PrefixHitTokens, s.PrefixHitRate = ps.QueriedTokens, ps.HitTokens, ps.HitRate()
+	s.Preemptions = e.sched.NumPreemptions()
+}

@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Tokenizer is what the engine needs from a tokenizer: turning token ids back into text. The engine
+// decodes generated tokens incrementally through it (see detokenizer); prompts arrive as ids, so it
+// never encodes. *tokenizer.Tokenizer satisfies it.
+type Tokenizer interface {
+	// Decode returns the text of ids; skipSpecial leaves special tokens out.
+	Decode(ids []int32, skipSpecial bool) string
+}
+
+// promptContextTokens is how many prompt tokens seed the incremental detokenizer, so that the first
+// generated token decodes with the spacing it has after the prompt (a SentencePiece "▁Paris" after
+// "is" is " Paris", not "Paris"). vLLM uses the same number.
+const promptContextTokens = 5
+
+// detokenizer turns generated tokens into text deltas the way vLLM does: it decodes a short window of
+// ids twice, with and without the newest tokens, and emits the difference once it no longer ends
+// in an incomplete character (U+FFFD). That keeps multi-byte characters split across byte tokens
+// whole and lets decoders that look at neighbours (leading-space stripping) see context, at a cost
+// independent of the output length.
+type detokenizer struct {
+	tok         Tokenizer
+	skipSpecial bool
+	ids         []int32 // a few prompt tokens of context, then the output tokens
+	prefix      int     // start of the window whose text was emitted up to read
+	read        int     // ids before read have been emitted
+}
+
+func newDetokenizer(tok Tokenizer, prompt []int32, skipSpecial bool) *detokenizer {
+	ctx := prompt[max(0, len(prompt)-promptContextTokens):]
+	ids := make([]int32, len(ctx), len(ctx)+16)
+	copy(ids, ctx)
+	return &detokenizer{tok: tok, skipSpecial: skipSpecial, ids: ids, prefix: 0, read: len(ids)}
+}
+
+// next adds one token and returns the text it completes (possibly empty).
+func (d *detokenizer) next(id int32) string {
+	d.ids = append(d.ids, id)
+	return d.emit(false)
+}
+
+// flush returns whatever text is still held back (an incomplete character at the end of the output).
+func (d *detokenizer) flush() string { return d.emit(true) }
+
+func (d *detokenizer) emit(final bool) string {
+	if d.read == len(d.ids) {
+		return ""
+	}
+	before := d.tok.Decode(d.ids[d.prefix:d.read], d.skipSpecial)
+	after := d.tok.Decode(d.ids[d.prefix:], d.skipSpecial)
+	if !final && (len(after) <= len(before) || strings.HasSuffix(after, string(utf8.RuneError))) {
+		return "" // nothing new yet, or a character still incomplete: wait for more tokens
+	}
+	// after normally extends before; if the window's first character changed (a character of the
+	// prompt completed by the output), emit from where they part.
+	n := commonPrefix(before, after)
+	d.prefix, d.read = d.read, len(d.ids)
+	return after[n:]
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b, on a rune boundary.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	for n > 0 && n < len(b) && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return n
+}
+
+// stopMatcher finds stop strings in a growing output text and says how much of the text is safe to
+// stream: the end of the text is held back while it could be the start of a stop string.
+type stopMatcher struct {
+	stops  []string
+	maxLen int
+}
+
+func newStopMatcher(stops []string) stopMatcher {
+	m := stopMatcher{}
+	for _, s := range stops {
+		if s == "" {
+			continue
+		}
+		m.stops = append(m.stops, s)
+		m.maxLen = max(m.maxLen, len(s))
+	}
+	return m
+}
+
+// find returns the earliest position of a stop string in text that ends at or after from (the start
+// of the newly added text), the stop string, and whether one was found. Among stops starting at the
+// same position, the longest wins.
+func (m *stopMatcher) find(text string, from int) (pos int, stop string, ok bool) {
+	pos = -1
+	for _, s := range m.stops {
+		start := max(0, from-len(s)+1)
+		i := strings.Index(text[start:], s)
+		if i < 0 {
+			continue
+		}
+		i += start
+		if pos < 0 || i < pos || (i == pos && len(s) > len(stop)) {
+			pos, stop = i, s
+		}
+	}
+	return pos, stop, pos >= 0
+}
+
+// holdBack returns how many bytes at the end of text must not be streamed yet: the longest suffix of
+// text that is a proper prefix of some stop string.
+func (m *stopMatcher) holdBack(text string) int {
+	hold := 0
+	for _, s := range m.stops {
+		for k := min(len(s)-1, len(text)); k > hold; k-- {
+			if strings.HasSuffix(text, s[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	return hold
+}

@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func ids(s string) []int32 {
+	out := make([]int32, len(s))
+	for i := range len(s) {
+		out[i] = int32(s[i])
+	}
+	return out
+}
+
+// TestStopConditions runs the counting model (after 'a' comes 'b', then 'c', ...) through the
+// engine, so every expected output can be written down by hand.
+func TestStopConditions(t *testing.T) {
+	tests := []struct {
+		name     string
+		eos      []int32 // the model config's EOS ids
+		cfgEOS   []int32 // Config.EOSTokenIDs (generation_config)
+		maxPos   int
+		script   map[int32]int32
+		req      Request
+		wantIDs  []int32
+		wantText string
+		reason   FinishReason
+		stop     string
+	}{
+		{name: "max tokens", req: Request{PromptIDs: ids("a"), MaxTokens: 5},
+			wantIDs: ids("bcdef"), wantText: "bcdef", reason: FinishLength},
+		{name: "eos from config", eos: []int32{'e'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10},
+			wantIDs: ids("bcde"), wantText: "bcd", reason: FinishStop},
+		{name: "eos from generation config", eos: []int32{'x'}, cfgEOS: []int32{'d'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10},
+			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop},
+		{name: "ignore eos", eos: []int32{'c'}, req: Request{PromptIDs: ids("a"), MaxTokens: 5, IgnoreEOS: true},
+			wantIDs: ids("bcdef"), wantText: "bcdef", reason: FinishLength},
+		{name: "stop token id", req: Request{PromptIDs: ids("a"), MaxTokens: 10, StopTokenIDs: []int32{'d'}},
+			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop},
+		{name: "stop token id despite ignore eos", eos: []int32{'c'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10, StopTokenIDs: []int32{'e'}, IgnoreEOS: true},
+			wantIDs: ids("bcde"), wantText: "bcd", reason: FinishStop},
+		{name: "stop string across tokens", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"de"}},
+			wantIDs: ids("bcde"), wantText: "bc", reason: FinishStop, stop: "de"},
+		{name: "first completed stop string wins", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"xyz", "cdefg", "ef"}},
+			wantIDs: ids("bcdef"), wantText: "bcd", reason: FinishStop, stop: "ef"},
+		{name: "earliest of stop strings completed together", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"xyz", "fg", "defg"}},
+			wantIDs: ids("bcdefg"), wantText: "bc", reason: FinishStop, stop: "defg"},
+		{name: "stop string in one token", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"c"}},
+			wantIDs: ids("bc"), wantText: "b", reason: FinishStop, stop: "c"},
+		{name: "partial stop string released", req: Request{PromptIDs: ids("a"), MaxTokens: 6, Stop: []string{"dx", "fgz"}},
+			wantIDs: ids("bcdefg"), wantText: "bcdefg", reason: FinishLength},
+		{name: "stop string on the last token beats length", req: Request{PromptIDs: ids("a"), MaxTokens: 3, Stop: []string{"cd"}},
+			wantIDs: ids("bcd"), wantText: "b", reason: FinishStop, stop: "cd"},
+		{name: "stop string not in the prompt", req: Request{PromptIDs: ids("xa"), MaxTokens: 3, Stop: []string{"xa"}},
+			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
+		{name: "min tokens delay eos", eos: []int32{'c', 'f'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 4},
+			wantIDs: ids("bcdef"), wantText: "bcde", reason: FinishStop},
+		{name: "min tokens delay stop strings", req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 3, Stop: []string{"b", "d"}},
+			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop, stop: "d"},
+		// maxPos 8 with a 5-token prompt leaves room for 3 tokens.
+		{name: "context length", maxPos: 8, req: Request{PromptIDs: ids("vwxya"), MaxTokens: 10},
+			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
+		{name: "context length without max tokens", maxPos: 8, req: Request{PromptIDs: ids("vwxya")},
+			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
+		// é is C3 A9: the first token alone is not text yet.
+		{name: "split character", script: map[int32]int32{'a': 0xC3, 0xC3: 0xA9, 0xA9: 'x'},
+			req: Request{PromptIDs: ids("a"), MaxTokens: 4}, wantIDs: []int32{0xC3, 0xA9, 'x', 'y'}, wantText: "éxy", reason: FinishLength},
+		{name: "split character cut by length is flushed", script: map[int32]int32{'a': 0xC3},
+			req: Request{PromptIDs: ids("a"), MaxTokens: 1}, wantIDs: []int32{0xC3}, wantText: "\uFFFD", reason: FinishLength},
+		{name: "special tokens skipped", script: map[int32]int32{'a': 257, 257: 'b'},
+			req: Request{PromptIDs: ids("a"), MaxTokens: 3}, wantIDs: []int32{257, 'b', 'c'}, wantText: "bc", reason: FinishLength},
+		{name: "special tokens kept", script: map[int32]int32{'a': 257, 257: 'b'},
+			req: Request{PromptIDs: ids("a"), MaxTokens: 3, KeepSpecialTokens: true}, wantIDs: []int32{257, 'b', 'c'}, wantText: "<257>bc", reason: FinishLength},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			maxPos := tc.maxPos
+			if maxPos == 0 {
+				maxPos = 1000
+			}
+			m := newCountingModel(300, maxPos, 4, 64)
+			m.cfg.EOSTokenIDs = tc.eos
+			for k, v := range tc.script {
+				m.script[k] = v
+			}
+			e := newEngine(t, m, Config{EOSTokenIDs: tc.cfgEOS})
+			s, err := e.Add(context.Background(), tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := collect(t, s)
+			if !slices.Equal(r.ids, tc.wantIDs) {
+				t.Errorf("ids %v, want %v", r.ids, tc.wantIDs)
+			}
+			if r.text != tc.wantText || r.reason != tc.reason || r.stop != tc.stop {
+				t.Errorf("text %q, finish %q, stop %q; want %q, %q, %q", r.text, r.reason, r.stop, tc.wantText, tc.reason, tc.stop)
+			}
+			if r.usage.CompletionTokens != len(r.ids) || r.usage.PromptTokens != len(tc.req.PromptIDs) {
+				t.Errorf("usage %+v", r.usage)
+			}
+			closeAndCheckPool(t, e)
+		})
+	}
+}
+
+// While streaming, text that could begin a stop string is held back, and nothing after a stop
+// string is ever sent.
+func TestStreamHoldsBackStopPrefix(t *testing.T) {
+	m := newCountingModel(300, 1000, 4, 64)
+	e := newEngine(t, m, Config{})
+	s, err := e.Add(context.Background(), Request{PromptIDs: ids("a"), MaxTokens: 20, Stop: []string{"efgz", "hij"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas []string
+	var final Output
+	for {
+		o, err := s.Recv(context.Background())
+		if err != nil {
+			break
+		}
+		deltas = append(deltas, o.Text)
+		final = o
+	}
+	text := strings.Join(deltas, "")
+	if text != "bcdefg" || final.StopString != "hij" {
+		t.Fatalf("text %q (deltas %q), stop %q", text, deltas, final.StopString)
+	}
+	// Outputs may be merged when the reader lags, but the text sent before the last output can
+	// never include the held-back "efg" (a prefix of "efgz") nor "h".
+	sent := ""
+	for _, d := range deltas[:len(deltas)-1] {
+		sent += d
+	}
+	if strings.Contains(sent, "e") && !strings.Contains(sent, "efg") {
+		// "e" alone may not be sent while "efgz" is still possible.
+		t.Fatalf("sent %q before the end", sent)
+	}
+	if strings.Contains(sent, "h") {
+		t.Fatalf("sent %q: part of the stop string leaked", sent)
+	}
+	closeAndCheckPool(t, e)
+}
+
+func TestLogprobsThroughEngine(t *testing.T) {
+	m := newCountingModel(300, 1000, 4, 64)
+	e := newEngine(t, m, Config{})
+	s, err := e.Add(context.Background(), Request{PromptIDs: ids("a"), MaxTokens: 4, Logprobs: true, TopLogprobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, s)
+	if len(r.logprobs) != 4 {
+		t.Fatalf("%d logprobs for %d tokens", len(r.logprobs), len(r.ids))
+	}
+	// Logits are 10 for the next token and 0 for the 299 others.
+	z := math.Log(math.Exp(10) + 299)
+	for i, lp := range r.logprobs {
+		if lp.ID != r.ids[i] || math.Abs(float64(lp.Logprob)-(10-z)) > 1e-5 || lp.Rank != 1 {
+			t.Errorf("token %d: %+v, want id %d logprob %v rank 1", i, lp, r.ids[i], 10-z)
+		}
+		if len(lp.Top) != 2 || lp.Top[0].ID != r.ids[i] || lp.Top[1].ID != 0 || math.Abs(float64(lp.Top[1].Logprob)+z) > 1e-5 {
+			t.Errorf("token %d: top %+v", i, lp.Top)
+		}
+	}
+	closeAndCheckPool(t, e)
+}
+
+// sentencePieceTokenizer mimics a Metaspace decoder: pieces start with "▁" for a space, and the
+// decoder drops the space at the very start of the decoded text.
+type sentencePieceTokenizer []string
+
+func (v sentencePieceTokenizer) Decode(ids []int32, _ bool) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(strings.ReplaceAll(v[id], "▁", " "))
+	}
+	return strings.TrimPrefix(b.String(), " ")
+}
+
+func TestDetokenizerKeepsSpacesAfterPrompt(t *testing.T) {
+	vocab := sentencePieceTokenizer{"▁The", "▁capital", "▁is", "▁Paris", ".", "▁It"}
+	tests := []struct {
+		name   string
+		prompt []int32
+		output []int32
+		want   []string
+	}{
+		{"after a prompt", []int32{0, 1, 2}, []int32{3, 4, 5}, []string{" Paris", ".", " It"}},
+		{"long prompt", []int32{0, 1, 2, 0, 1, 2, 0, 1}, []int32{2, 3}, []string{" is", " Paris"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDetokenizer(vocab, tc.prompt, true)
+			var got []string
+			for _, id := range tc.output {
+				got = append(got, d.next(id))
+			}
+			if !slices.Equal(got, tc.want) || d.flush() != "" {
+				t.Fatalf("deltas %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestStopMatcher(t *testing.T) {
+	m := newStopMatcher([]string{"</s>", "\n\n", ""})
+	holds := []struct {
+		text string
+		hold int
+	}{
+		{"hello", 0}, {"hello<", 1}, {"hello</", 2}, {"hello</s", 3}, {"a\n", 1}, {"<x", 0}, {"", 0},
+	}
+	for _, h := range holds {
+		if got := m.holdBack(h.text); got != h.hold {
+			t.Errorf("holdBack(%q) = %d, want %d", h.text, got, h.hold)
+		}
+	}
+	finds := []struct {
+		text    string
+		from    int
+		pos     int
+		stop    string
+		matched bool
+	}{
+		{"ab</s>cd", 0, 2, "</s>", true},
+		{"ab</s>cd", 5, 2, "</s>", true}, // the match ends in the new text
+		{"ab</s>cd", 6, -1, "", false},   // already seen before the new text
+		{"x\n\n</s>", 1, 1, "\n\n", true},
+		{"nothing", 0, -1, "", false},
+	}
+	for _, f := range finds {
+		pos, stop, ok := m.find(f.text, f.from)
+		if pos != f.pos || stop != f.stop || ok != f.matched {
+			t.Errorf("find(%q, %d) = %d, %q, %v; want %d, %q, %v", f.text, f.from, pos, stop, ok, f.pos, f.stop, f.matched)
+		}
+	}
+}
