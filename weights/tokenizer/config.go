@@ -96,30 +96,34 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("%w: model.merges: %v", ErrMalformed, err)
-	}
-	merges := make([][2]string, len(items))
-	for i, item := range items {
-		item = bytes.TrimSpace(item)
-		if len(item) > 0 && item[0] == '"' {
-			var s string
-			if err := json.Unmarshal(item, &s); err != nil {
-				return nil, fmt.Errorf("%w: model.merges[%d]: %v", ErrMalformed, i, err)
-			}
+	// Older files write merges as "a b" strings, newer ones as ["a", "b"] pairs; all items of a
+	// file use one form, so decode the whole list in that form.
+	first := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("[")), " \t\r\n")
+	if len(first) > 0 && first[0] == '"' {
+		var items []string
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, fmt.Errorf("%w: model.merges: %v", ErrMalformed, err)
+		}
+		merges := make([][2]string, len(items))
+		for i, s := range items {
 			left, right, ok := strings.Cut(s, " ")
 			if !ok || strings.Contains(right, " ") {
 				return nil, fmt.Errorf("%w: model.merges[%d]: %q is not two tokens separated by a space", ErrMalformed, i, s)
 			}
 			merges[i] = [2]string{left, right}
-			continue
 		}
-		var pair []string
-		if err := json.Unmarshal(item, &pair); err != nil || len(pair) != 2 {
-			return nil, fmt.Errorf("%w: model.merges[%d]: want \"a b\" or [\"a\", \"b\"]", ErrMalformed, i)
+		return merges, nil
+	}
+	var pairs [][]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, fmt.Errorf("%w: model.merges: want [\"a b\", ...] or [[\"a\", \"b\"], ...]: %v", ErrMalformed, err)
+	}
+	merges := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		if len(p) != 2 {
+			return nil, fmt.Errorf("%w: model.merges[%d]: a pair has %d tokens", ErrMalformed, i, len(p))
 		}
-		merges[i] = [2]string{pair[0], pair[1]}
+		merges[i] = [2]string{p[0], p[1]}
 	}
 	return merges, nil
 }
