@@ -1,4 +1,33 @@
 // Package engine owns a running model: requests enter through Add, one goroutine runs the step loop
-// (schedule, build batch metadata, model forward, sample, postprocess) and tokens leave through
-// per-request streams. It must not know about HTTP or command-line flags.
+// (schedule, build the model's flat step, forward, sample, postprocess) and outputs leave through
+// per-request streams. It owns sampling (sampler.go), stop conditions and incremental detokenization
+// (text.go), and the loop's state (the scheduler, the KV block pool, every request's sampler); it
+// must not know about HTTP, command-line flags or how the model computes.
+//
+// The model and tokenizer enter through two small interfaces, Model and Tokenizer, which
+// *model.Model and *tokenizer.Tokenizer satisfy:
+//
+//	e, err := engine.New(m, tok, engine.Config{EOSTokenIDs: folder.Generation.EOSTokenIDs})
+//	defer e.Close(ctx)
+//	params := engine.DefaultSampling(folder.Generation)
+//	params.Temperature = 0 // greedy
+//	s, err := e.Add(ctx, engine.Request{PromptIDs: tok.Encode("Hello", true), MaxTokens: 32, Sampling: params})
+//	for {
+//		out, err := s.Recv(ctx)
+//		if err == io.EOF {
+//			break
+//		}
+//		fmt.Print(out.Text) // out.TokenIDs, out.Logprobs, out.FinishReason, out.Usage
+//	}
+//
+// Sampling follows vLLM: penalties (repetition on prompt and output, presence and frequency on the
+// output), temperature, min-p, top-k, top-p, then a draw from the request's own PCG stream, so a seed
+// gives the same tokens whatever else shares the batch. Logprobs are those of the raw logits.
+//
+// Stop conditions: EOS ids (the model config's and Config.EOSTokenIDs, unless IgnoreEOS), stop token
+// ids, stop strings matched on the decoded text (cut from the returned text; text that could begin a
+// stop string is held back while streaming), MaxTokens and the context length (MaxModelLen).
+//
+// Cancelling the context given to Add aborts the request; its KV blocks are freed before the next
+// step. Close stops intake and drains, or aborts when its own context ends.
 package engine

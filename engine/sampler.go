@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/gollm/gollm/weights"
 )
 
 // greedyEpsilon is the temperature below which sampling is greedy (vLLM's _SAMPLING_EPS).
@@ -391,4 +393,30 @@ func computeLogprobs(logits []float32, chosen int32, n int) Logprobs {
 		out.Top[i] = TokenLogprob{ID: c.id, Logprob: lp(c.id)}
 	}
 	return out
+}
+
+// DefaultSampling returns the sampling defaults of a model folder's generation_config.json, as vLLM
+// applies them: temperature, top_p, top_k, min_p and repetition_penalty where the file sets them, and
+// temperature 1 otherwise (the OpenAI default). Like vLLM it ignores do_sample. g may be nil.
+func DefaultSampling(g *weights.GenerationConfig) SamplingParams {
+	p := SamplingParams{Temperature: 1}
+	if g == nil {
+		return p
+	}
+	if g.Temperature != nil {
+		p.Temperature = *g.Temperature
+	}
+	if g.TopP != nil {
+		p.TopP = *g.TopP
+	}
+	if g.TopK != nil {
+		p.TopK = *g.TopK
+	}
+	if g.MinP != nil {
+		p.MinP = *g.MinP
+	}
+	if g.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *g.RepetitionPenalty
+	}
+	return p
 }

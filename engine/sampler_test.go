@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/gollm/gollm/weights"
 )
 
 func seed(s uint64) *uint64 { return &s }
@@ -383,6 +385,29 @@ func BenchmarkSample(b *testing.B) {
 			s := newSampler(bc.p, 1, nil)
 			for b.Loop() {
 				s.sample(logits)
+			}
+		})
+	}
+}
+
+func TestDefaultSampling(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	k := 40
+	tests := []struct {
+		name string
+		g    *weights.GenerationConfig
+		want SamplingParams
+	}{
+		{"nil", nil, SamplingParams{Temperature: 1}},
+		{"empty", &weights.GenerationConfig{}, SamplingParams{Temperature: 1}},
+		{"llama 3 style", &weights.GenerationConfig{Temperature: f(0.6), TopP: f(0.9)}, SamplingParams{Temperature: 0.6, TopP: 0.9}},
+		{"everything", &weights.GenerationConfig{Temperature: f(0.7), TopP: f(0.8), TopK: &k, MinP: f(0.05), RepetitionPenalty: f(1.1)},
+			SamplingParams{Temperature: 0.7, TopP: 0.8, TopK: 40, MinP: 0.05, RepetitionPenalty: 1.1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DefaultSampling(tc.g); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
 	}

@@ -16,7 +16,6 @@ func notYet(name, summary string) {
 }
 
 func init() {
-	notYet("generate", "generate text from a prompt (not implemented yet)")
 	notYet("serve", "serve an OpenAI-compatible HTTP API (not implemented yet)")
 	notYet("bench", "measure throughput and latency (not implemented yet)")
 	notYet("tokenize", "encode text to token ids or decode ids (not implemented yet)")

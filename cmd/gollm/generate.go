@@ -1,0 +1,619 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/tokenizer"
+)
+
+func init() {
+	register("generate", "generate text from a prompt, or from a JSONL file of prompts", runGenerate)
+}
+
+// defaultMaxTokens is the output cap when neither --max-tokens nor generation_config.json's
+// max_new_tokens gives one.
+const defaultMaxTokens = 256
+
+// generateOptions are the parsed flags of gollm generate.
+type generateOptions struct {
+	modelDir    string
+	prompt      string
+	promptIDs   string
+	promptsFile string
+	maxTokens   int
+	jsonOut     bool
+	stop        []string
+	ignoreEOS   bool
+	verbose     bool
+
+	// Sampling flags, applied over generation_config.json only when given.
+	temperature, topP, minP                              float64
+	topK                                                 int
+	seed                                                 uint64
+	repetitionPenalty, presencePenalty, frequencyPenalty float64
+
+	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize int
+	noPrefixCache                                    bool
+}
+
+func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("generate", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o generateOptions
+	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json)")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt text (encoded with the model's special tokens, e.g. BOS)")
+	fs.StringVar(&o.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids, e.g. 1,2,3")
+	fs.StringVar(&o.promptsFile, "prompts-file", "", "JSONL file, one request per line ({\"prompt\": ...} or {\"prompt_ids\": [...]}, plus OpenAI sampling fields); writes one JSON line per request, in order")
+	fs.IntVar(&o.maxTokens, "max-tokens", 0, fmt.Sprintf("maximum tokens to generate (default: generation_config.json's max_new_tokens, else %d)", defaultMaxTokens))
+	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json's, else 1)")
+	fs.Float64Var(&o.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json's, else 1: off)")
+	fs.IntVar(&o.topK, "top-k", 0, "keep only the k most likely tokens (default: generation_config.json's, else 0: all)")
+	fs.Float64Var(&o.minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one (default: generation_config.json's, else 0: off)")
+	fs.Float64Var(&o.repetitionPenalty, "repetition-penalty", 0, "penalise tokens of the prompt and output, HF style (default: generation_config.json's, else 1: off)")
+	fs.Float64Var(&o.presencePenalty, "presence-penalty", 0, "subtract from the logits of tokens already generated")
+	fs.Float64Var(&o.frequencyPenalty, "frequency-penalty", 0, "subtract per occurrence from the logits of tokens already generated")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed (default: a random one)")
+	fs.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable); the text stops before it")
+	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object (prompt_ids, output_ids, text, finish_reason, timings) instead of streaming text")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
+	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
+	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory)")
+	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
+	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
+	fs.BoolVar(&o.verbose, "verbose", false, "log the engine's progress to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gollm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl) [flags]")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "gollm generate: %v (see gollm generate --help)\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gollm generate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	inputs := 0
+	for _, name := range []string{"prompt", "prompt-ids", "prompts-file"} {
+		if fs.Changed(name) {
+			inputs++
+		}
+	}
+	if inputs != 1 {
+		fmt.Fprintln(stderr, "gollm generate: give exactly one of --prompt, --prompt-ids or --prompts-file")
+		return 2
+	}
+	if o.jsonOut && o.promptsFile != "" {
+		fmt.Fprintln(stderr, "gollm generate: --prompts-file always writes JSON lines; drop --json")
+		return 2
+	}
+	var promptIDs []int32
+	if fs.Changed("prompt-ids") {
+		var err error
+		if promptIDs, err = parseIDs(o.promptIDs); err != nil {
+			fmt.Fprintf(stderr, "gollm generate: --prompt-ids: %v\n", err)
+			return 2
+		}
+	}
+	if o.modelDir == "" {
+		dir, err := defaultModelDir()
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+			return 2
+		}
+		o.modelDir = dir
+	}
+
+	g, err := loadGenerator(&o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		return 1
+	}
+	defer g.close()
+
+	params := engine.DefaultSampling(g.folder.Generation)
+	applySamplingFlags(fs, &o, &params)
+	maxTokens := o.maxTokens
+	if maxTokens == 0 {
+		maxTokens = defaultMaxTokens
+		if mt := g.folder.Generation.MaxNewTokens; mt != nil && *mt > 0 {
+			maxTokens = *mt
+		}
+	}
+	base := engine.Request{MaxTokens: maxTokens, Sampling: params, Stop: o.stop, IgnoreEOS: o.ignoreEOS}
+
+	if o.promptsFile != "" {
+		return g.runBatch(ctx, o.promptsFile, base, stdout, stderr)
+	}
+	req := base
+	req.PromptIDs = promptIDs
+	if fs.Changed("prompt") {
+		req.PromptIDs = g.tok.Encode(o.prompt, true)
+	}
+	res := g.generate(ctx, req, func(text string) {
+		if !o.jsonOut {
+			io.WriteString(stdout, text)
+		}
+	})
+	if res.err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", res.err)
+		return 1
+	}
+	if o.jsonOut {
+		if err := json.NewEncoder(stdout).Encode(res.json(g.loadTime)); err != nil {
+			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+			return 1
+		}
+	} else {
+		fmt.Fprintln(stdout)
+	}
+	if res.reason == engine.FinishAbort {
+		return 130 // interrupted
+	}
+	return 0
+}
+
+// defaultModelDir is the model used when --model is not given. Hook: internal/defaultmodel.Dir()
+// will provide an embedded default model here.
+func defaultModelDir() (string, error) {
+	return "", errors.New("--model is required (no default model is built in yet)")
+}
+
+// applySamplingFlags overrides the model's sampling defaults with the flags the user gave.
+func applySamplingFlags(fs *pflag.FlagSet, o *generateOptions, p *engine.SamplingParams) {
+	if fs.Changed("temperature") {
+		p.Temperature = o.temperature
+	}
+	if fs.Changed("top-p") {
+		p.TopP = o.topP
+	}
+	if fs.Changed("top-k") {
+		p.TopK = o.topK
+	}
+	if fs.Changed("min-p") {
+		p.MinP = o.minP
+	}
+	if fs.Changed("repetition-penalty") {
+		p.RepetitionPenalty = o.repetitionPenalty
+	}
+	if fs.Changed("presence-penalty") {
+		p.PresencePenalty = o.presencePenalty
+	}
+	if fs.Changed("frequency-penalty") {
+		p.FrequencyPenalty = o.frequencyPenalty
+	}
+	if fs.Changed("seed") {
+		seed := o.seed
+		p.Seed = &seed
+	}
+}
+
+// parseIDs parses "1,2,3" into token ids.
+func parseIDs(s string) ([]int32, error) {
+	var ids []int32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("token id %q: %w", f, err)
+		}
+		ids = append(ids, int32(v))
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("no token ids")
+	}
+	return ids, nil
+}
+
+// generator is a loaded model, tokenizer and engine.
+type generator struct {
+	folder   *weights.Folder
+	model    *model.Model
+	tok      *tokenizer.Tokenizer
+	engine   *engine.Engine
+	loadTime time.Duration
+}
+
+// loadGenerator opens the model folder, loads weights and tokenizer and starts the engine.
+func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
+	start := time.Now()
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	folder, err := weights.Open(o.modelDir)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(folder.TokenizerPath())
+	if err != nil {
+		folder.Close()
+		return nil, err
+	}
+	if o.pageSize <= 0 {
+		folder.Close()
+		return nil, fmt.Errorf("--page-size %d must be positive", o.pageSize)
+	}
+	numBlocks := o.kvBlocks
+	if numBlocks <= 0 {
+		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, availableMemory())
+	}
+	var progress io.Writer
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		progress = stderr
+	}
+	m, err := model.Load(folder, model.Options{NumBlocks: numBlocks, BlockSize: o.pageSize, Progress: progress})
+	if err != nil {
+		folder.Close()
+		return nil, err
+	}
+	e, err := engine.New(m, tok, engine.Config{
+		MaxNumSeqs:           o.maxNumSeqs,
+		MaxNumBatchedTokens:  o.maxBatchedTokens,
+		DisablePrefixCaching: o.noPrefixCache,
+		EOSTokenIDs:          folder.Generation.EOSTokenIDs,
+		Logger:               logger,
+	})
+	if err != nil {
+		m.Close()
+		folder.Close()
+		return nil, err
+	}
+	logger.Info("model loaded", "dir", o.modelDir, "kv_blocks", numBlocks, "page_size", o.pageSize,
+		"seconds", time.Since(start).Seconds())
+	return &generator{folder: folder, model: m, tok: tok, engine: e, loadTime: time.Since(start)}, nil
+}
+
+// close stops the engine (aborting what is left after a short grace period) and frees the model.
+func (g *generator) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.engine.Close(ctx)
+	g.model.Close()
+	g.folder.Close()
+}
+
+// defaultKVBlocks sizes the KV pool from memory: a quarter of what is available once the weights are
+// loaded (the CPU backend keeps them as float32), and no more than max-num-seqs full contexts need.
+func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs int, available int64) int {
+	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
+	var params int64
+	for _, shape := range weights.LlamaTensorShapes(cfg) {
+		n := int64(1)
+		for _, d := range shape {
+			n *= int64(d)
+		}
+		params += n
+	}
+	budget := (available - 4*params) / 4
+	blocks := budget / perBlock
+	perSeq := int64((cfg.MaxPositionEmbeddings + pageSize - 1) / pageSize)
+	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
+	// At least one full context, even if memory looks short (the estimate is rough).
+	return int(max(blocks, min(perSeq, 1<<20)))
+}
+
+// availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.
+func availableMemory() int64 {
+	const fallback = 4 << 30
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return fallback
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return fallback
+}
+
+// result is one finished generation with its timings.
+type result struct {
+	promptIDs []int32
+	outputIDs []int32
+	text      string
+	reason    engine.FinishReason
+	stop      string
+	usage     engine.Usage
+	err       error
+
+	added, first, last time.Time
+}
+
+// generationJSON is what --json prints and each line of a --prompts-file run.
+type generationJSON struct {
+	Index        *int        `json:"index,omitempty"`
+	PromptIDs    []int32     `json:"prompt_ids"`
+	OutputIDs    []int32     `json:"output_ids"`
+	Text         string      `json:"text"`
+	FinishReason string      `json:"finish_reason"`
+	StopString   string      `json:"stop_string,omitempty"`
+	Usage        usageJSON   `json:"usage"`
+	Timings      timingsJSON `json:"timings"`
+	Error        string      `json:"error,omitempty"`
+}
+
+type usageJSON struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens"`
+}
+
+type timingsJSON struct {
+	LoadSeconds  float64 `json:"load_s"`
+	TTFTSeconds  float64 `json:"ttft_s"`
+	TotalSeconds float64 `json:"total_s"`
+	// PrefillTokensPerSecond is prompt tokens over the time to the first token (queueing included).
+	PrefillTokensPerSecond float64 `json:"prefill_tok_s"`
+	// DecodeTokensPerSecond is the tokens after the first over the time after the first.
+	DecodeTokensPerSecond float64 `json:"decode_tok_s"`
+}
+
+func (r *result) json(load time.Duration) generationJSON {
+	out := generationJSON{
+		PromptIDs:    nonNil(r.promptIDs),
+		OutputIDs:    nonNil(r.outputIDs),
+		Text:         r.text,
+		FinishReason: string(r.reason),
+		StopString:   r.stop,
+		Usage:        usageJSON{r.usage.PromptTokens, r.usage.CompletionTokens, r.usage.CachedTokens},
+		Timings:      timingsJSON{LoadSeconds: load.Seconds()},
+	}
+	if r.err != nil {
+		out.Error = r.err.Error()
+	}
+	if !r.first.IsZero() {
+		ttft := r.first.Sub(r.added).Seconds()
+		out.Timings.TTFTSeconds = ttft
+		out.Timings.TotalSeconds = r.last.Sub(r.added).Seconds()
+		if ttft > 0 {
+			out.Timings.PrefillTokensPerSecond = float64(len(r.promptIDs)) / ttft
+		}
+		if d := r.last.Sub(r.first).Seconds(); d > 0 && len(r.outputIDs) > 1 {
+			out.Timings.DecodeTokensPerSecond = float64(len(r.outputIDs)-1) / d
+		}
+	}
+	return out
+}
+
+func nonNil(ids []int32) []int32 {
+	if ids == nil {
+		return []int32{}
+	}
+	return ids
+}
+
+// generate runs one request to its end, calling onText with each text delta.
+func (g *generator) generate(ctx context.Context, req engine.Request, onText func(string)) *result {
+	r := &result{promptIDs: req.PromptIDs, added: time.Now()}
+	s, err := g.engine.Add(ctx, req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	for {
+		out, err := s.Recv(context.Background()) // the request's ctx ends it; Recv then gets the abort
+		if errors.Is(err, io.EOF) {
+			return r
+		}
+		if err != nil {
+			r.err = err
+			return r
+		}
+		now := time.Now()
+		if len(out.TokenIDs) > 0 {
+			if r.first.IsZero() {
+				r.first = now
+			}
+			r.last = now
+		}
+		r.outputIDs = append(r.outputIDs, out.TokenIDs...)
+		r.text += out.Text
+		if out.Text != "" && onText != nil {
+			onText(out.Text)
+		}
+		if out.Finished() {
+			r.reason, r.stop, r.usage = out.FinishReason, out.StopString, out.Usage
+			if out.FinishReason == engine.FinishError {
+				r.err = out.Err
+			}
+		}
+	}
+}
+
+// promptLine is one line of a --prompts-file: a prompt and OpenAI-named sampling fields.
+type promptLine struct {
+	Prompt            *string     `json:"prompt"`
+	PromptIDs         []int32     `json:"prompt_ids"`
+	MaxTokens         *int        `json:"max_tokens"`
+	Temperature       *float64    `json:"temperature"`
+	TopP              *float64    `json:"top_p"`
+	TopK              *int        `json:"top_k"`
+	MinP              *float64    `json:"min_p"`
+	Seed              *uint64     `json:"seed"`
+	Stop              stopStrings `json:"stop"`
+	PresencePenalty   *float64    `json:"presence_penalty"`
+	FrequencyPenalty  *float64    `json:"frequency_penalty"`
+	RepetitionPenalty *float64    `json:"repetition_penalty"`
+	IgnoreEOS         *bool       `json:"ignore_eos"`
+}
+
+// stopStrings accepts "stop" as a string or an array of strings, as the OpenAI API does.
+type stopStrings []string
+
+func (s *stopStrings) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		*s = nil
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(data, &one); err == nil {
+		*s = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(data, &many); err != nil {
+		return errors.New("stop must be a string or an array of strings")
+	}
+	*s = many
+	return nil
+}
+
+// request turns a line into an engine request over the command line's defaults.
+func (l *promptLine) request(base engine.Request, tok *tokenizer.Tokenizer) (engine.Request, error) {
+	req := base
+	switch {
+	case l.Prompt != nil && l.PromptIDs != nil:
+		return req, errors.New("give prompt or prompt_ids, not both")
+	case l.Prompt != nil:
+		req.PromptIDs = tok.Encode(*l.Prompt, true)
+	case l.PromptIDs != nil:
+		req.PromptIDs = l.PromptIDs
+	default:
+		return req, errors.New("no prompt or prompt_ids")
+	}
+	if l.MaxTokens != nil {
+		req.MaxTokens = *l.MaxTokens
+		if req.MaxTokens <= 0 {
+			return req, fmt.Errorf("max_tokens %d must be positive", req.MaxTokens)
+		}
+	}
+	p := &req.Sampling
+	for _, f := range []struct {
+		src *float64
+		dst *float64
+	}{
+		{l.Temperature, &p.Temperature}, {l.TopP, &p.TopP}, {l.MinP, &p.MinP},
+		{l.PresencePenalty, &p.PresencePenalty}, {l.FrequencyPenalty, &p.FrequencyPenalty},
+		{l.RepetitionPenalty, &p.RepetitionPenalty},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	if l.TopK != nil {
+		p.TopK = *l.TopK
+	}
+	if l.Seed != nil {
+		seed := *l.Seed
+		p.Seed = &seed
+	}
+	if l.Stop != nil {
+		req.Stop = l.Stop
+	}
+	if l.IgnoreEOS != nil {
+		req.IgnoreEOS = *l.IgnoreEOS
+	}
+	return req, nil
+}
+
+// runBatch runs every line of a JSONL file through the engine at once and writes one JSON line per
+// input line, in input order, each as soon as it and all lines before it are done.
+func (g *generator) runBatch(ctx context.Context, path string, base engine.Request, stdout, stderr io.Writer) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		return 1
+	}
+	var reqs []engine.Request
+	var errs []error
+	lineNo := 0
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		lineNo++
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var l promptLine
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&l)
+		var req engine.Request
+		if err == nil {
+			req, err = l.request(base, g.tok)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s:%d: %w", path, lineNo, err)
+		}
+		reqs = append(reqs, req)
+		errs = append(errs, err)
+	}
+
+	results := make([]*result, len(reqs))
+	done := make([]chan struct{}, len(reqs))
+	var wg sync.WaitGroup
+	// A bounded number of submitters: the engine queues what it cannot run yet.
+	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1)*64)
+	for i := range reqs {
+		done[i] = make(chan struct{})
+		if errs[i] != nil {
+			results[i] = &result{err: errs[i]}
+			close(done[i])
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			defer close(done[i])
+			results[i] = g.generate(ctx, reqs[i], nil)
+		})
+	}
+
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	code := 0
+	for i := range reqs {
+		<-done[i]
+		r := results[i]
+		line := r.json(g.loadTime)
+		line.Index = &i
+		if r.err != nil {
+			code = 1
+			fmt.Fprintf(stderr, "gollm generate: request %d: %v\n", i, r.err)
+		}
+		if err := enc.Encode(line); err != nil {
+			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+			return 1
+		}
+		w.Flush()
+	}
+	wg.Wait()
+	if ctx.Err() != nil && code == 0 {
+		code = 130
+	}
+	return code
+}

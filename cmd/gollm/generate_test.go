@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/tokenizer"
+)
+
+// writeTestModel writes a tiny random LLaMA (2 layers, hidden 64, GQA 4/2) with a byte-level BPE
+// tokenizer (the 256 GPT-2 byte symbols, a few merges, <s> and </s> specials) into a temporary folder.
+func writeTestModel(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	config := map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+		"vocab_size": 300, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+		"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
+	}
+	data, _ := json.Marshal(config)
+	writeFile(t, filepath.Join(dir, "config.json"), data)
+	writeFile(t, filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 256, "eos_token_id": [257, 258]}`))
+	cfg, err := weights.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := weights.LlamaTensorShapes(cfg)
+	names := make([]string, 0, len(shapes))
+	for n := range shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	rng := rand.New(rand.NewPCG(11, 12))
+	var tensors []*weights.Tensor
+	for _, name := range names {
+		shape := shapes[name]
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		buf := make([]byte, 4*n)
+		scale := 1 / math.Sqrt(float64(shape[len(shape)-1]))
+		for i := range n {
+			v := rng.NormFloat64() * scale
+			if len(shape) == 1 {
+				v = 1 + 0.1*rng.NormFloat64()
+			}
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
+		}
+		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
+	}
+	if err := weights.WriteSafetensors(filepath.Join(dir, "model.safetensors"), tensors); err != nil {
+		t.Fatal(err)
+	}
+
+	// GPT-2's byte → symbol table: printable bytes stand for themselves, the rest map to 256+n.
+	vocab := map[string]int{}
+	next := 0
+	for b := range 256 {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE {
+			vocab[string(rune(b))] = b
+		} else {
+			vocab[string(rune(256+next))] = b
+			next++
+		}
+	}
+	// Two merges so that encoding is not the identity: "Ġt" (space t) and "he".
+	vocab["Ġt"] = 259
+	vocab["he"] = 260
+	tok := map[string]any{
+		"version": "1.0",
+		"added_tokens": []map[string]any{
+			{"id": 256, "content": "<s>", "special": true, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+			{"id": 257, "content": "</s>", "special": true, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+			{"id": 258, "content": "<eot>", "special": true, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+		},
+		"normalizer":     nil,
+		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"post_processor": nil,
+		"decoder":        map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{
+			"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false,
+			"vocab": vocab, "merges": []string{"Ġ t", "h e"},
+		},
+	}
+	data, _ = json.Marshal(tok)
+	writeFile(t, filepath.Join(dir, "tokenizer.json"), data)
+	return dir
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestGenerateJSON(t *testing.T) {
+	dir := writeTestModel(t)
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "generate", "--model", dir, "--prompt", "the cat", "--max-tokens", "12",
+		"--temperature", "0", "--ignore-eos", "--json", "--kv-blocks", "64")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	var got generationJSON
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	if want := tok.Encode("the cat", true); !slices.Equal(got.PromptIDs, want) {
+		t.Errorf("prompt_ids %v, want %v", got.PromptIDs, want)
+	}
+	if len(got.OutputIDs) != 12 || got.FinishReason != "length" || got.Usage.CompletionTokens != 12 {
+		t.Errorf("got %d tokens, finish %q, usage %+v; want 12, length", len(got.OutputIDs), got.FinishReason, got.Usage)
+	}
+	if want := tok.Decode(got.OutputIDs, true); got.Text != want {
+		t.Errorf("text %q, want the decoded ids %q", got.Text, want)
+	}
+	if got.Timings.LoadSeconds <= 0 || got.Timings.DecodeTokensPerSecond <= 0 || got.Timings.PrefillTokensPerSecond <= 0 {
+		t.Errorf("timings %+v", got.Timings)
+	}
+
+	// Streaming prints the same greedy text.
+	code, streamed, stderr := runCLI(t, "generate", "--model", dir, "--prompt", "the cat", "--max-tokens", "12",
+		"--temperature", "0", "--ignore-eos", "--kv-blocks", "64")
+	if code != 0 || streamed != got.Text+"\n" {
+		t.Errorf("streamed %q (exit %d, %s), want %q", streamed, code, stderr, got.Text+"\n")
+	}
+
+	// --prompt-ids gives the same as the text it encodes.
+	ids := make([]string, len(got.PromptIDs))
+	for i, id := range got.PromptIDs {
+		ids[i] = strings.TrimSpace(string(mustJSON(t, id)))
+	}
+	code, stdout, stderr = runCLI(t, "generate", "--model", dir, "--prompt-ids", strings.Join(ids, ","), "--max-tokens", "12",
+		"--temperature", "0", "--ignore-eos", "--json", "--kv-blocks", "64")
+	var again generationJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &again) != nil || !slices.Equal(again.OutputIDs, got.OutputIDs) {
+		t.Errorf("--prompt-ids run: exit %d, %s, %s", code, stdout, stderr)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestGeneratePromptsFile(t *testing.T) {
+	dir := writeTestModel(t)
+	lines := []string{
+		`{"prompt": "hello there", "max_tokens": 5, "temperature": 0}`,
+		`{"prompt_ids": [1, 2, 3], "max_tokens": 3, "temperature": 0.8, "top_p": 0.9, "top_k": 20, "min_p": 0.01, "seed": 7}`,
+		``,
+		`{"prompt_ids": [4, 5], "max_tokens": 7, "temperature": 0, "stop": ["zzz"]}`,
+		`{"prompt": "x", "temperature": 0, "stop": "q", "max_tokens": 4}`,
+		`{"prompt": "x", "max_tokenz": 4}`,
+		`{"prompt_ids": [1, 2], "max_tokens": 3, "temperature": 0.8, "seed": 7}`,
+	}
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	writeFile(t, path, []byte(strings.Join(lines, "\n")))
+	code, stdout, stderr := runCLI(t, "generate", "--model", dir, "--prompts-file", path, "--ignore-eos", "--kv-blocks", "64", "--max-num-seqs", "4")
+	if code != 1 { // the misspelled field fails its line, and only its line
+		t.Fatalf("exit %d, want 1; stderr %s", code, stderr)
+	}
+	if !strings.Contains(stderr, `unknown field "max_tokenz"`) || !strings.Contains(stderr, "prompts.jsonl:6") {
+		t.Errorf("stderr does not name the bad line: %s", stderr)
+	}
+	var got []generationJSON
+	for line := range strings.SplitSeq(strings.TrimSpace(stdout), "\n") {
+		var g generationJSON
+		if err := json.Unmarshal([]byte(line), &g); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		got = append(got, g)
+	}
+	wantTokens := []int{5, 3, 7, 4, 0, 3}
+	if len(got) != len(wantTokens) {
+		t.Fatalf("%d output lines, want %d:\n%s", len(got), len(wantTokens), stdout)
+	}
+	for i, g := range got {
+		if g.Index == nil || *g.Index != i {
+			t.Errorf("line %d has index %v", i, g.Index)
+		}
+		if len(g.OutputIDs) > wantTokens[i] || (i != 3 && i != 4 && len(g.OutputIDs) != wantTokens[i]) {
+			t.Errorf("line %d: %d tokens, want %d", i, len(g.OutputIDs), wantTokens[i])
+		}
+	}
+	if got[4].Error == "" || got[4].FinishReason != "" {
+		t.Errorf("bad line: %+v", got[4])
+	}
+	if !slices.Equal(got[1].PromptIDs, []int32{1, 2, 3}) {
+		t.Errorf("prompt_ids %v", got[1].PromptIDs)
+	}
+
+	// The same seeded line alone gives the same tokens as in the batch.
+	alone := filepath.Join(t.TempDir(), "alone.jsonl")
+	writeFile(t, alone, []byte(lines[1]+"\n"))
+	code, stdout, stderr = runCLI(t, "generate", "--model", dir, "--prompts-file", alone, "--ignore-eos", "--kv-blocks", "64")
+	var one generationJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &one) != nil || !slices.Equal(one.OutputIDs, got[1].OutputIDs) {
+		t.Errorf("seeded line alone: exit %d, %s %s; batch gave %v", code, stdout, stderr, got[1].OutputIDs)
+	}
+}
+
+func TestGenerateUsageErrors(t *testing.T) {
+	dir := writeTestModel(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"help", []string{"--help"}, 0, "usage: gollm generate"},
+		{"no prompt", []string{"--model", dir}, 2, "exactly one of"},
+		{"two prompts", []string{"--model", dir, "--prompt", "a", "--prompt-ids", "1"}, 2, "exactly one of"},
+		{"bad ids", []string{"--model", dir, "--prompt-ids", "1,x"}, 2, "--prompt-ids"},
+		{"no model", []string{"--prompt", "hi"}, 2, "--model is required"},
+		{"missing folder", []string{"--model", filepath.Join(dir, "nope"), "--prompt", "hi"}, 1, "config.json"},
+		{"unknown flag", []string{"--frobnicate"}, 2, "unknown flag"},
+		{"prompt too long", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 300) + "1", "--kv-blocks", "64"}, 1, "prompt too long"},
+		{"bad sampling", []string{"--model", dir, "--prompt", "hi", "--top-p", "3", "--kv-blocks", "64"}, 1, "top_p"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append([]string{"generate"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultKVBlocks(t *testing.T) {
+	cfg := &weights.Config{NumHiddenLayers: 2, NumKeyValueHeads: 2, HeadDim: 16, HiddenSize: 32, NumAttentionHeads: 2,
+		IntermediateSize: 64, VocabSize: 100, MaxPositionEmbeddings: 1024}
+	// One 16-token page: 2 layers × 2 (K, V) × 16 × 2 heads × 16 × 4 bytes = 8 KiB.
+	tests := []struct {
+		name      string
+		available int64
+		maxSeqs   int
+		want      int
+	}{
+		{"capped by sequences", 1 << 40, 4, 4 * 64},
+		// 27040 parameters (4 bytes each) and room for 100 pages in a quarter of the rest.
+		{"capped by memory", 4*27040 + 4*8192*100, 1000, 100},
+		{"at least one context", 1 << 10, 4, 64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := defaultKVBlocks(cfg, 16, tc.maxSeqs, tc.available); got != tc.want {
+				t.Fatalf("defaultKVBlocks = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
