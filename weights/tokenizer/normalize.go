@@ -59,11 +59,22 @@ func replaceAll(s string, p pattern, content string) string {
 	return sb.String()
 }
 
-// lowercaseNormalizer lower-cases with Go's simple case mapping (HuggingFace uses Rust's full
-// mapping, which differs for a handful of characters such as U+0130).
+// lowercaseNormalizer lower-cases rune by rune like Rust's char::to_lowercase: the simple case
+// mapping plus SpecialCasing's one unconditional expansion, U+0130 → "i\u0307"; no final-sigma rule.
 type lowercaseNormalizer struct{}
 
-func (lowercaseNormalizer) normalize(s string) string { return strings.ToLower(s) }
+func (lowercaseNormalizer) normalize(s string) string {
+	var sb strings.Builder
+	sb.Grow(len(s))
+	for _, r := range s {
+		if r == '\u0130' {
+			sb.WriteString("i\u0307")
+			continue
+		}
+		sb.WriteRune(unicode.ToLower(r))
+	}
+	return sb.String()
+}
 
 // stripNormalizer removes leading and/or trailing white space.
 type stripNormalizer struct{ left, right bool }

