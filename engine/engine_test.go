@@ -27,6 +27,8 @@ func runAlone(t *testing.T, m Model, reqs []Request) []result {
 	e := newEngine(t, m, Config{DisablePrefixCaching: true})
 	out := make([]result, len(reqs))
 	for i, req := range reqs {
+		// The top two logprobs let checkSame say whether a mismatch is a near-tie.
+		req.Logprobs, req.TopLogprobs = true, 2
 		s, err := e.Add(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -56,12 +58,23 @@ func runConcurrent(t *testing.T, e *Engine, reqs []Request) []result {
 	return out
 }
 
-// checkSame compares batched results with the reference, token for token.
+// checkSame compares batched results with the reference, token for token. On a mismatch it reports
+// the reference's gap between its two best logits at that position: a gap near float32 rounding
+// would mean batching changed the arithmetic order (tolerable), a large one a real bug.
 func checkSame(t *testing.T, got, want []result) {
 	t.Helper()
 	for i := range want {
 		if !slices.Equal(got[i].ids, want[i].ids) || got[i].reason != want[i].reason {
-			t.Errorf("request %d: got %v (%s), alone %v (%s)", i, got[i].ids, got[i].reason, want[i].ids, want[i].reason)
+			gap := "n/a"
+			for k := range min(len(got[i].ids), len(want[i].ids)) {
+				if got[i].ids[k] != want[i].ids[k] && k < len(want[i].logprobs) && len(want[i].logprobs[k].Top) == 2 {
+					top := want[i].logprobs[k].Top
+					gap = fmt.Sprintf("%.3g at token %d", top[0].Logprob-top[1].Logprob, k)
+					break
+				}
+			}
+			t.Errorf("request %d: got %v (%s), alone %v (%s); reference top-2 logit gap %s",
+				i, got[i].ids, got[i].reason, want[i].ids, want[i].reason, gap)
 		}
 		if got[i].text != want[i].text {
 			t.Errorf("request %d: text %q, alone %q", i, got[i].text, want[i].text)
@@ -334,4 +347,43 @@ func TestCloseDrainsOrAborts(t *testing.T) {
 			t.Fatalf("request at close: %q, %v; want abort, ErrClosed", r.reason, r.err)
 		}
 	})
+}
+
+// BenchmarkEngineGreedy measures end-to-end generation throughput (tokens/s over all requests) of
+// the tiny random model through the whole engine: scheduling, the CPU forward pass, sampling and
+// detokenization, with 1 and 16 concurrent requests.
+func BenchmarkEngineGreedy(b *testing.B) {
+	m := loadTinyModel(b, writeTinyModel(b, 1), 512, 16)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprint("seqs=", n), func(b *testing.B) {
+			e := newEngine(b, m, Config{})
+			reqs := make([]Request, n)
+			for i := range reqs {
+				reqs[i] = Request{PromptIDs: randomPrompt(rng, 32), MaxTokens: 64, IgnoreEOS: true}
+			}
+			tokens := 0
+			start := time.Now()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for _, req := range reqs {
+					wg.Go(func() {
+						s, err := e.Add(context.Background(), req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for {
+							if _, err := s.Recv(context.Background()); err != nil {
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				tokens += n * 64
+			}
+			b.ReportMetric(float64(tokens)/time.Since(start).Seconds(), "tok/s")
+		})
+	}
 }
