@@ -47,8 +47,9 @@ func (w *walker) loadQ(first int, src []float32, n int, scale float32) {
 }
 
 // walk runs online softmax for vectors [0, n) of the tile over the keys [keyStart, keyEnd) of KV head head,
-// read through the block table. With masked, vector r sees only keys below w.limit[r] (every vector must
-// see key keyStart, which holds for causal attention walked from key 0). It leaves (m, l, acc) per vector.
+// read through the block table. With masked, vector r sees only keys below w.limit[r]; every vector must
+// see at least one key (true of causal attention walked from key 0), or its l stays 0. It leaves
+// (m, l, acc) per vector.
 func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int, masked bool) {
 	d, bs := w.headDim, w.blockSize
 	stride := c.NumKVHeads * d
