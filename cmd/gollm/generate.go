@@ -20,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/internal/defaultmodel"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/tokenizer"
@@ -59,7 +60,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs := pflag.NewFlagSet("generate", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o generateOptions
-	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json)")
+	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json); default: the built-in "+defaultmodel.Name()+" model")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt text (encoded with the model's special tokens, e.g. BOS)")
 	fs.StringVar(&o.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids, e.g. 1,2,3")
 	fs.StringVar(&o.promptsFile, "prompts-file", "", "JSONL file, one request per line ({\"prompt\": ...} or {\"prompt_ids\": [...]}, plus OpenAI sampling fields); writes one JSON line per request, in order")
@@ -82,7 +83,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gollm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl) [flags]")
+		fmt.Fprintln(stderr, "usage: gollm generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl) [flags]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -122,8 +123,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if o.modelDir == "" {
 		dir, err := defaultModelDir()
 		if err != nil {
-			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
-			return 2
+			fmt.Fprintf(stderr, "gollm generate: no --model given and the built-in model is unavailable: %v\n", err)
+			return 1
 		}
 		o.modelDir = dir
 	}
@@ -177,11 +178,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return 0
 }
 
-// defaultModelDir is the model used when --model is not given. Hook: internal/defaultmodel.Dir()
-// will provide an embedded default model here.
-func defaultModelDir() (string, error) {
-	return "", errors.New("--model is required (no default model is built in yet)")
-}
+// defaultModelDir is the model used when --model is not given: the embedded default model, written
+// to the user's cache directory on first use.
+func defaultModelDir() (string, error) { return defaultmodel.Dir() }
 
 // applySamplingFlags overrides the model's sampling defaults with the flags the user gave.
 func applySamplingFlags(fs *pflag.FlagSet, o *generateOptions, p *engine.SamplingParams) {

@@ -240,7 +240,6 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"no prompt", []string{"--model", dir}, 2, "exactly one of"},
 		{"two prompts", []string{"--model", dir, "--prompt", "a", "--prompt-ids", "1"}, 2, "exactly one of"},
 		{"bad ids", []string{"--model", dir, "--prompt-ids", "1,x"}, 2, "--prompt-ids"},
-		{"no model", []string{"--prompt", "hi"}, 2, "--model is required"},
 		{"missing folder", []string{"--model", filepath.Join(dir, "nope"), "--prompt", "hi"}, 1, "config.json"},
 		{"unknown flag", []string{"--frobnicate"}, 2, "unknown flag"},
 		{"prompt too long", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 300) + "1", "--kv-blocks", "64"}, 1, "prompt too long"},
@@ -277,5 +276,19 @@ func TestDefaultKVBlocks(t *testing.T) {
 				t.Fatalf("defaultKVBlocks = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// Without --model, generate runs the built-in model (written to the user cache directory).
+func TestGenerateDefaultModel(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	code, stdout, stderr := runCLI(t, "generate", "--prompt", "func main() {", "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json")
+	var got generationJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if len(got.OutputIDs) != 4 || got.FinishReason != "length" || got.Text == "" {
+		t.Fatalf("got %+v", got)
 	}
 }
