@@ -9,13 +9,13 @@ type Chunk struct {
 	Start int
 	// Len is the number of tokens in the chunk; 1 for a decode.
 	Len int
-	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]. Read only.
+	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs.
 	Tokens []int32
 	// BlockTable is the sequence's block table (physical block ids), covering at least ContextLen
 	// positions. Read only; its entries never change.
 	BlockTable []int32
 	// SlotMapping holds the cache slot of each of the chunk's tokens: the model writes the KV of
-	// token i at slot SlotMapping[i] (block*BlockSize + offset).
+	// token i at slot SlotMapping[i] (block*BlockSize + offset). A part of Batch.SlotMapping.
 	SlotMapping []int32
 	// ContextLen is Start+Len: the number of positions the chunk's last token attends to.
 	ContextLen int
@@ -44,6 +44,10 @@ type Batch struct {
 	NumDecodes int
 	// NumTokens is the sum of the chunks' Len; never above Config.MaxNumBatchedTokens.
 	NumTokens int
+	// TokenIDs, Positions and SlotMapping are the step's flat inputs: the chunks' tokens, their
+	// positions in their sequences and their cache slots, concatenated in chunk order (NumTokens
+	// each). Chunk i's tokens are at [sum of Len of chunks before i, that + Chunks[i].Len).
+	TokenIDs, Positions, SlotMapping []int32
 	// NumLogits is the number of chunks with NeedsLogits: the length Update expects of sampled.
 	NumLogits int
 	// Preempted lists the sequences preempted while scheduling this step: their blocks were freed

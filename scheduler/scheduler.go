@@ -146,7 +146,7 @@ func (s *Scheduler) Schedule() *Batch {
 		panic("scheduler: Schedule called before Update or Discard of the previous batch")
 	}
 	s.step++
-	b := &Batch{step: s.step}
+	b := &Batch{step: s.step, Chunks: make([]Chunk, 0, min(s.cfg.MaxNumSeqs, len(s.running)+len(s.waiting)))}
 	budget := s.cfg.MaxNumBatchedTokens
 
 	// 1. Decodes, in arrival order. The tail of running is never scheduled before the current
@@ -208,6 +208,7 @@ func (s *Scheduler) Schedule() *Batch {
 	}
 
 	if !b.Empty() {
+		s.finalize(b)
 		s.pending = b
 	}
 	return b
@@ -270,27 +271,43 @@ func (s *Scheduler) preempt(seq *Sequence) {
 	s.waiting = slices.Insert(s.waiting, i, seq)
 }
 
-// addChunk appends seq's next n tokens to the batch.
+// addChunk appends seq's next n tokens to the batch; finalize fills in the token, position and
+// slot slices.
 func (s *Scheduler) addChunk(b *Batch, seq *Sequence, n int) {
 	table, err := s.pool.BlockTable(seq.id)
 	if err != nil {
 		panic(fmt.Sprintf("scheduler: chunk of %v: %v", seq, err))
 	}
 	start, end := seq.numComputed, seq.numComputed+n
-	c := Chunk{
+	b.Chunks = append(b.Chunks, Chunk{
 		Seq:         seq,
 		Start:       start,
 		Len:         n,
-		Tokens:      seq.tokens[start:end:end],
 		BlockTable:  table,
-		SlotMapping: kvcache.SlotMapping(make([]int32, 0, n), table, s.pool.BlockSize(), start, end),
 		ContextLen:  end,
 		NeedsLogits: end == len(seq.tokens),
-	}
-	b.Chunks = append(b.Chunks, c)
+	})
 	b.NumTokens += n
-	if c.NeedsLogits {
+	if end == len(seq.tokens) {
 		b.NumLogits++
+	}
+}
+
+// finalize builds the batch's flat token, position and slot slices (one allocation each) and
+// points every chunk at its part of them.
+func (s *Scheduler) finalize(b *Batch) {
+	b.TokenIDs = make([]int32, 0, b.NumTokens)
+	b.Positions = make([]int32, 0, b.NumTokens)
+	b.SlotMapping = make([]int32, 0, b.NumTokens)
+	for i := range b.Chunks {
+		c := &b.Chunks[i]
+		off := len(b.TokenIDs)
+		b.TokenIDs = append(b.TokenIDs, c.Seq.tokens[c.Start:c.Start+c.Len]...)
+		b.Positions = c.AppendPositions(b.Positions)
+		b.SlotMapping = kvcache.SlotMapping(b.SlotMapping, c.BlockTable, s.pool.BlockSize(), c.Start, c.Start+c.Len)
+		end := off + c.Len
+		c.Tokens = b.TokenIDs[off:end:end]
+		c.SlotMapping = b.SlotMapping[off:end:end]
 	}
 }
 
