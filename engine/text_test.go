@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -239,4 +240,80 @@ func TestStopMatcher(t *testing.T) {
 			t.Errorf("find(%q, %d) = %d, %q, %v; want %d, %q, %v", f.text, f.from, pos, stop, ok, f.pos, f.stop, f.matched)
 		}
 	}
+}
+
+// TestStopStringsRandomized follows random token chains through the engine with random stop strings
+// and checks the outcome against a direct reference: the request ends at the first token whose text
+// contains a stop string, the text is cut before the earliest match, and everything streamed before
+// the end is a prefix of the final text.
+func TestStopStringsRandomized(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	m := newCountingModel(300, 1000, 4, 256)
+	e := newEngine(t, m, Config{})
+	letters := "abcdef"
+	for trial := range 200 {
+		// A random successor for each letter (the fake model is shared, so set it before each run).
+		clear(m.script)
+		for i := range len(letters) {
+			m.script[int32(letters[i])] = int32(letters[rng.IntN(len(letters))])
+		}
+		var stops []string
+		for range 1 + rng.IntN(3) {
+			n := 1 + rng.IntN(4)
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = letters[rng.IntN(len(letters))]
+			}
+			stops = append(stops, string(b))
+		}
+		maxTokens := 1 + rng.IntN(12)
+		prompt := int32(letters[rng.IntN(len(letters))])
+
+		// Reference.
+		var wantIDs []int32
+		wantText, wantStop, wantReason := "", "", FinishLength
+		text := ""
+		for tok := prompt; len(wantIDs) < maxTokens; {
+			tok = m.script[tok]
+			wantIDs = append(wantIDs, tok)
+			text += string(rune(tok))
+			pos, stop := -1, ""
+			for _, s := range stops {
+				if i := strings.Index(text, s); i >= 0 && (pos < 0 || i < pos || (i == pos && len(s) > len(stop))) {
+					pos, stop = i, s
+				}
+			}
+			if pos >= 0 {
+				text, wantStop, wantReason = text[:pos], stop, FinishStop
+				break
+			}
+		}
+		wantText = text
+
+		s, err := e.Add(context.Background(), Request{PromptIDs: []int32{prompt}, MaxTokens: maxTokens, Stop: stops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		var deltas []string
+		var final Output
+		for {
+			o, err := s.Recv(context.Background())
+			if err != nil {
+				break
+			}
+			got = append(got, o.TokenIDs...)
+			deltas = append(deltas, o.Text)
+			final = o
+		}
+		gotText := strings.Join(deltas, "")
+		if !slices.Equal(got, wantIDs) || gotText != wantText || final.StopString != wantStop || final.FinishReason != wantReason {
+			t.Fatalf("trial %d (script %v, stops %q, max %d): got %v %q %q %q, want %v %q %q %q", trial, m.script, stops, maxTokens,
+				got, gotText, final.StopString, final.FinishReason, wantIDs, wantText, wantStop, wantReason)
+		}
+		if streamed := strings.Join(deltas[:len(deltas)-1], ""); !strings.HasPrefix(wantText, streamed) {
+			t.Fatalf("trial %d: streamed %q before the end, final text %q", trial, streamed, wantText)
+		}
+	}
+	closeAndCheckPool(t, e)
 }
