@@ -9,6 +9,9 @@ type Chunk struct {
 	Start int
 	// Len is the number of tokens in the chunk; 1 for a decode.
 	Len int
+	// Offset is the index of the chunk's first token in the batch's flat slices (TokenIDs,
+	// Positions, SlotMapping): the chunk's query start.
+	Offset int
 	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs.
 	Tokens []int32
 	// BlockTable is the sequence's block table (physical block ids), covering at least ContextLen
@@ -46,8 +49,11 @@ type Batch struct {
 	NumTokens int
 	// TokenIDs, Positions and SlotMapping are the step's flat inputs: the chunks' tokens, their
 	// positions in their sequences and their cache slots, concatenated in chunk order (NumTokens
-	// each). Chunk i's tokens are at [sum of Len of chunks before i, that + Chunks[i].Len).
+	// each); chunk c's part is [c.Offset, c.Offset+c.Len).
 	TokenIDs, Positions, SlotMapping []int32
+	// LogitIndices holds, for each chunk with NeedsLogits in chunk order, the flat index of its
+	// last token (c.Offset+c.Len-1): the rows whose logits the engine samples (NumLogits of them).
+	LogitIndices []int32
 	// NumLogits is the number of chunks with NeedsLogits: the length Update expects of sampled.
 	NumLogits int
 	// Preempted lists the sequences preempted while scheduling this step: their blocks were freed

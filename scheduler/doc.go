@@ -12,12 +12,12 @@
 //
 // The engine's loop is three calls around the forward pass:
 //
-//	b := s.Schedule()            // who runs, which tokens, their slots; KV blocks reserved
-//	// flatten b.Chunks (decodes first, then prefill chunks) into the model's step: Tokens,
-//	// positions (AppendPositions), SlotMapping, BlockTable, ContextLen; compute logits for
-//	// the chunks with NeedsLogits and sample one token for each, in chunk order.
-//	seqs, err := s.Update(b, sampled) // tokens computed and appended; stop/length applied
-//	// stream each seq's LastToken; report the finished ones (seq.Finished()) and b.Finished.
+//	b := s.Schedule()                 // who runs, which tokens, their slots; KV blocks reserved
+//	// the model's flat step: b.TokenIDs, b.Positions, b.SlotMapping (NumTokens each, decodes
+//	// first); per chunk c: c.Offset (query start), c.Len, c.ContextLen, c.BlockTable. Compute
+//	// logits at rows b.LogitIndices and sample one token per row.
+//	seqs, err := s.Update(b, sampled) // tokens computed and appended; stop tokens, MaxTokens
+//	// stream each seq's LastToken; report those with seq.Finished() and those in b.Finished.
 //
 // Requests enter with [Scheduler.Add] and leave by finishing (stop token, MaxTokens), by
 // [Scheduler.Finish] or [Scheduler.Abort]; a finished sequence's blocks are released at once, so a

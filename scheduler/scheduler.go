@@ -299,9 +299,14 @@ func (s *Scheduler) finalize(b *Batch) {
 	b.TokenIDs = make([]int32, 0, b.NumTokens)
 	b.Positions = make([]int32, 0, b.NumTokens)
 	b.SlotMapping = make([]int32, 0, b.NumTokens)
+	b.LogitIndices = make([]int32, 0, b.NumLogits)
 	for i := range b.Chunks {
 		c := &b.Chunks[i]
 		off := len(b.TokenIDs)
+		c.Offset = off
+		if c.NeedsLogits {
+			b.LogitIndices = append(b.LogitIndices, int32(off+c.Len-1))
+		}
 		b.TokenIDs = append(b.TokenIDs, c.Seq.tokens[c.Start:c.Start+c.Len]...)
 		b.Positions = c.AppendPositions(b.Positions)
 		b.SlotMapping = kvcache.SlotMapping(b.SlotMapping, c.BlockTable, s.pool.BlockSize(), c.Start, c.Start+c.Len)
@@ -384,7 +389,9 @@ func (s *Scheduler) Discard(b *Batch) error {
 
 // Finish ends an unfinished sequence for the given reason (FinishStop when the engine matched a stop
 // string, FinishAbort, ...) and releases its blocks now. It may be called between Schedule and
-// Update: the sequence's chunk is then skipped by Update.
+// Update: the batch may still be run as it is (the sequence's chunk then writes only into blocks
+// that nobody reads before they are written again), and Update ignores the chunk and its sampled
+// token. Finishing a finished sequence returns an error wrapping [ErrFinished].
 func (s *Scheduler) Finish(seq *Sequence, reason FinishReason) error {
 	if seq.status == StatusFinished {
 		return fmt.Errorf("scheduler: finish sequence %d: %w", seq.id, ErrFinished)

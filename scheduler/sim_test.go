@@ -355,13 +355,20 @@ func checkBatch(t *testing.T, s *Scheduler, b *Batch, decoding []*Sequence) {
 			owner[slot/int32(bs)] = seq
 		}
 	}
-	var ids, positions, slots []int32
+	var ids, positions, slots, logitRows []int32
 	for _, c := range b.Chunks {
+		if c.Offset != len(ids) {
+			t.Fatalf("chunk of %v at offset %d, want %d", c.Seq, c.Offset, len(ids))
+		}
+		if c.NeedsLogits {
+			logitRows = append(logitRows, int32(len(ids)+c.Len-1))
+		}
 		ids = append(ids, c.Tokens...)
 		positions = c.AppendPositions(positions)
 		slots = append(slots, c.SlotMapping...)
 	}
-	if !slices.Equal(ids, b.TokenIDs) || !slices.Equal(positions, b.Positions) || !slices.Equal(slots, b.SlotMapping) {
+	if !slices.Equal(ids, b.TokenIDs) || !slices.Equal(positions, b.Positions) || !slices.Equal(slots, b.SlotMapping) ||
+		!slices.Equal(logitRows, b.LogitIndices) {
 		t.Fatalf("flat batch inputs disagree with the chunks")
 	}
 	if total != b.NumTokens || logits != b.NumLogits {
@@ -453,4 +460,24 @@ func TestSimulation(t *testing.T) {
 			t.Errorf("no %s in any simulation", name)
 		}
 	}
+}
+
+func FuzzSimulation(f *testing.F) {
+	f.Add(uint64(1), uint8(4), uint8(6), uint8(2), uint8(8), true)
+	f.Add(uint64(2), uint8(1), uint8(3), uint8(1), uint8(1), false)
+	f.Add(uint64(3), uint8(16), uint8(2), uint8(4), uint8(20), true)
+	f.Fuzz(func(t *testing.T, seed uint64, blockSize, numBlocks, maxSeqs, extraBudget uint8, prefix bool) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		seqs := 1 + int(maxSeqs%8)
+		simulate(t, r, simConfig{
+			pool:      kvcache.Config{NumBlocks: 1 + int(numBlocks%64), BlockSize: 1 + int(blockSize%16), PrefixCaching: prefix},
+			sched:     Config{MaxNumSeqs: seqs, MaxNumBatchedTokens: seqs + int(extraBudget%64)},
+			numSeqs:   1 + r.IntN(12),
+			maxPrompt: 1 + r.IntN(40),
+			maxOutput: 1 + r.IntN(20),
+			arrivals:  r.IntN(10),
+			abortProb: 0.05,
+			discard:   0.05,
+		})
+	})
 }
