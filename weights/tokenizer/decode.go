@@ -55,6 +55,26 @@ func byteFallbackValue(tok string) (byte, bool) {
 	return byte(v), true
 }
 
+func isByteFallbackToken(tok string) bool {
+	_, ok := byteFallbackValue(tok)
+	return ok
+}
+
+// hasByteFallback reports whether a decoder chain contains ByteFallback.
+func hasByteFallback(d decoder) bool {
+	switch d := d.(type) {
+	case byteFallbackDecoder:
+		return true
+	case sequenceDecoder:
+		for _, sub := range d {
+			if hasByteFallback(sub) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (byteFallbackDecoder) decodeChain(tokens []string) []string {
 	out := tokens[:0:0]
 	var pending []byte

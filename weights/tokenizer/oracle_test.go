@@ -195,3 +195,8 @@ func TestOracle(t *testing.T) {
 		})
 	}
 }
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -30,7 +30,13 @@ func (t *Tokenizer) NewStreamDecoder(skipSpecial bool) *StreamDecoder {
 // Next adds one id and returns the text it completes, possibly empty.
 func (d *StreamDecoder) Next(id int32) string {
 	d.window = append(d.window, id)
-	text := d.t.Decode(d.window, d.skipSpecial)
+	// ByteFallback decodes a run of <0xNN> tokens as a whole, and one invalid byte turns the
+	// whole run into U+FFFDs, so a run still open at the end is held back entirely.
+	stable := len(d.window)
+	if d.t.byteFallbackDecode {
+		stable = d.t.openByteRunStart(d.window, d.skipSpecial)
+	}
+	text := d.t.Decode(d.window[:stable], d.skipSpecial)
 	if !strings.HasPrefix(text, d.emitted) {
 		// The decoders we implement never rewrite text they have already produced, given the
 		// context the window keeps; should one do so, hold everything back until Flush.
@@ -42,10 +48,28 @@ func (d *StreamDecoder) Next(id int32) string {
 	}
 	delta := text[len(d.emitted):safe]
 	d.emitted = text[:safe]
-	if safe == len(text) && len(d.window) > 2*streamWindow {
+	if stable == len(d.window) && safe == len(text) && len(d.window) > 2*streamWindow {
 		d.slide(text)
 	}
 	return delta
+}
+
+// openByteRunStart returns where the trailing run of <0xNN> tokens of ids begins (ids Decode
+// drops do not interrupt a run), or len(ids) when ids do not end in one.
+func (t *Tokenizer) openByteRunStart(ids []int32, skipSpecial bool) int {
+	start := len(ids)
+	for i := len(ids) - 1; i >= 0; i-- {
+		tok, ok := t.Token(ids[i])
+		switch {
+		case !ok || skipSpecial && t.IsSpecial(ids[i]):
+			continue // dropped by Decode
+		case isByteFallbackToken(tok):
+			start = i
+			continue
+		}
+		break
+	}
+	return start
 }
 
 // Flush returns the text still held back and resets the decoder for a new sequence.

@@ -26,6 +26,8 @@ type Tokenizer struct {
 	rawBytes   bool // the model reads raw bytes: the final ByteLevel mapping is skipped
 	post       postProcessor
 	decoder    decoder
+
+	byteFallbackDecode bool // the decoder has ByteFallback (see StreamDecoder)
 }
 
 // Load reads a tokenizer.json file.
@@ -136,6 +138,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.decoder, err = buildDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
+	t.byteFallbackDecode = hasByteFallback(t.decoder)
 	t.useRawBytes()
 	return t, nil
 }
