@@ -1,0 +1,634 @@
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// RaiseError is the error a template raises itself with raise_exception(message), typically to
+// reject a conversation it cannot format (roles that do not alternate, an unsupported role).
+type RaiseError struct{ Message string }
+
+func (e *RaiseError) Error() string { return "chattemplate: template error: " + e.Message }
+
+// arg returns args[i], or kw[name], or def.
+func arg(args []value, kw *dict, i int, name string, def value) value {
+	if i < len(args) {
+		return args[i]
+	}
+	if kw != nil {
+		if v, ok := kw.m[name]; ok {
+			return v
+		}
+	}
+	return def
+}
+
+// applyFilter evaluates f's arguments and applies it to v.
+func (r *renderer) applyFilter(f *filterExpr, v value, sc *scope) (value, error) {
+	args, kw, err := r.evalArgs(f.args, f.kwNames, f.kwValues, sc)
+	if err != nil {
+		return nil, err
+	}
+	out, err := filter(r, f.name, v, args, kw)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: offset %d: filter %s: %w", f.pos, f.name, err)
+	}
+	return out, nil
+}
+
+// filter applies the named filter.
+func filter(r *renderer, name string, v value, args []value, kw *dict) (value, error) {
+	switch name {
+	case "trim":
+		s, err := wantString(v)
+		if err != nil {
+			return nil, err
+		}
+		if chars := arg(args, kw, 0, "chars", nil); chars != nil {
+			return strings.Trim(s, str(chars)), nil
+		}
+		return strings.TrimFunc(s, isSpace), nil
+	case "upper":
+		return strings.ToUpper(str(v)), nil
+	case "lower":
+		return strings.ToLower(str(v)), nil
+	case "capitalize":
+		return capitalize(str(v)), nil
+	case "title":
+		return title(str(v)), nil
+	case "string":
+		return str(v), nil
+	case "safe", "e", "escape", "forceescape":
+		if name == "safe" {
+			return v, nil
+		}
+		return htmlEscape(str(v)), nil
+	case "length", "count":
+		return length(v)
+	case "tojson":
+		indent := ""
+		switch n := arg(args, kw, 0, "indent", nil).(type) {
+		case int64:
+			indent = strings.Repeat(" ", int(n))
+		case string:
+			indent = n
+		}
+		sortKeys := truthy(arg(args, kw, 99, "sort_keys", false))
+		var b strings.Builder
+		if err := toJSON(&b, v, indent, 0, sortKeys); err != nil {
+			return nil, err
+		}
+		return b.String(), nil
+	case "join":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		sep := str(arg(args, kw, 0, "d", ""))
+		attr := arg(args, kw, 1, "attribute", nil)
+		parts := make([]string, len(items))
+		for i, it := range items {
+			if attr != nil {
+				if it, err = getItem(it, attr); err != nil {
+					return nil, err
+				}
+			}
+			parts[i] = str(it)
+		}
+		return strings.Join(parts, sep), nil
+	case "default", "d":
+		def := arg(args, kw, 0, "default_value", "")
+		boolean := truthy(arg(args, kw, 1, "boolean", false))
+		if _, undef := v.(undefined); undef || boolean && !truthy(v) {
+			return def, nil
+		}
+		return v, nil
+	case "first", "last":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			return undefined{name: name}, nil
+		}
+		if name == "first" {
+			return items[0], nil
+		}
+		return items[len(items)-1], nil
+	case "list":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		return &list{items: append([]value{}, items...)}, nil
+	case "reverse":
+		if s, ok := v.(string); ok {
+			runes := []rune(s)
+			for i, j := 0, len(runes)-1; i < j; i, j = i+1, j-1 {
+				runes[i], runes[j] = runes[j], runes[i]
+			}
+			return string(runes), nil
+		}
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		out := &list{items: make([]value, len(items))}
+		for i, it := range items {
+			out.items[len(items)-1-i] = it
+		}
+		return out, nil
+	case "sort", "unique", "min", "max":
+		return sortFilter(name, v, args, kw)
+	case "dictsort":
+		d, ok := v.(*dict)
+		if !ok {
+			return nil, fmt.Errorf("dictsort needs a dict, got %s", typeName(v))
+		}
+		keys := append([]string{}, d.keys...)
+		sort.Strings(keys)
+		out := &list{}
+		for _, k := range keys {
+			out.items = append(out.items, &list{items: []value{k, d.m[k]}, tuple: true})
+		}
+		return out, nil
+	case "items":
+		d, ok := v.(*dict)
+		if !ok {
+			if _, undef := v.(undefined); undef {
+				return &list{}, nil
+			}
+			return nil, fmt.Errorf("items needs a dict, got %s", typeName(v))
+		}
+		return dictItems(d), nil
+	case "int":
+		return toInt(v, arg(args, kw, 0, "default", int64(0)))
+	case "float":
+		return toFloatFilter(v, arg(args, kw, 0, "default", 0.0))
+	case "abs":
+		switch x := v.(type) {
+		case int64:
+			if x < 0 {
+				return -x, nil
+			}
+			return x, nil
+		case float64:
+			return math.Abs(x), nil
+		}
+		return nil, fmt.Errorf("bad operand type for abs(): %s", typeName(v))
+	case "round":
+		f, ok := toFloat(v)
+		if !ok {
+			return nil, fmt.Errorf("round needs a number, got %s", typeName(v))
+		}
+		prec, _ := arg(args, kw, 0, "precision", int64(0)).(int64)
+		method := str(arg(args, kw, 1, "method", "common"))
+		p := math.Pow(10, float64(prec))
+		switch method {
+		case "ceil":
+			return math.Ceil(f*p) / p, nil
+		case "floor":
+			return math.Floor(f*p) / p, nil
+		}
+		return math.Round(f*p) / p, nil
+	case "replace":
+		s := str(v)
+		old, repl := str(arg(args, kw, 0, "old", "")), str(arg(args, kw, 1, "new", ""))
+		n := -1
+		if c, ok := arg(args, kw, 2, "count", nil).(int64); ok {
+			n = int(c)
+		}
+		return strings.Replace(s, old, repl, n), nil
+	case "indent":
+		return indentFilter(v, args, kw)
+	case "wordcount":
+		return int64(len(strings.Fields(str(v)))), nil
+	case "sum":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		var total value = arg(args, kw, 1, "start", int64(0))
+		attr := arg(args, kw, 0, "attribute", nil)
+		for _, it := range items {
+			if attr != nil {
+				if it, err = getItem(it, attr); err != nil {
+					return nil, err
+				}
+			}
+			if total, err = arithmetic("+", total, it); err != nil {
+				return nil, err
+			}
+		}
+		return total, nil
+	case "map":
+		return mapFilter(r, v, args, kw)
+	case "select", "reject", "selectattr", "rejectattr":
+		return selectFilter(name, v, args)
+	case "batch":
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		n, ok := arg(args, kw, 0, "linecount", nil).(int64)
+		if !ok || n <= 0 {
+			return nil, errors.New("batch needs a positive size")
+		}
+		out := &list{}
+		for i := 0; i < len(items); i += int(n) {
+			out.items = append(out.items, &list{items: append([]value{}, items[i:min(len(items), i+int(n))]...)})
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown filter %q", name)
+}
+
+func wantString(v value) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case undefined:
+		return "", nil
+	}
+	return str(v), nil
+}
+
+func length(v value) (value, error) {
+	switch x := v.(type) {
+	case string:
+		return int64(runeLen(x)), nil
+	case *list:
+		return int64(len(x.items)), nil
+	case *dict:
+		return int64(len(x.keys)), nil
+	case undefined:
+		return int64(0), nil
+	}
+	return nil, fmt.Errorf("object of type %s has no len()", typeName(v))
+}
+
+func dictItems(d *dict) *list {
+	out := &list{}
+	for _, k := range d.keys {
+		out.items = append(out.items, &list{items: []value{k, d.m[k]}, tuple: true})
+	}
+	return out
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	runes := []rune(strings.ToLower(s))
+	runes[0] = unicode.ToUpper(runes[0])
+	return string(runes)
+}
+
+func title(s string) string {
+	runes := []rune(s)
+	prevLetter := false
+	for i, r := range runes {
+		if unicode.IsLetter(r) {
+			if prevLetter {
+				runes[i] = unicode.ToLower(r)
+			} else {
+				runes[i] = unicode.ToUpper(r)
+			}
+			prevLetter = true
+		} else {
+			prevLetter = false
+		}
+	}
+	return string(runes)
+}
+
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s)
+}
+
+func toInt(v, def value) (value, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case float64:
+		return int64(x), nil
+	case bool:
+		return boolInt(x), nil
+	case string:
+		if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
+			return n, nil
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
+			return int64(f), nil
+		}
+	}
+	return def, nil
+}
+
+func toFloatFilter(v, def value) (value, error) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), nil
+	case float64:
+		return x, nil
+	case bool:
+		return float64(boolInt(x)), nil
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
+			return f, nil
+		}
+	}
+	return def, nil
+}
+
+func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	var reverse, caseSensitive bool
+	var attr value
+	if name == "sort" {
+		reverse = truthy(arg(args, kw, 0, "reverse", false))
+		caseSensitive = truthy(arg(args, kw, 1, "case_sensitive", false))
+		attr = arg(args, kw, 2, "attribute", nil)
+	} else {
+		caseSensitive = truthy(arg(args, kw, 0, "case_sensitive", false))
+		attr = arg(args, kw, 1, "attribute", nil)
+	}
+	key := func(x value) (value, error) {
+		if attr != nil {
+			var err error
+			if x, err = getItem(x, attr); err != nil {
+				return nil, err
+			}
+		}
+		if s, ok := x.(string); ok && !caseSensitive {
+			return strings.ToLower(s), nil
+		}
+		return x, nil
+	}
+	keys := make([]value, len(items))
+	for i, it := range items {
+		if keys[i], err = key(it); err != nil {
+			return nil, err
+		}
+	}
+	switch name {
+	case "unique":
+		out := &list{}
+		var seen []value
+		for i, it := range items {
+			dup := false
+			for _, s := range seen {
+				if equal(s, keys[i]) {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				seen = append(seen, keys[i])
+				out.items = append(out.items, it)
+			}
+		}
+		return out, nil
+	case "min", "max":
+		if len(items) == 0 {
+			return undefined{name: name}, nil
+		}
+		best := 0
+		for i := 1; i < len(items); i++ {
+			c, err := compare(keys[i], keys[best])
+			if err != nil {
+				return nil, err
+			}
+			if name == "min" && c < 0 || name == "max" && c > 0 {
+				best = i
+			}
+		}
+		return items[best], nil
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	var cmpErr error
+	sort.SliceStable(order, func(a, b int) bool {
+		c, err := compare(keys[order[a]], keys[order[b]])
+		if err != nil && cmpErr == nil {
+			cmpErr = err
+		}
+		if reverse {
+			return c > 0
+		}
+		return c < 0
+	})
+	if cmpErr != nil {
+		return nil, cmpErr
+	}
+	out := &list{items: make([]value, len(items))}
+	for i, o := range order {
+		out.items[i] = items[o]
+	}
+	return out, nil
+}
+
+func indentFilter(v value, args []value, kw *dict) (value, error) {
+	s := str(v)
+	width := "    "
+	switch w := arg(args, kw, 0, "width", int64(4)).(type) {
+	case int64:
+		width = strings.Repeat(" ", int(w))
+	case string:
+		width = w
+	}
+	first := truthy(arg(args, kw, 1, "first", false))
+	blank := truthy(arg(args, kw, 2, "blank", false))
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if i == 0 && !first {
+			continue
+		}
+		if l == "" && !blank {
+			continue
+		}
+		lines[i] = width + l
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func mapFilter(r *renderer, v value, args []value, kw *dict) (value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	out := &list{}
+	if kw != nil && hasKey(kw, "attribute") {
+		attr := kw.m["attribute"]
+		def, hasDef := kw.get("default")
+		for _, it := range items {
+			x, err := getItem(it, attr)
+			if err != nil {
+				return nil, err
+			}
+			if _, undef := x.(undefined); undef && hasDef {
+				x = def
+			}
+			out.items = append(out.items, x)
+		}
+		return out, nil
+	}
+	if len(args) == 0 {
+		return nil, errors.New("map needs a filter name or attribute=")
+	}
+	name := str(args[0])
+	for _, it := range items {
+		x, err := filter(r, name, it, args[1:], kw)
+		if err != nil {
+			return nil, err
+		}
+		out.items = append(out.items, x)
+	}
+	return out, nil
+}
+
+func selectFilter(name string, v value, args []value) (value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	byAttr := strings.HasSuffix(name, "attr")
+	keep := strings.HasPrefix(name, "select")
+	out := &list{}
+	for _, it := range items {
+		x := it
+		rest := args
+		if byAttr {
+			if len(args) == 0 {
+				return nil, errors.New("missing attribute")
+			}
+			if x, err = getItem(it, args[0]); err != nil {
+				return nil, err
+			}
+			rest = args[1:]
+		}
+		var ok bool
+		if len(rest) == 0 {
+			ok = truthy(x)
+		} else if ok, err = runTest(str(rest[0]), x, rest[1:]); err != nil {
+			return nil, err
+		}
+		if ok == keep {
+			out.items = append(out.items, it)
+		}
+	}
+	return out, nil
+}
+
+// runTest evaluates "v is name(args)".
+func runTest(name string, v value, args []value) (bool, error) {
+	a0 := func() (value, error) {
+		if len(args) == 0 {
+			return nil, fmt.Errorf("test %s needs an argument", name)
+		}
+		return args[0], nil
+	}
+	switch name {
+	case "defined":
+		_, undef := v.(undefined)
+		return !undef, nil
+	case "undefined":
+		_, undef := v.(undefined)
+		return undef, nil
+	case "none":
+		return v == nil, nil
+	case "string":
+		_, ok := v.(string)
+		return ok, nil
+	case "number":
+		switch v.(type) {
+		case int64, float64:
+			return true, nil
+		}
+		return false, nil
+	case "integer":
+		_, ok := v.(int64)
+		return ok, nil
+	case "float":
+		_, ok := v.(float64)
+		return ok, nil
+	case "boolean":
+		_, ok := v.(bool)
+		return ok, nil
+	case "true":
+		b, ok := v.(bool)
+		return ok && b, nil
+	case "false":
+		b, ok := v.(bool)
+		return ok && !b, nil
+	case "mapping":
+		_, ok := v.(*dict)
+		return ok, nil
+	case "iterable":
+		switch v.(type) {
+		case string, *list, *dict:
+			return true, nil
+		}
+		return false, nil
+	case "sequence":
+		switch v.(type) {
+		case string, *list, *dict:
+			return true, nil
+		}
+		return false, nil
+	case "callable":
+		_, ok := v.(*function)
+		return ok, nil
+	case "odd", "even":
+		n, ok := v.(int64)
+		if !ok {
+			return false, fmt.Errorf("test %s needs an integer, got %s", name, typeName(v))
+		}
+		return (n%2 != 0) == (name == "odd"), nil
+	case "divisibleby":
+		d, err := a0()
+		if err != nil {
+			return false, err
+		}
+		m, err := arithmetic("%", v, d)
+		if err != nil {
+			return false, err
+		}
+		return equal(m, int64(0)), nil
+	case "lower":
+		s := str(v)
+		return s == strings.ToLower(s), nil
+	case "upper":
+		s := str(v)
+		return s == strings.ToUpper(s), nil
+	case "eq", "equalto", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=", "in", "sameas":
+		b, err := a0()
+		if err != nil {
+			return false, err
+		}
+		op := map[string]string{"eq": "==", "equalto": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "sameas": "=="}[name]
+		if op == "" {
+			op = name
+		}
+		if name == "sameas" && (v == nil || b == nil) {
+			return v == nil && b == nil, nil
+		}
+		res, err := binary(op, v, b)
+		if err != nil {
+			return false, err
+		}
+		return res.(bool), nil
+	}
+	return false, fmt.Errorf("unknown test %q", name)
+}

@@ -1,0 +1,26 @@
+// Package chattemplate renders a model's chat template (the Jinja template of tokenizer_config.json)
+// into the prompt text the model was trained on.
+//
+// It holds its own interpreter for the subset of Jinja2 that chat templates use: text with
+// whitespace control (trim_blocks and lstrip_blocks on, as in transformers), {{ expressions }},
+// if/elif/else, for (with loop.*, else, filters, break and continue), set (names, namespace
+// attributes, blocks), macro, filter blocks and raw, the usual operators with Jinja2's precedence,
+// slicing, Python string, list and dict methods (startswith, split, strip, items, get, ...), the
+// filters and tests templates use (trim, tojson, length, map, selectattr, defined, string, ...), and
+// the globals transformers adds (raise_exception, strftime_now, namespace, range). Rendering matches
+// transformers' own renderer as reproduced by the npm package @huggingface/jinja; the tests compare
+// real templates against it byte for byte.
+//
+// The package must not tokenize: it returns text; the caller encodes it (the template writes
+// bos_token itself, so callers encode without adding special tokens again).
+//
+// Example:
+//
+//	t, err := chattemplate.Parse(folder.TokenizerConfig.ChatTemplate)
+//	if err != nil { ... }
+//	prompt, err := t.Render(chattemplate.Input{
+//		Messages:            []chattemplate.Message{{Role: "user", Content: "Hello!"}},
+//		AddGenerationPrompt: true,
+//		BOSToken:            "<|begin_of_text|>",
+//	})
+package chattemplate

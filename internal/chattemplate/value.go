@@ -1,0 +1,537 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// value is a template value: nil (None), undefined, bool, int64, float64, string, *list, *dict,
+// *function.
+type value = any
+
+// undefined is the value of a missing name, attribute or item. It renders as the empty string, is
+// false, iterates as empty, and fails in arithmetic, as Jinja2's default Undefined does.
+type undefined struct{ name string }
+
+// list is a Python list (or tuple): mutable through append, shared by reference.
+type list struct {
+	items []value
+	tuple bool
+}
+
+// dict is a Python dict with string keys, in insertion order (tojson and items() keep it).
+type dict struct {
+	keys []string
+	m    map[string]value
+	// namespace marks the object namespace() returns: its attributes can be set.
+	namespace bool
+}
+
+func newDict() *dict { return &dict{m: map[string]value{}} }
+
+func (d *dict) set(k string, v value) {
+	if _, ok := d.m[k]; !ok {
+		d.keys = append(d.keys, k)
+	}
+	d.m[k] = v
+}
+
+func (d *dict) get(k string) (value, bool) {
+	v, ok := d.m[k]
+	return v, ok
+}
+
+// function is a callable: a global, a method bound to its receiver, or a macro.
+type function struct {
+	name string
+	call func(args []value, kw *dict) (value, error)
+}
+
+// fromGo converts a Go value (as encoding/json decodes, or the package's own types) to a template
+// value. Maps become dicts with sorted keys, since Go maps have no order.
+func fromGo(v any) (value, error) {
+	switch x := v.(type) {
+	case nil, bool, int64, float64, string, *list, *dict, *function, undefined:
+		return x, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case float32:
+		return float64(x), nil
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n, nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("number %s: %w", x, err)
+		}
+		return f, nil
+	case []any:
+		l := &list{items: make([]value, len(x))}
+		for i, e := range x {
+			c, err := fromGo(e)
+			if err != nil {
+				return nil, err
+			}
+			l.items[i] = c
+		}
+		return l, nil
+	case []string:
+		l := &list{items: make([]value, len(x))}
+		for i, e := range x {
+			l.items[i] = e
+		}
+		return l, nil
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := newDict()
+		for _, k := range keys {
+			c, err := fromGo(x[k])
+			if err != nil {
+				return nil, err
+			}
+			d.set(k, c)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("unsupported value of type %T", v)
+}
+
+// typeName names a value's type the Python way, for error messages.
+func typeName(v value) string {
+	switch x := v.(type) {
+	case nil:
+		return "NoneType"
+	case undefined:
+		return "Undefined"
+	case bool:
+		return "bool"
+	case int64:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "str"
+	case *list:
+		if x.tuple {
+			return "tuple"
+		}
+		return "list"
+	case *dict:
+		if x.namespace {
+			return "Namespace"
+		}
+		return "dict"
+	case *function:
+		return "function"
+	case *loopInfo:
+		return "LoopContext"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// truthy is Python's bool(v).
+func truthy(v value) bool {
+	switch x := v.(type) {
+	case nil, undefined:
+		return false
+	case bool:
+		return x
+	case int64:
+		return x != 0
+	case float64:
+		return x != 0
+	case string:
+		return x != ""
+	case *list:
+		return len(x.items) > 0
+	case *dict:
+		return x.namespace || len(x.keys) > 0
+	}
+	return true
+}
+
+// str is Python's str(v), which {{ }} prints (undefined prints nothing).
+func str(v value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case undefined:
+		return ""
+	}
+	return repr(v)
+}
+
+// repr is Python's repr(v).
+func repr(v value) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case undefined:
+		return ""
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		return formatFloat(x)
+	case string:
+		return pyQuote(x)
+	case *list:
+		parts := make([]string, len(x.items))
+		for i, e := range x.items {
+			parts[i] = repr(e)
+		}
+		if x.tuple {
+			if len(parts) == 1 {
+				return "(" + parts[0] + ",)"
+			}
+			return "(" + strings.Join(parts, ", ") + ")"
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case *dict:
+		parts := make([]string, len(x.keys))
+		for i, k := range x.keys {
+			parts[i] = pyQuote(k) + ": " + repr(x.m[k])
+		}
+		if x.namespace {
+			return "<Namespace {" + strings.Join(parts, ", ") + "}>"
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	case *function:
+		return "<function " + x.name + ">"
+	case *loopInfo:
+		return fmt.Sprintf("<LoopContext %d/%d>", x.i+1, len(x.items))
+	}
+	return fmt.Sprint(v)
+}
+
+// formatFloat prints a float as Python's repr does: shortest round-trip digits, always with a
+// decimal point or an exponent.
+func formatFloat(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	abs := math.Abs(f)
+	if abs != 0 && (abs < 1e-4 || abs >= 1e16) {
+		s := strconv.FormatFloat(f, 'e', -1, 64)
+		// Python writes 1e-05 and 1e+16: at least two exponent digits, as Go does.
+		return s
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".") {
+		s += ".0"
+	}
+	return s
+}
+
+// pyQuote quotes a string as Python's repr does.
+func pyQuote(s string) string {
+	quote := byte('\'')
+	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
+		quote = '"'
+	}
+	var b strings.Builder
+	b.WriteByte(quote)
+	for _, r := range s {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == rune(quote):
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte(quote)
+	return b.String()
+}
+
+// equal is Python's ==.
+func equal(a, b value) bool {
+	switch x := a.(type) {
+	case int64:
+		switch y := b.(type) {
+		case int64:
+			return x == y
+		case float64:
+			return float64(x) == y
+		case bool:
+			return x == boolInt(y)
+		}
+		return false
+	case float64:
+		switch y := b.(type) {
+		case int64:
+			return x == float64(y)
+		case float64:
+			return x == y
+		case bool:
+			return x == float64(boolInt(y))
+		}
+		return false
+	case bool:
+		switch y := b.(type) {
+		case bool:
+			return x == y
+		case int64, float64:
+			return equal(boolInt(x), y)
+		}
+		return false
+	case *list:
+		y, ok := b.(*list)
+		if !ok || len(x.items) != len(y.items) || x.tuple != y.tuple {
+			return false
+		}
+		for i := range x.items {
+			if !equal(x.items[i], y.items[i]) {
+				return false
+			}
+		}
+		return true
+	case *dict:
+		y, ok := b.(*dict)
+		if !ok || len(x.keys) != len(y.keys) {
+			return false
+		}
+		for _, k := range x.keys {
+			w, ok := y.m[k]
+			if !ok || !equal(x.m[k], w) {
+				return false
+			}
+		}
+		return true
+	case undefined:
+		_, ok := b.(undefined)
+		return ok
+	case *function:
+		return a == b
+	}
+	return reflect.TypeOf(a) == reflect.TypeOf(b) && a == b
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// compare orders numbers with numbers, strings with strings and lists element-wise (Python's <);
+// other pairs are an error.
+func compare(a, b value) (int, error) {
+	if a, ok := a.(bool); ok {
+		return compare(boolInt(a), b)
+	}
+	if b, ok := b.(bool); ok {
+		return compare(a, boolInt(b))
+	}
+	switch x := a.(type) {
+	case int64:
+		switch y := b.(type) {
+		case int64:
+			return cmpOrdered(x, y), nil
+		case float64:
+			return cmpOrdered(float64(x), y), nil
+		}
+	case float64:
+		switch y := b.(type) {
+		case int64:
+			return cmpOrdered(x, float64(y)), nil
+		case float64:
+			return cmpOrdered(x, y), nil
+		}
+	case string:
+		if y, ok := b.(string); ok {
+			return strings.Compare(x, y), nil
+		}
+	case *list:
+		if y, ok := b.(*list); ok {
+			for i := 0; i < len(x.items) && i < len(y.items); i++ {
+				if equal(x.items[i], y.items[i]) {
+					continue
+				}
+				return compare(x.items[i], y.items[i])
+			}
+			return cmpOrdered(len(x.items), len(y.items)), nil
+		}
+	}
+	return 0, fmt.Errorf("cannot compare %s with %s", typeName(a), typeName(b))
+}
+
+func cmpOrdered[T int | int64 | float64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// iterate returns the items a for loop visits: a list's items, a dict's keys, a string's
+// characters; undefined and None iterate as empty.
+func iterate(v value) ([]value, error) {
+	switch x := v.(type) {
+	case nil, undefined:
+		return nil, nil
+	case *list:
+		return x.items, nil
+	case *dict:
+		out := make([]value, len(x.keys))
+		for i, k := range x.keys {
+			out[i] = k
+		}
+		return out, nil
+	case string:
+		var out []value
+		for _, r := range x {
+			out = append(out, string(r))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%s is not iterable", typeName(v))
+}
+
+// toJSON writes v as Python's json.dumps(v, ensure_ascii=False, indent=indent) does: ", " and
+// ": " separators without indent, "," and ": " with it.
+func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool) error {
+	newline := func(d int) {
+		if indent != "" {
+			b.WriteByte('\n')
+			b.WriteString(strings.Repeat(indent, d))
+		}
+	}
+	itemSep := ", "
+	if indent != "" {
+		itemSep = ","
+	}
+	switch x := v.(type) {
+	case nil, undefined:
+		b.WriteString("null")
+	case bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			b.WriteString("NaN")
+		case math.IsInf(x, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(x, -1):
+			b.WriteString("-Infinity")
+		default:
+			b.WriteString(formatFloat(x))
+		}
+	case string:
+		writeJSONString(b, x)
+	case *list:
+		if len(x.items) == 0 {
+			b.WriteString("[]")
+			return nil
+		}
+		b.WriteByte('[')
+		for i, e := range x.items {
+			if i > 0 {
+				b.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			if err := toJSON(b, e, indent, depth+1, sortKeys); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		b.WriteByte(']')
+	case *dict:
+		if len(x.keys) == 0 {
+			b.WriteString("{}")
+			return nil
+		}
+		keys := x.keys
+		if sortKeys {
+			keys = append([]string(nil), keys...)
+			sort.Strings(keys)
+		}
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			writeJSONString(b, k)
+			b.WriteString(": ")
+			if err := toJSON(b, x.m[k], indent, depth+1, sortKeys); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
+	}
+	return nil
+}
+
+// writeJSONString quotes s as Python's json module does with ensure_ascii=False: only ", \ and
+// control characters are escaped.
+func writeJSONString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
