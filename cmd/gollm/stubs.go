@@ -17,6 +17,4 @@ func notYet(name, summary string) {
 
 func init() {
 	notYet("serve", "serve an OpenAI-compatible HTTP API (not implemented yet)")
-	notYet("bench", "measure throughput and latency (not implemented yet)")
-	notYet("tokenize", "encode text to token ids or decode ids (not implemented yet)")
 }
