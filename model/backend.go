@@ -73,7 +73,8 @@ func (s Shape) QKVCols() int { return (s.NumHeads + 2*s.NumKVHeads) * s.HeadDim 
 // head and CopyToHost.
 type Backend interface {
 	// Upload takes a parameter from the checkpoint (any file dtype) and keeps it for the life of the
-	// backend: a matrix [out][in] or a vector. It is called only while loading.
+	// backend: a matrix [out][in] or a vector. It is called only while loading. t.Data may alias the
+	// checkpoint's memory map, which the caller may close after loading: keep a copy, never t.Data.
 	Upload(t *weights.Tensor) (Weight, error)
 
 	// NewTensor allocates an activation buffer [rows][cols]. The model allocates its workspace once and

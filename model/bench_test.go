@@ -18,44 +18,56 @@ func smolLM2Config() *weights.Config {
 	}
 }
 
-// BenchmarkDecode measures decode of a SmolLM2-135M-shaped random model on the CPU backend: each op is
-// one Forward of one new token per sequence at a context of 129 tokens, with one logits row per
-// sequence (the step rewrites the same position each time, so the cost stays that of context 129).
+// BenchmarkDecode measures decode of a SmolLM2-135M-shaped random model on the CPU backend, with the
+// checkpoint in bfloat16 (as SmolLM2 ships; the weights stay bfloat16) and in float32: each op is one
+// Forward of one new token per sequence at a context of 129 tokens, with one logits row per sequence
+// (the step rewrites the same position each time, so the cost stays that of context 129). tok/s counts
+// tokens of all sequences; cpu-ns/op is the process's CPU time per step (the machine is shared).
+//
+//	go test -run XXX -bench Decode ./model
 func BenchmarkDecode(b *testing.B) {
 	cfg := smolLM2Config()
-	r := newRandomModel(cfg, weights.DTypeBF16, 1)
-	for _, batch := range []int{1, 4} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			const blockSize, prompt = 16, 128
-			numBlocks := batch * (prompt/blockSize + 1)
-			m, err := load(cfg, r.get, Options{NumBlocks: numBlocks, BlockSize: blockSize}, NewCPUBackend)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			p := newPager(numBlocks, blockSize, newRand(5))
-			var chunks []chunk
-			for seq := range batch {
-				chunks = append(chunks, chunk{seq, randomTokens(newRand(uint64(seq)), prompt, cfg.VocabSize)})
-			}
-			if _, err := m.Forward(p.step(chunks...)); err != nil {
-				b.Fatal(err)
-			}
-			for seq := range chunks {
-				chunks[seq].tokens = []int32{1}
-			}
-			decode := p.step(chunks...)
-			i := 0
-			for b.Loop() {
-				for seq := range decode.Tokens {
-					decode.Tokens[seq] = int32((i*7 + seq) % cfg.VocabSize)
-				}
-				if _, err := m.Forward(decode); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			b.ReportMetric(float64(i*batch)/b.Elapsed().Seconds(), "tok/s")
-		})
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF32} {
+		r := newRandomModel(cfg, dt, 1)
+		for _, batch := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%v/batch=%d", dt, batch), func(b *testing.B) {
+				benchmarkDecode(b, r, batch)
+			})
+		}
 	}
+}
+
+func benchmarkDecode(b *testing.B, r *randomModel, batch int) {
+	const blockSize, prompt = 16, 128
+	cfg := r.cfg
+	numBlocks := batch * (prompt/blockSize + 1)
+	m, err := load(cfg, r.get, Options{NumBlocks: numBlocks, BlockSize: blockSize}, NewCPUBackend)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	p := newPager(numBlocks, blockSize, newRand(5))
+	var chunks []chunk
+	for seq := range batch {
+		chunks = append(chunks, chunk{seq, randomTokens(newRand(uint64(seq)), prompt, cfg.VocabSize)})
+	}
+	if _, err := m.Forward(p.step(chunks...)); err != nil {
+		b.Fatal(err)
+	}
+	for seq := range chunks {
+		chunks[seq].tokens = []int32{1}
+	}
+	decode := p.step(chunks...)
+	steps, cpu0 := 0, cpuTime()
+	for b.Loop() {
+		for seq := range decode.Tokens {
+			decode.Tokens[seq] = int32((steps*7 + seq) % cfg.VocabSize)
+		}
+		if _, err := m.Forward(decode); err != nil {
+			b.Fatal(err)
+		}
+		steps++
+	}
+	b.ReportMetric(float64(steps*batch)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(steps), "cpu-ns/op")
 }

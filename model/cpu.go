@@ -3,17 +3,18 @@ package model
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/weights"
 )
 
-// cpuBackend is the pure-Go reference backend. Activations are []float32; weights are converted to
-// float32 once at upload (4 bytes per parameter: about 540 MB for a 135M-parameter model, 32 GB for 8B),
-// because a float32 inner loop measured faster here than converting bfloat16 in the kernel; the KV cache
-// is one attention.Cache (float32) per layer. Matrix products split the output features across
-// GOMAXPROCS goroutines.
+// cpuBackend is the pure-Go reference backend. Activations are []float32 and the KV cache is one
+// attention.Cache (float32) per layer. Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
+// 2 bytes per parameter: about 270 MB for a 135M-parameter model, 16 GB for 8B) and are widened inside
+// the matrix-product kernels, because a decode step is bound by reading the weights and half the bytes
+// measured faster than a float32 copy; float32 and float16 checkpoints, and every vector, are converted
+// to float32 once at upload (4 bytes per parameter). All arithmetic is float32 (norms accumulate in
+// float64). Matrix products split the output features across GOMAXPROCS goroutines.
 type cpuBackend struct {
 	shape   Shape
 	caches  []*attention.Cache
@@ -28,13 +29,14 @@ type cpuBackend struct {
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once:
 // NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks).
-// Weights cost 4 bytes per parameter once uploaded (float32).
+// Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
+// float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
 	if shape.NumLayers <= 0 || shape.NumBlocks <= 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
 		shape.HeadDim <= 0 || shape.NumHeads <= 0 || len(shape.RopeInvFreq) != shape.HeadDim/2 {
 		return nil, fmt.Errorf("cpu backend: invalid shape %+v", shape)
 	}
-	b := &cpuBackend{shape: shape, workers: runtime.GOMAXPROCS(0)}
+	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
 	b.caches = make([]*attention.Cache, shape.NumLayers)
 	for l := range b.caches {
 		b.caches[l] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
@@ -57,6 +59,10 @@ func (b *cpuBackend) Upload(t *weights.Tensor) (Weight, error) {
 	if want := w.Rows * w.Cols * t.DType.Size(); len(t.Data) != want || want == 0 {
 		return Weight{}, fmt.Errorf("cpu backend: tensor %q: %d bytes of %v for shape %v", t.Name,
 			len(t.Data), t.DType, t.Shape)
+	}
+	if t.DType == weights.DTypeBF16 && len(t.Shape) == 2 && w.Cols%2 == 0 {
+		w.Data = newBF16Matrix(t.Data)
+		return w, nil
 	}
 	w.Data = t.Float32()
 	return w, nil
@@ -102,10 +108,14 @@ func grow(s []float32, n int) []float32 {
 }
 
 func (b *cpuBackend) Embed(dst Tensor, table Weight) {
-	out, tab := f32(dst), table.Data.([]float32)
-	h := table.Cols
+	out, h := f32(dst), table.Cols
 	for t, tok := range b.step.Tokens {
-		copy(out[t*h:(t+1)*h], tab[int(tok)*h:int(tok+1)*h])
+		switch tab := table.Data.(type) {
+		case []float32:
+			copy(out[t*h:(t+1)*h], tab[int(tok)*h:int(tok+1)*h])
+		case bf16Matrix:
+			decodeBF16Pairs(out[t*h:(t+1)*h], tab[int(tok)*h/2:int(tok+1)*h/2])
+		}
 	}
 }
 
@@ -136,7 +146,12 @@ func (b *cpuBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32
 }
 
 func (b *cpuBackend) MatMul(dst, x Tensor, w Weight) {
-	matMul(f32(dst), f32(x), w.Data.([]float32), x.Rows, w.Cols, w.Rows, b.workers)
+	switch data := w.Data.(type) {
+	case []float32:
+		matMul(f32(dst), f32(x), data, x.Rows, w.Cols, w.Rows, b.workers)
+	case bf16Matrix:
+		matMulBF16(f32(dst), f32(x), data, x.Rows, w.Cols, w.Rows, b.workers)
+	}
 }
 
 func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {

@@ -1,0 +1,47 @@
+// What the model's kernels share: element conversions and a block-wide reduction. Included by every .cu
+// file of this folder; build.sh compiles them (and ../../attention/prefill.cu) as one translation unit.
+//
+// Conventions of every kernel here (see ../backend_cuda.go for the Go side):
+//   - one by-value parameter struct per kernel, pointers first, then 4-byte fields, mirrored field for
+//     field by a Go struct (cuda.Launch passes its bytes as the kernel's only parameter);
+//   - activations and weight matrices are of the compute type T (float, __nv_bfloat16 or __half); the
+//     residual stream and norm gains are float; all arithmetic is float;
+//   - entry points are extern "C", named <GoOp>_<dtype> (f32, bf16, f16).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+template <typename T> struct Num;
+template <> struct Num<float> {
+	static __device__ __forceinline__ float load(float x) { return x; }
+	static __device__ __forceinline__ float store(float x) { return x; }
+};
+template <> struct Num<__nv_bfloat16> {
+	static __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+	static __device__ __forceinline__ __nv_bfloat16 store(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct Num<__half> {
+	static __device__ __forceinline__ float load(__half x) { return __half2float(x); }
+	static __device__ __forceinline__ __half store(float x) { return __float2half_rn(x); }
+};
+
+// block_sum returns the sum of v over the block (every thread gets it). blockDim.x is a multiple of 32
+// and at most 1024; scratch holds 32 floats. The block must call it uniformly.
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	__syncthreads(); // scratch may still be read by a previous call
+	if (lane == 0) scratch[warp] = v;
+	__syncthreads();
+	v = lane < warps ? scratch[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+// Instantiates KERNEL(T, name) for the three compute types.
+#define FOR_EACH_TYPE(KERNEL)                                                                               \
+	KERNEL(float, f32)                                                                                    \
+	KERNEL(__nv_bfloat16, bf16)                                                                           \
+	KERNEL(__half, f16)

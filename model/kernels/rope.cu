@@ -1,0 +1,64 @@
+// Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows), a block per token
+// row of qkv [rows][(Hq + 2·Hkv)·D]: every (head, i < D/2) pair of the q and k heads is rotated by the
+// token's position with HF LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin), in place; the
+// rotated q also goes to q_out [rows][Hq·D] (the contiguous layout the attention kernels read), and the
+// rotated k and the v of the row go to the paged caches [blocks][block_size][Hkv][D] at the row's slot
+// (slot < 0: a padding row, not stored). cos and sin are those of the float32 angle inv_freq[i]·position,
+// as transformers computes it (evaluated in double, then rounded), times attention_scaling.
+#include "common.cuh"
+
+struct RoPEParams {
+	void *qkv;              // [rows][qkv_cols] of T, rotated in place
+	void *q_out;            // [rows][num_heads·head_dim] of T
+	void *k_cache;          // [num_blocks][block_size][num_kv_heads][head_dim] of T
+	void *v_cache;
+	const int *positions;   // [rows]
+	const int *slots;       // [rows]
+	const float *inv_freq;  // [head_dim/2]
+	float attention_scaling;
+	int num_heads;
+	int num_kv_heads;
+	int head_dim;
+	int qkv_cols;
+};
+
+template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
+	const long long row = blockIdx.x;
+	const int half = p.head_dim / 2;
+	const int pos = p.positions[row];
+	const long long slot = p.slots[row];
+	T *qkv = reinterpret_cast<T *>(p.qkv) + row * p.qkv_cols;
+	T *q_out = reinterpret_cast<T *>(p.q_out) + row * (long long)p.num_heads * p.head_dim;
+	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
+	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
+	T *v_dst = reinterpret_cast<T *>(p.v_cache) + slot * kv_row;
+	const int pairs = (p.num_heads + p.num_kv_heads) * half;
+	for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+		const int h = idx / half, i = idx - h * half;
+		const float angle = p.inv_freq[i] * (float)pos;
+		double s, c;
+		sincos((double)angle, &s, &c);
+		const float cf = (float)c * p.attention_scaling, sf = (float)s * p.attention_scaling;
+		T *x = qkv + h * p.head_dim;
+		const float a = Num<T>::load(x[i]), b = Num<T>::load(x[i + half]);
+		const T lo = Num<T>::store(a * cf - b * sf), hi = Num<T>::store(b * cf + a * sf);
+		x[i] = lo;
+		x[i + half] = hi;
+		if (h < p.num_heads) {
+			q_out[h * p.head_dim + i] = lo;
+			q_out[h * p.head_dim + i + half] = hi;
+		} else if (slot >= 0) {
+			const int kh = h - p.num_heads;
+			k_dst[kh * p.head_dim + i] = lo;
+			k_dst[kh * p.head_dim + i + half] = hi;
+		}
+	}
+	if (slot >= 0) {
+		const T *v = qkv + (long long)(p.num_heads + p.num_kv_heads) * p.head_dim;
+		for (int j = threadIdx.x; j < kv_row; j += blockDim.x) v_dst[j] = v[j];
+	}
+}
+
+#define ROPE_WRITE_KV(T, TN)                                                                                  \
+	extern "C" __global__ void RoPEWriteKV_##TN(const RoPEParams p) { rope_write_kv<T>(p); }
+FOR_EACH_TYPE(ROPE_WRITE_KV)
