@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,32 @@ func BenchmarkEncode(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				tok.Encode(text, false)
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeLines encodes the same text line by line (prompt-sized inputs), as the oracle's
+// "lines" timing does with a single-threaded batch.
+func BenchmarkEncodeLines(b *testing.B) {
+	needTestdata(b, benchTextPath)
+	data, err := os.ReadFile(benchTextPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	for _, name := range tokenizerNames {
+		b.Run(name, func(b *testing.B) {
+			tok := loadTestTokenizer(b, name)
+			for _, line := range lines {
+				tok.Encode(line, false)
+			}
+			b.SetBytes(int64(len(data)))
+			b.ResetTimer()
+			for b.Loop() {
+				for _, line := range lines {
+					tok.Encode(line, false)
+				}
 			}
 		})
 	}

@@ -178,10 +178,18 @@ type symbol struct {
 	removed    bool
 }
 
-// heapMerge is a candidate merge of the symbol at pos with its right neighbour.
+// heapMerge is a candidate merge of the symbol at pos with its right neighbour; key packs
+// (rank, pos) so that one comparison orders the heap.
 type heapMerge struct {
-	rank, pos, newID int32
+	key   uint64
+	newID int32
 }
+
+func newHeapMerge(rank, pos, newID int32) heapMerge {
+	return heapMerge{key: uint64(uint32(rank))<<32 | uint64(uint32(pos)), newID: newID}
+}
+
+func (h heapMerge) pos() int32 { return int32(uint32(h.key)) }
 
 // shortWordSymbols is where mergeSymbols switches from a linear scan for the best pair to a heap.
 const shortWordSymbols = 24
@@ -246,13 +254,14 @@ func (m *bpeModel) mergeHeap(ids []int32, out []int32) []int32 {
 	h := make(mergeHeap, 0, len(ids))
 	for i := 0; i+1 < len(ids); i++ {
 		if mg, ok := m.merges[mergeKey(ids[i], ids[i+1])]; ok {
-			h = append(h, heapMerge{rank: mg.rank, pos: int32(i), newID: mg.newID})
+			h = append(h, newHeapMerge(mg.rank, int32(i), mg.newID))
 		}
 	}
 	h.init()
 	for len(h) > 0 {
 		top := h.pop()
-		cur := &syms[top.pos]
+		pos := top.pos()
+		cur := &syms[pos]
 		if cur.removed || cur.next < 0 {
 			continue
 		}
@@ -266,16 +275,16 @@ func (m *bpeModel) mergeHeap(ids []int32, out []int32) []int32 {
 		cur.next = right.next
 		syms[nextPos].removed = true
 		if right.next >= 0 {
-			syms[right.next].prev = top.pos
+			syms[right.next].prev = pos
 		}
 		if cur.prev >= 0 {
 			if mg, ok := m.merges[mergeKey(syms[cur.prev].id, cur.id)]; ok {
-				h.push(heapMerge{rank: mg.rank, pos: cur.prev, newID: mg.newID})
+				h.push(newHeapMerge(mg.rank, cur.prev, mg.newID))
 			}
 		}
 		if cur.next >= 0 {
 			if mg, ok := m.merges[mergeKey(cur.id, syms[cur.next].id)]; ok {
-				h.push(heapMerge{rank: mg.rank, pos: top.pos, newID: mg.newID})
+				h.push(newHeapMerge(mg.rank, pos, mg.newID))
 			}
 		}
 	}
@@ -290,12 +299,7 @@ func (m *bpeModel) mergeHeap(ids []int32, out []int32) []int32 {
 // mergeHeap is a min-heap of candidate merges ordered by rank, then position.
 type mergeHeap []heapMerge
 
-func (h mergeHeap) less(i, j int) bool {
-	if h[i].rank != h[j].rank {
-		return h[i].rank < h[j].rank
-	}
-	return h[i].pos < h[j].pos
-}
+func (h mergeHeap) less(i, j int) bool { return h[i].key < h[j].key }
 
 func (h mergeHeap) init() {
 	for i := len(h)/2 - 1; i >= 0; i-- {
