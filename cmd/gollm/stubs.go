@@ -16,6 +16,5 @@ func notYet(name, summary string) {
 }
 
 func init() {
-	notYet("serve", "serve an OpenAI-compatible HTTP API (not implemented yet)")
 	notYet("bench", "measure throughput and latency (not implemented yet)")
 }

@@ -1,0 +1,533 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/internal/chattemplate"
+)
+
+// Response objects, with OpenAI's field names; fields OpenAI sends as null are pointers without
+// omitempty.
+
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+type chatTokenLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type chatLogprob struct {
+	chatTokenLogprob
+	TopLogprobs []chatTokenLogprob `json:"top_logprobs"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+}
+
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	Logprobs     *chatLogprobs  `json:"logprobs"`
+	FinishReason *string        `json:"finish_reason"`
+}
+
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   usage        `json:"usage"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	// Usage is null in every chunk but the last when stream_options.include_usage is set.
+	Usage *usage `json:"usage"`
+	// withUsage says whether to send the usage field at all.
+	withUsage bool
+}
+
+// MarshalJSON leaves "usage" out unless the client asked for it, as OpenAI does.
+func (c chatChunk) MarshalJSON() ([]byte, error) {
+	type plain chatChunk
+	if c.withUsage {
+		return jsonMarshal(plain(c))
+	}
+	return jsonMarshal(struct {
+		plain
+		Usage *usage `json:"usage,omitempty"`
+	}{plain: plain(c)})
+}
+
+type completionChunk struct {
+	completionResponse
+	withUsage bool
+}
+
+// MarshalJSON sends "usage": null in intermediate chunks when the client asked for usage.
+func (c completionChunk) MarshalJSON() ([]byte, error) {
+	if c.withUsage {
+		return jsonMarshal(struct {
+			completionResponse
+			Usage *usage `json:"usage"`
+		}{c.completionResponse, c.Usage})
+	}
+	return jsonMarshal(c.completionResponse)
+}
+
+// completionLogprobsOf converts engine logprobs; offset is the text offset of the first token.
+func (s *Server) completionLogprobsOf(lps []engine.Logprobs, offset int) *completionLogprobs {
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	for _, lp := range lps {
+		tok := s.tokenText(lp.ID)
+		out.Tokens = append(out.Tokens, tok)
+		out.TokenLogprobs = append(out.TokenLogprobs, lp.Logprob)
+		top := map[string]float32{tok: lp.Logprob}
+		for _, t := range lp.Top {
+			top[s.tokenText(t.ID)] = t.Logprob
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+		out.TextOffset = append(out.TextOffset, offset)
+		offset += len(tok)
+	}
+	return out
+}
+
+func bytesOf(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
+func (s *Server) chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
+	out := &chatLogprobs{Content: []chatLogprob{}}
+	for _, lp := range lps {
+		tok := s.tokenText(lp.ID)
+		c := chatLogprob{chatTokenLogprob: chatTokenLogprob{Token: tok, Logprob: lp.Logprob, Bytes: bytesOf(tok)},
+			TopLogprobs: []chatTokenLogprob{}}
+		for _, t := range lp.Top {
+			tt := s.tokenText(t.ID)
+			c.TopLogprobs = append(c.TopLogprobs, chatTokenLogprob{Token: tt, Logprob: t.Logprob, Bytes: bytesOf(tt)})
+		}
+		out.Content = append(out.Content, c)
+	}
+	return out
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	var req completionRequest
+	if aerr := decodeBody(body, &req); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if aerr := s.checkModel(req.Model); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if req.Suffix != nil && *req.Suffix != "" {
+		s.fail(w, badRequest("suffix", "'suffix' is not supported."))
+		return
+	}
+	maxTokens := req.MaxTokens
+	base, n, aerr := req.common(&s.cfg, maxTokens, "max_tokens")
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if req.Logprobs != nil {
+		if *req.Logprobs < 0 || *req.Logprobs > 20 {
+			s.fail(w, badRequest("logprobs", "'logprobs' %d must lie in [0, 20].", *req.Logprobs))
+			return
+		}
+		if req.Echo {
+			s.fail(w, badRequest("echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)."))
+			return
+		}
+		base.Logprobs, base.TopLogprobs = true, *req.Logprobs
+	}
+	texts, ids, aerr := parsePrompt(req.Prompt)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if ids == nil {
+		for _, t := range texts {
+			ids = append(ids, s.tok.Encode(t, s.cfg.AddSpecialTokens))
+		}
+	}
+	promptLens := make([]int, len(ids))
+	var jobs []*job
+	for p, promptIDs := range ids {
+		promptLens[p] = len(promptIDs)
+		if len(promptIDs) == 0 {
+			s.fail(w, badRequest("prompt", "Prompt %d is empty after tokenization.", p))
+			return
+		}
+		if aerr := s.checkContext(len(promptIDs), base.MaxTokens, "prompt"); aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		for c := range n {
+			rq := base
+			rq.PromptIDs = promptIDs
+			if rq.MaxTokens == 0 {
+				rq.MaxTokens = min(DefaultCompletionTokens, s.eng.MaxModelLen()-len(promptIDs))
+			}
+			rq.Sampling = seeded(base.Sampling, c)
+			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
+		}
+	}
+	echo := make([]string, len(ids))
+	if req.Echo {
+		for p := range ids {
+			if texts != nil {
+				echo[p] = texts[p]
+			} else {
+				echo[p] = s.tok.Decode(ids[p], !base.KeepSpecialTokens)
+			}
+		}
+	}
+
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	ru, aerr := s.startRun(ctx, jobs)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	for p := range promptLens {
+		s.metrics.promptTokens.Add(float64(promptLens[p] * n))
+	}
+	id, created := newID("cmpl-"), time.Now().Unix()
+	head := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
+
+	if !req.Stream {
+		outs, aerr := ru.collectAll(ctx, len(jobs))
+		if aerr != nil || outs == nil {
+			if aerr != nil {
+				s.fail(w, aerr)
+			}
+			return
+		}
+		resp := head
+		u := totalUsage(promptLens, outs)
+		resp.Usage = &u
+		for i, o := range outs {
+			p := jobs[i].prompt
+			ch := completionChoice{Index: i, Text: echo[p] + string(o.text), FinishReason: finishReason(o.reason)}
+			if base.Logprobs {
+				ch.Logprobs = s.completionLogprobsOf(o.logprobs, len(echo[p]))
+			}
+			resp.Choices = append(resp.Choices, ch)
+		}
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	out := s.newSSE(w)
+	offsets := make([]int, len(jobs))
+	if req.Echo {
+		for i, j := range jobs {
+			chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
+			chunk.Choices = []completionChoice{{Index: i, Text: echo[j.prompt]}}
+			out.send(chunk)
+			offsets[i] = len(echo[j.prompt])
+		}
+	}
+	finals := make([]outcome, len(jobs))
+	var streamErr *apiError
+	for {
+		ev, ok := ru.next()
+		if !ok {
+			break
+		}
+		if out.failed {
+			ru.abort()
+			continue
+		}
+		if aerr := failure(ev); aerr != nil {
+			if streamErr == nil {
+				streamErr = aerr
+				out.sendError(aerr)
+				ru.abort()
+			}
+			continue
+		}
+		o, c := ev.out, ev.job.choice
+		if o.Finished() {
+			finals[c].usage = o.Usage
+		}
+		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
+			continue
+		}
+		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
+		ch := completionChoice{Index: c, Text: o.Text, FinishReason: finishReason(o.FinishReason)}
+		if base.Logprobs {
+			ch.Logprobs = s.completionLogprobsOf(o.Logprobs, offsets[c])
+			for _, t := range ch.Logprobs.Tokens {
+				offsets[c] += len(t)
+			}
+		}
+		chunk.Choices = []completionChoice{ch}
+		out.send(chunk)
+	}
+	if streamErr == nil && includeUsage {
+		u := totalUsage(promptLens, finals)
+		chunk := completionChunk{completionResponse: head, withUsage: true}
+		chunk.Choices = []completionChoice{}
+		chunk.Usage = &u
+		out.send(chunk)
+	}
+	out.done()
+}
+
+// seeded gives choice c of a seeded request its own seed (seed + c), so that n > 1 choices differ
+// while the whole response stays reproducible.
+func seeded(p engine.SamplingParams, c int) engine.SamplingParams {
+	if p.Seed != nil && c > 0 {
+		seed := *p.Seed + uint64(c)
+		p.Seed = &seed
+	}
+	return p
+}
+
+// renderChat applies the chat template to the request's messages.
+func (s *Server) renderChat(req *chatRequest) (string, *apiError) {
+	if s.cfg.ChatTemplate == nil {
+		return "", badRequest("messages", "This model has no chat template; use /v1/completions.")
+	}
+	msgs, aerr := chatMessages(req.Messages)
+	if aerr != nil {
+		return "", aerr
+	}
+	addGen := true
+	if req.AddGenerationPrompt != nil {
+		addGen = *req.AddGenerationPrompt
+	}
+	text, err := s.cfg.ChatTemplate.Render(chattemplate.Input{
+		Messages: msgs, AddGenerationPrompt: addGen,
+		BOSToken: s.cfg.BOSToken, EOSToken: s.cfg.EOSToken, PadToken: s.cfg.PadToken, UnkToken: s.cfg.UnkToken,
+		Extra: req.ChatTemplateKwargs,
+	})
+	if err != nil {
+		return "", badRequest("messages", "The chat template cannot render this conversation: %v", err)
+	}
+	return text, nil
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	var req chatRequest
+	if aerr := decodeBody(body, &req); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if aerr := s.checkModel(req.Model); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if t := string(req.Tools); t != "" && t != "null" && t != "[]" {
+		s.fail(w, badRequest("tools", "'tools' is not supported."))
+		return
+	}
+	if req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
+		s.fail(w, badRequest("response_format", "'response_format' %q is not supported.", req.ResponseFormat.Type))
+		return
+	}
+	maxTokens, param := req.MaxTokens, "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	base, n, aerr := req.common(&s.cfg, maxTokens, param)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > 20 {
+			s.fail(w, badRequest("top_logprobs", "'top_logprobs' %d must lie in [0, 20].", *req.TopLogprobs))
+			return
+		}
+		if !req.Logprobs {
+			s.fail(w, badRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true."))
+			return
+		}
+		base.TopLogprobs = *req.TopLogprobs
+	}
+	base.Logprobs = req.Logprobs
+	prompt, aerr := s.renderChat(&req)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	// The template writes the special tokens itself (bos_token), so none are added here.
+	promptIDs := s.tok.Encode(prompt, false)
+	if len(promptIDs) == 0 {
+		s.fail(w, badRequest("messages", "The rendered conversation is empty."))
+		return
+	}
+	if aerr := s.checkContext(len(promptIDs), base.MaxTokens, "messages"); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if base.MaxTokens == 0 && s.cfg.MaxTokensLimit > 0 {
+		base.MaxTokens = min(s.cfg.MaxTokensLimit, s.eng.MaxModelLen()-len(promptIDs))
+	}
+	jobs := make([]*job, n)
+	for c := range n {
+		rq := base
+		rq.PromptIDs = promptIDs
+		rq.Sampling = seeded(base.Sampling, c)
+		jobs[c] = &job{choice: c, req: rq}
+	}
+
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	ru, aerr := s.startRun(ctx, jobs)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	s.metrics.promptTokens.Add(float64(len(promptIDs) * n))
+	id, created := newID("chatcmpl-"), time.Now().Unix()
+	promptLens := []int{len(promptIDs)}
+
+	if !req.Stream {
+		outs, aerr := ru.collectAll(ctx, n)
+		if aerr != nil || outs == nil {
+			if aerr != nil {
+				s.fail(w, aerr)
+			}
+			return
+		}
+		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
+			Usage: totalUsage(promptLens, outs)}
+		for i, o := range outs {
+			ch := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: string(o.text)},
+				FinishReason: finishReason(o.reason)}
+			if base.Logprobs {
+				ch.Logprobs = s.chatLogprobsOf(o.logprobs)
+			}
+			resp.Choices = append(resp.Choices, ch)
+		}
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(choices ...chatChunkChoice) chatChunk {
+		return chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
+			Choices: choices, withUsage: includeUsage}
+	}
+	out := s.newSSE(w)
+	empty := ""
+	for c := range n {
+		out.send(chunk(chatChunkChoice{Index: c, Delta: chatDelta{Role: "assistant", Content: &empty}}))
+	}
+	finals := make([]outcome, n)
+	var streamErr *apiError
+	for {
+		ev, ok := ru.next()
+		if !ok {
+			break
+		}
+		if out.failed {
+			ru.abort()
+			continue
+		}
+		if aerr := failure(ev); aerr != nil {
+			if streamErr == nil {
+				streamErr = aerr
+				out.sendError(aerr)
+				ru.abort()
+			}
+			continue
+		}
+		o, c := ev.out, ev.job.choice
+		if o.Finished() {
+			finals[c].usage = o.Usage
+		}
+		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
+			continue
+		}
+		ch := chatChunkChoice{Index: c, FinishReason: finishReason(o.FinishReason)}
+		if o.Text != "" {
+			text := o.Text
+			ch.Delta.Content = &text
+		}
+		if base.Logprobs && len(o.Logprobs) > 0 {
+			ch.Logprobs = s.chatLogprobsOf(o.Logprobs)
+		}
+		out.send(chunk(ch))
+	}
+	if streamErr == nil && includeUsage {
+		u := totalUsage(promptLens, finals)
+		last := chunk()
+		last.Choices = []chatChunkChoice{}
+		last.Usage = &u
+		out.send(last)
+	}
+	out.done()
+}
+
+func (s *Server) String() string { return fmt.Sprintf("server(%s)", s.cfg.ModelName) }

@@ -1,0 +1,16 @@
+// Package server owns gollm's OpenAI-compatible HTTP API: it translates OpenAI requests
+// (/v1/completions, /v1/chat/completions, /v1/models) and vLLM-style extras (/tokenize,
+// /detokenize, /health, /metrics) into engine requests and engine outputs back into OpenAI's JSON
+// and Server-Sent Events, byte-compatible with what the official SDKs parse.
+//
+// It owns HTTP concerns only: routing, authentication, limits, admission (429 when the queue is
+// full), streaming, client disconnects (which cancel the engine request), graceful shutdown and
+// metrics. It must not schedule, sample or touch the KV cache: those belong to the engine, reached
+// through the small Engine interface declared here (FromEngine adapts *engine.Engine).
+//
+// Example:
+//
+//	srv, err := server.New(server.FromEngine(eng), tok, server.Config{ModelName: "m", ChatTemplate: tpl})
+//	if err != nil { ... }
+//	err = srv.Serve(ctx, listener) // returns after ctx ends and in-flight requests drain
+package server
