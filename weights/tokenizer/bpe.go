@@ -421,6 +421,7 @@ func newBPEModel(vocab map[string]int32, merges [][2]string, unk, prefix, suffix
 		}
 	}
 	prefixLen := len(prefix)
+	var buf []byte
 	for rank, pair := range merges {
 		left, ok := vocab[pair[0]]
 		if !ok {
@@ -433,10 +434,10 @@ func newBPEModel(vocab map[string]int32, merges [][2]string, unk, prefix, suffix
 		if len(pair[1]) < prefixLen || pair[1][:prefixLen] != prefix {
 			return nil, fmt.Errorf("%w: merge %d: %q lacks the continuing_subword_prefix %q", ErrMalformed, rank, pair[1], prefix)
 		}
-		merged := pair[0] + pair[1][prefixLen:]
-		newID, ok := vocab[merged]
+		buf = append(append(buf[:0], pair[0]...), pair[1][prefixLen:]...)
+		newID, ok := vocab[string(buf)] // no allocation for the lookup
 		if !ok {
-			return nil, fmt.Errorf("%w: merge %d: merged token %q is not in the vocabulary", ErrMalformed, rank, merged)
+			return nil, fmt.Errorf("%w: merge %d: merged token %q is not in the vocabulary", ErrMalformed, rank, buf)
 		}
 		// A repeated pair keeps its last rank, as HuggingFace's HashMap collect does.
 		m.merges[mergeKey(left, right)] = merge{rank: int32(rank), newID: newID}
