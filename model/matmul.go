@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // The matrix products of the CPU backend: dst[r][o] = Σ_i x[r][i] * w[o][i] for r < rows, o < out, with
@@ -23,22 +24,32 @@ const quad = 4
 // defaultWorkers is the number of goroutines a CPU kernel splits its work across.
 func defaultWorkers() int { return runtime.GOMAXPROCS(0) }
 
-// parallelBands calls band on disjoint ranges [lo, hi) covering [0, out), split at multiples of quad over
-// at most workers goroutines, and waits for them. Small problems (work below minParallelWork
-// multiply-adds) run on the calling goroutine.
+// parallelBands calls band on disjoint ranges [lo, hi) covering [0, out), cut at multiples of quad, from
+// at most workers goroutines, and waits for them. The ranges are several per worker and claimed in turn,
+// so a worker whose core is busy with something else takes fewer of them. Small problems (work below
+// minParallelWork multiply-adds) run on the calling goroutine.
 func parallelBands(out, work, workers int, band func(lo, hi int)) {
 	const minParallelWork = 1 << 15
+	const bandsPerWorker = 8
 	numQuads := (out + quad - 1) / quad
 	workers = min(workers, numQuads)
 	if workers <= 1 || work < minParallelWork {
 		band(0, out)
 		return
 	}
+	numBands := min(numQuads, workers*bandsPerWorker)
+	var next atomic.Int32
 	var wg sync.WaitGroup
-	for k := range workers {
-		lo := numQuads * k / workers * quad
-		hi := min(numQuads*(k+1)/workers*quad, out)
-		wg.Go(func() { band(lo, hi) })
+	for range workers {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= numBands {
+					return
+				}
+				band(numQuads*k/numBands*quad, min(numQuads*(k+1)/numBands*quad, out))
+			}
+		})
 	}
 	wg.Wait()
 }
