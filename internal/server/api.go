@@ -79,7 +79,8 @@ func decodeBody(body []byte, v any) *apiError {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return badRequest(te.Field, "Invalid type for '%s': expected %s, got JSON %s.", te.Field, te.Type, te.Value)
+			field := strings.TrimPrefix(te.Field, "samplingFields.")
+			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, te.Type, te.Value)
 		}
 		return badRequest("", "The request body is not valid JSON: %v.", err)
 	}
