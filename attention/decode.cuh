@@ -1,0 +1,657 @@
+// Paged decode attention on the GPU: what the grouped kernel (grouped.cu) and the split-k kernel and its
+// reduce (splitk.cu) share. The CPU twins are DecodeGrouped and DecodeSplitK in grouped.go / splitk.go;
+// the Go launchers are in decode_cuda.go.
+//
+// Layouts (the CPU Cache's):
+//   q, out          [batch][num_heads][head_dim]
+//   k_cache/v_cache [num_blocks][block_size][num_kv_heads][head_dim]
+//   block_tables    int32 [batch][max_blocks] (padded; only the first ceil(ctx/block_size) are read)
+//   context_lens    int32 [batch]
+//   split-k partials (m, l) float [batch][num_kv_heads][num_partitions][G] and
+//                    acc    float [batch][num_kv_heads][num_partitions][G][head_dim]
+// The G = num_heads/num_kv_heads query heads of KV head h are heads h*G .. h*G+G-1.
+//
+// One program (thread block) owns one (sequence, KV head[, partition]) and serves every query head of the
+// group from one read of each K/V row: that is the whole point (a (sequence, query head) grid reads the
+// cache G times). It walks its tokens in tiles of TILE tokens; a tile's K and V rows go to shared memory
+// with 16-byte cp.async copies, STAGES tiles deep, so the next tiles are in flight while the current one
+// is computed; a tile's block ids are read once (by a few threads, one tile ahead) into shared memory.
+// Each warp owns 16 (mma) or 8 (FMA) tokens of every tile and keeps its own online-softmax state (m, l,
+// acc) in fp32 registers; the warps' states are merged through shared memory at the end (flash-decoding's
+// split inside the block). Scores are kept in log2 units (scale·log2(e) folded in) so that exp is exp2.
+//
+// Two compute paths:
+//   mma (bf16/fp16): Q of the group is an MT·16 × D A-operand in registers (heads beyond G are zero);
+//     scores S = Q·Kᵀ and acc += P·V are mma.sync m16n8k16 with fp32 accumulators, K/V fragments read
+//     with ldmatrix from an XOR-swizzled tile (conflict-free). Warps = 4 token slices × MT head tiles.
+//   FMA (fp32, and any dtype for comparison): each warp's lanes split head_dim; a block serves GC heads
+//     (the grid's y covers kv_heads × ceil(G/GC)); plain fp32 FMAs, so fp32 stays IEEE (never TF32).
+//
+// Goal: the K/V bytes once at the copy bandwidth (3.03 TB/s on the H100): decode attention is memory-bound.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// DecodeParams is the one by-value parameter of every kernel here; decode_cuda.go mirrors it field by
+// field (decodeParams). Pointers first, then 4-byte fields, so the layouts agree without padding rules.
+struct DecodeParams {
+	void *out;                // [batch][num_heads][head_dim], dtype of the cache (grouped, reduce)
+	const void *q;            // [batch][num_heads][head_dim]
+	const void *k_cache;      // [num_blocks][block_size][num_kv_heads][head_dim]
+	const void *v_cache;
+	const int *block_tables;  // [batch][max_blocks]
+	const int *context_lens;  // [batch]
+	float *part_m;            // split-k: [batch][num_kv_heads][num_partitions][G], log2 units
+	float *part_l;            // split-k: same shape
+	float *part_acc;          // split-k: [batch][num_kv_heads][num_partitions][G][head_dim], unnormalised
+	float scale_log2;         // softmax scale · log2(e)
+	int num_heads;
+	int num_kv_heads;
+	int max_blocks;           // row stride of block_tables
+	int log2_block_size;      // block_size = 1 << log2_block_size
+	int partition_tokens;     // split-k partition length (a multiple of the block size); 0: whole context
+	int num_partitions;       // split-k partitions (grid z)
+	int group;                // G = num_heads / num_kv_heads
+	int flags;                // DECODE_FLAG_* (tuning switches, see below)
+};
+
+// DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
+// partition): programs that run at the same time then read the rows of all KV heads of the same pages.
+#define DECODE_FLAG_HEADS_FAST 1
+// DECODE_FLAG_L2_PREFETCH asks each 16-byte cp.async to have L2 fetch the whole 256-byte line around it.
+#define DECODE_FLAG_L2_PREFETCH 2
+
+#define DECODE_WARP 32
+#define DECODE_STAGES 3
+
+// ---------------------------------------------------------------------------------------------------
+// Element types.
+
+template <typename T> struct Elem;
+template <> struct Elem<__nv_bfloat16> {
+	static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+	static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+		__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+		return *reinterpret_cast<uint32_t *>(&v);
+	}
+};
+template <> struct Elem<__half> {
+	static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+	static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+		__half2 v = __floats2half2_rn(lo, hi);
+		return *reinterpret_cast<uint32_t *>(&v);
+	}
+};
+template <> struct Elem<float> {
+	static __device__ __forceinline__ float to_float(float x) { return x; }
+	static __device__ __forceinline__ float from_float(float x) { return x; }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// PTX wrappers.
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+	return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp_async16 copies 16 bytes global→shared, bypassing L1 (.cg: the K/V stream is read once); when
+// valid is false it writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+	int n = valid ? 16 : 0;
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, bool valid) {
+	int n = valid ? 16 : 0;
+	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+	             : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+	             : "r"(addr));
+}
+
+// mma16816 is D = A·B + D for one m16n8k16 tile with fp32 accumulators.
+template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The tile pipeline: block ids and K/V rows of TILE tokens into shared memory, STAGES deep.
+//
+// A tile's rows are stored [TILE][ROW_CHUNKS] 16-byte chunks with chunk c of row r at c ^ (r & 7): the 8
+// rows one ldmatrix reads then hit 8 different bank groups.
+
+template <typename T, int D, int TILE, int THREADS> struct TileLoader {
+	static constexpr int ROW_CHUNKS = D * (int)sizeof(T) / 16;
+	static constexpr int TILE_CHUNKS = TILE * ROW_CHUNKS;
+	static_assert(TILE_CHUNKS % THREADS == 0, "threads must divide a tile's chunks");
+	static constexpr int PER_THREAD = TILE_CHUNKS / THREADS;
+	static constexpr int TILE_BYTES = TILE_CHUNKS * 16;          // K or V of one tile
+	static constexpr int STAGE_BYTES = 2 * TILE_BYTES;           // K and V
+	static constexpr int MAX_PAGES = TILE / 8 + 1;               // pages a tile can touch (block size >= 8)
+	static_assert(MAX_PAGES <= THREADS, "one thread per block id");
+
+	static __device__ __forceinline__ int swizzle(int row, int chunk) {
+		return ROW_CHUNKS >= 8 ? (chunk ^ (row & 7)) : chunk;
+	}
+
+	// load_ids reads, by thread tid < MAX_PAGES, the block id of the tile at token t0 that this thread
+	// is responsible for (0 past the sequence's last page).
+	static __device__ __forceinline__ int load_id(const int *table, int t0, int end, int lbs, int tid) {
+		int page = (t0 >> lbs) + tid;
+		int last = (end - 1) >> lbs;
+		return (tid < MAX_PAGES && t0 < end && page <= last) ? __ldg(table + page) : 0;
+	}
+
+	// issue queues the cp.async copies of the tile at token t0 (rows past end are zero-filled).
+	static __device__ __forceinline__ void issue(uint8_t *stage, const int *ids, const T *kc, const T *vc,
+	                                             int t0, int end, int lbs, long long row_stride, int kvh, int tid,
+	                                             bool prefetch) {
+		const int page0 = t0 >> lbs;
+		const int bs_mask = (1 << lbs) - 1;
+		uint32_t ks = smem_addr(stage), vs = ks + TILE_BYTES;
+#pragma unroll
+		for (int i = 0; i < PER_THREAD; i++) {
+			int c = tid + i * THREADS;
+			int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
+			int tok = t0 + row;
+			bool valid = tok < end;
+			long long slot = (long long)ids[(tok >> lbs) - page0] * (bs_mask + 1) + (tok & bs_mask);
+			long long off = valid ? (slot * row_stride + (long long)kvh * D) * (long long)sizeof(T) + chunk * 16 : 0;
+			uint32_t dst = (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
+			if (prefetch) {
+				cp_async16_pf(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
+				cp_async16_pf(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
+			} else {
+				cp_async16(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
+				cp_async16(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
+			}
+		}
+	}
+};
+
+// ---------------------------------------------------------------------------------------------------
+// The merge of per-warp states: warp w of head tile r left m, l (log2 units, l a full sum) and acc[D] for
+// each of its ROWS rows in shared memory; the block combines them by log-sum-exp and writes either the
+// normalised output (grouped) or the partition's (m, l, acc) (split-k).
+
+template <int D, int ROWS, int SLICES> struct MergeSmem {
+	float m[SLICES][ROWS];
+	float l[SLICES][ROWS];
+	float acc[SLICES][ROWS][D + 4]; // +4 floats: rows start in different banks
+};
+
+template <typename T, int D, int ROWS, int SLICES, int THREADS, bool SPLIT>
+__device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm, const DecodeParams &p, int seq,
+                                            int kvh, int head0, int heads, int part, int tid) {
+	for (int idx = tid; idx < heads * D; idx += THREADS) {
+		int r = idx / D, d = idx % D;
+		float mx = -INFINITY;
+#pragma unroll
+		for (int w = 0; w < SLICES; w++) mx = fmaxf(mx, sm.m[w][r]);
+		float mref = mx == -INFINITY ? 0.f : mx;
+		float l = 0.f, a = 0.f;
+#pragma unroll
+		for (int w = 0; w < SLICES; w++) {
+			float wt = exp2f(sm.m[w][r] - mref);
+			l += sm.l[w][r] * wt;
+			a += sm.acc[w][r][d] * wt;
+		}
+		int head = head0 + r; // within the group
+		if (SPLIT) {
+			long long i = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions + part) * p.group + head;
+			p.part_acc[i * D + d] = a;
+			if (d == 0) {
+				p.part_m[i] = mx;
+				p.part_l[i] = l;
+			}
+		} else {
+			long long o = ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d;
+			reinterpret_cast<T *>(p.out)[o] = Elem<T>::from_float(a / l);
+		}
+	}
+}
+
+// program_ids returns the (sequence, y, partition) of this program under the grid order of p.flags.
+__device__ __forceinline__ void program_ids(const DecodeParams &p, int &seq, int &y, int &part) {
+	if (p.flags & DECODE_FLAG_HEADS_FAST) {
+		y = blockIdx.x;
+		seq = blockIdx.y;
+	} else {
+		seq = blockIdx.x;
+		y = blockIdx.y;
+	}
+	part = blockIdx.z;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The token range of a program: the whole context (grouped) or one partition (split-k).
+
+__device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int part, bool split, int &start, int &end) {
+	int ctx = p.context_lens[seq];
+	if (split) {
+		start = part * p.partition_tokens;
+		end = min(ctx, start + p.partition_tokens);
+	} else {
+		start = 0;
+		end = ctx;
+	}
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The mma program. Grid (seq, kv_head, partition); 4·MT warps; TILE = 64 tokens, 16 per warp slice.
+
+template <int D, int MT> struct MmaShape {
+	static constexpr int SLICES = 4;
+	static constexpr int TILE = 16 * SLICES;
+	static constexpr int THREADS = SLICES * MT * DECODE_WARP;
+};
+
+template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES>
+__device__ __forceinline__ void decode_mma(const DecodeParams &p) {
+	using S = MmaShape<D, MT>;
+	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, ROWS = 16 * MT;
+	using L = TileLoader<T, D, TILE, THREADS>;
+	constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
+	constexpr int NTILES = D / 8;   // n-tiles of acc
+
+	extern __shared__ __align__(128) uint8_t smem[];
+	__shared__ int sids[STAGES][L::MAX_PAGES];
+
+	int seq, kvh, part;
+	program_ids(p, seq, kvh, part);
+	const bool pf = p.flags & DECODE_FLAG_L2_PREFETCH;
+	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
+	const int slice = warp % SLICES, mtile = warp / SLICES;
+	int start, end;
+	token_range(p, seq, part, SPLIT, start, end);
+	if (start >= end) return; // an empty partition: the reduce does not read it
+
+	const int lbs = p.log2_block_size;
+	const int *table = p.block_tables + (long long)seq * p.max_blocks;
+	const T *kc = reinterpret_cast<const T *>(p.k_cache);
+	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const long long row_stride = (long long)p.num_kv_heads * D;
+	const int ntiles = (end - start + TILE - 1) / TILE;
+
+	// Prologue: block ids of the first STAGES-1 tiles, then their copies.
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++)
+		if (tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * TILE, end, lbs, tid);
+	__syncthreads();
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
+	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
+
+	// Q fragments (A operand, row-major 16×16 per k-step): rows r0 = lane/4 and r0+8 of this head tile.
+	const int r0 = lane / 4, c0 = (lane % 4) * 2;
+	uint32_t qa[KSTEPS][4];
+	{
+		const int h0 = mtile * 16 + r0, h1 = h0 + 8;
+		const T *qg = reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D;
+#pragma unroll
+		for (int kk = 0; kk < KSTEPS; kk++) {
+			int col = kk * 16 + c0;
+			qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
+			qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
+			qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
+			qa[kk][3] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col + 8) : 0u;
+		}
+	}
+
+	float acc[NTILES][4];
+#pragma unroll
+	for (int n = 0; n < NTILES; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f; // rows r0 and r0+8; l per lane until the end
+
+	// ldmatrix lane roles: matrix lane/8, row lane%8.
+	const int mi = lane / 8, mr = lane % 8;
+
+	for (int j = 0; j < ntiles; j++) {
+		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		cp_async_wait<STAGES - 2>();
+		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
+		{
+			int jn = j + STAGES - 1;
+			if (jn < ntiles)
+				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc,
+				         start + jn * TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
+		}
+
+		const uint8_t *stage = smem + (j % STAGES) * L::STAGE_BYTES;
+		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
+		const int t0 = start + j * TILE + slice * 16; // this warp's first token
+
+		// S = Q·Kᵀ for the warp's 16 tokens: two n-tiles of 8 tokens.
+		float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+		{
+			const int row = slice * 16 + (mi / 2) * 8 + mr;
+#pragma unroll
+			for (int kk = 0; kk < KSTEPS; kk++) {
+				int chunk = kk * 2 + (mi % 2);
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+				mma16816<T>(s[0], qa[kk], b0, b1);
+				mma16816<T>(s[1], qa[kk], b2, b3);
+			}
+		}
+
+		// Online softmax, rows r0 (s[n][0..1]) and r0+8 (s[n][2..3]).
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				bool ok = t0 + n * 8 + c0 + e < end;
+				s[n][e] = ok ? s[n][e] * p.scale_log2 : -INFINITY;
+				s[n][2 + e] = ok ? s[n][2 + e] * p.scale_log2 : -INFINITY;
+				mx0 = fmaxf(mx0, s[n][e]);
+				mx1 = fmaxf(mx1, s[n][2 + e]);
+			}
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+		const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+		m0 = mn0;
+		m1 = mn1;
+		float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				s[n][e] = exp2f(s[n][e] - mu0);
+				s[n][2 + e] = exp2f(s[n][2 + e] - mu1);
+				ps0 += s[n][e];
+				ps1 += s[n][2 + e];
+			}
+		}
+		l0 = l0 * al0 + ps0;
+		l1 = l1 * al1 + ps1;
+#pragma unroll
+		for (int n = 0; n < NTILES; n++) {
+			acc[n][0] *= al0;
+			acc[n][1] *= al0;
+			acc[n][2] *= al1;
+			acc[n][3] *= al1;
+		}
+
+		// acc += P·V: P (16 heads × 16 tokens) is the A operand straight from the score fragments.
+		uint32_t pa[4];
+		pa[0] = Elem<T>::pack(s[0][0], s[0][1]);
+		pa[1] = Elem<T>::pack(s[0][2], s[0][3]);
+		pa[2] = Elem<T>::pack(s[1][0], s[1][1]);
+		pa[3] = Elem<T>::pack(s[1][2], s[1][3]);
+		{
+			const int row = slice * 16 + (mi % 2) * 8 + mr;
+#pragma unroll
+			for (int dp = 0; dp < D / 16; dp++) {
+				int chunk = dp * 2 + mi / 2;
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+				mma16816<T>(acc[2 * dp], pa, b0, b1);
+				mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
+			}
+		}
+	}
+
+	// Merge the SLICES warps of each head tile.
+	cp_async_wait<0>();
+	__syncthreads(); // all warps are done with the stages; reuse the memory
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+	auto &ms = *reinterpret_cast<MergeSmem<D, ROWS, SLICES> *>(smem);
+	const int rA = mtile * 16 + r0, rB = rA + 8;
+	if (lane % 4 == 0) {
+		ms.m[slice][rA] = m0;
+		ms.l[slice][rA] = l0;
+		ms.m[slice][rB] = m1;
+		ms.l[slice][rB] = l1;
+	}
+#pragma unroll
+	for (int n = 0; n < NTILES; n++) {
+		ms.acc[slice][rA][n * 8 + c0] = acc[n][0];
+		ms.acc[slice][rA][n * 8 + c0 + 1] = acc[n][1];
+		ms.acc[slice][rB][n * 8 + c0] = acc[n][2];
+		ms.acc[slice][rB][n * 8 + c0 + 1] = acc[n][3];
+	}
+	__syncthreads();
+	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
+}
+
+template <typename T, int D, int MT, int STAGES = DECODE_STAGES> constexpr int mma_smem_bytes() {
+	using S = MmaShape<D, MT>;
+	using L = TileLoader<T, D, S::TILE, S::THREADS>;
+	constexpr int pipe = STAGES * L::STAGE_BYTES;
+	constexpr int merge = (int)sizeof(MergeSmem<D, 16 * MT, S::SLICES>);
+	return pipe > merge ? pipe : merge;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The FMA program. Grid (seq, kv_head · ceil(G/GC), partition); 4 warps; TILE = 32 tokens, 8 per warp.
+// Lane l holds elements [l·V, l·V+V) of head_dim (V = D/32) of the GC queries and accumulators.
+
+template <int D, int GC> struct FmaShape {
+	static constexpr int SLICES = 4;
+	static constexpr int TOKENS = 8; // per warp per tile
+	static constexpr int TILE = SLICES * TOKENS;
+	static constexpr int THREADS = SLICES * DECODE_WARP;
+	static constexpr int V = D / DECODE_WARP;
+};
+
+template <typename T, int V> struct VecLoad;
+template <typename T> struct VecLoad<T, 2> {
+	static __device__ __forceinline__ void load(const uint8_t *p, float (&x)[2]) {
+		if constexpr (sizeof(T) == 4) {
+			float2 v = *reinterpret_cast<const float2 *>(p);
+			x[0] = v.x, x[1] = v.y;
+		} else {
+			T v[2];
+			*reinterpret_cast<uint32_t *>(v) = *reinterpret_cast<const uint32_t *>(p);
+			x[0] = Elem<T>::to_float(v[0]), x[1] = Elem<T>::to_float(v[1]);
+		}
+	}
+};
+template <typename T> struct VecLoad<T, 4> {
+	static __device__ __forceinline__ void load(const uint8_t *p, float (&x)[4]) {
+		if constexpr (sizeof(T) == 4) {
+			float4 v = *reinterpret_cast<const float4 *>(p);
+			x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+		} else {
+			T v[4];
+			*reinterpret_cast<uint2 *>(v) = *reinterpret_cast<const uint2 *>(p);
+#pragma unroll
+			for (int i = 0; i < 4; i++) x[i] = Elem<T>::to_float(v[i]);
+		}
+	}
+};
+
+template <typename T, int D, int GC, bool SPLIT>
+__device__ __forceinline__ void decode_fma(const DecodeParams &p) {
+	using S = FmaShape<D, GC>;
+	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, TOK = S::TOKENS, V = S::V;
+	using L = TileLoader<T, D, TILE, THREADS>;
+	static_assert(V * (int)sizeof(T) <= 16 && (V * (int)sizeof(T)) % 4 == 0, "lane vector within one chunk");
+
+	extern __shared__ __align__(128) uint8_t smem[];
+	__shared__ int sids[DECODE_STAGES][L::MAX_PAGES];
+
+	const int chunks = (p.group + GC - 1) / GC;
+	int seq, y, part;
+	program_ids(p, seq, y, part);
+	const int kvh = y / chunks, chunk = y % chunks;
+	const bool pf = p.flags & DECODE_FLAG_L2_PREFETCH;
+	const int head0 = chunk * GC, heads = min(GC, p.group - head0);
+	const int tid = threadIdx.x, lane = tid % DECODE_WARP, slice = tid / DECODE_WARP;
+	int start, end;
+	token_range(p, seq, part, SPLIT, start, end);
+	if (start >= end) return;
+
+	const int lbs = p.log2_block_size;
+	const int *table = p.block_tables + (long long)seq * p.max_blocks;
+	const T *kc = reinterpret_cast<const T *>(p.k_cache);
+	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const long long row_stride = (long long)p.num_kv_heads * D;
+	const int ntiles = (end - start + TILE - 1) / TILE;
+
+#pragma unroll
+	for (int s = 0; s < DECODE_STAGES - 1; s++)
+		if (tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * TILE, end, lbs, tid);
+	__syncthreads();
+#pragma unroll
+	for (int s = 0; s < DECODE_STAGES - 1; s++) {
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
+	int next_id = L::load_id(table, start + (DECODE_STAGES - 1) * TILE, end, lbs, tid);
+
+	// Queries, pre-multiplied by the scale (in log2 units), fp32.
+	float q[GC][V];
+	{
+		const T *qg = reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head0) * D;
+#pragma unroll
+		for (int g = 0; g < GC; g++)
+#pragma unroll
+			for (int v = 0; v < V; v++)
+				q[g][v] = g < heads ? Elem<T>::to_float(qg[(long long)g * D + lane * V + v]) * p.scale_log2 : 0.f;
+	}
+	float acc[GC][V], m[GC], l[GC];
+#pragma unroll
+	for (int g = 0; g < GC; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0.f;
+#pragma unroll
+		for (int v = 0; v < V; v++) acc[g][v] = 0.f;
+	}
+	// Byte offset of this lane's vector inside a row, before the swizzle.
+	const int lane_byte = lane * V * (int)sizeof(T);
+
+	for (int j = 0; j < ntiles; j++) {
+		if (tid < L::MAX_PAGES) sids[(j + DECODE_STAGES - 1) % DECODE_STAGES][tid] = next_id;
+		cp_async_wait<DECODE_STAGES - 2>();
+		__syncthreads();
+		{
+			int jn = j + DECODE_STAGES - 1;
+			if (jn < ntiles)
+				L::issue(smem + (jn % DECODE_STAGES) * L::STAGE_BYTES, sids[jn % DECODE_STAGES], kc, vc,
+				         start + jn * TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
+		}
+		const uint8_t *ks = smem + (j % DECODE_STAGES) * L::STAGE_BYTES, *vs = ks + L::TILE_BYTES;
+		const int t0 = start + j * TILE + slice * TOK;
+
+		float s[GC][TOK];
+#pragma unroll
+		for (int t = 0; t < TOK; t++) {
+			const int row = slice * TOK + t;
+			const uint8_t *src = ks + (row * L::ROW_CHUNKS + L::swizzle(row, lane_byte / 16)) * 16 + lane_byte % 16;
+			float k[V];
+			VecLoad<T, V>::load(src, k);
+#pragma unroll
+			for (int g = 0; g < GC; g++) {
+				float d = 0.f;
+#pragma unroll
+				for (int v = 0; v < V; v++) d = fmaf(q[g][v], k[v], d);
+				s[g][t] = d;
+			}
+		}
+		// Sum each dot product across the warp's lanes.
+#pragma unroll
+		for (int g = 0; g < GC; g++)
+#pragma unroll
+			for (int t = 0; t < TOK; t++) {
+				float d = s[g][t];
+#pragma unroll
+				for (int o = 16; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+				s[g][t] = t0 + t < end ? d : -INFINITY;
+			}
+#pragma unroll
+		for (int g = 0; g < GC; g++) {
+			float mx = s[g][0];
+#pragma unroll
+			for (int t = 1; t < TOK; t++) mx = fmaxf(mx, s[g][t]);
+			float mn = fmaxf(m[g], mx);
+			float mu = mn == -INFINITY ? 0.f : mn;
+			float al = exp2f(m[g] - mu);
+			m[g] = mn;
+			float sum = 0.f;
+#pragma unroll
+			for (int t = 0; t < TOK; t++) {
+				s[g][t] = exp2f(s[g][t] - mu);
+				sum += s[g][t];
+			}
+			l[g] = l[g] * al + sum;
+#pragma unroll
+			for (int v = 0; v < V; v++) acc[g][v] *= al;
+		}
+#pragma unroll
+		for (int t = 0; t < TOK; t++) {
+			const int row = slice * TOK + t;
+			const uint8_t *src = vs + (row * L::ROW_CHUNKS + L::swizzle(row, lane_byte / 16)) * 16 + lane_byte % 16;
+			float x[V];
+			VecLoad<T, V>::load(src, x);
+#pragma unroll
+			for (int g = 0; g < GC; g++)
+#pragma unroll
+				for (int v = 0; v < V; v++) acc[g][v] = fmaf(s[g][t], x[v], acc[g][v]);
+		}
+	}
+
+	cp_async_wait<0>();
+	__syncthreads();
+	auto &ms = *reinterpret_cast<MergeSmem<D, GC, SLICES> *>(smem);
+#pragma unroll
+	for (int g = 0; g < GC; g++) {
+		if (lane == 0) {
+			ms.m[slice][g] = m[g];
+			ms.l[slice][g] = l[g];
+		}
+#pragma unroll
+		for (int v = 0; v < V; v++) ms.acc[slice][g][lane * V + v] = acc[g][v];
+	}
+	__syncthreads();
+	merge_store<T, D, GC, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, head0, heads, part, tid);
+}
+
+template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
+	using S = FmaShape<D, GC>;
+	using L = TileLoader<T, D, S::TILE, S::THREADS>;
+	constexpr int pipe = DECODE_STAGES * L::STAGE_BYTES;
+	constexpr int merge = (int)sizeof(MergeSmem<D, GC, S::SLICES>);
+	return pipe > merge ? pipe : merge;
+}

@@ -1,0 +1,456 @@
+//go:build cuda
+
+package attention
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// decodeFatbin holds the kernels of grouped.cu and splitk.cu (see gen_cuda.go).
+//
+//go:embed attention.fatbin
+var decodeFatbin []byte
+
+// ErrUnsupported is returned for a decode call the GPU kernels do not cover (head size, page size,
+// dtype).
+var ErrUnsupported = errors.New("attention: unsupported by the CUDA decode kernels")
+
+// ErrWorkspaceTooSmall is returned when a split-k call's workspace cannot hold its partial results; size
+// it with SplitKWorkspaceBytes.
+var ErrWorkspaceTooSmall = errors.New("attention: split-k workspace too small")
+
+// CUDAPath selects the arithmetic of the decode kernels.
+type CUDAPath int
+
+const (
+	// PathAuto picks MMA for bf16/fp16 and FMA for fp32.
+	PathAuto CUDAPath = iota
+	// PathMMA computes Q·Kᵀ and P·V with tensor-core mma.sync (bf16/fp16 only; groups up to 64 heads).
+	PathMMA
+	// PathFMA computes them with fp32 FMAs (any dtype; the only path for fp32, which stays IEEE).
+	PathFMA
+)
+
+func (p CUDAPath) String() string {
+	switch p {
+	case PathAuto:
+		return "auto"
+	case PathMMA:
+		return "mma"
+	case PathFMA:
+		return "fma"
+	}
+	return fmt.Sprintf("CUDAPath(%d)", int(p))
+}
+
+// CUDADecodeArgs describes one decode-attention call on device memory; the layouts are the CPU Cache's.
+type CUDADecodeArgs struct {
+	// Out and Q are [Batch][NumHeads][HeadDim] of DType; the G = NumHeads/NumKVHeads query heads of KV
+	// head h are heads h·G … h·G+G−1.
+	Out, Q cuda.DevicePtr
+	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType.
+	KCache, VCache cuda.DevicePtr
+	// BlockTables is int32 [Batch][MaxBlocks]; only the first ⌈ContextLens[s]/BlockSize⌉ of row s are read.
+	BlockTables cuda.DevicePtr
+	// ContextLens is int32 [Batch] on the device; HostContextLens the same values on the host (Plan and
+	// the grid size need them). Batch = len(HostContextLens); every length must be at least 1.
+	ContextLens     cuda.DevicePtr
+	HostContextLens []int32
+	MaxBlocks       int
+	NumHeads        int
+	NumKVHeads      int
+	HeadDim         int // 64 or 128
+	BlockSize       int // a power of two from 8 to 64
+	DType           cuda.DataType
+	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
+	Scale float32
+}
+
+// decodeParams mirrors struct DecodeParams in decode.cuh, field for field.
+type decodeParams struct {
+	Out, Q, KCache, VCache, BlockTables, ContextLens cuda.DevicePtr
+	PartM, PartL, PartAcc                            cuda.DevicePtr
+	ScaleLog2                                        float32
+	NumHeads, NumKVHeads, MaxBlocks, Log2BlockSize   int32
+	PartitionTokens, NumPartitions, Group, Flags     int32
+}
+
+// The DECODE_FLAG_* switches of decode.cuh.
+const (
+	flagHeadsFast  = 1
+	flagL2Prefetch = 2
+)
+
+// CUDATuning holds switches of the decode kernels that benchmarks compare; the zero value is the
+// default.
+type CUDATuning struct {
+	// HeadsFast orders the grid with the KV head varying fastest, so that programs running together
+	// read all KV heads of the same pages (one page row of all heads is contiguous).
+	HeadsFast bool
+	// L2Prefetch has every 16-byte copy ask L2 for the whole 256-byte line.
+	L2Prefetch bool
+	// Stages is the grouped mma kernel's pipeline depth in tiles (0: the default, 3); 2 and 4 exist for
+	// bf16, head_dim 128, groups up to 32.
+	Stages int
+}
+
+// cudaKernel is one loaded entry point and what it needs at launch.
+type cudaKernel struct {
+	fn      *cuda.Function
+	threads int
+	shared  int // dynamic shared memory bytes
+	perSM   int // resident programs per SM (occupancy), for Plan
+	rowsPer int // query heads one program serves (16·MT for mma, GC for FMA)
+}
+
+// CUDAKernels are the decode-attention kernels loaded on one device.
+type CUDAKernels struct {
+	// Tuning is read at each launch; change it only between calls.
+	Tuning CUDATuning
+
+	dev     *cuda.Device
+	mod     *cuda.Module
+	numSMs  int
+	kernels map[string]*cudaKernel
+}
+
+var (
+	cudaHeadDims  = []int{64, 128}
+	cudaMmaTiles  = []int{1, 2, 4}
+	cudaFmaGroups = []int{1, 2, 4, 8}
+)
+
+func dtypeName(t cuda.DataType) (string, int, bool) {
+	switch t {
+	case cuda.BFloat16:
+		return "bf16", 2, true
+	case cuda.Float16:
+		return "fp16", 2, true
+	case cuda.Float32:
+		return "fp32", 4, true
+	}
+	return "", 0, false
+}
+
+// LoadCUDAKernels loads the embedded fat binary on dev and prepares every decode kernel (shared memory
+// limits raised, occupancy read).
+func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
+	mod, err := dev.LoadModule(decodeFatbin)
+	if err != nil {
+		return nil, fmt.Errorf("attention: load decode kernels: %w", err)
+	}
+	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, kernels: map[string]*cudaKernel{}}
+	for _, kind := range []string{"DecodeGrouped", "DecodeSplitK"} {
+		for _, dt := range []cuda.DataType{cuda.BFloat16, cuda.Float16, cuda.Float32} {
+			tn, _, _ := dtypeName(dt)
+			for _, d := range cudaHeadDims {
+				if dt != cuda.Float32 {
+					for _, mt := range cudaMmaTiles {
+						name := fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, d, mt)
+						if err := k.prepare(name, 4*mt*32, 16*mt); err != nil {
+							return nil, err
+						}
+					}
+				}
+				for _, gc := range cudaFmaGroups {
+					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
+					if err := k.prepare(name, 4*32, gc); err != nil {
+						return nil, err
+					}
+				}
+				if kind == "DecodeGrouped" && dt == cuda.BFloat16 && d == 128 {
+					for _, v := range []string{"m1_s2", "m1_s4", "m2_s2", "m2_s4"} {
+						mt := int(v[1] - '0')
+						if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_%s", kind, tn, d, v), 4*mt*32, 16*mt); err != nil {
+							return nil, err
+						}
+					}
+				}
+				if kind == "DecodeSplitK" {
+					name := fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, d)
+					fn, err := mod.Function(name)
+					if err != nil {
+						return nil, fmt.Errorf("attention: %w", err)
+					}
+					k.kernels[name] = &cudaKernel{fn: fn, threads: d}
+				}
+			}
+		}
+	}
+	return k, nil
+}
+
+// prepare looks up a decode kernel and its shared-memory size (the __device__ int <name>_smem that the
+// .cu file computes from the same constants as the kernel), raises its limit and reads its occupancy.
+func (k *CUDAKernels) prepare(name string, threads, rows int) error {
+	fn, err := k.mod.Function(name)
+	if err != nil {
+		return fmt.Errorf("attention: %w", err)
+	}
+	ptr, size, err := k.mod.Global(name + "_smem")
+	if err != nil || size != 4 {
+		return fmt.Errorf("attention: shared memory size of %s (%d bytes): %w", name, size, err)
+	}
+	var shared [1]int32
+	if err := k.dev.CopyFromDevice(cuda.Bytes(shared[:]), ptr); err != nil {
+		return fmt.Errorf("attention: %s: %w", name, err)
+	}
+	kern := &cudaKernel{fn: fn, threads: threads, shared: int(shared[0]), rowsPer: rows}
+	if err := fn.SetMaxDynamicShared(kern.shared); err != nil {
+		return fmt.Errorf("attention: %w", err)
+	}
+	if kern.perSM, err = fn.Occupancy(threads, kern.shared); err != nil {
+		return fmt.Errorf("attention: %w", err)
+	}
+	k.kernels[name] = kern
+	return nil
+}
+
+// Device returns the device the kernels are loaded on.
+func (k *CUDAKernels) Device() *cuda.Device { return k.dev }
+
+// check validates a call and returns its dtype name and G.
+func (a *CUDADecodeArgs) check() (string, int, error) {
+	tn, _, ok := dtypeName(a.DType)
+	switch {
+	case !ok:
+		return "", 0, fmt.Errorf("%w: dtype %d", ErrUnsupported, a.DType)
+	case a.HeadDim != 64 && a.HeadDim != 128:
+		return "", 0, fmt.Errorf("%w: head_dim %d (64 or 128)", ErrUnsupported, a.HeadDim)
+	case a.BlockSize < 8 || a.BlockSize > 64 || a.BlockSize&(a.BlockSize-1) != 0:
+		return "", 0, fmt.Errorf("%w: block size %d (a power of two from 8 to 64)", ErrUnsupported, a.BlockSize)
+	case a.NumKVHeads <= 0 || a.NumHeads <= 0 || a.NumHeads%a.NumKVHeads != 0:
+		return "", 0, fmt.Errorf("attention: %d query heads for %d KV heads", a.NumHeads, a.NumKVHeads)
+	case len(a.HostContextLens) == 0:
+		return "", 0, fmt.Errorf("attention: empty decode batch")
+	}
+	for s, n := range a.HostContextLens {
+		if n < 1 || int(n) > a.MaxBlocks*a.BlockSize {
+			return "", 0, fmt.Errorf("attention: sequence %d: context %d outside [1, %d·%d]", s, n, a.MaxBlocks, a.BlockSize)
+		}
+	}
+	return tn, a.NumHeads / a.NumKVHeads, nil
+}
+
+// pick returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") for the call's shape and path.
+func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cudaKernel, error) {
+	tn, group, err := a.check()
+	if err != nil {
+		return nil, err
+	}
+	if path == PathAuto {
+		path = PathMMA
+		if a.DType == cuda.Float32 || group > 64 {
+			path = PathFMA
+		}
+	}
+	var name string
+	switch path {
+	case PathMMA:
+		if a.DType == cuda.Float32 {
+			return nil, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
+		}
+		mt := 0
+		for _, m := range cudaMmaTiles {
+			if 16*m >= group {
+				mt = m
+				break
+			}
+		}
+		if mt == 0 {
+			return nil, fmt.Errorf("%w: group of %d heads on the mma path (at most 64)", ErrUnsupported, group)
+		}
+		name = fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, a.HeadDim, mt)
+		if st := k.Tuning.Stages; st != 0 && st != 3 && kind == "DecodeGrouped" {
+			name = fmt.Sprintf("%s_s%d", name, st)
+		}
+	case PathFMA:
+		gc := cudaFmaGroups[len(cudaFmaGroups)-1]
+		for _, g := range cudaFmaGroups {
+			if g >= group {
+				gc = g
+				break
+			}
+		}
+		name = fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, a.HeadDim, gc)
+	default:
+		return nil, fmt.Errorf("attention: unknown path %v", path)
+	}
+	kern, ok := k.kernels[name]
+	if !ok {
+		return nil, fmt.Errorf("attention: kernel %s not loaded", name)
+	}
+	return kern, nil
+}
+
+func (k *CUDAKernels) params(a *CUDADecodeArgs) decodeParams {
+	var flags int32
+	if k.Tuning.HeadsFast {
+		flags |= flagHeadsFast
+	}
+	if k.Tuning.L2Prefetch {
+		flags |= flagL2Prefetch
+	}
+	return decodeParams{
+		Flags: flags,
+		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
+		ScaleLog2:     float32(float64(a.Scale) * math.Log2E),
+		NumHeads:      int32(a.NumHeads),
+		NumKVHeads:    int32(a.NumKVHeads),
+		MaxBlocks:     int32(a.MaxBlocks),
+		Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
+		Group:         int32(a.NumHeads / a.NumKVHeads),
+		NumPartitions: 1,
+	}
+}
+
+// grid returns the (sequence, KV head × head chunks, partition) size of a program grid, or (KV head ×
+// head chunks, sequence, partition) with HeadsFast.
+func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int) cuda.Dim3 {
+	group := a.NumHeads / a.NumKVHeads
+	chunks := (group + kern.rowsPer - 1) / kern.rowsPer
+	if k.Tuning.HeadsFast {
+		return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
+	}
+	return cuda.Dim3{X: len(a.HostContextLens), Y: a.NumKVHeads * chunks, Z: partitions}
+}
+
+// PlanInput returns Plan's input for a call on this device: its SM count, and as programs per SM the
+// occupancy of the grouped kernel the call would run.
+func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
+	kern, err := k.pick("DecodeGrouped", a, PathAuto)
+	if err != nil {
+		return PlanInput{}, err
+	}
+	_, size, _ := dtypeName(a.DType)
+	// One split-k program streams at about one SM's share of the bandwidth, so partitions shorter than
+	// it takes to give every SM one program only add per-program cost (its first tile's latency, its
+	// partial state, the merge): measured on the H100 (docs/bench/attention-h100.md), Plan's default
+	// minimum over-splits long contexts by 2-4x. Bound partitions below by Σctx·kv_heads / SMs.
+	total := 0
+	for _, n := range a.HostContextLens {
+		total += int(n)
+	}
+	minPart := max(DefaultMinPartitionTokens, total*a.NumKVHeads/max(1, k.numSMs))
+	return PlanInput{
+		MinPartitionTokens: minPart,
+		Batch:              len(a.HostContextLens),
+		ContextLens:        a.HostContextLens,
+		NumHeads:           a.NumHeads,
+		NumKVHeads:         a.NumKVHeads,
+		HeadDim:            a.HeadDim,
+		BlockSize:          a.BlockSize,
+		DTypeSize:          size,
+		NumSMs:             k.numSMs,
+		ProgramsPerSM:      kern.perSM,
+	}, nil
+}
+
+// Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this
+// call on this device, and returns the plan it followed. workspace must hold SplitKWorkspaceBytes for the
+// plan's partitions when Plan picks split-k (SplitKWorkspaceBound sizes it for every call up to a shape).
+func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.DevicePtr, workspaceBytes int64) (DecodePlan, error) {
+	in, err := k.PlanInput(a)
+	if err != nil {
+		return DecodePlan{}, err
+	}
+	plan := Plan(in)
+	if plan.Kernel == SplitK {
+		err = k.DecodeSplitK(s, a, plan.PartitionTokens, workspace, workspaceBytes, PathAuto)
+	} else {
+		err = k.DecodeGrouped(s, a, PathAuto)
+	}
+	return plan, err
+}
+
+// DecodeGrouped queues the grouped kernel: one program per (sequence, KV head) over the whole context.
+func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath) error {
+	kern, err := k.pick("DecodeGrouped", a, path)
+	if err != nil {
+		return err
+	}
+	p := k.params(a)
+	if err := cuda.Launch(kern.fn, k.grid(kern, a, 1), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+		return fmt.Errorf("attention: grouped decode: %w", err)
+	}
+	return nil
+}
+
+// SplitKWorkspaceBytes is the workspace a split-k call of batch sequences with numHeads query heads of
+// headDim and numPartitions partitions needs: (m, l, acc) in float32 per (sequence, head, partition).
+func SplitKWorkspaceBytes(batch, numHeads, headDim, numPartitions int) int64 {
+	return 4 * int64(batch) * int64(numHeads) * int64(numPartitions) * int64(headDim+2)
+}
+
+// SplitKWorkspaceBound is a workspace size that serves every call Plan can make with up to maxBatch
+// sequences of at most maxContext tokens (Plan's partitions are at least DefaultMinPartitionTokens long).
+func SplitKWorkspaceBound(maxBatch, numHeads, headDim, maxContext int) int64 {
+	return SplitKWorkspaceBytes(maxBatch, numHeads, headDim, ceilDiv(maxContext, DefaultMinPartitionTokens))
+}
+
+// DecodeSplitK queues the split-k kernel with partitions of partitionTokens tokens (a positive multiple of
+// BlockSize), writing partial results to workspace, then the reduce that writes Out.
+func (k *CUDAKernels) DecodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionTokens int, workspace cuda.DevicePtr, workspaceBytes int64, path CUDAPath) error {
+	kern, err := k.pick("DecodeSplitK", a, path)
+	if err != nil {
+		return err
+	}
+	if partitionTokens <= 0 || partitionTokens%a.BlockSize != 0 {
+		return fmt.Errorf("attention: split-k partition of %d tokens is not a positive multiple of the block size %d",
+			partitionTokens, a.BlockSize)
+	}
+	maxCtx := 0
+	for _, n := range a.HostContextLens {
+		maxCtx = max(maxCtx, int(n))
+	}
+	parts := ceilDiv(maxCtx, partitionTokens)
+	batch := len(a.HostContextLens)
+	need := SplitKWorkspaceBytes(batch, a.NumHeads, a.HeadDim, parts)
+	if need > workspaceBytes {
+		return fmt.Errorf("%w: %d partitions need %d bytes, have %d", ErrWorkspaceTooSmall, parts, need, workspaceBytes)
+	}
+	p := k.params(a)
+	rows := int64(batch) * int64(a.NumHeads) * int64(parts)
+	p.PartM = workspace
+	p.PartL = workspace.Add(4 * rows)
+	p.PartAcc = workspace.Add(8 * rows)
+	p.PartitionTokens = int32(partitionTokens)
+	p.NumPartitions = int32(parts)
+	if err := cuda.Launch(kern.fn, k.grid(kern, a, parts), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+		return fmt.Errorf("attention: split-k decode: %w", err)
+	}
+	tn, _, _ := dtypeName(a.DType)
+	red := k.kernels[fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, a.HeadDim)]
+	if err := cuda.Launch(red.fn, cuda.Dim3{X: batch, Y: a.NumHeads}, cuda.Dim3{X: red.threads}, 0, s, &p); err != nil {
+		return fmt.Errorf("attention: split-k reduce: %w", err)
+	}
+	return nil
+}
+
+// KernelInfo describes the kernel a call would run, for benchmarks and reports.
+type KernelInfo struct {
+	Name                        string
+	Threads, SharedBytes, PerSM int
+	Registers, LocalBytes       int
+}
+
+// Describe returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") that a call would run on path,
+// with its resources.
+func (k *CUDAKernels) Describe(kind string, a *CUDADecodeArgs, path CUDAPath) (KernelInfo, error) {
+	kern, err := k.pick(kind, a, path)
+	if err != nil {
+		return KernelInfo{}, err
+	}
+	attr, err := kern.fn.Attributes()
+	if err != nil {
+		return KernelInfo{}, err
+	}
+	return KernelInfo{Name: kern.fn.Name(), Threads: kern.threads, SharedBytes: kern.shared, PerSM: kern.perSM,
+		Registers: attr.Registers, LocalBytes: attr.LocalBytes}, nil
+}

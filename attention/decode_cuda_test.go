@@ -1,0 +1,427 @@
+//go:build cuda
+
+package attention
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
+)
+
+// These tests run the CUDA kernels on the device (go test -tags cuda ./attention/ on a machine with a
+// GPU); without one they skip, unless GOLLM_REQUIRE_GPU=1.
+
+var testGPU struct {
+	once sync.Once
+	k    *CUDAKernels
+	err  error
+}
+
+func gpuKernels(t *testing.T) *CUDAKernels {
+	t.Helper()
+	testGPU.once.Do(func() {
+		dev, err := cuda.Open(0)
+		if err != nil {
+			testGPU.err = err
+			return
+		}
+		testGPU.k, testGPU.err = LoadCUDAKernels(dev)
+	})
+	if testGPU.err != nil {
+		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
+			t.Fatalf("GPU: %v", testGPU.err)
+		}
+		t.Skipf("no GPU: %v", testGPU.err)
+	}
+	return testGPU.k
+}
+
+// elemCodec converts between float32 and a device dtype.
+type elemCodec struct {
+	name   string
+	typ    cuda.DataType
+	size   int
+	encode func([]byte, []float32)
+	decode func([]float32, []byte)
+	tol    float64 // relative error bound against the float64 reference
+}
+
+var codecs = []elemCodec{
+	{"bf16", cuda.BFloat16, 2, dtype.EncodeBF16, dtype.DecodeBF16, 1e-2},
+	{"fp16", cuda.Float16, 2, dtype.EncodeF16, dtype.DecodeF16, 1e-2},
+	{"fp32", cuda.Float32, 4, dtype.EncodeF32, dtype.DecodeF32, 1e-5},
+}
+
+// round makes x exactly representable in the codec's dtype (the reference then sees the GPU's inputs).
+func (c elemCodec) round(x []float32) []byte {
+	b := make([]byte, len(x)*c.size)
+	c.encode(b, x)
+	c.decode(x, b)
+	return b
+}
+
+// gpuDecodeCase is one decode batch in a paged cache, on the host and on the device.
+type gpuDecodeCase struct {
+	codec                      elemCodec
+	numHeads, kvHeads, headDim int
+	blockSize, maxBlocks       int
+	scale                      float32
+	lens                       []int32
+	tables                     [][]int32
+	cache                      *Cache    // float32 copy of the device cache (values rounded to the dtype)
+	q                          []float32 // [batch][numHeads][headDim], rounded
+	ref                        []float64 // dense float64 attention
+
+	dev                         *cuda.Device
+	dK, dV, dQ, dOut, dTab, dLn cuda.DevicePtr
+}
+
+// newGPUDecodeCase builds fresh random data: K/V pages scattered by a random permutation over a pool
+// with spare pages, block-table padding set to an id far out of range (a kernel that reads past a
+// sequence's last page faults), and uploads it.
+func newGPUDecodeCase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, blockSize int, lens []int32) *gpuDecodeCase {
+	t.Helper()
+	c := &gpuDecodeCase{codec: codec, numHeads: group * kvHeads, kvHeads: kvHeads, headDim: headDim,
+		blockSize: blockSize, scale: float32(1 / math.Sqrt(float64(headDim))), lens: lens, dev: k.Device()}
+	pages := 0
+	for _, n := range lens {
+		c.maxBlocks = max(c.maxBlocks, ceilDiv(int(n), blockSize))
+		pages += ceilDiv(int(n), blockSize)
+	}
+	c.maxBlocks += 3 // padding columns
+	numBlocks := pages + 5
+	c.cache = NewCache(numBlocks, blockSize, kvHeads, headDim)
+	for i := range c.cache.K {
+		c.cache.K[i] = rng.Float32()*2 - 1
+		c.cache.V[i] = rng.Float32()*2 - 1
+	}
+	kBytes, vBytes := codec.round(c.cache.K), codec.round(c.cache.V)
+	c.q = make([]float32, len(lens)*c.numHeads*headDim)
+	for i := range c.q {
+		c.q[i] = (rng.Float32()*2 - 1) * 3 // scores of a few units: a peaked, not flat, softmax
+	}
+	qBytes := codec.round(c.q)
+	perm := rng.Perm(numBlocks)
+	flat := make([]int32, len(lens)*c.maxBlocks)
+	next := 0
+	for s, n := range lens {
+		table := make([]int32, ceilDiv(int(n), blockSize))
+		for j := range table {
+			table[j] = int32(perm[next])
+			next++
+		}
+		c.tables = append(c.tables, table)
+		row := flat[s*c.maxBlocks : (s+1)*c.maxBlocks]
+		for j := range row {
+			row[j] = math.MaxInt32 / 2
+		}
+		copy(row, table)
+	}
+	c.ref = denseDecodeReference(c.q, c.cache, c.numHeads, float64(c.scale), c.tables, lens)
+
+	c.dK = c.upload(t, kBytes)
+	c.dV = c.upload(t, vBytes)
+	c.dQ = c.upload(t, qBytes)
+	c.dTab = c.upload(t, cuda.Bytes(flat))
+	c.dLn = c.upload(t, cuda.Bytes(lens))
+	c.dOut = c.alloc(t, int64(len(qBytes)))
+	return c
+}
+
+func (c *gpuDecodeCase) alloc(t *testing.T, n int64) cuda.DevicePtr {
+	t.Helper()
+	p, err := c.dev.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.dev.Free(p) })
+	return p
+}
+
+func (c *gpuDecodeCase) upload(t *testing.T, b []byte) cuda.DevicePtr {
+	t.Helper()
+	p := c.alloc(t, int64(len(b)))
+	if err := c.dev.CopyToDevice(p, b); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c *gpuDecodeCase) args() *CUDADecodeArgs {
+	return &CUDADecodeArgs{
+		Out: c.dOut, Q: c.dQ, KCache: c.dK, VCache: c.dV, BlockTables: c.dTab, ContextLens: c.dLn,
+		HostContextLens: c.lens, MaxBlocks: c.maxBlocks, NumHeads: c.numHeads, NumKVHeads: c.kvHeads,
+		HeadDim: c.headDim, BlockSize: c.blockSize, DType: c.codec.typ, Scale: c.scale,
+	}
+}
+
+// nanPattern is a NaN in fp32 and two NaNs in bf16 or fp16.
+const nanPattern = 0x7fc07fc0
+
+func poison(t *testing.T, d *cuda.Device, p cuda.DevicePtr, bytes int64) {
+	t.Helper()
+	if err := d.Fill32(p, nanPattern, bytes/4, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *gpuDecodeCase) poisonOut(t *testing.T) {
+	poison(t, c.dev, c.dOut, int64(len(c.q)*c.codec.size))
+}
+
+// output downloads Out as float32.
+func (c *gpuDecodeCase) output(t *testing.T) []float32 {
+	t.Helper()
+	if err := c.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, len(c.q)*c.codec.size)
+	if err := c.dev.CopyFromDevice(b, c.dOut); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(c.q))
+	c.codec.decode(out, b)
+	return out
+}
+
+// denseDecodeReference is decode attention in float64 over gathered rows, written independently of the
+// kernels: scores, max-subtracted softmax, weighted sum.
+func denseDecodeReference(q []float32, c *Cache, numHeads int, scale float64, tables [][]int32, lens []int32) []float64 {
+	d, group := c.HeadDim, numHeads/c.NumKVHeads
+	out := make([]float64, len(q))
+	for s, n := range lens {
+		for h := range numHeads {
+			kvh := h / group
+			qr := q[(s*numHeads+h)*d:][:d]
+			scores := make([]float64, n)
+			mx := math.Inf(-1)
+			for pos := range int(n) {
+				slot := int(tables[s][pos/c.BlockSize])*c.BlockSize + pos%c.BlockSize
+				kr := c.K[(slot*c.NumKVHeads+kvh)*d:][:d]
+				var dot float64
+				for i := range d {
+					dot += float64(qr[i]) * float64(kr[i])
+				}
+				scores[pos] = dot * scale
+				mx = max(mx, scores[pos])
+			}
+			var sum float64
+			o := out[(s*numHeads+h)*d:][:d]
+			for pos := range int(n) {
+				w := math.Exp(scores[pos] - mx)
+				sum += w
+				slot := int(tables[s][pos/c.BlockSize])*c.BlockSize + pos%c.BlockSize
+				vr := c.V[(slot*c.NumKVHeads+kvh)*d:][:d]
+				for i := range d {
+					o[i] += w * float64(vr[i])
+				}
+			}
+			for i := range o {
+				o[i] /= sum
+			}
+		}
+	}
+	return out
+}
+
+// relErr is ‖got − ref‖ / ‖ref‖, +Inf when got holds a NaN or an infinity.
+func relErr(got []float32, ref []float64) float64 {
+	var num, den float64
+	for i, r := range ref {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			return math.Inf(1)
+		}
+		num += (g - r) * (g - r)
+		den += r * r
+	}
+	return math.Sqrt(num / den)
+}
+
+func raggedLens(rng *rand.Rand, blockSize int) []int32 {
+	return []int32{
+		1, int32(blockSize - 1), int32(blockSize), int32(blockSize + 1), 64, 65,
+		int32(200 + rng.IntN(400)), int32(1200 + rng.IntN(900)),
+	}
+}
+
+// TestCUDADecodeKernels runs both kernels (and, for bf16/fp16, both arithmetic paths) at every shape of
+// kernels.md: dtypes bf16/fp16/fp32, head_dim 64/128, pages 8/16/32, groups 1, 2, 4, 6, 8, 16, 32, a
+// ragged batch with context 1, page−1, page, page+1, a tile, a tile+1 and two long contexts, against a
+// float64 dense reference and the CPU twin, on fresh random data, output poisoned with NaN.
+func TestCUDADecodeKernels(t *testing.T) {
+	k := gpuKernels(t)
+	for _, codec := range codecs {
+		for _, headDim := range []int{64, 128} {
+			for _, blockSize := range []int{8, 16, 32} {
+				for _, group := range []int{1, 2, 4, 6, 8, 16, 32} {
+					name := fmt.Sprintf("%s/d%d/page%d/g%d", codec.name, headDim, blockSize, group)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						seed := uint64(headDim*1000 + blockSize*100 + group)
+						rng := rand.New(rand.NewPCG(seed, uint64(codec.typ)))
+						lens := raggedLens(rng, blockSize)
+						c := newGPUDecodeCase(t, k, rng, codec, group, 2, headDim, blockSize, lens)
+						runKernelVariants(t, k, c)
+					})
+				}
+			}
+		}
+	}
+}
+
+// runKernelVariants checks every kernel and path on case c against the reference and the CPU twin.
+func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
+	t.Helper()
+	twin := make([]float32, len(c.q))
+	DecodeGrouped(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens)
+	if e := relErr(twin, c.ref); e > 1e-5 {
+		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
+	}
+	paths := []CUDAPath{PathMMA, PathFMA}
+	if c.codec.typ == cuda.Float32 {
+		paths = []CUDAPath{PathFMA}
+	}
+	maxLen := 0
+	for _, n := range c.lens {
+		maxLen = max(maxLen, int(n))
+	}
+	partitions := []int{2 * c.blockSize, 256}
+	wsBytes := SplitKWorkspaceBytes(len(c.lens), c.numHeads, c.headDim, ceilDiv(maxLen, 2*c.blockSize))
+	ws := c.alloc(t, wsBytes)
+	twinF64 := make([]float64, len(twin))
+	for i, x := range twin {
+		twinF64[i] = float64(x)
+	}
+	check := func(what string) {
+		t.Helper()
+		out := c.output(t)
+		if e := relErr(out, c.ref); !(e < c.codec.tol) {
+			t.Errorf("%s: relative error vs float64 reference %.3g (limit %g)", what, e, c.codec.tol)
+		}
+		if e := relErr(out, twinF64); !(e < c.codec.tol) {
+			t.Errorf("%s: relative error vs CPU twin %.3g (limit %g)", what, e, c.codec.tol)
+		}
+	}
+	for _, path := range paths {
+		c.poisonOut(t)
+		if err := k.DecodeGrouped(nil, c.args(), path); err != nil {
+			t.Fatal(err)
+		}
+		check("grouped/" + path.String())
+		for _, part := range partitions {
+			c.poisonOut(t)
+			poison(t, c.dev, ws, wsBytes)
+			if err := k.DecodeSplitK(nil, c.args(), part, ws, wsBytes, path); err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprintf("split-k/%s/partition%d", path, part))
+		}
+	}
+}
+
+// TestCUDADecodeDispatch runs Decode, which follows Plan with this device's SM count, on a batch that must
+// split (one long sequence, one KV head) and one that must not (many sequences × KV heads), and checks
+// the outputs; then replays the split call from a captured CUDA graph.
+func TestCUDADecodeDispatch(t *testing.T) {
+	k := gpuKernels(t)
+	for _, tc := range []struct {
+		name                       string
+		batch, ctx, group, kvHeads int
+		want                       Kernel
+	}{
+		{"batch1-long-mqa", 1, 20000, 8, 1, SplitK},
+		{"batch64-gqa", 64, 700, 4, 8, Grouped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.batch), uint64(tc.ctx)))
+			lens := make([]int32, tc.batch)
+			for i := range lens {
+				lens[i] = int32(tc.ctx - rng.IntN(16))
+			}
+			c := newGPUDecodeCase(t, k, rng, codecs[0], tc.group, tc.kvHeads, 128, 16, lens)
+			wsBytes := SplitKWorkspaceBound(tc.batch, c.numHeads, c.headDim, tc.ctx)
+			ws := c.alloc(t, wsBytes)
+			c.poisonOut(t)
+			plan, err := k.Decode(nil, c.args(), ws, wsBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("plan %+v", plan)
+			if plan.Kernel != tc.want {
+				t.Errorf("Plan chose %v, want %v", plan.Kernel, tc.want)
+			}
+			if e := relErr(c.output(t), c.ref); !(e < c.codec.tol) {
+				t.Fatalf("relative error %.3g", e)
+			}
+
+			// The same call captured into a graph and replayed twice.
+			s, err := c.dev.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Destroy()
+			if err := s.BeginCapture(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := k.Decode(s, c.args(), ws, wsBytes); err != nil {
+				t.Fatal(err)
+			}
+			g, err := s.EndCapture()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Destroy()
+			exec, err := g.Instantiate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exec.Destroy()
+			c.poisonOut(t)
+			if err := c.dev.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := exec.Launch(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if e := relErr(c.output(t), c.ref); !(e < c.codec.tol) {
+				t.Fatalf("graph replay: relative error %.3g", e)
+			}
+		})
+	}
+}
+
+func TestCUDADecodeErrors(t *testing.T) {
+	k := gpuKernels(t)
+	rng := rand.New(rand.NewPCG(9, 9))
+	c := newGPUDecodeCase(t, k, rng, codecs[0], 4, 2, 64, 16, []int32{100, 3000})
+	a := c.args()
+	a.HeadDim = 96
+	if err := k.DecodeGrouped(nil, a, PathAuto); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("head_dim 96: %v, want ErrUnsupported", err)
+	}
+	a = c.args()
+	a.DType = cuda.Float32
+	if err := k.DecodeGrouped(nil, a, PathMMA); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("fp32 on the mma path: %v, want ErrUnsupported", err)
+	}
+	ws := c.alloc(t, 1024)
+	if err := k.DecodeSplitK(nil, c.args(), 256, ws, 1024, PathAuto); !errors.Is(err, ErrWorkspaceTooSmall) {
+		t.Errorf("small workspace: %v, want ErrWorkspaceTooSmall", err)
+	}
+	if err := k.DecodeSplitK(nil, c.args(), 100, ws, 1024, PathAuto); err == nil {
+		t.Errorf("partition of 100 tokens with pages of 16: no error")
+	}
+}

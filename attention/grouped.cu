@@ -1,0 +1,51 @@
+// The grouped decode-attention kernel: grid (sequence, KV head) — (sequence, KV head × head chunk) on the
+// FMA path — each program walking its whole context once and serving every query head of the group from
+// that one read of K and V. Launched by CUDAKernels.DecodeGrouped (decode_cuda.go); the algorithm and the
+// tile machinery are in decode.cuh; the CPU twin is DecodeGrouped (grouped.go).
+//
+// Entry points: DecodeGrouped_mma_<dtype>_d<head_dim>_m<MT> (bf16/fp16, groups up to 16·MT heads) and
+// DecodeGrouped_fma_<dtype>_d<head_dim>_g<GC> (any dtype, GC heads per program).
+#include "decode.cuh"
+
+#define DECODE_GROUPED_MMA(T, TN, D, MT)                                                                      \
+	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
+	    DecodeGrouped_mma_##TN##_d##D##_m##MT(const DecodeParams p) {                                       \
+		decode_mma<T, D, MT, false>(p);                                                                 \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_m##MT##_smem = mma_smem_bytes<T, D, MT>();
+#define DECODE_GROUPED_FMA(T, TN, D, GC)                                                                      \
+	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
+	    DecodeGrouped_fma_##TN##_d##D##_g##GC(const DecodeParams p) {                                       \
+		decode_fma<T, D, GC, false>(p);                                                                 \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
+
+#define DECODE_GROUPED_ALL_MMA(T, TN, D)                                                                      \
+	DECODE_GROUPED_MMA(T, TN, D, 1) DECODE_GROUPED_MMA(T, TN, D, 2) DECODE_GROUPED_MMA(T, TN, D, 4)
+#define DECODE_GROUPED_ALL_FMA(T, TN, D)                                                                      \
+	DECODE_GROUPED_FMA(T, TN, D, 1)                                                                       \
+	DECODE_GROUPED_FMA(T, TN, D, 2) DECODE_GROUPED_FMA(T, TN, D, 4) DECODE_GROUPED_FMA(T, TN, D, 8)
+
+DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 64)
+DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_ALL_MMA(__half, fp16, 64)
+DECODE_GROUPED_ALL_MMA(__half, fp16, 128)
+
+// Pipeline-depth variants of the most common instance, for benchmarks (CUDAKernels.Tuning.Stages).
+#define DECODE_GROUPED_MMA_STAGES(T, TN, D, MT, ST)                                                          \
+	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
+	    DecodeGrouped_mma_##TN##_d##D##_m##MT##_s##ST(const DecodeParams p) {                               \
+		decode_mma<T, D, MT, false, ST>(p);                                                               \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_m##MT##_s##ST##_smem = mma_smem_bytes<T, D, MT, ST>();
+DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 1, 2)
+DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 1, 4)
+DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 2, 2)
+DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 2, 4)
+
+DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 64)
+DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_ALL_FMA(__half, fp16, 64)
+DECODE_GROUPED_ALL_FMA(__half, fp16, 128)
+DECODE_GROUPED_ALL_FMA(float, fp32, 64)
+DECODE_GROUPED_ALL_FMA(float, fp32, 128)

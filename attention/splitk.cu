@@ -1,0 +1,74 @@
+// The split-k (flash-decoding) decode-attention kernel and its reduce. The partition kernel's grid is
+// (sequence, KV head, partition): each program walks partition_tokens tokens of one context exactly like
+// the grouped kernel and leaves the partial state (m, l, acc) of every query head of its group. The
+// reduce's grid is (sequence, query head), head_dim threads, merging a context's ceil(ctx/partition)
+// partitions by log-sum-exp:  M = max m_p,  L = Σ l_p·2^(m_p−M),  out = Σ acc_p·2^(m_p−M) / L.
+// A batch of one long sequence thus spreads over every SM instead of num_kv_heads of them.
+// Launched by CUDAKernels.DecodeSplitK (decode_cuda.go); the CPU twin is DecodeSplitK (splitk.go).
+//
+// Entry points: DecodeSplitK_mma_<dtype>_d<head_dim>_m<MT>, DecodeSplitK_fma_<dtype>_d<head_dim>_g<GC>,
+// DecodeSplitKReduce_<dtype>_d<head_dim>.
+#include "decode.cuh"
+
+#define DECODE_SPLITK_MMA(T, TN, D, MT)                                                                       \
+	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
+	    DecodeSplitK_mma_##TN##_d##D##_m##MT(const DecodeParams p) {                                        \
+		decode_mma<T, D, MT, true>(p);                                                                 \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeSplitK_mma_##TN##_d##D##_m##MT##_smem = mma_smem_bytes<T, D, MT>();
+#define DECODE_SPLITK_FMA(T, TN, D, GC)                                                                       \
+	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
+	    DecodeSplitK_fma_##TN##_d##D##_g##GC(const DecodeParams p) {                                        \
+		decode_fma<T, D, GC, true>(p);                                                                 \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeSplitK_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
+
+#define DECODE_SPLITK_ALL_MMA(T, TN, D)                                                                       \
+	DECODE_SPLITK_MMA(T, TN, D, 1) DECODE_SPLITK_MMA(T, TN, D, 2) DECODE_SPLITK_MMA(T, TN, D, 4)
+#define DECODE_SPLITK_ALL_FMA(T, TN, D)                                                                       \
+	DECODE_SPLITK_FMA(T, TN, D, 1)                                                                        \
+	DECODE_SPLITK_FMA(T, TN, D, 2) DECODE_SPLITK_FMA(T, TN, D, 4) DECODE_SPLITK_FMA(T, TN, D, 8)
+
+DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 64)
+DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 128)
+DECODE_SPLITK_ALL_MMA(__half, fp16, 64)
+DECODE_SPLITK_ALL_MMA(__half, fp16, 128)
+
+DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 64)
+DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 128)
+DECODE_SPLITK_ALL_FMA(__half, fp16, 64)
+DECODE_SPLITK_ALL_FMA(__half, fp16, 128)
+DECODE_SPLITK_ALL_FMA(float, fp32, 64)
+DECODE_SPLITK_ALL_FMA(float, fp32, 128)
+
+// splitk_reduce: one program per (sequence, query head), thread d owns output element d.
+template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const DecodeParams &p) {
+	const int seq = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
+	const int kvh = hq / p.group, head = hq % p.group;
+	const int ctx = p.context_lens[seq];
+	const int parts = (ctx + p.partition_tokens - 1) / p.partition_tokens;
+	const long long first = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions) * p.group + head;
+	const long long stride = p.group; // between partitions
+	float mx = -INFINITY;
+	for (int i = 0; i < parts; i++) mx = fmaxf(mx, p.part_m[first + i * stride]);
+	float l = 0.f, a = 0.f;
+	for (int i = 0; i < parts; i++) {
+		long long at = first + i * stride;
+		float w = exp2f(p.part_m[at] - mx);
+		l += p.part_l[at] * w;
+		a += p.part_acc[at * D + d] * w;
+	}
+	reinterpret_cast<T *>(p.out)[((long long)seq * p.num_heads + hq) * D + d] = Elem<T>::from_float(a / l);
+}
+
+#define DECODE_SPLITK_REDUCE(T, TN, D)                                                                        \
+	extern "C" __global__ void __launch_bounds__(D) DecodeSplitKReduce_##TN##_d##D(const DecodeParams p) {    \
+		splitk_reduce<T, D>(p);                                                                           \
+	}
+
+DECODE_SPLITK_REDUCE(__nv_bfloat16, bf16, 64)
+DECODE_SPLITK_REDUCE(__nv_bfloat16, bf16, 128)
+DECODE_SPLITK_REDUCE(__half, fp16, 64)
+DECODE_SPLITK_REDUCE(__half, fp16, 128)
+DECODE_SPLITK_REDUCE(float, fp32, 64)
+DECODE_SPLITK_REDUCE(float, fp32, 128)

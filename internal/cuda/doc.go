@@ -1,0 +1,22 @@
+// Package cuda is gollm's device layer for NVIDIA GPUs: one CUDA context owned by one goroutine locked to
+// its OS thread, device memory, streams and events, modules loaded from embedded fat binaries, kernel
+// launches, CUDA graphs captured from a stream, and cuBLAS loaded at run time.
+//
+// Everything except this comment needs the build tag `cuda` (and CUDA's headers and libcuda to build;
+// see ../../../shared/docs/gpu.md): a build without the tag has no GPU code and no dependency on CUDA.
+//
+// The driver API is gorgonia.org/cu; the few calls it lacks (launch with a packed parameter block,
+// function attributes, stream capture and graphs, cuBLAS through dlopen) are a little cgo of our own.
+//
+// A CUDA context is current on one OS thread. Open starts a goroutine locked to a thread, makes the
+// device's primary context current there and runs every call of a Device on it: the methods hop to that
+// goroutine unless the caller is already on it (inside Device.Do), so a caller that needs many calls in a
+// row — a decode step, a benchmark loop — wraps them in one Do and pays the hop once.
+//
+//	dev, err := cuda.Open(0)
+//	if err != nil { ... }
+//	defer dev.Close()
+//	buf, err := dev.Alloc(1 << 20)
+//
+// This package knows nothing about models or attention: it moves bytes and launches what it is given.
+package cuda

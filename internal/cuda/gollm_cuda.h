@@ -1,0 +1,48 @@
+// C helpers for package cuda: the driver calls gorgonia.org/cu does not wrap. Included by the Go files
+// of the package (static inline, so each cgo preamble gets its own copy).
+#ifndef GOLLM_CUDA_H
+#define GOLLM_CUDA_H
+#include <cuda.h>
+// gollm_launch launches f with one by-value parameter block: every kernel of ours takes a single struct,
+// and args points to its bytes (laid out by the Go struct that mirrors it).
+static inline CUresult gollm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void *args) {
+	void *params[1] = { args };
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
+}
+
+static inline CUresult gollm_set_max_dynamic_shared(CUfunction f, int bytes) {
+	return cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+}
+
+static inline CUresult gollm_func_attr(CUfunction f, int attr, int *v) {
+	return cuFuncGetAttribute(v, (CUfunction_attribute)attr, f);
+}
+
+static inline CUresult gollm_occupancy(CUfunction f, int block, size_t smem, int *n) {
+	return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem);
+}
+
+static inline CUresult gollm_begin_capture(CUstream s) {
+	return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+}
+
+static inline CUresult gollm_end_capture(CUstream s, CUgraph *g) {
+	return cuStreamEndCapture(s, g);
+}
+
+static inline CUresult gollm_instantiate(CUgraphExec *e, CUgraph g) {
+	return cuGraphInstantiateWithFlags(e, g, 0);
+}
+
+static inline CUresult gollm_graph_launch(CUgraphExec e, CUstream s) { return cuGraphLaunch(e, s); }
+static inline CUresult gollm_graph_exec_destroy(CUgraphExec e) { return cuGraphExecDestroy(e); }
+static inline CUresult gollm_graph_destroy(CUgraph g) { return cuGraphDestroy(g); }
+static inline CUresult gollm_graph_nodes(CUgraph g, size_t *n) { return cuGraphGetNodes(g, NULL, n); }
+
+static inline const char *gollm_error_name(CUresult r) {
+	const char *s = NULL;
+	if (cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_UNKNOWN";
+	return s;
+}
+#endif
