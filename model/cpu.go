@@ -11,10 +11,11 @@ import (
 // cpuBackend is the pure-Go reference backend. Activations are []float32 and the KV cache is one
 // attention.Cache (float32) per layer. Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
 // 2 bytes per parameter: about 270 MB for a 135M-parameter model, 16 GB for 8B) and are widened inside
-// the matrix-product kernels, because a decode step is bound by reading the weights and half the bytes
-// measured faster than a float32 copy; float32 and float16 checkpoints, and every vector, are converted
-// to float32 once at upload (4 bytes per parameter). All arithmetic is float32 (norms accumulate in
-// float64). Matrix products split the output features across GOMAXPROCS goroutines.
+// the matrix-product kernels: on the 2-core machine this was measured on, a decode step then costs the
+// same CPU time as with a float32 copy (the widening costs what the halved memory traffic saves) at half
+// the memory, and bigger models, more bound by memory, gain. Float32 and float16 checkpoints, and every
+// vector, are converted to float32 once at upload (4 bytes per parameter). All arithmetic is float32
+// (norms accumulate in float64). Matrix products split the output features across GOMAXPROCS goroutines.
 type cpuBackend struct {
 	shape   Shape
 	caches  []*attention.Cache
