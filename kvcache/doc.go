@@ -15,14 +15,20 @@
 // # Prefix caching
 //
 // Every full block whose KV has been computed ([Pool.Commit]) is registered under a 64-bit hash
-// chained over its parent block's hash and its own token ids, so a block's hash identifies the whole
-// prefix up to its end. [Pool.Allocate] walks a new prompt block by block and reuses every registered
-// block that matches; a hit is confirmed by comparing the token ids (and the parent hash and block
-// index), so a hash collision costs a miss, never wrong KV. Only full blocks are shared, and the last
-// prompt token is never taken from the cache (the model must compute it to produce logits), so a
-// sequence never writes into a block that another sequence can read. When a sequence is freed its
-// registered blocks stay cached (reference count 0, "evictable") and are evicted least recently used
-// first, and only when no never-used or unregistered free block is left.
+// chained over its parent block's hash and its own token ids. [Pool.Allocate] walks a new prompt
+// block by block and reuses every registered block that matches. The hash only finds a candidate: a
+// hit is confirmed by comparing the token ids and by checking that the candidate's parent is the
+// physical block of the previous hit, so the hits are exactly the blocks whose KV was computed after
+// this prompt's prefix. Two different prefixes whose hashes collide (by chance, or crafted against
+// FNV, the way CVE-2025-25183 leaked KV across vLLM requests) cost a miss, never another request's
+// KV. A registered block stays findable only while its parent is registered: evicting a block drops
+// its registered descendants too.
+//
+// Only full blocks are shared, and the last prompt token is never taken from the cache (the model
+// must compute it to produce logits), so a sequence never writes into a block that another sequence
+// can read. When a sequence is freed its registered blocks stay cached (reference count 0,
+// "evictable") and are evicted least recently used first, and only when no never-used or
+// unregistered free block is left.
 //
 // # What it must not do
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -17,8 +18,9 @@ import (
 // wrong prefix hits, shared blocks being written, and blocks handed to two owners.
 
 type refEntry struct {
-	ref  int
-	tick int // when ref last dropped to 0 (LRU order)
+	ref    int
+	tick   int // when ref last dropped to 0 (LRU order)
+	serial int // registration number: an entry evicted and registered again is another entry
 }
 
 type refSeq struct {
@@ -26,6 +28,8 @@ type refSeq struct {
 	committed int
 	processed int      // leading full blocks already considered for registration (hits included)
 	keys      []string // per block: the cache key if registered, "" if private
+	chain     []int    // serials of the entries holding the first len(chain) full blocks
+	broken    bool     // the chain stopped growing: an entry of it was evicted
 }
 
 type refModel struct {
@@ -35,6 +39,7 @@ type refModel struct {
 	entries          map[string]*refEntry
 	seqs             map[SeqID]*refSeq
 	tick             int
+	serial           int
 	queried, hit     int64
 }
 
@@ -89,7 +94,9 @@ func (m *refModel) available(hits []string) int {
 	return n
 }
 
-// take gives a new private block: free first, else evict the least recently released entry.
+// take gives a new private block: free first, else evict the least recently released entry. An
+// entry exists only while the entry of its parent prefix does: evicting one drops every entry that
+// extends it; those nobody holds become free blocks, the others private ones.
 func (m *refModel) take() {
 	if m.free > 0 {
 		m.free--
@@ -103,6 +110,23 @@ func (m *refModel) take() {
 	}
 	if best < 0 {
 		panic("refModel: take from exhausted pool")
+	}
+	for k, e := range m.entries {
+		if len(k) <= len(victim) || !strings.HasPrefix(k, victim) {
+			continue
+		}
+		delete(m.entries, k)
+		if e.ref == 0 {
+			m.free++
+			continue
+		}
+		for _, s := range m.seqs {
+			for i := range s.keys {
+				if s.keys[i] == k {
+					s.keys[i] = ""
+				}
+			}
+		}
 	}
 	delete(m.entries, victim)
 }
@@ -125,6 +149,7 @@ func (m *refModel) allocate(id SeqID, tokens []int32) (int, error) {
 	for _, k := range hits {
 		m.entries[k].ref++
 		s.keys = append(s.keys, k)
+		s.chain = append(s.chain, m.entries[k].serial)
 	}
 	for len(s.keys) < n {
 		m.take()
@@ -164,15 +189,24 @@ func (m *refModel) commit(id SeqID, n int) {
 	}
 	for ; s.processed < n/m.blockSize; s.processed++ {
 		i := s.processed
-		if s.keys[i] != "" {
+		if s.broken {
 			continue
+		}
+		if i > 0 {
+			if e, ok := m.entries[prefixKey(s.tokens, i*m.blockSize)]; !ok || e.serial != s.chain[i-1] {
+				s.broken = true
+				continue
+			}
 		}
 		k := prefixKey(s.tokens, (i+1)*m.blockSize)
-		if _, taken := m.entries[k]; taken {
+		if e, taken := m.entries[k]; taken {
+			s.chain = append(s.chain, e.serial)
 			continue
 		}
-		m.entries[k] = &refEntry{ref: 1}
+		m.serial++
+		m.entries[k] = &refEntry{ref: 1, serial: m.serial}
 		s.keys[i] = k
+		s.chain = append(s.chain, m.serial)
 	}
 }
 

@@ -45,6 +45,13 @@ type block struct {
 	hash   uint64 // chained hash of the prefix ending with this block
 	parent uint64 // hash of the parent block (rootHash for the first block)
 	index  int32  // position of the block in its sequences' tables
+	gen    uint64 // registration number, unique over the pool's life: tells a re-registration apart
+	// parentBlock is the registered block holding the previous block of the prefix (noBlock for
+	// the first block). A hit must come through it, so the chain of a hit is the chain of physical
+	// blocks its KV was computed after, whatever the hashes say.
+	parentBlock int32
+	// Registered children (blocks whose parentBlock is this one), as a doubly linked list.
+	firstChild, prevSibling, nextSibling int32
 
 	// Links in the evictable LRU list, valid while hashed && ref == 0.
 	prev, next int32
@@ -52,10 +59,15 @@ type block struct {
 
 // sequence is the pool's view of one sequence.
 type sequence struct {
-	table     []int32  // physical block ids; len == BlocksFor(len(tokens), blockSize)
-	tokens    []int32  // every token that holds a slot
-	hashes    []uint64 // chained hashes of the first len(hashes) full blocks (hits and committed)
-	committed int      // tokens whose KV the caller has written (see Commit)
+	table  []int32 // physical block ids; len == BlocksFor(len(tokens), blockSize)
+	tokens []int32 // every token that holds a slot
+	// chain[i] is the registered block that holds the sequence's full block i (its own block, a
+	// prefix-cache hit, or an identical block another sequence registered first), registered as
+	// chainGen[i]; it covers the first len(chain) full blocks (hits and committed).
+	chain     []int32
+	chainGen  []uint64
+	broken    bool // the chain can no longer grow (an entry of it was evicted, or a hash collided)
+	committed int  // tokens whose KV the caller has written (see Commit)
 }
 
 // Pool is a block pool with reference counts, per-sequence block tables and a prefix cache.
@@ -73,6 +85,8 @@ type Pool struct {
 	lruTail   int32   // most recently freed evictable block
 	numCached int     // evictable blocks: registered, ref 0
 	numUsed   int     // blocks with ref > 0
+	lastGen   uint64  // the last registration number handed out
+	scratch   []int32 // reused by unregister
 
 	byHash map[uint64]int32
 	seqs   map[SeqID]*sequence
@@ -107,7 +121,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		p.blockTokens = make([]int32, cfg.NumBlocks*cfg.BlockSize)
 	}
 	for i := range p.blocks {
-		p.blocks[i].prev, p.blocks[i].next = noBlock, noBlock
+		p.blocks[i].resetLinks()
 		// Pop order 0, 1, 2, ...: the stack holds the highest id at the bottom.
 		p.free[i] = int32(cfg.NumBlocks - 1 - i)
 	}
@@ -134,7 +148,7 @@ func (p *Pool) CanAllocate(tokens []int32) (cachedTokens int, ok bool) {
 	if len(tokens) == 0 {
 		return 0, false
 	}
-	hits, _ := p.lookup(tokens)
+	hits := p.lookup(tokens)
 	return len(hits) * p.blockSize, p.newBlocksAvailable(hits) >= BlocksFor(len(tokens), p.blockSize)-len(hits)
 }
 
@@ -150,7 +164,7 @@ func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) 
 	if _, ok := p.seqs[id]; ok {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %w", id, ErrDuplicateSeq)
 	}
-	hits, hashes := p.lookup(tokens)
+	hits := p.lookup(tokens)
 	numBlocks := BlocksFor(len(tokens), p.blockSize)
 	if need, have := numBlocks-len(hits), p.newBlocksAvailable(hits); need > have {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %d tokens need %d new blocks, %d available: %w",
@@ -159,12 +173,14 @@ func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) 
 	s := &sequence{
 		table:     make([]int32, 0, numBlocks),
 		tokens:    append(make([]int32, 0, len(tokens)), tokens...),
-		hashes:    hashes,
+		chain:     hits,
+		chainGen:  make([]uint64, len(hits)),
 		committed: len(hits) * p.blockSize,
 	}
-	for _, b := range hits {
+	for i, b := range hits {
 		p.acquire(b)
 		s.table = append(s.table, b)
+		s.chainGen[i] = p.blocks[b].gen
 	}
 	for len(s.table) < numBlocks {
 		s.table = append(s.table, p.take())

@@ -422,3 +422,36 @@ func BenchmarkSlotMapping(b *testing.B) {
 		dst = SlotMapping(dst[:0], table, 16, 0, 8192)
 	}
 }
+
+// TestChainedHashCollisionIsAMiss forges the state a collision of two different prefixes' chained
+// hashes leaves behind (as an attacker who can craft FNV collisions could produce): prefix A's first
+// block hashes like W's, so A's second block is registered under the parent hash that W's first
+// block has. A victim whose prompt starts with W's first block and continues with A's second block
+// must not be handed A's second block: its KV was computed after A's first block, not W's.
+func TestChainedHashCollisionIsAMiss(t *testing.T) {
+	p := mustPool(t, Config{NumBlocks: 16, BlockSize: 2, PrefixCaching: true})
+	w := []int32{5, 6, 7}
+	a := []int32{1, 2, 9, 9, 3}
+	computeAll(t, p, 1, w)
+	computeAll(t, p, 2, a)
+	hw0 := blockHash(p.rootHash(), w[:2])
+	ha0 := blockHash(p.rootHash(), a[:2])
+	ha1 := blockHash(ha0, a[2:4])
+	a0, a1 := p.byHash[ha0], p.byHash[ha1]
+	// Had A's first block hashed to hw0, it would have stayed private (W holds the hash) and its
+	// second block would have been registered under the parent hash hw0.
+	delete(p.byHash, ha0)
+	p.blocks[a0].hashed = false
+	forged := blockHash(hw0, a[2:4])
+	delete(p.byHash, ha1)
+	p.byHash[forged] = a1
+	p.blocks[a1].hash, p.blocks[a1].parent = forged, hw0
+
+	victim := []int32{5, 6, 9, 9, 4}
+	if cached, ok := p.CanAllocate(victim); !ok || cached != 2 {
+		t.Fatalf("CanAllocate(victim) = %d, %v; want 2 (only W's block), true", cached, ok)
+	}
+	if cached, err := p.Allocate(3, victim); err != nil || cached != 2 {
+		t.Fatalf("Allocate(victim) = %d, %v; want 2: a block computed after another prefix was shared", cached, err)
+	}
+}

@@ -39,32 +39,33 @@ func mix64(h, v uint64) uint64 {
 }
 
 // lookup returns the registered blocks that hold the longest prefix of tokens made of full blocks,
-// leaving at least the last token uncached, and the chained hashes of those blocks.
-func (p *Pool) lookup(tokens []int32) (hits []int32, hashes []uint64) {
+// leaving at least the last token uncached. Each hit is confirmed, not just found by its hash: its
+// token ids are the prompt's, and its parent block is the previous hit (the root for the first
+// block). Since a registered block's parent stays registered as long as it does (see unregister),
+// the hits hold exactly the KV of this prefix, even if two different prefixes' hashes collide.
+func (p *Pool) lookup(tokens []int32) (hits []int32) {
 	if !p.prefixCaching {
-		return nil, nil
+		return nil
 	}
 	maxHits := (len(tokens) - 1) / p.blockSize
-	parent := p.rootHash()
+	parent, parentBlock := p.rootHash(), int32(noBlock)
 	for i := range maxHits {
 		blockTokens := tokens[i*p.blockSize : (i+1)*p.blockSize]
 		h := blockHash(parent, blockTokens)
 		b, ok := p.byHash[h]
-		if !ok || !p.matches(b, parent, i, blockTokens) {
+		if !ok || !p.matches(b, parentBlock, blockTokens) {
 			break
 		}
 		hits = append(hits, b)
-		hashes = append(hashes, h)
-		parent = h
+		parent, parentBlock = h, b
 	}
-	return hits, hashes
+	return hits
 }
 
-// matches confirms a hash hit: same parent, same place in the sequence, same token ids.
-func (p *Pool) matches(b int32, parent uint64, index int, tokens []int32) bool {
+// matches confirms that registered block b continues the prefix ending at parentBlock with tokens.
+func (p *Pool) matches(b, parentBlock int32, tokens []int32) bool {
 	blk := &p.blocks[b]
-	return blk.hashed && blk.parent == parent && int(blk.index) == index &&
-		slices.Equal(p.tokensOf(b), tokens)
+	return blk.hashed && blk.parentBlock == parentBlock && slices.Equal(p.tokensOf(b), tokens)
 }
 
 // tokensOf returns the stored token ids of a registered block.
@@ -72,43 +73,98 @@ func (p *Pool) tokensOf(b int32) []int32 {
 	return p.blockTokens[int(b)*p.blockSize : (int(b)+1)*p.blockSize]
 }
 
-// register hashes the committed full blocks of s that have no hash yet and enters them in the
-// prefix cache. A block whose hash is already taken (another sequence computed the same prefix at
-// the same time, or a collision) stays private; the chain of hashes continues regardless.
+// register enters the committed full blocks of s that are not in its chain yet in the prefix cache,
+// each as a child of the chain's previous block. When the hash is already taken by an identical
+// block (another sequence computed the same prefix at the same time), s's block stays private and
+// the chain continues through the registered one. When it is taken by a different block (a hash
+// collision), or the chain's previous block has been evicted since, the chain stops growing: the
+// rest of s stays private, which costs hits, never correctness.
 func (p *Pool) register(s *sequence) {
 	full := s.committed / p.blockSize
-	for i := len(s.hashes); i < full; i++ {
-		parent := p.rootHash()
+	for i := len(s.chain); i < full && !s.broken; i++ {
+		parent, parentBlock := p.rootHash(), int32(noBlock)
 		if i > 0 {
-			parent = s.hashes[i-1]
+			parentBlock = s.chain[i-1]
+			pb := &p.blocks[parentBlock]
+			if !pb.hashed || pb.gen != s.chainGen[i-1] {
+				s.broken = true
+				return
+			}
+			parent = pb.hash
 		}
 		blockTokens := s.tokens[i*p.blockSize : (i+1)*p.blockSize]
 		h := blockHash(parent, blockTokens)
-		s.hashes = append(s.hashes, h)
-		b := s.table[i]
-		blk := &p.blocks[b]
-		if blk.hashed {
-			continue // shared from the cache already
-		}
-		if _, taken := p.byHash[h]; taken {
+		if other, taken := p.byHash[h]; taken {
+			if !p.matches(other, parentBlock, blockTokens) {
+				s.broken = true
+				return
+			}
+			s.chain = append(s.chain, other)
+			s.chainGen = append(s.chainGen, p.blocks[other].gen)
 			continue
 		}
-		blk.hashed, blk.hash, blk.parent, blk.index = true, h, parent, int32(i)
+		b := s.table[i]
+		blk := &p.blocks[b]
+		p.lastGen++
+		blk.hashed, blk.hash, blk.parent, blk.index, blk.gen = true, h, parent, int32(i), p.lastGen
+		blk.parentBlock = parentBlock
+		if parentBlock != noBlock {
+			pb := &p.blocks[parentBlock]
+			blk.nextSibling = pb.firstChild
+			if pb.firstChild != noBlock {
+				p.blocks[pb.firstChild].prevSibling = b
+			}
+			pb.firstChild = b
+		}
 		copy(p.tokensOf(b), blockTokens)
 		p.byHash[h] = b
+		s.chain = append(s.chain, b)
+		s.chainGen = append(s.chainGen, blk.gen)
 	}
 }
 
-// unregister removes an evicted block from the prefix cache.
+// unregister removes an evicted block from the prefix cache, and with it every registered
+// descendant: a block may only be hit through its parent, so once the parent is gone (and perhaps
+// registered again with other content) its descendants must not be found any more. Descendants
+// nobody holds move from the evictable list to the free list; those still held become private.
 func (p *Pool) unregister(b int32) {
 	blk := &p.blocks[b]
 	if !blk.hashed {
 		return
 	}
-	if p.byHash[blk.hash] == b {
-		delete(p.byHash, blk.hash)
+	if pb := blk.parentBlock; pb != noBlock {
+		if blk.prevSibling != noBlock {
+			p.blocks[blk.prevSibling].nextSibling = blk.nextSibling
+		} else {
+			p.blocks[pb].firstChild = blk.nextSibling
+		}
+		if blk.nextSibling != noBlock {
+			p.blocks[blk.nextSibling].prevSibling = blk.prevSibling
+		}
 	}
-	blk.hashed, blk.hash, blk.parent, blk.index = false, 0, 0, 0
+	stack := append(p.scratch[:0], b)
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		xb := &p.blocks[x]
+		for c := xb.firstChild; c != noBlock; c = p.blocks[c].nextSibling {
+			stack = append(stack, c)
+		}
+		delete(p.byHash, xb.hash)
+		xb.hashed, xb.hash, xb.parent, xb.index, xb.gen = false, 0, 0, 0, 0
+		if x != b && xb.ref == 0 {
+			p.lruRemove(x)
+			p.free = append(p.free, x)
+		}
+		xb.resetLinks()
+	}
+	p.scratch = stack
+}
+
+// resetLinks clears a block's LRU and prefix-tree links.
+func (blk *block) resetLinks() {
+	blk.prev, blk.next = noBlock, noBlock
+	blk.parentBlock, blk.firstChild, blk.prevSibling, blk.nextSibling = noBlock, noBlock, noBlock, noBlock
 }
 
 // lruPushBack makes b the most recently used evictable block.

@@ -48,8 +48,9 @@ func (p *Pool) Stats() Stats {
 // CheckInvariants verifies the pool's internal consistency and returns an error describing every
 // violation found (nil if none): reference counts equal the number of tables holding each block;
 // every block is exactly one of used, cached (registered, in the LRU list) or free; the counters
-// match; the hash index and the registered blocks agree; table lengths match token counts; and no
-// registered block is a sequence's writable last block. It is meant for tests and costs
+// match; the hash index and the registered blocks agree; every registered block's parent block is
+// registered and lists it as a child; table lengths match token counts; and no registered block is
+// a sequence's writable last block. It is meant for tests and costs
 // O(blocks + table entries).
 func (p *Pool) CheckInvariants() error {
 	var errs []error
@@ -68,8 +69,8 @@ func (p *Pool) CheckInvariants() error {
 		if s.committed > len(s.tokens) {
 			fail("sequence %d: %d committed of %d tokens", id, s.committed, len(s.tokens))
 		}
-		if p.prefixCaching && len(s.hashes) > s.committed/p.blockSize {
-			fail("sequence %d: %d hashed blocks but only %d committed tokens", id, len(s.hashes), s.committed)
+		if len(s.chain) != len(s.chainGen) || len(s.chain) > s.committed/p.blockSize {
+			fail("sequence %d: chain of %d blocks (%d generations) but only %d committed tokens", id, len(s.chain), len(s.chainGen), s.committed)
 		}
 		seen := make(map[int32]bool, len(s.table))
 		for i, b := range s.table {
@@ -117,6 +118,7 @@ func (p *Pool) CheckInvariants() error {
 	}
 
 	used, cached, free := 0, 0, 0
+	children := make([]int, n) // child-list entries less parent links, per block
 	for b := range n {
 		blk := &p.blocks[b]
 		if blk.ref != refs[b] {
@@ -149,6 +151,32 @@ func (p *Pool) CheckInvariants() error {
 			if h := blockHash(blk.parent, p.tokensOf(int32(b))); h != blk.hash {
 				fail("registered block %d: stored hash %#x, tokens hash to %#x", b, blk.hash, h)
 			}
+			if pb := blk.parentBlock; pb == noBlock {
+				if blk.index != 0 || blk.parent != p.rootHash() {
+					fail("registered block %d: no parent block at index %d", b, blk.index)
+				}
+			} else if pb < 0 || int(pb) >= n || !p.blocks[pb].hashed || p.blocks[pb].hash != blk.parent || p.blocks[pb].index+1 != blk.index {
+				fail("registered block %d: parent block %d is not the registered block of its parent hash", b, pb)
+			}
+			for c := blk.firstChild; c != noBlock; c = p.blocks[c].nextSibling {
+				if c < 0 || int(c) >= n || p.blocks[c].parentBlock != int32(b) || !p.blocks[c].hashed {
+					fail("registered block %d: child %d does not name it as its parent", b, c)
+					break
+				}
+				children[b]++
+			}
+		} else if blk.parentBlock != noBlock || blk.firstChild != noBlock || blk.prevSibling != noBlock || blk.nextSibling != noBlock {
+			fail("unregistered block %d keeps prefix-tree links", b)
+		}
+	}
+	for b := range n {
+		if pb := p.blocks[b].parentBlock; p.blocks[b].hashed && pb != noBlock && pb >= 0 && int(pb) < n {
+			children[pb]--
+		}
+	}
+	for b, c := range children {
+		if c != 0 {
+			fail("block %d: its child list and its children's parent links disagree by %d", b, c)
 		}
 	}
 	if used != p.numUsed || cached != p.numCached || free != len(p.free) {
