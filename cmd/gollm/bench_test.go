@@ -15,9 +15,9 @@ func TestBenchDispatch(t *testing.T) {
 		{[]string{"bench"}, 2, "usage: gollm bench"},
 		{[]string{"bench", "--help"}, 0, "attention"},
 		{[]string{"bench", "nonsense"}, 2, `unknown benchmark "nonsense"`},
-		{[]string{"bench", "latency"}, 2, "not implemented yet"},
-		{[]string{"bench", "throughput"}, 2, "not implemented yet"},
-		{[]string{"bench", "serve"}, 2, "not implemented yet"},
+		{[]string{"bench", "latency"}, 2, "give exactly one of --config NAME and --model DIR"},
+		{[]string{"bench", "throughput"}, 2, "give exactly one of --config NAME and --model DIR"},
+		{[]string{"bench", "serve", "--concurrency", "0"}, 2, "concurrency 0"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"runtime"
+	"sync"
+	"time"
+)
+
+// H100CopyBandwidth is the device-to-device copy bandwidth measured on the team's H100 (bytes read plus
+// written per second; shared/docs/gpu.md): the default roofline bandwidth of the cuda device.
+const H100CopyBandwidth = 3.03e12
+
+// MeasureCopyBandwidth measures host memory bandwidth the way the GPU's copy bandwidth is quoted: bytes
+// read plus bytes written per second by a copy of size bytes, split across GOMAXPROCS goroutines, best
+// of reps runs after one warm-up. size should be well beyond the last-level cache (64 MiB or more); it
+// allocates twice size. A few hundred milliseconds at 64 MiB.
+func MeasureCopyBandwidth(size, reps int) float64 {
+	if size <= 0 || reps <= 0 {
+		return 0
+	}
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	copyAll := func() {
+		var wg sync.WaitGroup
+		for w := range workers {
+			lo, hi := size*w/workers, size*(w+1)/workers
+			wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+		}
+		wg.Wait()
+	}
+	copyAll() // fault the destination's pages in
+	best := time.Duration(1<<63 - 1)
+	for range reps {
+		start := time.Now()
+		copyAll()
+		best = min(best, time.Since(start))
+	}
+	return 2 * float64(size) / best.Seconds()
+}

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// humanBytes formats a byte count with a decimal unit (GB = 1e9 bytes, as bandwidths are quoted).
+func humanBytes(b float64) string {
+	for _, u := range []struct {
+		div  float64
+		name string
+	}{{1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if b >= u.div {
+			return fmt.Sprintf("%.3g %s", b/u.div, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// humanCount formats a parameter count (134.5M, 8.03B).
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.3gB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.4gM", float64(n)/1e6)
+	}
+	return fmt.Sprint(n)
+}
+
+func weightsKind(random bool) string {
+	if random {
+		return "random"
+	}
+	return "checkpoint"
+}
+
+// WriteLatencyText prints the results of RunLatency or RunLatencySweep as a table, one row per batch
+// size, after a header naming the model, the device and the roofline's bandwidth.
+func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
+	if len(results) == 0 {
+		return nil
+	}
+	r0 := results[0]
+	fmt.Fprintf(w, "model %s (%s %s weights, %s params; backend stores %d-byte weights, %d-byte KV) on %s\n",
+		r0.Model, weightsKind(r0.RandomWeights), strings.ToLower(r0.DType), humanCount(r0.Params),
+		r0.Precision.WeightBytes, r0.Precision.KVBytes, r0.Device)
+	fmt.Fprintf(w, "input %d, output %d tokens per sequence; %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
+		r0.InputLen, r0.OutputLen, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "batch\tprefill ms\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
+	for _, r := range results {
+		host := "n/a"
+		if r.BackendHostMS != nil {
+			host = fmt.Sprintf("%.3f", *r.BackendHostMS)
+		}
+		fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%.2f\t%.1f\t%d\t%s\t%.3f\t%.0f%%\t\n",
+			r.Batch, r.PrefillMS, r.DecodeStep.P50, r.DecodeStep.P90, r.DecodeForward.P50, r.EngineOverheadMS, host,
+			r.DecodeTokensPerSecond, r.TotalMS/1e3, r.OutputTokensPerSecond, r.Roofline.Context,
+			humanBytes(float64(r.Roofline.Bytes.Total)), r.Roofline.StepMS, r.Roofline.Percent)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rf := r0.Roofline.Bytes
+	_, err := fmt.Fprintf(w, "bytes/step = weights %s + embedding rows + KV (%s per sequence at ctx %d); %d decode steps measured at batch %d\n",
+		humanBytes(float64(rf.Weights)), humanBytes(float64(rf.KV)/float64(max(r0.Batch, 1))), r0.Roofline.Context,
+		r0.DecodeStep.Count, r0.Batch)
+	return err
+}
+
+// WriteText prints a throughput result.
+func (r *ThroughputResult) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "model %s (%s %s weights) on %s: %d prompts, input %s, output %s tokens, max %d sequences\n"+
+		"  %d prompt + %d output tokens in %.2f s (%d steps, %.1f tokens sampled per step, %d preemptions)\n"+
+		"  requests/s     %.2f\n  output tok/s   %.1f\n  total tok/s    %.1f\n",
+		r.Model, weightsKind(r.RandomWeights), strings.ToLower(r.DType), r.Device, r.NumPrompts, r.InputLen, r.OutputLen,
+		r.MaxNumSeqs, r.PromptTokens, r.OutputTokens, r.Seconds, r.Steps, r.MeanDecodeBatch, r.Preemptions,
+		r.RequestsPerSecond, r.OutputTokensPerSecond, r.TotalTokensPerSecond)
+	return err
+}
+
+// WriteText prints a serve result.
+func (r *ServeResult) WriteText(w io.Writer) error {
+	fmt.Fprintf(w, "%s model %q: %d prompts at concurrency %d, input %s, output %s tokens\n",
+		r.URL, r.Model, r.NumPrompts, r.Concurrency, r.InputLen, r.OutputLen)
+	fmt.Fprintf(w, "  completed %d, failed %d in %.2f s\n", r.Completed, r.Failed, r.Seconds)
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "  error: %s\n", e)
+	}
+	fmt.Fprintf(w, "  requests/s %.2f   output tok/s %.1f   total tok/s %.1f\n",
+		r.RequestsPerSecond, r.OutputTokensPerSecond, r.TotalTokensPerSecond)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  ms\tmean\tp50\tp90\tp99\t")
+	for _, row := range []struct {
+		name string
+		s    Summary
+	}{{"TTFT", r.TTFT}, {"ITL", r.ITL}, {"TPOT", r.TPOT}, {"E2E", r.E2E}} {
+		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,107 @@
+package bench
+
+import "github.com/gollm/gollm/weights"
+
+// ParamCounts is a LLaMA-family model's parameter count by role, from its shape alone.
+type ParamCounts struct {
+	// Embedding is the token embedding table, V × H.
+	Embedding int64
+	// LMHead is the output projection, V × H, or 0 when it is tied to the embeddings.
+	LMHead int64
+	// PerLayer is one decoder layer: Q, K, V, O projections, gate/up/down, and two RMSNorm gains.
+	PerLayer int64
+	// Layers is PerLayer × the number of layers.
+	Layers int64
+	// FinalNorm is the last RMSNorm's gain, H.
+	FinalNorm int64
+	// Total is every parameter, embeddings and LM head included.
+	Total int64
+}
+
+// headDimOf is cfg.HeadDim, or H/Hq when the config leaves it zero.
+func headDimOf(cfg *weights.Config) int {
+	if cfg.HeadDim > 0 {
+		return cfg.HeadDim
+	}
+	return cfg.HiddenSize / max(cfg.NumAttentionHeads, 1)
+}
+
+// CountParams counts cfg's parameters (the tensors of weights.LlamaTensorShapes).
+func CountParams(cfg *weights.Config) ParamCounts {
+	v, h, i := int64(cfg.VocabSize), int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
+	d := int64(headDimOf(cfg))
+	q, kv := int64(cfg.NumAttentionHeads)*d, int64(cfg.NumKeyValueHeads)*d
+	var p ParamCounts
+	p.Embedding = v * h
+	if !cfg.TieWordEmbeddings {
+		p.LMHead = v * h
+	}
+	p.PerLayer = q*h + 2*kv*h + h*q + 3*i*h + 2*h
+	p.Layers = p.PerLayer * int64(cfg.NumHiddenLayers)
+	p.FinalNorm = h
+	p.Total = p.Embedding + p.LMHead + p.Layers + p.FinalNorm
+	return p
+}
+
+// Precision is how many bytes a backend stores per weight and per KV cache element.
+type Precision struct {
+	// WeightBytes per parameter of the matrices (norm gains are too few to matter).
+	WeightBytes int `json:"weight_bytes"`
+	// KVBytes per element of the K and V caches.
+	KVBytes int `json:"kv_bytes"`
+}
+
+// KVBytesPerToken is the size of one token's K and V across all layers: 2 × L × Hkv × D × kvBytes.
+func KVBytesPerToken(cfg *weights.Config, kvBytes int) int64 {
+	return 2 * int64(cfg.NumHiddenLayers) * int64(cfg.NumKeyValueHeads) * int64(headDimOf(cfg)) * int64(kvBytes)
+}
+
+// StepBytes is what one decode step must move through memory at least: each byte read once.
+type StepBytes struct {
+	// Weights is every parameter except the embedding table, of which a step reads only its tokens'
+	// rows (EmbeddingRows); with tied embeddings the LM head reads the whole table, counted here.
+	Weights int64 `json:"weights"`
+	// EmbeddingRows is the embedding rows of the step's tokens.
+	EmbeddingRows int64 `json:"embedding_rows"`
+	// KV is every sequence's K and V read by attention: Σ context × KVBytesPerToken.
+	KV int64 `json:"kv"`
+	// Total is the sum.
+	Total int64 `json:"total"`
+}
+
+// DecodeStepBytes counts the bytes of a decode step with one new token for each sequence, whose
+// contexts (the new token included) are contexts. Activations, the KV write of the new tokens and the
+// logits are left out: they are a rounding error beside the weights and the cache.
+func DecodeStepBytes(cfg *weights.Config, p Precision, contexts []int) StepBytes {
+	c := CountParams(cfg)
+	wb := int64(p.WeightBytes)
+	var s StepBytes
+	s.Weights = (c.Layers + c.FinalNorm + c.LMHead) * wb
+	if cfg.TieWordEmbeddings {
+		s.Weights += c.Embedding * wb // the LM head is the table
+	}
+	s.EmbeddingRows = int64(len(contexts)) * int64(cfg.HiddenSize) * wb
+	perToken := KVBytesPerToken(cfg, p.KVBytes)
+	for _, ctx := range contexts {
+		s.KV += int64(ctx) * perToken
+	}
+	s.Total = s.Weights + s.EmbeddingRows + s.KV
+	return s
+}
+
+// UniformContexts returns n copies of ctx: the contexts of a batch whose sequences are all as long.
+func UniformContexts(n, ctx int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = ctx
+	}
+	return out
+}
+
+// RooflineSeconds is the least time moving bytes can take at bandwidth bytes per second.
+func RooflineSeconds(bytes int64, bandwidth float64) float64 {
+	if bandwidth <= 0 {
+		return 0
+	}
+	return float64(bytes) / bandwidth
+}

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// TestCountParams checks every preset against its model card's published parameter count and against
+// the tensor shapes weights.LlamaTensorShapes lists (an independent sum).
+func TestCountParams(t *testing.T) {
+	published := map[string]int64{
+		"llama3-8b":    8_030_261_248,
+		"llama3.2-1b":  1_235_814_400,
+		"llama3.2-3b":  3_212_749_824,
+		"llama2-7b":    6_738_415_616,
+		"mistral-7b":   7_248_023_552,
+		"smollm2-135m": 134_515_008,
+	}
+	if len(published) != len(PresetNames()) {
+		t.Fatalf("%d presets, %d published counts", len(PresetNames()), len(published))
+	}
+	for _, name := range PresetNames() {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Preset(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := CountParams(cfg)
+			if got.Total != published[name] {
+				t.Errorf("total %d, published %d", got.Total, published[name])
+			}
+			var fromShapes int64
+			for _, shape := range weights.LlamaTensorShapes(cfg) {
+				n := int64(1)
+				for _, d := range shape {
+					n *= int64(d)
+				}
+				fromShapes += n
+			}
+			if got.Total != fromShapes {
+				t.Errorf("total %d, tensor shapes sum to %d", got.Total, fromShapes)
+			}
+			if sum := got.Embedding + got.LMHead + got.Layers + got.FinalNorm; sum != got.Total {
+				t.Errorf("parts sum to %d, total %d", sum, got.Total)
+			}
+			if cfg.TieWordEmbeddings != (got.LMHead == 0) {
+				t.Errorf("tied %v but LM head %d", cfg.TieWordEmbeddings, got.LMHead)
+			}
+		})
+	}
+}
+
+func TestPresetsAreValidConfigs(t *testing.T) {
+	for _, name := range PresetNames() {
+		cfg, _ := Preset(name)
+		switch {
+		case cfg.NumAttentionHeads%cfg.NumKeyValueHeads != 0, cfg.HeadDim%2 != 0, cfg.RMSNormEps <= 0,
+			cfg.RopeTheta <= 0, !cfg.DType.Valid(), cfg.RopeScaling.Type == "":
+			t.Errorf("%s: invalid config %+v", name, *cfg)
+		}
+		a, _ := Preset(name)
+		a.VocabSize = 1
+		if b, _ := Preset(name); b.VocabSize == 1 {
+			t.Errorf("%s: Preset returns a shared config", name)
+		}
+	}
+	if _, err := Preset("llama-9000"); err == nil {
+		t.Error("unknown preset accepted")
+	}
+}
+
+// TestDecodeStepBytes checks the roofline against hand-computed bytes and against the end-to-end peer
+// table measured on the H100 (shared/bench/e2e-peers-h100.md: weights 15.0 GB for Llama-3-8B, 2.47 GB
+// for Llama-3.2-1B, roofline ms at context 1024 and 3.03 TB/s).
+func TestDecodeStepBytes(t *testing.T) {
+	bf16 := Precision{WeightBytes: 2, KVBytes: 2}
+	for _, tc := range []struct {
+		name       string
+		batch, ctx int
+		prec       Precision
+		weights    int64
+		rows       int64
+		kv         int64
+		rooflineMS float64 // at 3.03e12 B/s; 0 to skip
+	}{
+		// (8,030,261,248 − 525,336,576 embedding) × 2; KV per token 2·32·8·128·2 = 131,072 B.
+		{"llama3-8b", 1, 1024, bf16, 15_009_849_344, 8192, 134_217_728, 4.998},
+		{"llama3-8b", 64, 1024, bf16, 15_009_849_344, 64 * 8192, 64 * 134_217_728, 7.789},
+		// Tied: the LM head reads the whole table, so every parameter counts: 1,235,814,400 × 2.
+		{"llama3.2-1b", 1, 1024, bf16, 2_471_628_800, 4096, 33_554_432, 0.827},
+		{"llama3.2-1b", 64, 1024, bf16, 2_471_628_800, 64 * 4096, 64 * 33_554_432, 1.524},
+		// The CPU backend: bf16 weights, float32 KV (2·30·3·64·4 = 46,080 B per token).
+		{"smollm2-135m", 8, 144, Precision{2, 4}, 269_030_016, 8 * 1152, 8 * 144 * 46_080, 0},
+		// llama2-7b in float32 (as the CPU backend keeps float16 checkpoints), MHA: 2·32·32·128·4 B.
+		{"llama2-7b", 2, 10, Precision{4, 4}, (6_738_415_616 - 131_072_000) * 4, 2 * 4096 * 4, 2 * 10 * 1_048_576, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Preset(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := DecodeStepBytes(cfg, tc.prec, UniformContexts(tc.batch, tc.ctx))
+			want := StepBytes{Weights: tc.weights, EmbeddingRows: tc.rows, KV: tc.kv, Total: tc.weights + tc.rows + tc.kv}
+			if got != want {
+				t.Errorf("batch %d ctx %d: got %+v, want %+v", tc.batch, tc.ctx, got, want)
+			}
+			if tc.rooflineMS > 0 {
+				ms := RooflineSeconds(got.Total, H100CopyBandwidth) * 1e3
+				if math.Abs(ms-tc.rooflineMS) > 0.001 {
+					t.Errorf("roofline %.4f ms, want %.3f", ms, tc.rooflineMS)
+				}
+			}
+		})
+	}
+}
+
+func TestWeightBytesLlama3(t *testing.T) {
+	cfg, _ := Preset("llama3-8b")
+	total := CountParams(cfg).Total * int64(cfg.DType.Size())
+	if total != 16_060_522_496 { // ≈ 16.06 GB with embeddings and LM head
+		t.Errorf("bf16 weights %d bytes, want 16,060,522,496", total)
+	}
+}
+
+func TestRaggedContexts(t *testing.T) {
+	cfg, _ := Preset("llama3-8b")
+	p := Precision{2, 2}
+	got := DecodeStepBytes(cfg, p, []int{1, 100, 4096})
+	if want := int64(1+100+4096) * KVBytesPerToken(cfg, 2); got.KV != want {
+		t.Errorf("KV %d, want %d", got.KV, want)
+	}
+	if RooflineSeconds(1, 0) != 0 {
+		t.Error("zero bandwidth must give 0, not Inf")
+	}
+}
+
+func TestMeasureCopyBandwidth(t *testing.T) {
+	if bw := MeasureCopyBandwidth(1<<20, 2); !(bw > 0) || math.IsInf(bw, 0) {
+		t.Errorf("bandwidth %v", bw)
+	}
+	if MeasureCopyBandwidth(0, 1) != 0 {
+		t.Error("size 0 must give 0")
+	}
+}

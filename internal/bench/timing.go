@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights"
+)
+
+// HostTimer is the hook for a model (or a wrapper around a device backend) that can tell how much of
+// its last Forward the host spent issuing work (metadata uploads, kernel launches or graph replays),
+// as opposed to waiting for the device. When the benchmarked model implements it, the latency report
+// shows it per step; the CPU backend does not (all its time is host time).
+type HostTimer interface {
+	// LastForwardHostTime is the host time of the most recent Forward.
+	LastForwardHostTime() time.Duration
+}
+
+// stepRecord is one Forward call as the engine issued it.
+type stepRecord struct {
+	start, end time.Time
+	tokens     int           // rows of the step
+	seqs       int           // sequences in the step
+	decodeOnly bool          // one token per sequence
+	contextSum int           // Σ context lengths after the step
+	host       time.Duration // HostTimer's answer, or -1
+}
+
+// timedModel wraps the engine's model to record every step's start, end and shape. It can also hold
+// the next Forward at a gate, so that a benchmark can queue a whole batch before the engine schedules
+// any of it.
+type timedModel struct {
+	inner engine.Model
+
+	mu      sync.Mutex
+	steps   []stepRecord
+	gate    chan struct{} // when set, the next Forward signals entered and waits for gate to close
+	entered chan struct{}
+}
+
+func newTimedModel(m engine.Model) *timedModel { return &timedModel{inner: m} }
+
+func (t *timedModel) Config() *weights.Config { return t.inner.Config() }
+func (t *timedModel) BlockSize() int          { return t.inner.BlockSize() }
+func (t *timedModel) NumBlocks() int          { return t.inner.NumBlocks() }
+
+// Forward waits at the gate if one is set, then runs and records the step.
+func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
+	t.mu.Lock()
+	gate, entered := t.gate, t.entered
+	t.gate, t.entered = nil, nil
+	t.mu.Unlock()
+	if gate != nil {
+		close(entered)
+		<-gate
+	}
+	rec := stepRecord{tokens: len(s.Tokens), seqs: len(s.ContextLens), decodeOnly: len(s.Tokens) == len(s.ContextLens), host: -1}
+	for _, c := range s.ContextLens {
+		rec.contextSum += int(c)
+	}
+	rec.start = time.Now()
+	out, err := t.inner.Forward(s)
+	rec.end = time.Now()
+	if ht, ok := t.inner.(HostTimer); ok {
+		rec.host = ht.LastForwardHostTime()
+	}
+	t.mu.Lock()
+	t.steps = append(t.steps, rec)
+	t.mu.Unlock()
+	return out, err
+}
+
+// holdNext makes the next Forward wait until release is called. entered is closed when it waits.
+func (t *timedModel) holdNext() (entered <-chan struct{}, release func()) {
+	gate, ent := make(chan struct{}), make(chan struct{})
+	t.mu.Lock()
+	t.gate, t.entered = gate, ent
+	t.mu.Unlock()
+	var once sync.Once
+	return ent, func() { once.Do(func() { close(gate) }) }
+}
+
+// takeSteps returns the steps recorded since the last call and forgets them.
+func (t *timedModel) takeSteps() []stepRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.steps
+	t.steps = nil
+	return s
+}
