@@ -85,6 +85,7 @@ type Pool struct {
 	lruTail   int32   // most recently freed evictable block
 	numCached int     // evictable blocks: registered, ref 0
 	numUsed   int     // blocks with ref > 0
+	numShared int     // blocks with ref > 1
 	lastGen   uint64  // the last registration number handed out
 	scratch   []int32 // reused by unregister
 
@@ -322,6 +323,9 @@ func (p *Pool) acquire(b int32) {
 		p.numUsed++
 	}
 	blk.ref++
+	if blk.ref == 2 {
+		p.numShared++
+	}
 }
 
 // release drops a reference; a block nobody holds becomes evictable (registered) or free.
@@ -331,6 +335,9 @@ func (p *Pool) release(b int32) {
 		panic(fmt.Sprintf("kvcache: release of block %d with ref %d", b, blk.ref))
 	}
 	blk.ref--
+	if blk.ref == 1 {
+		p.numShared--
+	}
 	if blk.ref > 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -453,5 +454,29 @@ func TestChainedHashCollisionIsAMiss(t *testing.T) {
 	}
 	if cached, err := p.Allocate(3, victim); err != nil || cached != 2 {
 		t.Fatalf("Allocate(victim) = %d, %v; want 2: a block computed after another prefix was shared", cached, err)
+	}
+}
+
+// BenchmarkStats measures Pool.Stats, which the engine calls after every step: its cost must not
+// grow with the pool (a GPU pool holds tens of thousands of blocks).
+func BenchmarkStats(b *testing.B) {
+	for _, numBlocks := range []int{1 << 10, 1 << 17} {
+		b.Run(fmt.Sprint("blocks=", numBlocks), func(b *testing.B) {
+			p := mustPool(b, Config{NumBlocks: numBlocks, BlockSize: 16, PrefixCaching: true})
+			prompt := seqTokens(16*8+1, 1)
+			for id := range SeqID(4) {
+				if _, err := p.Allocate(id, prompt); err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Commit(id, len(prompt)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				if st := p.Stats(); st.SharedBlocks != 8 {
+					b.Fatalf("stats %+v", st)
+				}
+			}
+		})
 	}
 }

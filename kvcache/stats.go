@@ -26,20 +26,14 @@ func (s Stats) HitRate() float64 {
 	return float64(s.HitTokens) / float64(s.QueriedTokens)
 }
 
-// Stats returns the pool's current statistics.
+// Stats returns the pool's current statistics. It costs O(1): the engine calls it every step.
 func (p *Pool) Stats() Stats {
-	shared := 0
-	for i := range p.blocks {
-		if p.blocks[i].ref > 1 {
-			shared++
-		}
-	}
 	return Stats{
 		TotalBlocks:   len(p.blocks),
 		UsedBlocks:    p.numUsed,
 		CachedBlocks:  p.numCached,
 		FreeBlocks:    len(p.free),
-		SharedBlocks:  shared,
+		SharedBlocks:  p.numShared,
 		QueriedTokens: p.queriedTokens,
 		HitTokens:     p.hitTokens,
 	}
@@ -117,7 +111,7 @@ func (p *Pool) CheckInvariants() error {
 		fail("LRU holds %d blocks, counter says %d", count, p.numCached)
 	}
 
-	used, cached, free := 0, 0, 0
+	used, cached, free, shared := 0, 0, 0, 0
 	children := make([]int, n) // child-list entries less parent links, per block
 	for b := range n {
 		blk := &p.blocks[b]
@@ -127,6 +121,9 @@ func (p *Pool) CheckInvariants() error {
 		switch {
 		case blk.ref > 0:
 			used++
+			if blk.ref > 1 {
+				shared++
+			}
 			if inFree[b] || inLRU[b] {
 				fail("used block %d is also free (%v) or cached (%v)", b, inFree[b], inLRU[b])
 			}
@@ -179,8 +176,9 @@ func (p *Pool) CheckInvariants() error {
 			fail("block %d: its child list and its children's parent links disagree by %d", b, c)
 		}
 	}
-	if used != p.numUsed || cached != p.numCached || free != len(p.free) {
-		fail("counters used/cached/free %d/%d/%d, counted %d/%d/%d", p.numUsed, p.numCached, len(p.free), used, cached, free)
+	if used != p.numUsed || cached != p.numCached || free != len(p.free) || shared != p.numShared {
+		fail("counters used/cached/free/shared %d/%d/%d/%d, counted %d/%d/%d/%d",
+			p.numUsed, p.numCached, len(p.free), p.numShared, used, cached, free, shared)
 	}
 	if used+cached+free != n {
 		fail("used %d + cached %d + free %d != total %d", used, cached, free, n)
