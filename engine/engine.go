@@ -145,6 +145,7 @@ type Engine struct {
 	live   map[kvcache.SeqID]*request
 	nextID kvcache.SeqID
 	step   model.Step
+	outbox []delivery // outputs of the loop's current turn, pushed by deliver
 }
 
 // request is the loop's state for one request.
@@ -353,7 +354,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 }
 
-// Stats returns a snapshot of the engine's state as of the last step.
+// Stats returns a snapshot of the engine's state as of the last step. Once a request's Output has
+// been received, the snapshot includes the step that produced it.
 func (e *Engine) Stats() Stats {
 	e.statsMu.Lock()
 	defer e.statsMu.Unlock()

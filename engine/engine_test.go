@@ -387,3 +387,21 @@ func BenchmarkEngineGreedy(b *testing.B) {
 		})
 	}
 }
+
+// When a request's last output reaches its reader, Stats already counts it: a server that reports
+// metrics after answering, or a test that checks them, never sees the step before.
+func TestStatsCurrentWhenOutputArrives(t *testing.T) {
+	e := newEngine(t, newCountingModel(64, 1000, 4, 64), Config{})
+	for i := range 150 {
+		s, err := e.Add(context.Background(), Request{PromptIDs: []int32{1, 2, 3}, MaxTokens: 2, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, s)
+		st := e.Stats()
+		if st.Finished[FinishLength] != int64(i+1) || st.Running != 0 || st.KVBlocksUsed != 0 || st.GenerationTokens != int64(2*(i+1)) {
+			t.Fatalf("request %d received, but stats are of an earlier step: %+v", i, st)
+		}
+	}
+	closeAndCheckPool(t, e)
+}

@@ -10,7 +10,9 @@ import (
 	"github.com/gollm/gollm/scheduler"
 )
 
-// loop is the step goroutine: it owns the scheduler, the KV pool and every request's state.
+// loop is the step goroutine: it owns the scheduler, the KV pool and every request's state. Each
+// turn ends with deliver, so the outputs of a turn reach their streams after the stats snapshot
+// already counts them.
 func (e *Engine) loop() {
 	defer close(e.done)
 	for {
@@ -29,19 +31,41 @@ func (e *Engine) loop() {
 		e.drainIntake()
 		if isClosed(e.abortAll) {
 			e.abortEverything(ErrClosed)
+			e.deliver()
 			return
 		}
 		e.reapCancelled()
 		if !e.sched.HasUnfinished() {
-			e.updateStats()
+			e.deliver()
 			if closing {
 				return
 			}
 			continue
 		}
 		e.runStep()
-		e.updateStats()
+		e.deliver()
 	}
+}
+
+// send queues an output for r's stream; deliver hands it over at the end of the loop's turn.
+func (e *Engine) send(r *request, out Output) {
+	e.outbox = append(e.outbox, delivery{r.stream, out})
+}
+
+// deliver refreshes the stats snapshot, then pushes the turn's outputs to their streams.
+func (e *Engine) deliver() {
+	e.updateStats()
+	for i, d := range e.outbox {
+		d.stream.push(d.out)
+		e.outbox[i] = delivery{}
+	}
+	e.outbox = e.outbox[:0]
+}
+
+// delivery is one output waiting in the outbox.
+type delivery struct {
+	stream *Stream
+	out    Output
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -130,7 +154,7 @@ func (e *Engine) finish(r *request, reason FinishReason, err error, out Output) 
 	e.statsMu.Lock()
 	e.stats.Finished[reason]++
 	e.statsMu.Unlock()
-	r.stream.push(out)
+	e.send(r, out)
 	level := e.log.Debug
 	if reason == FinishError {
 		level = e.log.Warn
@@ -337,7 +361,7 @@ func (e *Engine) postprocess(r *request) {
 		return
 	}
 	out.Usage = usageOf(seq)
-	r.stream.push(out)
+	e.send(r, out)
 }
 
 // updateStats refreshes the snapshot Stats returns.
