@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the concurrent writes of a running command.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestServeFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"help", []string{"--help"}, 0, "--api-key"},
+		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},
+		{"stray argument", []string{"extra"}, 2, "unexpected argument"},
+		{"bad port", []string{"--port", "70000"}, 2, "out of range"},
+		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr lockedBuffer
+			code := runServe(t.Context(), tc.args, &bytes.Buffer{}, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, want %d; stderr %q lacks %q", code, tc.code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestServeDefaultModel serves the built-in model on a free port, checks /health and the API key,
+// then cancels the context (as SIGINT does) and expects exit code 0.
+func TestServeDefaultModel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runServe(ctx, []string{"--port", "0", "--api-key", "k", "--kv-blocks", "64"}, &bytes.Buffer{}, &stderr)
+	}()
+	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	var url string
+	for deadline := time.Now().Add(time.Minute); url == ""; {
+		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	resp, err := http.Get(url + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(url + "/v1/models")
+	if err != nil || resp.StatusCode != 401 {
+		t.Errorf("/v1/models without the key: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after cancel, want 0: %s", code, stderr.String())
+	}
+}
