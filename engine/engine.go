@@ -161,8 +161,7 @@ type request struct {
 	detok    *detokenizer
 	stops    stopMatcher
 	stopIDs  []int32 // EOS (unless ignored) and stop token ids: their text is never shown
-	text     string  // the output text so far (after any stop string is cut)
-	sent     int     // bytes of text already streamed
+	held     string  // output text not streamed yet (it could begin a stop string)
 	logprobs Logprobs
 }
 

@@ -148,18 +148,21 @@ func collect(t testing.TB, s *Stream) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var r result
+	var text strings.Builder
 	for {
 		o, err := s.Recv(ctx)
 		if errors.Is(err, io.EOF) {
+			r.text = text.String()
 			return r
 		}
 		if err != nil {
 			t.Errorf("stream %s: %v (deadlock?)", s.ID(), err)
+			r.text = text.String()
 			return r
 		}
 		r.outputs++
 		r.ids = append(r.ids, o.TokenIDs...)
-		r.text += o.Text
+		text.WriteString(o.Text)
 		r.logprobs = append(r.logprobs, o.Logprobs...)
 		if o.Finished() {
 			r.reason, r.stop, r.usage, r.err = o.FinishReason, o.StopString, o.Usage, o.Err

@@ -331,17 +331,20 @@ func (e *Engine) postprocess(r *request) {
 	case scheduler.FinishLength:
 		reason = FinishLength
 	}
-	from := len(r.text)
+	// r.held is the text not streamed yet: what could still begin a stop string (the holdBack of
+	// the previous turn), then this token's text. A stop string that ends in the new text cannot
+	// start in text already streamed, since holdBack kept every such beginning.
+	from := len(r.held)
 	// An EOS or stop token ends the text without adding its own.
 	if !(reason == FinishStop && slices.Contains(r.stopIDs, tok)) {
-		r.text += r.detok.next(tok)
+		r.held += r.detok.next(tok)
 	}
 	if reason != "" {
-		r.text += r.detok.flush()
+		r.held += r.detok.flush()
 	}
 	if seq.NumOutputTokens() >= r.req.MinTokens {
-		if pos, stop, ok := r.stops.find(r.text, from); ok {
-			r.text = r.text[:max(pos, r.sent)]
+		if pos, stop, ok := r.stops.find(r.held, from); ok {
+			r.held = r.held[:pos]
 			reason, out.StopString = FinishStop, stop
 			if !seq.Finished() {
 				if err := e.sched.Finish(seq, scheduler.FinishStop); err != nil {
@@ -350,12 +353,11 @@ func (e *Engine) postprocess(r *request) {
 			}
 		}
 	}
-	end := len(r.text)
+	end := len(r.held)
 	if reason == "" {
-		end = max(r.sent, end-r.stops.holdBack(r.text))
+		end -= r.stops.holdBack(r.held)
 	}
-	out.Text = r.text[r.sent:end]
-	r.sent = end
+	out.Text, r.held = r.held[:end], r.held[end:]
 	if reason != "" {
 		e.finish(r, reason, nil, out)
 		return

@@ -56,10 +56,9 @@ type Output struct {
 // Finished reports whether this is the request's last Output.
 func (o *Output) Finished() bool { return o.FinishReason != "" }
 
-// merge appends a later update to o.
+// merge appends a later update to o, all but its Text (the Stream gathers text in a buffer).
 func (o *Output) merge(later Output) {
 	o.TokenIDs = append(o.TokenIDs, later.TokenIDs...)
-	o.Text += later.Text
 	o.Logprobs = append(o.Logprobs, later.Logprobs...)
 	o.FinishReason = later.FinishReason
 	o.StopString = later.StopString
@@ -74,10 +73,11 @@ type Stream struct {
 	id string
 
 	mu       sync.Mutex
-	pending  Output
-	has      bool // pending holds an update not yet received
-	finished bool // the last update has been pushed
-	received bool // the last update has been received
+	pending  Output // merged updates not yet received, but for their text
+	text     []byte // pending's text, gathered in a buffer so that merging costs what it adds
+	has      bool   // pending holds an update not yet received
+	finished bool   // the last update has been pushed
+	received bool   // the last update has been received
 	ready    chan struct{}
 }
 
@@ -95,6 +95,8 @@ func (s *Stream) push(o Output) {
 		s.mu.Unlock()
 		return
 	}
+	s.text = append(s.text, o.Text...)
+	o.Text = ""
 	if s.has {
 		s.pending.merge(o)
 	} else {
@@ -115,7 +117,8 @@ func (s *Stream) Recv(ctx context.Context) (Output, error) {
 		s.mu.Lock()
 		if s.has {
 			o := s.pending
-			s.pending, s.has = Output{}, false
+			o.Text = string(s.text)
+			s.pending, s.has, s.text = Output{}, false, s.text[:0]
 			if o.Finished() {
 				s.received = true
 			}
