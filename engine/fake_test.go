@@ -18,6 +18,9 @@ type countingModel struct {
 	numBlocks int
 	script    map[int32]int32
 	delay     time.Duration // slept in each Forward, to keep requests in flight
+	// When entered is set, Forward announces itself on it and then waits for a value on gate, so
+	// a test can act between steps at a known point.
+	entered, gate chan struct{}
 }
 
 func newCountingModel(vocab, maxPos, blockSize, numBlocks int) *countingModel {
@@ -43,6 +46,10 @@ func (m *countingModel) next(t int32) int32 {
 func (m *countingModel) Forward(s *model.Step) ([][]float32, error) {
 	if m.delay > 0 {
 		time.Sleep(m.delay)
+	}
+	if m.entered != nil {
+		m.entered <- struct{}{}
+		<-m.gate
 	}
 	n := len(s.Tokens)
 	if len(s.Positions) != n || len(s.SlotMapping) != n || len(s.QueryStart) != len(s.ContextLens)+1 ||

@@ -137,7 +137,16 @@ func (e *Engine) abort(r *request, cause error) {
 			panic(fmt.Sprintf("engine: abort %s: %v", r.req.ID, err)) // the loop's books disagree with the scheduler's
 		}
 	}
-	e.finish(r, FinishAbort, cause, Output{})
+	e.finish(r, FinishAbort, cause, Output{Text: r.rest()})
+}
+
+// rest returns the text r has produced but not streamed, for a request that ends for a reason other
+// than its own tokens (abort, a failed step): what was held back as a possible beginning of a stop
+// string, and an incomplete character at the end, are output after all.
+func (r *request) rest() string {
+	text := r.held + r.detok.flush()
+	r.held = ""
+	return text
 }
 
 // finish sends a request's last output and forgets it. The scheduler must already have finished its
@@ -204,7 +213,7 @@ func (e *Engine) runStep() {
 				if ferr := e.sched.Finish(r.seq, scheduler.FinishError); ferr != nil {
 					panic(fmt.Sprintf("engine: %v", ferr))
 				}
-				e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{})
+				e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
 			}
 		}
 		return

@@ -317,3 +317,29 @@ func TestStopStringsRandomized(t *testing.T) {
 	}
 	closeAndCheckPool(t, e)
 }
+
+// A request that ends without a stop (cancelled, or closed by the engine) still gets the text it
+// produced: what was held back because it might begin a stop string is no longer a stop.
+func TestAbortKeepsHeldBackText(t *testing.T) {
+	m := newCountingModel(300, 1000, 4, 64)
+	m.entered, m.gate = make(chan struct{}), make(chan struct{})
+	e := newEngine(t, m, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := e.Add(ctx, Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"dz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range 3 { // b, c, d: "d" is held back, it could begin "dz"
+		<-m.entered
+		if step == 2 {
+			cancel() // seen before the next step
+		}
+		m.gate <- struct{}{}
+	}
+	r := collect(t, s)
+	if r.reason != FinishAbort || r.text != "bcd" || !slices.Equal(r.ids, ids("bcd")) {
+		t.Fatalf("aborted request: %q, text %q, ids %v; want abort, \"bcd\"", r.reason, r.text, r.ids)
+	}
+	closeAndCheckPool(t, e)
+}
