@@ -72,7 +72,7 @@ type LatencyResult struct {
 
 // RooflineReport sets a decode step beside the least time its bytes allow.
 type RooflineReport struct {
-	// Context is the mean context length of the measured decode steps.
+	// Context is the mean context length of the measured decode steps, rounded (Bytes is exact).
 	Context int `json:"context"`
 	// Bytes is what a step at that context must read.
 	Bytes StepBytes `json:"bytes"`
@@ -360,15 +360,17 @@ func summarizeLatency(lm *LoadedModel, opts LatencyOptions, its []latencyIterati
 		r.DecodeTokensPerSecond = float64(opts.Batch) / (r.DecodeStep.P50 / 1e3)
 	}
 
-	// The roofline at the steps' mean context (bytes grow linearly with it); with no full-batch decode
-	// step (one output token), at the context of the first decode step there would have been.
-	ctx := opts.InputLen + 1
-	if numSteps > 0 {
-		ctx = int(float64(contextSum)/float64(numSteps*opts.Batch) + 0.5)
-	}
+	// The roofline at the steps' mean context (bytes grow linearly with it, so this is the mean
+	// step's bytes); with no full-batch decode step (one output token), at the context the first
+	// decode step would have had.
 	rf := &r.Roofline
-	rf.Context = ctx
-	rf.Bytes = DecodeStepBytes(lm.Config, lm.Precision, UniformContexts(opts.Batch, ctx))
+	rf.Context = opts.InputLen + 1
+	rf.Bytes = DecodeStepBytes(lm.Config, lm.Precision, UniformContexts(opts.Batch, rf.Context))
+	if numSteps > 0 {
+		rf.Context = int(float64(contextSum)/float64(numSteps*opts.Batch) + 0.5)
+		rf.Bytes.KV = int64(contextSum) * KVBytesPerToken(lm.Config, lm.Precision.KVBytes) / int64(numSteps)
+		rf.Bytes.Total = rf.Bytes.Weights + rf.Bytes.EmbeddingRows + rf.Bytes.KV
+	}
 	rf.Bandwidth, rf.BandwidthSource = opts.Bandwidth, opts.BandwidthSource
 	if s := RooflineSeconds(rf.Bytes.Total, rf.Bandwidth); s > 0 {
 		rf.StepMS = s * 1e3

@@ -65,10 +65,12 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	rf := r0.Roofline.Bytes
-	_, err := fmt.Fprintf(w, "bytes/step = weights %s + embedding rows + KV (%s per sequence at ctx %d); %d decode steps measured at batch %d\n",
-		humanBytes(float64(rf.Weights)), humanBytes(float64(rf.KV)/float64(max(r0.Batch, 1))), r0.Roofline.Context,
-		r0.DecodeStep.Count, r0.Batch)
+	perToken := float64(0)
+	if r0.Roofline.Context > 0 && r0.Batch > 0 {
+		perToken = float64(r0.Roofline.Bytes.KV) / float64(r0.Batch*r0.Roofline.Context)
+	}
+	_, err := fmt.Fprintf(w, "bytes/step = weights %s + embedding rows + every sequence's KV at ctx (%s per token); ctx is the mean context of the decode steps\n",
+		humanBytes(float64(r0.Roofline.Bytes.Weights)), humanBytes(perToken))
 	return err
 }
 

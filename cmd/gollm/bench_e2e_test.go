@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// benchTinyConfig is a small LLaMA config.json, so that sweeps stay fast.
+const benchTinyConfig = `{"architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64,
+ "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}`
+
+func writeBenchConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(benchTinyConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// latencyJSON is the part of bench latency --json that the tests read.
+type latencyJSON struct {
+	Model      string `json:"model"`
+	Params     int64  `json:"params"`
+	Batch      int    `json:"batch"`
+	InputLen   int    `json:"input_len"`
+	OutputLen  int    `json:"output_len"`
+	DecodeStep struct {
+		Count int     `json:"count"`
+		P50   float64 `json:"p50_ms"`
+	} `json:"decode_step"`
+	PrefillMS float64 `json:"prefill_ms"`
+	Roofline  struct {
+		Context int `json:"context"`
+		Bytes   struct {
+			Weights int64 `json:"weights"`
+			Total   int64 `json:"total"`
+		} `json:"bytes"`
+		StepMS  float64 `json:"step_ms"`
+		Percent float64 `json:"percent"`
+		Source  string  `json:"bandwidth_source"`
+	} `json:"roofline"`
+}
+
+// TestBenchLatencySmolLM2 is the end-to-end run of the issue: SmolLM2-135M's shape with random weights,
+// batch 1, 16 prompt tokens, 4 generated.
+func TestBenchLatencySmolLM2(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "latency", "--config", "smollm2-135m", "--random-weights", "--batch", "1",
+		"--input-len", "16", "--output-len", "4", "--warmup", "0", "--iters", "1", "--bandwidth", "1e10", "--json"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var r latencyJSON
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if r.Model != "smollm2-135m" || r.Params != 134_515_008 || r.Batch != 1 || r.InputLen != 16 || r.OutputLen != 4 {
+		t.Errorf("header %+v", r)
+	}
+	// Four tokens: the first from the prefill, three decode steps at contexts 17, 18, 19.
+	if r.DecodeStep.Count != 3 || r.Roofline.Context != 18 || !(r.DecodeStep.P50 > 0) || !(r.PrefillMS > 0) {
+		t.Errorf("steps %+v, context %d, prefill %v", r.DecodeStep, r.Roofline.Context, r.PrefillMS)
+	}
+	// Tied bf16 weights: every parameter is read once per step.
+	if r.Roofline.Bytes.Weights != 2*134_515_008 || r.Roofline.Source != "flag" {
+		t.Errorf("roofline %+v", r.Roofline)
+	}
+	if want := float64(r.Roofline.Bytes.Total) / 1e10 * 1e3; r.Roofline.StepMS < want*0.999999 || r.Roofline.StepMS > want*1.000001 {
+		t.Errorf("roofline step %v ms, want %v", r.Roofline.StepMS, want)
+	}
+	if errb.Len() != 0 {
+		t.Errorf("stderr is not a terminal, yet got %q", errb.String())
+	}
+}
+
+func TestBenchLatencySweepPlot(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	plot := filepath.Join(t.TempDir(), "sweep.svg")
+	var out, errb bytes.Buffer
+	args := []string{"bench", "latency", "--config", cfg, "--batch", "1,2,4", "--input-len", "8", "--output-len", "3",
+		"--iters", "1", "--plot", plot}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	text := out.String()
+	for _, want := range []string{"model config", "measured, read+write copy", "% of roofline"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("table lacks %q:\n%s", want, text)
+		}
+	}
+	if rows := strings.Count(text, "\n"); rows != 7 { // 2 header lines, column names, 3 batches, footer
+		t.Errorf("%d lines:\n%s", rows, text)
+	}
+	data, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	circles := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("plot is not well-formed XML: %v", err)
+		}
+		if el, ok := tok.(xml.StartElement); ok && el.Name.Local == "circle" {
+			circles++
+		}
+	}
+	if circles != 6 {
+		t.Errorf("%d points in the plot, want 3 per panel", circles)
+	}
+}
+
+func TestBenchThroughputCLI(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	var out, errb bytes.Buffer
+	args := []string{"bench", "throughput", "--config", cfg, "--num-prompts", "6", "--input-len", "4:12",
+		"--output-len", "2:5", "--max-num-seqs", "4", "--json"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var r struct {
+		NumPrompts   int     `json:"num_prompts"`
+		InputLen     string  `json:"input_len"`
+		OutputTokens int     `json:"output_tokens"`
+		OutputTokS   float64 `json:"output_tok_s"`
+		RequestsS    float64 `json:"requests_s"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if r.NumPrompts != 6 || r.InputLen != "4:12" || r.OutputTokens < 12 || r.OutputTokens > 30 || !(r.OutputTokS > 0) || !(r.RequestsS > 0) {
+		t.Errorf("result %+v", r)
+	}
+}
+
+func TestBenchServeCLI(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model     string  `json:"model"`
+			Prompt    []int32 `json:"prompt"`
+			MaxTokens int     `json:"max_tokens"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Model != "m" || r.URL.Path != "/v1/completions" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		for range req.MaxTokens {
+			io.WriteString(w, `data: {"choices":[{"index":0,"text":" x","finish_reason":null}]}`+"\n\n")
+		}
+		fmt.Fprintf(w, `data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`+"\n\ndata: [DONE]\n\n",
+			len(req.Prompt), req.MaxTokens)
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	args := []string{"bench", "serve", "--url", srv.URL, "--model-name", "m", "--concurrency", "3", "--num-prompts", "7",
+		"--input-len", "5", "--output-len", "4"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"completed 7, failed 0", "TTFT", "ITL", "p99"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// A server that rejects everything: the run completes, reports the failures, exits 1.
+	out.Reset()
+	errb.Reset()
+	args[5] = "other"
+	if code := run(args, &out, &errb); code != 1 || !strings.Contains(out.String(), "failed 7") {
+		t.Errorf("exit %d, report %s", code, out.String())
+	}
+}
+
+func TestBenchE2EUsageErrors(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "latency", "--config", cfg, "--batch", "1,x"}, "--batch"},
+		{[]string{"bench", "latency", "--config", cfg, "--model", "dir"}, "exactly one of"},
+		{[]string{"bench", "latency", "--config", cfg, "--output-len", "0"}, "must be positive"},
+		{[]string{"bench", "latency", "--config", cfg, "extra"}, "unexpected argument"},
+		{[]string{"bench", "latency", "--config", cfg, "--device", "cuda"}, "cuda"},
+		{[]string{"bench", "throughput", "--config", cfg, "--input-len", "9:3"}, "length range"},
+		{[]string{"bench", "throughput", "--config", "nope"}, "neither built in"},
+		{[]string{"bench", "serve", "--output-len", "x"}, "length"},
+	} {
+		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(tc.args, &out, &errb); code == 0 || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q, want it to mention %q", code, errb.String(), tc.want)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "latency", "--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "--random-weights") {
+		t.Errorf("--help: exit %d, %q", code, errb.String())
+	}
+}
