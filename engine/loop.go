@@ -249,28 +249,21 @@ func (e *Engine) runStep() {
 	}
 }
 
-// buildStep flattens a batch into the model's step, reusing the engine's buffers.
+// buildStep turns a batch into the model's step. The flat per-token slices (tokens, positions,
+// slots, logit rows) are the batch's own; only the per-chunk ones are built here, in the engine's
+// reused buffers.
 func (e *Engine) buildStep(b *scheduler.Batch) *model.Step {
 	st := &e.step
-	st.Tokens = st.Tokens[:0]
-	st.Positions = st.Positions[:0]
-	st.SlotMapping = st.SlotMapping[:0]
+	st.Tokens, st.Positions, st.SlotMapping, st.LogitRows = b.TokenIDs, b.Positions, b.SlotMapping, b.LogitIndices
 	st.QueryStart = append(st.QueryStart[:0], 0)
 	st.ContextLens = st.ContextLens[:0]
 	clear(st.BlockTables)
 	st.BlockTables = st.BlockTables[:0]
-	st.LogitRows = st.LogitRows[:0]
 	for i := range b.Chunks {
 		c := &b.Chunks[i]
-		st.Tokens = append(st.Tokens, c.Tokens...)
-		st.Positions = c.AppendPositions(st.Positions)
-		st.SlotMapping = append(st.SlotMapping, c.SlotMapping...)
-		st.QueryStart = append(st.QueryStart, int32(len(st.Tokens)))
+		st.QueryStart = append(st.QueryStart, int32(c.Offset+c.Len))
 		st.ContextLens = append(st.ContextLens, int32(c.ContextLen))
 		st.BlockTables = append(st.BlockTables, c.BlockTable)
-		if c.NeedsLogits {
-			st.LogitRows = append(st.LogitRows, int32(len(st.Tokens)-1))
-		}
 	}
 	return st
 }
