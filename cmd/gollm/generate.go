@@ -572,47 +572,68 @@ func (g *generator) runBatch(ctx context.Context, path string, base engine.Reque
 		errs = append(errs, err)
 	}
 
-	results := make([]*result, len(reqs))
-	done := make([]chan struct{}, len(reqs))
-	var wg sync.WaitGroup
-	// A bounded number of submitters: the engine queues what it cannot run yet.
-	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1)*64)
-	for i := range reqs {
-		done[i] = make(chan struct{})
-		if errs[i] != nil {
-			results[i] = &result{err: errs[i]}
-			close(done[i])
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			defer close(done[i])
-			results[i] = g.generate(ctx, reqs[i], nil)
-		})
-	}
-
+	// A failed write (a closed pipe) ends the run: the rest is aborted, not generated for nobody.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	w := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(w)
 	code := 0
-	for i := range reqs {
-		<-done[i]
-		r := results[i]
+	var writeErr error
+	inOrder(len(reqs), max(runtime.GOMAXPROCS(0), 1)*64, func(i int) *result {
+		if errs[i] != nil {
+			return &result{err: errs[i]}
+		}
+		return g.generate(runCtx, reqs[i], nil)
+	}, func(i int, r *result) {
 		line := r.json(g.loadTime)
 		line.Index = &i
 		if r.err != nil {
 			code = 1
 			fmt.Fprintf(stderr, "gollm generate: request %d: %v\n", i, r.err)
 		}
-		if err := enc.Encode(line); err != nil {
-			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
-			return 1
+		if writeErr == nil {
+			if writeErr = enc.Encode(line); writeErr == nil {
+				writeErr = w.Flush()
+			}
+			if writeErr != nil {
+				cancel()
+			}
 		}
-		w.Flush()
+	})
+	if writeErr != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", writeErr)
+		return 1
 	}
-	wg.Wait()
-	if ctx.Err() != nil && code == 0 {
-		code = 130
+	if ctx.Err() != nil {
+		code = 130 // interrupted: requests that did not get in fail with ctx's error, and that is why
 	}
 	return code
+}
+
+// inOrder calls run(i) for every i in [0, n), at most parallel at once, and emit(i, result) in index
+// order, each as soon as its result and all before it are there.
+func inOrder(n, parallel int, run func(i int) *result, emit func(i int, r *result)) {
+	results := make([]*result, n)
+	done := make([]chan struct{}, n)
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	// Submit from a goroutine of its own: waiting for a free slot must not hold up the emits.
+	wg.Go(func() {
+		sem := make(chan struct{}, parallel)
+		for i := range n {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				defer close(done[i])
+				results[i] = run(i)
+			})
+		}
+	})
+	for i := range n {
+		<-done[i]
+		emit(i, results[i])
+	}
+	wg.Wait()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/tokenizer"
@@ -290,5 +292,59 @@ func TestGenerateDefaultModel(t *testing.T) {
 	}
 	if len(got.OutputIDs) != 4 || got.FinishReason != "length" || got.Text == "" {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// Interrupted (ctx cancelled, as by Ctrl-C), a --prompts-file run still writes one line per prompt
+// and exits 130, whether a request was aborted in the engine or never got in.
+func TestGeneratePromptsFileInterrupted(t *testing.T) {
+	dir := writeTestModel(t)
+	var lines []string
+	for range 12 {
+		lines = append(lines, `{"prompt": "the cat", "max_tokens": 50}`)
+	}
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	writeFile(t, path, []byte(strings.Join(lines, "\n")))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
+	if code != 130 {
+		t.Errorf("exit %d, want 130 (interrupted); stderr %s", code, stderr.String())
+	}
+	if n := strings.Count(stdout.String(), "\n"); n != len(lines) {
+		t.Errorf("%d output lines for %d prompts", n, len(lines))
+	}
+}
+
+// inOrder emits each result as soon as it and those before it are done, even while later ones are
+// still waiting for a free slot: a long --prompts-file shows its first lines early, and a request
+// that waits for an earlier line to be written cannot deadlock the run.
+func TestInOrderEmitsBeforeAllAreSubmitted(t *testing.T) {
+	const n, parallel = 6, 2
+	firstEmitted := make(chan struct{})
+	var emitted []int
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		inOrder(n, parallel, func(i int) *result {
+			if i > 0 {
+				<-firstEmitted // every later run waits until line 0 is out
+			}
+			return &result{}
+		}, func(i int, _ *result) {
+			emitted = append(emitted, i)
+			if i == 0 {
+				close(firstEmitted)
+			}
+		})
+	}()
+	select {
+	case <-finished:
+	case <-time.After(time.Minute): // only a deadlock gets here
+		t.Fatal("inOrder deadlocked: line 0 is written only after every run has been started")
+	}
+	if !slices.Equal(emitted, []int{0, 1, 2, 3, 4, 5}) {
+		t.Fatalf("emitted %v", emitted)
 	}
 }
