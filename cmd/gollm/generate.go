@@ -108,6 +108,16 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "gollm generate: give exactly one of --prompt, --prompt-ids or --prompts-file")
 		return 2
 	}
+	for _, f := range []struct {
+		name  string
+		value int
+		min   int
+	}{{"kv-blocks", o.kvBlocks, 0}, {"page-size", o.pageSize, 1}, {"max-num-seqs", o.maxNumSeqs, 1}, {"max-batched-tokens", o.maxBatchedTokens, 1}} {
+		if f.value < f.min {
+			fmt.Fprintf(stderr, "gollm generate: --%s %d must be at least %d\n", f.name, f.value, f.min)
+			return 2
+		}
+	}
 	if o.jsonOut && o.promptsFile != "" {
 		fmt.Fprintln(stderr, "gollm generate: --prompts-file always writes JSON lines; drop --json")
 		return 2
@@ -257,10 +267,6 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	if err != nil {
 		folder.Close()
 		return nil, err
-	}
-	if o.pageSize <= 0 {
-		folder.Close()
-		return nil, fmt.Errorf("--page-size %d must be positive", o.pageSize)
 	}
 	numBlocks := o.kvBlocks
 	if numBlocks <= 0 {

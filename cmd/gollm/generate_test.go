@@ -246,6 +246,10 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"unknown flag", []string{"--frobnicate"}, 2, "unknown flag"},
 		{"prompt too long", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 300) + "1", "--kv-blocks", "64"}, 1, "prompt too long"},
 		{"bad sampling", []string{"--model", dir, "--prompt", "hi", "--top-p", "3", "--kv-blocks", "64"}, 1, "top_p"},
+		{"negative kv blocks", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "-1"}, 2, "--kv-blocks"},
+		{"zero page size", []string{"--model", dir, "--prompt", "hi", "--page-size", "0"}, 2, "--page-size"},
+		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
+		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -346,5 +350,29 @@ func TestInOrderEmitsBeforeAllAreSubmitted(t *testing.T) {
 	}
 	if !slices.Equal(emitted, []int{0, 1, 2, 3, 4, 5}) {
 		t.Fatalf("emitted %v", emitted)
+	}
+}
+
+// The engine flags of the issue reach the engine: pool size, page size, prefix caching.
+func TestGenerateEngineFlags(t *testing.T) {
+	dir := writeTestModel(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--kv-blocks", "40", "--page-size", "8", "--no-prefix-cache", "--max-num-seqs", "3", "--max-batched-tokens", "96"},
+			[]string{"kv_blocks=40", "block_size=8", "prefix_caching=false", "max_num_seqs=3", "max_batched_tokens=96"}},
+		{[]string{"--kv-blocks", "50"}, []string{"kv_blocks=50", "block_size=16", "prefix_caching=true"}},
+	} {
+		args := append([]string{"generate", "--model", dir, "--prompt", "hi", "--max-tokens", "2", "--verbose"}, tc.args...)
+		code, _, stderr := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, %s", tc.args, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: the engine log lacks %q:\n%s", tc.args, w, stderr)
+			}
+		}
 	}
 }
