@@ -194,26 +194,21 @@ func defaultModelDir() (string, error) { return defaultmodel.Dir() }
 
 // applySamplingFlags overrides the model's sampling defaults with the flags the user gave.
 func applySamplingFlags(fs *pflag.FlagSet, o *generateOptions, p *engine.SamplingParams) {
-	if fs.Changed("temperature") {
-		p.Temperature = o.temperature
-	}
-	if fs.Changed("top-p") {
-		p.TopP = o.topP
+	for _, f := range []struct {
+		name     string
+		src, dst *float64
+	}{
+		{"temperature", &o.temperature, &p.Temperature}, {"top-p", &o.topP, &p.TopP}, {"min-p", &o.minP, &p.MinP},
+		{"repetition-penalty", &o.repetitionPenalty, &p.RepetitionPenalty},
+		{"presence-penalty", &o.presencePenalty, &p.PresencePenalty},
+		{"frequency-penalty", &o.frequencyPenalty, &p.FrequencyPenalty},
+	} {
+		if fs.Changed(f.name) {
+			*f.dst = *f.src
+		}
 	}
 	if fs.Changed("top-k") {
 		p.TopK = o.topK
-	}
-	if fs.Changed("min-p") {
-		p.MinP = o.minP
-	}
-	if fs.Changed("repetition-penalty") {
-		p.RepetitionPenalty = o.repetitionPenalty
-	}
-	if fs.Changed("presence-penalty") {
-		p.PresencePenalty = o.presencePenalty
-	}
-	if fs.Changed("frequency-penalty") {
-		p.FrequencyPenalty = o.frequencyPenalty
 	}
 	if fs.Changed("seed") {
 		seed := o.seed
