@@ -90,12 +90,12 @@ func TestBenchLatencySweepPlot(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "sweep.svg")
 	var out, errb bytes.Buffer
 	args := []string{"bench", "latency", "--config", cfg, "--batch", "1,2,4", "--input-len", "8", "--output-len", "3",
-		"--iters", "1", "--plot", plot}
+		"--iters", "1", "--bandwidth", "2.5e10", "--plot", plot}
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	text := out.String()
-	for _, want := range []string{"model config", "measured, read+write copy", "% of roofline"} {
+	for _, want := range []string{"model config", "25 GB/s (flag, read+write copy)", "% of roofline"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)
 		}

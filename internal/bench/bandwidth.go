@@ -12,8 +12,8 @@ const H100CopyBandwidth = 3.03e12
 
 // MeasureCopyBandwidth measures host memory bandwidth the way the GPU's copy bandwidth is quoted: bytes
 // read plus bytes written per second by a copy of size bytes, split across GOMAXPROCS goroutines, best
-// of reps runs after one warm-up. size should be well beyond the last-level cache (64 MiB or more); it
-// allocates twice size. A few hundred milliseconds at 64 MiB.
+// of reps runs after one warm-up. size should be well beyond the last-level cache (see ProbeBytes); it
+// allocates twice size.
 func MeasureCopyBandwidth(size, reps int) float64 {
 	if size <= 0 || reps <= 0 {
 		return 0

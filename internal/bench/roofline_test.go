@@ -144,3 +144,16 @@ func TestMeasureCopyBandwidth(t *testing.T) {
 		t.Error("size 0 must give 0")
 	}
 }
+
+func TestResolveBandwidth(t *testing.T) {
+	gpu := Device{Name: "cuda", Bandwidth: H100CopyBandwidth}
+	if bw, src := ResolveBandwidth(gpu, 0); bw != 3.03e12 || src != "cuda default" {
+		t.Errorf("device default: %v %q", bw, src)
+	}
+	if bw, src := ResolveBandwidth(gpu, 2e12); bw != 2e12 || src != "flag" {
+		t.Errorf("flag: %v %q", bw, src)
+	}
+	if bw, src := ResolveBandwidth(cpuDevice(), 5e9); bw != 5e9 || src != "flag" {
+		t.Errorf("cpu flag: %v %q", bw, src)
+	}
+}
