@@ -2,23 +2,17 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/weightstest"
 )
 
 // tinyConfig is the config.json of the random test model: GQA (4 query heads over 2 KV heads), two
@@ -41,56 +35,12 @@ var tinyConfig = map[string]any{
 	"torch_dtype":             "float32",
 }
 
-// writeTinyModel writes a random LLaMA checkpoint (config.json and model.safetensors) into a fresh
-// directory and returns it. The weights are N(0, scale²) with scale chosen so that activations stay
-// in a sane range; norms are 1 ± noise. EOS (257) is one of 300 tokens like any other, so greedy
-// continuations rarely end early.
+// writeTinyModel writes a random LLaMA checkpoint of tinyConfig into a fresh directory and returns
+// it. EOS (257) is one of 300 tokens like any other, so greedy continuations rarely end early.
 func writeTinyModel(t testing.TB, seed uint64) string {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := json.Marshal(tinyConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, weights.ConfigFile), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := weights.ParseConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shapes := weights.LlamaTensorShapes(cfg)
-	names := make([]string, 0, len(shapes))
-	for name := range shapes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var tensors []*weights.Tensor
-	for _, name := range names {
-		shape := shapes[name]
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		buf := make([]byte, 4*n)
-		scale := 1 / math.Sqrt(float64(shape[len(shape)-1]))
-		isNorm := len(shape) == 1
-		if name == "model.embed_tokens.weight" {
-			scale = 1
-		}
-		for i := range n {
-			v := rng.NormFloat64() * scale
-			if isNorm {
-				v = 1 + 0.1*rng.NormFloat64()
-			}
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
-		}
-		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
-	}
-	if err := weights.WriteSafetensors(filepath.Join(dir, "model.safetensors"), tensors); err != nil {
-		t.Fatal(err)
-	}
+	weightstest.WriteLlama(t, dir, tinyConfig, seed)
 	return dir
 }
 

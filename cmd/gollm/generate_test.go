@@ -3,20 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/tokenizer"
+	"github.com/gollm/gollm/weights/weightstest"
 )
 
 // writeTestModel writes a tiny random LLaMA (2 layers, hidden 64, GQA 4/2) with a byte-level BPE
@@ -30,41 +27,8 @@ func writeTestModel(t *testing.T) string {
 		"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
 		"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
 	}
-	data, _ := json.Marshal(config)
-	writeFile(t, filepath.Join(dir, "config.json"), data)
+	weightstest.WriteLlama(t, dir, config, 11)
 	writeFile(t, filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 256, "eos_token_id": [257, 258]}`))
-	cfg, err := weights.ParseConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shapes := weights.LlamaTensorShapes(cfg)
-	names := make([]string, 0, len(shapes))
-	for n := range shapes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	rng := rand.New(rand.NewPCG(11, 12))
-	var tensors []*weights.Tensor
-	for _, name := range names {
-		shape := shapes[name]
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		buf := make([]byte, 4*n)
-		scale := 1 / math.Sqrt(float64(shape[len(shape)-1]))
-		for i := range n {
-			v := rng.NormFloat64() * scale
-			if len(shape) == 1 {
-				v = 1 + 0.1*rng.NormFloat64()
-			}
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
-		}
-		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
-	}
-	if err := weights.WriteSafetensors(filepath.Join(dir, "model.safetensors"), tensors); err != nil {
-		t.Fatal(err)
-	}
 
 	// GPT-2's byte → symbol table: printable bytes stand for themselves, the rest map to 256+n.
 	vocab := map[string]int{}
@@ -97,7 +61,7 @@ func writeTestModel(t *testing.T) string {
 			"vocab": vocab, "merges": []string{"Ġ t", "h e"},
 		},
 	}
-	data, _ = json.Marshal(tok)
+	data, _ := json.Marshal(tok)
 	writeFile(t, filepath.Join(dir, "tokenizer.json"), data)
 	return dir
 }
