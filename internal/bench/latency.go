@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -60,6 +61,9 @@ type LatencyResult struct {
 	EngineOverheadMS float64 `json:"engine_overhead_ms"`
 	// BackendHostMS is the median host time inside Forward, when the model tells (HostTimer).
 	BackendHostMS *float64 `json:"backend_host_ms,omitempty"`
+	// CPUUtilization is the process's CPU time over the measured iterations' wall time and
+	// GOMAXPROCS, in percent: below 100 on the CPU backend means the machine was shared (0: unknown).
+	CPUUtilization float64 `json:"cpu_utilization_percent,omitempty"`
 	// TotalMS is the median time of a whole iteration, first token to last.
 	TotalMS float64 `json:"total_ms"`
 	// OutputTokensPerSecond is Batch × OutputLen over TotalMS; DecodeTokensPerSecond is Batch over
@@ -139,11 +143,13 @@ func RunLatency(ctx context.Context, lm *LoadedModel, opts LatencyOptions) (*Lat
 	total := (opts.Warmup + opts.Iterations) * opts.Batch * opts.OutputLen
 	bar := NewProgress(opts.Progress, fmt.Sprintf("latency batch %d", opts.Batch), total, "tokens")
 	var its []latencyIteration
+	var cpu, wall time.Duration
 	for i := range opts.Warmup + opts.Iterations {
 		prompts := make([][]int32, opts.Batch)
 		for j := range prompts {
 			prompts[j] = randomPrompt(rng, opts.InputLen, lm.Config.VocabSize)
 		}
+		cpu0, wall0 := processCPUTime(), time.Now()
 		it, err := runLatencyIteration(ctx, e, tm, prompts, opts.OutputLen, bar)
 		if err != nil {
 			bar.Done()
@@ -151,10 +157,16 @@ func RunLatency(ctx context.Context, lm *LoadedModel, opts LatencyOptions) (*Lat
 		}
 		if i >= opts.Warmup {
 			its = append(its, it)
+			cpu += processCPUTime() - cpu0
+			wall += time.Since(wall0)
 		}
 	}
 	bar.Done()
-	return summarizeLatency(lm, opts, its), nil
+	r := summarizeLatency(lm, opts, its)
+	if cpu > 0 && wall > 0 {
+		r.CPUUtilization = 100 * cpu.Seconds() / wall.Seconds() / float64(runtime.GOMAXPROCS(0))
+	}
+	return r, nil
 }
 
 // latencyIteration is what one run of the batch measured.

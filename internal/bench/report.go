@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 )
@@ -50,6 +51,10 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 		r0.Precision.WeightBytes, r0.Precision.KVBytes, r0.Device)
 	fmt.Fprintf(w, "input %d, output %d tokens per sequence; %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
 		r0.InputLen, r0.OutputLen, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
+	if r0.CPUUtilization > 0 {
+		fmt.Fprintf(w, "process CPU use while measuring: %s of GOMAXPROCS=%d (a shared machine shows below 100%%)\n",
+			cpuList(results), runtime.GOMAXPROCS(0))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "batch\tprefill ms\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
 	for _, r := range results {
@@ -104,4 +109,13 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
 	}
 	return tw.Flush()
+}
+
+// cpuList is each result's CPU utilization, "97%, 95%".
+func cpuList(results []*LatencyResult) string {
+	parts := make([]string, len(results))
+	for i, r := range results {
+		parts[i] = fmt.Sprintf("%.0f%%", r.CPUUtilization)
+	}
+	return strings.Join(parts, ", ")
 }
