@@ -70,8 +70,8 @@ func (p SamplingParams) validate() error {
 // TokenLogprob is one token and its log-probability under the model's raw distribution (log-softmax
 // of the logits before penalties, temperature and filters, as vLLM reports by default).
 type TokenLogprob struct {
-	ID      int32
-	Logprob float32
+	ID      int32   // the token
+	Logprob float32 // its natural-log probability, <= 0
 }
 
 // Logprobs describes one sampled token: its own log-probability and, when asked, the most likely

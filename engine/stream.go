@@ -24,8 +24,8 @@ const (
 
 // Usage counts a request's tokens so far.
 type Usage struct {
-	PromptTokens     int
-	CompletionTokens int
+	PromptTokens     int // tokens of the prompt
+	CompletionTokens int // tokens generated so far
 	// CachedTokens is how many prompt tokens were served from the prefix cache.
 	CachedTokens int
 }

@@ -11,11 +11,11 @@ import (
 // "linear" (positions divided by Factor) or "llama3" (Llama 3.1's frequency-dependent scaling, which
 // uses every field). Fields that the type does not use are zero.
 type RopeScaling struct {
-	Type                          string
-	Factor                        float64
-	LowFreqFactor                 float64
-	HighFreqFactor                float64
-	OriginalMaxPositionEmbeddings int
+	Type                          string  // "default", "linear" or "llama3"
+	Factor                        float64 // linear, llama3: how much longer the context is than trained for
+	LowFreqFactor                 float64 // llama3: wavelengths above OriginalMax/LowFreqFactor are scaled fully
+	HighFreqFactor                float64 // llama3: wavelengths below OriginalMax/HighFreqFactor are kept
+	OriginalMaxPositionEmbeddings int     // llama3: the context length the model was trained with
 }
 
 // Config is the part of a model's config.json that a LLaMA-family forward pass needs, validated.
@@ -26,14 +26,14 @@ type Config struct {
 	VocabSize             int // V: rows of the embedding and LM head
 	HiddenSize            int // H: the residual stream width
 	IntermediateSize      int // I: the MLP's inner width
-	NumHiddenLayers       int
+	NumHiddenLayers       int // decoder layers
 	NumAttentionHeads     int // Hq
 	NumKeyValueHeads      int // Hkv; divides Hq (GQA groups of Hq/Hkv)
 	HeadDim               int // D; HiddenSize/NumAttentionHeads unless the file says otherwise
-	MaxPositionEmbeddings int
+	MaxPositionEmbeddings int // the longest context (prompt plus output) the model supports
 
-	RMSNormEps float64
-	RopeTheta  float64
+	RMSNormEps float64 // added to the mean square in every RMSNorm
+	RopeTheta  float64 // the base of the rotary embedding frequencies
 	// RopeScaling has Type "default" when the file has no scaling.
 	RopeScaling RopeScaling
 

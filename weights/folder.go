@@ -20,11 +20,11 @@ const (
 // Folder is an opened HuggingFace model folder: its validated configuration and its memory-mapped
 // weights. Generation and TokenizerConfig are never nil (zero values when their files are absent).
 type Folder struct {
-	Dir             string
-	Config          *Config
-	Generation      *GenerationConfig
-	TokenizerConfig *TokenizerConfig
-	Tensors         *TensorSet
+	Dir             string            // the folder Open was given
+	Config          *Config           // config.json
+	Generation      *GenerationConfig // generation_config.json
+	TokenizerConfig *TokenizerConfig  // tokenizer_config.json (and chat_template.jinja)
+	Tensors         *TensorSet        // the safetensors weights, checked against Config
 }
 
 // Open reads the model folder dir: config.json (required), generation_config.json and

@@ -10,16 +10,16 @@ import (
 // GenerationConfig holds a model's sampling defaults from generation_config.json. A nil pointer or an
 // empty slice means the file does not set the value (or there is no file).
 type GenerationConfig struct {
-	BOSTokenIDs, EOSTokenIDs []int32
-	Temperature              *float64
-	TopP                     *float64
-	MinP                     *float64
-	RepetitionPenalty        *float64
-	TopK                     *int
-	MaxNewTokens             *int
+	BOSTokenIDs, EOSTokenIDs []int32  // bos_token_id, eos_token_id (one id or a list)
+	Temperature              *float64 // temperature, >= 0
+	TopP                     *float64 // top_p, in [0, 1]
+	MinP                     *float64 // min_p, in [0, 1]
+	RepetitionPenalty        *float64 // repetition_penalty, > 0
+	TopK                     *int     // top_k, >= 0
+	MaxNewTokens             *int     // max_new_tokens: the output cap
 	// MaxLength bounds prompt plus completion, as transformers' max_length does.
 	MaxLength *int
-	DoSample  *bool
+	DoSample  *bool // do_sample (ignored by the engine, as by vLLM)
 }
 
 // ParseGenerationConfig parses and validates the contents of a generation_config.json.

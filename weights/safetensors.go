@@ -24,10 +24,10 @@ const (
 // tensor from a TensorSet it aliases the read-only memory map, so it must not be written and is valid
 // only until the set is closed.
 type Tensor struct {
-	Name  string
-	DType DType
-	Shape []int
-	Data  []byte
+	Name  string // e.g. "model.layers.0.self_attn.q_proj.weight"
+	DType DType  // the element type of Data
+	Shape []int  // dimensions, outermost first
+	Data  []byte // NumElements() × DType.Size() bytes
 }
 
 // NumElements returns the product of the tensor's dimensions (1 for a scalar).

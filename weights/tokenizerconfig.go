@@ -14,8 +14,8 @@ import (
 // whether BOS/EOS are added, and the chat template. A nil pointer or empty string means the file does
 // not set the value (or there is no file).
 type TokenizerConfig struct {
-	BOSToken, EOSToken, PadToken string
-	AddBOSToken, AddEOSToken     *bool
+	BOSToken, EOSToken, PadToken string // the special tokens' text (bos_token, eos_token, pad_token)
+	AddBOSToken, AddEOSToken     *bool  // add_bos_token, add_eos_token
 	// ChatTemplate is the template to render chats with: the file's string, or the entry named
 	// "default" when the file holds a list of named templates (empty when no entry has that name, as
 	// transformers then refuses to pick one). A chat_template.jinja beside the file replaces it when
