@@ -10,9 +10,17 @@ import (
 	"github.com/gollm/gollm/weights"
 )
 
-// Load builds the model in f on the pure-Go CPU backend (see NewCPUBackend for its memory cost).
+// Load builds the model in f on the backend opts.Device names: the pure-Go CPU backend by default (see
+// NewCPUBackend for its memory cost), or the GPU (Options.Device "cuda" or "auto").
 func Load(f *weights.Folder, opts Options) (*Model, error) {
-	return LoadOn(f, opts, NewCPUBackend)
+	if f == nil || f.Config == nil || f.Tensors == nil {
+		return nil, errors.New("model: load: folder has no config or tensors")
+	}
+	newBackend, err := backendFor(f.Config, opts)
+	if err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
+	return LoadOn(f, opts, newBackend)
 }
 
 // LoadOn builds the model in f on the backend that newBackend constructs: it checks the config,
@@ -42,13 +50,19 @@ func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBac
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
+	if shape.NumBlocks == 0 {
+		if err := m.sizeKV(opts); err != nil {
+			backend.Close()
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+	}
 	return m, nil
 }
 
 // shapeOf validates the parts of cfg the forward pass relies on and derives the backend's Shape.
 func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
-	if opts.NumBlocks <= 0 {
-		return Shape{}, fmt.Errorf("options: NumBlocks %d must be positive", opts.NumBlocks)
+	if opts.NumBlocks < 0 {
+		return Shape{}, fmt.Errorf("options: NumBlocks %d must not be negative", opts.NumBlocks)
 	}
 	blockSize := opts.BlockSize
 	if blockSize == 0 {

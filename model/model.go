@@ -20,13 +20,32 @@ const DefaultBlockSize = 16
 
 // Options configures Load.
 type Options struct {
-	// NumBlocks is the number of KV pages per layer the backend allocates; it must be positive.
+	// NumBlocks is the number of KV pages per layer the backend allocates. Zero lets a backend that can
+	// measure its memory (the CUDA backend, see KVSizer) fill what is left after the weights and the
+	// workspace; the CPU backend needs it positive.
 	NumBlocks int
 	// BlockSize is the number of tokens per page; zero means DefaultBlockSize.
 	BlockSize int
 	// Progress receives a one-line progress bar while weights load (rewritten in place with \r); nil
 	// writes nothing.
 	Progress io.Writer
+
+	// Device selects Load's backend: "" or "cpu" the pure-Go CPU backend; "cuda" an NVIDIA GPU (binaries
+	// built with -tags cuda; an error wrapping ErrNoCUDA otherwise); "auto" the GPU when one can be used,
+	// else the CPU. ResolveDevice turns a --device flag into this value.
+	Device string
+	// DType is the GPU's compute dtype (weight matrices, activations, KV pages): "" the checkpoint's,
+	// or "float32", "bfloat16", "float16". float32 computes in IEEE float32 like the CPU reference.
+	DType string
+	// MemoryUtilization is the share of the GPU's memory the model may fill when NumBlocks is zero;
+	// 0 means DefaultMemoryUtilization.
+	MemoryUtilization float64
+	// MaxStepTokens and MaxLogitRows size the activation workspace reserved before the KV pool when
+	// NumBlocks is zero (0: DefaultMaxStepTokens, DefaultMaxLogitRows); a larger step still runs if
+	// memory allows.
+	MaxStepTokens, MaxLogitRows int
+	// DisableCUDAGraphs runs every GPU step op by op instead of replaying decode steps as CUDA graphs.
+	DisableCUDAGraphs bool
 }
 
 // Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of
@@ -113,19 +132,83 @@ func headDim(cfg *weights.Config) int {
 // order. It writes the step's K and V into the pages named by s.SlotMapping. Errors wrap ErrInvalidStep
 // for inconsistent metadata and ErrClosed after Close.
 func (m *Model) Forward(s *Step) ([][]float32, error) {
+	logits, err := m.forward(s)
+	if err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	b, numLogits := m.backend, len(s.LogitRows)
+	if numLogits == 0 {
+		return [][]float32{}, b.CopyToHost(nil, Tensor{})
+	}
+	out := make([][]float32, numLogits)
+	flat := make([]float32, numLogits*m.cfg.VocabSize)
+	for i := range out {
+		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
+	}
+	if err := b.CopyToHost(out, logits); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	return out, nil
+}
+
+// ArgmaxBackend is implemented by backends that can pick the largest entry of each logits row where
+// the logits live (the CUDA backend, on the device), so that only token ids cross to the host.
+type ArgmaxBackend interface {
+	// ArgmaxToHost ends the step like CopyToHost but writes into dst[r] the index of the largest entry of
+	// src's row r, the first one on ties.
+	ArgmaxToHost(dst []int32, src Tensor) error
+}
+
+// ForwardGreedy runs one step like Forward and returns, for each entry of s.LogitRows, the index of its
+// largest logit (the first on ties): the greedy next token. Backends implementing ArgmaxBackend keep the
+// logits where they are; others copy them to the host and pick there.
+func (m *Model) ForwardGreedy(s *Step) ([]int32, error) {
+	argmaxer, ok := m.backend.(ArgmaxBackend)
+	if !ok {
+		rows, err := m.Forward(s)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]int32, len(rows))
+		for i, row := range rows {
+			for j, x := range row {
+				if x > row[ids[i]] {
+					ids[i] = int32(j)
+				}
+			}
+		}
+		return ids, nil
+	}
+	logits, err := m.forward(s)
+	if err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	ids := make([]int32, len(s.LogitRows))
+	if len(ids) == 0 {
+		logits = Tensor{}
+	}
+	if err := argmaxer.ArgmaxToHost(ids, logits); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	return ids, nil
+}
+
+// forward validates s and issues every op of the step up to the LM head; it returns the logits rows
+// (none when s asks for none), which the caller hands to the backend's step-ending copy.
+func (m *Model) forward(s *Step) (Tensor, error) {
 	if m.closed {
-		return nil, fmt.Errorf("model: forward: %w", ErrClosed)
+		return Tensor{}, ErrClosed
 	}
 	if err := m.validate(s); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return Tensor{}, err
 	}
 	numTokens, numLogits := len(s.Tokens), len(s.LogitRows)
 	if err := m.ensureWorkspace(numTokens, numLogits); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return Tensor{}, err
 	}
 	b := m.backend
 	if err := b.BeginStep(s); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return Tensor{}, err
 	}
 	w := &m.ws
 	hidden := w.hidden.Prefix(numTokens) // the residual stream
@@ -153,21 +236,13 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 	}
 	b.AddRMSNorm(normed, hidden, pending, m.finalNorm, m.eps)
 	if numLogits == 0 {
-		return [][]float32{}, b.CopyToHost(nil, Tensor{})
+		return Tensor{}, nil
 	}
 	picked := w.picked.Prefix(numLogits)
 	logits := w.logits.Prefix(numLogits)
 	b.GatherRows(picked, normed, s.LogitRows)
 	b.MatMul(logits, picked, m.lmHead)
-	out := make([][]float32, numLogits)
-	flat := make([]float32, numLogits*m.cfg.VocabSize)
-	for i := range out {
-		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
-	}
-	if err := b.CopyToHost(out, logits); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
-	}
-	return out, nil
+	return logits, nil
 }
 
 // ensureWorkspace grows the activation buffers to hold numTokens token rows and numLogits logit rows.

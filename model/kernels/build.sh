@@ -32,7 +32,7 @@ compile() { # compile OUT.fatbin
 	gencode+=(-gencode "arch=compute_80,code=compute_80")
 	tmp=$(mktemp -d)
 	for src in "${SOURCES[@]}"; do echo "#include \"$(pwd)/$src\""; done >"$tmp/unit.cu"
-	"$nvcc" -std=c++17 -O3 -fatbin --threads 0 -I"$(pwd)" "${gencode[@]}" -o "$out" "$tmp/unit.cu"
+	"$nvcc" -std=c++17 -O3 -fatbin --threads 0 -Xfatbin -compress-all -I"$(pwd)" "${gencode[@]}" -o "$out" "$tmp/unit.cu"
 	rm -rf "$tmp"
 }
 

@@ -1,0 +1,165 @@
+//go:build cuda
+
+package attention
+
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// The launcher of prefill.cu, the GPU twin of Attend's prefill path: causal attention of any query rows
+// (prefill chunks, and decode rows too) over the paged cache. Its kernels are compiled into the model's
+// fat binary (../model/kernels), not attention.fatbin, so the caller hands LoadCUDAPrefill the module
+// that holds them.
+
+// prefillVectors is PREFILL_VECTORS of prefill.cu: (row, head) query vectors per program.
+const prefillVectors = 64
+
+// prefillSharedBytes mirrors prefill_smem_floats of prefill.cu (q, K, V and P tiles, float).
+func prefillSharedBytes(headDim int) int {
+	const tile = 32
+	return 4 * (prefillVectors*(headDim+1) + tile*(headDim+1) + tile*headDim + prefillVectors*(tile+1))
+}
+
+// prefillHeadDims are the head sizes prefill.cu is instantiated for.
+var prefillHeadDims = []int{8, 16, 32, 64, 128}
+
+// prefillParams mirrors struct PrefillParams in prefill.cu, field for field.
+type prefillParams struct {
+	Out, Q, KCache, VCache, BlockTables, Positions, Items cuda.DevicePtr
+	Scale                                                 float32
+	NumHeads, NumKVHeads, MaxBlocks, BlockSize            int32
+	Group, HeadsPerItem                                   int32
+}
+
+// CUDAPrefill holds the prefill attention kernels loaded from a module.
+type CUDAPrefill struct {
+	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>"
+}
+
+// LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
+// and raises their shared-memory limits to what they need. A head size whose kernel needs more shared
+// memory than the device allows (sharedOptin, cuda.Info.SharedPerBlockOptin) is left out: Attend
+// reports it as ErrUnsupported.
+func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
+	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}}
+	for _, dt := range []cuda.DataType{cuda.Float32, cuda.BFloat16, cuda.Float16} {
+		tn, _ := prefillTypeName(dt)
+		for _, d := range prefillHeadDims {
+			name := fmt.Sprintf("PrefillAttention_%s_d%d", tn, d)
+			fn, err := mod.Function(name)
+			if err != nil {
+				return nil, fmt.Errorf("attention: prefill: %w", err)
+			}
+			shared := prefillSharedBytes(d)
+			if shared > sharedOptin {
+				continue
+			}
+			if err := fn.SetMaxDynamicShared(shared); err != nil {
+				return nil, fmt.Errorf("attention: prefill: %w", err)
+			}
+			p.kernels[fmt.Sprintf("%s_d%d", tn, d)] = fn
+		}
+	}
+	return p, nil
+}
+
+// prefillTypeName is the dtype's suffix in prefill.cu's entry points.
+func prefillTypeName(t cuda.DataType) (string, bool) {
+	switch t {
+	case cuda.Float32:
+		return "f32", true
+	case cuda.BFloat16:
+		return "bf16", true
+	case cuda.Float16:
+		return "f16", true
+	}
+	return "", false
+}
+
+// Supports reports whether Attend has a kernel for headDim and dtype.
+func (p *CUDAPrefill) Supports(headDim int, dtype cuda.DataType) bool {
+	tn, ok := prefillTypeName(dtype)
+	if !ok {
+		return false
+	}
+	_, ok = p.kernels[fmt.Sprintf("%s_d%d", tn, headDim)]
+	return ok
+}
+
+// PrefillHeadsPerItem is the number of a group's query heads one prefill work item covers: the whole
+// group when it has at most 64 heads (each K/V row is then read once per item for all of them).
+func PrefillHeadsPerItem(group int) int { return min(group, prefillVectors) }
+
+// PrefillItems appends to dst the work items of a step whose sequence s owns query rows
+// [queryStart[s], queryStart[s+1]), for a group of group query heads per KV head, and returns the
+// extended slice: four int32 per item (sequence, first row, rows, first head of the group), each item
+// holding at most 64 (row, head) vectors of consecutive rows of one sequence.
+func PrefillItems(dst []int32, queryStart []int32, group int) []int32 {
+	hpi := PrefillHeadsPerItem(group)
+	rowsPer := int32(prefillVectors / hpi)
+	for s := 0; s+1 < len(queryStart); s++ {
+		for r0 := queryStart[s]; r0 < queryStart[s+1]; r0 += rowsPer {
+			rows := min(rowsPer, queryStart[s+1]-r0)
+			for g0 := 0; g0 < group; g0 += hpi {
+				dst = append(dst, int32(s), r0, rows, int32(g0))
+			}
+		}
+	}
+	return dst
+}
+
+// CUDAPrefillArgs describes one prefill-attention call on device memory; the cache layout is the CPU
+// Cache's.
+type CUDAPrefillArgs struct {
+	// Out and Q are [rows][NumHeads·HeadDim] of DType (Q rotated); the G = NumHeads/NumKVHeads query heads
+	// of KV head h are heads h·G … h·G+G−1.
+	Out, Q cuda.DevicePtr
+	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType, holding every key the
+	// rows attend to (this step's included).
+	KCache, VCache cuda.DevicePtr
+	// BlockTables is int32 [sequences][MaxBlocks]; Positions int32 [rows], each row's position in its
+	// sequence (a row attends to keys 0 … its position).
+	BlockTables, Positions cuda.DevicePtr
+	// Items is int32 [NumItems][4] as PrefillItems lays them out for the same group.
+	Items                                    cuda.DevicePtr
+	NumItems                                 int
+	MaxBlocks, NumHeads, NumKVHeads, HeadDim int
+	BlockSize                                int
+	DType                                    cuda.DataType
+	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
+	Scale float32
+}
+
+// Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads.
+func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
+	tn, ok := prefillTypeName(a.DType)
+	if !ok {
+		return fmt.Errorf("%w: prefill dtype %d", ErrUnsupported, a.DType)
+	}
+	fn, ok := p.kernels[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]
+	if !ok {
+		return fmt.Errorf("%w: prefill head_dim %d (%v)", ErrUnsupported, a.HeadDim, prefillHeadDims)
+	}
+	if a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 || a.BlockSize <= 0 {
+		return fmt.Errorf("attention: prefill: %d query heads for %d KV heads, block size %d", a.NumHeads,
+			a.NumKVHeads, a.BlockSize)
+	}
+	if a.NumItems == 0 {
+		return nil
+	}
+	group := a.NumHeads / a.NumKVHeads
+	params := prefillParams{
+		Out: a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
+		Positions: a.Positions, Items: a.Items,
+		Scale:    a.Scale,
+		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), MaxBlocks: int32(a.MaxBlocks),
+		BlockSize: int32(a.BlockSize), Group: int32(group), HeadsPerItem: int32(PrefillHeadsPerItem(group)),
+	}
+	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}
+	if err := cuda.Launch(fn, grid, cuda.Dim3{X: 128}, prefillSharedBytes(a.HeadDim), s, &params); err != nil {
+		return fmt.Errorf("attention: prefill: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,983 @@
+//go:build cuda
+
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/gollm/gollm/attention"
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/model/kernels"
+	"github.com/gollm/gollm/weights"
+	"gorgonia.org/cu"
+)
+
+// cudaBackend runs the forward pass on an NVIDIA GPU: cuBLAS GemmEx for the matrix products (16-bit or
+// float32 inputs, float32 accumulation), the kernels of model/kernels for the rest, the decode-attention
+// kernels of package attention for decode steps they cover and the prefill kernel for everything else.
+//
+// Dtypes: weight matrices, activations and the KV pages are of one compute dtype (bfloat16, float16 or
+// float32, see cudaConfig); the residual stream (Embed's dst, AddRMSNorm's residual) and the norm gains
+// are float32, so the sum the model carries from layer to layer is never rounded to 16 bits. Every
+// activation buffer is allocated at 4 bytes an element and read in the dtype of its role.
+//
+// Ops are recorded, not run, as the model calls them; CopyToHost (or ArgmaxToHost) then does the whole
+// step in one hop to the goroutine that owns the CUDA context: it uploads the step's metadata in one
+// copy, runs the recorded ops on one stream, waits and copies the results back. A decode step (one token
+// per sequence, at most maxGraphBatch sequences) is padded to a power-of-two batch bucket and run as a
+// CUDA graph: the first step of a bucket runs eagerly (which also warms cuBLAS), the second is captured,
+// later ones replay it. The graph is keyed by the bucket, the block-table width (from a power-of-two
+// context cap) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
+// metadata buffer gets a new graph rather than a stale one.
+type cudaBackend struct {
+	shape Shape
+	cfg   cudaConfig
+
+	dev    *cuda.Device
+	ownDev bool
+	mod    *cuda.Module
+	blas   *cuda.BLAS
+	stream *cuda.Stream
+	fn     cudaFunctions
+	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
+	pre    *attention.CUDAPrefill
+
+	dtype       cuda.DataType
+	elem        int  // bytes per element of dtype
+	decodeFits  bool // the decode kernels cover this head size, page size and dtype
+	invFreq     cuda.DevicePtr
+	kCache      []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
+	vCache      []cuda.DevicePtr
+	splitWS     cuda.DevicePtr
+	allocations []cuda.DevicePtr // everything Close frees
+
+	// Step metadata: host arena built by BeginStep (and GatherRows), uploaded in one copy into meta.
+	host    []int32
+	meta    cuda.DevicePtr
+	metaCap int // int32 elements
+	ids     cuda.DevicePtr
+	idsCap  int
+	caps    []int32 // graph steps: the context cap repeated, as the decode planner's HostContextLens
+
+	st     cudaStep
+	ops    []cudaOp
+	sig    uint64 // FNV-1a over the recorded ops' kernels and buffers
+	err    error  // the first error of the step's recording
+	graphs map[graphKey]*graphEntry
+	// graphsOff is set when capture failed once: later steps run eagerly.
+	graphsOff bool
+	stats     cudaStats
+}
+
+// cudaConfig is how the CUDA backend is built.
+type cudaConfig struct {
+	// dtype is the compute dtype: weight matrices, activations and KV pages.
+	dtype weights.DType
+	// dev is a device to use and leave open at Close; nil opens GPU 0 and closes it at Close.
+	dev *cuda.Device
+	// noGraphs runs every step eagerly.
+	noGraphs bool
+}
+
+// cudaStats counts how a CUDA backend ran its steps (for tests and benchmarks).
+type cudaStats struct {
+	// Eager steps ran op by op (a bucket's first step among them); Captured recorded a graph; Replayed
+	// launched one. CaptureFailed is why graphs were switched off, if they were.
+	Eager, Captured, Replayed int
+	CaptureFailed             error
+}
+
+const (
+	// maxGraphBatch is the largest decode batch run as a CUDA graph; buckets are 1, 2, 4, … of it.
+	maxGraphBatch = 256
+	// minGraphContext is the smallest context cap of a graph (a power of two, in tokens).
+	minGraphContext = 256
+	// splitWorkspaceBytes holds the split-k decode partials; a plan that needs more runs grouped.
+	splitWorkspaceBytes = 32 << 20
+)
+
+// cudaFunctions are the model's kernels for the compute dtype.
+type cudaFunctions struct {
+	embed, addRMSNorm, rope, swiglu, gather, argmax *cuda.Function
+}
+
+// cudaTensor is an activation buffer: rows × cols elements of 4 bytes (enough for float32 or the
+// compute dtype). A tensor as wide as the fused Q/K/V projection also carries qRot, the rotated queries
+// [rows][NumHeads·HeadDim] in the compute dtype that RoPEWriteKV writes and Attention reads.
+type cudaTensor struct {
+	ptr        cuda.DevicePtr
+	rows, cols int
+	qRot       cuda.DevicePtr
+}
+
+// cudaWeight is a parameter on the device: a matrix in the compute dtype or a float32 vector.
+type cudaWeight struct {
+	ptr    cuda.DevicePtr
+	vector bool
+}
+
+// cudaStep is the step BeginStep prepared.
+type cudaStep struct {
+	s                   *Step
+	numTokens, numSeqs  int
+	decode              bool // every sequence has one query row
+	graph               bool // a decode step that may run as the graph of bucket rows
+	rows                int  // graph: the bucket; else numTokens
+	seqs                int  // graph: the bucket; else numSeqs
+	stride              int  // block-table row length
+	contextCap          int  // graph: power-of-two bound on every context
+	items, paddedItems  int  // prefill items of the real sequences, and with the padding ones
+	graphRun            bool // the ops are being queued padded to rows (a graph or its warm-up)
+	offTokens, offPos   int  // int32 offsets into the metadata arena
+	offSlots, offCtx    int
+	offLogits, offItems int
+	offTables           int
+}
+
+// cudaOp is one recorded op: its natural row count, the smallest row capacity of its tensors, and how to
+// queue it for a given number of rows.
+type cudaOp struct {
+	rows, capacity int
+	graphable      bool
+	run            func(rows int) error
+}
+
+type graphKey struct {
+	rows, stride, contextCap int
+	sig                      uint64
+}
+
+// graphEntry is a bucket's graph: seen once eagerly, then captured.
+type graphEntry struct {
+	exec *cuda.GraphExec
+}
+
+// computeDType maps a weights dtype to the device's.
+func computeDType(d weights.DType) (cuda.DataType, int, string, error) {
+	switch d {
+	case weights.DTypeBF16:
+		return cuda.BFloat16, 2, "bf16", nil
+	case weights.DTypeF16:
+		return cuda.Float16, 2, "f16", nil
+	case weights.DTypeF32:
+		return cuda.Float32, 4, "f32", nil
+	}
+	return 0, 0, "", fmt.Errorf("cuda backend: compute dtype %v not supported", d)
+}
+
+// newCUDABackendFunc returns the constructor of a CUDA backend built as cfg says.
+func newCUDABackendFunc(cfg cudaConfig) NewBackendFunc {
+	return func(shape Shape) (Backend, error) { return newCUDABackend(shape, cfg) }
+}
+
+func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
+	if shape.NumLayers <= 0 || shape.NumBlocks < 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
+		shape.HeadDim <= 0 || shape.NumHeads <= 0 || shape.NumHeads%shape.NumKVHeads != 0 ||
+		len(shape.RopeInvFreq) != shape.HeadDim/2 {
+		return nil, fmt.Errorf("cuda backend: invalid shape %+v", shape)
+	}
+	b := &cudaBackend{shape: shape, cfg: cfg, dev: cfg.dev, graphs: map[graphKey]*graphEntry{}}
+	var tn string
+	if b.dtype, b.elem, tn, err = computeDType(cfg.dtype); err != nil {
+		return nil, err
+	}
+	if b.dev == nil {
+		if b.dev, err = cuda.Open(0); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+		b.ownDev = true
+	}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if b.mod, err = b.dev.LoadModule(kernels.Fatbin); err != nil {
+		return nil, fmt.Errorf("cuda backend: model kernels: %w", err)
+	}
+	for _, k := range []struct {
+		dst  **cuda.Function
+		name string
+	}{
+		{&b.fn.embed, "Embed"}, {&b.fn.addRMSNorm, "AddRMSNorm"}, {&b.fn.rope, "RoPEWriteKV"},
+		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmax, "Argmax"},
+	} {
+		if *k.dst, err = b.mod.Function(k.name + "_" + tn); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+	}
+	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if !b.pre.Supports(shape.HeadDim, b.dtype) {
+		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
+	}
+	bs := shape.BlockSize
+	b.decodeFits = (shape.HeadDim == 64 || shape.HeadDim == 128) && bs >= 8 && bs <= 64 && bs&(bs-1) == 0
+	if b.decodeFits {
+		if b.decode, err = attention.LoadCUDAKernels(b.dev); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+		if b.splitWS, err = b.alloc(splitWorkspaceBytes); err != nil {
+			return nil, err
+		}
+	}
+	if b.blas, err = b.dev.LoadBLAS(); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.stream, err = b.dev.NewStream(); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if err = b.blas.SetStream(b.stream); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.invFreq, err = b.alloc(int64(4 * len(shape.RopeInvFreq))); err != nil {
+		return nil, err
+	}
+	if err = b.dev.CopyToDevice(b.invFreq, cuda.Bytes(shape.RopeInvFreq)); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if shape.NumBlocks > 0 {
+		if err = b.allocateKV(shape.NumBlocks); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// alloc allocates device memory that Close frees.
+func (b *cudaBackend) alloc(n int64) (cuda.DevicePtr, error) {
+	p, err := b.dev.Alloc(max(n, 4))
+	if err != nil {
+		return 0, fmt.Errorf("cuda backend: %w", err)
+	}
+	b.allocations = append(b.allocations, p)
+	return p, nil
+}
+
+// kvBytesPerBlock is one page of K and V across all layers.
+func (b *cudaBackend) kvBytesPerBlock() int64 {
+	s := &b.shape
+	return 2 * int64(s.NumLayers) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+}
+
+// allocateKV allocates numBlocks pages of K and V per layer.
+func (b *cudaBackend) allocateKV(numBlocks int) error {
+	s := &b.shape
+	perLayer := int64(numBlocks) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+	b.kCache = make([]cuda.DevicePtr, s.NumLayers)
+	b.vCache = make([]cuda.DevicePtr, s.NumLayers)
+	for l := range s.NumLayers {
+		var err error
+		if b.kCache[l], err = b.alloc(perLayer); err != nil {
+			return fmt.Errorf("cuda backend: KV pool of %d blocks: %w", numBlocks, err)
+		}
+		if b.vCache[l], err = b.alloc(perLayer); err != nil {
+			return fmt.Errorf("cuda backend: KV pool of %d blocks: %w", numBlocks, err)
+		}
+		// Zeroed: a page's unwritten slots then hold finite values (never read by a correct step).
+		for _, p := range []cuda.DevicePtr{b.kCache[l], b.vCache[l]} {
+			if err := b.dev.Fill32(p, 0, perLayer/4, nil); err != nil {
+				return fmt.Errorf("cuda backend: %w", err)
+			}
+		}
+	}
+	if err := b.dev.Synchronize(); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	s.NumBlocks = numBlocks
+	return nil
+}
+
+// AllocateKV sizes the KV pool like vLLM's gpu_memory_utilization: the pages fill what is free once the
+// weights and the workspace are allocated, less the share of the device's memory (1 − utilization) kept
+// for cuBLAS, graphs and the rest. It returns the number of pages per layer.
+func (b *cudaBackend) AllocateKV(utilization float64) (int, error) {
+	if len(b.kCache) > 0 {
+		return 0, errors.New("cuda backend: KV pool already allocated")
+	}
+	if !(utilization > 0 && utilization <= 1) {
+		return 0, fmt.Errorf("cuda backend: memory utilization %v not in (0, 1]", utilization)
+	}
+	free, total, err := b.dev.MemInfo()
+	if err != nil {
+		return 0, fmt.Errorf("cuda backend: %w", err)
+	}
+	budget := free - int64((1-utilization)*float64(total))
+	n := budget / b.kvBytesPerBlock()
+	if n < 1 {
+		return 0, fmt.Errorf("cuda backend: no memory left for the KV pool (%d MiB free of %d MiB, utilization %v)",
+			free>>20, total>>20, utilization)
+	}
+	if err := b.allocateKV(int(n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+func (b *cudaBackend) Upload(t *weights.Tensor) (Weight, error) {
+	w := Weight{Rows: 1}
+	switch len(t.Shape) {
+	case 1:
+		w.Cols = t.Shape[0]
+	case 2:
+		w.Rows, w.Cols = t.Shape[0], t.Shape[1]
+	default:
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: rank %d, want 1 or 2", t.Name, len(t.Shape))
+	}
+	n := w.Rows * w.Cols
+	if want := n * t.DType.Size(); len(t.Data) != want || want == 0 {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %d bytes of %v for shape %v", t.Name, len(t.Data),
+			t.DType, t.Shape)
+	}
+	var data []byte
+	cw := &cudaWeight{vector: len(t.Shape) == 1}
+	switch {
+	case cw.vector:
+		data = cuda.Bytes(t.Float32())
+	case t.DType == b.cfg.dtype:
+		data = t.Data // straight from the checkpoint's memory map
+	default:
+		f := t.Float32()
+		data = make([]byte, n*b.elem)
+		switch b.dtype {
+		case cuda.BFloat16:
+			dtype.EncodeBF16(data, f)
+		case cuda.Float16:
+			dtype.EncodeF16(data, f)
+		default:
+			dtype.EncodeF32(data, f)
+		}
+	}
+	var err error
+	if cw.ptr, err = b.alloc(int64(len(data))); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %w", t.Name, err)
+	}
+	if err := b.dev.CopyToDevice(cw.ptr, data); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %w", t.Name, err)
+	}
+	w.Data = cw
+	return w, nil
+}
+
+func (b *cudaBackend) NewTensor(rows, cols int) (Tensor, error) {
+	if rows <= 0 || cols <= 0 {
+		return Tensor{}, fmt.Errorf("cuda backend: tensor [%d][%d]: dimensions must be positive", rows, cols)
+	}
+	t := &cudaTensor{rows: rows, cols: cols}
+	var err error
+	if t.ptr, err = b.alloc(4 * int64(rows) * int64(cols)); err != nil {
+		return Tensor{}, err
+	}
+	// Zeroed, so that the padding rows of a graph step never read uninitialised memory.
+	if err := b.dev.Fill32(t.ptr, 0, int64(rows)*int64(cols), nil); err != nil {
+		return Tensor{}, fmt.Errorf("cuda backend: %w", err)
+	}
+	if cols == b.shape.QKVCols() {
+		qCols := int64(b.shape.NumHeads * b.shape.HeadDim)
+		if t.qRot, err = b.alloc(int64(rows) * qCols * int64(b.elem)); err != nil {
+			return Tensor{}, err
+		}
+		if err := b.dev.Fill32(t.qRot, 0, int64(rows)*qCols*int64(b.elem)/4, nil); err != nil {
+			return Tensor{}, fmt.Errorf("cuda backend: %w", err)
+		}
+	}
+	if err := b.dev.Synchronize(); err != nil {
+		return Tensor{}, fmt.Errorf("cuda backend: %w", err)
+	}
+	return Tensor{Rows: rows, Cols: cols, Data: t}, nil
+}
+
+// Close frees everything and, when the backend opened the device, closes it.
+func (b *cudaBackend) Close() error {
+	var errs []error
+	if b.dev == nil {
+		return nil
+	}
+	if b.stream != nil {
+		errs = append(errs, b.stream.Synchronize())
+	}
+	for _, g := range b.graphs {
+		if g.exec != nil {
+			errs = append(errs, g.exec.Destroy())
+		}
+	}
+	b.graphs = nil
+	if b.blas != nil {
+		errs = append(errs, b.blas.Destroy())
+		b.blas = nil
+	}
+	if b.stream != nil {
+		errs = append(errs, b.stream.Destroy())
+		b.stream = nil
+	}
+	for _, p := range append(b.allocations, b.meta, b.ids) {
+		errs = append(errs, b.dev.Free(p))
+	}
+	b.allocations, b.meta, b.ids = nil, 0, 0
+	if b.mod != nil {
+		errs = append(errs, b.mod.Unload())
+		b.mod = nil
+	}
+	// The decode kernels' module stays loaded until the context goes (package attention has no Unload).
+	if b.ownDev {
+		errs = append(errs, b.dev.Close())
+	}
+	b.dev = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cuda backend: close: %w", err)
+	}
+	return nil
+}
+
+// Stats returns how the backend's steps ran so far.
+func (b *cudaBackend) Stats() cudaStats { return b.stats }
+
+// ---------------------------------------------------------------------------------------------------
+// Steps.
+
+// BeginStep lays the step's metadata out in the host arena; CopyToHost uploads it. A decode step of at
+// most maxGraphBatch sequences is padded to its bucket: padding rows have token 0, position 0, slot −1
+// (nothing stored), a context of one token in page 0, and logits row 0.
+func (b *cudaBackend) BeginStep(s *Step) error {
+	if len(b.kCache) == 0 {
+		return errors.New("cuda backend: no KV pool allocated")
+	}
+	b.ops, b.sig, b.err = b.ops[:0], fnvOffset, nil
+	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
+	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
+	for seq := range numSeqs {
+		st.decode = st.decode && s.QueryStart[seq+1]-s.QueryStart[seq] == 1
+	}
+	bs := b.shape.BlockSize
+	maxCtx := 0
+	for _, c := range s.ContextLens {
+		maxCtx = max(maxCtx, int(c))
+	}
+	st.rows, st.seqs = numTokens, numSeqs
+	st.graph = st.decode && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch &&
+		len(s.LogitRows) <= numTokens
+	if st.graph {
+		st.rows = int(nextPow2(numTokens))
+		st.seqs = st.rows
+		st.contextCap = max(minGraphContext, nextPow2(maxCtx))
+		st.stride = (st.contextCap + bs - 1) / bs
+	} else {
+		st.stride = max(1, (maxCtx+bs-1)/bs)
+	}
+	numLogitRows := len(s.LogitRows)
+	if st.graph {
+		numLogitRows = st.rows
+	}
+	h := b.host[:0]
+	pad := func(src []int32, n int, fill int32) {
+		h = append(h, src...)
+		for range n - len(src) {
+			h = append(h, fill)
+		}
+	}
+	st.offTokens = len(h)
+	pad(s.Tokens, st.rows, 0)
+	st.offPos = len(h)
+	pad(s.Positions, st.rows, 0)
+	st.offSlots = len(h)
+	pad(s.SlotMapping, st.rows, -1)
+	st.offCtx = len(h)
+	pad(s.ContextLens, st.seqs, 1)
+	st.offLogits = len(h)
+	pad(s.LogitRows, numLogitRows, 0)
+	st.offItems = len(h)
+	h = attention.PrefillItems(h, s.QueryStart, b.shape.NumHeads/b.shape.NumKVHeads)
+	st.items = (len(h) - st.offItems) / 4
+	if st.seqs > numSeqs { // the padding sequences' items: one row each, rows numTokens, numTokens+1, …
+		padStarts := make([]int32, 0, st.seqs-numSeqs+1)
+		for r := numTokens; r <= st.rows; r++ {
+			padStarts = append(padStarts, int32(r))
+		}
+		first := len(h)
+		h = attention.PrefillItems(h, padStarts, b.shape.NumHeads/b.shape.NumKVHeads)
+		for i := first; i < len(h); i += 4 {
+			h[i] += int32(numSeqs) // sequence ids of the padding
+		}
+	}
+	st.paddedItems = (len(h) - st.offItems) / 4
+	st.offTables = len(h)
+	for seq := range st.seqs {
+		var table []int32
+		if seq < numSeqs {
+			need := (int(s.ContextLens[seq]) + bs - 1) / bs
+			table = s.BlockTables[seq][:need]
+		}
+		pad(table, st.stride, 0)
+	}
+	b.host = h
+	b.st = st
+	return nil
+}
+
+// metaPtr returns the device address of int32 offset off of the metadata arena.
+func (b *cudaBackend) metaPtr(off int) cuda.DevicePtr { return b.meta.Add(4 * int64(off)) }
+
+// record appends an op. name and the words identify its kernel and buffers for the graph key.
+func (b *cudaBackend) record(op cudaOp, name string, words ...uint64) {
+	b.sig = fnvString(b.sig, name)
+	for _, w := range words {
+		b.sig = fnvWord(b.sig, w)
+	}
+	b.ops = append(b.ops, op)
+}
+
+// fail keeps the step's first recording error.
+func (b *cudaBackend) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+func tensorOf(t Tensor) *cudaTensor {
+	if t.Data == nil {
+		return nil
+	}
+	return t.Data.(*cudaTensor)
+}
+
+func (b *cudaBackend) Embed(dst Tensor, table Weight) {
+	d, w := tensorOf(dst), table.Data.(*cudaWeight)
+	hidden := table.Cols
+	b.record(cudaOp{rows: dst.Rows, capacity: d.rows, graphable: true, run: func(rows int) error {
+		p := struct {
+			Dst, Table, Tokens cuda.DevicePtr
+			Hidden             int32
+		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), int32(hidden)}
+		return cuda.Launch(b.fn.embed, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(hidden)}, 0, b.stream, &p)
+	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
+}
+
+// rowThreads is the block size of a one-block-per-row kernel over cols elements: about four elements a
+// thread, a multiple of 32, at most 1024.
+func rowThreads(cols int) int { return min(1024, max(32, (cols/4+31)/32*32)) }
+
+func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32) {
+	d, r, a, g := tensorOf(dst), tensorOf(residual), tensorOf(add), w.Data.(*cudaWeight)
+	cols := residual.Cols
+	var addPtr cuda.DevicePtr
+	capacity := min(d.rows, r.rows)
+	if a != nil {
+		addPtr = a.ptr
+		capacity = min(capacity, a.rows)
+	}
+	b.record(cudaOp{rows: residual.Rows, capacity: capacity, graphable: true, run: func(rows int) error {
+		p := struct {
+			Dst, Residual, Add, Weight cuda.DevicePtr
+			Eps                        float32
+			Cols                       int32
+		}{d.ptr, r.ptr, addPtr, g.ptr, eps, int32(cols)}
+		return cuda.Launch(b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, b.stream, &p)
+	}}, "norm", uint64(d.ptr), uint64(r.ptr), uint64(addPtr), uint64(g.ptr), uint64(math.Float32bits(eps)), uint64(cols))
+}
+
+func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
+	d, xt, wt := tensorOf(dst), tensorOf(x), w.Data.(*cudaWeight)
+	if wt.vector || x.Cols != w.Cols || dst.Cols != w.Rows {
+		b.fail(fmt.Errorf("cuda backend: matmul [%d][%d] · [%d][%d]ᵀ into [%d][%d]", x.Rows, x.Cols, w.Rows, w.Cols,
+			dst.Rows, dst.Cols))
+		return
+	}
+	out, in := w.Rows, w.Cols
+	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, run: func(rows int) error {
+		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx).
+		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,
+			0, d.ptr, b.dtype, out)
+	}}, "matmul", uint64(d.ptr), uint64(xt.ptr), uint64(wt.ptr), uint64(out), uint64(in))
+}
+
+func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
+	t := tensorOf(qkv)
+	sh := &b.shape
+	if t.qRot == 0 || qkv.Cols != sh.QKVCols() {
+		b.fail(fmt.Errorf("cuda backend: RoPEWriteKV on a [%d][%d] tensor, want %d columns", qkv.Rows, qkv.Cols,
+			sh.QKVCols()))
+		return
+	}
+	k, v := b.kCache[layer], b.vCache[layer]
+	b.record(cudaOp{rows: qkv.Rows, capacity: t.rows, graphable: true, run: func(rows int) error {
+		p := struct {
+			QKV, QOut, KCache, VCache, Positions, Slots, InvFreq cuda.DevicePtr
+			AttentionScaling                                     float32
+			NumHeads, NumKVHeads, HeadDim, QKVCols               int32
+		}{t.ptr, t.qRot, k, v, b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq,
+			sh.RopeAttentionScaling, int32(sh.NumHeads), int32(sh.NumKVHeads), int32(sh.HeadDim), int32(sh.QKVCols())}
+		threads := min(256, max(32, ((sh.NumHeads+sh.NumKVHeads)*sh.HeadDim/2+31)/32*32))
+		return cuda.Launch(b.fn.rope, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0, b.stream, &p)
+	}}, "rope", uint64(t.ptr), uint64(t.qRot), uint64(k), uint64(v), uint64(b.invFreq))
+}
+
+func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
+	d, q := tensorOf(dst), tensorOf(qkv)
+	if q.qRot == 0 {
+		b.fail(errors.New("cuda backend: Attention before RoPEWriteKV on a Q/K/V tensor"))
+		return
+	}
+	sh := &b.shape
+	k, v := b.kCache[layer], b.vCache[layer]
+	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
+	b.record(cudaOp{rows: qkv.Rows, capacity: min(d.rows, q.rows), graphable: true, run: func(rows int) error {
+		st := &b.st
+		if st.decode && b.decodeFits {
+			a := attention.CUDADecodeArgs{
+				Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+				BlockTables: b.metaPtr(st.offTables), ContextLens: b.metaPtr(st.offCtx),
+				HostContextLens: st.s.ContextLens, MaxBlocks: st.stride,
+				NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
+				DType: b.dtype, Scale: scale,
+			}
+			if st.graphRun {
+				return b.decodeGraphed(&a, rows, st.contextCap)
+			}
+			_, err := b.decode.Decode(b.stream, &a, b.splitWS, splitWorkspaceBytes)
+			if errors.Is(err, attention.ErrWorkspaceTooSmall) {
+				err = b.decode.DecodeGrouped(b.stream, &a, attention.PathAuto)
+			}
+			return err
+		}
+		items := st.items
+		if st.graphRun {
+			items = st.paddedItems
+		}
+		return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
+			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+			BlockTables: b.metaPtr(st.offTables), Positions: b.metaPtr(st.offPos),
+			Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
+			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
+			DType: b.dtype, Scale: scale,
+		})
+	}}, "attention", uint64(d.ptr), uint64(q.qRot), uint64(k), uint64(v))
+}
+
+// decodeGraphed queues decode attention for a padded graph step: the plan is made for every sequence at
+// the context cap, so that it stays the same for every step the graph serves (split-k partitions past
+// a sequence's context do nothing).
+func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCap int) error {
+	for len(b.caps) < rows {
+		b.caps = append(b.caps, 0)
+	}
+	caps := b.caps[:rows]
+	for i := range caps {
+		caps[i] = int32(contextCap)
+	}
+	a.HostContextLens = caps
+	in, err := b.decode.PlanInput(a)
+	if err != nil {
+		return err
+	}
+	plan := attention.Plan(in)
+	sh := &b.shape
+	if plan.Kernel == attention.SplitK &&
+		attention.SplitKWorkspaceBytes(rows, sh.NumHeads, sh.HeadDim, plan.NumPartitions) <= splitWorkspaceBytes {
+		return b.decode.DecodeSplitK(b.stream, a, plan.PartitionTokens, b.splitWS, splitWorkspaceBytes, attention.PathAuto)
+	}
+	return b.decode.DecodeGrouped(b.stream, a, attention.PathAuto)
+}
+
+func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {
+	d, g := tensorOf(dst), tensorOf(gateUp)
+	inter := dst.Cols
+	b.record(cudaOp{rows: dst.Rows, capacity: min(d.rows, g.rows), graphable: true, run: func(rows int) error {
+		n := int64(rows) * int64(inter)
+		p := struct {
+			Dst, GateUp cuda.DevicePtr
+			N           int64
+			Inter       int32
+		}{d.ptr, g.ptr, n, int32(inter)}
+		blocks := int(min((n+255)/256, 65535))
+		return cuda.Launch(b.fn.swiglu, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, b.stream, &p)
+	}}, "swiglu", uint64(d.ptr), uint64(g.ptr), uint64(inter))
+}
+
+func (b *cudaBackend) GatherRows(dst, src Tensor, rows []int32) {
+	d, s := tensorOf(dst), tensorOf(src)
+	off, graphable := b.st.offLogits, true
+	if !equalInt32(rows, b.st.s.LogitRows) { // not the step's logits rows: give them their own section
+		off, graphable = len(b.host), false
+		b.host = append(b.host, rows...)
+	}
+	cols := src.Cols
+	b.record(cudaOp{rows: len(rows), capacity: min(d.rows, s.rows), graphable: graphable, run: func(n int) error {
+		p := struct {
+			Dst, Src, Rows cuda.DevicePtr
+			Cols           int32
+		}{d.ptr, s.ptr, b.metaPtr(off), int32(cols)}
+		return cuda.Launch(b.fn.gather, cuda.Dim3{X: n}, cuda.Dim3{X: rowThreads(cols)}, 0, b.stream, &p)
+	}}, "gather", uint64(d.ptr), uint64(s.ptr), uint64(cols), uint64(off))
+}
+
+func equalInt32(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// CopyToHost runs the step and copies src's first len(dst) rows (float32 after conversion from the
+// compute dtype) into dst.
+func (b *cudaBackend) CopyToHost(dst [][]float32, src Tensor) error {
+	if len(dst) == 0 {
+		return b.run(nil)
+	}
+	t := tensorOf(src)
+	rows, cols := len(dst), src.Cols
+	if rows > src.Rows {
+		return fmt.Errorf("cuda backend: copy %d rows of a %d-row tensor", rows, src.Rows)
+	}
+	return b.run(func() error {
+		if err := b.stream.Synchronize(); err != nil {
+			return err
+		}
+		n := rows * cols
+		if b.dtype == cuda.Float32 && contiguous(dst, cols) {
+			return b.dev.CopyFromDevice(cuda.Bytes(unsafe.Slice(&dst[0][0], n)), t.ptr)
+		}
+		raw := make([]byte, n*b.elem)
+		if err := b.dev.CopyFromDevice(raw, t.ptr); err != nil {
+			return err
+		}
+		row := cols * b.elem
+		for r := range dst {
+			switch b.dtype {
+			case cuda.BFloat16:
+				dtype.DecodeBF16(dst[r][:cols], raw[r*row:(r+1)*row])
+			case cuda.Float16:
+				dtype.DecodeF16(dst[r][:cols], raw[r*row:(r+1)*row])
+			default:
+				dtype.DecodeF32(dst[r][:cols], raw[r*row:(r+1)*row])
+			}
+		}
+		return nil
+	})
+}
+
+// contiguous reports whether the rows of dst lie one after another in memory, cols floats each (as
+// Model.Forward lays them out), so that one copy fills them all.
+func contiguous(dst [][]float32, cols int) bool {
+	base := unsafe.Pointer(unsafe.SliceData(dst[0]))
+	for r := range dst {
+		if len(dst[r]) < cols || unsafe.Pointer(unsafe.SliceData(dst[r])) != unsafe.Add(base, 4*r*cols) {
+			return false
+		}
+	}
+	return true
+}
+
+// ArgmaxToHost runs the step and writes into dst[r] the index of the largest entry of src's row r (the
+// first on ties): only len(dst) int32 cross to the host.
+func (b *cudaBackend) ArgmaxToHost(dst []int32, src Tensor) error {
+	if len(dst) == 0 {
+		return b.run(nil)
+	}
+	t := tensorOf(src)
+	if len(dst) > src.Rows {
+		return fmt.Errorf("cuda backend: argmax of %d rows of a %d-row tensor", len(dst), src.Rows)
+	}
+	cols := src.Cols
+	return b.run(func() error {
+		if len(dst) > b.idsCap {
+			if b.ids != 0 {
+				if err := b.dev.Free(b.ids); err != nil {
+					return err
+				}
+			}
+			p, err := b.dev.Alloc(4 * int64(nextPow2(len(dst))))
+			if err != nil {
+				return err
+			}
+			b.ids, b.idsCap = p, nextPow2(len(dst))
+		}
+		p := struct {
+			Out, Logits cuda.DevicePtr
+			Cols        int32
+		}{b.ids, t.ptr, int32(cols)}
+		if err := cuda.Launch(b.fn.argmax, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
+			return err
+		}
+		if err := b.stream.Synchronize(); err != nil {
+			return err
+		}
+		return b.dev.CopyFromDevice(cuda.Bytes(dst), b.ids)
+	})
+}
+
+// run executes the recorded step on the owner goroutine of the context: upload the metadata, queue the
+// ops (eagerly, into a new graph, or as the bucket's graph), then finish (nil: just wait).
+func (b *cudaBackend) run(finish func() error) error {
+	defer func() { b.ops = b.ops[:0] }()
+	if b.err != nil {
+		return b.err
+	}
+	err := b.dev.Do(func() error {
+		if err := b.upload(); err != nil {
+			return err
+		}
+		if err := b.queue(); err != nil {
+			return err
+		}
+		if finish != nil {
+			return finish()
+		}
+		return b.stream.Synchronize()
+	})
+	if err != nil {
+		return fmt.Errorf("cuda backend: step: %w", err)
+	}
+	return nil
+}
+
+// upload copies the metadata arena to the device, growing the device buffer (and dropping the graphs
+// that point at the old one) when it is short. It runs on the owner goroutine.
+func (b *cudaBackend) upload() error {
+	n := len(b.host)
+	if n > b.metaCap {
+		if err := b.dropGraphs(); err != nil {
+			return err
+		}
+		if b.meta != 0 {
+			if err := b.dev.Free(b.meta); err != nil {
+				return err
+			}
+		}
+		size := max(4096, nextPow2(n))
+		p, err := b.dev.Alloc(4 * int64(size))
+		if err != nil {
+			return err
+		}
+		b.meta, b.metaCap = p, size
+		// A different buffer changes every op's pointers: the signature has to include it.
+	}
+	b.sig = fnvWord(b.sig, uint64(b.meta))
+	if err := b.dev.CopyToDevice(b.meta, cuda.Bytes(b.host)); err != nil {
+		return err
+	}
+	// A copy from pageable memory may still be in flight when it returns; the kernels run on another
+	// stream, so wait for it.
+	return cu.Synchronize()
+}
+
+// dropGraphs destroys every captured graph.
+func (b *cudaBackend) dropGraphs() error {
+	var errs []error
+	for k, g := range b.graphs {
+		if g.exec != nil {
+			errs = append(errs, g.exec.Destroy())
+		}
+		delete(b.graphs, k)
+	}
+	return errors.Join(errs...)
+}
+
+// queue runs the recorded ops: as a graph when the step allows it, else eagerly.
+func (b *cudaBackend) queue() error {
+	st := &b.st
+	if st.graph && !b.graphsOff && b.graphable() {
+		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, sig: b.sig}
+		g, seen := b.graphs[key]
+		switch {
+		case seen && g.exec != nil:
+			b.stats.Replayed++
+			return g.exec.Launch(b.stream)
+		case seen:
+			exec, err := b.capture(st.rows)
+			if err == nil {
+				g.exec = exec
+				b.stats.Captured++
+				return exec.Launch(b.stream)
+			}
+			b.graphsOff, b.stats.CaptureFailed = true, err
+		default:
+			b.graphs[key] = &graphEntry{}
+		}
+		b.stats.Eager++
+		return b.eager(st.rows) // the bucket's warm-up run: the same launches as the graph will hold
+	}
+	b.stats.Eager++
+	return b.eager(0)
+}
+
+// graphable reports whether every op can run padded to the step's bucket.
+func (b *cudaBackend) graphable() bool {
+	for _, op := range b.ops {
+		if !op.graphable || op.capacity < b.st.rows {
+			return false
+		}
+	}
+	return true
+}
+
+// eager queues the ops on the stream, each on rows rows (0: its own row count; else the graph's bucket).
+func (b *cudaBackend) eager(rows int) error {
+	b.st.graphRun = rows > 0
+	for i, op := range b.ops {
+		n := op.rows
+		if rows > 0 {
+			n = rows
+		}
+		if err := op.run(n); err != nil {
+			return fmt.Errorf("op %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// capture records the ops, padded to rows, into a graph and instantiates it. When anything fails the
+// stream is taken out of capture mode and the error returned.
+func (b *cudaBackend) capture(rows int) (*cuda.GraphExec, error) {
+	if err := b.stream.BeginCapture(); err != nil {
+		return nil, err
+	}
+	runErr := b.eager(rows)
+	g, endErr := b.stream.EndCapture()
+	if err := errors.Join(runErr, endErr); err != nil {
+		if g != nil && endErr == nil {
+			_ = g.Destroy()
+		}
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	exec, err := g.Instantiate()
+	if derr := g.Destroy(); err == nil && derr != nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	return exec, nil
+}
+
+// FNV-1a, for the graph signature.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvWord(h, w uint64) uint64 {
+	for range 8 {
+		h ^= w & 0xff
+		h *= fnvPrime
+		w >>= 8
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}

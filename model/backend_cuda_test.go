@@ -1,0 +1,435 @@
+//go:build cuda
+
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/weights"
+)
+
+// These tests run the CUDA backend on the device (go test -tags cuda ./model/ on a machine with a GPU);
+// without one they skip, unless GOLLM_REQUIRE_GPU=1.
+
+var testGPU struct {
+	once sync.Once
+	dev  *cuda.Device
+	err  error
+}
+
+// gpuDevice opens GPU 0 once for every test of the package (each backend then shares its context).
+func gpuDevice(t testing.TB) *cuda.Device {
+	t.Helper()
+	testGPU.once.Do(func() { testGPU.dev, testGPU.err = cuda.Open(0) })
+	if testGPU.err != nil {
+		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
+			t.Fatalf("GPU: %v", testGPU.err)
+		}
+		t.Skipf("no GPU: %v", testGPU.err)
+	}
+	return testGPU.dev
+}
+
+// cudaMode is one way of running the CUDA backend in a test.
+type cudaMode struct {
+	name     string
+	dtype    weights.DType // 0: the checkpoint's
+	noGraphs bool
+}
+
+func (c cudaMode) config(dev *cuda.Device, checkpoint weights.DType) cudaConfig {
+	dt := c.dtype
+	if dt == weights.DTypeInvalid {
+		dt = checkpoint
+	}
+	return cudaConfig{dtype: dt, dev: dev, noGraphs: c.noGraphs}
+}
+
+// The modes of the golden suite: IEEE float32 (weights widened; the CPU reference's arithmetic, so the
+// CPU's tolerances and greedy tokens apply), the same without graphs, and the checkpoint's own dtype
+// (bfloat16 or float16 activations, KV pages and matrix inputs: the fast path).
+var goldenModes = []cudaMode{
+	{name: "f32", dtype: weights.DTypeF32},
+	{name: "f32_eager", dtype: weights.DTypeF32, noGraphs: true},
+	{name: "native"},
+}
+
+// nativeTolerance is the largest logit error allowed against transformers' float32 goldens when the GPU
+// computes in the checkpoint's 16-bit dtype (activations and KV pages rounded to 16 bits at every op).
+func nativeTolerance(dt string) float64 {
+	switch dt {
+	case "bfloat16":
+		return 6e-2
+	case "float16":
+		return 2e-2
+	}
+	return 1e-3
+}
+
+type cudaGoldenCase struct {
+	name   string
+	dir    string
+	golden golden
+}
+
+func readGoldens(t *testing.T) []cudaGoldenCase {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no goldens under %s (%v)", goldenDir, err)
+	}
+	var cases []cudaGoldenCase
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g golden
+		if err := json.Unmarshal(raw, &g); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		cases = append(cases, cudaGoldenCase{name: filepath.Base(filepath.Dir(path)), dir: filepath.Dir(path), golden: g})
+	}
+	return cases
+}
+
+// loadGoldenOnGPU opens a golden checkpoint on the CUDA backend in mode.
+func loadGoldenOnGPU(t *testing.T, gc cudaGoldenCase, mode cudaMode) (*Model, *cudaBackend) {
+	t.Helper()
+	folder, err := weights.Open(gc.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { folder.Close() })
+	const blockSize = 16
+	numBlocks := 0
+	for _, p := range gc.golden.Prompts {
+		numBlocks += 3 * ((len(p.PromptIDs)+gc.golden.NewTokens)/blockSize + 1)
+	}
+	var backend *cudaBackend
+	cfg := mode.config(gpuDevice(t), folder.Config.DType)
+	m, err := LoadOn(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize}, func(s Shape) (Backend, error) {
+		b, err := newCUDABackend(s, cfg)
+		backend = b
+		return b, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return m, backend
+}
+
+// TestCUDAGolden runs the golden suite on the GPU in every mode: the four prompts of a case prefilled in
+// one step (ragged 1, 7, 33, 300 tokens, shuffled pages) against transformers' last logits, then 32
+// greedy tokens decoded together with the argmax on the device (decode steps as CUDA graphs unless the
+// mode turns them off) against transformers' tokens; then each prompt prefilled in chunks of 5 against
+// the goldens and against its prefill in one step.
+func TestCUDAGolden(t *testing.T) {
+	for _, gc := range readGoldens(t) {
+		for _, mode := range goldenModes {
+			native := mode.dtype == weights.DTypeInvalid
+			if native && gc.golden.DType == "float32" {
+				continue // the same as mode f32
+			}
+			t.Run(gc.name+"/"+mode.name, func(t *testing.T) {
+				tol := 1e-3
+				if gc.golden.DType != "float32" {
+					tol = 2e-2
+				}
+				chunkTol := 1e-4
+				if native {
+					tol, chunkTol = nativeTolerance(gc.golden.DType), nativeTolerance(gc.golden.DType)
+				}
+				m, backend := loadGoldenOnGPU(t, gc, mode)
+				g := gc.golden
+				p := newPager(m.NumBlocks(), m.BlockSize(), newRand(uint64(len(gc.name))))
+				chunks := make([]chunk, len(g.Prompts))
+				for i, pr := range g.Prompts {
+					chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+				}
+				logits, err := m.Forward(p.step(chunks...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var worst float64
+				for i, pr := range g.Prompts {
+					diff := maxAbsDiff(logits[i], pr.LastLogits)
+					worst = math.Max(worst, diff)
+					if diff > tol {
+						t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+					}
+				}
+				got := make([][]int32, len(g.Prompts))
+				for i := range chunks {
+					got[i] = append(got[i], argmax(logits[i]))
+					chunks[i].tokens = []int32{got[i][0]}
+				}
+				for step := 1; step < g.NewTokens; step++ {
+					ids, err := m.ForwardGreedy(p.step(chunks...))
+					if err != nil {
+						t.Fatalf("decode step %d: %v", step, err)
+					}
+					for i := range chunks {
+						got[i] = append(got[i], ids[i])
+						chunks[i].tokens = []int32{ids[i]}
+					}
+				}
+				matched, total := 0, 0
+				for i, pr := range g.Prompts {
+					n := 0
+					for n < len(pr.GreedyIDs) && got[i][n] == pr.GreedyIDs[n] {
+						n++
+					}
+					matched, total = matched+n, total+len(pr.GreedyIDs)
+					if n < len(pr.GreedyIDs) && !native {
+						t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
+							len(pr.PromptIDs), n, got[i][n], pr.GreedyIDs[n], pr.MinMargin, got[i], pr.GreedyIDs)
+					}
+				}
+				st := backend.Stats()
+				t.Logf("%s %s: worst last-logits diff %.3g; greedy tokens matching transformers before the first miss %d/%d; steps eager %d, captured %d, replayed %d",
+					gc.name, mode.name, worst, matched, total, st.Eager, st.Captured, st.Replayed)
+				if st.CaptureFailed != nil {
+					t.Errorf("graph capture failed: %v", st.CaptureFailed)
+				}
+				if !mode.noGraphs && (st.Captured != 1 || st.Replayed < g.NewTokens-4) {
+					t.Errorf("decode steps of one bucket: captured %d graphs, replayed %d, want 1 and ≥ %d", st.Captured,
+						st.Replayed, g.NewTokens-4)
+				}
+				if mode.noGraphs && st.Captured+st.Replayed != 0 {
+					t.Errorf("graphs off, yet %d captured and %d replayed", st.Captured, st.Replayed)
+				}
+
+				// Chunked prefill: each chunk attends to the prefix that earlier steps cached.
+				for i, pr := range g.Prompts {
+					whole, err := m.Forward(p.step(chunk{seq: 100 + 2*i, tokens: pr.PromptIDs}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					var last [][]float32
+					for start := 0; start < len(pr.PromptIDs); start += 5 {
+						end := min(start+5, len(pr.PromptIDs))
+						if last, err = m.Forward(p.step(chunk{seq: 101 + 2*i, tokens: pr.PromptIDs[start:end]})); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if diff := maxAbsDiff(last[0], pr.LastLogits); diff > tol {
+						t.Errorf("prompt of %d tokens in chunks of 5: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+					}
+					if diff := maxAbsDiff(last[0], float64s(whole[0])); diff > chunkTol {
+						t.Errorf("prompt of %d tokens: chunked and whole prefill logits differ by %g > %g", len(pr.PromptIDs),
+							diff, chunkTol)
+					}
+				}
+			})
+		}
+	}
+}
+
+// cudaReferenceConfig is a small model with a head size the decode kernels cover (64 or 128), so that
+// decode steps run package attention's grouped and split-k kernels.
+func cudaReferenceConfig(headDim int) *weights.Config {
+	return &weights.Config{
+		Architecture: "LlamaForCausalLM", VocabSize: 512, HiddenSize: 256, IntermediateSize: 384,
+		NumHiddenLayers: 2, NumAttentionHeads: 8, NumKeyValueHeads: 2, HeadDim: headDim,
+		MaxPositionEmbeddings: 4096, RMSNormEps: 1e-5, RopeTheta: 500000,
+		RopeScaling: weights.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4,
+			OriginalMaxPositionEmbeddings: 256},
+		DType: weights.DTypeF32,
+	}
+}
+
+// relErr is ‖got − want‖ / ‖want‖ (infinite when got has a NaN).
+func relErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if math.IsNaN(num) {
+		return math.Inf(1)
+	}
+	return math.Sqrt(num / den)
+}
+
+// TestCUDAMatchesCPU runs the same steps on the CPU backend and on the GPU and compares every logits row:
+// three sequences with ragged contexts (one long enough for split-k at batch 1), prefill chunks beside
+// decode tokens, then decode steps of different batch sizes (graph buckets 1, 2, 4 with padding) and a
+// step that asks for no logits. Head sizes 64 and 128 run the decode kernels of package attention; the
+// compute dtypes float32 (relative error 1e-4) and bfloat16 (3e-2).
+func TestCUDAMatchesCPU(t *testing.T) {
+	dev := gpuDevice(t)
+	for _, tc := range []struct {
+		headDim int
+		dtype   weights.DType
+		tol     float64
+	}{
+		{64, weights.DTypeF32, 1e-4},
+		{128, weights.DTypeF32, 1e-4},
+		{64, weights.DTypeBF16, 3e-2},
+		{128, weights.DTypeBF16, 3e-2},
+	} {
+		t.Run(fmt.Sprintf("d%d_%v", tc.headDim, tc.dtype), func(t *testing.T) {
+			cfg := cudaReferenceConfig(tc.headDim)
+			r := newRandomModel(cfg, weights.DTypeBF16, 7) // exact in every compute dtype
+			const numBlocks, blockSize = 256, 16
+			opts := Options{NumBlocks: numBlocks, BlockSize: blockSize}
+			cpu, err := load(cfg, r.get, opts, NewCPUBackend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			var backend *cudaBackend
+			gpu, err := load(cfg, r.get, opts, func(s Shape) (Backend, error) {
+				b, err := newCUDABackend(s, cudaConfig{dtype: tc.dtype, dev: dev})
+				backend = b
+				return b, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gpu.Close()
+			rng := newRand(11)
+			pc, pg := newPager(numBlocks, blockSize, newRand(3)), newPager(numBlocks, blockSize, newRand(3))
+			long := randomTokens(rng, 1500, cfg.VocabSize)
+			plan := [][]chunk{
+				{{0, randomTokens(rng, 37, cfg.VocabSize)}, {1, randomTokens(rng, 1, cfg.VocabSize)}},
+				{{2, long[:700]}, {0, nil}, {1, nil}},
+				{{2, long[700:]}},
+			}
+			for range 5 {
+				plan = append(plan, []chunk{{2, nil}}) // batch 1 at 1500 tokens: split-k
+			}
+			for range 4 {
+				plan = append(plan, []chunk{{0, nil}, {2, nil}, {1, nil}}) // batch 3: bucket 4, one padding row
+			}
+			for range 3 {
+				plan = append(plan, []chunk{{1, nil}, {0, nil}}) // bucket 2
+			}
+			for i, chunks := range plan {
+				for j := range chunks {
+					if chunks[j].tokens == nil {
+						chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
+					}
+				}
+				want, err := cpu.Forward(pc.step(chunks...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := gpu.Forward(pg.step(chunks...))
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				for j := range want {
+					if e := relErr(got[j], want[j]); !(e <= tc.tol) {
+						t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
+					}
+				}
+			}
+			// A step with no logits still stores its K and V.
+			s := pg.step(chunk{0, []int32{5}})
+			s.LogitRows = nil
+			if out, err := gpu.Forward(s); err != nil || len(out) != 0 {
+				t.Fatalf("no logits: %v, %v", out, err)
+			}
+			st := backend.Stats()
+			t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+			if st.CaptureFailed != nil || st.Captured < 3 {
+				t.Errorf("captured %d graphs (want 3 buckets), capture error %v", st.Captured, st.CaptureFailed)
+			}
+		})
+	}
+}
+
+// TestCUDAAutoKV loads a golden checkpoint through Load with Device "cuda" and NumBlocks zero: the KV
+// pool fills the memory left, and a step runs.
+func TestCUDAAutoKV(t *testing.T) {
+	gpuDevice(t)
+	gc := readGoldens(t)[0]
+	folder, err := weights.Open(gc.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer folder.Close()
+	m, err := Load(folder, Options{Device: DeviceCUDA, MaxStepTokens: 512, MemoryUtilization: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	backend := m.backend.(*cudaBackend)
+	_, total, err := backend.dev.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := int64(m.NumBlocks()) * backend.kvBytesPerBlock()
+	t.Logf("%d KV blocks of %d tokens: %.1f GiB of %.1f GiB", m.NumBlocks(), m.BlockSize(), float64(kv)/(1<<30),
+		float64(total)/(1<<30))
+	if kv < total/4 || kv > total/2 {
+		t.Errorf("KV pool of %d bytes at utilization 0.5 of %d", kv, total)
+	}
+	p := newPager(64, m.BlockSize(), newRand(1)) // a few of the pages suffice
+	ids, err := m.ForwardGreedy(p.step(chunk{0, gc.golden.Prompts[1].PromptIDs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := gc.golden.Prompts[1].GreedyIDs[0]; ids[0] != want {
+		t.Errorf("first greedy token %d, transformers %d", ids[0], want)
+	}
+}
+
+// TestCUDAArgmaxTies checks the device argmax's tie rule (the first of equal maxima) and NaN handling on
+// rows written directly into a logits buffer.
+func TestCUDAArgmaxTies(t *testing.T) {
+	dev := gpuDevice(t)
+	cfg := cudaReferenceConfig(64)
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	m, err := load(cfg, r.get, Options{NumBlocks: 8, BlockSize: 16}, func(s Shape) (Backend, error) {
+		return newCUDABackend(s, cudaConfig{dtype: weights.DTypeF32, dev: dev})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	b := m.backend.(*cudaBackend)
+	const cols = 3000
+	logits, err := b.NewTensor(4, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]float32, 4*cols)
+	for i := range rows {
+		rows[i] = float32(i%cols) * -1e-3
+	}
+	rows[0*cols+2999], rows[0*cols+1] = 5, 5                   // tie: 1 wins
+	rows[1*cols+1024], rows[1*cols+7] = 2, float32(math.NaN()) // NaN never wins
+	rows[2*cols+0] = float32(math.Inf(-1))                     // row 2: max at index 1 (−0.001)
+	rows[3*cols+2047], rows[3*cols+2048] = 1, 1                // tie across threads
+	if err := dev.CopyToDevice(tensorOf(logits).ptr, cuda.Bytes(rows)); err != nil {
+		t.Fatal(err)
+	}
+	p := newPager(8, 16, newRand(1))
+	if err := b.BeginStep(p.step(chunk{0, []int32{1}})); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, 4)
+	if err := b.ArgmaxToHost(ids, logits); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{1, 1024, 1, 2047}; !slices.Equal(ids, want) {
+		t.Fatalf("argmax %v, want %v", ids, want)
+	}
+}

@@ -1,0 +1,158 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// copyBandwidth is the H100's measured device-to-device copy bandwidth (bytes read + written per second,
+// ../../shared/docs/gpu.md): the ceiling a decode step, which must read every weight once, is judged by.
+const copyBandwidth = 3.03e12
+
+// llama32_1B and llama3_8B are the shapes of Llama-3.2-1B and Meta-Llama-3-8B (bfloat16).
+func llama32_1B() *weights.Config {
+	return &weights.Config{
+		Architecture: "LlamaForCausalLM", VocabSize: 128256, HiddenSize: 2048, IntermediateSize: 8192,
+		NumHiddenLayers: 16, NumAttentionHeads: 32, NumKeyValueHeads: 8, HeadDim: 64,
+		MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5, RopeTheta: 500000,
+		RopeScaling: weights.RopeScaling{Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4,
+			OriginalMaxPositionEmbeddings: 8192},
+		TieWordEmbeddings: true, DType: weights.DTypeBF16,
+	}
+}
+
+func llama3_8B() *weights.Config {
+	return &weights.Config{
+		Architecture: "LlamaForCausalLM", VocabSize: 128256, HiddenSize: 4096, IntermediateSize: 14336,
+		NumHiddenLayers: 32, NumAttentionHeads: 32, NumKeyValueHeads: 8, HeadDim: 128,
+		MaxPositionEmbeddings: 8192, RMSNormEps: 1e-5, RopeTheta: 500000,
+		RopeScaling: weights.RopeScaling{Type: "default"}, DType: weights.DTypeBF16,
+	}
+}
+
+// decodeWeightBytes is what one decode step must read of the weights: every matrix once (the LM head
+// included; of the embedding table only the step's rows, none when it is not also the head).
+func decodeWeightBytes(cfg *weights.Config) int64 {
+	c := *cfg
+	c.HeadDim = headDim(cfg)
+	var n int64
+	for name, shape := range weights.LlamaTensorShapes(&c) {
+		if name == "model.embed_tokens.weight" && !cfg.TieWordEmbeddings {
+			continue
+		}
+		size := int64(1)
+		for _, d := range shape {
+			size *= int64(d)
+		}
+		n += size
+	}
+	return n * int64(cfg.DType.Size())
+}
+
+// decodeKVBytes is the K and V a decode step of batch sequences at context tokens reads.
+func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
+	return int64(batch) * int64(context) * int64(cfg.NumHiddenLayers) * 2 * int64(cfg.NumKeyValueHeads) *
+		int64(headDim(cfg)) * int64(cfg.DType.Size())
+}
+
+// BenchmarkCUDADecode measures a decode step of random-weight models of Llama-3.2-1B and Llama-3-8B shape
+// in bfloat16 at batch 1 and 64, every sequence at a context of 1024 tokens (the step rewrites position
+// 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA graph.
+// The KV pages hold zeros (the speed does not depend on their values). Metrics: ms/step (wall time of
+// ForwardGreedy, host work, copies and all), weights-floor-ms (the weights' bytes at the copy bandwidth),
+// floor-ms (weights and KV), and %floor = floor-ms / ms/step. The prefill sub-benchmark times one
+// 1024-token prompt.
+//
+//	go test -tags cuda -run XXX -bench CUDADecode ./model
+func BenchmarkCUDADecode(b *testing.B) {
+	dev := gpuDevice(b)
+	const context, blockSize = 1024, 16
+	for _, mc := range []struct {
+		name string
+		cfg  *weights.Config
+	}{{"llama-3.2-1b", llama32_1B()}, {"llama-3-8b", llama3_8B()}} {
+		b.Run(mc.name, func(b *testing.B) {
+			cfg := mc.cfg
+			const maxBatch = 64
+			numBlocks := maxBatch * (context/blockSize + 1)
+			start := time.Now()
+			m, err := LoadRandom(cfg, 1, Options{NumBlocks: numBlocks, BlockSize: blockSize, MaxStepTokens: context},
+				newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			b.Logf("%s: loaded random bf16 weights (%.2f GB) in %v", mc.name, float64(decodeWeightBytes(cfg))/1e9,
+				time.Since(start).Round(time.Millisecond))
+			b.Run("prefill1024", func(b *testing.B) {
+				table := make([]int32, context/blockSize)
+				for i := range table {
+					table[i] = int32(i)
+				}
+				s := &Step{QueryStart: []int32{0, context}, ContextLens: []int32{context}, BlockTables: [][]int32{table},
+					LogitRows: []int32{context - 1}}
+				for pos := range context {
+					s.Tokens = append(s.Tokens, int32(pos*31%cfg.VocabSize))
+					s.Positions = append(s.Positions, int32(pos))
+					s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+int32(pos%blockSize))
+				}
+				if _, err := m.ForwardGreedy(s); err != nil { // warm-up
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					if _, err := m.ForwardGreedy(s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
+				b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+			for _, batch := range []int{1, 64} {
+				b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+					s := &Step{QueryStart: []int32{0}}
+					for seq := range batch {
+						table := make([]int32, context/blockSize)
+						for i := range table {
+							table[i] = int32(seq*(context/blockSize+1) + i)
+						}
+						pos := int32(context - 1)
+						s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
+						s.Positions = append(s.Positions, pos)
+						s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
+						s.QueryStart = append(s.QueryStart, int32(seq+1))
+						s.ContextLens = append(s.ContextLens, context)
+						s.BlockTables = append(s.BlockTables, table)
+						s.LogitRows = append(s.LogitRows, int32(seq))
+					}
+					for range 3 { // eager, captured, replayed: the loop times replays only
+						if _, err := m.ForwardGreedy(s); err != nil {
+							b.Fatal(err)
+						}
+					}
+					backend := m.backend.(*cudaBackend)
+					before := backend.Stats()
+					for b.Loop() {
+						if _, err := m.ForwardGreedy(s); err != nil {
+							b.Fatal(err)
+						}
+					}
+					after := backend.Stats()
+					ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+					wFloor := float64(decodeWeightBytes(cfg)) / copyBandwidth * 1e3
+					floor := float64(decodeWeightBytes(cfg)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
+					b.ReportMetric(ms, "ms/step")
+					b.ReportMetric(wFloor, "weights-floor-ms")
+					b.ReportMetric(floor, "floor-ms")
+					b.ReportMetric(100*floor/ms, "%floor")
+					b.ReportMetric(float64(batch)/ms*1e3, "tok/s")
+					b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,126 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// ErrNoCUDA is wrapped by the errors of Load and ResolveDevice when the CUDA backend is asked for but
+// cannot be used: the binary was built without the cuda tag, or no CUDA driver or device was found.
+var ErrNoCUDA = errors.New("CUDA not available")
+
+// The devices Options.Device and ResolveDevice name.
+const (
+	DeviceCPU  = "cpu"  // the pure-Go CPU backend, the reference
+	DeviceCUDA = "cuda" // an NVIDIA GPU (binaries built with -tags cuda)
+	DeviceAuto = "auto" // the GPU when one can be used, else the CPU
+)
+
+// Defaults of the GPU's memory plan (Options.NumBlocks zero).
+const (
+	// DefaultMemoryUtilization is the share of the GPU's memory the model may fill, as vLLM's
+	// gpu_memory_utilization.
+	DefaultMemoryUtilization = 0.9
+	// DefaultMaxStepTokens and DefaultMaxLogitRows size the activation workspace reserved before the KV
+	// pool: the engine's default token budget per step and sequences per step, with room to spare.
+	DefaultMaxStepTokens = 8192
+	DefaultMaxLogitRows  = 256
+)
+
+// ResolveDevice says which device a --device flag value selects: "cpu"; "cuda" (an error wrapping
+// ErrNoCUDA when no GPU can be used); "auto" or "" the GPU when the binary was built with the cuda tag and
+// a GPU is present, else the CPU, with notice a one-line explanation for the user. The result is a value
+// for Options.Device.
+func ResolveDevice(name string) (device, notice string, err error) {
+	switch name {
+	case DeviceCPU:
+		return DeviceCPU, "", nil
+	case DeviceCUDA:
+		if err := cudaUsable(); err != nil {
+			return "", "", fmt.Errorf("model: device cuda: %w: %w", ErrNoCUDA, err)
+		}
+		return DeviceCUDA, "", nil
+	case DeviceAuto, "":
+		if err := cudaUsable(); err != nil {
+			return DeviceCPU, fmt.Sprintf("gollm: running on the CPU (no GPU: %v)", err), nil
+		}
+		return DeviceCUDA, "", nil
+	}
+	return "", "", fmt.Errorf("model: unknown device %q (cpu, cuda or auto)", name)
+}
+
+// backendFor returns the constructor of the backend opts.Device names for a checkpoint of config cfg.
+func backendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error) {
+	device := opts.Device
+	if device == DeviceAuto {
+		device = DeviceCPU
+		if cudaUsable() == nil {
+			device = DeviceCUDA
+		}
+	}
+	switch device {
+	case "", DeviceCPU:
+		return NewCPUBackend, nil
+	case DeviceCUDA:
+		if err := cudaUsable(); err != nil {
+			return nil, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
+		}
+		return newCUDABackendFor(cfg, opts)
+	}
+	return nil, fmt.Errorf("unknown device %q (cpu, cuda or auto)", opts.Device)
+}
+
+// computeDTypeFor is the GPU's compute dtype: Options.DType, or the checkpoint's.
+func computeDTypeFor(cfg *weights.Config, opts Options) (weights.DType, error) {
+	switch opts.DType {
+	case "":
+		if cfg.DType == weights.DTypeInvalid {
+			return weights.DTypeF32, nil
+		}
+		return cfg.DType, nil
+	case "float32", "f32", "fp32":
+		return weights.DTypeF32, nil
+	case "bfloat16", "bf16":
+		return weights.DTypeBF16, nil
+	case "float16", "f16", "fp16", "half":
+		return weights.DTypeF16, nil
+	}
+	return weights.DTypeInvalid, fmt.Errorf("options: dtype %q (float32, bfloat16 or float16)", opts.DType)
+}
+
+// KVSizer is implemented by backends that size their KV pool from the memory they have left (the CUDA
+// backend). When Options.NumBlocks is zero, Load reserves the activation workspace after the weights and
+// then calls AllocateKV once; it returns the number of pages per layer it allocated.
+type KVSizer interface {
+	AllocateKV(utilization float64) (numBlocks int, err error)
+}
+
+// sizeKV reserves the workspace opts asks for and lets the backend fill the memory left with KV pages.
+func (m *Model) sizeKV(opts Options) error {
+	sizer, ok := m.backend.(KVSizer)
+	if !ok {
+		return errors.New("options: NumBlocks 0 needs a backend that sizes its KV pool (the CUDA backend)")
+	}
+	tokens, logits := opts.MaxStepTokens, opts.MaxLogitRows
+	if tokens <= 0 {
+		tokens = DefaultMaxStepTokens
+	}
+	if logits <= 0 {
+		logits = DefaultMaxLogitRows
+	}
+	if err := m.ensureWorkspace(tokens, min(logits, tokens)); err != nil {
+		return err
+	}
+	util := opts.MemoryUtilization
+	if util == 0 {
+		util = DefaultMemoryUtilization
+	}
+	n, err := sizer.AllocateKV(util)
+	if err != nil {
+		return fmt.Errorf("KV pool: %w", err)
+	}
+	m.shape.NumBlocks = n
+	return nil
+}

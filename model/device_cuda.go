@@ -1,0 +1,35 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/weights"
+	"gorgonia.org/cu"
+)
+
+// cudaBuilt is true in binaries built with the cuda tag.
+const cudaBuilt = true
+
+// cudaUsable returns nil when a CUDA GPU can be used, else why not. It only counts devices (no context
+// is created).
+func cudaUsable() error {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return fmt.Errorf("no CUDA driver or device: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("no CUDA device")
+	}
+	return nil
+}
+
+// newCUDABackendFor returns the constructor of the CUDA backend for a checkpoint of config cfg.
+func newCUDABackendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error) {
+	dt, err := computeDTypeFor(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs}), nil
+}

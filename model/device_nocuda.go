@@ -1,0 +1,21 @@
+//go:build !cuda
+
+package model
+
+import (
+	"errors"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// cudaBuilt is true in binaries built with the cuda tag.
+const cudaBuilt = false
+
+// errNotBuiltWithCUDA says why a build without the cuda tag has no GPU backend.
+var errNotBuiltWithCUDA = errors.New("built without the cuda tag (go build -tags cuda)")
+
+func cudaUsable() error { return errNotBuiltWithCUDA }
+
+func newCUDABackendFor(*weights.Config, Options) (NewBackendFunc, error) {
+	return nil, errNotBuiltWithCUDA
+}

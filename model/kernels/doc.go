@@ -1,0 +1,14 @@
+// Package kernels holds the CUDA kernels of package model's GPU backend, compiled by build.sh into one fat
+// binary (model.fatbin, SASS for sm_80/86/89/90 plus compute_80 PTX) that Fatbin embeds when built with
+// the cuda tag: embedding gather, RMSNorm fused with the residual add, RoPE fused with the KV-cache write,
+// SwiGLU, row gather, greedy argmax, and the causal prefill attention of package attention
+// (../../attention/prefill.cu). It holds no Go logic: the launches live beside the code that uses them
+// (../backend_cuda.go, ../../attention/prefill_cuda.go).
+//
+// Regenerate after editing a kernel (needs nvcc; see ../../../shared/docs/gpu.md) and commit model.fatbin
+// with its stamp model.fatbin.sha256, which CI compares with the sources (.ci/after.d/55-model-cuda.sh):
+//
+//	go generate ./model/kernels
+package kernels
+
+//go:generate ./build.sh
