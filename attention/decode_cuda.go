@@ -88,16 +88,14 @@ const (
 )
 
 // CUDATuning holds switches of the decode kernels that benchmarks compare; the zero value is the
-// default.
+// default, the fastest measured (docs/bench/attention-h100.md).
 type CUDATuning struct {
-	// HeadsFast orders the grid with the KV head varying fastest, so that programs running together
-	// read all KV heads of the same pages (one page row of all heads is contiguous).
-	HeadsFast bool
-	// L2Prefetch has every 16-byte copy ask L2 for the whole 256-byte line.
+	// SequenceMajor orders the grid (sequence, KV head) instead of (KV head, sequence): by default the
+	// KV head varies fastest, so that programs running together read all KV heads of the same pages
+	// (a page row of all heads is contiguous), 0.3-1% faster on the H100.
+	SequenceMajor bool
+	// L2Prefetch has every 16-byte copy ask L2 for the whole 256-byte line (measured: no gain).
 	L2Prefetch bool
-	// Stages is the grouped mma kernel's pipeline depth in tiles (0: the default, 3); 2 and 4 exist for
-	// bf16, head_dim 128, groups up to 32.
-	Stages int
 }
 
 // cudaKernel is one loaded entry point and what it needs at launch.
@@ -162,14 +160,6 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
 					if err := k.prepare(name, 4*32, gc); err != nil {
 						return nil, err
-					}
-				}
-				if kind == "DecodeGrouped" && dt == cuda.BFloat16 && d == 128 {
-					for _, v := range []string{"m1_s2", "m1_s4", "m2_s2", "m2_s4"} {
-						mt := int(v[1] - '0')
-						if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_%s", kind, tn, d, v), 4*mt*32, 16*mt); err != nil {
-							return nil, err
-						}
 					}
 				}
 				if kind == "DecodeSplitK" {
@@ -267,9 +257,6 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 			return nil, fmt.Errorf("%w: group of %d heads on the mma path (at most 64)", ErrUnsupported, group)
 		}
 		name = fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, a.HeadDim, mt)
-		if st := k.Tuning.Stages; st != 0 && st != 3 && kind == "DecodeGrouped" {
-			name = fmt.Sprintf("%s_s%d", name, st)
-		}
 	case PathFMA:
 		gc := cudaFmaGroups[len(cudaFmaGroups)-1]
 		for _, g := range cudaFmaGroups {
@@ -291,7 +278,7 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 
 func (k *CUDAKernels) params(a *CUDADecodeArgs) decodeParams {
 	var flags int32
-	if k.Tuning.HeadsFast {
+	if !k.Tuning.SequenceMajor {
 		flags |= flagHeadsFast
 	}
 	if k.Tuning.L2Prefetch {
@@ -310,15 +297,15 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs) decodeParams {
 	}
 }
 
-// grid returns the (sequence, KV head × head chunks, partition) size of a program grid, or (KV head ×
-// head chunks, sequence, partition) with HeadsFast.
+// grid returns the (KV head × head chunks, sequence, partition) size of a program grid, or (sequence,
+// KV head × head chunks, partition) with SequenceMajor.
 func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int) cuda.Dim3 {
 	group := a.NumHeads / a.NumKVHeads
 	chunks := (group + kern.rowsPer - 1) / kern.rowsPer
-	if k.Tuning.HeadsFast {
-		return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
+	if k.Tuning.SequenceMajor {
+		return cuda.Dim3{X: len(a.HostContextLens), Y: a.NumKVHeads * chunks, Z: partitions}
 	}
-	return cuda.Dim3{X: len(a.HostContextLens), Y: a.NumKVHeads * chunks, Z: partitions}
+	return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
 }
 
 // PlanInput returns Plan's input for a call on this device: its SM count, and as programs per SM the
@@ -329,17 +316,8 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 		return PlanInput{}, err
 	}
 	_, size, _ := dtypeName(a.DType)
-	// One split-k program streams at about one SM's share of the bandwidth, so partitions shorter than
-	// it takes to give every SM one program only add per-program cost (its first tile's latency, its
-	// partial state, the merge): measured on the H100 (docs/bench/attention-h100.md), Plan's default
-	// minimum over-splits long contexts by 2-4x. Bound partitions below by Σctx·kv_heads / SMs.
-	total := 0
-	for _, n := range a.HostContextLens {
-		total += int(n)
-	}
-	minPart := max(DefaultMinPartitionTokens, total*a.NumKVHeads/max(1, k.numSMs))
 	return PlanInput{
-		MinPartitionTokens: minPart,
+		MinPartitionTokens: k.minPartitionTokens(a),
 		Batch:              len(a.HostContextLens),
 		ContextLens:        a.HostContextLens,
 		NumHeads:           a.NumHeads,
@@ -352,15 +330,70 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 	}, nil
 }
 
-// Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this
-// call on this device, and returns the plan it followed. workspace must hold SplitKWorkspaceBytes for the
-// plan's partitions when Plan picks split-k (SplitKWorkspaceBound sizes it for every call up to a shape).
-func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.DevicePtr, workspaceBytes int64) (DecodePlan, error) {
+// minPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
+// (docs/bench/attention-h100.md) showed Plan's cost model to miss:
+//   - one program streams at about one SM's share of the bandwidth, so partitions shorter than it takes
+//     to give every SM one program (Σctx·kv_heads / SMs tokens) only add per-program cost (the first
+//     tile's latency, the partial state, the merge); Plan's default minimum over-split long contexts 2-4×;
+//   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions
+//     Plan cuts at the bound are equal: 5968 + 2224 tokens ran 7% slower than 4096 + 4096;
+//   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
+//     so the bound is the whole context.
+func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs) int {
+	total, longest := 0, 0
+	for _, n := range a.HostContextLens {
+		total += int(n)
+		longest = max(longest, int(n))
+	}
+	sms := max(1, k.numSMs)
+	if 10*len(a.HostContextLens)*a.NumKVHeads >= 9*sms {
+		return roundUp(longest+1, a.BlockSize)
+	}
+	bound := max(DefaultMinPartitionTokens, total*a.NumKVHeads/sms)
+	parts := ceilDiv(longest, bound)
+	return max(DefaultMinPartitionTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+}
+
+// cudaTileTokens is the token tile of the mma kernels (the FMA kernels' 32 divides it); a multiple of
+// every supported block size. A split-k partition that is not a multiple of it ends in a partial tile,
+// whose copies and mma work are spent on padding.
+const cudaTileTokens = 64
+
+// tileAligned rounds a split-k plan's partitions up to whole tiles (Plan rounds them to pages only).
+func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
+	if plan.Kernel != SplitK || plan.PartitionTokens%cudaTileTokens == 0 {
+		return plan
+	}
+	longest := 0
+	for _, n := range contextLens {
+		longest = max(longest, int(n))
+	}
+	plan.PartitionTokens = roundUp(plan.PartitionTokens, cudaTileTokens)
+	plan.NumPartitions = ceilDiv(longest, plan.PartitionTokens)
+	if plan.NumPartitions < 2 {
+		return DecodePlan{Kernel: Grouped, NumPartitions: 1}
+	}
+	return plan
+}
+
+// Plan returns the plan Decode follows for a: Plan on PlanInput(a), with split-k partitions rounded up
+// to whole 64-token tiles.
+func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
 	in, err := k.PlanInput(a)
 	if err != nil {
 		return DecodePlan{}, err
 	}
-	plan := Plan(in)
+	return tileAligned(Plan(in), a.HostContextLens), nil
+}
+
+// Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this
+// call on this device (partitions rounded up to whole 64-token tiles), and returns the plan it followed. workspace must hold SplitKWorkspaceBytes for the
+// plan's partitions when Plan picks split-k (SplitKWorkspaceBound sizes it for every call up to a shape).
+func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.DevicePtr, workspaceBytes int64) (DecodePlan, error) {
+	plan, err := k.Plan(a)
+	if err != nil {
+		return DecodePlan{}, err
+	}
 	if plan.Kernel == SplitK {
 		err = k.DecodeSplitK(s, a, plan.PartitionTokens, workspace, workspaceBytes, PathAuto)
 	} else {

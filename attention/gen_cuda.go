@@ -6,4 +6,4 @@ package attention
 //
 //	go generate ./attention
 //
-//go:generate ../internal/cuda/build-fatbin.sh attention.fatbin grouped.cu splitk.cu
+//go:generate ../internal/cuda/build-fatbin.sh attention.fatbin decode.cuh grouped.cu splitk.cu

@@ -31,18 +31,6 @@ DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 128)
 
-// Pipeline-depth variants of the most common instance, for benchmarks (CUDAKernels.Tuning.Stages).
-#define DECODE_GROUPED_MMA_STAGES(T, TN, D, MT, ST)                                                          \
-	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
-	    DecodeGrouped_mma_##TN##_d##D##_m##MT##_s##ST(const DecodeParams p) {                               \
-		decode_mma<T, D, MT, false, ST>(p);                                                               \
-	}                                                                                                     \
-	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_m##MT##_s##ST##_smem = mma_smem_bytes<T, D, MT, ST>();
-DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 1, 2)
-DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 1, 4)
-DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 2, 2)
-DECODE_GROUPED_MMA_STAGES(__nv_bfloat16, bf16, 128, 2, 4)
-
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_FMA(__half, fp16, 64)

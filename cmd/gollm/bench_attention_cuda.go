@@ -286,11 +286,31 @@ func (b *attentionBencher) close() {
 	}
 }
 
-// timeRuns returns the median device time in µs of launch(copy) over o.iters runs after o.warmup, each run
+// timeRuns returns the lower of two rounds' median device time in µs of launch(copy) over o.iters runs
+// after o.warmup, each run
 // on the next copy of the inputs and bracketed by its own pair of events, with a spin (or, when flushing,
 // a 64 MiB copy) queued before each run, outside the events, so that the host's launches stay ahead of
 // the GPU. It leaves the host's time per run in b.hostUS.
 func (b *attentionBencher) timeRuns(copies int, launch func(copy int) error) (float64, error) {
+	// Two rounds, the lower median kept: a whole round now and then runs slow (seen 3× on one variant
+	// of one shape, not reproducible), which one median does not reject.
+	first, err := b.timeRound(copies, launch)
+	if err != nil {
+		return 0, err
+	}
+	host := b.hostUS
+	second, err := b.timeRound(copies, launch)
+	if err != nil {
+		return 0, err
+	}
+	if first < second {
+		b.hostUS = host
+		return first, nil
+	}
+	return second, nil
+}
+
+func (b *attentionBencher) timeRound(copies int, launch func(copy int) error) (float64, error) {
 	var us []float64
 	err := b.dev.Do(func() error {
 		run := 0
@@ -518,11 +538,10 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 			return nil, err
 		}
 	}
-	planIn, err := b.k.PlanInput(&in.args[0])
+	plan, err := b.k.Plan(&in.args[0])
 	if err != nil {
 		return nil, err
 	}
-	plan := attention.Plan(planIn)
 	r.PlanKernel, r.PlanPartition, r.PlanParts = plan.Kernel.String(), plan.PartitionTokens, plan.NumPartitions
 	points := slices.Clone(sweep)
 	if plan.Kernel == attention.SplitK && !slices.Contains(points, plan.PartitionTokens) {
@@ -565,22 +584,24 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 			t    attention.CUDATuning
 		}{
 			{"default", attention.CUDATuning{}},
-			{"heads_fast", attention.CUDATuning{HeadsFast: true}},
+			{"sequence_major", attention.CUDATuning{SequenceMajor: true}},
 			{"l2_prefetch", attention.CUDATuning{L2Prefetch: true}},
-			{"heads_fast+l2_prefetch", attention.CUDATuning{HeadsFast: true, L2Prefetch: true}},
-			{"stages2", attention.CUDATuning{Stages: 2}},
-			{"stages4", attention.CUDATuning{Stages: 4}},
+			{"fma", attention.CUDATuning{}},
 		} {
+			path := attention.PathAuto
+			if e.name == "fma" {
+				path = attention.PathFMA
+			}
 			b.k.Tuning = e.t
 			us, err := b.timeRuns(in.copies, func(c int) error {
-				return b.k.DecodeGrouped(nil, &in.args[c], attention.PathAuto)
+				return b.k.DecodeGrouped(nil, &in.args[c], path)
 			})
 			b.k.Tuning = attention.CUDATuning{}
 			if err != nil {
 				continue // a variant that does not exist for this shape
 			}
 			r.Experiments["grouped/"+e.name] = us
-			if plan.Kernel == attention.SplitK && e.t.Stages == 0 {
+			if plan.Kernel == attention.SplitK && path == attention.PathAuto {
 				b.k.Tuning = e.t
 				us, err := b.timeRuns(in.copies, dispatch)
 				b.k.Tuning = attention.CUDATuning{}
