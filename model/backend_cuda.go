@@ -20,10 +20,13 @@ import (
 // float32 inputs, float32 accumulation), the kernels of model/kernels for the rest, the decode-attention
 // kernels of package attention for decode steps they cover and the prefill kernel for everything else.
 //
-// Dtypes: weight matrices, activations and the KV pages are of one compute dtype (bfloat16, float16 or
-// float32, see cudaConfig); the residual stream (Embed's dst, AddRMSNorm's residual) and the norm gains
-// are float32, so the sum the model carries from layer to layer is never rounded to 16 bits. Every
-// activation buffer is allocated at 4 bytes an element and read in the dtype of its role.
+// Dtypes: weight matrices, the KV pages and the inputs of the matrix products (AddRMSNorm's dst,
+// Attention's, SwiGLU's and GatherRows' outputs) are of one compute dtype (bfloat16, float16 or float32,
+// see cudaConfig); the products' outputs (cuBLAS accumulates in float32 and stores float32: Q/K/V, the
+// sublayer outputs, gate/up, the logits), the residual stream (Embed's dst, AddRMSNorm's residual) and
+// the norm gains are float32. So a value is rounded to 16 bits only where it enters a product or the
+// cache, never on its way between layers, and the logits are float32. Every activation buffer is
+// allocated at 4 bytes an element and holds the dtype of its role.
 //
 // Ops are recorded, not run, as the model calls them; CopyToHost (or ArgmaxToHost) then does the whole
 // step in one hop to the goroutine that owns the CUDA context: it uploads the step's metadata in one
@@ -71,6 +74,7 @@ type cudaBackend struct {
 	// graphsOff is set when capture failed once: later steps run eagerly.
 	graphsOff bool
 	stats     cudaStats
+	lastGraph *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
 }
 
 // cudaConfig is how the CUDA backend is built.
@@ -206,7 +210,11 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		{&b.fn.embed, "Embed"}, {&b.fn.addRMSNorm, "AddRMSNorm"}, {&b.fn.rope, "RoPEWriteKV"},
 		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmax, "Argmax"},
 	} {
-		if *k.dst, err = b.mod.Function(k.name + "_" + tn); err != nil {
+		suffix := tn
+		if k.name == "Argmax" {
+			suffix = "f32" // the logits are float32 whatever the compute dtype
+		}
+		if *k.dst, err = b.mod.Function(k.name + "_" + suffix); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
@@ -589,9 +597,10 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	}
 	out, in := w.Rows, w.Cols
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, run: func(rows int) error {
-		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx).
+		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
+		// Y is stored as float32.
 		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,
-			0, d.ptr, b.dtype, out)
+			0, d.ptr, cuda.Float32, out)
 	}}, "matmul", uint64(d.ptr), uint64(xt.ptr), uint64(wt.ptr), uint64(out), uint64(in))
 }
 
@@ -727,8 +736,8 @@ func equalInt32(a, b []int32) bool {
 	return true
 }
 
-// CopyToHost runs the step and copies src's first len(dst) rows (float32 after conversion from the
-// compute dtype) into dst.
+// CopyToHost runs the step and copies src's first len(dst) rows into dst. src is a matrix product's
+// output (the logits), so it is float32.
 func (b *cudaBackend) CopyToHost(dst [][]float32, src Tensor) error {
 	if len(dst) == 0 {
 		return b.run(nil)
@@ -742,23 +751,12 @@ func (b *cudaBackend) CopyToHost(dst [][]float32, src Tensor) error {
 		if err := b.stream.Synchronize(); err != nil {
 			return err
 		}
-		n := rows * cols
-		if b.dtype == cuda.Float32 && contiguous(dst, cols) {
-			return b.dev.CopyFromDevice(cuda.Bytes(unsafe.Slice(&dst[0][0], n)), t.ptr)
+		if contiguous(dst, cols) {
+			return b.dev.CopyFromDevice(cuda.Bytes(unsafe.Slice(&dst[0][0], rows*cols)), t.ptr)
 		}
-		raw := make([]byte, n*b.elem)
-		if err := b.dev.CopyFromDevice(raw, t.ptr); err != nil {
-			return err
-		}
-		row := cols * b.elem
 		for r := range dst {
-			switch b.dtype {
-			case cuda.BFloat16:
-				dtype.DecodeBF16(dst[r][:cols], raw[r*row:(r+1)*row])
-			case cuda.Float16:
-				dtype.DecodeF16(dst[r][:cols], raw[r*row:(r+1)*row])
-			default:
-				dtype.DecodeF32(dst[r][:cols], raw[r*row:(r+1)*row])
+			if err := b.dev.CopyFromDevice(cuda.Bytes(dst[r][:cols]), t.ptr.Add(4*int64(r*cols))); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -891,12 +889,14 @@ func (b *cudaBackend) queue() error {
 		switch {
 		case seen && g.exec != nil:
 			b.stats.Replayed++
+			b.lastGraph = g.exec
 			return g.exec.Launch(b.stream)
 		case seen:
 			exec, err := b.capture(st.rows)
 			if err == nil {
 				g.exec = exec
 				b.stats.Captured++
+				b.lastGraph = exec
 				return exec.Launch(b.stream)
 			}
 			b.graphsOff, b.stats.CaptureFailed = true, err

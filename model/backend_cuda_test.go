@@ -63,13 +63,22 @@ var goldenModes = []cudaMode{
 }
 
 // nativeTolerance is the largest logit error allowed against transformers' float32 goldens when the GPU
-// computes in the checkpoint's 16-bit dtype (activations and KV pages rounded to 16 bits at every op).
-func nativeTolerance(dt string) float64 {
-	switch dt {
+// computes in the checkpoint's 16-bit dtype (matrix inputs and KV pages rounded to 16 bits at every
+// layer): four units of the dtype's rounding (2⁻⁸ for bfloat16, 2⁻¹¹ for float16) at the size of the
+// largest logit. Measured on the H100 (2026-11-22): at most 0.18 for bfloat16 against a bound of 0.25–0.27,
+// 0.018 for float16 against 0.031.
+func nativeTolerance(g golden) float64 {
+	var largest float64
+	for _, p := range g.Prompts {
+		for _, x := range p.LastLogits {
+			largest = math.Max(largest, math.Abs(x))
+		}
+	}
+	switch g.DType {
 	case "bfloat16":
-		return 6e-2
+		return 4 * largest / 256
 	case "float16":
-		return 2e-2
+		return 4 * largest / 2048
 	}
 	return 1e-3
 }
@@ -135,7 +144,8 @@ func loadGoldenOnGPU(t *testing.T, gc cudaGoldenCase, mode cudaMode) (*Model, *c
 // TestCUDAGolden runs the golden suite on the GPU in every mode: the four prompts of a case prefilled in
 // one step (ragged 1, 7, 33, 300 tokens, shuffled pages) against transformers' last logits, then 32
 // greedy tokens decoded together with the argmax on the device (decode steps as CUDA graphs unless the
-// mode turns them off) against transformers' tokens; then each prompt prefilled in chunks of 5 against
+// mode turns them off) against transformers' tokens (in the 16-bit mode, for the prompts whose smallest
+// margin exceeds twice the logit tolerance); then each prompt prefilled in chunks of 5 against
 // the goldens and against its prefill in one step.
 func TestCUDAGolden(t *testing.T) {
 	for _, gc := range readGoldens(t) {
@@ -151,7 +161,7 @@ func TestCUDAGolden(t *testing.T) {
 				}
 				chunkTol := 1e-4
 				if native {
-					tol, chunkTol = nativeTolerance(gc.golden.DType), nativeTolerance(gc.golden.DType)
+					tol, chunkTol = nativeTolerance(gc.golden), nativeTolerance(gc.golden)
 				}
 				m, backend := loadGoldenOnGPU(t, gc, mode)
 				g := gc.golden
@@ -194,7 +204,9 @@ func TestCUDAGolden(t *testing.T) {
 						n++
 					}
 					matched, total = matched+n, total+len(pr.GreedyIDs)
-					if n < len(pr.GreedyIDs) && !native {
+					// With every logit within tol, no choice whose margin exceeds 2·tol can flip: the float32
+					// modes must match everywhere, the 16-bit mode where transformers' margins allow it.
+					if n < len(pr.GreedyIDs) && (!native || pr.MinMargin > 2*tol) {
 						t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
 							len(pr.PromptIDs), n, got[i][n], pr.GreedyIDs[n], pr.MinMargin, got[i], pr.GreedyIDs)
 					}
@@ -270,7 +282,7 @@ func relErr(got, want []float32) float64 {
 // three sequences with ragged contexts (one long enough for split-k at batch 1), prefill chunks beside
 // decode tokens, then decode steps of different batch sizes (graph buckets 1, 2, 4 with padding) and a
 // step that asks for no logits. Head sizes 64 and 128 run the decode kernels of package attention; the
-// compute dtypes float32 (relative error 1e-4) and bfloat16 (3e-2).
+// compute dtypes float32 (relative error 1e-4) and bfloat16 (5e-2).
 func TestCUDAMatchesCPU(t *testing.T) {
 	dev := gpuDevice(t)
 	for _, tc := range []struct {
@@ -280,8 +292,8 @@ func TestCUDAMatchesCPU(t *testing.T) {
 	}{
 		{64, weights.DTypeF32, 1e-4},
 		{128, weights.DTypeF32, 1e-4},
-		{64, weights.DTypeBF16, 3e-2},
-		{128, weights.DTypeBF16, 3e-2},
+		{64, weights.DTypeBF16, 5e-2},
+		{128, weights.DTypeBF16, 5e-2},
 	} {
 		t.Run(fmt.Sprintf("d%d_%v", tc.headDim, tc.dtype), func(t *testing.T) {
 			cfg := cudaReferenceConfig(tc.headDim)

@@ -6,7 +6,7 @@
 
 struct ArgmaxParams {
 	int *out;            // [rows]
-	const void *logits;  // [rows][cols] of T
+	const float *logits; // [rows][cols]
 	int cols;
 };
 
@@ -17,14 +17,14 @@ __device__ __forceinline__ void argmax_merge(float &v, int &i, float ov, int oi)
 	}
 }
 
-template <typename T> __device__ __forceinline__ void argmax_rows(const ArgmaxParams &p) {
+__device__ __forceinline__ void argmax_rows(const ArgmaxParams &p) {
 	__shared__ float sv[32];
 	__shared__ int si[32];
-	const T *row = reinterpret_cast<const T *>(p.logits) + (long long)blockIdx.x * p.cols;
+	const float *row = p.logits + (long long)blockIdx.x * p.cols;
 	float best = -INFINITY;
 	int idx = 0x7fffffff;
 	for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
-		const float x = Num<T>::load(row[c]);
+		const float x = row[c];
 		if (x > best) { // strictly greater: the first of equal values stays
 			best = x;
 			idx = c;
@@ -53,6 +53,5 @@ template <typename T> __device__ __forceinline__ void argmax_rows(const ArgmaxPa
 	}
 }
 
-#define ARGMAX(T, TN)                                                                                         \
-	extern "C" __global__ void Argmax_##TN(const ArgmaxParams p) { argmax_rows<T>(p); }
-FOR_EACH_TYPE(ARGMAX)
+// The logits are the LM head's float output whatever the compute type.
+extern "C" __global__ void Argmax_f32(const ArgmaxParams p) { argmax_rows(p); }

@@ -4,8 +4,10 @@
 // Conventions of every kernel here (see ../backend_cuda.go for the Go side):
 //   - one by-value parameter struct per kernel, pointers first, then 4-byte fields, mirrored field for
 //     field by a Go struct (cuda.Launch passes its bytes as the kernel's only parameter);
-//   - activations and weight matrices are of the compute type T (float, __nv_bfloat16 or __half); the
-//     residual stream and norm gains are float; all arithmetic is float;
+//   - weight matrices, the inputs of the matrix products (normed rows, attention output, SwiGLU
+//     output, gathered rows) and the KV pages are of the compute type T (float, __nv_bfloat16 or
+//     __half); the products' outputs (cuBLAS accumulates in float and stores float), the residual
+//     stream and the norm gains are float; all arithmetic is float;
 //   - entry points are extern "C", named <GoOp>_<dtype> (f32, bf16, f16).
 #pragma once
 

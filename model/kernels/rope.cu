@@ -1,5 +1,5 @@
 // Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows), a block per token
-// row of qkv [rows][(Hq + 2·Hkv)·D]: every (head, i < D/2) pair of the q and k heads is rotated by the
+// row of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's output): every (head, i < D/2) pair of the q and k heads is rotated by the
 // token's position with HF LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin), in place; the
 // rotated q also goes to q_out [rows][Hq·D] (the contiguous layout the attention kernels read), and the
 // rotated k and the v of the row go to the paged caches [blocks][block_size][Hkv][D] at the row's slot
@@ -8,7 +8,7 @@
 #include "common.cuh"
 
 struct RoPEParams {
-	void *qkv;              // [rows][qkv_cols] of T, rotated in place
+	float *qkv;             // [rows][qkv_cols], rotated in place
 	void *q_out;            // [rows][num_heads·head_dim] of T
 	void *k_cache;          // [num_blocks][block_size][num_kv_heads][head_dim] of T
 	void *v_cache;
@@ -27,7 +27,7 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 	const int half = p.head_dim / 2;
 	const int pos = p.positions[row];
 	const long long slot = p.slots[row];
-	T *qkv = reinterpret_cast<T *>(p.qkv) + row * p.qkv_cols;
+	float *qkv = p.qkv + row * p.qkv_cols;
 	T *q_out = reinterpret_cast<T *>(p.q_out) + row * (long long)p.num_heads * p.head_dim;
 	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
 	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
@@ -39,11 +39,12 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 		double s, c;
 		sincos((double)angle, &s, &c);
 		const float cf = (float)c * p.attention_scaling, sf = (float)s * p.attention_scaling;
-		T *x = qkv + h * p.head_dim;
-		const float a = Num<T>::load(x[i]), b = Num<T>::load(x[i + half]);
-		const T lo = Num<T>::store(a * cf - b * sf), hi = Num<T>::store(b * cf + a * sf);
-		x[i] = lo;
-		x[i + half] = hi;
+		float *x = qkv + h * p.head_dim;
+		const float a = x[i], b = x[i + half];
+		const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
+		x[i] = rlo;
+		x[i + half] = rhi;
+		const T lo = Num<T>::store(rlo), hi = Num<T>::store(rhi);
 		if (h < p.num_heads) {
 			q_out[h * p.head_dim + i] = lo;
 			q_out[h * p.head_dim + i + half] = hi;
@@ -54,8 +55,8 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 		}
 	}
 	if (slot >= 0) {
-		const T *v = qkv + (long long)(p.num_heads + p.num_kv_heads) * p.head_dim;
-		for (int j = threadIdx.x; j < kv_row; j += blockDim.x) v_dst[j] = v[j];
+		const float *v = qkv + (long long)(p.num_heads + p.num_kv_heads) * p.head_dim;
+		for (int j = threadIdx.x; j < kv_row; j += blockDim.x) v_dst[j] = Num<T>::store(v[j]);
 	}
 }
 

@@ -1,22 +1,23 @@
 // SwiGLU (Backend.SwiGLU): dst[r][i] = silu(gate_up[r][i]) · gate_up[r][I + i], silu(g) = g / (1 + e^-g),
-// in float. A grid-stride loop over rows · I elements, 256 threads a block; bound by bytes (3 · I per row).
+// from the float output of the gate/up product to T for the down product. A grid-stride loop over
+// rows · I elements, 256 threads a block; bound by bytes (2 · 4 + sizeof(T) per element).
 #include "common.cuh"
 
 struct SwiGLUParams {
 	void *dst;            // [rows][inter] of T
-	const void *gate_up;  // [rows][2·inter] of T
+	const float *gate_up; // [rows][2·inter]
 	long long n;          // rows · inter
 	int inter;
 };
 
 template <typename T> __device__ __forceinline__ void swiglu(const SwiGLUParams &p) {
-	const T *gu = reinterpret_cast<const T *>(p.gate_up);
+	const float *gu = p.gate_up;
 	T *dst = reinterpret_cast<T *>(p.dst);
 	for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < p.n;
 	     idx += (long long)gridDim.x * blockDim.x) {
 		const long long r = idx / p.inter, i = idx - r * p.inter;
-		const float g = Num<T>::load(gu[r * 2 * p.inter + i]);
-		const float u = Num<T>::load(gu[r * 2 * p.inter + p.inter + i]);
+		const float g = gu[r * 2 * p.inter + i];
+		const float u = gu[r * 2 * p.inter + p.inter + i];
 		dst[idx] = Num<T>::store(g / (1.f + expf(-g)) * u);
 	}
 }
