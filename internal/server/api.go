@@ -297,6 +297,9 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 	if f.MinTokens < 0 {
 		return req, 0, badRequest("min_tokens", "'min_tokens' must not be negative.")
 	}
+	if maxTokens != nil && f.MinTokens > *maxTokens {
+		return req, 0, badRequest("min_tokens", "'min_tokens' %d exceeds '%s' %d.", f.MinTokens, maxTokensParam, *maxTokens)
+	}
 	req.MinTokens = f.MinTokens
 	stop, err := parseStop(f.Stop, cfg.MaxStopStrings)
 	if err != nil {
@@ -310,6 +313,13 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 	req.Stop = stop
 	if len(f.StopTokenIDs) > cfg.MaxStopStrings {
 		return req, 0, badRequest("stop_token_ids", "'stop_token_ids' holds %d ids; at most %d are allowed.", len(f.StopTokenIDs), cfg.MaxStopStrings)
+	}
+	if cfg.VocabSize > 0 {
+		for _, t := range f.StopTokenIDs {
+			if t < 0 || int(t) >= cfg.VocabSize {
+				return req, 0, badRequest("stop_token_ids", "Token %d is outside the vocabulary of %d.", t, cfg.VocabSize)
+			}
+		}
 	}
 	req.StopTokenIDs = f.StopTokenIDs
 	req.IgnoreEOS = f.IgnoreEOS

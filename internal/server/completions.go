@@ -190,8 +190,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Logprobs != nil {
-		if *req.Logprobs < 0 || *req.Logprobs > 20 {
-			s.fail(w, badRequest("logprobs", "'logprobs' %d must lie in [0, 20].", *req.Logprobs))
+		if *req.Logprobs < 0 || *req.Logprobs > DefaultMaxLogprobs {
+			s.fail(w, badRequest("logprobs", "'logprobs' %d must lie in [0, %d].", *req.Logprobs, DefaultMaxLogprobs))
 			return
 		}
 		if req.Echo {
@@ -205,10 +205,24 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	if ids != nil && s.cfg.VocabSize > 0 {
+		for p, promptIDs := range ids {
+			for i, t := range promptIDs {
+				if t < 0 || int(t) >= s.cfg.VocabSize {
+					s.fail(w, badRequest("prompt", "Token %d at index %d of prompt %d is outside the vocabulary of %d.", t, i, p, s.cfg.VocabSize))
+					return
+				}
+			}
+		}
+	}
 	if ids == nil {
 		for _, t := range texts {
 			ids = append(ids, s.tok.Encode(t, s.cfg.AddSpecialTokens))
 		}
+	}
+	if len(ids)*n > s.cfg.MaxSequences {
+		s.fail(w, badRequest("prompt", "%d prompts × n=%d need %d sequences; at most %d are allowed per request.", len(ids), n, len(ids)*n, s.cfg.MaxSequences))
+		return
 	}
 	promptLens := make([]int, len(ids))
 	var jobs []*job
@@ -250,6 +264,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	defer ru.close()
 	for p := range promptLens {
 		s.metrics.promptTokens.Add(float64(promptLens[p] * n))
 	}
@@ -404,8 +419,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TopLogprobs != nil {
-		if *req.TopLogprobs < 0 || *req.TopLogprobs > 20 {
-			s.fail(w, badRequest("top_logprobs", "'top_logprobs' %d must lie in [0, 20].", *req.TopLogprobs))
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > DefaultMaxLogprobs {
+			s.fail(w, badRequest("top_logprobs", "'top_logprobs' %d must lie in [0, %d].", *req.TopLogprobs, DefaultMaxLogprobs))
 			return
 		}
 		if !req.Logprobs {
@@ -448,6 +463,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	defer ru.close()
 	s.metrics.promptTokens.Add(float64(len(promptIDs) * n))
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	promptLens := []int{len(promptIDs)}

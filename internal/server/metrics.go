@@ -10,7 +10,9 @@ import (
 
 // metrics are the server's Prometheus metrics, in vLLM's naming style under the "gollm:" prefix.
 // Engine state (running, waiting, KV usage, prefix cache, preemptions) is read from Engine.Stats at
-// scrape time; request metrics are observed by the handlers. Each Server has its own registry.
+// scrape time; request metrics are observed by the handlers. Each Server has its own registry,
+// which also carries the Go runtime's collector (go_goroutines, heap) and the process collector
+// (process_resident_memory_bytes, open file descriptors), so leaks show on /metrics.
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -18,6 +20,7 @@ type metrics struct {
 	generationTokens prometheus.Counter
 	requestsFinished *prometheus.CounterVec
 	rejected         prometheus.Counter
+	panics           prometheus.Counter
 	ttft             prometheus.Histogram
 	interToken       prometheus.Histogram
 	e2e              prometheus.Histogram
@@ -26,7 +29,7 @@ type metrics struct {
 // latencyBuckets cover CPU inference (slow) to GPU decode steps (milliseconds), in seconds.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 
-func newMetrics(eng Engine) *metrics {
+func newMetrics(eng Engine, admitted func() float64) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:prompt_tokens_total",
 		Help: "Prompt tokens of admitted sequences (counted once per choice)."})
@@ -36,13 +39,17 @@ func newMetrics(eng Engine) *metrics {
 		Help: "Finished sequences, by finish reason."}, []string{"finished_reason"})
 	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:request_rejected_total",
 		Help: "Requests refused with 429 because the queue was full."})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:request_panics_total",
+		Help: "Requests whose handling panicked (answered with 500; the server kept serving)."})
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gollm:server_sequences_admitted",
+		Help: "Engine sequences the HTTP server has admitted and not yet seen finish."}, admitted)
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:time_to_first_token_seconds",
 		Help: "Time from receiving a request to its first generated token.", Buckets: latencyBuckets})
 	m.interToken = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:inter_token_latency_seconds",
 		Help: "Time between consecutive generated tokens of a sequence (averaged over tokens delivered together).", Buckets: latencyBuckets})
 	m.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:e2e_request_latency_seconds",
 		Help: "Time from receiving a request to its last token.", Buckets: latencyBuckets})
-	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.ttft, m.interToken, m.e2e,
+	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.panics, inFlight, m.ttft, m.interToken, m.e2e,
 		engineCollector{eng}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

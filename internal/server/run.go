@@ -129,8 +129,21 @@ func (s *Server) engineError(err error) *apiError {
 	return internalError("engine: %v", err)
 }
 
+// close aborts whatever still runs and reads the remaining events, so that no reader goroutine is
+// left behind and every job's admission is released. Handlers defer it right after startRun: it
+// costs nothing once every event was read, and it cleans up after a panic too.
+func (ru *run) close() {
+	ru.abort()
+	for {
+		if _, ok := ru.next(); !ok {
+			return
+		}
+	}
+}
+
 // next returns the next event, false once every job has finished. Handlers must call it until it
-// returns false (after ru.abort if they give up), so that no reader goroutine is left behind.
+// returns false (after ru.abort if they give up), or defer close, so that no reader goroutine is
+// left behind.
 func (ru *run) next() (event, bool) {
 	if ru.pending == 0 {
 		return event{}, false

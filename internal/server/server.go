@@ -22,6 +22,9 @@ import (
 // Defaults for the zero values of Config's limits.
 const (
 	DefaultMaxBodyBytes     = 4 << 20
+	DefaultMaxHeaderBytes   = 64 << 10
+	DefaultMaxSequences     = 256
+	DefaultMaxLogprobs      = 20
 	DefaultMaxN             = 16
 	DefaultMaxStopStrings   = 16
 	DefaultMaxStopLength    = 256
@@ -55,6 +58,10 @@ type Config struct {
 	MaxQueue int
 	// MaxBodyBytes caps a request body (413 beyond).
 	MaxBodyBytes int64
+	// MaxHeaderBytes caps a request's header block (431 beyond).
+	MaxHeaderBytes int
+	// MaxSequences caps the engine sequences one request may start (prompts × n; 400 beyond).
+	MaxSequences int
 	// MaxN caps n; MaxStopStrings caps stop strings and stop token ids; MaxStopLength caps a stop
 	// string's bytes.
 	MaxN, MaxStopStrings, MaxStopLength int
@@ -62,8 +69,10 @@ type Config struct {
 	VocabSize int
 	// MaxTokensLimit caps max_tokens when positive.
 	MaxTokensLimit int
-	// ReadTimeout, WriteTimeout and IdleTimeout bound reading a request, each write of a response
-	// (a streaming response extends its deadline before every event) and idle keep-alive
+	// ReadTimeout, WriteTimeout and IdleTimeout bound reading a request (its header block gets at
+	// most 10 seconds of it), writing a response (from its first byte: generation time does not
+	// count; a streaming response extends the deadline before every event, so a client that stops
+	// reading is cut off, and its request aborted, after WriteTimeout) and idle keep-alive
 	// connections.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
@@ -78,6 +87,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	mux     *http.ServeMux
+	handler http.Handler // mux behind guard
 	created int64
 	keyHash [32]byte
 
@@ -87,6 +97,9 @@ type Server struct {
 	draining atomic.Bool
 	// engineDown is set once the engine refuses requests as closed.
 	engineDown atomic.Bool
+
+	// fresh tracks the connections that have not begun a request, to close them at shutdown.
+	fresh freshConns
 
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
 	abortCtx  context.Context
@@ -111,6 +124,8 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	def(&cfg.MaxStopStrings, DefaultMaxStopStrings)
 	def(&cfg.MaxStopLength, DefaultMaxStopLength)
 	def(&cfg.MaxRunning, engine.DefaultMaxNumSeqs)
+	def(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&cfg.MaxSequences, DefaultMaxSequences)
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = DefaultMaxQueue
 	}
@@ -131,7 +146,7 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
-	s.metrics = newMetrics(eng)
+	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) })
 	s.routes()
 	return s, nil
 }
@@ -149,10 +164,12 @@ func (s *Server) routes() {
 	s.mux.Handle("/", s.authed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound(r.Method+" "+r.URL.Path))
 	})))
+	s.handler = s.guard(s.mux)
 }
 
-// Handler returns the server's HTTP handler (for tests and custom listeners).
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler returns the server's HTTP handler (for tests and custom listeners). Serve adds the
+// connection-level limits (header size, timeouts) that a handler cannot set.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // authed requires the API key, if one is configured. Keys are compared through their SHA-256
 // digests in constant time, so neither their content nor their length leaks through timing.
@@ -227,6 +244,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(s.cfg.MaxBodyBytes)
 		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, &apiError{status: http.StatusRequestTimeout, Message: "The request body was not received in time.",
+				Type: "invalid_request_error"}
+		}
 		return nil, badRequest("", "cannot read the request body: %v", err)
 	}
 	return body, nil
@@ -242,6 +264,9 @@ func (s *Server) admit(n int) *apiError {
 		return nil
 	}
 	limit := int64(s.cfg.MaxRunning + s.cfg.MaxQueue)
+	if int64(n) > limit {
+		return badRequest("n", "This request needs %d sequences; this server admits at most %d at once.", n, limit)
+	}
 	for {
 		cur := s.admitted.Load()
 		if cur+int64(n) > limit {
@@ -271,10 +296,12 @@ func (s *Server) requestContext(r *http.Request) (context.Context, context.Cance
 // nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	hs := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		ReadHeaderTimeout: min(s.cfg.ReadTimeout, 10*time.Second),
 		ReadTimeout:       s.cfg.ReadTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ConnState:         s.fresh.track,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	errCh := make(chan error, 1)
@@ -286,6 +313,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	}
 	s.log.Info("shutting down: draining in-flight requests", "deadline", drain)
 	s.draining.Store(true)
+	if n := s.fresh.closeAll(); n > 0 {
+		s.log.Debug("closed connections that had not begun a request", "connections", n)
+	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	err := hs.Shutdown(drainCtx)
