@@ -317,7 +317,7 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 	}
 	_, size, _ := dtypeName(a.DType)
 	return PlanInput{
-		MinPartitionTokens: k.minPartitionTokens(a),
+		MinPartitionTokens: k.minPartitionTokens(a, kern.perSM),
 		Batch:              len(a.HostContextLens),
 		ContextLens:        a.HostContextLens,
 		NumHeads:           a.NumHeads,
@@ -337,9 +337,13 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 //     tile's latency, the partial state, the merge); Plan's default minimum over-split long contexts 2-4×;
 //   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions
 //     Plan cuts at the bound are equal: 5968 + 2224 tokens ran 7% slower than 4096 + 4096;
+//   - but when those partitions are long (≥ longPartitionTokens), the per-program cost is small against
+//     them and two programs per SM (the occupancy, perSM) keep more bytes in flight: the bound is then
+//     Σctx·kv_heads / (SMs·perSM), at least longPartitionTokens (MHA at 65536 tokens: 16 partitions ran
+//     at 146 µs, 12 at 150 µs; LLaMA-3-8B at 131072: 32 at 193 µs, 17 at 199 µs);
 //   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
 //     so the bound is the whole context.
-func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs) int {
+func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs, perSM int) int {
 	total, longest := 0, 0
 	for _, n := range a.HostContextLens {
 		total += int(n)
@@ -350,9 +354,15 @@ func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs) int {
 		return roundUp(longest+1, a.BlockSize)
 	}
 	bound := max(DefaultMinPartitionTokens, total*a.NumKVHeads/sms)
+	if bound >= longPartitionTokens {
+		bound = max(longPartitionTokens, total*a.NumKVHeads/(sms*max(1, perSM)))
+	}
 	parts := ceilDiv(longest, bound)
 	return max(DefaultMinPartitionTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
 }
+
+// longPartitionTokens is the partition length from which splitting to more than one program per SM pays.
+const longPartitionTokens = 4096
 
 // cudaTileTokens is the token tile of the mma kernels (the FMA kernels' 32 divides it); a multiple of
 // every supported block size. A split-k partition that is not a multiple of it ends in a partial tile,
