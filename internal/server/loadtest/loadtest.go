@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -263,10 +264,19 @@ func WaitIdle(ctx context.Context, baseURL string) (KV, error) {
 	}
 }
 
-// ServerOptions size the in-process server of StartDefault.
+// ServerOptions size the in-process server of StartDefault; zero fields take the server's and
+// the engine's defaults.
 type ServerOptions struct {
 	KVBlocks, MaxNumSeqs int
 	MaxQueue             int
+	// MaxNumBatchedTokens caps the tokens of one engine step.
+	MaxNumBatchedTokens int
+	// WriteTimeout is the server's server.Config.WriteTimeout.
+	WriteTimeout time.Duration
+	// WrapListener, when set, wraps the loopback listener (tests shrink socket buffers with it).
+	WrapListener func(net.Listener) net.Listener
+	// Logger receives the engine's and the server's logs; nil discards them.
+	Logger *slog.Logger
 }
 
 // StartDefault serves the built-in model on a loopback port in-process and returns its base URL
@@ -299,8 +309,12 @@ func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err er
 		return "", nil, err
 	}
 	closers = append(closers, m.Close)
-	quiet := discardLogger()
-	eng, err := engine.New(m, tok, engine.Config{MaxNumSeqs: opts.MaxNumSeqs, EOSTokenIDs: folder.Generation.EOSTokenIDs, Logger: quiet})
+	quiet := opts.Logger
+	if quiet == nil {
+		quiet = discardLogger()
+	}
+	eng, err := engine.New(m, tok, engine.Config{MaxNumSeqs: opts.MaxNumSeqs, MaxNumBatchedTokens: opts.MaxNumBatchedTokens,
+		EOSTokenIDs: folder.Generation.EOSTokenIDs, Logger: quiet})
 	if err != nil {
 		cleanup()
 		return "", nil, err
@@ -319,7 +333,7 @@ func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err er
 		ModelName: defaultmodel.Name(), ChatTemplate: tpl, BOSToken: folder.TokenizerConfig.BOSToken,
 		EOSToken: folder.TokenizerConfig.EOSToken, PadToken: folder.TokenizerConfig.PadToken, AddSpecialTokens: true,
 		Sampling: engine.DefaultSampling(folder.Generation), MaxRunning: opts.MaxNumSeqs, MaxQueue: opts.MaxQueue,
-		VocabSize: folder.Config.VocabSize, Logger: quiet,
+		VocabSize: folder.Config.VocabSize, WriteTimeout: opts.WriteTimeout, Logger: quiet,
 	})
 	if err != nil {
 		cleanup()
@@ -329,6 +343,9 @@ func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err er
 	if err != nil {
 		cleanup()
 		return "", nil, err
+	}
+	if opts.WrapListener != nil {
+		ln = opts.WrapListener(ln)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
