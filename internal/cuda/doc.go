@@ -18,5 +18,10 @@
 //	defer dev.Close()
 //	buf, err := dev.Alloc(1 << 20)
 //
+// A cuda build needs a GPU to start: gorgonia.org/cu calls cuInit in its package init and exits the
+// process when that fails, and the binary links libcuda.so.1. A binary that must fall back to the CPU
+// on a machine without a GPU cannot import this package (that would take driver bindings of our own,
+// loaded with dlopen like cuBLAS here).
+//
 // This package knows nothing about models or attention: it moves bytes and launches what it is given.
 package cuda

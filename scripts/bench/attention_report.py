@@ -2,7 +2,7 @@
 """Writes docs/bench/attention-h100.md from one device run's results.
 
     python3 scripts/bench/attention_report.py OUT/gollm-attention.json OUT/sdpa.json \
-        ../shared/bench/attention-peers-h100.md > docs/bench/attention-h100.md
+        ../shared/bench/attention-peers-h100.md scripts/bench/attention-notes.md > docs/bench/attention-h100.md
 
 gollm-attention.json comes from `gollm bench attention --json`, sdpa.json from sdpa_peer.py (same device
 run); the vLLM Triton column is read from the peers' table (measured with triton.testing.do_bench, whose
@@ -32,6 +32,7 @@ def main():
     bw = g["copy_bandwidth_bytes_per_s"]
     out = []
     w = out.append
+    clean = []
     rows, gaps_vllm, within5, big_ok, small_ok, big_n, small_n, bw_ok, bw_n = [], [], 0, 0, 0, 0, 0, 0, 0
     for r in g["results"]:
         key = (r["batch"], r["ctx"], r["hq"], r["hkv"])
@@ -51,6 +52,8 @@ def main():
             small_ok += ours <= 1.3 * sd["sdpa_us"]
         gv = vl["vllm"] / r["dispatch_flush_us"] if vl else float("nan")
         gaps_vllm.append(gv)
+        if vl:
+            clean.append(vl["vllm"] / ours)
         plan = r["plan_kernel"] + (f" ×{r['plan_partitions']}" if r["plan_partitions"] > 1 else "")
         rows.append(
             f"| {r['name']} | {r['batch']} | {r['ctx']} | {r['hq']} | {r['hkv']} | {mb:.1f} | {r['grouped_us']:.1f} "
@@ -58,6 +61,8 @@ def main():
             f"| {sd['sdpa_us']:.1f} | {ours / sd['sdpa_us']:.2f}× | {r['dispatch_flush_us']:.1f} "
             f"| {vl['vllm'] if vl else float('nan'):.1f} | {gv:.2f}× |")
     geo = math.exp(sum(math.log(x) for x in gaps_vllm) / len(gaps_vllm))
+    geo_clean = math.exp(sum(math.log(x) for x in clean) / len(clean))
+    sdpa_geo = math.exp(sum(math.log(vllm[k]["vllm"] / sdpa[k]["sdpa_flush_us"]) for k in vllm) / len(vllm))
     beat = sum(1 for x in gaps_vllm if x > 1)
     w(f"# Decode attention on the H100: grouped and split-k kernels\n")
     w(f"Device: {g['device']} ({g['num_sms']} SMs, L2 {g['l2_bytes'] >> 20} MiB), driver {g['driver']}; "
@@ -82,10 +87,16 @@ def main():
     w("## Targets (issue 6)\n")
     w(f"- ≥ 90% of copy bandwidth at every shape with KV ≥ 256 MB: {bw_ok}/{bw_n}.")
     w(f"- Faster than vLLM's Triton kernel: {beat}/{len(gaps_vllm)} shapes; geometric-mean speed-up "
-      f"**{geo:.2f}×** (target ≥ 2×).")
+      f"**{geo:.2f}×** like for like (both after an L2 flush; target ≥ 2×, not met), {geo_clean:.2f}× from "
+      f"our clean-L2 times. For scale: SDPA on a contiguous cache, flushed the same way, is {sdpa_geo:.2f}× "
+      f"vLLM's figures, so 2× like for like would need a paged kernel {100 * (2 / sdpa_geo - 1):.0f}% faster "
+      "than contiguous SDPA on average; on the large shapes vLLM already reaches 92-97% of the bandwidth.")
     w(f"- No slower than SDPA (contiguous) at ≥ 256 MB: {big_ok}/{big_n}; within 1.3× below 256 MB: "
       f"{small_ok}/{small_n}.")
     w(f"- Dispatcher within 5% of the faster kernel: {within5}/{len(g['results'])} shapes (target ≥ 90%).")
+    if len(sys.argv) > 4:
+        w("")
+        out.append(open(sys.argv[4]).read().rstrip())
     print("\n".join(out))
 
 
