@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/gollm/gollm/model"
@@ -18,9 +19,17 @@ type countingModel struct {
 	numBlocks int
 	script    map[int32]int32
 	delay     time.Duration // slept in each Forward, to keep requests in flight
-	// When entered is set, Forward announces itself on it and then waits for a value on gate, so
-	// a test can act between steps at a known point.
-	entered, gate chan struct{}
+	// When entered is set (see gate), Forward announces itself on it and then waits for a value on
+	// gate, so a test can act between steps at a known point; once released is closed, it no longer
+	// waits.
+	entered, gate, released chan struct{}
+}
+
+// gateSteps makes m wait for the test before every step. Call it after newEngine: the gate opens
+// for good before the engine is closed at the end of the test, even when the test failed halfway.
+func (m *countingModel) gateSteps(t testing.TB) {
+	m.entered, m.gate, m.released = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(m.released) })
 }
 
 func newCountingModel(vocab, maxPos, blockSize, numBlocks int) *countingModel {
@@ -48,8 +57,14 @@ func (m *countingModel) Forward(s *model.Step) ([][]float32, error) {
 		time.Sleep(m.delay)
 	}
 	if m.entered != nil {
-		m.entered <- struct{}{}
-		<-m.gate
+		select {
+		case m.entered <- struct{}{}:
+			select {
+			case <-m.gate:
+			case <-m.released:
+			}
+		case <-m.released:
+		}
 	}
 	n := len(s.Tokens)
 	if len(s.Positions) != n || len(s.SlotMapping) != n || len(s.QueryStart) != len(s.ContextLens)+1 ||

@@ -108,41 +108,31 @@ func TestStopConditions(t *testing.T) {
 	}
 }
 
-// While streaming, text that could begin a stop string is held back, and nothing after a stop
-// string is ever sent.
+// While streaming, text that could begin a stop string is held back, released as soon as it can no
+// longer be one, and nothing of a matched stop string is ever sent. The gated model makes every step
+// one Output, so each delta is checked, not just their sum.
 func TestStreamHoldsBackStopPrefix(t *testing.T) {
 	m := newCountingModel(300, 1000, 4, 64)
 	e := newEngine(t, m, Config{})
+	m.gateSteps(t)
 	s, err := e.Add(context.Background(), Request{PromptIDs: ids("a"), MaxTokens: 20, Stop: []string{"efgz", "hij"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var deltas []string
-	var final Output
-	for {
+	// Tokens b, c, ..., j, one per step; "e", "ef", "efg" could begin "efgz", "h" and "hi" "hij".
+	want := []string{"b", "c", "d", "", "", "", "efg", ""}
+	for step, delta := range want {
+		<-m.entered
+		m.gate <- struct{}{}
 		o, err := s.Recv(context.Background())
-		if err != nil {
-			break
+		if err != nil || o.Finished() || len(o.TokenIDs) != 1 || o.Text != delta {
+			t.Fatalf("step %d: output %+v, %v; want one token and text %q", step, o, err, delta)
 		}
-		deltas = append(deltas, o.Text)
-		final = o
 	}
-	text := strings.Join(deltas, "")
-	if text != "bcdefg" || final.StopString != "hij" {
-		t.Fatalf("text %q (deltas %q), stop %q", text, deltas, final.StopString)
-	}
-	// Outputs may be merged when the reader lags, but the text sent before the last output can
-	// never include the held-back "efg" (a prefix of "efgz") nor "h".
-	sent := ""
-	for _, d := range deltas[:len(deltas)-1] {
-		sent += d
-	}
-	if strings.Contains(sent, "e") && !strings.Contains(sent, "efg") {
-		// "e" alone may not be sent while "efgz" is still possible.
-		t.Fatalf("sent %q before the end", sent)
-	}
-	if strings.Contains(sent, "h") {
-		t.Fatalf("sent %q: part of the stop string leaked", sent)
+	<-m.entered
+	m.gate <- struct{}{}
+	if r := collect(t, s); r.text != "" || r.stop != "hij" || r.reason != FinishStop || !slices.Equal(r.ids, ids("j")) {
+		t.Fatalf("last output: text %q, stop %q, %q, ids %v; want \"\", hij, stop, [j]", r.text, r.stop, r.reason, r.ids)
 	}
 	closeAndCheckPool(t, e)
 }
@@ -322,8 +312,8 @@ func TestStopStringsRandomized(t *testing.T) {
 // produced: what was held back because it might begin a stop string is no longer a stop.
 func TestAbortKeepsHeldBackText(t *testing.T) {
 	m := newCountingModel(300, 1000, 4, 64)
-	m.entered, m.gate = make(chan struct{}), make(chan struct{})
 	e := newEngine(t, m, Config{})
+	m.gateSteps(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := e.Add(ctx, Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"dz"}})
