@@ -267,11 +267,7 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	if numBlocks <= 0 {
 		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, availableMemory())
 	}
-	var progress io.Writer
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		progress = stderr
-	}
-	m, err := model.Load(folder, model.Options{NumBlocks: numBlocks, BlockSize: o.pageSize, Progress: progress})
+	m, err := model.Load(folder, model.Options{NumBlocks: numBlocks, BlockSize: o.pageSize, Progress: progressOutput(stderr)})
 	if err != nil {
 		folder.Close()
 		return nil, err
@@ -291,6 +287,15 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	logger.Info("model loaded", "dir", o.modelDir, "kv_blocks", numBlocks, "page_size", o.pageSize,
 		"seconds", time.Since(start).Seconds())
 	return &generator{folder: folder, model: m, tok: tok, engine: e, loadTime: time.Since(start)}, nil
+}
+
+// progressOutput returns where the weight-loading progress bar goes: w when it is a terminal, else
+// nil (no bar), so that logs and redirected output never fill with carriage returns.
+func progressOutput(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return w
+	}
+	return nil
 }
 
 // close stops the engine (aborting what is left after a short grace period) and frees the model.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,6 +338,26 @@ func TestGenerateEngineFlags(t *testing.T) {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("%v: the engine log lacks %q:\n%s", tc.args, w, stderr)
 			}
+		}
+	}
+}
+
+// The progress bar is drawn on a terminal only: not into a pipe, a file or a buffer.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	file, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for name, out := range map[string]io.Writer{"pipe": w, "file": file, "buffer": &bytes.Buffer{}} {
+		if got := progressOutput(out); got != nil {
+			t.Errorf("%s: progress bar drawn into a non-terminal", name)
 		}
 	}
 }
