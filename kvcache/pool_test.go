@@ -480,3 +480,21 @@ func BenchmarkStats(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllocateBlockedHead measures a failing Allocate of a 32768-token prompt whose first 2000
+// blocks are cached: what the scheduler pays every step while the head of its queue waits for blocks.
+func BenchmarkAllocateBlockedHead(b *testing.B) {
+	p := mustPool(b, Config{NumBlocks: 2010, BlockSize: 16, PrefixCaching: true})
+	prompt := seqTokens(32768, 1)
+	if _, err := p.Allocate(1, prompt[:16*2000]); err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Commit(1, 16*2000); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := p.Allocate(2, prompt); !errors.Is(err, ErrNoFreeBlocks) {
+			b.Fatalf("Allocate: %v, want ErrNoFreeBlocks", err)
+		}
+	}
+}

@@ -13,17 +13,15 @@ func (p *Pool) rootHash() uint64 {
 	return mix64(fnvOffset64, p.seed)
 }
 
-// blockHash chains a block's hash over its parent's hash and its token ids (FNV-1a 64 over the
-// little-endian bytes, seeded through the root hash).
+// blockHash chains a block's hash over its parent's hash and its token ids: FNV-1a 64 taken a word
+// (the parent's 64 bits, then each token's 32) at a time rather than a byte at a time. Hits do
+// not rely on the hash being collision-free (see lookup), so it only has to spread well; it is
+// computed for every block of a prompt each time the prompt's admission is tried.
 func blockHash(parent uint64, tokens []int32) uint64 {
-	h := mix64(fnvOffset64, parent)
+	h := (fnvOffset64 ^ parent) * fnvPrime64
 	for _, t := range tokens {
-		u := uint32(t)
-		for range 4 {
-			h ^= uint64(u & 0xff)
-			h *= fnvPrime64
-			u >>= 8
-		}
+		h ^= uint64(uint32(t))
+		h *= fnvPrime64
 	}
 	return h
 }
