@@ -25,8 +25,9 @@ const RandomStd = 0.02
 // it. The tensors are generated one at a time, in parallel chunks, and handed to the backend at once,
 // so the host memory beyond the backend's own is one tensor (two for the stacked Q/K/V and gate/up).
 //
-// The values depend only on seed and each tensor's name (never on GOMAXPROCS or load order): the same
-// seed gives the same model on every machine and backend.
+// newBackend nil means the backend opts.Device names, as Load chooses it (the CPU by default, or the
+// GPU with Options.Device "cuda"). The values depend only on seed and each tensor's name (never on
+// GOMAXPROCS or load order): the same seed gives the same model on every machine and backend.
 func LoadRandom(cfg *weights.Config, seed uint64, opts Options, newBackend NewBackendFunc) (*Model, error) {
 	if cfg == nil {
 		return nil, errors.New("model: load random: nil config")
@@ -34,6 +35,11 @@ func LoadRandom(cfg *weights.Config, seed uint64, opts Options, newBackend NewBa
 	src, err := newRandomSource(cfg, seed)
 	if err != nil {
 		return nil, fmt.Errorf("model: load random: %w", err)
+	}
+	if newBackend == nil {
+		if newBackend, err = backendFor(cfg, opts); err != nil {
+			return nil, fmt.Errorf("model: load random: %w", err)
+		}
 	}
 	return load(cfg, src.tensor, opts, newBackend)
 }

@@ -125,8 +125,22 @@ func TestRandomSourceErrors(t *testing.T) {
 		t.Error("LoadRandom accepted a nil config")
 	}
 	if _, err := LoadRandom(cfg, 1, Options{}, NewCPUBackend); err == nil {
-		t.Error("LoadRandom accepted zero KV blocks")
+		t.Error("LoadRandom accepted zero KV blocks on the CPU")
 	}
+	if _, err := LoadRandom(cfg, 1, Options{NumBlocks: 4, Device: "tpu"}, nil); err == nil {
+		t.Error("LoadRandom accepted an unknown device")
+	}
+	if !cudaBuilt {
+		if _, err := LoadRandom(cfg, 1, Options{NumBlocks: 4, Device: DeviceCUDA}, nil); !errors.Is(err, ErrNoCUDA) {
+			t.Errorf("cuda in a build without it: err %v, want ErrNoCUDA", err)
+		}
+	}
+	// nil picks the device Options names: the CPU by default.
+	m, err := LoadRandom(cfg, 1, Options{NumBlocks: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
 }
 
 // TestLoadRandomForward loads random models on the CPU backend and checks a prefill and decodes against

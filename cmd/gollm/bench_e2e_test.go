@@ -198,7 +198,7 @@ func TestBenchE2EUsageErrors(t *testing.T) {
 		{[]string{"bench", "latency", "--config", cfg, "--model", "dir"}, "exactly one of"},
 		{[]string{"bench", "latency", "--config", cfg, "--output-len", "0"}, "must be positive"},
 		{[]string{"bench", "latency", "--config", cfg, "extra"}, "unexpected argument"},
-		{[]string{"bench", "latency", "--config", cfg, "--device", "cuda"}, "cuda"},
+		{[]string{"bench", "latency", "--config", cfg, "--device", "tpu"}, "tpu"},
 		{[]string{"bench", "throughput", "--config", cfg, "--input-len", "9:3"}, "length range"},
 		{[]string{"bench", "throughput", "--config", "nope"}, "neither built in"},
 		{[]string{"bench", "serve", "--output-len", "x"}, "length"},

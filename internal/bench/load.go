@@ -115,7 +115,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := model.Options{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, Progress: spec.Progress}
+	opts := model.Options{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, Progress: spec.Progress, Device: dev.Name}
 	lm := &LoadedModel{Name: name, Device: dev, RandomWeights: spec.Config != "" || spec.RandomWeights}
 	if lm.RandomWeights {
 		lm.Config = cfg
@@ -127,7 +127,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 				return nil, fmt.Errorf("bench: %w", err)
 			}
 		}
-		m, err := model.LoadRandom(cfg, spec.Seed, opts, dev.NewBackend)
+		m, err := model.LoadRandom(cfg, spec.Seed, opts, nil)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", name, err)
 		}
@@ -142,7 +142,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 			f.Close()
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		m, err := model.LoadOn(f, opts, dev.NewBackend)
+		m, err := model.Load(f, opts)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("bench: %s: %w", name, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gollm/gollm/internal/defaultmodel"
 	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
@@ -123,5 +124,33 @@ func TestBlocksFor(t *testing.T) {
 func TestIDTokenizer(t *testing.T) {
 	if got := (idTokenizer{}).Decode([]int32{0, 42}, true); got != " t0 t42" {
 		t.Errorf("Decode = %q", got)
+	}
+}
+
+func TestDeviceByName(t *testing.T) {
+	cpu, err := DeviceByName("cpu")
+	if err != nil || cpu.Name != "cpu" || cpu.Bandwidth != 0 {
+		t.Fatalf("cpu: %+v, %v", cpu, err)
+	}
+	bf16, _ := Preset("smollm2-135m")
+	f16, _ := Preset("llama2-7b")
+	if p := cpu.Precision(bf16); p != (Precision{2, 4}) {
+		t.Errorf("cpu bf16: %+v", p)
+	}
+	if p := cpu.Precision(f16); p != (Precision{4, 4}) {
+		t.Errorf("cpu f16: %+v", p)
+	}
+	if p := cudaPrecision(bf16); p != (Precision{2, 2}) {
+		t.Errorf("cuda bf16: %+v", p)
+	}
+	if p := cudaPrecision(&weights.Config{}); p != (Precision{4, 4}) {
+		t.Errorf("cuda without a dtype: %+v", p)
+	}
+	gpu, err := DeviceByName("cuda")
+	switch {
+	case err != nil && !(errors.Is(err, ErrDeviceUnavailable) && errors.Is(err, model.ErrNoCUDA)):
+		t.Errorf("cuda: err %v, want ErrDeviceUnavailable and model.ErrNoCUDA", err)
+	case err == nil && (gpu.Name != "cuda" || gpu.Bandwidth != H100CopyBandwidth):
+		t.Errorf("cuda: %+v", gpu)
 	}
 }
