@@ -82,11 +82,12 @@ func drawPanel(w io.Writer, p panel, xs []float64, x0, y0 float64) {
 	plotW := float64(plotPanelW - plotMarginL - plotMarginR)
 	plotH := float64(plotPanelH - plotMarginT - plotMarginB)
 	lx0, lx1 := math.Log2(xs[0]), math.Log2(xs[len(xs)-1])
+	const pad = 20 // keep the end points off the frame
 	xAt := func(x float64) float64 {
 		if lx1 == lx0 {
 			return left + plotW/2
 		}
-		return left + plotW*(math.Log2(x)-lx0)/(lx1-lx0)
+		return left + pad + (plotW-2*pad)*(math.Log2(x)-lx0)/(lx1-lx0)
 	}
 	ymax := 0.0
 	for _, s := range p.series {
