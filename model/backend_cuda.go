@@ -13,7 +13,6 @@ import (
 	"github.com/gollm/gollm/internal/dtype"
 	"github.com/gollm/gollm/model/kernels"
 	"github.com/gollm/gollm/weights"
-	"gorgonia.org/cu"
 )
 
 // cudaBackend runs the forward pass on an NVIDIA GPU: cuBLAS GemmEx for the matrix products (16-bit or
@@ -46,6 +45,8 @@ type cudaBackend struct {
 	blas   *cuda.BLAS
 	stream *cuda.Stream
 	fn     cudaFunctions
+	gemv   *gemvKernels
+	tune   gemvTuning
 	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
 	pre    *attention.CUDAPrefill
 
@@ -58,23 +59,34 @@ type cudaBackend struct {
 	splitWS     cuda.DevicePtr
 	allocations []cuda.DevicePtr // everything Close frees
 
-	// Step metadata: host arena built by BeginStep (and GatherRows), uploaded in one copy into meta.
+	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked pinMeta and
+	// uploaded in one asynchronous copy into meta, in stream order before the step's kernels.
 	host    []int32
+	pinMeta []byte
 	meta    cuda.DevicePtr
 	metaCap int // int32 elements
 	ids     cuda.DevicePtr
 	idsCap  int
+	pinIDs  []byte  // page-locked landing place of the argmax's token ids
 	caps    []int32 // graph steps: the context cap repeated, as the decode planner's HostContextLens
+
+	// The argmax's partial maxima (see ensureArgmaxPartials): argCap values and indices.
+	argValues, argIndices cuda.DevicePtr
+	argCap                int
 
 	st     cudaStep
 	ops    []cudaOp
-	sig    uint64 // FNV-1a over the recorded ops' kernels and buffers
-	err    error  // the first error of the step's recording
+	lastMM *matmulOp // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
+	sig    uint64    // FNV-1a over the recorded ops' kernels and buffers
+	err    error     // the first error of the step's recording
 	graphs map[graphKey]*graphEntry
-	// graphsOff is set when capture failed once: later steps run eagerly.
-	graphsOff bool
-	stats     cudaStats
-	lastGraph *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
+	// graphsOff is set when capture failed once: later steps run eagerly. pdlOff is set when a capture
+	// with programmatic dependent launches failed (the capture is retried without).
+	graphsOff, pdlOff bool
+	stats             cudaStats
+	lastGraph         *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
+	// prof, when set, makes the next steps run op by op with an event after each (see profile).
+	prof *stepProfile
 }
 
 // cudaConfig is how the CUDA backend is built.
@@ -93,6 +105,8 @@ type cudaStats struct {
 	// launched one. CaptureFailed is why graphs were switched off, if they were.
 	Eager, Captured, Replayed int
 	CaptureFailed             error
+	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
+	PDLCaptureFailed error
 }
 
 const (
@@ -106,7 +120,8 @@ const (
 
 // cudaFunctions are the model's kernels for the compute dtype.
 type cudaFunctions struct {
-	embed, addRMSNorm, rope, swiglu, gather, argmax *cuda.Function
+	embed, addRMSNorm, rope, swiglu, gather *cuda.Function
+	argmaxChunks, argmaxPartials            *cuda.Function
 }
 
 // cudaTensor is an activation buffer: rows × cols elements of 4 bytes (enough for float32 or the
@@ -143,11 +158,27 @@ type cudaStep struct {
 }
 
 // cudaOp is one recorded op: its natural row count, the smallest row capacity of its tensors, and how to
-// queue it for a given number of rows.
+// queue it for a given number of rows. name (and for matrix products n × k) label it in profiles.
 type cudaOp struct {
 	rows, capacity int
 	graphable      bool
 	run            func(rows int) error
+	name           string
+	n, k           int
+}
+
+// matmulOp is a recorded MatMul: what it multiplies and the epilogue a following op fused into it.
+type matmulOp struct {
+	d, x    *cudaTensor
+	w       *cudaWeight
+	out, in int
+	epi     gemvEpilogue
+}
+
+// fused reports whether the product ran the skinny kernel with epilogue mode at rows rows (the op that
+// fused into it then has nothing left to do).
+func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
+	return mm != nil && mm.epi.mode == mode && b.gemvServes(rows, mm.in)
 }
 
 type graphKey struct {
@@ -208,16 +239,24 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		name string
 	}{
 		{&b.fn.embed, "Embed"}, {&b.fn.addRMSNorm, "AddRMSNorm"}, {&b.fn.rope, "RoPEWriteKV"},
-		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmax, "Argmax"},
+		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmaxChunks, "ArgmaxChunks"},
+		{&b.fn.argmaxPartials, "ArgmaxPartials"},
 	} {
-		suffix := tn
-		if k.name == "Argmax" {
-			suffix = "f32" // the logits are float32 whatever the compute dtype
+		name := k.name + "_" + tn
+		switch k.name {
+		case "ArgmaxChunks":
+			name = k.name + "_f32" // the logits are float32 whatever the compute dtype
+		case "ArgmaxPartials":
+			name = k.name
 		}
-		if *k.dst, err = b.mod.Function(k.name + "_" + suffix); err != nil {
+		if *k.dst, err = b.mod.Function(name); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
+	if b.gemv, err = loadGemvKernels(b.mod, tn); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	b.tune = defaultGemvTuning
 	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
@@ -423,10 +462,12 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.stream.Destroy())
 		b.stream = nil
 	}
-	for _, p := range append(b.allocations, b.meta, b.ids) {
+	for _, p := range append(b.allocations, b.meta, b.ids, b.argValues, b.argIndices) {
 		errs = append(errs, b.dev.Free(p))
 	}
-	b.allocations, b.meta, b.ids = nil, 0, 0
+	b.allocations, b.meta, b.ids, b.argValues, b.argIndices = nil, 0, 0, 0, 0
+	errs = append(errs, b.dev.FreeHost(b.pinMeta), b.dev.FreeHost(b.pinIDs))
+	b.pinMeta, b.pinIDs = nil, nil
 	if b.mod != nil {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil
@@ -455,7 +496,17 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if len(b.kCache) == 0 {
 		return errors.New("cuda backend: no KV pool allocated")
 	}
-	b.ops, b.sig, b.err = b.ops[:0], fnvOffset, nil
+	b.ops, b.sig, b.err, b.lastMM = b.ops[:0], fnvOffset, nil, nil
+	// The kernels' tuning picks the launches a graph holds.
+	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS} {
+		b.sig = fnvWord(b.sig, uint64(w))
+	}
+	if b.tune.NoFuse {
+		b.sig = fnvString(b.sig, "nofuse")
+	}
+	if b.usePDL() {
+		b.sig = fnvString(b.sig, "pdl")
+	}
 	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
 	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
 	for seq := range numSeqs {
@@ -536,7 +587,21 @@ func (b *cudaBackend) record(op cudaOp, name string, words ...uint64) {
 	for _, w := range words {
 		b.sig = fnvWord(b.sig, w)
 	}
+	op.name = name
 	b.ops = append(b.ops, op)
+	b.lastMM = nil
+}
+
+// fuseInto returns the last recorded op when it is a plain MatMul into dst over rows rows that the op
+// being recorded may fuse into (16-bit weights, fusion on), else nil. The caller sets the epilogue and
+// records its own op, which at run time does nothing when the product ran the fused kernel.
+func (b *cudaBackend) fuseInto(dst *cudaTensor, rows int) *matmulOp {
+	mm := b.lastMM
+	if mm == nil || b.tune.NoFuse || b.gemv.byTiles[0] == nil || mm.d != dst || mm.x.rows < 1 ||
+		mm.epi.mode != gemvPlain || b.ops[len(b.ops)-1].rows != rows {
+		return nil
+	}
+	return mm
 }
 
 // fail keeps the step's first recording error.
@@ -584,7 +649,7 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 			Eps                        float32
 			Cols                       int32
 		}{d.ptr, r.ptr, addPtr, g.ptr, eps, int32(cols)}
-		return cuda.Launch(b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, b.stream, &p)
+		return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &p)
 	}}, "norm", uint64(d.ptr), uint64(r.ptr), uint64(addPtr), uint64(g.ptr), uint64(math.Float32bits(eps)), uint64(cols))
 }
 
@@ -596,12 +661,17 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		return
 	}
 	out, in := w.Rows, w.Cols
-	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, run: func(rows int) error {
+	mm := &matmulOp{d: d, x: xt, w: wt, out: out, in: in}
+	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {
+		if b.gemvServes(rows, in) {
+			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
+		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.
 		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,
 			0, d.ptr, cuda.Float32, out)
 	}}, "matmul", uint64(d.ptr), uint64(xt.ptr), uint64(wt.ptr), uint64(out), uint64(in))
+	b.lastMM = mm
 }
 
 func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
@@ -613,7 +683,17 @@ func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
 		return
 	}
 	k, v := b.kCache[layer], b.vCache[layer]
+	mm := b.fuseInto(t, qkv.Rows)
+	if mm != nil && sh.HeadDim%16 == 0 {
+		mm.epi = gemvEpilogue{mode: gemvRoPE, layer: layer}
+		b.sig = fnvString(b.sig, "fused")
+	} else {
+		mm = nil
+	}
 	b.record(cudaOp{rows: qkv.Rows, capacity: t.rows, graphable: true, run: func(rows int) error {
+		if b.fused(mm, gemvRoPE, rows) {
+			return nil // done in the Q/K/V product's epilogue
+		}
 		p := struct {
 			QKV, QOut, KCache, VCache, Positions, Slots, InvFreq cuda.DevicePtr
 			AttentionScaling                                     float32
@@ -695,7 +775,17 @@ func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCa
 func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {
 	d, g := tensorOf(dst), tensorOf(gateUp)
 	inter := dst.Cols
+	mm := b.fuseInto(g, dst.Rows)
+	if mm != nil && inter%8 == 0 && mm.out == 2*inter && gateUp.Cols == 2*inter {
+		mm.epi = gemvEpilogue{mode: gemvSwiGLU, act: d}
+		b.sig = fnvString(b.sig, "fused")
+	} else {
+		mm = nil
+	}
 	b.record(cudaOp{rows: dst.Rows, capacity: min(d.rows, g.rows), graphable: true, run: func(rows int) error {
+		if b.fused(mm, gemvSwiGLU, rows) {
+			return nil // done in the gate/up product's epilogue
+		}
 		n := int64(rows) * int64(inter)
 		p := struct {
 			Dst, GateUp cuda.DevicePtr
@@ -786,31 +876,110 @@ func (b *cudaBackend) ArgmaxToHost(dst []int32, src Tensor) error {
 		return fmt.Errorf("cuda backend: argmax of %d rows of a %d-row tensor", len(dst), src.Rows)
 	}
 	cols := src.Cols
-	return b.run(func() error {
-		if len(dst) > b.idsCap {
-			if b.ids != 0 {
-				if err := b.dev.Free(b.ids); err != nil {
-					return err
-				}
-			}
-			p, err := b.dev.Alloc(4 * int64(nextPow2(len(dst))))
-			if err != nil {
+	if err := b.ensureIDs(max(len(dst), b.st.rows)); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	// After the LM head's product the argmax fuses into it: the product's epilogue leaves one (max, index)
+	// per token and tile of 16 logits, and ArgmaxPartials reads those instead of the logits.
+	mm := b.fuseInto(t, len(dst))
+	if mm != nil && mm.out == cols {
+		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((cols + 15) / 16)); err != nil {
+			return fmt.Errorf("cuda backend: %w", err)
+		}
+		mm.epi = gemvEpilogue{mode: gemvArgmax}
+		b.sig = fnvString(b.sig, "fused")
+	} else {
+		mm = nil
+	}
+	tiles := (cols + 15) / 16
+	chunks := (cols + argmaxChunk - 1) / argmaxChunk
+	if err := b.ensureArgmaxPartials(chunks * max(len(dst), b.st.rows)); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	graphable := b.st.s != nil && len(dst) == len(b.st.s.LogitRows)
+	b.record(cudaOp{rows: len(dst), capacity: min(t.rows, b.idsCap), graphable: graphable, run: func(rows int) error {
+		parts := struct {
+			Out, Values, Indices cuda.DevicePtr
+			Tiles                int32
+		}{b.ids, b.argValues, b.argIndices, int32(tiles)}
+		if !b.fused(mm, gemvArgmax, rows) {
+			p := struct {
+				Values, Indices, Logits cuda.DevicePtr
+				Cols, Chunks            int32
+			}{b.argValues, b.argIndices, t.ptr, int32(cols), int32(chunks)}
+			if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: rows}, cuda.Dim3{X: 256}, 0, &p); err != nil {
 				return err
 			}
-			b.ids, b.idsCap = p, nextPow2(len(dst))
+			parts.Tiles = int32(chunks)
 		}
-		p := struct {
-			Out, Logits cuda.DevicePtr
-			Cols        int32
-		}{b.ids, t.ptr, int32(cols)}
-		if err := cuda.Launch(b.fn.argmax, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
+		return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: rows}, cuda.Dim3{X: 1024}, 0, &parts)
+	}}, "argmax", uint64(b.ids), uint64(t.ptr), uint64(cols), uint64(b.argValues))
+	ids := b.pinIDs[:4*len(dst)]
+	return b.run(func() error {
+		if err := b.dev.CopyFromDeviceAsync(ids, b.ids, b.stream); err != nil {
 			return err
 		}
 		if err := b.stream.Synchronize(); err != nil {
 			return err
 		}
-		return b.dev.CopyFromDevice(cuda.Bytes(dst), b.ids)
+		copy(cuda.Bytes(dst), ids)
+		return nil
 	})
+}
+
+// ensureIDs makes the device's token-id buffer and its page-locked landing place hold n ids. A new buffer
+// drops the graphs, whose argmax wrote the old one.
+func (b *cudaBackend) ensureIDs(n int) error {
+	if n <= b.idsCap {
+		return nil
+	}
+	n = nextPow2(n)
+	if err := b.dropGraphs(); err != nil {
+		return err
+	}
+	if err := errors.Join(b.dev.Free(b.ids), b.dev.FreeHost(b.pinIDs)); err != nil {
+		return err
+	}
+	b.ids, b.pinIDs, b.idsCap = 0, nil, 0
+	p, err := b.dev.Alloc(4 * int64(n))
+	if err != nil {
+		return err
+	}
+	b.ids = p
+	if b.pinIDs, err = b.dev.AllocHost(4 * n); err != nil {
+		return err
+	}
+	b.idsCap = n
+	return nil
+}
+
+// argmaxChunk is ArgmaxChunks' chunk of logits (ARGMAX_CHUNK in kernels/argmax.cu).
+const argmaxChunk = 2048
+
+// ensureArgmaxPartials makes the argmax's partial maxima (values and indices) hold n entries: the fused
+// LM-head product's one per token and tile of 16 logits, or ArgmaxChunks' one per row and chunk. A new
+// buffer drops the graphs, whose argmax used the old one.
+func (b *cudaBackend) ensureArgmaxPartials(n int) error {
+	if n <= b.argCap {
+		return nil
+	}
+	n = nextPow2(n)
+	if err := b.dropGraphs(); err != nil {
+		return err
+	}
+	if err := errors.Join(b.dev.Free(b.argValues), b.dev.Free(b.argIndices)); err != nil {
+		return err
+	}
+	b.argValues, b.argIndices, b.argCap = 0, 0, 0
+	var err error
+	if b.argValues, err = b.dev.Alloc(4 * int64(n)); err != nil {
+		return err
+	}
+	if b.argIndices, err = b.dev.Alloc(4 * int64(n)); err != nil {
+		return err
+	}
+	b.argCap = n
+	return nil
 }
 
 // run executes the recorded step on the owner goroutine of the context: upload the metadata, queue the
@@ -821,16 +990,20 @@ func (b *cudaBackend) run(finish func() error) error {
 		return b.err
 	}
 	err := b.dev.Do(func() error {
-		if err := b.upload(); err != nil {
-			return err
+		err := b.upload()
+		if err == nil {
+			err = b.queue()
 		}
-		if err := b.queue(); err != nil {
-			return err
+		if err == nil && finish != nil {
+			err = finish()
+		} else if err == nil {
+			err = b.stream.Synchronize()
 		}
-		if finish != nil {
-			return finish()
+		if err != nil {
+			// Let queued copies finish before the next step rewrites their page-locked buffers.
+			_ = b.stream.Synchronize()
 		}
-		return b.stream.Synchronize()
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("cuda backend: step: %w", err)
@@ -860,12 +1033,22 @@ func (b *cudaBackend) upload() error {
 		// A different buffer changes every op's pointers: the signature has to include it.
 	}
 	b.sig = fnvWord(b.sig, uint64(b.meta))
-	if err := b.dev.CopyToDevice(b.meta, cuda.Bytes(b.host)); err != nil {
-		return err
+	if 4*n > len(b.pinMeta) {
+		if err := b.dev.FreeHost(b.pinMeta); err != nil {
+			return err
+		}
+		b.pinMeta = nil
+		p, err := b.dev.AllocHost(4 * max(4096, nextPow2(n)))
+		if err != nil {
+			return err
+		}
+		b.pinMeta = p
 	}
-	// A copy from pageable memory may still be in flight when it returns; the kernels run on another
-	// stream, so wait for it.
-	return cu.Synchronize()
+	// The step's kernels follow the copy on the same stream; the previous step has finished (every step
+	// ends by waiting for its stream), so the staging buffer is free.
+	staged := b.pinMeta[:4*n]
+	copy(staged, cuda.Bytes(b.host))
+	return b.dev.CopyToDeviceAsync(b.meta, staged, b.stream)
 }
 
 // dropGraphs destroys every captured graph.
@@ -883,6 +1066,10 @@ func (b *cudaBackend) dropGraphs() error {
 // queue runs the recorded ops: as a graph when the step allows it, else eagerly.
 func (b *cudaBackend) queue() error {
 	st := &b.st
+	if b.prof != nil {
+		b.stats.Eager++
+		return b.profileQueue()
+	}
 	if st.graph && !b.graphsOff && b.graphable() {
 		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, sig: b.sig}
 		g, seen := b.graphs[key]
@@ -893,6 +1080,11 @@ func (b *cudaBackend) queue() error {
 			return g.exec.Launch(b.stream)
 		case seen:
 			exec, err := b.capture(st.rows)
+			if err != nil && b.usePDL() {
+				// Retry without programmatic dependent launches (a driver that cannot capture them).
+				b.pdlOff, b.stats.PDLCaptureFailed = true, err
+				exec, err = b.capture(st.rows)
+			}
 			if err == nil {
 				g.exec = exec
 				b.stats.Captured++
@@ -965,13 +1157,12 @@ const (
 	fnvPrime  = 1099511628211
 )
 
+// fnvWord mixes a whole word at once (FNV-1a's step on 64-bit symbols): cheaper than byte by byte on a
+// step of hundreds of ops, and as good for telling buffers apart.
 func fnvWord(h, w uint64) uint64 {
-	for range 8 {
-		h ^= w & 0xff
-		h *= fnvPrime
-		w >>= 8
-	}
-	return h
+	h ^= w
+	h *= fnvPrime
+	return h ^ h>>29
 }
 
 func fnvString(h uint64, s string) uint64 {

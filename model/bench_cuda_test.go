@@ -61,13 +61,15 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 }
 
 // BenchmarkCUDADecode measures a decode step of random-weight models of Llama-3.2-1B and Llama-3-8B shape
-// in bfloat16 at batch 1 and 64, every sequence at a context of 1024 tokens (the step rewrites position
-// 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA graph.
-// The KV pages hold zeros (the speed does not depend on their values). Metrics: ms/step (wall time of
-// ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph replayed back to back, timed
-// with events: the device's share), weights-floor-ms (the weights' bytes at the copy bandwidth),
-// floor-ms (weights and KV), and %floor = floor-ms / ms/step. The prefill sub-benchmark times one
-// 1024-token prompt.
+// in bfloat16 at batch 1, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
+// position 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA
+// graph, in each of decodeVariants. The KV pages hold zeros (the speed does not depend on their values).
+// Metrics: ms/step (wall time of ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph
+// replayed back to back, timed with events: the device's share), host-ms/step (the difference),
+// weights-floor-ms (the weights' bytes at the copy bandwidth), floor-ms (weights and KV), and %floor =
+// floor-ms / ms/step. Each sub-benchmark then logs a per-op profile of one more step (stepProfile: op by
+// op with events between, so each op carries about 2 µs of launch gap a graph does not have). The
+// prefill sub-benchmark times one 1024-token prompt.
 //
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
@@ -113,55 +115,83 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
 				b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
-			for _, batch := range []int{1, 64} {
-				b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-					s := &Step{QueryStart: []int32{0}}
-					for seq := range batch {
-						table := make([]int32, context/blockSize)
-						for i := range table {
-							table[i] = int32(seq*(context/blockSize+1) + i)
-						}
-						pos := int32(context - 1)
-						s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
-						s.Positions = append(s.Positions, pos)
-						s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
-						s.QueryStart = append(s.QueryStart, int32(seq+1))
-						s.ContextLens = append(s.ContextLens, context)
-						s.BlockTables = append(s.BlockTables, table)
-						s.LogitRows = append(s.LogitRows, int32(seq))
+			for _, batch := range []int{1, 16, 64} {
+				s := &Step{QueryStart: []int32{0}}
+				for seq := range batch {
+					table := make([]int32, context/blockSize)
+					for i := range table {
+						table[i] = int32(seq*(context/blockSize+1) + i)
 					}
-					for range 3 { // eager, captured, replayed: the loop times replays only
-						if _, err := m.ForwardGreedy(s); err != nil {
+					pos := int32(context - 1)
+					s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
+					s.Positions = append(s.Positions, pos)
+					s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
+					s.QueryStart = append(s.QueryStart, int32(seq+1))
+					s.ContextLens = append(s.ContextLens, context)
+					s.BlockTables = append(s.BlockTables, table)
+					s.LogitRows = append(s.LogitRows, int32(seq))
+				}
+				for _, v := range decodeVariants {
+					b.Run(fmt.Sprintf("batch=%d/%s", batch, v.name), func(b *testing.B) {
+						backend := m.backend.(*cudaBackend)
+						backend.tune = v.tune
+						defer func() { backend.tune = defaultGemvTuning }()
+						for range 3 { // eager, captured, replayed: the loop times replays only
+							if _, err := m.ForwardGreedy(s); err != nil {
+								b.Fatal(err)
+							}
+						}
+						before := backend.Stats()
+						for b.Loop() {
+							if _, err := m.ForwardGreedy(s); err != nil {
+								b.Fatal(err)
+							}
+						}
+						after := backend.Stats()
+						ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+						b.StopTimer()
+						gpuMS, err := graphTime(backend, 20)
+						if err != nil {
 							b.Fatal(err)
 						}
-					}
-					backend := m.backend.(*cudaBackend)
-					before := backend.Stats()
-					for b.Loop() {
-						if _, err := m.ForwardGreedy(s); err != nil {
+						// One more step op by op, for the per-op table.
+						backend.prof = &stepProfile{}
+						_, err = m.ForwardGreedy(s)
+						prof := backend.prof
+						backend.prof = nil
+						if err != nil {
 							b.Fatal(err)
 						}
-					}
-					after := backend.Stats()
-					ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
-					b.StopTimer()
-					gpuMS, err := graphTime(backend, 20)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(gpuMS, "gpu-ms/step")
-					wFloor := float64(decodeWeightBytes(cfg)) / copyBandwidth * 1e3
-					floor := float64(decodeWeightBytes(cfg)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
-					b.ReportMetric(ms, "ms/step")
-					b.ReportMetric(wFloor, "weights-floor-ms")
-					b.ReportMetric(floor, "floor-ms")
-					b.ReportMetric(100*floor/ms, "%floor")
-					b.ReportMetric(float64(batch)/ms*1e3, "tok/s")
-					b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
-				})
+						wFloor := float64(decodeWeightBytes(cfg)) / copyBandwidth * 1e3
+						floor := float64(decodeWeightBytes(cfg)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
+						b.ReportMetric(gpuMS, "gpu-ms/step")
+						b.ReportMetric(ms-gpuMS, "host-ms/step")
+						b.ReportMetric(ms, "ms/step")
+						b.ReportMetric(wFloor, "weights-floor-ms")
+						b.ReportMetric(floor, "floor-ms")
+						b.ReportMetric(100*floor/ms, "%floor")
+						b.ReportMetric(float64(batch)/ms*1e3, "tok/s")
+						b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
+						b.Logf("\n%s", formatProfile(fmt.Sprintf("%s batch %d %s (graph %.3f ms, wall %.3f ms)", mc.name, batch,
+							v.name, gpuMS, ms), summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
+					})
+				}
 			}
 		})
 	}
+}
+
+// decodeVariants are the ways BenchmarkCUDADecode runs each step: every product on cuBLAS with separate
+// SwiGLU, RoPE and argmax kernels and no programmatic dependent launch (the backend before the skinny
+// kernel, but with its other kernels as they are now), the skinny kernel without programmatic dependent
+// launch, and the default.
+var decodeVariants = []struct {
+	name string
+	tune gemvTuning
+}{
+	{"cublas", gemvTuning{NoFuse: true}},
+	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}},
+	{"default", defaultGemvTuning},
 }
 
 // graphTime returns the device time of the last step's graph, replayed n times back to back (ms each).

@@ -3,12 +3,38 @@
 #ifndef GOLLM_CUDA_H
 #define GOLLM_CUDA_H
 #include <cuda.h>
+#include <string.h>
 // gollm_launch launches f with one by-value parameter block: every kernel of ours takes a single struct,
 // and args points to its bytes (laid out by the Go struct that mirrors it).
 static inline CUresult gollm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void *args) {
 	void *params[1] = { args };
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
+}
+
+// gollm_launch_pdl is gollm_launch with programmatic dependent launch allowed (compute capability 9.0):
+// the kernel may start before the previous kernel on the stream has finished, and must wait for it itself
+// (griddepcontrol.wait) before it touches what that kernel wrote.
+static inline CUresult gollm_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void *args) {
+	void *params[1] = { args };
+	CUlaunchAttribute attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	attr.value.programmaticStreamSerializationAllowed = 1;
+	CUlaunchConfig cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.gridDimX = gx;
+	cfg.gridDimY = gy;
+	cfg.gridDimZ = gz;
+	cfg.blockDimX = bx;
+	cfg.blockDimY = by;
+	cfg.blockDimZ = bz;
+	cfg.sharedMemBytes = smem;
+	cfg.hStream = s;
+	cfg.attrs = &attr;
+	cfg.numAttrs = 1;
+	return cuLaunchKernelEx(&cfg, f, params, NULL);
 }
 
 static inline CUresult gollm_set_max_dynamic_shared(CUfunction f, int bytes) {
@@ -39,6 +65,9 @@ static inline CUresult gollm_graph_launch(CUgraphExec e, CUstream s) { return cu
 static inline CUresult gollm_graph_exec_destroy(CUgraphExec e) { return cuGraphExecDestroy(e); }
 static inline CUresult gollm_graph_destroy(CUgraph g) { return cuGraphDestroy(g); }
 static inline CUresult gollm_graph_nodes(CUgraph g, size_t *n) { return cuGraphGetNodes(g, NULL, n); }
+
+// gollm_host_alloc allocates n bytes of page-locked host memory (asynchronous copies need it).
+static inline CUresult gollm_host_alloc(void **p, size_t n) { return cuMemHostAlloc(p, n, 0); }
 
 static inline const char *gollm_error_name(CUresult r) {
 	const char *s = NULL;

@@ -147,6 +147,23 @@ func Launch[P any](f *Function, grid, block Dim3, shared int, s *Stream, params 
 	return nil
 }
 
+// LaunchPDL is Launch with programmatic dependent launch (compute capability 9.0 and newer): f may start
+// while the kernel queued before it on s is still running, so f must wait for that kernel itself (PTX
+// griddepcontrol.wait) before it reads what that kernel wrote or writes what it reads. A kernel that does
+// not wait must be launched with Launch. Streams captured into graphs keep the relaxed dependency.
+func LaunchPDL[P any](f *Function, grid, block Dim3, shared int, s *Stream, params *P) error {
+	gx, gy, gz := grid.c()
+	bx, by, bz := block.c()
+	err := f.dev.Do(func() error {
+		return check(C.gollm_launch_pdl(cFunction(f.f), gx, gy, gz, bx, by, bz, C.uint(shared),
+			cStream(s.handle()), unsafe.Pointer(params)))
+	})
+	if err != nil {
+		return fmt.Errorf("cuda: launch %s (dependent) grid %v block %v shared %d: %w", f.name, grid, block, shared, err)
+	}
+	return nil
+}
+
 // Global returns the address and size of the module's global variable name (a __device__ variable).
 func (m *Module) Global(name string) (DevicePtr, int64, error) {
 	var p DevicePtr

@@ -1,57 +1,104 @@
 // Greedy argmax over logits rows (the CUDA backend's ArgmaxToHost): out[r] = the index of the largest
-// entry of logits[r], the first one on ties (as the CPU's argmax). Grid (rows), 1024 threads: each thread
-// scans a strided slice keeping its first best, then a warp-shuffle and shared-memory reduction keeps the
-// largest value and, among equal values, the smallest index. NaNs never win. Bound by reading the row.
+// entry of logits[r], the first one on ties (as the CPU's argmax); NaNs and −∞ never win, and a row with
+// nothing else gives 0. Two passes, each bound by what it reads:
+//   ArgmaxChunks_f32  grid (chunks, rows), 256 threads: the (max, index) of each chunk of 2048 logits
+//                     (8 independent loads a thread), into values/indices [rows][chunks];
+//   ArgmaxPartials    grid (rows), 1024 threads: the best of a row's partials — ArgmaxChunks' or those
+//                     the fused LM-head product (gemv.cu, GEMV_ARGMAX) leaves, one per tile of 16 logits.
+// Both launch with programmatic dependent launch on sm_90 (common.cuh).
 #include "common.cuh"
 
-struct ArgmaxParams {
-	int *out;            // [rows]
-	const float *logits; // [rows][cols]
-	int cols;
-};
+#define ARGMAX_CHUNK 2048
 
-__device__ __forceinline__ void argmax_merge(float &v, int &i, float ov, int oi) {
-	if (ov > v || (ov == v && oi < i)) {
-		v = ov;
-		i = oi;
-	}
-}
-
-__device__ __forceinline__ void argmax_rows(const ArgmaxParams &p) {
+// argmax_block reduces (v, i) over the block; thread 0 gets the result. blockDim.x is a multiple of 32.
+__device__ __forceinline__ void argmax_block(float &v, int &i) {
 	__shared__ float sv[32];
 	__shared__ int si[32];
-	const float *row = p.logits + (long long)blockIdx.x * p.cols;
-	float best = -INFINITY;
-	int idx = 0x7fffffff;
-	for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
-		const float x = row[c];
-		if (x > best) { // strictly greater: the first of equal values stays
-			best = x;
-			idx = c;
-		}
-	}
 	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-		const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-		argmax_merge(best, idx, ov, oi);
+		const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+		argmax_keep(v, i, ov, oi);
 	}
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
 	if (lane == 0) {
-		sv[warp] = best;
-		si[warp] = idx;
+		sv[warp] = v;
+		si[warp] = i;
 	}
 	__syncthreads();
 	if (warp == 0) {
-		best = lane < warps ? sv[lane] : -INFINITY;
-		idx = lane < warps ? si[lane] : 0x7fffffff;
+		v = lane < warps ? sv[lane] : -INFINITY;
+		i = lane < warps ? si[lane] : 0x7fffffff;
 		for (int o = 16; o > 0; o >>= 1) {
-			const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-			const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-			argmax_merge(best, idx, ov, oi);
+			const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+			const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+			argmax_keep(v, i, ov, oi);
 		}
-		if (lane == 0) p.out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
 	}
 }
 
-// The logits are the LM head's float output whatever the compute type.
-extern "C" __global__ void Argmax_f32(const ArgmaxParams p) { argmax_rows(p); }
+struct ArgmaxChunksParams {
+	float *values;       // [rows][chunks]
+	int *indices;        // [rows][chunks]
+	const float *logits; // [rows][cols]
+	int cols;
+	int chunks;
+};
+
+extern "C" __global__ void ArgmaxChunks_f32(const ArgmaxChunksParams p) {
+	const int chunk = blockIdx.x, row = blockIdx.y;
+	const float *logits = p.logits + (long long)row * p.cols;
+	const int start = chunk * ARGMAX_CHUNK;
+	pdl_wait();
+	pdl_launch_dependents();
+	constexpr int PER = ARGMAX_CHUNK / 256;
+	float x[PER];
+#pragma unroll
+	for (int j = 0; j < PER; j++) {
+		const int c = start + j * 256 + threadIdx.x;
+		x[j] = c < p.cols ? logits[c] : -INFINITY;
+	}
+	float v = -INFINITY;
+	int i = 0x7fffffff;
+#pragma unroll
+	for (int j = 0; j < PER; j++) // ascending columns: strictly greater keeps the first of equals
+		if (x[j] > v) {
+			v = x[j];
+			i = start + j * 256 + threadIdx.x;
+		}
+	argmax_block(v, i);
+	if (threadIdx.x == 0) {
+		p.values[(long long)row * p.chunks + chunk] = v;
+		p.indices[(long long)row * p.chunks + chunk] = i;
+	}
+}
+
+struct ArgmaxPartialsParams {
+	int *out;            // [rows]
+	const float *values; // [rows][tiles]
+	const int *indices;  // [rows][tiles]
+	int tiles;
+};
+
+extern "C" __global__ void ArgmaxPartials(const ArgmaxPartialsParams p) {
+	const float *values = p.values + (long long)blockIdx.x * p.tiles;
+	const int *indices = p.indices + (long long)blockIdx.x * p.tiles;
+	pdl_wait();
+	pdl_launch_dependents();
+	float v = -INFINITY;
+	int i = 0x7fffffff;
+	constexpr int U = 8; // independent loads in flight a thread
+	for (int t0 = threadIdx.x; t0 < p.tiles; t0 += U * blockDim.x) {
+		float ov[U];
+		int oi[U];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int t = t0 + u * blockDim.x;
+			ov[u] = t < p.tiles ? values[t] : -INFINITY;
+			oi[u] = t < p.tiles ? indices[t] : 0x7fffffff;
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) argmax_keep(v, i, ov[u], oi[u]);
+	}
+	argmax_block(v, i);
+	if (threadIdx.x == 0) p.out[blockIdx.x] = i == 0x7fffffff ? 0 : i;
+}

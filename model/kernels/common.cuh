@@ -42,6 +42,33 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 	return v;
 }
 
+// argmax_keep merges candidate (ov, oi) into (v, i): the larger value, the smaller index among equals.
+__device__ __forceinline__ void argmax_keep(float &v, int &i, float ov, int oi) {
+	if (ov > v || (ov == v && oi < i)) {
+		v = ov;
+		i = oi;
+	}
+}
+
+// Programmatic dependent launch (Hopper): a kernel launched with the PDL attribute may start while the
+// kernel before it in the stream still runs. It must call pdl_wait() before it reads anything an earlier
+// kernel wrote or writes anything an earlier kernel reads (weights, which never change, it may read
+// before); pdl_wait returns once the previous kernel has finished and its writes are visible, and is a
+// no-op in a kernel launched without the attribute. pdl_launch_dependents() lets the next kernel (if it
+// was launched with the attribute) start as soon as every block of this one has called it or exited.
+// Compiled to nothing below sm_90: the backend launches with the attribute only on compute capability 9.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Instantiates KERNEL(T, name) for the three compute types.
 #define FOR_EACH_TYPE(KERNEL)                                                                               \
 	KERNEL(float, f32)                                                                                    \

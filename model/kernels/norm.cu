@@ -1,9 +1,11 @@
 // RMSNorm fused with the residual add (Backend.AddRMSNorm): residual += add (when given, a float matrix
-// product's output), then dst = residual / sqrt(mean(residual²) + eps) · w, in T for the next product. Grid (rows), one block per row striding over the
-// hidden size: the first pass adds, stores the residual and sums squares in float; a block reduction
-// gives the mean; the second pass re-reads the residual (the same thread wrote it: no barrier needed,
-// and it is in L1) and writes dst in T. Bound by bytes: residual read twice and written once, add read
-// once, dst written once.
+// product's output), then dst = residual / sqrt(mean(residual²) + eps) · w, in T for the next product.
+// Grid (rows), one block per row. When cols is a multiple of 4 and at most 16·blockDim, each thread keeps
+// its (at most four) float4 chunks of the row in registers between the sum of squares and the scaling,
+// so the residual is read once and written once, with 16-byte accesses; otherwise a strided scalar path
+// re-reads the residual (the same thread wrote it: in L1). Bound by bytes: residual and add read once,
+// residual and dst written once. Launched with programmatic dependent launch on sm_90 (common.cuh): it
+// waits for the kernel before it, then lets the next (a skinny product) start streaming its weights.
 #include "common.cuh"
 
 struct AddRMSNormParams {
@@ -15,13 +17,55 @@ struct AddRMSNormParams {
 	int cols;
 };
 
+template <typename T> __device__ __forceinline__ void store4(T *dst, float a, float b, float c, float d) {
+	dst[0] = Num<T>::store(a);
+	dst[1] = Num<T>::store(b);
+	dst[2] = Num<T>::store(c);
+	dst[3] = Num<T>::store(d);
+}
+
 template <typename T> __device__ __forceinline__ void add_rms_norm(const AddRMSNormParams &p) {
 	__shared__ float scratch[32];
 	const long long row = blockIdx.x;
 	float *res = p.residual + row * p.cols;
 	const float *add = p.add ? p.add + row * p.cols : nullptr;
 	T *dst = reinterpret_cast<T *>(p.dst) + row * p.cols;
+	pdl_wait();
+	pdl_launch_dependents();
 	float ss = 0.f;
+	constexpr int V = 4;
+	const int n4 = p.cols >> 2;
+	if ((p.cols & 3) == 0 && n4 <= V * (int)blockDim.x) {
+		float4 v[V], w[V];
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			const int i = threadIdx.x + j * blockDim.x;
+			if (i < n4) {
+				float4 x = reinterpret_cast<const float4 *>(res)[i];
+				if (add) {
+					const float4 a = reinterpret_cast<const float4 *>(add)[i];
+					x.x += a.x;
+					x.y += a.y;
+					x.z += a.z;
+					x.w += a.w;
+					reinterpret_cast<float4 *>(res)[i] = x;
+				}
+				v[j] = x;
+				w[j] = reinterpret_cast<const float4 *>(p.weight)[i];
+				ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+			}
+		}
+		ss = block_sum(ss, scratch);
+		const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.eps);
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			const int i = threadIdx.x + j * blockDim.x;
+			if (i < n4)
+				store4<T>(dst + 4 * i, w[j].x * (v[j].x * inv), w[j].y * (v[j].y * inv), w[j].z * (v[j].z * inv),
+				          w[j].w * (v[j].w * inv));
+		}
+		return;
+	}
 	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
 		float x = res[i];
 		if (add) {

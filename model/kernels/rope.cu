@@ -4,7 +4,8 @@
 // rotated q also goes to q_out [rows][Hq·D] (the contiguous layout the attention kernels read), and the
 // rotated k and the v of the row go to the paged caches [blocks][block_size][Hkv][D] at the row's slot
 // (slot < 0: a padding row, not stored). cos and sin are those of the float32 angle inv_freq[i]·position,
-// as transformers computes it (evaluated in double, then rounded), times attention_scaling.
+// as transformers computes it (evaluated in double, then rounded), times attention_scaling, computed once
+// per row and i into shared memory for all heads.
 #include "common.cuh"
 
 struct RoPEParams {
@@ -23,6 +24,7 @@ struct RoPEParams {
 };
 
 template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
+	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
 	const long long row = blockIdx.x;
 	const int half = p.head_dim / 2;
 	const int pos = p.positions[row];
@@ -32,13 +34,19 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
 	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
 	T *v_dst = reinterpret_cast<T *>(p.v_cache) + slot * kv_row;
-	const int pairs = (p.num_heads + p.num_kv_heads) * half;
-	for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-		const int h = idx / half, i = idx - h * half;
+	// The angles depend on (position, i) only: every head of the row shares them.
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
 		const float angle = p.inv_freq[i] * (float)pos;
 		double s, c;
 		sincos((double)angle, &s, &c);
-		const float cf = (float)c * p.attention_scaling, sf = (float)s * p.attention_scaling;
+		cos_sin[i] = (float)c * p.attention_scaling;
+		cos_sin[half + i] = (float)s * p.attention_scaling;
+	}
+	__syncthreads();
+	const int pairs = (p.num_heads + p.num_kv_heads) * half;
+	for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+		const int h = idx / half, i = idx - h * half;
+		const float cf = cos_sin[i], sf = cos_sin[half + i];
 		float *x = qkv + h * p.head_dim;
 		const float a = x[i], b = x[i + half];
 		const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;

@@ -1,47 +1,82 @@
 #!/usr/bin/env bash
-# The device half of the CUDA backend's proof, for one `run` call on the GPU machine (build first with
-# scripts/gpu/model-build.sh, carry gpu/, run from the repository root):
+# The device half of the CUDA backend's proof and speed, for one `run` call on the GPU machine (build first
+# with scripts/gpu/model-build.sh, carry gpu/model, run from the repository root):
 #
-#   bash scripts/gpu/model-device-run.sh [STEP...]      STEP: tests, bench, memcheck (default: all three)
+#   bash scripts/gpu/model-device-run.sh [STEP...]   STEP: tests, gemv, bench, memcheck (default: all)
 #
-#   tests     the CUDA tests of package model: the golden suite on the GPU (float32, float32 without
-#             graphs, and the checkpoint's dtype), GPU against the CPU backend with the decode kernels of
-#             package attention, auto-sized KV pool, device argmax;
-#   memcheck  compute-sanitizer memcheck over a prefill + decode run (eager, captured and replayed graphs,
-#             the prefill and decode attention kernels, cuBLAS);
-#   bench     BenchmarkCUDADecode (Llama-3.2-1B and Llama-3-8B shapes, bf16, batch 1 and 64, context 1024).
+#   tests     the CUDA tests of package model (the golden suite on the GPU in float32, float32 without
+#             graphs and the checkpoint's dtype; GPU against the CPU backend; the skinny product and its
+#             fused epilogues against float64 references; auto-sized KV pool; device argmax), of package
+#             engine (batching equivalence: concurrent = alone, with preemption) and of internal/cuda;
+#   gemv      BenchmarkCUDAGemv: the decode products of Llama-3.2-1B and Llama-3-8B at 1…64 tokens,
+#             cuBLAS against the skinny kernel and a sweep of its launch shapes;
+#   bench     BenchmarkCUDADecode (Llama-3.2-1B and Llama-3-8B shapes, bf16, batch 1, 16 and 64, context
+#             1024; every product on cuBLAS, then the default), with a per-op profile of each;
+#   memcheck  compute-sanitizer memcheck over prefill + decode runs and the skinny product's tests;
+#   base      BenchmarkCUDADecode of gpu/model/base.test, when there: a build of an earlier commit, run
+#             in the same call for before/after numbers (not in the default steps).
 #
-# Results go under $OUT (or ./out): model-cuda-test.log, memcheck.log, bench.txt.
+# Results go under $OUT (or ./out): model-cuda-test.log, engine-cuda-test.log, gemv-bench.txt, bench.txt,
+# bench-base.txt, memcheck.log. A summary is printed last.
 set -uo pipefail
-steps=${*:-tests bench memcheck}
+steps=${*:-tests gemv bench memcheck}
 out=${OUT:-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+root=$(pwd)
 export GOLLM_REQUIRE_GPU=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-cd model || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,clocks.mem --format=csv,noheader
 status=0
+summary=""
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
+count() { # count LOG NAME: pass/fail counts of a verbose test log
+	summary+="$2: $(grep -c -- '--- PASS' "$1") passed, $(grep -c -- '--- FAIL' "$1") failed, $(grep -c -- '--- SKIP' "$1") skipped; "
+	summary+="$(grep -E '^(ok|FAIL|PASS)' "$1" | tail -1)"$'\n'
+}
 if has tests; then
-	timeout 240 ../gpu/model/model.test -test.run 'CUDA|Golden' -test.v -test.count=1 2>&1 | tee "$out/model-cuda-test.log" |
-		grep -E '^(--- FAIL|PASS|FAIL|ok)|backend_cuda_test.go' | head -120
-	grep -q '^PASS' "$out/model-cuda-test.log" || status=1
-	echo "model tests: $(grep -c -- '--- PASS' "$out/model-cuda-test.log") passed, $(grep -c -- '--- FAIL' "$out/model-cuda-test.log") failed"
+	(cd "$root/model" && timeout 300 ../gpu/model/model.test -test.run 'CUDA|Golden' -test.v -test.count=1) \
+		>"$out/model-cuda-test.log" 2>&1 || status=1
+	count "$out/model-cuda-test.log" model
+	grep -E -- '--- FAIL|panic|backend_cuda_test.go:[0-9]+: .*(worst|steps eager)' "$out/model-cuda-test.log" | head -40
+	(cd "$root/engine" && timeout 200 ../gpu/model/engine.test -test.run CUDA -test.v -test.count=1) \
+		>"$out/engine-cuda-test.log" 2>&1 || status=1
+	(cd "$root/internal/cuda" && timeout 60 ../../gpu/model/cuda.test -test.v -test.count=1) \
+		>>"$out/engine-cuda-test.log" 2>&1 || status=1
+	count "$out/engine-cuda-test.log" "engine+internal/cuda"
+	grep -E -- '--- FAIL|panic|engine_cuda_test.go' "$out/engine-cuda-test.log" | head -20
+fi
+if has gemv; then
+	(cd "$root/model" && timeout 240 ../gpu/model/model.test -test.run XXX -test.bench CUDAGemv -test.benchtime 1x -test.v) \
+		>"$out/gemv-bench.txt" 2>&1 || status=1
+	grep -E 'gemv_cuda_test.go:[0-9]+: ' "$out/gemv-bench.txt" | sed 's/^ *gemv_cuda_test.go:[0-9]*: //'
+	grep -q '^ok\|^PASS' "$out/gemv-bench.txt" || { status=1; tail -20 "$out/gemv-bench.txt"; }
 fi
 if has bench; then
-	timeout 200 ../gpu/model/model.test -test.run XXX -test.bench CUDADecode -test.benchtime 30x -test.v 2>&1 | tee "$out/bench.txt" |
-		grep -E 'Benchmark|loaded|ok|FAIL'
-	grep -q '^ok\|^PASS' "$out/bench.txt" || status=1
+	(cd "$root/model" && timeout 300 ../gpu/model/model.test -test.run XXX -test.bench CUDADecode -test.benchtime 30x -test.v) \
+		>"$out/bench.txt" 2>&1 || status=1
+	grep -q '^ok\|^PASS' "$out/bench.txt" || { status=1; tail -20 "$out/bench.txt"; }
+	summary+=$(grep -E '^BenchmarkCUDADecode' "$out/bench.txt" | awk '{
+		line=$1; for (i=2;i<=NF;i++) if ($(i) ~ /^(ms\/step|gpu-ms\/step|host-ms\/step|%floor|floor-ms|ms\/prefill)$/) line=line" "$(i-1)" "$(i);
+		print line }')$'\n'
+fi
+if has base && [ -x gpu/model/base.test ]; then # the backend before this work (built from its commit), for before/after
+	(cd "$root/model" && timeout 200 ../gpu/model/base.test -test.run XXX -test.bench CUDADecode -test.benchtime 30x -test.v) \
+		>"$out/bench-base.txt" 2>&1 || status=1
+	summary+=$(grep -E '^BenchmarkCUDADecode' "$out/bench-base.txt" | awk '{
+		line="base:"$1; for (i=2;i<=NF;i++) if ($(i) ~ /^(ms\/step|gpu-ms\/step|%floor)$/) line=line" "$(i-1)" "$(i);
+		print line }')$'\n'
 fi
 if has memcheck; then
 	sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-	timeout 200 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 ../gpu/model/model.test -test.count=1 \
-		-test.run 'TestCUDAMatchesCPU/d64_bf16$|TestCUDAMatchesCPU/d128_f32$|TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$' \
+	(cd "$root/model" && timeout 240 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 ../gpu/model/model.test \
+		-test.count=1 -test.run 'TestCUDAMatchesCPU/d64_bf16$|TestCUDAMatchesCPU/d128_f32$|TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$|TestCUDAGemv(SwiGLU|RoPE|Argmax)$') \
 		>"$out/memcheck.log" 2>&1
 	rc=$?
-	tail -5 "$out/memcheck.log"
-	echo "memcheck exit status $rc"
+	tail -3 "$out/memcheck.log"
+	summary+="memcheck exit status $rc"$'\n'
 	[ $rc = 0 ] || status=1
 fi
+echo "=== summary"
+printf '%s' "$summary"
 exit $status

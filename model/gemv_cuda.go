@@ -1,0 +1,208 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// The skinny matrix product of kernels/gemv.cu: MatMul for decode-sized steps (up to gemvMaxTokens token
+// rows) with 16-bit weights, bound by reading the weights once, with the fused epilogues that let a
+// decode layer skip the separate SwiGLU and RoPE kernels and the argmax read the logits only as partial
+// maxima. Larger steps, float32 weights and shapes it does not cover go to cuBLAS.
+
+// gemvMode mirrors GemvMode in kernels/gemv.cu: what the kernel does with a finished tile.
+type gemvMode int32
+
+const (
+	gemvPlain  gemvMode = iota // y = x · wᵀ
+	gemvSwiGLU                 // and act = silu(gate) · up, rows paired (i, I + i)
+	gemvRoPE                   // rotate q and k, store q_out and the K/V cache, rows paired (i, i + D/2)
+	gemvArgmax                 // and one (max, index) per token and tile of 16 rows
+)
+
+// gemvMaxTokens is the largest token count the kernel serves (8 n-tiles of 8 tokens).
+const gemvMaxTokens = 64
+
+// gemvParams mirrors GemvParams in kernels/gemv.cu field for field.
+type gemvParams struct {
+	Y, X, W, Aux0, Aux1, Aux2, Positions, Slots, InvFreq cuda.DevicePtr
+	AttentionScaling                                     float32
+	M, N, K                                              int32
+	Tiles                                                int32
+	Mode                                                 int32
+	GroupTiles, GroupStride, PairOffset                  int32
+	RB, KS                                               int32
+	NumHeads, NumKVHeads, HeadDim                        int32
+}
+
+// gemvTuning sets how the kernel's launches are shaped (see planGemv). RB and KS, when positive, force the
+// shape (for the benchmarks' sweeps). MaxTokens above zero is the largest step it serves (≤
+// gemvMaxTokens); zero turns the kernel off (every product on cuBLAS). NoFuse keeps SwiGLU, RoPE and
+// argmax as separate kernels. PDL launches the kernels of model/kernels that wait for their predecessor
+// themselves (norm, skinny product, argmax) with programmatic dependent launch, on compute capability 9.0.
+type gemvTuning struct {
+	MaxTokens int
+	RB, KS    int
+	NoFuse    bool
+	PDL       bool
+}
+
+// defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
+// 16 tokens on cuBLAS is as fast or faster at the large matrices, BenchmarkCUDAGemv on the H100), fused
+// epilogues, programmatic dependent launch.
+var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true}
+
+// gemvKernels are the kernel's entry points for one compute dtype, by token tiles (1, 2, 4, 8).
+type gemvKernels struct {
+	byTiles  [4]*cuda.Function
+	maxWarps [4]int // the most warps a block of each may have (registers)
+	spin     *cuda.Function
+}
+
+// loadGemvKernels looks up the kernels for dtype name tn ("bf16" or "f16"; nil kernels for float32, which
+// always takes cuBLAS).
+func loadGemvKernels(mod *cuda.Module, tn string) (*gemvKernels, error) {
+	k := &gemvKernels{}
+	var err error
+	if k.spin, err = mod.Function("Spin"); err != nil {
+		return nil, err
+	}
+	if tn != "bf16" && tn != "f16" {
+		return k, nil
+	}
+	for i, nt := range []int{1, 2, 4, 8} {
+		f, err := mod.Function(fmt.Sprintf("Gemv_%s_nt%d", tn, nt))
+		if err != nil {
+			return nil, err
+		}
+		attrs, err := f.Attributes()
+		if err != nil {
+			return nil, err
+		}
+		k.maxWarps[i] = min(16, attrs.MaxThreads/32)
+		if err := f.SetMaxDynamicShared(k.maxWarps[i] * nt * gemvReduceBytesPerTile); err != nil {
+			return nil, err
+		}
+		k.byTiles[i] = f
+	}
+	return k, nil
+}
+
+// gemvReduceBytesPerTile is the shared memory one warp's partial tile of 16 rows × 8 tokens takes.
+const gemvReduceBytesPerTile = 16 * 8 * 4
+
+// gemvTileIndex maps a token count to the kernel variant: 0 for ≤ 8 tokens, 1 for ≤ 16, 2 for ≤ 32, 3
+// for ≤ 64.
+func gemvTileIndex(rows int) int {
+	switch {
+	case rows <= 8:
+		return 0
+	case rows <= 16:
+		return 1
+	case rows <= 32:
+		return 2
+	}
+	return 3
+}
+
+// gemvShape is the launch shape of one product: rb row tiles per block, ks warps per tile along k.
+type gemvShape struct{ rb, ks int }
+
+// gemvWaveWarps is how many of the kernel's warps one SM holds at once (80 registers a thread for one
+// token tile: 25 warps; a little less for the larger tiles).
+const gemvWaveWarps = 24
+
+// planGemv shapes a launch over tiles row tiles and kBlocks blocks of 64 along k on sms SMs, at most
+// maxWarps warps a block: one row tile a block (rb = 1), split along k over ks warps, ks a power of two
+// up to 16 that leaves each warp at least 4 k-blocks. When that grid is between one and four waves of
+// the GPU, ks shrinks until it fits in one (a second, partial wave costs more than the shorter k-loops
+// win); beyond four waves the tail is small. Measured on the H100 (BenchmarkCUDAGemv, 2026-11-22): within
+// 2% of the best shape of the sweep at one to eight tokens for every decode product of Llama-3.2-1B and
+// Llama-3-8B.
+func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
+	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
+		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}
+	}
+	ks := 1
+	for ks < 16 && ks*2 <= maxWarps && ks*2*4 <= kBlocks {
+		ks *= 2
+	}
+	wave := sms * gemvWaveWarps
+	if tiles*ks > wave && tiles*ks < 4*wave {
+		for ks > 1 && tiles*ks > wave {
+			ks /= 2
+		}
+	}
+	return gemvShape{rb: 1, ks: ks}
+}
+
+// gemvEpilogue is what a product fuses after it (the zero value: nothing).
+type gemvEpilogue struct {
+	mode gemvMode
+	act  *cudaTensor // gemvSwiGLU: the SwiGLU output
+	// gemvRoPE: the layer whose cache pages get k and v.
+	layer int
+}
+
+// launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
+func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows int, e *gemvEpilogue) error {
+	ti := gemvTileIndex(rows)
+	fn := b.gemv.byTiles[ti]
+	sh := &b.shape
+	p := gemvParams{
+		Y: y.ptr, X: x.ptr, W: w.ptr, M: int32(rows), N: int32(out), K: int32(in), Mode: int32(e.mode),
+		GroupTiles: 1, GroupStride: 16, PairOffset: 8,
+	}
+	tiles := (out + 15) / 16
+	switch e.mode {
+	case gemvSwiGLU:
+		inter := out / 2
+		tiles = inter / 8
+		p.Aux0, p.GroupTiles, p.GroupStride, p.PairOffset = e.act.ptr, int32(tiles), 0, int32(inter)
+	case gemvRoPE:
+		d := sh.HeadDim
+		p.Aux0, p.Aux1, p.Aux2 = y.qRot, b.kCache[e.layer], b.vCache[e.layer]
+		p.Positions, p.Slots, p.InvFreq = b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq
+		p.AttentionScaling = sh.RopeAttentionScaling
+		p.GroupTiles, p.GroupStride, p.PairOffset = int32(d/16), int32(d), int32(d/2)
+		p.NumHeads, p.NumKVHeads, p.HeadDim = int32(sh.NumHeads), int32(sh.NumKVHeads), int32(d)
+	case gemvArgmax:
+		p.Aux0, p.Aux1 = b.argValues, b.argIndices
+	}
+	p.Tiles = int32(tiles)
+	plan := planGemv(tiles, in/64, b.dev.Info().NumSMs, b.gemv.maxWarps[ti], b.tune)
+	p.RB, p.KS = int32(plan.rb), int32(plan.ks)
+	warps := plan.rb * plan.ks
+	shared := 0
+	if plan.ks > 1 {
+		shared = warps * (1 << ti) * gemvReduceBytesPerTile
+	}
+	grid := (tiles + plan.rb - 1) / plan.rb
+	return launchDependent(b, fn, cuda.Dim3{X: grid}, cuda.Dim3{X: 32 * warps}, shared, &p)
+}
+
+// launchDependent queues f on the backend's stream, with programmatic dependent launch when the backend
+// uses it: only for the kernels of model/kernels that call pdl_wait before touching their predecessor's
+// data (AddRMSNorm, Gemv, ArgmaxChunks, ArgmaxPartials).
+func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.Dim3, shared int, p *P) error {
+	if b.usePDL() {
+		return cuda.LaunchPDL(f, grid, block, shared, b.stream, p)
+	}
+	return cuda.Launch(f, grid, block, shared, b.stream, p)
+}
+
+// usePDL reports whether launchDependent uses programmatic dependent launch: asked for, on compute
+// capability 9.0 (whose SASS in the fat binary waits; PTX JIT-compiled for another GPU would not), and not
+// switched off after a graph capture with it failed.
+func (b *cudaBackend) usePDL() bool {
+	info := b.dev.Info()
+	return b.tune.PDL && !b.pdlOff && info.Major == 9 && info.Minor == 0
+}
+
+// gemvServes reports whether the skinny kernel computes a product of rows token rows over in columns.
+func (b *cudaBackend) gemvServes(rows, in int) bool {
+	return b.gemv.byTiles[0] != nil && rows > 0 && rows <= min(b.tune.MaxTokens, gemvMaxTokens) && in%64 == 0
+}

@@ -1,0 +1,568 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/weights"
+)
+
+// gemvShapeForTest is the shape of the backend the skinny-product tests run on: heads of 64 (8 query, 2
+// KV), so that the RoPE epilogue has pairs 32 rows apart.
+func gemvShapeForTest() Shape {
+	inv := make([]float32, 32)
+	for i := range inv {
+		inv[i] = float32(math.Pow(10000, -float64(2*i)/64))
+	}
+	return Shape{NumLayers: 1, HiddenSize: 256, NumHeads: 8, NumKVHeads: 2, HeadDim: 64, RopeInvFreq: inv,
+		RopeAttentionScaling: 1, NumBlocks: 16, BlockSize: 16}
+}
+
+func newGemvBackend(t testing.TB, dt weights.DType) *cudaBackend {
+	t.Helper()
+	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: dt, dev: gpuDevice(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// round16 rounds v to dt in place and returns its bytes in dt.
+func round16(dt weights.DType, v []float32) []byte {
+	raw := make([]byte, 2*len(v))
+	if dt == weights.DTypeBF16 {
+		dtype.EncodeBF16(raw, v)
+		dtype.DecodeBF16(v, raw)
+	} else {
+		dtype.EncodeF16(raw, v)
+		dtype.DecodeF16(v, raw)
+	}
+	return raw
+}
+
+// gemvOperands uploads a random weight [n][k] and activations [64][k] (only the first m rows matter),
+// both rounded to dt, and returns them with their exact values.
+func gemvOperands(t testing.TB, b *cudaBackend, dt weights.DType, n, k int, rng *rand.Rand) (*cudaWeight, []float32,
+	*cudaTensor, []float32) {
+	t.Helper()
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.05)
+	}
+	wt, err := b.Upload(&weights.Tensor{Name: "w", DType: dt, Shape: []int{n, k}, Data: round16(dt, w)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, gemvMaxTokens*k)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	xt := newDeviceTensor(t, b, gemvMaxTokens, k)
+	if err := b.dev.CopyToDevice(xt.ptr, round16(dt, x)); err != nil {
+		t.Fatal(err)
+	}
+	return wt.Data.(*cudaWeight), w, xt, x
+}
+
+func newDeviceTensor(t testing.TB, b *cudaBackend, rows, cols int) *cudaTensor {
+	t.Helper()
+	tt, err := b.NewTensor(rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tensorOf(tt)
+}
+
+// poison fills n 32-bit words at p with NaN (float32, and two bfloat16 or float16 NaNs) and waits.
+func poison(t testing.TB, b *cudaBackend, p cuda.DevicePtr, n int) {
+	t.Helper()
+	if err := b.dev.Fill32(p, 0x7fc07fc0, int64(n), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func syncAndRead(t testing.TB, b *cudaBackend, p cuda.DevicePtr, n int) []float32 {
+	t.Helper()
+	if err := b.stream.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, n)
+	if err := b.dev.CopyFromDevice(cuda.Bytes(out), p); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func read16(t testing.TB, b *cudaBackend, dt weights.DType, p cuda.DevicePtr, n int) []float32 {
+	t.Helper()
+	if err := b.stream.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 2*n)
+	if err := b.dev.CopyFromDevice(raw, p); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, n)
+	if dt == weights.DTypeBF16 {
+		dtype.DecodeBF16(out, raw)
+	} else {
+		dtype.DecodeF16(out, raw)
+	}
+	return out
+}
+
+// referenceProduct is y[r][o] = Σ x[r][i]·w[o][i] in float64, and Σ |x[r][i]·w[o][i]| (the scale of its
+// rounding error).
+func referenceProduct(w, x []float32, n, k, m int) (y, scale []float64) {
+	y, scale = make([]float64, m*n), make([]float64, m*n)
+	for r := range m {
+		xr := x[r*k : (r+1)*k]
+		for o := range n {
+			wo := w[o*k : (o+1)*k]
+			var s, a float64
+			for i, xv := range xr {
+				p := float64(xv) * float64(wo[i])
+				s += p
+				a += math.Abs(p)
+			}
+			y[r*n+o], scale[r*n+o] = s, a
+		}
+	}
+	return y, scale
+}
+
+// checkProduct compares the first m rows of y [64][n] with the reference (float32 accumulation: error
+// under 1e-4 of Σ|x·w|, NaN never) and requires rows m… to hold the poison still.
+func checkProduct(t *testing.T, y []float32, ref, scale []float64, n, m int) {
+	t.Helper()
+	bad := 0
+	for r := range gemvMaxTokens {
+		for o := range n {
+			got := y[r*n+o]
+			if r >= m {
+				if !math.IsNaN(float64(got)) && bad < 5 {
+					t.Errorf("row %d ≥ m = %d, column %d written: %g", r, m, o, got)
+					bad++
+				}
+				continue
+			}
+			want := ref[r*n+o]
+			if d := math.Abs(float64(got) - want); !(d <= 1e-4*scale[r*n+o]+1e-30) && bad < 5 {
+				t.Errorf("y[%d][%d] = %g, want %g (scale %g)", r, o, got, want, scale[r*n+o])
+				bad++
+			}
+		}
+	}
+}
+
+// TestCUDAGemv checks the skinny product against a float64 product of the same rounded operands, for
+// bfloat16 and float16, at token counts 1…64 (every kernel variant, partial token tiles), weight heights
+// that are and are not multiples of 16, and launch shapes that split k over 1…16 warps and group 1…8
+// row tiles a block (with blocks past the last tile).
+func TestCUDAGemv(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		rng := rand.New(rand.NewPCG(1, uint64(dt)))
+		for _, sh := range []struct{ n, k int }{{16, 64}, {48, 128}, {509, 64}, {1000, 384}, {3072, 2048}, {2048, 8192}} {
+			w, wv, x, xv := gemvOperands(t, b, dt, sh.n, sh.k, rng)
+			y := newDeviceTensor(t, b, gemvMaxTokens, sh.n)
+			ms := []int{1, 2, 3, 7, 8, 9, 16, 17, 31, 32, 33, 63, 64}
+			if sh.n*sh.k > 1<<20 {
+				ms = []int{1, 8, 33, 64}
+			}
+			ref, scale := referenceProduct(wv, xv, sh.n, sh.k, gemvMaxTokens)
+			tunings := []gemvTuning{defaultGemvTuning, {RB: 1, KS: 1}, {RB: 4, KS: 4}, {RB: 1, KS: 16}, {RB: 8, KS: 1},
+				{RB: 3, KS: 2}}
+			for _, m := range ms {
+				for _, tu := range tunings {
+					t.Run(fmt.Sprintf("%v/%dx%d/m%d/rb%d_ks%d", dt, sh.n, sh.k, m, tu.RB, tu.KS), func(t *testing.T) {
+						tu.MaxTokens = gemvMaxTokens
+						b.tune = tu
+						defer func() { b.tune = defaultGemvTuning }()
+						poison(t, b, y.ptr, gemvMaxTokens*sh.n)
+						if err := b.launchGemv(y, x, w, sh.n, sh.k, m, &gemvEpilogue{}); err != nil {
+							t.Fatal(err)
+						}
+						got := syncAndRead(t, b, y.ptr, gemvMaxTokens*sh.n)
+						// Only the first m rows of the reference count.
+						checkProduct(t, got, ref, scale, sh.n, m)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestCUDAGemvSwiGLU checks the SwiGLU epilogue: both halves of the product stored, and act = silu(gate)
+// · up within one rounding to the dtype.
+func TestCUDAGemvSwiGLU(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		rng := rand.New(rand.NewPCG(2, uint64(dt)))
+		for _, inter := range []int{64, 384} {
+			n, k := 2*inter, 256
+			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
+			y := newDeviceTensor(t, b, gemvMaxTokens, n)
+			act := newDeviceTensor(t, b, gemvMaxTokens, inter)
+			ref, scale := referenceProduct(wv, xv, n, k, gemvMaxTokens)
+			for _, m := range []int{1, 5, 8, 16, 40, 64} {
+				t.Run(fmt.Sprintf("%v/I%d/m%d", dt, inter, m), func(t *testing.T) {
+					poison(t, b, y.ptr, gemvMaxTokens*n)
+					poison(t, b, act.ptr, gemvMaxTokens*inter/2)
+					if err := b.launchGemv(y, x, w, n, k, m, &gemvEpilogue{mode: gemvSwiGLU, act: act}); err != nil {
+						t.Fatal(err)
+					}
+					checkProduct(t, syncAndRead(t, b, y.ptr, gemvMaxTokens*n), ref, scale, n, m)
+					got := read16(t, b, dt, act.ptr, m*inter)
+					ulp := 1.0 / 128
+					if dt == weights.DTypeF16 {
+						ulp = 1.0 / 1024
+					}
+					for r := range m {
+						for i := range inter {
+							g, u := ref[r*n+i], ref[r*n+inter+i]
+							want := g / (1 + math.Exp(-g)) * u
+							if d := math.Abs(float64(got[r*inter+i]) - want); !(d <= ulp*math.Abs(want)+1e-4) {
+								t.Fatalf("act[%d][%d] = %g, want %g", r, i, got[r*inter+i], want)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCUDAGemvRoPE checks the RoPE epilogue against a float64 rotation of the reference product: q and k
+// rotated by each token's position (HF's rotate-half), q stored in q_out, k and v at the token's slot of
+// the caches, nothing stored for slot −1, and the product's rows rotated in place.
+func TestCUDAGemvRoPE(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		sh := b.shape
+		d, half := sh.HeadDim, sh.HeadDim/2
+		n, k := sh.QKVCols(), sh.HiddenSize
+		rng := rand.New(rand.NewPCG(3, uint64(dt)))
+		w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
+		y := newDeviceTensor(t, b, gemvMaxTokens, n)
+		ref, _ := referenceProduct(wv, xv, n, k, gemvMaxTokens)
+		kvRow := sh.NumKVHeads * d
+		slotsTotal := sh.NumBlocks * sh.BlockSize
+		for _, m := range []int{1, 3, 8, 16, 64} {
+			t.Run(fmt.Sprintf("%v/m%d", dt, m), func(t *testing.T) {
+				// m single-token sequences at random positions; the last one's slot is −1 (a graph's padding row).
+				s := &Step{QueryStart: []int32{0}}
+				perm := rng.Perm(slotsTotal)
+				for r := range m {
+					pos := int32(rng.IntN(4000))
+					s.Tokens = append(s.Tokens, 1)
+					s.Positions = append(s.Positions, pos)
+					s.SlotMapping = append(s.SlotMapping, int32(perm[r]))
+					s.QueryStart = append(s.QueryStart, int32(r+1))
+					s.ContextLens = append(s.ContextLens, pos+1)
+					s.BlockTables = append(s.BlockTables, nil)
+				}
+				if m > 1 {
+					s.SlotMapping[m-1] = -1
+				}
+				b.host = b.host[:0]
+				b.st = cudaStep{s: s, offPos: 0, offSlots: m}
+				b.host = append(append(b.host, s.Positions...), s.SlotMapping...)
+				if err := b.dev.Do(b.upload); err != nil {
+					t.Fatal(err)
+				}
+				poison(t, b, y.ptr, gemvMaxTokens*n)
+				poison(t, b, y.qRot, gemvMaxTokens*sh.NumHeads*d/2)
+				poison(t, b, b.kCache[0], slotsTotal*kvRow/2)
+				poison(t, b, b.vCache[0], slotsTotal*kvRow/2)
+				if err := b.launchGemv(y, x, w, n, k, m, &gemvEpilogue{mode: gemvRoPE, layer: 0}); err != nil {
+					t.Fatal(err)
+				}
+				gotY := syncAndRead(t, b, y.ptr, m*n)
+				gotQ := read16(t, b, dt, y.qRot, m*sh.NumHeads*d)
+				gotK := read16(t, b, dt, b.kCache[0], slotsTotal*kvRow)
+				gotV := read16(t, b, dt, b.vCache[0], slotsTotal*kvRow)
+				ulp := 1.0 / 128
+				if dt == weights.DTypeF16 {
+					ulp = 1.0 / 1024
+				}
+				near := func(what string, got float32, want, tol float64) {
+					t.Helper()
+					if dd := math.Abs(float64(got) - want); !(dd <= tol) {
+						t.Fatalf("%s = %g, want %g", what, got, want)
+					}
+				}
+				for r := range m {
+					row := make([]float64, n)
+					copy(row, ref[r*n:(r+1)*n])
+					for h := range sh.NumHeads + sh.NumKVHeads {
+						for i := range half {
+							angle := float32(sh.RopeInvFreq[i]) * float32(s.Positions[r])
+							c, sn := math.Cos(float64(angle)), math.Sin(float64(angle))
+							a, bb := row[h*d+i], row[h*d+i+half]
+							row[h*d+i], row[h*d+i+half] = a*c-bb*sn, bb*c+a*sn
+						}
+					}
+					for j := range n {
+						near(fmt.Sprintf("qkv[%d][%d]", r, j), gotY[r*n+j], row[j], 1e-3)
+					}
+					for j := range sh.NumHeads * d {
+						near(fmt.Sprintf("q[%d][%d]", r, j), gotQ[r*sh.NumHeads*d+j], row[j], ulp*math.Abs(row[j])+1e-3)
+					}
+					slot := int(s.SlotMapping[r])
+					if slot < 0 {
+						continue
+					}
+					for j := range kvRow {
+						kw, vw := row[sh.NumHeads*d+j], row[(sh.NumHeads+sh.NumKVHeads)*d+j]
+						near(fmt.Sprintf("k[slot %d][%d]", slot, j), gotK[slot*kvRow+j], kw, ulp*math.Abs(kw)+1e-3)
+						near(fmt.Sprintf("v[slot %d][%d]", slot, j), gotV[slot*kvRow+j], vw, ulp*math.Abs(vw)+1e-3)
+					}
+				}
+				// Slots no token owns (the padding row's included) keep the poison.
+				owned := map[int]bool{}
+				for _, sl := range s.SlotMapping {
+					owned[int(sl)] = true
+				}
+				for slot := range slotsTotal {
+					if !owned[slot] && !math.IsNaN(float64(gotK[slot*kvRow])) {
+						t.Fatalf("k cache slot %d written", slot)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCUDAGemvArgmax checks the fused argmax (product epilogue, then ArgmaxPartials) against the argmax of
+// the logits the same kernel wrote: random rows, and rows built to tie exactly (two identical weight rows
+// in different tiles, exact sums: the first wins) with a NaN row that must never win, over a vocabulary
+// that is not a multiple of 16.
+func TestCUDAGemvArgmax(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		rng := rand.New(rand.NewPCG(4, uint64(dt)))
+		const n, k = 1000, 128
+		for _, tie := range []bool{false, true} {
+			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
+			if tie {
+				// Rows 37 and 700 all ones (ties), row 900 NaN; x positive multiples of 1/8, so the sums
+				// of rows 37 and 700 are exact in any order and far above the random rows'.
+				for i := range k {
+					wv[37*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, float32(math.NaN())
+				}
+				for i := range xv {
+					xv[i] = float32(1+rng.IntN(15)) / 8
+				}
+				raw := round16(dt, wv)
+				if err := b.dev.CopyToDevice(w.ptr, raw); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.dev.CopyToDevice(x.ptr, round16(dt, xv)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			y := newDeviceTensor(t, b, gemvMaxTokens, n)
+			if err := b.ensureArgmaxPartials(gemvMaxTokens * ((n + 15) / 16)); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.ensureIDs(gemvMaxTokens); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []int{1, 3, 8, 64} {
+				t.Run(fmt.Sprintf("%v/tie=%v/m%d", dt, tie, m), func(t *testing.T) {
+					poison(t, b, y.ptr, gemvMaxTokens*n)
+					if err := b.launchGemv(y, x, w, n, k, m, &gemvEpilogue{mode: gemvArgmax}); err != nil {
+						t.Fatal(err)
+					}
+					p := struct {
+						Out, Values, Indices cuda.DevicePtr
+						Tiles                int32
+					}{b.ids, b.argValues, b.argIndices, int32((n + 15) / 16)}
+					if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: m}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
+						t.Fatal(err)
+					}
+					logits := syncAndRead(t, b, y.ptr, m*n)
+					ids := make([]int32, m)
+					if err := b.dev.CopyFromDevice(cuda.Bytes(ids), b.ids); err != nil {
+						t.Fatal(err)
+					}
+					for r := range m {
+						row := logits[r*n : (r+1)*n]
+						want, best := int32(0), float32(math.Inf(-1))
+						for i, v := range row {
+							if v > best {
+								want, best = int32(i), v
+							}
+						}
+						if tie && want != 37 {
+							t.Fatalf("row %d: the tie should make 37 the argmax, CPU says %d", r, want)
+						}
+						if ids[r] != want {
+							t.Errorf("row %d: fused argmax %d (%g), want %d (%g)", r, ids[r], row[ids[r]], want, best)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// gemvBenchShapes are the weight matrices of a decode step of Llama-3.2-1B and Llama-3-8B (out × in).
+var gemvBenchShapes = []struct {
+	name string
+	n, k int
+}{
+	{"1b-qkv", 3072, 2048}, {"1b-o", 2048, 2048}, {"1b-gateup", 16384, 2048}, {"1b-down", 2048, 8192},
+	{"1b-lmhead", 128256, 2048},
+	{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336},
+	{"8b-lmhead", 128256, 4096},
+}
+
+// deviceMicros returns the device time of one call of launch (µs), the mean of reps calls queued behind a
+// spin kernel (so that the host's launch cost stays out of it), the best of three such runs.
+func deviceMicros(b *cudaBackend, reps int, launch func(i int) error) (float64, error) {
+	start, err := b.dev.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := b.dev.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	best := math.Inf(1)
+	for range 3 {
+		spin := struct{ NS uint64 }{uint64(reps) * 15_000}
+		if err := cuda.Launch(b.gemv.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, b.stream, &spin); err != nil {
+			return 0, err
+		}
+		if err := start.Record(b.stream); err != nil {
+			return 0, err
+		}
+		for i := range reps {
+			if err := launch(i); err != nil {
+				return 0, err
+			}
+		}
+		if err := end.Record(b.stream); err != nil {
+			return 0, err
+		}
+		if err := end.Synchronize(); err != nil {
+			return 0, err
+		}
+		ms, err := start.Elapsed(end)
+		if err != nil {
+			return 0, err
+		}
+		best = math.Min(best, ms*1e3/float64(reps))
+	}
+	return best, nil
+}
+
+// BenchmarkCUDAGemv times the decode products of Llama-3.2-1B and Llama-3-8B (bf16) at 1 to 64 token
+// rows: cuBLAS GemmEx, the skinny kernel as planned, and the best launch shape of a sweep over rb × ks.
+// Weights rotate among copies totalling ≥ 256 MB (L2 is 50 MB). %BW is weight bytes / time / the copy
+// bandwidth.
+//
+//	go test -tags cuda -run XXX -bench CUDAGemv -benchtime 1x ./model
+func BenchmarkCUDAGemv(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sh := range gemvBenchShapes {
+		bytes := int64(sh.n) * int64(sh.k) * 2
+		copies := int(max(2, (256<<20+bytes-1)/bytes))
+		ws := make([]*cudaWeight, copies)
+		raw := make([]byte, bytes)
+		for i := range raw {
+			raw[i] = byte(rng.IntN(256)) & 0xbf // random bf16 of modest exponent
+		}
+		for i := range ws {
+			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
+		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
+		for _, m := range []int{1, 8, 16, 32, 64} {
+			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
+				reps := 100
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				var cublasUS, gemvUS float64
+				var err error
+				for bb.Loop() {
+					cublasUS, err = deviceMicros(b, reps, func(i int) error {
+						w := ws[i%copies]
+						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, w.ptr, b.dtype, sh.k, x.ptr, b.dtype,
+							sh.k, 0, y.ptr, cuda.Float32, sh.n)
+					})
+					if err != nil {
+						bb.Fatal(err)
+					}
+					gemvUS, err = deviceMicros(b, reps, func(i int) error {
+						return b.launchGemv(y, x, ws[i%copies], sh.n, sh.k, m, &gemvEpilogue{})
+					})
+					if err != nil {
+						bb.Fatal(err)
+					}
+				}
+				type point struct {
+					rb, ks int
+					us     float64
+				}
+				var sweep []point
+				maxWarps := b.gemv.maxWarps[gemvTileIndex(m)]
+				for _, rb := range []int{1, 2, 4, 8} {
+					for _, ks := range []int{1, 2, 4, 8, 16} {
+						if rb*ks > maxWarps || ks > sh.k/64 {
+							continue
+						}
+						b.tune = gemvTuning{MaxTokens: gemvMaxTokens, RB: rb, KS: ks}
+						us, err := deviceMicros(b, reps, func(i int) error {
+							return b.launchGemv(y, x, ws[i%copies], sh.n, sh.k, m, &gemvEpilogue{})
+						})
+						b.tune = defaultGemvTuning
+						if err != nil {
+							bb.Fatal(err)
+						}
+						sweep = append(sweep, point{rb, ks, us})
+					}
+				}
+				sort.Slice(sweep, func(i, j int) bool { return sweep[i].us < sweep[j].us })
+				plan := planGemv((sh.n+15)/16, sh.k/64, b.dev.Info().NumSMs, maxWarps, defaultGemvTuning)
+				bb.ReportMetric(cublasUS, "cublas-us")
+				bb.ReportMetric(pct(cublasUS), "cublas-%BW")
+				bb.ReportMetric(gemvUS, "gemv-us")
+				bb.ReportMetric(pct(gemvUS), "gemv-%BW")
+				bb.ReportMetric(float64(plan.rb*100+plan.ks), "plan-rb*100+ks")
+				bb.ReportMetric(sweep[0].us, "best-us")
+				bb.ReportMetric(pct(sweep[0].us), "best-%BW")
+				bb.ReportMetric(float64(sweep[0].rb*100+sweep[0].ks), "best-rb*100+ks")
+				top := ""
+				for i := range min(4, len(sweep)) {
+					top += fmt.Sprintf(" rb%d/ks%d %.1fµs", sweep[i].rb, sweep[i].ks, sweep[i].us)
+				}
+				bb.Logf("%s m=%d: cublas %.1fµs (%.0f%%), gemv %.1fµs (%.0f%%) plan rb%d/ks%d; best:%s", sh.name, m,
+					cublasUS, pct(cublasUS), gemvUS, pct(gemvUS), plan.rb, plan.ks, top)
+			})
+		}
+	}
+}

@@ -1,0 +1,302 @@
+// Skinny matrix product for decode steps (the CUDA backend's MatMul at up to 64 token rows, 16-bit
+// weights): y[m][row] = Σ_k x[m][k] · w[row][k], w [n][k] and x [m][k] of T, y float, with optional
+// fused epilogues (SwiGLU, RoPE + KV-cache write, argmax partials). Bound by reading w once: the goal is
+// the copy bandwidth (3.03 TB/s on the H100) on the weight bytes.
+//
+// Tensor cores with the roles swapped: a warp computes a tile of 16 weight rows × 8·NT tokens with
+// mma.sync.m16n8k16 (the 16 rows are the A operand, the tokens the B operand), so a batch of one token
+// wastes 7/8 of each instruction but none of the weight bytes. Fragments load straight from global memory
+// with 16-byte loads and no shared memory: the sum over k does not care about the order of k, so within
+// each 32-element slice of a row lane (g, c) (g = lane/4, c = lane%4) loads the 8 consecutive elements
+// 8c..8c+7 of rows lo(g) and hi(g) and of token rows 8j+g, and feeds elements 8c+4s..8c+4s+3 to the A and
+// B fragment slots of logical k {2c, 2c+1, 2c+8, 2c+9} of the s-th mma (s = 0, 1). A and B use the same
+// permutation, so each mma sums 16 distinct k. A 64-element k-block (two slices: 128 contiguous bytes of
+// every row) is the unit of work: 4 weight loads and 2·NT activation loads per lane.
+//
+// Grid: ceil(tiles / rb) blocks of rb·ks warps. Warp (r, s) of a block owns tile blockIdx.x·rb + r and
+// the k-blocks s, s + ks, s + 2ks, …; for NT ≤ 2 two k-blocks are loaded before either is used (8 weight
+// loads of 16 bytes in flight per lane), for NT ≥ 4 one (its 2·NT activation loads fill the pipe). The ks partial tiles of a row tile are summed through shared memory
+// ([warp][NT][4][32] floats) by the warp with s = 0, which runs the epilogue. Weight loads bypass L1
+// (ld.global.nc.L1::no_allocate): they are streamed once; activations go through L1, where the warps of
+// a block share them. With programmatic dependent launch (sm_90, common.cuh) a warp issues its first
+// weight loads before waiting for the kernel that wrote x, and lets the next kernel launch once its
+// weight stream is done.
+//
+// Rows of a tile: tile t is in group t / group_tiles and is the u = t % group_tiles-th tile of it; its
+// fragment row g (0..7) is weight row lo = group·group_stride + 8u + g and row g + 8 is hi = lo +
+// pair_offset. A plain product uses (1, 16, 8): tile t is rows 16t..16t+15. The fused epilogues need
+// pairs in one lane: SwiGLU (gate row i, up row I + i) uses (I/8, 0, I); RoPE (rows i and i + D/2 of a
+// head of D rows) uses (D/16, D, D/2).
+#include "common.cuh"
+
+enum GemvMode { GEMV_PLAIN = 0, GEMV_SWIGLU = 1, GEMV_ROPE = 2, GEMV_ARGMAX = 3 };
+
+struct GemvParams {
+	float *y;               // [m][n]: the product (RoPE: rotated q and k, as RoPEWriteKV leaves qkv)
+	const void *x;          // [m][k] of T
+	const void *w;          // [n][k] of T
+	void *aux0;             // SwiGLU: act [m][n/2] of T; RoPE: q_out [m][Hq·D] of T; argmax: values [m][tiles]
+	void *aux1;             // RoPE: k_cache [blocks][block_size][Hkv][D] of T; argmax: indices [m][tiles]
+	void *aux2;             // RoPE: v_cache
+	const int *positions;   // RoPE: [m]
+	const int *slots;       // RoPE: [m] (< 0: not stored)
+	const float *inv_freq;  // RoPE: [D/2]
+	float attention_scaling;
+	int m, n, k;
+	int tiles;
+	int mode;
+	int group_tiles, group_stride, pair_offset;
+	int rb, ks;
+	int num_heads, num_kv_heads, head_dim;
+};
+
+__device__ __forceinline__ uint4 load_stream(const void *p) {
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	             : "l"(p));
+	return v;
+}
+
+__device__ __forceinline__ uint4 load_cached(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+	                                           uint32_t b0, uint32_t b1) {
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		             "{%0,%1,%2,%3};"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	}
+};
+template <> struct Mma<__half> {
+	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+	                                           uint32_t b0, uint32_t b1) {
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		             "{%0,%1,%2,%3};"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	}
+};
+
+// One 64-element k-block of a lane: weight rows lo and hi, two 32-element halves; activations of NT
+// token rows.
+template <int NT> struct GemvStage {
+	uint4 w[2][2]; // [half][lo, hi]
+	uint4 x[2][NT];
+};
+
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_load_w(GemvStage<NT> &s, const T *wlo, const T *whi, int off) {
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		s.w[h][0] = load_stream(wlo + off + 32 * h);
+		s.w[h][1] = load_stream(whi + off + 32 * h);
+	}
+}
+
+template <typename T, int NT>
+__device__ __forceinline__ void gemv_load_x(GemvStage<NT> &s, const T *const (&xr)[NT], int off) {
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+#pragma unroll
+		for (int j = 0; j < NT; j++) s.x[h][j] = load_cached(xr[j] + off + 32 * h);
+}
+
+template <typename T, int NT> __device__ __forceinline__ void gemv_mma(float (&acc)[NT][4], const GemvStage<NT> &s) {
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const uint4 lo = s.w[h][0], hi = s.w[h][1];
+#pragma unroll
+		for (int j = 0; j < NT; j++) {
+			const uint4 xv = s.x[h][j];
+			Mma<T>::run(acc[j], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y); // elements 8c..8c+3
+			Mma<T>::run(acc[j], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w); // elements 8c+4..8c+7
+		}
+	}
+}
+
+template <typename T, int NT> __device__ __forceinline__ void gemv(const GemvParams &p) {
+	extern __shared__ float red[]; // [warps][NT][4][32], when ks > 1
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int r = warp / p.ks, s = warp - r * p.ks;
+	const int tile = blockIdx.x * p.rb + r;
+	const bool active = tile < p.tiles;
+	const int g = lane >> 2, c = lane & 3;
+	const int grp = tile / p.group_tiles, u = tile - grp * p.group_tiles;
+	const int lo = grp * p.group_stride + 8 * u + g, hi = lo + p.pair_offset;
+
+	const T *w = reinterpret_cast<const T *>(p.w);
+	const T *x = reinterpret_cast<const T *>(p.x);
+	const T *wlo = w + (long long)min(lo, p.n - 1) * p.k + 8 * c;
+	const T *whi = w + (long long)min(hi, p.n - 1) * p.k + 8 * c;
+	const T *xr[NT];
+#pragma unroll
+	for (int j = 0; j < NT; j++) xr[j] = x + (long long)min(8 * j + g, p.m - 1) * p.k + 8 * c;
+
+	// Two k-blocks in flight per lane for one or two token tiles, each with its own accumulators (two
+	// independent mma chains); from four on, the activation loads of one k-block are enough (and two
+	// would spill registers).
+	constexpr int STAGES = NT <= 2 ? 2 : 1;
+	float acc[NT][4], acc2[NT][4];
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) acc[j][e] = acc2[j][e] = 0.f;
+
+	// The weights never change: the first k-blocks' loads go out before pdl_wait, while the kernel before
+	// this one (which wrote x) may still run; the activations are read after it.
+	const int blocks = active ? p.k >> 6 : 0;
+	int kb = s;
+	GemvStage<NT> st[STAGES];
+	bool two = STAGES == 2 && kb + p.ks < blocks;
+	if (kb < blocks) {
+		gemv_load_w<T, NT>(st[0], wlo, whi, kb * 64);
+		if (two) gemv_load_w<T, NT>(st[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
+	}
+	pdl_wait();
+	while (kb < blocks) {
+		gemv_load_x<T, NT>(st[0], xr, kb * 64);
+		if (two) gemv_load_x<T, NT>(st[STAGES - 1], xr, (kb + p.ks) * 64);
+		gemv_mma<T, NT>(acc, st[0]);
+		if (two) gemv_mma<T, NT>(acc2, st[STAGES - 1]);
+		kb += STAGES * p.ks;
+		two = STAGES == 2 && kb + p.ks < blocks;
+		if (kb < blocks) {
+			gemv_load_w<T, NT>(st[0], wlo, whi, kb * 64);
+			if (two) gemv_load_w<T, NT>(st[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
+		}
+	}
+	// The weight stream is done: the next kernel may start (its blocks wait for this one's in pdl_wait).
+	pdl_launch_dependents();
+	if (STAGES == 2) {
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) acc[j][e] += acc2[j][e];
+	}
+	if (p.ks > 1) {
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) red[((warp * NT + j) * 4 + e) * 32 + lane] = acc[j][e];
+		__syncthreads();
+		if (s != 0) return;
+		for (int o = 1; o < p.ks; o++)
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) acc[j][e] += red[(((warp + o) * NT + j) * 4 + e) * 32 + lane];
+	}
+	if (!active) return;
+
+	// acc[j][e]: row lo (e = 0, 1) or hi (e = 2, 3) for token 8j + 2c + (e & 1).
+	if (p.mode == GEMV_ARGMAX) {
+		float *values = reinterpret_cast<float *>(p.aux0);
+		int *indices = reinterpret_cast<int *>(p.aux1);
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int tok = 8 * j + 2 * c + e;
+				const float ylo = acc[j][e], yhi = acc[j][2 + e];
+				if (tok < p.m) {
+					if (lo < p.n) p.y[(long long)tok * p.n + lo] = ylo;
+					if (hi < p.n) p.y[(long long)tok * p.n + hi] = yhi;
+				}
+				// A NaN or −∞ never wins (as in the Argmax kernel, which keeps only x > best from −∞).
+				float v = -INFINITY;
+				int i = 0x7fffffff;
+				if (lo < p.n && ylo > -INFINITY) v = ylo, i = lo;
+				if (hi < p.n && yhi > -INFINITY) argmax_keep(v, i, yhi, hi);
+				for (int o = 4; o < 32; o <<= 1) {
+					const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+					const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+					argmax_keep(v, i, ov, oi);
+				}
+				if (g == 0 && tok < p.m) {
+					values[(long long)tok * p.tiles + tile] = v;
+					indices[(long long)tok * p.tiles + tile] = i;
+				}
+			}
+		return;
+	}
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int tok = 8 * j + 2 * c + e;
+			if (tok >= p.m) continue;
+			float ylo = acc[j][e], yhi = acc[j][2 + e];
+			float *yrow = p.y + (long long)tok * p.n;
+			switch (p.mode) {
+			case GEMV_SWIGLU: {
+				yrow[lo] = ylo;
+				yrow[hi] = yhi;
+				T *act = reinterpret_cast<T *>(p.aux0) + (long long)tok * p.pair_offset;
+				act[lo] = Num<T>::store(ylo / (1.f + expf(-ylo)) * yhi);
+				break;
+			}
+			case GEMV_ROPE: {
+				const int d = p.head_dim, head = lo / d, i = lo - head * d;
+				if (head < p.num_heads + p.num_kv_heads) { // q and k rotate; v passes
+					const float angle = p.inv_freq[i] * (float)p.positions[tok];
+					double sn, cs;
+					sincos((double)angle, &sn, &cs);
+					const float cf = (float)cs * p.attention_scaling, sf = (float)sn * p.attention_scaling;
+					const float a = ylo, b = yhi;
+					ylo = a * cf - b * sf;
+					yhi = b * cf + a * sf;
+				}
+				yrow[lo] = ylo;
+				yrow[hi] = yhi;
+				if (head < p.num_heads) {
+					T *q = reinterpret_cast<T *>(p.aux0) + (long long)tok * p.num_heads * d;
+					q[lo] = Num<T>::store(ylo);
+					q[hi] = Num<T>::store(yhi);
+				} else {
+					const long long slot = p.slots[tok];
+					if (slot >= 0) {
+						const int kv_row = p.num_kv_heads * d;
+						const bool is_k = head < p.num_heads + p.num_kv_heads;
+						T *dst = reinterpret_cast<T *>(is_k ? p.aux1 : p.aux2) + slot * kv_row;
+						const int col = lo - (is_k ? p.num_heads : p.num_heads + p.num_kv_heads) * d;
+						dst[col] = Num<T>::store(ylo);
+						dst[col + d / 2] = Num<T>::store(yhi);
+					}
+				}
+				break;
+			}
+			default:
+				if (lo < p.n) yrow[lo] = ylo;
+				if (hi < p.n) yrow[hi] = yhi;
+			}
+		}
+}
+
+#define GEMV(T, TN, NT)                                                                                       \
+	extern "C" __global__ void Gemv_##TN##_nt##NT(const GemvParams p) { gemv<T, NT>(p); }
+GEMV(__nv_bfloat16, bf16, 1)
+GEMV(__nv_bfloat16, bf16, 2)
+GEMV(__nv_bfloat16, bf16, 4)
+GEMV(__nv_bfloat16, bf16, 8)
+GEMV(__half, f16, 1)
+GEMV(__half, f16, 2)
+GEMV(__half, f16, 4)
+GEMV(__half, f16, 8)
+
+// Spin keeps the GPU busy for ns nanoseconds (one thread): the step profiler queues it first so that the
+// host stays ahead of the timed kernels.
+struct SpinParams {
+	unsigned long long ns;
+};
+
+extern "C" __global__ void Spin(const SpinParams p) {
+	unsigned long long start, now;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+	do {
+		__nanosleep(1000);
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+	} while (now - start < p.ns);
+}
