@@ -95,6 +95,9 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, ch chan<- 
 		}
 	}
 	n := req.MaxTokens
+	if n == 0 { // as many as the context allows, as the engine does
+		n = f.maxLen - len(req.PromptIDs)
+	}
 	for i := 0; i < n; i += 2 {
 		var o engine.Output
 		for k := i; k < min(n, i+2); k++ {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gollm/gollm/engine"
 )
 
 // panickyTokenizer is byteTokenizer, but Encode panics on text containing "PANIC" and Decode
@@ -283,4 +285,38 @@ func httptestRequest(method, path, body string) *http.Request {
 	}
 	r.Header.Set("Content-Type", "application/json")
 	return r
+}
+
+// eofEngine's streams end without a finished output: a broken engine contract.
+type eofEngine struct{ fakeEngine }
+
+func (e *eofEngine) Add(ctx context.Context, req engine.Request) (Stream, error) {
+	return eofStream{}, nil
+}
+
+type eofStream struct{}
+
+func (eofStream) Recv(ctx context.Context) (engine.Output, error) { return engine.Output{}, io.EOF }
+
+// TestStreamEndsWithoutFinish: a stream that ends before its finished output fails its request
+// with a 500 (or an error event) instead of holding the handler forever.
+func TestStreamEndsWithoutFinish(t *testing.T) {
+	cfg := templateConfig(t)
+	cfg.ModelName = "m"
+	cfg.Logger = quietLogger()
+	srv, err := New(&eofEngine{fakeEngine{maxLen: 64}}, byteTokenizer{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveOnLoopback(t, srv, time.Second)
+	status, _, body := call(t, "POST", url+"/v1/completions", "", `{"prompt":"a","max_tokens":2,"n":2}`)
+	if status != 500 {
+		t.Errorf("non-streamed: %d %s, want 500", status, body)
+	}
+	checkErrorObject(t, body)
+	status, _, body = call(t, "POST", url+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"x"}],"stream":true}`)
+	if events := sseEvents(t, body); status != 200 || !strings.Contains(events[len(events)-2], `"error":{`) {
+		t.Errorf("streamed: %d %s, want an error event", status, body)
+	}
+	waitFor(t, func() bool { return srv.admitted.Load() == 0 })
 }

@@ -19,6 +19,8 @@ import (
 func (s *Server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gw := &guardedWriter{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
+		s.handling.Add(1)
+		defer s.handling.Add(-1)
 		defer func() {
 			v := recover()
 			if v == nil {

@@ -29,7 +29,7 @@ type metrics struct {
 // latencyBuckets cover CPU inference (slow) to GPU decode steps (milliseconds), in seconds.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 
-func newMetrics(eng Engine, admitted func() float64) *metrics {
+func newMetrics(eng Engine, admitted, handling func() float64) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:prompt_tokens_total",
 		Help: "Prompt tokens of admitted sequences (counted once per choice)."})
@@ -43,13 +43,15 @@ func newMetrics(eng Engine, admitted func() float64) *metrics {
 		Help: "Requests whose handling panicked (answered with 500; the server kept serving)."})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gollm:server_sequences_admitted",
 		Help: "Engine sequences the HTTP server has admitted and not yet seen finish."}, admitted)
+	handlers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gollm:http_requests_in_flight",
+		Help: "HTTP requests being handled (this scrape included)."}, handling)
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:time_to_first_token_seconds",
 		Help: "Time from receiving a request to its first generated token.", Buckets: latencyBuckets})
 	m.interToken = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:inter_token_latency_seconds",
 		Help: "Time between consecutive generated tokens of a sequence (averaged over tokens delivered together).", Buckets: latencyBuckets})
 	m.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:e2e_request_latency_seconds",
 		Help: "Time from receiving a request to its last token.", Buckets: latencyBuckets})
-	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.panics, inFlight, m.ttft, m.interToken, m.e2e,
+	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.panics, inFlight, handlers, m.ttft, m.interToken, m.e2e,
 		engineCollector{eng}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

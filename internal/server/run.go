@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -91,7 +92,9 @@ func (s *Server) startRun(ctx context.Context, jobs []*job) (*run, *apiError) {
 			for {
 				o, err := streams[i].Recv(context.Background())
 				if errors.Is(err, io.EOF) {
-					return
+					// The engine promises a finished output before EOF; should a stream end without
+					// one, fail the job rather than wait for it forever.
+					err = fmt.Errorf("stream ended without a finished output: %w", io.ErrUnexpectedEOF)
 				}
 				ru.events <- event{job: j, out: o, err: err}
 				if err != nil || o.Finished() {

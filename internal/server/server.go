@@ -93,6 +93,8 @@ type Server struct {
 
 	// admitted counts the engine sequences added and not yet finished (for 429).
 	admitted atomic.Int64
+	// handling counts the requests being handled.
+	handling atomic.Int64
 	// draining is set once shutdown begins: new generation requests get 503.
 	draining atomic.Bool
 	// engineDown is set once the engine refuses requests as closed.
@@ -146,7 +148,7 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
-	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) })
+	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
 	s.routes()
 	return s, nil
 }
