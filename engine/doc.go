@@ -28,6 +28,8 @@
 // ids, stop strings matched on the decoded text (cut from the returned text; text that could begin a
 // stop string is held back while streaming), MaxTokens and the context length (MaxModelLen).
 //
-// Cancelling the context given to Add aborts the request; its KV blocks are freed before the next
-// step. Close stops intake and drains, or aborts when its own context ends.
+// Cancelling the context given to Add aborts the request; its KV blocks are freed before the step
+// that follows the cancellation (context.AfterFunc tells the loop, so a step costs what was
+// cancelled, not a check of every request). Close stops intake and drains, or aborts when its own
+// context ends.
 package engine

@@ -141,6 +141,11 @@ type Engine struct {
 	statsMu sync.Mutex
 	stats   Stats
 
+	// cancelled holds requests whose Add context has ended, queued by context.AfterFunc for the
+	// loop to abort: a step costs what was cancelled, not a check of every live request.
+	cancelMu  sync.Mutex
+	cancelled []*request
+
 	// Owned by the loop.
 	live   map[kvcache.SeqID]*request
 	nextID kvcache.SeqID
@@ -153,7 +158,10 @@ type request struct {
 	req    Request
 	id     kvcache.SeqID
 	stream *Stream
-	done   <-chan struct{} // the Add context's Done: closed when the caller gives up
+	// unwatch stops watching the Add context (see Engine.cancelled); dropped, guarded by
+	// Engine.cancelMu, says Add failed and the request never reached the loop.
+	unwatch func() bool
+	dropped bool
 
 	limits   scheduler.Limits
 	seq      *scheduler.Sequence // set when the loop admits the request
@@ -240,7 +248,8 @@ func (e *Engine) MaxModelLen() int { return e.maxLen }
 func (e *Engine) EOSTokenIDs() []int32 { return slices.Clone(e.eos) }
 
 // Add queues a request and returns the stream of its outputs. Cancelling ctx aborts the request: it
-// finishes with FinishAbort and its KV blocks are freed at the next step. Add fails at once with
+// finishes with FinishAbort and its KV blocks are freed before the step that follows (Add watches
+// ctx with context.AfterFunc until the request ends). Add fails at once with
 // ErrPromptTooLong, ErrInvalidRequest or ErrClosed (wrapped), or with ctx's error if ctx ends
 // while the engine's intake is full.
 func (e *Engine) Add(ctx context.Context, req Request) (*Stream, error) {
@@ -248,17 +257,33 @@ func (e *Engine) Add(ctx context.Context, req Request) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.done = ctx.Done()
+	r.unwatch = context.AfterFunc(ctx, func() {
+		e.cancelMu.Lock()
+		e.cancelled = append(e.cancelled, r)
+		e.cancelMu.Unlock()
+	})
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
+		e.drop(r)
 		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, ErrClosed)
 	}
 	select {
 	case e.addCh <- r:
 		return r.stream, nil
 	case <-ctx.Done():
+		e.drop(r)
 		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, ctx.Err())
+	}
+}
+
+// drop forgets a request Add could not hand to the loop: it stops watching its context, or, if its
+// cancellation is already queued, marks it so that the loop discards it.
+func (e *Engine) drop(r *request) {
+	if !r.unwatch() {
+		e.cancelMu.Lock()
+		r.dropped = true
+		e.cancelMu.Unlock()
 	}
 }
 

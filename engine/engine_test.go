@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gollm/gollm/kvcache"
 )
 
 // randomPrompt returns n byte tokens drawn from rng.
@@ -404,4 +406,85 @@ func TestStatsCurrentWhenOutputArrives(t *testing.T) {
 		}
 	}
 	closeAndCheckPool(t, e)
+}
+
+// watchCountingContext is a cancellable context that counts the AfterFunc registrations still
+// pending on it (context.AfterFunc uses a context's own AfterFunc method when it has one).
+type watchCountingContext struct {
+	context.Context
+	mu      sync.Mutex
+	pending int
+}
+
+func (c *watchCountingContext) AfterFunc(f func()) func() bool {
+	stop := context.AfterFunc(c.Context, f)
+	c.mu.Lock()
+	c.pending++
+	c.mu.Unlock()
+	return func() bool {
+		stopped := stop()
+		if stopped {
+			c.mu.Lock()
+			c.pending--
+			c.mu.Unlock()
+		}
+		return stopped
+	}
+}
+
+func (c *watchCountingContext) numPending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending
+}
+
+// Many requests share one long-lived context (gollm generate --prompts-file passes its signal
+// context to all): each finished request must stop watching it, and cancelling it must still
+// abort the requests in flight, including those not admitted yet.
+func TestSharedContextWatchAndCancel(t *testing.T) {
+	m := newCountingModel(64, 1000, 4, 256)
+	e := newEngine(t, m, Config{MaxNumSeqs: 2})
+	base, cancel := context.WithCancel(context.Background())
+	ctx := &watchCountingContext{Context: base}
+	for range 20 {
+		s, err := e.Add(ctx, Request{PromptIDs: []int32{1, 2}, MaxTokens: 3, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := collect(t, s); r.reason != FinishLength {
+			t.Fatalf("finish %q", r.reason)
+		}
+	}
+	if n := ctx.numPending(); n != 0 {
+		t.Errorf("%d finished requests still watch their context", n)
+	}
+	// Now many in flight (two running, the rest waiting), then the context ends.
+	m.delay = 100 * time.Microsecond
+	var streams []*Stream
+	for range 12 {
+		s, err := e.Add(ctx, Request{PromptIDs: []int32{1, 2}, MaxTokens: 500, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	cancel()
+	for i, s := range streams {
+		if r := collect(t, s); r.reason != FinishAbort {
+			t.Errorf("request %d: finish %q after its context ended, want abort", i, r.reason)
+		}
+	}
+	closeAndCheckPool(t, e)
+}
+
+// BenchmarkReapCancelled measures the loop's per-step check for cancelled requests with 4096
+// requests in the engine and none cancelled: it must not cost per live request.
+func BenchmarkReapCancelled(b *testing.B) {
+	e := &Engine{live: map[kvcache.SeqID]*request{}}
+	for i := range 4096 {
+		e.live[kvcache.SeqID(i+1)] = &request{id: kvcache.SeqID(i + 1)}
+	}
+	for b.Loop() {
+		e.reapCancelled()
+	}
 }

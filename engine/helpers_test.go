@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +156,24 @@ func closeAndCheckPool(t testing.TB, e *Engine) {
 	}
 	if err := e.pool.CheckInvariants(); err != nil {
 		t.Fatalf("pool invariants: %v", err)
+	}
+}
+
+// waitCancellationSeen waits until the engine has queued a cancelled request for its next turn
+// (context.AfterFunc tells it from a goroutine of its own, a moment after cancel returns).
+func waitCancellationSeen(t testing.TB, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // only a lost cancellation gets near it
+	for {
+		e.cancelMu.Lock()
+		n := len(e.cancelled)
+		e.cancelMu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine never saw the cancellation")
+		}
+		runtime.Gosched()
 	}
 }

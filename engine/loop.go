@@ -106,13 +106,23 @@ func (e *Engine) admit(r *request) {
 		"max_tokens", r.limits.MaxTokens)
 }
 
-// reapCancelled aborts the requests whose Add context has ended; their blocks are freed now.
+// reapCancelled aborts the requests whose Add context has ended; their blocks are freed now. A
+// request cancelled before the loop has taken it from the intake waits for a later turn.
 func (e *Engine) reapCancelled() {
-	for _, r := range e.live {
-		if isClosed(r.done) {
+	e.cancelMu.Lock()
+	defer e.cancelMu.Unlock()
+	kept := e.cancelled[:0]
+	for _, r := range e.cancelled {
+		switch {
+		case r.dropped:
+		case r.id == 0: // still in the intake
+			kept = append(kept, r)
+		case e.live[r.id] == r:
 			e.abort(r, nil)
 		}
 	}
+	clear(e.cancelled[len(kept):])
+	e.cancelled = kept
 }
 
 // abortEverything aborts every live request and every request still in the intake.
@@ -160,6 +170,9 @@ func (e *Engine) finish(r *request, reason FinishReason, err error, out Output) 
 		out.Usage = Usage{PromptTokens: len(r.req.PromptIDs)}
 	}
 	delete(e.live, r.id)
+	if r.unwatch != nil {
+		r.unwatch()
+	}
 	e.statsMu.Lock()
 	e.stats.Finished[reason]++
 	e.statsMu.Unlock()

@@ -323,7 +323,8 @@ func TestAbortKeepsHeldBackText(t *testing.T) {
 	for step := range 3 { // b, c, d: "d" is held back, it could begin "dz"
 		<-m.entered
 		if step == 2 {
-			cancel() // seen before the next step
+			cancel()
+			waitCancellationSeen(t, e) // so that the loop aborts before the next step
 		}
 		m.gate <- struct{}{}
 	}
