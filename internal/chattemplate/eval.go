@@ -36,10 +36,25 @@ type renderer struct {
 	env *Template
 	// steps bounds the work of one render, so that a template cannot loop for ever.
 	steps int
+	// calls is the depth of macro calls: a template that recurses without end gets an error, as
+	// in Python, instead of exhausting the goroutine's stack (a fatal error that would end the
+	// process).
+	calls int
 }
 
-// maxSteps is the most statements and loop iterations one render may execute.
-const maxSteps = 1_000_000
+// Bounds on one render: a template is trusted code from the model folder, but a faulty one must
+// fail its request with an error, never take the server down.
+const (
+	// maxSteps is the most statements and loop iterations one render may execute.
+	maxSteps = 1_000_000
+	// maxCallDepth is the deepest nesting of macro calls.
+	maxCallDepth = 200
+	// maxTextBytes caps the output of a render (and of every block rendered into a value) and any
+	// string or list built by repetition.
+	maxTextBytes = 64 << 20
+)
+
+var errTooLarge = fmt.Errorf("chattemplate: output exceeds %d bytes", maxTextBytes)
 
 func (r *renderer) tick() error {
 	r.steps++
@@ -61,6 +76,9 @@ func (r *renderer) execBody(out *strings.Builder, body []node, sc *scope) error 
 func (r *renderer) exec(out *strings.Builder, n node, sc *scope) error {
 	if err := r.tick(); err != nil {
 		return err
+	}
+	if out.Len() > maxTextBytes {
+		return errTooLarge
 	}
 	switch n := n.(type) {
 	case *textNode:
@@ -240,6 +258,11 @@ func (r *renderer) execSet(n *setNode, sc *scope) error {
 // macro makes the function a {% macro %} defines; its body sees the scope it was defined in.
 func (r *renderer) macro(n *macroNode, defScope *scope) *function {
 	return &function{name: n.name, call: func(args []value, kw *dict) (value, error) {
+		if r.calls >= maxCallDepth {
+			return nil, fmt.Errorf("chattemplate: macro %s: calls nested deeper than %d", n.name, maxCallDepth)
+		}
+		r.calls++
+		defer func() { r.calls-- }()
 		s := newScope(defScope)
 		if len(args) > len(n.params) {
 			return nil, fmt.Errorf("chattemplate: macro %s takes %d arguments, got %d", n.name, len(n.params), len(args))
@@ -526,11 +549,17 @@ func binary(op string, l, r value) (value, error) {
 	case "*":
 		if s, ok := l.(string); ok {
 			if n, ok := r.(int64); ok {
+				if n > 0 && int64(len(s)) > maxTextBytes/n {
+					return nil, errTooLarge
+				}
 				return strings.Repeat(s, int(max(0, n))), nil
 			}
 		}
 		if x, ok := l.(*list); ok {
 			if n, ok := r.(int64); ok {
+				if n > 0 && int64(len(x.items)) > maxSteps/n {
+					return nil, errors.New("chattemplate: list repetition too long")
+				}
 				out := &list{tuple: x.tuple}
 				for range max(0, n) {
 					out.items = append(out.items, x.items...)

@@ -106,7 +106,24 @@ type parser struct {
 	// Tokens of the tag being parsed.
 	toks []token
 	t    int
+	// depth is the nesting of the block or expression being parsed, bounded by maxNesting so that
+	// a pathological template fails to parse instead of exhausting the stack.
+	depth int
 }
+
+// maxNesting is the deepest nesting of blocks, or of an expression's parts, a template may have.
+const maxNesting = 500
+
+// enter counts one more level of nesting; the caller defers p.leave.
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > maxNesting {
+		return p.syntaxError("nested deeper than %d levels", maxNesting)
+	}
+	return nil
+}
+
+func (p *parser) leave() { p.depth-- }
 
 // parse builds the template body from its segments.
 func parse(segs []segment) ([]node, error) {
@@ -133,6 +150,10 @@ func (p *parser) syntaxError(format string, args ...any) error {
 // parseBody parses nodes until the end of the template or a block tag that it does not own
 // (endif, else, endfor, ...), whose keyword it returns with p.toks positioned after the keyword.
 func (p *parser) parseBody(stops ...string) ([]node, string, error) {
+	defer p.leave()
+	if err := p.enter(); err != nil {
+		return nil, "", err
+	}
 	var body []node
 	for p.i < len(p.segs) {
 		s := p.segs[p.i]
@@ -496,6 +517,10 @@ func (p *parser) parseExpr() (expr, error) {
 }
 
 func (p *parser) parseCond() (expr, error) {
+	defer p.leave()
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
 	e, err := p.parseOr()
 	if err != nil {
 		return nil, err
@@ -545,6 +570,10 @@ func (p *parser) parseAnd() (expr, error) {
 }
 
 func (p *parser) parseNot() (expr, error) {
+	defer p.leave()
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
 	if p.acceptName("not") {
 		e, err := p.parseNot()
 		return &unaryExpr{op: "not", e: e}, err
@@ -630,6 +659,10 @@ func (p *parser) parsePow() (expr, error) {
 }
 
 func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	defer p.leave()
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
 	var e expr
 	var err error
 	switch {

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -173,8 +174,43 @@ func str(v value) string {
 	return repr(v)
 }
 
+// maxValueDepth bounds the recursion of repr, equal and tojson into nested lists and dicts: a
+// template can build a list that contains itself, which would otherwise recurse until the stack is
+// exhausted (a fatal error). Python prints such a cycle as [...] and raises on comparing or
+// serialising it; so do these, past this depth.
+const maxValueDepth = 1000
+
+// sameContainer reports whether a and b are the same list or dict.
+func sameContainer(a, b value) bool {
+	switch x := a.(type) {
+	case *list:
+		y, ok := b.(*list)
+		return ok && x == y
+	case *dict:
+		y, ok := b.(*dict)
+		return ok && x == y
+	}
+	return false
+}
+
 // repr is Python's repr(v).
-func repr(v value) string {
+func repr(v value) string { return reprPath(v, nil) }
+
+// reprPath is repr of v inside the containers of path: a container that contains itself prints as
+// [...] or {...}, as in Python.
+func reprPath(v value, path []value) string {
+	for _, p := range path {
+		if sameContainer(v, p) || len(path) > maxValueDepth {
+			if _, ok := v.(*dict); ok {
+				return "{...}"
+			}
+			return "[...]"
+		}
+	}
+	switch v.(type) {
+	case *list, *dict:
+		path = append(path, v)
+	}
 	switch x := v.(type) {
 	case nil:
 		return "None"
@@ -194,7 +230,7 @@ func repr(v value) string {
 	case *list:
 		parts := make([]string, len(x.items))
 		for i, e := range x.items {
-			parts[i] = repr(e)
+			parts[i] = reprPath(e, path)
 		}
 		if x.tuple {
 			if len(parts) == 1 {
@@ -206,7 +242,7 @@ func repr(v value) string {
 	case *dict:
 		parts := make([]string, len(x.keys))
 		for i, k := range x.keys {
-			parts[i] = pyQuote(k) + ": " + repr(x.m[k])
+			parts[i] = pyQuote(k) + ": " + reprPath(x.m[k], path)
 		}
 		if x.namespace {
 			return "<Namespace {" + strings.Join(parts, ", ") + "}>"
@@ -276,7 +312,15 @@ func pyQuote(s string) string {
 }
 
 // equal is Python's ==.
-func equal(a, b value) bool {
+func equal(a, b value) bool { return equalDepth(a, b, 0) }
+
+func equalDepth(a, b value, depth int) bool {
+	if depth > maxValueDepth {
+		return false // Python raises RecursionError
+	}
+	if sameContainer(a, b) {
+		return true // Python compares items by identity first
+	}
 	switch x := a.(type) {
 	case int64:
 		switch y := b.(type) {
@@ -303,7 +347,7 @@ func equal(a, b value) bool {
 		case bool:
 			return x == y
 		case int64, float64:
-			return equal(boolInt(x), y)
+			return equalDepth(boolInt(x), y, depth+1)
 		}
 		return false
 	case *list:
@@ -312,7 +356,7 @@ func equal(a, b value) bool {
 			return false
 		}
 		for i := range x.items {
-			if !equal(x.items[i], y.items[i]) {
+			if !equalDepth(x.items[i], y.items[i], depth+1) {
 				return false
 			}
 		}
@@ -324,7 +368,7 @@ func equal(a, b value) bool {
 		}
 		for _, k := range x.keys {
 			w, ok := y.m[k]
-			if !ok || !equal(x.m[k], w) {
+			if !ok || !equalDepth(x.m[k], w, depth+1) {
 				return false
 			}
 		}
@@ -347,12 +391,17 @@ func boolInt(b bool) int64 {
 
 // compare orders numbers with numbers, strings with strings and lists element-wise (Python's <);
 // other pairs are an error.
-func compare(a, b value) (int, error) {
+func compare(a, b value) (int, error) { return compareDepth(a, b, 0) }
+
+func compareDepth(a, b value, depth int) (int, error) {
+	if depth > maxValueDepth {
+		return 0, errors.New("maximum recursion depth exceeded in comparison")
+	}
 	if a, ok := a.(bool); ok {
-		return compare(boolInt(a), b)
+		return compareDepth(boolInt(a), b, depth+1)
 	}
 	if b, ok := b.(bool); ok {
-		return compare(a, boolInt(b))
+		return compareDepth(a, boolInt(b), depth+1)
 	}
 	switch x := a.(type) {
 	case int64:
@@ -376,10 +425,10 @@ func compare(a, b value) (int, error) {
 	case *list:
 		if y, ok := b.(*list); ok {
 			for i := 0; i < len(x.items) && i < len(y.items); i++ {
-				if equal(x.items[i], y.items[i]) {
+				if equalDepth(x.items[i], y.items[i], depth+1) {
 					continue
 				}
-				return compare(x.items[i], y.items[i])
+				return compareDepth(x.items[i], y.items[i], depth+1)
 			}
 			return cmpOrdered(len(x.items), len(y.items)), nil
 		}
@@ -433,6 +482,9 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 	itemSep := ", "
 	if indent != "" {
 		itemSep = ","
+	}
+	if depth > maxValueDepth {
+		return errors.New("tojson: circular reference or nesting too deep")
 	}
 	switch x := v.(type) {
 	case nil, undefined:
