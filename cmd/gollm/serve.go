@@ -34,11 +34,13 @@ type serveOptions struct {
 	modelName       string
 	maxQueue        int
 	maxBodyBytes    int64
+	maxHeaderBytes  int
 	maxN            int
 	maxStop         int
 	maxTokensLimit  int
 	readTimeout     time.Duration
 	writeTimeout    time.Duration
+	idleTimeout     time.Duration
 	shutdownTimeout time.Duration
 }
 
@@ -53,11 +55,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (default: the model folder's name)")
 	fs.IntVar(&o.maxQueue, "max-queue", server.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (-1: no limit)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
 	fs.IntVar(&o.maxN, "max-n", server.DefaultMaxN, "largest n (choices per request) accepted")
 	fs.IntVar(&o.maxStop, "max-stop", server.DefaultMaxStopStrings, "most stop strings (and stop token ids) per request")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens accepted, also the default cap for chat (0: the context length)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", server.DefaultReadTimeout, "time to read a request")
-	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "time to write each response (each streamed event for streams)")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
 	fs.IntVar(&o.gen.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
 	fs.IntVar(&o.gen.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
@@ -152,12 +156,14 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		MaxRunning:       o.gen.maxNumSeqs,
 		MaxQueue:         o.maxQueue,
 		MaxBodyBytes:     o.maxBodyBytes,
+		MaxHeaderBytes:   o.maxHeaderBytes,
 		MaxN:             o.maxN,
 		MaxStopStrings:   o.maxStop,
 		MaxTokensLimit:   o.maxTokensLimit,
 		VocabSize:        g.folder.Config.VocabSize,
 		ReadTimeout:      o.readTimeout,
 		WriteTimeout:     o.writeTimeout,
+		IdleTimeout:      o.idleTimeout,
 		Logger:           log,
 	}
 	srv, err := server.New(server.FromEngine(g.engine), g.tok, cfg)

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,5 +97,65 @@ func TestServeDefaultModel(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d after cancel, want 0: %s", code, stderr.String())
+	}
+}
+
+// TestServeSIGTERM runs gollm serve as main does (signal handling included) with the defaults but
+// for a short drain deadline: it listens on 127.0.0.1, and on SIGTERM it stops accepting, ends a
+// long in-flight stream within the deadline (finish_reason "abort", then [DONE]), and exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the built-in model")
+	}
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"serve", "--port", "0", "--kv-blocks", "128", "--shutdown-timeout", "300ms"}, &bytes.Buffer{}, &stderr)
+	}()
+	addr := regexp.MustCompile(`listening on http://(\S+)`)
+	var hostPort string
+	for deadline := time.Now().Add(time.Minute); hostPort == ""; {
+		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
+			hostPort = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if host, _, err := net.SplitHostPort(hostPort); err != nil || host != "127.0.0.1" {
+		t.Errorf("listening on %q by default, want 127.0.0.1", hostPort)
+	}
+	resp, err := http.Post("http://"+hostPort+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"func main() {","max_tokens":1000,"ignore_eos":true,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("reading the stream after SIGTERM: %v", err)
+	}
+	if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || !strings.Contains(string(rest), `"finish_reason":"abort"`) {
+		t.Errorf("the in-flight stream after SIGTERM, past the drain deadline: %.300s ... %.300s", rest, rest[max(0, len(rest)-300):])
+	}
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0: %s", code, stderr.String())
+	}
+	if _, err := net.Dial("tcp", hostPort); err == nil {
+		t.Error("still accepting connections after exit")
 	}
 }
