@@ -211,10 +211,7 @@ func (e *Engine) runStep() {
 	}
 
 	st := e.buildStep(b)
-	logits, err := e.model.Forward(st)
-	if err == nil && len(logits) != b.NumLogits {
-		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), b.NumLogits)
-	}
+	sampled, err := e.forwardAndSample(b, st)
 	if err != nil {
 		// A forward failure is a bug or a dead device: fail the sequences of this step, keep serving.
 		e.log.Error("forward pass failed", "err", err, "tokens", b.NumTokens, "sequences", len(b.Chunks))
@@ -231,16 +228,6 @@ func (e *Engine) runStep() {
 		}
 		return
 	}
-
-	sampled := make([]int32, b.NumLogits)
-	jobs := make([]sampleJob, 0, b.NumLogits)
-	for _, c := range b.Chunks {
-		if c.NeedsLogits {
-			k := len(jobs)
-			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k]})
-		}
-	}
-	e.sampleAll(jobs)
 
 	updated, err := e.sched.Update(b, sampled)
 	if err != nil {
@@ -260,6 +247,52 @@ func (e *Engine) runStep() {
 			e.postprocess(r)
 		}
 	}
+}
+
+// forwardAndSample runs the model on st and returns one token per logits row of b. When every sequence
+// that needs a token is greedy without penalties or logprobs and the model can pick on its device
+// (GreedyModel), only the token ids come back; otherwise the logits come to the host and each request's
+// sampler draws from its row.
+func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, error) {
+	if gm, ok := e.model.(GreedyModel); ok && e.allGreedy(b) {
+		ids, err := gm.ForwardGreedy(st)
+		if err == nil && len(ids) != b.NumLogits {
+			err = fmt.Errorf("forward returned %d tokens for %d", len(ids), b.NumLogits)
+		}
+		return ids, err
+	}
+	logits, err := e.model.Forward(st)
+	if err == nil && len(logits) != b.NumLogits {
+		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), b.NumLogits)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sampled := make([]int32, b.NumLogits)
+	jobs := make([]sampleJob, 0, b.NumLogits)
+	for _, c := range b.Chunks {
+		if c.NeedsLogits {
+			k := len(jobs)
+			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k]})
+		}
+	}
+	e.sampleAll(jobs)
+	return sampled, nil
+}
+
+// allGreedy reports whether every sequence of b that needs a token would take the argmax of its
+// logits: greedy, no penalties, no logprobs.
+func (e *Engine) allGreedy(b *scheduler.Batch) bool {
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		r := e.live[c.Seq.ID()]
+		if r == nil || !r.sampler.params.greedy() || r.sampler.hasPenalties() || r.req.Logprobs {
+			return false
+		}
+	}
+	return true
 }
 
 // buildStep turns a batch into the model's step. The flat per-token slices (tokens, positions,
