@@ -48,6 +48,41 @@ func (t *timedModel) NumBlocks() int          { return t.inner.NumBlocks() }
 
 // Forward waits at the gate if one is set, then runs and records the step.
 func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
+	var out [][]float32
+	err := t.record(s, func() (err error) {
+		out, err = t.inner.Forward(s)
+		return err
+	})
+	return out, err
+}
+
+// ForwardGreedy is Forward for the engine's all-greedy steps: it passes the inner model's device-side
+// pick through (engine.GreedyModel), so the benchmark times what the engine really runs; a model
+// without one gets the argmax of its host logits.
+func (t *timedModel) ForwardGreedy(s *model.Step) ([]int32, error) {
+	var ids []int32
+	err := t.record(s, func() error {
+		if gm, ok := t.inner.(engine.GreedyModel); ok {
+			var err error
+			ids, err = gm.ForwardGreedy(s)
+			return err
+		}
+		rows, err := t.inner.Forward(s)
+		ids = make([]int32, len(rows))
+		for i, row := range rows {
+			for j, x := range row {
+				if x > row[ids[i]] {
+					ids[i] = int32(j)
+				}
+			}
+		}
+		return err
+	})
+	return ids, err
+}
+
+// record waits at the gate if one is set, then runs forward and records the step.
+func (t *timedModel) record(s *model.Step, forward func() error) error {
 	t.mu.Lock()
 	gate, entered := t.gate, t.entered
 	t.gate, t.entered = nil, nil
@@ -61,7 +96,7 @@ func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
 		rec.contextSum += int(c)
 	}
 	rec.start = time.Now()
-	out, err := t.inner.Forward(s)
+	err := forward()
 	rec.end = time.Now()
 	if ht, ok := t.inner.(HostTimer); ok {
 		rec.host = ht.LastForwardHostTime()
@@ -69,7 +104,7 @@ func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
 	t.mu.Lock()
 	t.steps = append(t.steps, rec)
 	t.mu.Unlock()
-	return out, err
+	return err
 }
 
 // holdNext makes the next Forward wait until release is called. entered is closed when it waits.
