@@ -54,6 +54,17 @@ type generateOptions struct {
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize int
 	noPrefixCache                                    bool
+	device                                           string
+}
+
+// addEngineFlags registers the model and engine flags that gollm generate and gollm serve share.
+func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
+	fs.StringVar(&o.device, "device", model.DeviceAuto, "where the model runs: cuda, cpu, or auto (cuda when this binary was built with -tags cuda and a GPU is there)")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
+	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
+	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory; on a GPU, 90% of its memory after the weights)")
+	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
+	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 }
 
 func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -76,11 +87,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable); the text stops before it")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object (prompt_ids, output_ids, text, finish_reason, timings) instead of streaming text")
-	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
-	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
-	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory)")
-	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
-	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
+	addEngineFlags(fs, &o)
 	fs.BoolVar(&o.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gollm generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl) [flags]")
@@ -263,11 +270,20 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		folder.Close()
 		return nil, err
 	}
-	numBlocks := o.kvBlocks
-	if numBlocks <= 0 {
-		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, availableMemory())
+	device, notice, err := model.ResolveDevice(o.device)
+	if err != nil {
+		folder.Close()
+		return nil, err
 	}
-	m, err := model.Load(folder, model.Options{NumBlocks: numBlocks, BlockSize: o.pageSize, Progress: progressOutput(stderr)})
+	if notice != "" {
+		fmt.Fprintln(stderr, notice)
+	}
+	numBlocks := o.kvBlocks
+	if numBlocks <= 0 && device == model.DeviceCPU {
+		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, availableMemory())
+	} // on a GPU, 0 sizes the pool from the device's free memory
+	m, err := model.Load(folder, model.Options{Device: device, NumBlocks: numBlocks, BlockSize: o.pageSize,
+		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: o.maxNumSeqs})
 	if err != nil {
 		folder.Close()
 		return nil, err
@@ -284,7 +300,7 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		folder.Close()
 		return nil, err
 	}
-	logger.Info("model loaded", "dir", o.modelDir, "kv_blocks", numBlocks, "page_size", o.pageSize,
+	logger.Info("model loaded", "dir", o.modelDir, "device", device, "kv_blocks", m.NumBlocks(), "page_size", o.pageSize,
 		"seconds", time.Since(start).Seconds())
 	return &generator{folder: folder, model: m, tok: tok, engine: e, loadTime: time.Since(start)}, nil
 }

@@ -215,6 +215,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"zero page size", []string{"--model", dir, "--prompt", "hi", "--page-size", "0"}, 2, "--page-size"},
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
+		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 1, `unknown device "tpu"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,7 +18,6 @@ import (
 	"github.com/gollm/gollm/internal/chattemplate"
 	"github.com/gollm/gollm/internal/defaultmodel"
 	"github.com/gollm/gollm/internal/server"
-	"github.com/gollm/gollm/model"
 )
 
 func init() {
@@ -63,11 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
-	fs.IntVar(&o.gen.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
-	fs.IntVar(&o.gen.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
-	fs.IntVar(&o.gen.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory)")
-	fs.IntVar(&o.gen.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
-	fs.BoolVar(&o.gen.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
+	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gollm serve [--model DIR] [--host 127.0.0.1] [--port 8000] [flags]")
