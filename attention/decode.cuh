@@ -67,6 +67,18 @@ struct DecodeParams {
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
 
+// Programmatic dependent launch (sm_90; CUDADecodeArgs.Dependent): a kernel launched with the attribute
+// may start while the previous kernel on the stream still runs, so every decode kernel first waits for
+// it (griddepcontrol.wait: a no-op when launched without the attribute), then lets the next kernel
+// launch early (its own wait keeps it correct). Compiled to nothing below sm_90, where the Go side never
+// asks for it.
+__device__ __forceinline__ void decode_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Element types.
 
@@ -290,6 +302,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
 
+	decode_pdl_enter();
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
 	const bool pf = p.flags & DECODE_FLAG_L2_PREFETCH;
@@ -523,6 +536,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[DECODE_STAGES][L::MAX_PAGES];
 
+	decode_pdl_enter();
 	const int chunks = (p.group + GC - 1) / GC;
 	int seq, y, part;
 	program_ids(p, seq, y, part);

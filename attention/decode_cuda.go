@@ -70,6 +70,18 @@ type CUDADecodeArgs struct {
 	DType           cuda.DataType
 	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
 	Scale float32
+	// Dependent launches the kernels with programmatic dependent launch (cuda.LaunchPDL): they may start
+	// before the kernel queued before them has finished, and wait for it themselves. Compute capability
+	// 9.0 only (the waits are in the sm_90 code of the fat binary).
+	Dependent bool
+}
+
+// launch queues a decode kernel, with programmatic dependent launch when a asks for it.
+func launch[P any](a *CUDADecodeArgs, f *cuda.Function, grid, block cuda.Dim3, shared int, s *cuda.Stream, p *P) error {
+	if a.Dependent {
+		return cuda.LaunchPDL(f, grid, block, shared, s, p)
+	}
+	return cuda.Launch(f, grid, block, shared, s, p)
 }
 
 // decodeParams mirrors struct DecodeParams in decode.cuh, field for field.
@@ -419,7 +431,7 @@ func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 		return err
 	}
 	p := k.params(a)
-	if err := cuda.Launch(kern.fn, k.grid(kern, a, 1), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	if err := launch(a, kern.fn, k.grid(kern, a, 1), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: grouped decode: %w", err)
 	}
 	return nil
@@ -465,12 +477,12 @@ func (k *CUDAKernels) DecodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	p.PartAcc = workspace.Add(8 * rows)
 	p.PartitionTokens = int32(partitionTokens)
 	p.NumPartitions = int32(parts)
-	if err := cuda.Launch(kern.fn, k.grid(kern, a, parts), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	if err := launch(a, kern.fn, k.grid(kern, a, parts), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: split-k decode: %w", err)
 	}
 	tn, _, _ := dtypeName(a.DType)
 	red := k.kernels[fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, a.HeadDim)]
-	if err := cuda.Launch(red.fn, cuda.Dim3{X: batch, Y: a.NumHeads}, cuda.Dim3{X: red.threads}, 0, s, &p); err != nil {
+	if err := launch(a, red.fn, cuda.Dim3{X: batch, Y: a.NumHeads}, cuda.Dim3{X: red.threads}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: split-k reduce: %w", err)
 	}
 	return nil

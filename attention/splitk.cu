@@ -43,6 +43,7 @@ DECODE_SPLITK_ALL_FMA(float, fp32, 128)
 
 // splitk_reduce: one program per (sequence, query head), thread d owns output element d.
 template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const DecodeParams &p) {
+	decode_pdl_enter();
 	const int seq = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
 	const int kvh = hq / p.group, head = hq % p.group;
 	const int ctx = p.context_lens[seq];

@@ -498,7 +498,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	b.ops, b.sig, b.err, b.lastMM = b.ops[:0], fnvOffset, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
-	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS} {
+	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.NoFuse {
@@ -630,6 +630,9 @@ func (b *cudaBackend) Embed(dst Tensor, table Weight) {
 	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
 }
 
+// ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
+const ropeHeads = 8
+
 // rowThreads is the block size of a one-block-per-row kernel over cols elements: about four elements a
 // thread, a multiple of 32, at most 1024.
 func rowThreads(cols int) int { return min(1024, max(32, (cols/4+31)/32*32)) }
@@ -700,8 +703,9 @@ func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
 			NumHeads, NumKVHeads, HeadDim, QKVCols               int32
 		}{t.ptr, t.qRot, k, v, b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq,
 			sh.RopeAttentionScaling, int32(sh.NumHeads), int32(sh.NumKVHeads), int32(sh.HeadDim), int32(sh.QKVCols())}
-		threads := min(256, max(32, ((sh.NumHeads+sh.NumKVHeads)*sh.HeadDim/2+31)/32*32))
-		return cuda.Launch(b.fn.rope, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0, b.stream, &p)
+		threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
+		groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
+		return launchDependent(b, b.fn.rope, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: threads}, 0, &p)
 	}}, "rope", uint64(t.ptr), uint64(t.qRot), uint64(k), uint64(v), uint64(b.invFreq))
 }
 
@@ -722,7 +726,7 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 				BlockTables: b.metaPtr(st.offTables), ContextLens: b.metaPtr(st.offCtx),
 				HostContextLens: st.s.ContextLens, MaxBlocks: st.stride,
 				NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
-				DType: b.dtype, Scale: scale,
+				DType: b.dtype, Scale: scale, Dependent: b.usePDL(),
 			}
 			if st.graphRun {
 				return b.decodeGraphed(&a, rows, st.contextCap)
@@ -793,7 +797,10 @@ func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {
 			Inter       int32
 		}{d.ptr, g.ptr, n, int32(inter)}
 		blocks := int(min((n+255)/256, 65535))
-		return cuda.Launch(b.fn.swiglu, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, b.stream, &p)
+		if inter%4 == 0 {
+			blocks = int(min((n/4+255)/256, 65535))
+		}
+		return launchDependent(b, b.fn.swiglu, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, &p)
 	}}, "swiglu", uint64(d.ptr), uint64(g.ptr), uint64(inter))
 }
 
@@ -810,7 +817,7 @@ func (b *cudaBackend) GatherRows(dst, src Tensor, rows []int32) {
 			Dst, Src, Rows cuda.DevicePtr
 			Cols           int32
 		}{d.ptr, s.ptr, b.metaPtr(off), int32(cols)}
-		return cuda.Launch(b.fn.gather, cuda.Dim3{X: n}, cuda.Dim3{X: rowThreads(cols)}, 0, b.stream, &p)
+		return launchDependent(b, b.fn.gather, cuda.Dim3{X: n}, cuda.Dim3{X: rowThreads(cols)}, 0, &p)
 	}}, "gather", uint64(d.ptr), uint64(s.ptr), uint64(cols), uint64(off))
 }
 

@@ -43,11 +43,16 @@ type gemvParams struct {
 // gemvMaxTokens); zero turns the kernel off (every product on cuBLAS). NoFuse keeps SwiGLU, RoPE and
 // argmax as separate kernels. PDL launches the kernels of model/kernels that wait for their predecessor
 // themselves (norm, skinny product, argmax) with programmatic dependent launch, on compute capability 9.0.
+//
+// Pipe picks the one-token-tile kernel's loop (kernels/gemv.cu): 0 steps of two k-blocks in one register
+// set, 1 steps of one k-block in two sets (the next step's loads before this step's mma), 2 steps of two
+// in two sets.
 type gemvTuning struct {
 	MaxTokens int
 	RB, KS    int
 	NoFuse    bool
 	PDL       bool
+	Pipe      int
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
@@ -59,7 +64,10 @@ var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true}
 type gemvKernels struct {
 	byTiles  [4]*cuda.Function
 	maxWarps [4]int // the most warps a block of each may have (registers)
-	spin     *cuda.Function
+	// pipes are the one-token-tile variants by gemvTuning.Pipe (pipes[0] is byTiles[0]).
+	pipes        [3]*cuda.Function
+	pipeMaxWarps [3]int
+	spin         *cuda.Function
 }
 
 // loadGemvKernels looks up the kernels for dtype name tn ("bf16" or "f16"; nil kernels for float32, which
@@ -88,7 +96,32 @@ func loadGemvKernels(mod *cuda.Module, tn string) (*gemvKernels, error) {
 		}
 		k.byTiles[i] = f
 	}
+	k.pipes[0], k.pipeMaxWarps[0] = k.byTiles[0], k.maxWarps[0]
+	for i := 1; i < len(k.pipes); i++ {
+		f, err := mod.Function(fmt.Sprintf("Gemv_%s_nt1_p%d", tn, i))
+		if err != nil {
+			return nil, err
+		}
+		attrs, err := f.Attributes()
+		if err != nil {
+			return nil, err
+		}
+		k.pipeMaxWarps[i] = min(16, attrs.MaxThreads/32)
+		if err := f.SetMaxDynamicShared(k.pipeMaxWarps[i] * gemvReduceBytesPerTile); err != nil {
+			return nil, err
+		}
+		k.pipes[i] = f
+	}
 	return k, nil
+}
+
+// pick returns the kernel for token-tile index ti under tuning t, and the most warps a block of it may
+// have.
+func (k *gemvKernels) pick(ti int, t gemvTuning) (*cuda.Function, int) {
+	if ti == 0 && t.Pipe > 0 && t.Pipe < len(k.pipes) {
+		return k.pipes[t.Pipe], k.pipeMaxWarps[t.Pipe]
+	}
+	return k.byTiles[ti], k.maxWarps[ti]
 }
 
 // gemvReduceBytesPerTile is the shared memory one warp's partial tile of 16 rows × 8 tokens takes.
@@ -150,7 +183,7 @@ type gemvEpilogue struct {
 // launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
 func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows int, e *gemvEpilogue) error {
 	ti := gemvTileIndex(rows)
-	fn := b.gemv.byTiles[ti]
+	fn, maxWarps := b.gemv.pick(ti, b.tune)
 	sh := &b.shape
 	p := gemvParams{
 		Y: y.ptr, X: x.ptr, W: w.ptr, M: int32(rows), N: int32(out), K: int32(in), Mode: int32(e.mode),
@@ -173,7 +206,7 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		p.Aux0, p.Aux1 = b.argValues, b.argIndices
 	}
 	p.Tiles = int32(tiles)
-	plan := planGemv(tiles, in/64, b.dev.Info().NumSMs, b.gemv.maxWarps[ti], b.tune)
+	plan := planGemv(tiles, in/64, b.dev.Info().NumSMs, maxWarps, b.tune)
 	p.RB, p.KS = int32(plan.rb), int32(plan.ks)
 	warps := plan.rb * plan.ks
 	shared := 0
@@ -186,7 +219,7 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 
 // launchDependent queues f on the backend's stream, with programmatic dependent launch when the backend
 // uses it: only for the kernels of model/kernels that call pdl_wait before touching their predecessor's
-// data (AddRMSNorm, Gemv, ArgmaxChunks, ArgmaxPartials).
+// data (all but Embed, the first of a step, which follows the metadata copy).
 func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.Dim3, shared int, p *P) error {
 	if b.usePDL() {
 		return cuda.LaunchPDL(f, grid, block, shared, b.stream, p)
@@ -194,7 +227,8 @@ func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.D
 	return cuda.Launch(f, grid, block, shared, b.stream, p)
 }
 
-// usePDL reports whether launchDependent uses programmatic dependent launch: asked for, on compute
+// usePDL reports whether launchDependent (and package attention's decode kernels, through
+// CUDADecodeArgs.Dependent) use programmatic dependent launch: asked for, on compute
 // capability 9.0 (whose SASS in the fat binary waits; PTX JIT-compiled for another GPU would not), and not
 // switched off after a graph capture with it failed.
 func (b *cudaBackend) usePDL() bool {

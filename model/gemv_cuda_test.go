@@ -172,8 +172,8 @@ func checkProduct(t *testing.T, y []float32, ref, scale []float64, n, m int) {
 
 // TestCUDAGemv checks the skinny product against a float64 product of the same rounded operands, for
 // bfloat16 and float16, at token counts 1…64 (every kernel variant, partial token tiles), weight heights
-// that are and are not multiples of 16, and launch shapes that split k over 1…16 warps and group 1…8
-// row tiles a block (with blocks past the last tile).
+// that are and are not multiples of 16, launch shapes that split k over 1…16 warps (3: uneven) and group
+// 1…8 row tiles a block (with blocks past the last tile), and the three loops of the one-tile kernel.
 func TestCUDAGemv(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemvBackend(t, dt)
@@ -187,10 +187,10 @@ func TestCUDAGemv(t *testing.T) {
 			}
 			ref, scale := referenceProduct(wv, xv, sh.n, sh.k, gemvMaxTokens)
 			tunings := []gemvTuning{defaultGemvTuning, {RB: 1, KS: 1}, {RB: 4, KS: 4}, {RB: 1, KS: 16}, {RB: 8, KS: 1},
-				{RB: 3, KS: 2}}
+				{RB: 3, KS: 2}, {Pipe: 1}, {Pipe: 2}, {RB: 2, KS: 4, Pipe: 1}, {RB: 1, KS: 3, Pipe: 2}}
 			for _, m := range ms {
 				for _, tu := range tunings {
-					t.Run(fmt.Sprintf("%v/%dx%d/m%d/rb%d_ks%d", dt, sh.n, sh.k, m, tu.RB, tu.KS), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%v/%dx%d/m%d/rb%d_ks%d_p%d", dt, sh.n, sh.k, m, tu.RB, tu.KS, tu.Pipe), func(t *testing.T) {
 						tu.MaxTokens = gemvMaxTokens
 						b.tune = tu
 						defer func() { b.tune = defaultGemvTuning }()

@@ -11,6 +11,8 @@ struct GatherRowsParams {
 
 template <typename T> __device__ __forceinline__ void gather_rows(const GatherRowsParams &p) {
 	const long long j = blockIdx.x;
+	pdl_wait(); // rows may be step metadata; src the previous kernel's output
+	pdl_launch_dependents();
 	const T *src = reinterpret_cast<const T *>(p.src) + (long long)p.rows[j] * p.cols;
 	T *dst = reinterpret_cast<T *>(p.dst) + j * p.cols;
 	for (int c = threadIdx.x; c < p.cols; c += blockDim.x) dst[c] = src[c];

@@ -14,8 +14,10 @@
 // every row) is the unit of work: 4 weight loads and 2·NT activation loads per lane.
 //
 // Grid: ceil(tiles / rb) blocks of rb·ks warps. Warp (r, s) of a block owns tile blockIdx.x·rb + r and
-// the k-blocks s, s + ks, s + 2ks, …; for NT ≤ 2 two k-blocks are loaded before either is used (8 weight
-// loads of 16 bytes in flight per lane), for NT ≥ 4 one (its 2·NT activation loads fill the pipe). The ks partial tiles of a row tile are summed through shared memory
+// the k-blocks s, s + ks, s + 2ks, …, in steps of two k-blocks for NT ≤ 2 (8 weight loads of 16 bytes in
+// flight per lane) or one for NT ≥ 4 (whose 2·NT activation loads fill the pipe). With PING a warp holds
+// two steps in two register sets and issues the next step's loads before the current step's mma (more
+// bytes in flight per warp, more registers: fewer warps per SM). The ks partial tiles of a row tile are summed through shared memory
 // ([warp][NT][4][32] floats) by the warp with s = 0, which runs the epilogue. Weight loads bypass L1
 // (ld.global.nc.L1::no_allocate): they are streamed once; activations go through L1, where the warps of
 // a block share them. With programmatic dependent launch (sm_90, common.cuh) a warp issues its first
@@ -117,7 +119,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemv_mma(float (&a
 	}
 }
 
-template <typename T, int NT> __device__ __forceinline__ void gemv(const GemvParams &p) {
+template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ void gemv(const GemvParams &p) {
 	extern __shared__ float red[]; // [warps][NT][4][32], when ks > 1
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int r = warp / p.ks, s = warp - r * p.ks;
@@ -135,10 +137,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemv(const GemvPar
 #pragma unroll
 	for (int j = 0; j < NT; j++) xr[j] = x + (long long)min(8 * j + g, p.m - 1) * p.k + 8 * c;
 
-	// Two k-blocks in flight per lane for one or two token tiles, each with its own accumulators (two
-	// independent mma chains); from four on, the activation loads of one k-block are enough (and two
-	// would spill registers).
-	constexpr int STAGES = NT <= 2 ? 2 : 1;
+	// STAGES k-blocks a step (two independent mma chains when two), PING as described at the top.
 	float acc[NT][4], acc2[NT][4];
 #pragma unroll
 	for (int j = 0; j < NT; j++)
@@ -148,24 +147,67 @@ template <typename T, int NT> __device__ __forceinline__ void gemv(const GemvPar
 	// The weights never change: the first k-blocks' loads go out before pdl_wait, while the kernel before
 	// this one (which wrote x) may still run; the activations are read after it.
 	const int blocks = active ? p.k >> 6 : 0;
+	const int step = STAGES * p.ks;
+	GemvStage<NT> sa[STAGES];
 	int kb = s;
-	GemvStage<NT> st[STAGES];
-	bool two = STAGES == 2 && kb + p.ks < blocks;
+	bool two_a = STAGES == 2 && kb + p.ks < blocks;
 	if (kb < blocks) {
-		gemv_load_w<T, NT>(st[0], wlo, whi, kb * 64);
-		if (two) gemv_load_w<T, NT>(st[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
+		gemv_load_w<T, NT>(sa[0], wlo, whi, kb * 64);
+		if (two_a) gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
 	}
 	pdl_wait();
-	while (kb < blocks) {
-		gemv_load_x<T, NT>(st[0], xr, kb * 64);
-		if (two) gemv_load_x<T, NT>(st[STAGES - 1], xr, (kb + p.ks) * 64);
-		gemv_mma<T, NT>(acc, st[0]);
-		if (two) gemv_mma<T, NT>(acc2, st[STAGES - 1]);
-		kb += STAGES * p.ks;
-		two = STAGES == 2 && kb + p.ks < blocks;
-		if (kb < blocks) {
-			gemv_load_w<T, NT>(st[0], wlo, whi, kb * 64);
-			if (two) gemv_load_w<T, NT>(st[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
+	if (kb < blocks) {
+		gemv_load_x<T, NT>(sa[0], xr, kb * 64);
+		if (two_a) gemv_load_x<T, NT>(sa[STAGES - 1], xr, (kb + p.ks) * 64);
+	}
+	if (PING) {
+		// Two register sets: the next step's loads go out before this step's mma, so a warp always has
+		// a step in flight.
+		GemvStage<NT> sb[STAGES];
+		while (kb < blocks) {
+			int nb = kb + step;
+			bool two_b = STAGES == 2 && nb + p.ks < blocks;
+			if (nb < blocks) {
+				gemv_load_w<T, NT>(sb[0], wlo, whi, nb * 64);
+				gemv_load_x<T, NT>(sb[0], xr, nb * 64);
+				if (two_b) {
+					gemv_load_w<T, NT>(sb[STAGES - 1], wlo, whi, (nb + p.ks) * 64);
+					gemv_load_x<T, NT>(sb[STAGES - 1], xr, (nb + p.ks) * 64);
+				}
+			}
+			gemv_mma<T, NT>(acc, sa[0]);
+			if (two_a) gemv_mma<T, NT>(acc2, sa[STAGES - 1]);
+			kb = nb;
+			if (kb >= blocks) break;
+			nb = kb + step;
+			two_a = STAGES == 2 && nb + p.ks < blocks;
+			if (nb < blocks) {
+				gemv_load_w<T, NT>(sa[0], wlo, whi, nb * 64);
+				gemv_load_x<T, NT>(sa[0], xr, nb * 64);
+				if (two_a) {
+					gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (nb + p.ks) * 64);
+					gemv_load_x<T, NT>(sa[STAGES - 1], xr, (nb + p.ks) * 64);
+				}
+			}
+			gemv_mma<T, NT>(acc, sb[0]);
+			if (two_b) gemv_mma<T, NT>(acc2, sb[STAGES - 1]);
+			kb = nb;
+		}
+	} else {
+		// One register set: a step's loads, then its mma.
+		while (kb < blocks) {
+			gemv_mma<T, NT>(acc, sa[0]);
+			if (two_a) gemv_mma<T, NT>(acc2, sa[STAGES - 1]);
+			kb += step;
+			two_a = STAGES == 2 && kb + p.ks < blocks;
+			if (kb < blocks) {
+				gemv_load_w<T, NT>(sa[0], wlo, whi, kb * 64);
+				gemv_load_x<T, NT>(sa[0], xr, kb * 64);
+				if (two_a) {
+					gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
+					gemv_load_x<T, NT>(sa[STAGES - 1], xr, (kb + p.ks) * 64);
+				}
+			}
 		}
 	}
 	// The weight stream is done: the next kernel may start (its blocks wait for this one's in pdl_wait).
@@ -275,16 +317,16 @@ template <typename T, int NT> __device__ __forceinline__ void gemv(const GemvPar
 		}
 }
 
-#define GEMV(T, TN, NT)                                                                                       \
-	extern "C" __global__ void Gemv_##TN##_nt##NT(const GemvParams p) { gemv<T, NT>(p); }
-GEMV(__nv_bfloat16, bf16, 1)
-GEMV(__nv_bfloat16, bf16, 2)
-GEMV(__nv_bfloat16, bf16, 4)
-GEMV(__nv_bfloat16, bf16, 8)
-GEMV(__half, f16, 1)
-GEMV(__half, f16, 2)
-GEMV(__half, f16, 4)
-GEMV(__half, f16, 8)
+// Entry points Gemv_<dtype>_nt<NT>: two k-blocks a step for NT ≤ 2, one from 4; and for one token tile
+// the variants _p1 (one k-block a step, two register sets) and _p2 (two k-blocks, two register sets),
+// which the backend picks by gemvTuning.Pipe.
+#define GEMV(T, TN, NT, STAGES, PING, SUFFIX)                                                                 \
+	extern "C" __global__ void Gemv_##TN##_nt##NT##SUFFIX(const GemvParams p) { gemv<T, NT, STAGES, PING>(p); }
+#define GEMV_ALL(T, TN)                                                                                       \
+	GEMV(T, TN, 1, 2, false, ) GEMV(T, TN, 1, 1, true, _p1) GEMV(T, TN, 1, 2, true, _p2)                     \
+	GEMV(T, TN, 2, 2, false, ) GEMV(T, TN, 4, 1, false, ) GEMV(T, TN, 8, 1, false, )
+GEMV_ALL(__nv_bfloat16, bf16)
+GEMV_ALL(__half, f16)
 
 // Spin keeps the GPU busy for ns nanoseconds (one thread): the step profiler queues it first so that the
 // host stays ahead of the timed kernels.

@@ -1,5 +1,5 @@
-// Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows), a block per token
-// row of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's output): every (head, i < D/2) pair of the q and k heads is rotated by the
+// Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows, head groups of
+// ROPE_HEADS), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's output): every (head, i < D/2) pair of the q and k heads is rotated by the
 // token's position with HF LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin), in place; the
 // rotated q also goes to q_out [rows][Hq·D] (the contiguous layout the attention kernels read), and the
 // rotated k and the v of the row go to the paged caches [blocks][block_size][Hkv][D] at the row's slot
@@ -7,6 +7,9 @@
 // as transformers computes it (evaluated in double, then rounded), times attention_scaling, computed once
 // per row and i into shared memory for all heads.
 #include "common.cuh"
+
+// ROPE_HEADS is the heads (q, k or v) one block of a row covers: grid (rows, ⌈(Hq + 2·Hkv) / ROPE_HEADS⌉).
+#define ROPE_HEADS 8
 
 struct RoPEParams {
 	float *qkv;             // [rows][qkv_cols], rotated in place
@@ -27,44 +30,53 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
 	const long long row = blockIdx.x;
 	const int half = p.head_dim / 2;
-	const int pos = p.positions[row];
-	const long long slot = p.slots[row];
+	const int rotated = p.num_heads + p.num_kv_heads; // q and k heads; the v heads after them are copied
+	const int h0 = blockIdx.y * ROPE_HEADS, h1 = min(h0 + ROPE_HEADS, rotated + p.num_kv_heads);
 	float *qkv = p.qkv + row * p.qkv_cols;
 	T *q_out = reinterpret_cast<T *>(p.q_out) + row * (long long)p.num_heads * p.head_dim;
 	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
+	pdl_wait();
+	pdl_launch_dependents();
+	const int pos = p.positions[row];
+	const long long slot = p.slots[row];
 	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
 	T *v_dst = reinterpret_cast<T *>(p.v_cache) + slot * kv_row;
-	// The angles depend on (position, i) only: every head of the row shares them.
-	for (int i = threadIdx.x; i < half; i += blockDim.x) {
-		const float angle = p.inv_freq[i] * (float)pos;
-		double s, c;
-		sincos((double)angle, &s, &c);
-		cos_sin[i] = (float)c * p.attention_scaling;
-		cos_sin[half + i] = (float)s * p.attention_scaling;
-	}
-	__syncthreads();
-	const int pairs = (p.num_heads + p.num_kv_heads) * half;
-	for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-		const int h = idx / half, i = idx - h * half;
-		const float cf = cos_sin[i], sf = cos_sin[half + i];
-		float *x = qkv + h * p.head_dim;
-		const float a = x[i], b = x[i + half];
-		const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
-		x[i] = rlo;
-		x[i + half] = rhi;
-		const T lo = Num<T>::store(rlo), hi = Num<T>::store(rhi);
-		if (h < p.num_heads) {
-			q_out[h * p.head_dim + i] = lo;
-			q_out[h * p.head_dim + i + half] = hi;
-		} else if (slot >= 0) {
-			const int kh = h - p.num_heads;
-			k_dst[kh * p.head_dim + i] = lo;
-			k_dst[kh * p.head_dim + i + half] = hi;
+	if (h0 < rotated) {
+		// The angles depend on (position, i) only: every head of the row shares them.
+		for (int i = threadIdx.x; i < half; i += blockDim.x) {
+			const float angle = p.inv_freq[i] * (float)pos;
+			double s, c;
+			sincos((double)angle, &s, &c);
+			cos_sin[i] = (float)c * p.attention_scaling;
+			cos_sin[half + i] = (float)s * p.attention_scaling;
+		}
+		__syncthreads();
+		const int pairs = (min(h1, rotated) - h0) * half;
+		for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+			const int h = h0 + idx / half, i = idx % half;
+			const float cf = cos_sin[i], sf = cos_sin[half + i];
+			float *x = qkv + h * p.head_dim;
+			const float a = x[i], b = x[i + half];
+			const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
+			x[i] = rlo;
+			x[i + half] = rhi;
+			const T lo = Num<T>::store(rlo), hi = Num<T>::store(rhi);
+			if (h < p.num_heads) {
+				q_out[h * p.head_dim + i] = lo;
+				q_out[h * p.head_dim + i + half] = hi;
+			} else if (slot >= 0) {
+				const int kh = h - p.num_heads;
+				k_dst[kh * p.head_dim + i] = lo;
+				k_dst[kh * p.head_dim + i + half] = hi;
+			}
 		}
 	}
-	if (slot >= 0) {
-		const float *v = qkv + (long long)(p.num_heads + p.num_kv_heads) * p.head_dim;
-		for (int j = threadIdx.x; j < kv_row; j += blockDim.x) v_dst[j] = Num<T>::store(v[j]);
+	const int v0 = max(h0, rotated);
+	if (slot >= 0 && v0 < h1) {
+		const float *v = qkv + (long long)v0 * p.head_dim;
+		T *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
+		const int n = (h1 - v0) * p.head_dim;
+		for (int j = threadIdx.x; j < n; j += blockDim.x) vd[j] = Num<T>::store(v[j]);
 	}
 }
 

@@ -7,7 +7,8 @@
 #   tests     the CUDA tests of package model (the golden suite on the GPU in float32, float32 without
 #             graphs and the checkpoint's dtype; GPU against the CPU backend; the skinny product and its
 #             fused epilogues against float64 references; auto-sized KV pool; device argmax), of package
-#             engine (batching equivalence: concurrent = alone, with preemption) and of internal/cuda;
+#             engine (batching equivalence: concurrent = alone, with preemption), of internal/cuda and,
+#             when gpu/model/attention.test is there, package attention's CUDA tests;
 #   gemv      BenchmarkCUDAGemv: the decode products of Llama-3.2-1B and Llama-3-8B at 1…64 tokens,
 #             cuBLAS against the skinny kernel and a sweep of its launch shapes;
 #   bench     BenchmarkCUDADecode (Llama-3.2-1B and Llama-3-8B shapes, bf16, batch 1, 16 and 64, context
@@ -43,7 +44,11 @@ if has tests; then
 		>"$out/engine-cuda-test.log" 2>&1 || status=1
 	(cd "$root/internal/cuda" && timeout 60 ../../gpu/model/cuda.test -test.v -test.count=1) \
 		>>"$out/engine-cuda-test.log" 2>&1 || status=1
-	count "$out/engine-cuda-test.log" "engine+internal/cuda"
+	if [ -x gpu/model/attention.test ]; then
+		(cd "$root/attention" && timeout 240 ../gpu/model/attention.test -test.run CUDA -test.v -test.count=1) \
+			>>"$out/engine-cuda-test.log" 2>&1 || status=1
+	fi
+	count "$out/engine-cuda-test.log" "engine+internal/cuda+attention"
 	grep -E -- '--- FAIL|panic|engine_cuda_test.go' "$out/engine-cuda-test.log" | head -20
 fi
 if has gemv; then
