@@ -261,6 +261,7 @@ func TestStuckReaderDoesNotStallTheEngine(t *testing.T) {
 	base := startReal(t, loadtest.ServerOptions{KVBlocks: 128, MaxNumSeqs: 8, WriteTimeout: 10 * time.Minute,
 		WrapListener: func(l net.Listener) net.Listener { return smallSendBuffers{l} }})
 	alone := meanGap(streamGaps(t, base, 64))
+	stepsBefore := metric(t, base, "gollm:engine_steps_total")
 
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
@@ -274,12 +275,12 @@ func TestStuckReaderDoesNotStallTheEngine(t *testing.T) {
 	defer stuck.Close()
 	body := `{"prompt":"func main() {","max_tokens":600,"ignore_eos":true,"stream":true,"logprobs":5}`
 	fmt.Fprintf(stuck, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	// The engine finishes the stuck request (its KV freed) while its handler is still blocked
-	// writing to a client that does not read.
+	// The engine finishes the stuck request (600 steps, one per token; its KV freed) while its
+	// handler is still blocked writing to a client that does not read.
 	waitUntil(t, "the engine done with the stuck request while its handler is blocked", func() bool {
 		kv, err := loadtest.ScrapeKV(context.Background(), base)
 		return err == nil && kv.Running == 0 && kv.Waiting == 0 && kv.BlocksUsed == 0 &&
-			metric(t, base, "gollm:server_sequences_admitted") == 1
+			metric(t, base, "gollm:engine_steps_total") >= stepsBefore+600 && metric(t, base, "gollm:server_sequences_admitted") == 1
 	})
 	withStuck := meanGap(streamGaps(t, base, 64))
 	if a := metric(t, base, "gollm:server_sequences_admitted"); a != 1 {

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 10: run every fuzz target briefly on its seed corpus (testdata/fuzz/<target> and its f.Add
+# seeds) plus a few seconds of new inputs, so that a regression on a known input, or one found at
+# once, fails CI. The targets are discovered with `go test -list`, so new ones are covered without
+# editing this file. Long runs are for development: go test -run '^$' -fuzz '^FuzzX$' -fuzztime 5m ./pkg
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+fuzztime=${GOLLM_FUZZTIME:-4s}
+pkgs=$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u)
+status=0
+start=$(date +%s)
+for dir in $pkgs; do
+	targets=$(go test -list '^Fuzz' "$dir" | grep '^Fuzz' || true)
+	for target in $targets; do
+		echo "-- $dir $target"
+		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 2 "$dir" >"${TMPDIR:-/tmp}/fuzz-$target.log" 2>&1; then
+			cat "${TMPDIR:-/tmp}/fuzz-$target.log"
+			status=1
+		fi
+	done
+done
+echo "fuzzing took $(($(date +%s) - start))s"
+exit "$status"
