@@ -87,6 +87,8 @@ type cudaBackend struct {
 	lastGraph         *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
 	// prof, when set, makes the next steps run op by op with an event after each (see profile).
 	prof *stepProfile
+	// pdlStep: this step launches with programmatic dependent launch (see BeginStep and pdlNow).
+	pdlStep bool
 }
 
 // cudaConfig is how the CUDA backend is built.
@@ -498,14 +500,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	b.ops, b.sig, b.err, b.lastMM = b.ops[:0], fnvOffset, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
-	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe} {
+	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.NoFuse {
 		b.sig = fnvString(b.sig, "nofuse")
-	}
-	if b.usePDL() {
-		b.sig = fnvString(b.sig, "pdl")
 	}
 	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
 	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
@@ -527,6 +526,14 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		st.stride = (st.contextCap + bs - 1) / bs
 	} else {
 		st.stride = max(1, (maxCtx+bs-1)/bs)
+	}
+	// Programmatic dependent launch only for steps of at most pdlMaxRows rows: it hides launch gaps where
+	// kernels are short, but from 16 rows on a kernel with more than one wave of blocks (split-k
+	// attention, the chunked argmax) lets its dependent's blocks take SM slots early and wait in them
+	// (BenchmarkCUDADecode on the H100: 0.8-3% slower at batch 16 and 64 with it).
+	b.pdlStep = st.rows <= pdlMaxRows && b.usePDL()
+	if b.pdlStep {
+		b.sig = fnvString(b.sig, "pdl")
 	}
 	numLogitRows := len(s.LogitRows)
 	if st.graph {
@@ -726,7 +733,7 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 				BlockTables: b.metaPtr(st.offTables), ContextLens: b.metaPtr(st.offCtx),
 				HostContextLens: st.s.ContextLens, MaxBlocks: st.stride,
 				NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
-				DType: b.dtype, Scale: scale, Dependent: b.usePDL(),
+				DType: b.dtype, Scale: scale, Dependent: b.pdlNow(),
 			}
 			if st.graphRun {
 				return b.decodeGraphed(&a, rows, st.contextCap)
@@ -1087,7 +1094,7 @@ func (b *cudaBackend) queue() error {
 			return g.exec.Launch(b.stream)
 		case seen:
 			exec, err := b.capture(st.rows)
-			if err != nil && b.usePDL() {
+			if err != nil && b.pdlNow() {
 				// Retry without programmatic dependent launches (a driver that cannot capture them).
 				b.pdlOff, b.stats.PDLCaptureFailed = true, err
 				exec, err = b.capture(st.rows)

@@ -132,7 +132,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 					s.LogitRows = append(s.LogitRows, int32(seq))
 				}
 				for _, v := range decodeVariants {
-					if v.tune.Pipe > 0 && batch > 8 {
+					if (v.tune.Pipe > 0 || v.tune.Plan > 0) && batch > 8 {
 						continue
 					}
 					b.Run(fmt.Sprintf("batch=%d/%s", batch, v.name), func(b *testing.B) {
@@ -187,8 +187,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 // decodeVariants are the ways BenchmarkCUDADecode runs each step: every product on cuBLAS with separate
 // SwiGLU, RoPE and argmax kernels and no programmatic dependent launch (the backend before the skinny
 // kernel, but with its other kernels as they are now), the skinny kernel without programmatic dependent
-// launch, the default, and the default with the other loops of the one-token-tile kernel (gemvTuning.Pipe;
-// batch 1 only: larger batches do not use it).
+// launch, the default, and the default with the other launch plans and loops of the one-token-tile
+// kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it).
 var decodeVariants = []struct {
 	name string
 	tune gemvTuning
@@ -196,8 +196,10 @@ var decodeVariants = []struct {
 	{"cublas", gemvTuning{NoFuse: true}},
 	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}},
 	{"default", defaultGemvTuning},
+	{"plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 1}},
+	{"plan2", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 2}},
 	{"pipe1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1}},
-	{"pipe2", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 2}},
+	{"pipe1-plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1, Plan: 1}},
 }
 
 // graphTime returns the device time of the last step's graph, replayed n times back to back (ms each).

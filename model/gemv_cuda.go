@@ -53,6 +53,9 @@ type gemvTuning struct {
 	NoFuse    bool
 	PDL       bool
 	Pipe      int
+	// Plan picks planGemv's rule: 0 at least four k-blocks a warp, 1 at least two (each warp one step),
+	// 2 at least two and no shrinking to one wave.
+	Plan int
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
@@ -159,12 +162,16 @@ func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
 	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
 		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}
 	}
+	perWarp := 4
+	if t.Plan > 0 {
+		perWarp = 2
+	}
 	ks := 1
-	for ks < 16 && ks*2 <= maxWarps && ks*2*4 <= kBlocks {
+	for ks < 16 && ks*2 <= maxWarps && ks*2*perWarp <= kBlocks {
 		ks *= 2
 	}
 	wave := sms * gemvWaveWarps
-	if tiles*ks > wave && tiles*ks < 4*wave {
+	if t.Plan < 2 && tiles*ks > wave && tiles*ks < 4*wave {
 		for ks > 1 && tiles*ks > wave {
 			ks /= 2
 		}
@@ -221,14 +228,20 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 // uses it: only for the kernels of model/kernels that call pdl_wait before touching their predecessor's
 // data (all but Embed, the first of a step, which follows the metadata copy).
 func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.Dim3, shared int, p *P) error {
-	if b.usePDL() {
+	if b.pdlNow() {
 		return cuda.LaunchPDL(f, grid, block, shared, b.stream, p)
 	}
 	return cuda.Launch(f, grid, block, shared, b.stream, p)
 }
 
-// usePDL reports whether launchDependent (and package attention's decode kernels, through
-// CUDADecodeArgs.Dependent) use programmatic dependent launch: asked for, on compute
+// pdlMaxRows is the largest step (rows, a graph's bucket) launched with programmatic dependent launch.
+const pdlMaxRows = 8
+
+// pdlNow reports whether this step's launches through launchDependent (and package attention's decode
+// kernels, through CUDADecodeArgs.Dependent) use programmatic dependent launch.
+func (b *cudaBackend) pdlNow() bool { return b.pdlStep && b.usePDL() }
+
+// usePDL reports whether the backend may use programmatic dependent launch: asked for, on compute
 // capability 9.0 (whose SASS in the fat binary waits; PTX JIT-compiled for another GPU would not), and not
 // switched off after a graph capture with it failed.
 func (b *cudaBackend) usePDL() bool {
