@@ -51,6 +51,19 @@ type GreedyModel interface {
 	ForwardGreedy(s *model.Step) ([]int32, error)
 }
 
+// SamplingModel is a Model that can end a step with a draw on its own device (temperature, min-p,
+// top-k and top-p, as the engine's sampler filters) and return only the chosen token ids, one per entry
+// of s.LogitRows. The engine uses it for a step in which no sequence that needs a token has penalties
+// or asks for logprobs (and not every one is greedy, which GreedyModel covers). Such draws take their
+// uniform from a counter-based hash of the request's seed and output index (model.SampleParams), and a
+// penalty-free request sampled on the host (a step with logprobs or a penalised neighbour) draws the
+// same way (model.SampleLogits, the kernel's CPU twin): a seeded request without penalties gives the same
+// tokens whatever shares its batch and whichever path its steps take, up to float rounding. Requests
+// with penalties keep the host sampler's own PCG stream. *model.Model satisfies it.
+type SamplingModel interface {
+	ForwardSample(s *model.Step, params []model.SampleParams) ([]int32, error)
+}
+
 // Default limits used when Config leaves them zero.
 const (
 	DefaultMaxNumSeqs          = 64
@@ -175,6 +188,7 @@ type request struct {
 	limits   scheduler.Limits
 	seq      *scheduler.Sequence // set when the loop admits the request
 	sampler  *sampler
+	seed     uint64 // the request's seed (Sampling.Seed or a random one): device draws hash it
 	detok    *detokenizer
 	stops    stopMatcher
 	stopIDs  []int32 // EOS (unless ignored) and stop token ids: their text is never shown
@@ -360,6 +374,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		req:     req,
 		stream:  newStream(id),
 		sampler: newSampler(req.Sampling, seed, req.PromptIDs),
+		seed:    seed,
 		detok:   newDetokenizer(e.tok, req.PromptIDs, !req.KeepSpecialTokens),
 		stops:   newStopMatcher(req.Stop),
 		stopIDs: stopIDs,

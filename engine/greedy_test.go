@@ -13,6 +13,9 @@ import (
 // pathCountingModel counts which entry point the engine used for each step.
 type pathCountingModel struct {
 	*model.Model
+	// ForwardSample hides the model's device sampling (SamplingModel): this test is about greedy steps
+	// against host sampling; devicesample_test.go covers the sampled steps.
+	ForwardSample   struct{}
 	forward, greedy atomic.Int64
 }
 

@@ -251,8 +251,9 @@ func (e *Engine) runStep() {
 
 // forwardAndSample runs the model on st and returns one token per logits row of b. When every sequence
 // that needs a token is greedy without penalties or logprobs and the model can pick on its device
-// (GreedyModel), only the token ids come back; otherwise the logits come to the host and each request's
-// sampler draws from its row.
+// (GreedyModel), only the token ids come back; likewise when no such sequence has penalties or logprobs
+// and the model can sample on its device (SamplingModel); otherwise the logits come to the host and each
+// request's sampler draws from its row.
 func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, error) {
 	if gm, ok := e.model.(GreedyModel); ok && e.allGreedy(b) {
 		ids, err := gm.ForwardGreedy(st)
@@ -260,6 +261,15 @@ func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, 
 			err = fmt.Errorf("forward returned %d tokens for %d", len(ids), b.NumLogits)
 		}
 		return ids, err
+	}
+	if sm, ok := e.model.(SamplingModel); ok {
+		if params, ok := e.deviceSampling(b); ok {
+			ids, err := sm.ForwardSample(st, params)
+			if err == nil && len(ids) != b.NumLogits {
+				err = fmt.Errorf("forward returned %d tokens for %d", len(ids), b.NumLogits)
+			}
+			return ids, err
+		}
 	}
 	logits, err := e.model.Forward(st)
 	if err == nil && len(logits) != b.NumLogits {
@@ -273,7 +283,7 @@ func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, 
 	for _, c := range b.Chunks {
 		if c.NeedsLogits {
 			k := len(jobs)
-			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k]})
+			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k], step: uint64(c.Seq.NumOutputTokens())})
 		}
 	}
 	e.sampleAll(jobs)
@@ -293,6 +303,35 @@ func (e *Engine) allGreedy(b *scheduler.Batch) bool {
 		}
 	}
 	return true
+}
+
+// deviceSampling returns the model's sampling parameters for each logits row of b, in order, when
+// every sequence that needs a token can be sampled on the model's device: no penalties, no logprobs.
+// Each row's draw is named by the request's seed and the index of the output token being drawn.
+func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool) {
+	params := make([]model.SampleParams, 0, b.NumLogits)
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		r := e.live[c.Seq.ID()]
+		if r == nil || r.sampler.hasPenalties() || r.req.Logprobs {
+			return nil, false
+		}
+		params = append(params, r.modelSampling(uint64(c.Seq.NumOutputTokens())))
+	}
+	return params, len(params) == b.NumLogits
+}
+
+// modelSampling returns the model's sampling parameters for r's draw of output token step: its
+// filters (none when greedy), its seed and that index.
+func (r *request) modelSampling(step uint64) model.SampleParams {
+	p := r.sampler.params
+	sp := model.SampleParams{Seed: r.seed, Step: step}
+	if !p.greedy() {
+		sp.Temperature, sp.TopK, sp.TopP, sp.MinP = p.Temperature, p.TopK, p.TopP, p.MinP
+	}
+	return sp
 }
 
 // buildStep turns a batch into the model's step. The flat per-token slices (tokens, positions,
@@ -319,6 +358,7 @@ type sampleJob struct {
 	r      *request
 	logits []float32
 	out    *int32
+	step   uint64 // the index of the output token being drawn
 }
 
 // parallelSampleWork is the number of logits (rows × vocabulary) above which a step's draws are
@@ -354,7 +394,15 @@ func sampleOne(j *sampleJob) {
 		*j.out = argmax(j.logits)
 		return
 	}
-	tok := j.r.sampler.sample(j.logits)
+	var tok int32
+	if j.r.sampler.hasPenalties() {
+		tok = j.r.sampler.sample(j.logits)
+	} else {
+		// The same draw as on the device (SamplingModel): a penalty-free request's tokens do not
+		// depend on whether its step ended on the device or on the host (logprobs, a penalised
+		// neighbour), up to float rounding.
+		tok = model.SampleLogits(j.logits, j.r.modelSampling(j.step))
+	}
 	*j.out = tok
 	if j.r.req.Logprobs {
 		j.r.logprobs = computeLogprobs(j.logits, tok, j.r.req.TopLogprobs)

@@ -74,6 +74,13 @@ type cudaBackend struct {
 	argValues, argIndices cuda.DevicePtr
 	argCap                int
 
+	// The sampler's per-row arguments (see SampleToHost): sampleCap rows on the device and page-locked.
+	sampleArgs cuda.DevicePtr
+	pinSample  []byte
+	sampleCap  int
+	// sampleKept, when set (tests), receives each row's count of tokens the draw chose from.
+	sampleKept cuda.DevicePtr
+
 	st     cudaStep
 	ops    []cudaOp
 	lastMM *matmulOp // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
@@ -124,6 +131,7 @@ const (
 type cudaFunctions struct {
 	embed, addRMSNorm, rope, swiglu, gather *cuda.Function
 	argmaxChunks, argmaxPartials            *cuda.Function
+	sample                                  *cuda.Function // SampleRows (kernels/sample.cu)
 }
 
 // cudaTensor is an activation buffer: rows × cols elements of 4 bytes (enough for float32 or the
@@ -242,13 +250,13 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	}{
 		{&b.fn.embed, "Embed"}, {&b.fn.addRMSNorm, "AddRMSNorm"}, {&b.fn.rope, "RoPEWriteKV"},
 		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmaxChunks, "ArgmaxChunks"},
-		{&b.fn.argmaxPartials, "ArgmaxPartials"},
+		{&b.fn.argmaxPartials, "ArgmaxPartials"}, {&b.fn.sample, "SampleRows"},
 	} {
 		name := k.name + "_" + tn
 		switch k.name {
 		case "ArgmaxChunks":
 			name = k.name + "_f32" // the logits are float32 whatever the compute dtype
-		case "ArgmaxPartials":
+		case "ArgmaxPartials", "SampleRows":
 			name = k.name
 		}
 		if *k.dst, err = b.mod.Function(name); err != nil {
@@ -464,12 +472,12 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.stream.Destroy())
 		b.stream = nil
 	}
-	for _, p := range append(b.allocations, b.meta, b.ids, b.argValues, b.argIndices) {
+	for _, p := range append(b.allocations, b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs) {
 		errs = append(errs, b.dev.Free(p))
 	}
-	b.allocations, b.meta, b.ids, b.argValues, b.argIndices = nil, 0, 0, 0, 0
-	errs = append(errs, b.dev.FreeHost(b.pinMeta), b.dev.FreeHost(b.pinIDs))
-	b.pinMeta, b.pinIDs = nil, nil
+	b.allocations, b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs = nil, 0, 0, 0, 0, 0
+	errs = append(errs, b.dev.FreeHost(b.pinMeta), b.dev.FreeHost(b.pinIDs), b.dev.FreeHost(b.pinSample))
+	b.pinMeta, b.pinIDs, b.pinSample, b.sampleCap = nil, nil, nil, 0
 	if b.mod != nil {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-SOURCES=(argmax.cu embed.cu gather.cu gemv.cu norm.cu rope.cu swiglu.cu ../../attention/prefill.cu)
+SOURCES=(argmax.cu embed.cu gather.cu gemv.cu norm.cu rope.cu sample.cu swiglu.cu ../../attention/prefill.cu)
 HEADERS=(common.cuh)
 ARCHS="80 86 89 90"
 

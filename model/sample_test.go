@@ -1,0 +1,197 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// refKept is a sort-based float64 reference of the filters: temperature, min-p (p_i ≥ min_p·p_max),
+// top-k (ties by lower index), top-p over what is left (keep while the mass before a token is below
+// top_p of the total), as vLLM and the engine's host sampler define them. It returns the kept tokens
+// best first with their probabilities renormalised.
+func refKept(x []float32, p SampleParams) ([]int32, []float64) {
+	ids := make([]int32, 0, len(x))
+	for i, v := range x {
+		if v == v {
+			ids = append(ids, int32(i))
+		}
+	}
+	sort.SliceStable(ids, func(a, b int) bool { return x[ids[a]] > x[ids[b]] })
+	if p.Temperature < sampleGreedyEpsilon {
+		return ids[:1], []float64{1}
+	}
+	mx := float64(x[ids[0]])
+	w := make([]float64, 0, len(ids))
+	for _, id := range ids {
+		wi := math.Exp((float64(x[id]) - mx) / p.Temperature)
+		if wi < p.MinP || wi == 0 {
+			break
+		}
+		w = append(w, wi)
+	}
+	ids = ids[:len(w)]
+	if p.TopK > 0 && p.TopK < len(ids) {
+		ids, w = ids[:p.TopK], w[:p.TopK]
+	}
+	total := 0.0
+	for _, v := range w {
+		total += v
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		cum := 0.0
+		for i, v := range w {
+			if cum >= p.TopP*total {
+				ids, w = ids[:i], w[:i]
+				break
+			}
+			cum += v
+		}
+		total = cum
+	}
+	probs := make([]float64, len(w))
+	for i, v := range w {
+		probs[i] = v / total
+	}
+	return ids, probs
+}
+
+// randomSampleParams draws parameters over the ranges that matter, filters on and off.
+func randomSampleParams(rng *rand.Rand, vocab int) SampleParams {
+	p := SampleParams{Temperature: []float64{0, 0.3, 0.7, 1, 1.5}[rng.IntN(5)], Seed: rng.Uint64(), Step: rng.Uint64N(1000)}
+	p.TopK = []int{0, 1, 2, 5, 40, vocab - 1, vocab, vocab + 7}[rng.IntN(8)]
+	p.TopP = []float64{0, 0.1, 0.5, 0.9, 0.99, 1}[rng.IntN(6)]
+	p.MinP = []float64{0, 0, 0.01, 0.1, 0.5, 1}[rng.IntN(6)]
+	return p
+}
+
+// randomLogits fills a row with normal logits of the given spread; with ties, some values repeat.
+func randomLogits(rng *rand.Rand, n int, spread float64, ties bool) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * spread)
+		if ties && i > 0 && rng.IntN(4) == 0 {
+			x[i] = x[rng.IntN(i)]
+		}
+	}
+	return x
+}
+
+// The CPU twin keeps exactly the reference's set on random logits (ties included) for random parameters.
+func TestSampleKeptSetMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		name   string
+		vocab  int
+		spread float64
+		ties   bool
+	}{
+		{"small", 17, 1, false}, {"ties", 64, 2, true}, {"wide", 3000, 3, false}, {"wide ties", 3000, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for trial := range 200 {
+				x := randomLogits(rng, tc.vocab, tc.spread, tc.ties)
+				p := randomSampleParams(rng, tc.vocab)
+				want, _ := refKept(x, p)
+				slices.Sort(want)
+				got := KeptTokens(x, p)
+				if !slices.Equal(got, want) {
+					t.Fatalf("trial %d %+v: kept %d tokens %v, reference %d %v", trial, p, len(got), head(got), len(want), head(want))
+				}
+				tok := SampleLogits(x, p)
+				if _, ok := slices.BinarySearch(want, tok); !ok {
+					t.Fatalf("trial %d %+v: drew %d, not kept", trial, p, tok)
+				}
+			}
+		})
+	}
+}
+
+func head(xs []int32) []int32 { return xs[:min(len(xs), 12)] }
+
+// Draws over many steps of one seed follow the renormalised kept distribution (a fixed seed: the
+// check is deterministic); a chi-square statistic stays under its 99.9% quantile.
+func TestSampleFrequencies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := randomLogits(rng, 50, 1.5, false)
+	for _, p := range []SampleParams{
+		{Temperature: 1},
+		{Temperature: 0.7, TopK: 6},
+		{Temperature: 1.3, TopP: 0.8},
+		{Temperature: 1, MinP: 0.2},
+		{Temperature: 0.9, TopK: 10, TopP: 0.7, MinP: 0.05},
+	} {
+		p.Seed = 42
+		ids, probs := refKept(x, p)
+		const n = 40000
+		counts := map[int32]int{}
+		for step := range uint64(n) {
+			p.Step = step
+			counts[SampleLogits(x, p)]++
+		}
+		chi := 0.0
+		for i, id := range ids {
+			e := probs[i] * n
+			d := float64(counts[id]) - e
+			chi += d * d / e
+			delete(counts, id)
+		}
+		if len(counts) != 0 {
+			t.Errorf("%+v: drew tokens outside the kept set: %v", p, counts)
+		}
+		// 99.9% quantile of chi-square with k-1 degrees of freedom, Wilson–Hilferty approximation.
+		k := float64(len(ids) - 1)
+		limit := k * math.Pow(1-2/(9*k)+3.09*math.Sqrt(2/(9*k)), 3)
+		if len(ids) > 1 && chi > limit {
+			t.Errorf("%+v: chi-square %.1f over %d kept tokens, limit %.1f", p, chi, len(ids), limit)
+		}
+	}
+}
+
+// The uniform depends on (seed, step) alone, spreads over [0, 1), and a draw is reproducible.
+func TestSampleUniform(t *testing.T) {
+	const n = 1 << 16
+	var buckets [16]int
+	for step := range uint64(n) {
+		u := sampleUniform(7, step)
+		if u < 0 || u >= 1 {
+			t.Fatalf("uniform %v outside [0, 1)", u)
+		}
+		buckets[int(u*16)]++
+	}
+	for i, c := range buckets {
+		if c < n/16*9/10 || c > n/16*11/10 {
+			t.Errorf("bucket %d holds %d of %d draws", i, c, n)
+		}
+	}
+	if sampleUniform(1, 2) == sampleUniform(2, 2) || sampleUniform(1, 2) == sampleUniform(1, 3) {
+		t.Error("uniform ignores its seed or step")
+	}
+}
+
+// Greedy rows, rows of -Inf and NaN, and +Inf take the argmax.
+func TestSampleDegenerateRows(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	for _, tc := range []struct {
+		name string
+		x    []float32
+		p    SampleParams
+		want int32
+	}{
+		{"greedy ties", []float32{1, 3, 3, 2}, SampleParams{}, 1},
+		{"all -inf", []float32{-inf, -inf}, SampleParams{Temperature: 1}, 0},
+		{"nan and +inf", []float32{nan, 1, inf, inf}, SampleParams{Temperature: 1}, 2},
+		{"min_p 1 keeps the max", []float32{0, 5, 1}, SampleParams{Temperature: 2, MinP: 1}, 1},
+		{"top_k 1", []float32{0, 5, 5.5, 1}, SampleParams{Temperature: 5, TopK: 1, Seed: 3}, 2},
+		{"nan skipped", []float32{nan, 2, nan}, SampleParams{Temperature: 1, TopP: 0.5}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SampleLogits(tc.x, tc.p); got != tc.want {
+				t.Errorf("drew %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
