@@ -21,8 +21,13 @@
 //	}
 //
 // Sampling follows vLLM: penalties (repetition on prompt and output, presence and frequency on the
-// output), temperature, min-p, top-k, top-p, then a draw from the request's own PCG stream, so a seed
-// gives the same tokens whatever else shares the batch. Logprobs are those of the raw logits.
+// output), temperature, min-p, top-k, top-p, then a draw, so a seed gives the same tokens whatever else
+// shares the batch. Logprobs are those of the raw logits. Where the draw happens depends on the step:
+// when every sequence needing a token is greedy without penalties or logprobs, a GreedyModel picks on
+// its device and only token ids come back; when none has penalties or logprobs, a SamplingModel filters
+// and draws on its device from a uniform derived from (seed, output index); otherwise the logits come to
+// the host, requests without penalties draw with the same (seed, output index) rule (model.SampleLogits,
+// the CPU twin of the device kernel) and requests with penalties draw from their own PCG stream.
 //
 // Stop conditions: EOS ids (the model config's and Config.EOSTokenIDs, unless IgnoreEOS), stop token
 // ids, stop strings matched on the decoded text (cut from the returned text; text that could begin a
