@@ -165,18 +165,8 @@ func (s *Server) chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
 	var req completionRequest
-	if aerr := decodeBody(body, &req); aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		s.fail(w, aerr)
+	if !s.readRequest(w, r, &req) {
 		return
 	}
 	if req.Suffix != nil && *req.Suffix != "" {
@@ -387,18 +377,8 @@ func (s *Server) renderChat(req *chatRequest) (string, *apiError) {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
 	var req chatRequest
-	if aerr := decodeBody(body, &req); aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		s.fail(w, aerr)
+	if !s.readRequest(w, r, &req) {
 		return
 	}
 	if t := string(req.Tools); t != "" && t != "null" && t != "[]" {

@@ -235,6 +235,30 @@ func (s *Server) checkModel(name string) *apiError {
 	return nil
 }
 
+// namedModel is a request body that names the model it is for.
+type namedModel interface{ modelName() string }
+
+func (f *samplingFields) modelName() string    { return f.Model }
+func (r *tokenizeRequest) modelName() string   { return r.Model }
+func (r *detokenizeRequest) modelName() string { return r.Model }
+
+// readRequest reads the request body within the size limit, decodes it into req and checks the
+// model it names. On a failure it has answered the client and returns false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, req namedModel) bool {
+	body, aerr := s.readBody(w, r)
+	if aerr == nil {
+		aerr = decodeBody(body, req)
+	}
+	if aerr == nil {
+		aerr = s.checkModel(req.modelName())
+	}
+	if aerr != nil {
+		s.fail(w, aerr)
+		return false
+	}
+	return true
+}
+
 // readBody reads a request body within the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	if r.ContentLength > s.cfg.MaxBodyBytes {

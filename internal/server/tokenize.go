@@ -23,18 +23,8 @@ type tokenizeResponse struct {
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
 	var req tokenizeRequest
-	if aerr := decodeBody(body, &req); aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		s.fail(w, aerr)
+	if !s.readRequest(w, r, &req) {
 		return
 	}
 	var ids []int32
@@ -77,18 +67,8 @@ type detokenizeRequest struct {
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
 	var req detokenizeRequest
-	if aerr := decodeBody(body, &req); aerr != nil {
-		s.fail(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		s.fail(w, aerr)
+	if !s.readRequest(w, r, &req) {
 		return
 	}
 	if req.Tokens == nil {
