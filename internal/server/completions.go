@@ -295,32 +295,16 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			offsets[i] = len(echo[j.prompt])
 		}
 	}
-	finals := make([]outcome, len(jobs))
-	var streamErr *apiError
-	for {
-		ev, ok := ru.next()
-		if !ok {
-			break
+	var usageChunk func(u *usage) any
+	if includeUsage {
+		usageChunk = func(u *usage) any {
+			chunk := completionChunk{completionResponse: head, withUsage: true}
+			chunk.Choices = []completionChoice{}
+			chunk.Usage = u
+			return chunk
 		}
-		if out.failed {
-			ru.abort()
-			continue
-		}
-		if aerr := failure(ev); aerr != nil {
-			if streamErr == nil {
-				streamErr = aerr
-				out.sendError(aerr)
-				ru.abort()
-			}
-			continue
-		}
-		o, c := ev.out, ev.job.choice
-		if o.Finished() {
-			finals[c].usage = o.Usage
-		}
-		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
-			continue
-		}
+	}
+	ru.stream(out, len(jobs), promptLens, func(c int, o engine.Output) any {
 		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
 		ch := completionChoice{Index: c, Text: o.Text, FinishReason: finishReason(o.FinishReason)}
 		if base.Logprobs {
@@ -330,16 +314,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		chunk.Choices = []completionChoice{ch}
-		out.send(chunk)
-	}
-	if streamErr == nil && includeUsage {
-		u := totalUsage(promptLens, finals)
-		chunk := completionChunk{completionResponse: head, withUsage: true}
-		chunk.Choices = []completionChoice{}
-		chunk.Usage = &u
-		out.send(chunk)
-	}
-	out.done()
+		return chunk
+	}, usageChunk)
 }
 
 // seeded gives choice c of a seeded request its own seed (seed + c), so that n > 1 choices differ
@@ -480,32 +456,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for c := range n {
 		out.send(chunk(chatChunkChoice{Index: c, Delta: chatDelta{Role: "assistant", Content: &empty}}))
 	}
-	finals := make([]outcome, n)
-	var streamErr *apiError
-	for {
-		ev, ok := ru.next()
-		if !ok {
-			break
+	var usageChunk func(u *usage) any
+	if includeUsage {
+		usageChunk = func(u *usage) any {
+			last := chunk()
+			last.Choices = []chatChunkChoice{}
+			last.Usage = u
+			return last
 		}
-		if out.failed {
-			ru.abort()
-			continue
-		}
-		if aerr := failure(ev); aerr != nil {
-			if streamErr == nil {
-				streamErr = aerr
-				out.sendError(aerr)
-				ru.abort()
-			}
-			continue
-		}
-		o, c := ev.out, ev.job.choice
-		if o.Finished() {
-			finals[c].usage = o.Usage
-		}
-		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
-			continue
-		}
+	}
+	ru.stream(out, n, promptLens, func(c int, o engine.Output) any {
 		ch := chatChunkChoice{Index: c, FinishReason: finishReason(o.FinishReason)}
 		if o.Text != "" {
 			text := o.Text
@@ -514,16 +474,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if base.Logprobs && len(o.Logprobs) > 0 {
 			ch.Logprobs = s.chatLogprobsOf(o.Logprobs)
 		}
-		out.send(chunk(ch))
-	}
-	if streamErr == nil && includeUsage {
-		u := totalUsage(promptLens, finals)
-		last := chunk()
-		last.Choices = []chatChunkChoice{}
-		last.Usage = &u
-		out.send(last)
-	}
-	out.done()
+		return chunk(ch)
+	}, usageChunk)
 }
 
 func (s *Server) String() string { return fmt.Sprintf("server(%s)", s.cfg.ModelName) }

@@ -319,6 +319,48 @@ func (ru *run) collectAll(ctx context.Context, choices int) ([]outcome, *apiErro
 	return out, nil
 }
 
+// stream drives a streaming response over choices choices to its end. It stops the run when the
+// client stops reading; answers the first failure with an error event and stops the run; records
+// each choice's final usage; and sends, for every output with text, logprobs or a finish, the chunk
+// that chunk builds for it. Unless a failure was sent, it then sends usageChunk's chunk of the total
+// usage (when usageChunk is not nil), and always ends the stream with [DONE].
+func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(choice int, o engine.Output) any,
+	usageChunk func(u *usage) any) {
+	finals := make([]outcome, choices)
+	var streamErr *apiError
+	for {
+		ev, ok := ru.next()
+		if !ok {
+			break
+		}
+		if out.failed {
+			ru.abort()
+			continue
+		}
+		if aerr := failure(ev); aerr != nil {
+			if streamErr == nil {
+				streamErr = aerr
+				out.sendError(aerr)
+				ru.abort()
+			}
+			continue
+		}
+		o, c := ev.out, ev.job.choice
+		if o.Finished() {
+			finals[c].usage = o.Usage
+		}
+		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
+			continue
+		}
+		out.send(chunk(c, o))
+	}
+	if streamErr == nil && usageChunk != nil {
+		u := totalUsage(promptLens, finals)
+		out.send(usageChunk(&u))
+	}
+	out.done()
+}
+
 // totalUsage sums usage: each prompt's tokens once, every choice's completion tokens.
 func totalUsage(promptLens []int, outs []outcome) usage {
 	u := usage{}
