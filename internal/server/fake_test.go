@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gollm/gollm/engine"
 )
@@ -233,4 +235,27 @@ func decodeMap(t *testing.T, data []byte) map[string]any {
 		t.Fatalf("%v: %s", err, data)
 	}
 	return m
+}
+
+// serveBlocked serves a Server named "m" over a fake engine whose outputs wait for f.block, on a
+// loopback listener, with the given drain time; cancel starts the shutdown and served gets Serve's
+// result.
+func serveBlocked(t *testing.T, drain time.Duration) (f *fakeEngine, srv *Server, ln net.Listener, cancel context.CancelFunc, served chan error) {
+	t.Helper()
+	f = &fakeEngine{maxLen: 64, block: make(chan struct{})}
+	cfg := templateConfig(t)
+	cfg.ModelName = "m"
+	cfg.Logger = quietLogger()
+	srv, err := New(f, byteTokenizer{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served = make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, drain) }()
+	return f, srv, ln, cancel, served
 }

@@ -129,21 +129,7 @@ func TestPanicIsolated(t *testing.T) {
 // TestFreshConnectionsClosedAtShutdown: a connection that never sent a request does not hold up
 // shutdown (net/http's Shutdown alone waits up to five seconds for it).
 func TestFreshConnectionsClosedAtShutdown(t *testing.T) {
-	f := &fakeEngine{maxLen: 64, block: make(chan struct{})}
-	cfg := templateConfig(t)
-	cfg.ModelName = "m"
-	cfg.Logger = quietLogger()
-	srv, err := New(f, byteTokenizer{}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, time.Minute) }()
+	f, srv, ln, cancel, served := serveBlocked(t, time.Minute)
 	url := "http://" + ln.Addr().String()
 
 	// An in-flight request keeps the server draining while the test looks at the idle connection.
@@ -214,21 +200,7 @@ func TestFreshConnsTracker(t *testing.T) {
 // normally within the drain time (the abort at the deadline is TestServeShutdown's), and /health
 // says 503 meanwhile.
 func TestDrainCompletesInFlight(t *testing.T) {
-	f := &fakeEngine{maxLen: 64, block: make(chan struct{})}
-	cfg := templateConfig(t)
-	cfg.ModelName = "m"
-	cfg.Logger = quietLogger()
-	srv, err := New(f, byteTokenizer{}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, time.Minute) }()
+	f, srv, ln, cancel, served := serveBlocked(t, time.Minute)
 	url := "http://" + ln.Addr().String()
 
 	var wg sync.WaitGroup

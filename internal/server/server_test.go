@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -469,21 +468,7 @@ func TestClientDisconnectAborts(t *testing.T) {
 // TestServeShutdown runs Serve on a real listener: cancelling its context refuses new work,
 // aborts what does not finish within the drain time, and returns nil.
 func TestServeShutdown(t *testing.T) {
-	f := &fakeEngine{maxLen: 64, block: make(chan struct{})}
-	cfg := templateConfig(t)
-	cfg.ModelName = "m"
-	cfg.Logger = quietLogger()
-	srv, err := New(f, byteTokenizer{}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, 200*time.Millisecond) }()
+	_, srv, ln, cancel, served := serveBlocked(t, 200*time.Millisecond)
 	url := "http://" + ln.Addr().String()
 	result := make(chan []byte, 1)
 	go func() {
