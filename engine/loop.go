@@ -391,7 +391,7 @@ func (e *Engine) sampleAll(jobs []sampleJob) {
 
 func sampleOne(j *sampleJob) {
 	if j.r == nil { // cannot happen: every chunk's sequence is live; keep the batch consistent anyway
-		*j.out = argmax(j.logits)
+		*j.out = model.Argmax(j.logits)
 		return
 	}
 	var tok int32

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -136,7 +137,7 @@ func (s *sampler) sample(logits []float32) int32 {
 		s.applyPenalties(work)
 	}
 	if s.params.greedy() {
-		return argmax(work)
+		return model.Argmax(work)
 	}
 	kept, total := s.filter(work)
 	u := s.rng.Float64() * total
@@ -168,7 +169,7 @@ func (s *sampler) filter(work []float32) ([]candidate, float64) {
 	}
 	if math.IsInf(float64(maxLogit), 0) {
 		// All -Inf (or NaN), or some +Inf: no finite distribution, so the argmax it is.
-		s.kept = append(s.kept[:0], candidate{id: argmax(work), w: 1})
+		s.kept = append(s.kept[:0], candidate{id: model.Argmax(work), w: 1})
 		return s.kept, 1
 	}
 	invT := 1 / p.Temperature
@@ -340,18 +341,6 @@ func (s *sampler) applyPenalties(work []float32) {
 		}
 		work[t] -= float32(p.FrequencyPenalty)*float32(n) + float32(p.PresencePenalty)
 	}
-}
-
-// argmax returns the index of the largest value, the lowest index on ties; NaNs never win (0 when
-// nothing is larger than -Inf).
-func argmax(xs []float32) int32 {
-	best, bestV := 0, float32(math.Inf(-1))
-	for i, x := range xs {
-		if x > bestV {
-			best, bestV = i, x
-		}
-	}
-	return int32(best)
 }
 
 // candidate is a token and its unnormalised probability.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -291,7 +292,7 @@ func TestTemperatureToZeroIsGreedy(t *testing.T) {
 		for i := range logits {
 			logits[i] = float32(rng.NormFloat64() * 2)
 		}
-		want := argmax(logits)
+		want := model.Argmax(logits)
 		// At T = 0.01 the runner-up is at least e^(gap/0.01) less likely; the gap between normal
 		// samples is rarely below 0.2, so the argmax must win with overwhelming probability.
 		for _, temp := range []float64{0, 1e-6, 0.001} {

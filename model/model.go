@@ -171,11 +171,7 @@ func (m *Model) ForwardGreedy(s *Step) ([]int32, error) {
 		}
 		ids := make([]int32, len(rows))
 		for i, row := range rows {
-			for j, x := range row {
-				if x > row[ids[i]] {
-					ids[i] = int32(j)
-				}
-			}
+			ids[i] = Argmax(row)
 		}
 		return ids, nil
 	}

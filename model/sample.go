@@ -263,7 +263,7 @@ func sampleRowCPU(x []float32, r sampleRow) int32 {
 		}
 	}
 	if r.InvT == 0 || math.IsInf(float64(st.max), 0) {
-		return argmaxRow(x)
+		return Argmax(x)
 	}
 	c := st.cut()
 	total := 0.0
@@ -290,16 +290,17 @@ func keptSet(x []float32, r sampleRow) []int32 {
 		}
 	}
 	if r.InvT == 0 || math.IsInf(float64(st.max), 0) {
-		return []int32{argmaxRow(x)}
+		return []int32{Argmax(x)}
 	}
 	var out []int32
 	st.kept(st.cut(), func(i int, _ float32) { out = append(out, int32(i)) })
 	return out
 }
 
-// argmaxRow returns the index of the largest entry, the lowest on ties; NaN never wins (0 when nothing
-// is above −Inf).
-func argmaxRow(x []float32) int32 {
+// Argmax returns the index of the largest entry, the lowest on ties; NaN never wins (0 when nothing
+// is above −Inf). It is the greedy pick everywhere on the host (ForwardGreedy's fallback, the engine's
+// sampler), with the same rule as the CUDA argmax kernel.
+func Argmax(x []float32) int32 {
 	best, bestV := 0, float32(math.Inf(-1))
 	for i, v := range x {
 		if v > bestV {

@@ -195,3 +195,28 @@ func TestSampleDegenerateRows(t *testing.T) {
 		})
 	}
 }
+
+// Argmax is the one host greedy pick: lowest index on ties, NaN never wins, even in the first slot
+// (the open-coded loop it replaced in ForwardGreedy's fallback let a leading NaN win).
+func TestArgmax(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	tests := []struct {
+		name string
+		row  []float32
+		want int32
+	}{
+		{"plain", []float32{1, 3, 2}, 1},
+		{"tie takes lowest", []float32{5, 1, 5}, 0},
+		{"leading NaN", []float32{nan, 2, 7}, 2},
+		{"NaN between", []float32{1, nan, 0.5}, 0},
+		{"+Inf", []float32{1, inf, 2}, 1},
+		{"all -Inf", []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Argmax(tc.row); got != tc.want {
+				t.Fatalf("Argmax(%v) = %d, want %d", tc.row, got, tc.want)
+			}
+		})
+	}
+}

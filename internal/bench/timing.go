@@ -70,11 +70,7 @@ func (t *timedModel) ForwardGreedy(s *model.Step) ([]int32, error) {
 		rows, err := t.inner.Forward(s)
 		ids = make([]int32, len(rows))
 		for i, row := range rows {
-			for j, x := range row {
-				if x > row[ids[i]] {
-					ids[i] = int32(j)
-				}
-			}
+			ids[i] = model.Argmax(row)
 		}
 		return err
 	})
