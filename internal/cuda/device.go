@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"gorgonia.org/cu"
@@ -34,25 +35,27 @@ type Info struct {
 	DriverVersion int
 }
 
-// Device is one GPU with its primary context, owned by one goroutine locked to its OS thread. Its methods
-// may be called from any goroutine; they run on the owner goroutine.
+// Device is one GPU with its primary context. Its methods may be called from any goroutine; they run one
+// at a time, with the context current on the caller's OS thread (see Do).
 type Device struct {
-	info  Info
-	dev   cu.Device
-	ctx   cu.CUContext
-	tid   int // the owner goroutine's OS thread
-	calls chan func()
+	info Info
+	dev  cu.Device
+	ctx  cu.CUContext
+
+	// mu serializes the calls; holder is the OS thread of the call under way (0: none), so that a call
+	// made from inside one runs directly.
+	mu     sync.Mutex
+	holder atomic.Int64
 
 	closeOnce sync.Once
 	closed    chan struct{}
 	exited    chan struct{}
 }
 
-// Open makes the primary context of GPU ordinal current on a new goroutine locked to its OS thread and
-// returns the Device that runs work there.
+// Open retains the primary context of GPU ordinal (held by a goroutine locked to its OS thread until
+// Close) and returns the Device that runs work in it.
 func Open(ordinal int) (*Device, error) {
 	d := &Device{
-		calls:  make(chan func()),
 		closed: make(chan struct{}),
 		exited: make(chan struct{}),
 	}
@@ -64,10 +67,11 @@ func Open(ordinal int) (*Device, error) {
 	return d, nil
 }
 
-// own is the owner goroutine: it binds the context to its thread, then runs calls until Close.
+// own retains the context on a locked thread, reads the device's facts, and releases the context at
+// Close.
 func (d *Device) own(ordinal int, ready chan<- error) {
 	// The thread stays locked for the goroutine's life; when the goroutine returns still locked, the
-	// runtime ends the thread, so no other goroutine ever inherits the context binding.
+	// runtime ends the thread.
 	runtime.LockOSThread()
 	defer close(d.exited)
 	if err := d.bind(ordinal); err != nil {
@@ -75,15 +79,8 @@ func (d *Device) own(ordinal int, ready chan<- error) {
 		return
 	}
 	ready <- nil
-	for {
-		select {
-		case f := <-d.calls:
-			f()
-		case <-d.closed:
-			_ = d.dev.ReleasePrimaryCtx()
-			return
-		}
-	}
+	<-d.closed
+	_ = d.dev.ReleasePrimaryCtx()
 }
 
 func (d *Device) bind(ordinal int) error {
@@ -106,7 +103,7 @@ func (d *Device) bind(ordinal int) error {
 		_ = dev.ReleasePrimaryCtx()
 		return fmt.Errorf("cuda: device %d: set current context: %w", ordinal, err)
 	}
-	d.dev, d.ctx, d.tid = dev, ctx, syscall.Gettid()
+	d.dev, d.ctx = dev, ctx
 	info := Info{Ordinal: ordinal, DriverVersion: cu.Version()}
 	if info.Name, err = dev.Name(); err != nil {
 		return fmt.Errorf("cuda: device %d: name: %w", ordinal, err)
@@ -140,28 +137,46 @@ func (d *Device) Info() Info { return d.info }
 // Close waits for the device's work to finish, releases the context and ends the owner goroutine. Memory,
 // modules, streams and events not freed before are released with the context. Close is idempotent.
 func (d *Device) Close() error {
-	var err error
+	err := ErrClosed
 	d.closeOnce.Do(func() {
-		err = d.Do(func() error { return cu.Synchronize() })
-		close(d.closed)
+		err = d.Do(func() error {
+			err := cu.Synchronize()
+			close(d.closed) // under the lock: every later call sees it
+			return err
+		})
 		<-d.exited
 	})
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
 	return err
 }
 
-// Do runs f on the goroutine that owns the context and returns its error. Inside f, the Device's methods
-// run directly (no hop), so a sequence of calls costs one hop. f must not call Do of another Device.
+// Do runs f with the device's context current and returns its error: on the calling goroutine, its OS
+// thread locked for the call, one call at a time. Inside f, the Device's methods run directly, so a
+// sequence of calls costs one lock. f must not call Do of another Device.
+//
+// Running on the caller's thread (cuCtxSetCurrent is cheap) rather than handing f to a goroutine that owns
+// the context saves two goroutine wake-ups a call, which a decode step of a small model felt.
 func (d *Device) Do(f func() error) error {
-	if syscall.Gettid() == d.tid {
-		return f() // already on the owner: only the owner goroutine runs on its locked thread
+	if d.holder.Load() == int64(syscall.Gettid()) {
+		return f() // called from inside f: only the holder runs on its locked thread
 	}
-	done := make(chan error, 1)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	select {
-	case d.calls <- func() { done <- f() }:
-		return <-done
 	case <-d.closed:
 		return ErrClosed
+	default:
 	}
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return fmt.Errorf("cuda: set current context: %w", err)
+	}
+	d.holder.Store(int64(syscall.Gettid()))
+	defer d.holder.Store(0)
+	return f()
 }
 
 // Synchronize blocks until all work queued on the device has finished.

@@ -14,6 +14,7 @@
 #   bench     BenchmarkCUDADecode (Llama-3.2-1B and Llama-3-8B shapes, bf16, batch 1, 16 and 64, context
 #             1024; every product on cuBLAS, then the default), with a per-op profile of each;
 #   memcheck  compute-sanitizer memcheck over prefill + decode runs and the skinny product's tests;
+#   hostprof  a CPU profile (host-cpu.prof) of 3000 Llama-3.2-1B decode steps at batch 1;
 #   base      BenchmarkCUDADecode of gpu/model/base.test, when there: a build of an earlier commit, run
 #             in the same call for before/after numbers (not in the default steps).
 #
@@ -72,10 +73,15 @@ if has base && [ -x gpu/model/base.test ]; then # the backend before this work (
 		line="base:"$1; for (i=2;i<=NF;i++) if ($(i) ~ /^(ms\/step|gpu-ms\/step|%floor)$/) line=line" "$(i-1)" "$(i);
 		print line }')$'\n'
 fi
+if has hostprof; then # a CPU profile of the host side of Llama-3.2-1B decode steps at batch 1 (go tool pprof)
+	(cd "$root/model" && timeout 120 ../gpu/model/model.test -test.run XXX -test.bench 'CUDADecode/llama-3.2-1b/batch=1$/default$' \
+		-test.benchtime 3000x -test.cpuprofile "$out/host-cpu.prof" -test.v) >"$out/hostprof.txt" 2>&1 || status=1
+	summary+=$(grep -E '^BenchmarkCUDADecode' "$out/hostprof.txt")$'\n'
+fi
 if has memcheck; then
 	sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 	(cd "$root/model" && timeout 240 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 ../gpu/model/model.test \
-		-test.count=1 -test.run 'TestCUDAMatchesCPU/d64_bf16$|TestCUDAMatchesCPU/d128_f32$|TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$|TestCUDAGemv(SwiGLU|RoPE|Argmax)$') \
+		-test.count=1 -test.run 'TestCUDAMatchesCPU/d64_bf16$|TestCUDAMatchesCPU/d128_f32$|TestCUDAAddNormFusion$|TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$|TestCUDAGemv(SwiGLU|RoPE|Argmax)$') \
 		>"$out/memcheck.log" 2>&1
 	rc=$?
 	tail -3 "$out/memcheck.log"
