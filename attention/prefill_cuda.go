@@ -33,9 +33,18 @@ type prefillParams struct {
 	Group, HeadsPerItem                                   int32
 }
 
+// prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D>,
+// 16-bit dtypes), which Attend uses where they exist.
+var prefillMMAHeadDims = []int{64, 128}
+
+// prefillMMASharedBytes is the tensor-core kernel's dynamic shared memory: two K and two V tiles of 64
+// keys.
+func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
+
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
 	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>"
+	mma     map[string]*cuda.Function // the tensor-core kernels, by the same key
 }
 
 // LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
@@ -43,7 +52,21 @@ type CUDAPrefill struct {
 // memory than the device allows (sharedOptin, cuda.Info.SharedPerBlockOptin) is left out: Attend
 // reports it as ErrUnsupported.
 func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
-	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}}
+	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}, mma: map[string]*cuda.Function{}}
+	for _, tn := range []string{"bf16", "f16"} {
+		for _, d := range prefillMMAHeadDims {
+			fn, err := mod.Function(fmt.Sprintf("PrefillAttentionMMA_%s_d%d", tn, d))
+			if err != nil {
+				return nil, fmt.Errorf("attention: prefill: %w", err)
+			}
+			if shared := prefillMMASharedBytes(d); shared <= sharedOptin {
+				if err := fn.SetMaxDynamicShared(shared); err != nil {
+					return nil, fmt.Errorf("attention: prefill: %w", err)
+				}
+				p.mma[fmt.Sprintf("%s_d%d", tn, d)] = fn
+			}
+		}
+	}
 	for _, dt := range []cuda.DataType{cuda.Float32, cuda.BFloat16, cuda.Float16} {
 		tn, _ := prefillTypeName(dt)
 		for _, d := range prefillHeadDims {
@@ -130,9 +153,12 @@ type CUDAPrefillArgs struct {
 	DType                                    cuda.DataType
 	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
 	Scale float32
+	// FMA runs the FMA kernel even where a tensor-core kernel serves (tests compare the two).
+	FMA bool
 }
 
-// Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads.
+// Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads; the tensor-core
+// kernel for 16-bit dtypes at head sizes 64 and 128 (unless a.FMA), else the FMA kernel.
 func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	tn, ok := prefillTypeName(a.DType)
 	if !ok {
@@ -157,8 +183,12 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), MaxBlocks: int32(a.MaxBlocks),
 		BlockSize: int32(a.BlockSize), Group: int32(group), HeadsPerItem: int32(PrefillHeadsPerItem(group)),
 	}
+	shared := prefillSharedBytes(a.HeadDim)
+	if mma, ok := p.mma[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]; ok && !a.FMA {
+		fn, shared = mma, prefillMMASharedBytes(a.HeadDim)
+	}
 	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}
-	if err := cuda.Launch(fn, grid, cuda.Dim3{X: 128}, prefillSharedBytes(a.HeadDim), s, &params); err != nil {
+	if err := cuda.Launch(fn, grid, cuda.Dim3{X: 128}, shared, s, &params); err != nil {
 		return fmt.Errorf("attention: prefill: %w", err)
 	}
 	return nil

@@ -69,7 +69,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // weights-floor-ms (the weights' bytes at the copy bandwidth), floor-ms (weights and KV), and %floor =
 // floor-ms / ms/step. Each sub-benchmark then logs a per-op profile of one more step (stepProfile: op by
 // op with events between, so each op carries about 2 µs of launch gap a graph does not have). The
-// prefill sub-benchmark times one 1024-token prompt.
+// prefill sub-benchmark times one 1024-token prompt and logs its per-op profile.
 //
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
@@ -114,6 +114,17 @@ func BenchmarkCUDADecode(b *testing.B) {
 				}
 				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
 				b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
+				b.StopTimer()
+				backend := m.backend.(*cudaBackend)
+				backend.prof = &stepProfile{}
+				_, err := m.ForwardGreedy(s)
+				prof := backend.prof
+				backend.prof = nil
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
+					summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
 			})
 			for _, batch := range []int{1, 16, 64} {
 				s := &Step{QueryStart: []int32{0}}
