@@ -46,6 +46,7 @@ struct DecodeParams {
 	float *part_m;            // split-k: [batch][num_kv_heads][num_partitions][G], log2 units
 	float *part_l;            // split-k: same shape
 	float *part_acc;          // split-k: [batch][num_kv_heads][num_partitions][G][head_dim], unnormalised
+	unsigned *counters;       // split-k, fused merge: arrival counters, zero between calls (see splitk_finish)
 	float scale_log2;         // softmax scale · log2(e)
 	int num_heads;
 	int num_kv_heads;
@@ -55,6 +56,9 @@ struct DecodeParams {
 	int num_partitions;       // split-k partitions (grid z)
 	int group;                // G = num_heads / num_kv_heads
 	int flags;                // DECODE_FLAG_* (tuning switches, see below)
+	int batch;                // sequences (rows of context_lens)
+	int merge_chunk;          // split-k, fused merge: partitions merged by one program at the first level
+	int merge_chunks;         // ceil(num_partitions / merge_chunk): chunk counters per (sequence, program row)
 };
 
 // DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
@@ -63,6 +67,10 @@ struct DecodeParams {
 #define DECODE_FLAG_HEADS_FAST 1
 // DECODE_FLAG_L2_PREFETCH asks each 16-byte cp.async to have L2 fetch the whole 256-byte line around it.
 #define DECODE_FLAG_L2_PREFETCH 2
+// DECODE_FLAG_FUSED_MERGE has the split-k programs merge their partitions themselves (splitk_finish):
+// the last program of a chunk of partitions to finish merges the chunk, the last chunk merger writes the
+// output; no reduce kernel.
+#define DECODE_FLAG_FUSED_MERGE 4
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -254,6 +262,123 @@ __device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm
 			reinterpret_cast<T *>(p.out)[o] = Elem<T>::from_float(a / l);
 		}
 	}
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The fused split-k merge. A context of P = ceil(ctx/partition_tokens) partitions is merged in at most two
+// levels, by the programs themselves (no reduce kernel, no second launch): partitions are grouped in
+// chunks of C = merge_chunk; the last program of a chunk to finish (found with an arrival counter that it
+// resets to zero) merges the chunk's partials into the chunk's first slot; the last chunk merger of the
+// (sequence, program row) merges the chunks and writes the normalised output. With one chunk (P <= C) the
+// chunk merger writes the output directly. Two levels keep every merge short (C or P/C partials) where
+// one program merging all P partials would stream them alone at the end of the call.
+//
+// Counters: [batch][ny] for the chunks' mergers, then [batch][ny][merge_chunks] for the chunks, where ny
+// is the grid's program rows per sequence (KV heads × head chunks); they are zero before the call (the
+// Go side zeroes a workspace's counters the first time it sees it) and zero after it.
+
+// merge_partials merges count partials of slots first, first+stride, … of program row (seq, kvh, heads
+// head0 … head0+heads-1) by log-sum-exp; it writes either the normalised output (final) or the merged
+// state into slot first. Reads bypass L1 (the partials were written by other SMs).
+template <typename T, int D, int THREADS>
+__device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, int kvh, int head0, int heads,
+                                               int first, int stride, int count, bool final, int tid) {
+	__shared__ float s_m[64], s_l[64];
+	constexpr int Q = D / 4; // float4 chunks of a head's acc
+	const long long row0 = ((long long)seq * p.num_kv_heads + kvh) * p.num_partitions;
+	for (int idx = tid; idx < heads * Q; idx += THREADS) {
+		const int g = idx / Q, d4 = idx % Q;
+		const int head = head0 + g;
+		float M = -INFINITY, L = 0.f;
+		float4 A = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+		for (int k = 0; k < count; k++) {
+			const long long i = (row0 + first + (long long)k * stride) * p.group + head;
+			const float m = __ldcg(p.part_m + i), l = __ldcg(p.part_l + i);
+			const float4 a = __ldcg(reinterpret_cast<const float4 *>(p.part_acc + i * D) + d4);
+			const float mn = fmaxf(M, m);
+			const float mu = mn == -INFINITY ? 0.f : mn;
+			const float wo = exp2f(M - mu), wn = exp2f(m - mu);
+			L = L * wo + l * wn;
+			A.x = A.x * wo + a.x * wn;
+			A.y = A.y * wo + a.y * wn;
+			A.z = A.z * wo + a.z * wn;
+			A.w = A.w * wo + a.w * wn;
+			M = mn;
+		}
+		if (final) {
+			T *o = reinterpret_cast<T *>(p.out) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d4 * 4;
+			const float inv = 1.f / L;
+			o[0] = Elem<T>::from_float(A.x * inv);
+			o[1] = Elem<T>::from_float(A.y * inv);
+			o[2] = Elem<T>::from_float(A.z * inv);
+			o[3] = Elem<T>::from_float(A.w * inv);
+		} else {
+			const long long i = (row0 + first) * p.group + head;
+			// Only this thread reads and writes these four floats of slot first.
+			reinterpret_cast<float4 *>(p.part_acc + i * D)[d4] = A;
+			if (d4 == 0) {
+				s_m[g] = M;
+				s_l[g] = L;
+			}
+		}
+	}
+	if (!final) {
+		__syncthreads(); // every thread has read slot first's m and l
+		if (tid < heads) {
+			const long long i = (row0 + first) * p.group + head0 + tid;
+			p.part_m[i] = s_m[tid];
+			p.part_l[i] = s_l[tid];
+		}
+	}
+}
+
+// arrive counts this program in *counter and returns, to every thread, whether it came last of n; the
+// last one resets the counter to zero. The caller's writes are fenced before, the last one's reads
+// after.
+__device__ __forceinline__ bool arrive(unsigned *counter, int n, int tid) {
+	__shared__ int s_last;
+	__threadfence(); // this thread's partial writes are visible device-wide before the count
+	__syncthreads();
+	if (tid == 0) {
+		const unsigned old = atomicAdd(counter, 1u);
+		const bool last = old == (unsigned)(n - 1);
+		if (last) atomicExch(counter, 0u);
+		s_last = last;
+	}
+	__syncthreads();
+	const bool last = s_last;
+	if (last) __threadfence(); // the others' partials are read after their counts
+	return last;
+}
+
+// splitk_finish runs after a split-k program stored its partial (merge_store): with the fused merge on,
+// it counts the program and, when it is the last of its chunk and then of its row, merges (above).
+// y is the program's row within its sequence, of ny rows (KV heads × head chunks).
+template <typename T, int D, int THREADS>
+__device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, int kvh, int y, int ny, int head0,
+                                              int heads, int part, int tid) {
+	if (!(p.flags & DECODE_FLAG_FUSED_MERGE)) return;
+	const int ctx = p.context_lens[seq];
+	const int P = (ctx + p.partition_tokens - 1) / p.partition_tokens;
+	const int C = p.merge_chunk;
+	const int chunks = (P + C - 1) / C;
+	const int c = part / C, in_chunk = min(C, P - c * C);
+	const long long row = (long long)seq * ny + y;
+	if (in_chunk > 1) {
+		unsigned *cc = p.counters + (long long)p.batch * ny + row * p.merge_chunks + c;
+		if (!arrive(cc, in_chunk, tid)) return;
+		if (chunks == 1) {
+			merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, in_chunk, true, tid);
+			return;
+		}
+		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, c * C, 1, in_chunk, false, tid);
+	} else if (chunks == 1) { // a single partition: normalise it
+		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, 1, true, tid);
+		return;
+	}
+	if (!arrive(p.counters + row, chunks, tid)) return;
+	merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, C, chunks, true, tid);
 }
 
 // program_ids returns the (sequence, y, partition) of this program under the grid order of p.flags.
@@ -477,6 +602,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	}
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
+	if (SPLIT) splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part, tid);
 }
 
 template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4> constexpr int mma_smem_bytes() {
@@ -679,6 +805,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	}
 	__syncthreads();
 	merge_store<T, D, GC, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, head0, heads, part, tid);
+	if (SPLIT) splitk_finish<T, D, THREADS>(p, seq, kvh, y, p.num_kv_heads * chunks, head0, heads, part, tid);
 }
 
 template <typename T, int D, int GC> constexpr int fma_smem_bytes() {

@@ -87,17 +87,23 @@ func launch[P any](a *CUDADecodeArgs, f *cuda.Function, grid, block cuda.Dim3, s
 // decodeParams mirrors struct DecodeParams in decode.cuh, field for field.
 type decodeParams struct {
 	Out, Q, KCache, VCache, BlockTables, ContextLens cuda.DevicePtr
-	PartM, PartL, PartAcc                            cuda.DevicePtr
+	PartM, PartL, PartAcc, Counters                  cuda.DevicePtr
 	ScaleLog2                                        float32
 	NumHeads, NumKVHeads, MaxBlocks, Log2BlockSize   int32
 	PartitionTokens, NumPartitions, Group, Flags     int32
+	Batch, MergeChunk, MergeChunks                   int32
 }
 
 // The DECODE_FLAG_* switches of decode.cuh.
 const (
 	flagHeadsFast  = 1
 	flagL2Prefetch = 2
+	flagFusedMerge = 4
 )
+
+// splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
+// CUDAKernels allocates and zeroes when it loads and which every split-k call leaves zero.
+const splitKCounterBytes = 64 << 10
 
 // CUDATuning holds switches of the decode kernels that benchmarks compare; the zero value is the
 // default, the fastest measured (docs/bench/attention-h100.md).
@@ -108,6 +114,13 @@ type CUDATuning struct {
 	SequenceMajor bool
 	// L2Prefetch has every 16-byte copy ask L2 for the whole 256-byte line (measured: no gain).
 	L2Prefetch bool
+	// SplitKReduceKernel merges split-k partitions with a second kernel, grid (sequence, query head),
+	// instead of in the split-k programs themselves (the fused merge: the last program of each chunk of
+	// partitions to finish merges them, the last chunk merger writes the output).
+	SplitKReduceKernel bool
+	// MergeChunk is how many partitions one program merges at the first level of the fused merge; 0
+	// picks it from the partition count (mergeChunk).
+	MergeChunk int
 }
 
 // cudaKernel is one loaded entry point and what it needs at launch.
@@ -128,6 +141,8 @@ type CUDAKernels struct {
 	mod     *cuda.Module
 	numSMs  int
 	kernels map[string]*cudaKernel
+	// counters are the fused split-k merge's arrival counters (splitKCounterBytes), zero between calls.
+	counters cuda.DevicePtr
 }
 
 var (
@@ -156,6 +171,15 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 		return nil, fmt.Errorf("attention: load decode kernels: %w", err)
 	}
 	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, kernels: map[string]*cudaKernel{}}
+	if k.counters, err = dev.Alloc(splitKCounterBytes); err != nil {
+		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+	}
+	if err := dev.Fill32(k.counters, 0, splitKCounterBytes/4, nil); err != nil {
+		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+	}
+	if err := dev.Synchronize(); err != nil {
+		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+	}
 	for _, kind := range []string{"DecodeGrouped", "DecodeSplitK"} {
 		for _, dt := range []cuda.DataType{cuda.BFloat16, cuda.Float16, cuda.Float32} {
 			tn, _, _ := dtypeName(dt)
@@ -288,12 +312,12 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 	return kern, nil
 }
 
-func (k *CUDAKernels) params(a *CUDADecodeArgs) decodeParams {
+func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	var flags int32
-	if !k.Tuning.SequenceMajor {
+	if !t.SequenceMajor {
 		flags |= flagHeadsFast
 	}
-	if k.Tuning.L2Prefetch {
+	if t.L2Prefetch {
 		flags |= flagL2Prefetch
 	}
 	return decodeParams{
@@ -306,15 +330,16 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs) decodeParams {
 		Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
 		Group:         int32(a.NumHeads / a.NumKVHeads),
 		NumPartitions: 1,
+		Batch:         int32(len(a.HostContextLens)),
 	}
 }
 
 // grid returns the (KV head × head chunks, sequence, partition) size of a program grid, or (sequence,
 // KV head × head chunks, partition) with SequenceMajor.
-func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int) cuda.Dim3 {
+func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int, t CUDATuning) cuda.Dim3 {
 	group := a.NumHeads / a.NumKVHeads
 	chunks := (group + kern.rowsPer - 1) / kern.rowsPer
-	if k.Tuning.SequenceMajor {
+	if t.SequenceMajor {
 		return cuda.Dim3{X: len(a.HostContextLens), Y: a.NumKVHeads * chunks, Z: partitions}
 	}
 	return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
@@ -430,8 +455,8 @@ func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 	if err != nil {
 		return err
 	}
-	p := k.params(a)
-	if err := launch(a, kern.fn, k.grid(kern, a, 1), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	p := k.params(a, k.Tuning)
+	if err := launch(a, kern.fn, k.grid(kern, a, 1, k.Tuning), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: grouped decode: %w", err)
 	}
 	return nil
@@ -450,8 +475,32 @@ func SplitKWorkspaceBound(maxBatch, numHeads, headDim, maxContext int) int64 {
 }
 
 // DecodeSplitK queues the split-k kernel with partitions of partitionTokens tokens (a positive multiple of
-// BlockSize), writing partial results to workspace, then the reduce that writes Out.
+// BlockSize), writing partial results to workspace, and merges them into Out: by default in the split-k
+// programs themselves (the last program of each chunk of partitions to finish merges it), or with a
+// second, reduce kernel (CUDATuning.SplitKReduceKernel).
+//
+// The fused merge counts the finished programs of each (sequence, KV head) in counters that the
+// CUDAKernels owns (zeroed when loaded, left zero by every call): split-k calls of one CUDAKernels must
+// not run at the same time on different streams (load one CUDAKernels per stream for that, or set
+// CUDATuning.SplitKReduceKernel).
 func (k *CUDAKernels) DecodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionTokens int, workspace cuda.DevicePtr, workspaceBytes int64, path CUDAPath) error {
+	return k.decodeSplitK(s, a, partitionTokens, workspace, workspaceBytes, path, k.Tuning)
+}
+
+// mergeChunk is the fused merge's first-level chunk for parts partitions: all of them (one level) up to
+// 16, else about √parts, so that neither level merges more than about √parts partials.
+func mergeChunk(parts int, t CUDATuning) int {
+	if t.MergeChunk > 0 {
+		return min(t.MergeChunk, parts)
+	}
+	if parts <= 16 {
+		return parts
+	}
+	c := int(math.Ceil(math.Sqrt(float64(parts))))
+	return c
+}
+
+func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionTokens int, workspace cuda.DevicePtr, workspaceBytes int64, path CUDAPath, t CUDATuning) error {
 	kern, err := k.pick("DecodeSplitK", a, path)
 	if err != nil {
 		return err
@@ -470,15 +519,35 @@ func (k *CUDAKernels) DecodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	if need > workspaceBytes {
 		return fmt.Errorf("%w: %d partitions need %d bytes, have %d", ErrWorkspaceTooSmall, parts, need, workspaceBytes)
 	}
-	p := k.params(a)
+	p := k.params(a, t)
 	rows := int64(batch) * int64(a.NumHeads) * int64(parts)
+	p.Counters = k.counters
 	p.PartM = workspace
 	p.PartL = workspace.Add(4 * rows)
 	p.PartAcc = workspace.Add(8 * rows)
 	p.PartitionTokens = int32(partitionTokens)
 	p.NumPartitions = int32(parts)
-	if err := launch(a, kern.fn, k.grid(kern, a, parts), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	grid := k.grid(kern, a, parts, t)
+	fused := !t.SplitKReduceKernel
+	if fused {
+		chunk := mergeChunk(parts, t)
+		chunks := ceilDiv(parts, chunk)
+		ny := grid.X // program rows per sequence: KV heads × head chunks
+		if t.SequenceMajor {
+			ny = grid.Y
+		}
+		if batch*ny*(1+chunks) > splitKCounterBytes/4 {
+			fused = false // more counters than there are: merge with the reduce kernel
+		} else {
+			p.Flags |= flagFusedMerge
+			p.MergeChunk, p.MergeChunks = int32(chunk), int32(chunks)
+		}
+	}
+	if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: split-k decode: %w", err)
+	}
+	if fused {
+		return nil
 	}
 	tn, _, _ := dtypeName(a.DType)
 	red := k.kernels[fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, a.HeadDim)]

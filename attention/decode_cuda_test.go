@@ -24,7 +24,7 @@ var testGPU struct {
 	err  error
 }
 
-func gpuKernels(t *testing.T) *CUDAKernels {
+func gpuKernels(t testing.TB) *CUDAKernels {
 	t.Helper()
 	testGPU.once.Do(func() {
 		dev, err := cuda.Open(0)
@@ -172,6 +172,24 @@ func poison(t *testing.T, d *cuda.Device, p cuda.DevicePtr, bytes int64) {
 	}
 }
 
+// checkCountersZero fails unless the fused split-k merge's counters are all zero, as every split-k call
+// must leave them.
+func checkCountersZero(t *testing.T, k *CUDAKernels) {
+	t.Helper()
+	if err := k.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	counters := make([]uint32, splitKCounterBytes/4)
+	if err := k.dev.CopyFromDevice(cuda.Bytes(counters), k.counters); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range counters {
+		if n != 0 {
+			t.Fatalf("split-k counter %d is %d after the calls, want 0", i, n)
+		}
+	}
+}
+
 func (c *gpuDecodeCase) poisonOut(t *testing.T) {
 	poison(t, c.dev, c.dOut, int64(len(c.q)*c.codec.size))
 }
@@ -310,6 +328,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			t.Errorf("%s: relative error vs CPU twin %.3g (limit %g)", what, e, c.codec.tol)
 		}
 	}
+	defer checkCountersZero(t, k)
 	for _, path := range paths {
 		c.poisonOut(t)
 		if err := k.DecodeGrouped(nil, c.args(), path); err != nil {
@@ -317,12 +336,24 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 		}
 		check("grouped/" + path.String())
 		for _, part := range partitions {
-			c.poisonOut(t)
-			poison(t, c.dev, ws, wsBytes)
-			if err := k.DecodeSplitK(nil, c.args(), part, ws, wsBytes, path); err != nil {
-				t.Fatal(err)
+			// The fused merge in one level (default at these partition counts) and in two levels with
+			// chunks of 2 and 3 partitions (ragged last chunks), and the reduce kernel.
+			for _, m := range []struct {
+				name string
+				t    CUDATuning
+			}{
+				{"fused", CUDATuning{}},
+				{"fused-chunk2", CUDATuning{MergeChunk: 2}},
+				{"fused-chunk3", CUDATuning{MergeChunk: 3}},
+				{"reduce-kernel", CUDATuning{SplitKReduceKernel: true}},
+			} {
+				c.poisonOut(t)
+				poison(t, c.dev, ws, wsBytes)
+				if err := k.decodeSplitK(nil, c.args(), part, ws, wsBytes, path, m.t); err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("split-k/%s/partition%d/%s", path, part, m.name))
 			}
-			check(fmt.Sprintf("split-k/%s/partition%d", path, part))
 		}
 	}
 }
@@ -399,6 +430,7 @@ func TestCUDADecodeDispatch(t *testing.T) {
 			if e := relErr(c.output(t), c.ref); !(e < c.codec.tol) {
 				t.Fatalf("graph replay: relative error %.3g", e)
 			}
+			checkCountersZero(t, k)
 		})
 	}
 }

@@ -1,0 +1,356 @@
+//go:build cuda
+
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
+)
+
+// BenchmarkCUDADecodeVariants times the decode kernels' variants that `gollm bench attention` cannot
+// select (the split-k merge: fused in one or two levels, or the reduce kernel) on the split-k shapes of
+// the issue-6 grid, bf16, page 16, each sequence at ctx tokens, pages permuted, inputs rotated among
+// copies totalling 4× L2, a 50 µs GPU spin before each timed call (as the gollm bench does). Each
+// sub-benchmark reports the lower of two rounds' median CUDA-event time of 100 calls as "us"; run it with
+// -test.benchtime=1x (b.N is not the number of calls timed).
+func BenchmarkCUDADecodeVariants(b *testing.B) {
+	k := gpuKernels(b)
+	t, err := newEventTimer(k.Device(), 100, 10, 50)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.close()
+	for _, s := range variantShapes {
+		in, err := newVariantInputs(k, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plan, err := k.Plan(&in.args[0])
+		if err != nil {
+			in.free()
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("%s_b%d_ctx%d", s.name, s.batch, s.ctx)
+		run := func(what string, launch func(c int) error) {
+			b.Run(name+"/"+what, func(b *testing.B) {
+				us, err := t.time(in.copies, launch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(us, "us")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+		run("grouped", func(c int) error { return k.DecodeGrouped(nil, &in.args[c], PathAuto) })
+		run(fmt.Sprintf("plan-%v-%d", plan.Kernel, plan.PartitionTokens), func(c int) error {
+			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
+			return err
+		})
+		for _, part := range variantPartitions(s, k.numSMs, plan) {
+			merges := []struct {
+				name string
+				t    CUDATuning
+			}{{"fused", CUDATuning{}}, {"reduce", CUDATuning{SplitKReduceKernel: true}}}
+			if part == plan.PartitionTokens {
+				merges = append(merges, struct {
+					name string
+					t    CUDATuning
+				}{"fused1level", CUDATuning{MergeChunk: 1 << 20}}, struct {
+					name string
+					t    CUDATuning
+				}{"fusedchunk4", CUDATuning{MergeChunk: 4}}, struct {
+					name string
+					t    CUDATuning
+				}{"fusedchunk8", CUDATuning{MergeChunk: 8}})
+			}
+			for _, m := range merges {
+				run(fmt.Sprintf("split%d/%s", part, m.name), func(c int) error {
+					return k.decodeSplitK(nil, &in.args[c], part, in.ws, in.wsBytes, PathAuto, m.t)
+				})
+			}
+		}
+		in.free()
+	}
+}
+
+type variantShape struct {
+	name                         string
+	batch, ctx, hq, hkv, headDim int
+}
+
+// variantShapes are the shapes of the issue-6 grid (scripts/bench/attention-shapes.json) where split-k
+// runs or nearly does.
+var variantShapes = []variantShape{
+	{"mha", 16, 4096, 12, 12, 128}, {"mha", 8, 8192, 12, 12, 128}, {"mha", 4, 16384, 12, 12, 128},
+	{"mha", 2, 32768, 12, 12, 128}, {"mha", 1, 65536, 12, 12, 128}, {"mha", 1, 131072, 12, 12, 128},
+	{"gqa", 64, 1024, 12, 2, 128}, {"gqa", 32, 2048, 12, 2, 128}, {"gqa", 16, 4096, 12, 2, 128},
+	{"gqa", 8, 8192, 12, 2, 128}, {"gqa", 4, 16384, 12, 2, 128}, {"gqa", 2, 32768, 12, 2, 128},
+	{"gqa", 1, 65536, 12, 2, 128}, {"gqa", 1, 131072, 12, 2, 128},
+	{"llama3", 8, 2048, 32, 8, 128}, {"llama3", 1, 8192, 32, 8, 128}, {"llama3", 1, 131072, 32, 8, 128},
+	{"llama70b", 4, 2048, 64, 8, 128}, {"llama70b", 8, 2048, 64, 8, 128}, {"mqa", 16, 4096, 32, 1, 128},
+}
+
+// variantPartitions are the split-k partition sizes timed for s: powers of two, the plan's, and those
+// giving about 1, 1.5, 2 and 3 programs per SM (rounded to whole 64-token tiles).
+func variantPartitions(s variantShape, sms int, plan DecodePlan) []int {
+	parts := []int{256, 512, 1024, 2048, 4096, 8192}
+	if plan.Kernel == SplitK {
+		parts = append(parts, plan.PartitionTokens)
+	}
+	for _, per := range []float64{1, 1.5, 2, 3} {
+		n := math.Ceil(per * float64(sms) / float64(s.batch*s.hkv)) // partitions per sequence
+		parts = append(parts, roundUp(ceilDiv(s.ctx, int(n)), cudaTileTokens))
+	}
+	slices.Sort(parts)
+	parts = slices.Compact(parts)
+	return slices.DeleteFunc(parts, func(p int) bool { return p >= s.ctx || p < 64 })
+}
+
+// variantInputs are the device buffers of one shape: copies of the paged K/V in one pool, each copy's
+// pages scattered by a random permutation, and a split-k workspace.
+type variantInputs struct {
+	dev     *cuda.Device
+	bufs    []cuda.DevicePtr
+	args    []CUDADecodeArgs
+	copies  int
+	ws      cuda.DevicePtr
+	wsBytes int64
+}
+
+func (in *variantInputs) alloc(n int64) (cuda.DevicePtr, error) {
+	p, err := in.dev.Alloc(n)
+	if err == nil {
+		in.bufs = append(in.bufs, p)
+	}
+	return p, err
+}
+
+func (in *variantInputs) free() {
+	for _, p := range in.bufs {
+		_ = in.dev.Free(p)
+	}
+}
+
+func newVariantInputs(k *CUDAKernels, s variantShape) (*variantInputs, error) {
+	const pageSize = 16
+	dev := k.Device()
+	in := &variantInputs{dev: dev}
+	rng := rand.New(rand.NewPCG(uint64(s.batch), uint64(s.ctx)))
+	maxBlocks := ceilDiv(s.ctx, pageSize)
+	pages := int64(s.batch * maxBlocks)
+	page := int64(pageSize * s.hkv * s.headDim * 2)
+	kvBytes := 2 * pages * page
+	in.copies = int(max(1, (4*int64(dev.Info().L2Bytes)+kvBytes-1)/kvBytes))
+	pool := int64(in.copies) * pages * page
+	kPool, err := in.alloc(pool)
+	if err != nil {
+		in.free()
+		return nil, err
+	}
+	vPool, err := in.alloc(pool)
+	if err != nil {
+		in.free()
+		return nil, err
+	}
+	const block = 32 << 20
+	seed, err := in.alloc(block)
+	if err != nil {
+		in.free()
+		return nil, err
+	}
+	if err := dev.CopyToDevice(seed, randomBF16Bytes(rng, block/2, 1)); err != nil {
+		in.free()
+		return nil, err
+	}
+	for _, dst := range []cuda.DevicePtr{kPool, vPool} {
+		for off := int64(0); off < pool; off += block {
+			if err := dev.CopyDevice(dst.Add(off), seed.Add((off/block)%7*2), min(block-16, pool-off), nil); err != nil {
+				in.free()
+				return nil, err
+			}
+		}
+	}
+	lens := make([]int32, s.batch)
+	for i := range lens {
+		lens[i] = int32(s.ctx)
+	}
+	dLens, err := in.alloc(int64(4 * s.batch))
+	if err == nil {
+		err = dev.CopyToDevice(dLens, cuda.Bytes(lens))
+	}
+	if err != nil {
+		in.free()
+		return nil, err
+	}
+	qBytes := int64(s.batch * s.hq * s.headDim * 2)
+	for c := range in.copies {
+		perm := rng.Perm(int(pages))
+		table := make([]int32, len(perm))
+		for i, p := range perm {
+			table[i] = int32(int64(c)*pages + int64(p))
+		}
+		tab, err := in.alloc(int64(4 * len(table)))
+		if err == nil {
+			err = dev.CopyToDevice(tab, cuda.Bytes(table))
+		}
+		var q, out cuda.DevicePtr
+		if err == nil {
+			q, err = in.alloc(qBytes)
+		}
+		if err == nil {
+			err = dev.CopyToDevice(q, randomBF16Bytes(rng, int(qBytes/2), 3))
+		}
+		if err == nil {
+			out, err = in.alloc(qBytes)
+		}
+		if err != nil {
+			in.free()
+			return nil, err
+		}
+		in.args = append(in.args, CUDADecodeArgs{
+			Out: out, Q: q, KCache: kPool, VCache: vPool, BlockTables: tab, ContextLens: dLens,
+			HostContextLens: lens, MaxBlocks: maxBlocks, NumHeads: s.hq, NumKVHeads: s.hkv,
+			HeadDim: s.headDim, BlockSize: pageSize, DType: cuda.BFloat16,
+			Scale: float32(1 / math.Sqrt(float64(s.headDim))),
+		})
+	}
+	in.wsBytes = SplitKWorkspaceBytes(s.batch, s.hq, s.headDim, ceilDiv(s.ctx, 64))
+	if in.ws, err = in.alloc(in.wsBytes); err != nil {
+		in.free()
+		return nil, err
+	}
+	return in, nil
+}
+
+func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
+	f := make([]float32, n)
+	for i := range f {
+		f[i] = (rng.Float32()*2 - 1) * scale
+	}
+	out := make([]byte, 2*n)
+	dtype.EncodeBF16(out, f)
+	return out
+}
+
+// eventTimer times launches with CUDA events, a GPU spin queued before each (outside the events) so that
+// the host's launches stay ahead of the GPU.
+type eventTimer struct {
+	dev                   *cuda.Device
+	start, end            []*cuda.Event
+	spin                  *cuda.Function
+	iters, warmup, spinNS int
+}
+
+// timerSpinPTX waits p nanoseconds of the GPU's global timer with one thread.
+const timerSpinPTX = `
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry timer_spin(.param .align 8 .b8 p[8])
+{
+	.reg .b64 %rd<5>;
+	.reg .pred %pp;
+	ld.param.u64 %rd1, [p];
+	mov.u64 %rd2, %globaltimer;
+LOOP:
+	mov.u64 %rd3, %globaltimer;
+	sub.u64 %rd4, %rd3, %rd2;
+	setp.lt.u64 %pp, %rd4, %rd1;
+	@%pp bra LOOP;
+	ret;
+}
+`
+
+func newEventTimer(dev *cuda.Device, iters, warmup, spinUS int) (*eventTimer, error) {
+	t := &eventTimer{dev: dev, iters: iters, warmup: warmup, spinNS: spinUS * 1000}
+	for range iters {
+		s, err := dev.NewEvent()
+		if err != nil {
+			return nil, err
+		}
+		e, err := dev.NewEvent()
+		if err != nil {
+			return nil, err
+		}
+		t.start, t.end = append(t.start, s), append(t.end, e)
+	}
+	mod, err := dev.LoadModule([]byte(timerSpinPTX))
+	if err != nil {
+		return nil, err
+	}
+	if t.spin, err = mod.Function("timer_spin"); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *eventTimer) close() {
+	for i := range t.start {
+		_ = t.start[i].Destroy()
+		_ = t.end[i].Destroy()
+	}
+}
+
+// time returns the lower of two rounds' median µs of launch over the rotating copies.
+func (t *eventTimer) time(copies int, launch func(c int) error) (float64, error) {
+	best := math.Inf(1)
+	for range 2 {
+		us, err := t.round(copies, launch)
+		if err != nil {
+			return 0, err
+		}
+		best = min(best, us)
+	}
+	return best, nil
+}
+
+func (t *eventTimer) round(copies int, launch func(c int) error) (float64, error) {
+	var us []float64
+	err := t.dev.Do(func() error {
+		run := 0
+		for range t.warmup {
+			if err := launch(run % copies); err != nil {
+				return err
+			}
+			run++
+		}
+		spin := struct{ NS uint64 }{uint64(t.spinNS)}
+		for i := range t.iters {
+			if err := cuda.Launch(t.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil, &spin); err != nil {
+				return err
+			}
+			if err := t.start[i].Record(nil); err != nil {
+				return err
+			}
+			if err := launch(run % copies); err != nil {
+				return err
+			}
+			run++
+			if err := t.end[i].Record(nil); err != nil {
+				return err
+			}
+		}
+		if err := t.end[t.iters-1].Synchronize(); err != nil {
+			return err
+		}
+		for i := range t.iters {
+			ms, err := t.start[i].Elapsed(t.end[i])
+			if err != nil {
+				return err
+			}
+			us = append(us, ms*1e3)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	slices.Sort(us)
+	return us[len(us)/2], nil
+}
