@@ -71,6 +71,10 @@ struct DecodeParams {
 // the last program of a chunk of partitions to finish merges the chunk, the last chunk merger writes the
 // output; no reduce kernel.
 #define DECODE_FLAG_FUSED_MERGE 4
+// DECODE_FLAG_EVICT_FIRST gives the K/V copies the L2 policy evict_first: the stream is read once, so
+// its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
+// included, which would otherwise be written back during this kernel) stays there.
+#define DECODE_FLAG_EVICT_FIRST 8
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -129,6 +133,30 @@ __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, boo
 	int n = valid ? 16 : 0;
 	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
+// cp_async16_hint is cp_async16 with an L2 cache policy (createpolicy).
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, bool valid, uint64_t policy) {
+	int n = valid ? 16 : 0;
+	asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n),
+	             "l"(policy));
+}
+
+// CopyHint is how the K/V copies treat L2 (DECODE_FLAG_L2_PREFETCH, DECODE_FLAG_EVICT_FIRST).
+struct CopyHint {
+	int mode; // 0 plain, 1 L2::256B prefetch, 2 cache policy
+	uint64_t policy;
+};
+
+__device__ __forceinline__ CopyHint copy_hint(int flags) {
+	CopyHint h{0, 0};
+	if (flags & DECODE_FLAG_L2_PREFETCH) {
+		h.mode = 1;
+	} else if (flags & DECODE_FLAG_EVICT_FIRST) {
+		h.mode = 2;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(h.policy));
+	}
+	return h;
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -198,7 +226,7 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 	// issue queues the cp.async copies of the tile at token t0 (rows past end are zero-filled).
 	static __device__ __forceinline__ void issue(uint8_t *stage, const int *ids, const T *kc, const T *vc,
 	                                             int t0, int end, int lbs, long long row_stride, int kvh, int tid,
-	                                             bool prefetch) {
+	                                             const CopyHint &hint) {
 		const int page0 = t0 >> lbs;
 		const int bs_mask = (1 << lbs) - 1;
 		uint32_t ks = smem_addr(stage), vs = ks + TILE_BYTES;
@@ -211,9 +239,12 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 			long long slot = (long long)ids[(tok >> lbs) - page0] * (bs_mask + 1) + (tok & bs_mask);
 			long long off = valid ? (slot * row_stride + (long long)kvh * D) * (long long)sizeof(T) + chunk * 16 : 0;
 			uint32_t dst = (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
-			if (prefetch) {
+			if (hint.mode == 1) {
 				cp_async16_pf(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
 				cp_async16_pf(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
+			} else if (hint.mode == 2) {
+				cp_async16_hint(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid, hint.policy);
+				cp_async16_hint(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid, hint.policy);
 			} else {
 				cp_async16(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
 				cp_async16(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
@@ -430,7 +461,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	decode_pdl_enter();
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
-	const bool pf = p.flags & DECODE_FLAG_L2_PREFETCH;
+	const CopyHint pf = copy_hint(p.flags);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
 	const int slice = warp % SLICES, mtile = warp / SLICES;
 	const int lbs = p.log2_block_size;
@@ -667,7 +698,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	int seq, y, part;
 	program_ids(p, seq, y, part);
 	const int kvh = y / chunks, chunk = y % chunks;
-	const bool pf = p.flags & DECODE_FLAG_L2_PREFETCH;
+	const CopyHint pf = copy_hint(p.flags);
 	const int head0 = chunk * GC, heads = min(GC, p.group - head0);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, slice = tid / DECODE_WARP;
 	const int lbs = p.log2_block_size;
@@ -815,3 +846,274 @@ template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
 	constexpr int merge = (int)sizeof(MergeSmem<D, GC, S::SLICES>);
 	return pipe > merge ? pipe : merge;
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The persistent grouped program (mma path, one head tile: G <= 15). Grid: min(items, SMs × programs per
+// SM) programs; items are the (sequence, KV head) pairs, KV head fastest, and program b takes items b,
+// b + gridDim.x, … . Its tiles form one stream through the cp.async pipeline across item boundaries, so
+// the pipeline never drains between items and no program pays a start (context length, block ids, the
+// first tile's latency) per item. The issuing side walks a cursor over (item, tile) and records each
+// stage's item, first token, end and first/last flags in shared memory for the computing side; an item's
+// queries travel with its first tile (a Q slot per stage). At an item's last tile the warps merge their
+// states through that tile's stage (free until the next issue after the loop-top barrier) and write the
+// item's output.
+
+struct PersistMeta {
+	int seq, kvh, t0, end, flags; // flags: 1 valid, 2 first tile of its item, 4 last tile of its item
+};
+
+template <typename T, int D> struct PersistShape {
+	using S = MmaShape<D, 1>;
+	using L = TileLoader<T, D, S::TILE, S::THREADS>;
+	static constexpr int Q_BYTES = 16 * D * (int)sizeof(T);   // 16 query rows of one head tile
+	static constexpr int STAGE = L::STAGE_BYTES + Q_BYTES;      // K, V, Q
+	static constexpr int SMEM = DECODE_STAGES * STAGE;
+	static constexpr int MAX_G = STAGE / (S::SLICES * (D + 4) * 4); // merge rows that fit a stage
+	static_assert(MAX_G >= 16, "the merge of a full head tile fits one stage");
+};
+
+// PersistCursor walks one program's (item, tile) stream.
+struct PersistCursor {
+	int item, seq, kvh, t0, end, next_end;
+	const int *table;
+	bool valid;
+};
+
+__device__ __forceinline__ void persist_enter(const DecodeParams &p, PersistCursor &c, int item, int nitems, int end) {
+	c.item = item;
+	c.valid = item < nitems;
+	if (!c.valid) return;
+	c.seq = item / p.num_kv_heads;
+	c.kvh = item % p.num_kv_heads;
+	c.t0 = 0;
+	c.end = end;
+	c.table = p.block_tables + (long long)c.seq * p.max_blocks;
+	const int nx = item + gridDim.x;
+	c.next_end = nx < nitems ? p.context_lens[nx / p.num_kv_heads] : 0; // prefetched for the next item
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
+	using PS = PersistShape<T, D>;
+	using S = typename PS::S;
+	using L = typename PS::L;
+	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, STAGES = DECODE_STAGES;
+	constexpr int KSTEPS = D / 16, NTILES = D / 8;
+	static_assert(THREADS == 128, "one head tile");
+
+	extern __shared__ __align__(128) uint8_t smem[];
+	__shared__ int sids[STAGES][L::MAX_PAGES];
+	__shared__ PersistMeta meta[STAGES];
+	__shared__ float mm[SLICES][16], ml[SLICES][16];
+
+	decode_pdl_enter();
+	const CopyHint pf = copy_hint(p.flags);
+	const int tid = threadIdx.x, lane = tid % DECODE_WARP, slice = tid / DECODE_WARP;
+	const int lbs = p.log2_block_size;
+	const int G = p.group;
+	const int nitems = p.batch * p.num_kv_heads;
+	const T *kc = reinterpret_cast<const T *>(p.k_cache);
+	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const long long row_stride = (long long)p.num_kv_heads * D;
+
+	PersistCursor c;
+	{
+		const int item = blockIdx.x;
+		if (item >= nitems) return;
+		persist_enter(p, c, item, nitems, p.context_lens[item / p.num_kv_heads]);
+	}
+	// issue_tile queues the cursor's tile into stage s (with the item's queries when it is its first
+	// tile), records it in meta[s], and advances the cursor.
+	auto issue_tile = [&](int s) {
+		uint8_t *stage = smem + s * PS::STAGE;
+		if (!c.valid) {
+			if (tid == 0) meta[s].flags = 0;
+			return;
+		}
+		L::issue(stage, sids[s], kc, vc, c.t0, c.end, lbs, row_stride, c.kvh, tid, pf);
+		const bool first = c.t0 == 0, last = c.t0 + TILE >= c.end;
+		if (first) {
+			constexpr int QCH = D * (int)sizeof(T) / 16; // 16-byte chunks per query row
+			const uint8_t *qg = reinterpret_cast<const uint8_t *>(p.q) +
+			                    ((long long)c.seq * p.num_heads + (long long)c.kvh * G) * D * (long long)sizeof(T);
+			const uint32_t qs = smem_addr(stage + L::STAGE_BYTES);
+			for (int i = tid; i < G * QCH; i += THREADS) cp_async16(qs + i * 16, qg + i * 16, true);
+		}
+		if (tid == 0) meta[s] = PersistMeta{c.seq, c.kvh, c.t0, c.end, 1 | (first ? 2 : 0) | (last ? 4 : 0)};
+		if (last) {
+			persist_enter(p, c, c.item + gridDim.x, nitems, c.next_end);
+		} else {
+			c.t0 += TILE;
+		}
+	};
+	auto cursor_id = [&]() { return c.valid ? L::load_id(c.table, c.t0, c.end, lbs, tid) : 0; };
+
+	// Prologue: the first STAGES-1 tiles (their block ids read directly).
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		int id = cursor_id();
+		if (tid < L::MAX_PAGES) sids[s][tid] = id;
+		__syncthreads();
+		issue_tile(s);
+		cp_async_commit();
+	}
+	int next_id = cursor_id();
+
+	const int r0 = lane / 4, c0 = (lane % 4) * 2;
+	const int mi = lane / 8, mr = lane % 8;
+	uint32_t qa[KSTEPS][4];
+	float acc[NTILES][4];
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+	for (int j = 0;; j++) {
+		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		cp_async_wait<STAGES - 2>();
+		__syncthreads(); // tile j landed; tile j-1's stage is free (also after a merge in it); ids visible
+		const PersistMeta mt = meta[j % STAGES];
+		if (!(mt.flags & 1)) break;
+		issue_tile((j + STAGES - 1) % STAGES);
+		cp_async_commit();
+		next_id = cursor_id();
+
+		const uint8_t *stage = smem + (j % STAGES) * PS::STAGE;
+		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
+		if (mt.flags & 2) { // an item's first tile: its queries, fresh state
+			const T *qsm = reinterpret_cast<const T *>(stage + L::STAGE_BYTES);
+			const int h0 = r0, h1 = r0 + 8;
+#pragma unroll
+			for (int kk = 0; kk < KSTEPS; kk++) {
+				int col = kk * 16 + c0;
+				qa[kk][0] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col) : 0u;
+				qa[kk][1] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col) : 0u;
+				qa[kk][2] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col + 8) : 0u;
+				qa[kk][3] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col + 8) : 0u;
+			}
+#pragma unroll
+			for (int n = 0; n < NTILES; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+			m0 = m1 = -INFINITY;
+			l0 = l1 = 0.f;
+		}
+		const int t0 = mt.t0 + slice * 16, end = mt.end;
+
+		float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+		{
+			const int row = slice * 16 + (mi / 2) * 8 + mr;
+#pragma unroll
+			for (int kk = 0; kk < KSTEPS; kk++) {
+				int chunk = kk * 2 + (mi % 2);
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+				mma16816<T>(s[0], qa[kk], b0, b1);
+				mma16816<T>(s[1], qa[kk], b2, b3);
+			}
+		}
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				bool ok = t0 + n * 8 + c0 + e < end;
+				s[n][e] = ok ? s[n][e] * p.scale_log2 : -INFINITY;
+				s[n][2 + e] = ok ? s[n][2 + e] * p.scale_log2 : -INFINITY;
+				mx0 = fmaxf(mx0, s[n][e]);
+				mx1 = fmaxf(mx1, s[n][2 + e]);
+			}
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+		const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+		m0 = mn0;
+		m1 = mn1;
+		float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				s[n][e] = exp2f(s[n][e] - mu0);
+				s[n][2 + e] = exp2f(s[n][2 + e] - mu1);
+				ps0 += s[n][e];
+				ps1 += s[n][2 + e];
+			}
+		}
+		l0 = l0 * al0 + ps0;
+		l1 = l1 * al1 + ps1;
+#pragma unroll
+		for (int n = 0; n < NTILES; n++) {
+			acc[n][0] *= al0;
+			acc[n][1] *= al0;
+			acc[n][2] *= al1;
+			acc[n][3] *= al1;
+		}
+		uint32_t pa[4];
+		pa[0] = Elem<T>::pack(s[0][0], s[0][1]);
+		pa[1] = Elem<T>::pack(s[0][2], s[0][3]);
+		pa[2] = Elem<T>::pack(s[1][0], s[1][1]);
+		pa[3] = Elem<T>::pack(s[1][2], s[1][3]);
+		{
+			const int row = slice * 16 + (mi % 2) * 8 + mr;
+#pragma unroll
+			for (int dp = 0; dp < D / 16; dp++) {
+				int chunk = dp * 2 + mi / 2;
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+				mma16816<T>(acc[2 * dp], pa, b0, b1);
+				mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
+			}
+		}
+
+		if (mt.flags & 4) { // the item's last tile: merge the warps' states through this stage, write out
+			__syncthreads(); // every warp is done reading this stage's K and V
+			float *ma = reinterpret_cast<float *>(smem + (j % STAGES) * PS::STAGE); // [SLICES][G][D+4]
+			float L0 = l0 + __shfl_xor_sync(0xffffffffu, l0, 1);
+			L0 += __shfl_xor_sync(0xffffffffu, L0, 2);
+			float L1 = l1 + __shfl_xor_sync(0xffffffffu, l1, 1);
+			L1 += __shfl_xor_sync(0xffffffffu, L1, 2);
+			const int rA = r0, rB = r0 + 8;
+			if (lane % 4 == 0) {
+				mm[slice][rA] = m0;
+				ml[slice][rA] = L0;
+				mm[slice][rB] = m1;
+				ml[slice][rB] = L1;
+			}
+			if (rA < G) {
+#pragma unroll
+				for (int n = 0; n < NTILES; n++) {
+					ma[(slice * G + rA) * (D + 4) + n * 8 + c0] = acc[n][0];
+					ma[(slice * G + rA) * (D + 4) + n * 8 + c0 + 1] = acc[n][1];
+				}
+			}
+			if (rB < G) {
+#pragma unroll
+				for (int n = 0; n < NTILES; n++) {
+					ma[(slice * G + rB) * (D + 4) + n * 8 + c0] = acc[n][2];
+					ma[(slice * G + rB) * (D + 4) + n * 8 + c0 + 1] = acc[n][3];
+				}
+			}
+			__syncthreads();
+			for (int idx = tid; idx < G * D; idx += THREADS) {
+				const int r = idx / D, d = idx % D;
+				float mx = -INFINITY;
+#pragma unroll
+				for (int w = 0; w < SLICES; w++) mx = fmaxf(mx, mm[w][r]);
+				const float mref = mx == -INFINITY ? 0.f : mx;
+				float l = 0.f, a = 0.f;
+#pragma unroll
+				for (int w = 0; w < SLICES; w++) {
+					const float wt = exp2f(mm[w][r] - mref);
+					l += ml[w][r] * wt;
+					a += ma[(w * G + r) * (D + 4) + d] * wt;
+				}
+				const long long o = ((long long)mt.seq * p.num_heads + (long long)mt.kvh * G + r) * D + d;
+				reinterpret_cast<T *>(p.out)[o] = Elem<T>::from_float(a / l);
+			}
+			// The next loop-top barrier orders these reads before the stage is refilled.
+		}
+	}
+	cp_async_wait<0>();
+}
+
+template <typename T, int D> constexpr int persistent_smem_bytes() { return PersistShape<T, D>::SMEM; }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -99,6 +100,7 @@ const (
 	flagHeadsFast  = 1
 	flagL2Prefetch = 2
 	flagFusedMerge = 4
+	flagEvictFirst = 8
 )
 
 // splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
@@ -121,6 +123,18 @@ type CUDATuning struct {
 	// MergeChunk is how many partitions one program merges at the first level of the fused merge; 0
 	// picks it from the partition count (mergeChunk).
 	MergeChunk int
+	// NoEvictFirst gives the K/V copies L2's default policy instead of evict_first (by default the K/V
+	// stream, read once, is evicted first, so that what other kernels left in L2 stays there: after a
+	// 64 MiB copy, the way triton.testing.do_bench flushes L2, its dirty lines are then not written back
+	// during the call).
+	NoEvictFirst bool
+	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
+	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
+	// kernel (one program per slot, looping over them with its pipeline full across them).
+	NoPersistent bool
+
+	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
+	persistPrograms int
 }
 
 // cudaKernel is one loaded entry point and what it needs at launch.
@@ -195,6 +209,12 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 				for _, gc := range cudaFmaGroups {
 					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
 					if err := k.prepare(name, 4*32, gc); err != nil {
+						return nil, err
+					}
+				}
+				if kind == "DecodeGrouped" && dt != cuda.Float32 {
+					name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, d)
+					if err := k.prepare(name, 4*32, 16); err != nil {
 						return nil, err
 					}
 				}
@@ -320,6 +340,9 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if t.L2Prefetch {
 		flags |= flagL2Prefetch
 	}
+	if !t.NoEvictFirst {
+		flags |= flagEvictFirst
+	}
 	return decodeParams{
 		Flags: flags,
 		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
@@ -367,60 +390,9 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 	}, nil
 }
 
-// minPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
-// (docs/bench/attention-h100.md) showed Plan's cost model to miss:
-//   - one program streams at about one SM's share of the bandwidth, so partitions shorter than it takes
-//     to give every SM one program (Σctx·kv_heads / SMs tokens) only add per-program cost (the first
-//     tile's latency, the partial state, the merge); Plan's default minimum over-split long contexts 2-4×;
-//   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions
-//     Plan cuts at the bound are equal: 5968 + 2224 tokens ran 7% slower than 4096 + 4096;
-//   - but when those partitions are long (≥ longPartitionTokens), the per-program cost is small against
-//     them and two programs per SM (the occupancy, perSM) keep more bytes in flight: the bound is then
-//     Σctx·kv_heads / (SMs·perSM), at least longPartitionTokens (MHA at 65536 tokens: 16 partitions ran
-//     at 146 µs, 12 at 150 µs; LLaMA-3-8B at 131072: 32 at 193 µs, 17 at 199 µs);
-//   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
-//     so the bound is the whole context.
+// minPartitionTokens is gpuMinPartitionTokens (gpuplan.go) for a call on this device.
 func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs, perSM int) int {
-	total, longest := 0, 0
-	for _, n := range a.HostContextLens {
-		total += int(n)
-		longest = max(longest, int(n))
-	}
-	sms := max(1, k.numSMs)
-	if 10*len(a.HostContextLens)*a.NumKVHeads >= 9*sms {
-		return roundUp(longest+1, a.BlockSize)
-	}
-	bound := max(DefaultMinPartitionTokens, total*a.NumKVHeads/sms)
-	if bound >= longPartitionTokens {
-		bound = max(longPartitionTokens, total*a.NumKVHeads/(sms*max(1, perSM)))
-	}
-	parts := ceilDiv(longest, bound)
-	return max(DefaultMinPartitionTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
-}
-
-// longPartitionTokens is the partition length from which splitting to more than one program per SM pays.
-const longPartitionTokens = 4096
-
-// cudaTileTokens is the token tile of the mma kernels (the FMA kernels' 32 divides it); a multiple of
-// every supported block size. A split-k partition that is not a multiple of it ends in a partial tile,
-// whose copies and mma work are spent on padding.
-const cudaTileTokens = 64
-
-// tileAligned rounds a split-k plan's partitions up to whole tiles (Plan rounds them to pages only).
-func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
-	if plan.Kernel != SplitK || plan.PartitionTokens%cudaTileTokens == 0 {
-		return plan
-	}
-	longest := 0
-	for _, n := range contextLens {
-		longest = max(longest, int(n))
-	}
-	plan.PartitionTokens = roundUp(plan.PartitionTokens, cudaTileTokens)
-	plan.NumPartitions = ceilDiv(longest, plan.PartitionTokens)
-	if plan.NumPartitions < 2 {
-		return DecodePlan{Kernel: Grouped, NumPartitions: 1}
-	}
-	return plan
+	return gpuMinPartitionTokens(a.HostContextLens, a.NumKVHeads, a.BlockSize, k.numSMs, perSM)
 }
 
 // Plan returns the plan Decode follows for a: Plan on PlanInput(a), with split-k partitions rounded up
@@ -449,17 +421,52 @@ func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.D
 	return plan, err
 }
 
-// DecodeGrouped queues the grouped kernel: one program per (sequence, KV head) over the whole context.
+// DecodeGrouped queues the grouped kernel: one program per (sequence, KV head) over the whole context or,
+// on the mma path with more (sequence, KV head) items than the GPU runs at once, the persistent grouped
+// kernel: as many programs as run at once, each looping over items (CUDATuning.NoPersistent turns it off).
 func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath) error {
+	return k.decodeGrouped(s, a, path, k.Tuning)
+}
+
+func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath, t CUDATuning) error {
 	kern, err := k.pick("DecodeGrouped", a, path)
 	if err != nil {
 		return err
 	}
-	p := k.params(a, k.Tuning)
-	if err := launch(a, kern.fn, k.grid(kern, a, 1, k.Tuning), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	p := k.params(a, t)
+	if pk, programs := k.persistent(kern, a, t); pk != nil {
+		if err := launch(a, pk.fn, cuda.Dim3{X: programs}, cuda.Dim3{X: pk.threads}, pk.shared, s, &p); err != nil {
+			return fmt.Errorf("attention: grouped decode (persistent): %w", err)
+		}
+		return nil
+	}
+	if err := launch(a, kern.fn, k.grid(kern, a, 1, t), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: grouped decode: %w", err)
 	}
 	return nil
+}
+
+// persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
+// kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
+// resident programs, and t allowing it.
+func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
+	if t.NoPersistent || t.SequenceMajor || kern.rowsPer != 16 || !strings.Contains(kern.fn.Name(), "_mma_") {
+		return nil, 0
+	}
+	tn, _, _ := dtypeName(a.DType)
+	pk := k.kernels[fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, a.HeadDim)]
+	if pk == nil || pk.perSM < 1 {
+		return nil, 0
+	}
+	items := len(a.HostContextLens) * a.NumKVHeads
+	slots := k.numSMs * pk.perSM
+	if t.persistPrograms > 0 {
+		return pk, min(items, t.persistPrograms)
+	}
+	if items <= slots {
+		return nil, 0
+	}
+	return pk, slots
 }
 
 // SplitKWorkspaceBytes is the workspace a split-k call of batch sequences with numHeads query heads of

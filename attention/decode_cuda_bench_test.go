@@ -48,6 +48,35 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 			})
 		}
 		run("grouped", func(c int) error { return k.DecodeGrouped(nil, &in.args[c], PathAuto) })
+		// The L2 policy of the K/V copies, with the spin and after a do_bench-like flush.
+		for _, flush := range []bool{false, true} {
+			for _, ef := range []bool{true, false} {
+				tn := CUDATuning{NoEvictFirst: !ef}
+				what := fmt.Sprintf("policy/evictfirst=%v/flush=%v", ef, flush)
+				t.flush = flush
+				run(what, func(c int) error {
+					plan, err := k.Plan(&in.args[c])
+					if err != nil {
+						return err
+					}
+					if plan.Kernel == SplitK {
+						return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto, tn)
+					}
+					return k.decodeGrouped(nil, &in.args[c], PathAuto, tn)
+				})
+				t.flush = false
+			}
+		}
+		if s.persistOnly {
+			run("grouped-classic", func(c int) error {
+				return k.decodeGrouped(nil, &in.args[c], PathAuto, CUDATuning{NoPersistent: true})
+			})
+			run("grouped-persistent-1persm", func(c int) error {
+				return k.decodeGrouped(nil, &in.args[c], PathAuto, CUDATuning{persistPrograms: k.numSMs})
+			})
+			in.free()
+			continue
+		}
 		run(fmt.Sprintf("plan-%v-%d", plan.Kernel, plan.PartitionTokens), func(c int) error {
 			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 			return err
@@ -82,18 +111,24 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 type variantShape struct {
 	name                         string
 	batch, ctx, hq, hkv, headDim int
+	persistOnly                  bool // time only the grouped kernels
 }
 
 // variantShapes are the shapes of the issue-6 grid (scripts/bench/attention-shapes.json) where split-k
 // runs or nearly does.
 var variantShapes = []variantShape{
-	{"mha", 16, 4096, 12, 12, 128}, {"mha", 8, 8192, 12, 12, 128}, {"mha", 4, 16384, 12, 12, 128},
-	{"mha", 2, 32768, 12, 12, 128}, {"mha", 1, 65536, 12, 12, 128}, {"mha", 1, 131072, 12, 12, 128},
-	{"gqa", 64, 1024, 12, 2, 128}, {"gqa", 32, 2048, 12, 2, 128}, {"gqa", 16, 4096, 12, 2, 128},
-	{"gqa", 8, 8192, 12, 2, 128}, {"gqa", 4, 16384, 12, 2, 128}, {"gqa", 2, 32768, 12, 2, 128},
-	{"gqa", 1, 65536, 12, 2, 128}, {"gqa", 1, 131072, 12, 2, 128},
-	{"llama3", 8, 2048, 32, 8, 128}, {"llama3", 1, 8192, 32, 8, 128}, {"llama3", 1, 131072, 32, 8, 128},
-	{"llama70b", 4, 2048, 64, 8, 128}, {"llama70b", 8, 2048, 64, 8, 128}, {"mqa", 16, 4096, 32, 1, 128},
+	{"mha", 16, 4096, 12, 12, 128, false}, {"mha", 8, 8192, 12, 12, 128, false}, {"mha", 4, 16384, 12, 12, 128, false},
+	{"mha", 2, 32768, 12, 12, 128, false}, {"mha", 1, 65536, 12, 12, 128, false}, {"mha", 1, 131072, 12, 12, 128, false},
+	{"gqa", 64, 1024, 12, 2, 128, false}, {"gqa", 32, 2048, 12, 2, 128, false}, {"gqa", 16, 4096, 12, 2, 128, false},
+	{"gqa", 8, 8192, 12, 2, 128, false}, {"gqa", 4, 16384, 12, 2, 128, false}, {"gqa", 2, 32768, 12, 2, 128, false},
+	{"gqa", 1, 65536, 12, 2, 128, false}, {"gqa", 1, 131072, 12, 2, 128, false},
+	{"llama3", 8, 2048, 32, 8, 128, false}, {"llama3", 1, 8192, 32, 8, 128, false}, {"llama3", 1, 131072, 32, 8, 128, false},
+	{"llama70b", 4, 2048, 64, 8, 128, false}, {"llama70b", 8, 2048, 64, 8, 128, false}, {"mqa", 16, 4096, 32, 1, 128, false},
+	// Grouped shapes with more (sequence, KV head) items than resident programs: classic and persistent.
+	{"mha", 256, 256, 12, 12, 128, true}, {"mha", 128, 512, 12, 12, 128, true},
+	{"mha", 64, 1024, 12, 12, 128, true}, {"mha", 32, 2048, 12, 12, 128, true},
+	{"gqa", 256, 256, 12, 2, 128, true}, {"llama3", 64, 4096, 32, 8, 128, true},
+	{"llama3", 256, 1024, 32, 8, 128, true}, {"llama3", 128, 8192, 32, 8, 128, true},
 }
 
 // variantPartitions are the split-k partition sizes timed for s: powers of two, the plan's, and those
@@ -245,6 +280,9 @@ type eventTimer struct {
 	start, end            []*cuda.Event
 	spin                  *cuda.Function
 	iters, warmup, spinNS int
+	// flush queues a 64 MiB device copy before each call instead of the spin (as do_bench flushes L2).
+	flush    bool
+	flushBuf [2]cuda.DevicePtr
 }
 
 // timerSpinPTX waits p nanoseconds of the GPU's global timer with one thread.
@@ -287,6 +325,11 @@ func newEventTimer(dev *cuda.Device, iters, warmup, spinUS int) (*eventTimer, er
 	if t.spin, err = mod.Function("timer_spin"); err != nil {
 		return nil, err
 	}
+	for i := range t.flushBuf {
+		if t.flushBuf[i], err = dev.Alloc(64 << 20); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -294,6 +337,9 @@ func (t *eventTimer) close() {
 	for i := range t.start {
 		_ = t.start[i].Destroy()
 		_ = t.end[i].Destroy()
+	}
+	for _, p := range t.flushBuf {
+		_ = t.dev.Free(p)
 	}
 }
 
@@ -322,7 +368,11 @@ func (t *eventTimer) round(copies int, launch func(c int) error) (float64, error
 		}
 		spin := struct{ NS uint64 }{uint64(t.spinNS)}
 		for i := range t.iters {
-			if err := cuda.Launch(t.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil, &spin); err != nil {
+			if t.flush {
+				if err := t.dev.CopyDevice(t.flushBuf[1], t.flushBuf[0], 64<<20, nil); err != nil {
+					return err
+				}
+			} else if err := cuda.Launch(t.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil, &spin); err != nil {
 				return err
 			}
 			if err := t.start[i].Record(nil); err != nil {

@@ -335,6 +335,27 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			t.Fatal(err)
 		}
 		check("grouped/" + path.String())
+		for _, tn := range []struct {
+			name string
+			t    CUDATuning
+		}{{"no-evict-first", CUDATuning{NoEvictFirst: true}}, {"l2-prefetch", CUDATuning{L2Prefetch: true}}} {
+			c.poisonOut(t)
+			if err := k.decodeGrouped(nil, c.args(), path, tn.t); err != nil {
+				t.Fatal(err)
+			}
+			check("grouped/" + path.String() + "/" + tn.name)
+		}
+		if path == PathMMA && c.numHeads/c.kvHeads <= 16 {
+			// The persistent kernel with 1, 3 and 7 programs: each walks several items of the ragged
+			// batch (contexts of 1 token to a few thousand) through one pipeline.
+			for _, programs := range []int{1, 3, 7} {
+				c.poisonOut(t)
+				if err := k.decodeGrouped(nil, c.args(), path, CUDATuning{persistPrograms: programs}); err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("grouped/persistent/%d-programs", programs))
+			}
+		}
 		for _, part := range partitions {
 			// The fused merge in one level (default at these partition counts) and in two levels with
 			// chunks of 2 and 3 partitions (ragged last chunks), and the reduce kernel.

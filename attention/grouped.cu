@@ -3,8 +3,9 @@
 // that one read of K and V. Launched by CUDAKernels.DecodeGrouped (decode_cuda.go); the algorithm and the
 // tile machinery are in decode.cuh; the CPU twin is DecodeGrouped (grouped.go).
 //
-// Entry points: DecodeGrouped_mma_<dtype>_d<head_dim>_m<MT> (bf16/fp16, groups up to 16·MT heads) and
-// DecodeGrouped_fma_<dtype>_d<head_dim>_g<GC> (any dtype, GC heads per program).
+// Entry points: DecodeGrouped_mma_<dtype>_d<head_dim>_m<MT> (bf16/fp16, groups up to 16·MT heads),
+// DecodeGrouped_fma_<dtype>_d<head_dim>_g<GC> (any dtype, GC heads per program) and
+// DecodeGroupedPersistent_mma_<dtype>_d<head_dim> (below).
 #include "decode.cuh"
 
 #define DECODE_GROUPED_MMA(T, TN, D, MT)                                                                      \
@@ -37,3 +38,16 @@ DECODE_GROUPED_ALL_FMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_FMA(__half, fp16, 128)
 DECODE_GROUPED_ALL_FMA(float, fp32, 64)
 DECODE_GROUPED_ALL_FMA(float, fp32, 128)
+
+// The persistent grouped kernel (decode_mma_persistent): grid min(items, SMs × programs per SM), groups
+// of up to 16 heads. Entry points DecodeGroupedPersistent_mma_<dtype>_d<head_dim>.
+#define DECODE_GROUPED_PERSISTENT(T, TN, D)                                                                   \
+	extern "C" __global__ void __launch_bounds__(128) DecodeGroupedPersistent_mma_##TN##_d##D(const DecodeParams p) { \
+		decode_mma_persistent<T, D>(p);                                                                 \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGroupedPersistent_mma_##TN##_d##D##_smem = persistent_smem_bytes<T, D>();
+
+DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 64)
+DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_PERSISTENT(__half, fp16, 64)
+DECODE_GROUPED_PERSISTENT(__half, fp16, 128)

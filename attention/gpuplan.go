@@ -1,0 +1,63 @@
+package attention
+
+// The GPU dispatcher's side of Plan (CUDAKernels.Plan, decode_cuda.go): pure functions of the call's shape
+// and the device's size, here so that they build and are tested without CUDA.
+
+// gpuMinPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
+// (docs/bench/attention-h100.md) showed Plan's cost model to miss:
+//   - a split-k call runs best as one wave that fills the GPU's program slots (SMs × programs per SM,
+//     perSM): batch × kv_heads × partitions just at or below the slots; a few programs over them start a
+//     second wave (MHA batch 8 × 8192: 288 programs on 264 slots ran 22% slower than 240);
+//   - partitions shorter than minSplitTokens only add per-program cost (the first tile's latency, the
+//     partial state, the merge) without streaming faster (LLaMA-3-8B batch 1 × 8192: 256-token partitions
+//     8% slower than 512);
+//   - at most maxSplitPartitions partitions per context;
+//   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions Plan
+//     cuts at the bound are equal (5968 + 2224 tokens ran 7% slower than 4096 + 4096), and rounded to
+//     whole 64-token tiles;
+//   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
+//     so the bound is the whole context.
+func gpuMinPartitionTokens(contextLens []int32, kvHeads, blockSize, numSMs, perSM int) int {
+	longest := 0
+	for _, n := range contextLens {
+		longest = max(longest, int(n))
+	}
+	sms := max(1, numSMs)
+	rows := max(1, len(contextLens)*kvHeads)
+	if 10*rows >= 9*sms {
+		return roundUp(longest+1, blockSize)
+	}
+	parts := min(maxSplitPartitions, max(1, sms*max(1, perSM)/rows))
+	bound := max(minSplitTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+	parts = ceilDiv(longest, bound)
+	return max(minSplitTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+}
+
+// minSplitTokens is the shortest split-k partition the GPU dispatcher allows (see gpuMinPartitionTokens).
+const minSplitTokens = 512
+
+// maxSplitPartitions bounds the partitions of one context: each adds a partial to merge (GQA batch 1 ×
+// 65536, 2 KV heads: 64 partitions of 1024 tokens ran at 37.5 µs, 128 of 512 at 38.4 µs).
+const maxSplitPartitions = 64
+
+// cudaTileTokens is the token tile of the mma kernels (the FMA kernels' 32 divides it); a multiple of
+// every supported block size. A split-k partition that is not a multiple of it ends in a partial tile,
+// whose copies and mma work are spent on padding.
+const cudaTileTokens = 64
+
+// tileAligned rounds a split-k plan's partitions up to whole tiles (Plan rounds them to pages only).
+func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
+	if plan.Kernel != SplitK || plan.PartitionTokens%cudaTileTokens == 0 {
+		return plan
+	}
+	longest := 0
+	for _, n := range contextLens {
+		longest = max(longest, int(n))
+	}
+	plan.PartitionTokens = roundUp(plan.PartitionTokens, cudaTileTokens)
+	plan.NumPartitions = ceilDiv(longest, plan.PartitionTokens)
+	if plan.NumPartitions < 2 {
+		return DecodePlan{Kernel: Grouped, NumPartitions: 1}
+	}
+	return plan
+}
