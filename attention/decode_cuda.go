@@ -126,7 +126,7 @@ type CUDATuning struct {
 	// NoEvictFirst gives the K/V copies L2's default policy instead of evict_first (by default the K/V
 	// stream, read once, is evicted first, so that what other kernels left in L2 stays there: after a
 	// 64 MiB copy, the way triton.testing.do_bench flushes L2, its dirty lines are then not written back
-	// during the call).
+	// during the call). A grid of fewer programs than 90% of the SMs never uses it (fewPrograms).
 	NoEvictFirst bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
@@ -422,8 +422,9 @@ func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.D
 }
 
 // DecodeGrouped queues the grouped kernel: one program per (sequence, KV head) over the whole context or,
-// on the mma path with more (sequence, KV head) items than the GPU runs at once, the persistent grouped
-// kernel: as many programs as run at once, each looping over items (CUDATuning.NoPersistent turns it off).
+// on the mma path with more (sequence, KV head) items than the GPU runs at once and short contexts
+// (persistMaxTokens), the persistent grouped kernel: as many programs as run at once, each looping over
+// items (CUDATuning.NoPersistent turns it off).
 func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath) error {
 	return k.decodeGrouped(s, a, path, k.Tuning)
 }
@@ -440,15 +441,27 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 		}
 		return nil
 	}
-	if err := launch(a, kern.fn, k.grid(kern, a, 1, t), cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+	grid := k.grid(kern, a, 1, t)
+	k.fewPrograms(&p, grid)
+	if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: grouped decode: %w", err)
 	}
 	return nil
 }
 
+// fewPrograms drops the evict_first policy from p when grid has fewer programs than 90% of the SMs: a
+// few long programs, each streaming at its own latency-bound rate, ran slower with it on the H100 (GQA
+// 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs with L2's default policy, 80.1 µs with
+// evict_first), while with more programs than that it was 1-5% faster.
+func (k *CUDAKernels) fewPrograms(p *decodeParams, grid cuda.Dim3) {
+	if 10*grid.X*grid.Y*grid.Z < 9*k.numSMs {
+		p.Flags &^= flagEvictFirst
+	}
+}
+
 // persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
 // kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
-// resident programs, and t allowing it.
+// resident programs, contexts of at most persistMaxTokens, and t allowing it.
 func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
 	if t.NoPersistent || t.SequenceMajor || kern.rowsPer != 16 || !strings.Contains(kern.fn.Name(), "_mma_") {
 		return nil, 0
@@ -463,11 +476,22 @@ func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuni
 	if t.persistPrograms > 0 {
 		return pk, min(items, t.persistPrograms)
 	}
-	if items <= slots {
+	longest := 0
+	for _, n := range a.HostContextLens {
+		longest = max(longest, int(n))
+	}
+	if items <= slots || longest > persistMaxTokens {
 		return nil, 0
 	}
 	return pk, slots
 }
+
+// persistMaxTokens is the longest context for which the persistent grouped kernel runs: on the H100 it
+// was faster where items are short (batch 256 × 256 tokens: MHA 138.9 against 141.7 µs, GQA 28.8 against
+// 32.3 µs), even at 512 tokens and 0.4-2% slower from 1024 tokens up (LLaMA-3-8B 256 × 1024: 363.6 against
+// 361.1 µs; MHA 32 × 2048, where items are 1.45 times the slots and a program walks two: 148.3 against
+// 145.5 µs), where a program start is a small share of an item.
+const persistMaxTokens = 512
 
 // SplitKWorkspaceBytes is the workspace a split-k call of batch sequences with numHeads query heads of
 // headDim and numPartitions partitions needs: (m, l, acc) in float32 per (sequence, head, partition).
@@ -535,6 +559,7 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	p.PartitionTokens = int32(partitionTokens)
 	p.NumPartitions = int32(parts)
 	grid := k.grid(kern, a, parts, t)
+	k.fewPrograms(&p, grid)
 	fused := !t.SplitKReduceKernel
 	if fused {
 		chunk := mergeChunk(parts, t)
