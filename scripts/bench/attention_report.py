@@ -2,7 +2,8 @@
 """Writes docs/bench/attention-h100.md from one device run's results.
 
     python3 scripts/bench/attention_report.py OUT/gollm-attention.json OUT/sdpa.json \
-        ../shared/bench/attention-peers-h100.md scripts/bench/attention-notes.md > docs/bench/attention-h100.md
+        ../shared/bench/attention-peers-h100.md scripts/bench/attention-notes.md [OUT/variants.txt] \
+        > docs/bench/attention-h100.md
 
 gollm-attention.json comes from `gollm bench attention --json`, sdpa.json from sdpa_peer.py (same device
 run); the vLLM Triton column is read from the peers' table (measured with triton.testing.do_bench, whose
@@ -10,6 +11,7 @@ L2 flush before each call is matched by our "flushed" columns).
 """
 import json
 import math
+import re
 import sys
 
 
@@ -21,6 +23,50 @@ def peers(path):
             rows.append(dict(b=int(cells[1]), ctx=int(cells[2]), hq=int(cells[3]), hkv=int(cells[4]),
                              vllm=float(cells[6]), sdpa=float(cells[8])))
     return rows
+
+
+def variants(path):
+    """Tables from attention's BenchmarkCUDADecodeVariants output (same device run)."""
+    rows = {}
+    for line in open(path):
+        m = re.match(r"BenchmarkCUDADecodeVariants/(\S+?)/(\S+?)(-\d+)?\s+1\s+([\d.]+) us", line)
+        if m:
+            rows.setdefault(m.group(1), {})[m.group(2)] = float(m.group(4))
+    out = []
+    w = out.append
+    w("### Variants in the same run (attention's BenchmarkCUDADecodeVariants, µs, spin unless flushed)\n")
+    w("Split-k merge at the dispatcher's partition: *fused* = in the split-k programs (default), *reduce* = "
+      "a second kernel; *1 level* = one program merges every partition, *chunk 4/8* = two levels.\n")
+    w("| shape | partition | fused | reduce | 1 level | chunk 4 | chunk 8 |")
+    w("|---|---|---|---|---|---|---|")
+    for shape, v in rows.items():
+        plan = [k for k in v if k.startswith("plan-split-k-")]
+        if not plan:
+            continue
+        part = int(plan[0].rsplit("-", 1)[1])
+        g = lambda k: f"{v[k]:.1f}" if k in v else "–"
+        w(f"| {shape} | {part} | {g(f'split{part}/fused')} | {g(f'split{part}/reduce')} | "
+          f"{g(f'split{part}/fused1level')} | {g(f'split{part}/fusedchunk4')} | {g(f'split{part}/fusedchunk8')} |")
+    w("")
+    w("L2 policy of the K/V copies (the dispatcher's choice for each shape), with the 50 µs spin before each "
+      "call and after a 64 MiB copy (do_bench's flush):\n")
+    w("| shape | evict_first | default policy | evict_first, flushed | default, flushed |")
+    w("|---|---|---|---|---|")
+    for shape, v in rows.items():
+        k = "policy/evictfirst=%s/flush=%s"
+        if k % ("true", "false") not in v:
+            continue
+        w(f"| {shape} | {v[k % ('true', 'false')]:.1f} | {v[k % ('false', 'false')]:.1f} | "
+          f"{v[k % ('true', 'true')]:.1f} | {v[k % ('false', 'true')]:.1f} |")
+    w("")
+    w("Grouped kernels where (sequence, KV head) items outnumber the 264 program slots: *persistent* (264 "
+      "programs looping over items), *classic* (one program per item), persistent with 132 programs:\n")
+    w("| shape | persistent | classic | persistent, 1 per SM |")
+    w("|---|---|---|---|")
+    for shape, v in rows.items():
+        if "grouped-classic" in v:
+            w(f"| {shape} | {v['grouped']:.1f} | {v['grouped-classic']:.1f} | {v['grouped-persistent-1persm']:.1f} |")
+    return out
 
 
 def main():
@@ -73,7 +119,8 @@ def main():
       f"{g['iters']} CUDA-event-timed runs after {g['warmup']} warm-up runs, inputs rotated among copies "
       "totalling at least 4× L2, a 50 µs GPU spin queued before each run so that the host stays ahead. "
       "%BW = KV bytes / time / copy bandwidth (a read-only kernel can pass 100%).\n")
-    w("Columns: *grouped* = grid (sequence, KV head); *split-k* = the best of a sweep of partition sizes "
+    w("Columns: *grouped* = `DecodeGrouped` (grid (sequence, KV head), or the persistent grouped kernel "
+      "where the commit runs it); *split-k* = the best of a sweep of partition sizes "
       "(64…8192 tokens) with its partition count; *plan* = what `attention.Plan` chose with this device's "
       "inputs and *ours* its time (`CUDAKernels.Decode`); *SDPA* = `scaled_dot_product_attention` on a "
       "contiguous cache; *flushed* = ours with a 64 MiB device copy before each call instead of the spin, the "
@@ -97,6 +144,9 @@ def main():
     if len(sys.argv) > 4:
         w("")
         out.append(open(sys.argv[4]).read().rstrip())
+    if len(sys.argv) > 5:
+        w("")
+        out.extend(variants(sys.argv[5]))
     print("\n".join(out))
 
 
