@@ -10,7 +10,7 @@ package attention
 //     second wave (MHA batch 8 × 8192: 288 programs on 264 slots ran 22% slower than 240);
 //   - partitions shorter than minSplitTokens only add per-program cost (the first tile's latency, the
 //     partial state, the merge) without streaming faster (LLaMA-3-8B batch 1 × 8192: 256-token partitions
-//     8% slower than 512);
+//     8% slower than 512), unless that floor leaves SMs idle (splitFloor);
 //   - at most maxSplitPartitions partitions per context;
 //   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions Plan
 //     cuts at the bound are equal (5968 + 2224 tokens ran 7% slower than 4096 + 4096), and rounded to
@@ -27,10 +27,23 @@ func gpuMinPartitionTokens(contextLens []int32, kvHeads, blockSize, numSMs, perS
 	if 10*rows >= 9*sms {
 		return roundUp(longest+1, blockSize)
 	}
+	floor := splitFloor(longest, rows, sms)
 	parts := min(maxSplitPartitions, max(1, sms*max(1, perSM)/rows))
-	bound := max(minSplitTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+	bound := max(floor, roundUp(ceilDiv(longest, parts), cudaTileTokens))
 	parts = ceilDiv(longest, bound)
-	return max(minSplitTokens, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+	return max(floor, roundUp(ceilDiv(longest, parts), cudaTileTokens))
+}
+
+// splitFloor is the shortest partition gpuMinPartitionTokens allows for rows (sequence, KV head) rows
+// whose longest context is longest: minSplitTokens, unless partitions that long would leave more than
+// a tenth of the SMs without a program (short contexts at small batches, which a decode step at batch 1
+// waits on: Llama-3-8B at 1024 tokens has 8 KV heads, and 512-token partitions make 16 programs on 132
+// SMs), then one tile.
+func splitFloor(longest, rows, sms int) int {
+	if 10*rows*ceilDiv(longest, minSplitTokens) < 9*sms {
+		return cudaTileTokens
+	}
+	return minSplitTokens
 }
 
 // minSplitTokens is the shortest split-k partition the GPU dispatcher allows (see gpuMinPartitionTokens).
