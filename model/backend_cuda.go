@@ -183,6 +183,15 @@ type matmulOp struct {
 	w       *cudaWeight
 	out, in int
 	epi     gemvEpilogue
+	// residual, when set, is the residual stream the AddRMSNorm after this product adds its output to:
+	// on cuBLAS the product accumulates into it (β = 1) instead of writing d, and the norm adds nothing.
+	residual *cudaTensor
+}
+
+// accumulates reports whether mm runs on cuBLAS at rows rows and adds its product into mm.residual
+// (leaving d unwritten: the model reads it only through that AddRMSNorm).
+func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
+	return mm != nil && mm.residual != nil && !b.gemvServes(rows, mm.in)
 }
 
 // fused reports whether the product ran the skinny kernel with epilogue mode at rows rows (the op that
@@ -661,12 +670,25 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 		addPtr = a.ptr
 		capacity = min(capacity, a.rows)
 	}
+	// When add is the output of the product just recorded, that product may accumulate into the residual
+	// itself (see matmulOp.residual).
+	var mm *matmulOp
+	if prev := b.lastMM; a != nil && prev != nil && prev.d == a && prev.out == cols && !b.tune.NoFuse &&
+		b.ops[len(b.ops)-1].rows == residual.Rows {
+		mm = prev
+		mm.residual = r
+		b.sig = fnvString(b.sig, "accumulate")
+	}
 	b.record(cudaOp{rows: residual.Rows, capacity: capacity, graphable: true, run: func(rows int) error {
+		add := addPtr
+		if b.accumulates(mm, rows) {
+			add = 0 // the product added itself
+		}
 		p := struct {
 			Dst, Residual, Add, Weight cuda.DevicePtr
 			Eps                        float32
 			Cols                       int32
-		}{d.ptr, r.ptr, addPtr, g.ptr, eps, int32(cols)}
+		}{d.ptr, r.ptr, add, g.ptr, eps, int32(cols)}
 		return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &p)
 	}}, "norm", uint64(d.ptr), uint64(r.ptr), uint64(addPtr), uint64(g.ptr), uint64(math.Float32bits(eps)), uint64(cols))
 }
@@ -686,8 +708,12 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.
+		y, beta := d.ptr, float32(0)
+		if b.accumulates(mm, rows) {
+			y, beta = mm.residual.ptr, 1
+		}
 		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,
-			0, d.ptr, cuda.Float32, out)
+			beta, y, cuda.Float32, out)
 	}}, "matmul", uint64(d.ptr), uint64(xt.ptr), uint64(wt.ptr), uint64(out), uint64(in))
 	b.lastMM = mm
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -149,7 +150,15 @@ func BenchmarkCUDADecode(b *testing.B) {
 					b.Run(fmt.Sprintf("batch=%d/%s", batch, v.name), func(b *testing.B) {
 						backend := m.backend.(*cudaBackend)
 						backend.tune = v.tune
-						defer func() { backend.tune = defaultGemvTuning }()
+						if backend.decode != nil {
+							backend.decode.Tuning = v.attn
+						}
+						defer func() {
+							backend.tune = defaultGemvTuning
+							if backend.decode != nil {
+								backend.decode.Tuning = attention.CUDATuning{}
+							}
+						}()
 						for range 3 { // eager, captured, replayed: the loop times replays only
 							if _, err := m.ForwardGreedy(s); err != nil {
 								b.Fatal(err)
@@ -198,19 +207,24 @@ func BenchmarkCUDADecode(b *testing.B) {
 // decodeVariants are the ways BenchmarkCUDADecode runs each step: every product on cuBLAS with separate
 // SwiGLU, RoPE and argmax kernels and no programmatic dependent launch (the backend before the skinny
 // kernel, but with its other kernels as they are now), the skinny kernel without programmatic dependent
-// launch, the default, and the default with the other launch plans and loops of the one-token-tile
-// kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it).
+// launch, the default, the default with the decode-attention kernels' switches (attention.CUDATuning:
+// L2 policy, separate split-k reduce), and the default with the other launch plans and loops of the
+// one-token-tile kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it).
 var decodeVariants = []struct {
 	name string
 	tune gemvTuning
+	attn attention.CUDATuning // the decode-attention kernels' switches (zero: their defaults)
 }{
-	{"cublas", gemvTuning{NoFuse: true}},
-	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}},
-	{"default", defaultGemvTuning},
-	{"plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 1}},
-	{"plan2", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 2}},
-	{"pipe1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1}},
-	{"pipe1-plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1, Plan: 1}},
+	{"cublas", gemvTuning{NoFuse: true}, attention.CUDATuning{}},
+	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}, attention.CUDATuning{}},
+	{"default", defaultGemvTuning, attention.CUDATuning{}},
+	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
+	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
+	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},
+	{"plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 1}, attention.CUDATuning{}},
+	{"plan2", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 2}, attention.CUDATuning{}},
+	{"pipe1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1}, attention.CUDATuning{}},
+	{"pipe1-plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1, Plan: 1}, attention.CUDATuning{}},
 }
 
 // graphTime returns the device time of the last step's graph, replayed n times back to back (ms each).
