@@ -264,9 +264,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 	extern __shared__ __align__(16) unsigned char pmma_smem[]; // K[2][64][D], V[2][64][D] of T
 	unsigned char *sk = pmma_smem, *sv = pmma_smem + 2 * TILE_BYTES;
 
-	// Items in reverse: a sequence's later rows see more keys, so the longest programs start first and the
-	// short ones fill the tail of the grid.
-	const int *item = p.items + 4 * (gridDim.x - 1 - blockIdx.x);
+	const int *item = p.items + 4 * blockIdx.x;
 	const int seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3];
 	const int kvh = blockIdx.y, hpi = p.heads_per_item;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, cq = lane & 3;
