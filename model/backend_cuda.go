@@ -121,7 +121,7 @@ type cudaStats struct {
 const (
 	// maxGraphBatch is the largest decode batch run as a CUDA graph; buckets are 1, 2, 4, … of it.
 	maxGraphBatch = 256
-	// minGraphContext is the smallest context cap of a graph (in tokens, see graphContextCap).
+	// minGraphContext is the smallest context cap of a graph (a power of two, in tokens).
 	minGraphContext = 256
 	// splitWorkspaceBytes holds the split-k decode partials; a plan that needs more runs grouped.
 	splitWorkspaceBytes = 32 << 20
@@ -158,7 +158,7 @@ type cudaStep struct {
 	rows                int  // graph: the bucket; else numTokens
 	seqs                int  // graph: the bucket; else numSeqs
 	stride              int  // block-table row length
-	contextCap          int  // graph: bound on every context (graphContextCap)
+	contextCap          int  // graph: power-of-two bound on every context
 	items, paddedItems  int  // prefill items of the real sequences, and with the padding ones
 	graphRun            bool // the ops are being queued padded to rows (a graph or its warm-up)
 	offTokens, offPos   int  // int32 offsets into the metadata arena
@@ -539,7 +539,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if st.graph {
 		st.rows = int(nextPow2(numTokens))
 		st.seqs = st.rows
-		st.contextCap = max(minGraphContext, graphContextCap(maxCtx))
+		st.contextCap = max(minGraphContext, nextPow2(maxCtx))
 		st.stride = (st.contextCap + bs - 1) / bs
 	} else {
 		st.stride = max(1, (maxCtx+bs-1)/bs)

@@ -373,21 +373,3 @@ func (m *Model) Close() error {
 	}
 	return nil
 }
-
-// graphContextCap is the context bound the CUDA backend captures a decode graph for, the smallest of 1, 1.25, 1.5 or
-// 1.75 times a power of two that holds ctx (so at most four graphs per doubling of the context, and the
-// decode-attention plan, made for the cap, covers at most a quarter more than the longest context: at
-// 1025-1280 tokens a split-k plan of 64-token partitions holds 20 programs a KV head, not the 32 that a
-// power-of-two cap of 2048 gave, half of them past every context).
-func graphContextCap(ctx int) int {
-	p := nextPow2(ctx)
-	if p < 8 {
-		return p
-	}
-	for _, q := range []int{5, 6, 7} {
-		if c := p / 8 * q; c >= ctx { // p/2 · {1.25, 1.5, 1.75}
-			return c
-		}
-	}
-	return p
-}

@@ -415,27 +415,3 @@ func TestKVBytesPerBlock(t *testing.T) {
 		t.Fatalf("KVBytesPerBlock = %d, want %d", got, want)
 	}
 }
-
-// TestGraphContextCap: the cap holds the context, is at most a quarter above it past 8 tokens, and the
-// caps of 1…70000 tokens are few (four per doubling).
-func TestGraphContextCap(t *testing.T) {
-	for _, tc := range []struct{ ctx, want int }{
-		{1, 1}, {7, 7}, {8, 8}, {9, 10}, {1024, 1024}, {1025, 1280}, {1152, 1280}, {1281, 1536}, {1537, 1792},
-		{1793, 2048}, {100000, 114688},
-	} {
-		if got := graphContextCap(tc.ctx); got != tc.want {
-			t.Errorf("graphContextCap(%d) = %d, want %d", tc.ctx, got, tc.want)
-		}
-	}
-	caps := map[int]bool{}
-	for ctx := 1; ctx <= 70000; ctx++ {
-		c := graphContextCap(ctx)
-		if c < ctx || (ctx > 8 && 4*c > 5*ctx) {
-			t.Fatalf("graphContextCap(%d) = %d", ctx, c)
-		}
-		caps[c] = true
-	}
-	if len(caps) > 4*17 {
-		t.Errorf("%d caps up to 70000 tokens", len(caps))
-	}
-}
