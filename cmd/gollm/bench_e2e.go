@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -28,6 +29,7 @@ type benchModelFlags struct {
 	device           string
 	pageSize         int
 	verbose          bool
+	cpuProfile       string
 }
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
@@ -38,6 +40,7 @@ func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.device, "device", "cpu", "where the model runs: cpu or cuda")
 	fs.IntVar(&f.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
 	fs.BoolVar(&f.verbose, "verbose", false, "log the engine's progress to stderr")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof)")
 }
 
 // spec checks the model flags and returns the load spec (without its KV size).
@@ -50,6 +53,26 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	}
 	return bench.ModelSpec{Config: f.config, Dir: f.modelDir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: ttyOrNil(stderr)}, nil
+}
+
+// profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op
+// without the flag).
+func (f *benchModelFlags) profile() (stop func(), err error) {
+	if f.cpuProfile == "" {
+		return func() {}, nil
+	}
+	file, err := os.Create(f.cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		file.Close()
+	}, nil
 }
 
 func (f *benchModelFlags) logger(stderr io.Writer) *slog.Logger {
@@ -128,6 +151,11 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "gollm bench latency: %v\n", err)
 		return 2
 	}
+	stopProfile, err := mf.profile()
+	if err != nil {
+		return fail(err)
+	}
+	defer stopProfile()
 	spec.NumBlocks = bench.BlocksFor(maxInt(batches), *inputLen+*outputLen, spec.BlockSize)
 	lm, err := bench.LoadModel(spec)
 	if err != nil {
@@ -215,6 +243,12 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return usageErr(err)
 	}
+	stopProfile, err := mf.profile()
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench throughput: %v\n", err)
+		return 1
+	}
+	defer stopProfile()
 	spec.NumBlocks = *kvBlocks
 	if spec.NumBlocks <= 0 {
 		spec.NumBlocks = bench.BlocksFor(min(*numPrompts, *maxNumSeqs), in.Max+out.Max, spec.BlockSize)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -213,5 +214,30 @@ func TestBenchE2EUsageErrors(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"bench", "latency", "--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "--random-weights") {
 		t.Errorf("--help: exit %d, %q", code, errb.String())
+	}
+}
+
+// TestBenchCPUProfile: --cpuprofile writes a profile that pprof can read (a gzipped protobuf) for a run
+// on the CPU with a tiny shape, and an unwritable path is an error that names the flag.
+func TestBenchCPUProfile(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	var stdout, stderr bytes.Buffer
+	code := runBenchLatency(context.Background(), []string{"--config", cfg, "--batch", "1", "--input-len", "4",
+		"--output-len", "2", "--iters", "1", "--warmup", "0", "--json", "--cpuprofile", path}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes is not gzip", len(b))
+	}
+	code = runBenchLatency(context.Background(), []string{"--config", cfg, "--cpuprofile",
+		filepath.Join(t.TempDir(), "missing", "cpu.prof")}, &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "--cpuprofile") {
+		t.Fatalf("unwritable profile: exit %d, %q", code, stderr.String())
 	}
 }
