@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -23,7 +24,7 @@ var testPrefill struct {
 	err  error
 }
 
-func gpuPrefill(t *testing.T) (*cuda.Device, *CUDAPrefill) {
+func gpuPrefill(t testing.TB) (*cuda.Device, *CUDAPrefill) {
 	t.Helper()
 	testPrefill.once.Do(func() {
 		dev, err := cuda.Open(0)
@@ -247,5 +248,114 @@ func TestCUDAPrefill(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkCUDAPrefill times the prefill kernels on one prompt attending to itself from position 0
+// (the shapes of Llama-3-8B, d128, and Llama-3.2-1B, d64: 32 query heads, 8 KV heads; 1024 and 4096
+// tokens), bf16, page 16, pages scattered: the tensor-core kernel and the FMA kernel, median of 30 runs
+// timed with events, and TFLOP/s of the causal work (4 · D · Hq · Σ (position + 1)). Its peer is
+// scripts/bench/prefill_sdpa.py (scaled_dot_product_attention, causal, on a contiguous cache).
+//
+//	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
+func BenchmarkCUDAPrefill(b *testing.B) {
+	dev, pre := gpuPrefill(b)
+	for _, sh := range []struct {
+		name                   string
+		headDim, tokens        int
+		numHeads, kvHeads, bsz int
+	}{
+		{"d128-hq32-hkv8-L1024", 128, 1024, 32, 8, 16},
+		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16},
+		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16},
+		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16},
+	} {
+		b.Run(sh.name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			blocks := ceilDiv(sh.tokens, sh.bsz)
+			perm := rng.Perm(blocks + 8)
+			table := make([]int32, blocks)
+			for i := range table {
+				table[i] = int32(perm[i])
+			}
+			kvElems := (blocks + 8) * sh.bsz * sh.kvHeads * sh.headDim
+			qElems := sh.tokens * sh.numHeads * sh.headDim
+			rnd := func(n int) []byte {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = rng.Float32()*2 - 1
+				}
+				out := make([]byte, 2*n)
+				dtype.EncodeBF16(out, x)
+				return out
+			}
+			positions := make([]int32, sh.tokens)
+			for i := range positions {
+				positions[i] = int32(i)
+			}
+			group := sh.numHeads / sh.kvHeads
+			items := PrefillItems(nil, []int32{0, int32(sh.tokens)}, group)
+			var ptrs []cuda.DevicePtr
+			upload := func(data []byte) cuda.DevicePtr {
+				p, err := dev.Alloc(int64(len(data)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ptrs = append(ptrs, p)
+				if err := dev.CopyToDevice(p, data); err != nil {
+					b.Fatal(err)
+				}
+				return p
+			}
+			defer func() {
+				for _, p := range ptrs {
+					_ = dev.Free(p)
+				}
+			}()
+			args := &CUDAPrefillArgs{
+				Out: upload(make([]byte, 2*qElems)), Q: upload(rnd(qElems)), KCache: upload(rnd(kvElems)),
+				VCache: upload(rnd(kvElems)), BlockTables: upload(cuda.Bytes(table)), Positions: upload(cuda.Bytes(positions)),
+				Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: blocks, NumHeads: sh.numHeads,
+				NumKVHeads: sh.kvHeads, HeadDim: sh.headDim, BlockSize: sh.bsz, DType: cuda.BFloat16,
+				Scale: float32(1 / math.Sqrt(float64(sh.headDim))),
+			}
+			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
+			for _, fma := range []bool{false, true} {
+				args.FMA = fma
+				times := make([]float64, 0, 30)
+				for i := 0; i < 35; i++ {
+					start, _ := dev.NewEvent()
+					end, _ := dev.NewEvent()
+					if err := start.Record(nil); err != nil {
+						b.Fatal(err)
+					}
+					if err := pre.Attend(nil, args); err != nil {
+						b.Fatal(err)
+					}
+					if err := end.Record(nil); err != nil {
+						b.Fatal(err)
+					}
+					if err := end.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+					ms, err := start.Elapsed(end)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = start.Destroy(), end.Destroy()
+					if i >= 5 {
+						times = append(times, ms)
+					}
+				}
+				slices.Sort(times)
+				us := times[len(times)/2] * 1e3
+				kernel := "mma"
+				if fma {
+					kernel = "fma"
+				}
+				b.ReportMetric(us, kernel+"-us")
+				b.ReportMetric(flops/(us*1e-6)/1e12, kernel+"-TFLOP/s")
+			}
+		})
 	}
 }
