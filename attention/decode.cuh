@@ -447,6 +447,91 @@ template <int D, int MT, int SLICES_ = 4> struct MmaShape {
 	static constexpr int THREADS = SLICES * MT * DECODE_WARP;
 };
 
+// mma_tile is one K/V tile of the mma path for one warp (the grouped, split-k and persistent kernels
+// share it): S = Q·Kᵀ over the warp's 16 tokens of the tile (t0 its first token, end the range's end:
+// tokens past it are masked), the online softmax of rows r0 and r0+8 (log2 units; m and l per row), and
+// acc += P·V with P straight from the score fragments. ks and vs are the stage's K and V in shared memory;
+// mi, mr the lane's ldmatrix roles, c0 its column pair.
+template <typename T, int D, typename L>
+__device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int c0, int t0, int end,
+                                         float scale_log2, const uint32_t (&qa)[D / 16][4], float (&acc)[D / 8][4],
+                                         float &m0, float &m1, float &l0, float &l1) {
+	// S = Q·Kᵀ for the warp's 16 tokens: two n-tiles of 8 tokens.
+	float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+	{
+		const int row = slice * 16 + (mi / 2) * 8 + mr;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			int chunk = kk * 2 + (mi % 2);
+			uint32_t b0, b1, b2, b3;
+			ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+			mma16816<T>(s[0], qa[kk], b0, b1);
+			mma16816<T>(s[1], qa[kk], b2, b3);
+		}
+	}
+
+	// Online softmax, rows r0 (s[n][0..1]) and r0+8 (s[n][2..3]).
+	float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+	for (int n = 0; n < 2; n++) {
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			bool ok = t0 + n * 8 + c0 + e < end;
+			s[n][e] = ok ? s[n][e] * scale_log2 : -INFINITY;
+			s[n][2 + e] = ok ? s[n][2 + e] * scale_log2 : -INFINITY;
+			mx0 = fmaxf(mx0, s[n][e]);
+			mx1 = fmaxf(mx1, s[n][2 + e]);
+		}
+	}
+	mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+	mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+	mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+	const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+	const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+	const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+	m0 = mn0;
+	m1 = mn1;
+	float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+	for (int n = 0; n < 2; n++) {
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			s[n][e] = exp2f(s[n][e] - mu0);
+			s[n][2 + e] = exp2f(s[n][2 + e] - mu1);
+			ps0 += s[n][e];
+			ps1 += s[n][2 + e];
+		}
+	}
+	l0 = l0 * al0 + ps0;
+	l1 = l1 * al1 + ps1;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		acc[n][0] *= al0;
+		acc[n][1] *= al0;
+		acc[n][2] *= al1;
+		acc[n][3] *= al1;
+	}
+
+	// acc += P·V: P (16 heads × 16 tokens) is the A operand straight from the score fragments.
+	uint32_t pa[4];
+	pa[0] = Elem<T>::pack(s[0][0], s[0][1]);
+	pa[1] = Elem<T>::pack(s[0][2], s[0][3]);
+	pa[2] = Elem<T>::pack(s[1][0], s[1][1]);
+	pa[3] = Elem<T>::pack(s[1][2], s[1][3]);
+	{
+		const int row = slice * 16 + (mi % 2) * 8 + mr;
+#pragma unroll
+		for (int dp = 0; dp < D / 16; dp++) {
+			int chunk = dp * 2 + mi / 2;
+			uint32_t b0, b1, b2, b3;
+			ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
+			mma16816<T>(acc[2 * dp], pa, b0, b1);
+			mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
+		}
+	}
+}
+
 template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	using S = MmaShape<D, MT, SLICES_>;
@@ -533,80 +618,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
-		// S = Q·Kᵀ for the warp's 16 tokens: two n-tiles of 8 tokens.
-		float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-		{
-			const int row = slice * 16 + (mi / 2) * 8 + mr;
-#pragma unroll
-			for (int kk = 0; kk < KSTEPS; kk++) {
-				int chunk = kk * 2 + (mi % 2);
-				uint32_t b0, b1, b2, b3;
-				ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
-				mma16816<T>(s[0], qa[kk], b0, b1);
-				mma16816<T>(s[1], qa[kk], b2, b3);
-			}
-		}
-
-		// Online softmax, rows r0 (s[n][0..1]) and r0+8 (s[n][2..3]).
-		float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-		for (int n = 0; n < 2; n++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				bool ok = t0 + n * 8 + c0 + e < end;
-				s[n][e] = ok ? s[n][e] * p.scale_log2 : -INFINITY;
-				s[n][2 + e] = ok ? s[n][2 + e] * p.scale_log2 : -INFINITY;
-				mx0 = fmaxf(mx0, s[n][e]);
-				mx1 = fmaxf(mx1, s[n][2 + e]);
-			}
-		}
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-		const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-		const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-		m0 = mn0;
-		m1 = mn1;
-		float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-		for (int n = 0; n < 2; n++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				s[n][e] = exp2f(s[n][e] - mu0);
-				s[n][2 + e] = exp2f(s[n][2 + e] - mu1);
-				ps0 += s[n][e];
-				ps1 += s[n][2 + e];
-			}
-		}
-		l0 = l0 * al0 + ps0;
-		l1 = l1 * al1 + ps1;
-#pragma unroll
-		for (int n = 0; n < NTILES; n++) {
-			acc[n][0] *= al0;
-			acc[n][1] *= al0;
-			acc[n][2] *= al1;
-			acc[n][3] *= al1;
-		}
-
-		// acc += P·V: P (16 heads × 16 tokens) is the A operand straight from the score fragments.
-		uint32_t pa[4];
-		pa[0] = Elem<T>::pack(s[0][0], s[0][1]);
-		pa[1] = Elem<T>::pack(s[0][2], s[0][3]);
-		pa[2] = Elem<T>::pack(s[1][0], s[1][1]);
-		pa[3] = Elem<T>::pack(s[1][2], s[1][3]);
-		{
-			const int row = slice * 16 + (mi % 2) * 8 + mr;
-#pragma unroll
-			for (int dp = 0; dp < D / 16; dp++) {
-				int chunk = dp * 2 + mi / 2;
-				uint32_t b0, b1, b2, b3;
-				ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
-				mma16816<T>(acc[2 * dp], pa, b0, b1);
-				mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
-			}
-		}
+		mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
 
 	// Merge the SLICES warps of each head tile.
@@ -995,75 +1007,7 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 		}
 		const int t0 = mt.t0 + slice * 16, end = mt.end;
 
-		float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-		{
-			const int row = slice * 16 + (mi / 2) * 8 + mr;
-#pragma unroll
-			for (int kk = 0; kk < KSTEPS; kk++) {
-				int chunk = kk * 2 + (mi % 2);
-				uint32_t b0, b1, b2, b3;
-				ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
-				mma16816<T>(s[0], qa[kk], b0, b1);
-				mma16816<T>(s[1], qa[kk], b2, b3);
-			}
-		}
-		float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-		for (int n = 0; n < 2; n++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				bool ok = t0 + n * 8 + c0 + e < end;
-				s[n][e] = ok ? s[n][e] * p.scale_log2 : -INFINITY;
-				s[n][2 + e] = ok ? s[n][2 + e] * p.scale_log2 : -INFINITY;
-				mx0 = fmaxf(mx0, s[n][e]);
-				mx1 = fmaxf(mx1, s[n][2 + e]);
-			}
-		}
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-		const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-		const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-		m0 = mn0;
-		m1 = mn1;
-		float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-		for (int n = 0; n < 2; n++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				s[n][e] = exp2f(s[n][e] - mu0);
-				s[n][2 + e] = exp2f(s[n][2 + e] - mu1);
-				ps0 += s[n][e];
-				ps1 += s[n][2 + e];
-			}
-		}
-		l0 = l0 * al0 + ps0;
-		l1 = l1 * al1 + ps1;
-#pragma unroll
-		for (int n = 0; n < NTILES; n++) {
-			acc[n][0] *= al0;
-			acc[n][1] *= al0;
-			acc[n][2] *= al1;
-			acc[n][3] *= al1;
-		}
-		uint32_t pa[4];
-		pa[0] = Elem<T>::pack(s[0][0], s[0][1]);
-		pa[1] = Elem<T>::pack(s[0][2], s[0][3]);
-		pa[2] = Elem<T>::pack(s[1][0], s[1][1]);
-		pa[3] = Elem<T>::pack(s[1][2], s[1][3]);
-		{
-			const int row = slice * 16 + (mi % 2) * 8 + mr;
-#pragma unroll
-			for (int dp = 0; dp < D / 16; dp++) {
-				int chunk = dp * 2 + mi / 2;
-				uint32_t b0, b1, b2, b3;
-				ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, b0, b1, b2, b3);
-				mma16816<T>(acc[2 * dp], pa, b0, b1);
-				mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
-			}
-		}
+		mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 
 		if (mt.flags & 4) { // the item's last tile: merge the warps' states through this stage, write out
 			__syncthreads(); // every warp is done reading this stage's K and V
