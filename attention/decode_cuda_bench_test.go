@@ -21,11 +21,11 @@ import (
 // -test.benchtime=1x (b.N is not the number of calls timed).
 func BenchmarkCUDADecodeVariants(b *testing.B) {
 	k := gpuKernels(b)
-	t, err := newEventTimer(k.Device(), 100, 10, 50)
+	t, err := k.Device().NewTimer(100, 10, 50_000)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer t.close()
+	defer t.Close()
 	for _, s := range variantShapes {
 		in, err := newVariantInputs(k, s)
 		if err != nil {
@@ -39,7 +39,7 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 		name := fmt.Sprintf("%s_b%d_ctx%d", s.name, s.batch, s.ctx)
 		run := func(what string, launch func(c int) error) {
 			b.Run(name+"/"+what, func(b *testing.B) {
-				us, err := t.time(in.copies, launch)
+				us, err := t.Median(in.copies, launch)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -53,7 +53,7 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 			for _, ef := range []bool{true, false} {
 				tn := CUDATuning{NoEvictFirst: !ef}
 				what := fmt.Sprintf("policy/evictfirst=%v/flush=%v", ef, flush)
-				t.flush = flush
+				t.Flush = flush
 				run(what, func(c int) error {
 					plan, err := k.Plan(&in.args[c])
 					if err != nil {
@@ -64,7 +64,7 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 					}
 					return k.decodeGrouped(nil, &in.args[c], PathAuto, tn)
 				})
-				t.flush = false
+				t.Flush = false
 			}
 		}
 		if s.persistOnly {
@@ -271,136 +271,4 @@ func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
 	out := make([]byte, 2*n)
 	dtype.EncodeBF16(out, f)
 	return out
-}
-
-// eventTimer times launches with CUDA events, a GPU spin queued before each (outside the events) so that
-// the host's launches stay ahead of the GPU.
-type eventTimer struct {
-	dev                   *cuda.Device
-	start, end            []*cuda.Event
-	spin                  *cuda.Function
-	iters, warmup, spinNS int
-	// flush queues a 64 MiB device copy before each call instead of the spin (as do_bench flushes L2).
-	flush    bool
-	flushBuf [2]cuda.DevicePtr
-}
-
-// timerSpinPTX waits p nanoseconds of the GPU's global timer with one thread.
-const timerSpinPTX = `
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry timer_spin(.param .align 8 .b8 p[8])
-{
-	.reg .b64 %rd<5>;
-	.reg .pred %pp;
-	ld.param.u64 %rd1, [p];
-	mov.u64 %rd2, %globaltimer;
-LOOP:
-	mov.u64 %rd3, %globaltimer;
-	sub.u64 %rd4, %rd3, %rd2;
-	setp.lt.u64 %pp, %rd4, %rd1;
-	@%pp bra LOOP;
-	ret;
-}
-`
-
-func newEventTimer(dev *cuda.Device, iters, warmup, spinUS int) (*eventTimer, error) {
-	t := &eventTimer{dev: dev, iters: iters, warmup: warmup, spinNS: spinUS * 1000}
-	for range iters {
-		s, err := dev.NewEvent()
-		if err != nil {
-			return nil, err
-		}
-		e, err := dev.NewEvent()
-		if err != nil {
-			return nil, err
-		}
-		t.start, t.end = append(t.start, s), append(t.end, e)
-	}
-	mod, err := dev.LoadModule([]byte(timerSpinPTX))
-	if err != nil {
-		return nil, err
-	}
-	if t.spin, err = mod.Function("timer_spin"); err != nil {
-		return nil, err
-	}
-	for i := range t.flushBuf {
-		if t.flushBuf[i], err = dev.Alloc(64 << 20); err != nil {
-			return nil, err
-		}
-	}
-	return t, nil
-}
-
-func (t *eventTimer) close() {
-	for i := range t.start {
-		_ = t.start[i].Destroy()
-		_ = t.end[i].Destroy()
-	}
-	for _, p := range t.flushBuf {
-		_ = t.dev.Free(p)
-	}
-}
-
-// time returns the lower of two rounds' median µs of launch over the rotating copies.
-func (t *eventTimer) time(copies int, launch func(c int) error) (float64, error) {
-	best := math.Inf(1)
-	for range 2 {
-		us, err := t.round(copies, launch)
-		if err != nil {
-			return 0, err
-		}
-		best = min(best, us)
-	}
-	return best, nil
-}
-
-func (t *eventTimer) round(copies int, launch func(c int) error) (float64, error) {
-	var us []float64
-	err := t.dev.Do(func() error {
-		run := 0
-		for range t.warmup {
-			if err := launch(run % copies); err != nil {
-				return err
-			}
-			run++
-		}
-		spin := struct{ NS uint64 }{uint64(t.spinNS)}
-		for i := range t.iters {
-			if t.flush {
-				if err := t.dev.CopyDevice(t.flushBuf[1], t.flushBuf[0], 64<<20, nil); err != nil {
-					return err
-				}
-			} else if err := cuda.Launch(t.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil, &spin); err != nil {
-				return err
-			}
-			if err := t.start[i].Record(nil); err != nil {
-				return err
-			}
-			if err := launch(run % copies); err != nil {
-				return err
-			}
-			run++
-			if err := t.end[i].Record(nil); err != nil {
-				return err
-			}
-		}
-		if err := t.end[t.iters-1].Synchronize(); err != nil {
-			return err
-		}
-		for i := range t.iters {
-			ms, err := t.start[i].Elapsed(t.end[i])
-			if err != nil {
-				return err
-			}
-			us = append(us, ms*1e3)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	slices.Sort(us)
-	return us[len(us)/2], nil
 }

@@ -213,155 +213,21 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	return rep, nil
 }
 
-// attentionBencher holds what every shape's timing reuses: events, the spacer buffers.
+// attentionBencher holds what every shape's timing reuses: the event timer and its spacer buffers.
 type attentionBencher struct {
-	dev        *cuda.Device
-	k          *attention.CUDAKernels
-	o          *benchAttentionOptions
-	log        io.Writer
-	start, end []*cuda.Event
-	spin       *cuda.Function
-	flush      [2]cuda.DevicePtr // for the do_bench-like runs
-	flushing   bool              // queue a 64 MiB copy instead of the spin before each run
-	hostUS     float64           // host µs per run of the last timeRuns
+	dev   *cuda.Device
+	k     *attention.CUDAKernels
+	o     *benchAttentionOptions
+	log   io.Writer
+	timer *cuda.Timer // spin (or, with Flush, a 64 MiB copy) before each timed run; see cuda.Timer
 }
 
-// spinPTX is a one-thread kernel that waits p.ns nanoseconds of the GPU's global timer: queued between
-// timed runs it keeps the launch queue full without touching memory.
-const spinPTX = `
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry gollm_spin(.param .align 8 .b8 p[8])
-{
-	.reg .b64 %rd<5>;
-	.reg .pred %pp;
-	ld.param.u64 %rd1, [p];
-	mov.u64 %rd2, %globaltimer;
-LOOP:
-	mov.u64 %rd3, %globaltimer;
-	sub.u64 %rd4, %rd3, %rd2;
-	setp.lt.u64 %pp, %rd4, %rd1;
-	@%pp bra LOOP;
-	ret;
-}
-`
-
-const flushBytes = 64 << 20
-
-func (b *attentionBencher) setup() error {
-	for range b.o.iters {
-		s, err := b.dev.NewEvent()
-		if err != nil {
-			return err
-		}
-		e, err := b.dev.NewEvent()
-		if err != nil {
-			return err
-		}
-		b.start, b.end = append(b.start, s), append(b.end, e)
-	}
-	mod, err := b.dev.LoadModule([]byte(spinPTX))
-	if err != nil {
-		return err
-	}
-	if b.spin, err = mod.Function("gollm_spin"); err != nil {
-		return err
-	}
-	for i := range b.flush {
-		if b.flush[i], err = b.dev.Alloc(flushBytes); err != nil {
-			return err
-		}
-	}
-	return nil
+func (b *attentionBencher) setup() (err error) {
+	b.timer, err = b.dev.NewTimer(b.o.iters, b.o.warmup, uint64(b.o.spinUS)*1000)
+	return err
 }
 
-func (b *attentionBencher) close() {
-	for i := range b.start {
-		_ = b.start[i].Destroy()
-		_ = b.end[i].Destroy()
-	}
-	for _, p := range b.flush {
-		_ = b.dev.Free(p)
-	}
-}
-
-// timeRuns returns the lower of two rounds' median device time in µs of launch(copy) over o.iters runs
-// after o.warmup, each run
-// on the next copy of the inputs and bracketed by its own pair of events, with a spin (or, when flushing,
-// a 64 MiB copy) queued before each run, outside the events, so that the host's launches stay ahead of
-// the GPU. It leaves the host's time per run in b.hostUS.
-func (b *attentionBencher) timeRuns(copies int, launch func(copy int) error) (float64, error) {
-	// Two rounds, the lower median kept: a whole round now and then runs slow (seen 3× on one variant
-	// of one shape, not reproducible), which one median does not reject.
-	first, err := b.timeRound(copies, launch)
-	if err != nil {
-		return 0, err
-	}
-	host := b.hostUS
-	second, err := b.timeRound(copies, launch)
-	if err != nil {
-		return 0, err
-	}
-	if first < second {
-		b.hostUS = host
-		return first, nil
-	}
-	return second, nil
-}
-
-func (b *attentionBencher) timeRound(copies int, launch func(copy int) error) (float64, error) {
-	var us []float64
-	err := b.dev.Do(func() error {
-		run := 0
-		for range b.o.warmup {
-			if err := launch(run % copies); err != nil {
-				return err
-			}
-			run++
-		}
-		spin := struct{ NS uint64 }{uint64(b.o.spinUS) * 1000}
-		t0 := time.Now()
-		for i := range b.o.iters {
-			if b.flushing {
-				if err := b.dev.CopyDevice(b.flush[1], b.flush[0], flushBytes, nil); err != nil {
-					return err
-				}
-			} else if spin.NS > 0 {
-				if err := cuda.Launch(b.spin, cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil, &spin); err != nil {
-					return err
-				}
-			}
-			if err := b.start[i].Record(nil); err != nil {
-				return err
-			}
-			if err := launch(run % copies); err != nil {
-				return err
-			}
-			run++
-			if err := b.end[i].Record(nil); err != nil {
-				return err
-			}
-		}
-		b.hostUS = float64(time.Since(t0).Microseconds()) / float64(b.o.iters)
-		if err := b.end[b.o.iters-1].Synchronize(); err != nil {
-			return err
-		}
-		for i := range b.o.iters {
-			ms, err := b.start[i].Elapsed(b.end[i])
-			if err != nil {
-				return err
-			}
-			us = append(us, ms*1e3)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	slices.Sort(us)
-	return us[len(us)/2], nil
-}
+func (b *attentionBencher) close() { b.timer.Close() }
 
 // copyBandwidth times a 1 GiB device-to-device copy and returns (bytes read + written) / time.
 func (b *attentionBencher) copyBandwidth() (float64, error) {
@@ -376,7 +242,7 @@ func (b *attentionBencher) copyBandwidth() (float64, error) {
 		return 0, err
 	}
 	defer b.dev.Free(dst)
-	us, err := b.timeRuns(1, func(int) error { return b.dev.CopyDevice(dst, src, n, nil) })
+	us, err := b.timer.Median(1, func(int) error { return b.dev.CopyDevice(dst, src, n, nil) })
 	if err != nil {
 		return 0, err
 	}
@@ -526,13 +392,13 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		return nil, err
 	}
 	r.GroupedKernel = kinfo.Name
-	if r.GroupedUS, err = b.timeRuns(in.copies, func(c int) error {
+	if r.GroupedUS, err = b.timer.Median(in.copies, func(c int) error {
 		return b.k.DecodeGrouped(nil, &in.args[c], attention.PathAuto)
 	}); err != nil {
 		return nil, err
 	}
 	if b.o.fma {
-		if r.GroupedFMAUS, err = b.timeRuns(in.copies, func(c int) error {
+		if r.GroupedFMAUS, err = b.timer.Median(in.copies, func(c int) error {
 			return b.k.DecodeGrouped(nil, &in.args[c], attention.PathFMA)
 		}); err != nil {
 			return nil, err
@@ -551,7 +417,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		if part >= s.Ctx {
 			continue
 		}
-		us, err := b.timeRuns(in.copies, func(c int) error {
+		us, err := b.timer.Median(in.copies, func(c int) error {
 			return b.k.DecodeSplitK(nil, &in.args[c], part, in.workspace, in.workspaceBytes, attention.PathAuto)
 		})
 		if err != nil {
@@ -567,13 +433,13 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		_, err := b.k.Decode(nil, &in.args[c], in.workspace, in.workspaceBytes)
 		return err
 	}
-	if r.DispatchUS, err = b.timeRuns(in.copies, dispatch); err != nil {
+	if r.DispatchUS, err = b.timer.Median(in.copies, dispatch); err != nil {
 		return nil, err
 	}
-	r.HostUSPerRun = b.hostUS
-	b.flushing = true
-	r.DispatchFlushUS, err = b.timeRuns(in.copies, dispatch)
-	b.flushing = false
+	r.HostUSPerRun = b.timer.HostUS
+	b.timer.Flush = true
+	r.DispatchFlushUS, err = b.timer.Median(in.copies, dispatch)
+	b.timer.Flush = false
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +459,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 				path = attention.PathFMA
 			}
 			b.k.Tuning = e.t
-			us, err := b.timeRuns(in.copies, func(c int) error {
+			us, err := b.timer.Median(in.copies, func(c int) error {
 				return b.k.DecodeGrouped(nil, &in.args[c], path)
 			})
 			b.k.Tuning = attention.CUDATuning{}
@@ -603,7 +469,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 			r.Experiments["grouped/"+e.name] = us
 			if plan.Kernel == attention.SplitK && path == attention.PathAuto {
 				b.k.Tuning = e.t
-				us, err := b.timeRuns(in.copies, dispatch)
+				us, err := b.timer.Median(in.copies, dispatch)
 				b.k.Tuning = attention.CUDATuning{}
 				if err == nil {
 					r.Experiments["dispatch/"+e.name] = us

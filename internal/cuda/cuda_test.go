@@ -387,3 +387,27 @@ func TestGemmEx(t *testing.T) {
 		})
 	}
 }
+
+// TestTimer: the timer measures a GPU spin of a known length within its bounds (the spin waits on the
+// GPU's global timer, so the measured time can only be longer), with the spacer spin and with the flush
+// copy, and reports host time per run.
+func TestTimer(t *testing.T) {
+	d := openDevice(t)
+	tm, err := d.NewTimer(5, 1, 20_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tm.Close()
+	spin := struct{ NS uint64 }{200_000}
+	launch := func(int) error { return Launch(tm.spin, Dim3{X: 1}, Dim3{X: 1}, 0, nil, &spin) }
+	for _, flush := range []bool{false, true} {
+		tm.Flush = flush
+		us, err := tm.Median(1, launch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if us < 200 || us > 10_000 || tm.HostUS <= 0 {
+			t.Errorf("flush %v: a 200 µs spin measured %.1f µs, host %.1f µs a run", flush, us, tm.HostUS)
+		}
+	}
+}
