@@ -27,6 +27,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "common.cuh" // ../model/kernels: Mma, pack2 (build.sh compiles this file with the model's kernels)
+
 #define PREFILL_THREADS 128
 #define PREFILL_VECTORS 64
 #define PREFILL_TILE 32
@@ -208,32 +210,6 @@ PREFILL_ATTENTION_ALL(__half, f16)
 
 #define PMMA_TILE 64
 
-template <typename T> struct PmmaOps;
-template <> struct PmmaOps<__nv_bfloat16> {
-	static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		             "{%0,%1,%2,%3};"
-		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-	static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-		__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-		return *reinterpret_cast<uint32_t *>(&v);
-	}
-};
-template <> struct PmmaOps<__half> {
-	static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		             "{%0,%1,%2,%3};"
-		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-	static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-		__half2 v = __floats2half2_rn(lo, hi);
-		return *reinterpret_cast<uint32_t *>(&v);
-	}
-};
-
 __device__ __forceinline__ void pmma_cp16(void *dst, const void *src, bool valid) {
 	const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
@@ -342,8 +318,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 				uint32_t b[4];
 				const int tok = 8 * j + (lane & 7);
 				pmma_ldmatrix(b, ks + pmma_offset<D>(tok, 2 * kk + (lane >> 3)));
-				PmmaOps<T>::mma(s[j], qa[kk], b[0], b[1]);
-				PmmaOps<T>::mma(s[j], qa[kk + 1], b[2], b[3]);
+				Mma<T>::run(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b[0], b[1]);
+				Mma<T>::run(s[j], qa[kk + 1][0], qa[kk + 1][1], qa[kk + 1][2], qa[kk + 1][3], b[2], b[3]);
 			}
 		}
 		// Causal mask and the online softmax of the thread's two rows (the quad of lanes 4gq… shares them).
@@ -386,16 +362,16 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 		// O += P · V, 16 keys a step.
 #pragma unroll
 		for (int kk = 0; kk < PMMA_TILE / 16; kk++) {
-			const uint32_t a[4] = {PmmaOps<T>::pack(s[2 * kk][0], s[2 * kk][1]), PmmaOps<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-			                       PmmaOps<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-			                       PmmaOps<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+			const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+			                       pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+			                       pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 			const int tok = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
 			for (int dn = 0; dn < D / 8; dn += 2) {
 				uint32_t b[4];
 				pmma_ldmatrix_trans(b, vs + pmma_offset<D>(tok, dn + (lane >> 4)));
-				PmmaOps<T>::mma(o[dn], a, b[0], b[1]);
-				PmmaOps<T>::mma(o[dn + 1], a, b[2], b[3]);
+				Mma<T>::run(o[dn], a[0], a[1], a[2], a[3], b[0], b[1]);
+				Mma<T>::run(o[dn + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
 			}
 		}
 		__syncthreads(); // this buffer is refilled by the load two tiles on
@@ -411,7 +387,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 		uint32_t *dst = reinterpret_cast<uint32_t *>(out + off[i]);
 #pragma unroll
 		for (int dn = 0; dn < D / 8; dn++)
-			dst[(8 * dn + 2 * cq) >> 1] = PmmaOps<T>::pack(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+			dst[(8 * dn + 2 * cq) >> 1] = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
 	}
 }
 

@@ -69,6 +69,41 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Mma<T>::run is mma.sync.m16n8k16 with fp32 accumulators for a 16-bit T: d += A·B, A in a0..a3 and B in
+// b0, b1 as PTX lays the fragments out. The skinny product (gemv.cu) and the tensor-core prefill
+// attention (../../attention/prefill.cu) use it.
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+	                                           uint32_t b0, uint32_t b1) {
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		             "{%0,%1,%2,%3};"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	}
+};
+template <> struct Mma<__half> {
+	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+	                                           uint32_t b0, uint32_t b1) {
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		             "{%0,%1,%2,%3};"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	}
+};
+
+// pack2 rounds two floats to T and packs them into one 32-bit register, lo in the low half (the layout of
+// an mma fragment's pair).
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+	__half2 v = __floats2half2_rn(lo, hi);
+	return *reinterpret_cast<uint32_t *>(&v);
+}
+
 // Instantiates KERNEL(T, name) for the three compute types.
 #define FOR_EACH_TYPE(KERNEL)                                                                               \
 	KERNEL(float, f32)                                                                                    \

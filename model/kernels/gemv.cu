@@ -62,26 +62,6 @@ __device__ __forceinline__ uint4 load_stream(const void *p) {
 
 __device__ __forceinline__ uint4 load_cached(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
 
-template <typename T> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
-	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-	                                           uint32_t b0, uint32_t b1) {
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		             "{%0,%1,%2,%3};"
-		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-	}
-};
-template <> struct Mma<__half> {
-	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-	                                           uint32_t b0, uint32_t b1) {
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		             "{%0,%1,%2,%3};"
-		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-	}
-};
-
 // One 64-element k-block of a lane: weight rows lo and hi, two 32-element halves; activations of NT
 // token rows.
 template <int NT> struct GemvStage {
