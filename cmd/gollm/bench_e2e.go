@@ -221,6 +221,8 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV cache pages (default: enough for max-num-seqs sequences of the longest request)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
+	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: 3.03e12 on cuda (H100), none on the CPU")
+	peakFLOPS := fs.Float64("peak-flops", 0, "roofline matrix rate in FLOP/s; default: 8.08e14 on cuda (H100 cuBLAS bf16), none on the CPU")
 	if code := parseBenchFlags(fs, "throughput", args, stderr); code >= 0 {
 		return code
 	}
@@ -256,6 +258,7 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	return throughput(ctx, spec, bench.ThroughputOptions{
 		NumPrompts: *numPrompts, InputLen: in, OutputLen: out, Seed: mf.seed, MaxNumSeqs: *maxNumSeqs,
 		MaxNumBatchedTokens: *maxBatched, Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
+		Bandwidth: *bandwidth, PeakFLOPS: *peakFLOPS,
 	}, *jsonOut, stdout, stderr)
 }
 

@@ -10,6 +10,10 @@ import (
 // written per second; shared/docs/gpu.md): the default roofline bandwidth of the cuda device.
 const H100CopyBandwidth = 3.03e12
 
+// H100MatmulFLOPS is the bf16 matrix rate cuBLAS reached on the team's H100 (GemmEx, fp32 compute,
+// 4096³: 808 TFLOP/s, shared/docs/gpu.md): the default compute roof of the cuda device.
+const H100MatmulFLOPS = 808e12
+
 // MeasureCopyBandwidth measures host memory bandwidth the way the GPU's copy bandwidth is quoted: bytes
 // read plus bytes written per second by a copy of size bytes, split across GOMAXPROCS goroutines, best
 // of reps runs after one warm-up. size should be well beyond the last-level cache (see ProbeBytes); it

@@ -18,6 +18,8 @@ type Device struct {
 	// Bandwidth is the copy bandwidth (bytes read plus written per second) of the roofline; 0 means
 	// measure it at start (MeasureCopyBandwidth), as for host memory.
 	Bandwidth float64
+	// PeakFLOPS is the matrix rate of the throughput roofline's compute bound; 0: unknown (none).
+	PeakFLOPS float64
 }
 
 // DeviceByName returns the named device: "cpu", or "cuda", which fails with an error wrapping
@@ -31,7 +33,8 @@ func DeviceByName(name string) (Device, error) {
 		if _, _, err := model.ResolveDevice(model.DeviceCUDA); err != nil {
 			return Device{}, fmt.Errorf("bench: %w: %w", ErrDeviceUnavailable, err)
 		}
-		return Device{Name: model.DeviceCUDA, Precision: cudaPrecision, Bandwidth: H100CopyBandwidth}, nil
+		return Device{Name: model.DeviceCUDA, Precision: cudaPrecision, Bandwidth: H100CopyBandwidth,
+			PeakFLOPS: H100MatmulFLOPS}, nil
 	}
 	return Device{}, fmt.Errorf("bench: device %q: %w (known: cpu, cuda)", name, ErrDeviceUnavailable)
 }

@@ -87,6 +87,14 @@ func (r *ThroughputResult) WriteText(w io.Writer) error {
 		r.Model, weightsKind(r.RandomWeights), strings.ToLower(r.DType), r.Device, r.NumPrompts, r.InputLen, r.OutputLen,
 		r.MaxNumSeqs, r.PromptTokens, r.OutputTokens, r.Seconds, r.Steps, r.MeanDecodeBatch, r.Preemptions,
 		r.RequestsPerSecond, r.OutputTokensPerSecond, r.TotalTokensPerSecond)
+	if err != nil || r.Roofline.BoundS <= 0 {
+		return err
+	}
+	rf := &r.Roofline
+	_, err = fmt.Fprintf(w, "  roofline: compute %.2f s (%.3g FLOP at %.3g FLOP/s), weight reads %.2f s (≥ %d decode steps at %s/s): "+
+		"at most %.1f output tok/s; this run %.0f%% of it\n",
+		rf.ComputeS, rf.FLOPs, rf.PeakFLOPS, rf.BandwidthS, rf.DecodeSteps, humanBytes(rf.Bandwidth), rf.OutputTokensPerSecond,
+		rf.Percent)
 	return err
 }
 

@@ -105,3 +105,69 @@ func RooflineSeconds(bytes int64, bandwidth float64) float64 {
 	}
 	return float64(bytes) / bandwidth
 }
+
+// TokenFLOPs is the forward pass's arithmetic for one token at position pos (0-based) of its sequence:
+// 2 FLOPs per weight of the layers' matrices, causal attention over the pos+1 keys (Q·Kᵀ and P·V, 4 · Hq
+// · D per key and layer), and the LM head when the token's logits are wanted. Norms, RoPE and SwiGLU are
+// left out (a rounding error beside the matrices).
+func TokenFLOPs(cfg *weights.Config, pos int, logits bool) float64 {
+	c := CountParams(cfg)
+	h, l := int64(cfg.HiddenSize), int64(cfg.NumHiddenLayers)
+	matrices := c.Layers - 2*h*l // the two norm gains a layer are not products
+	f := 2*float64(matrices) + 4*float64(cfg.NumAttentionHeads)*float64(headDimOf(cfg))*float64(pos+1)*float64(l)
+	if logits {
+		f += 2 * float64(cfg.VocabSize) * float64(h)
+	}
+	return f
+}
+
+// ThroughputRoofline bounds an offline run from below: its arithmetic at the device's matrix rate, and
+// the weights every decode step must read at the copy bandwidth (a step yields at most max-num-seqs
+// tokens, so there are at least output tokens / max-num-seqs of them). The run cannot take less than the
+// larger of the two.
+type ThroughputRoofline struct {
+	// FLOPs is Σ TokenFLOPs over every token the model runs: each prompt token and each generated token
+	// but a request's last (logits from the prompt's last token on); PeakFLOPS the matrix rate it is
+	// divided by (0: unknown, no compute bound).
+	FLOPs     float64 `json:"flops"`
+	PeakFLOPS float64 `json:"peak_flops"`
+	ComputeS  float64 `json:"compute_s"`
+	// DecodeSteps is the fewest decode steps; Bytes their weight reads; Bandwidth the copy bandwidth.
+	DecodeSteps int64   `json:"decode_steps"`
+	Bytes       int64   `json:"bytes"`
+	Bandwidth   float64 `json:"bandwidth_bytes_s"`
+	BandwidthS  float64 `json:"bandwidth_s"`
+	// BoundS is the larger bound; OutputTokensPerSecond the output tokens over it; Percent BoundS over
+	// the measured run.
+	BoundS                float64 `json:"bound_s"`
+	OutputTokensPerSecond float64 `json:"output_tok_s"`
+	Percent               float64 `json:"percent"`
+}
+
+// throughputRoofline computes the bound of a run of requests with the given prompt and output lengths.
+func throughputRoofline(cfg *weights.Config, p Precision, inputs, outputs []int, maxNumSeqs int, peakFLOPS,
+	bandwidth float64) ThroughputRoofline {
+	r := ThroughputRoofline{PeakFLOPS: peakFLOPS, Bandwidth: bandwidth}
+	outTokens := 0
+	for i, in := range inputs {
+		// The model runs every prompt token and every generated token but the last (which nothing reads);
+		// the prompt's last token and those generated tokens give logits.
+		for pos := range in + outputs[i] - 1 {
+			r.FLOPs += TokenFLOPs(cfg, pos, pos >= in-1)
+		}
+		outTokens += outputs[i]
+	}
+	if peakFLOPS > 0 {
+		r.ComputeS = r.FLOPs / peakFLOPS
+	}
+	// The first token of each request comes from its prefill, the rest from decode steps.
+	decodeTokens := outTokens - len(inputs)
+	r.DecodeSteps = int64((decodeTokens + maxNumSeqs - 1) / max(1, maxNumSeqs))
+	r.Bytes = r.DecodeSteps * DecodeStepBytes(cfg, p, nil).Weights
+	r.BandwidthS = RooflineSeconds(r.Bytes, bandwidth)
+	r.BoundS = max(r.ComputeS, r.BandwidthS)
+	if r.BoundS > 0 {
+		r.OutputTokensPerSecond = float64(outTokens) / r.BoundS
+	}
+	return r
+}

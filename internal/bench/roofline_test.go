@@ -157,3 +157,63 @@ func TestResolveBandwidth(t *testing.T) {
 		t.Errorf("cpu flag: %v %q", bw, src)
 	}
 }
+
+// tinyRooflineConfig: hidden 64, MLP 128, 2 layers, 4 query heads and 2 KV heads of 16, vocabulary 256.
+func tinyRooflineConfig() *weights.Config {
+	return &weights.Config{Architecture: "LlamaForCausalLM", VocabSize: 256, HiddenSize: 64, IntermediateSize: 128,
+		NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, DType: weights.DTypeBF16}
+}
+
+// TestTokenFLOPs against the arithmetic written out for the tiny shape: per layer Q 64×64, K and V
+// 32×64 each, O 64×64, gate/up/down 3 × 128×64 (36,864 weights, 2 FLOPs each over 2 layers); attention
+// 4 · 4 heads · 16 · keys per layer; the LM head 2 · 256 · 64.
+func TestTokenFLOPs(t *testing.T) {
+	cfg := tinyRooflineConfig()
+	for _, tc := range []struct {
+		pos    int
+		logits bool
+		want   float64
+	}{
+		{0, false, 2*36864*2 + 4*4*16*1*2},
+		{9, false, 2*36864*2 + 4*4*16*10*2},
+		{9, true, 2*36864*2 + 4*4*16*10*2 + 2*256*64},
+	} {
+		if got := TokenFLOPs(cfg, tc.pos, tc.logits); got != tc.want {
+			t.Errorf("TokenFLOPs(pos %d, logits %v) = %v, want %v", tc.pos, tc.logits, got, tc.want)
+		}
+	}
+	// The Llama-3-8B shape at position 511: about 14 GFLOP a token (the matrices' 2 × 6.98e9 weights
+	// plus 0.27 GFLOP of attention), the figure docs/bench/e2e-h100.md divides by.
+	cfg8, err := Preset("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := TokenFLOPs(cfg8, 511, false); f < 13.9e9 || f > 14.4e9 {
+		t.Errorf("8B token at 511: %.3g FLOP", f)
+	}
+}
+
+// TestThroughputRoofline: two requests (3 prompt tokens and 2 outputs, 1 and 1) at most 2 a step on a
+// device of 1 MFLOP/s and 1 MB/s: the FLOPs summed token by token, one decode step (3 outputs, 2 of them
+// from the prefills), and the bound the larger of compute and weight reads.
+func TestThroughputRoofline(t *testing.T) {
+	cfg := tinyRooflineConfig()
+	p := Precision{WeightBytes: 2, KVBytes: 2}
+	r := throughputRoofline(cfg, p, []int{3, 1}, []int{2, 1}, 2, 1e6, 1e6)
+	wantFLOPs := TokenFLOPs(cfg, 0, false) + TokenFLOPs(cfg, 1, false) + TokenFLOPs(cfg, 2, true) +
+		TokenFLOPs(cfg, 3, true) + TokenFLOPs(cfg, 0, true)
+	if r.FLOPs != wantFLOPs || r.ComputeS != wantFLOPs/1e6 {
+		t.Errorf("FLOPs %v (%v s), want %v", r.FLOPs, r.ComputeS, wantFLOPs)
+	}
+	weights := DecodeStepBytes(cfg, p, nil).Weights
+	if r.DecodeSteps != 1 || r.Bytes != weights || r.BandwidthS != float64(weights)/1e6 {
+		t.Errorf("decode steps %d, bytes %d (%v s), want 1 and %d", r.DecodeSteps, r.Bytes, r.BandwidthS, weights)
+	}
+	if want := max(r.ComputeS, r.BandwidthS); r.BoundS != want || r.OutputTokensPerSecond != 3/want {
+		t.Errorf("bound %v s, %v tok/s; want %v s", r.BoundS, r.OutputTokensPerSecond, want)
+	}
+	// No device figures: no bound.
+	if r := throughputRoofline(cfg, p, []int{3}, []int{2}, 2, 0, 0); r.BoundS != 0 || r.OutputTokensPerSecond != 0 {
+		t.Errorf("without figures: %+v", r)
+	}
+}

@@ -27,6 +27,8 @@ type ThroughputOptions struct {
 	Progress io.Writer
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
+	// Bandwidth and PeakFLOPS set the roofline (ThroughputRoofline); 0 takes the device's figures.
+	Bandwidth, PeakFLOPS float64
 }
 
 // ThroughputResult is an offline run's measurement.
@@ -52,6 +54,8 @@ type ThroughputResult struct {
 	Steps           int64   `json:"steps"`
 	MeanDecodeBatch float64 `json:"mean_decode_batch"`
 	Preemptions     int     `json:"preemptions"`
+
+	Roofline ThroughputRoofline `json:"roofline"`
 }
 
 // RunThroughput queues opts.NumPrompts requests at once and lets the engine's continuous batching run
@@ -93,8 +97,10 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 		NumPrompts: opts.NumPrompts, InputLen: opts.InputLen, OutputLen: opts.OutputLen, MaxNumSeqs: opts.MaxNumSeqs,
 	}
 	wantTokens := 0
+	inputs, outputs := make([]int, len(reqs)), make([]int, len(reqs))
 	for i := range reqs {
 		in, out := opts.InputLen.draw(rng), opts.OutputLen.draw(rng)
+		inputs[i], outputs[i] = in, out
 		reqs[i] = engine.Request{PromptIDs: randomPrompt(rng, in, lm.Config.VocabSize), MaxTokens: out, IgnoreEOS: true}
 		res.PromptTokens += in
 		wantTokens += out
@@ -157,5 +163,16 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 		res.MeanDecodeBatch = float64(after.GenerationTokens-before.GenerationTokens) / float64(res.Steps)
 	}
 	res.Preemptions = after.Preemptions - before.Preemptions
+	bw, peak := opts.Bandwidth, opts.PeakFLOPS
+	if bw <= 0 {
+		bw = lm.Device.Bandwidth
+	}
+	if peak <= 0 {
+		peak = lm.Device.PeakFLOPS
+	}
+	res.Roofline = throughputRoofline(lm.Config, lm.Precision, inputs, outputs, opts.MaxNumSeqs, peak, bw)
+	if res.Roofline.BoundS > 0 {
+		res.Roofline.Percent = 100 * res.Roofline.BoundS / res.Seconds
+	}
 	return res, nil
 }
