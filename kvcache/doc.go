@@ -12,6 +12,10 @@
 // [Pool.Append]; [Pool.Free] gives its blocks back. Token position p of a sequence lives in slot
 // table[p/BlockSize]*BlockSize + p%BlockSize.
 //
+// A slot can be reserved before its token is known: Append a placeholder, then [Pool.SetToken]
+// the real id before the position is committed, or [Pool.Truncate] the placeholder away (pipelined
+// decoding, where a step is scheduled before the previous step's token is sampled).
+//
 // # Prefix caching
 //
 // Every full block whose KV has been computed ([Pool.Commit]) is registered under a 64-bit hash

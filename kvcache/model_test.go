@@ -178,6 +178,39 @@ func (m *refModel) appendTokens(id SeqID, tokens []int32) error {
 	return nil
 }
 
+// setToken replaces an uncommitted token.
+func (m *refModel) setToken(id SeqID, pos int, tok int32) error {
+	s, ok := m.seqs[id]
+	if !ok {
+		return ErrUnknownSeq
+	}
+	if pos < s.committed || pos >= len(s.tokens) {
+		return errOutOfRange
+	}
+	s.tokens[pos] = tok
+	return nil
+}
+
+// truncate drops trailing uncommitted tokens; the blocks it empties are private, so they go back
+// to the free count.
+func (m *refModel) truncate(id SeqID, n int) error {
+	s, ok := m.seqs[id]
+	if !ok {
+		return ErrUnknownSeq
+	}
+	if n < s.committed || n > len(s.tokens) {
+		return errOutOfRange
+	}
+	s.tokens = s.tokens[:n]
+	for keep := BlocksFor(n, m.blockSize); len(s.keys) > keep; s.keys = s.keys[:len(s.keys)-1] {
+		if s.keys[len(s.keys)-1] != "" {
+			panic("model: truncating a registered block")
+		}
+		m.free++
+	}
+	return nil
+}
+
 func (m *refModel) commit(id SeqID, n int) {
 	s := m.seqs[id]
 	if n <= s.committed {
@@ -318,11 +351,18 @@ func (h *harness) randomTokens(c chooser) ([]int32, bool) {
 	return tokens, true
 }
 
+// errOutOfRange stands for the errors (without a sentinel) of SetToken and Truncate given a
+// position or count out of range.
+var errOutOfRange = errors.New("out of range")
+
 func errKind(err error) error {
 	for _, e := range []error{ErrNoFreeBlocks, ErrUnknownSeq, ErrDuplicateSeq} {
 		if errors.Is(err, e) {
 			return e
 		}
+	}
+	if err != nil && strings.Contains(err.Error(), "outside") {
+		return errOutOfRange
 	}
 	return err
 }
@@ -331,7 +371,7 @@ func errKind(err error) error {
 func (h *harness) step(c chooser) bool {
 	t := h.t
 	t.Helper()
-	op, ok := c.intn(10)
+	op, ok := c.intn(12)
 	if !ok {
 		return false
 	}
@@ -411,6 +451,25 @@ func (h *harness) step(c chooser) bool {
 	case 9: // free an unknown id
 		if err := h.pool.Free(h.nextID + 1000); !errors.Is(err, ErrUnknownSeq) {
 			t.Fatalf("op %d: Free(unknown) = %v, want ErrUnknownSeq", h.numOps, err)
+		}
+	case 10: // replace a token, usually an uncommitted one (a placeholder getting its sampled id)
+		if id, ok := pickLive(); ok {
+			ms := h.model.seqs[id]
+			pos, _ := c.intn(len(ms.tokens) + 1)
+			v, _ := c.intn(4)
+			wantErr := h.model.setToken(id, pos, int32(v))
+			if err := h.pool.SetToken(id, pos, int32(v)); errKind(err) != wantErr {
+				t.Fatalf("op %d: SetToken(%d, %d) = %v, model %v", h.numOps, id, pos, err, wantErr)
+			}
+		}
+	case 11: // truncate, usually to at least the committed count (a discarded placeholder)
+		if id, ok := pickLive(); ok {
+			ms := h.model.seqs[id]
+			n, _ := c.intn(len(ms.tokens) + 2)
+			wantErr := h.model.truncate(id, n)
+			if err := h.pool.Truncate(id, n); errKind(err) != wantErr {
+				t.Fatalf("op %d: Truncate(%d, %d) = %v, model %v", h.numOps, id, n, err, wantErr)
+			}
 		}
 	}
 	h.check()

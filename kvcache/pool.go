@@ -222,6 +222,56 @@ func (p *Pool) Append(id SeqID, tokens ...int32) error {
 	return nil
 }
 
+// NumAvailableBlocks returns how many blocks could be taken for new slots now (by Append or
+// Allocate, prefix-cache hits aside): the free blocks and the evictable prefix-cache blocks.
+func (p *Pool) NumAvailableBlocks() int { return len(p.free) + p.numCached }
+
+// SetToken replaces the token id at position pos of sequence id, which must hold a slot and not
+// be committed yet (pos in [committed, NumTokens)). It lets a caller reserve a slot with a
+// placeholder token (pipelined decoding appends the token a step will sample before it is known)
+// and fill in the real id once it is. Only committed full blocks are hashed into the prefix cache,
+// so a block is registered with the real token, never the placeholder. The error wraps
+// [ErrUnknownSeq], or says pos is out of range or committed.
+func (p *Pool) SetToken(id SeqID, pos int, tok int32) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: set token of sequence %d: %w", id, ErrUnknownSeq)
+	}
+	if pos < s.committed || pos >= len(s.tokens) {
+		return fmt.Errorf("kvcache: set token of sequence %d: position %d outside the uncommitted range [%d, %d)",
+			id, pos, s.committed, len(s.tokens))
+	}
+	s.tokens[pos] = tok
+	return nil
+}
+
+// Truncate drops the trailing tokens of sequence id down to n, which must not be below its
+// committed count nor above its token count, and returns the blocks no longer needed to the free
+// list (they hold uncommitted positions only, so they are private and not in the prefix cache). It
+// undoes an Append whose step did not run. Block table views handed out before stay unchanged: a
+// later Append gets a fresh table array rather than overwriting theirs. The error wraps
+// [ErrUnknownSeq], or says n is out of range.
+func (p *Pool) Truncate(id SeqID, n int) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: truncate sequence %d: %w", id, ErrUnknownSeq)
+	}
+	if n < s.committed || n > len(s.tokens) {
+		return fmt.Errorf("kvcache: truncate sequence %d to %d tokens: outside [%d committed, %d tokens]",
+			id, n, s.committed, len(s.tokens))
+	}
+	s.tokens = s.tokens[:n]
+	keep := BlocksFor(n, p.blockSize)
+	if keep == len(s.table) {
+		return nil
+	}
+	for i := len(s.table) - 1; i >= keep; i-- {
+		p.release(s.table[i])
+	}
+	s.table = s.table[:keep:keep]
+	return nil
+}
+
 // Commit records that the KV of the first numComputed tokens of sequence id has been written. With
 // prefix caching, every full block among them becomes a cache entry that later allocations can
 // share. Commit never lowers the committed count; numComputed beyond the sequence's tokens is an
