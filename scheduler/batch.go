@@ -12,7 +12,9 @@ type Chunk struct {
 	// Offset is the index of the chunk's first token in the batch's flat slices (TokenIDs,
 	// Positions, SlotMapping): the chunk's query start.
 	Offset int
-	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs.
+	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs. In
+	// a batch made by [Scheduler.ScheduleNext] the token is not known yet and Tokens holds 0 (see
+	// Batch.InputFrom).
 	Tokens []int32
 	// BlockTable is the sequence's block table (physical block ids), covering at least ContextLen
 	// positions. Read only; its entries never change.
@@ -36,7 +38,8 @@ func (c *Chunk) AppendPositions(dst []int32) []int32 {
 	return dst
 }
 
-// Batch is one step's work, returned by [Scheduler.Schedule] and handed back to [Scheduler.Update].
+// Batch is one step's work, returned by [Scheduler.Schedule] (or [Scheduler.ScheduleNext]) and
+// handed back to [Scheduler.Update] or [Scheduler.Discard].
 //
 // The model's flat step is the concatenation of Chunks in order: decodes first (Len 1 each), then
 // prefill chunks. The engine samples one token for every chunk with NeedsLogits, in chunk order.
@@ -56,6 +59,11 @@ type Batch struct {
 	LogitIndices []int32
 	// NumLogits is the number of chunks with NeedsLogits: the length Update expects of sampled.
 	NumLogits int
+	// InputFrom is nil for a batch made by Schedule. For a batch made by ScheduleNext(prev), it
+	// holds, for each chunk in chunk order, the index into prev's sampled tokens (prev's logits
+	// rows, in prev's chunk order) of the token that is the chunk's input: the device copies
+	// sampled[InputFrom[i]] of prev into TokenIDs[i] (a 0 stand-in here) before running the step.
+	InputFrom []int32
 	// Preempted lists the sequences preempted while scheduling this step: their blocks were freed
 	// and they wait at the head of the queue to be recomputed. Informational.
 	Preempted []*Sequence

@@ -23,6 +23,34 @@
 // [Scheduler.Finish] or [Scheduler.Abort]; a finished sequence's blocks are released at once, so a
 // sequence aborted before a step's Schedule frees its blocks for that very step.
 //
+// # Pipelined decode
+//
+// To keep the device busy, the engine may launch decode step N+1 while step N still runs: step
+// N+1's input tokens are step N's samples, which only the device knows yet. [Scheduler.ScheduleNext]
+// schedules that step before Update of step N; each of its chunks reads its input from step N's
+// sampled tokens on the device (Batch.InputFrom). Batches are handed back oldest first:
+//
+//	b := s.Schedule()
+//	launch(b)
+//	for {
+//		next := s.ScheduleNext(b) // nil unless b is all decodes and nothing waits to be admitted
+//		if next != nil {
+//			launch(next) // inputs: b's samples on the device, picked by next.InputFrom
+//		}
+//		seqs, err := s.Update(b, wait(b))
+//		// stream seqs; Finish those that hit a stop string
+//		if next == nil {
+//			break // back to a normal Schedule
+//		}
+//		b = next
+//	}
+//
+// Between ScheduleNext and Update of step N, each sequence of step N+1 holds a hidden placeholder
+// for its unknown token (with a KV slot); Update replaces it with the sampled token, Discard of
+// step N drops it together with step N+1, and Discard of step N+1 alone (not launched) cancels
+// it. ScheduleNext never preempts and never admits: when either would be needed it returns nil
+// and the next Schedule does it.
+//
 // # Policy
 //
 // A step's token budget (Config.MaxNumBatchedTokens) goes first to one token for every running

@@ -24,8 +24,9 @@ var (
 	// prompt; a sequence that outgrows the pool while generating finishes with FinishError and Err
 	// wrapping it.
 	ErrTooLong = errors.New("scheduler: sequence does not fit the KV pool")
-	// ErrStaleBatch means Update or Discard was given a batch other than the last one scheduled,
-	// or one already handed back.
+	// ErrStaleBatch means Update or Discard was given a batch it cannot take now: one already
+	// handed back or dropped by the Discard of an earlier batch, or (for Update) a later batch
+	// while an earlier one is outstanding.
 	ErrStaleBatch = errors.New("scheduler: stale batch")
 )
 
@@ -49,9 +50,11 @@ type Scheduler struct {
 	running []*Sequence // sorted by arrival; the tail is preempted first
 	live    map[kvcache.SeqID]*Sequence
 
-	nextArrival    uint64
-	step           uint64
-	pending        *Batch // scheduled, not yet updated or discarded
+	nextArrival uint64
+	step        uint64
+	// outstanding holds the batches scheduled and not yet updated or discarded, oldest first: at
+	// most two, the second made by ScheduleNext from the first.
+	outstanding    []*Batch
 	numPreemptions int
 }
 
@@ -142,7 +145,7 @@ func (s *Scheduler) NumPreemptions() int { return s.numPreemptions }
 // handed back to [Scheduler.Update] (or [Scheduler.Discard]) before the next Schedule; calling
 // Schedule with a batch outstanding is a programming error and panics.
 func (s *Scheduler) Schedule() *Batch {
-	if s.pending != nil {
+	if len(s.outstanding) > 0 {
 		panic("scheduler: Schedule called before Update or Discard of the previous batch")
 	}
 	s.step++
@@ -209,7 +212,7 @@ func (s *Scheduler) Schedule() *Batch {
 
 	if !b.Empty() {
 		s.finalize(b)
-		s.pending = b
+		s.outstanding = append(s.outstanding, b)
 	}
 	return b
 }
@@ -259,6 +262,10 @@ func (s *Scheduler) finishTooLong(seq *Sequence, b *Batch) {
 // order (which is at the head: every waiting sequence that never ran arrived later). Its output
 // tokens stay; they are recomputed with the prompt when it is admitted again.
 func (s *Scheduler) preempt(seq *Sequence) {
+	if seq.numAhead != 0 {
+		// Only Schedule preempts, and it runs with no batch outstanding, so with no placeholder.
+		panic(fmt.Sprintf("scheduler: preempt %v holding a placeholder token", seq))
+	}
 	s.removeRunning(seq)
 	s.freeBlocks(seq)
 	seq.status = StatusWaiting
@@ -323,11 +330,20 @@ func (s *Scheduler) finalize(b *Batch) {
 // reaches MaxTokens with FinishLength; either releases its blocks now. Chunks of sequences finished
 // or aborted since Schedule are skipped.
 //
+// With a batch made by [Scheduler.ScheduleNext] outstanding behind b, b must be the older one
+// (batches are handed back oldest first, else [ErrStaleBatch]). A sequence with a chunk in both
+// holds a placeholder for the token b samples: the sampled token replaces it (in the sequence and
+// in the pool) instead of being appended, with the same stop and length checks. If the sequence
+// finishes here (or by Finish before the later batch's Update), its blocks are freed at once even
+// though the later batch, already launched, writes its KV into one of them: the device runs that
+// step before any step scheduled after this call, so whoever gets the block next overwrites the
+// slot before reading it; the later batch's Update skips the chunk.
+//
 // Update returns the sequences that received a token, in chunk order; the engine streams each one's
 // LastToken, and may then finish it for a reason the scheduler does not see (a stop string) with
 // [Scheduler.Finish].
 func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
-	if b == nil || b != s.pending {
+	if b == nil || len(s.outstanding) == 0 || b != s.outstanding[0] {
 		if b != nil && b.Empty() && len(sampled) == 0 {
 			return nil, nil
 		}
@@ -336,7 +352,7 @@ func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
 	if len(sampled) != b.NumLogits {
 		return nil, fmt.Errorf("scheduler: update: %d sampled tokens for %d chunks that need logits", len(sampled), b.NumLogits)
 	}
-	s.pending = nil
+	s.outstanding = slices.Delete(s.outstanding, 0, 1)
 	var updated []*Sequence
 	k := 0
 	for i := range b.Chunks {
@@ -360,7 +376,20 @@ func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
 		if !c.NeedsLogits {
 			continue
 		}
-		seq.tokens = append(seq.tokens, tok)
+		if seq.numAhead > 0 {
+			// The placeholder ScheduleNext appended for this very token.
+			pos := c.Start + c.Len
+			if seq.numAhead != 1 || len(seq.tokens) != pos+1 {
+				panic(fmt.Sprintf("scheduler: update: %v: placeholder not at position %d", seq, pos))
+			}
+			if err := s.pool.SetToken(seq.id, pos, tok); err != nil {
+				panic(fmt.Sprintf("scheduler: update: %v", err))
+			}
+			seq.tokens[pos] = tok
+			seq.numAhead = 0
+		} else {
+			seq.tokens = append(seq.tokens, tok)
+		}
 		updated = append(updated, seq)
 		switch {
 		case seq.isStop(tok):
@@ -375,23 +404,67 @@ func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
 }
 
 // Discard drops batch b without applying it (the forward pass failed): no token becomes computed,
-// and the sequences will run the same tokens again in the next step.
+// and the sequences will run the same tokens again in the next step. b must be the oldest batch
+// outstanding, or the newest (see below); else the error wraps [ErrStaleBatch].
+//
+// Discarding b also discards the batch [Scheduler.ScheduleNext] made from it, if it is outstanding,
+// since that batch's inputs are b's samples: the sequences' placeholder tokens and their slots are
+// dropped, leaving each sequence as Schedule left it; Update or Discard of that batch then returns
+// [ErrStaleBatch]. (Blocks the placeholders took are free again, but prefix-cache blocks evicted to
+// make room for them are gone.)
+//
+// Discarding a ScheduleNext batch while its predecessor is still outstanding cancels it alone
+// (the engine could not launch it): its placeholders and their slots are dropped, and the
+// predecessor's Update appends its sampled tokens as usual. Were the batch launched anyway, its
+// KV writes land in slots (freed, or past the sequence's end) that every later step writing them
+// overwrites before anyone reads them, as after Finish.
+//
+// Discarding a ScheduleNext batch after its predecessor's Update keeps the token that Update put
+// in place of the placeholder: the sequence has it, its KV is just not computed, and the next
+// Schedule runs the same decode again, as for any discarded batch.
 func (s *Scheduler) Discard(b *Batch) error {
-	if b == nil || b != s.pending {
+	if b != nil && len(s.outstanding) == 2 && b == s.outstanding[1] {
+		s.dropPlaceholders(b)
+		s.outstanding[1] = nil
+		s.outstanding = s.outstanding[:1]
+		return nil
+	}
+	if b == nil || len(s.outstanding) == 0 || b != s.outstanding[0] {
 		if b != nil && b.Empty() {
 			return nil
 		}
 		return fmt.Errorf("scheduler: discard: %w", ErrStaleBatch)
 	}
-	s.pending = nil
+	for _, later := range s.outstanding[1:] {
+		s.dropPlaceholders(later)
+	}
+	clear(s.outstanding)
+	s.outstanding = s.outstanding[:0]
 	return nil
 }
 
+// dropPlaceholders removes, for each running sequence with a chunk in b (a ScheduleNext batch
+// discarded before its predecessor's Update), the placeholder token and its slot.
+func (s *Scheduler) dropPlaceholders(b *Batch) {
+	for i := range b.Chunks {
+		seq := b.Chunks[i].Seq
+		if seq.status != StatusRunning || seq.numAhead == 0 {
+			continue
+		}
+		seq.dropPlaceholder()
+		if err := s.pool.Truncate(seq.id, len(seq.tokens)); err != nil {
+			panic(fmt.Sprintf("scheduler: discard: %v", err))
+		}
+		seq.numReserved = len(seq.tokens)
+	}
+}
+
 // Finish ends an unfinished sequence for the given reason (FinishStop when the engine matched a stop
-// string, FinishAbort, ...) and releases its blocks now. It may be called between Schedule and
-// Update: the batch may still be run as it is (the sequence's chunk then writes only into blocks
-// that nobody reads before they are written again), and Update ignores the chunk and its sampled
-// token. Finishing a finished sequence returns an error wrapping [ErrFinished].
+// string, FinishAbort, ...) and releases its blocks now. It may be called between Schedule (or
+// ScheduleNext) and Update: the batches may still be run as they are (the sequence's chunks then
+// write only into blocks that nobody reads before they are written again), and Update ignores the
+// chunks and their sampled tokens. A placeholder token from ScheduleNext goes with the sequence.
+// Finishing a finished sequence returns an error wrapping [ErrFinished].
 func (s *Scheduler) Finish(seq *Sequence, reason FinishReason) error {
 	if seq.status == StatusFinished {
 		return fmt.Errorf("scheduler: finish sequence %d: %w", seq.id, ErrFinished)
@@ -423,6 +496,7 @@ func (s *Scheduler) Abort(id kvcache.SeqID) error {
 
 // finish marks a sequence (already out of the queues) finished and frees its blocks.
 func (s *Scheduler) finish(seq *Sequence, reason FinishReason, err error) {
+	seq.dropPlaceholder() // its slot goes with the blocks
 	s.freeBlocks(seq)
 	seq.status = StatusFinished
 	seq.reason = reason

@@ -79,8 +79,12 @@ type Sequence struct {
 	id     kvcache.SeqID
 	limits Limits
 
-	tokens    []int32 // prompt, then output
+	tokens    []int32 // prompt, then output, then numAhead placeholders
 	numPrompt int     // len of the original prompt
+	// numAhead is 1 while the sequence holds a placeholder token at the end of tokens: the input
+	// of a step scheduled by ScheduleNext before the token was sampled. It holds a slot in the pool
+	// and is invisible to every exported method; Update replaces it with the sampled token.
+	numAhead int
 
 	numComputed int // tokens whose KV is in the cache
 	numReserved int // tokens holding a slot in the pool; 0 while not allocated
@@ -115,22 +119,28 @@ func (s *Sequence) Limits() Limits { return s.limits }
 func (s *Sequence) Prompt() []int32 { return s.tokens[:s.numPrompt:s.numPrompt] }
 
 // Output returns the output tokens produced so far. Do not modify the slice.
-func (s *Sequence) Output() []int32 { return s.tokens[s.numPrompt:len(s.tokens):len(s.tokens)] }
+func (s *Sequence) Output() []int32 {
+	n := s.numTokens()
+	return s.tokens[s.numPrompt:n:n]
+}
 
 // Tokens returns the prompt followed by the output. Do not modify the slice.
-func (s *Sequence) Tokens() []int32 { return s.tokens[:len(s.tokens):len(s.tokens)] }
+func (s *Sequence) Tokens() []int32 {
+	n := s.numTokens()
+	return s.tokens[:n:n]
+}
 
 // LastToken returns the last token (the latest output token, or the last prompt token before any).
-func (s *Sequence) LastToken() int32 { return s.tokens[len(s.tokens)-1] }
+func (s *Sequence) LastToken() int32 { return s.tokens[s.numTokens()-1] }
 
 // NumTokens returns the number of prompt and output tokens.
-func (s *Sequence) NumTokens() int { return len(s.tokens) }
+func (s *Sequence) NumTokens() int { return s.numTokens() }
 
 // NumPromptTokens returns the length of the original prompt.
 func (s *Sequence) NumPromptTokens() int { return s.numPrompt }
 
 // NumOutputTokens returns the number of output tokens produced so far.
-func (s *Sequence) NumOutputTokens() int { return len(s.tokens) - s.numPrompt }
+func (s *Sequence) NumOutputTokens() int { return s.numTokens() - s.numPrompt }
 
 // NumComputed returns the number of leading tokens whose KV is in the cache. It starts at the
 // prefix-cache hit length on admission and drops to 0 on preemption.
@@ -158,6 +168,16 @@ func (s *Sequence) Err() error { return s.err }
 // String describes the sequence briefly, for logs.
 func (s *Sequence) String() string {
 	return fmt.Sprintf("seq %d (%s, %d+%d tokens, %d computed)", s.id, s.status, s.numPrompt, s.NumOutputTokens(), s.numComputed)
+}
+
+// numTokens returns the number of real (not placeholder) tokens.
+func (s *Sequence) numTokens() int { return len(s.tokens) - s.numAhead }
+
+// dropPlaceholder removes the placeholder token from tokens, if there is one (the pool's copy is
+// the caller's business).
+func (s *Sequence) dropPlaceholder() {
+	s.tokens = s.tokens[:len(s.tokens)-s.numAhead]
+	s.numAhead = 0
 }
 
 // isStop reports whether tok stops the sequence at its current output length.

@@ -1,0 +1,465 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gollm/gollm/kvcache"
+)
+
+// The equivalence simulation runs one random workload twice, with plain Schedule/Update steps and
+// pipelined (ScheduleNext whenever it accepts), over a fake device that keeps the KV contents (as
+// in sim_test.go) and feeds a pipelined step's inputs from the previous step's samples through
+// InputFrom, as the real device does. The fake model's token is a function of the context, so
+// both runs must give every sequence the same tokens and finish reason, whatever was scheduled when.
+
+// workSeq is one request of a workload. Its abort point is a function of its own progress, so
+// that both runs abort it at the same logical point: when it has abortAt output tokens, either at
+// once (after the Update that produced the last one) or, with abortInFlight, once a batch that
+// samples its next token is outstanding.
+type workSeq struct {
+	id            kvcache.SeqID
+	prompt        []int32
+	limits        Limits
+	addStep       int
+	abortAt       int // -1: never
+	abortInFlight bool
+}
+
+type workload struct {
+	pool    kvcache.Config
+	sched   Config
+	seqs    []workSeq
+	discard float64 // probability that the oldest outstanding batch is discarded
+}
+
+type outcome struct {
+	output []int32
+	reason FinishReason
+}
+
+type pipeCounts struct {
+	steps, nextBatches, preemptions, hitTokens, aborts, inFlightAborts, discards, discardedPairs int
+	cancels                                                                                      int // ScheduleNext batches discarded before their predecessor's Update
+	// Sequences that sampled a stop token, or were aborted, while holding a placeholder.
+	placeholderStops, placeholderAborts int
+}
+
+func (c *pipeCounts) add(o pipeCounts) {
+	c.steps += o.steps
+	c.nextBatches += o.nextBatches
+	c.preemptions += o.preemptions
+	c.hitTokens += o.hitTokens
+	c.aborts += o.aborts
+	c.inFlightAborts += o.inFlightAborts
+	c.discards += o.discards
+	c.discardedPairs += o.discardedPairs
+	c.cancels += o.cancels
+	c.placeholderStops += o.placeholderStops
+	c.placeholderAborts += o.placeholderAborts
+}
+
+func randomWorkload(r *rand.Rand, seed uint64) workload {
+	bs := []int{1, 2, 4, 8}[r.IntN(4)]
+	maxSeqs := 1 + r.IntN(6)
+	maxPrompt := 1 + r.IntN(40)
+	maxOutput := 1 + r.IntN(24)
+	w := workload{
+		pool: kvcache.Config{
+			NumBlocks:     2 + r.IntN(64/bs+4),
+			BlockSize:     bs,
+			PrefixCaching: seed%3 != 2,
+			HashSeed:      seed,
+		},
+		sched:   Config{MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: maxSeqs + r.IntN(40)},
+		discard: []float64{0, 0.03, 0.1}[r.IntN(3)],
+	}
+	shared := make([][]int32, 2)
+	for i := range shared {
+		shared[i] = make([]int32, maxPrompt)
+		for j := range shared[i] {
+			shared[i][j] = int32(r.IntN(simVocab))
+		}
+	}
+	arrivals := r.IntN(40)
+	for i := range 4 + r.IntN(24) {
+		n := 1 + r.IntN(maxPrompt)
+		var prompt []int32
+		if k := r.IntN(3); k < len(shared) {
+			prompt = append(prompt, shared[k][:r.IntN(n+1)]...)
+		}
+		for len(prompt) < n {
+			prompt = append(prompt, int32(r.IntN(simVocab)))
+		}
+		ws := workSeq{
+			id:      kvcache.SeqID(100 + i),
+			prompt:  prompt,
+			limits:  Limits{MaxTokens: 1 + r.IntN(maxOutput)},
+			addStep: r.IntN(arrivals + 1),
+			abortAt: -1,
+		}
+		if r.IntN(3) == 0 {
+			ws.limits.StopTokenIDs = []int32{int32(r.IntN(simVocab)), int32(r.IntN(simVocab))}
+			ws.limits.MinTokens = r.IntN(3)
+		}
+		if r.IntN(5) == 0 {
+			ws.abortAt = r.IntN(ws.limits.MaxTokens + 1)
+			ws.abortInFlight = r.IntN(2) == 0
+		}
+		w.seqs = append(w.seqs, ws)
+	}
+	slices.SortStableFunc(w.seqs, func(a, b workSeq) int { return a.addStep - b.addStep })
+	return w
+}
+
+// flight is a batch the fake device has run: what it sampled, and the input token of each chunk.
+type flight struct {
+	b       *Batch
+	inputs  []int32 // per chunk: the input token of its last position
+	sampled []int32
+}
+
+// pipeRun is one run of a workload.
+type pipeRun struct {
+	t         *testing.T
+	w         workload
+	pipelined bool
+	r         *rand.Rand // discards only
+	s         *Scheduler
+	pool      *kvcache.Pool
+	kv        []int32
+	seqs      []*Sequence // in w.seqs order
+	added     int
+	flights   []flight // outstanding, oldest first
+	counts    pipeCounts
+}
+
+func runWorkload(t *testing.T, w workload, pipelined bool, r *rand.Rand) (map[kvcache.SeqID]outcome, pipeCounts) {
+	t.Helper()
+	pool, err := kvcache.NewPool(w.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(w.sched, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipeRun{t: t, w: w, pipelined: pipelined, r: r, s: s, pool: pool, kv: make([]int32, w.pool.NumBlocks*w.pool.BlockSize)}
+	for i := range p.kv {
+		p.kv[i] = -1
+	}
+	for _, ws := range w.seqs {
+		p.seqs = append(p.seqs, NewSequence(ws.id, ws.prompt, ws.limits))
+	}
+	for iter := 0; ; iter++ {
+		if iter > 100000 {
+			t.Fatalf("no progress: %d waiting, %d running", s.NumWaiting(), s.NumRunning())
+		}
+		for p.added < len(p.seqs) && w.seqs[p.added].addStep <= p.counts.steps {
+			if err := s.Add(p.seqs[p.added]); err != nil && !errors.Is(err, ErrTooLong) {
+				t.Fatalf("Add: %v", err)
+			}
+			p.added++
+		}
+		p.aborts()
+		if len(p.flights) == 0 {
+			if p.added == len(p.seqs) && !s.HasUnfinished() {
+				break
+			}
+			var decoding []*Sequence
+			for _, seq := range s.running {
+				if seq.NumTokens()-seq.NumComputed() == 1 {
+					decoding = append(decoding, seq)
+				}
+			}
+			b := s.Schedule()
+			p.counts.steps++
+			p.counts.preemptions += len(b.Preempted)
+			checkBatch(t, s, b, decoding)
+			if b.Empty() {
+				continue
+			}
+			p.launch(b, nil)
+		}
+		if p.pipelined && len(p.flights) == 1 {
+			prev := p.flights[0]
+			if next := s.ScheduleNext(prev.b); next != nil {
+				p.counts.steps++
+				p.counts.nextBatches++
+				p.checkNext(prev.b, next)
+				p.launch(next, prev.sampled)
+				if p.r.Float64() < p.w.discard/2 { // the engine could not start it
+					p.counts.cancels++
+					if err := s.Discard(next); err != nil {
+						t.Fatal(err)
+					}
+					p.flights = p.flights[:1]
+					for _, c := range next.Chunks {
+						if c.Seq.numAhead != 0 {
+							t.Fatalf("%v keeps a placeholder after its batch was cancelled", c.Seq)
+						}
+					}
+				}
+			}
+		}
+		// In flight: after the pipelined step's launch, so that a sequence can be aborted while it
+		// holds a placeholder (its output count is the same as right after Schedule).
+		p.aborts()
+		p.handBack()
+		if err := pool.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if pool.NumSeqs() != s.NumRunning() {
+			t.Fatalf("pool holds %d sequences, %d running", pool.NumSeqs(), s.NumRunning())
+		}
+	}
+
+	out := map[kvcache.SeqID]outcome{}
+	for i, seq := range p.seqs {
+		ws := w.seqs[i]
+		if seq.FinishReason() == FinishNone && seq.arrival == 0 {
+			out[seq.ID()] = outcome{reason: FinishError} // rejected by Add
+			continue
+		}
+		if !seq.Finished() {
+			t.Fatalf("%v did not finish", seq)
+		}
+		if seq.FinishReason() == FinishAbort && seq.NumOutputTokens() != ws.abortAt {
+			t.Fatalf("%v aborted with %d output tokens, want %d", seq, seq.NumOutputTokens(), ws.abortAt)
+		}
+		if seq.numAhead != 0 || len(seq.tokens) != seq.NumTokens() {
+			t.Fatalf("finished %v keeps a placeholder", seq)
+		}
+		out[seq.ID()] = outcome{slices.Clone(seq.Output()), seq.FinishReason()}
+	}
+	if st := pool.Stats(); st.UsedBlocks != 0 || pool.NumSeqs() != 0 {
+		t.Fatalf("leak after the run: %+v, %d sequences", st, pool.NumSeqs())
+	}
+	p.counts.hitTokens = int(pool.Stats().HitTokens)
+	return out, p.counts
+}
+
+// aborts applies the workload's abort schedule.
+func (p *pipeRun) aborts() {
+	for i, seq := range p.seqs[:p.added] {
+		ws := p.w.seqs[i]
+		if ws.abortAt < 0 || seq.Finished() || seq.arrival == 0 || seq.NumOutputTokens() != ws.abortAt {
+			continue
+		}
+		if ws.abortInFlight && !p.samplesNext(seq) {
+			continue
+		}
+		if seq.numAhead != 0 {
+			p.counts.placeholderAborts++
+		}
+		if err := p.s.Abort(seq.ID()); err != nil {
+			p.t.Fatal(err)
+		}
+		p.counts.aborts++
+		if ws.abortInFlight {
+			p.counts.inFlightAborts++
+		}
+	}
+}
+
+// samplesNext reports whether an outstanding batch samples seq's next token.
+func (p *pipeRun) samplesNext(seq *Sequence) bool {
+	for _, f := range p.flights {
+		for _, c := range f.b.Chunks {
+			if c.Seq == seq && c.NeedsLogits && c.Start+c.Len == seq.NumTokens() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// launch runs batch b on the fake device: every chunk writes its tokens' KV, then every chunk that
+// needs logits attends to its context and samples. A ScheduleNext batch takes its inputs from
+// prevSampled, the previous batch's samples, through InputFrom.
+func (p *pipeRun) launch(b *Batch, prevSampled []int32) {
+	t := p.t
+	bs := p.w.pool.BlockSize
+	f := flight{b: b}
+	for i, c := range b.Chunks {
+		tokens := c.Tokens
+		if b.InputFrom != nil {
+			if !slices.Equal(c.Tokens, []int32{0}) {
+				t.Fatalf("pipelined chunk of %v has tokens %v", c.Seq, c.Tokens)
+			}
+			tokens = []int32{prevSampled[b.InputFrom[i]]}
+		}
+		for j, slot := range c.SlotMapping {
+			p.kv[slot] = tokens[j]
+		}
+		f.inputs = append(f.inputs, tokens[len(tokens)-1])
+	}
+	for i, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		context := make([]int32, c.ContextLen)
+		for pos := range context {
+			context[pos] = p.kv[kvcache.Slot(c.BlockTable, bs, pos)]
+		}
+		// A pipelined chunk's input is not in its sequence yet: it is the previous step's pick.
+		known := c.Seq.Tokens()
+		want := slices.Clone(known[:min(len(known), c.ContextLen)])
+		if len(want) < c.ContextLen {
+			want = append(want, f.inputs[i])
+		}
+		if !slices.Equal(context, want) {
+			t.Fatalf("%v attends to %v, want %v", c.Seq, context, want)
+		}
+		f.sampled = append(f.sampled, nextToken(context))
+	}
+	p.flights = append(p.flights, f)
+}
+
+// checkNext checks a ScheduleNext batch against the batch it follows.
+func (p *pipeRun) checkNext(prev, next *Batch) {
+	t := p.t
+	bs := p.w.pool.BlockSize
+	if next.NumDecodes != len(next.Chunks) || next.NumLogits != len(next.Chunks) || len(next.InputFrom) != len(next.Chunks) ||
+		!slices.IsSorted(next.InputFrom) || next.NumTokens != len(next.Chunks) {
+		t.Fatalf("next batch %+v", next)
+	}
+	if p.s.NumWaiting() > 0 && p.s.NumRunning() < p.w.sched.MaxNumSeqs {
+		t.Fatalf("ScheduleNext with %d waiting and %d running", p.s.NumWaiting(), p.s.NumRunning())
+	}
+	chosen := map[*Sequence]bool{}
+	for i, c := range next.Chunks {
+		pc := prev.Chunks[next.InputFrom[i]]
+		seq := c.Seq
+		chosen[seq] = true
+		table, err := p.pool.BlockTable(seq.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc.Seq != seq || c.Start != pc.Start+1 || c.Len != 1 || c.ContextLen != c.Start+1 || !c.NeedsLogits ||
+			c.Offset != i || next.TokenIDs[i] != 0 || next.Positions[i] != int32(c.Start) || next.LogitIndices[i] != int32(i) ||
+			!slices.Equal(c.SlotMapping, []int32{kvcache.Slot(table, bs, c.Start)}) || next.SlotMapping[i] != c.SlotMapping[0] {
+			t.Fatalf("chunk %d of %v: %+v after %+v", i, seq, c, pc)
+		}
+		if n, _ := p.pool.NumTokens(seq.ID()); seq.NumTokens() != c.Start || n != c.Start+1 {
+			t.Fatalf("%v: %d tokens, %d in the pool; chunk at %d", seq, seq.NumTokens(), n, c.Start)
+		}
+	}
+	for _, c := range prev.Chunks {
+		if c.Seq.Status() == StatusRunning && !chosen[c.Seq] && c.Seq.NumOutputTokens()+1 < c.Seq.limits.MaxTokens {
+			t.Fatalf("%v left out of the next batch", c.Seq)
+		}
+	}
+	// No running sequence holds a block the next step writes, but its owner.
+	for _, seq := range p.s.running {
+		table, _ := p.pool.BlockTable(seq.ID())
+		for _, c := range next.Chunks {
+			if c.Seq != seq && slices.Contains(table, c.SlotMapping[0]/int32(bs)) {
+				t.Fatalf("%v writes into a block of %v", c.Seq, seq)
+			}
+		}
+	}
+}
+
+// handBack updates (or sometimes discards) the oldest outstanding batch.
+func (p *pipeRun) handBack() {
+	t := p.t
+	f := p.flights[0]
+	if p.r.Float64() < p.w.discard {
+		p.counts.discards++
+		if err := p.s.Discard(f.b); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.flights) == 2 {
+			p.counts.discardedPairs++
+			if err := p.s.Discard(p.flights[1].b); !errors.Is(err, ErrStaleBatch) {
+				t.Fatalf("Discard of the batch after a discarded one = %v, want ErrStaleBatch", err)
+			}
+		}
+		p.flights = nil
+		for _, seq := range p.s.running {
+			if seq.numAhead != 0 {
+				t.Fatalf("%v keeps a placeholder after Discard", seq)
+			}
+		}
+		return
+	}
+	var later *Batch
+	if len(p.flights) == 2 {
+		later = p.flights[1].b
+		if _, err := p.s.Update(later, p.flights[1].sampled); !errors.Is(err, ErrStaleBatch) {
+			t.Fatalf("Update of the later batch first = %v, want ErrStaleBatch", err)
+		}
+	}
+	updated, err := p.s.Update(f.b, f.sampled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.flights = p.flights[1:]
+	for _, seq := range updated {
+		if later == nil || !seq.Finished() || seq.FinishReason() != FinishStop {
+			continue
+		}
+		for _, c := range later.Chunks {
+			if c.Seq == seq {
+				p.counts.placeholderStops++
+			}
+		}
+	}
+	// The later batch's inputs are now its sequences' tokens.
+	if len(p.flights) == 1 {
+		nf := p.flights[0]
+		for i, c := range nf.b.Chunks {
+			if c.Seq.Status() == StatusRunning && (c.Seq.numAhead != 0 || c.Seq.NumTokens() != c.Start+1 || c.Seq.Tokens()[c.Start] != nf.inputs[i]) {
+				t.Fatalf("after Update(prev): %v, chunk at %d ran with input %d", c.Seq, c.Start, nf.inputs[i])
+			}
+		}
+	}
+	p.aborts()
+}
+
+func TestPipelinedEquivalence(t *testing.T) {
+	var plainTotal, pipeTotal pipeCounts
+	for seed := range uint64(150) {
+		w := randomWorkload(rand.New(rand.NewPCG(seed, 0x5eed)), seed)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			plain, pc := runWorkload(t, w, false, rand.New(rand.NewPCG(seed, 1)))
+			piped, qc := runWorkload(t, w, true, rand.New(rand.NewPCG(seed, 2)))
+			plainTotal.add(pc)
+			pipeTotal.add(qc)
+			for _, ws := range w.seqs {
+				a, b := plain[ws.id], piped[ws.id]
+				if !slices.Equal(a.output, b.output) || a.reason != b.reason {
+					t.Errorf("sequence %d: plain %v (%s), pipelined %v (%s)", ws.id, a.output, a.reason, b.output, b.reason)
+				}
+				// The plain run is the reference where nothing cut the sequence short.
+				if a.reason == FinishStop || a.reason == FinishLength {
+					want, reason := reference(ws.prompt, ws.limits)
+					if !slices.Equal(a.output, want) || a.reason != reason {
+						t.Errorf("sequence %d: %v (%s), reference %v (%s)", ws.id, a.output, a.reason, want, reason)
+					}
+				}
+			}
+			t.Logf("%+v %+v: plain %+v, pipelined %+v", w.pool, w.sched, pc, qc)
+		})
+	}
+	t.Logf("plain: %+v", plainTotal)
+	t.Logf("pipelined: %+v", pipeTotal)
+	for name, n := range map[string]int{
+		"pipelined steps": pipeTotal.nextBatches, "preemptions": pipeTotal.preemptions,
+		"prefix-cache hits": pipeTotal.hitTokens, "aborts": pipeTotal.aborts,
+		"aborts in flight": pipeTotal.inFlightAborts, "discards": pipeTotal.discards,
+		"discarded pairs": pipeTotal.discardedPairs, "stops with a placeholder": pipeTotal.placeholderStops,
+		"aborts with a placeholder": pipeTotal.placeholderAborts, "cancelled pipelined steps": pipeTotal.cancels,
+	} {
+		if n == 0 {
+			t.Errorf("no %s in the pipelined runs: the test does not exercise them", name)
+		}
+	}
+	if pipeTotal.nextBatches < pipeTotal.steps/4 {
+		t.Errorf("only %d of %d pipelined-run steps were pipelined", pipeTotal.nextBatches, pipeTotal.steps)
+	}
+}
