@@ -11,8 +11,8 @@ import (
 	"github.com/gollm/gollm/model"
 )
 
-// sampleCountingModel counts the entry points the engine used and records, per seed, the output indices
-// that ForwardSample was asked to draw.
+// sampleCountingModel counts the entry points the engine used (Forward, Start without parameters: a
+// greedy pick, Start with them: a draw) and records, per seed, the output indices it was asked to draw.
 type sampleCountingModel struct {
 	*model.Model
 	forward, greedy, sample atomic.Int64
@@ -25,19 +25,18 @@ func (m *sampleCountingModel) Forward(s *model.Step) ([][]float32, error) {
 	return m.Model.Forward(s)
 }
 
-func (m *sampleCountingModel) ForwardGreedy(s *model.Step) ([]int32, error) {
-	m.greedy.Add(1)
-	return m.Model.ForwardGreedy(s)
-}
-
-func (m *sampleCountingModel) ForwardSample(s *model.Step, params []model.SampleParams) ([]int32, error) {
+func (m *sampleCountingModel) Start(s *model.Step, params []model.SampleParams) (*model.Pick, error) {
+	if params == nil {
+		m.greedy.Add(1)
+		return m.Model.Start(s, nil)
+	}
 	m.sample.Add(1)
 	m.mu.Lock()
 	for _, p := range params {
 		m.steps[p.Seed] = append(m.steps[p.Seed], p.Step)
 	}
 	m.mu.Unlock()
-	return m.Model.ForwardSample(s, params)
+	return m.Model.Start(s, params)
 }
 
 func toModelParams(p SamplingParams) model.SampleParams {

@@ -23,11 +23,18 @@
 // Sampling follows vLLM: penalties (repetition on prompt and output, presence and frequency on the
 // output), temperature, min-p, top-k, top-p, then a draw, so a seed gives the same tokens whatever else
 // shares the batch. Logprobs are those of the raw logits. Where the draw happens depends on the step:
-// when every sequence needing a token is greedy without penalties or logprobs, a GreedyModel picks on
-// its device and only token ids come back; when none has penalties or logprobs, a SamplingModel filters
-// and draws on its device from a uniform derived from (seed, output index); otherwise the logits come to
-// the host, requests without penalties draw with the same (seed, output index) rule (model.SampleLogits,
-// the CPU twin of the device kernel) and requests with penalties draw from their own PCG stream.
+// when no sequence needing a token has penalties or logprobs, a PickModel picks on its device (the
+// argmax when all are greedy, else a filtered draw from a uniform derived from (seed, output index)) and
+// only token ids come back; otherwise the logits come to the host, requests without penalties draw with
+// the same (seed, output index) rule (model.SampleLogits, the CPU twin of the device kernel) and requests
+// with penalties draw from their own PCG stream.
+//
+// Decode is pipelined where the device picks: while decode step N runs, the loop plans step N+1
+// (scheduler.ScheduleNext: each sequence's next token is the one step N is picking) and queues it with
+// its input tokens fed from N's picks on the device (model.Step.InputFrom); then it reads N's tokens,
+// updates the books, detokenizes and streams while N+1 computes. A sequence that step N finishes (a
+// stop token or string) has computed one token too many in N+1, which is dropped. Admissions, prefill
+// chunks, preemption and steps whose logits go to the host wait for a plain step.
 //
 // Stop conditions: EOS ids (the model config's and Config.EOSTokenIDs, unless IgnoreEOS), stop token
 // ids, stop strings matched on the decoded text (cut from the returned text; text that could begin a

@@ -42,26 +42,24 @@ type Model interface {
 	NumBlocks() int
 }
 
-// GreedyModel is a Model that can end a step with a greedy pick on its own device and return only the
-// chosen token ids, one per entry of s.LogitRows (the lowest index among equal maxima, like the engine's
-// own argmax). The engine uses it for a step in which every sequence that needs a token samples greedily
-// with no penalties and no logprobs, so that no logits cross to the host (33 MB a step at batch 64 of a
-// 128k vocabulary). *model.Model satisfies it.
-type GreedyModel interface {
-	ForwardGreedy(s *model.Step) ([]int32, error)
-}
-
-// SamplingModel is a Model that can end a step with a draw on its own device (temperature, min-p,
-// top-k and top-p, as the engine's sampler filters) and return only the chosen token ids, one per entry
-// of s.LogitRows. The engine uses it for a step in which no sequence that needs a token has penalties
-// or asks for logprobs (and not every one is greedy, which GreedyModel covers). Such draws take their
-// uniform from a counter-based hash of the request's seed and output index (model.SampleParams), and a
-// penalty-free request sampled on the host (a step with logprobs or a penalised neighbour) draws the
-// same way (model.SampleLogits, the kernel's CPU twin): a seeded request without penalties gives the same
-// tokens whatever shares its batch and whichever path its steps take, up to float rounding. Requests
-// with penalties keep the host sampler's own PCG stream. *model.Model satisfies it.
-type SamplingModel interface {
-	ForwardSample(s *model.Step, params []model.SampleParams) ([]int32, error)
+// PickModel is a Model that can end a step with a pick per entry of s.LogitRows on its own device and
+// return only the token ids: the greedy argmax (the lowest index among equal maxima, like the engine's
+// own) when params is nil, else a draw under each row's model.SampleParams (temperature, min-p, top-k
+// and top-p, as the engine's sampler filters), so that no logits cross to the host (33 MB a step at
+// batch 64 of a 128k vocabulary). Start may return before the step has ended (model.Pick.Wait gives the
+// ids), and a step queued then may take its input tokens from those picks where they are
+// (model.Step.InputFrom): the engine queues decode step N+1 while step N runs and reads N's tokens
+// after, so the host's work between steps overlaps the device's (pipelined decode).
+//
+// The engine uses it for a step in which no sequence that needs a token has penalties or asks for
+// logprobs. Device draws take their uniform from a counter-based hash of the request's seed and output
+// index (model.SampleParams), and a penalty-free request sampled on the host (a step with logprobs or a
+// penalised neighbour) draws the same way (model.SampleLogits, the kernel's CPU twin): a seeded request
+// without penalties gives the same tokens whatever shares its batch and whichever path its steps take,
+// up to float rounding. Requests with penalties keep the host sampler's own PCG stream. *model.Model
+// satisfies it.
+type PickModel interface {
+	Start(s *model.Step, params []model.SampleParams) (*model.Pick, error)
 }
 
 // Default limits used when Config leaves them zero.
@@ -79,6 +77,9 @@ type Config struct {
 	MaxNumBatchedTokens int
 	// DisablePrefixCaching turns off the reuse of cached prompt prefixes.
 	DisablePrefixCaching bool
+	// DisablePipelining makes every step wait for the previous one's tokens before it is queued (see
+	// PickModel), as a model without Start would.
+	DisablePipelining bool
 	// MaxModelLen caps prompt plus output tokens; 0 means the model's max_position_embeddings. The
 	// KV pool's capacity (NumBlocks × BlockSize) caps it too.
 	MaxModelLen int
@@ -134,6 +135,9 @@ type Stats struct {
 	// Steps, PromptTokens (prefill tokens computed, recomputation included) and GenerationTokens
 	// (tokens sampled) since the start.
 	Steps, PromptTokens, GenerationTokens int64
+	// PipelinedSteps counts the steps queued before the previous step's tokens were read (pipelined
+	// decode; see PickModel).
+	PipelinedSteps int64
 	// Finished counts finished requests by reason.
 	Finished map[FinishReason]int64
 }
@@ -151,6 +155,7 @@ type Engine struct {
 	sched     *scheduler.Scheduler
 	pool      *kvcache.Pool
 	workers   int
+	pipeline  bool // Config.DisablePipelining unset
 	addCh     chan *request
 	closing   chan struct{} // closed by Close: finish in-flight work, accept no more
 	abortAll  chan struct{} // closed by Close when its context ends: abort in-flight work
@@ -171,7 +176,9 @@ type Engine struct {
 	// Owned by the loop.
 	live   map[kvcache.SeqID]*request
 	nextID kvcache.SeqID
-	step   model.Step
+	steps  [2]model.Step // alternate: a step may be in flight while the next is built
+	flip   int
+	ahead  *inflight  // the step queued on the model whose picks the loop has not read yet
 	outbox []delivery // outputs of the loop's current turn, pushed by deliver
 }
 
@@ -250,6 +257,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		sched:    sched,
 		pool:     pool,
 		workers:  runtime.GOMAXPROCS(0),
+		pipeline: !cfg.DisablePipelining,
 		addCh:    make(chan *request, 64),
 		closing:  make(chan struct{}),
 		abortAll: make(chan struct{}),

@@ -4,37 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
-
-	"github.com/gollm/gollm/model"
 )
 
-// pathCountingModel counts which entry point the engine used for each step.
-type pathCountingModel struct {
-	*model.Model
-	// ForwardSample hides the model's device sampling (SamplingModel): this test is about greedy steps
-	// against host sampling; devicesample_test.go covers the sampled steps.
-	ForwardSample   struct{}
-	forward, greedy atomic.Int64
-}
-
-func (m *pathCountingModel) Forward(s *model.Step) ([][]float32, error) {
-	m.forward.Add(1)
-	return m.Model.Forward(s)
-}
-
-func (m *pathCountingModel) ForwardGreedy(s *model.Step) ([]int32, error) {
-	m.greedy.Add(1)
-	return m.Model.ForwardGreedy(s)
-}
-
-// logitsOnly hides ForwardGreedy, so every step's logits come to the host.
+// logitsOnly hides Start, so every step's logits come to the host.
 type logitsOnly struct{ Model }
 
-// A step whose sequences are all plain greedy ends on the model's device (ForwardGreedy) and gives the
-// same tokens as sampling on the host; penalties, logprobs or a temperature anywhere in the step send
-// it through Forward.
+// A step whose sequences are all plain greedy ends with the model's greedy pick (Start without
+// parameters) and gives the same tokens as sampling on the host; penalties or logprobs anywhere in the
+// step send it through Forward, a temperature through the model's draw.
 func TestGreedyFastPath(t *testing.T) {
 	m := loadTinyModel(t, writeTinyModel(t, 7), 256, 8)
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -46,12 +24,13 @@ func TestGreedyFastPath(t *testing.T) {
 	tests := []struct {
 		name      string
 		extra     *Request // added to the greedy requests, if any
-		allGreedy bool     // every step may end on the device; else the extra request forces Forward
+		allGreedy bool     // every step may end with the greedy pick
+		onHost    bool     // the extra request's steps bring the logits to the host
 	}{
-		{"all greedy", nil, true},
-		{"one asks logprobs", &Request{ID: "lp", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}, false},
-		{"one penalised", &Request{ID: "pen", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Sampling: SamplingParams{RepetitionPenalty: 1.3}}, false},
-		{"one samples", &Request{ID: "t", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Sampling: SamplingParams{Temperature: 0.7, Seed: &seed}}, false},
+		{"all greedy", nil, true, false},
+		{"one asks logprobs", &Request{ID: "lp", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}, false, true},
+		{"one penalised", &Request{ID: "pen", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Sampling: SamplingParams{RepetitionPenalty: 1.3}}, false, true},
+		{"one samples", &Request{ID: "t", PromptIDs: []int32{1, 2, 3}, MaxTokens: 6, IgnoreEOS: true, Sampling: SamplingParams{Temperature: 0.7, Seed: &seed}}, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +42,7 @@ func TestGreedyFastPath(t *testing.T) {
 			want := runConcurrent(t, ref, reqs)
 			closeAndCheckPool(t, ref)
 
-			cm := &pathCountingModel{Model: m}
+			cm := &sampleCountingModel{Model: m, steps: map[uint64][]uint64{}}
 			// One step admits every request (the prompts fit the token budget), so a non-greedy
 			// request shares every step with the greedy ones.
 			e := newEngine(t, cm, Config{MaxNumBatchedTokens: 512})
@@ -87,11 +66,14 @@ func TestGreedyFastPath(t *testing.T) {
 			}
 			// The extra request may join a step or two late (Add is asynchronous), so only its own
 			// steps are sure to go through Forward.
-			if tc.allGreedy && (cm.forward.Load() != 0 || cm.greedy.Load() == 0) {
-				t.Errorf("all greedy: Forward %d steps, ForwardGreedy %d; want 0 and > 0", cm.forward.Load(), cm.greedy.Load())
+			if tc.allGreedy && (cm.forward.Load() != 0 || cm.sample.Load() != 0 || cm.greedy.Load() == 0) {
+				t.Errorf("all greedy: Forward %d steps, draws %d, greedy picks %d; want 0, 0 and > 0", cm.forward.Load(), cm.sample.Load(), cm.greedy.Load())
 			}
-			if !tc.allGreedy && cm.forward.Load() < int64(tc.extra.MaxTokens) {
-				t.Errorf("Forward ran %d steps, want at least the %d of the non-greedy request", cm.forward.Load(), tc.extra.MaxTokens)
+			if tc.onHost && cm.forward.Load() < int64(tc.extra.MaxTokens) {
+				t.Errorf("Forward ran %d steps, want at least the %d of the request that needs logits", cm.forward.Load(), tc.extra.MaxTokens)
+			}
+			if !tc.allGreedy && !tc.onHost && (cm.forward.Load() != 0 || cm.sample.Load() < int64(tc.extra.MaxTokens)) {
+				t.Errorf("Forward %d steps, draws %d; want 0 and at least the %d of the sampled request", cm.forward.Load(), cm.sample.Load(), tc.extra.MaxTokens)
 			}
 			if last := got[len(got)-1]; tc.extra != nil && tc.extra.Logprobs && len(last.logprobs) != len(last.ids) {
 				t.Errorf("logprobs request got %d logprobs for %d tokens", len(last.logprobs), len(last.ids))

@@ -16,7 +16,7 @@ import (
 func (e *Engine) loop() {
 	defer close(e.done)
 	for {
-		if !e.sched.HasUnfinished() {
+		if !e.sched.HasUnfinished() && e.ahead == nil {
 			// Idle: wait for work or for Close.
 			select {
 			case r := <-e.addCh:
@@ -31,11 +31,12 @@ func (e *Engine) loop() {
 		e.drainIntake()
 		if isClosed(e.abortAll) {
 			e.abortEverything(ErrClosed)
+			e.settleAhead()
 			e.deliver()
 			return
 		}
 		e.reapCancelled()
-		if !e.sched.HasUnfinished() {
+		if !e.sched.HasUnfinished() && e.ahead == nil {
 			e.deliver()
 			if closing {
 				return
@@ -193,8 +194,71 @@ func usageOf(seq *scheduler.Sequence) Usage {
 	}
 }
 
-// runStep runs one scheduler step: schedule, forward, sample, update, postprocess.
+// inflight is a step queued on a PickModel whose picks the loop has not read yet.
+type inflight struct {
+	b    *scheduler.Batch
+	pick *model.Pick
+}
+
+// runStep runs one step: schedule, forward, sample, update, postprocess. A step whose tokens the model
+// picks on its device (PickModel) is queued, and before its picks are read the decode step after it is
+// planned (Scheduler.ScheduleNext) and queued too, its input tokens fed from those picks on the device:
+// the host's bookkeeping of step N (update, detokenize, stream) then runs while step N+1 computes, and
+// that step is read in the next turn. Anything ScheduleNext does not cover (admissions, prefills,
+// preemption, logits on the host) waits for a plain step.
 func (e *Engine) runStep() {
+	cur := e.ahead
+	e.ahead = nil
+	if cur == nil {
+		b := e.schedule()
+		if b == nil {
+			return
+		}
+		st := e.buildStep(b)
+		pm, params, ok := e.pickParams(b)
+		if !ok {
+			sampled, err := e.forwardOnHost(b, st)
+			if err != nil {
+				e.failSteps(err, b)
+				return
+			}
+			e.apply(b, sampled)
+			return
+		}
+		pick, err := pm.Start(st, params)
+		if err == nil && pick == nil {
+			err = errors.New("model started no step")
+		}
+		if err != nil {
+			e.failSteps(err, b)
+			return
+		}
+		cur = &inflight{b, pick}
+	}
+	if e.pipeline {
+		e.ahead = e.startNext(cur.b)
+	}
+	ids, err := cur.pick.Wait()
+	if err == nil && len(ids) != cur.b.NumLogits {
+		err = fmt.Errorf("forward returned %d tokens for %d", len(ids), cur.b.NumLogits)
+	}
+	if err != nil {
+		next := e.ahead
+		e.ahead = nil
+		if next != nil {
+			_, _ = next.pick.Wait() // fed from the failed step: its tokens mean nothing
+			e.failSteps(err, cur.b, next.b)
+		} else {
+			e.failSteps(err, cur.b)
+		}
+		return
+	}
+	e.apply(cur.b, ids)
+}
+
+// schedule plans a plain step and reports what planning it finished or preempted; nil when there is
+// nothing to run.
+func (e *Engine) schedule() *scheduler.Batch {
 	preemptedBefore := e.sched.NumPreemptions()
 	b := e.sched.Schedule()
 	for _, seq := range b.Finished {
@@ -207,17 +271,69 @@ func (e *Engine) runStep() {
 			"running", e.sched.NumRunning(), "waiting", e.sched.NumWaiting())
 	}
 	if b.Empty() {
-		return
+		return nil
 	}
+	return b
+}
 
-	st := e.buildStep(b)
-	sampled, err := e.forwardAndSample(b, st)
+// startNext queues the decode step after prev (in flight, its picks unread) when the scheduler can
+// plan it now; nil when it cannot or the model refused it (the next turn then runs a plain step).
+func (e *Engine) startNext(prev *scheduler.Batch) *inflight {
+	next := e.sched.ScheduleNext(prev)
+	if next == nil {
+		return nil
+	}
+	pm, params, ok := e.pickParams(next)
+	var pick *model.Pick
+	err := errors.New("its sequences cannot be picked on the device")
+	if ok {
+		pick, err = pm.Start(e.buildStep(next), params)
+		if err == nil && pick == nil {
+			err = errors.New("model started no step")
+		}
+	}
 	if err != nil {
-		// A forward failure is a bug or a dead device: fail the sequences of this step, keep serving.
-		e.log.Error("forward pass failed", "err", err, "tokens", b.NumTokens, "sequences", len(b.Chunks))
-		if derr := e.sched.Discard(b); derr != nil {
+		// Not expected (prev's sequences were pickable, next's are some of them): plan plainly instead.
+		e.log.Warn("pipelined step not started", "err", err)
+		if derr := e.sched.Discard(next); derr != nil {
 			panic(fmt.Sprintf("engine: %v", derr))
 		}
+		return nil
+	}
+	e.statsMu.Lock()
+	e.stats.PipelinedSteps++
+	e.statsMu.Unlock()
+	return &inflight{next, pick}
+}
+
+// settleAhead waits for a step still in flight and applies it to the scheduler's books (its sequences
+// are finished by then, so nothing is streamed), so that nothing runs on the model once the loop ends.
+func (e *Engine) settleAhead() {
+	cur := e.ahead
+	e.ahead = nil
+	if cur == nil {
+		return
+	}
+	ids, err := cur.pick.Wait()
+	if err == nil && len(ids) == cur.b.NumLogits {
+		_, err = e.sched.Update(cur.b, ids)
+	} else {
+		err = e.sched.Discard(cur.b)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("engine: %v", err))
+	}
+}
+
+// failSteps handles a failed forward pass (a bug or a dead device): the batches are dropped and their
+// sequences fail; the engine keeps serving.
+func (e *Engine) failSteps(err error, bs ...*scheduler.Batch) {
+	b := bs[0]
+	e.log.Error("forward pass failed", "err", err, "tokens", b.NumTokens, "sequences", len(b.Chunks))
+	if derr := e.sched.Discard(b); derr != nil { // drops the later batches too
+		panic(fmt.Sprintf("engine: %v", derr))
+	}
+	for _, b := range bs {
 		for _, c := range b.Chunks {
 			if r := e.live[c.Seq.ID()]; r != nil {
 				if ferr := e.sched.Finish(r.seq, scheduler.FinishError); ferr != nil {
@@ -226,9 +342,11 @@ func (e *Engine) runStep() {
 				e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
 			}
 		}
-		return
 	}
+}
 
+// apply hands a step's sampled tokens to the scheduler and streams each sequence's new token.
+func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 	updated, err := e.sched.Update(b, sampled)
 	if err != nil {
 		panic(fmt.Sprintf("engine: %v", err)) // only a batch the loop mishandled gets here
@@ -249,28 +367,24 @@ func (e *Engine) runStep() {
 	}
 }
 
-// forwardAndSample runs the model on st and returns one token per logits row of b. When every sequence
-// that needs a token is greedy without penalties or logprobs and the model can pick on its device
-// (GreedyModel), only the token ids come back; likewise when no such sequence has penalties or logprobs
-// and the model can sample on its device (SamplingModel); otherwise the logits come to the host and each
-// request's sampler draws from its row.
-func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, error) {
-	if gm, ok := e.model.(GreedyModel); ok && e.allGreedy(b) {
-		ids, err := gm.ForwardGreedy(st)
-		if err == nil && len(ids) != b.NumLogits {
-			err = fmt.Errorf("forward returned %d tokens for %d", len(ids), b.NumLogits)
-		}
-		return ids, err
+// pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
+// parameters: nil when every sequence that needs a token is greedy without penalties or logprobs, else
+// one draw per logits row when none has penalties or logprobs.
+func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
+	pm, ok := e.model.(PickModel)
+	if !ok {
+		return nil, nil, false
 	}
-	if sm, ok := e.model.(SamplingModel); ok {
-		if params, ok := e.deviceSampling(b); ok {
-			ids, err := sm.ForwardSample(st, params)
-			if err == nil && len(ids) != b.NumLogits {
-				err = fmt.Errorf("forward returned %d tokens for %d", len(ids), b.NumLogits)
-			}
-			return ids, err
-		}
+	if e.allGreedy(b) {
+		return pm, nil, true
 	}
+	params, ok := e.deviceSampling(b)
+	return pm, params, ok
+}
+
+// forwardOnHost runs the model on st, brings the logits to the host and draws one token per logits row
+// of b with each request's sampler.
+func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, error) {
 	logits, err := e.model.Forward(st)
 	if err == nil && len(logits) != b.NumLogits {
 		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), b.NumLogits)
@@ -283,11 +397,16 @@ func (e *Engine) forwardAndSample(b *scheduler.Batch, st *model.Step) ([]int32, 
 	for _, c := range b.Chunks {
 		if c.NeedsLogits {
 			k := len(jobs)
-			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k], step: uint64(c.Seq.NumOutputTokens())})
+			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k], step: outputIndex(c)})
 		}
 	}
 	e.sampleAll(jobs)
 	return sampled, nil
+}
+
+// outputIndex is the index among its sequence's output tokens of the token chunk c's step draws.
+func outputIndex(c scheduler.Chunk) uint64 {
+	return uint64(c.Start + c.Len - c.Seq.NumPromptTokens())
 }
 
 // allGreedy reports whether every sequence of b that needs a token would take the argmax of its
@@ -318,7 +437,7 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 		if r == nil || r.sampler.hasPenalties() || r.req.Logprobs {
 			return nil, false
 		}
-		params = append(params, r.modelSampling(uint64(c.Seq.NumOutputTokens())))
+		params = append(params, r.modelSampling(outputIndex(c)))
 	}
 	return params, len(params) == b.NumLogits
 }
@@ -338,8 +457,10 @@ func (r *request) modelSampling(step uint64) model.SampleParams {
 // slots, logit rows) are the batch's own; only the per-chunk ones are built here, in the engine's
 // reused buffers.
 func (e *Engine) buildStep(b *scheduler.Batch) *model.Step {
-	st := &e.step
+	st := &e.steps[e.flip]
+	e.flip ^= 1
 	st.Tokens, st.Positions, st.SlotMapping, st.LogitRows = b.TokenIDs, b.Positions, b.SlotMapping, b.LogitIndices
+	st.InputFrom = b.InputFrom
 	st.QueryStart = append(st.QueryStart[:0], 0)
 	st.ContextLens = st.ContextLens[:0]
 	clear(st.BlockTables)
@@ -398,7 +519,7 @@ func sampleOne(j *sampleJob) {
 	if j.r.sampler.hasPenalties() {
 		tok = j.r.sampler.sample(j.logits)
 	} else {
-		// The same draw as on the device (SamplingModel): a penalty-free request's tokens do not
+		// The same draw as on the device (PickModel): a penalty-free request's tokens do not
 		// depend on whether its step ended on the device or on the host (logprobs, a penalised
 		// neighbour), up to float rounding.
 		tok = model.SampleLogits(j.logits, j.r.modelSampling(j.step))

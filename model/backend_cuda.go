@@ -59,24 +59,31 @@ type cudaBackend struct {
 	splitWS     cuda.DevicePtr
 	allocations []cuda.DevicePtr // everything Close frees
 
-	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked pinMeta and
-	// uploaded in one asynchronous copy into meta, in stream order before the step's kernels.
+	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked memory of the
+	// step's ring slot and uploaded in one asynchronous copy into meta, in stream order before the
+	// step's kernels.
 	host    []int32
-	pinMeta []byte
 	meta    cuda.DevicePtr
 	metaCap int // int32 elements
-	ids     cuda.DevicePtr
-	idsCap  int
-	pinIDs  []byte  // page-locked landing place of the argmax's token ids
-	caps    []int32 // graph steps: the context cap repeated, as the decode planner's HostContextLens
+	// ids holds the last step's picked token ids (argmax or draw), which the next step's Embed may
+	// read (Step.InputFrom); idsCap of them.
+	ids    cuda.DevicePtr
+	idsCap int
+	caps   []int32 // graph steps: the context cap repeated, as the decode planner's HostContextLens
+
+	// Ring of two slots for steps in flight (PickAsync returns before its step ends, and the engine
+	// queues the next step before reading the picks): each slot has its page-locked metadata staging,
+	// landing place of the picked ids, sampler arguments, and the event that marks its step's end.
+	slots [2]stepSlot
+	slot  int // the slot the next step uses
 
 	// The argmax's partial maxima (see ensureArgmaxPartials): argCap values and indices.
 	argValues, argIndices cuda.DevicePtr
 	argCap                int
 
-	// The sampler's per-row arguments (see SampleToHost): sampleCap rows on the device and page-locked.
+	// The sampler's per-row arguments (see PickAsync): sampleCap rows on the device and, per ring slot,
+	// page-locked.
 	sampleArgs cuda.DevicePtr
-	pinSample  []byte
 	sampleCap  int
 	// sampleKept, when set (tests), receives each row's count of tokens the draw chose from.
 	sampleKept cuda.DevicePtr
@@ -164,7 +171,7 @@ type cudaStep struct {
 	offTokens, offPos   int  // int32 offsets into the metadata arena
 	offSlots, offCtx    int
 	offLogits, offItems int
-	offTables           int
+	offTables, offFrom  int
 }
 
 // cudaOp is one recorded op: its natural row count, the smallest row capacity of its tensors, and how to
@@ -485,8 +492,15 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.dev.Free(p))
 	}
 	b.allocations, b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs = nil, 0, 0, 0, 0, 0
-	errs = append(errs, b.dev.FreeHost(b.pinMeta), b.dev.FreeHost(b.pinIDs), b.dev.FreeHost(b.pinSample))
-	b.pinMeta, b.pinIDs, b.pinSample, b.sampleCap = nil, nil, nil, 0
+	for i := range b.slots {
+		sl := &b.slots[i]
+		errs = append(errs, b.dev.FreeHost(sl.meta), b.dev.FreeHost(sl.ids), b.dev.FreeHost(sl.sample))
+		if sl.done != nil {
+			errs = append(errs, sl.done.Destroy())
+		}
+		sl.meta, sl.ids, sl.sample, sl.done, sl.inflight = nil, nil, nil, nil, nil
+	}
+	b.sampleCap = 0
 	if b.mod != nil {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil
@@ -565,6 +579,8 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	st.offTokens = len(h)
 	pad(s.Tokens, st.rows, 0)
+	st.offFrom = len(h)
+	pad(s.InputFrom, st.rows, -1)
 	st.offPos = len(h)
 	pad(s.Positions, st.rows, 0)
 	st.offSlots = len(h)
@@ -599,6 +615,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	b.host = h
 	b.st = st
+	// The picks' buffer grows here, before any op is recorded, so that Embed reads the buffer the
+	// previous step's picks are in (ensureIDs carries them over).
+	if err := b.ensureIDs(max(st.rows, numLogitRows)); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
 	return nil
 }
 
@@ -647,11 +668,11 @@ func (b *cudaBackend) Embed(dst Tensor, table Weight) {
 	hidden := table.Cols
 	b.record(cudaOp{rows: dst.Rows, capacity: d.rows, graphable: true, run: func(rows int) error {
 		p := struct {
-			Dst, Table, Tokens cuda.DevicePtr
-			Hidden             int32
-		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), int32(hidden)}
+			Dst, Table, Tokens, From, Picks cuda.DevicePtr
+			Hidden                          int32
+		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), b.metaPtr(b.st.offFrom), b.ids, int32(hidden)}
 		return cuda.Launch(b.fn.embed, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(hidden)}, 0, b.stream, &p)
-	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
+	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden), uint64(b.ids))
 }
 
 // ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
@@ -913,94 +934,6 @@ func contiguous(dst [][]float32, cols int) bool {
 	return true
 }
 
-// ArgmaxToHost runs the step and writes into dst[r] the index of the largest entry of src's row r (the
-// first on ties): only len(dst) int32 cross to the host.
-func (b *cudaBackend) ArgmaxToHost(dst []int32, src Tensor) error {
-	if len(dst) == 0 {
-		return b.run(nil)
-	}
-	t := tensorOf(src)
-	if len(dst) > src.Rows {
-		return fmt.Errorf("cuda backend: argmax of %d rows of a %d-row tensor", len(dst), src.Rows)
-	}
-	cols := src.Cols
-	if err := b.ensureIDs(max(len(dst), b.st.rows)); err != nil {
-		return fmt.Errorf("cuda backend: %w", err)
-	}
-	// After the LM head's product the argmax fuses into it: the product's epilogue leaves one (max, index)
-	// per token and tile of 16 logits, and ArgmaxPartials reads those instead of the logits.
-	mm := b.fuseInto(t, len(dst))
-	if mm != nil && mm.out == cols {
-		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((cols + 15) / 16)); err != nil {
-			return fmt.Errorf("cuda backend: %w", err)
-		}
-		mm.epi = gemvEpilogue{mode: gemvArgmax}
-		b.sig = fnvString(b.sig, "fused")
-	} else {
-		mm = nil
-	}
-	tiles := (cols + 15) / 16
-	chunks := (cols + argmaxChunk - 1) / argmaxChunk
-	if err := b.ensureArgmaxPartials(chunks * max(len(dst), b.st.rows)); err != nil {
-		return fmt.Errorf("cuda backend: %w", err)
-	}
-	graphable := b.st.s != nil && len(dst) == len(b.st.s.LogitRows)
-	b.record(cudaOp{rows: len(dst), capacity: min(t.rows, b.idsCap), graphable: graphable, run: func(rows int) error {
-		parts := struct {
-			Out, Values, Indices cuda.DevicePtr
-			Tiles                int32
-		}{b.ids, b.argValues, b.argIndices, int32(tiles)}
-		if !b.fused(mm, gemvArgmax, rows) {
-			p := struct {
-				Values, Indices, Logits cuda.DevicePtr
-				Cols, Chunks            int32
-			}{b.argValues, b.argIndices, t.ptr, int32(cols), int32(chunks)}
-			if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: rows}, cuda.Dim3{X: 256}, 0, &p); err != nil {
-				return err
-			}
-			parts.Tiles = int32(chunks)
-		}
-		return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: rows}, cuda.Dim3{X: 1024}, 0, &parts)
-	}}, "argmax", uint64(b.ids), uint64(t.ptr), uint64(cols), uint64(b.argValues))
-	ids := b.pinIDs[:4*len(dst)]
-	return b.run(func() error {
-		if err := b.dev.CopyFromDeviceAsync(ids, b.ids, b.stream); err != nil {
-			return err
-		}
-		if err := b.stream.Synchronize(); err != nil {
-			return err
-		}
-		copy(cuda.Bytes(dst), ids)
-		return nil
-	})
-}
-
-// ensureIDs makes the device's token-id buffer and its page-locked landing place hold n ids. A new buffer
-// drops the graphs, whose argmax wrote the old one.
-func (b *cudaBackend) ensureIDs(n int) error {
-	if n <= b.idsCap {
-		return nil
-	}
-	n = nextPow2(n)
-	if err := b.dropGraphs(); err != nil {
-		return err
-	}
-	if err := errors.Join(b.dev.Free(b.ids), b.dev.FreeHost(b.pinIDs)); err != nil {
-		return err
-	}
-	b.ids, b.pinIDs, b.idsCap = 0, nil, 0
-	p, err := b.dev.Alloc(4 * int64(n))
-	if err != nil {
-		return err
-	}
-	b.ids = p
-	if b.pinIDs, err = b.dev.AllocHost(4 * n); err != nil {
-		return err
-	}
-	b.idsCap = n
-	return nil
-}
-
 // argmaxChunk is ArgmaxChunks' chunk of logits (ARGMAX_CHUNK in kernels/argmax.cu).
 const argmaxChunk = 2048
 
@@ -1037,8 +970,11 @@ func (b *cudaBackend) run(finish func() error) error {
 	if b.err != nil {
 		return b.err
 	}
+	if err := b.quiesce(); err != nil {
+		return fmt.Errorf("cuda backend: step: %w", err)
+	}
 	err := b.dev.Do(func() error {
-		err := b.upload()
+		err := b.upload(&b.slots[b.slot])
 		if err == nil {
 			err = b.queue()
 		}
@@ -1059,9 +995,10 @@ func (b *cudaBackend) run(finish func() error) error {
 	return nil
 }
 
-// upload copies the metadata arena to the device, growing the device buffer (and dropping the graphs
-// that point at the old one) when it is short. It runs on the owner goroutine.
-func (b *cudaBackend) upload() error {
+// upload copies the metadata arena to the device through slot's staging buffer, growing the device
+// buffer (and dropping the graphs that point at the old one) when it is short. It runs inside Do; slot
+// has no step in flight.
+func (b *cudaBackend) upload(slot *stepSlot) error {
 	n := len(b.host)
 	if n > b.metaCap {
 		if err := b.dropGraphs(); err != nil {
@@ -1081,26 +1018,29 @@ func (b *cudaBackend) upload() error {
 		// A different buffer changes every op's pointers: the signature has to include it.
 	}
 	b.sig = fnvWord(b.sig, uint64(b.meta))
-	if 4*n > len(b.pinMeta) {
-		if err := b.dev.FreeHost(b.pinMeta); err != nil {
+	if 4*n > len(slot.meta) {
+		if err := b.dev.FreeHost(slot.meta); err != nil {
 			return err
 		}
-		b.pinMeta = nil
+		slot.meta = nil
 		p, err := b.dev.AllocHost(4 * max(4096, nextPow2(n)))
 		if err != nil {
 			return err
 		}
-		b.pinMeta = p
+		slot.meta = p
 	}
-	// The step's kernels follow the copy on the same stream; the previous step has finished (every step
-	// ends by waiting for its stream), so the staging buffer is free.
-	staged := b.pinMeta[:4*n]
+	// The step's kernels follow the copy on the same stream; the slot's previous step has ended (its
+	// event was waited for), so the staging buffer is free.
+	staged := slot.meta[:4*n]
 	copy(staged, cuda.Bytes(b.host))
 	return b.dev.CopyToDeviceAsync(b.meta, staged, b.stream)
 }
 
-// dropGraphs destroys every captured graph.
+// dropGraphs destroys every captured graph, once no step is in flight.
 func (b *cudaBackend) dropGraphs() error {
+	if err := b.quiesce(); err != nil {
+		return err
+	}
 	var errs []error
 	for k, g := range b.graphs {
 		if g.exec != nil {

@@ -59,6 +59,13 @@ type Step struct {
 	ContextLens                    []int32   // [S] context length after this step
 	BlockTables                    [][]int32 // [S] physical block ids in logical order
 	LogitRows                      []int32   // token rows whose logits are wanted
+	// InputFrom, when not nil, has one entry per token row: −1 (the row's token is Tokens[row]) or the
+	// index of the previous step's pick whose token is the row's input (the token Start, ForwardGreedy
+	// or ForwardSample chose for that step's logits row InputFrom[row]). It serves pipelined decode: the
+	// engine queues a step before it has read the previous step's picks, and the backend feeds them
+	// where they are. Tokens[row] is ignored for such rows. The previous step must have been a pick
+	// (not Forward) on this model.
+	InputFrom []int32
 }
 
 // layerWeights holds one decoder layer's parameters as backend handles.
@@ -97,6 +104,11 @@ type Model struct {
 
 	ws     workspace
 	closed bool
+	// numPicks is the number of token ids the last step picked (Start, ForwardGreedy, ForwardSample),
+	// which the next step's InputFrom may name; 0 after Forward or a failed step. picks holds them when
+	// the backend picks on the host (no PickBackend); fed is the step's Tokens with them filled in.
+	numPicks   int
+	picks, fed []int32
 }
 
 // Config returns the model's configuration. The caller must not modify it.
@@ -132,6 +144,7 @@ func headDim(cfg *weights.Config) int {
 // order. It writes the step's K and V into the pages named by s.SlotMapping. Errors wrap ErrInvalidStep
 // for inconsistent metadata and ErrClosed after Close.
 func (m *Model) Forward(s *Step) ([][]float32, error) {
+	m.numPicks = 0
 	logits, err := m.forward(s)
 	if err != nil {
 		return nil, fmt.Errorf("model: forward: %w", err)
@@ -151,42 +164,125 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 	return out, nil
 }
 
-// ArgmaxBackend is implemented by backends that can pick the largest entry of each logits row where
-// the logits live (the CUDA backend, on the device), so that only token ids cross to the host.
-type ArgmaxBackend interface {
-	// ArgmaxToHost ends the step like CopyToHost but writes into dst[r] the index of the largest entry of
-	// src's row r, the first one on ties.
-	ArgmaxToHost(dst []int32, src Tensor) error
+// PickBackend is implemented by backends that pick each logits row's next token where the logits live
+// (the CUDA backend, on the device), so that only token ids cross to the host, and that keep the picks
+// there for the next step's InputFrom rows.
+type PickBackend interface {
+	// PickAsync ends the step like CopyToHost, with a pick per row r of src (the first largest entry
+	// when params is nil, else the draw under params[r] by the algorithm of sampleRowCPU) in place of
+	// the logits, but returns once the step is queued: wait blocks until the step has ended and dst
+	// holds the picks. The next step may be issued before wait is called (at most two steps
+	// outstanding); waits come in the order of the steps.
+	PickAsync(dst []int32, src Tensor, params []SampleParams) (wait func() error, err error)
 }
 
-// ForwardGreedy runs one step like Forward and returns, for each entry of s.LogitRows, the index of its
-// largest logit (the first on ties): the greedy next token. Backends implementing ArgmaxBackend keep the
-// logits where they are; others copy them to the host and pick there.
-func (m *Model) ForwardGreedy(s *Step) ([]int32, error) {
-	argmaxer, ok := m.backend.(ArgmaxBackend)
+// Pick is a step queued by Start: its picked token ids arrive with Wait.
+type Pick struct {
+	wait func() ([]int32, error) // nil once called
+	ids  []int32
+	err  error
+}
+
+// NewPick returns a Pick whose Wait returns what wait returns, calling it once: for wrappers of a
+// model's Start (benchmarks, tests).
+func NewPick(wait func() ([]int32, error)) *Pick { return &Pick{wait: wait} }
+
+// Wait blocks until the step has ended and returns one token id per entry of its LogitRows. Later
+// calls return the same.
+func (p *Pick) Wait() ([]int32, error) {
+	if p.wait != nil {
+		p.ids, p.err = p.wait()
+		p.wait = nil
+	}
+	return p.ids, p.err
+}
+
+// Start runs one step like Forward but ends it with a pick per entry of s.LogitRows: the index of the
+// row's largest logit (the first on ties: the greedy next token) when params is nil, else the token drawn
+// under params[i] (SampleParams). On a PickBackend only the ids cross to the host, and Start returns as
+// soon as the step is queued, so that the next step (whose InputFrom may name these picks) can be queued
+// while this one runs: call Wait for the ids, in step order, with at most two steps outstanding. On
+// other backends the logits come to the host, the pick is made there, and the step has ended when Start
+// returns.
+func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
+	if s != nil && params != nil && len(params) != len(s.LogitRows) {
+		return nil, fmt.Errorf("model: forward: %d sampling parameters for %d logits rows: %w", len(params), len(s.LogitRows), ErrInvalidStep)
+	}
+	picker, ok := m.backend.(PickBackend)
 	if !ok {
-		rows, err := m.Forward(s)
+		ids, err := m.pickOnHost(s, params)
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]int32, len(rows))
-		for i, row := range rows {
-			ids[i] = Argmax(row)
-		}
-		return ids, nil
+		return &Pick{ids: ids}, nil // already ended
 	}
 	logits, err := m.forward(s)
 	if err != nil {
+		m.numPicks = 0
 		return nil, fmt.Errorf("model: forward: %w", err)
 	}
 	ids := make([]int32, len(s.LogitRows))
 	if len(ids) == 0 {
 		logits = Tensor{}
 	}
-	if err := argmaxer.ArgmaxToHost(ids, logits); err != nil {
+	wait, err := picker.PickAsync(ids, logits, params)
+	if err != nil {
+		m.numPicks = 0
 		return nil, fmt.Errorf("model: forward: %w", err)
 	}
+	m.numPicks = len(ids)
+	return NewPick(func() ([]int32, error) {
+		if err := wait(); err != nil {
+			return nil, fmt.Errorf("model: forward: %w", err)
+		}
+		return ids, nil
+	}), nil
+}
+
+// pickOnHost is Start on a backend without PickBackend: the step's InputFrom rows get the previous picks
+// (kept here), the logits come to the host, and each row is picked there.
+func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
+	if s != nil && s.InputFrom != nil {
+		if err := m.validateInputFrom(s); err != nil {
+			m.numPicks = 0
+			return nil, fmt.Errorf("model: forward: %w", err)
+		}
+		m.fed = append(m.fed[:0], s.Tokens...)
+		for row, from := range s.InputFrom {
+			if from >= 0 {
+				m.fed[row] = m.picks[from]
+			}
+		}
+		fed := *s
+		fed.Tokens, fed.InputFrom = m.fed, nil
+		s = &fed
+	}
+	rows, err := m.Forward(s)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int32, len(rows))
+	for i, row := range rows {
+		if params == nil {
+			ids[i] = Argmax(row)
+		} else {
+			ids[i] = sampleRowCPU(row, prepareSample(params[i]))
+		}
+	}
+	m.picks = append(m.picks[:0], ids...)
+	m.numPicks = len(ids)
 	return ids, nil
+}
+
+// ForwardGreedy runs one step like Forward and returns, for each entry of s.LogitRows, the index of its
+// largest logit (the first on ties): the greedy next token. It is Start with no sampling parameters,
+// waited for.
+func (m *Model) ForwardGreedy(s *Step) ([]int32, error) {
+	p, err := m.Start(s, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait()
 }
 
 // forward validates s and issues every op of the step up to the LM head; it returns the logits rows
@@ -349,7 +445,15 @@ func (m *Model) validate(s *Step) error {
 			}
 		}
 	}
+	if s.InputFrom != nil {
+		if err := m.validateInputFrom(s); err != nil {
+			return err
+		}
+	}
 	for row := range numTokens {
+		if s.InputFrom != nil && s.InputFrom[row] >= 0 {
+			continue
+		}
 		if tok := s.Tokens[row]; tok < 0 || tok >= vocab {
 			return fmt.Errorf("%w: token row %d: id %d not in [0, %d)", ErrInvalidStep, row, tok, vocab)
 		}
@@ -357,6 +461,19 @@ func (m *Model) validate(s *Step) error {
 	for i, row := range s.LogitRows {
 		if row < 0 || int(row) >= numTokens {
 			return fmt.Errorf("%w: logit row %d is %d, not in [0, %d)", ErrInvalidStep, i, row, numTokens)
+		}
+	}
+	return nil
+}
+
+// validateInputFrom checks s.InputFrom against the token rows and the previous step's picks.
+func (m *Model) validateInputFrom(s *Step) error {
+	if len(s.InputFrom) != len(s.Tokens) {
+		return fmt.Errorf("%w: %d input sources for %d token rows", ErrInvalidStep, len(s.InputFrom), len(s.Tokens))
+	}
+	for row, from := range s.InputFrom {
+		if from < -1 || int(from) >= m.numPicks {
+			return fmt.Errorf("%w: token row %d takes the previous step's pick %d, which picked %d", ErrInvalidStep, row, from, m.numPicks)
 		}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -25,46 +24,19 @@ type SampleParams struct {
 	Seed, Step uint64
 }
 
-// SamplerBackend is implemented by backends that can sample each logits row where the logits live (the
-// CUDA backend, on the device), so that only token ids cross to the host.
-type SamplerBackend interface {
-	// SampleToHost ends the step like CopyToHost but writes into dst[r] the token drawn from src's row r
-	// under params[r], by the algorithm of sampleRowCPU.
-	SampleToHost(dst []int32, src Tensor, params []SampleParams) error
-}
-
 // ForwardSample runs one step like Forward and returns, for each entry of s.LogitRows, the token drawn
-// under params[i] (one per logits row). Backends implementing SamplerBackend keep the logits where they
-// are; others copy them to the host and run the same algorithm there (sampleRowCPU). The draw's uniform
-// comes from (Seed, Step) alone; it is not the engine's host PCG stream.
+// under params[i] (one per logits row): Start with params, waited for. A PickBackend draws where the
+// logits are; others copy them to the host and run the same algorithm there (sampleRowCPU). The draw's
+// uniform comes from (Seed, Step) alone; it is not the engine's host PCG stream.
 func (m *Model) ForwardSample(s *Step, params []SampleParams) ([]int32, error) {
-	if len(params) != len(s.LogitRows) {
-		return nil, fmt.Errorf("model: forward: %d sampling parameters for %d logits rows: %w", len(params), len(s.LogitRows), ErrInvalidStep)
+	if params == nil {
+		params = []SampleParams{}
 	}
-	sampler, ok := m.backend.(SamplerBackend)
-	if !ok {
-		rows, err := m.Forward(s)
-		if err != nil {
-			return nil, err
-		}
-		ids := make([]int32, len(rows))
-		for i, row := range rows {
-			ids[i] = sampleRowCPU(row, prepareSample(params[i]))
-		}
-		return ids, nil
-	}
-	logits, err := m.forward(s)
+	p, err := m.Start(s, params)
 	if err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, err
 	}
-	ids := make([]int32, len(s.LogitRows))
-	if len(ids) == 0 {
-		logits = Tensor{}
-	}
-	if err := sampler.SampleToHost(ids, logits, params); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
-	}
-	return ids, nil
+	return p.Wait()
 }
 
 // sampleGreedyEpsilon is the temperature below which sampling is greedy (vLLM's _SAMPLING_EPS).

@@ -30,6 +30,7 @@ type benchModelFlags struct {
 	pageSize         int
 	verbose          bool
 	cpuProfile       string
+	noPipelining     bool
 }
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
@@ -41,6 +42,7 @@ func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
 	fs.BoolVar(&f.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof)")
+	fs.BoolVar(&f.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read")
 }
 
 // spec checks the model flags and returns the load spec (without its KV size).
@@ -165,7 +167,7 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 	bw, source := bench.ResolveBandwidth(lm.Device, *bandwidth)
 	results, err := bench.RunLatencySweep(ctx, lm, batches, bench.LatencyOptions{
 		InputLen: *inputLen, OutputLen: *outputLen, Warmup: *warmup, Iterations: *iters, Seed: mf.seed,
-		MaxNumBatchedTokens: *maxBatched, Bandwidth: bw, BandwidthSource: source,
+		MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Bandwidth: bw, BandwidthSource: source,
 		Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
 	})
 	if err != nil {
@@ -257,7 +259,7 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	return throughput(ctx, spec, bench.ThroughputOptions{
 		NumPrompts: *numPrompts, InputLen: in, OutputLen: out, Seed: mf.seed, MaxNumSeqs: *maxNumSeqs,
-		MaxNumBatchedTokens: *maxBatched, Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
+		MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
 		Bandwidth: *bandwidth, PeakFLOPS: *peakFLOPS,
 	}, *jsonOut, stdout, stderr)
 }

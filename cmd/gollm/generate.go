@@ -53,7 +53,7 @@ type generateOptions struct {
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize int
-	noPrefixCache                                    bool
+	noPrefixCache, noPipelining                      bool
 	device                                           string
 }
 
@@ -65,6 +65,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory; on a GPU, 90% of its memory after the weights)")
 	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
+	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
 }
 
 func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -292,6 +293,7 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		MaxNumSeqs:           o.maxNumSeqs,
 		MaxNumBatchedTokens:  o.maxBatchedTokens,
 		DisablePrefixCaching: o.noPrefixCache,
+		DisablePipelining:    o.noPipelining,
 		EOSTokenIDs:          folder.Generation.EOSTokenIDs,
 		Logger:               logger,
 	})

@@ -26,6 +26,9 @@ type LatencyOptions struct {
 	// MaxNumBatchedTokens is the engine's per-step token budget (chunked prefill); 0 means the
 	// engine's default.
 	MaxNumBatchedTokens int
+	// DisablePipelining runs every decode step after the previous one's tokens are read (engine
+	// Config.DisablePipelining), for comparison.
+	DisablePipelining bool
 	// Bandwidth is the roofline's copy bandwidth in bytes per second, BandwidthSource says where it
 	// came from ("measured", "flag", "H100 default"); see ResolveBandwidth.
 	Bandwidth       float64
@@ -55,9 +58,13 @@ type LatencyResult struct {
 	// DecodeStep is the wall time of each decode step that ran the whole batch, from one step's
 	// start to the next's: the engine's scheduling, metadata, sampling and streaming included.
 	DecodeStep Summary `json:"decode_step"`
-	// DecodeForward is the model's Forward alone in those steps.
+	// DecodeForward is the time the engine spent in the model's calls in those steps: Forward, or a
+	// pick's Start and its Wait (a pipelined step's Start returns before the step ends; the engine
+	// reads its picks after it has queued the next one).
 	DecodeForward Summary `json:"decode_forward"`
-	// EngineOverheadMS is the median of (step − Forward): the host time the engine adds per step.
+	// EngineOverheadMS is the median of (step − DecodeForward): the engine's own host work per step.
+	// With pipelined decode it runs while the device computes the next step, so it costs the step
+	// nothing unless it outlasts it.
 	EngineOverheadMS float64 `json:"engine_overhead_ms"`
 	// BackendHostMS is the median host time inside Forward, when the model tells (HostTimer).
 	BackendHostMS *float64 `json:"backend_host_ms,omitempty"`
@@ -128,6 +135,7 @@ func RunLatency(ctx context.Context, lm *LoadedModel, opts LatencyOptions) (*Lat
 		MaxNumSeqs:           opts.Batch,
 		MaxNumBatchedTokens:  opts.MaxNumBatchedTokens,
 		DisablePrefixCaching: true,
+		DisablePipelining:    opts.DisablePipelining,
 		Logger:               logger,
 	})
 	if err != nil {
@@ -313,7 +321,7 @@ wait:
 		if st.host >= 0 {
 			host = st.host
 		}
-		it.steps = append(it.steps, stepTiming{wall: next.Sub(st.start), forward: st.end.Sub(st.start), host: host,
+		it.steps = append(it.steps, stepTiming{wall: next.Sub(st.start), forward: st.inModel, host: host,
 			contextSum: st.contextSum})
 	}
 	return it, nil

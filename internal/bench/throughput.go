@@ -23,6 +23,8 @@ type ThroughputOptions struct {
 	Seed uint64
 	// MaxNumSeqs and MaxNumBatchedTokens are the engine's limits; 0 means its defaults.
 	MaxNumSeqs, MaxNumBatchedTokens int
+	// DisablePipelining: see LatencyOptions.
+	DisablePipelining bool
 	// Progress receives a progress bar; nil for none.
 	Progress io.Writer
 	// Logger receives the engine's logs; nil discards them.
@@ -79,6 +81,7 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 	e, err := engine.New(lm.Model, lm.Tokenizer, engine.Config{
 		MaxNumSeqs:          opts.MaxNumSeqs,
 		MaxNumBatchedTokens: opts.MaxNumBatchedTokens,
+		DisablePipelining:   opts.DisablePipelining,
 		Logger:              logger,
 	})
 	if err != nil {

@@ -20,7 +20,8 @@ type HostTimer interface {
 
 // stepRecord is one Forward call as the engine issued it.
 type stepRecord struct {
-	start, end time.Time
+	start, end time.Time     // Start (or Forward) called; picks (or logits) read
+	inModel    time.Duration // of that, the time the engine's goroutine spent in the model's calls
 	tokens     int           // rows of the step
 	seqs       int           // sequences in the step
 	decodeOnly bool          // one token per sequence
@@ -56,29 +57,54 @@ func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
 	return out, err
 }
 
-// ForwardGreedy is Forward for the engine's all-greedy steps: it passes the inner model's device-side
-// pick through (engine.GreedyModel), so the benchmark times what the engine really runs; a model
-// without one gets the argmax of its host logits.
-func (t *timedModel) ForwardGreedy(s *model.Step) ([]int32, error) {
-	var ids []int32
-	err := t.record(s, func() error {
-		if gm, ok := t.inner.(engine.GreedyModel); ok {
-			var err error
-			ids, err = gm.ForwardGreedy(s)
-			return err
-		}
+// Start is Forward for the steps the engine ends with a pick on the model's side (engine.PickModel):
+// it passes the inner model's Start through, so the benchmark times what the engine really runs,
+// pipelining included; the step's record closes when its picks are read. A model without one gets the
+// argmax (or the draw) of its host logits.
+func (t *timedModel) Start(s *model.Step, params []model.SampleParams) (*model.Pick, error) {
+	rec := t.open(s)
+	pm, ok := t.inner.(engine.PickModel)
+	if !ok {
 		rows, err := t.inner.Forward(s)
-		ids = make([]int32, len(rows))
+		ids := make([]int32, len(rows))
 		for i, row := range rows {
-			ids[i] = model.Argmax(row)
+			if params == nil {
+				ids[i] = model.Argmax(row)
+			} else {
+				ids[i] = model.SampleLogits(row, params[i])
+			}
 		}
-		return err
-	})
-	return ids, err
+		t.close(rec, time.Now(), 0)
+		if err != nil {
+			return nil, err
+		}
+		return model.NewPick(func() ([]int32, error) { return ids, nil }), nil
+	}
+	p, err := pm.Start(s, params)
+	issued := time.Now()
+	if err != nil {
+		t.close(rec, issued, 0)
+		return nil, err
+	}
+	return model.NewPick(func() ([]int32, error) {
+		waitStart := time.Now()
+		ids, err := p.Wait()
+		end := time.Now()
+		t.close(rec, end, issued.Sub(waitStart)) // in the model: Start's call and the wait, not between
+		return ids, err
+	}), nil
 }
 
 // record waits at the gate if one is set, then runs forward and records the step.
 func (t *timedModel) record(s *model.Step, forward func() error) error {
+	rec := t.open(s)
+	err := forward()
+	t.close(rec, time.Now(), 0)
+	return err
+}
+
+// open waits at the gate if one is set and starts the step's record.
+func (t *timedModel) open(s *model.Step) *stepRecord {
 	t.mu.Lock()
 	gate, entered := t.gate, t.entered
 	t.gate, t.entered = nil, nil
@@ -92,15 +118,20 @@ func (t *timedModel) record(s *model.Step, forward func() error) error {
 		rec.contextSum += int(c)
 	}
 	rec.start = time.Now()
-	err := forward()
-	rec.end = time.Now()
+	return &rec
+}
+
+// close ends rec at end and stores it. Its time in the model is end − start less gap (the time between
+// a pipelined step's Start call and the wait for its picks, when the engine ran on).
+func (t *timedModel) close(rec *stepRecord, end time.Time, gap time.Duration) {
+	rec.end = end
+	rec.inModel = end.Sub(rec.start) + gap
 	if ht, ok := t.inner.(HostTimer); ok {
 		rec.host = ht.LastForwardHostTime()
 	}
 	t.mu.Lock()
-	t.steps = append(t.steps, rec)
+	t.steps = append(t.steps, *rec)
 	t.mu.Unlock()
-	return err
 }
 
 // holdNext makes the next Forward wait until release is called. entered is closed when it waits.

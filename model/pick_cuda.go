@@ -1,0 +1,260 @@
+//go:build cuda
+
+package model
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// stepSlot is one of the backend's two slots for steps in flight: the page-locked buffers a step's
+// copies use while it runs, and the event recorded after its last copy.
+type stepSlot struct {
+	meta, ids, sample []byte      // metadata staging, landing place of the picked ids, sampler arguments
+	done              *cuda.Event // recorded after the step's ids' copy
+	inflight          *inflightPick
+}
+
+// inflightPick is a step PickAsync queued whose picks have not been read yet.
+type inflightPick struct {
+	dst  []int32
+	slot int
+	done bool
+	err  error
+}
+
+// PickAsync ends the step: it uploads the metadata, queues the recorded ops (the decode graph where it
+// can), then the pick of every row of src — the argmax (fused into the LM head's product where it can,
+// part of the graph) when params is nil, else the sampling kernel (kernels/sample.cu, the twin of
+// sampleRowCPU; outside the graph, since its arguments change every step) — and an asynchronous copy of
+// the len(dst) ids into the slot's page-locked memory, and records the slot's event. It returns without
+// waiting; wait blocks on the event and copies the ids into dst. The ids stay in b.ids for the next
+// step's InputFrom rows. With both slots in flight, the older step is waited for first.
+func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
+	if len(dst) == 0 {
+		return func() error { return nil }, b.run(nil)
+	}
+	if params != nil && len(params) != len(dst) {
+		return nil, fmt.Errorf("cuda backend: %d sampling parameters for %d rows", len(params), len(dst))
+	}
+	t := tensorOf(src)
+	if len(dst) > src.Rows {
+		return nil, fmt.Errorf("cuda backend: pick %d rows of a %d-row tensor", len(dst), src.Rows)
+	}
+	if err := b.ensureIDs(max(len(dst), b.st.rows)); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	var rows []sampleRow
+	if params == nil {
+		if err := b.recordArgmax(len(dst), t); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+	} else {
+		rows = make([]sampleRow, len(dst))
+		for i, p := range params {
+			rows[i] = prepareSample(p)
+		}
+		if err := b.ensureSampleArgs(len(dst)); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+	}
+	defer func() { b.ops = b.ops[:0] }()
+	if b.err != nil {
+		return nil, b.err
+	}
+	k := b.slot
+	slot := &b.slots[k]
+	if slot.inflight != nil {
+		if err := b.settle(slot.inflight); err != nil {
+			return nil, fmt.Errorf("cuda backend: step: %w", err)
+		}
+	}
+	if err := b.ensureSlot(slot); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	ids := slot.ids[:4*len(dst)]
+	err := b.dev.Do(func() error {
+		err := b.upload(slot)
+		if err == nil {
+			err = b.queue()
+		}
+		if err == nil && rows != nil {
+			args := slot.sample[:len(rows)*int(unsafe.Sizeof(sampleRow{}))]
+			copy(args, cuda.Bytes(rows))
+			err = b.dev.CopyToDeviceAsync(b.sampleArgs, args, b.stream)
+			if err == nil {
+				p := struct {
+					Out, Kept, Logits, Args cuda.DevicePtr
+					Cols                    int32
+				}{b.ids, b.sampleKept, t.ptr, b.sampleArgs, int32(src.Cols)}
+				err = cuda.Launch(b.fn.sample, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: sampleThreads}, 0, b.stream, &p)
+			}
+		}
+		if err == nil {
+			err = b.dev.CopyFromDeviceAsync(ids, b.ids, b.stream)
+		}
+		if err == nil {
+			err = slot.done.Record(b.stream)
+		}
+		if err != nil {
+			// Let queued copies finish before a later step rewrites their page-locked buffers.
+			_ = b.stream.Synchronize()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda backend: step: %w", err)
+	}
+	p := &inflightPick{dst: dst, slot: k}
+	slot.inflight = p
+	b.slot ^= 1
+	return func() error { return b.settle(p) }, nil
+}
+
+// ensureSlot gives a slot its event and an ids landing place of idsCap ids.
+func (b *cudaBackend) ensureSlot(slot *stepSlot) error {
+	if slot.done == nil {
+		ev, err := b.dev.NewEvent()
+		if err != nil {
+			return err
+		}
+		slot.done = ev
+	}
+	if len(slot.ids) < 4*b.idsCap {
+		if err := b.dev.FreeHost(slot.ids); err != nil {
+			return err
+		}
+		slot.ids = nil
+		p, err := b.dev.AllocHost(4 * b.idsCap)
+		if err != nil {
+			return err
+		}
+		slot.ids = p
+	}
+	return nil
+}
+
+// settle waits for p's step to end and copies its picks into p.dst; later calls return the same error.
+func (b *cudaBackend) settle(p *inflightPick) error {
+	if p.done {
+		return p.err
+	}
+	p.done = true
+	slot := &b.slots[p.slot]
+	if p.err = slot.done.Synchronize(); p.err == nil {
+		copy(cuda.Bytes(p.dst), slot.ids[:4*len(p.dst)])
+	}
+	slot.inflight = nil
+	return p.err
+}
+
+// quiesce waits for the steps in flight (the older first) and hands over their picks, so that buffers
+// they use may be replaced.
+func (b *cudaBackend) quiesce() error {
+	var errs []error
+	for _, k := range []int{b.slot, b.slot ^ 1} { // b.slot was issued before b.slot^1, if both are in flight
+		if p := b.slots[k].inflight; p != nil {
+			errs = append(errs, b.settle(p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recordArgmax records the argmax of the first rows rows of t into b.ids. After the LM head's product
+// it fuses into it: the product's epilogue leaves one (max, index) per token and tile of 16 logits, and
+// ArgmaxPartials reads those instead of the logits.
+func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
+	cols := t.cols
+	mm := b.fuseInto(t, rows)
+	if mm != nil && mm.out == cols {
+		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((cols + 15) / 16)); err != nil {
+			return err
+		}
+		mm.epi = gemvEpilogue{mode: gemvArgmax}
+		b.sig = fnvString(b.sig, "fused")
+	} else {
+		mm = nil
+	}
+	tiles := (cols + 15) / 16
+	chunks := (cols + argmaxChunk - 1) / argmaxChunk
+	if err := b.ensureArgmaxPartials(chunks * max(rows, b.st.rows)); err != nil {
+		return err
+	}
+	graphable := b.st.s != nil && rows == len(b.st.s.LogitRows)
+	b.record(cudaOp{rows: rows, capacity: min(t.rows, b.idsCap), graphable: graphable, run: func(n int) error {
+		parts := struct {
+			Out, Values, Indices cuda.DevicePtr
+			Tiles                int32
+		}{b.ids, b.argValues, b.argIndices, int32(tiles)}
+		if !b.fused(mm, gemvArgmax, n) {
+			p := struct {
+				Values, Indices, Logits cuda.DevicePtr
+				Cols, Chunks            int32
+			}{b.argValues, b.argIndices, t.ptr, int32(cols), int32(chunks)}
+			if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: n}, cuda.Dim3{X: 256}, 0, &p); err != nil {
+				return err
+			}
+			parts.Tiles = int32(chunks)
+		}
+		return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: n}, cuda.Dim3{X: 1024}, 0, &parts)
+	}}, "argmax", uint64(b.ids), uint64(t.ptr), uint64(cols), uint64(b.argValues))
+	return nil
+}
+
+// ensureIDs makes the device's pick buffer hold n ids. A new buffer keeps the old one's ids (the next
+// step's InputFrom rows read them) and drops the graphs, whose ops named the old one; the slots' landing
+// places grow at their next step (ensureSlot).
+func (b *cudaBackend) ensureIDs(n int) error {
+	if n <= b.idsCap {
+		return nil
+	}
+	n = nextPow2(n)
+	if err := b.dropGraphs(); err != nil { // waits for the steps in flight
+		return err
+	}
+	p, err := b.dev.Alloc(4 * int64(n))
+	if err != nil {
+		return err
+	}
+	if err := b.dev.Fill32(p, 0, int64(n), b.stream); err != nil {
+		return errors.Join(err, b.dev.Free(p))
+	}
+	if b.ids != 0 {
+		err := b.dev.CopyDevice(p, b.ids, 4*int64(b.idsCap), b.stream)
+		if err == nil {
+			err = b.stream.Synchronize()
+		}
+		if err == nil {
+			err = b.dev.Free(b.ids)
+		}
+		if err != nil {
+			return errors.Join(err, b.dev.Free(p))
+		}
+	}
+	b.ids, b.idsCap = p, n
+	return nil
+}
+
+// ArgmaxToHost runs the step and writes into dst[r] the index of the largest entry of src's row r (the
+// first on ties): PickAsync without sampling parameters, waited for.
+func (b *cudaBackend) ArgmaxToHost(dst []int32, src Tensor) error { return b.pickNow(dst, src, nil) }
+
+// SampleToHost runs the step and writes into dst[r] the token drawn from src's row r under params[r]:
+// PickAsync, waited for.
+func (b *cudaBackend) SampleToHost(dst []int32, src Tensor, params []SampleParams) error {
+	if params == nil {
+		params = []SampleParams{}
+	}
+	return b.pickNow(dst, src, params)
+}
+
+func (b *cudaBackend) pickNow(dst []int32, src Tensor, params []SampleParams) error {
+	wait, err := b.PickAsync(dst, src, params)
+	if err != nil {
+		return err
+	}
+	return wait()
+}

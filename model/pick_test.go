@@ -1,0 +1,176 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// pipelineRun decodes prompts for steps steps on m, step i's rows in the order of orders[i] (the last
+// order from there on; each a permutation of a subset of the sequences: those left out of a step stay
+// out for good), sampling under params when sample is set (else greedy). With pipelined set, every decode step
+// is started before the previous one's picks are read, its tokens fed from those picks by InputFrom
+// (the rows' Tokens are poisoned); otherwise each step waits and passes the picked tokens explicitly.
+// It returns each sequence's picked tokens.
+func pipelineRun(t *testing.T, m *Model, numBlocks, blockSize int, prompts [][]int32, orders [][]int, steps int, sample, pipelined bool) [][]int32 {
+	t.Helper()
+	p := newPager(numBlocks, blockSize, newRand(5))
+	out := make([][]int32, len(prompts))
+	params := func(seqs []int) []SampleParams {
+		if !sample {
+			return nil
+		}
+		ps := make([]SampleParams, len(seqs))
+		for i, s := range seqs {
+			ps[i] = SampleParams{Temperature: 0.9, TopK: 20, Seed: uint64(100 + s), Step: uint64(len(out[s]))}
+		}
+		return ps
+	}
+	var chunks []chunk
+	prev := make([]int, 0, len(prompts)) // sequences of the previous step, in row order
+	for s, pr := range prompts {
+		chunks = append(chunks, chunk{s, pr})
+		prev = append(prev, s)
+	}
+	pick, err := m.Start(p.step(chunks...), params(prev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []int32 // the previous step's picks, once read
+	if !pipelined {
+		if last, err = pick.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range steps {
+		order := orders[min(i, len(orders)-1)]
+		chunks, from := chunks[:0], make([]int32, 0, len(order))
+		for _, s := range order {
+			k := int32(slices.Index(prev, s))
+			if k < 0 {
+				t.Fatalf("order %v names sequence %d, which was not in the previous step", order, s)
+			}
+			tok := int32(0) // not read: InputFrom names the pick
+			if !pipelined {
+				tok = last[k]
+			}
+			chunks = append(chunks, chunk{s, []int32{tok}})
+			from = append(from, k)
+		}
+		st := p.step(chunks...)
+		if pipelined {
+			st.InputFrom = from
+		}
+		next, err := m.Start(st, params(order))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if pipelined {
+			if last, err = pick.Wait(); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		}
+		for k, s := range prev {
+			out[s] = append(out[s], last[k])
+		}
+		pick, prev = next, slices.Clone(order)
+		if !pipelined {
+			if last, err = pick.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if pipelined {
+		if last, err = pick.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, s := range prev {
+		out[s] = append(out[s], last[k])
+	}
+	return out
+}
+
+// checkPipelined runs pipelineRun both ways on m and wants the same tokens: a step fed by InputFrom
+// before the previous step's picks reach the host decodes exactly what waiting would have.
+func checkPipelined(t *testing.T, m *Model, numBlocks, blockSize, vocab int) {
+	t.Helper()
+	rng := newRand(9)
+	prompts := [][]int32{randomTokens(rng, 5, vocab), randomTokens(rng, 1, vocab), randomTokens(rng, 23, vocab), randomTokens(rng, 3, vocab)}
+	orders := [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}, {2, 0, 1, 3}, {0, 1, 2, 3}, {3, 2, 1, 0}}
+	dropping := [][]int{{0, 1, 2, 3}, {3, 1, 2}, {2, 3}, {3, 2}, {2}}
+	for _, tc := range []struct {
+		name   string
+		orders [][]int
+		sample bool
+	}{
+		{"greedy", orders, false},
+		{"greedy_dropping", dropping, false},
+		{"sample", orders, true},
+		{"sample_dropping", dropping, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const steps = 9
+			want := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.sample, false)
+			got := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.sample, true)
+			for s := range want {
+				if !slices.Equal(got[s], want[s]) {
+					t.Errorf("sequence %d: pipelined %v, waited %v", s, got[s], want[s])
+				}
+			}
+			if len(want[2]) != steps+1 {
+				t.Fatalf("sequence 2 got %d tokens, want %d", len(want[2]), steps+1)
+			}
+		})
+	}
+}
+
+func TestPipelinedPicks(t *testing.T) {
+	cfg := tinyConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 4)
+	m, err := load(cfg, r.get, Options{NumBlocks: 64, BlockSize: 4}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	checkPipelined(t, m, 64, 4, cfg.VocabSize)
+}
+
+func TestInputFromRejected(t *testing.T) {
+	cfg := tinyConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 4)
+	m, err := load(cfg, r.get, Options{NumBlocks: 64, BlockSize: 4}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p := newPager(64, 4, newRand(1))
+	if _, err := m.ForwardGreedy(p.step(chunk{0, []int32{1, 2, 3}}, chunk{1, []int32{4}})); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		from   []int32
+		logits bool // a Forward (logits, no pick) ran before
+	}{
+		{from: []int32{2}},    // only two picks
+		{from: []int32{-2}},   // below −1
+		{from: []int32{0, 1}}, // two sources for one row
+		{from: []int32{0}, logits: true},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			if tc.logits {
+				if _, err := m.Forward(p.step(chunk{3, []int32{7}})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := p.step(chunk{2, []int32{0}})
+			st.InputFrom = tc.from
+			if _, err := m.ForwardGreedy(st); !errors.Is(err, ErrInvalidStep) {
+				t.Fatalf("InputFrom %v: err %v, want ErrInvalidStep", tc.from, err)
+			}
+		})
+	}
+}
