@@ -4,6 +4,8 @@ package model
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -70,12 +72,22 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // weights-floor-ms (the weights' bytes at the copy bandwidth), floor-ms (weights and KV), and %floor =
 // floor-ms / ms/step. Each sub-benchmark then logs a per-op profile of one more step (stepProfile: op by
 // op with events between, so each op carries about 2 µs of launch gap a graph does not have). The
-// prefill sub-benchmark times one 1024-token prompt and logs its per-op profile.
+// prefill sub-benchmark times one 1024-token prompt and logs its per-op profile. GOLLM_BENCH_CONTEXT sets
+// another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
+// output tokens).
 //
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
 	dev := gpuDevice(b)
-	const context, blockSize = 1024, 16
+	const blockSize = 1024 / 64
+	context := 1024
+	if v := os.Getenv("GOLLM_BENCH_CONTEXT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1024 || n > 4096 {
+			b.Fatalf("GOLLM_BENCH_CONTEXT=%q: want a context from 1024 to 4096", v)
+		}
+		context = n
+	}
 	for _, mc := range []struct {
 		name string
 		cfg  *weights.Config
@@ -94,6 +106,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 			b.Logf("%s: loaded random bf16 weights (%.2f GB) in %v", mc.name, float64(decodeWeightBytes(cfg))/1e9,
 				time.Since(start).Round(time.Millisecond))
 			b.Run("prefill1024", func(b *testing.B) {
+				const context = 1024
 				table := make([]int32, context/blockSize)
 				for i := range table {
 					table[i] = int32(i)
@@ -130,7 +143,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 			for _, batch := range []int{1, 16, 64} {
 				s := &Step{QueryStart: []int32{0}}
 				for seq := range batch {
-					table := make([]int32, context/blockSize)
+					table := make([]int32, (context+blockSize-1)/blockSize)
 					for i := range table {
 						table[i] = int32(seq*(context/blockSize+1) + i)
 					}
@@ -139,7 +152,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 					s.Positions = append(s.Positions, pos)
 					s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
 					s.QueryStart = append(s.QueryStart, int32(seq+1))
-					s.ContextLens = append(s.ContextLens, context)
+					s.ContextLens = append(s.ContextLens, int32(context))
 					s.BlockTables = append(s.BlockTables, table)
 					s.LogitRows = append(s.LogitRows, int32(seq))
 				}
@@ -219,6 +232,7 @@ var decodeVariants = []struct {
 	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}, attention.CUDATuning{}},
 	{"default", defaultGemvTuning, attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
+	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},
 	{"plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 1}, attention.CUDATuning{}},
