@@ -75,8 +75,6 @@ struct DecodeParams {
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
 // included, which would otherwise be written back during this kernel) stays there.
 #define DECODE_FLAG_EVICT_FIRST 8
-// DECODE_FLAG_LATE_PROLOGUE queues every prologue tile after the PDL wait (see decode_prologue).
-#define DECODE_FLAG_LATE_PROLOGUE 16
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -440,40 +438,6 @@ __device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int 
 	}
 }
 
-// decode_fresh is the newest position of sequence seq, whose K/V the kernel before may be writing; −1
-// (no tile is safe) under DECODE_FLAG_LATE_PROLOGUE.
-__device__ __forceinline__ int decode_fresh(const DecodeParams &p, int seq) {
-	return (p.flags & DECODE_FLAG_LATE_PROLOGUE) ? -1 : p.context_lens[seq] - 1;
-}
-
-// decode_prologue queues a program's first STAGES−1 tiles (block ids already in sids) and passes its PDL
-// wait at the best point: the tiles whose rows all precede the sequence's newest position (fresh, which
-// the kernel before may be writing: RoPE's K/V store of this step) are issued before decode_pdl_enter,
-// so their copies overlap the end of that kernel; the others after. Safe tiles form a prefix, so the
-// commit groups keep their order. Everything read before the wait is the step's metadata (block tables,
-// context lengths) or K/V written by earlier steps.
-template <typename L, int STAGES, int TILE, typename T, typename Hint>
-__device__ __forceinline__ void decode_prologue(uint8_t *smem, int (*sids)[L::MAX_PAGES], const T *kc, const T *vc,
-                                                int start, int end, int fresh, int ntiles, int lbs,
-                                                long long row_stride, int kvh, int tid, Hint pf) {
-	int pre = 0;
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++)
-		if (pre == s && s < ntiles && min(end, start + (s + 1) * TILE) <= fresh) {
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-			pre++;
-		}
-	decode_pdl_enter();
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++)
-		if (s >= pre) {
-			if (s < ntiles)
-				L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-		}
-}
-
 // ---------------------------------------------------------------------------------------------------
 // The mma program. Grid (seq, kv_head, partition); 4·MT warps; TILE = 64 tokens, 16 per warp slice.
 
@@ -579,6 +543,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
 
+	decode_pdl_enter();
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
 	const CopyHint pf = copy_hint(p.flags);
@@ -604,8 +569,12 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	for (int s = 0; s < STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
-	decode_prologue<L, STAGES, TILE>(smem, sids, kc, vc, start, end, decode_fresh(p, seq), ntiles, lbs, row_stride, kvh,
-	                                 tid, pf);
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
 	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
 
 	// Q fragments (A operand, row-major 16×16 per k-step): rows r0 = lane/4 and r0+8 of this head tile.
@@ -736,6 +705,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[DECODE_STAGES][L::MAX_PAGES];
 
+	decode_pdl_enter();
 	const int chunks = (p.group + GC - 1) / GC;
 	int seq, y, part;
 	program_ids(p, seq, y, part);
@@ -763,8 +733,12 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	for (int s = 0; s < DECODE_STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
-	decode_prologue<L, DECODE_STAGES, TILE>(smem, sids, kc, vc, start, end, decode_fresh(p, seq), ntiles, lbs, row_stride,
-	                                        kvh, tid, pf);
+#pragma unroll
+	for (int s = 0; s < DECODE_STAGES - 1; s++) {
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
 	int next_id = L::load_id(table, start + (DECODE_STAGES - 1) * TILE, end, lbs, tid);
 
 	// Queries, pre-multiplied by the scale (in log2 units), fp32.

@@ -72,10 +72,8 @@ type CUDADecodeArgs struct {
 	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
 	Scale float32
 	// Dependent launches the kernels with programmatic dependent launch (cuda.LaunchPDL): they may start
-	// before the kernel queued before them has finished, and wait for it themselves. That kernel may
-	// write Q and the K/V row of each sequence's newest position (ContextLens[s]−1), nothing else the
-	// decode kernels read: they read the metadata and the older K/V rows of their first tiles before
-	// they wait. Compute capability 9.0 only (the waits are in the sm_90 code of the fat binary).
+	// before the kernel queued before them has finished, and wait for it themselves. Compute capability
+	// 9.0 only (the waits are in the sm_90 code of the fat binary).
 	Dependent bool
 }
 
@@ -99,11 +97,10 @@ type decodeParams struct {
 
 // The DECODE_FLAG_* switches of decode.cuh.
 const (
-	flagHeadsFast    = 1
-	flagL2Prefetch   = 2
-	flagFusedMerge   = 4
-	flagEvictFirst   = 8
-	flagLatePrologue = 16
+	flagHeadsFast  = 1
+	flagL2Prefetch = 2
+	flagFusedMerge = 4
+	flagEvictFirst = 8
 )
 
 // splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
@@ -135,9 +132,6 @@ type CUDATuning struct {
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
 	// kernel (one program per slot, looping over them with its pipeline full across them).
 	NoPersistent bool
-	// LatePrologue queues a program's first tiles after its PDL wait. By default the tiles whose rows
-	// all precede the sequence's newest position are queued before it (see Dependent).
-	LatePrologue bool
 
 	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
 	persistPrograms int
@@ -348,9 +342,6 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	}
 	if !t.NoEvictFirst {
 		flags |= flagEvictFirst
-	}
-	if t.LatePrologue {
-		flags |= flagLatePrologue
 	}
 	return decodeParams{
 		Flags: flags,

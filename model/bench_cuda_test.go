@@ -232,7 +232,6 @@ var decodeVariants = []struct {
 	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}, attention.CUDATuning{}},
 	{"default", defaultGemvTuning, attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
-	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},
 	{"plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 1}, attention.CUDATuning{}},
