@@ -27,9 +27,11 @@ import (
 // cache, never on its way between layers, and the logits are float32. Every activation buffer is
 // allocated at 4 bytes an element and holds the dtype of its role.
 //
-// Ops are recorded, not run, as the model calls them; CopyToHost (or ArgmaxToHost) then does the whole
-// step in one hop to the goroutine that owns the CUDA context: it uploads the step's metadata in one
-// copy, runs the recorded ops on one stream, waits and copies the results back. A decode step (one token
+// Ops are recorded, not run, as the model calls them; CopyToHost or PickAsync then issues the whole step
+// under the device's lock: it uploads the step's metadata in one copy, queues the recorded ops on one
+// stream and copies the results back, CopyToHost waiting for them, PickAsync not (its step's token ids
+// land in one of two page-locked slots, so that the next step can be queued before they are read; the
+// next step's embedding may read them on the device, Step.InputFrom). A decode step (one token
 // per sequence, at most maxGraphBatch sequences) is padded to a power-of-two batch bucket and run as a
 // CUDA graph: the first step of a bucket runs eagerly (which also warms cuBLAS), the second is captured,
 // later ones replay it. The graph is keyed by the bucket, the block-table width (from a power-of-two
