@@ -8,7 +8,8 @@
 #               at the context $GOLLM_BENCH_CONTEXT (default 1088, the mean context of the latency runs)
 #   latency     gollm bench latency, Llama-3.2-1B and Llama-3-8B shapes, batch 1 and 64, modes $MODES
 #               (default: pipelined and --no-pipelining)
-#   throughput  gollm bench throughput, Llama-3-8B shape, 512 prompts of 128 tokens, both modes
+#   throughput  gollm bench throughput, Llama-3-8B shape, 512 prompts of $THROUGHPUT_LENS tokens (default 128),
+#               each mode
 # Results under $OUT: pipeline-tests.log, decode.txt, latency.jsonl (one object per model, batch and mode),
 # throughput.jsonl, log.txt.
 set -uo pipefail
@@ -62,11 +63,13 @@ for line in open(sys.argv[1]):
 PY
 fi
 if has throughput; then
-	for mode in $modes; do
-		flag=${mode#pipelined}
-		gpu/e2e/gollm bench throughput --config llama3-8b --device cuda --num-prompts 512 --input-len 128 --output-len 128 \
-			--max-num-seqs 256 --max-batched-tokens 8192 --json $flag | sed "s/^{/{\"mode\":\"$mode\",/" >>"$out/throughput.jsonl" 2>>"$out/log.txt"
-		echo "throughput $mode rc=$?" | tee -a "$out/log.txt"
+	for len in ${THROUGHPUT_LENS:-128}; do
+		for mode in $modes; do
+			flag=${mode#pipelined}
+			gpu/e2e/gollm bench throughput --config llama3-8b --device cuda --num-prompts 512 --input-len $len --output-len 128 \
+				--max-num-seqs 256 --max-batched-tokens 8192 --json $flag | sed "s/^{/{\"mode\":\"$mode\",/" >>"$out/throughput.jsonl" 2>>"$out/log.txt"
+			echo "throughput $len $mode rc=$?" | tee -a "$out/log.txt"
+		done
 	done
 	cut -c1-600 "$out/throughput.jsonl"
 fi
