@@ -133,7 +133,8 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, ch chan<- 
 func (f *fakeEngine) Stats() engine.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return engine.Stats{Running: f.live, KVBlocksTotal: 100, KVBlocksUsed: f.live, KVUsage: float64(f.live) / 100}
+	return engine.Stats{Running: f.live, KVBlocksTotal: 100, KVBlocksUsed: f.live, KVUsage: float64(f.live) / 100,
+		Steps: 9, PipelinedSteps: 7}
 }
 
 func (f *fakeEngine) MaxModelLen() int { return f.maxLen }

@@ -75,12 +75,13 @@ var (
 	descHits      = prometheus.NewDesc("gollm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", nil, nil)
 	descPreempt   = prometheus.NewDesc("gollm:num_preemptions_total", "Sequences preempted (KV freed, to be recomputed).", nil, nil)
 	descSteps     = prometheus.NewDesc("gollm:engine_steps_total", "Engine steps run.", nil, nil)
+	descPipelined = prometheus.NewDesc("gollm:engine_pipelined_steps_total", "Engine steps queued before the previous step's tokens were read (pipelined decode).", nil, nil)
 	descPrefilled = prometheus.NewDesc("gollm:prefill_tokens_computed_total", "Prompt tokens computed by the engine, recomputation included.", nil, nil)
 )
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVUsed, descKVCached, descKVTotal,
-		descHitRate, descQueries, descHits, descPreempt, descSteps, descPrefilled} {
+		descHitRate, descQueries, descHits, descPreempt, descSteps, descPipelined, descPrefilled} {
 		ch <- d
 	}
 }
@@ -102,5 +103,6 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descHits, float64(st.PrefixHitTokens))
 	counter(descPreempt, float64(st.Preemptions))
 	counter(descSteps, float64(st.Steps))
+	counter(descPipelined, float64(st.PipelinedSteps))
 	counter(descPrefilled, float64(st.PromptTokens))
 }

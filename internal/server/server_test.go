@@ -145,6 +145,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 	status, _, body = call(t, "GET", ts.URL+"/metrics", "", "")
 	for _, name := range []string{"gollm:num_requests_running", "gollm:num_requests_waiting", "gollm:kv_cache_usage_perc",
 		"gollm:prefix_cache_hit_rate", "gollm:num_preemptions_total", "gollm:prompt_tokens_total 3",
+		"gollm:engine_steps_total 9", "gollm:engine_pipelined_steps_total 7",
 		"gollm:generation_tokens_total 5", "gollm:time_to_first_token_seconds_count 1", "gollm:inter_token_latency_seconds_count",
 		"gollm:e2e_request_latency_seconds_count 1", `gollm:request_success_total{finished_reason="length"} 1`} {
 		if status != 200 || !strings.Contains(string(body), name) {
