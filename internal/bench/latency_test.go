@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -238,5 +239,59 @@ func TestRunThroughput(t *testing.T) {
 		if _, err := RunThroughput(context.Background(), lm, o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: err %v, want ErrInvalidOptions", o, err)
 		}
+	}
+}
+
+// echoModel's logits make the next token id+1 (mod the vocabulary); it records the tokens it saw.
+type echoModel struct {
+	*countingModel
+	seen [][]int32
+}
+
+func (m *echoModel) Forward(s *model.Step) ([][]float32, error) {
+	m.seen = append(m.seen, slices.Clone(s.Tokens))
+	out := make([][]float32, len(s.LogitRows))
+	for i, row := range s.LogitRows {
+		out[i] = make([]float32, m.cfg.VocabSize)
+		out[i][(int(s.Tokens[row])+1)%m.cfg.VocabSize] = 1
+	}
+	return out, nil
+}
+
+// TestTimedModelFeedsPicks: over a model that picks on the host, the wrapper (which the engine pipelines
+// over, as it has Start) gives the inner model a step's InputFrom rows from the previous step's picks.
+func TestTimedModelFeedsPicks(t *testing.T) {
+	inner := &echoModel{countingModel: newCountingModel(50, 16)}
+	tm := newTimedModel(inner)
+	step := func(tokens, from []int32) *model.Step {
+		s := &model.Step{Tokens: tokens, InputFrom: from, QueryStart: []int32{0}}
+		for i := range tokens {
+			s.Positions = append(s.Positions, 0)
+			s.SlotMapping = append(s.SlotMapping, int32(4*i))
+			s.QueryStart = append(s.QueryStart, int32(i+1))
+			s.ContextLens = append(s.ContextLens, 1)
+			s.BlockTables = append(s.BlockTables, []int32{int32(i)})
+			s.LogitRows = append(s.LogitRows, int32(i))
+		}
+		return s
+	}
+	first, err := tm.Start(step([]int32{5, 7}, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := tm.Start(step([]int32{0, 0, 3}, []int32{1, 0, -1}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids1, err1 := first.Wait()
+	ids2, err2 := second.Wait()
+	if err1 != nil || err2 != nil || !slices.Equal(ids1, []int32{6, 8}) || !slices.Equal(ids2, []int32{9, 7, 4}) {
+		t.Fatalf("picks %v (%v), %v (%v); want [6 8], [9 7 4]", ids1, err1, ids2, err2)
+	}
+	if !slices.Equal(inner.seen[1], []int32{8, 6, 3}) {
+		t.Errorf("the inner model saw %v in the second step, want [8 6 3]", inner.seen[1])
+	}
+	if _, err := tm.Start(step([]int32{0}, []int32{5}), nil); err == nil {
+		t.Error("a step naming pick 5 of 3 ran")
 	}
 }

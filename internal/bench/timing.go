@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +41,10 @@ type timedModel struct {
 	steps   []stepRecord
 	gate    chan struct{} // when set, the next Forward signals entered and waits for gate to close
 	entered chan struct{}
+
+	// picks are the last step's picks when the inner model picks on the host (no engine.PickModel):
+	// the next step's InputFrom rows take their tokens from them here.
+	picks []int32
 }
 
 func newTimedModel(m engine.Model) *timedModel { return &timedModel{inner: m} }
@@ -65,6 +71,20 @@ func (t *timedModel) Start(s *model.Step, params []model.SampleParams) (*model.P
 	rec := t.open(s)
 	pm, ok := t.inner.(engine.PickModel)
 	if !ok {
+		if s.InputFrom != nil { // the engine pipelines over this wrapper: feed the rows here
+			fed := *s
+			fed.Tokens, fed.InputFrom = slices.Clone(s.Tokens), nil
+			for row, from := range s.InputFrom {
+				if from >= 0 {
+					if int(from) >= len(t.picks) {
+						t.close(rec, time.Now(), 0)
+						return nil, fmt.Errorf("bench: step row %d takes pick %d of %d", row, from, len(t.picks))
+					}
+					fed.Tokens[row] = t.picks[from]
+				}
+			}
+			s = &fed
+		}
 		rows, err := t.inner.Forward(s)
 		ids := make([]int32, len(rows))
 		for i, row := range rows {
@@ -76,8 +96,10 @@ func (t *timedModel) Start(s *model.Step, params []model.SampleParams) (*model.P
 		}
 		t.close(rec, time.Now(), 0)
 		if err != nil {
+			t.picks = t.picks[:0]
 			return nil, err
 		}
+		t.picks = append(t.picks[:0], ids...)
 		return model.NewPick(func() ([]int32, error) { return ids, nil }), nil
 	}
 	p, err := pm.Start(s, params)
