@@ -468,6 +468,7 @@ func TestCUDAPipelinedPicks(t *testing.T) {
 			}
 			defer m.Close()
 			checkPipelined(t, m, numBlocks, blockSize, cfg.VocabSize)
+			checkPipelinedGrowth(t, m, numBlocks, blockSize, cfg.VocabSize)
 			st := backend.Stats()
 			t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
 			if st.Replayed == 0 {

@@ -137,6 +137,7 @@ func TestPipelinedPicks(t *testing.T) {
 	}
 	defer m.Close()
 	checkPipelined(t, m, 64, 4, cfg.VocabSize)
+	checkPipelinedGrowth(t, m, 64, 4, cfg.VocabSize)
 }
 
 func TestInputFromRejected(t *testing.T) {
@@ -172,5 +173,59 @@ func TestInputFromRejected(t *testing.T) {
 				t.Fatalf("InputFrom %v: err %v, want ErrInvalidStep", tc.from, err)
 			}
 		})
+	}
+}
+
+// checkPipelinedGrowth queues, before the picks of a 2-sequence step are read, a step that feeds its two
+// decode rows from them beside a 100-token prompt chunk: on the GPU the step's rows outgrow the pick
+// buffer while the step before is in flight (the buffer grows and must keep those picks). It wants the
+// tokens a waited-for run gives.
+func checkPipelinedGrowth(t *testing.T, m *Model, numBlocks, blockSize, vocab int) {
+	t.Helper()
+	rng := newRand(13)
+	a, b, long := randomTokens(rng, 5, vocab), randomTokens(rng, 3, vocab), randomTokens(rng, 100, vocab)
+	run := func(pipelined bool) [][]int32 {
+		p := newPager(numBlocks, blockSize, newRand(6))
+		first, err := m.Start(p.step(chunk{0, a}, chunk{1, b}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var firstIDs []int32
+		tok := [2]int32{}
+		if !pipelined {
+			if firstIDs, err = first.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			tok = [2]int32{firstIDs[0], firstIDs[1]}
+		}
+		st := p.step(chunk{0, []int32{tok[0]}}, chunk{1, []int32{tok[1]}}, chunk{2, long})
+		if pipelined {
+			st.InputFrom = make([]int32, len(st.Tokens))
+			for i := range st.InputFrom {
+				st.InputFrom[i] = -1
+			}
+			st.InputFrom[0], st.InputFrom[1] = 0, 1
+		}
+		second, err := m.Start(st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pipelined {
+			if firstIDs, err = first.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		secondIDs, err := second.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]int32{firstIDs, secondIDs}
+	}
+	got := run(true) // first: on a backend whose steps so far had fewer rows, its second step grows the buffer
+	want := run(false)
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("step %d: pipelined picks %v, waited %v", i, got[i], want[i])
+		}
 	}
 }
