@@ -330,6 +330,26 @@ func newGate(t *testing.T) (gate <-chan struct{}, open func()) {
 	return c, open
 }
 
+// holdPipelined makes m's first steps wait until started is called (so that every request is in the
+// intake), then holds, once, the first step whose picks are read while the next step is queued and that
+// has an input token in [lo, hi]: blocked receives that token, and open lets the step go on.
+func holdPipelined(t *testing.T, m *pickingModel, lo, hi int32) (blocked <-chan int32, open, started func()) {
+	held := make(chan int32, 1)
+	release, open := newGate(t)
+	begin, started := newGate(t)
+	fired := false
+	m.setOnWait(func(w pickWait) error {
+		<-begin
+		if tok, ok := w.step.hasInput(lo, hi); ok && w.nextPipelined && !fired {
+			fired = true
+			held <- tok
+			<-release
+		}
+		return nil
+	})
+	return held, open, started
+}
+
 // receive waits for a value on c; only a deadlock reaches the deadline.
 func receive[T any](t *testing.T, c <-chan T, what string) T {
 	t.Helper()
@@ -385,20 +405,7 @@ func TestPipelinedCancelInFlight(t *testing.T) {
 	const vocab = 128
 	m := newPickingModel(vocab, 4, 64)
 	e := newEngine(t, m, Config{})
-	blocked := make(chan int32, 1)
-	release, open := newGate(t)
-	fired := false
-	begin, started := newGate(t) // the first step waits for every request to be in the intake
-	m.setOnWait(func(w pickWait) error {
-		<-begin
-		// A's tokens are 1..43, B's 60..81.
-		if tok, ok := w.step.hasInput(10, 43); ok && w.nextPipelined && !fired {
-			fired = true
-			blocked <- tok
-			<-release
-		}
-		return nil
-	})
+	blocked, open, started := holdPipelined(t, m, 10, 43) // A's tokens are 1..43, B's 60..81
 	promptA, promptB := chain(1, 3, vocab), chain(60, 2, vocab)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -508,19 +515,7 @@ func TestPipelinedCloseExpired(t *testing.T) {
 	const vocab = 128
 	m := newPickingModel(vocab, 4, 64)
 	e := newEngine(t, m, Config{})
-	blocked := make(chan int32, 1)
-	release, open := newGate(t)
-	fired := false
-	begin, started := newGate(t) // the first step waits for every request to be in the intake
-	m.setOnWait(func(w pickWait) error {
-		<-begin
-		if tok, ok := w.step.hasInput(10, 50); ok && w.nextPipelined && !fired {
-			fired = true
-			blocked <- tok
-			<-release
-		}
-		return nil
-	})
+	blocked, open, started := holdPipelined(t, m, 10, 50)
 	promptA, promptB := chain(1, 3, vocab), chain(60, 2, vocab)
 	sa, err := e.Add(context.Background(), Request{ID: "A", PromptIDs: promptA, MaxTokens: 45, IgnoreEOS: true})
 	if err != nil {
@@ -566,19 +561,7 @@ func TestPipelinedStopStringAndHostRequestsJoin(t *testing.T) {
 	const vocab = 128
 	m := newPickingModel(vocab, 4, 64)
 	e := newEngine(t, m, Config{})
-	blocked := make(chan struct{}, 1)
-	release, open := newGate(t)
-	fired := false
-	begin, started := newGate(t) // the first step waits for every request to be in the intake
-	m.setOnWait(func(w pickWait) error {
-		<-begin
-		if _, ok := w.step.hasInput(25, 35); ok && w.nextPipelined && !fired {
-			fired = true
-			blocked <- struct{}{}
-			<-release
-		}
-		return nil
-	})
+	blocked, open, started := holdPipelined(t, m, 25, 35)
 	reqs := []Request{
 		{ID: "A", PromptIDs: chain(1, 3, vocab), MaxTokens: 40, IgnoreEOS: true},                        // tokens 1..43
 		{ID: "S", PromptIDs: chain(97, 2, vocab), MaxTokens: 20, IgnoreEOS: true, Stop: []string{"gh"}}, // "ab" -> "cdef"
