@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/gollm/gollm/attention"
@@ -539,6 +540,10 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if b.tune.NoFuse {
 		b.sig = fnvString(b.sig, "nofuse")
 	}
+	for _, name := range b.tune.Skip {
+		b.sig = fnvString(b.sig, "skip "+name)
+	}
+	b.sig = fnvWord(b.sig, uint64(b.tune.AttnPartition))
 	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
 	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
 	for seq := range numSeqs {
@@ -832,6 +837,12 @@ func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCa
 		return err
 	}
 	plan := attention.Plan(in)
+	switch t := b.tune.AttnPartition; {
+	case t > 0:
+		plan = attention.DecodePlan{Kernel: attention.SplitK, PartitionTokens: t, NumPartitions: (contextCap + t - 1) / t}
+	case t < 0:
+		plan = attention.DecodePlan{Kernel: attention.Grouped, NumPartitions: 1}
+	}
 	sh := &b.shape
 	if plan.Kernel == attention.SplitK &&
 		attention.SplitKWorkspaceBytes(rows, sh.NumHeads, sh.HeadDim, plan.NumPartitions) <= splitWorkspaceBytes {
@@ -1106,6 +1117,9 @@ func (b *cudaBackend) graphable() bool {
 func (b *cudaBackend) eager(rows int) error {
 	b.st.graphRun = rows > 0
 	for i, op := range b.ops {
+		if slices.Contains(b.tune.Skip, op.name) {
+			continue
+		}
 		n := op.rows
 		if rows > 0 {
 			n = rows

@@ -56,6 +56,13 @@ type gemvTuning struct {
 	// Plan picks planGemv's rule: 0 at least four k-blocks a warp, 1 at least two (each warp one step),
 	// 2 at least two and no shrinking to one wave.
 	Plan int
+	// Skip, for diagnostics only (BenchmarkCUDADecode's skip variants), leaves the ops of these profile
+	// names ("norm", "attention", …) out of the step: the results are wrong, the time is the step's
+	// without them.
+	Skip []string
+	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
+	// partitions of that many tokens, < 0 the grouped kernel.
+	AttnPartition int
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
