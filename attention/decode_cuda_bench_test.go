@@ -150,32 +150,20 @@ func variantPartitions(s variantShape, sms int, plan DecodePlan) []int {
 // variantInputs are the device buffers of one shape: copies of the paged K/V in one pool, each copy's
 // pages scattered by a random permutation, and a split-k workspace.
 type variantInputs struct {
-	dev     *cuda.Device
-	bufs    []cuda.DevicePtr
+	bufs    *cuda.Buffers
 	args    []CUDADecodeArgs
 	copies  int
 	ws      cuda.DevicePtr
 	wsBytes int64
 }
 
-func (in *variantInputs) alloc(n int64) (cuda.DevicePtr, error) {
-	p, err := in.dev.Alloc(n)
-	if err == nil {
-		in.bufs = append(in.bufs, p)
-	}
-	return p, err
-}
-
-func (in *variantInputs) free() {
-	for _, p := range in.bufs {
-		_ = in.dev.Free(p)
-	}
-}
+func (in *variantInputs) alloc(n int64) (cuda.DevicePtr, error) { return in.bufs.Alloc(n) }
+func (in *variantInputs) free()                                 { _ = in.bufs.Free() }
 
 func newVariantInputs(k *CUDAKernels, s variantShape) (*variantInputs, error) {
 	const pageSize = 16
 	dev := k.Device()
-	in := &variantInputs{dev: dev}
+	in := &variantInputs{bufs: dev.NewBuffers()}
 	rng := rand.New(rand.NewPCG(uint64(s.batch), uint64(s.ctx)))
 	maxBlocks := ceilDiv(s.ctx, pageSize)
 	pages := int64(s.batch * maxBlocks)

@@ -60,7 +60,7 @@ type cudaBackend struct {
 	kCache      []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
 	vCache      []cuda.DevicePtr
 	splitWS     cuda.DevicePtr
-	allocations []cuda.DevicePtr // everything Close frees
+	allocs      *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
 
 	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked memory of the
 	// step's ring slot and uploaded in one asynchronous copy into meta, in stream order before the
@@ -255,6 +255,7 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		}
 		b.ownDev = true
 	}
+	b.allocs = b.dev.NewBuffers()
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -327,11 +328,10 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 
 // alloc allocates device memory that Close frees.
 func (b *cudaBackend) alloc(n int64) (cuda.DevicePtr, error) {
-	p, err := b.dev.Alloc(max(n, 4))
+	p, err := b.allocs.Alloc(max(n, 4))
 	if err != nil {
 		return 0, fmt.Errorf("cuda backend: %w", err)
 	}
-	b.allocations = append(b.allocations, p)
 	return p, nil
 }
 
@@ -491,10 +491,11 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.stream.Destroy())
 		b.stream = nil
 	}
-	for _, p := range append(b.allocations, b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs) {
+	errs = append(errs, b.allocs.Free())
+	for _, p := range []cuda.DevicePtr{b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs} {
 		errs = append(errs, b.dev.Free(p))
 	}
-	b.allocations, b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs = nil, 0, 0, 0, 0, 0
+	b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs = 0, 0, 0, 0, 0
 	for i := range b.slots {
 		sl := &b.slots[i]
 		errs = append(errs, b.dev.FreeHost(sl.meta), b.dev.FreeHost(sl.ids), b.dev.FreeHost(sl.sample))

@@ -252,8 +252,7 @@ func (b *attentionBencher) copyBandwidth() (float64, error) {
 // shapeInputs are the device buffers of one shape: copies of the paged K/V (one pool, each copy's pages
 // in its own range, scattered by a random permutation), block tables, queries and outputs.
 type shapeInputs struct {
-	dev                *cuda.Device
-	bufs               []cuda.DevicePtr
+	bufs               *cuda.Buffers
 	args               []attention.CUDADecodeArgs
 	workspace          cuda.DevicePtr
 	workspaceBytes     int64
@@ -263,19 +262,8 @@ type shapeInputs struct {
 	pagesPerCopy, page int64
 }
 
-func (in *shapeInputs) alloc(n int64) (cuda.DevicePtr, error) {
-	p, err := in.dev.Alloc(n)
-	if err == nil {
-		in.bufs = append(in.bufs, p)
-	}
-	return p, err
-}
-
-func (in *shapeInputs) free() {
-	for _, p := range in.bufs {
-		_ = in.dev.Free(p)
-	}
-}
+func (in *shapeInputs) alloc(n int64) (cuda.DevicePtr, error) { return in.bufs.Alloc(n) }
+func (in *shapeInputs) free()                                 { _ = in.bufs.Free() }
 
 // randomBF16 returns n bf16 values uniform in [-scale, scale].
 func randomBF16(rng *rand.Rand, n int, scale float32) []byte {
@@ -289,7 +277,7 @@ func randomBF16(rng *rand.Rand, n int, scale float32) []byte {
 }
 
 func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int) (*shapeInputs, error) {
-	in := &shapeInputs{dev: b.dev}
+	in := &shapeInputs{bufs: b.dev.NewBuffers()}
 	rng := rand.New(rand.NewPCG(uint64(s.Batch), uint64(s.Ctx*1000+s.Hkv)))
 	in.maxBlocks = (s.Ctx + pageSize - 1) / pageSize
 	in.pagesPerCopy = int64(s.Batch * in.maxBlocks)

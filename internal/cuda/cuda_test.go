@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"gorgonia.org/cu"
 )
 
 // openDevice opens GPU 0, or skips the test when there is none (fails when GOLLM_REQUIRE_GPU=1).
@@ -156,6 +157,51 @@ func TestMemoryRoundTrip(t *testing.T) {
 		if got[i] != x[i] {
 			t.Fatalf("element %d: got %v want %v", i, got[i], x[i])
 		}
+	}
+}
+
+// TestBuffers: buffers allocated through a Buffers hold what is written to them until Free, which
+// releases every one (the device's free memory comes back) and leaves the set empty.
+func TestBuffers(t *testing.T) {
+	d := openDevice(t)
+	free := func() int64 {
+		var f int64
+		if err := d.Do(func() (err error) { f, _, err = cu.MemInfo(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	before := free()
+	bufs := d.NewBuffers()
+	const n = 64 << 20
+	var ptrs []DevicePtr
+	for i := range 3 {
+		p, err := bufs.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Fill32(p, uint32(i+1), n/4, nil); err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, p)
+	}
+	for i, p := range ptrs {
+		var w [1]uint32
+		if err := d.CopyFromDevice(Bytes(w[:]), p.Add(n-4)); err != nil || w[0] != uint32(i+1) {
+			t.Fatalf("buffer %d: last word %d (%v), want %d", i, w[0], err, i+1)
+		}
+	}
+	if during := free(); before-during < 3*n {
+		t.Fatalf("three buffers of %d bytes took %d bytes of device memory", n, before-during)
+	}
+	if err := bufs.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if after := free(); before-after >= n {
+		t.Fatalf("after Free, %d bytes of device memory are still taken", before-after)
+	}
+	if err := bufs.Free(); err != nil {
+		t.Fatalf("second Free: %v", err)
 	}
 }
 

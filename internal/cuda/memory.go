@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -104,4 +105,33 @@ func (d *Device) Fill32(dst DevicePtr, value uint32, n int64, s *Stream) error {
 		return fmt.Errorf("cuda: fill %d words: %w", n, err)
 	}
 	return nil
+}
+
+// Buffers owns the device buffers allocated through it and frees them together: a backend's weights and
+// workspaces, a benchmark's inputs.
+type Buffers struct {
+	dev  *Device
+	ptrs []DevicePtr
+}
+
+// NewBuffers returns an empty set of buffers on d.
+func (d *Device) NewBuffers() *Buffers { return &Buffers{dev: d} }
+
+// Alloc allocates n bytes on the device (see Device.Alloc) and keeps them for Free.
+func (b *Buffers) Alloc(n int64) (DevicePtr, error) {
+	p, err := b.dev.Alloc(n)
+	if err == nil {
+		b.ptrs = append(b.ptrs, p)
+	}
+	return p, err
+}
+
+// Free releases every buffer allocated through b; b is empty and usable afterwards.
+func (b *Buffers) Free() error {
+	var errs []error
+	for _, p := range b.ptrs {
+		errs = append(errs, b.dev.Free(p))
+	}
+	b.ptrs = nil
+	return errors.Join(errs...)
 }
