@@ -53,14 +53,14 @@ type cudaBackend struct {
 	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
 	pre    *attention.CUDAPrefill
 
-	dtype       cuda.DataType
-	elem        int  // bytes per element of dtype
-	decodeFits  bool // the decode kernels cover this head size, page size and dtype
-	invFreq     cuda.DevicePtr
-	kCache      []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
-	vCache      []cuda.DevicePtr
-	splitWS     cuda.DevicePtr
-	allocs      *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
+	dtype      cuda.DataType
+	elem       int  // bytes per element of dtype
+	decodeFits bool // the decode kernels cover this head size, page size and dtype
+	invFreq    cuda.DevicePtr
+	kCache     []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
+	vCache     []cuda.DevicePtr
+	splitWS    cuda.DevicePtr
+	allocs     *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
 
 	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked memory of the
 	// step's ring slot and uploaded in one asynchronous copy into meta, in stream order before the
