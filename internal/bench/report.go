@@ -82,10 +82,10 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 // WriteText prints a throughput result.
 func (r *ThroughputResult) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "model %s (%s %s weights) on %s: %d prompts, input %s, output %s tokens, max %d sequences\n"+
-		"  %d prompt + %d output tokens in %.2f s (%d steps, %.1f tokens sampled per step, %d preemptions)\n"+
+		"  %d prompt + %d output tokens in %.2f s (%d steps, %d of them pipelined, %.1f tokens sampled per step, %d preemptions)\n"+
 		"  requests/s     %.2f\n  output tok/s   %.1f\n  total tok/s    %.1f\n",
 		r.Model, weightsKind(r.RandomWeights), strings.ToLower(r.DType), r.Device, r.NumPrompts, r.InputLen, r.OutputLen,
-		r.MaxNumSeqs, r.PromptTokens, r.OutputTokens, r.Seconds, r.Steps, r.MeanDecodeBatch, r.Preemptions,
+		r.MaxNumSeqs, r.PromptTokens, r.OutputTokens, r.Seconds, r.Steps, r.PipelinedSteps, r.MeanDecodeBatch, r.Preemptions,
 		r.RequestsPerSecond, r.OutputTokensPerSecond, r.TotalTokensPerSecond)
 	if err != nil || r.Roofline.BoundS <= 0 {
 		return err

@@ -52,8 +52,10 @@ type ThroughputResult struct {
 	RequestsPerSecond     float64 `json:"requests_s"`
 	OutputTokensPerSecond float64 `json:"output_tok_s"`
 	TotalTokensPerSecond  float64 `json:"total_tok_s"`
-	// Steps is the engine's step count; MeanDecodeBatch the mean number of tokens sampled per step.
+	// Steps is the engine's step count, PipelinedSteps how many of them were queued before the step
+	// before had been read (pipelined decode); MeanDecodeBatch the mean number of tokens sampled per step.
 	Steps           int64   `json:"steps"`
+	PipelinedSteps  int64   `json:"pipelined_steps"`
 	MeanDecodeBatch float64 `json:"mean_decode_batch"`
 	Preemptions     int     `json:"preemptions"`
 
@@ -162,6 +164,7 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 	e.Close(context.Background()) // the loop's last statistics are final once it has stopped
 	after := e.Stats()
 	res.Steps = after.Steps - before.Steps
+	res.PipelinedSteps = after.PipelinedSteps - before.PipelinedSteps
 	if res.Steps > 0 {
 		res.MeanDecodeBatch = float64(after.GenerationTokens-before.GenerationTokens) / float64(res.Steps)
 	}
