@@ -29,12 +29,13 @@
 // the same (seed, output index) rule (model.SampleLogits, the CPU twin of the device kernel) and requests
 // with penalties draw from their own PCG stream.
 //
-// Decode is pipelined where the device picks: while decode step N runs, the loop plans step N+1
-// (scheduler.ScheduleNext: each sequence's next token is the one step N is picking) and queues it with
-// its input tokens fed from N's picks on the device (model.Step.InputFrom); then it reads N's tokens,
-// updates the books, detokenizes and streams while N+1 computes. A sequence that step N finishes (a
-// stop token or string) has computed one token too many in N+1, which is dropped. Admissions, prefill
-// chunks, preemption and steps whose logits go to the host wait for a plain step.
+// Steps are pipelined where the device picks: while step N runs, the loop plans step N+1
+// (scheduler.ScheduleNext: each decoding sequence's next token is the one step N is picking; prefill
+// chunks and admissions as a plain step would plan them) and queues it with its decodes' input tokens
+// fed from N's picks on the device (model.Step.InputFrom); then it reads N's tokens, updates the books,
+// detokenizes and streams while N+1 computes. A sequence that step N finishes (a stop token or string)
+// has computed one token too many in N+1, which is dropped. Preemption and steps whose logits go to the
+// host wait for a plain step.
 //
 // Stop conditions: EOS ids (the model config's and Config.EOSTokenIDs, unless IgnoreEOS), stop token
 // ids, stop strings matched on the decoded text (cut from the returned text; text that could begin a

@@ -201,11 +201,11 @@ type inflight struct {
 }
 
 // runStep runs one step: schedule, forward, sample, update, postprocess. A step whose tokens the model
-// picks on its device (PickModel) is queued, and before its picks are read the decode step after it is
-// planned (Scheduler.ScheduleNext) and queued too, its input tokens fed from those picks on the device:
-// the host's bookkeeping of step N (update, detokenize, stream) then runs while step N+1 computes, and
-// that step is read in the next turn. Anything ScheduleNext does not cover (admissions, prefills,
-// preemption, logits on the host) waits for a plain step.
+// picks on its device (PickModel) is queued, and before its picks are read the step after it is planned
+// (Scheduler.ScheduleNext: decodes, prefills under way, admissions) and queued too, its decodes' input
+// tokens fed from those picks on the device: the host's bookkeeping of step N (update, detokenize,
+// stream) then runs while step N+1 computes, and that step is read in the next turn. Anything
+// ScheduleNext does not cover (preemption, logits on the host) waits for a plain step.
 func (e *Engine) runStep() {
 	cur := e.ahead
 	e.ahead = nil
@@ -276,24 +276,28 @@ func (e *Engine) schedule() *scheduler.Batch {
 	return b
 }
 
-// startNext queues the decode step after prev (in flight, its picks unread) when the scheduler can
-// plan it now; nil when it cannot or the model refused it (the next turn then runs a plain step).
+// startNext queues the step after prev (in flight, its picks unread) when the scheduler can plan it
+// now; nil when it cannot or the model refused it (the next turn then runs a plain step).
 func (e *Engine) startNext(prev *scheduler.Batch) *inflight {
 	next := e.sched.ScheduleNext(prev)
 	if next == nil {
 		return nil
 	}
 	pm, params, ok := e.pickParams(next)
-	var pick *model.Pick
-	err := errors.New("its sequences cannot be picked on the device")
-	if ok {
-		pick, err = pm.Start(e.buildStep(next), params)
-		if err == nil && pick == nil {
-			err = errors.New("model started no step")
+	if !ok {
+		// A sequence it admits needs its logits on the host (penalties, logprobs): cancelling the
+		// step puts it back in the queue, and the next turn plans plainly.
+		if derr := e.sched.Discard(next); derr != nil {
+			panic(fmt.Sprintf("engine: %v", derr))
 		}
+		return nil
+	}
+	pick, err := pm.Start(e.buildStep(next), params)
+	if err == nil && pick == nil {
+		err = errors.New("model started no step")
 	}
 	if err != nil {
-		// Not expected (prev's sequences were pickable, next's are some of them): plan plainly instead.
+		// Not expected: plan plainly instead.
 		e.log.Warn("pipelined step not started", "err", err)
 		if derr := e.sched.Discard(next); derr != nil {
 			panic(fmt.Sprintf("engine: %v", derr))

@@ -12,9 +12,9 @@ type Chunk struct {
 	// Offset is the index of the chunk's first token in the batch's flat slices (TokenIDs,
 	// Positions, SlotMapping): the chunk's query start.
 	Offset int
-	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs. In
-	// a batch made by [Scheduler.ScheduleNext] the token is not known yet and Tokens holds 0 (see
-	// Batch.InputFrom).
+	// Tokens are the input token ids, Seq.Tokens()[Start:Start+Len]; a part of Batch.TokenIDs. For
+	// a decode in a batch made by [Scheduler.ScheduleNext] the token is not known yet and Tokens
+	// holds 0 (see Batch.InputFrom).
 	Tokens []int32
 	// BlockTable is the sequence's block table (physical block ids), covering at least ContextLen
 	// positions. Read only; its entries never change.
@@ -60,9 +60,11 @@ type Batch struct {
 	// NumLogits is the number of chunks with NeedsLogits: the length Update expects of sampled.
 	NumLogits int
 	// InputFrom is nil for a batch made by Schedule. For a batch made by ScheduleNext(prev), it
-	// holds, for each chunk in chunk order, the index into prev's sampled tokens (prev's logits
-	// rows, in prev's chunk order) of the token that is the chunk's input: the device copies
-	// sampled[InputFrom[i]] of prev into TokenIDs[i] (a 0 stand-in here) before running the step.
+	// has one entry per token row (NumTokens, like TokenIDs): −1 where the row's token is known
+	// (TokenIDs[row]: prefill rows), else the index into prev's sampled tokens (prev's logits rows,
+	// in prev's chunk order) of the token that is the row's input, which the device copies into
+	// TokenIDs[row] (a 0 stand-in here) before running the step. Those rows are the decodes', one
+	// each: InputFrom[c.Offset] for decode chunk c.
 	InputFrom []int32
 	// Preempted lists the sequences preempted while scheduling this step: their blocks were freed
 	// and they wait at the head of the queue to be recomputed. Informational.
@@ -71,7 +73,8 @@ type Batch struct {
 	// they can never fit the KV pool). Their blocks are already free; the engine must report them.
 	Finished []*Sequence
 
-	step uint64 // the scheduler step that produced the batch
+	step     uint64      // the scheduler step that produced the batch
+	admitted []admission // sequences ScheduleNext admitted for this batch, in order
 }
 
 // Decodes returns the decode chunks.

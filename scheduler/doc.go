@@ -25,15 +25,17 @@
 //
 // # Pipelined decode
 //
-// To keep the device busy, the engine may launch decode step N+1 while step N still runs: step
-// N+1's input tokens are step N's samples, which only the device knows yet. [Scheduler.ScheduleNext]
-// schedules that step before Update of step N; each of its chunks reads its input from step N's
-// sampled tokens on the device (Batch.InputFrom). Batches are handed back oldest first:
+// To keep the device busy, the engine may launch step N+1 while step N still runs: the input tokens
+// of step N+1's decodes are step N's samples, which only the device knows yet.
+// [Scheduler.ScheduleNext] schedules that step before Update of step N, as Schedule would after
+// it (decodes, prefills under way, admissions) but without preempting; each decode row reads its
+// input from step N's sampled tokens on the device (Batch.InputFrom, −1 for rows whose token is
+// known). Batches are handed back oldest first:
 //
 //	b := s.Schedule()
 //	launch(b)
 //	for {
-//		next := s.ScheduleNext(b) // nil unless b is all decodes and nothing waits to be admitted
+//		next := s.ScheduleNext(b) // nil when it would have to preempt, or has nothing to run
 //		if next != nil {
 //			launch(next) // inputs: b's samples on the device, picked by next.InputFrom
 //		}
@@ -45,11 +47,12 @@
 //		b = next
 //	}
 //
-// Between ScheduleNext and Update of step N, each sequence of step N+1 holds a hidden placeholder
+// Between ScheduleNext and Update of step N, each decoding sequence of step N+1 holds a hidden placeholder
 // for its unknown token (with a KV slot); Update replaces it with the sampled token, Discard of
 // step N drops it together with step N+1, and Discard of step N+1 alone (not launched) cancels
-// it. ScheduleNext never preempts and never admits: when either would be needed it returns nil
-// and the next Schedule does it.
+// it, undoing its admissions (back to the head of the waiting queue). ScheduleNext never preempts:
+// when a decode's placeholder needs a block the pool cannot give, it returns nil and the next
+// Schedule preempts; an admission that does not fit just waits, as in Schedule.
 //
 // # Policy
 //

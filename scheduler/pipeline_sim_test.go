@@ -46,6 +46,12 @@ type pipeCounts struct {
 	cancels                                                                                      int // ScheduleNext batches discarded before their predecessor's Update
 	// Sequences that sampled a stop token, or were aborted, while holding a placeholder.
 	placeholderStops, placeholderAborts int
+	// ScheduleNext batches that admitted sequences, and the sequences they admitted; admissions
+	// undone by a cancel or the discard of the previous batch.
+	admittingNext, nextAdmissions, undoneAdmissions int
+	// Decodes of a ScheduleNext batch after a prompt-ending chunk of the previous batch; prefill
+	// chunks of a ScheduleNext batch continuing one of the previous batch.
+	decodesAfterPrompt, continuedPrefills int
 }
 
 func (c *pipeCounts) add(o pipeCounts) {
@@ -60,6 +66,11 @@ func (c *pipeCounts) add(o pipeCounts) {
 	c.cancels += o.cancels
 	c.placeholderStops += o.placeholderStops
 	c.placeholderAborts += o.placeholderAborts
+	c.admittingNext += o.admittingNext
+	c.nextAdmissions += o.nextAdmissions
+	c.undoneAdmissions += o.undoneAdmissions
+	c.decodesAfterPrompt += o.decodesAfterPrompt
+	c.continuedPrefills += o.continuedPrefills
 }
 
 func randomWorkload(r *rand.Rand, seed uint64) workload {
@@ -117,9 +128,10 @@ func randomWorkload(r *rand.Rand, seed uint64) workload {
 
 // flight is a batch the fake device has run: what it sampled, and the input token of each chunk.
 type flight struct {
-	b       *Batch
-	inputs  []int32 // per chunk: the input token of its last position
-	sampled []int32
+	b        *Batch
+	inputs   []int32 // per chunk: the input token of its last position
+	sampled  []int32
+	admitted []*Sequence // sequences the batch's ScheduleNext admitted
 }
 
 // pipeRun is one run of a workload.
@@ -186,13 +198,25 @@ func runWorkload(t *testing.T, w workload, pipelined bool, r *rand.Rand) (map[kv
 		}
 		if p.pipelined && len(p.flights) == 1 {
 			prev := p.flights[0]
+			waiting := slices.Clone(s.waiting)
+			type cachedState struct {
+				admitted  bool
+				numCached int
+			}
+			cached := map[*Sequence]cachedState{}
+			for _, seq := range waiting {
+				cached[seq] = cachedState{seq.admitted, seq.numCached}
+			}
+			used := pool.Stats().UsedBlocks
 			if next := s.ScheduleNext(prev.b); next != nil {
 				p.counts.steps++
 				p.counts.nextBatches++
-				p.checkNext(prev.b, next)
+				admitted := p.checkNext(prev.b, next, waiting)
 				p.launch(next, prev.sampled)
+				p.flights[1].admitted = admitted
 				if p.r.Float64() < p.w.discard/2 { // the engine could not start it
 					p.counts.cancels++
+					p.counts.undoneAdmissions += len(admitted)
 					if err := s.Discard(next); err != nil {
 						t.Fatal(err)
 					}
@@ -200,6 +224,16 @@ func runWorkload(t *testing.T, w workload, pipelined bool, r *rand.Rand) (map[kv
 					for _, c := range next.Chunks {
 						if c.Seq.numAhead != 0 {
 							t.Fatalf("%v keeps a placeholder after its batch was cancelled", c.Seq)
+						}
+					}
+					// As if never admitted: back at the head, in order, without blocks.
+					if !slices.Equal(s.waiting, waiting) || pool.Stats().UsedBlocks != used {
+						t.Fatalf("after the cancel: waiting %v, %d blocks used; before %v, %d", s.waiting, pool.Stats().UsedBlocks, waiting, used)
+					}
+					for _, seq := range admitted {
+						if _, err := pool.NumTokens(seq.ID()); seq.Status() != StatusWaiting || seq.NumComputed() != 0 ||
+							seq.numReserved != 0 || err == nil || (cachedState{seq.admitted, seq.numCached}) != cached[seq] {
+							t.Fatalf("cancelled admission of %v not undone (pool: %v)", seq, err)
 						}
 					}
 				}
@@ -284,13 +318,21 @@ func (p *pipeRun) launch(b *Batch, prevSampled []int32) {
 	t := p.t
 	bs := p.w.pool.BlockSize
 	f := flight{b: b}
-	for i, c := range b.Chunks {
+	if b.InputFrom != nil && len(b.InputFrom) != b.NumTokens {
+		t.Fatalf("InputFrom has %d rows for %d tokens", len(b.InputFrom), b.NumTokens)
+	}
+	for _, c := range b.Chunks {
 		tokens := c.Tokens
 		if b.InputFrom != nil {
-			if !slices.Equal(c.Tokens, []int32{0}) {
-				t.Fatalf("pipelined chunk of %v has tokens %v", c.Seq, c.Tokens)
+			tokens = slices.Clone(c.Tokens)
+			for j := range tokens {
+				if from := b.InputFrom[c.Offset+j]; from >= 0 {
+					if tokens[j] != 0 {
+						t.Fatalf("pipelined row of %v has token %d", c.Seq, tokens[j])
+					}
+					tokens[j] = prevSampled[from]
+				}
 			}
-			tokens = []int32{prevSampled[b.InputFrom[i]]}
 		}
 		for j, slot := range c.SlotMapping {
 			p.kv[slot] = tokens[j]
@@ -319,37 +361,109 @@ func (p *pipeRun) launch(b *Batch, prevSampled []int32) {
 	p.flights = append(p.flights, f)
 }
 
-// checkNext checks a ScheduleNext batch against the batch it follows.
-func (p *pipeRun) checkNext(prev, next *Batch) {
+// checkNext checks a ScheduleNext batch against the batch it follows and the waiting queue before
+// the call; it returns the sequences the batch admitted.
+func (p *pipeRun) checkNext(prev, next *Batch, waiting []*Sequence) []*Sequence {
 	t := p.t
 	bs := p.w.pool.BlockSize
-	if next.NumDecodes != len(next.Chunks) || next.NumLogits != len(next.Chunks) || len(next.InputFrom) != len(next.Chunks) ||
-		!slices.IsSorted(next.InputFrom) || next.NumTokens != len(next.Chunks) {
+	cfg := p.w.sched
+	if len(next.InputFrom) != next.NumTokens || next.NumTokens > cfg.MaxNumBatchedTokens || len(next.Chunks) > cfg.MaxNumSeqs ||
+		p.s.NumRunning() > cfg.MaxNumSeqs || next.Empty() || len(next.Preempted)+len(next.Finished) != 0 {
 		t.Fatalf("next batch %+v", next)
 	}
-	if p.s.NumWaiting() > 0 && p.s.NumRunning() < p.w.sched.MaxNumSeqs {
-		t.Fatalf("ScheduleNext with %d waiting and %d running", p.s.NumWaiting(), p.s.NumRunning())
+	var prevLogits []int // prev's logits rows: chunk indices
+	for i, c := range prev.Chunks {
+		if c.NeedsLogits {
+			prevLogits = append(prevLogits, i)
+		}
 	}
+	inPrev := map[*Sequence]Chunk{}
+	for _, c := range prev.Chunks {
+		inPrev[c.Seq] = c
+	}
+	wasWaiting := map[*Sequence]bool{}
+	for _, seq := range waiting {
+		wasWaiting[seq] = true
+	}
+	var admitted []*Sequence
 	chosen := map[*Sequence]bool{}
+	off, logits, lastFrom := 0, 0, int32(-1)
 	for i, c := range next.Chunks {
-		pc := prev.Chunks[next.InputFrom[i]]
 		seq := c.Seq
+		if chosen[seq] || seq.Status() != StatusRunning {
+			t.Fatalf("chunk %d of %v: twice, or not running", i, seq)
+		}
 		chosen[seq] = true
 		table, err := p.pool.BlockTable(seq.ID())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pc.Seq != seq || c.Start != pc.Start+1 || c.Len != 1 || c.ContextLen != c.Start+1 || !c.NeedsLogits ||
-			c.Offset != i || next.TokenIDs[i] != 0 || next.Positions[i] != int32(c.Start) || next.LogitIndices[i] != int32(i) ||
-			!slices.Equal(c.SlotMapping, []int32{kvcache.Slot(table, bs, c.Start)}) || next.SlotMapping[i] != c.SlotMapping[0] {
-			t.Fatalf("chunk %d of %v: %+v after %+v", i, seq, c, pc)
+		end := off + c.Len
+		if c.Offset != off || c.ContextLen != c.Start+c.Len || c.Len < 1 ||
+			!slices.Equal(c.Tokens, next.TokenIDs[off:end]) || !slices.Equal(c.SlotMapping, next.SlotMapping[off:end]) ||
+			!slices.Equal(c.SlotMapping, kvcache.SlotMapping(nil, table, bs, c.Start, c.Start+c.Len)) ||
+			!slices.Equal(next.Positions[off:end], c.AppendPositions(nil)) {
+			t.Fatalf("chunk %d of %v: %+v", i, seq, c)
 		}
-		if n, _ := p.pool.NumTokens(seq.ID()); seq.NumTokens() != c.Start || n != c.Start+1 {
-			t.Fatalf("%v: %d tokens, %d in the pool; chunk at %d", seq, seq.NumTokens(), n, c.Start)
+		if c.NeedsLogits {
+			if next.LogitIndices[logits] != int32(end-1) {
+				t.Fatalf("chunk %d of %v: logits row %d at %d", i, seq, logits, next.LogitIndices[logits])
+			}
+			logits++
+		}
+		off = end
+		n, _ := p.pool.NumTokens(seq.ID())
+		if i < next.NumDecodes {
+			// Fed from prev's pick for the same sequence, one position past prev's chunk.
+			from := next.InputFrom[c.Offset]
+			if from <= lastFrom || int(from) >= len(prevLogits) {
+				t.Fatalf("decode %d of %v: InputFrom %d after %d", i, seq, from, lastFrom)
+			}
+			lastFrom = from
+			pc := prev.Chunks[prevLogits[from]]
+			if pc.Seq != seq || c.Start != pc.Start+pc.Len || c.Len != 1 || !c.NeedsLogits || c.Tokens[0] != 0 ||
+				seq.numAhead != 1 || seq.NumTokens() != c.Start || n != c.Start+1 {
+				t.Fatalf("decode %d of %v (%d in the pool): %+v after %+v", i, seq, n, c, pc)
+			}
+			if prevLogits[from] >= prev.NumDecodes {
+				p.counts.decodesAfterPrompt++
+			}
+			continue
+		}
+		for _, from := range next.InputFrom[c.Offset : c.Offset+c.Len] {
+			if from != -1 {
+				t.Fatalf("prefill %d of %v: InputFrom %v", i, seq, next.InputFrom[c.Offset:c.Offset+c.Len])
+			}
+		}
+		wantStart := seq.NumComputed()
+		if pc, ok := inPrev[seq]; ok {
+			if pc.NeedsLogits {
+				t.Fatalf("prefill %d of %v after a chunk with logits", i, seq)
+			}
+			wantStart = pc.Start + pc.Len
+			p.counts.continuedPrefills++
+		}
+		if wasWaiting[seq] {
+			admitted = append(admitted, seq)
+		}
+		if seq.numAhead != 0 || c.Start != wantStart || c.NeedsLogits != (c.Start+c.Len == seq.NumTokens()) || n != seq.NumTokens() ||
+			!slices.Equal(c.Tokens, seq.Tokens()[c.Start:c.Start+c.Len]) {
+			t.Fatalf("prefill %d of %v: %+v, want start %d", i, seq, c, wantStart)
 		}
 	}
+	if off != next.NumTokens || logits != next.NumLogits || len(next.LogitIndices) != logits {
+		t.Fatalf("next batch: %d tokens, %d logits: %+v", off, logits, next)
+	}
+	// First come, first served: the admitted are the old head, in order.
+	if !slices.Equal(admitted, waiting[:len(admitted)]) || !slices.Equal(p.s.waiting, waiting[len(admitted):]) {
+		t.Fatalf("admitted %v of waiting %v; %v wait now", admitted, waiting, p.s.waiting)
+	}
+	if len(admitted) > 0 {
+		p.counts.admittingNext++
+		p.counts.nextAdmissions += len(admitted)
+	}
 	for _, c := range prev.Chunks {
-		if c.Seq.Status() == StatusRunning && !chosen[c.Seq] && c.Seq.NumOutputTokens()+1 < c.Seq.limits.MaxTokens {
+		if c.NeedsLogits && c.Seq.Status() == StatusRunning && !chosen[c.Seq] && c.Seq.NumOutputTokens()+1 < c.Seq.limits.MaxTokens {
 			t.Fatalf("%v left out of the next batch", c.Seq)
 		}
 	}
@@ -357,11 +471,14 @@ func (p *pipeRun) checkNext(prev, next *Batch) {
 	for _, seq := range p.s.running {
 		table, _ := p.pool.BlockTable(seq.ID())
 		for _, c := range next.Chunks {
-			if c.Seq != seq && slices.Contains(table, c.SlotMapping[0]/int32(bs)) {
-				t.Fatalf("%v writes into a block of %v", c.Seq, seq)
+			for _, slot := range c.SlotMapping {
+				if c.Seq != seq && slices.Contains(table, slot/int32(bs)) {
+					t.Fatalf("%v writes into a block of %v", c.Seq, seq)
+				}
 			}
 		}
 	}
+	return admitted
 }
 
 // handBack updates (or sometimes discards) the oldest outstanding batch.
@@ -377,6 +494,22 @@ func (p *pipeRun) handBack() {
 			p.counts.discardedPairs++
 			if err := p.s.Discard(p.flights[1].b); !errors.Is(err, ErrStaleBatch) {
 				t.Fatalf("Discard of the batch after a discarded one = %v, want ErrStaleBatch", err)
+			}
+			// Its admissions are undone: back at the head of the queue, in order.
+			var back []*Sequence
+			for _, seq := range p.flights[1].admitted {
+				if !seq.Finished() {
+					back = append(back, seq)
+				}
+			}
+			p.counts.undoneAdmissions += len(back)
+			if len(p.s.waiting) < len(back) || !slices.Equal(p.s.waiting[:len(back)], back) {
+				t.Fatalf("after the discard: waiting %v, want %v first", p.s.waiting, back)
+			}
+			for _, seq := range back {
+				if _, err := p.pool.NumTokens(seq.ID()); seq.Status() != StatusWaiting || seq.NumComputed() != 0 || err == nil {
+					t.Fatalf("admission of %v not undone", seq)
+				}
 			}
 		}
 		p.flights = nil
@@ -413,8 +546,13 @@ func (p *pipeRun) handBack() {
 	if len(p.flights) == 1 {
 		nf := p.flights[0]
 		for i, c := range nf.b.Chunks {
-			if c.Seq.Status() == StatusRunning && (c.Seq.numAhead != 0 || c.Seq.NumTokens() != c.Start+1 || c.Seq.Tokens()[c.Start] != nf.inputs[i]) {
-				t.Fatalf("after Update(prev): %v, chunk at %d ran with input %d", c.Seq, c.Start, nf.inputs[i])
+			seq := c.Seq
+			if seq.Status() != StatusRunning {
+				continue
+			}
+			if seq.numAhead != 0 || seq.NumComputed() != c.Start || seq.Tokens()[c.Start+c.Len-1] != nf.inputs[i] ||
+				(i < nf.b.NumDecodes && seq.NumTokens() != c.Start+1) {
+				t.Fatalf("after Update(prev): %v, chunk at %d+%d ran with input %d", seq, c.Start, c.Len, nf.inputs[i])
 			}
 		}
 	}
@@ -454,6 +592,9 @@ func TestPipelinedEquivalence(t *testing.T) {
 		"aborts in flight": pipeTotal.inFlightAborts, "discards": pipeTotal.discards,
 		"discarded pairs": pipeTotal.discardedPairs, "stops with a placeholder": pipeTotal.placeholderStops,
 		"aborts with a placeholder": pipeTotal.placeholderAborts, "cancelled pipelined steps": pipeTotal.cancels,
+		"pipelined steps admitting": pipeTotal.admittingNext, "undone admissions": pipeTotal.undoneAdmissions,
+		"pipelined decodes after a prompt's end": pipeTotal.decodesAfterPrompt,
+		"pipelined prefills continued":           pipeTotal.continuedPrefills,
 	} {
 		if n == 0 {
 			t.Errorf("no %s in the pipelined runs: the test does not exercise them", name)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gollm/gollm/kvcache"
@@ -80,37 +81,6 @@ func TestScheduleNextRefuses(t *testing.T) {
 		// setup returns the batch to pass to ScheduleNext, outstanding as setup leaves it.
 		setup func(t *testing.T, s *Scheduler) *Batch
 	}{{
-		name:  "prefill in prev",
-		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
-		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16},
-		setup: func(t *testing.T, s *Scheduler) *Batch {
-			mustAdd(t, s, 1, iota32(5, 0), Limits{MaxTokens: 10})
-			return s.Schedule()
-		},
-	}, {
-		name:  "decodes beside a prefill chunk",
-		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
-		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 4},
-		setup: func(t *testing.T, s *Scheduler) *Batch {
-			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
-			mustAdd(t, s, 2, iota32(9, 10), Limits{MaxTokens: 10})
-			b := s.Schedule() // p1:0+3* p2:0+1
-			mustUpdate(t, s, b, sampleAll(b))
-			return s.Schedule() // d1:3+1* p2:1+3
-		},
-	}, {
-		name:  "waiting sequence and room to admit it",
-		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
-		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
-		setup: func(t *testing.T, s *Scheduler) *Batch {
-			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
-			b := s.Schedule()
-			mustUpdate(t, s, b, sampleAll(b))
-			b = s.Schedule()
-			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
-			return b
-		},
-	}, {
 		name:  "Update of the previous batch missing",
 		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
 		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
@@ -170,6 +140,21 @@ func TestScheduleNextRefuses(t *testing.T) {
 			return b
 		},
 	}, {
+		name: "pool exhausted, a sequence waiting",
+		// As above, with a short prompt waiting that would fit once a block is free: the decodes
+		// come first, and ScheduleNext never preempts for them.
+		pool:  kvcache.Config{NumBlocks: 4, BlockSize: 2},
+		sched: Config{MaxNumSeqs: 3, MaxNumBatchedTokens: 8},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(2, 0), Limits{MaxTokens: 10})
+			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			mustAdd(t, s, 3, iota32(1, 20), Limits{MaxTokens: 10})
+			return b
+		},
+	}, {
 		name:  "every sequence reaches MaxTokens with prev's token",
 		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
 		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
@@ -192,21 +177,6 @@ func TestScheduleNextRefuses(t *testing.T) {
 			if err := s.Abort(1); err != nil {
 				t.Fatal(err)
 			}
-			return b
-		},
-	}, {
-		name:  "running sequence without a chunk in prev",
-		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
-		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
-		setup: func(t *testing.T, s *Scheduler) *Batch {
-			// Schedule never leaves a running sequence out (the budget covers a token for each),
-			// so cut one out of the batch by hand.
-			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
-			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
-			b := s.Schedule()
-			mustUpdate(t, s, b, sampleAll(b))
-			b = s.Schedule()
-			b.Chunks, b.NumDecodes, b.NumLogits = b.Chunks[:1], 1, 1
 			return b
 		},
 	}, {
@@ -582,4 +552,363 @@ func TestPipelinedPrefixCacheHit(t *testing.T) {
 	}
 	mustUpdate(t, s, b, []int32{1})
 	checkNoLeak(t, pool)
+}
+
+// describe describes a batch like step does: "d<id>:<start>+<len>" for decodes, "p<id>:..." for
+// prefill chunks, "*" marking chunks that need logits.
+func describe(b *Batch) string {
+	var parts []string
+	for i, c := range b.Chunks {
+		kind := "p"
+		if i < b.NumDecodes {
+			kind = "d"
+		}
+		desc := fmt.Sprintf("%s%d:%d+%d", kind, c.Seq.ID(), c.Start, c.Len)
+		if c.NeedsLogits {
+			desc += "*"
+		}
+		parts = append(parts, desc)
+	}
+	return strings.Join(parts, " ")
+}
+
+func waitingIDs(s *Scheduler) []kvcache.SeqID {
+	var ids []kvcache.SeqID
+	for _, seq := range s.waiting {
+		ids = append(ids, seq.ID())
+	}
+	return ids
+}
+
+// TestScheduleNextPlans checks what ScheduleNext plans beside the decodes (prefills under way,
+// admissions), the per-row InputFrom, and that running both batches, then plain steps, gives every
+// sequence the output it has alone.
+func TestScheduleNextPlans(t *testing.T) {
+	tests := []struct {
+		name  string
+		pool  kvcache.Config
+		sched Config
+		// setup adds sequences and returns prev, outstanding.
+		setup       func(t *testing.T, s *Scheduler) *Batch
+		wantPrev    string // sanity check of the setup
+		want        string
+		wantFrom    []int32
+		wantWaiting []kvcache.SeqID
+	}{{
+		name:  "admission beside the decodes",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev: "d1:3+1*",
+		want:     "d1:4+1* p2:0+3*",
+		wantFrom: []int32{0, -1, -1, -1},
+	}, {
+		name:  "prompt ends in prev",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(5, 0), Limits{MaxTokens: 10})
+			return s.Schedule()
+		},
+		wantPrev: "p1:0+5*",
+		want:     "d1:5+1*",
+		wantFrom: []int32{0},
+	}, {
+		name:  "decodes beside an unfinished prefill",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 4},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			mustAdd(t, s, 2, iota32(9, 10), Limits{MaxTokens: 10})
+			b := s.Schedule() // p1:0+3* p2:0+1
+			mustUpdate(t, s, b, sampleAll(b))
+			return s.Schedule()
+		},
+		wantPrev: "d1:3+1* p2:1+3",
+		want:     "d1:4+1* p2:4+3",
+		wantFrom: []int32{0, -1, -1, -1},
+	}, {
+		name:  "prefill continues alone",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 1, MaxNumBatchedTokens: 4},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(10, 0), Limits{MaxTokens: 3})
+			return s.Schedule()
+		},
+		wantPrev: "p1:0+4",
+		want:     "p1:4+4",
+		wantFrom: []int32{-1, -1, -1, -1},
+	}, {
+		name:  "budget: decodes, then the prefill, none left to admit",
+		pool:  kvcache.Config{NumBlocks: 32, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 6},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(2, 0), Limits{MaxTokens: 10})
+			mustAdd(t, s, 2, iota32(2, 10), Limits{MaxTokens: 10})
+			b := s.Schedule() // p1:0+2* p2:0+2*
+			mustUpdate(t, s, b, sampleAll(b))
+			mustAdd(t, s, 3, iota32(10, 20), Limits{MaxTokens: 10})
+			b = s.Schedule()
+			mustAdd(t, s, 4, iota32(2, 40), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev:    "d1:2+1* d2:2+1* p3:0+4",
+		want:        "d1:3+1* d2:3+1* p3:4+4",
+		wantFrom:    []int32{0, 1, -1, -1, -1, -1},
+		wantWaiting: []kvcache.SeqID{4},
+	}, {
+		name:  "budget: decodes, the prefill's end, an admission",
+		pool:  kvcache.Config{NumBlocks: 32, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 8},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(2, 0), Limits{MaxTokens: 10})
+			mustAdd(t, s, 2, iota32(2, 10), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			mustAdd(t, s, 3, iota32(10, 20), Limits{MaxTokens: 10})
+			b = s.Schedule()
+			mustAdd(t, s, 4, iota32(3, 40), Limits{MaxTokens: 10})
+			mustAdd(t, s, 5, iota32(1, 50), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev:    "d1:2+1* d2:2+1* p3:0+6",
+		want:        "d1:3+1* d2:3+1* p3:6+4* p4:0+2",
+		wantFrom:    []int32{0, 1, -1, -1, -1, -1, -1, -1},
+		wantWaiting: []kvcache.SeqID{5},
+	}, {
+		name: "admission stopped by blocks",
+		// Seq 1 holds 2 blocks and its placeholder a third; seq 2 needs 4 of the 3 left, and seq 3,
+		// which would fit, does not overtake it.
+		pool:  kvcache.Config{NumBlocks: 6, BlockSize: 2},
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 4})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			mustAdd(t, s, 2, iota32(7, 10), Limits{MaxTokens: 4})
+			mustAdd(t, s, 3, iota32(1, 20), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev:    "d1:3+1*",
+		want:        "d1:4+1*",
+		wantFrom:    []int32{0},
+		wantWaiting: []kvcache.SeqID{2, 3},
+	}, {
+		name:  "admission cap",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
+			mustAdd(t, s, 3, iota32(3, 20), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev:    "d1:3+1*",
+		want:        "d1:4+1* p2:0+3*",
+		wantFrom:    []int32{0, -1, -1, -1},
+		wantWaiting: []kvcache.SeqID{3},
+	}, {
+		name:  "every sequence of prev finished, one waiting",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			if err := s.Abort(1); err != nil {
+				t.Fatal(err)
+			}
+			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
+			return b
+		},
+		wantPrev: "d1:3+1*",
+		want:     "p2:0+3*",
+		wantFrom: []int32{-1, -1, -1},
+	}, {
+		name:  "the prompt's last token left out of prev",
+		pool:  kvcache.Config{NumBlocks: 16, BlockSize: 4},
+		sched: Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 16},
+		setup: func(t *testing.T, s *Scheduler) *Batch {
+			// Schedule never leaves a running sequence's last token out (ScheduleNext may, when
+			// the budget runs out), so cut it out of the batch by hand.
+			mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			mustAdd(t, s, 2, iota32(3, 10), Limits{MaxTokens: 10})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			b = s.Schedule()
+			b.Chunks, b.NumDecodes, b.NumLogits = b.Chunks[:1], 1, 1
+			return b
+		},
+		wantPrev: "d1:3+1*",
+		want:     "d1:4+1* p2:3+1*",
+		wantFrom: []int32{0, -1},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newTestScheduler(t, tc.pool, tc.sched)
+			prev := tc.setup(t, s)
+			if got := describe(prev); got != tc.wantPrev {
+				t.Fatalf("setup: prev %q, want %q", got, tc.wantPrev)
+			}
+			var seqs []*Sequence
+			for _, seq := range s.live {
+				seqs = append(seqs, seq)
+			}
+			next := s.ScheduleNext(prev)
+			if next == nil {
+				t.Fatal("ScheduleNext = nil")
+			}
+			if got := describe(next); got != tc.want {
+				t.Errorf("next %q, want %q", got, tc.want)
+			}
+			if !slices.Equal(next.InputFrom, tc.wantFrom) || len(next.InputFrom) != next.NumTokens {
+				t.Errorf("InputFrom %v, want %v", next.InputFrom, tc.wantFrom)
+			}
+			if got := waitingIDs(s); !slices.Equal(got, tc.wantWaiting) {
+				t.Errorf("waiting %v, want %v", got, tc.wantWaiting)
+			}
+			for i, c := range next.Chunks {
+				if i < next.NumDecodes && !slices.Equal(c.Tokens, []int32{0}) ||
+					i >= next.NumDecodes && !slices.Equal(c.Tokens, c.Seq.Tokens()[c.Start:c.Start+c.Len]) {
+					t.Errorf("chunk %d of %v: tokens %v", i, c.Seq, c.Tokens)
+				}
+			}
+			if err := pool.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			// Run both (next's inputs are in its sequences once prev is updated), then plainly.
+			mustUpdate(t, s, prev, sampleAll(prev))
+			mustUpdate(t, s, next, sampleAll(next))
+			for range 100 {
+				if !s.HasUnfinished() {
+					break
+				}
+				step(t, s, modelSample)
+			}
+			for _, seq := range seqs {
+				if seq.FinishReason() == FinishAbort {
+					continue
+				}
+				want, reason := reference(seq.Prompt(), seq.Limits())
+				if !slices.Equal(seq.Output(), want) || seq.FinishReason() != reason {
+					t.Errorf("%v: output %v (%s), alone %v (%s)", seq, seq.Output(), seq.FinishReason(), want, reason)
+				}
+			}
+			checkNoLeak(t, pool)
+		})
+	}
+}
+
+// TestScheduleNextUndoAdmission: a ScheduleNext batch that admitted sequences and is discarded
+// before its predecessor's Update (cancelled, or dropped with the predecessor) puts them back at the
+// head of the waiting queue, blocks freed, as if never admitted; discarded after the predecessor's
+// Update, it leaves them running.
+func TestScheduleNextUndoAdmission(t *testing.T) {
+	shared := iota32(6, 100)
+	tests := []struct {
+		name        string
+		discard     func(t *testing.T, s *Scheduler, prev, next *Batch)
+		wantRunning bool // seq 2 and 3 still admitted
+	}{{
+		name: "cancel",
+		discard: func(t *testing.T, s *Scheduler, prev, next *Batch) {
+			if err := s.Discard(next); err != nil {
+				t.Fatal(err)
+			}
+			mustUpdate(t, s, prev, sampleAll(prev))
+		},
+	}, {
+		name: "discard of prev",
+		discard: func(t *testing.T, s *Scheduler, prev, next *Batch) {
+			if err := s.Discard(prev); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "discard after Update(prev)",
+		discard: func(t *testing.T, s *Scheduler, prev, next *Batch) {
+			mustUpdate(t, s, prev, sampleAll(prev))
+			if err := s.Discard(next); err != nil {
+				t.Fatal(err)
+			}
+		},
+		wantRunning: true,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 16, BlockSize: 2, PrefixCaching: true},
+				Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 32})
+			mustAdd(t, s, 9, append(slices.Clone(shared), 1), Limits{MaxTokens: 1})
+			b := s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b)) // seq 9 finishes; blocks of shared stay cached
+			seq1 := mustAdd(t, s, 1, iota32(3, 0), Limits{MaxTokens: 10})
+			b = s.Schedule()
+			mustUpdate(t, s, b, sampleAll(b))
+			prev := s.Schedule()
+			seq2 := mustAdd(t, s, 2, append(slices.Clone(shared), 7, 8), Limits{MaxTokens: 10})
+			seq3 := mustAdd(t, s, 3, iota32(3, 20), Limits{MaxTokens: 10})
+			before := pool.Stats()
+			next := s.ScheduleNext(prev)
+			if got, want := describe(next), "d1:4+1* p2:6+2* p3:0+3*"; got != want {
+				t.Fatalf("next %q, want %q", got, want)
+			}
+			if seq2.NumCachedTokens() != 6 || seq2.Status() != StatusRunning || s.NumWaiting() != 0 {
+				t.Fatalf("admitted %v with %d cached tokens", seq2, seq2.NumCachedTokens())
+			}
+			seq4 := mustAdd(t, s, 4, iota32(2, 30), Limits{MaxTokens: 10}) // arrives meanwhile
+			tc.discard(t, s, prev, next)
+			if err := pool.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantRunning {
+				if seq2.Status() != StatusRunning || seq3.Status() != StatusRunning || seq2.NumComputed() != 6 ||
+					seq2.NumCachedTokens() != 6 || !slices.Equal(waitingIDs(s), []kvcache.SeqID{4}) {
+					t.Fatalf("%v, %v; waiting %v", seq2, seq3, waitingIDs(s))
+				}
+			} else {
+				for _, seq := range []*Sequence{seq2, seq3} {
+					if _, err := pool.NumTokens(seq.ID()); seq.Status() != StatusWaiting || seq.NumComputed() != 0 ||
+						seq.NumCachedTokens() != 0 || seq.admitted || seq.numReserved != 0 || !errors.Is(err, kvcache.ErrUnknownSeq) {
+						t.Errorf("%v not back as new: %d cached, pool: %v", seq, seq.NumCachedTokens(), err)
+					}
+				}
+				if got := waitingIDs(s); !slices.Equal(got, []kvcache.SeqID{2, 3, 4}) {
+					t.Errorf("waiting %v, want [2 3 4]", got)
+				}
+				if after := pool.Stats(); after.UsedBlocks != before.UsedBlocks ||
+					after.CachedBlocks != before.CachedBlocks {
+					t.Errorf("pool %+v after the undo, %+v before ScheduleNext", after, before)
+				}
+			}
+			// Admitted again by plain steps, with the same prefix-cache hit; outputs as alone.
+			for range 100 {
+				if !s.HasUnfinished() {
+					break
+				}
+				step(t, s, modelSample)
+			}
+			if seq2.NumCachedTokens() != 6 {
+				t.Errorf("%v: %d cached tokens at its admission, want 6", seq2, seq2.NumCachedTokens())
+			}
+			for _, seq := range []*Sequence{seq1, seq2, seq3, seq4} {
+				want, reason := reference(seq.Prompt(), seq.Limits())
+				if !slices.Equal(seq.Output(), want) || seq.FinishReason() != reason {
+					t.Errorf("%v: output %v (%s), alone %v (%s)", seq, seq.Output(), seq.FinishReason(), want, reason)
+				}
+			}
+			checkNoLeak(t, pool)
+		})
+	}
 }

@@ -197,14 +197,7 @@ func (s *Scheduler) Schedule() *Batch {
 			break // wait for blocks; nobody overtakes the head
 		}
 		s.waiting = s.waiting[1:]
-		seq.status = StatusRunning
-		seq.numComputed = cached
-		seq.numReserved = len(seq.tokens)
-		if !seq.admitted {
-			seq.admitted = true
-			seq.numCached = cached
-		}
-		s.insertRunning(seq)
+		s.admit(seq, cached)
 		n := min(len(seq.tokens)-cached, budget)
 		s.addChunk(b, seq, n)
 		budget -= n
@@ -278,14 +271,32 @@ func (s *Scheduler) preempt(seq *Sequence) {
 	s.waiting = slices.Insert(s.waiting, i, seq)
 }
 
+// admit makes a sequence taken off the waiting queue, whose blocks the pool just allocated with
+// cached prefix-cache hit tokens, running.
+func (s *Scheduler) admit(seq *Sequence, cached int) {
+	seq.status = StatusRunning
+	seq.numComputed = cached
+	seq.numReserved = len(seq.tokens)
+	if !seq.admitted {
+		seq.admitted = true
+		seq.numCached = cached
+	}
+	s.insertRunning(seq)
+}
+
 // addChunk appends seq's next n tokens to the batch; finalize fills in the token, position and
 // slot slices.
 func (s *Scheduler) addChunk(b *Batch, seq *Sequence, n int) {
+	s.addChunkAt(b, seq, seq.numComputed, n)
+}
+
+// addChunkAt appends seq's n tokens from position start to the batch.
+func (s *Scheduler) addChunkAt(b *Batch, seq *Sequence, start, n int) {
 	table, err := s.pool.BlockTable(seq.id)
 	if err != nil {
 		panic(fmt.Sprintf("scheduler: chunk of %v: %v", seq, err))
 	}
-	start, end := seq.numComputed, seq.numComputed+n
+	end := start + n
 	b.Chunks = append(b.Chunks, Chunk{
 		Seq:         seq,
 		Start:       start,
@@ -409,22 +420,25 @@ func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
 //
 // Discarding b also discards the batch [Scheduler.ScheduleNext] made from it, if it is outstanding,
 // since that batch's inputs are b's samples: the sequences' placeholder tokens and their slots are
-// dropped, leaving each sequence as Schedule left it; Update or Discard of that batch then returns
-// [ErrStaleBatch]. (Blocks the placeholders took are free again, but prefix-cache blocks evicted to
-// make room for them are gone.)
+// dropped, and the sequences it admitted go back to the head of the waiting queue, blocks freed,
+// as if never admitted (their cached-token count included), leaving each sequence as Schedule left
+// it; Update or Discard of that batch then returns [ErrStaleBatch]. (Blocks the placeholders and
+// admissions took are free again, but prefix-cache blocks evicted to make room for them are gone,
+// and the pool's hit statistics keep the admissions' lookups.)
 //
 // Discarding a ScheduleNext batch while its predecessor is still outstanding cancels it alone
-// (the engine could not launch it): its placeholders and their slots are dropped, and the
-// predecessor's Update appends its sampled tokens as usual. Were the batch launched anyway, its
-// KV writes land in slots (freed, or past the sequence's end) that every later step writing them
-// overwrites before anyone reads them, as after Finish.
+// (the engine could not launch it), undoing it the same way, and the predecessor's Update appends
+// its sampled tokens as usual. Were the batch launched anyway, its KV writes land in slots (freed,
+// or past the sequence's end) that every later step writing them overwrites before anyone reads
+// them, as after Finish.
 //
 // Discarding a ScheduleNext batch after its predecessor's Update keeps the token that Update put
 // in place of the placeholder: the sequence has it, its KV is just not computed, and the next
-// Schedule runs the same decode again, as for any discarded batch.
+// Schedule runs the same decode again, as for any discarded batch; sequences it admitted stay
+// running, their prefill to be run again.
 func (s *Scheduler) Discard(b *Batch) error {
 	if b != nil && len(s.outstanding) == 2 && b == s.outstanding[1] {
-		s.dropPlaceholders(b)
+		s.cancel(b)
 		s.outstanding[1] = nil
 		s.outstanding = s.outstanding[:1]
 		return nil
@@ -436,27 +450,11 @@ func (s *Scheduler) Discard(b *Batch) error {
 		return fmt.Errorf("scheduler: discard: %w", ErrStaleBatch)
 	}
 	for _, later := range s.outstanding[1:] {
-		s.dropPlaceholders(later)
+		s.cancel(later)
 	}
 	clear(s.outstanding)
 	s.outstanding = s.outstanding[:0]
 	return nil
-}
-
-// dropPlaceholders removes, for each running sequence with a chunk in b (a ScheduleNext batch
-// discarded before its predecessor's Update), the placeholder token and its slot.
-func (s *Scheduler) dropPlaceholders(b *Batch) {
-	for i := range b.Chunks {
-		seq := b.Chunks[i].Seq
-		if seq.status != StatusRunning || seq.numAhead == 0 {
-			continue
-		}
-		seq.dropPlaceholder()
-		if err := s.pool.Truncate(seq.id, len(seq.tokens)); err != nil {
-			panic(fmt.Sprintf("scheduler: discard: %v", err))
-		}
-		seq.numReserved = len(seq.tokens)
-	}
 }
 
 // Finish ends an unfinished sequence for the given reason (FinishStop when the engine matched a stop
