@@ -1,3 +1,10 @@
+#!/usr/bin/env bash
+# Pipelined steps with admissions on the device: the engine's and the model's CUDA tests, then mixed-length
+# throughput (1024 prompts of 32-512 tokens, 16-256 out) pipelined and not, and the latency runs, for
+# Llama-3.2-1B and Llama-3-8B shapes (docs/bench/e2e-h100.md). Results under $OUT: mixed.jsonl, latency.jsonl.
+# Here:  go test -c -tags cuda -o gpu/model/model.test ./model; go test -c -tags cuda -o gpu/model/engine.test ./engine;
+#        go build -tags cuda -o gpu/e2e/gollm ./cmd/gollm
+# There (carry gpu/model and gpu/e2e): bash scripts/bench/admit-device-run.sh
 set -uo pipefail
 export GOLLM_REQUIRE_GPU=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64
 (cd engine && timeout 200 ../gpu/model/engine.test -test.count=1 2>&1 | tail -3)
