@@ -50,18 +50,14 @@ func step(t *testing.T, s *Scheduler, sample func(Chunk) int32) (string, []*Sequ
 	t.Helper()
 	b := s.Schedule()
 	var parts []string
+	if d := describe(b); d != "" {
+		parts = append(parts, d)
+	}
 	var sampled []int32
-	for i, c := range b.Chunks {
-		kind := "p"
-		if i < b.NumDecodes {
-			kind = "d"
-		}
-		desc := fmt.Sprintf("%s%d:%d+%d", kind, c.Seq.ID(), c.Start, c.Len)
+	for _, c := range b.Chunks {
 		if c.NeedsLogits {
-			desc += "*"
 			sampled = append(sampled, sample(c))
 		}
-		parts = append(parts, desc)
 	}
 	for _, seq := range b.Preempted {
 		parts = append(parts, fmt.Sprintf("!%d", seq.ID()))
