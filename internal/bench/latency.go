@@ -131,7 +131,7 @@ func RunLatency(ctx context.Context, lm *LoadedModel, opts LatencyOptions) (*Lat
 		logger = discardLogger
 	}
 	tm := newTimedModel(lm.Model)
-	e, err := engine.New(tm, lm.Tokenizer, engine.Config{
+	e, err := engine.New(tm.engineModel(), lm.Tokenizer, engine.Config{
 		MaxNumSeqs:           opts.Batch,
 		MaxNumBatchedTokens:  opts.MaxNumBatchedTokens,
 		DisablePrefixCaching: true,

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -41,10 +39,6 @@ type timedModel struct {
 	steps   []stepRecord
 	gate    chan struct{} // when set, the next Forward signals entered and waits for gate to close
 	entered chan struct{}
-
-	// picks are the last step's picks when the inner model picks on the host (no engine.PickModel):
-	// the next step's InputFrom rows take their tokens from them here.
-	picks []int32
 }
 
 func newTimedModel(m engine.Model) *timedModel { return &timedModel{inner: m} }
@@ -63,46 +57,26 @@ func (t *timedModel) Forward(s *model.Step) ([][]float32, error) {
 	return out, err
 }
 
-// Start is Forward for the steps the engine ends with a pick on the model's side (engine.PickModel):
-// it passes the inner model's Start through, so the benchmark times what the engine really runs,
-// pipelining included; the step's record closes when its picks are read. A model without one gets the
-// argmax (or the draw) of its host logits.
-func (t *timedModel) Start(s *model.Step, params []model.SampleParams) (*model.Pick, error) {
-	rec := t.open(s)
-	pm, ok := t.inner.(engine.PickModel)
-	if !ok {
-		if s.InputFrom != nil { // the engine pipelines over this wrapper: feed the rows here
-			fed := *s
-			fed.Tokens, fed.InputFrom = slices.Clone(s.Tokens), nil
-			for row, from := range s.InputFrom {
-				if from >= 0 {
-					if int(from) >= len(t.picks) {
-						t.close(rec, time.Now(), 0)
-						return nil, fmt.Errorf("bench: step row %d takes pick %d of %d", row, from, len(t.picks))
-					}
-					fed.Tokens[row] = t.picks[from]
-				}
-			}
-			s = &fed
-		}
-		rows, err := t.inner.Forward(s)
-		ids := make([]int32, len(rows))
-		for i, row := range rows {
-			if params == nil {
-				ids[i] = model.Argmax(row)
-			} else {
-				ids[i] = model.SampleLogits(row, params[i])
-			}
-		}
-		t.close(rec, time.Now(), 0)
-		if err != nil {
-			t.picks = t.picks[:0]
-			return nil, err
-		}
-		t.picks = append(t.picks[:0], ids...)
-		return model.NewPick(func() ([]int32, error) { return ids, nil }), nil
+// engineModel is what the engine runs: t, or, when the wrapped model picks on its side
+// (engine.PickModel), t with Start passed through, so that the benchmark times what the engine really
+// runs, pipelining included; a model without it gets the engine's host sampling, unpipelined.
+func (t *timedModel) engineModel() engine.Model {
+	if pm, ok := t.inner.(engine.PickModel); ok {
+		return timedPicker{t, pm}
 	}
-	p, err := pm.Start(s, params)
+	return t
+}
+
+// timedPicker is a timedModel over an engine.PickModel.
+type timedPicker struct {
+	*timedModel
+	pm engine.PickModel
+}
+
+// Start passes the inner model's Start through; the step's record closes when its picks are read.
+func (t timedPicker) Start(s *model.Step, params []model.SampleParams) (*model.Pick, error) {
+	rec := t.open(s)
+	p, err := t.pm.Start(s, params)
 	issued := time.Now()
 	if err != nil {
 		t.close(rec, issued, 0)
