@@ -226,9 +226,6 @@ func (e *Engine) runStep() {
 			return
 		}
 		pick, err := pm.Start(st, params)
-		if err == nil && pick == nil {
-			err = errors.New("model started no step")
-		}
 		if err != nil {
 			e.failSteps(err, b)
 			return
@@ -293,9 +290,6 @@ func (e *Engine) startNext(prev *scheduler.Batch) *inflight {
 		return nil
 	}
 	pick, err := pm.Start(e.buildStep(next), params)
-	if err == nil && pick == nil {
-		err = errors.New("model started no step")
-	}
 	if err != nil {
 		// Not expected: plan plainly instead.
 		e.log.Warn("pipelined step not started", "err", err)
