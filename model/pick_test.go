@@ -128,26 +128,27 @@ func checkPipelined(t *testing.T, m *Model, numBlocks, blockSize, vocab int) {
 	}
 }
 
-func TestPipelinedPicks(t *testing.T) {
+// tinyCPUModel loads a random float32 tinyConfig model on the CPU backend with 64 pages of 4 tokens.
+func tinyCPUModel(t *testing.T) (*Model, *weights.Config) {
+	t.Helper()
 	cfg := tinyConfig()
 	r := newRandomModel(cfg, weights.DTypeF32, 4)
 	m, err := load(cfg, r.get, Options{NumBlocks: 64, BlockSize: 4}, NewCPUBackend)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	return m, cfg
+}
+
+func TestPipelinedPicks(t *testing.T) {
+	m, cfg := tinyCPUModel(t)
 	checkPipelined(t, m, 64, 4, cfg.VocabSize)
 	checkPipelinedGrowth(t, m, 64, 4, cfg.VocabSize)
 }
 
 func TestInputFromRejected(t *testing.T) {
-	cfg := tinyConfig()
-	r := newRandomModel(cfg, weights.DTypeF32, 4)
-	m, err := load(cfg, r.get, Options{NumBlocks: 64, BlockSize: 4}, NewCPUBackend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, _ := tinyCPUModel(t)
 	p := newPager(64, 4, newRand(1))
 	if _, err := m.ForwardGreedy(p.step(chunk{0, []int32{1, 2, 3}}, chunk{1, []int32{4}})); err != nil {
 		t.Fatal(err)
