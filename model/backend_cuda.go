@@ -545,6 +545,9 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		b.sig = fnvString(b.sig, "skip "+name)
 	}
 	b.sig = fnvWord(b.sig, uint64(b.tune.AttnPartition))
+	if b.decode != nil && b.decode.Tuning != (attention.CUDATuning{}) { // benchmarks' switches only
+		b.sig = fnvString(b.sig, fmt.Sprintf("attention %+v", b.decode.Tuning))
+	}
 	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
 	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
 	for seq := range numSeqs {
