@@ -75,6 +75,16 @@ struct DecodeParams {
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
 // included, which would otherwise be written back during this kernel) stays there.
 #define DECODE_FLAG_EVICT_FIRST 8
+// DECODE_FLAG_EARLY_PROLOGUE (set with programmatic dependent launch) has an mma program read its block
+// ids and context length and queue its first tiles whose rows all precede the sequence's newest position
+// before its PDL wait (decode_prologue), so that they overlap the end of the kernel before.
+#define DECODE_FLAG_EARLY_PROLOGUE 128
+// DECODE_FLAG_DIAG_* cut the mma programs short, for BenchmarkCUDADecode's diagnostics only (the output
+// is wrong; the time is the step's without that part): return right after the PDL wait, after the tile
+// loop (no partial, no merge), or after storing the partial (no merge).
+#define DECODE_FLAG_DIAG_ENTRY 16
+#define DECODE_FLAG_DIAG_LOOP 32
+#define DECODE_FLAG_DIAG_NOMERGE 64
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -438,6 +448,37 @@ __device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int 
 	}
 }
 
+// decode_prologue queues a program's first STAGES−1 tiles (block ids already in sids) and passes its PDL
+// wait: with DECODE_FLAG_EARLY_PROLOGUE, the tiles whose rows all precede the sequence's newest position
+// (fresh, whose K/V the kernel before may be writing: the Q/K/V product's RoPE epilogue) are issued before
+// the wait, so their copies overlap the end of that kernel; the others after. Safe tiles form a prefix, so
+// the commit groups keep their order. Everything read before the wait is the step's metadata (block
+// tables, context lengths) or K/V written by earlier steps. Without the flag the wait comes first (the
+// caller has not waited yet either way).
+template <typename L, int STAGES, int TILE, typename T, typename Hint>
+__device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *smem, int (*sids)[L::MAX_PAGES],
+                                                const T *kc, const T *vc, int start, int end, int fresh, int ntiles,
+                                                int lbs, long long row_stride, int kvh, int tid, Hint pf) {
+	int pre = 0;
+	if (p.flags & DECODE_FLAG_EARLY_PROLOGUE) {
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++)
+			if (pre == s && s < ntiles && min(end, start + (s + 1) * TILE) <= fresh) {
+				L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+				cp_async_commit();
+				pre++;
+			}
+	}
+	decode_pdl_enter();
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++)
+		if (s >= pre) {
+			if (s < ntiles)
+				L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+		}
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The mma program. Grid (seq, kv_head, partition); 4·MT warps; TILE = 64 tokens, 16 per warp slice.
 
@@ -543,7 +584,12 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
 
-	decode_pdl_enter();
+	// Without DECODE_FLAG_EARLY_PROLOGUE the PDL wait comes first (decode_prologue's is then a no-op).
+	if (!(p.flags & DECODE_FLAG_EARLY_PROLOGUE)) decode_pdl_enter();
+	if (p.flags & DECODE_FLAG_DIAG_ENTRY) {
+		decode_pdl_enter();
+		return;
+	}
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
 	const CopyHint pf = copy_hint(p.flags);
@@ -569,12 +615,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	for (int s = 0; s < STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++) {
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
+	decode_prologue<L, STAGES, TILE>(p, smem, sids, kc, vc, start, end, p.context_lens[seq] - 1, ntiles, lbs,
+	                                 row_stride, kvh, tid, pf);
 	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
 
 	// Q fragments (A operand, row-major 16×16 per k-step): rows r0 = lane/4 and r0+8 of this head tile.
@@ -623,6 +665,10 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 
 	// Merge the SLICES warps of each head tile.
 	cp_async_wait<0>();
+	if (p.flags & DECODE_FLAG_DIAG_LOOP) {
+		if (acc[0][0] == 12345.f) reinterpret_cast<float *>(p.out)[tid] = acc[0][1]; // keep the loop
+		return;
+	}
 	__syncthreads(); // all warps are done with the stages; reuse the memory
 	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
 	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -645,7 +691,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	}
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
-	if (SPLIT) splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part, tid);
+	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))
+		splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part, tid);
 }
 
 template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4> constexpr int mma_smem_bytes() {

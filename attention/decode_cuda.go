@@ -103,6 +103,15 @@ const (
 	flagEvictFirst = 8
 )
 
+const flagEarlyPrologue = 128
+
+// The DECODE_FLAG_DIAG_* bits of decode.cuh, for CUDATuning.Diagnose.
+const (
+	DiagnoseEntry   = 16 // programs return right after their PDL wait
+	DiagnoseLoop    = 32 // programs return after their tile loop (no partial, no merge)
+	DiagnoseNoMerge = 64 // split-k programs store their partial and skip the merge
+)
+
 // splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
 // CUDAKernels allocates and zeroes when it loads and which every split-k call leaves zero.
 const splitKCounterBytes = 64 << 10
@@ -132,6 +141,16 @@ type CUDATuning struct {
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
 	// kernel (one program per slot, looping over them with its pipeline full across them).
 	NoPersistent bool
+
+	// LatePrologue keeps the mma programs' PDL wait first under programmatic dependent launch
+	// (CUDADecodeArgs.Dependent). By default they read their block ids and context length and queue
+	// their first K/V tiles older than the sequence's newest position before it, overlapping the end of
+	// the kernel before (the Q/K/V product, whose epilogue writes the newest position's K/V): −0.05 ms a
+	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
+	LatePrologue bool
+	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
+	// bits): the output is wrong, the time is the step's without that part.
+	Diagnose int
 
 	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
 	persistPrograms int
@@ -343,6 +362,10 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if !t.NoEvictFirst {
 		flags |= flagEvictFirst
 	}
+	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge)
+	if a.Dependent && !t.LatePrologue {
+		flags |= flagEarlyPrologue
+	}
 	return decodeParams{
 		Flags: flags,
 		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
@@ -524,7 +547,7 @@ func mergeChunk(parts int, t CUDATuning) int {
 	if t.MergeChunk > 0 {
 		return min(t.MergeChunk, parts)
 	}
-	if parts <= 16 {
+	if parts <= maxOneLevelPartitions {
 		return parts
 	}
 	c := int(math.Ceil(math.Sqrt(float64(parts))))

@@ -376,6 +376,25 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 				check(fmt.Sprintf("split-k/%s/partition%d/%s", path, part, m.name))
 			}
 		}
+		if info := k.dev.Info(); info.Major == 9 && info.Minor == 0 {
+			// Programmatic dependent launch: the mma programs queue their first tiles older than each
+			// sequence's newest position before the PDL wait, the others after it.
+			a := c.args()
+			a.Dependent = true
+			c.poisonOut(t)
+			if err := k.DecodeGrouped(nil, a, path); err != nil {
+				t.Fatal(err)
+			}
+			check("grouped/" + path.String() + "/dependent")
+			for _, part := range partitions {
+				c.poisonOut(t)
+				poison(t, c.dev, ws, wsBytes)
+				if err := k.DecodeSplitK(nil, a, part, ws, wsBytes, path); err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("split-k/%s/partition%d/dependent", path, part))
+			}
+		}
 	}
 }
 

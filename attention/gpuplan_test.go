@@ -63,3 +63,58 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestGraphPlan checks the graph plan against Plan: where Plan splits a context into more than 16
+// partitions and 16 per context still give 90% of the SMs a program, 16 (or fewer) partitions of whole
+// tiles that cover the cap; elsewhere Plan's choice unchanged.
+func TestGraphPlan(t *testing.T) {
+	const sms = 132
+	for _, tc := range []struct {
+		batch, cap, kvHeads int
+		lengthened          bool
+	}{
+		{1, 2048, 8, true},    // Llama 3 at batch 1: Plan's 32 partitions of 64 become 16 of 128
+		{1, 4096, 8, true},    // 16 of 256
+		{2, 2048, 8, false},   // Plan: 16 partitions of 128
+		{1, 1024, 8, false},   // Plan's 16 partitions: one level already
+		{1, 65536, 2, false},  // 2 rows × 16 partitions would leave most SMs idle
+		{1, 131072, 1, false}, // MQA at batch 1
+		{64, 2048, 8, false},  // no split at all
+		{1, 256, 8, false},    // too short to split
+		{4, 32768, 4, false},  // Plan: 16 partitions of 2048
+		{1, 8192, 4, false},   // 4 rows × 16 partitions would leave SMs idle
+		{1, 131072, 8, true},  // 16 partitions of 8192
+	} {
+		t.Run(fmt.Sprintf("b%d_cap%d_kv%d", tc.batch, tc.cap, tc.kvHeads), func(t *testing.T) {
+			lens := make([]int32, tc.batch)
+			for i := range lens {
+				lens[i] = int32(tc.cap)
+			}
+			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
+				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: 2,
+				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, 2)}
+			plan, got := Plan(in), GraphPlan(in)
+			if !tc.lengthened {
+				if got != plan {
+					t.Fatalf("GraphPlan %+v, Plan %+v: want them equal", got, plan)
+				}
+				return
+			}
+			if plan.Kernel != SplitK || plan.NumPartitions <= maxOneLevelPartitions {
+				t.Fatalf("Plan %+v: the case does not exercise the rule", plan)
+			}
+			switch {
+			case got.Kernel != SplitK:
+				t.Errorf("GraphPlan %+v: want split-k", got)
+			case got.NumPartitions > maxOneLevelPartitions:
+				t.Errorf("GraphPlan %+v: more than %d partitions", got, maxOneLevelPartitions)
+			case got.PartitionTokens%cudaTileTokens != 0:
+				t.Errorf("GraphPlan %+v: partitions of part tiles", got)
+			case got.PartitionTokens*got.NumPartitions < tc.cap || got.PartitionTokens*(got.NumPartitions-1) >= tc.cap:
+				t.Errorf("GraphPlan %+v does not cover %d tokens exactly", got, tc.cap)
+			case got.PartitionTokens < plan.PartitionTokens:
+				t.Errorf("GraphPlan %+v shortens Plan's partitions %+v", got, plan)
+			}
+		})
+	}
+}

@@ -840,7 +840,7 @@ func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCa
 	if err != nil {
 		return err
 	}
-	plan := attention.Plan(in)
+	plan := attention.GraphPlan(in)
 	switch t := b.tune.AttnPartition; {
 	case t > 0:
 		plan = attention.DecodePlan{Kernel: attention.SplitK, PartitionTokens: t, NumPartitions: (contextCap + t - 1) / t}
