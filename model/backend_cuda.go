@@ -91,12 +91,13 @@ type cudaBackend struct {
 	// sampleKept, when set (tests), receives each row's count of tokens the draw chose from.
 	sampleKept cuda.DevicePtr
 
-	st     cudaStep
-	ops    []cudaOp
-	lastMM *matmulOp // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
-	sig    uint64    // FNV-1a over the recorded ops' kernels and buffers
-	err    error     // the first error of the step's recording
-	graphs map[graphKey]*graphEntry
+	st      cudaStep
+	ops     []cudaOp
+	lastMM  *matmulOp   // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
+	attnOut *cudaTensor // the output of the last recorded Attention
+	sig     uint64      // FNV-1a over the recorded ops' kernels and buffers
+	err     error       // the first error of the step's recording
+	graphs  map[graphKey]*graphEntry
 	// graphsOff is set when capture failed once: later steps run eagerly. pdlOff is set when a capture
 	// with programmatic dependent launches failed (the capture is retried without).
 	graphsOff, pdlOff bool
@@ -533,7 +534,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if len(b.kCache) == 0 {
 		return errors.New("cuda backend: no KV pool allocated")
 	}
-	b.ops, b.sig, b.err, b.lastMM = b.ops[:0], fnvOffset, nil, nil
+	b.ops, b.sig, b.err, b.lastMM, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan} {
 		b.sig = fnvWord(b.sig, uint64(w))
@@ -734,6 +735,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	}
 	out, in := w.Rows, w.Cols
 	mm := &matmulOp{d: d, x: xt, w: wt, out: out, in: in}
+	mm.epi.afterAttention = xt == b.attnOut
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {
 		if b.gemvServes(rows, in) {
 			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
@@ -822,6 +824,7 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 			DType: b.dtype, Scale: scale,
 		})
 	}}, "attention", uint64(d.ptr), uint64(q.qRot), uint64(k), uint64(v))
+	b.attnOut = d
 }
 
 // decodeGraphed queues decode attention for a padded graph step: the plan is made for every sequence at
