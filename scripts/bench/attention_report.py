@@ -26,7 +26,7 @@ def peers(path):
 
 
 def variants(path):
-    """Tables from attention's BenchmarkCUDADecodeVariants output (same device run)."""
+    """Tables from attention's BenchmarkCUDADecodeVariants output (the notes name its device call)."""
     rows = {}
     for line in open(path):
         m = re.match(r"BenchmarkCUDADecodeVariants/(\S+?)/(\S+?)(-\d+)?\s+1\s+([\d.]+) us", line)
@@ -34,7 +34,7 @@ def variants(path):
             rows.setdefault(m.group(1), {})[m.group(2)] = float(m.group(4))
     out = []
     w = out.append
-    w("### Variants in the same run (attention's BenchmarkCUDADecodeVariants, µs, spin unless flushed)\n")
+    w("### Variants (attention's BenchmarkCUDADecodeVariants, µs, spin unless flushed; the call is named above)\n")
     w("Split-k merge at the dispatcher's partition: *fused* = in the split-k programs (default), *reduce* = "
       "a second kernel; *1 level* = one program merges every partition, *chunk 4/8* = two levels.\n")
     w("| shape | partition | fused | reduce | 1 level | chunk 4 | chunk 8 |")
