@@ -101,9 +101,9 @@ const (
 	flagL2Prefetch = 2
 	flagFusedMerge = 4
 	flagEvictFirst = 8
+	// flagEarlyPrologue is set under dependent launch unless CUDATuning.LatePrologue.
+	flagEarlyPrologue = 128
 )
-
-const flagEarlyPrologue = 128
 
 // The DECODE_FLAG_DIAG_* bits of decode.cuh, for CUDATuning.Diagnose.
 const (
