@@ -190,6 +190,36 @@ func BenchmarkCUDADecode(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
+						// Pipelined steps (model.Start before the previous pick is read, inputs from it),
+						// without the engine: the step's graph plus its copies and launches.
+						fed := *s
+						fed.InputFrom = make([]int32, len(s.Tokens))
+						for i := range fed.InputFrom {
+							fed.InputFrom[i] = int32(i)
+						}
+						pick, err := m.Start(s, nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						const pipeSteps = 100
+						var pipeStart time.Time
+						for i := range pipeSteps + 3 { // three to capture the fed steps' graph
+							if i == 3 {
+								pipeStart = time.Now()
+							}
+							next, err := m.Start(&fed, nil)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if _, err := pick.Wait(); err != nil {
+								b.Fatal(err)
+							}
+							pick = next
+						}
+						if _, err := pick.Wait(); err != nil {
+							b.Fatal(err)
+						}
+						pipeMS := time.Since(pipeStart).Seconds() * 1e3 / pipeSteps
 						// One more step op by op, for the per-op table.
 						backend.prof = &stepProfile{}
 						_, err = m.ForwardGreedy(s)
@@ -201,6 +231,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 						wFloor := float64(decodeWeightBytes(cfg)) / copyBandwidth * 1e3
 						floor := float64(decodeWeightBytes(cfg)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
 						b.ReportMetric(gpuMS, "gpu-ms/step")
+						b.ReportMetric(pipeMS, "pipe-ms/step")
 						b.ReportMetric(ms-gpuMS, "host-ms/step")
 						b.ReportMetric(ms, "ms/step")
 						b.ReportMetric(wFloor, "weights-floor-ms")
