@@ -499,10 +499,7 @@ func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuni
 	if t.persistPrograms > 0 {
 		return pk, min(items, t.persistPrograms)
 	}
-	longest := 0
-	for _, n := range a.HostContextLens {
-		longest = max(longest, int(n))
-	}
+	longest := longestContext(a.HostContextLens)
 	if items <= slots || longest > persistMaxTokens {
 		return nil, 0
 	}
@@ -563,10 +560,7 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 		return fmt.Errorf("attention: split-k partition of %d tokens is not a positive multiple of the block size %d",
 			partitionTokens, a.BlockSize)
 	}
-	maxCtx := 0
-	for _, n := range a.HostContextLens {
-		maxCtx = max(maxCtx, int(n))
-	}
+	maxCtx := longestContext(a.HostContextLens)
 	parts := ceilDiv(maxCtx, partitionTokens)
 	batch := len(a.HostContextLens)
 	need := SplitKWorkspaceBytes(batch, a.NumHeads, a.HeadDim, parts)

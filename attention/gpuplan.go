@@ -18,10 +18,7 @@ package attention
 //   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
 //     so the bound is the whole context.
 func gpuMinPartitionTokens(contextLens []int32, kvHeads, blockSize, numSMs, perSM int) int {
-	longest := 0
-	for _, n := range contextLens {
-		longest = max(longest, int(n))
-	}
+	longest := longestContext(contextLens)
 	sms := max(1, numSMs)
 	rows := max(1, len(contextLens)*kvHeads)
 	if 10*rows >= 9*sms {
@@ -63,10 +60,7 @@ func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
 	if plan.Kernel != SplitK || plan.PartitionTokens%cudaTileTokens == 0 {
 		return plan
 	}
-	longest := 0
-	for _, n := range contextLens {
-		longest = max(longest, int(n))
-	}
+	longest := longestContext(contextLens)
 	plan.PartitionTokens = roundUp(plan.PartitionTokens, cudaTileTokens)
 	plan.NumPartitions = ceilDiv(longest, plan.PartitionTokens)
 	if plan.NumPartitions < 2 {
@@ -92,14 +86,20 @@ func GraphPlan(in PlanInput) DecodePlan {
 	if plan.Kernel != SplitK || plan.NumPartitions <= maxOneLevelPartitions {
 		return plan
 	}
-	longest := 0
-	for _, n := range in.ContextLens {
-		longest = max(longest, int(n))
-	}
+	longest := longestContext(in.ContextLens)
 	rows := len(in.ContextLens) * in.NumKVHeads
 	if 10*rows*maxOneLevelPartitions < 9*max(1, in.NumSMs) {
 		return plan
 	}
 	tokens := roundUp(ceilDiv(longest, maxOneLevelPartitions), cudaTileTokens)
 	return DecodePlan{Kernel: SplitK, PartitionTokens: tokens, NumPartitions: ceilDiv(longest, tokens)}
+}
+
+// longestContext is the longest of the context lengths (0 for none).
+func longestContext(contextLens []int32) int {
+	longest := 0
+	for _, n := range contextLens {
+		longest = max(longest, int(n))
+	}
+	return longest
 }

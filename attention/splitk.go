@@ -24,10 +24,7 @@ func DecodeSplitK(out, q []float32, numHeads int, scale float32, c *Cache, block
 			partitionTokens, c.BlockSize))
 	}
 	st := newDecodeStep(out, q, numHeads, scale, c, blockTables, contextLens, "DecodeSplitK")
-	maxCtx := 0
-	for _, n := range contextLens {
-		maxCtx = max(maxCtx, int(n))
-	}
+	maxCtx := longestContext(contextLens)
 	st.run(DecodePlan{Kernel: SplitK, PartitionTokens: partitionTokens, NumPartitions: max(1, ceilDiv(maxCtx, partitionTokens))},
 		defaultWorkers())
 }
