@@ -763,7 +763,7 @@ func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
 	k, v := b.kCache[layer], b.vCache[layer]
 	mm := b.fuseInto(t, qkv.Rows)
 	if mm != nil && sh.HeadDim%16 == 0 {
-		mm.epi = gemvEpilogue{mode: gemvRoPE, layer: layer}
+		mm.epi.mode, mm.epi.layer = gemvRoPE, layer
 		b.sig = fnvString(b.sig, "fused")
 	} else {
 		mm = nil
@@ -863,7 +863,7 @@ func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {
 	inter := dst.Cols
 	mm := b.fuseInto(g, dst.Rows)
 	if mm != nil && inter%8 == 0 && mm.out == 2*inter && gateUp.Cols == 2*inter {
-		mm.epi = gemvEpilogue{mode: gemvSwiGLU, act: d}
+		mm.epi.mode, mm.epi.act = gemvSwiGLU, d
 		b.sig = fnvString(b.sig, "fused")
 	} else {
 		mm = nil

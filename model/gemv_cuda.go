@@ -186,7 +186,8 @@ func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
 	return gemvShape{rb: 1, ks: ks}
 }
 
-// gemvEpilogue is what a product fuses after it (the zero value: nothing).
+// gemvEpilogue is what a product fuses after it (the zero value: nothing), and where it stands in the
+// layer when that shapes its launch (afterAttention).
 type gemvEpilogue struct {
 	mode gemvMode
 	act  *cudaTensor // gemvSwiGLU: the SwiGLU output
