@@ -47,6 +47,9 @@ type cudaBackend struct {
 	mod    *cuda.Module
 	blas   *cuda.BLAS
 	stream *cuda.Stream
+	// side carries each step's copy of its picks to the host, ordered after the step's kernels by the
+	// slot's picked event, so that the next step's kernels need not wait for it (see PickAsync).
+	side   *cuda.Stream
 	fn     cudaFunctions
 	gemv   *gemvKernels
 	tune   gemvTuning
@@ -68,8 +71,8 @@ type cudaBackend struct {
 	host    []int32
 	meta    cuda.DevicePtr
 	metaCap int // int32 elements
-	// ids holds the last step's picked token ids (argmax or draw), which the next step's Embed may
-	// read (Step.InputFrom); idsCap of them.
+	// ids holds the picked token ids (argmax or draw) of the steps of both slots, idsCap for each (see
+	// idsAt): a step writes its slot's and its Embed reads the previous step's (Step.InputFrom).
 	ids    cuda.DevicePtr
 	idsCap int
 	caps   []int32 // graph steps: the context cap repeated, as the decode planner's HostContextLens
@@ -211,9 +214,11 @@ func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
 	return mm != nil && mm.epi.mode == mode && b.gemvServes(rows, mm.in)
 }
 
+// graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
+// names (a step reads the other slot's picks and writes its own's).
 type graphKey struct {
-	rows, stride, contextCap int
-	sig                      uint64
+	rows, stride, contextCap, slot int
+	sig                            uint64
 }
 
 // graphEntry is a bucket's graph: seen once eagerly, then captured.
@@ -308,6 +313,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if b.stream, err = b.dev.NewStream(); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.side, err = b.dev.NewStream(); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if err = b.blas.SetStream(b.stream); err != nil {
@@ -475,8 +483,10 @@ func (b *cudaBackend) Close() error {
 	if b.dev == nil {
 		return nil
 	}
-	if b.stream != nil {
-		errs = append(errs, b.stream.Synchronize())
+	for _, s := range []*cuda.Stream{b.stream, b.side} {
+		if s != nil {
+			errs = append(errs, s.Synchronize())
+		}
 	}
 	for _, g := range b.graphs {
 		if g.exec != nil {
@@ -488,10 +498,8 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.blas.Destroy())
 		b.blas = nil
 	}
-	if b.stream != nil {
-		errs = append(errs, b.stream.Destroy())
-		b.stream = nil
-	}
+	errs = append(errs, b.stream.Destroy(), b.side.Destroy())
+	b.stream, b.side = nil, nil
 	errs = append(errs, b.allocs.Free())
 	for _, p := range []cuda.DevicePtr{b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs} {
 		errs = append(errs, b.dev.Free(p))
@@ -500,10 +508,12 @@ func (b *cudaBackend) Close() error {
 	for i := range b.slots {
 		sl := &b.slots[i]
 		errs = append(errs, b.dev.FreeHost(sl.meta), b.dev.FreeHost(sl.ids), b.dev.FreeHost(sl.sample))
-		if sl.done != nil {
-			errs = append(errs, sl.done.Destroy())
+		for _, ev := range []*cuda.Event{sl.picked, sl.done} {
+			if ev != nil {
+				errs = append(errs, ev.Destroy())
+			}
 		}
-		sl.meta, sl.ids, sl.sample, sl.done, sl.inflight = nil, nil, nil, nil, nil
+		sl.meta, sl.ids, sl.sample, sl.picked, sl.done, sl.inflight = nil, nil, nil, nil, nil, nil
 	}
 	b.sampleCap = 0
 	if b.mod != nil {
@@ -682,9 +692,9 @@ func (b *cudaBackend) Embed(dst Tensor, table Weight) {
 		p := struct {
 			Dst, Table, Tokens, From, Picks cuda.DevicePtr
 			Hidden                          int32
-		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), b.metaPtr(b.st.offFrom), b.ids, int32(hidden)}
+		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), b.metaPtr(b.st.offFrom), b.idsAt(b.slot ^ 1), int32(hidden)}
 		return cuda.Launch(b.fn.embed, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(hidden)}, 0, b.stream, &p)
-	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden), uint64(b.ids))
+	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
 }
 
 // ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
@@ -1079,7 +1089,7 @@ func (b *cudaBackend) queue() error {
 		return b.profileQueue()
 	}
 	if st.graph && !b.graphsOff && b.graphable() {
-		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, sig: b.sig}
+		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, slot: b.slot, sig: b.sig}
 		g, seen := b.graphs[key]
 		switch {
 		case seen && g.exec != nil:

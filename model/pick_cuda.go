@@ -11,10 +11,11 @@ import (
 )
 
 // stepSlot is one of the backend's two slots for steps in flight: the page-locked buffers a step's
-// copies use while it runs, and the event recorded after its last copy.
+// copies use while it runs, and its events.
 type stepSlot struct {
 	meta, ids, sample []byte      // metadata staging, landing place of the picked ids, sampler arguments
-	done              *cuda.Event // recorded after the step's ids' copy
+	picked            *cuda.Event // recorded on the kernels' stream after the step's pick
+	done              *cuda.Event // recorded on the side stream after the copy of the picked ids
 	inflight          *inflightPick
 }
 
@@ -29,10 +30,14 @@ type inflightPick struct {
 // PickAsync ends the step: it uploads the metadata, queues the recorded ops (the decode graph where it
 // can), then the pick of every row of src — the argmax (fused into the LM head's product where it can,
 // part of the graph) when params is nil, else the sampling kernel (kernels/sample.cu, the twin of
-// sampleRowCPU; outside the graph, since its arguments change every step) — and an asynchronous copy of
-// the len(dst) ids into the slot's page-locked memory, and records the slot's event. It returns without
-// waiting; wait blocks on the event and copies the ids into dst. The ids stay in b.ids for the next
-// step's InputFrom rows. With both slots in flight, the older step is waited for first.
+// sampleRowCPU; outside the graph, since its arguments change every step) — into the slot's ids on the
+// device, where the next step's InputFrom rows read them. The copy of the len(dst) ids into the slot's
+// page-locked memory runs on the side stream after the slot's picked event, so that the next step's
+// kernels start as soon as this step's end instead of after a device-to-host copy (about 9 µs on the
+// H100, BenchmarkCUDAStepBoundary); the slot's done event follows the copy. The slot's ids are not
+// written again before that copy has run: the step after next, which reuses the slot, is queued only
+// once the host has waited for done (settle). PickAsync returns without waiting; wait blocks on done and
+// copies the ids into dst. With both slots in flight, the older step is waited for first.
 func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
 	if len(dst) == 0 {
 		return func() error { return nil }, b.run(nil)
@@ -89,19 +94,25 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 				p := struct {
 					Out, Kept, Logits, Args cuda.DevicePtr
 					Cols                    int32
-				}{b.ids, b.sampleKept, t.ptr, b.sampleArgs, int32(src.Cols)}
+				}{b.idsAt(k), b.sampleKept, t.ptr, b.sampleArgs, int32(src.Cols)}
 				err = cuda.Launch(b.fn.sample, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: sampleThreads}, 0, b.stream, &p)
 			}
 		}
 		if err == nil {
-			err = b.dev.CopyFromDeviceAsync(ids, b.ids, b.stream)
+			err = slot.picked.Record(b.stream)
 		}
 		if err == nil {
-			err = slot.done.Record(b.stream)
+			err = b.side.Wait(slot.picked)
+		}
+		if err == nil {
+			err = b.dev.CopyFromDeviceAsync(ids, b.idsAt(k), b.side)
+		}
+		if err == nil {
+			err = slot.done.Record(b.side)
 		}
 		if err != nil {
 			// Let queued copies finish before a later step rewrites their page-locked buffers.
-			_ = b.stream.Synchronize()
+			_ = errors.Join(b.stream.Synchronize(), b.side.Synchronize())
 		}
 		return err
 	})
@@ -114,14 +125,16 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 	return func() error { return b.settle(p) }, nil
 }
 
-// ensureSlot gives a slot its event and an ids landing place of idsCap ids.
+// ensureSlot gives a slot its events and an ids landing place of idsCap ids.
 func (b *cudaBackend) ensureSlot(slot *stepSlot) error {
-	if slot.done == nil {
-		ev, err := b.dev.NewEvent()
-		if err != nil {
-			return err
+	for _, ev := range []**cuda.Event{&slot.picked, &slot.done} {
+		if *ev == nil {
+			e, err := b.dev.NewSyncEvent()
+			if err != nil {
+				return err
+			}
+			*ev = e
 		}
-		slot.done = ev
 	}
 	if len(slot.ids) < 4*b.idsCap {
 		if err := b.dev.FreeHost(slot.ids); err != nil {
@@ -163,7 +176,7 @@ func (b *cudaBackend) quiesce() error {
 	return errors.Join(errs...)
 }
 
-// recordArgmax records the argmax of the first rows rows of t into b.ids. After the LM head's product
+// recordArgmax records the argmax of the first rows rows of t into the slot's ids (idsAt). After the LM head's product
 // it fuses into it: the product's epilogue leaves one (max, index) per token and tile of 16 logits, and
 // ArgmaxPartials reads those instead of the logits.
 func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
@@ -188,7 +201,7 @@ func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
 		parts := struct {
 			Out, Values, Indices cuda.DevicePtr
 			Tiles                int32
-		}{b.ids, b.argValues, b.argIndices, int32(tiles)}
+		}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
 		if !b.fused(mm, gemvArgmax, n) {
 			p := struct {
 				Values, Indices, Logits cuda.DevicePtr
@@ -200,13 +213,16 @@ func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
 			parts.Tiles = int32(chunks)
 		}
 		return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: n}, cuda.Dim3{X: 1024}, 0, &parts)
-	}}, "argmax", uint64(b.ids), uint64(t.ptr), uint64(cols), uint64(b.argValues))
+	}}, "argmax", uint64(t.ptr), uint64(cols), uint64(b.argValues))
 	return nil
 }
 
-// ensureIDs makes the device's pick buffer hold n ids. A new buffer keeps the old one's ids (the next
-// step's InputFrom rows read them) and drops the graphs, whose ops named the old one; the slots' landing
-// places grow at their next step (ensureSlot).
+// idsAt is ring slot k's pick buffer on the device: idsCap ids.
+func (b *cudaBackend) idsAt(k int) cuda.DevicePtr { return b.ids.Add(4 * int64(k*b.idsCap)) }
+
+// ensureIDs makes each slot's pick buffer on the device hold n ids. A new buffer keeps the old one's
+// ids (the next step's InputFrom rows read them) and drops the graphs, whose ops named the old one; the
+// slots' landing places grow at their next step (ensureSlot).
 func (b *cudaBackend) ensureIDs(n int) error {
 	if n <= b.idsCap {
 		return nil
@@ -215,15 +231,20 @@ func (b *cudaBackend) ensureIDs(n int) error {
 	if err := b.dropGraphs(); err != nil { // waits for the steps in flight
 		return err
 	}
-	p, err := b.dev.Alloc(4 * int64(n))
+	p, err := b.dev.Alloc(4 * int64(2*n))
 	if err != nil {
 		return err
 	}
-	if err := b.dev.Fill32(p, 0, int64(n), b.stream); err != nil {
+	if err := b.dev.Fill32(p, 0, int64(2*n), b.stream); err != nil {
 		return errors.Join(err, b.dev.Free(p))
 	}
 	if b.ids != 0 {
-		err := b.dev.CopyDevice(p, b.ids, 4*int64(b.idsCap), b.stream)
+		var err error
+		for k := range b.slots {
+			if err == nil {
+				err = b.dev.CopyDevice(p.Add(4*int64(k*n)), b.idsAt(k), 4*int64(b.idsCap), b.stream)
+			}
+		}
 		if err == nil {
 			err = b.stream.Synchronize()
 		}

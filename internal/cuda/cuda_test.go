@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/gollm/gollm/internal/dtype"
 	"gorgonia.org/cu"
@@ -454,6 +455,79 @@ func TestTimer(t *testing.T) {
 		}
 		if us < 200 || us > 10_000 || tm.HostUS <= 0 {
 			t.Errorf("flush %v: a 200 µs spin measured %.1f µs, host %.1f µs a run", flush, us, tm.HostUS)
+		}
+	}
+}
+
+// TestStreamWait orders a copy on one stream after a kernel on another: stream a spins 20 ms and then
+// doubles-plus-one a buffer; stream b, told to wait for an event recorded after the kernel, copies the
+// buffer to page-locked memory. The copy must see the kernel's result (without the wait it would run at
+// once and see the old values), and so must the host after waiting for b's event.
+func TestStreamWait(t *testing.T) {
+	d := openDevice(t)
+	f := loadScaleAdd(t, d)
+	mod, err := d.LoadModule([]byte(timerSpinPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spin, err := mod.Function("gollm_timer_spin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams [2]*Stream
+	for i := range streams {
+		if streams[i], err = d.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[i].Destroy()
+	}
+	a, b := streams[0], streams[1]
+	var events [2]*Event
+	for i := range events {
+		if events[i], err = d.NewSyncEvent(); err != nil {
+			t.Fatal(err)
+		}
+		defer events[i].Destroy()
+	}
+	ran, copied := events[0], events[1]
+	const n = 1024
+	x := randomFloats(rand.New(rand.NewPCG(7, 8)), n)
+	buf := upload(t, d, x)
+	host, err := d.AllocHost(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.FreeHost(host)
+	p := struct{ NS uint64 }{20e6}
+	if err := Launch(spin, Dim3{X: 1}, Dim3{X: 1}, 0, a, &p); err != nil {
+		t.Fatal(err)
+	}
+	step := scaleAddParams{Out: buf, In: buf, N: n, A: 2}
+	if err := Launch(f, Dim3{X: n / 256}, Dim3{X: 256}, 0, a, &step); err != nil {
+		t.Fatal(err)
+	}
+	if err := ran.Record(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(ran); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CopyFromDeviceAsync(host, buf, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := copied.Record(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := copied.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ran.Elapsed(copied); err == nil {
+		t.Errorf("Elapsed between events without timing: no error")
+	}
+	got := unsafe.Slice((*float32)(unsafe.Pointer(&host[0])), n)
+	for i := range x {
+		if want := x[i]*2 + 1; got[i] != want {
+			t.Fatalf("element %d copied on the waiting stream: got %v want %v (the kernel's result)", i, got[i], want)
 		}
 	}
 }

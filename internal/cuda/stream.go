@@ -46,6 +46,15 @@ func (s *Stream) Synchronize() error {
 	return nil
 }
 
+// Wait makes the work queued on s after this call wait until e has happened (the work before e's latest
+// Record, on whatever stream). The host does not block.
+func (s *Stream) Wait(e *Event) error {
+	if err := s.dev.Do(func() error { return s.handle().Wait(e.e, 0) }); err != nil {
+		return fmt.Errorf("cuda: stream wait for event: %w", err)
+	}
+	return nil
+}
+
 // Destroy releases the stream once its queued work is done.
 func (s *Stream) Destroy() error {
 	if s == nil {
@@ -68,6 +77,20 @@ func (d *Device) NewEvent() (*Event, error) {
 	ev := &Event{dev: d}
 	err := d.Do(func() (err error) {
 		ev.e, err = cu.MakeEvent(cu.DefaultEvent)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: create event: %w", err)
+	}
+	return ev, nil
+}
+
+// NewSyncEvent creates an event without timing: cheaper to record and to wait on, for ordering streams
+// and for the host to wait for a point in a stream (Elapsed fails on it).
+func (d *Device) NewSyncEvent() (*Event, error) {
+	ev := &Event{dev: d}
+	err := d.Do(func() (err error) {
+		ev.e, err = cu.MakeEvent(cu.DisableTiming)
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,236 @@
+//go:build cuda
+
+package model
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/weights"
+)
+
+// BenchmarkCUDAStepBoundary splits what a pipelined decode step adds to its graph: a Llama-3.2-1B-shape
+// step at batch 1 (context GOLLM_BENCH_CONTEXT, default 1088), its fed graph (InputFrom) launched 200
+// times back to back with, between graphs, each combination of the metadata upload (H: copy engine from
+// the slot's page-locked buffer; K: a kernel reading the same buffer through its mapped address), the
+// ids' download (D: copy engine; k: a kernel writing the mapped landing place) and the slot's event (E);
+// "|" switches between the kernels' stream and the side stream (P: the slot's picked event, which the side
+// stream waits for, as in PickAsync; W: the kernels' stream waits for the upload). Start/Wait is the
+// model's own pipelined loop (model.Start of step N+1, then step N's Wait), timed the same way.
+// The metric is device time per step (CUDA events around the 200): the step's GPU cost of each way of
+// crossing the host boundary.
+//
+//	go test -tags cuda -run XXX -bench CUDAStepBoundary ./model
+func BenchmarkCUDAStepBoundary(b *testing.B) {
+	dev := gpuDevice(b)
+	const blockSize = 16
+	context := 1088
+	if v := os.Getenv("GOLLM_BENCH_CONTEXT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		context = n
+	}
+	for _, mc := range []struct {
+		name string
+		cfg  *weights.Config
+	}{{"llama-3.2-1b", llama32_1B()}, {"llama-3-8b", llama3_8B()}} {
+		b.Run(mc.name, func(b *testing.B) {
+			cfg := mc.cfg
+			m, err := LoadRandom(cfg, 1, Options{NumBlocks: context/blockSize + 1, BlockSize: blockSize, MaxStepTokens: 64},
+				newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			table := make([]int32, (context+blockSize-1)/blockSize)
+			for i := range table {
+				table[i] = int32(i)
+			}
+			pos := int32(context - 1)
+			s := &Step{Tokens: []int32{7}, Positions: []int32{pos}, SlotMapping: []int32{table[pos/blockSize]*blockSize + pos%blockSize},
+				QueryStart: []int32{0, 1}, ContextLens: []int32{int32(context)}, BlockTables: [][]int32{table}, LogitRows: []int32{0}}
+			fed := *s
+			fed.InputFrom = []int32{0}
+			pick, err := m.Start(s, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range 4 { // eager, captured, replayed
+				next, err := m.Start(&fed, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pick.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				pick = next
+			}
+			if _, err := pick.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			bk := m.backend.(*cudaBackend)
+			g := bk.lastGraph
+			slot := &bk.slots[0]
+			staged := slot.meta[:4*len(bk.host)]
+			ids := slot.ids[:4]
+			zero, err := dev.Alloc(4)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dev.Free(zero)
+			if err := dev.Fill32(zero, 0, 1, bk.stream); err != nil {
+				b.Fatal(err)
+			}
+			mapped := func(p []byte) cuda.DevicePtr { return cuda.DevicePtr(uintptr(unsafe.Pointer(unsafe.SliceData(p)))) }
+			// GatherRows of one row of bf16 pairs: a one-block kernel copying words.
+			copyKernel := func(dst, src cuda.DevicePtr, bytes int) error {
+				p := struct {
+					Dst, Src, Rows cuda.DevicePtr
+					Cols           int32
+				}{dst, src, zero, int32(bytes / 2)}
+				return cuda.Launch(bk.fn.gather, cuda.Dim3{X: 1}, cuda.Dim3{X: min(1024, (bytes/2+31)/32*32)}, 0, bk.stream, &p)
+			}
+			ev := slot.done
+			spare, err := dev.Alloc(int64(len(staged)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dev.Free(spare)
+			uploaded, err := dev.NewSyncEvent()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer uploaded.Destroy()
+			steps := []struct {
+				name string
+				run  func() error
+			}{
+				{"G", func() error { return g.Launch(bk.stream) }},
+				{"G+E", func() error { return firstErr(g.Launch(bk.stream), ev.Record(bk.stream)) }},
+				{"H+G", func() error {
+					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream))
+				}},
+				{"G+D", func() error {
+					return firstErr(g.Launch(bk.stream), dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream))
+				}},
+				{"H+G+D+E", func() error {
+					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream), ev.Record(bk.stream))
+				}},
+				{"H+G+P|D+E", func() error { // PickAsync's: the download on the side stream
+					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
+						slot.picked.Record(bk.stream), bk.side.Wait(slot.picked),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.side), ev.Record(bk.side))
+				}},
+				{"|H+W+G+P|D+E", func() error { // the upload on the side stream too, into a spare buffer
+					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.side), uploaded.Record(bk.side),
+						bk.stream.Wait(uploaded), g.Launch(bk.stream),
+						slot.picked.Record(bk.stream), bk.side.Wait(slot.picked),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.side), ev.Record(bk.side))
+				}},
+				{"K+G", func() error {
+					return firstErr(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream))
+				}},
+				{"G+k", func() error {
+					return firstErr(g.Launch(bk.stream), copyKernel(mapped(ids), bk.ids, len(ids)))
+				}},
+				{"K+G+k+E", func() error {
+					return firstErr(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream),
+						copyKernel(mapped(ids), bk.ids, len(ids)), ev.Record(bk.stream))
+				}},
+			}
+			start, err := dev.NewEvent()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer start.Destroy()
+			end, err := dev.NewEvent()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer end.Destroy()
+			// The model's own pipelined loop (Start of step N+1 before step N's Wait, as the engine runs it),
+			// timed on the device like the rest.
+			b.Run("Start/Wait", func(b *testing.B) {
+				const n = 200
+				var total float64
+				for b.Loop() {
+					pick, err := m.Start(&fed, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := start.Record(bk.stream); err != nil {
+						b.Fatal(err)
+					}
+					for range n {
+						next, err := m.Start(&fed, nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := pick.Wait(); err != nil {
+							b.Fatal(err)
+						}
+						pick = next
+					}
+					if err := end.Record(bk.stream); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := pick.Wait(); err != nil {
+						b.Fatal(err)
+					}
+					if err := end.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+					ms, err := start.Elapsed(end)
+					if err != nil {
+						b.Fatal(err)
+					}
+					total += ms / n
+				}
+				b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
+			})
+			for _, st := range steps {
+				b.Run(st.name, func(b *testing.B) {
+					const n = 200
+					var total float64
+					for b.Loop() {
+						if err := start.Record(bk.stream); err != nil {
+							b.Fatal(err)
+						}
+						for range n {
+							if err := st.run(); err != nil {
+								b.Fatal(err)
+							}
+						}
+						if err := end.Record(bk.stream); err != nil {
+							b.Fatal(err)
+						}
+						if err := end.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+						ms, err := start.Elapsed(end)
+						if err != nil {
+							b.Fatal(err)
+						}
+						total += ms / n
+					}
+					b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
+				})
+			}
+		})
+	}
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
