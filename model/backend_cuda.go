@@ -47,14 +47,15 @@ type cudaBackend struct {
 	mod    *cuda.Module
 	blas   *cuda.BLAS
 	stream *cuda.Stream
-	// side carries each step's copy of its picks to the host, ordered after the step's kernels by the
-	// slot's picked event, so that the next step's kernels need not wait for it (see PickAsync).
-	side   *cuda.Stream
-	fn     cudaFunctions
-	gemv   *gemvKernels
-	tune   gemvTuning
-	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
-	pre    *attention.CUDAPrefill
+	// up carries each step's metadata upload, down its picks' download (see upload and PickAsync): off
+	// the kernels' stream, ordered by the slots' events, so that neither copy sits between two steps'
+	// kernels. Two streams, so that an upload never queues behind the step before's download.
+	up, down *cuda.Stream
+	fn       cudaFunctions
+	gemv     *gemvKernels
+	tune     gemvTuning
+	decode   *attention.CUDAKernels // nil when the decode kernels could not be loaded
+	pre      *attention.CUDAPrefill
 
 	dtype      cuda.DataType
 	elem       int  // bytes per element of dtype
@@ -66,8 +67,9 @@ type cudaBackend struct {
 	allocs     *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
 
 	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked memory of the
-	// step's ring slot and uploaded in one asynchronous copy into meta, in stream order before the
-	// step's kernels.
+	// step's ring slot and uploaded in one asynchronous copy on stream up into the slot's half of
+	// meta (metaCap int32 each), which the step's kernels wait for (the slot's uploaded event): the
+	// copy runs while the step before is still on the device.
 	host    []int32
 	meta    cuda.DevicePtr
 	metaCap int // int32 elements
@@ -315,7 +317,10 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if b.stream, err = b.dev.NewStream(); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
-	if b.side, err = b.dev.NewStream(); err != nil {
+	if b.up, err = b.dev.NewStream(); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.down, err = b.dev.NewStream(); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if err = b.blas.SetStream(b.stream); err != nil {
@@ -483,7 +488,7 @@ func (b *cudaBackend) Close() error {
 	if b.dev == nil {
 		return nil
 	}
-	for _, s := range []*cuda.Stream{b.stream, b.side} {
+	for _, s := range []*cuda.Stream{b.stream, b.up, b.down} {
 		if s != nil {
 			errs = append(errs, s.Synchronize())
 		}
@@ -498,8 +503,8 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.blas.Destroy())
 		b.blas = nil
 	}
-	errs = append(errs, b.stream.Destroy(), b.side.Destroy())
-	b.stream, b.side = nil, nil
+	errs = append(errs, b.stream.Destroy(), b.up.Destroy(), b.down.Destroy())
+	b.stream, b.up, b.down = nil, nil, nil
 	errs = append(errs, b.allocs.Free())
 	for _, p := range []cuda.DevicePtr{b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs} {
 		errs = append(errs, b.dev.Free(p))
@@ -508,12 +513,12 @@ func (b *cudaBackend) Close() error {
 	for i := range b.slots {
 		sl := &b.slots[i]
 		errs = append(errs, b.dev.FreeHost(sl.meta), b.dev.FreeHost(sl.ids), b.dev.FreeHost(sl.sample))
-		for _, ev := range []*cuda.Event{sl.picked, sl.done} {
+		for _, ev := range []*cuda.Event{sl.uploaded, sl.picked, sl.done} {
 			if ev != nil {
 				errs = append(errs, ev.Destroy())
 			}
 		}
-		sl.meta, sl.ids, sl.sample, sl.picked, sl.done, sl.inflight = nil, nil, nil, nil, nil, nil
+		sl.meta, sl.ids, sl.sample, sl.uploaded, sl.picked, sl.done, sl.inflight = nil, nil, nil, nil, nil, nil, nil
 	}
 	b.sampleCap = 0
 	if b.mod != nil {
@@ -646,7 +651,10 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 }
 
 // metaPtr returns the device address of int32 offset off of the metadata arena.
-func (b *cudaBackend) metaPtr(off int) cuda.DevicePtr { return b.meta.Add(4 * int64(off)) }
+// The step's slot is b.slot: ops run before PickAsync moves it on.
+func (b *cudaBackend) metaPtr(off int) cuda.DevicePtr {
+	return b.meta.Add(4 * int64(b.slot*b.metaCap+off))
+}
 
 // record appends an op. name and the words identify its kernel and buffers for the graph key.
 func (b *cudaBackend) record(op cudaOp, name string, words ...uint64) {
@@ -1003,6 +1011,9 @@ func (b *cudaBackend) run(finish func() error) error {
 	if err := b.quiesce(); err != nil {
 		return fmt.Errorf("cuda backend: step: %w", err)
 	}
+	if err := b.ensureSlot(&b.slots[b.slot]); err != nil {
+		return fmt.Errorf("cuda backend: step: %w", err)
+	}
 	err := b.dev.Do(func() error {
 		err := b.upload(&b.slots[b.slot])
 		if err == nil {
@@ -1015,7 +1026,7 @@ func (b *cudaBackend) run(finish func() error) error {
 		}
 		if err != nil {
 			// Let queued copies finish before the next step rewrites their page-locked buffers.
-			_ = b.stream.Synchronize()
+			_ = errors.Join(b.stream.Synchronize(), b.up.Synchronize(), b.down.Synchronize())
 		}
 		return err
 	})
@@ -1025,9 +1036,10 @@ func (b *cudaBackend) run(finish func() error) error {
 	return nil
 }
 
-// upload copies the metadata arena to the device through slot's staging buffer, growing the device
-// buffer (and dropping the graphs that point at the old one) when it is short. It runs inside Do; slot
-// has no step in flight.
+// upload copies the metadata arena to the device through the staging buffer of slot (b.slots[b.slot]),
+// on stream up, and has the kernels' stream wait for it; it grows the device buffer (and drops the
+// graphs that point at the old one) when it is short. It runs inside Do; slot has its events (ensureSlot)
+// and no step in flight, so its staging buffer and its half of meta are free.
 func (b *cudaBackend) upload(slot *stepSlot) error {
 	n := len(b.host)
 	if n > b.metaCap {
@@ -1040,7 +1052,7 @@ func (b *cudaBackend) upload(slot *stepSlot) error {
 			}
 		}
 		size := max(4096, nextPow2(n))
-		p, err := b.dev.Alloc(4 * int64(size))
+		p, err := b.dev.Alloc(4 * int64(len(b.slots)*size))
 		if err != nil {
 			return err
 		}
@@ -1059,11 +1071,15 @@ func (b *cudaBackend) upload(slot *stepSlot) error {
 		}
 		slot.meta = p
 	}
-	// The step's kernels follow the copy on the same stream; the slot's previous step has ended (its
-	// event was waited for), so the staging buffer is free.
 	staged := slot.meta[:4*n]
 	copy(staged, cuda.Bytes(b.host))
-	return b.dev.CopyToDeviceAsync(b.meta, staged, b.stream)
+	if err := b.dev.CopyToDeviceAsync(b.metaPtr(0), staged, b.up); err != nil {
+		return err
+	}
+	if err := slot.uploaded.Record(b.up); err != nil {
+		return err
+	}
+	return b.stream.Wait(slot.uploaded)
 }
 
 // dropGraphs destroys every captured graph, once no step is in flight.

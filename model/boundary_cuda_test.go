@@ -17,8 +17,9 @@ import (
 // times back to back with, between graphs, each combination of the metadata upload (H: copy engine from
 // the slot's page-locked buffer; K: a kernel reading the same buffer through its mapped address), the
 // ids' download (D: copy engine; k: a kernel writing the mapped landing place) and the slot's event (E);
-// "|" switches between the kernels' stream and the side stream (P: the slot's picked event, which the side
-// stream waits for, as in PickAsync; W: the kernels' stream waits for the upload). Start/Wait is the
+// "|" switches between the kernels' stream and a copy stream (P: the slot's picked event, which the
+// download's stream waits for; W: the kernels' stream waits for the upload; "up:" the upload on its own
+// stream, as PickAsync has it). Start/Wait is the
 // model's own pipelined loop (model.Start of step N+1, then step N's Wait), timed the same way.
 // The metric is device time per step (CUDA events around the 200): the step's GPU cost of each way of
 // crossing the host boundary.
@@ -122,16 +123,22 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
 						dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream), ev.Record(bk.stream))
 				}},
-				{"H+G+P|D+E", func() error { // PickAsync's: the download on the side stream
+				{"H+G+P|D+E", func() error { // the download on its own stream
 					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
-						slot.picked.Record(bk.stream), bk.side.Wait(slot.picked),
-						dev.CopyFromDeviceAsync(ids, bk.ids, bk.side), ev.Record(bk.side))
+						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
 				}},
-				{"|H+W+G+P|D+E", func() error { // the upload on the side stream too, into a spare buffer
-					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.side), uploaded.Record(bk.side),
+				{"|H+W+G+P|D+E", func() error { // the upload on the download's stream too, into a spare buffer
+					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.down), uploaded.Record(bk.down),
 						bk.stream.Wait(uploaded), g.Launch(bk.stream),
-						slot.picked.Record(bk.stream), bk.side.Wait(slot.picked),
-						dev.CopyFromDeviceAsync(ids, bk.ids, bk.side), ev.Record(bk.side))
+						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
+				}},
+				{"up:H+W+G+P|D+E", func() error { // PickAsync's: the upload on a stream of its own
+					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.up), uploaded.Record(bk.up),
+						bk.stream.Wait(uploaded), g.Launch(bk.stream),
+						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
+						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
 				}},
 				{"K+G", func() error {
 					return firstErr(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream))

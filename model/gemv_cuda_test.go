@@ -283,7 +283,10 @@ func TestCUDAGemvRoPE(t *testing.T) {
 				b.host = b.host[:0]
 				b.st = cudaStep{s: s, offPos: 0, offSlots: m}
 				b.host = append(append(b.host, s.Positions...), s.SlotMapping...)
-				if err := b.dev.Do(func() error { return b.upload(&b.slots[0]) }); err != nil {
+				if err := b.ensureSlot(&b.slots[b.slot]); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.dev.Do(func() error { return b.upload(&b.slots[b.slot]) }); err != nil {
 					t.Fatal(err)
 				}
 				poison(t, b, y.ptr, gemvMaxTokens*n)

@@ -14,8 +14,9 @@ import (
 // copies use while it runs, and its events.
 type stepSlot struct {
 	meta, ids, sample []byte      // metadata staging, landing place of the picked ids, sampler arguments
+	uploaded          *cuda.Event // recorded on stream up after the step's metadata upload
 	picked            *cuda.Event // recorded on the kernels' stream after the step's pick
-	done              *cuda.Event // recorded on the side stream after the copy of the picked ids
+	done              *cuda.Event // recorded on stream down after the copy of the picked ids
 	inflight          *inflightPick
 }
 
@@ -27,17 +28,18 @@ type inflightPick struct {
 	err  error
 }
 
-// PickAsync ends the step: it uploads the metadata, queues the recorded ops (the decode graph where it
-// can), then the pick of every row of src — the argmax (fused into the LM head's product where it can,
-// part of the graph) when params is nil, else the sampling kernel (kernels/sample.cu, the twin of
-// sampleRowCPU; outside the graph, since its arguments change every step) — into the slot's ids on the
-// device, where the next step's InputFrom rows read them. The copy of the len(dst) ids into the slot's
-// page-locked memory runs on the side stream after the slot's picked event, so that the next step's
-// kernels start as soon as this step's end instead of after a device-to-host copy (about 9 µs on the
-// H100, BenchmarkCUDAStepBoundary); the slot's done event follows the copy. The slot's ids are not
-// written again before that copy has run: the step after next, which reuses the slot, is queued only
-// once the host has waited for done (settle). PickAsync returns without waiting; wait blocks on done and
-// copies the ids into dst. With both slots in flight, the older step is waited for first.
+// PickAsync ends the step: it uploads the metadata (on stream up, see upload), queues the recorded ops
+// (the decode graph where it can), then the pick of every row of src — the argmax (fused into the LM
+// head's product where it can, part of the graph) when params is nil, else the sampling kernel
+// (kernels/sample.cu, the twin of sampleRowCPU; outside the graph, since its arguments change every
+// step) — into the slot's ids on the device, where the next step's InputFrom rows read them. The copy of
+// the len(dst) ids into the slot's page-locked memory runs on stream down after the slot's picked event,
+// so that the next step's kernels start as soon as this step's end instead of after a device-to-host
+// copy (about 9 µs on the H100, BenchmarkCUDAStepBoundary); the slot's done event follows the copy. The
+// slot's ids are not written again before that copy has run: the step after next, which reuses the
+// slot, is queued only once the host has waited for done (settle). PickAsync returns without waiting;
+// wait blocks on done and copies the ids into dst. With both slots in flight, the older step is waited
+// for first.
 func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
 	if len(dst) == 0 {
 		return func() error { return nil }, b.run(nil)
@@ -102,17 +104,17 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 			err = slot.picked.Record(b.stream)
 		}
 		if err == nil {
-			err = b.side.Wait(slot.picked)
+			err = b.down.Wait(slot.picked)
 		}
 		if err == nil {
-			err = b.dev.CopyFromDeviceAsync(ids, b.idsAt(k), b.side)
+			err = b.dev.CopyFromDeviceAsync(ids, b.idsAt(k), b.down)
 		}
 		if err == nil {
-			err = slot.done.Record(b.side)
+			err = slot.done.Record(b.down)
 		}
 		if err != nil {
 			// Let queued copies finish before a later step rewrites their page-locked buffers.
-			_ = errors.Join(b.stream.Synchronize(), b.side.Synchronize())
+			_ = errors.Join(b.stream.Synchronize(), b.up.Synchronize(), b.down.Synchronize())
 		}
 		return err
 	})
@@ -127,7 +129,7 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 
 // ensureSlot gives a slot its events and an ids landing place of idsCap ids.
 func (b *cudaBackend) ensureSlot(slot *stepSlot) error {
-	for _, ev := range []**cuda.Event{&slot.picked, &slot.done} {
+	for _, ev := range []**cuda.Event{&slot.uploaded, &slot.picked, &slot.done} {
 		if *ev == nil {
 			e, err := b.dev.NewSyncEvent()
 			if err != nil {
