@@ -74,7 +74,9 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // op with events between, so each op carries about 2 µs of launch gap a graph does not have). The
 // prefill sub-benchmark times one 1024-token prompt and logs its per-op profile. GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
-// output tokens).
+// output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
+// of zeros); GOLLM_BENCH_POOL=full sizes the KV pool as the engine does (the rest of the memory, with an
+// activation workspace for 8192 tokens).
 //
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
@@ -95,10 +97,12 @@ func BenchmarkCUDADecode(b *testing.B) {
 		b.Run(mc.name, func(b *testing.B) {
 			cfg := mc.cfg
 			const maxBatch = 64
-			numBlocks := maxBatch * (context/blockSize + 1)
+			opts := Options{NumBlocks: maxBatch * (context/blockSize + 1), BlockSize: blockSize, MaxStepTokens: context}
+			if os.Getenv("GOLLM_BENCH_POOL") == "full" { // the engine's layout: the KV pool fills the memory
+				opts.NumBlocks, opts.MaxStepTokens = 0, 8192
+			}
 			start := time.Now()
-			m, err := LoadRandom(cfg, 1, Options{NumBlocks: numBlocks, BlockSize: blockSize, MaxStepTokens: context},
-				newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
+			m, err := LoadRandom(cfg, 1, opts, newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -155,6 +159,23 @@ func BenchmarkCUDADecode(b *testing.B) {
 					s.ContextLens = append(s.ContextLens, int32(context))
 					s.BlockTables = append(s.BlockTables, table)
 					s.LogitRows = append(s.LogitRows, int32(seq))
+				}
+				if os.Getenv("GOLLM_BENCH_FILL_KV") == "1" {
+					// The sequences' pages hold the K/V of a prefill of their first context−1 tokens, as
+					// in the engine, instead of zeros.
+					for seq := range batch {
+						pre := &Step{QueryStart: []int32{0, int32(context - 1)}, ContextLens: []int32{int32(context - 1)},
+							BlockTables: [][]int32{s.BlockTables[seq]}, LogitRows: []int32{int32(context - 2)}}
+						for pos := range int32(context - 1) {
+							table := s.BlockTables[seq]
+							pre.Tokens = append(pre.Tokens, (pos*31+int32(seq))%int32(cfg.VocabSize))
+							pre.Positions = append(pre.Positions, pos)
+							pre.SlotMapping = append(pre.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
+						}
+						if _, err := m.ForwardGreedy(pre); err != nil {
+							b.Fatal(err)
+						}
+					}
 				}
 				for _, v := range decodeVariants {
 					if (v.tune.Pipe > 0 || v.tune.Plan > 0) && batch > 8 {

@@ -42,19 +42,21 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 	}{{"llama-3.2-1b", llama32_1B()}, {"llama-3-8b", llama3_8B()}} {
 		b.Run(mc.name, func(b *testing.B) {
 			cfg := mc.cfg
-			m, err := LoadRandom(cfg, 1, Options{NumBlocks: context/blockSize + 1, BlockSize: blockSize, MaxStepTokens: 64},
+			const advance = 200 // steps of the advancing loop below
+			m, err := LoadRandom(cfg, 1, Options{NumBlocks: (context+advance)/blockSize + 1, BlockSize: blockSize, MaxStepTokens: 64},
 				newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer m.Close()
-			table := make([]int32, (context+blockSize-1)/blockSize)
+			table := make([]int32, (context+advance+blockSize-1)/blockSize)
 			for i := range table {
 				table[i] = int32(i)
 			}
 			pos := int32(context - 1)
 			s := &Step{Tokens: []int32{7}, Positions: []int32{pos}, SlotMapping: []int32{table[pos/blockSize]*blockSize + pos%blockSize},
-				QueryStart: []int32{0, 1}, ContextLens: []int32{int32(context)}, BlockTables: [][]int32{table}, LogitRows: []int32{0}}
+				QueryStart: []int32{0, 1}, ContextLens: []int32{int32(context)}, BlockTables: [][]int32{table[:(context+blockSize-1)/blockSize]},
+				LogitRows: []int32{0}}
 			fed := *s
 			fed.InputFrom = []int32{0}
 			pick, err := m.Start(s, nil)
@@ -162,45 +164,63 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 			}
 			defer end.Destroy()
 			// The model's own pipelined loop (Start of step N+1 before step N's Wait, as the engine runs it),
-			// timed on the device like the rest.
-			b.Run("Start/Wait", func(b *testing.B) {
-				const n = 200
-				var total float64
-				for b.Loop() {
-					pick, err := m.Start(&fed, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := start.Record(bk.stream); err != nil {
-						b.Fatal(err)
-					}
-					for range n {
-						next, err := m.Start(&fed, nil)
+			// timed on the device like the rest: the same step again and again, or advancing one position a
+			// step from the context on, as a sequence does (its context and block table grow).
+			ahead := make([]Step, advance+1)
+			for i := range ahead {
+				p := pos + int32(i)
+				ahead[i] = fed
+				ahead[i].Positions = []int32{p}
+				ahead[i].SlotMapping = []int32{table[p/blockSize]*blockSize + p%blockSize}
+				ahead[i].ContextLens = []int32{p + 1}
+				ahead[i].BlockTables = [][]int32{table[:(p+blockSize)/blockSize]}
+			}
+			for _, loop := range []struct {
+				name string
+				step func(i int) *Step
+			}{{"Start/Wait", func(int) *Step { return &fed }}, {"Start/Wait/advancing", func(i int) *Step { return &ahead[i] }}} {
+				b.Run(loop.name, func(b *testing.B) {
+					const n = advance
+					var total float64
+					before := bk.Stats()
+					for b.Loop() {
+						pick, err := m.Start(loop.step(0), nil)
 						if err != nil {
+							b.Fatal(err)
+						}
+						if err := start.Record(bk.stream); err != nil {
+							b.Fatal(err)
+						}
+						for i := range n {
+							next, err := m.Start(loop.step(i+1), nil)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if _, err := pick.Wait(); err != nil {
+								b.Fatal(err)
+							}
+							pick = next
+						}
+						if err := end.Record(bk.stream); err != nil {
 							b.Fatal(err)
 						}
 						if _, err := pick.Wait(); err != nil {
 							b.Fatal(err)
 						}
-						pick = next
+						if err := end.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+						ms, err := start.Elapsed(end)
+						if err != nil {
+							b.Fatal(err)
+						}
+						total += ms / n
 					}
-					if err := end.Record(bk.stream); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := pick.Wait(); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Synchronize(); err != nil {
-						b.Fatal(err)
-					}
-					ms, err := start.Elapsed(end)
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += ms / n
-				}
-				b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
-			})
+					b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
+					after := bk.Stats()
+					b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N*(n+1)), "replayed-frac")
+				})
+			}
 			for _, st := range steps {
 				b.Run(st.name, func(b *testing.B) {
 					const n = 200
