@@ -29,13 +29,14 @@ import (
 // allocated at 4 bytes an element and holds the dtype of its role.
 //
 // Ops are recorded, not run, as the model calls them; CopyToHost or PickAsync then issues the whole step
-// under the device's lock: it uploads the step's metadata in one copy, queues the recorded ops on one
-// stream and copies the results back, CopyToHost waiting for them, PickAsync not (its step's token ids
-// land in one of two page-locked slots, so that the next step can be queued before they are read; the
-// next step's embedding may read them on the device, Step.InputFrom). A decode step (one token
-// per sequence, at most maxGraphBatch sequences) is padded to a power-of-two batch bucket and run as a
-// CUDA graph: the first step of a bucket runs eagerly (which also warms cuBLAS), the second is captured,
-// later ones replay it. The graph is keyed by the bucket, the block-table width (from a power-of-two
+// under the device's lock: it uploads the step's metadata in one copy (on stream up), queues the recorded
+// ops on the kernels' stream and copies the results back, CopyToHost waiting for them, PickAsync not: its
+// step's token ids stay on the device in the step's ring slot (the next step's embedding may read them
+// there, Step.InputFrom) and go to the slot's page-locked landing place on stream down, so that the next
+// step can be queued, and run, before they are read. A decode step (one token per sequence, at most
+// maxGraphBatch sequences) is padded to a power-of-two batch bucket and run as a CUDA graph: the first
+// step of a bucket and slot runs eagerly (which also warms cuBLAS), the second is captured, later ones
+// replay it. The graph is keyed by the bucket, the ring slot, the block-table width (from a power-of-two
 // context cap) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
 // metadata buffer gets a new graph rather than a stale one.
 type cudaBackend struct {
