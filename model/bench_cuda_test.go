@@ -38,6 +38,25 @@ func llama3_8B() *weights.Config {
 	}
 }
 
+// benchModels are the shapes the CUDA decode benchmarks run.
+var benchModels = []struct {
+	name string
+	cfg  func() *weights.Config
+}{{"llama-3.2-1b", llama32_1B}, {"llama-3-8b", llama3_8B}}
+
+// benchContext is the decode context of the CUDA decode benchmarks: GOLLM_BENCH_CONTEXT, else def.
+func benchContext(b *testing.B, def int) int {
+	v := os.Getenv("GOLLM_BENCH_CONTEXT")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1024 || n > 4096 {
+		b.Fatalf("GOLLM_BENCH_CONTEXT=%q: want a context from 1024 to 4096", v)
+	}
+	return n
+}
+
 // decodeWeightBytes is what one decode step must read of the weights: every matrix once (the LM head
 // included; of the embedding table only the step's rows, none when it is not also the head).
 func decodeWeightBytes(cfg *weights.Config) int64 {
@@ -82,20 +101,10 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 func BenchmarkCUDADecode(b *testing.B) {
 	dev := gpuDevice(b)
 	const blockSize = 1024 / 64
-	context := 1024
-	if v := os.Getenv("GOLLM_BENCH_CONTEXT"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1024 || n > 4096 {
-			b.Fatalf("GOLLM_BENCH_CONTEXT=%q: want a context from 1024 to 4096", v)
-		}
-		context = n
-	}
-	for _, mc := range []struct {
-		name string
-		cfg  *weights.Config
-	}{{"llama-3.2-1b", llama32_1B()}, {"llama-3-8b", llama3_8B()}} {
+	context := benchContext(b, 1024)
+	for _, mc := range benchModels {
 		b.Run(mc.name, func(b *testing.B) {
-			cfg := mc.cfg
+			cfg := mc.cfg()
 			const maxBatch = 64
 			opts := Options{NumBlocks: maxBatch * (context/blockSize + 1), BlockSize: blockSize, MaxStepTokens: context}
 			if os.Getenv("GOLLM_BENCH_POOL") == "full" { // the engine's layout: the KV pool fills the memory
@@ -193,7 +202,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 								backend.decode.Tuning = attention.CUDATuning{}
 							}
 						}()
-						for range 3 { // eager, captured, replayed: the loop times replays only
+						for range 4 { // each ring slot's graph run eagerly, then captured: the loop times replays only
 							if _, err := m.ForwardGreedy(s); err != nil {
 								b.Fatal(err)
 							}
@@ -218,26 +227,18 @@ func BenchmarkCUDADecode(b *testing.B) {
 						for i := range fed.InputFrom {
 							fed.InputFrom[i] = int32(i)
 						}
-						pick, err := m.Start(s, nil)
-						if err != nil {
+						// Five steps first: each slot's graph of the fed step, run eagerly, then captured.
+						if err := pipeline(m, 4, func(i int) *Step {
+							if i == 0 {
+								return s
+							}
+							return &fed
+						}, nil); err != nil {
 							b.Fatal(err)
 						}
 						const pipeSteps = 100
-						var pipeStart time.Time
-						for i := range pipeSteps + 3 { // three to capture the fed steps' graph
-							if i == 3 {
-								pipeStart = time.Now()
-							}
-							next, err := m.Start(&fed, nil)
-							if err != nil {
-								b.Fatal(err)
-							}
-							if _, err := pick.Wait(); err != nil {
-								b.Fatal(err)
-							}
-							pick = next
-						}
-						if _, err := pick.Wait(); err != nil {
+						pipeStart := time.Now()
+						if err := pipeline(m, pipeSteps-1, func(int) *Step { return &fed }, nil); err != nil {
 							b.Fatal(err)
 						}
 						pipeMS := time.Since(pipeStart).Seconds() * 1e3 / pipeSteps

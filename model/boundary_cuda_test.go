@@ -3,8 +3,6 @@
 package model
 
 import (
-	"os"
-	"strconv"
 	"testing"
 	"unsafe"
 
@@ -28,20 +26,10 @@ import (
 func BenchmarkCUDAStepBoundary(b *testing.B) {
 	dev := gpuDevice(b)
 	const blockSize = 16
-	context := 1088
-	if v := os.Getenv("GOLLM_BENCH_CONTEXT"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		context = n
-	}
-	for _, mc := range []struct {
-		name string
-		cfg  *weights.Config
-	}{{"llama-3.2-1b", llama32_1B()}, {"llama-3-8b", llama3_8B()}} {
+	context := benchContext(b, 1088)
+	for _, mc := range benchModels {
 		b.Run(mc.name, func(b *testing.B) {
-			cfg := mc.cfg
+			cfg := mc.cfg()
 			const advance = 200 // steps of the advancing loop below
 			m, err := LoadRandom(cfg, 1, Options{NumBlocks: (context+advance)/blockSize + 1, BlockSize: blockSize, MaxStepTokens: 64},
 				newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
@@ -59,21 +47,12 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 				LogitRows: []int32{0}}
 			fed := *s
 			fed.InputFrom = []int32{0}
-			pick, err := m.Start(s, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for range 4 { // eager, captured, replayed
-				next, err := m.Start(&fed, nil)
-				if err != nil {
-					b.Fatal(err)
+			if err := pipeline(m, 4, func(i int) *Step { // eager, captured, replayed: both slots' graphs
+				if i == 0 {
+					return s
 				}
-				if _, err := pick.Wait(); err != nil {
-					b.Fatal(err)
-				}
-				pick = next
-			}
-			if _, err := pick.Wait(); err != nil {
+				return &fed
+			}, nil); err != nil {
 				b.Fatal(err)
 			}
 			bk := m.backend.(*cudaBackend)
@@ -181,42 +160,11 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 			}{{"Start/Wait", func(int) *Step { return &fed }}, {"Start/Wait/advancing", func(i int) *Step { return &ahead[i] }}} {
 				b.Run(loop.name, func(b *testing.B) {
 					const n = advance
-					var total float64
 					before := bk.Stats()
-					for b.Loop() {
-						pick, err := m.Start(loop.step(0), nil)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := start.Record(bk.stream); err != nil {
-							b.Fatal(err)
-						}
-						for i := range n {
-							next, err := m.Start(loop.step(i+1), nil)
-							if err != nil {
-								b.Fatal(err)
-							}
-							if _, err := pick.Wait(); err != nil {
-								b.Fatal(err)
-							}
-							pick = next
-						}
-						if err := end.Record(bk.stream); err != nil {
-							b.Fatal(err)
-						}
-						if _, err := pick.Wait(); err != nil {
-							b.Fatal(err)
-						}
-						if err := end.Synchronize(); err != nil {
-							b.Fatal(err)
-						}
-						ms, err := start.Elapsed(end)
-						if err != nil {
-							b.Fatal(err)
-						}
-						total += ms / n
-					}
-					b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
+					us := deviceTimePerStep(b, bk, start, end, n, func(run func(i int) error) error {
+						return pipeline(m, n, loop.step, run)
+					})
+					b.ReportMetric(us, "gpu-us/step")
 					after := bk.Stats()
 					b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N*(n+1)), "replayed-frac")
 				})
@@ -224,33 +172,79 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 			for _, st := range steps {
 				b.Run(st.name, func(b *testing.B) {
 					const n = 200
-					var total float64
-					for b.Loop() {
-						if err := start.Record(bk.stream); err != nil {
-							b.Fatal(err)
-						}
-						for range n {
-							if err := st.run(); err != nil {
-								b.Fatal(err)
+					b.ReportMetric(deviceTimePerStep(b, bk, start, end, n, func(run func(i int) error) error {
+						for i := range n + 1 {
+							if err := run(i); err != nil {
+								return err
+							}
+							if i < n {
+								if err := st.run(); err != nil {
+									return err
+								}
 							}
 						}
-						if err := end.Record(bk.stream); err != nil {
-							b.Fatal(err)
-						}
-						if err := end.Synchronize(); err != nil {
-							b.Fatal(err)
-						}
-						ms, err := start.Elapsed(end)
-						if err != nil {
-							b.Fatal(err)
-						}
-						total += ms / n
-					}
-					b.ReportMetric(1e3*total/float64(b.N), "gpu-us/step")
+						return nil
+					}), "gpu-us/step")
 				})
 			}
 		})
 	}
+}
+
+// deviceTimePerStep returns the device time in µs of one of n steps, the mean over b's loop: loop queues
+// the steps and calls mark(0) before the first and mark(n) after the last, which record start and end
+// on the kernels' stream.
+func deviceTimePerStep(b *testing.B, bk *cudaBackend, start, end *cuda.Event, n int, loop func(mark func(i int) error) error) float64 {
+	b.Helper()
+	var total float64
+	for b.Loop() {
+		mark := func(i int) error {
+			switch i {
+			case 0:
+				return start.Record(bk.stream)
+			case n:
+				return end.Record(bk.stream)
+			}
+			return nil
+		}
+		if err := loop(mark); err != nil {
+			b.Fatal(err)
+		}
+		if err := end.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		ms, err := start.Elapsed(end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += ms / float64(n)
+	}
+	return 1e3 * total / float64(b.N)
+}
+
+// pipeline runs steps 0 … n the way the engine pipelines decode: step i+1 is started before step i's
+// picks are waited for. started, when set, runs after each step's Start with its index.
+func pipeline(m *Model, n int, step func(i int) *Step, started func(i int) error) error {
+	var pick *Pick
+	for i := range n + 1 {
+		next, err := m.Start(step(i), nil)
+		if err != nil {
+			return err
+		}
+		if started != nil {
+			if err := started(i); err != nil {
+				return err
+			}
+		}
+		if pick != nil {
+			if _, err := pick.Wait(); err != nil {
+				return err
+			}
+		}
+		pick = next
+	}
+	_, err := pick.Wait()
+	return err
 }
 
 func firstErr(errs ...error) error {
