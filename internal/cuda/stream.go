@@ -73,24 +73,16 @@ type Event struct {
 }
 
 // NewEvent creates an event that records timing.
-func (d *Device) NewEvent() (*Event, error) {
-	ev := &Event{dev: d}
-	err := d.Do(func() (err error) {
-		ev.e, err = cu.MakeEvent(cu.DefaultEvent)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cuda: create event: %w", err)
-	}
-	return ev, nil
-}
+func (d *Device) NewEvent() (*Event, error) { return d.newEvent(cu.DefaultEvent) }
 
 // NewSyncEvent creates an event without timing: cheaper to record and to wait on, for ordering streams
 // and for the host to wait for a point in a stream (Elapsed fails on it).
-func (d *Device) NewSyncEvent() (*Event, error) {
+func (d *Device) NewSyncEvent() (*Event, error) { return d.newEvent(cu.DisableTiming) }
+
+func (d *Device) newEvent(flags cu.EventFlags) (*Event, error) {
 	ev := &Event{dev: d}
 	err := d.Do(func() (err error) {
-		ev.e, err = cu.MakeEvent(cu.DisableTiming)
+		ev.e, err = cu.MakeEvent(flags)
 		return err
 	})
 	if err != nil {
