@@ -3,6 +3,7 @@
 package model
 
 import (
+	"errors"
 	"testing"
 	"unsafe"
 
@@ -10,17 +11,16 @@ import (
 	"github.com/gollm/gollm/weights"
 )
 
-// BenchmarkCUDAStepBoundary splits what a pipelined decode step adds to its graph: a Llama-3.2-1B-shape
-// step at batch 1 (context GOLLM_BENCH_CONTEXT, default 1088), its fed graph (InputFrom) launched 200
+// BenchmarkCUDAStepBoundary splits what a pipelined decode step adds to its graph: the batch-1 step of
+// each of benchModels (context GOLLM_BENCH_CONTEXT, default 1088), its fed graph (InputFrom) launched 200
 // times back to back with, between graphs, each combination of the metadata upload (H: copy engine from
 // the slot's page-locked buffer; K: a kernel reading the same buffer through its mapped address), the
 // ids' download (D: copy engine; k: a kernel writing the mapped landing place) and the slot's event (E);
 // "|" switches between the kernels' stream and a copy stream (P: the slot's picked event, which the
 // download's stream waits for; W: the kernels' stream waits for the upload; "up:" the upload on its own
-// stream, as PickAsync has it). Start/Wait is the
-// model's own pipelined loop (model.Start of step N+1, then step N's Wait), timed the same way.
-// The metric is device time per step (CUDA events around the 200): the step's GPU cost of each way of
-// crossing the host boundary.
+// stream, as PickAsync has it). Start/Wait is the model's own pipelined loop (model.Start of step N+1,
+// then step N's Wait), on the same step or advancing one position a step. The metric is device time per
+// step (CUDA events around the steps): the step's GPU cost of each way of crossing the host boundary.
 //
 //	go test -tags cuda -run XXX -bench CUDAStepBoundary ./model
 func BenchmarkCUDAStepBoundary(b *testing.B) {
@@ -93,42 +93,42 @@ func BenchmarkCUDAStepBoundary(b *testing.B) {
 				run  func() error
 			}{
 				{"G", func() error { return g.Launch(bk.stream) }},
-				{"G+E", func() error { return firstErr(g.Launch(bk.stream), ev.Record(bk.stream)) }},
+				{"G+E", func() error { return errors.Join(g.Launch(bk.stream), ev.Record(bk.stream)) }},
 				{"H+G", func() error {
-					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream))
+					return errors.Join(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream))
 				}},
 				{"G+D", func() error {
-					return firstErr(g.Launch(bk.stream), dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream))
+					return errors.Join(g.Launch(bk.stream), dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream))
 				}},
 				{"H+G+D+E", func() error {
-					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
+					return errors.Join(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
 						dev.CopyFromDeviceAsync(ids, bk.ids, bk.stream), ev.Record(bk.stream))
 				}},
 				{"H+G+P|D+E", func() error { // the download on its own stream
-					return firstErr(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
+					return errors.Join(dev.CopyToDeviceAsync(bk.meta, staged, bk.stream), g.Launch(bk.stream),
 						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
 						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
 				}},
 				{"|H+W+G+P|D+E", func() error { // the upload on the download's stream too, into a spare buffer
-					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.down), uploaded.Record(bk.down),
+					return errors.Join(dev.CopyToDeviceAsync(spare, staged, bk.down), uploaded.Record(bk.down),
 						bk.stream.Wait(uploaded), g.Launch(bk.stream),
 						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
 						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
 				}},
 				{"up:H+W+G+P|D+E", func() error { // PickAsync's: the upload on a stream of its own
-					return firstErr(dev.CopyToDeviceAsync(spare, staged, bk.up), uploaded.Record(bk.up),
+					return errors.Join(dev.CopyToDeviceAsync(spare, staged, bk.up), uploaded.Record(bk.up),
 						bk.stream.Wait(uploaded), g.Launch(bk.stream),
 						slot.picked.Record(bk.stream), bk.down.Wait(slot.picked),
 						dev.CopyFromDeviceAsync(ids, bk.ids, bk.down), ev.Record(bk.down))
 				}},
 				{"K+G", func() error {
-					return firstErr(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream))
+					return errors.Join(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream))
 				}},
 				{"G+k", func() error {
-					return firstErr(g.Launch(bk.stream), copyKernel(mapped(ids), bk.ids, len(ids)))
+					return errors.Join(g.Launch(bk.stream), copyKernel(mapped(ids), bk.ids, len(ids)))
 				}},
 				{"K+G+k+E", func() error {
-					return firstErr(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream),
+					return errors.Join(copyKernel(bk.meta, mapped(staged), len(staged)), g.Launch(bk.stream),
 						copyKernel(mapped(ids), bk.ids, len(ids)), ev.Record(bk.stream))
 				}},
 			}
@@ -245,13 +245,4 @@ func pipeline(m *Model, n int, step func(i int) *Step, started func(i int) error
 	}
 	_, err := pick.Wait()
 	return err
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
