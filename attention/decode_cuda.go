@@ -133,8 +133,8 @@ type CUDATuning struct {
 	// picks it from the partition count (mergeChunk).
 	MergeChunk int
 	// NoEvictFirst gives the K/V copies L2's default policy instead of evict_first (by default the K/V
-	// stream, read once, is evicted first, so that what other kernels left in L2 stays there: after a
-	// 64 MiB copy, the way triton.testing.do_bench flushes L2, its dirty lines are then not written back
+	// stream, read once, is evicted first, so that what other kernels left in L2 stays there: after
+	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
 	// during the call). A grid of fewer programs than 90% of the SMs never uses it (fewPrograms).
 	NoEvictFirst bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are

@@ -64,9 +64,9 @@ type attentionResult struct {
 	PlanParts       int          `json:"plan_partitions"`
 	DispatchUS      float64      `json:"dispatch_us"`
 	BWFraction      float64      `json:"bw_fraction"` // KV bytes / dispatch time / copy bandwidth
-	// DispatchFlushUS is the dispatcher's time when a 64 MiB device copy runs before each call (as
-	// triton.testing.do_bench's L2 flush does): L2 then holds dirty lines that are written back during
-	// the call. The peers' figures in attention-peers-h100.md were measured that way.
+	// DispatchFlushUS is the dispatcher's time when zeros are written over a 256 MiB buffer before each
+	// call (triton.testing.do_bench's L2 flush): L2 then holds dirty lines. The peers' figures in
+	// attention-peers-h100.md were measured that way.
 	DispatchFlushUS float64 `json:"dispatch_flush_us"`
 	// HostUSPerRun is the host's time to queue one dispatcher call; it must stay below the GPU's time per
 	// run (call + spacer) for the events to time the GPU alone.
@@ -219,7 +219,7 @@ type attentionBencher struct {
 	k     *attention.CUDAKernels
 	o     *benchAttentionOptions
 	log   io.Writer
-	timer *cuda.Timer // spin (or, with Flush, a 64 MiB copy) before each timed run; see cuda.Timer
+	timer *cuda.Timer // spin (or, with Flush, do_bench's 256 MiB zeroing) before each timed run; see cuda.Timer
 }
 
 func (b *attentionBencher) setup() (err error) {

@@ -10,25 +10,26 @@ import (
 
 // Timer times launches on the default stream with CUDA events, the way gollm's kernel benchmarks
 // (gollm bench attention, package attention's variants) do: Warmup untimed runs, then Iters runs each
-// bracketed by its own pair of events, with a GPU spin of SpinNS nanoseconds (or, with Flush, a 64 MiB
-// device copy, which is how triton.testing.do_bench empties L2) queued before each run outside the
-// events, so that the host's launches stay ahead of the GPU and a run never waits for the host.
+// bracketed by its own pair of events, with a GPU spin of SpinNS nanoseconds (or, with Flush, zeros
+// written over a 256 MiB buffer, which is how triton.testing.do_bench empties L2: cache.zero_() of a
+// 256 MiB tensor before each run) queued before each run outside the events, so that the host's launches
+// stay ahead of the GPU and a run never waits for the host.
 type Timer struct {
 	dev        *Device
 	start, end []*Event
 	spin       *Function
-	flushBuf   [2]DevicePtr
+	flushBuf   DevicePtr
 
 	Iters, Warmup int
 	SpinNS        uint64
-	// Flush queues a 64 MiB device copy before each run instead of the spin.
+	// Flush queues zeros over a 256 MiB buffer before each run instead of the spin (do_bench's flush).
 	Flush bool
 	// HostUS is the host's µs per run of the round Median kept.
 	HostUS float64
 }
 
-// timerFlushBytes is the copy Flush queues.
-const timerFlushBytes = 64 << 20
+// timerFlushBytes is the buffer Flush zeroes (triton.testing.do_bench's cache_size on NVIDIA GPUs).
+const timerFlushBytes = 256 << 20
 
 // timerSpinPTX is a one-thread kernel that waits p nanoseconds of the GPU's global timer.
 const timerSpinPTX = `
@@ -72,10 +73,8 @@ func (d *Device) NewTimer(iters, warmup int, spinNS uint64) (*Timer, error) {
 	if err == nil {
 		t.spin, err = mod.Function("gollm_timer_spin")
 	}
-	for i := range t.flushBuf {
-		if err == nil {
-			t.flushBuf[i], err = d.Alloc(timerFlushBytes)
-		}
+	if err == nil {
+		t.flushBuf, err = d.Alloc(timerFlushBytes)
 	}
 	if err != nil {
 		t.Close()
@@ -91,11 +90,9 @@ func (t *Timer) Close() {
 		_ = t.end[i].Destroy()
 	}
 	t.start, t.end = nil, nil
-	for i, p := range t.flushBuf {
-		if p != 0 {
-			_ = t.dev.Free(p)
-			t.flushBuf[i] = 0
-		}
+	if t.flushBuf != 0 {
+		_ = t.dev.Free(t.flushBuf)
+		t.flushBuf = 0
 	}
 }
 
@@ -131,7 +128,7 @@ func (t *Timer) round(copies int, launch func(copy int) error) (float64, error) 
 		t0 := time.Now()
 		for i := range t.Iters {
 			if t.Flush {
-				if err := t.dev.CopyDevice(t.flushBuf[1], t.flushBuf[0], timerFlushBytes, nil); err != nil {
+				if err := t.dev.Fill32(t.flushBuf, 0, timerFlushBytes/4, nil); err != nil {
 					return err
 				}
 			} else if spin.NS > 0 {

@@ -49,7 +49,7 @@ def variants(path):
           f"{g(f'split{part}/fused1level')} | {g(f'split{part}/fusedchunk4')} | {g(f'split{part}/fusedchunk8')} |")
     w("")
     w("L2 policy of the K/V copies (the dispatcher's choice for each shape), with the 50 µs spin before each "
-      "call and after a 64 MiB copy (do_bench's flush):\n")
+      "call and after the flush (do_bench's: zeros over 256 MiB; a 64 MiB copy before 2026-11-22 21:00):\n")
     w("| shape | evict_first | default policy | evict_first, flushed | default, flushed |")
     w("|---|---|---|---|---|")
     for shape, v in rows.items():
@@ -123,8 +123,8 @@ def main():
       "where the commit runs it); *split-k* = the best of a sweep of partition sizes "
       "(64…8192 tokens) with its partition count; *plan* = what `attention.Plan` chose with this device's "
       "inputs and *ours* its time (`CUDAKernels.Decode`); *SDPA* = `scaled_dot_product_attention` on a "
-      "contiguous cache; *flushed* = ours with a 64 MiB device copy before each call instead of the spin, the "
-      "way `triton.testing.do_bench` flushes L2, which is how the vLLM Triton figures "
+      "contiguous cache; *flushed* = ours with zeros written over a 256 MiB buffer before each call instead of "
+      "the spin, the way `triton.testing.do_bench` flushes L2 (`cache.zero_()`), which is how the vLLM Triton figures "
       "(../../../shared/bench/attention-peers-h100.md) were taken, so the vLLM gap compares those two.\n")
     w("| shape | B | ctx | Hq | Hkv | KV MB | grouped µs | split-k µs (parts) | plan | ours µs | %BW | SDPA µs "
       "| ours/SDPA | flushed µs | vLLM Triton µs | vLLM / ours |")

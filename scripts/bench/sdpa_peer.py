@@ -5,9 +5,8 @@ The peer of `gollm bench attention`, measured the same way in the same device ru
 sequence, q (B, Hq, 1, D), K and V contiguous (B, Hkv, ctx, D) in bf16, enable_gqa; CUDA events around
 each call, the median of --iters runs after --warmup, inputs rotated among copies totalling at least
 4x L2, and a GPU spin (torch.cuda._sleep) queued before each timed run so that the host stays ahead of
-the GPU. sdpa_flush_us queues a 64 MiB device copy instead, like triton.testing.do_bench's L2 flush (the
-method of ../../../shared/bench/attention-peers-h100.md): L2 then holds dirty lines written back during
-the call.
+the GPU. sdpa_flush_us zeroes a 256 MiB buffer instead, as triton.testing.do_bench flushes L2 (cache.zero_()
+before each run; the method of ../../../shared/bench/attention-peers-h100.md): L2 then holds dirty lines.
 
     python3 scripts/bench/sdpa_peer.py --shapes scripts/bench/attention-shapes.json --json sdpa.json
 """
@@ -31,7 +30,7 @@ def time_runs(fn, copies, iters, warmup, spacer, flush):
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
         if flush:
-            spacer[1].copy_(spacer[0])
+            spacer.zero_()
         else:
             torch.cuda._sleep(SPIN_CYCLES)
         starts[i].record()
@@ -52,7 +51,7 @@ def main():
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
-    spacer = [torch.empty(64 << 20, dtype=torch.uint8, device=dev) for _ in range(2)]
+    spacer = torch.empty((256 << 20) // 4, dtype=torch.int, device=dev)  # do_bench's flush buffer
     results = []
     for i, s in enumerate(grid["shapes"]):
         b, ctx, hq, hkv, d = s["batch"], s["ctx"], s["hq"], s["hkv"], s["head_dim"]
