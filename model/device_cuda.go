@@ -5,6 +5,7 @@ package model
 import (
 	"fmt"
 
+	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 	"gorgonia.org/cu"
 )
@@ -32,4 +33,15 @@ func newCUDABackendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error
 		return nil, err
 	}
 	return newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs}), nil
+}
+
+// CUDACopyBandwidth measures the first GPU's device-to-device copy bandwidth (bytes read plus written per
+// second, 1 GiB copies; see cuda.Device.CopyBandwidth): the yardstick of `gollm bench`'s rooflines.
+func CUDACopyBandwidth() (float64, error) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return 0, err
+	}
+	defer dev.Close()
+	return dev.CopyBandwidth(1 << 30)
 }

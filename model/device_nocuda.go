@@ -19,3 +19,6 @@ func cudaUsable() error { return errNotBuiltWithCUDA }
 func newCUDABackendFor(*weights.Config, Options) (NewBackendFunc, error) {
 	return nil, errNotBuiltWithCUDA
 }
+
+// CUDACopyBandwidth measures the GPU's copy bandwidth; without the cuda tag there is none.
+func CUDACopyBandwidth() (float64, error) { return 0, errNotBuiltWithCUDA }

@@ -193,7 +193,7 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 		return nil, err
 	}
 	defer b.close()
-	if rep.CopyBandwidth, err = b.copyBandwidth(); err != nil {
+	if rep.CopyBandwidth, err = b.dev.CopyBandwidth(1 << 30); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "%s, %d SMs, copy bandwidth %.2f TB/s\n", info.Name, info.NumSMs, rep.CopyBandwidth/1e12)
@@ -228,26 +228,6 @@ func (b *attentionBencher) setup() (err error) {
 }
 
 func (b *attentionBencher) close() { b.timer.Close() }
-
-// copyBandwidth times a 1 GiB device-to-device copy and returns (bytes read + written) / time.
-func (b *attentionBencher) copyBandwidth() (float64, error) {
-	const n = 1 << 30
-	src, err := b.dev.Alloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer b.dev.Free(src)
-	dst, err := b.dev.Alloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer b.dev.Free(dst)
-	us, err := b.timer.Median(1, func(int) error { return b.dev.CopyDevice(dst, src, n, nil) })
-	if err != nil {
-		return 0, err
-	}
-	return 2 * n / (us * 1e-6), nil
-}
 
 // shapeInputs are the device buffers of one shape: copies of the paged K/V (one pool, each copy's pages
 // in its own range, scattered by a random permutation), block tables, queries and outputs.

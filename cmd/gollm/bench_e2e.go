@@ -128,7 +128,7 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 	outputLen := fs.Int("output-len", 32, "generated tokens per sequence (EOS ignored)")
 	warmup := fs.Int("warmup", 1, "iterations run first and discarded")
 	iters := fs.Int("iters", 3, "measured iterations per batch size")
-	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: 3.03e12 on cuda (H100), measured on the CPU")
+	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured (the GPU's device-to-device copy on cuda, host memory on the CPU)")
 	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
 	jsonOut := fs.Bool("json", false, "print one JSON object per batch size instead of a table")
 	plotPath := fs.String("plot", "", "write an SVG of throughput and step time against batch size (with the roofline) to this file")
@@ -223,7 +223,7 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV cache pages (default: enough for max-num-seqs sequences of the longest request)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
-	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: 3.03e12 on cuda (H100), none on the CPU")
+	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured on cuda (device-to-device copy), none on the CPU")
 	peakFLOPS := fs.Float64("peak-flops", 0, "roofline matrix rate in FLOP/s; default: 8.08e14 on cuda (H100 cuBLAS bf16), none on the CPU")
 	if code := parseBenchFlags(fs, "throughput", args, stderr); code >= 0 {
 		return code

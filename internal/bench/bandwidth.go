@@ -7,7 +7,8 @@ import (
 )
 
 // H100CopyBandwidth is the device-to-device copy bandwidth measured on the team's H100 (bytes read plus
-// written per second; shared/docs/gpu.md): the default roofline bandwidth of the cuda device.
+// written per second; shared/docs/gpu.md): the cuda roofline's figure when the GPU's own cannot be
+// measured (ResolveBandwidth).
 const H100CopyBandwidth = 3.03e12
 
 // H100MatmulFLOPS is the bf16 matrix rate cuBLAS reached on the team's H100 (GemmEx, fp32 compute,

@@ -15,9 +15,12 @@ type Device struct {
 	Name string
 	// Precision returns the bytes per weight and per KV element the backend keeps for cfg.
 	Precision func(cfg *weights.Config) Precision
-	// Bandwidth is the copy bandwidth (bytes read plus written per second) of the roofline; 0 means
-	// measure it at start (MeasureCopyBandwidth), as for host memory.
+	// Bandwidth is a fixed copy bandwidth (bytes read plus written per second) for the roofline; 0 means
+	// measure it at start (ResolveBandwidth): MeasureBandwidth when set (the GPU's device-to-device
+	// copy), else host memory (MeasureCopyBandwidth).
 	Bandwidth float64
+	// MeasureBandwidth measures the device's copy bandwidth; nil for the CPU.
+	MeasureBandwidth func() (float64, error)
 	// PeakFLOPS is the matrix rate of the throughput roofline's compute bound; 0: unknown (none).
 	PeakFLOPS float64
 }
@@ -33,7 +36,7 @@ func DeviceByName(name string) (Device, error) {
 		if _, _, err := model.ResolveDevice(model.DeviceCUDA); err != nil {
 			return Device{}, fmt.Errorf("bench: %w: %w", ErrDeviceUnavailable, err)
 		}
-		return Device{Name: model.DeviceCUDA, Precision: cudaPrecision, Bandwidth: H100CopyBandwidth,
+		return Device{Name: model.DeviceCUDA, Precision: cudaPrecision, MeasureBandwidth: model.CUDACopyBandwidth,
 			PeakFLOPS: H100MatmulFLOPS}, nil
 	}
 	return Device{}, fmt.Errorf("bench: device %q: %w (known: cpu, cuda)", name, ErrDeviceUnavailable)

@@ -30,7 +30,7 @@ type LatencyOptions struct {
 	// Config.DisablePipelining), for comparison.
 	DisablePipelining bool
 	// Bandwidth is the roofline's copy bandwidth in bytes per second, BandwidthSource says where it
-	// came from ("measured", "flag", "H100 default"); see ResolveBandwidth.
+	// came from ("measured (device copy)", "measured", "flag", …); see ResolveBandwidth.
 	Bandwidth       float64
 	BandwidthSource string
 	// Progress receives a progress bar; nil for none.
@@ -102,14 +102,22 @@ type RooflineReport struct {
 // bandwidth).
 const ProbeBytes = 512 << 20
 
-// ResolveBandwidth picks the roofline bandwidth: the flag when positive, else the device's figure,
-// else a measurement of host memory with ProbeBytes buffers (about a second, 1 GiB allocated).
+// ResolveBandwidth picks the roofline bandwidth: the flag when positive, else the device's fixed figure,
+// else a measurement: the device's own (the GPU's copy bandwidth; when that fails, the H100's figure,
+// the failure named in the source), or host memory with ProbeBytes buffers (about a second, 1 GiB
+// allocated).
 func ResolveBandwidth(dev Device, flag float64) (float64, string) {
 	switch {
 	case flag > 0:
 		return flag, "flag"
 	case dev.Bandwidth > 0:
 		return dev.Bandwidth, dev.Name + " default"
+	case dev.MeasureBandwidth != nil:
+		bw, err := dev.MeasureBandwidth()
+		if err != nil || !(bw > 0) {
+			return H100CopyBandwidth, fmt.Sprintf("H100 default (not measured: %v)", err)
+		}
+		return bw, "measured (device copy)"
 	}
 	return MeasureCopyBandwidth(ProbeBytes, 5), "measured"
 }

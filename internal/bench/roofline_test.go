@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gollm/gollm/weights"
@@ -155,6 +157,14 @@ func TestResolveBandwidth(t *testing.T) {
 	}
 	if bw, src := ResolveBandwidth(cpuDevice(), 5e9); bw != 5e9 || src != "flag" {
 		t.Errorf("cpu flag: %v %q", bw, src)
+	}
+	measured := Device{Name: "cuda", MeasureBandwidth: func() (float64, error) { return 2.9e12, nil }}
+	if bw, src := ResolveBandwidth(measured, 0); bw != 2.9e12 || src != "measured (device copy)" {
+		t.Errorf("device measurement: %v %q", bw, src)
+	}
+	failing := Device{Name: "cuda", MeasureBandwidth: func() (float64, error) { return 0, errors.New("no GPU") }}
+	if bw, src := ResolveBandwidth(failing, 0); bw != H100CopyBandwidth || !strings.Contains(src, "no GPU") {
+		t.Errorf("failed device measurement: %v %q", bw, src)
 	}
 }
 

@@ -170,8 +170,8 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 	}
 	res.Preemptions = after.Preemptions - before.Preemptions
 	bw, peak := opts.Bandwidth, opts.PeakFLOPS
-	if bw <= 0 {
-		bw = lm.Device.Bandwidth
+	if bw <= 0 && lm.Device.MeasureBandwidth != nil {
+		bw, _ = ResolveBandwidth(lm.Device, 0) // the GPU's; none on the CPU
 	}
 	if peak <= 0 {
 		peak = lm.Device.PeakFLOPS

@@ -463,6 +463,24 @@ func TestTimer(t *testing.T) {
 // doubles-plus-one a buffer; stream b, told to wait for an event recorded after the kernel, copies the
 // buffer to page-locked memory. The copy must see the kernel's result (without the wait it would run at
 // once and see the old values), and so must the host after waiting for b's event.
+// TestCopyBandwidth: the device-to-device copy bandwidth is a plausible GPU figure (above PCIe's, below
+// any HBM's) and the same within 10% on a second measurement.
+func TestCopyBandwidth(t *testing.T) {
+	d := openDevice(t)
+	a, err := d.CopyBandwidth(256 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.CopyBandwidth(256 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("copy bandwidth %.3f and %.3f TB/s", a/1e12, b/1e12)
+	if !(a > 1e11 && a < 2e13) || math.Abs(a-b) > 0.1*a {
+		t.Errorf("copy bandwidth %.3g and %.3g B/s: want the same plausible figure twice", a, b)
+	}
+}
+
 func TestStreamWait(t *testing.T) {
 	d := openDevice(t)
 	f := loadScaleAdd(t, d)
