@@ -459,10 +459,6 @@ func TestTimer(t *testing.T) {
 	}
 }
 
-// TestStreamWait orders a copy on one stream after a kernel on another: stream a spins 20 ms and then
-// doubles-plus-one a buffer; stream b, told to wait for an event recorded after the kernel, copies the
-// buffer to page-locked memory. The copy must see the kernel's result (without the wait it would run at
-// once and see the old values), and so must the host after waiting for b's event.
 // TestCopyBandwidth: the device-to-device copy bandwidth is a plausible GPU figure (above PCIe's, below
 // any HBM's) and the same within 10% on a second measurement.
 func TestCopyBandwidth(t *testing.T) {
@@ -481,6 +477,10 @@ func TestCopyBandwidth(t *testing.T) {
 	}
 }
 
+// TestStreamWait orders a copy on one stream after a kernel on another: stream a spins 20 ms and then
+// doubles-plus-one a buffer; stream b, told to wait for an event recorded after the kernel, copies the
+// buffer to page-locked memory. The copy must see the kernel's result (without the wait it would run at
+// once and see the old values), and so must the host after waiting for b's event.
 func TestStreamWait(t *testing.T) {
 	d := openDevice(t)
 	f := loadScaleAdd(t, d)

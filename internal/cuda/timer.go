@@ -73,9 +73,6 @@ func (d *Device) NewTimer(iters, warmup int, spinNS uint64) (*Timer, error) {
 	if err == nil {
 		t.spin, err = mod.Function("gollm_timer_spin")
 	}
-	if err == nil {
-		t.flushBuf, err = d.Alloc(timerFlushBytes)
-	}
 	if err != nil {
 		t.Close()
 		return nil, err
@@ -128,6 +125,12 @@ func (t *Timer) round(copies int, launch func(copy int) error) (float64, error) 
 		t0 := time.Now()
 		for i := range t.Iters {
 			if t.Flush {
+				if t.flushBuf == 0 { // allocated at the first flushed round
+					var err error
+					if t.flushBuf, err = t.dev.Alloc(timerFlushBytes); err != nil {
+						return err
+					}
+				}
 				if err := t.dev.Fill32(t.flushBuf, 0, timerFlushBytes/4, nil); err != nil {
 					return err
 				}
