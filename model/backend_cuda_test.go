@@ -284,8 +284,8 @@ func relErr(got, want []float32) float64 {
 // TestCUDAMatchesCPU runs the same steps on the CPU backend and on the GPU and compares every logits row:
 // three sequences with ragged contexts (one long enough for split-k at batch 1), prefill chunks beside
 // decode tokens, then decode steps of different batch sizes (graph buckets 1, 2, 4 with padding, and 16,
-// past the skinny kernels) and a step that asks for no logits. Head sizes 64 and 128 run the decode kernels of package attention; the
-// compute dtypes float32 (relative error 1e-4) and bfloat16 (5e-2).
+// past the skinny kernels) and a step that asks for no logits. Head sizes 64 and 128 run the decode
+// kernels of package attention; the compute dtypes float32 (relative error 1e-4) and bfloat16 (5e-2).
 func TestCUDAMatchesCPU(t *testing.T) {
 	dev := gpuDevice(t)
 	for _, tc := range []struct {
