@@ -55,9 +55,13 @@ type LatencyResult struct {
 	// PrefillMS is the median time from the batch's start until every sequence had its first token.
 	PrefillMS              float64 `json:"prefill_ms"`
 	PrefillTokensPerSecond float64 `json:"prefill_tok_s"`
-	// DecodeStep is the wall time of each decode step that ran the whole batch, from one step's
-	// start to the next's: the engine's scheduling, metadata, sampling and streaming included.
+	// DecodeStep is the wall time of each decode step that ran the whole batch, from the end of the
+	// step before (its tokens read) to this one's end: the interval between two tokens of a sequence,
+	// the engine's scheduling, metadata, sampling and streaming included.
 	DecodeStep Summary `json:"decode_step"`
+	// DecodeStepsMS is every one of those steps' wall time in order, iteration after iteration: where
+	// a tail (p99) comes from.
+	DecodeStepsMS []float64 `json:"decode_steps_ms,omitempty"`
 	// DecodeForward is the time the engine spent in the model's calls in those steps: Forward, or a
 	// pick's Start and its Wait (a pipelined step's Start returns before the step ends; the engine
 	// reads its picks after it has queued the next one).
@@ -321,15 +325,14 @@ wait:
 		if st.seqs != len(prompts) || !st.decodeOnly {
 			continue
 		}
-		next := lastDone
-		if j+2 < len(steps) {
-			next = steps[j+2].start
-		}
 		host := time.Duration(-1)
 		if st.host >= 0 {
 			host = st.host
 		}
-		it.steps = append(it.steps, stepTiming{wall: next.Sub(st.start), forward: st.inModel, host: host,
+		// From the step before's end (its tokens read) to this one's: the interval between two tokens of
+		// a sequence. (Start to start would give the first decode step part of the prefill and the last
+		// the step before it, since a pipelined step starts before the previous one's tokens are read.)
+		it.steps = append(it.steps, stepTiming{wall: st.end.Sub(steps[j].end), forward: st.inModel, host: host,
 			contextSum: st.contextSum})
 	}
 	return it, nil
@@ -365,6 +368,7 @@ func summarizeLatency(lm *LoadedModel, opts LatencyOptions, its []latencyIterati
 		total = append(total, it.total)
 		for _, st := range it.steps {
 			wall = append(wall, st.wall)
+			r.DecodeStepsMS = append(r.DecodeStepsMS, float64(st.wall)/float64(time.Millisecond))
 			forward = append(forward, st.forward)
 			overhead = append(overhead, st.wall-st.forward)
 			if st.host >= 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +135,10 @@ func TestRunLatency(t *testing.T) {
 	}
 	if res.Iterations != 2 || res.DecodeStep.Count != 2*(output-1) || res.DecodeForward.Count != res.DecodeStep.Count {
 		t.Errorf("iterations %d, %d steps, %d forwards", res.Iterations, res.DecodeStep.Count, res.DecodeForward.Count)
+	}
+	if len(res.DecodeStepsMS) != res.DecodeStep.Count || slices.Max(res.DecodeStepsMS) != res.DecodeStep.Max ||
+		slices.Min(res.DecodeStepsMS) != res.DecodeStep.Min {
+		t.Errorf("steps %v, summary %+v", res.DecodeStepsMS, res.DecodeStep)
 	}
 	// Decode steps run at contexts input+1 … input+output-1 (7 … 10): mean 8.5, shown rounded.
 	if res.Roofline.Context != 9 {
@@ -275,5 +280,59 @@ func TestTimedModelPicksWhereInnerDoes(t *testing.T) {
 	}
 	if steps := tm.takeSteps(); len(steps) != 1 || steps[0].end.Before(steps[0].start) || steps[0].inModel < 0 {
 		t.Fatalf("steps recorded after Wait: %+v", steps)
+	}
+}
+
+// queuedPicker is a countingModel that picks on its side the way a GPU queue runs: each Start queues
+// its step behind the ones before (prefill steps take prefill, decode steps step), and its Pick's Wait
+// returns when the step is done.
+type queuedPicker struct {
+	*countingModel
+	step, prefill time.Duration
+	qmu           sync.Mutex
+	busyUntil     time.Time
+}
+
+func (m *queuedPicker) Start(s *model.Step, _ []model.SampleParams) (*model.Pick, error) {
+	m.qmu.Lock()
+	d := m.step
+	if len(s.Tokens) > len(s.ContextLens) {
+		d = m.prefill
+	}
+	m.busyUntil = later(time.Now(), m.busyUntil).Add(d)
+	done := m.busyUntil
+	m.qmu.Unlock()
+	return model.NewPick(func() ([]int32, error) {
+		time.Sleep(time.Until(done))
+		return make([]int32, len(s.LogitRows)), nil
+	}), nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// TestLatencyPipelinedSteps: with pipelined decode (a step queued before the previous one's tokens are
+// read) every decode step measures one step's time, the first (queued while the prefill ran) and the
+// last included; start-to-start timing gave the first most of the prefill.
+func TestLatencyPipelinedSteps(t *testing.T) {
+	cfg := tinyRooflineConfig()
+	const step, prefill = 4 * time.Millisecond, 80 * time.Millisecond
+	m := &queuedPicker{countingModel: newCountingModel(cfg.VocabSize, BlocksFor(1, 6+8, 4)), step: step, prefill: prefill}
+	res, err := RunLatency(context.Background(), fakeLoaded(m, cfg), LatencyOptions{Batch: 1, InputLen: 6, OutputLen: 8,
+		Iterations: 1, Bandwidth: 1e10, BandwidthSource: "flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DecodeStep.Count != 7 || res.PrefillMS < float64(prefill/time.Millisecond) {
+		t.Fatalf("%d decode steps, prefill %.1f ms: want 7 and ≥ %v", res.DecodeStep.Count, res.PrefillMS, prefill)
+	}
+	// A loaded machine may oversleep by a few milliseconds (and an interval shrinks when the step before
+	// overslept more); a step carrying the prefill is 80.
+	if res.DecodeStep.Max > 40 || res.DecodeStep.Min < float64(step/time.Millisecond)/4 {
+		t.Errorf("decode steps %v ms, want each about %v", res.DecodeStepsMS, step)
 	}
 }
