@@ -60,6 +60,17 @@ type gemvTuning struct {
 	// names ("norm", "attention", …) out of the step: the results are wrong, the time is the step's
 	// without them.
 	Skip []string
+	// Gemm sends products of MaxTokens+1 … gemvMaxTokens rows to the skinny GEMM (kernels/gemm_sm90.cu)
+	// instead of cuBLAS; GemmWarps (warpgroups) and GemmKS, when positive, force its launch shape
+	// (planGemm), GemmStages its ring's most slots; GemmFlags is gemmParams.Flags (L2 policy, diagnostics).
+	Gemm              bool
+	GemmWarps, GemmKS int
+	GemmStages        int
+	GemmFlags         int
+	// GemmMinOut keeps products of fewer output rows on cuBLAS; PDLRows, when positive, replaces
+	// pdlMaxRows (the largest step launched with programmatic dependent launch).
+	GemmMinOut int
+	PDLRows    int
 	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
 	// partitions of that many tokens, < 0 the grouped kernel.
 	AttnPartition int
