@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 
@@ -254,12 +253,17 @@ func TestCUDAPrefill(t *testing.T) {
 // BenchmarkCUDAPrefill times the prefill kernels on one prompt attending to itself from position 0
 // (the shapes of Llama-3-8B, d128, and Llama-3.2-1B, d64: 32 query heads, 8 KV heads; 1024 and 4096
 // tokens), bf16, page 16, pages scattered: the tensor-core kernel and the FMA kernel, median of 30 runs
-// timed with events, and TFLOP/s of the causal work (4 · D · Hq · Σ (position + 1)). Its peer is
+// timed with events (cuda.Timer), and TFLOP/s of the causal work (4 · D · Hq · Σ (position + 1)). Its peer is
 // scripts/bench/prefill_sdpa.py (scaled_dot_product_attention, causal, on a contiguous cache).
 //
 //	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
 func BenchmarkCUDAPrefill(b *testing.B) {
 	dev, pre := gpuPrefill(b)
+	timer, err := dev.NewTimer(30, 5, 50_000) // median of 30 runs after 5, a 50 µs spin before each
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer timer.Close()
 	for _, sh := range []struct {
 		name                   string
 		headDim, tokens        int
@@ -322,33 +326,10 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
 			for _, fma := range []bool{false, true} {
 				args.FMA = fma
-				times := make([]float64, 0, 30)
-				for i := 0; i < 35; i++ {
-					start, _ := dev.NewEvent()
-					end, _ := dev.NewEvent()
-					if err := start.Record(nil); err != nil {
-						b.Fatal(err)
-					}
-					if err := pre.Attend(nil, args); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Record(nil); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Synchronize(); err != nil {
-						b.Fatal(err)
-					}
-					ms, err := start.Elapsed(end)
-					if err != nil {
-						b.Fatal(err)
-					}
-					_, _ = start.Destroy(), end.Destroy()
-					if i >= 5 {
-						times = append(times, ms)
-					}
+				us, err := timer.Median(1, func(int) error { return pre.Attend(nil, args) })
+				if err != nil {
+					b.Fatal(err)
 				}
-				slices.Sort(times)
-				us := times[len(times)/2] * 1e3
 				kernel := "mma"
 				if fma {
 					kernel = "fma"

@@ -299,6 +299,8 @@ var decodeVariants = []struct {
 	{"attn-diag-nomerge", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseNoMerge}},
 	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
 	{"skip-norm", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"norm"}}, attention.CUDATuning{}},
+	{"skip-rope", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"rope"}}, attention.CUDATuning{}},
+	{"skip-swiglu", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"swiglu"}}, attention.CUDATuning{}},
 	{"matmul-only", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}}, attention.CUDATuning{}},
 	{"attn-p256", gemvTuning{MaxTokens: 8, PDL: true, AttnPartition: 256}, attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
