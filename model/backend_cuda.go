@@ -5,6 +5,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"unsafe"
@@ -212,10 +213,11 @@ func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 	return mm != nil && mm.residual != nil && !b.gemvServes(rows, mm.in)
 }
 
-// fused reports whether the product ran the skinny kernel with epilogue mode at rows rows (the op that
-// fused into it then has nothing left to do).
+// fused reports whether the product ran with epilogue mode at rows rows (the op that fused into it then
+// has nothing left to do): on the skinny kernel, or SwiGLU on the skinny GEMM.
 func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
-	return mm != nil && mm.epi.mode == mode && b.gemvServes(rows, mm.in)
+	return mm != nil && mm.epi.mode == mode &&
+		(b.gemvServes(rows, mm.in) || mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in))
 }
 
 // graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
@@ -297,7 +299,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if b.gemm, err = loadGemmKernels(b.dev, tn); err != nil {
-		return nil, fmt.Errorf("cuda backend: %w", err)
+		// A driver that cannot compile the GEMM's PTX (older than CUDA 12) keeps cuBLAS.
+		slog.Warn("cuda backend: no skinny GEMM; products of 9-64 rows stay on cuBLAS", "err", err)
+		b.gemm, err = nil, nil
 	}
 	b.tune = defaultGemvTuning
 	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
@@ -561,7 +565,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	b.ops, b.sig, b.err, b.lastMM, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
-		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, b.tune.GemmMinOut, b.tune.PDLRows} {
+		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), b.tune.PDLRows} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -776,10 +780,13 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
 		}
 		if b.gemmTakes(rows, out, in) {
-			if b.accumulates(mm, rows) {
-				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true)
+			switch {
+			case mm.epi.mode == gemvSwiGLU:
+				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act)
+			case b.accumulates(mm, rows):
+				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil)
 			}
-			return b.launchGemm(d, xt, wt, out, in, rows, false)
+			return b.launchGemm(d, xt, wt, out, in, rows, false, nil)
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.

@@ -18,23 +18,16 @@ import (
 // 128; the kernel's parameter is 320 bytes, 64-byte aligned).
 type gemmParams struct {
 	WMap, XMap cuda.TensorMap
-	Y          cuda.DevicePtr
+	Y, Act     cuda.DevicePtr
 	M, N, K    int32
 	Accumulate int32
 	Stages     int32
 	Flags      int32
-	_          [8]int32
+	_          [6]int32
 }
 
-// gemmChunk is the k elements of one ring slot (in must be a multiple of it); gemmPitch a tile row's
-// bytes; gemmMaxCluster the largest k split (the portable cluster size); gemmMaxGroups the most consumer
-// warpgroups a block (64 weight rows each; a tile copy has at most 256 rows).
-const (
-	gemmChunk      = 64
-	gemmPitch      = 2 * gemmChunk
-	gemmMaxCluster = 8
-	gemmMaxGroups  = 4
-)
+// gemmSwiGLU is gemmParams.Flags' bit for the SwiGLU epilogue.
+const gemmSwiGLU = 16
 
 // gemmKernels are the kernel's entry points for one compute dtype, by 16-token tiles (1 … 4).
 type gemmKernels struct {
@@ -69,56 +62,6 @@ func loadGemmKernels(dev *cuda.Device, tn string) (*gemmKernels, error) {
 	return k, nil
 }
 
-// gemmSlot is a ring slot's bytes for wg consumer warpgroups and nt token tiles.
-func gemmSlot(wg, nt int) int { return (64*wg + 16*nt) * gemmPitch }
-
-// gemmStages is the ring's slots (at most max, 8 when max is 0) for wg consumer warpgroups and nt token
-// tiles within maxShare bytes of shared memory (a slot also takes two 8-byte barriers; 1024 bytes go to
-// aligning the ring), or 0 when two do not fit or the partial tiles of a k split ((128·wg+32) threads ×
-// (2·nt+1) float4s) would not fit in them.
-func gemmStages(wg, nt, max, maxShare int) int {
-	if max <= 0 {
-		max = 8
-	}
-	slot := gemmSlot(wg, nt)
-	s := min(max, (maxShare-1024)/(slot+16))
-	if s < 2 || s*slot < (128*wg+32)*16*(2*nt+1) {
-		return 0
-	}
-	return s
-}
-
-// gemmShape is the launch shape of one product: wg consumer warpgroups a block (64·wg weight rows), the k
-// range split over a cluster of ks blocks.
-type gemmShape struct{ wg, ks int }
-
-// planGemm shapes a product of n rows and chunks k-chunks on sms SMs, from BenchmarkCUDAGemm's sweep on
-// the H100 (docs/bench/gemm-h100.md): a product of at least two blocks of 64 rows an SM runs whole k with
-// the most warpgroups a block that still gives 4/5 of the SMs a block; a smaller one runs blocks of one
-// warpgroup with k split so that the blocks about fill the SMs (each split walking at least gemmMinSteps
-// chunks).
-func planGemm(n, chunks, sms int, t gemvTuning) gemmShape {
-	if t.GemmWarps > 0 && t.GemmKS > 0 {
-		return gemmShape{wg: t.GemmWarps, ks: min(t.GemmKS, chunks)}
-	}
-	tiles := (n + 63) / 64
-	if tiles >= 2*sms {
-		wg := gemmMaxGroups
-		for wg > 1 && tiles/wg < sms*4/5 {
-			wg--
-		}
-		return gemmShape{wg: wg, ks: 1}
-	}
-	ks := max(1, min(gemmMaxCluster, (sms+tiles/2)/tiles))
-	for ks > 1 && chunks/ks < gemmMinSteps {
-		ks--
-	}
-	return gemmShape{wg: 1, ks: ks}
-}
-
-// gemmMinSteps is the fewest k chunks a block of a split product walks.
-const gemmMinSteps = 8
-
 // gemmServes reports whether the skinny GEMM computes a product of rows token rows over in columns: more
 // rows than the skinny product serves, at most gemvMaxTokens, in a multiple of gemmChunk, 16-bit weights
 // on compute capability 9.0, and the GEMM switched on.
@@ -127,23 +70,34 @@ func (b *cudaBackend) gemmServes(rows, in int) bool {
 		in%gemmChunk == 0
 }
 
-// gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights (gemmServes,
-// and out at least gemvTuning.GemmMinOut).
+// gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
+// (gemmServes, and at least gemvTuning.GemmMinBytes of weights).
 func (b *cudaBackend) gemmTakes(rows, out, in int) bool {
-	return b.gemmServes(rows, in) && out >= b.tune.GemmMinOut
+	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= b.tune.GemmMinBytes
 }
 
-// launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate).
-func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool) error {
+// launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
+// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched).
+func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor) error {
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
-	plan := planGemm(out, in/gemmChunk, b.dev.Info().NumSMs, b.tune)
+	plan := planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
+	if b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 { // forced (benchmarks, tests)
+		plan = gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
+	}
+	boxRows, blocks, flags := 64*plan.wg, (out+64*plan.wg-1)/(64*plan.wg), b.tune.GemmFlags
+	var actPtr cuda.DevicePtr
+	if act != nil { // gate and up halves of an even number of warpgroups, k whole
+		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1
+		boxRows, blocks, flags = 32*plan.wg, (out/2+32*plan.wg-1)/(32*plan.wg), flags|gemmSwiGLU
+		actPtr = act.ptr
+	}
 	stages := gemmStages(plan.wg, nt, b.tune.GemmStages, b.gemm.maxShare)
 	if stages == 0 {
 		return fmt.Errorf("cuda backend: skinny GEMM: %d warpgroups × %d token tiles do not fit %d bytes of shared memory",
 			plan.wg, nt, b.gemm.maxShare)
 	}
-	wmap, err := b.dev.EncodeTiled2D(b.dtype, w.ptr, int64(in), int64(out), 2*int64(in), gemmChunk, 64*plan.wg)
+	wmap, err := b.dev.EncodeTiled2D(b.dtype, w.ptr, int64(in), int64(out), 2*int64(in), gemmChunk, boxRows)
 	if err != nil {
 		return err
 	}
@@ -151,12 +105,12 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if err != nil {
 		return err
 	}
-	p := gemmParams{WMap: wmap, XMap: xmap, Y: y.ptr, M: int32(rows), N: int32(out), K: int32(in), Stages: int32(stages),
-		Flags: int32(b.tune.GemmFlags)}
+	p := gemmParams{WMap: wmap, XMap: xmap, Y: y.ptr, Act: actPtr, M: int32(rows), N: int32(out), K: int32(in),
+		Stages: int32(stages), Flags: int32(flags)}
 	if accumulate {
 		p.Accumulate = 1
 	}
-	grid := cuda.Dim3{X: (out + 64*plan.wg - 1) / (64 * plan.wg), Y: plan.ks}
+	grid := cuda.Dim3{X: blocks, Y: plan.ks}
 	return cuda.LaunchCluster(fn, grid, cuda.Dim3{X: 128*plan.wg + 32}, cuda.Dim3{X: 1, Y: plan.ks},
-		1024+stages*(gemmSlot(plan.wg, nt)+16), b.stream, b.pdlNow(), &p)
+		1024+stages*(gemmSlot(plan.wg, nt)+16), b.stream, b.usePDL(), &p)
 }

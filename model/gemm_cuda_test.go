@@ -111,7 +111,7 @@ func TestCUDAGemm(t *testing.T) {
 									if err := b.dev.Synchronize(); err != nil {
 										t.Fatal(err)
 									}
-									if err := b.launchGemm(y, x, w, sh.n, sh.k, m, acc); err != nil {
+									if err := b.launchGemm(y, x, w, sh.n, sh.k, m, acc, nil); err != nil {
 										t.Fatal(err)
 									}
 									got := syncAndRead(t, b, y.ptr, gemvMaxTokens*sh.n)
@@ -119,6 +119,64 @@ func TestCUDAGemm(t *testing.T) {
 								}
 							})
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestCUDAGemmSwiGLU checks the GEMM's SwiGLU epilogue (the gate/up product of 9-64 rows writing
+// act = silu(gate) · up in the dtype, y untouched) against the float64 reference product, within one
+// rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200: the last
+// block's gate rows run into the up half, its up rows past the matrix), and Llama-3-8B's; planned and
+// forced warpgroups (1 and 3 become 2 and 4: a block pairs gate and up halves).
+func TestCUDAGemmSwiGLU(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		rng := rand.New(rand.NewPCG(4, uint64(dt)))
+		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {384, 1280}, {14336, 4096}} {
+			n := 2 * c.inter
+			w, wv, x, xv := gemvOperands(t, b, dt, n, c.k, rng)
+			y := newDeviceTensor(t, b, gemvMaxTokens, n)
+			act := newDeviceTensor(t, b, gemvMaxTokens, c.inter)
+			ref, _ := parallelReference(wv, xv, n, c.k, gemvMaxTokens)
+			for _, m := range []int{9, 16, 33, 64} {
+				for _, wg := range []int{0, 1, 2, 3, 4} {
+					t.Run(fmt.Sprintf("%v/I%d/m%d/wg%d", dt, c.inter, m, wg), func(t *testing.T) {
+						b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS = true, wg, 1
+						defer func() { b.tune = defaultGemvTuning }()
+						poison(t, b, y.ptr, gemvMaxTokens*n)
+						poison(t, b, act.ptr, gemvMaxTokens*c.inter/2)
+						if err := b.launchGemm(y, x, w, n, c.k, m, false, act); err != nil {
+							t.Fatal(err)
+						}
+						for i, v := range syncAndRead(t, b, y.ptr, gemvMaxTokens*n) {
+							if !math.IsNaN(float64(v)) {
+								t.Fatalf("y[%d] written (%g)", i, v)
+							}
+						}
+						got := read16(t, b, dt, act.ptr, gemvMaxTokens*c.inter)
+						ulp := 1.0 / 128
+						if dt == weights.DTypeF16 {
+							ulp = 1.0 / 1024
+						}
+						for r := range gemvMaxTokens {
+							for i := range c.inter {
+								v := float64(got[r*c.inter+i])
+								if r >= m {
+									if !math.IsNaN(v) {
+										t.Fatalf("act[%d][%d] = %g past m = %d", r, i, v, m)
+									}
+									continue
+								}
+								g, u := ref[r*n+i], ref[r*n+c.inter+i]
+								want := g / (1 + math.Exp(-g)) * u
+								if d := math.Abs(v - want); !(d <= ulp*math.Abs(want)+1e-3) {
+									t.Fatalf("act[%d][%d] = %g, want %g", r, i, v, want)
+								}
+							}
+						}
+					})
 				}
 			}
 		}
@@ -214,7 +272,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 					b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags = true, warps, ks, stages, flags
 					defer func() { b.tune = defaultGemvTuning }()
 					return deviceMicros(b, reps, func(i int) error {
-						return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false)
+						return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
 					})
 				}
 				var cublasUS, planUS, evictUS float64
@@ -256,7 +314,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 					}
 				}
 				sort.Slice(sweep, func(i, j int) bool { return sweep[i].us < sweep[j].us })
-				plan := planGemm(sh.n, sh.k/gemmChunk, info.NumSMs, gemvTuning{})
+				plan := planGemm(sh.n, sh.k/gemmChunk, info.NumSMs)
 				bb.ReportMetric(cublasUS, "cublas-us")
 				bb.ReportMetric(pct(cublasUS), "cublas-%BW")
 				bb.ReportMetric(planUS, "gemm-us")
@@ -303,13 +361,13 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
 		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
 		for _, m := range []int{16, 64} {
-			plan := planGemm(sh.n, sh.k/gemmChunk, b.dev.Info().NumSMs, gemvTuning{})
+			plan := planGemm(sh.n, sh.k/gemmChunk, b.dev.Info().NumSMs)
 			line := fmt.Sprintf("%s m=%d wg%d/ks%d:", sh.name, m, plan.wg, plan.ks)
 			for _, diag := range []int{0, 1, 2, 4, 7, 0, 8} {
 				b.tune = defaultGemvTuning
 				b.tune.Gemm, b.tune.GemmFlags = true, diag
 				us, err := deviceMicros(b, 100, func(i int) error {
-					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false)
+					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
 				})
 				b.tune = defaultGemvTuning
 				if err != nil {

@@ -17,7 +17,10 @@
 //     multiplies in flight, two tile copies a slot, a tensor-map prefetch and an early dependent launch
 //     were slower together: docs/bench/gemm-h100.md, fourth attempt.)
 // The first slots' weight copies go out before pdl_wait (weights never change), their activation copies
-// after it.
+// after it. With the SwiGLU epilogue (flags 16, whole k) a block's weight tile is two boxes, gate rows and
+// the matching up rows, so that each gate warpgroup's partner holds its up values: they meet in shared
+// memory and the block writes silu(gate)·up in T for the down product (the float gate/up output and the
+// SwiGLU kernel are gone).
 //
 // Split k over a thread-block cluster of ks blocks (gridDim.y = ks, cluster (1, ks, 1)): each block leaves
 // its partial tile in its shared memory (a thread's fragments as float4s, in thread order), and block r
@@ -35,14 +38,15 @@ struct __align__(64) TmaDesc {
 };
 
 struct GemmParams {
-	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG, 128-byte swizzle
+	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG (SwiGLU: 64 × 32·WG), 128-byte swizzle
 	TmaDesc xmap;   // x [m][k] of T, box 64 × 16·NT, 128-byte swizzle
 	float *y;       // [m][n]
+	void *act;      // SwiGLU: [m][n/2] of T, written instead of y
 	int m, n, k;
 	int accumulate; // 1: y += x · wᵀ (the residual stream), 0: y = x · wᵀ
 	int stages;     // ring slots (shared memory: 1024 + stages · ((64·WG + 16·NT) · 128 + 16))
-	int flags;      // 8: weights' L2 policy evict_first; diagnostics (wrong results): 1 no activation copies,
-	                // 2 no mma, 4 no k-split sum
+	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; diagnostics (wrong results):
+	                // 1 no activation copies, 2 no mma, 4 no k-split sum
 };
 
 constexpr int GB_CHUNK = 64; // k elements a ring slot: one 128-byte row
@@ -216,13 +220,20 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			const unsigned bytes = slot_bytes - (no_x ? 16 * NT * 2 * GB_CHUNK : 0);
 			uint64_t policy = 0;
 			if (p.flags & 8) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+			// SwiGLU: the block's tile is gate rows [g0, g0 + rows/2) and their up rows n/2 + [g0, …), two boxes.
+			const bool swiglu = p.flags & 16;
+			const int boxes = swiglu ? 2 : 1, g0 = swiglu ? rows / 2 * blockIdx.x : row0;
 			auto weights = [&](int i) {
 				const int s = i % stages;
 				mbar_expect(full(s), bytes);
-				if (p.flags & 8)
-					tma_load2d_hint(smem + s * slot_bytes, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s), policy);
-				else
-					tma_load2d(smem + s * slot_bytes, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s));
+				for (int b = 0; b < boxes; b++) {
+					const uint32_t dst = smem + s * slot_bytes + b * (w_bytes / 2);
+					const int r = g0 + b * (p.n / 2);
+					if (p.flags & 8)
+						tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s), policy);
+					else
+						tma_load2d(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s));
+				}
 			};
 			auto acts = [&](int i) {
 				if (!no_x) tma_load2d(smem + (i % stages) * slot_bytes + w_bytes, &p.xmap, (c0 + i) * GB_CHUNK, 0, full(i % stages));
@@ -269,6 +280,31 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			*dst = p.accumulate ? *dst + v : v;
 		}
 	};
+	if (p.flags & 16) { // SwiGLU (k whole): warpgroup g < WG/2 holds gate rows, g + WG/2 their up rows
+		__syncthreads(); // every warpgroup is done with the ring: it carries the up values now
+		const int wgs = cw / 4, tid = threadIdx.x & 127, g = warp >> 2;
+		float *xch = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
+		if (warp < cw && g >= wgs / 2) {
+#pragma unroll
+			for (int e = 0; e < 8 * NT; e++) xch[((g - wgs / 2) * 8 * NT + e) * 128 + tid] = acc[e];
+		}
+		__syncthreads();
+		if (warp < cw && g < wgs / 2) {
+			T *act = reinterpret_cast<T *>(p.act);
+			const int inter = p.n / 2;
+#pragma unroll
+			for (int e = 0; e < 8 * NT; e++) {
+				const int f = e / 4;
+				const int row = rows / 2 * blockIdx.x + 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0);
+				const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
+				if (tok < p.m && row < inter) {
+					const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
+					act[(long long)tok * inter + row] = Num<T>::store(gv / (1.f + expf(-gv)) * uv);
+				}
+			}
+		}
+		return;
+	}
 	if (ks == 1 || (p.flags & 4)) {
 		if (warp < cw) {
 #pragma unroll
