@@ -28,7 +28,7 @@
 // order 0 … ks-1 (deterministic) and writes them.
 //
 // This file needs PTX ISA 8.0 (cp.async.bulk.tensor, mbarrier expect_tx), newer than nvcc 11.8 emits:
-// build-sm90.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
+// build.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
 // load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled2D).
 #include "common.cuh"
 
