@@ -5,6 +5,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"unsafe"
@@ -54,6 +55,7 @@ type cudaBackend struct {
 	up, down *cuda.Stream
 	fn       cudaFunctions
 	gemv     *gemvKernels
+	gemm     *gemmKernels // nil: every product the skinny kernel leaves goes to cuBLAS
 	tune     gemvTuning
 	decode   *attention.CUDAKernels // nil when the decode kernels could not be loaded
 	pre      *attention.CUDAPrefill
@@ -211,10 +213,11 @@ func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 	return mm != nil && mm.residual != nil && !b.gemvServes(rows, mm.in)
 }
 
-// fused reports whether the product ran the skinny kernel with epilogue mode at rows rows (the op that
-// fused into it then has nothing left to do).
+// fused reports whether the product ran with epilogue mode at rows rows (the op that fused into it then
+// has nothing left to do): on the skinny kernel, or SwiGLU on the skinny GEMM.
 func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
-	return mm != nil && mm.epi.mode == mode && b.gemvServes(rows, mm.in)
+	return mm != nil && mm.epi.mode == mode &&
+		(b.gemvServes(rows, mm.in) || mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in))
 }
 
 // graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
@@ -294,6 +297,11 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	}
 	if b.gemv, err = loadGemvKernels(b.mod, tn); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.gemm, err = loadGemmKernels(b.dev, tn); err != nil {
+		// A driver that cannot compile the GEMM's PTX (older than CUDA 12) keeps cuBLAS.
+		slog.Warn("cuda backend: no skinny GEMM; products of 9-64 rows stay on cuBLAS", "err", err)
+		b.gemm, err = nil, nil
 	}
 	b.tune = defaultGemvTuning
 	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
@@ -526,6 +534,10 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil
 	}
+	if b.gemm != nil {
+		errs = append(errs, b.gemm.mod.Unload())
+		b.gemm = nil
+	}
 	// The decode kernels' module stays loaded until the context goes (package attention has no Unload).
 	if b.ownDev {
 		errs = append(errs, b.dev.Close())
@@ -552,8 +564,12 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	b.ops, b.sig, b.err, b.lastMM, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
-	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan} {
+	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
+		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), b.tune.PDLRows} {
 		b.sig = fnvWord(b.sig, uint64(w))
+	}
+	if b.tune.Gemm {
+		b.sig = fnvString(b.sig, "gemm")
 	}
 	if b.tune.NoFuse {
 		b.sig = fnvString(b.sig, "nofuse")
@@ -590,7 +606,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	// kernels are short, but from 16 rows on a kernel with more than one wave of blocks (split-k
 	// attention, the chunked argmax) lets its dependent's blocks take SM slots early and wait in them
 	// (BenchmarkCUDADecode on the H100: 0.8-3% slower at batch 16 and 64 with it).
-	b.pdlStep = st.rows <= pdlMaxRows && b.usePDL()
+	pdlRows := pdlMaxRows
+	if b.tune.PDLRows > 0 {
+		pdlRows = b.tune.PDLRows
+	}
+	b.pdlStep = st.rows <= pdlRows && b.usePDL()
 	if b.pdlStep {
 		b.sig = fnvString(b.sig, "pdl")
 	}
@@ -758,6 +778,15 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {
 		if b.gemvServes(rows, in) {
 			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
+		}
+		if b.gemmTakes(rows, out, in) {
+			switch {
+			case mm.epi.mode == gemvSwiGLU:
+				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act)
+			case b.accumulates(mm, rows):
+				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil)
+			}
+			return b.launchGemm(d, xt, wt, out, in, rows, false, nil)
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.

@@ -274,8 +274,11 @@ func BenchmarkCUDADecode(b *testing.B) {
 // SwiGLU, RoPE and argmax kernels and no programmatic dependent launch (the backend before the skinny
 // kernel, but with its other kernels as they are now), the skinny kernel without programmatic dependent
 // launch, the default, the default with the decode-attention kernels' switches (attention.CUDATuning:
-// L2 policy, separate split-k reduce), and the default with the other launch plans and loops of the
-// one-token-tile kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it).
+// L2 policy, separate split-k reduce), the default with the other launch plans and loops of the
+// one-token-tile kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it), and at
+// 9-64 rows every product on cuBLAS (no-gemm, the default before the skinny GEMM), every product on the
+// GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64). The skip and attn variants
+// are the default with one change.
 var decodeVariants = []struct {
 	name string
 	tune gemvTuning
@@ -284,18 +287,21 @@ var decodeVariants = []struct {
 	{"cublas", gemvTuning{NoFuse: true}, attention.CUDATuning{}},
 	{"gemv-nopdl", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens}, attention.CUDATuning{}},
 	{"default", defaultGemvTuning, attention.CUDATuning{}},
-	{"attn-p128", gemvTuning{MaxTokens: 8, PDL: true, AttnPartition: 128}, attention.CUDATuning{}},
-	{"attn-grouped", gemvTuning{MaxTokens: 8, PDL: true, AttnPartition: -1}, attention.CUDATuning{}},
-	{"skip-attention", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"attention"}}, attention.CUDATuning{}},
+	{"no-gemm", gemvTuning{MaxTokens: 8, PDL: true}, attention.CUDATuning{}},
+	{"gemm-all", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true}, attention.CUDATuning{}},
+	{"pdl64", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, PDLRows: 64}, attention.CUDATuning{}},
+	{"attn-p128", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: 128}, attention.CUDATuning{}},
+	{"attn-grouped", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: -1}, attention.CUDATuning{}},
+	{"skip-attention", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"attention"}}, attention.CUDATuning{}},
 	{"attn-diag-entry", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseEntry}},
 	{"attn-diag-loop", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseLoop}},
 	{"attn-diag-nomerge", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseNoMerge}},
 	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
-	{"skip-norm", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"norm"}}, attention.CUDATuning{}},
-	{"skip-rope", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"rope"}}, attention.CUDATuning{}},
-	{"skip-swiglu", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"swiglu"}}, attention.CUDATuning{}},
-	{"matmul-only", gemvTuning{MaxTokens: 8, PDL: true, Skip: []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}}, attention.CUDATuning{}},
-	{"attn-p256", gemvTuning{MaxTokens: 8, PDL: true, AttnPartition: 256}, attention.CUDATuning{}},
+	{"skip-norm", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"norm"}}, attention.CUDATuning{}},
+	{"skip-rope", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"rope"}}, attention.CUDATuning{}},
+	{"skip-swiglu", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"swiglu"}}, attention.CUDATuning{}},
+	{"matmul-only", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}}, attention.CUDATuning{}},
+	{"attn-p256", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: 256}, attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},

@@ -60,6 +60,17 @@ type gemvTuning struct {
 	// names ("norm", "attention", …) out of the step: the results are wrong, the time is the step's
 	// without them.
 	Skip []string
+	// Gemm sends products of MaxTokens+1 … gemvMaxTokens rows to the skinny GEMM (kernels/gemm_sm90.cu)
+	// instead of cuBLAS; GemmWarps (warpgroups) and GemmKS, when positive, force its launch shape
+	// (planGemm), GemmStages its ring's most slots; GemmFlags is gemmParams.Flags (L2 policy, diagnostics).
+	Gemm              bool
+	GemmWarps, GemmKS int
+	GemmStages        int
+	GemmFlags         int
+	// GemmMinBytes keeps products of fewer weight bytes on cuBLAS; PDLRows, when positive, replaces
+	// pdlMaxRows (the largest step launched with programmatic dependent launch).
+	GemmMinBytes int64
+	PDLRows      int
 	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
 	// partitions of that many tokens, < 0 the grouped kernel.
 	AttnPartition int
@@ -67,8 +78,11 @@ type gemvTuning struct {
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
 // 16 tokens on cuBLAS is as fast or faster at the large matrices, BenchmarkCUDAGemv on the H100), fused
-// epilogues, programmatic dependent launch.
-var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true}
+// epilogues, programmatic dependent launch; from 9 to 64 tokens the skinny GEMM for products of at least
+// 128 MB of weights (Llama-3-8B's gate/up with its SwiGLU fused, the LM heads), where it is as fast as
+// cuBLAS or faster (BenchmarkCUDAGemm), cuBLAS for the smaller ones, where it is not
+// (docs/bench/gemm-h100.md).
+var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20}
 
 // gemvKernels are the kernel's entry points for one compute dtype, by token tiles (1, 2, 4, 8).
 type gemvKernels struct {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the CUDA kernels of the model's GPU backend (model/kernels/*.cu and attention/prefill.cu) with
 # nvcc and checks that the committed model/kernels/model.fatbin.sha256 stamp was made from the committed
-# sources. nvcc comes from .ci/setup.d/50-cuda-toolkit.sh; `go vet -tags cuda` is run by another script.
+# sources and that the committed gemm_sm90.ptx is what gemm_sm90.cu compiles to. nvcc comes from .ci/setup.d/50-cuda-toolkit.sh; `go vet -tags cuda` is run by another script.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v nvcc >/dev/null 2>&1; then

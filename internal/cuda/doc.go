@@ -5,8 +5,11 @@
 // Everything except this comment needs the build tag `cuda` (and CUDA's headers and libcuda to build;
 // see ../../../shared/docs/gpu.md): a build without the tag has no GPU code and no dependency on CUDA.
 //
-// The driver API is gorgonia.org/cu; the few calls it lacks (launch with a packed parameter block,
-// function attributes, stream capture and graphs, cuBLAS through dlopen) are a little cgo of our own.
+// The driver API is gorgonia.org/cu; the few calls it lacks (launch with a packed parameter block, with
+// programmatic dependent launch or in thread-block clusters, function attributes, stream capture and
+// graphs, cuBLAS through dlopen, tensor maps for the Hopper copy engine through the driver's
+// cuTensorMapEncodeTiled, resolved at run time because cuda.h 11.8 does not declare it) are a little cgo
+// of our own.
 //
 // A CUDA context is current on one OS thread. Open starts a goroutine locked to a thread, makes the
 // device's primary context current there and runs every call of a Device on it: the methods hop to that

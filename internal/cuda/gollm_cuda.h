@@ -12,16 +12,29 @@ static inline CUresult gollm_launch(CUfunction f, unsigned gx, unsigned gy, unsi
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
 }
 
-// gollm_launch_pdl is gollm_launch with programmatic dependent launch allowed (compute capability 9.0):
-// the kernel may start before the previous kernel on the stream has finished, and must wait for it itself
-// (griddepcontrol.wait) before it touches what that kernel wrote.
-static inline CUresult gollm_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void *args) {
+// gollm_launch_ex is gollm_launch with launch attributes: pdl allows programmatic dependent launch
+// (compute capability 9.0: the kernel may start before the previous kernel on the stream has finished,
+// and must wait for it itself, griddepcontrol.wait, before it touches what that kernel wrote); cx, cy, cz
+// above zero launch the grid in thread-block clusters of that shape (compute capability 9.0).
+static inline CUresult gollm_launch_ex(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void *args,
+		int pdl, unsigned cx, unsigned cy, unsigned cz) {
 	void *params[1] = { args };
-	CUlaunchAttribute attr;
-	memset(&attr, 0, sizeof attr);
-	attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-	attr.value.programmaticStreamSerializationAllowed = 1;
+	CUlaunchAttribute attrs[2];
+	memset(attrs, 0, sizeof attrs);
+	unsigned n = 0;
+	if (pdl) {
+		attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attrs[n].value.programmaticStreamSerializationAllowed = 1;
+		n++;
+	}
+	if (cx > 0) {
+		attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+		attrs[n].value.clusterDim.x = cx;
+		attrs[n].value.clusterDim.y = cy;
+		attrs[n].value.clusterDim.z = cz;
+		n++;
+	}
 	CUlaunchConfig cfg;
 	memset(&cfg, 0, sizeof cfg);
 	cfg.gridDimX = gx;
@@ -32,8 +45,8 @@ static inline CUresult gollm_launch_pdl(CUfunction f, unsigned gx, unsigned gy, 
 	cfg.blockDimZ = bz;
 	cfg.sharedMemBytes = smem;
 	cfg.hStream = s;
-	cfg.attrs = &attr;
-	cfg.numAttrs = 1;
+	cfg.attrs = attrs;
+	cfg.numAttrs = n;
 	return cuLaunchKernelEx(&cfg, f, params, NULL);
 }
 

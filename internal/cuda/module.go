@@ -152,14 +152,37 @@ func Launch[P any](f *Function, grid, block Dim3, shared int, s *Stream, params 
 // griddepcontrol.wait) before it reads what that kernel wrote or writes what it reads. A kernel that does
 // not wait must be launched with Launch. Streams captured into graphs keep the relaxed dependency.
 func LaunchPDL[P any](f *Function, grid, block Dim3, shared int, s *Stream, params *P) error {
+	return launchEx(f, grid, block, Dim3{}, shared, s, true, params)
+}
+
+// LaunchCluster is Launch (LaunchPDL when pdl) with the grid in thread-block clusters of shape cluster
+// (compute capability 9.0 and newer; each grid dimension a multiple of the cluster's): the blocks of a
+// cluster run at once on one GPU processing cluster and may read each other's shared memory.
+func LaunchCluster[P any](f *Function, grid, block, cluster Dim3, shared int, s *Stream, pdl bool, params *P) error {
+	if cluster.X < 1 {
+		cluster.X = 1
+	}
+	return launchEx(f, grid, block, cluster, shared, s, pdl, params)
+}
+
+func launchEx[P any](f *Function, grid, block, cluster Dim3, shared int, s *Stream, pdl bool, params *P) error {
 	gx, gy, gz := grid.c()
 	bx, by, bz := block.c()
+	var cx, cy, cz C.uint // zero: no cluster attribute
+	if cluster.X > 0 {
+		cx, cy, cz = cluster.c()
+	}
+	p := C.int(0)
+	if pdl {
+		p = 1
+	}
 	err := f.dev.Do(func() error {
-		return check(C.gollm_launch_pdl(cFunction(f.f), gx, gy, gz, bx, by, bz, C.uint(shared),
-			cStream(s.handle()), unsafe.Pointer(params)))
+		return check(C.gollm_launch_ex(cFunction(f.f), gx, gy, gz, bx, by, bz, C.uint(shared),
+			cStream(s.handle()), unsafe.Pointer(params), p, cx, cy, cz))
 	})
 	if err != nil {
-		return fmt.Errorf("cuda: launch %s (dependent) grid %v block %v shared %d: %w", f.name, grid, block, shared, err)
+		return fmt.Errorf("cuda: launch %s grid %v block %v cluster %v shared %d (dependent %v): %w", f.name, grid, block,
+			cluster, shared, pdl, err)
 	}
 	return nil
 }

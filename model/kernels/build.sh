@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
 # build.sh — compiles the model's CUDA kernels (the *.cu files here and ../../attention/prefill.cu, the
 # prefill attention kernel that package attention owns but the model's fat binary carries) into ONE fat
-# binary, model.fatbin, embedded by kernels_cuda.go, and stamps the sources' hash beside it
-# (model.fatbin.sha256) so that CI can check that the committed binary was built from the committed
-# sources (.ci/after.d/55-model-cuda.sh).
+# binary, model.fatbin, and the Hopper skinny GEMM (gemm_sm90.cu) into gemm_sm90.ptx, both embedded by
+# kernels_cuda.go, and stamps the sources' hash beside them (model.fatbin.sha256) so that CI can check
+# that the committed binaries were built from the committed sources (.ci/after.d/55-model-cuda.sh).
 #
-# SASS for sm_80, sm_86, sm_89 and sm_90 plus compute_80 PTX (any newer GPU JIT-compiles it); nvcc 11.8
-# from Debian's nvidia-cuda-toolkit is enough (see ../../../shared/docs/gpu.md, "The toolchain here").
+# model.fatbin: SASS for sm_80, sm_86, sm_89 and sm_90 plus compute_80 PTX (any newer GPU JIT-compiles
+# it); nvcc 11.8 from Debian's nvidia-cuda-toolkit is enough (see ../../../shared/docs/gpu.md, "The
+# toolchain here"). gemm_sm90.ptx: gemm_sm90.cu needs PTX ISA 8.0 and target sm_90a (tensor copies,
+# mbarrier transaction counts, wgmma), which nvcc 11.8's ptxas cannot compile; its front end passes the
+# inline PTX through, so the kernel is compiled to PTX for compute_90, the PTX's version and target are
+# raised, and the driver (CUDA 12 or newer) compiles it at load.
 #
-#   build.sh               build model.fatbin and its stamp (go generate ./model/kernels runs this)
+#   build.sh               build model.fatbin, gemm_sm90.ptx and the stamp (go generate ./model/kernels)
 #   build.sh --stamp       print the stamp of the sources as they are now
 #   build.sh --check DIR   compile the sources into DIR (proves they compile) and fail when the committed
-#                          stamp differs from the sources' (CI)
+#                          PTX or stamp differs from the sources' (CI)
 #
 # NVCC overrides the compiler.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 SOURCES=(argmax.cu embed.cu gather.cu gemv.cu norm.cu rope.cu sample.cu swiglu.cu ../../attention/prefill.cu)
+SM90_SOURCE=gemm_sm90.cu
 HEADERS=(common.cuh)
 ARCHS="80 86 89 90"
 
 stamp() {
 	echo "$(cat "${HEADERS[@]}" "${SOURCES[@]}" | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} ${SOURCES[*]}"
 	echo "archs: $ARCHS + compute_80 PTX"
+	echo "$(cat "${HEADERS[@]}" $SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $SM90_SOURCE (gemm_sm90.ptx)"
 }
 
 compile() { # compile OUT.fatbin
@@ -36,6 +42,16 @@ compile() { # compile OUT.fatbin
 	rm -rf "$tmp"
 }
 
+compile_sm90() { # compile_sm90 OUT.ptx (NUL-terminated, for the driver's module loader)
+	local out=$1 nvcc=${NVCC:-nvcc} tmp
+	tmp=$(mktemp -d)
+	"$nvcc" -std=c++17 -O3 -ptx -arch=compute_90 -I"$(pwd)" -o "$tmp/g.ptx" $SM90_SOURCE
+	grep -q '^\.version 7\.8$' "$tmp/g.ptx" || { echo "build.sh: $SM90_SOURCE: expected PTX ISA 7.8 from nvcc" >&2; exit 1; }
+	sed -e 's/^\.version 7\.8$/.version 8.0/' -e 's/^\.target sm_90$/.target sm_90a/' "$tmp/g.ptx" >"$out"
+	printf '\0' >>"$out"
+	rm -rf "$tmp"
+}
+
 case "${1:-}" in
 --stamp)
 	stamp
@@ -44,6 +60,11 @@ case "${1:-}" in
 	dir=${2:?usage: build.sh --check DIR}
 	mkdir -p "$dir"
 	compile "$dir/model.fatbin"
+	compile_sm90 "$dir/gemm_sm90.ptx"
+	if ! cmp -s "$dir/gemm_sm90.ptx" gemm_sm90.ptx; then
+		echo "model/kernels: gemm_sm90.ptx is not what gemm_sm90.cu compiles to: run go generate ./model/kernels and commit it" >&2
+		exit 1
+	fi
 	if ! diff <(stamp) model.fatbin.sha256; then
 		echo "model/kernels: model.fatbin.sha256 does not match the sources: run go generate ./model/kernels and commit model.fatbin" >&2
 		exit 1
@@ -52,9 +73,11 @@ case "${1:-}" in
 	;;
 "")
 	compile model.fatbin.tmp
+	compile_sm90 gemm_sm90.ptx.tmp
 	mv model.fatbin.tmp model.fatbin
+	mv gemm_sm90.ptx.tmp gemm_sm90.ptx
 	stamp >model.fatbin.sha256
-	echo "model.fatbin: $(wc -c <model.fatbin) bytes; $(head -1 model.fatbin.sha256)"
+	echo "model.fatbin: $(wc -c <model.fatbin) bytes, gemm_sm90.ptx: $(wc -c <gemm_sm90.ptx) bytes; $(head -1 model.fatbin.sha256)"
 	;;
 *)
 	echo "usage: build.sh [--stamp | --check DIR]" >&2

@@ -9,3 +9,10 @@ import _ "embed"
 //
 //go:embed model.fatbin
 var Fatbin []byte
+
+// GemmSM90PTX is gemm_sm90.ptx: the skinny GEMM of gemm_sm90.cu as PTX ISA 8.0 for compute_90 (bulk
+// copies), compiled by the driver at load (nvcc 11.8 here cannot emit SASS for it), NUL-terminated for
+// cuda.Device.LoadModule.
+//
+//go:embed gemm_sm90.ptx
+var GemmSM90PTX []byte

@@ -1,0 +1,116 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/model/kernels"
+)
+
+// The skinny GEMM of kernels/gemm_sm90.cu: MatMul for steps of more token rows than the skinny product
+// serves (gemvTuning.MaxTokens) up to gemvMaxTokens, with 16-bit weights, on compute capability 9.0. The
+// Hopper copy engine streams tiles of the weights and activations (tensor maps) into a ring in shared
+// memory; the warps that multiply never load from global memory.
+
+// gemmParams mirrors GemmParams in kernels/gemm_sm90.cu field for field (the tensor maps at offsets 0 and
+// 128; the kernel's parameter is 320 bytes, 64-byte aligned).
+type gemmParams struct {
+	WMap, XMap cuda.TensorMap
+	Y, Act     cuda.DevicePtr
+	M, N, K    int32
+	Accumulate int32
+	Stages     int32
+	Flags      int32
+	_          [6]int32
+}
+
+// gemmSwiGLU is gemmParams.Flags' bit for the SwiGLU epilogue.
+const gemmSwiGLU = 16
+
+// gemmKernels are the kernel's entry points for one compute dtype, by 16-token tiles (1 … 4).
+type gemmKernels struct {
+	mod      *cuda.Module
+	byTiles  [4]*cuda.Function
+	maxShare int // the shared memory a block may have
+}
+
+// loadGemmKernels loads the kernels for dtype name tn (nil for float32, and below compute capability 9.0,
+// where MatMul keeps cuBLAS).
+func loadGemmKernels(dev *cuda.Device, tn string) (*gemmKernels, error) {
+	info := dev.Info()
+	if tn != "bf16" && tn != "f16" || info.Major != 9 || info.Minor != 0 {
+		return nil, nil
+	}
+	mod, err := dev.LoadModule(kernels.GemmSM90PTX)
+	if err != nil {
+		return nil, fmt.Errorf("skinny GEMM: %w", err)
+	}
+	k := &gemmKernels{mod: mod, maxShare: info.SharedPerBlockOptin}
+	for i := range k.byTiles {
+		f, err := mod.Function(fmt.Sprintf("GemmBulk_%s_nt%d", tn, i+1))
+		if err == nil {
+			err = f.SetMaxDynamicShared(k.maxShare)
+		}
+		if err != nil {
+			mod.Unload()
+			return nil, err
+		}
+		k.byTiles[i] = f
+	}
+	return k, nil
+}
+
+// gemmServes reports whether the skinny GEMM computes a product of rows token rows over in columns: more
+// rows than the skinny product serves, at most gemvMaxTokens, in a multiple of gemmChunk, 16-bit weights
+// on compute capability 9.0, and the GEMM switched on.
+func (b *cudaBackend) gemmServes(rows, in int) bool {
+	return b.gemm != nil && b.tune.Gemm && rows > min(b.tune.MaxTokens, gemvMaxTokens) && rows <= gemvMaxTokens &&
+		in%gemmChunk == 0
+}
+
+// gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
+// (gemmServes, and at least gemvTuning.GemmMinBytes of weights).
+func (b *cudaBackend) gemmTakes(rows, out, in int) bool {
+	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= b.tune.GemmMinBytes
+}
+
+// launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
+// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched).
+func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor) error {
+	nt := (rows + 15) / 16
+	fn := b.gemm.byTiles[nt-1]
+	plan := planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
+	if b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 { // forced (benchmarks, tests)
+		plan = gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
+	}
+	boxRows, blocks, flags := 64*plan.wg, (out+64*plan.wg-1)/(64*plan.wg), b.tune.GemmFlags
+	var actPtr cuda.DevicePtr
+	if act != nil { // gate and up halves of an even number of warpgroups, k whole
+		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1
+		boxRows, blocks, flags = 32*plan.wg, (out/2+32*plan.wg-1)/(32*plan.wg), flags|gemmSwiGLU
+		actPtr = act.ptr
+	}
+	stages := gemmStages(plan.wg, nt, b.tune.GemmStages, b.gemm.maxShare)
+	if stages == 0 {
+		return fmt.Errorf("cuda backend: skinny GEMM: %d warpgroups × %d token tiles do not fit %d bytes of shared memory",
+			plan.wg, nt, b.gemm.maxShare)
+	}
+	wmap, err := b.dev.EncodeTiled2D(b.dtype, w.ptr, int64(in), int64(out), 2*int64(in), gemmChunk, boxRows)
+	if err != nil {
+		return err
+	}
+	xmap, err := b.dev.EncodeTiled2D(b.dtype, x.ptr, int64(in), int64(rows), 2*int64(in), gemmChunk, 16*nt)
+	if err != nil {
+		return err
+	}
+	p := gemmParams{WMap: wmap, XMap: xmap, Y: y.ptr, Act: actPtr, M: int32(rows), N: int32(out), K: int32(in),
+		Stages: int32(stages), Flags: int32(flags)}
+	if accumulate {
+		p.Accumulate = 1
+	}
+	grid := cuda.Dim3{X: blocks, Y: plan.ks}
+	return cuda.LaunchCluster(fn, grid, cuda.Dim3{X: 128*plan.wg + 32}, cuda.Dim3{X: 1, Y: plan.ks},
+		1024+stages*(gemmSlot(plan.wg, nt)+16), b.stream, b.usePDL(), &p)
+}

@@ -1,0 +1,381 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/weights"
+)
+
+// parallelReference is referenceProduct spread over the CPUs (the large shapes take billions of
+// multiply-adds).
+func parallelReference(w, x []float32, n, k, m int) (y, scale []float64) {
+	y, scale = make([]float64, m*n), make([]float64, m*n)
+	var wg sync.WaitGroup
+	workers := runtime.GOMAXPROCS(0)
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		wg.Go(func() {
+			for o := lo; o < hi; o++ {
+				wo := w[o*k : (o+1)*k]
+				for r := range m {
+					xr := x[r*k : (r+1)*k]
+					var s, a float64
+					for i, xv := range xr {
+						p := float64(xv) * float64(wo[i])
+						s += p
+						a += math.Abs(p)
+					}
+					y[r*n+o], scale[r*n+o] = s, a
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return y, scale
+}
+
+// gemmTestShapes are the decode products of Llama-3.2-1B and Llama-3-8B (out × in) and small shapes whose
+// heights are not multiples of a block's rows (nor of 16) and whose k splits unevenly.
+var gemmTestShapes = []struct {
+	name string
+	n, k int
+}{
+	{"odd-40", 40, 256}, {"odd-1000", 1000, 384}, {"odd-300", 300, 1280}, {"odd-2000", 2000, 2944},
+	{"1b-qkv", 3072, 2048}, {"1b-o", 2048, 2048}, {"1b-gateup", 16384, 2048}, {"1b-down", 2048, 8192},
+	{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336},
+}
+
+// gemmBase is what the output holds before an accumulating product (float32 bits of 0.25).
+const gemmBase = 0x3e800000
+
+// TestCUDAGemm checks the skinny GEMM against a float64 product of the same rounded operands (error under
+// 1e-4 of Σ|x·w| per element, as the skinny product's test), for bfloat16 and float16, at 9…64 token rows
+// (every kernel variant, partial token tiles), writing (output poisoned with NaN) and accumulating (output
+// filled with 0.25, which the product must add to), with the planned launch and forced shapes: k whole
+// and split over clusters of 2-8 blocks (3 and 7: uneven ranges), blocks of 2-8 consumer warps (with
+// rows past n in the last block), the weights' L2 policy on and off. Rows past m must keep what they
+// held. Each case runs twice (the ring's barriers start over every launch).
+func TestCUDAGemm(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		if b.gemm == nil {
+			t.Fatalf("no skinny GEMM kernels (compute capability %d.%d)", b.dev.Info().Major, b.dev.Info().Minor)
+		}
+		rng := rand.New(rand.NewPCG(11, uint64(dt)))
+		for _, sh := range gemmTestShapes {
+			w, wv, x, xv := gemvOperands(t, b, dt, sh.n, sh.k, rng)
+			y := newDeviceTensor(t, b, gemvMaxTokens, sh.n)
+			ref, scale := parallelReference(wv, xv, sh.n, sh.k, gemvMaxTokens)
+			small := sh.n*sh.k < 1<<22
+			ms := []int{9, 17, 33, 64}
+			shapes := []gemmShape{{}, {4, 1}, {3, 3}}
+			if small {
+				ms = []int{9, 16, 17, 24, 32, 33, 48, 57, 63, 64}
+				shapes = append(shapes, gemmShape{4, 8}, gemmShape{1, 7}, gemmShape{2, 2}, gemmShape{1, 4}, gemmShape{2, 1})
+			}
+			for _, m := range ms {
+				for _, gs := range shapes {
+					for _, acc := range []bool{false, true} {
+						if gs.ks > sh.k/gemmChunk {
+							continue
+						}
+						flags := 0
+						if m%2 == 1 {
+							flags = 8 // evict_first on the weights
+						}
+						t.Run(fmt.Sprintf("%v/%s-%dx%d/m%d/wg%d_ks%d/acc=%v", dt, sh.name, sh.n, sh.k, m, gs.wg, gs.ks, acc),
+							func(t *testing.T) {
+								b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmFlags = true, gs.wg, gs.ks, flags
+								if m%4 == 1 {
+									b.tune.GemmStages = 2 // the ring wraps often
+								}
+								defer func() { b.tune = defaultGemvTuning }()
+								for range 2 {
+									fill := uint32(0x7fc07fc0)
+									if acc {
+										fill = gemmBase
+									}
+									if err := b.dev.Fill32(y.ptr, fill, int64(gemvMaxTokens*sh.n), nil); err != nil {
+										t.Fatal(err)
+									}
+									if err := b.dev.Synchronize(); err != nil {
+										t.Fatal(err)
+									}
+									if err := b.launchGemm(y, x, w, sh.n, sh.k, m, acc, nil); err != nil {
+										t.Fatal(err)
+									}
+									got := syncAndRead(t, b, y.ptr, gemvMaxTokens*sh.n)
+									checkGemm(t, got, ref, scale, sh.n, m, acc)
+								}
+							})
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestCUDAGemmSwiGLU checks the GEMM's SwiGLU epilogue (the gate/up product of 9-64 rows writing
+// act = silu(gate) · up in the dtype, y untouched) against the float64 reference product, within one
+// rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200: the last
+// block's gate rows run into the up half, its up rows past the matrix), and Llama-3-8B's; planned and
+// forced warpgroups (1 and 3 become 2 and 4: a block pairs gate and up halves).
+func TestCUDAGemmSwiGLU(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemvBackend(t, dt)
+		rng := rand.New(rand.NewPCG(4, uint64(dt)))
+		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {384, 1280}, {14336, 4096}} {
+			n := 2 * c.inter
+			w, wv, x, xv := gemvOperands(t, b, dt, n, c.k, rng)
+			y := newDeviceTensor(t, b, gemvMaxTokens, n)
+			act := newDeviceTensor(t, b, gemvMaxTokens, c.inter)
+			ref, _ := parallelReference(wv, xv, n, c.k, gemvMaxTokens)
+			for _, m := range []int{9, 16, 33, 64} {
+				for _, wg := range []int{0, 1, 2, 3, 4} {
+					t.Run(fmt.Sprintf("%v/I%d/m%d/wg%d", dt, c.inter, m, wg), func(t *testing.T) {
+						b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS = true, wg, 1
+						defer func() { b.tune = defaultGemvTuning }()
+						poison(t, b, y.ptr, gemvMaxTokens*n)
+						poison(t, b, act.ptr, gemvMaxTokens*c.inter/2)
+						if err := b.launchGemm(y, x, w, n, c.k, m, false, act); err != nil {
+							t.Fatal(err)
+						}
+						for i, v := range syncAndRead(t, b, y.ptr, gemvMaxTokens*n) {
+							if !math.IsNaN(float64(v)) {
+								t.Fatalf("y[%d] written (%g)", i, v)
+							}
+						}
+						got := read16(t, b, dt, act.ptr, gemvMaxTokens*c.inter)
+						ulp := 1.0 / 128
+						if dt == weights.DTypeF16 {
+							ulp = 1.0 / 1024
+						}
+						for r := range gemvMaxTokens {
+							for i := range c.inter {
+								v := float64(got[r*c.inter+i])
+								if r >= m {
+									if !math.IsNaN(v) {
+										t.Fatalf("act[%d][%d] = %g past m = %d", r, i, v, m)
+									}
+									continue
+								}
+								g, u := ref[r*n+i], ref[r*n+c.inter+i]
+								want := g / (1 + math.Exp(-g)) * u
+								if d := math.Abs(v - want); !(d <= ulp*math.Abs(want)+1e-3) {
+									t.Fatalf("act[%d][%d] = %g, want %g", r, i, v, want)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// checkGemm is checkProduct for a product that may accumulate: with acc the first m rows must hold 0.25
+// plus the reference and the others 0.25 still; without, the reference and NaN.
+func checkGemm(t *testing.T, y []float32, ref, scale []float64, n, m int, acc bool) {
+	t.Helper()
+	if !acc {
+		checkProduct(t, y, ref, scale, n, m)
+		return
+	}
+	base := float64(math.Float32frombits(gemmBase))
+	bad := 0
+	for r := range gemvMaxTokens {
+		for o := range n {
+			got := float64(y[r*n+o])
+			want, tol := base, 0.0
+			if r < m {
+				want, tol = base+ref[r*n+o], 1e-4*scale[r*n+o]+1e-6
+			}
+			if !(math.Abs(got-want) <= tol) && bad < 5 {
+				t.Errorf("y[%d][%d] = %g, want %g (m = %d, tolerance %g)", r, o, got, want, m, tol)
+				bad++
+			}
+		}
+	}
+}
+
+// TestCUDAGemmServes checks which products MatMul sends to the skinny GEMM: 9…64 rows (above the skinny
+// product's MaxTokens) of 16-bit weights with in a multiple of 64, only while it is switched on.
+func TestCUDAGemmServes(t *testing.T) {
+	b := newGemvBackend(t, weights.DTypeBF16)
+	defer func() { b.tune = defaultGemvTuning }()
+	for _, c := range []struct {
+		on       bool
+		rows, in int
+		want     bool
+	}{
+		{true, 8, 4096, false}, {true, 9, 4096, true}, {true, 64, 4096, true}, {true, 65, 4096, false},
+		{true, 32, 4096 + 32, false}, {true, 32, 4096 + 64, true}, {true, 32, 14336, true}, {false, 32, 4096, false},
+	} {
+		b.tune = defaultGemvTuning
+		b.tune.Gemm = c.on
+		if got := b.gemmServes(c.rows, c.in); got != c.want {
+			t.Errorf("gemmServes(%d, %d) with Gemm %v = %v, want %v", c.rows, c.in, c.on, got, c.want)
+		}
+	}
+	f32 := newGemvBackend(t, weights.DTypeF32)
+	f32.tune.Gemm = true
+	if f32.gemmServes(32, 4096) {
+		t.Error("gemmServes for float32 weights")
+	}
+}
+
+// BenchmarkCUDAGemm times the decode products of Llama-3.2-1B and Llama-3-8B (bf16) at 16, 32 and 64
+// token rows: cuBLAS GemmEx, the skinny GEMM as planned, and the best launch shape of a sweep over
+// warps a block × k split. Weights rotate among copies totalling ≥ 256 MB (L2 is 50 MB). %BW is weight
+// bytes / time / the copy bandwidth.
+//
+//	go test -tags cuda -run XXX -bench CUDAGemm -benchtime 1x ./model
+func BenchmarkCUDAGemm(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	if b.gemm == nil {
+		bb.Fatal("no skinny GEMM kernels")
+	}
+	rng := rand.New(rand.NewPCG(5, 7))
+	for _, sh := range gemvBenchShapes {
+		bytes := int64(sh.n) * int64(sh.k) * 2
+		copies := int(max(2, (256<<20+bytes-1)/bytes))
+		ws := make([]*cudaWeight, copies)
+		raw := make([]byte, bytes)
+		for i := range raw {
+			raw[i] = byte(rng.IntN(256)) & 0xbf // random bf16 of modest exponent
+		}
+		for i := range ws {
+			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
+		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
+		for _, m := range []int{16, 32, 64} {
+			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
+				const reps = 100
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				gemm := func(warps, ks, stages, flags int) (float64, error) {
+					b.tune = defaultGemvTuning
+					b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags = true, warps, ks, stages, flags
+					defer func() { b.tune = defaultGemvTuning }()
+					return deviceMicros(b, reps, func(i int) error {
+						return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
+					})
+				}
+				var cublasUS, planUS, evictUS float64
+				var err error
+				for bb.Loop() {
+					cublasUS, err = deviceMicros(b, reps, func(i int) error {
+						w := ws[i%copies]
+						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, w.ptr, b.dtype, sh.k, x.ptr, b.dtype,
+							sh.k, 0, y.ptr, cuda.Float32, sh.n)
+					})
+					if err != nil {
+						bb.Fatal(err)
+					}
+					if planUS, err = gemm(0, 0, 0, 0); err != nil {
+						bb.Fatal(err)
+					}
+					if evictUS, err = gemm(0, 0, 0, 8); err != nil {
+						bb.Fatal(err)
+					}
+				}
+				type point struct {
+					warps, ks, stages int
+					us                float64
+				}
+				var sweep []point
+				info := b.dev.Info()
+				for warps := 1; warps <= gemmMaxGroups; warps++ {
+					for _, ks := range []int{1, 2, 3, 4, 6, 8} {
+						if ks > sh.k/gemmChunk || (sh.n+64*warps-1)/(64*warps)*ks > 8*info.NumSMs {
+							continue
+						}
+						for _, stages := range []int{3, 4, 8} {
+							us, err := gemm(warps, ks, stages, 0)
+							if err != nil {
+								bb.Fatal(err)
+							}
+							sweep = append(sweep, point{warps, ks, stages, us})
+						}
+					}
+				}
+				sort.Slice(sweep, func(i, j int) bool { return sweep[i].us < sweep[j].us })
+				plan := planGemm(sh.n, sh.k/gemmChunk, info.NumSMs)
+				bb.ReportMetric(cublasUS, "cublas-us")
+				bb.ReportMetric(pct(cublasUS), "cublas-%BW")
+				bb.ReportMetric(planUS, "gemm-us")
+				bb.ReportMetric(pct(planUS), "gemm-%BW")
+				bb.ReportMetric(evictUS, "gemm-evict-us")
+				bb.ReportMetric(sweep[0].us, "best-us")
+				bb.ReportMetric(pct(sweep[0].us), "best-%BW")
+				top := ""
+				for i := range min(5, len(sweep)) {
+					top += fmt.Sprintf(" wg%d/ks%d/s%d %.1fµs", sweep[i].warps, sweep[i].ks, sweep[i].stages, sweep[i].us)
+				}
+				bb.Logf("%s m=%d: cublas %.1fµs (%.0f%%), gemm wg%d/ks%d %.1fµs (%.0f%%), evict_first %.1fµs; best:%s",
+					sh.name, m, cublasUS, pct(cublasUS), plan.wg, plan.ks, planUS, pct(planUS), evictUS, top)
+			})
+		}
+	}
+}
+
+// BenchmarkCUDAGemmDiag times the GEMM's parts on the Llama-3-8B products at 16 and 64 rows with the
+// planned shapes: whole, without the activation copies (flag 1), without the mma (2), without the k-split
+// sum (4), with only the weight copies (7), and whole with evict_first weights (8). Wrong results but for
+// 0 and 8; the times say where the time goes.
+func BenchmarkCUDAGemmDiag(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	rng := rand.New(rand.NewPCG(5, 8))
+	for _, sh := range []struct {
+		name string
+		n, k int
+	}{{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336}} {
+		bytes := int64(sh.n) * int64(sh.k) * 2
+		copies := int(max(2, (256<<20+bytes-1)/bytes))
+		ws := make([]*cudaWeight, copies)
+		raw := make([]byte, bytes)
+		for i := range raw {
+			raw[i] = byte(rng.IntN(256)) & 0xbf
+		}
+		for i := range ws {
+			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
+		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
+		for _, m := range []int{16, 64} {
+			plan := planGemm(sh.n, sh.k/gemmChunk, b.dev.Info().NumSMs)
+			line := fmt.Sprintf("%s m=%d wg%d/ks%d:", sh.name, m, plan.wg, plan.ks)
+			for _, diag := range []int{0, 1, 2, 4, 7, 0, 8} {
+				b.tune = defaultGemvTuning
+				b.tune.Gemm, b.tune.GemmFlags = true, diag
+				us, err := deviceMicros(b, 100, func(i int) error {
+					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
+				})
+				b.tune = defaultGemvTuning
+				if err != nil {
+					bb.Fatal(err)
+				}
+				line += fmt.Sprintf(" flags%d %.1fµs (%.0f%%)", diag, us, 100*float64(bytes)/(us*1e-6)/copyBandwidth)
+			}
+			bb.Log(line)
+		}
+	}
+}

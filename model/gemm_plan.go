@@ -1,0 +1,61 @@
+package model
+
+// The skinny GEMM's launch plan (kernels/gemm_sm90.cu, launched by gemm_cuda.go): pure functions of the
+// product's shape and the device's size, here without the cuda build tag so that CI tests them.
+
+// gemmChunk is the k elements of one ring slot (in must be a multiple of it); gemmPitch a tile row's
+// bytes; gemmMaxCluster the largest k split (the portable cluster size); gemmMaxGroups the most consumer
+// warpgroups a block (64 weight rows each; a tile copy has at most 256 rows).
+const (
+	gemmChunk      = 64
+	gemmPitch      = 2 * gemmChunk
+	gemmMaxCluster = 8
+	gemmMaxGroups  = 4
+)
+
+// gemmSlot is a ring slot's bytes for wg consumer warpgroups and nt token tiles.
+func gemmSlot(wg, nt int) int { return (64*wg + 16*nt) * gemmPitch }
+
+// gemmStages is the ring's slots (at most max, 8 when max is 0) for wg consumer warpgroups and nt token
+// tiles within maxShare bytes of shared memory (a slot also takes two 8-byte barriers; 1024 bytes go to
+// aligning the ring), or 0 when two do not fit or the partial tiles of a k split ((128·wg+32) threads ×
+// (2·nt+1) float4s) would not fit in them.
+func gemmStages(wg, nt, max, maxShare int) int {
+	if max <= 0 {
+		max = 8
+	}
+	slot := gemmSlot(wg, nt)
+	s := min(max, (maxShare-1024)/(slot+16))
+	if s < 2 || s*slot < (128*wg+32)*16*(2*nt+1) {
+		return 0
+	}
+	return s
+}
+
+// gemmShape is the launch shape of one product: wg consumer warpgroups a block (64·wg weight rows), the k
+// range split over a cluster of ks blocks.
+type gemmShape struct{ wg, ks int }
+
+// planGemm shapes a product of n rows and chunks k-chunks on sms SMs, from BenchmarkCUDAGemm's sweep on
+// the H100 (docs/bench/gemm-h100.md): a product of at least two blocks of 64 rows an SM runs whole k with
+// the most warpgroups a block that still gives 4/5 of the SMs a block; a smaller one runs blocks of one
+// warpgroup with k split so that the blocks about fill the SMs (each split walking at least gemmMinSteps
+// chunks).
+func planGemm(n, chunks, sms int) gemmShape {
+	tiles := (n + 63) / 64
+	if tiles >= 2*sms {
+		wg := gemmMaxGroups
+		for wg > 1 && tiles/wg < sms*4/5 {
+			wg--
+		}
+		return gemmShape{wg: wg, ks: 1}
+	}
+	ks := max(1, min(gemmMaxCluster, (sms+tiles/2)/tiles))
+	for ks > 1 && chunks/ks < gemmMinSteps {
+		ks--
+	}
+	return gemmShape{wg: 1, ks: ks}
+}
+
+// gemmMinSteps is the fewest k chunks a block of a split product walks.
+const gemmMinSteps = 8

@@ -1,0 +1,59 @@
+package model
+
+import "testing"
+
+// TestPlanGemm checks the skinny GEMM's launch shapes on an H100 (132 SMs) for the decode products of
+// Llama-3-8B and Llama-3.2-1B (the shapes BenchmarkCUDAGemm's sweep found best or within a few % of it)
+// and the edges: a tiny product, k too short to split.
+func TestPlanGemm(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		n, chunks int
+		want      gemmShape
+	}{
+		{"8b-gateup", 28672, 64, gemmShape{4, 1}},
+		{"8b-lmhead", 128256, 64, gemmShape{4, 1}},
+		{"8b-qkv", 6144, 64, gemmShape{1, 1}},
+		{"8b-o", 4096, 64, gemmShape{1, 2}},
+		{"8b-down", 4096, 224, gemmShape{1, 2}},
+		{"1b-gateup", 16384, 32, gemmShape{1, 1}},
+		{"1b-qkv", 3072, 32, gemmShape{1, 3}},
+		{"1b-o", 2048, 32, gemmShape{1, 4}},
+		{"1b-lmhead", 128256, 32, gemmShape{4, 1}},
+		{"tiny", 40, 4, gemmShape{1, 1}},
+		{"short-k", 2048, 12, gemmShape{1, 1}},
+		{"mid-rows", 20000, 64, gemmShape{2, 1}}, // 313 tiles: 4 or 3 warpgroups would leave SMs idle
+	} {
+		if got := planGemm(c.n, c.chunks, 132); got != c.want {
+			t.Errorf("%s: planGemm(%d, %d, 132) = %+v, want %+v", c.name, c.n, c.chunks, got, c.want)
+		}
+	}
+}
+
+// TestGemmStages checks the ring's depth: as deep as shared memory allows up to 8 slots (or the cap),
+// none when two slots do not fit.
+func TestGemmStages(t *testing.T) {
+	const h100 = 232448 // bytes of shared memory a block may ask for
+	for _, c := range []struct {
+		wg, nt, max, share, want int
+	}{
+		{4, 4, 0, h100, 5},  // slots of (256 + 64) rows × 128 bytes
+		{1, 4, 0, h100, 8},  // capped at 8
+		{1, 1, 3, h100, 3},  // the tuning's cap
+		{4, 4, 0, 60000, 0}, // not even two slots
+	} {
+		if got := gemmStages(c.wg, c.nt, c.max, c.share); got != c.want {
+			t.Errorf("gemmStages(%d, %d, %d, %d) = %d, want %d", c.wg, c.nt, c.max, c.share, got, c.want)
+		}
+	}
+	// Every launch shape fits the H100: the ring with its barriers and alignment, and a k split's partial
+	// tiles in the ring.
+	for wg := 1; wg <= gemmMaxGroups; wg++ {
+		for nt := 1; nt <= 4; nt++ {
+			s := gemmStages(wg, nt, 0, h100)
+			if slot := gemmSlot(wg, nt); s < 2 || 1024+s*(slot+16) > h100 || s*slot < (128*wg+32)*16*(2*nt+1) {
+				t.Errorf("gemmStages(%d, %d) = %d slots of %d bytes", wg, nt, s, slot)
+			}
+		}
+	}
+}

@@ -1,0 +1,356 @@
+// Skinny GEMM for decode steps of 9-64 token rows on the H100 (sm_90, PTX ISA 8.0): y[m][row] (+)=
+// Σ_k x[m][k] · w[row][k], w [n][k] and x [m][k] of T, y float. Bound by reading w once.
+//
+// Why this design (docs/bench/gemm-h100.md): copies through cp.async (LDGSTS) top out at 2.2-2.4 TB/s on
+// the H100, weights loaded straight into registers leave the mma in the loads' warps, unhidden, and 1-D
+// bulk copies of 128-byte row chunks reach only 0.5 TB/s (one request per row). Here the tensor-memory
+// accelerator (cp.async.bulk.tensor, Hopper) streams 2-D tiles, one request a tile, and the warps that
+// multiply never load from global memory:
+//   - one producer thread walks the block's k range in chunks of 64 elements; for each it waits for the
+//     ring slot to be free (empty barrier), announces the slot's bytes (expect_tx) and queues one tile copy
+//     of the weights (64·WG rows × 64) and one of the activations (16·NT tokens × 64; rows past n or m are
+//     zero-filled by the copy engine);
+//   - WG consumer warpgroups (4 warps each) own 64 weight rows each; for each chunk they wait for its
+//     bytes (full barrier), multiply with wgmma (m64nNk16, N = 16·NT tokens: weights as A and activations
+//     as B, both read by the tensor cores straight from the swizzled tiles through matrix descriptors,
+//     accumulators in registers), wait for the multiplies and release the slot. (Keeping one chunk's
+//     multiplies in flight, two tile copies a slot, a tensor-map prefetch and an early dependent launch
+//     were slower together: docs/bench/gemm-h100.md, fourth attempt.)
+// The first slots' weight copies go out before pdl_wait (weights never change), their activation copies
+// after it. With the SwiGLU epilogue (flags 16, whole k) a block's weight tile is two boxes, gate rows and
+// the matching up rows, so that each gate warpgroup's partner holds its up values: they meet in shared
+// memory and the block writes silu(gate)·up in T for the down product (the float gate/up output and the
+// SwiGLU kernel are gone).
+//
+// Split k over a thread-block cluster of ks blocks (gridDim.y = ks, cluster (1, ks, 1)): each block leaves
+// its partial tile in its shared memory (a thread's fragments as float4s, in thread order), and block r
+// sums fragments f ≡ r (mod ks) over the cluster's blocks through distributed shared memory in the fixed
+// order 0 … ks-1 (deterministic) and writes them.
+//
+// This file needs PTX ISA 8.0 (cp.async.bulk.tensor, mbarrier expect_tx), newer than nvcc 11.8 emits:
+// build.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
+// load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled2D).
+#include "common.cuh"
+
+// TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TmaDesc {
+	unsigned long long v[16];
+};
+
+struct GemmParams {
+	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG (SwiGLU: 64 × 32·WG), 128-byte swizzle
+	TmaDesc xmap;   // x [m][k] of T, box 64 × 16·NT, 128-byte swizzle
+	float *y;       // [m][n]
+	void *act;      // SwiGLU: [m][n/2] of T, written instead of y
+	int m, n, k;
+	int accumulate; // 1: y += x · wᵀ (the residual stream), 0: y = x · wᵀ
+	int stages;     // ring slots (shared memory: 1024 + stages · ((64·WG + 16·NT) · 128 + 16))
+	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; diagnostics (wrong results):
+	                // 1 no activation copies, 2 no mma, 4 no k-split sum
+};
+
+constexpr int GB_CHUNK = 64; // k elements a ring slot: one 128-byte row
+constexpr int GB_MAX_CLUSTER = 8;
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+	asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
+	asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+	asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+	asm volatile("{\n\t.reg .pred p;\n"
+	             "GB_WAIT:\n\t"
+	             "mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n\t"
+	             "@!p bra GB_WAIT;\n}" ::"r"(bar),
+	             "r"(parity)
+	             : "memory");
+}
+// tma_load2d queues the copy of the tile at (column c, row r) of the tensor map at desc (a kernel
+// parameter's generic address) into shared dst, completing on bar.
+__device__ __forceinline__ void tma_load2d(uint32_t dst, const TmaDesc *desc, int c, int r, uint32_t bar) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+	             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(r), "r"(bar)
+	             : "memory");
+}
+__device__ __forceinline__ void tma_load2d_hint(uint32_t dst, const TmaDesc *desc, int c, int r, uint32_t bar,
+                                                uint64_t policy) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+	             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(r), "r"(bar), "l"(policy)
+	             : "memory");
+}
+// gmma_desc is the matrix descriptor of a K-major tile of 128-byte rows in the 128-byte swizzle starting at
+// shared address addr (the tile on a 1024-byte boundary, addr past it by the k offset): start address,
+// leading byte offset 16 (unused by this layout), stride 1024 bytes between groups of 8 rows, swizzle
+// mode 1 (128 bytes).
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t addr) {
+	return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Wgmma<T, NT>::run is d += A·B for a 64-row A (descriptor a) and a 16·NT-column B (descriptor b), k 16,
+// fp32 accumulators in the m64nN layout: d[4i + e] holds row 16·warp + lane/4 (+ 8 for e ≥ 2) and column
+// 8i + 2·(lane % 4) + (e & 1), warp of the warpgroup.
+template <typename T, int NT> struct Wgmma;
+template <> struct Wgmma<__nv_bfloat16, 1> {
+	static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__nv_bfloat16, 2> {
+	static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__nv_bfloat16, 3> {
+	static __device__ __forceinline__ void run(float (&d)[24], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__nv_bfloat16, 4> {
+	static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__half, 1> {
+	static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__half, 2> {
+	static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__half, 3> {
+	static __device__ __forceinline__ void run(float (&d)[24], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<__half, 4> {
+	static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		             : "l"(a), "l"(b));
+	}
+};
+
+__device__ __forceinline__ unsigned gb_cluster_rank() {
+	unsigned r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+__device__ __forceinline__ unsigned gb_cluster_size() {
+	unsigned n;
+	asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+	return n;
+}
+__device__ __forceinline__ void gb_cluster_sync() {
+	asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float4 gb_cluster_load4(uint32_t addr, unsigned rank) {
+	float4 v;
+	uint32_t remote;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+	asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote));
+	return v;
+}
+
+// Block (blockIdx.x, blockIdx.y): weight rows [64·WG·blockIdx.x, +64·WG), k chunks of split blockIdx.y.
+// Warps 0 … 4·WG-1 multiply (warpgroups), warp 4·WG copies; blockDim.x = 128·WG + 32.
+template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const GemmParams &p) {
+	extern __shared__ __align__(1024) unsigned char gb_smem[];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int cw = (blockDim.x >> 5) - 1; // consumer warps: 4 a warpgroup
+	const int rows = 16 * cw, row0 = rows * blockIdx.x;
+	const int stages = p.stages;
+	const unsigned ks = gb_cluster_size(), rank = gb_cluster_rank();
+	const int chunks = p.k / GB_CHUNK;
+	const int c0 = (int)(rank * chunks / ks), steps = (int)((rank + 1) * chunks / ks) - c0;
+
+	// A slot: the weight tile (rows × 128 bytes), then the activation tile (16·NT × 128 bytes); the swizzle
+	// repeats every 1024 bytes, and every tile starts on such a boundary.
+	const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(gb_smem) + 1023) & ~1023u;
+	const uint32_t w_bytes = rows * 2 * GB_CHUNK, slot_bytes = w_bytes + 16 * NT * 2 * GB_CHUNK;
+	const uint32_t bars = smem + stages * slot_bytes; // full[stages], then empty[stages]
+	auto full = [&](int s) { return bars + 8 * s; };
+	auto empty = [&](int s) { return bars + 8 * (stages + s); };
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < stages; s++) {
+			mbar_init(full(s), 1);
+			mbar_init(empty(s), cw);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+
+	float acc[8 * NT]; // a consumer thread's share of its warpgroup's 64 × 16·NT tile (see Wgmma)
+#pragma unroll
+	for (int e = 0; e < 8 * NT; e++) acc[e] = 0.f;
+	if (warp == cw) { // the producer: one thread
+		if (lane == 0) {
+			const bool no_x = p.flags & 1;
+			const unsigned bytes = slot_bytes - (no_x ? 16 * NT * 2 * GB_CHUNK : 0);
+			uint64_t policy = 0;
+			if (p.flags & 8) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+			// SwiGLU: the block's tile is gate rows [g0, g0 + rows/2) and their up rows n/2 + [g0, …), two boxes.
+			const bool swiglu = p.flags & 16;
+			const int boxes = swiglu ? 2 : 1, g0 = swiglu ? rows / 2 * blockIdx.x : row0;
+			auto weights = [&](int i) {
+				const int s = i % stages;
+				mbar_expect(full(s), bytes);
+				for (int b = 0; b < boxes; b++) {
+					const uint32_t dst = smem + s * slot_bytes + b * (w_bytes / 2);
+					const int r = g0 + b * (p.n / 2);
+					if (p.flags & 8)
+						tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s), policy);
+					else
+						tma_load2d(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s));
+				}
+			};
+			auto acts = [&](int i) {
+				if (!no_x) tma_load2d(smem + (i % stages) * slot_bytes + w_bytes, &p.xmap, (c0 + i) * GB_CHUNK, 0, full(i % stages));
+			};
+			const int first = min(stages, steps);
+			for (int i = 0; i < first; i++) weights(i);
+			pdl_wait();
+			for (int i = 0; i < first; i++) acts(i);
+			for (int i = first; i < steps; i++) {
+				mbar_wait(empty(i % stages), ((i / stages) - 1) & 1);
+				weights(i);
+				acts(i);
+			}
+		}
+		__syncwarp();
+	} else { // a consumer warpgroup: rows [row0 + 64·(warp / 4), +64)
+		const uint32_t a_tile = 64 * (warp >> 2) * 128;
+		for (int i = 0; i < steps; i++) {
+			const int s = i % stages;
+			mbar_wait(full(s), (i / stages) & 1);
+			const uint32_t slot = smem + s * slot_bytes;
+			if (!(p.flags & 2)) {
+				wgmma_fence();
+#pragma unroll
+				for (int kk = 0; kk < GB_CHUNK / 16; kk++)
+					Wgmma<T, NT>::run(acc, gmma_desc(slot + a_tile + 32 * kk), gmma_desc(slot + w_bytes + 32 * kk));
+				wgmma_commit();
+				wgmma_wait0();
+			}
+			__syncwarp();
+			if (lane == 0) mbar_arrive(empty(s));
+		}
+		pdl_wait(); // (returned long ago in the producer) before writing what an earlier kernel may read
+	}
+
+	// Fragment f (0 … 2·NT-1) of a consumer thread: acc[4f … 4f+3], rows row0 + 16·warp + lane/4 (e = 0, 1)
+	// and + 8 (e = 2, 3), tokens 8f + 2·(lane % 4) + (e & 1).
+	constexpr int FRAGS = 2 * NT;
+	auto put = [&](int f, int e, float v) {
+		const int row = row0 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
+		const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
+		if (tok < p.m && row < p.n) {
+			float *dst = p.y + (long long)tok * p.n + row;
+			*dst = p.accumulate ? *dst + v : v;
+		}
+	};
+	if (p.flags & 16) { // SwiGLU (k whole): warpgroup g < WG/2 holds gate rows, g + WG/2 their up rows
+		__syncthreads(); // every warpgroup is done with the ring: it carries the up values now
+		const int wgs = cw / 4, tid = threadIdx.x & 127, g = warp >> 2;
+		float *xch = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
+		if (warp < cw && g >= wgs / 2) {
+#pragma unroll
+			for (int e = 0; e < 8 * NT; e++) xch[((g - wgs / 2) * 8 * NT + e) * 128 + tid] = acc[e];
+		}
+		__syncthreads();
+		if (warp < cw && g < wgs / 2) {
+			T *act = reinterpret_cast<T *>(p.act);
+			const int inter = p.n / 2;
+#pragma unroll
+			for (int e = 0; e < 8 * NT; e++) {
+				const int f = e / 4;
+				const int row = rows / 2 * blockIdx.x + 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0);
+				const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
+				if (tok < p.m && row < inter) {
+					const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
+					act[(long long)tok * inter + row] = Num<T>::store(gv / (1.f + expf(-gv)) * uv);
+				}
+			}
+		}
+		return;
+	}
+	if (ks == 1 || (p.flags & 4)) {
+		if (warp < cw) {
+#pragma unroll
+			for (int f = 0; f < FRAGS; f++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) put(f, e, acc[4 * f + e]);
+		}
+		return;
+	}
+	// The ring is done (every copy landed before its slot was consumed): it holds the partial tiles now,
+	// [thread][FRAGS float4s + 1] (the padding float4 spreads a quarter-warp's accesses over all banks).
+	__syncthreads();
+	constexpr int STRIDE = 4 * (FRAGS + 1);
+	float *part = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem))) + threadIdx.x * STRIDE;
+	if (warp < cw) {
+#pragma unroll
+		for (int f = 0; f < FRAGS; f++)
+			*reinterpret_cast<float4 *>(part + 4 * f) = make_float4(acc[4 * f], acc[4 * f + 1], acc[4 * f + 2], acc[4 * f + 3]);
+	}
+	gb_cluster_sync();
+	if (warp < cw) {
+		const uint32_t base = (uint32_t)__cvta_generic_to_shared(part);
+		for (int f = rank; f < FRAGS; f += ks) {
+			float4 v[GB_MAX_CLUSTER];
+#pragma unroll
+			for (int r = 0; r < GB_MAX_CLUSTER; r++)
+				if (r < (int)ks) v[r] = gb_cluster_load4(base + 16 * f, r);
+			float4 sum = v[0];
+#pragma unroll
+			for (int r = 1; r < GB_MAX_CLUSTER; r++)
+				if (r < (int)ks) sum.x += v[r].x, sum.y += v[r].y, sum.z += v[r].z, sum.w += v[r].w;
+			put(f, 0, sum.x);
+			put(f, 1, sum.y);
+			put(f, 2, sum.z);
+			put(f, 3, sum.w);
+		}
+	}
+	gb_cluster_sync(); // no block leaves while another still reads its shared memory
+}
+
+// Entry points GemmBulk_<dtype>_nt<NT> for up to 16, 32, 48 and 64 token rows; blocks of 1-4 warpgroups
+// and the producer warp.
+#define GEMM_BULK(T, TN, NT)                                                                                  \
+	extern "C" __global__ void __launch_bounds__(544, 1) GemmBulk_##TN##_nt##NT(const __grid_constant__ GemmParams p) { \
+		gemm_bulk<T, NT>(p);                                                                                 \
+	}
+#define GEMM_BULK_ALL(T, TN) GEMM_BULK(T, TN, 1) GEMM_BULK(T, TN, 2) GEMM_BULK(T, TN, 3) GEMM_BULK(T, TN, 4)
+GEMM_BULK_ALL(__nv_bfloat16, bf16)
+GEMM_BULK_ALL(__half, f16)
