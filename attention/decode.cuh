@@ -415,6 +415,11 @@ __device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, in
 		}
 		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, c * C, 1, in_chunk, false, tid);
 	} else if (chunks == 1) { // a single partition: normalise it
+		// Its partial was stored by the block's other threads (merge_store maps threads to elements
+		// differently from merge_partials): without this barrier a thread could read another's element
+		// before it was written (a race compute-sanitizer exposed: stale or uninitialised partials).
+		__threadfence();
+		__syncthreads();
 		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, 1, true, tid);
 		return;
 	}

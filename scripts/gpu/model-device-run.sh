@@ -13,7 +13,10 @@
 #             cuBLAS against the skinny kernel and a sweep of its launch shapes;
 #   bench     BenchmarkCUDADecode (Llama-3.2-1B and Llama-3-8B shapes, bf16, batch 1, 16 and 64, context
 #             1024; every product on cuBLAS, then the default), with a per-op profile of each;
-#   memcheck  compute-sanitizer memcheck over prefill + decode runs and the skinny product's tests;
+#   memcheck  compute-sanitizer memcheck over prefill + decode runs (GPU against CPU, on cuBLAS and on the
+#             skinny GEMM; a golden), the skinny product's and the skinny GEMM's epilogue tests, and package
+#             attention's split-k cases; each pattern must run tests (its slowed, reordered threads are what
+#             exposed the fused split-k merge's missing barrier, docs/bench/attention-h100.md);
 #   hostprof  a CPU profile (host-cpu.prof) of 3000 Llama-3.2-1B decode steps at batch 1;
 #   base      BenchmarkCUDADecode of gpu/model/base.test, when there: a build of an earlier commit, run
 #             in the same call for before/after numbers (not in the default steps).
@@ -79,14 +82,37 @@ if has hostprof; then # a CPU profile of the host side of Llama-3.2-1B decode st
 	summary+=$(grep -E '^BenchmarkCUDADecode' "$out/hostprof.txt")$'\n'
 fi
 if has memcheck; then
+	# One sanitizer run per test pattern (go test splits -run at slashes level by level, so alternatives
+	# of whole paths in one pattern select nothing), each required to have run tests: a memcheck that ran
+	# nothing is a failure, not a pass.
 	sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-	(cd "$root/model" && timeout 240 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 ../gpu/model/model.test \
-		-test.count=1 -test.run 'TestCUDAMatchesCPU/d64_bf16$|TestCUDAMatchesCPU/d128_f32$|TestCUDAAddNormFusion$|TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$|TestCUDAGemv(SwiGLU|RoPE|Argmax)$') \
-		>"$out/memcheck.log" 2>&1
-	rc=$?
-	tail -3 "$out/memcheck.log"
-	summary+="memcheck exit status $rc"$'\n'
-	[ $rc = 0 ] || status=1
+	: >"$out/memcheck.log"
+	for pat in 'TestCUDAGemmSwiGLU/BF16/I200/' 'TestCUDAGemm/BF16/odd-300-300x1280/m33/' \
+		'TestCUDAMatchesCPU/d128_BF16_gemm=true$' 'TestCUDAMatchesCPU/d64_BF16_gemm=false$' \
+		'TestCUDAMatchesCPU/d128_F32_gemm=false$' 'TestCUDAGemv(SwiGLU|RoPE|Argmax)$' \
+		'TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$'; do
+		log=$(mktemp)
+		(cd "$root/model" && timeout ${MEMCHECK_TIMEOUT:-150} "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
+			../gpu/model/model.test -test.count=1 -test.v -test.run "$pat") >"$log" 2>&1
+		rc=$?
+		ran=$(grep -c -- '--- PASS' "$log")
+		echo "== $pat: exit $rc, $ran passed; $(grep 'ERROR SUMMARY' "$log")" | tee -a "$out/memcheck.log"
+		grep -v -- '--- PASS\|^=== RUN' "$log" | tail -25 >>"$out/memcheck.log"
+		rm -f "$log"
+		summary+="memcheck $pat: exit $rc, $ran tests"$'\n'
+		[ $rc = 0 ] && [ "$ran" -gt 0 ] || status=1
+	done
+	if [ -x gpu/model/attention.test ]; then # the decode kernels' own cases, both kernels at every shape (fused split-k merge included)
+		log=$(mktemp)
+		(cd "$root/attention" && timeout ${MEMCHECK_TIMEOUT:-150} "$sanitizer" --tool memcheck --error-exitcode 3 \
+			--print-limit 20 ../gpu/model/attention.test -test.count=1 -test.v -test.run 'TestCUDADecodeKernels/bf16/d128/') >"$log" 2>&1
+		rc=$?
+		ran=$(grep -c -- '--- PASS' "$log")
+		echo "== attention TestCUDADecodeKernels/bf16/d128/: exit $rc, $ran passed; $(grep 'ERROR SUMMARY' "$log")" | tee -a "$out/memcheck.log"
+		rm -f "$log"
+		summary+="memcheck attention TestCUDADecodeKernels/bf16/d128/: exit $rc, $ran tests"$'\n'
+		[ $rc = 0 ] && [ "$ran" -gt 0 ] || status=1
+	fi
 fi
 echo "=== summary"
 printf '%s' "$summary"
