@@ -6,43 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"sort"
-	"sync"
 	"testing"
 
-	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 )
-
-// parallelReference is referenceProduct spread over the CPUs (the large shapes take billions of
-// multiply-adds).
-func parallelReference(w, x []float32, n, k, m int) (y, scale []float64) {
-	y, scale = make([]float64, m*n), make([]float64, m*n)
-	var wg sync.WaitGroup
-	workers := runtime.GOMAXPROCS(0)
-	chunk := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(n, lo+chunk)
-		wg.Go(func() {
-			for o := lo; o < hi; o++ {
-				wo := w[o*k : (o+1)*k]
-				for r := range m {
-					xr := x[r*k : (r+1)*k]
-					var s, a float64
-					for i, xv := range xr {
-						p := float64(xv) * float64(wo[i])
-						s += p
-						a += math.Abs(p)
-					}
-					y[r*n+o], scale[r*n+o] = s, a
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return y, scale
-}
 
 // gemmTestShapes are the decode products of Llama-3.2-1B and Llama-3-8B (out × in) and small shapes whose
 // heights are not multiples of a block's rows (nor of 16) and whose k splits unevenly.
@@ -75,7 +43,7 @@ func TestCUDAGemm(t *testing.T) {
 		for _, sh := range gemmTestShapes {
 			w, wv, x, xv := gemvOperands(t, b, dt, sh.n, sh.k, rng)
 			y := newDeviceTensor(t, b, gemvMaxTokens, sh.n)
-			ref, scale := parallelReference(wv, xv, sh.n, sh.k, gemvMaxTokens)
+			ref, scale := referenceProduct(wv, xv, sh.n, sh.k, gemvMaxTokens)
 			small := sh.n*sh.k < 1<<22
 			ms := []int{9, 17, 33, 64}
 			shapes := []gemmShape{{}, {4, 1}, {3, 3}}
@@ -139,7 +107,7 @@ func TestCUDAGemmSwiGLU(t *testing.T) {
 			w, wv, x, xv := gemvOperands(t, b, dt, n, c.k, rng)
 			y := newDeviceTensor(t, b, gemvMaxTokens, n)
 			act := newDeviceTensor(t, b, gemvMaxTokens, c.inter)
-			ref, _ := parallelReference(wv, xv, n, c.k, gemvMaxTokens)
+			ref, _ := referenceProduct(wv, xv, n, c.k, gemvMaxTokens)
 			for _, m := range []int{9, 16, 33, 64} {
 				for _, wg := range []int{0, 1, 2, 3, 4} {
 					t.Run(fmt.Sprintf("%v/I%d/m%d/wg%d", dt, c.inter, m, wg), func(t *testing.T) {
@@ -247,20 +215,8 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(5, 7))
 	for _, sh := range gemvBenchShapes {
-		bytes := int64(sh.n) * int64(sh.k) * 2
-		copies := int(max(2, (256<<20+bytes-1)/bytes))
-		ws := make([]*cudaWeight, copies)
-		raw := make([]byte, bytes)
-		for i := range raw {
-			raw[i] = byte(rng.IntN(256)) & 0xbf // random bf16 of modest exponent
-		}
-		for i := range ws {
-			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
-			if err != nil {
-				bb.Fatal(err)
-			}
-			ws[i] = w.Data.(*cudaWeight)
-		}
+		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		copies := len(ws)
 		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
 		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
 		for _, m := range []int{16, 32, 64} {
@@ -278,11 +234,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 				var cublasUS, planUS, evictUS float64
 				var err error
 				for bb.Loop() {
-					cublasUS, err = deviceMicros(b, reps, func(i int) error {
-						w := ws[i%copies]
-						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, w.ptr, b.dtype, sh.k, x.ptr, b.dtype,
-							sh.k, 0, y.ptr, cuda.Float32, sh.n)
-					})
+					cublasUS, err = cublasMicros(b, reps, ws, x, y, sh.n, sh.k, m)
 					if err != nil {
 						bb.Fatal(err)
 					}
@@ -344,20 +296,8 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 		name string
 		n, k int
 	}{{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336}} {
-		bytes := int64(sh.n) * int64(sh.k) * 2
-		copies := int(max(2, (256<<20+bytes-1)/bytes))
-		ws := make([]*cudaWeight, copies)
-		raw := make([]byte, bytes)
-		for i := range raw {
-			raw[i] = byte(rng.IntN(256)) & 0xbf
-		}
-		for i := range ws {
-			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
-			if err != nil {
-				bb.Fatal(err)
-			}
-			ws[i] = w.Data.(*cudaWeight)
-		}
+		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		copies := len(ws)
 		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
 		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
 		for _, m := range []int{16, 64} {

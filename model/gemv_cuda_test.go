@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -127,22 +129,31 @@ func read16(t testing.TB, b *cudaBackend, dt weights.DType, p cuda.DevicePtr, n 
 }
 
 // referenceProduct is y[r][o] = Σ x[r][i]·w[o][i] in float64, and Σ |x[r][i]·w[o][i]| (the scale of its
-// rounding error).
+// rounding error), the output rows spread over the CPUs (the large shapes take billions of multiply-adds).
 func referenceProduct(w, x []float32, n, k, m int) (y, scale []float64) {
 	y, scale = make([]float64, m*n), make([]float64, m*n)
-	for r := range m {
-		xr := x[r*k : (r+1)*k]
-		for o := range n {
-			wo := w[o*k : (o+1)*k]
-			var s, a float64
-			for i, xv := range xr {
-				p := float64(xv) * float64(wo[i])
-				s += p
-				a += math.Abs(p)
+	var wg sync.WaitGroup
+	workers := runtime.GOMAXPROCS(0)
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		wg.Go(func() {
+			for o := lo; o < hi; o++ {
+				wo := w[o*k : (o+1)*k]
+				for r := range m {
+					xr := x[r*k : (r+1)*k]
+					var s, a float64
+					for i, xv := range xr {
+						p := float64(xv) * float64(wo[i])
+						s += p
+						a += math.Abs(p)
+					}
+					y[r*n+o], scale[r*n+o] = s, a
+				}
 			}
-			y[r*n+o], scale[r*n+o] = s, a
-		}
+		})
 	}
+	wg.Wait()
 	return y, scale
 }
 
@@ -487,6 +498,35 @@ func deviceMicros(b *cudaBackend, reps int, launch func(i int) error) (float64, 
 	return best, nil
 }
 
+// rotatingWeights uploads copies of one random bf16 [n][k] weight (of modest exponents) totalling at least
+// 256 MB (L2 is 50 MB), for benchmarks that rotate through them so that every launch reads its weights
+// from memory; it returns them and one copy's bytes.
+func rotatingWeights(bb *testing.B, b *cudaBackend, n, k int, rng *rand.Rand) ([]*cudaWeight, int64) {
+	bytes := int64(n) * int64(k) * 2
+	ws := make([]*cudaWeight, int(max(2, (256<<20+bytes-1)/bytes)))
+	raw := make([]byte, bytes)
+	for i := range raw {
+		raw[i] = byte(rng.IntN(256)) & 0xbf
+	}
+	for i := range ws {
+		w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{n, k}, Data: raw})
+		if err != nil {
+			bb.Fatal(err)
+		}
+		ws[i] = w.Data.(*cudaWeight)
+	}
+	return ws, bytes
+}
+
+// cublasMicros is deviceMicros of cuBLAS GemmEx computing y[m][n] = x · wᵀ (float32 out), rotating
+// through ws.
+func cublasMicros(b *cudaBackend, reps int, ws []*cudaWeight, x, y *cudaTensor, n, k, m int) (float64, error) {
+	return deviceMicros(b, reps, func(i int) error {
+		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, n, m, k, 1, ws[i%len(ws)].ptr, b.dtype, k, x.ptr, b.dtype, k, 0,
+			y.ptr, cuda.Float32, n)
+	})
+}
+
 // BenchmarkCUDAGemv times the decode products of Llama-3.2-1B and Llama-3-8B (bf16) at 1 to 64 token
 // rows: cuBLAS GemmEx, the skinny kernel as planned, and the best launch shape of a sweep over rb × ks.
 // Weights rotate among copies totalling ≥ 256 MB (L2 is 50 MB). %BW is weight bytes / time / the copy
@@ -497,20 +537,8 @@ func BenchmarkCUDAGemv(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, sh := range gemvBenchShapes {
-		bytes := int64(sh.n) * int64(sh.k) * 2
-		copies := int(max(2, (256<<20+bytes-1)/bytes))
-		ws := make([]*cudaWeight, copies)
-		raw := make([]byte, bytes)
-		for i := range raw {
-			raw[i] = byte(rng.IntN(256)) & 0xbf // random bf16 of modest exponent
-		}
-		for i := range ws {
-			w, err := b.Upload(&weights.Tensor{Name: "w", DType: weights.DTypeBF16, Shape: []int{sh.n, sh.k}, Data: raw})
-			if err != nil {
-				bb.Fatal(err)
-			}
-			ws[i] = w.Data.(*cudaWeight)
-		}
+		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		copies := len(ws)
 		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
 		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
 		for _, m := range []int{1, 8, 16, 64} {
@@ -520,11 +548,7 @@ func BenchmarkCUDAGemv(bb *testing.B) {
 				var cublasUS, gemvUS float64
 				var err error
 				for bb.Loop() {
-					cublasUS, err = deviceMicros(b, reps, func(i int) error {
-						w := ws[i%copies]
-						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, w.ptr, b.dtype, sh.k, x.ptr, b.dtype,
-							sh.k, 0, y.ptr, cuda.Float32, sh.n)
-					})
+					cublasUS, err = cublasMicros(b, reps, ws, x, y, sh.n, sh.k, m)
 					if err != nil {
 						bb.Fatal(err)
 					}
