@@ -3,7 +3,7 @@
 # newest on the device) on its PTX for the registers and errors, its tests and the cluster launch's, the
 # product benchmark against cuBLAS (BenchmarkCUDAGemm) and its parts (BenchmarkCUDAGemmDiag), and the
 # decode step at batch 16 and 64 with and without it (BenchmarkCUDADecode variants $VARIANTS, default
-# "default gemm gemm-evict").
+# "no-gemm default gemm-all").
 # Here:  go test -c -tags cuda -ldflags="-s -w" -o $GOLLM_GPU_DIR/model.test ./model   (and cuda.test of
 #        ./internal/cuda), GOLLM_GPU_DIR defaulting to gpu/g1 (the fourth attempt ran with gpu/gb)
 # There (carry that folder):  bash scripts/gpu/gemm-device-run.sh [ptxas] [tests] [bench] [diag] [decode]
@@ -11,7 +11,7 @@
 set -uo pipefail
 steps=${*:-ptxas tests bench diag decode}
 dir=${GOLLM_GPU_DIR:-gpu/g1}
-variants=${VARIANTS:-"default gemm gemm-evict"}
+variants=${VARIANTS:-"no-gemm default gemm-all"}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
