@@ -217,7 +217,7 @@ func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 // has nothing left to do): on the skinny kernel, or SwiGLU on the skinny GEMM.
 func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
 	return mm != nil && mm.epi.mode == mode &&
-		(b.gemvServes(rows, mm.in) || mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in))
+		(b.gemvServes(rows, mm.in) || mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in, true))
 }
 
 // graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
@@ -565,7 +565,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	b.ops, b.sig, b.err, b.lastMM, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
-		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), b.tune.PDLRows} {
+		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -779,7 +779,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		if b.gemvServes(rows, in) {
 			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
 		}
-		if b.gemmTakes(rows, out, in) {
+		if b.gemmTakes(rows, out, in, mm.epi.mode == gemvSwiGLU) {
 			switch {
 			case mm.epi.mode == gemvSwiGLU:
 				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act)

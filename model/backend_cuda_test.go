@@ -341,7 +341,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 				if backend.gemm == nil {
 					t.Fatal("no skinny GEMM on this device")
 				}
-				backend.tune.Gemm, backend.tune.GemmMinBytes = true, 0
+				backend.tune.Gemm, backend.tune.GemmMinBytes, backend.tune.GemmSwiGLUMinBytes = true, 0, 0
 			}
 			rng := newRand(11)
 			pc, pg := newPager(numBlocks, blockSize, newRand(3)), newPager(numBlocks, blockSize, newRand(3))

@@ -289,19 +289,22 @@ var decodeVariants = []struct {
 	{"default", defaultGemvTuning, attention.CUDATuning{}},
 	{"no-gemm", gemvTuning{MaxTokens: 8, PDL: true}, attention.CUDATuning{}},
 	{"gemm-all", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true}, attention.CUDATuning{}},
-	{"pdl64", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, PDLRows: 64}, attention.CUDATuning{}},
-	{"attn-p128", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: 128}, attention.CUDATuning{}},
-	{"attn-grouped", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: -1}, attention.CUDATuning{}},
-	{"skip-attention", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"attention"}}, attention.CUDATuning{}},
+	{"gemm-64mb", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 64 << 20, GemmSwiGLUMinBytes: 64 << 20}, attention.CUDATuning{}},
+	{"pdl64", tweak(func(t *gemvTuning) { t.PDLRows = 64 }), attention.CUDATuning{}},
+	{"attn-p128", tweak(func(t *gemvTuning) { t.AttnPartition = 128 }), attention.CUDATuning{}},
+	{"attn-grouped", tweak(func(t *gemvTuning) { t.AttnPartition = -1 }), attention.CUDATuning{}},
+	{"skip-attention", tweak(func(t *gemvTuning) { t.Skip = []string{"attention"} }), attention.CUDATuning{}},
 	{"attn-diag-entry", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseEntry}},
 	{"attn-diag-loop", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseLoop}},
 	{"attn-diag-nomerge", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseNoMerge}},
 	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
-	{"skip-norm", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"norm"}}, attention.CUDATuning{}},
-	{"skip-rope", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"rope"}}, attention.CUDATuning{}},
-	{"skip-swiglu", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"swiglu"}}, attention.CUDATuning{}},
-	{"matmul-only", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, Skip: []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}}, attention.CUDATuning{}},
-	{"attn-p256", gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20, AttnPartition: 256}, attention.CUDATuning{}},
+	{"skip-norm", tweak(func(t *gemvTuning) { t.Skip = []string{"norm"} }), attention.CUDATuning{}},
+	{"skip-rope", tweak(func(t *gemvTuning) { t.Skip = []string{"rope"} }), attention.CUDATuning{}},
+	{"skip-swiglu", tweak(func(t *gemvTuning) { t.Skip = []string{"swiglu"} }), attention.CUDATuning{}},
+	{"matmul-only", tweak(func(t *gemvTuning) {
+		t.Skip = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}
+	}), attention.CUDATuning{}},
+	{"attn-p256", tweak(func(t *gemvTuning) { t.AttnPartition = 256 }), attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},
@@ -309,6 +312,13 @@ var decodeVariants = []struct {
 	{"plan2", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Plan: 2}, attention.CUDATuning{}},
 	{"pipe1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1}, attention.CUDATuning{}},
 	{"pipe1-plan1", gemvTuning{MaxTokens: defaultGemvTuning.MaxTokens, PDL: true, Pipe: 1, Plan: 1}, attention.CUDATuning{}},
+}
+
+// tweak returns the default tuning changed by f (the decode variants that differ from it in one thing).
+func tweak(f func(*gemvTuning)) gemvTuning {
+	t := defaultGemvTuning
+	f(&t)
+	return t
 }
 
 // graphTime returns the device time of the last step's graph, replayed n times back to back (ms each).

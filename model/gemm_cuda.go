@@ -71,9 +71,14 @@ func (b *cudaBackend) gemmServes(rows, in int) bool {
 }
 
 // gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
-// (gemmServes, and at least gemvTuning.GemmMinBytes of weights).
-func (b *cudaBackend) gemmTakes(rows, out, in int) bool {
-	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= b.tune.GemmMinBytes
+// (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
+// whose SwiGLU the GEMM's epilogue then does, saving a kernel).
+func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
+	least := b.tune.GemmMinBytes
+	if swiglu {
+		least = b.tune.GemmSwiGLUMinBytes
+	}
+	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least
 }
 
 // launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the

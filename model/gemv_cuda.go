@@ -67,10 +67,12 @@ type gemvTuning struct {
 	GemmWarps, GemmKS int
 	GemmStages        int
 	GemmFlags         int
-	// GemmMinBytes keeps products of fewer weight bytes on cuBLAS; PDLRows, when positive, replaces
-	// pdlMaxRows (the largest step launched with programmatic dependent launch).
-	GemmMinBytes int64
-	PDLRows      int
+	// GemmMinBytes keeps products of fewer weight bytes on cuBLAS, GemmSwiGLUMinBytes gate/up products
+	// (whose SwiGLU the GEMM would fuse); PDLRows, when positive, replaces pdlMaxRows (the largest step
+	// launched with programmatic dependent launch).
+	GemmMinBytes       int64
+	GemmSwiGLUMinBytes int64
+	PDLRows            int
 	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
 	// partitions of that many tokens, < 0 the grouped kernel.
 	AttnPartition int
@@ -78,11 +80,13 @@ type gemvTuning struct {
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
 // 16 tokens on cuBLAS is as fast or faster at the large matrices, BenchmarkCUDAGemv on the H100), fused
-// epilogues, programmatic dependent launch; from 9 to 64 tokens the skinny GEMM for products of at least
-// 128 MB of weights (Llama-3-8B's gate/up with its SwiGLU fused, the LM heads), where it is as fast as
-// cuBLAS or faster (BenchmarkCUDAGemm), cuBLAS for the smaller ones, where it is not
+// epilogues, programmatic dependent launch; from 9 to 64 tokens the skinny GEMM for the products of at
+// least 128 MB of weights (the LM heads), where it is as fast as cuBLAS or faster (BenchmarkCUDAGemm), and
+// for the gate/up products of at least 64 MB, whose SwiGLU it fuses (Llama-3-8B's and Llama-3.2-1B's:
+// BenchmarkCUDADecode), cuBLAS for the others (Q/K/V, O, down), where it is slower
 // (docs/bench/gemm-h100.md).
-var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20}
+var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20,
+	GemmSwiGLUMinBytes: 64 << 20}
 
 // gemvKernels are the kernel's entry points for one compute dtype, by token tiles (1, 2, 4, 8).
 type gemvKernels struct {
