@@ -330,9 +330,12 @@ func TestLatencyPipelinedSteps(t *testing.T) {
 	if res.DecodeStep.Count != 7 || res.PrefillMS < float64(prefill/time.Millisecond) {
 		t.Fatalf("%d decode steps, prefill %.1f ms: want 7 and ≥ %v", res.DecodeStep.Count, res.PrefillMS, prefill)
 	}
-	// A loaded machine may oversleep by a few milliseconds (and an interval shrinks when the step before
-	// overslept more); a step carrying the prefill is 80.
-	if res.DecodeStep.Max > 40 || res.DecodeStep.Min < float64(step/time.Millisecond)/4 {
-		t.Errorf("decode steps %v ms, want each about %v", res.DecodeStepsMS, step)
+	// A step carrying the prefill is 80 ms (the bug this guards against: start-to-start timing). A loaded
+	// machine may oversleep by a few milliseconds, and then the next interval shrinks to almost nothing
+	// (CI once saw 7.6 then 0.07): so no bound on the shortest, and the median, not each step, about 4.
+	ms := float64(step / time.Millisecond)
+	if res.DecodeStep.Max > 40 || res.DecodeStep.P50 < ms/2 || res.DecodeStep.P50 > 5*ms {
+		t.Errorf("decode steps %v ms, want none near the prefill's %v and their median about %v", res.DecodeStepsMS,
+			prefill, step)
 	}
 }
