@@ -203,12 +203,13 @@ type matmulOp struct {
 	out, in int
 	epi     gemvEpilogue
 	// residual, when set, is the residual stream the AddRMSNorm after this product adds its output to:
-	// on cuBLAS the product accumulates into it (β = 1) instead of writing d, and the norm adds nothing.
+	// on cuBLAS or the skinny GEMM the product accumulates into it (β = 1) instead of writing d, and the
+	// norm adds nothing.
 	residual *cudaTensor
 }
 
-// accumulates reports whether mm runs on cuBLAS at rows rows and adds its product into mm.residual
-// (leaving d unwritten: the model reads it only through that AddRMSNorm).
+// accumulates reports whether mm runs on cuBLAS or the skinny GEMM at rows rows and adds its product into
+// mm.residual (leaving d unwritten: the model reads it only through that AddRMSNorm).
 func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 	return mm != nil && mm.residual != nil && !b.gemvServes(rows, mm.in)
 }
