@@ -99,9 +99,15 @@ type cudaBackend struct {
 	// sampleKept, when set (tests), receives each row's count of tokens the draw chose from.
 	sampleKept cuda.DevicePtr
 
-	st      cudaStep
-	ops     []cudaOp
-	lastMM  *matmulOp   // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
+	st     cudaStep
+	ops    []cudaOp
+	lastMM *matmulOp // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
+	// lastNorm is the last recorded op when it is an AddRMSNorm (the MatMul after it may fold it).
+	lastNorm *normOp
+	// normSS holds the folded norms' sums of squares, a slot of normMaxTokens fixed-point uint64 for each
+	// fold of a step (2·NumLayers slots; see normOp); folds counts the step's folded norms as recorded.
+	normSS  cuda.DevicePtr
+	folds   int
 	attnOut *cudaTensor // the output of the last recorded Attention
 	sig     uint64      // FNV-1a over the recorded ops' kernels and buffers
 	err     error       // the first error of the step's recording
@@ -133,6 +139,9 @@ type cudaStats struct {
 	// launched one. CaptureFailed is why graphs were switched off, if they were.
 	Eager, Captured, Replayed int
 	CaptureFailed             error
+	// FoldedNorms counts the norms queued folded into the products around them (eagerly or into a
+	// graph's capture; see normOp).
+	FoldedNorms int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
 }
@@ -206,12 +215,51 @@ type matmulOp struct {
 	// on cuBLAS or the skinny GEMM the product accumulates into it (β = 1) instead of writing d, and the
 	// norm adds nothing.
 	residual *cudaTensor
+	// normOut is the norm after this product when the next product folds it (see normOp); normIn the
+	// norm before this product, when it folds it.
+	normOut, normIn *normOp
 }
 
-// accumulates reports whether mm runs on cuBLAS or the skinny GEMM at rows rows and adds its product into
-// mm.residual (leaving d unwritten: the model reads it only through that AddRMSNorm).
+// accumulates reports whether mm adds its product into mm.residual (leaving d unwritten: the model reads
+// it only through that AddRMSNorm). Every kernel that runs a plain product can (cuBLAS with β = 1, the
+// skinny GEMM and the skinny product with their accumulate flags).
 func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
-	return mm != nil && mm.residual != nil && !b.gemvServes(rows, mm.in)
+	return mm != nil && mm.residual != nil && mm.epi.mode == gemvPlain
+}
+
+// normOp is a recorded AddRMSNorm. When the products on both sides of it run the skinny kernel (≤ 8 rows,
+// bfloat16) and the one before it accumulates into the residual, the norm is folded into them
+// (kernels/gemv.cu, "Folded norm"): the producer writes residual·w and adds each row's sum of squares
+// into the fold's slot of normSS, the consumer scales its output by each row's 1/rms, and the norm's own
+// kernel is not launched: one kernel boundary fewer per norm of a decode layer.
+//
+// The slots: fold i of a step (index, in recording order; folds of them) adds into slot i, which the
+// producer of fold i−1 cleared (fold 0's: the last fold of the step before, or the zeroed allocation):
+// every step that folds runs all its folds in order, so a slot is cleared after its reader and before its
+// next writer. With one fold a step there is no other slot to clear it: no fold.
+type normOp struct {
+	dst, residual      *cudaTensor
+	w                  *cudaWeight
+	eps                float32
+	cols               int
+	producer, consumer *matmulOp // the products before and after it (nil: none that can fold it)
+	index              int       // its fold's slot, when consumer is set
+}
+
+// normMaxTokens bounds the steps whose norms fold (NORM_MAX_TOKENS of kernels/gemv.cu: the one-token-tile
+// kernel).
+const normMaxTokens = 8
+
+// normFolds reports whether n is folded into the products around it at rows rows.
+func (b *cudaBackend) normFolds(n *normOp, rows int) bool {
+	return n != nil && n.producer != nil && n.consumer != nil && !b.tune.NoNormFold && b.folds >= 2 &&
+		b.dtype == cuda.BFloat16 && b.normSS != 0 && n.index < 2*b.shape.NumLayers && rows <= normMaxTokens &&
+		b.accumulates(n.producer, rows) && b.gemvServes(rows, n.producer.in) && b.gemvServes(rows, n.consumer.in)
+}
+
+// normSlot is the address of fold i's sums of squares.
+func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
+	return b.normSS.Add(int64(8 * normMaxTokens * i))
 }
 
 // fused reports whether the product ran with epilogue mode at rows rows (the op that fused into it then
@@ -334,6 +382,13 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if err = b.blas.SetStream(b.stream); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	ssBytes := int64(8 * normMaxTokens * 2 * shape.NumLayers)
+	if b.normSS, err = b.alloc(ssBytes); err != nil {
+		return nil, err
+	}
+	if err := b.dev.Fill32(b.normSS, 0, ssBytes/4, nil); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if b.invFreq, err = b.alloc(int64(4 * len(shape.RopeInvFreq))); err != nil {
@@ -563,10 +618,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if len(b.kCache) == 0 {
 		return errors.New("cuda backend: no KV pool allocated")
 	}
-	b.ops, b.sig, b.err, b.lastMM, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil
+	b.ops, b.sig, b.err, b.lastMM, b.lastNorm, b.attnOut, b.folds = b.ops[:0], fnvOffset, nil, nil, nil, nil, 0
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
-		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows} {
+		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
+		b.tune.NormFoldDiag} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -574,6 +630,9 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	if b.tune.NoFuse {
 		b.sig = fnvString(b.sig, "nofuse")
+	}
+	if b.tune.NoNormFold {
+		b.sig = fnvString(b.sig, "nonormfold")
 	}
 	for _, name := range b.tune.Skip {
 		b.sig = fnvString(b.sig, "skip "+name)
@@ -686,7 +745,7 @@ func (b *cudaBackend) record(op cudaOp, name string, words ...uint64) {
 	}
 	op.name = name
 	b.ops = append(b.ops, op)
-	b.lastMM = nil
+	b.lastMM, b.lastNorm = nil, nil
 }
 
 // fuseInto returns the last recorded op when it is a plain MatMul into dst over rows rows that the op
@@ -752,7 +811,12 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 		mm.residual = r
 		b.sig = fnvString(b.sig, "accumulate")
 	}
+	n := &normOp{dst: d, residual: r, w: g, eps: eps, cols: cols, producer: mm}
 	b.record(cudaOp{rows: residual.Rows, capacity: capacity, graphable: true, run: func(rows int) error {
+		if b.normFolds(n, rows) && b.tune.NormFoldDiag&4 == 0 {
+			b.stats.FoldedNorms++
+			return nil // done by the products around it
+		}
 		add := addPtr
 		if b.accumulates(mm, rows) {
 			add = 0 // the product added itself
@@ -764,6 +828,7 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 		}{d.ptr, r.ptr, add, g.ptr, eps, int32(cols)}
 		return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &p)
 	}}, "norm", uint64(d.ptr), uint64(r.ptr), uint64(addPtr), uint64(g.ptr), uint64(math.Float32bits(eps)), uint64(cols))
+	b.lastNorm = n
 }
 
 func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
@@ -776,9 +841,26 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	out, in := w.Rows, w.Cols
 	mm := &matmulOp{d: d, x: xt, w: wt, out: out, in: in}
 	mm.epi.afterAttention = xt == b.attnOut
+	if n := b.lastNorm; n != nil && n.producer != nil && n.dst == xt && n.cols == in && !b.tune.NoFuse &&
+		b.ops[len(b.ops)-1].rows == x.Rows {
+		n.consumer, mm.normIn, n.producer.normOut = mm, n, n
+		n.index = b.folds
+		b.folds++
+		b.sig = fnvString(b.sig, "normfold")
+	}
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {
 		if b.gemvServes(rows, in) {
-			return b.launchGemv(d, xt, wt, out, in, rows, &mm.epi)
+			e, y := mm.epi, d
+			if b.accumulates(mm, rows) {
+				e.accumulate, y = true, mm.residual
+			}
+			if b.normFolds(mm.normOut, rows) {
+				e.normOut = mm.normOut
+			}
+			if b.normFolds(mm.normIn, rows) {
+				e.normIn = mm.normIn
+			}
+			return b.launchGemv(y, xt, wt, out, in, rows, &e)
 		}
 		if b.gemmTakes(rows, out, in, mm.epi.mode == gemvSwiGLU) {
 			switch {

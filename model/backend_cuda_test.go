@@ -296,15 +296,18 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		gemm    bool // every product of 9-64 rows on the skinny GEMM (SwiGLU fused), not cuBLAS
 		eager   bool // no CUDA graphs
 		reduce  bool // split-k decode attention merges with its reduce kernel, not in its programs
+		nofold  bool // the norms between skinny products stay kernels (bf16 folds them by default)
 	}{
-		{64, weights.DTypeF32, 1e-4, false, false, false},
-		{128, weights.DTypeF32, 1e-4, false, false, false},
-		{128, weights.DTypeF32, 1e-4, false, true, false},
-		{128, weights.DTypeF32, 1e-4, false, true, true},
-		{64, weights.DTypeBF16, 5e-2, false, false, false},
-		{128, weights.DTypeBF16, 5e-2, false, false, false},
-		{64, weights.DTypeBF16, 5e-2, true, false, false},
-		{128, weights.DTypeBF16, 5e-2, true, false, false},
+		{64, weights.DTypeF32, 1e-4, false, false, false, false},
+		{128, weights.DTypeF32, 1e-4, false, false, false, false},
+		{128, weights.DTypeF32, 1e-4, false, true, false, false},
+		{128, weights.DTypeF32, 1e-4, false, true, true, false},
+		{64, weights.DTypeBF16, 5e-2, false, false, false, false},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false},
+		{128, weights.DTypeBF16, 5e-2, false, true, false, false},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, true},
+		{64, weights.DTypeBF16, 5e-2, true, false, false, false},
+		{128, weights.DTypeBF16, 5e-2, true, false, false, false},
 	} {
 		name := fmt.Sprintf("d%d_%v_gemm=%v", tc.headDim, tc.dtype, tc.gemm)
 		if tc.eager {
@@ -312,6 +315,9 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		}
 		if tc.reduce {
 			name += "_reduce"
+		}
+		if tc.nofold {
+			name += "_nofold"
 		}
 		t.Run(name, func(t *testing.T) {
 			cfg := cudaReferenceConfig(tc.headDim)
@@ -333,6 +339,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer gpu.Close()
+			backend.tune.NoNormFold = tc.nofold
 			if tc.reduce {
 				backend.decode.Tuning = attention.CUDATuning{SplitKReduceKernel: true}
 				defer func() { backend.decode.Tuning = attention.CUDATuning{} }()
@@ -407,6 +414,10 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			}
 			st := backend.Stats()
 			t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+			// bfloat16 folds the norms between skinny products (batches up to 8), the other ways none.
+			if fold := tc.dtype == weights.DTypeBF16 && !tc.nofold; fold != (st.FoldedNorms > 0) {
+				t.Errorf("%d norms folded, want them folded: %v", st.FoldedNorms, fold)
+			}
 			if !tc.eager && (st.CaptureFailed != nil || st.Captured < 4) {
 				t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
 			}

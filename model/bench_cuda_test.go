@@ -83,7 +83,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 }
 
 // BenchmarkCUDADecode measures a decode step of random-weight models of Llama-3.2-1B and Llama-3-8B shape
-// in bfloat16 at batch 1, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
+// in bfloat16 at batch 1, 8, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
 // position 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA
 // graph, in each of decodeVariants. The KV pages hold zeros (the speed does not depend on their values).
 // Metrics: ms/step (wall time of ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph
@@ -153,7 +153,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
 					summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
 			})
-			for _, batch := range []int{1, 16, 64} {
+			for _, batch := range []int{1, 8, 16, 64} {
 				s := &Step{QueryStart: []int32{0}}
 				for seq := range batch {
 					table := make([]int32, (context+blockSize-1)/blockSize)
@@ -298,6 +298,12 @@ var decodeVariants = []struct {
 	{"attn-diag-loop", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseLoop}},
 	{"attn-diag-nomerge", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseNoMerge}},
 	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
+	{"no-normfold", tweak(func(t *gemvTuning) { t.NoNormFold = true }), attention.CUDATuning{}},
+	{"normfold-diag1", tweak(func(t *gemvTuning) { t.NormFoldDiag = 1 }), attention.CUDATuning{}},
+	{"normfold-diag2", tweak(func(t *gemvTuning) { t.NormFoldDiag = 2 }), attention.CUDATuning{}},
+	{"normfold-diag3", tweak(func(t *gemvTuning) { t.NormFoldDiag = 3 }), attention.CUDATuning{}},
+	{"normfold-diag4", tweak(func(t *gemvTuning) { t.NormFoldDiag = 4 }), attention.CUDATuning{}},
+	{"normfold-diag8", tweak(func(t *gemvTuning) { t.NormFoldDiag = 8 }), attention.CUDATuning{}},
 	{"skip-norm", tweak(func(t *gemvTuning) { t.Skip = []string{"norm"} }), attention.CUDATuning{}},
 	{"skip-rope", tweak(func(t *gemvTuning) { t.Skip = []string{"rope"} }), attention.CUDATuning{}},
 	{"skip-swiglu", tweak(func(t *gemvTuning) { t.Skip = []string{"swiglu"} }), attention.CUDATuning{}},

@@ -36,6 +36,11 @@ type gemvParams struct {
 	GroupTiles, GroupStride, PairOffset                  int32
 	RB, KS                                               int32
 	NumHeads, NumKVHeads, HeadDim                        int32
+	SSOut, SSZero, NormOut, NormW, SSIn                  cuda.DevicePtr
+	NormCols                                             int32
+	Eps                                                  float32
+	Accumulate                                           int32
+	LateTrigger                                          int32
 }
 
 // gemvTuning sets how the kernel's launches are shaped (see planGemv). RB and KS, when positive, force the
@@ -73,6 +78,12 @@ type gemvTuning struct {
 	GemmMinBytes       int64
 	GemmSwiGLUMinBytes int64
 	PDLRows            int
+	// NoNormFold keeps the RMSNorm between two skinny products a kernel of its own (see normOp).
+	// NormFoldDiag, for diagnostics only (wrong results): bit 1 the product after a folded norm does not
+	// read the sums of squares, bit 2 the product before it writes neither them nor the norm's input, bit
+	// 4 the norm's kernel runs as well, bit 8 the product before it lets the next launch early.
+	NoNormFold   bool
+	NormFoldDiag int
 	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
 	// partitions of that many tokens, < 0 the grouped kernel.
 	AttnPartition int
@@ -213,6 +224,12 @@ type gemvEpilogue struct {
 	layer int
 	// afterAttention: the product reads the output of decode attention (O).
 	afterAttention bool
+	// accumulate: y is the residual stream, which the product adds into (plain mode).
+	accumulate bool
+	// normOut: the product is the one before a folded RMSNorm (plain mode, accumulating): it also writes
+	// the norm's input to the next product and its sums of squares (kernels/gemv.cu, "Folded norm").
+	// normIn: the product is the one after it and scales its output by each token's 1/rms.
+	normOut, normIn *normOp
 }
 
 // launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
@@ -241,6 +258,18 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		p.Aux0, p.Aux1 = b.argValues, b.argIndices
 	}
 	p.Tiles = int32(tiles)
+	if e.accumulate {
+		p.Accumulate = 1
+	}
+	if n := e.normOut; n != nil && b.tune.NormFoldDiag&2 == 0 {
+		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%b.folds), n.dst.ptr, n.w.ptr
+	}
+	if e.normOut != nil && b.tune.NormFoldDiag&8 == 0 {
+		p.LateTrigger = 1
+	}
+	if n := e.normIn; n != nil && b.tune.NormFoldDiag&1 == 0 {
+		p.SSIn, p.NormCols, p.Eps = b.normSlot(n.index), int32(n.cols), n.eps
+	}
 	t := b.tune
 	if e.afterAttention && t.Plan == 0 {
 		// The product after decode attention (O) is queued while attention runs, which takes a few µs
@@ -256,6 +285,7 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if plan.ks > 1 {
 		shared = warps * (1 << ti) * gemvReduceBytesPerTile
 	}
+
 	grid := (tiles + plan.rb - 1) / plan.rb
 	return launchDependent(b, fn, cuda.Dim3{X: grid}, cuda.Dim3{X: 32 * warps}, shared, &p)
 }

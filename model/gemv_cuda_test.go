@@ -437,6 +437,128 @@ func TestCUDAGemvArgmax(t *testing.T) {
 	}
 }
 
+// TestCUDAGemvNormFold checks an RMSNorm folded into the skinny products around it (bfloat16): the
+// product before it adds its output into the residual r, writes r·w (rounded) and its per-tile sums of
+// squares; the product after it, plain or with SwiGLU, scales by each token's 1/rms. Against float64:
+// the new residual (1e-4 of Σ|x·w|), r·w (one rounding), the second product of the operands it read
+// (1e-4 of its scale), and the unfolded definition, rmsnorm(r)·w rounded then multiplied (2e-2 of each
+// row's norm: the two ways round the activations at different points). Token counts 1, 3, 8; launch
+// shapes that split k over 1, 2 and the default warps, with several row tiles a block.
+func TestCUDAGemvNormFold(t *testing.T) {
+	const dt = weights.DTypeBF16
+	b := newGemvBackend(t, dt)
+	rng := rand.New(rand.NewPCG(5, 1))
+	hidden, k1 := b.shape.HiddenSize, 384
+	const eps = 1e-5
+	w1, w1v, x1, x1v := gemvOperands(t, b, dt, hidden, k1, rng)
+	gain := make([]float32, hidden)
+	for i := range gain {
+		gain[i] = float32(0.5 + rng.Float64())
+	}
+	gw, err := b.Upload(&weights.Tensor{Name: "gain", DType: weights.DTypeF32, Shape: []int{hidden}, Data: cuda.Bytes(gain)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res0 := make([]float32, gemvMaxTokens*hidden)
+	for i := range res0 {
+		res0[i] = float32(rng.NormFloat64() * 3)
+	}
+	res := newDeviceTensor(t, b, gemvMaxTokens, hidden)
+	normed := newDeviceTensor(t, b, gemvMaxTokens, hidden)
+	n := &normOp{dst: normed, w: gw.Data.(*cudaWeight), eps: eps, cols: hidden}
+	b.folds = 2 // fold 0 of 2: its sums go to slot 0 (zeros before), and its producer clears slot 1
+	p1, p1Scale := referenceProduct(w1v, x1v, hidden, k1, gemvMaxTokens)
+	for _, tc := range []struct {
+		n2     int
+		swiglu bool
+	}{{320, false}, {2 * 192, true}} {
+		w2, w2v, _, _ := gemvOperands(t, b, dt, tc.n2, hidden, rng)
+		y2 := newDeviceTensor(t, b, gemvMaxTokens, tc.n2)
+		act := newDeviceTensor(t, b, gemvMaxTokens, tc.n2/2)
+		for _, m := range []int{1, 3, 8} {
+			for _, tu := range []gemvTuning{defaultGemvTuning, {RB: 1, KS: 1}, {RB: 3, KS: 2}} {
+				t.Run(fmt.Sprintf("n%d_swiglu=%v/m%d/rb%d_ks%d", tc.n2, tc.swiglu, m, tu.RB, tu.KS), func(t *testing.T) {
+					tu.MaxTokens = defaultGemvTuning.MaxTokens
+					b.tune = tu
+					defer func() { b.tune = defaultGemvTuning }()
+					if err := b.dev.CopyToDevice(res.ptr, cuda.Bytes(res0)); err != nil {
+						t.Fatal(err)
+					}
+					poison(t, b, normed.ptr, gemvMaxTokens*hidden/2)
+					poison(t, b, y2.ptr, gemvMaxTokens*tc.n2)
+					if err := b.dev.Fill32(b.normSlot(0), 0, 2*normMaxTokens, nil); err != nil {
+						t.Fatal(err)
+					}
+					poison(t, b, b.normSlot(1), 2*normMaxTokens)
+					if err := b.launchGemv(res, x1, w1, hidden, k1, m, &gemvEpilogue{accumulate: true, normOut: n}); err != nil {
+						t.Fatal(err)
+					}
+					e2 := gemvEpilogue{normIn: n}
+					if tc.swiglu {
+						e2.mode, e2.act = gemvSwiGLU, act
+					}
+					if err := b.launchGemv(y2, normed, w2, tc.n2, hidden, m, &e2); err != nil {
+						t.Fatal(err)
+					}
+					r := syncAndRead(t, b, res.ptr, gemvMaxTokens*hidden)
+					next := make([]uint64, normMaxTokens)
+					if err := b.dev.CopyFromDevice(cuda.Bytes(next), b.normSlot(1)); err != nil {
+						t.Fatal(err)
+					}
+					for i, v := range next[:m] {
+						if v != 0 {
+							t.Errorf("the next fold's sum %d not cleared: %#x", i, v)
+						}
+					}
+					xn := read16(t, b, dt, normed.ptr, m*hidden)
+					y := syncAndRead(t, b, y2.ptr, gemvMaxTokens*tc.n2)
+					for row := range m {
+						var ss float64
+						for i := range hidden {
+							j := row*hidden + i
+							want := float64(res0[j]) + p1[j]
+							if d := math.Abs(float64(r[j]) - want); !(d <= 1e-4*p1Scale[j]+1e-6) {
+								t.Fatalf("residual[%d][%d] = %g, want %g", row, i, r[j], want)
+							}
+							if d := math.Abs(float64(xn[j]) - float64(r[j])*float64(gain[i])); !(d <= math.Abs(float64(r[j]*gain[i]))/128) {
+								t.Fatalf("r·w [%d][%d] = %g, want %g", row, i, xn[j], r[j]*gain[i])
+							}
+							ss += float64(r[j]) * float64(r[j])
+						}
+						inv := 1 / math.Sqrt(ss/float64(hidden)+eps)
+						// What the kernel computed: its own rounded r·w times w2, scaled.
+						got, scale := referenceProduct(w2v, xn[row*hidden:(row+1)*hidden], tc.n2, hidden, 1)
+						// The norm as the model defines it: rmsnorm(r)·w rounded to bf16, then the product.
+						def := make([]float32, hidden)
+						for i := range def {
+							def[i] = float32(float64(r[row*hidden+i]) * inv * float64(gain[i]))
+						}
+						round16(dt, def)
+						want, _ := referenceProduct(w2v, def, tc.n2, hidden, 1)
+						var num, den float64
+						for o := range tc.n2 {
+							v := float64(y[row*tc.n2+o])
+							if d := math.Abs(v - got[o]*inv); !(d <= 1e-4*scale[o]*inv+1e-6) {
+								t.Fatalf("y[%d][%d] = %g, want %g", row, o, v, got[o]*inv)
+							}
+							num += (v - want[o]) * (v - want[o])
+							den += want[o] * want[o]
+						}
+						if e := math.Sqrt(num / den); !(e < 2e-2) {
+							t.Errorf("row %d: relative error %.3g against the unfolded norm", row, e)
+						}
+					}
+					for i := m * tc.n2; i < gemvMaxTokens*tc.n2; i++ {
+						if !math.IsNaN(float64(y[i])) {
+							t.Fatalf("y row %d ≥ m written", i/tc.n2)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
 // gemvBenchShapes are the weight matrices of a decode step of Llama-3.2-1B and Llama-3-8B (out × in).
 var gemvBenchShapes = []struct {
 	name string

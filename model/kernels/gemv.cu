@@ -29,6 +29,21 @@
 // pair_offset. A plain product uses (1, 16, 8): tile t is rows 16t..16t+15. The fused epilogues need
 // pairs in one lane: SwiGLU (gate row i, up row I + i) uses (I/8, 0, I); RoPE (rows i and i + D/2 of a
 // head of D rows) uses (D/16, D, D/2).
+//
+// Folded norm: at decode sizes the RMSNorm between a product and the next (O → post-attention norm →
+// gate/up; down → next layer's input norm → Q/K/V) costs a kernel boundary and a round trip more than its
+// bytes. rmsnorm(r)·w · Wᵀ = (r·w) · Wᵀ / rms(r) for each token row, so the product before the norm writes
+// r·w (its output added into the residual r, times the gain w, rounded to T) and adds each tile's sum of
+// r² into one sum a token (fixed point: exact, whatever the order), and the product after it reads that
+// sum with its first loads and multiplies its finished tile by each token's 1/rms. The activations are
+// rounded to T before the 1/rms scale instead of after (one rounding either way); bf16 only, whose range
+// holds r·w (f16's may not). The product before the norm lets the next kernel launch only when it exits:
+// launched while its blocks still finish (as after its weight stream), the product after it ran slower
+// on the H100 (Llama-3.2-1B decode step at batch 1: 1.37 against 1.09 ms, the fold's own work left out).
+//
+// One sum per token, read by every block of the product after the norm, rather than the
+// tiles' partial sums, because those products run many blocks one after another on each SM: every cost a
+// block pays (a round trip, a reduction of 256 partial sums) is paid a dozen times over.
 #include "common.cuh"
 
 enum GemvMode { GEMV_PLAIN = 0, GEMV_SWIGLU = 1, GEMV_ROPE = 2, GEMV_ARGMAX = 3 };
@@ -50,6 +65,23 @@ struct GemvParams {
 	int group_tiles, group_stride, pair_offset;
 	int rb, ks;
 	int num_heads, num_kv_heads, head_dim;
+	// The RMSNorm between two products, folded into them (bf16, see "Folded norm" above): the product
+	// before it (plain mode, y the residual stream, accumulate set) adds its output into y, writes
+	// norm_out = y·norm_w in T, adds each token's sum of squares of its new y rows into ss_out [m] (fixed
+	// point, NORM_SCALE, so that the sum is exact whatever the order of the atomics) and zeroes ss_zero [m]
+	// (the next fold's sums); the product after it reads norm_out as x and scales its tile by
+	// 1 / sqrt(ss_in / norm_cols + eps) before its epilogue.
+	unsigned long long *ss_out;
+	unsigned long long *ss_zero;
+	void *norm_out;
+	const float *norm_w;
+	const unsigned long long *ss_in;
+	int norm_cols;
+	float eps;
+	int accumulate; // y += the product (the residual stream), not y = the product
+	// late_trigger: the next kernel launches when this one exits, not when its weight stream is done
+	// (the product before a folded norm: see the Go side's normOp).
+	int late_trigger;
 };
 
 __device__ __forceinline__ uint4 load_stream(const void *p) {
@@ -61,6 +93,12 @@ __device__ __forceinline__ uint4 load_stream(const void *p) {
 }
 
 __device__ __forceinline__ uint4 load_cached(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+// NORM_MAX_TOKENS is the most token rows a product after a folded norm serves (one token tile).
+// NORM_SCALE is the fixed-point unit of the folded norms' sums of squares: 2^-24, exact to 6e-8 and up to
+// 5.5e11 (the products' tiles add their float sums as integers: the same total in any order).
+#define NORM_MAX_TOKENS 8
+#define NORM_SCALE 16777216.0f
 
 // One 64-element k-block of a lane: weight rows lo and hi, two 32-element halves; activations of NT
 // token rows.
@@ -136,10 +174,21 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 		if (two_a) gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
 	}
 	pdl_wait();
+	// Folded norm: the warp that runs the epilogue reads each token's sum of squares with the first
+	// activation loads and keeps its 1/rms in shared memory (not in registers, which the loop needs).
+	__shared__ float norm_inv[16][NORM_MAX_TOKENS]; // [warp row r][token]
+	unsigned long long ss = 0;
+	const bool norm_in = p.ss_in && s == 0 && active;
+	if (norm_in && lane < min(p.m, NORM_MAX_TOKENS)) ss = p.ss_in[lane];
 	if (kb < blocks) {
 		gemv_load_x<T, NT>(sa[0], xr, kb * 64);
 		if (two_a) gemv_load_x<T, NT>(sa[STAGES - 1], xr, (kb + p.ks) * 64);
 	}
+	if (norm_in && lane < min(p.m, NORM_MAX_TOKENS))
+		norm_inv[r][lane] = 1.0f / sqrtf((float)ss / NORM_SCALE / (float)p.norm_cols + p.eps);
+	// The product before a folded norm clears the next fold's sums (read by a product that finished before
+	// this one started; added to only after this one ends).
+	if (p.ss_zero && blockIdx.x == 0 && threadIdx.x < NORM_MAX_TOKENS) p.ss_zero[threadIdx.x] = 0;
 	if (PING) {
 		// Two register sets: the next step's loads go out before this step's mma, so a warp always has
 		// a step in flight.
@@ -191,7 +240,24 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 		}
 	}
 	// The weight stream is done: the next kernel may start (its blocks wait for this one's in pdl_wait).
-	pdl_launch_dependents();
+	if (!p.late_trigger) pdl_launch_dependents();
+	// What an accumulating epilogue reads (its rows of y and of the norm's gain) is loaded now, while the
+	// warps sum their partial tiles.
+	float prev[NT][4], gain[2];
+	if (p.accumulate && s == 0 && active) {
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const float *yrow = p.y + (long long)min(8 * j + 2 * c + e, p.m - 1) * p.n;
+				prev[j][e] = lo < p.n ? yrow[lo] : 0.f;
+				prev[j][2 + e] = hi < p.n ? yrow[hi] : 0.f;
+			}
+		if (p.ss_out) {
+			gain[0] = p.norm_w[min(lo, p.n - 1)];
+			gain[1] = p.norm_w[min(hi, p.n - 1)];
+		}
+	}
 	if (STAGES == 2) {
 #pragma unroll
 		for (int j = 0; j < NT; j++)
@@ -214,6 +280,49 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 	if (!active) return;
 
 	// acc[j][e]: row lo (e = 0, 1) or hi (e = 2, 3) for token 8j + 2c + (e & 1).
+	if (p.ss_in) {
+		__syncwarp();
+		float inv[NORM_MAX_TOKENS];
+#pragma unroll
+		for (int t = 0; t < NORM_MAX_TOKENS; t++) inv[t] = norm_inv[r][t];
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+#pragma unroll
+				for (int t = 0; t < NORM_MAX_TOKENS; t++)
+					if (8 * j + 2 * c + (e & 1) == t) acc[j][e] *= inv[t];
+	}
+	if (p.mode == GEMV_PLAIN && p.ss_out) {
+		// Folded norm, the product before it: residual, r·w and the tile's sums of squares.
+		T *xo = reinterpret_cast<T *>(p.norm_out);
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int tok = 8 * j + 2 * c + e;
+				float sq = 0.f;
+				if (tok < p.m) {
+					float *yrow = p.y + (long long)tok * p.n;
+					T *xrow = xo + (long long)tok * p.n;
+					if (lo < p.n) {
+						const float r = prev[j][e] + acc[j][e];
+						yrow[lo] = r;
+						xrow[lo] = Num<T>::store(r * gain[0]);
+						sq += r * r;
+					}
+					if (hi < p.n) {
+						const float r = prev[j][2 + e] + acc[j][2 + e];
+						yrow[hi] = r;
+						xrow[hi] = Num<T>::store(r * gain[1]);
+						sq += r * r;
+					}
+				}
+				for (int o = 4; o < 32; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+				if (g == 0 && tok < p.m) atomicAdd(p.ss_out + tok, (unsigned long long)llrintf(sq * NORM_SCALE));
+			}
+		return;
+	}
 	if (p.mode == GEMV_ARGMAX) {
 		float *values = reinterpret_cast<float *>(p.aux0);
 		int *indices = reinterpret_cast<int *>(p.aux1);
@@ -291,6 +400,11 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 				break;
 			}
 			default:
+				if (p.accumulate) {
+					if (lo < p.n) yrow[lo] = prev[j][e] + ylo;
+					if (hi < p.n) yrow[hi] = prev[j][2 + e] + yhi;
+					break;
+				}
 				if (lo < p.n) yrow[lo] = ylo;
 				if (hi < p.n) yrow[hi] = yhi;
 			}
