@@ -34,16 +34,17 @@
 // gate/up; down → next layer's input norm → Q/K/V) costs a kernel boundary and a round trip more than its
 // bytes. rmsnorm(r)·w · Wᵀ = (r·w) · Wᵀ / rms(r) for each token row, so the product before the norm writes
 // r·w (its output added into the residual r, times the gain w, rounded to T) and adds each tile's sum of
-// r² into one sum a token (fixed point: exact, whatever the order), and the product after it reads that
-// sum with its first loads and multiplies its finished tile by each token's 1/rms. The activations are
-// rounded to T before the 1/rms scale instead of after (one rounding either way); bf16 only, whose range
-// holds r·w (f16's may not). The product before the norm lets the next kernel launch only when it exits:
-// launched while its blocks still finish (as after its weight stream), the product after it ran slower
-// on the H100 (Llama-3.2-1B decode step at batch 1: 1.37 against 1.09 ms, the fold's own work left out).
+// r² into one sum a token (fixed point: exact, whatever the order), and the product after it copies that
+// sum to shared memory with its first loads (asynchronously: no register held, no stall) and multiplies
+// its finished tile by each token's 1/rms. The activations are rounded to T before the 1/rms scale
+// instead of after (one rounding either way); bf16 only, whose range holds r·w (f16's may not). The
+// product before the norm lets the next kernel launch only when it exits: launched while its blocks
+// still finish (as after its weight stream), the product after it ran slower on the H100 (Llama-3.2-1B
+// decode step at batch 1: 1.37 against 1.09 ms, the fold's own work left out).
 //
-// One sum per token, read by every block of the product after the norm, rather than the
-// tiles' partial sums, because those products run many blocks one after another on each SM: every cost a
-// block pays (a round trip, a reduction of 256 partial sums) is paid a dozen times over.
+// One sum per token, read by every block of the product after the norm, rather than the tiles' partial
+// sums, because those products run many blocks one after another on each SM: every cost a block pays (a
+// round trip, a reduction of 256 partial sums) is paid a dozen times over.
 #include "common.cuh"
 
 enum GemvMode { GEMV_PLAIN = 0, GEMV_SWIGLU = 1, GEMV_ROPE = 2, GEMV_ARGMAX = 3 };
@@ -174,18 +175,19 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 		if (two_a) gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
 	}
 	pdl_wait();
-	// Folded norm: the warp that runs the epilogue reads each token's sum of squares with the first
-	// activation loads and keeps its 1/rms in shared memory (not in registers, which the loop needs).
-	__shared__ float norm_inv[16][NORM_MAX_TOKENS]; // [warp row r][token]
-	unsigned long long ss = 0;
-	const bool norm_in = p.ss_in && s == 0 && active;
-	if (norm_in && lane < min(p.m, NORM_MAX_TOKENS)) ss = p.ss_in[lane];
 	if (kb < blocks) {
 		gemv_load_x<T, NT>(sa[0], xr, kb * 64);
 		if (two_a) gemv_load_x<T, NT>(sa[STAGES - 1], xr, (kb + p.ks) * 64);
 	}
-	if (norm_in && lane < min(p.m, NORM_MAX_TOKENS))
-		norm_inv[r][lane] = 1.0f / sqrtf((float)ss / NORM_SCALE / (float)p.norm_cols + p.eps);
+	// Folded norm: the warp that runs the epilogue copies each token's sum of squares to shared memory
+	// with an asynchronous copy, which neither holds a register across the loop nor stalls the warp.
+	__shared__ unsigned long long norm_ss[16][NORM_MAX_TOKENS]; // [warp row r][token]
+	if (p.ss_in && s == 0 && active && lane < min(p.m, NORM_MAX_TOKENS)) {
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(&norm_ss[r][lane])),
+		             "l"(p.ss_in + lane)
+		             : "memory");
+		asm volatile("cp.async.commit_group;" ::: "memory");
+	}
 	// The product before a folded norm clears the next fold's sums (read by a product that finished before
 	// this one started; added to only after this one ends).
 	if (p.ss_zero && blockIdx.x == 0 && threadIdx.x < NORM_MAX_TOKENS) p.ss_zero[threadIdx.x] = 0;
@@ -258,6 +260,20 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 			gain[1] = p.norm_w[min(hi, p.n - 1)];
 		}
 	}
+	// The folded norm's 1/rms of the epilogue's tokens, computed now too: a block's epilogue holds up the
+	// next block on its SM, the wait for the other warps' partial tiles does not.
+	float inv[NT][2];
+	if (p.ss_in && s == 0 && active) {
+		asm volatile("cp.async.wait_all;" ::: "memory");
+		__syncwarp();
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const float ss = (float)norm_ss[r][min(8 * j + 2 * c + e, min(p.m, NORM_MAX_TOKENS) - 1)];
+				inv[j][e] = rsqrtf(ss * (1.0f / NORM_SCALE) / (float)p.norm_cols + p.eps);
+			}
+	}
 	if (STAGES == 2) {
 #pragma unroll
 		for (int j = 0; j < NT; j++)
@@ -281,17 +297,13 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 
 	// acc[j][e]: row lo (e = 0, 1) or hi (e = 2, 3) for token 8j + 2c + (e & 1).
 	if (p.ss_in) {
-		__syncwarp();
-		float inv[NORM_MAX_TOKENS];
-#pragma unroll
-		for (int t = 0; t < NORM_MAX_TOKENS; t++) inv[t] = norm_inv[r][t];
 #pragma unroll
 		for (int j = 0; j < NT; j++)
 #pragma unroll
-			for (int e = 0; e < 4; e++)
-#pragma unroll
-				for (int t = 0; t < NORM_MAX_TOKENS; t++)
-					if (8 * j + 2 * c + (e & 1) == t) acc[j][e] *= inv[t];
+			for (int e = 0; e < 2; e++) {
+				acc[j][e] *= inv[j][e];
+				acc[j][2 + e] *= inv[j][e];
+			}
 	}
 	if (p.mode == GEMV_PLAIN && p.ss_out) {
 		// Folded norm, the product before it: residual, r·w and the tile's sums of squares.

@@ -89,7 +89,7 @@ if has memcheck; then
 	: >"$out/memcheck.log"
 	for pat in 'TestCUDAGemmSwiGLU/BF16/I200/' 'TestCUDAGemm/BF16/odd-300-300x1280/m33/' \
 		'TestCUDAMatchesCPU/d128_BF16_gemm=true$' 'TestCUDAMatchesCPU/d64_BF16_gemm=false$' \
-		'TestCUDAMatchesCPU/d128_F32_gemm=false$' 'TestCUDAGemv(SwiGLU|RoPE|Argmax)$' \
+		'TestCUDAMatchesCPU/d128_F32_gemm=false$' 'TestCUDAGemv(SwiGLU|RoPE|Argmax|NormFold)$' \
 		'TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$'; do
 		log=$(mktemp)
 		(cd "$root/model" && timeout ${MEMCHECK_TIMEOUT:-150} "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
