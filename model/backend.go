@@ -69,8 +69,8 @@ func (s Shape) QKVCols() int { return (s.NumHeads + 2*s.NumKVHeads) * s.HeadDim 
 //	SwiGLU(act, gu)                      silu(gate) * up
 //	MatMul(prev, act, Wdown)
 //
-// then AddRMSNorm with the final norm, GatherRows of the rows whose logits are wanted, MatMul with the LM
-// head and CopyToHost.
+// then AddRMSNorm with the final norm, GatherRows of the rows whose logits are wanted (left out when
+// they are all the step's rows in order, as in a decode step), MatMul with the LM head and CopyToHost.
 type Backend interface {
 	// Upload takes a parameter from the checkpoint (any file dtype) and keeps it for the life of the
 	// backend: a matrix [out][in] or a vector. It is called only while loading. t.Data may alias the

@@ -102,10 +102,12 @@ type cudaBackend struct {
 	st     cudaStep
 	ops    []cudaOp
 	lastMM *matmulOp // the last recorded op, when it is a MatMul (the ops after it may fuse into it)
-	// lastNorm is the last recorded op when it is an AddRMSNorm (the MatMul after it may fold it).
-	lastNorm *normOp
+	// lastNorm is the last recorded op when it is an AddRMSNorm (the MatMul after it may fold it),
+	// lastEmbed when it is an Embed (the norm after it may fold into it).
+	lastNorm  *normOp
+	lastEmbed *embedOp
 	// normSS holds the folded norms' sums of squares, a slot of normMaxTokens fixed-point uint64 for each
-	// fold of a step (2·NumLayers slots; see normOp); folds counts the step's folded norms as recorded.
+	// fold of a step (normSlots; see normOp); folds counts the step's folded norms as recorded.
 	normSS  cuda.DevicePtr
 	folds   int
 	attnOut *cudaTensor // the output of the last recorded Attention
@@ -231,7 +233,9 @@ func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 // bfloat16) and the one before it accumulates into the residual, the norm is folded into them
 // (kernels/gemv.cu, "Folded norm"): the producer writes residual·w and adds each row's sum of squares
 // into the fold's slot of normSS, the consumer scales its output by each row's 1/rms, and the norm's own
-// kernel is not launched: one kernel boundary fewer per norm of a decode layer.
+// kernel is not launched: one kernel boundary fewer per norm of a decode step. The first layer's input
+// norm folds into the Embed before it (which has whole rows: it stores each row's sum), the final norm
+// into the LM head when the step gathers no rows (a decode step).
 //
 // The slots: fold i of a step (index, in recording order; folds of them) adds into slot i, which the
 // producer of fold i−1 cleared (fold 0's: the last fold of the step before, or the zeroed allocation):
@@ -243,6 +247,7 @@ type normOp struct {
 	eps                float32
 	cols               int
 	producer, consumer *matmulOp // the products before and after it (nil: none that can fold it)
+	embed              *embedOp  // the first layer's input norm: the Embed before it, which folds it too
 	index              int       // its fold's slot, when consumer is set
 }
 
@@ -252,10 +257,13 @@ const normMaxTokens = 8
 
 // normFolds reports whether n is folded into the products around it at rows rows.
 func (b *cudaBackend) normFolds(n *normOp, rows int) bool {
-	return n != nil && n.producer != nil && n.consumer != nil && !b.tune.NoNormFold && b.folds >= 2 &&
-		b.dtype == cuda.BFloat16 && b.normSS != 0 && n.index < 2*b.shape.NumLayers && rows <= normMaxTokens &&
-		b.accumulates(n.producer, rows) && b.gemvServes(rows, n.producer.in) && b.gemvServes(rows, n.consumer.in)
+	return n != nil && n.consumer != nil && !b.tune.NoNormFold && b.folds >= 2 && b.dtype == cuda.BFloat16 &&
+		b.normSS != 0 && n.index < normSlots(b.shape) && rows <= normMaxTokens && b.gemvServes(rows, n.consumer.in) &&
+		(n.embed != nil || n.producer != nil && b.accumulates(n.producer, rows) && b.gemvServes(rows, n.producer.in))
 }
+
+// normSlots is how many folds a step may have: every norm of the model (two a layer and the final one).
+func normSlots(s Shape) int { return 2*s.NumLayers + 1 }
 
 // normSlot is the address of fold i's sums of squares.
 func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
@@ -384,7 +392,7 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if err = b.blas.SetStream(b.stream); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
-	ssBytes := int64(8 * normMaxTokens * 2 * shape.NumLayers)
+	ssBytes := int64(8 * normMaxTokens * normSlots(shape))
 	if b.normSS, err = b.alloc(ssBytes); err != nil {
 		return nil, err
 	}
@@ -745,7 +753,7 @@ func (b *cudaBackend) record(op cudaOp, name string, words ...uint64) {
 	}
 	op.name = name
 	b.ops = append(b.ops, op)
-	b.lastMM, b.lastNorm = nil, nil
+	b.lastMM, b.lastNorm, b.lastEmbed = nil, nil, nil
 }
 
 // fuseInto returns the last recorded op when it is a plain MatMul into dst over rows rows that the op
@@ -774,16 +782,29 @@ func tensorOf(t Tensor) *cudaTensor {
 	return t.Data.(*cudaTensor)
 }
 
+// embedOp is a recorded Embed: the norm after it, when the product after that norm folds it (the first
+// layer's input norm; see normOp).
+type embedOp struct {
+	dst     *cudaTensor
+	normOut *normOp
+}
+
 func (b *cudaBackend) Embed(dst Tensor, table Weight) {
 	d, w := tensorOf(dst), table.Data.(*cudaWeight)
 	hidden := table.Cols
+	e := &embedOp{dst: d}
 	b.record(cudaOp{rows: dst.Rows, capacity: d.rows, graphable: true, run: func(rows int) error {
 		p := struct {
-			Dst, Table, Tokens, From, Picks cuda.DevicePtr
-			Hidden                          int32
-		}{d.ptr, w.ptr, b.metaPtr(b.st.offTokens), b.metaPtr(b.st.offFrom), b.idsAt(b.slot ^ 1), int32(hidden)}
+			Dst, Table, Tokens, From, Picks, SSOut, SSZero, NormOut, NormW cuda.DevicePtr
+			Hidden                                                         int32
+		}{Dst: d.ptr, Table: w.ptr, Tokens: b.metaPtr(b.st.offTokens), From: b.metaPtr(b.st.offFrom),
+			Picks: b.idsAt(b.slot ^ 1), Hidden: int32(hidden)}
+		if n := e.normOut; b.normFolds(n, rows) && b.tune.NormFoldDiag&2 == 0 {
+			p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%b.folds), n.dst.ptr, n.w.ptr
+		}
 		return cuda.Launch(b.fn.embed, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(hidden)}, 0, b.stream, &p)
 	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
+	b.lastEmbed = e
 }
 
 // ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
@@ -812,6 +833,9 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 		b.sig = fnvString(b.sig, "accumulate")
 	}
 	n := &normOp{dst: d, residual: r, w: g, eps: eps, cols: cols, producer: mm}
+	if e := b.lastEmbed; a == nil && e != nil && e.dst == r && !b.tune.NoFuse && b.ops[len(b.ops)-1].rows == residual.Rows {
+		n.embed = e
+	}
 	b.record(cudaOp{rows: residual.Rows, capacity: capacity, graphable: true, run: func(rows int) error {
 		if b.normFolds(n, rows) && b.tune.NormFoldDiag&4 == 0 {
 			b.stats.FoldedNorms++
@@ -841,9 +865,14 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	out, in := w.Rows, w.Cols
 	mm := &matmulOp{d: d, x: xt, w: wt, out: out, in: in}
 	mm.epi.afterAttention = xt == b.attnOut
-	if n := b.lastNorm; n != nil && n.producer != nil && n.dst == xt && n.cols == in && !b.tune.NoFuse &&
-		b.ops[len(b.ops)-1].rows == x.Rows {
-		n.consumer, mm.normIn, n.producer.normOut = mm, n, n
+	if n := b.lastNorm; n != nil && (n.producer != nil || n.embed != nil) && n.dst == xt && n.cols == in &&
+		!b.tune.NoFuse && b.ops[len(b.ops)-1].rows == x.Rows {
+		n.consumer, mm.normIn = mm, n
+		if n.producer != nil {
+			n.producer.normOut = n
+		} else {
+			n.embed.normOut = n
+		}
 		n.index = b.folds
 		b.folds++
 		b.sig = fnvString(b.sig, "normfold")

@@ -330,9 +330,12 @@ func (m *Model) forward(s *Step) (Tensor, error) {
 	if numLogits == 0 {
 		return Tensor{}, nil
 	}
-	picked := w.picked.Prefix(numLogits)
 	logits := w.logits.Prefix(numLogits)
-	b.GatherRows(picked, normed, s.LogitRows)
+	picked := normed // a decode step wants every row's logits, in order: nothing to gather
+	if !identityRows(s.LogitRows, numTokens) {
+		picked = w.picked.Prefix(numLogits)
+		b.GatherRows(picked, normed, s.LogitRows)
+	}
 	b.MatMul(logits, picked, m.lmHead)
 	return logits, nil
 }
@@ -489,4 +492,17 @@ func (m *Model) Close() error {
 		return fmt.Errorf("model: close: %w", err)
 	}
 	return nil
+}
+
+// identityRows reports whether rows is 0, 1, …, n−1.
+func identityRows(rows []int32, n int) bool {
+	if len(rows) != n {
+		return false
+	}
+	for i, r := range rows {
+		if int(r) != i {
+			return false
+		}
+	}
+	return true
 }

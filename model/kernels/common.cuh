@@ -109,3 +109,10 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
 	KERNEL(float, f32)                                                                                    \
 	KERNEL(__nv_bfloat16, bf16)                                                                           \
 	KERNEL(__half, f16)
+
+// The folded norms (gemv.cu, "Folded norm"; embed.cu): NORM_MAX_TOKENS is the most token rows a step
+// that folds them has (one token tile of the skinny product), NORM_SCALE the fixed-point unit of their
+// sums of squares: 2^-24, exact to 6e-8 and up to 5.5e11 (a sum's parts are added as integers: the same
+// total in any order).
+#define NORM_MAX_TOKENS 8
+#define NORM_SCALE 16777216.0f

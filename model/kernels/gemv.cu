@@ -95,12 +95,6 @@ __device__ __forceinline__ uint4 load_stream(const void *p) {
 
 __device__ __forceinline__ uint4 load_cached(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
 
-// NORM_MAX_TOKENS is the most token rows a product after a folded norm serves (one token tile).
-// NORM_SCALE is the fixed-point unit of the folded norms' sums of squares: 2^-24, exact to 6e-8 and up to
-// 5.5e11 (the products' tiles add their float sums as integers: the same total in any order).
-#define NORM_MAX_TOKENS 8
-#define NORM_SCALE 16777216.0f
-
 // One 64-element k-block of a lane: weight rows lo and hi, two 32-element halves; activations of NT
 // token rows.
 template <int NT> struct GemvStage {

@@ -6,7 +6,8 @@
 # Here:   mkdir -p gpu/g7; go test -c -tags cuda -o gpu/g7/cuda.test ./internal/cuda;
 #         go build -tags cuda -o gpu/g7/gollm ./cmd/gollm (and gollm-old from the commit before);
 #         tar -C gpu/g7 -cf - . | xz -T4 -3 > gpu/pack/g7.tar.xz
-# There (carry gpu/pack):  bash scripts/bench/gemm-e2e-device-run.sh [tests] [latency] [throughput]
+# There (carry gpu/pack):  [BATCHES=1,16,64] bash scripts/bench/gemm-e2e-device-run.sh [tests] [latency] [throughput]
+# (also the folded norm's A/B, docs/bench/e2e-h100.md "Latest": gollm-old at ecfffde).
 # Results under $OUT: tests.log, latency.jsonl, throughput.jsonl, log.txt.
 set -uo pipefail
 steps=${*:-tests latency throughput}
@@ -30,7 +31,7 @@ if has latency; then
 	for round in 1 2; do
 		for bin in gollm-old gollm; do
 			for m in llama3.2-1b llama3-8b; do
-				gpu/g7/$bin bench latency --config $m $C --batch 1,16,64 |
+				gpu/g7/$bin bench latency --config $m $C --batch ${BATCHES:-1,16,64} |
 					sed "s/^{/{\"bin\":\"$bin\",\"round\":$round,/" >>"$out/latency.jsonl" 2>>"$out/log.txt"
 				echo "latency $bin $m round $round rc=$?" | tee -a "$out/log.txt"
 			done
