@@ -107,13 +107,15 @@ type cudaBackend struct {
 	lastNorm  *normOp
 	lastEmbed *embedOp
 	// normSS holds the folded norms' sums of squares, a slot of normMaxTokens fixed-point uint64 for each
-	// fold of a step (normSlots; see normOp); folds counts the step's folded norms as recorded.
-	normSS  cuda.DevicePtr
-	folds   int
-	attnOut *cudaTensor // the output of the last recorded Attention
-	sig     uint64      // FNV-1a over the recorded ops' kernels and buffers
-	err     error       // the first error of the step's recording
-	graphs  map[graphKey]*graphEntry
+	// fold of a step (normSlots; see normOp); norms are the step's norms that may fold, in recording
+	// order (norms[i].index == i), and foldMemo whether they do at the rows the step runs at.
+	normSS   cuda.DevicePtr
+	norms    []*normOp
+	foldMemo foldMemo
+	attnOut  *cudaTensor // the output of the last recorded Attention
+	sig      uint64      // FNV-1a over the recorded ops' kernels and buffers
+	err      error       // the first error of the step's recording
+	graphs   map[graphKey]*graphEntry
 	// graphsOff is set when capture failed once: later steps run eagerly. pdlOff is set when a capture
 	// with programmatic dependent launches failed (the capture is retried without).
 	graphsOff, pdlOff bool
@@ -237,7 +239,7 @@ func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
 // norm folds into the Embed before it (which has whole rows: it stores each row's sum), the final norm
 // into the LM head when the step gathers no rows (a decode step).
 //
-// The slots: fold i of a step (index, in recording order; folds of them) adds into slot i, which the
+// The slots: fold i of a step (index, in recording order) adds into slot i, which the
 // producer of fold i−1 cleared (fold 0's: the last fold of the step before, or the zeroed allocation):
 // every step that folds runs all its folds in order, so a slot is cleared after its reader and before its
 // next writer. With one fold a step there is no other slot to clear it: no fold.
@@ -255,11 +257,28 @@ type normOp struct {
 // kernel).
 const normMaxTokens = 8
 
-// normFolds reports whether n is folded into the products around it at rows rows.
+// normFolds reports whether n is folded into the products around it at rows rows: when every norm of the
+// step can be (the ring of slots needs each fold of the step to run, in order), or none is.
 func (b *cudaBackend) normFolds(n *normOp, rows int) bool {
-	return n != nil && n.consumer != nil && !b.tune.NoNormFold && b.folds >= 2 && b.dtype == cuda.BFloat16 &&
-		b.normSS != 0 && n.index < normSlots(b.shape) && rows <= normMaxTokens && b.gemvServes(rows, n.consumer.in) &&
-		(n.embed != nil || n.producer != nil && b.accumulates(n.producer, rows) && b.gemvServes(rows, n.producer.in))
+	if n == nil || n.consumer == nil {
+		return false
+	}
+	if b.foldMemo.rows != rows {
+		ok := !b.tune.NoNormFold && len(b.norms) >= 2 && len(b.norms) <= normSlots(b.shape) &&
+			b.dtype == cuda.BFloat16 && b.normSS != 0 && rows <= normMaxTokens
+		for _, m := range b.norms {
+			ok = ok && b.gemvServes(rows, m.consumer.in) &&
+				(m.embed != nil || m.producer != nil && b.accumulates(m.producer, rows) && b.gemvServes(rows, m.producer.in))
+		}
+		b.foldMemo.rows, b.foldMemo.ok = rows, ok
+	}
+	return b.foldMemo.ok
+}
+
+// foldMemo is normFolds' answer for one row count (rows 0: none yet).
+type foldMemo struct {
+	rows int
+	ok   bool
 }
 
 // normSlots is how many folds a step may have: every norm of the model (two a layer and the final one).
@@ -626,7 +645,8 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if len(b.kCache) == 0 {
 		return errors.New("cuda backend: no KV pool allocated")
 	}
-	b.ops, b.sig, b.err, b.lastMM, b.lastNorm, b.attnOut, b.folds = b.ops[:0], fnvOffset, nil, nil, nil, nil, 0
+	b.ops, b.sig, b.err, b.lastMM, b.lastNorm, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil, nil
+	b.norms, b.foldMemo = b.norms[:0], foldMemo{}
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
 		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
@@ -800,7 +820,7 @@ func (b *cudaBackend) Embed(dst Tensor, table Weight) {
 		}{Dst: d.ptr, Table: w.ptr, Tokens: b.metaPtr(b.st.offTokens), From: b.metaPtr(b.st.offFrom),
 			Picks: b.idsAt(b.slot ^ 1), Hidden: int32(hidden)}
 		if n := e.normOut; b.normFolds(n, rows) && b.tune.NormFoldDiag&2 == 0 {
-			p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%b.folds), n.dst.ptr, n.w.ptr
+			p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%len(b.norms)), n.dst.ptr, n.w.ptr
 		}
 		return cuda.Launch(b.fn.embed, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(hidden)}, 0, b.stream, &p)
 	}}, "embed", uint64(d.ptr), uint64(w.ptr), uint64(hidden))
@@ -873,8 +893,8 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		} else {
 			n.embed.normOut = n
 		}
-		n.index = b.folds
-		b.folds++
+		n.index = len(b.norms)
+		b.norms = append(b.norms, n)
 		b.sig = fnvString(b.sig, "normfold")
 	}
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {

@@ -262,7 +262,7 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		p.Accumulate = 1
 	}
 	if n := e.normOut; n != nil && b.tune.NormFoldDiag&2 == 0 {
-		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%b.folds), n.dst.ptr, n.w.ptr
+		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%len(b.norms)), n.dst.ptr, n.w.ptr
 	}
 	if e.normOut != nil && b.tune.NormFoldDiag&8 == 0 {
 		p.LateTrigger = 1
