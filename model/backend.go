@@ -89,7 +89,9 @@ type Backend interface {
 	Embed(dst Tensor, table Weight)
 
 	// AddRMSNorm adds add into residual in place (skipped when add is the zero Tensor), then writes
-	// rmsnorm(residual) * w into dst: dst[r] = residual[r] / sqrt(mean(residual[r]^2) + eps) * w.
+	// rmsnorm(residual) * w into dst: dst[r] = residual[r] / sqrt(mean(residual[r]^2) + eps) * w. dst is
+	// read by the op that follows it and by no other: a backend may fold the norm into that op when it
+	// is a MatMul of dst (the CUDA backend does at decode sizes, leaving dst holding residual · w).
 	AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32)
 
 	// MatMul computes dst = x · wᵀ: dst[r][o] = Σ_i x[r][i] * w[o][i], accumulating in float32 or wider.

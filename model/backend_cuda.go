@@ -216,8 +216,8 @@ type matmulOp struct {
 	out, in int
 	epi     gemvEpilogue
 	// residual, when set, is the residual stream the AddRMSNorm after this product adds its output to:
-	// on cuBLAS or the skinny GEMM the product accumulates into it (β = 1) instead of writing d, and the
-	// norm adds nothing.
+	// the product accumulates into it (cuBLAS with β = 1, the skinny GEMM and the skinny product with
+	// their accumulate flags) instead of writing d, and the norm adds nothing.
 	residual *cudaTensor
 	// normOut is the norm after this product when the next product folds it (see normOp); normIn the
 	// norm before this product, when it folds it.
@@ -225,9 +225,8 @@ type matmulOp struct {
 }
 
 // accumulates reports whether mm adds its product into mm.residual (leaving d unwritten: the model reads
-// it only through that AddRMSNorm). Every kernel that runs a plain product can (cuBLAS with β = 1, the
-// skinny GEMM and the skinny product with their accumulate flags).
-func (b *cudaBackend) accumulates(mm *matmulOp, rows int) bool {
+// it only through that AddRMSNorm). Every kernel that runs a plain product can, at any row count.
+func (b *cudaBackend) accumulates(mm *matmulOp) bool {
 	return mm != nil && mm.residual != nil && mm.epi.mode == gemvPlain
 }
 
@@ -268,7 +267,7 @@ func (b *cudaBackend) normFolds(n *normOp, rows int) bool {
 			b.dtype == cuda.BFloat16 && b.normSS != 0 && rows <= normMaxTokens
 		for _, m := range b.norms {
 			ok = ok && b.gemvServes(rows, m.consumer.in) &&
-				(m.embed != nil || m.producer != nil && b.accumulates(m.producer, rows) && b.gemvServes(rows, m.producer.in))
+				(m.embed != nil || m.producer != nil && b.accumulates(m.producer) && b.gemvServes(rows, m.producer.in))
 		}
 		b.foldMemo.rows, b.foldMemo.ok = rows, ok
 	}
@@ -416,6 +415,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, err
 	}
 	if err := b.dev.Fill32(b.normSS, 0, ssBytes/4, nil); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if err := b.dev.Synchronize(); err != nil { // the fill is on the default stream, the steps on b.stream
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	if b.invFreq, err = b.alloc(int64(4 * len(shape.RopeInvFreq))); err != nil {
@@ -646,7 +648,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		return errors.New("cuda backend: no KV pool allocated")
 	}
 	b.ops, b.sig, b.err, b.lastMM, b.lastNorm, b.attnOut = b.ops[:0], fnvOffset, nil, nil, nil, nil
-	b.norms, b.foldMemo = b.norms[:0], foldMemo{}
+	b.norms, b.foldMemo, b.lastEmbed = b.norms[:0], foldMemo{}, nil
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
 		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
@@ -862,7 +864,7 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 			return nil // done by the products around it
 		}
 		add := addPtr
-		if b.accumulates(mm, rows) {
+		if b.accumulates(mm) {
 			add = 0 // the product added itself
 		}
 		p := struct {
@@ -900,7 +902,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	b.record(cudaOp{rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, n: out, k: in, run: func(rows int) error {
 		if b.gemvServes(rows, in) {
 			e, y := mm.epi, d
-			if b.accumulates(mm, rows) {
+			if b.accumulates(mm) {
 				e.accumulate, y = true, mm.residual
 			}
 			if b.normFolds(mm.normOut, rows) {
@@ -915,7 +917,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 			switch {
 			case mm.epi.mode == gemvSwiGLU:
 				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act)
-			case b.accumulates(mm, rows):
+			case b.accumulates(mm):
 				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil)
 			}
 			return b.launchGemm(d, xt, wt, out, in, rows, false, nil)
@@ -923,7 +925,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.
 		y, beta := d.ptr, float32(0)
-		if b.accumulates(mm, rows) {
+		if b.accumulates(mm) {
 			y, beta = mm.residual.ptr, 1
 		}
 		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,

@@ -63,7 +63,7 @@ type gemvTuning struct {
 	Plan int
 	// Skip, for diagnostics only (BenchmarkCUDADecode's skip variants), leaves the ops of these profile
 	// names ("norm", "attention", …) out of the step: the results are wrong, the time is the step's
-	// without them.
+	// without them (a folded norm has no kernel to leave out).
 	Skip []string
 	// Gemm sends products of MaxTokens+1 … gemvMaxTokens rows to the skinny GEMM (kernels/gemm_sm90.cu)
 	// instead of cuBLAS; GemmWarps (warpgroups) and GemmKS, when positive, force its launch shape
@@ -234,6 +234,13 @@ type gemvEpilogue struct {
 
 // launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
 func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows int, e *gemvEpilogue) error {
+	// The kernel trusts these (kernels/gemv.cu, "Folded norm"): one token tile, and the product before
+	// the norm plain and accumulating.
+	if (e.normOut != nil || e.normIn != nil) && rows > normMaxTokens ||
+		e.normOut != nil && (!e.accumulate || e.mode != gemvPlain) {
+		return fmt.Errorf("cuda backend: folded norm at %d rows (at most %d), accumulate %v, mode %d", rows,
+			normMaxTokens, e.accumulate, e.mode)
+	}
 	ti := gemvTileIndex(rows)
 	fn, maxWarps := b.gemv.pick(ti, b.tune)
 	sh := &b.shape

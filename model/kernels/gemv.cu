@@ -22,7 +22,7 @@
 // (ld.global.nc.L1::no_allocate): they are streamed once; activations go through L1, where the warps of
 // a block share them. With programmatic dependent launch (sm_90, common.cuh) a warp issues its first
 // weight loads before waiting for the kernel that wrote x, and lets the next kernel launch once its
-// weight stream is done.
+// weight stream is done (or only when it exits: late_trigger, below).
 //
 // Rows of a tile: tile t is in group t / group_tiles and is the u = t % group_tiles-th tile of it; its
 // fragment row g (0..7) is weight row lo = group·group_stride + 8u + g and row g + 8 is hi = lo +
@@ -31,7 +31,8 @@
 // head of D rows) uses (D/16, D, D/2).
 //
 // Folded norm: at decode sizes the RMSNorm between a product and the next (O → post-attention norm →
-// gate/up; down → next layer's input norm → Q/K/V) costs a kernel boundary and a round trip more than its
+// gate/up; down → next layer's input norm → Q/K/V or the final norm → LM head; embed.cu folds the first
+// layer's) costs a kernel boundary and a round trip more than its
 // bytes. rmsnorm(r)·w · Wᵀ = (r·w) · Wᵀ / rms(r) for each token row, so the product before the norm writes
 // r·w (its output added into the residual r, times the gain w, rounded to T) and adds each tile's sum of
 // r² into one sum a token (fixed point: exact, whatever the order), and the product after it copies that
@@ -69,8 +70,8 @@ struct GemvParams {
 	// The RMSNorm between two products, folded into them (bf16, see "Folded norm" above): the product
 	// before it (plain mode, y the residual stream, accumulate set) adds its output into y, writes
 	// norm_out = y·norm_w in T, adds each token's sum of squares of its new y rows into ss_out [m] (fixed
-	// point, NORM_SCALE, so that the sum is exact whatever the order of the atomics) and zeroes ss_zero [m]
-	// (the next fold's sums); the product after it reads norm_out as x and scales its tile by
+	// point, NORM_SCALE, so that the sum is exact whatever the order of the atomics) and zeroes ss_zero
+	// [NORM_MAX_TOKENS] (the next fold's sums); m ≤ NORM_MAX_TOKENS (the backend checks); the product after it reads norm_out as x and scales its tile by
 	// 1 / sqrt(ss_in / norm_cols + eps) before its epilogue.
 	unsigned long long *ss_out;
 	unsigned long long *ss_zero;
