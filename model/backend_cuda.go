@@ -243,7 +243,7 @@ func (b *cudaBackend) accumulates(mm *matmulOp) bool {
 // every step that folds runs all its folds in order, so a slot is cleared after its reader and before its
 // next writer. With one fold a step there is no other slot to clear it: no fold.
 type normOp struct {
-	dst, residual      *cudaTensor
+	dst                *cudaTensor
 	w                  *cudaWeight
 	eps                float32
 	cols               int
@@ -854,7 +854,7 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 		mm.residual = r
 		b.sig = fnvString(b.sig, "accumulate")
 	}
-	n := &normOp{dst: d, residual: r, w: g, eps: eps, cols: cols, producer: mm}
+	n := &normOp{dst: d, w: g, eps: eps, cols: cols, producer: mm}
 	if e := b.lastEmbed; a == nil && e != nil && e.dst == r && !b.tune.NoFuse && b.ops[len(b.ops)-1].rows == residual.Rows {
 		n.embed = e
 	}
