@@ -99,14 +99,43 @@ type gemvTuning struct {
 var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20,
 	GemmSwiGLUMinBytes: 64 << 20}
 
+// gemvFold mirrors GemvFold in kernels/gemv.cu: which side of a folded RMSNorm a one-token-tile kernel
+// is compiled for.
+type gemvFold int
+
+const (
+	foldNone gemvFold = iota // no folded norm
+	foldOut                  // the product before the norm (writes its input and sums of squares)
+	foldIn                   // the product after it (scales by 1/rms)
+)
+
 // gemvKernels are the kernel's entry points for one compute dtype, by token tiles (1, 2, 4, 8).
 type gemvKernels struct {
 	byTiles  [4]*cuda.Function
 	maxWarps [4]int // the most warps a block of each may have (registers)
-	// pipes are the one-token-tile variants by gemvTuning.Pipe (pipes[0] is byTiles[0]).
-	pipes        [3]*cuda.Function
-	pipeMaxWarps [3]int
+	// pipes are the one-token-tile variants by gemvTuning.Pipe and gemvFold (pipes[0][0] is byTiles[0]);
+	// the fold's (bf16 only) are nil for f16.
+	pipes        [3][3]*cuda.Function
+	pipeMaxWarps [3][3]int
 	spin         *cuda.Function
+}
+
+// gemvFunction looks up kernel name and readies it for warps·tiles partial tiles of shared memory a
+// block, returning it with the most warps a block of it may have (registers).
+func gemvFunction(mod *cuda.Module, name string, tiles int) (*cuda.Function, int, error) {
+	f, err := mod.Function(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	attrs, err := f.Attributes()
+	if err != nil {
+		return nil, 0, err
+	}
+	warps := min(16, attrs.MaxThreads/32)
+	if err := f.SetMaxDynamicShared(warps * tiles * gemvReduceBytesPerTile); err != nil {
+		return nil, 0, err
+	}
+	return f, warps, nil
 }
 
 // loadGemvKernels looks up the kernels for dtype name tn ("bf16" or "f16"; nil kernels for float32, which
@@ -121,44 +150,36 @@ func loadGemvKernels(mod *cuda.Module, tn string) (*gemvKernels, error) {
 		return k, nil
 	}
 	for i, nt := range []int{1, 2, 4, 8} {
-		f, err := mod.Function(fmt.Sprintf("Gemv_%s_nt%d", tn, nt))
-		if err != nil {
+		if k.byTiles[i], k.maxWarps[i], err = gemvFunction(mod, fmt.Sprintf("Gemv_%s_nt%d", tn, nt), nt); err != nil {
 			return nil, err
 		}
-		attrs, err := f.Attributes()
-		if err != nil {
-			return nil, err
-		}
-		k.maxWarps[i] = min(16, attrs.MaxThreads/32)
-		if err := f.SetMaxDynamicShared(k.maxWarps[i] * nt * gemvReduceBytesPerTile); err != nil {
-			return nil, err
-		}
-		k.byTiles[i] = f
 	}
-	k.pipes[0], k.pipeMaxWarps[0] = k.byTiles[0], k.maxWarps[0]
-	for i := 1; i < len(k.pipes); i++ {
-		f, err := mod.Function(fmt.Sprintf("Gemv_%s_nt1_p%d", tn, i))
-		if err != nil {
-			return nil, err
+	for fold, suffix := range []string{"", "_fo", "_fi"} {
+		if suffix != "" && tn != "bf16" {
+			break
 		}
-		attrs, err := f.Attributes()
-		if err != nil {
-			return nil, err
+		for pipe, ps := range []string{"", "_p1", "_p2"} {
+			name := fmt.Sprintf("Gemv_%s_nt1%s%s", tn, ps, suffix)
+			if k.pipes[pipe][fold], k.pipeMaxWarps[pipe][fold], err = gemvFunction(mod, name, 1); err != nil {
+				return nil, err
+			}
 		}
-		k.pipeMaxWarps[i] = min(16, attrs.MaxThreads/32)
-		if err := f.SetMaxDynamicShared(k.pipeMaxWarps[i] * gemvReduceBytesPerTile); err != nil {
-			return nil, err
-		}
-		k.pipes[i] = f
 	}
 	return k, nil
 }
 
-// pick returns the kernel for token-tile index ti under tuning t, and the most warps a block of it may
-// have.
-func (k *gemvKernels) pick(ti int, t gemvTuning) (*cuda.Function, int) {
-	if ti == 0 && t.Pipe > 0 && t.Pipe < len(k.pipes) {
-		return k.pipes[t.Pipe], k.pipeMaxWarps[t.Pipe]
+// pick returns the kernel for token-tile index ti and fold side f under tuning t, and the most warps a
+// block of it may have; nil when this dtype has no such kernel.
+func (k *gemvKernels) pick(ti int, f gemvFold, t gemvTuning) (*cuda.Function, int) {
+	if ti == 0 {
+		pipe := 0
+		if t.Pipe > 0 && t.Pipe < len(k.pipes) {
+			pipe = t.Pipe
+		}
+		return k.pipes[pipe][f], k.pipeMaxWarps[pipe][f]
+	}
+	if f != foldNone {
+		return nil, 0
 	}
 	return k.byTiles[ti], k.maxWarps[ti]
 }
@@ -234,15 +255,25 @@ type gemvEpilogue struct {
 
 // launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
 func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows int, e *gemvEpilogue) error {
-	// The kernel trusts these (kernels/gemv.cu, "Folded norm"): one token tile, and the product before
-	// the norm plain and accumulating.
-	if (e.normOut != nil || e.normIn != nil) && rows > normMaxTokens ||
+	// The kernel trusts these (kernels/gemv.cu, "Folded norm"): one token tile, one side of one fold,
+	// and the product before the norm plain and accumulating.
+	if (e.normOut != nil || e.normIn != nil) && rows > normMaxTokens || e.normOut != nil && e.normIn != nil ||
 		e.normOut != nil && (!e.accumulate || e.mode != gemvPlain) {
 		return fmt.Errorf("cuda backend: folded norm at %d rows (at most %d), accumulate %v, mode %d", rows,
 			normMaxTokens, e.accumulate, e.mode)
 	}
+	fold := foldNone
+	if e.normOut != nil && b.tune.NormFoldDiag&2 == 0 {
+		fold = foldOut
+	}
+	if e.normIn != nil && b.tune.NormFoldDiag&1 == 0 {
+		fold = foldIn
+	}
 	ti := gemvTileIndex(rows)
-	fn, maxWarps := b.gemv.pick(ti, b.tune)
+	fn, maxWarps := b.gemv.pick(ti, fold, b.tune)
+	if fn == nil {
+		return fmt.Errorf("cuda backend: no skinny product kernel for %d rows with fold %d", rows, fold)
+	}
 	sh := &b.shape
 	p := gemvParams{
 		Y: y.ptr, X: x.ptr, W: w.ptr, M: int32(rows), N: int32(out), K: int32(in), Mode: int32(e.mode),
@@ -268,13 +299,13 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if e.accumulate {
 		p.Accumulate = 1
 	}
-	if n := e.normOut; n != nil && b.tune.NormFoldDiag&2 == 0 {
+	if n := e.normOut; fold == foldOut {
 		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%len(b.norms)), n.dst.ptr, n.w.ptr
 	}
 	if e.normOut != nil && b.tune.NormFoldDiag&8 == 0 {
 		p.LateTrigger = 1
 	}
-	if n := e.normIn; n != nil && b.tune.NormFoldDiag&1 == 0 {
+	if n := e.normIn; fold == foldIn {
 		p.SSIn, p.NormCols, p.Eps = b.normSlot(n.index), int32(n.cols), n.eps
 	}
 	t := b.tune

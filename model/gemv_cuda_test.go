@@ -443,7 +443,8 @@ func TestCUDAGemvArgmax(t *testing.T) {
 // the new residual (1e-4 of Σ|x·w|), r·w (one rounding), the second product of the operands it read
 // (1e-4 of its scale), and the unfolded definition, rmsnorm(r)·w rounded then multiplied (2e-2 of each
 // row's norm: the two ways round the activations at different points). Token counts 1, 3, 8; launch
-// shapes that split k over 1, 2 and the default warps, with several row tiles a block.
+// shapes that split k over 1, 2 and the default warps, with several row tiles a block; each of the three
+// loops (gemvTuning.Pipe) of both sides' kernels.
 func TestCUDAGemvNormFold(t *testing.T) {
 	const dt = weights.DTypeBF16
 	b := newGemvBackend(t, dt)
@@ -476,8 +477,8 @@ func TestCUDAGemvNormFold(t *testing.T) {
 		y2 := newDeviceTensor(t, b, gemvMaxTokens, tc.n2)
 		act := newDeviceTensor(t, b, gemvMaxTokens, tc.n2/2)
 		for _, m := range []int{1, 3, 8} {
-			for _, tu := range []gemvTuning{defaultGemvTuning, {RB: 1, KS: 1}, {RB: 3, KS: 2}} {
-				t.Run(fmt.Sprintf("n%d_swiglu=%v/m%d/rb%d_ks%d", tc.n2, tc.swiglu, m, tu.RB, tu.KS), func(t *testing.T) {
+			for _, tu := range []gemvTuning{defaultGemvTuning, {RB: 1, KS: 1}, {RB: 3, KS: 2}, {Pipe: 1}, {Pipe: 2, RB: 2, KS: 2}} {
+				t.Run(fmt.Sprintf("n%d_swiglu=%v/m%d/rb%d_ks%d_pipe%d", tc.n2, tc.swiglu, m, tu.RB, tu.KS, tu.Pipe), func(t *testing.T) {
 					tu.MaxTokens = defaultGemvTuning.MaxTokens
 					b.tune = tu
 					defer func() { b.tune = defaultGemvTuning }()

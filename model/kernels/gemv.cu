@@ -43,6 +43,10 @@
 // still finish (as after its weight stream), the product after it ran slower on the H100 (Llama-3.2-1B
 // decode step at batch 1: 1.37 against 1.09 ms, the fold's own work left out).
 //
+// Each side is a kernel of its own (template parameter FOLD, entry points _fo and _fi): with the fold's
+// paths as run-time branches the plain product paid 0.1-0.5 µs a launch for them at Llama-3.2-1B's sizes,
+// and the folded step 0.01-0.02 ms.
+//
 // One sum per token, read by every block of the product after the norm, rather than the tiles' partial
 // sums, because those products run many blocks one after another on each SM: every cost a block pays (a
 // round trip, a reduction of 256 partial sums) is paid a dozen times over.
@@ -133,7 +137,11 @@ template <typename T, int NT> __device__ __forceinline__ void gemv_mma(float (&a
 	}
 }
 
-template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ void gemv(const GemvParams &p) {
+// FOLD: which side of a folded norm the kernel is compiled for (a template parameter, so that the plain
+// kernel carries none of the fold's code and registers, and each side none of the other's).
+enum GemvFold { FOLD_NONE = 0, FOLD_OUT = 1, FOLD_IN = 2 };
+
+template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forceinline__ void gemv(const GemvParams &p) {
 	extern __shared__ float red[]; // [warps][NT][4][32], when ks > 1
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int r = warp / p.ks, s = warp - r * p.ks;
@@ -176,8 +184,8 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 	}
 	// Folded norm: the warp that runs the epilogue copies each token's sum of squares to shared memory
 	// with an asynchronous copy, which neither holds a register across the loop nor stalls the warp.
-	__shared__ unsigned long long norm_ss[16][NORM_MAX_TOKENS]; // [warp row r][token]
-	if (p.ss_in && s == 0 && active && lane < min(p.m, NORM_MAX_TOKENS)) {
+	__shared__ unsigned long long norm_ss[FOLD == FOLD_IN ? 16 : 1][NORM_MAX_TOKENS]; // [warp row r][token]
+	if (FOLD == FOLD_IN && s == 0 && active && lane < min(p.m, NORM_MAX_TOKENS)) {
 		asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(&norm_ss[r][lane])),
 		             "l"(p.ss_in + lane)
 		             : "memory");
@@ -185,7 +193,7 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 	}
 	// The product before a folded norm clears the next fold's sums (read by a product that finished before
 	// this one started; added to only after this one ends).
-	if (p.ss_zero && blockIdx.x == 0 && threadIdx.x < NORM_MAX_TOKENS) p.ss_zero[threadIdx.x] = 0;
+	if (FOLD == FOLD_OUT && blockIdx.x == 0 && threadIdx.x < NORM_MAX_TOKENS) p.ss_zero[threadIdx.x] = 0;
 	if (PING) {
 		// Two register sets: the next step's loads go out before this step's mma, so a warp always has
 		// a step in flight.
@@ -250,7 +258,7 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 				prev[j][e] = lo < p.n ? yrow[lo] : 0.f;
 				prev[j][2 + e] = hi < p.n ? yrow[hi] : 0.f;
 			}
-		if (p.ss_out) {
+		if (FOLD == FOLD_OUT) {
 			gain[0] = p.norm_w[min(lo, p.n - 1)];
 			gain[1] = p.norm_w[min(hi, p.n - 1)];
 		}
@@ -258,7 +266,7 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 	// The folded norm's 1/rms of the epilogue's tokens, computed now too: a block's epilogue holds up the
 	// next block on its SM, the wait for the other warps' partial tiles does not.
 	float inv[NT][2];
-	if (p.ss_in && s == 0 && active) {
+	if (FOLD == FOLD_IN && s == 0 && active) {
 		asm volatile("cp.async.wait_all;" ::: "memory");
 		__syncwarp();
 #pragma unroll
@@ -291,7 +299,7 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 	if (!active) return;
 
 	// acc[j][e]: row lo (e = 0, 1) or hi (e = 2, 3) for token 8j + 2c + (e & 1).
-	if (p.ss_in) {
+	if (FOLD == FOLD_IN) {
 #pragma unroll
 		for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -300,7 +308,7 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 				acc[j][2 + e] *= inv[j][e];
 			}
 	}
-	if (p.mode == GEMV_PLAIN && p.ss_out) {
+	if (FOLD == FOLD_OUT) {
 		// Folded norm, the product before it: residual, r·w and the tile's sums of squares.
 		T *xo = reinterpret_cast<T *>(p.norm_out);
 #pragma unroll
@@ -420,13 +428,18 @@ template <typename T, int NT, int STAGES, bool PING> __device__ __forceinline__ 
 
 // Entry points Gemv_<dtype>_nt<NT>: two k-blocks a step for NT ≤ 2, one from 4; and for one token tile
 // the variants _p1 (one k-block a step, two register sets) and _p2 (two k-blocks, two register sets),
-// which the backend picks by gemvTuning.Pipe.
-#define GEMV(T, TN, NT, STAGES, PING, SUFFIX)                                                                 \
-	extern "C" __global__ void Gemv_##TN##_nt##NT##SUFFIX(const GemvParams p) { gemv<T, NT, STAGES, PING>(p); }
+// which the backend picks by gemvTuning.Pipe. The folded norm's sides (one token tile, bf16: see "Folded
+// norm") are each of the three with the suffix _fo (the product before the norm) or _fi (after it).
+#define GEMV(T, TN, NT, STAGES, PING, FOLD, SUFFIX)                                                           \
+	extern "C" __global__ void Gemv_##TN##_nt##NT##SUFFIX(const GemvParams p) { gemv<T, NT, STAGES, PING, FOLD>(p); }
+#define GEMV_NT1(T, TN, FOLD, FS)                                                                             \
+	GEMV(T, TN, 1, 2, false, FOLD, FS) GEMV(T, TN, 1, 1, true, FOLD, _p1##FS) GEMV(T, TN, 1, 2, true, FOLD, _p2##FS)
 #define GEMV_ALL(T, TN)                                                                                       \
-	GEMV(T, TN, 1, 2, false, ) GEMV(T, TN, 1, 1, true, _p1) GEMV(T, TN, 1, 2, true, _p2)                     \
-	GEMV(T, TN, 2, 2, false, ) GEMV(T, TN, 4, 1, false, ) GEMV(T, TN, 8, 1, false, )
+	GEMV_NT1(T, TN, FOLD_NONE, )                                                                              \
+	GEMV(T, TN, 2, 2, false, FOLD_NONE, ) GEMV(T, TN, 4, 1, false, FOLD_NONE, ) GEMV(T, TN, 8, 1, false, FOLD_NONE, )
 GEMV_ALL(__nv_bfloat16, bf16)
+GEMV_NT1(__nv_bfloat16, bf16, FOLD_OUT, _fo)
+GEMV_NT1(__nv_bfloat16, bf16, FOLD_IN, _fi)
 GEMV_ALL(__half, f16)
 
 // Spin keeps the GPU busy for ns nanoseconds (one thread): the step profiler queues it first so that the
