@@ -141,6 +141,19 @@ template <typename T, int NT> __device__ __forceinline__ void gemv_mma(float (&a
 // kernel carries none of the fold's code and registers, and each side none of the other's).
 enum GemvFold { FOLD_NONE = 0, FOLD_OUT = 1, FOLD_IN = 2 };
 
+// gemv_load_prev loads what an accumulating epilogue adds to: acc[j][e]'s element of y (0 outside it).
+template <int NT>
+__device__ __forceinline__ void gemv_load_prev(float (&prev)[NT][4], const GemvParams &p, int lo, int hi, int c) {
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const float *yrow = p.y + (long long)min(8 * j + 2 * c + e, p.m - 1) * p.n;
+			prev[j][e] = lo < p.n ? yrow[lo] : 0.f;
+			prev[j][2 + e] = hi < p.n ? yrow[hi] : 0.f;
+		}
+}
+
 template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forceinline__ void gemv(const GemvParams &p) {
 	extern __shared__ float red[]; // [warps][NT][4][32], when ks > 1
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -177,7 +190,17 @@ template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forc
 		gemv_load_w<T, NT>(sa[0], wlo, whi, kb * 64);
 		if (two_a) gemv_load_w<T, NT>(sa[STAGES - 1], wlo, whi, (kb + p.ks) * 64);
 	}
+	// What the product before a folded norm adds in its epilogue is loaded early, so that its latency is
+	// not in the last block's epilogue (which the next kernel waits for: late_trigger): the norm's gain
+	// (it never changes) before the PDL wait, its rows of the residual y (the predecessor's writes are
+	// visible only after it) right after. Other accumulating products load y after the k loop.
+	float prev[NT][4], gain[2];
+	if (FOLD == FOLD_OUT && s == 0 && active) {
+		gain[0] = p.norm_w[min(lo, p.n - 1)];
+		gain[1] = p.norm_w[min(hi, p.n - 1)];
+	}
 	pdl_wait();
+	if (FOLD == FOLD_OUT && s == 0 && active) gemv_load_prev<NT>(prev, p, lo, hi, c);
 	if (kb < blocks) {
 		gemv_load_x<T, NT>(sa[0], xr, kb * 64);
 		if (two_a) gemv_load_x<T, NT>(sa[STAGES - 1], xr, (kb + p.ks) * 64);
@@ -246,23 +269,8 @@ template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forc
 	}
 	// The weight stream is done: the next kernel may start (its blocks wait for this one's in pdl_wait).
 	if (!p.late_trigger) pdl_launch_dependents();
-	// What an accumulating epilogue reads (its rows of y and of the norm's gain) is loaded now, while the
-	// warps sum their partial tiles.
-	float prev[NT][4], gain[2];
-	if (p.accumulate && s == 0 && active) {
-#pragma unroll
-		for (int j = 0; j < NT; j++)
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const float *yrow = p.y + (long long)min(8 * j + 2 * c + e, p.m - 1) * p.n;
-				prev[j][e] = lo < p.n ? yrow[lo] : 0.f;
-				prev[j][2 + e] = hi < p.n ? yrow[hi] : 0.f;
-			}
-		if (FOLD == FOLD_OUT) {
-			gain[0] = p.norm_w[min(lo, p.n - 1)];
-			gain[1] = p.norm_w[min(hi, p.n - 1)];
-		}
-	}
+	// An accumulating epilogue's rows of y are loaded now, while the warps sum their partial tiles.
+	if (FOLD != FOLD_OUT && p.accumulate && s == 0 && active) gemv_load_prev<NT>(prev, p, lo, hi, c);
 	// The folded norm's 1/rms of the epilogue's tokens, computed now too: a block's epilogue holds up the
 	// next block on its SM, the wait for the other warps' partial tiles does not.
 	float inv[NT][2];

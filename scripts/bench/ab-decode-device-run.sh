@@ -8,15 +8,16 @@
 #        tar -C gpu -cf - ab/new/model.test ab/new/engine.test ab/old/model.test | xz -T0 -6 > gpu/pack/ab.tar.xz
 # There (carry gpu/pack/ab.tar.xz):  [VARIANTS=…] [BATCHES=1|8] [ROUNDS=3] \
 #        bash scripts/bench/ab-decode-device-run.sh [tests] [decode] [gemv]
-# Results under $OUT: model-test.log, engine-test.log, decode-{old,new}-rN.txt, gemv-{old,new}-rN.txt and
-# a summary (summary.txt).
+# BINS names the builds to alternate (folders under gpu/ab, default "old new"; the tests run "new").
+# Results under $OUT: model-test.log, engine-test.log, decode-BIN-rN.txt, gemv-BIN-rN.txt and a summary
+# (summary.txt).
 set -uo pipefail
 steps=${*:-tests decode gemv}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$(pwd)
-[ -x gpu/ab/new/model.test ] || tar -C gpu -xJf gpu/pack/ab.tar.xz
+[ -f gpu/pack/ab.tar.xz ] && tar -C gpu -xJf gpu/pack/ab.tar.xz
 export GOLLM_REQUIRE_GPU=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$out/summary.txt"
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -30,7 +31,7 @@ if has tests; then
 fi
 variants=$(echo "${VARIANTS:-default}" | sed 's/ /|/g')
 for r in $(seq 1 "${ROUNDS:-3}"); do
-	for bin in old new; do
+	for bin in ${BINS:-old new}; do
 		if has decode; then
 			(cd model && GOLLM_BENCH_CONTEXT=${GOLLM_BENCH_CONTEXT:-1088} timeout 280 "$root/gpu/ab/$bin/model.test" -test.run XXX \
 				-test.bench "CUDADecode/.*/^batch=(${BATCHES:-1|8})\$/^($variants)\$" -test.benchtime 20x) >"$out/decode-$bin-r$r.txt" 2>&1
