@@ -375,22 +375,24 @@ __device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, i
 }
 
 // arrive counts this program in *counter and returns, to every thread, whether it came last of n; the
-// last one resets the counter to zero. The caller's writes are fenced before, the last one's reads
-// after.
+// last one resets the counter to zero. The pattern of a split-k semaphore (CUTLASS's GenericBarrier):
+// the barrier orders every thread's partial writes before thread 0's count, whose release (acq_rel,
+// gpu scope, cumulative over what the barrier ordered before it) publishes them; in the last program
+// its acquire, and the barrier after it, order the other programs' partials before this program's
+// reads. One fence by one thread instead of a fence.sc by every thread and again by every thread of the
+// last program.
 __device__ __forceinline__ bool arrive(unsigned *counter, int n, int tid) {
 	__shared__ int s_last;
-	__threadfence(); // this thread's partial writes are visible device-wide before the count
 	__syncthreads();
 	if (tid == 0) {
-		const unsigned old = atomicAdd(counter, 1u);
+		unsigned old;
+		asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
 		const bool last = old == (unsigned)(n - 1);
 		if (last) atomicExch(counter, 0u);
 		s_last = last;
 	}
 	__syncthreads();
-	const bool last = s_last;
-	if (last) __threadfence(); // the others' partials are read after their counts
-	return last;
+	return s_last;
 }
 
 // splitk_finish runs after a split-k program stored its partial (merge_store): with the fused merge on,
