@@ -75,24 +75,37 @@ const maxOneLevelPartitions = 16
 
 // GraphPlan is the plan of a call captured into a CUDA graph and replayed at every context up to the one
 // it is planned at: in.ContextLens hold that cap (the model's graph steps run at contexts from half the
-// cap to the cap). It is Plan's choice, except that split-k partitions are lengthened to at most
-// maxOneLevelPartitions per context where that still gives 90% of the SMs a program at the cap: the
-// cap's plan fills the GPU only at the cap, and a replay at half of it still has more than 16
-// partitions to merge in two levels where 16 longer ones merge in one. Measured on the H100 (decode step
-// at batch 1, context 1088, cap 2048, BenchmarkCUDADecode): 64-token partitions (Plan's) 1.183 ms
-// (Llama-3.2-1B) and 5.776 ms (Llama-3-8B), 128-token (GraphPlan's) 1.148 and 5.734 ms.
+// cap to the cap). It is Plan's choice, with two changes for split-k that look at the whole range:
+//   - partitions are lengthened to at most maxOneLevelPartitions per context where that still gives 90%
+//     of the SMs a program at the cap: the cap's plan fills the GPU only at the cap, and a replay at half
+//     of it still has more than 16 partitions to merge in two levels where 16 longer ones merge in one
+//     (H100, decode step at batch 1, context 1088, cap 2048, BenchmarkCUDADecode: 64-token partitions
+//     (Plan's) 1.183 ms (Llama-3.2-1B) and 5.776 ms (Llama-3-8B), 128-token 1.148 and 5.734 ms);
+//   - partitions are halved (down to that one-level length) while at half the cap they would leave more
+//     than a tenth of the SMs without a program: Plan's floor of minSplitTokens is right at the cap it
+//     sees, not at the shorter contexts the graph also runs (H100, context 1088, cap 2048, batch 4: Plan's
+//     512-token partitions give 32 rows × 3 programs, 1.228 ms (Llama-3.2-1B) and 5.925 ms (Llama-3-8B);
+//     256-token 1.150 and 5.813; batch 8 keeps 512, whose 128 programs fill the SMs: 8B 6.044 against
+//     6.090 with 256).
 func GraphPlan(in PlanInput) DecodePlan {
 	plan := Plan(in)
-	if plan.Kernel != SplitK || plan.NumPartitions <= maxOneLevelPartitions {
+	if plan.Kernel != SplitK {
 		return plan
 	}
 	longest := longestContext(in.ContextLens)
 	rows := len(in.ContextLens) * in.NumKVHeads
-	if 10*rows*maxOneLevelPartitions < 9*max(1, in.NumSMs) {
-		return plan
+	sms := max(1, in.NumSMs)
+	oneLevel := roundUp(ceilDiv(longest, maxOneLevelPartitions), cudaTileTokens)
+	if plan.NumPartitions > maxOneLevelPartitions && 10*rows*maxOneLevelPartitions >= 9*sms {
+		plan = DecodePlan{Kernel: SplitK, PartitionTokens: oneLevel, NumPartitions: ceilDiv(longest, oneLevel)}
 	}
-	tokens := roundUp(ceilDiv(longest, maxOneLevelPartitions), cudaTileTokens)
-	return DecodePlan{Kernel: SplitK, PartitionTokens: tokens, NumPartitions: ceilDiv(longest, tokens)}
+	half := ceilDiv(longest, 2)
+	for plan.PartitionTokens%(2*cudaTileTokens) == 0 && plan.PartitionTokens/2 >= oneLevel &&
+		10*rows*ceilDiv(half, plan.PartitionTokens) < 9*sms {
+		tokens := plan.PartitionTokens / 2
+		plan = DecodePlan{Kernel: SplitK, PartitionTokens: tokens, NumPartitions: ceilDiv(longest, tokens)}
+	}
+	return plan
 }
 
 // longestContext is the longest of the context lengths (0 for none).

@@ -64,6 +64,46 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 	}
 }
 
+// TestGraphPlanFillsHalfCap checks GraphPlan's second rule: split-k partitions halved while at half the
+// cap they would leave more than a tenth of the 132 SMs idle, never below the one-level length (cap/16).
+func TestGraphPlanFillsHalfCap(t *testing.T) {
+	const sms = 132
+	for _, tc := range []struct {
+		batch, cap, kvHeads, perSM int
+		plan, want                 int // Plan's partition tokens, GraphPlan's
+	}{
+		{4, 2048, 8, 2, 512, 256}, // 32 rows × 2 partitions at 1024 tokens: 64 programs; 256 gives 128
+		{4, 2048, 8, 4, 512, 256}, // the same with Llama-3.2-1B's occupancy
+		{8, 2048, 8, 2, 512, 512}, // 64 rows × 2 = 128 programs at 1024 tokens: enough
+		{2, 2048, 8, 2, 128, 128}, // already at the one-level length
+		{4, 4096, 8, 2, 512, 512}, // twice the cap: 32 rows × 4 partitions at 2048 tokens, enough
+		{1, 8192, 4, 2, 0, 0},     // Plan's partitions are under the one-level length: unchanged
+	} {
+		t.Run(fmt.Sprintf("b%d_cap%d_kv%d_perSM%d", tc.batch, tc.cap, tc.kvHeads, tc.perSM), func(t *testing.T) {
+			lens := make([]int32, tc.batch)
+			for i := range lens {
+				lens[i] = int32(tc.cap)
+			}
+			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
+				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: tc.perSM,
+				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, tc.perSM)}
+			plan, got := Plan(in), GraphPlan(in)
+			if tc.plan == 0 {
+				if got != plan {
+					t.Fatalf("GraphPlan %+v, Plan %+v: want them equal", got, plan)
+				}
+				return
+			}
+			if plan.Kernel != SplitK || plan.PartitionTokens != tc.plan {
+				t.Fatalf("Plan %+v: want split-k partitions of %d (the case's premise)", plan, tc.plan)
+			}
+			if got.Kernel != SplitK || got.PartitionTokens != tc.want || got.NumPartitions != ceilDiv(tc.cap, tc.want) {
+				t.Errorf("GraphPlan %+v: want %d partitions of %d", got, ceilDiv(tc.cap, tc.want), tc.want)
+			}
+		})
+	}
+}
+
 // TestGraphPlan checks the graph plan against Plan: where Plan splits a context into more than 16
 // partitions and 16 per context still give 90% of the SMs a program, 16 (or fewer) partitions of whole
 // tiles that cover the cap; elsewhere Plan's choice unchanged.
