@@ -153,7 +153,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
 					summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
 			})
-			for _, batch := range []int{1, 8, 16, 64} {
+			for _, batch := range []int{1, 2, 4, 8, 16, 64} {
 				s := &Step{QueryStart: []int32{0}}
 				for seq := range batch {
 					table := make([]int32, (context+blockSize-1)/blockSize)
@@ -310,7 +310,10 @@ var decodeVariants = []struct {
 	{"matmul-only", tweak(func(t *gemvTuning) {
 		t.Skip = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}
 	}), attention.CUDATuning{}},
+	{"attn-p64", tweak(func(t *gemvTuning) { t.AttnPartition = 64 }), attention.CUDATuning{}},
 	{"attn-p256", tweak(func(t *gemvTuning) { t.AttnPartition = 256 }), attention.CUDATuning{}},
+	{"attn-p512", tweak(func(t *gemvTuning) { t.AttnPartition = 512 }), attention.CUDATuning{}},
+	{"attn-p1024", tweak(func(t *gemvTuning) { t.AttnPartition = 1024 }), attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},
