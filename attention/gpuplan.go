@@ -81,12 +81,13 @@ const maxOneLevelPartitions = 16
 //     of it still has more than 16 partitions to merge in two levels where 16 longer ones merge in one
 //     (H100, decode step at batch 1, context 1088, cap 2048, BenchmarkCUDADecode: 64-token partitions
 //     (Plan's) 1.183 ms (Llama-3.2-1B) and 5.776 ms (Llama-3-8B), 128-token 1.148 and 5.734 ms);
-//   - partitions are halved (down to that one-level length) while at half the cap they would leave more
-//     than a tenth of the SMs without a program: Plan's floor of minSplitTokens is right at the cap it
-//     sees, not at the shorter contexts the graph also runs (H100, context 1088, cap 2048, batch 4: Plan's
-//     512-token partitions give 32 rows × 3 programs, 1.228 ms (Llama-3.2-1B) and 5.925 ms (Llama-3-8B);
-//     256-token 1.150 and 5.813; batch 8 keeps 512, whose 128 programs fill the SMs: 8B 6.044 against
-//     6.090 with 256).
+//   - partitions are then halved (not below that one-level length) while the programs at the cap still
+//     fit in one wave of the GPU's program slots (SMs × in.ProgramsPerSM): Plan's floor of
+//     minSplitTokens counts programs at the cap it sees, but the graph also runs at half of it, with half
+//     the programs. H100, context 1088, cap 2048 (BenchmarkCUDADecode, forced partition lengths, two
+//     calls): batch 4 Llama-3.2-1B (4 programs an SM) 128 tokens 1.110 ms, 256 1.131, Plan's 512 1.203;
+//     Llama-3-8B (2 an SM) 128 5.871, 256 5.756, 512 5.841; batch 8 1B 128 1.199, 256 1.178, 512 1.230;
+//     8B 128 6.226, 256 6.048, 512 6.006: the shortest that fits one wave is the fastest in each.
 func GraphPlan(in PlanInput) DecodePlan {
 	plan := Plan(in)
 	if plan.Kernel != SplitK {
@@ -99,9 +100,9 @@ func GraphPlan(in PlanInput) DecodePlan {
 	if plan.NumPartitions > maxOneLevelPartitions && 10*rows*maxOneLevelPartitions >= 9*sms {
 		plan = DecodePlan{Kernel: SplitK, PartitionTokens: oneLevel, NumPartitions: ceilDiv(longest, oneLevel)}
 	}
-	half := ceilDiv(longest, 2)
+	slots := sms * max(1, in.ProgramsPerSM)
 	for plan.PartitionTokens%(2*cudaTileTokens) == 0 && plan.PartitionTokens/2 >= oneLevel &&
-		10*rows*ceilDiv(half, plan.PartitionTokens) < 9*sms {
+		rows*ceilDiv(longest, plan.PartitionTokens/2) <= slots {
 		tokens := plan.PartitionTokens / 2
 		plan = DecodePlan{Kernel: SplitK, PartitionTokens: tokens, NumPartitions: ceilDiv(longest, tokens)}
 	}

@@ -64,20 +64,22 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 	}
 }
 
-// TestGraphPlanFillsHalfCap checks GraphPlan's second rule: split-k partitions halved while at half the
-// cap they would leave more than a tenth of the 132 SMs idle, never below the one-level length (cap/16).
-func TestGraphPlanFillsHalfCap(t *testing.T) {
+// TestGraphPlanOneWave checks GraphPlan's second rule: split-k partitions halved while the programs at
+// the cap still fit in one wave of the 132 SMs' program slots, never below the one-level length (cap/16).
+func TestGraphPlanOneWave(t *testing.T) {
 	const sms = 132
 	for _, tc := range []struct {
 		batch, cap, kvHeads, perSM int
 		plan, want                 int // Plan's partition tokens, GraphPlan's
 	}{
-		{4, 2048, 8, 2, 512, 256}, // 32 rows × 2 partitions at 1024 tokens: 64 programs; 256 gives 128
-		{4, 2048, 8, 4, 512, 256}, // the same with Llama-3.2-1B's occupancy
-		{8, 2048, 8, 2, 512, 512}, // 64 rows × 2 = 128 programs at 1024 tokens: enough
-		{2, 2048, 8, 2, 128, 128}, // already at the one-level length
-		{4, 4096, 8, 2, 512, 512}, // twice the cap: 32 rows × 4 partitions at 2048 tokens, enough
-		{1, 8192, 4, 2, 0, 0},     // Plan's partitions are under the one-level length: unchanged
+		{4, 2048, 8, 2, 512, 256},   // 32 rows × 8 partitions = 256 programs ≤ 264 slots; 16 would not fit
+		{4, 2048, 8, 4, 512, 128},   // 528 slots: 32 × 16 fit (Llama-3.2-1B's occupancy)
+		{8, 2048, 8, 2, 512, 512},   // 64 × 8 = 512 > 264: Plan's stays
+		{8, 2048, 8, 4, 512, 256},   // 64 × 8 = 512 ≤ 528
+		{2, 2048, 8, 2, 128, 128},   // already at the one-level length
+		{4, 8192, 8, 2, 1024, 1024}, // Plan's 32 × 8 = 256 programs are one wave already
+		{4, 8192, 8, 4, 512, 512},   // 528 slots: Plan fills them (32 × 16) already
+		{1, 8192, 4, 2, 0, 0},       // Plan's partitions are under the one-level length: unchanged
 	} {
 		t.Run(fmt.Sprintf("b%d_cap%d_kv%d_perSM%d", tc.batch, tc.cap, tc.kvHeads, tc.perSM), func(t *testing.T) {
 			lens := make([]int32, tc.batch)
