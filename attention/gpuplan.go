@@ -84,8 +84,8 @@ const maxOneLevelPartitions = 16
 //   - partitions are then halved (not below that one-level length) while the programs at the cap still
 //     fit in one wave of the GPU's program slots (SMs × in.ProgramsPerSM): Plan's floor of
 //     minSplitTokens counts programs at the cap it sees, but the graph also runs at half of it, with half
-//     the programs. H100, context 1088, cap 2048 (BenchmarkCUDADecode, forced partition lengths, two
-//     calls): batch 4 Llama-3.2-1B (4 programs an SM) 128 tokens 1.110 ms, 256 1.131, Plan's 512 1.203;
+//     the programs. H100, context 1088, cap 2048 (BenchmarkCUDADecode, forced partition lengths, one
+//     call): batch 4 Llama-3.2-1B (4 programs an SM) 128 tokens 1.110 ms, 256 1.131, Plan's 512 1.203;
 //     Llama-3-8B (2 an SM) 128 5.871, 256 5.756, 512 5.841; batch 8 1B 128 1.199, 256 1.178, 512 1.230;
 //     8B 128 6.226, 256 6.048, 512 6.006: the shortest that fits one wave is the fastest in each.
 func GraphPlan(in PlanInput) DecodePlan {
