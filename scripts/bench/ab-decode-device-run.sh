@@ -9,8 +9,8 @@
 # There (carry gpu/pack/ab.tar.xz):  [VARIANTS=…] [BATCHES=1|8] [ROUNDS=3] \
 #        bash scripts/bench/ab-decode-device-run.sh [tests] [decode] [gemv]
 # BINS names the builds to alternate (folders under gpu/ab, default "old new"; the tests run "new").
-# Results under $OUT: model-test.log, engine-test.log, decode-BIN-rN.txt, gemv-BIN-rN.txt and a summary
-# (summary.txt).
+# Results under $OUT: model-test.log, engine-test.log, decode-BIN-rN/decode-r1.txt (through
+# decode-variants-device-run.sh), gemv-BIN-rN.txt and a summary (summary.txt).
 set -uo pipefail
 steps=${*:-tests decode gemv}
 out=${OUT:-/tmp/out}
@@ -29,14 +29,11 @@ if has tests; then
 	echo "engine tests rc=$? pass=$(grep -c -- '--- PASS' "$out/engine-test.log") fail=$(grep -c -- '--- FAIL' "$out/engine-test.log")" | tee -a "$out/summary.txt"
 	grep -E -- '--- FAIL|panic' "$out/engine-test.log" | head
 fi
-variants=$(echo "${VARIANTS:-default}" | sed 's/ /|/g')
 for r in $(seq 1 "${ROUNDS:-3}"); do
 	for bin in ${BINS:-old new}; do
-		if has decode; then
-			(cd model && GOLLM_BENCH_CONTEXT=${GOLLM_BENCH_CONTEXT:-1088} timeout 280 "$root/gpu/ab/$bin/model.test" -test.run XXX \
-				-test.bench "CUDADecode/.*/^batch=(${BATCHES:-1|8})\$/^($variants)\$" -test.benchtime 20x) >"$out/decode-$bin-r$r.txt" 2>&1
-			awk -v bin=$bin -v r=$r '/^BenchmarkCUDADecode/ {g = p = ""; for (i = 1; i <= NF; i++) { if ($i == "gpu-ms/step") g = $(i-1); if ($i == "pipe-ms/step") p = $(i-1) }; print bin, "r" r, $1, "gpu", g, "pipe", p}' \
-				"$out/decode-$bin-r$r.txt" | tee -a "$out/summary.txt"
+		if has decode; then # one round of decode-variants-device-run.sh on this build, its lines labelled
+			OUT="$out/decode-$bin-r$r" GOLLM_GPU_DIR="gpu/ab/$bin" VARIANTS="${VARIANTS:-default}" BATCHES="${BATCHES:-1|8}" ROUNDS=1 \
+				bash "$root/scripts/bench/decode-variants-device-run.sh" | grep '^Benchmark' | sed "s/^/$bin r$r /" | tee -a "$out/summary.txt"
 		fi
 		if has gemv && [ "$r" -le 2 ]; then
 			(cd model && timeout 200 "$root/gpu/ab/$bin/model.test" -test.run XXX -test.bench 'CUDAGemv/.*/m=1$' -test.benchtime 1x) >"$out/gemv-$bin-r$r.txt" 2>&1
