@@ -47,6 +47,10 @@ struct DecodeParams {
 	float *part_l;            // split-k: same shape
 	float *part_acc;          // split-k: [batch][num_kv_heads][num_partitions][G][head_dim], unnormalised
 	unsigned *counters;       // split-k, fused merge: arrival counters, zero between calls (see splitk_finish)
+	const float *rope_qkv;    // DECODE_FLAG_ROPE: [batch][qkv_cols] float, the Q/K/V product's unrotated output
+	const int *positions;     // DECODE_FLAG_ROPE: [batch] the newest token's position (its rotation angle)
+	const int *slots;         // DECODE_FLAG_ROPE: [batch] its cache slot (block id · block size + offset); < 0: none
+	const float *inv_freq;    // DECODE_FLAG_ROPE: [head_dim/2]
 	float scale_log2;         // softmax scale · log2(e)
 	int num_heads;
 	int num_kv_heads;
@@ -59,6 +63,8 @@ struct DecodeParams {
 	int batch;                // sequences (rows of context_lens)
 	int merge_chunk;          // split-k, fused merge: partitions merged by one program at the first level
 	int merge_chunks;         // ceil(num_partitions / merge_chunk): chunk counters per (sequence, program row)
+	float rope_scaling;       // DECODE_FLAG_ROPE: cos and sin are multiplied by it (attention_scaling)
+	int qkv_cols;             // DECODE_FLAG_ROPE: row stride of rope_qkv
 };
 
 // DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
@@ -79,6 +85,10 @@ struct DecodeParams {
 // ids and context length and queue its first tiles whose rows all precede the sequence's newest position
 // before its PDL wait (decode_prologue), so that they overlap the end of the kernel before.
 #define DECODE_FLAG_EARLY_PROLOGUE 128
+// DECODE_FLAG_ROPE has the programs do the rotary embedding and the K/V cache write of the step's newest
+// token themselves (rope_prepare), reading the Q/K/V product's float output instead of q: no RoPE kernel
+// between that product and this one.
+#define DECODE_FLAG_ROPE 256
 // DECODE_FLAG_DIAG_* cut the mma programs short, for BenchmarkCUDADecode's diagnostics only (the output
 // is wrong; the time is the step's without that part): return right after the PDL wait, after the tile
 // loop (no partial, no merge), or after storing the partial (no merge).
@@ -455,19 +465,89 @@ __device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int 
 	}
 }
 
-// decode_prologue queues a program's first STAGES−1 tiles (block ids already in sids) and passes its PDL
-// wait: with DECODE_FLAG_EARLY_PROLOGUE, the tiles whose rows all precede the sequence's newest position
-// (fresh, whose K/V the kernel before may be writing: the Q/K/V product's RoPE epilogue) are issued before
-// the wait, so their copies overlap the end of that kernel; the others after. Safe tiles form a prefix, so
-// the commit groups keep their order. Everything read before the wait is the step's metadata (block
-// tables, context lengths) or K/V written by earlier steps. Without the flag the wait comes first (the
-// caller has not waited yet either way).
-template <typename L, int STAGES, int TILE, typename T, typename Hint>
+// rope_prepare (DECODE_FLAG_ROPE; after the PDL wait, before any copy of a tile holding the newest
+// position) does for its program what the RoPE kernel (model/kernels/rope.cu) would have done: it rotates
+// the program's query heads head0 … head0+heads−1 (heads ≤ MAXH) of KV head kvh, read from sequence
+// seq's float Q/K/V row (HF LLaMA's rotate-half; the angle inv_freq[i]·position in float32, evaluated in
+// double, cos and sin times rope_scaling: rope.cu's arithmetic), and rounds them to T into sq ([heads][D],
+// shared memory); a writer (a program whose tokens hold the newest position) also rotates the KV head's
+// k row and stores it and the v row into the caches at the sequence's slot (nothing when the slot is
+// negative: a padding row). Thread tid owns pair index i = tid mod D/2 of every head it touches, so it
+// computes one angle, and it issues all its loads before any arithmetic: the whole thing is about one
+// L2 round trip, a store and a fence. Ends with a barrier: sq is then visible to every warp, the new K/V
+// row to the block's copies.
+template <typename T, int D, int THREADS, int MAXH>
+__device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool writer,
+                                             T *sq, int tid) {
+	constexpr int HALF = D / 2;
+	static_assert(THREADS % HALF == 0 && THREADS >= D, "a thread owns one pair index; the v row fits the block");
+	constexpr int HSTEP = THREADS / HALF;              // heads rotated side by side
+	constexpr int PER = (MAXH + HSTEP - 1) / HSTEP;    // heads per thread at most
+	const int i = tid % HALF, g0 = tid / HALF;
+	const float *row = p.rope_qkv + (long long)seq * p.qkv_cols;
+	const float *qr = row + ((long long)kvh * p.group + head0) * D;
+	const int pos = p.positions[seq];
+	const float freq = p.inv_freq[i];
+	float qa[PER], qb[PER];
+#pragma unroll
+	for (int k = 0; k < PER; k++) {
+		const int g = g0 + k * HSTEP;
+		qa[k] = g < heads ? qr[g * D + i] : 0.f;
+		qb[k] = g < heads ? qr[g * D + i + HALF] : 0.f;
+	}
+	long long slot = -1;
+	float ka = 0.f, kb = 0.f, vv = 0.f;
+	if (writer) {
+		slot = p.slots[seq];
+		const float *kr = row + ((long long)p.num_heads + kvh) * D;
+		const float *vr = row + ((long long)p.num_heads + p.num_kv_heads + kvh) * D;
+		if (tid < HALF) {
+			ka = kr[i];
+			kb = kr[i + HALF];
+		}
+		if (tid < D) vv = vr[tid];
+	}
+	double s, c;
+	sincos((double)(freq * (float)pos), &s, &c);
+	const float cf = (float)c * p.rope_scaling, sf = (float)s * p.rope_scaling;
+#pragma unroll
+	for (int k = 0; k < PER; k++) {
+		const int g = g0 + k * HSTEP;
+		if (g < heads) {
+			sq[g * D + i] = Elem<T>::from_float(qa[k] * cf - qb[k] * sf);
+			sq[g * D + i + HALF] = Elem<T>::from_float(qb[k] * cf + qa[k] * sf);
+		}
+	}
+	if (slot >= 0) {
+		const long long off = (slot * p.num_kv_heads + kvh) * D;
+		T *kd = reinterpret_cast<T *>(const_cast<void *>(p.k_cache)) + off;
+		T *vd = reinterpret_cast<T *>(const_cast<void *>(p.v_cache)) + off;
+		if (tid < HALF) {
+			kd[i] = Elem<T>::from_float(ka * cf - kb * sf);
+			kd[i + HALF] = Elem<T>::from_float(kb * cf + ka * sf);
+		}
+		if (tid < D) vd[tid] = Elem<T>::from_float(vv);
+		__threadfence(); // the row before the copies that read it back (other threads, through L2)
+	}
+	__syncthreads();
+}
+
+// decode_prologue queues a program's first STAGES−1 tiles (block ids already in sids) around its PDL
+// wait and after_wait(). The tiles whose rows all precede the sequence's newest position (fresh: its K/V
+// row is written by the kernel before — the Q/K/V product's RoPE epilogue — or by after_wait itself —
+// rope_prepare) go first when DECODE_FLAG_EARLY_PROLOGUE or DECODE_FLAG_ROPE is set: with the early
+// prologue before the wait, so that their copies overlap the end of the kernel before, and in any case
+// before after_wait, so that they are in flight while it runs; the others after after_wait. Safe tiles
+// form a prefix, so the commit groups keep their order. Everything read before the wait is the step's
+// metadata (block tables, context lengths) or K/V written by earlier steps. Callers without the early
+// prologue have waited already (the wait here is then a no-op).
+template <typename L, int STAGES, int TILE, typename T, typename Hint, typename AfterWait>
 __device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *smem, int (*sids)[L::MAX_PAGES],
                                                 const T *kc, const T *vc, int start, int end, int fresh, int ntiles,
-                                                int lbs, long long row_stride, int kvh, int tid, Hint pf) {
+                                                int lbs, long long row_stride, int kvh, int tid, Hint pf,
+                                                AfterWait after_wait) {
 	int pre = 0;
-	if (p.flags & DECODE_FLAG_EARLY_PROLOGUE) {
+	if (p.flags & (DECODE_FLAG_EARLY_PROLOGUE | DECODE_FLAG_ROPE)) {
 #pragma unroll
 		for (int s = 0; s < STAGES - 1; s++)
 			if (pre == s && s < ntiles && min(end, start + (s + 1) * TILE) <= fresh) {
@@ -477,6 +557,7 @@ __device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *
 			}
 	}
 	decode_pdl_enter();
+	after_wait();
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++)
 		if (s >= pre) {
@@ -622,8 +703,18 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	for (int s = 0; s < STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
+	// With DECODE_FLAG_ROPE the queries come rotated from rope_prepare through the last stage, which the
+	// prologue leaves free and the loop fills only after its first barrier.
+	T *rope_q = reinterpret_cast<T *>(smem + (STAGES - 1) * L::STAGE_BYTES);
+	static_assert(ROWS * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	const bool rope = p.flags & DECODE_FLAG_ROPE;
 	decode_prologue<L, STAGES, TILE>(p, smem, sids, kc, vc, start, end, p.context_lens[seq] - 1, ntiles, lbs,
-	                                 row_stride, kvh, tid, pf);
+	                                 row_stride, kvh, tid, pf, [&] {
+		                                 if (!rope) return;
+		                                 const int pos = p.positions[seq];
+		                                 rope_prepare<T, D, THREADS, ROWS>(p, seq, kvh, 0, min(p.group, ROWS),
+		                                                                   start <= pos && pos < end, rope_q, tid);
+	                                 });
 	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
 
 	// Q fragments (A operand, row-major 16×16 per k-step): rows r0 = lane/4 and r0+8 of this head tile.
@@ -631,7 +722,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	uint32_t qa[KSTEPS][4];
 	{
 		const int h0 = mtile * 16 + r0, h1 = h0 + 8;
-		const T *qg = reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D;
+		const T *qg = rope ? rope_q
+		                   : reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D;
 #pragma unroll
 		for (int kk = 0; kk < KSTEPS; kk++) {
 			int col = kk * 16 + c0;
@@ -787,18 +879,26 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	for (int s = 0; s < DECODE_STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
-#pragma unroll
-	for (int s = 0; s < DECODE_STAGES - 1; s++) {
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
+	// DECODE_FLAG_ROPE: rotated queries through the last stage (free until the loop's first barrier). Every
+	// head chunk's program of the partition holding the newest position writes its K/V row (the same
+	// bytes): each then reads back a row it wrote itself, whatever the others' timing.
+	T *rope_q = reinterpret_cast<T *>(smem + (DECODE_STAGES - 1) * L::STAGE_BYTES);
+	static_assert(GC * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	const bool rope = p.flags & DECODE_FLAG_ROPE;
+	decode_prologue<L, DECODE_STAGES, TILE>(p, smem, sids, kc, vc, start, end, p.context_lens[seq] - 1, ntiles, lbs,
+	                                        row_stride, kvh, tid, pf, [&] {
+		                                        if (!rope) return;
+		                                        const int pos = p.positions[seq];
+		                                        rope_prepare<T, D, THREADS, GC>(p, seq, kvh, head0, heads,
+		                                                                        start <= pos && pos < end, rope_q, tid);
+	                                        });
 	int next_id = L::load_id(table, start + (DECODE_STAGES - 1) * TILE, end, lbs, tid);
 
 	// Queries, pre-multiplied by the scale (in log2 units), fp32.
 	float q[GC][V];
 	{
-		const T *qg = reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head0) * D;
+		const T *qg = rope ? rope_q
+		                   : reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head0) * D;
 #pragma unroll
 		for (int g = 0; g < GC; g++)
 #pragma unroll

@@ -75,6 +75,30 @@ type CUDADecodeArgs struct {
 	// before the kernel queued before them has finished, and wait for it themselves. Compute capability
 	// 9.0 only (the waits are in the sm_90 code of the fat binary).
 	Dependent bool
+	// RoPE, when set, has the kernels do the step's rotary embedding and K/V cache write themselves: Q is
+	// then not read (the queries come unrotated from RoPE.QKV), and each sequence's newest K/V row is
+	// written by the kernel before it is read. Not with the persistent grouped kernel (the call runs the
+	// classic one instead).
+	RoPE *CUDARoPE
+}
+
+// CUDARoPE is what a decode call needs to do the step's rotary embedding and K/V write itself, the work
+// of a RoPE kernel between the Q/K/V product and attention (the model's RoPEWriteKV): query heads and
+// the newest key rotated by the position (HF LLaMA's rotate-half; angle InvFreq[i]·position in float32,
+// evaluated in double; cos and sin times AttentionScaling), the rotated key and the value stored in the
+// caches at the sequence's slot.
+type CUDARoPE struct {
+	// QKV is float32 [Batch][QKVCols]: NumHeads query heads, then NumKVHeads key heads, then NumKVHeads
+	// value heads of HeadDim each, unrotated (the Q/K/V product's output).
+	QKV     cuda.DevicePtr
+	QKVCols int
+	// Positions and Slots are int32 [Batch]: the position of each sequence's newest token (its context
+	// length − 1 in a decode step) and its cache slot, block id · BlockSize + offset (negative: a padding
+	// row, nothing stored).
+	Positions, Slots cuda.DevicePtr
+	// InvFreq is float32 [HeadDim/2].
+	InvFreq          cuda.DevicePtr
+	AttentionScaling float32
 }
 
 // launch queues a decode kernel, with programmatic dependent launch when a asks for it.
@@ -89,10 +113,13 @@ func launch[P any](a *CUDADecodeArgs, f *cuda.Function, grid, block cuda.Dim3, s
 type decodeParams struct {
 	Out, Q, KCache, VCache, BlockTables, ContextLens cuda.DevicePtr
 	PartM, PartL, PartAcc, Counters                  cuda.DevicePtr
+	RoPEQKV, Positions, Slots, InvFreq               cuda.DevicePtr
 	ScaleLog2                                        float32
 	NumHeads, NumKVHeads, MaxBlocks, Log2BlockSize   int32
 	PartitionTokens, NumPartitions, Group, Flags     int32
 	Batch, MergeChunk, MergeChunks                   int32
+	RoPEScaling                                      float32
+	QKVCols                                          int32
 }
 
 // The DECODE_FLAG_* switches of decode.cuh.
@@ -103,6 +130,8 @@ const (
 	flagEvictFirst = 8
 	// flagEarlyPrologue is set under dependent launch unless CUDATuning.LatePrologue.
 	flagEarlyPrologue = 128
+	// flagRoPE is set when the call carries CUDADecodeArgs.RoPE.
+	flagRoPE = 256
 )
 
 // The DECODE_FLAG_DIAG_* bits of decode.cuh, for CUDATuning.Diagnose.
@@ -294,6 +323,11 @@ func (a *CUDADecodeArgs) check() (string, int, error) {
 		return "", 0, fmt.Errorf("attention: %d query heads for %d KV heads", a.NumHeads, a.NumKVHeads)
 	case len(a.HostContextLens) == 0:
 		return "", 0, fmt.Errorf("attention: empty decode batch")
+	case a.RoPE != nil && a.RoPE.QKVCols < (a.NumHeads+2*a.NumKVHeads)*a.HeadDim:
+		return "", 0, fmt.Errorf("attention: RoPE: %d Q/K/V columns, want at least %d", a.RoPE.QKVCols,
+			(a.NumHeads+2*a.NumKVHeads)*a.HeadDim)
+	case a.RoPE != nil && (a.RoPE.QKV == 0 || a.RoPE.Positions == 0 || a.RoPE.Slots == 0 || a.RoPE.InvFreq == 0):
+		return "", 0, errors.New("attention: RoPE: a nil device pointer")
 	}
 	for s, n := range a.HostContextLens {
 		if n < 1 || int(n) > a.MaxBlocks*a.BlockSize {
@@ -366,7 +400,14 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if a.Dependent && !t.LatePrologue {
 		flags |= flagEarlyPrologue
 	}
+	var rope CUDARoPE
+	if a.RoPE != nil {
+		flags |= flagRoPE
+		rope = *a.RoPE
+	}
 	return decodeParams{
+		RoPEQKV: rope.QKV, Positions: rope.Positions, Slots: rope.Slots, InvFreq: rope.InvFreq,
+		RoPEScaling: rope.AttentionScaling, QKVCols: int32(rope.QKVCols),
 		Flags: flags,
 		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
 		ScaleLog2:     float32(float64(a.Scale) * math.Log2E),
@@ -484,9 +525,9 @@ func (k *CUDAKernels) fewPrograms(p *decodeParams, grid cuda.Dim3) {
 
 // persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
 // kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
-// resident programs, contexts of at most persistMaxTokens, and t allowing it.
+// resident programs, contexts of at most persistMaxTokens, no RoPE, and t allowing it.
 func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
-	if t.NoPersistent || t.SequenceMajor || kern.rowsPer != 16 || !strings.Contains(kern.fn.Name(), "_mma_") {
+	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || kern.rowsPer != 16 || !strings.Contains(kern.fn.Name(), "_mma_") {
 		return nil, 0
 	}
 	tn, _, _ := dtypeName(a.DType)

@@ -173,6 +173,9 @@ type cudaTensor struct {
 	ptr        cuda.DevicePtr
 	rows, cols int
 	qRot       cuda.DevicePtr
+	// ropeMM is the product RoPEWriteKV of this step asked to fuse the rotation into (nil: none), for
+	// Attention to tell whether the rotation is still to do (ropeInAttention).
+	ropeMM *matmulOp
 }
 
 // cudaWeight is a parameter on the device: a matrix in the compute dtype or a float32 vector.
@@ -664,6 +667,9 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	if b.tune.NoNormFold {
 		b.sig = fnvString(b.sig, "nonormfold")
 	}
+	if b.tune.NoAttnRoPE {
+		b.sig = fnvString(b.sig, "noattnrope")
+	}
 	for _, name := range b.tune.Skip {
 		b.sig = fnvString(b.sig, "skip "+name)
 	}
@@ -950,9 +956,13 @@ func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
 	} else {
 		mm = nil
 	}
+	t.ropeMM = mm
 	b.record(cudaOp{rows: qkv.Rows, capacity: t.rows, graphable: true, run: func(rows int) error {
 		if b.fused(mm, gemvRoPE, rows) {
 			return nil // done in the Q/K/V product's epilogue
+		}
+		if b.ropeInAttention(mm, rows) {
+			return nil // done by decode attention
 		}
 		p := struct {
 			QKV, QOut, KCache, VCache, Positions, Slots, InvFreq cuda.DevicePtr
@@ -975,6 +985,7 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 	sh := &b.shape
 	k, v := b.kCache[layer], b.vCache[layer]
 	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
+	ropeMM := q.ropeMM
 	b.record(cudaOp{rows: qkv.Rows, capacity: min(d.rows, q.rows), graphable: true, run: func(rows int) error {
 		st := &b.st
 		if st.decode && b.decodeFits {
@@ -984,6 +995,11 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 				HostContextLens: st.s.ContextLens, MaxBlocks: st.stride,
 				NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
 				DType: b.dtype, Scale: scale, Dependent: b.pdlNow(),
+			}
+			if b.ropeInAttention(ropeMM, rows) {
+				a.Q, a.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
+					Positions: b.metaPtr(st.offPos), Slots: b.metaPtr(st.offSlots),
+					InvFreq: b.invFreq, AttentionScaling: sh.RopeAttentionScaling}
 			}
 			if st.graphRun {
 				return b.decodeGraphed(&a, rows, st.contextCap)
@@ -1007,6 +1023,14 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 		})
 	}}, "attention", uint64(d.ptr), uint64(q.qRot), uint64(k), uint64(v))
 	b.attnOut = d
+}
+
+// ropeInAttention reports whether decode attention does this step's rotary embedding and K/V write
+// (attention.CUDARoPE) instead of the RoPE kernel: a decode step on the decode kernels whose Q/K/V
+// product mm (RoPEWriteKV's fusion target, nil if none) did not fuse it. The RoPE op and the attention op
+// of a layer ask the same question at the same rows, so exactly one of the three does the work.
+func (b *cudaBackend) ropeInAttention(mm *matmulOp, rows int) bool {
+	return b.st.decode && b.decodeFits && !b.tune.NoAttnRoPE && !b.tune.NoFuse && !b.fused(mm, gemvRoPE, rows)
 }
 
 // decodeGraphed queues decode attention for a padded graph step: the plan is made for every sequence at

@@ -277,8 +277,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 // L2 policy, separate split-k reduce), the default with the other launch plans and loops of the
 // one-token-tile kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it), and at
 // 9-64 rows every product on cuBLAS (no-gemm, the default before the skinny GEMM), every product on the
-// GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64). The skip and attn variants
-// are the default with one change.
+// GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64), the RoPE kernel instead of
+// decode attention rotating (no-attn-rope). The skip and attn variants are the default with one change.
 var decodeVariants = []struct {
 	name string
 	tune gemvTuning
@@ -306,6 +306,7 @@ var decodeVariants = []struct {
 	{"normfold-diag8", tweak(func(t *gemvTuning) { t.NormFoldDiag = 8 }), attention.CUDATuning{}},
 	{"skip-norm", tweak(func(t *gemvTuning) { t.Skip = []string{"norm"} }), attention.CUDATuning{}},
 	{"skip-rope", tweak(func(t *gemvTuning) { t.Skip = []string{"rope"} }), attention.CUDATuning{}},
+	{"no-attn-rope", tweak(func(t *gemvTuning) { t.NoAttnRoPE = true }), attention.CUDATuning{}},
 	{"skip-swiglu", tweak(func(t *gemvTuning) { t.Skip = []string{"swiglu"} }), attention.CUDATuning{}},
 	{"matmul-only", tweak(func(t *gemvTuning) {
 		t.Skip = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}

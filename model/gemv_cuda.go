@@ -87,6 +87,10 @@ type gemvTuning struct {
 	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
 	// partitions of that many tokens, < 0 the grouped kernel.
 	AttnPartition int
+	// NoAttnRoPE keeps the RoPE kernel in decode steps whose Q/K/V product does not fuse it (9-64 rows):
+	// by default decode attention rotates the queries and writes the newest K/V row itself
+	// (attention.CUDARoPE).
+	NoAttnRoPE bool
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
