@@ -465,20 +465,20 @@ __device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int 
 	}
 }
 
-// rope_prepare (DECODE_FLAG_ROPE; after the PDL wait, before any copy of a tile holding the newest
-// position) does for its program what the RoPE kernel (model/kernels/rope.cu) would have done: it rotates
-// the program's query heads head0 … head0+heads−1 (heads ≤ MAXH) of KV head kvh, read from sequence
-// seq's float Q/K/V row (HF LLaMA's rotate-half; the angle inv_freq[i]·position in float32, evaluated in
-// double, cos and sin times rope_scaling: rope.cu's arithmetic), and rounds them to T into sq ([heads][D],
-// shared memory); a writer (a program whose tokens hold the newest position) also rotates the KV head's
-// k row and stores it and the v row into the caches at the sequence's slot (nothing when the slot is
-// negative: a padding row). Thread tid owns pair index i = tid mod D/2 of every head it touches, so it
-// computes one angle, and it issues all its loads before any arithmetic: the whole thing is about one
-// L2 round trip, a store and a fence. Ends with a barrier: sq is then visible to every warp, the new K/V
-// row to the block's copies.
+// rope_prepare (DECODE_FLAG_ROPE; after the PDL wait) does for its program what the RoPE kernel
+// (model/kernels/rope.cu) would have done: it rotates the program's query heads head0 … head0+heads−1
+// (heads ≤ MAXH) of KV head kvh, read from sequence seq's float Q/K/V row (HF LLaMA's rotate-half; the
+// angle inv_freq[i]·position in float32, evaluated in double, cos and sin times rope_scaling: rope.cu's
+// arithmetic), and rounds them to T into sq ([heads][D], shared memory). A program whose tokens hold the
+// newest position (holder) also rotates the KV head's k row and puts it and the v row into kv ([2][D] of
+// T, shared memory) for patch_row, and with store set writes them into the caches at the sequence's slot
+// (nothing when the slot is negative: a padding row) for the steps after this one: nothing in this kernel
+// reads them back from there. Thread tid owns pair index i = tid mod D/2 of every head it touches, so it
+// computes one angle, and it issues all its loads before any arithmetic. Ends with a barrier: sq and kv
+// are then visible to every warp.
 template <typename T, int D, int THREADS, int MAXH>
-__device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool writer,
-                                             T *sq, int tid) {
+__device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool holder,
+                                             bool store, T *sq, T *kv, int tid) {
 	constexpr int HALF = D / 2;
 	static_assert(THREADS % HALF == 0 && THREADS >= D, "a thread owns one pair index; the v row fits the block");
 	constexpr int HSTEP = THREADS / HALF;              // heads rotated side by side
@@ -497,8 +497,8 @@ __device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int
 	}
 	long long slot = -1;
 	float ka = 0.f, kb = 0.f, vv = 0.f;
-	if (writer) {
-		slot = p.slots[seq];
+	if (holder) {
+		if (store) slot = p.slots[seq];
 		const float *kr = row + ((long long)p.num_heads + kvh) * D;
 		const float *vr = row + ((long long)p.num_heads + p.num_kv_heads + kvh) * D;
 		if (tid < HALF) {
@@ -518,28 +518,50 @@ __device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int
 			sq[g * D + i + HALF] = Elem<T>::from_float(qb[k] * cf + qa[k] * sf);
 		}
 	}
-	if (slot >= 0) {
-		const long long off = (slot * p.num_kv_heads + kvh) * D;
-		T *kd = reinterpret_cast<T *>(const_cast<void *>(p.k_cache)) + off;
-		T *vd = reinterpret_cast<T *>(const_cast<void *>(p.v_cache)) + off;
+	if (holder) {
+		const T klo = Elem<T>::from_float(ka * cf - kb * sf), khi = Elem<T>::from_float(kb * cf + ka * sf);
+		const T v = Elem<T>::from_float(vv);
 		if (tid < HALF) {
-			kd[i] = Elem<T>::from_float(ka * cf - kb * sf);
-			kd[i + HALF] = Elem<T>::from_float(kb * cf + ka * sf);
+			kv[i] = klo;
+			kv[i + HALF] = khi;
 		}
-		if (tid < D) vd[tid] = Elem<T>::from_float(vv);
-		__threadfence(); // the row before the copies that read it back (other threads, through L2)
+		if (tid < D) kv[D + tid] = v;
+		if (slot >= 0) {
+			const long long off = (slot * p.num_kv_heads + kvh) * D;
+			T *kd = reinterpret_cast<T *>(const_cast<void *>(p.k_cache)) + off;
+			T *vd = reinterpret_cast<T *>(const_cast<void *>(p.v_cache)) + off;
+			if (tid < HALF) {
+				kd[i] = klo;
+				kd[i + HALF] = khi;
+			}
+			if (tid < D) vd[tid] = v;
+		}
 	}
 	__syncthreads();
 }
 
+// patch_row writes the newest K and V row (kv, from rope_prepare) into row `row` of a landed tile's stage,
+// whose copies skipped it (DECODE_FLAG_ROPE: the copies end before the newest position); the caller
+// places barriers around it (after the tile landed, before it is read).
+template <typename L, typename T, int D, int THREADS>
+__device__ __forceinline__ void patch_row(uint8_t *stage, int row, const T *kv, int tid) {
+	static_assert(2 * L::ROW_CHUNKS <= THREADS, "one 16-byte chunk a thread");
+	if (tid < 2 * L::ROW_CHUNKS) {
+		const int which = tid / L::ROW_CHUNKS, c = tid % L::ROW_CHUNKS;
+		const uint4 v = reinterpret_cast<const uint4 *>(kv)[which * L::ROW_CHUNKS + c];
+		*reinterpret_cast<uint4 *>(stage + which * L::TILE_BYTES + (row * L::ROW_CHUNKS + L::swizzle(row, c)) * 16) = v;
+	}
+}
+
 // decode_prologue queues a program's first STAGES−1 tiles (block ids already in sids) around its PDL
-// wait and after_wait(). The tiles whose rows all precede the sequence's newest position (fresh: its K/V
-// row is written by the kernel before — the Q/K/V product's RoPE epilogue — or by after_wait itself —
-// rope_prepare) go first when DECODE_FLAG_EARLY_PROLOGUE or DECODE_FLAG_ROPE is set: with the early
-// prologue before the wait, so that their copies overlap the end of the kernel before, and in any case
-// before after_wait, so that they are in flight while it runs; the others after after_wait. Safe tiles
-// form a prefix, so the commit groups keep their order. Everything read before the wait is the step's
-// metadata (block tables, context lengths) or K/V written by earlier steps. Callers without the early
+// wait and after_wait(). The tiles whose rows all precede fresh (the sequence's newest position, whose K/V
+// row the kernel before may be writing: the Q/K/V product's RoPE epilogue) go first when
+// DECODE_FLAG_EARLY_PROLOGUE or DECODE_FLAG_ROPE is set: with the early prologue before the wait, so that
+// their copies overlap the end of the kernel before, and in any case before after_wait, so that they are
+// in flight while it runs; the others after after_wait. Safe tiles form a prefix, so the commit groups
+// keep their order. Everything read before the wait is the step's metadata (block tables, context
+// lengths) or K/V written by earlier steps. Under DECODE_FLAG_ROPE the callers' copies end before the
+// newest row (end is theirs, patch_row puts the row in) and fresh is no bound. Callers without the early
 // prologue have waited already (the wait here is then a no-op).
 template <typename L, int STAGES, int TILE, typename T, typename Hint, typename AfterWait>
 __device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *smem, int (*sids)[L::MAX_PAGES],
@@ -705,15 +727,21 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	__syncthreads();
 	// With DECODE_FLAG_ROPE the queries come rotated from rope_prepare through the last stage, which the
 	// prologue leaves free and the loop fills only after its first barrier.
+	// The program holding the newest row copies its tiles without it and patches it in from rope_kv, so
+	// no copy waits for the rotation.
 	T *rope_q = reinterpret_cast<T *>(smem + (STAGES - 1) * L::STAGE_BYTES);
 	static_assert(ROWS * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	__shared__ __align__(16) T rope_kv[2 * D];
 	const bool rope = p.flags & DECODE_FLAG_ROPE;
-	decode_prologue<L, STAGES, TILE>(p, smem, sids, kc, vc, start, end, p.context_lens[seq] - 1, ntiles, lbs,
+	const int newest = p.context_lens[seq] - 1;
+	const bool holds = rope && start <= newest && newest < end;
+	const int copy_end = rope ? min(end, newest) : end;
+	const int patch_tile = holds ? (newest - start) / TILE : -1;
+	decode_prologue<L, STAGES, TILE>(p, smem, sids, kc, vc, start, copy_end, rope ? INT_MAX : newest, ntiles, lbs,
 	                                 row_stride, kvh, tid, pf, [&] {
-		                                 if (!rope) return;
-		                                 const int pos = p.positions[seq];
-		                                 rope_prepare<T, D, THREADS, ROWS>(p, seq, kvh, 0, min(p.group, ROWS),
-		                                                                   start <= pos && pos < end, rope_q, tid);
+		                                 if (rope)
+			                                 rope_prepare<T, D, THREADS, ROWS>(p, seq, kvh, 0, min(p.group, ROWS), holds,
+			                                                                   true, rope_q, rope_kv, tid);
 	                                 });
 	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
 
@@ -750,9 +778,13 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			int jn = j + STAGES - 1;
 			if (jn < ntiles)
 				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc,
-				         start + jn * TILE, end, lbs, row_stride, kvh, tid, pf);
+				         start + jn * TILE, copy_end, lbs, row_stride, kvh, tid, pf);
 			cp_async_commit();
 			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
+		}
+		if (j == patch_tile) {
+			patch_row<L, T, D, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
+			__syncthreads();
 		}
 
 		const uint8_t *stage = smem + (j % STAGES) * L::STAGE_BYTES;
@@ -879,18 +911,22 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	for (int s = 0; s < DECODE_STAGES - 1; s++)
 		if (tid < L::MAX_PAGES) sids[s][tid] = first_ids[s];
 	__syncthreads();
-	// DECODE_FLAG_ROPE: rotated queries through the last stage (free until the loop's first barrier). Every
-	// head chunk's program of the partition holding the newest position writes its K/V row (the same
-	// bytes): each then reads back a row it wrote itself, whatever the others' timing.
+	// DECODE_FLAG_ROPE: rotated queries through the last stage (free until the loop's first barrier); every
+	// head chunk's program of the partition holding the newest row patches it in from rope_kv, the first
+	// one also stores it.
 	T *rope_q = reinterpret_cast<T *>(smem + (DECODE_STAGES - 1) * L::STAGE_BYTES);
 	static_assert(GC * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	__shared__ __align__(16) T rope_kv[2 * D];
 	const bool rope = p.flags & DECODE_FLAG_ROPE;
-	decode_prologue<L, DECODE_STAGES, TILE>(p, smem, sids, kc, vc, start, end, p.context_lens[seq] - 1, ntiles, lbs,
-	                                        row_stride, kvh, tid, pf, [&] {
-		                                        if (!rope) return;
-		                                        const int pos = p.positions[seq];
-		                                        rope_prepare<T, D, THREADS, GC>(p, seq, kvh, head0, heads,
-		                                                                        start <= pos && pos < end, rope_q, tid);
+	const int newest = p.context_lens[seq] - 1;
+	const bool holds = rope && start <= newest && newest < end;
+	const int copy_end = rope ? min(end, newest) : end;
+	const int patch_tile = holds ? (newest - start) / TILE : -1;
+	decode_prologue<L, DECODE_STAGES, TILE>(p, smem, sids, kc, vc, start, copy_end, rope ? INT_MAX : newest, ntiles,
+	                                        lbs, row_stride, kvh, tid, pf, [&] {
+		                                        if (rope)
+			                                        rope_prepare<T, D, THREADS, GC>(p, seq, kvh, head0, heads, holds,
+			                                                                        chunk == 0, rope_q, rope_kv, tid);
 	                                        });
 	int next_id = L::load_id(table, start + (DECODE_STAGES - 1) * TILE, end, lbs, tid);
 
@@ -924,9 +960,14 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 			int jn = j + DECODE_STAGES - 1;
 			if (jn < ntiles)
 				L::issue(smem + (jn % DECODE_STAGES) * L::STAGE_BYTES, sids[jn % DECODE_STAGES], kc, vc,
-				         start + jn * TILE, end, lbs, row_stride, kvh, tid, pf);
+				         start + jn * TILE, copy_end, lbs, row_stride, kvh, tid, pf);
 			cp_async_commit();
 			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
+		}
+		if (j == patch_tile) {
+			patch_row<L, T, D, THREADS>(smem + (j % DECODE_STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv,
+			                            tid);
+			__syncthreads();
 		}
 		const uint8_t *ks = smem + (j % DECODE_STAGES) * L::STAGE_BYTES, *vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * TOK;

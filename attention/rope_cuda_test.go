@@ -40,8 +40,9 @@ func ropeRotate(x []float32, invFreq []float32, pos int32, scaling float32) []fl
 }
 
 // newRoPECase builds the batch: random cache and Q/K/V rows; the host copy of the cache gets each
-// sequence's rotated newest key and its value (the padding sequence keeps its uploaded rows), the host
-// queries are the rotated ones rounded to the dtype, and the float64 reference is computed from them.
+// sequence's rotated newest key and its value (the padding sequence's too: the kernels attend to the new
+// row whether or not they store it; on the device its uploaded row must stay), the host queries are the
+// rotated ones rounded to the dtype, and the float64 reference is computed from them.
 func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim int, scaling float32) *ropeCase {
 	t.Helper()
 	const blockSize = 16
@@ -76,12 +77,10 @@ func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, 
 			copy(vRow[h*d:], row[(hq+kvHeads+h)*d:][:d])
 		}
 		at := int(slot) * kvHeads * d
-		if s == c.padding {
+		if s == c.padding { // attended to like the others' (the kernels patch it in), but not stored
 			c.slots[s] = -1
 			c.paddingKV[0] = codec.round(append([]float32(nil), kv.K[at:at+kvHeads*d]...))
 			c.paddingKV[1] = codec.round(append([]float32(nil), kv.V[at:at+kvHeads*d]...))
-			c.wantK, c.wantV = append(c.wantK, nil), append(c.wantV, nil)
-			continue
 		}
 		c.wantK = append(c.wantK, codec.round(kRow))
 		c.wantV = append(c.wantV, codec.round(vRow))
@@ -165,11 +164,11 @@ func (c *ropeCase) checkRows(t *testing.T, what string) {
 
 // TestCUDADecodeRoPE runs every kernel with CUDADecodeArgs.RoPE: the queries come unrotated from a float
 // Q/K/V buffer and every sequence's newest K/V row is NaN in the cache, so the kernels must rotate the
-// queries, rotate and store the newest key, store the value, and read both back in their last tile —
-// grouped (classic; the persistent kernel must give way), split-k in one and two merge levels and with
-// the reduce kernel, with and without programmatic dependent launch (the early prologue queues only the
-// tiles before the newest position). Checked against the float64 reference on the host-rotated data and
-// the CPU twin, the stored rows, and a padding row (slot −1) that must stay untouched.
+// queries, rotate the newest key, attend to it and the value without reading them from the cache (a read
+// would bring the NaN in), and store both — grouped (classic; the persistent kernel must give way),
+// split-k in one and two merge levels and with the reduce kernel, with and without programmatic dependent
+// launch (the early prologue). Checked against the float64 reference on the host-rotated data and the CPU
+// twin, the stored rows, and a padding row (slot −1) whose cache row must stay untouched.
 func TestCUDADecodeRoPE(t *testing.T) {
 	k := gpuKernels(t)
 	for _, codec := range codecs {

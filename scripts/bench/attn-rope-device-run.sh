@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Decode attention doing the step's RoPE and K/V write (attention.CUDARoPE), in one `run` call: the CUDA
 # tests of packages attention (TestCUDADecodeRoPE among them), model (GPU against CPU, HF goldens) and
-# engine, compute-sanitizer memcheck on the RoPE cases, then BenchmarkCUDADecode's default against
+# engine, compute-sanitizer memcheck and racecheck on RoPE cases, then BenchmarkCUDADecode's default against
 # no-attn-rope (the RoPE kernel between the Q/K/V product and attention), alternating ROUNDS times.
 # Here:  go test -c -tags cuda -ldflags="-s -w" -o gpu/rope/X.test ./X   (X = attention, model, engine)
 #        tar -C gpu -cf - rope/attention.test rope/model.test rope/engine.test | xz -T0 -6 > gpu/pack/rope.tar.xz
 # There (carry gpu/pack/rope.tar.xz):  [BATCHES="16|64"] [ROUNDS=2] bash scripts/bench/attn-rope-device-run.sh [tests] [memcheck] [decode]
-# Results under $OUT: attention-test.log, model-test.log, engine-test.log, memcheck.log, decode-rN.txt,
+# Results under $OUT: attention-test.log, model-test.log, engine-test.log, memcheck.log, racecheck.log, decode-rN.txt,
 # summary.txt.
 set -uo pipefail
 steps=${*:-tests memcheck decode}
@@ -33,6 +33,8 @@ if has memcheck; then
 		(cd attention && timeout 240 "$san" --tool memcheck --error-exitcode 9 "$root/gpu/rope/attention.test" -test.run "$pat" -test.v) >>"$out/memcheck.log" 2>&1
 		echo "memcheck $pat rc=$? passed=$(grep -c -- '--- PASS' "$out/memcheck.log") $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)" | tee -a "$out/summary.txt"
 	done
+	(cd attention && timeout 240 "$san" --tool racecheck --error-exitcode 9 "$root/gpu/rope/attention.test" -test.run 'TestCUDADecodeRoPE/bf16/d64/g8$' -test.v) >"$out/racecheck.log" 2>&1
+	echo "racecheck TestCUDADecodeRoPE/bf16/d64/g8 rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1)" | tee -a "$out/summary.txt"
 fi
 if has decode; then
 	OUT="$out" GOLLM_GPU_DIR=gpu/rope VARIANTS="default no-attn-rope" BATCHES="${BATCHES:-16|64}" ROUNDS="${ROUNDS:-2}" \
