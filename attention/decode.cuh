@@ -330,11 +330,13 @@ __device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm
 
 // merge_partials merges count partials of slots first, first+stride, … of program row (seq, kvh, heads
 // head0 … head0+heads-1) by log-sum-exp; it writes either the normalised output (final) or the merged
-// state into slot first. Reads bypass L1 (the partials were written by other SMs).
+// state into slot first. Reads bypass L1 (the partials were written by other SMs). scratch is 128 floats of
+// the program's dynamic shared memory, past its MergeSmem (not a static array: a kernel's static shared
+// memory counts against the SM's carve-out, see patch_row).
 template <typename T, int D, int THREADS>
 __device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, int kvh, int head0, int heads,
-                                               int first, int stride, int count, bool final, int tid) {
-	__shared__ float s_m[64], s_l[64];
+                                               int first, int stride, int count, bool final, float *scratch, int tid) {
+	float *s_m = scratch, *s_l = scratch + 64;
 	constexpr int Q = D / 4; // float4 chunks of a head's acc
 	const long long row0 = ((long long)seq * p.num_kv_heads + kvh) * p.num_partitions;
 	for (int idx = tid; idx < heads * Q; idx += THREADS) {
@@ -410,7 +412,7 @@ __device__ __forceinline__ bool arrive(unsigned *counter, int n, int tid) {
 // y is the program's row within its sequence, of ny rows (KV heads × head chunks).
 template <typename T, int D, int THREADS>
 __device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, int kvh, int y, int ny, int head0,
-                                              int heads, int part, int tid) {
+                                              int heads, int part, float *scratch, int tid) {
 	if (!(p.flags & DECODE_FLAG_FUSED_MERGE)) return;
 	const int ctx = p.context_lens[seq];
 	const int P = (ctx + p.partition_tokens - 1) / p.partition_tokens;
@@ -422,21 +424,21 @@ __device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, in
 		unsigned *cc = p.counters + (long long)p.batch * ny + row * p.merge_chunks + c;
 		if (!arrive(cc, in_chunk, tid)) return;
 		if (chunks == 1) {
-			merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, in_chunk, true, tid);
+			merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, in_chunk, true, scratch, tid);
 			return;
 		}
-		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, c * C, 1, in_chunk, false, tid);
+		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, c * C, 1, in_chunk, false, scratch, tid);
 	} else if (chunks == 1) { // a single partition: normalise it
 		// Its partial was stored by the block's other threads (merge_store maps threads to elements
 		// differently from merge_partials): without this barrier a thread could read another's element
 		// before it was written (a race compute-sanitizer exposed: stale or uninitialised partials).
 		__threadfence();
 		__syncthreads();
-		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, 1, true, tid);
+		merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, 1, 1, true, scratch, tid);
 		return;
 	}
 	if (!arrive(p.counters + row, chunks, tid)) return;
-	merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, C, chunks, true, tid);
+	merge_partials<T, D, THREADS>(p, seq, kvh, head0, heads, 0, C, chunks, true, scratch, tid);
 }
 
 // program_ids returns the (sequence, y, partition) of this program under the grid order of p.flags.
@@ -542,8 +544,11 @@ __device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int
 
 // patch_row writes the newest K and V row (kv, from rope_prepare) into row `row` of a landed tile's stage,
 // whose copies skipped it (DECODE_FLAG_ROPE: the copies end before the newest position); the caller
-// places barriers around it (after the tile landed, before it is read).
-template <typename L, typename T, int D, int THREADS>
+// places barriers around it (after the tile landed, before it is read). kv is a static shared array of the
+// kernel, so the kernels keep their other static arrays small: on the H100 512 more bytes of static shared
+// memory a block made the Llama-3-8B decode step 0.1 ms slower at batch 1 (two programs of 96 KiB an SM
+// no longer fit the 196 KB carve-out), hence merge_partials' scratch in dynamic shared memory.
+template <typename L, typename T, int THREADS>
 __device__ __forceinline__ void patch_row(uint8_t *stage, int row, const T *kv, int tid) {
 	static_assert(2 * L::ROW_CHUNKS <= THREADS, "one 16-byte chunk a thread");
 	if (tid < 2 * L::ROW_CHUNKS) {
@@ -750,16 +755,22 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	uint32_t qa[KSTEPS][4];
 	{
 		const int h0 = mtile * 16 + r0, h1 = h0 + 8;
-		const T *qg = rope ? rope_q
-		                   : reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D;
+		// Two copies of the loads, one from shared memory and one from global memory, so that each is
+		// compiled for its own space (a pointer to either would make them generic loads).
+		auto load = [&](const T *qg) {
 #pragma unroll
-		for (int kk = 0; kk < KSTEPS; kk++) {
-			int col = kk * 16 + c0;
-			qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
-			qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
-			qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
-			qa[kk][3] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col + 8) : 0u;
-		}
+			for (int kk = 0; kk < KSTEPS; kk++) {
+				int col = kk * 16 + c0;
+				qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
+				qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
+				qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
+				qa[kk][3] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col + 8) : 0u;
+			}
+		};
+		if (rope)
+			load(rope_q);
+		else
+			load(reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D);
 	}
 
 	float acc[NTILES][4];
@@ -783,7 +794,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
 		if (j == patch_tile) {
-			patch_row<L, T, D, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
+			patch_row<L, T, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
 			__syncthreads();
 		}
 
@@ -823,14 +834,15 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
 	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))
-		splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part, tid);
+		splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part,
+		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, ROWS, SLICES>)), tid);
 }
 
 template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4> constexpr int mma_smem_bytes() {
 	using S = MmaShape<D, MT, SLICES_>;
 	using L = TileLoader<T, D, S::TILE, S::THREADS>;
 	constexpr int pipe = STAGES * L::STAGE_BYTES;
-	constexpr int merge = (int)sizeof(MergeSmem<D, 16 * MT, S::SLICES>);
+	constexpr int merge = (int)sizeof(MergeSmem<D, 16 * MT, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;
 }
 
@@ -933,13 +945,17 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	// Queries, pre-multiplied by the scale (in log2 units), fp32.
 	float q[GC][V];
 	{
-		const T *qg = rope ? rope_q
-		                   : reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head0) * D;
+		auto load = [&](const T *qg) { // one copy for each memory space, as in the mma path
 #pragma unroll
-		for (int g = 0; g < GC; g++)
+			for (int g = 0; g < GC; g++)
 #pragma unroll
-			for (int v = 0; v < V; v++)
-				q[g][v] = g < heads ? Elem<T>::to_float(qg[(long long)g * D + lane * V + v]) * p.scale_log2 : 0.f;
+				for (int v = 0; v < V; v++)
+					q[g][v] = g < heads ? Elem<T>::to_float(qg[(long long)g * D + lane * V + v]) * p.scale_log2 : 0.f;
+		};
+		if (rope)
+			load(rope_q);
+		else
+			load(reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head0) * D);
 	}
 	float acc[GC][V], m[GC], l[GC];
 #pragma unroll
@@ -965,8 +981,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
 		if (j == patch_tile) {
-			patch_row<L, T, D, THREADS>(smem + (j % DECODE_STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv,
-			                            tid);
+			patch_row<L, T, THREADS>(smem + (j % DECODE_STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
 			__syncthreads();
 		}
 		const uint8_t *ks = smem + (j % DECODE_STAGES) * L::STAGE_BYTES, *vs = ks + L::TILE_BYTES;
@@ -1043,14 +1058,16 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	}
 	__syncthreads();
 	merge_store<T, D, GC, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, head0, heads, part, tid);
-	if (SPLIT) splitk_finish<T, D, THREADS>(p, seq, kvh, y, p.num_kv_heads * chunks, head0, heads, part, tid);
+	if (SPLIT)
+		splitk_finish<T, D, THREADS>(p, seq, kvh, y, p.num_kv_heads * chunks, head0, heads, part,
+		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, GC, SLICES>)), tid);
 }
 
 template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
 	using S = FmaShape<D, GC>;
 	using L = TileLoader<T, D, S::TILE, S::THREADS>;
 	constexpr int pipe = DECODE_STAGES * L::STAGE_BYTES;
-	constexpr int merge = (int)sizeof(MergeSmem<D, GC, S::SLICES>);
+	constexpr int merge = (int)sizeof(MergeSmem<D, GC, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;
 }
 
