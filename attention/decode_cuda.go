@@ -523,6 +523,23 @@ func (k *CUDAKernels) fewPrograms(p *decodeParams, grid cuda.Dim3) {
 	}
 }
 
+// FoldsRoPE reports whether a call like a should carry CUDADecodeArgs.RoPE: not when it may run the
+// persistent grouped kernel (contexts of at most persistMaxTokens and more (sequence, KV head) items than
+// program slots: a batch of 256 short sequences), which has no RoPE path, so that the call would fall back
+// to the classic grouped kernel and its per-item program starts. There a separate rotation kernel costs
+// less (Llama-3-8B throughput, 512 prompts of 128 + 128 tokens on the H100: 13,654 output tokens/s with
+// the fold against 13,985 without). a.HostContextLens are the lengths the call is planned with.
+func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
+	kern, err := k.pick("DecodeGrouped", a, PathAuto)
+	if err != nil {
+		return false
+	}
+	b := *a
+	b.RoPE = nil
+	pk, _ := k.persistent(kern, &b, k.Tuning)
+	return pk == nil
+}
+
 // persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
 // kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
 // resident programs, contexts of at most persistMaxTokens, no RoPE, and t allowing it.

@@ -254,3 +254,29 @@ func runRoPEVariants(t *testing.T, k *CUDAKernels, c *ropeCase) {
 		}
 	}
 }
+
+// TestCUDAFoldsRoPE checks which calls take the rotation: not those that may run the persistent grouped
+// kernel (short contexts, more items than program slots), which has no RoPE path; all others.
+func TestCUDAFoldsRoPE(t *testing.T) {
+	k := gpuKernels(t)
+	many := 4 * k.numSMs // sequences: with 2 KV heads, more items than any occupancy gives slots
+	for _, tc := range []struct {
+		name       string
+		batch, ctx int
+		want       bool
+	}{
+		{"many-short", many, 256, false},
+		{"many-long", many, 1024, true},
+		{"few-short", 4, 256, true},
+	} {
+		lens := make([]int32, tc.batch)
+		for i := range lens {
+			lens[i] = int32(tc.ctx)
+		}
+		a := &CUDADecodeArgs{HostContextLens: lens, MaxBlocks: tc.ctx / 16, NumHeads: 8, NumKVHeads: 2, HeadDim: 128,
+			BlockSize: 16, DType: cuda.BFloat16}
+		if got := k.FoldsRoPE(a); got != tc.want {
+			t.Errorf("%s: FoldsRoPE = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1027,24 +1027,39 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 
 // ropeInAttention reports whether decode attention does this step's rotary embedding and K/V write
 // (attention.CUDARoPE) instead of the RoPE kernel: a decode step on the decode kernels whose Q/K/V
-// product mm (RoPEWriteKV's fusion target, nil if none) did not fuse it. The RoPE op and the attention op
+// product mm (RoPEWriteKV's fusion target, nil if none) did not fuse it, and whose attention call will not
+// run the persistent grouped kernel (attention.CUDAKernels.FoldsRoPE). The RoPE op and the attention op
 // of a layer ask the same question at the same rows, so exactly one of the three does the work.
 func (b *cudaBackend) ropeInAttention(mm *matmulOp, rows int) bool {
-	return b.st.decode && b.decodeFits && !b.tune.NoAttnRoPE && !b.tune.NoFuse && !b.fused(mm, gemvRoPE, rows)
+	if !b.st.decode || !b.decodeFits || b.decode == nil || b.tune.NoAttnRoPE || b.tune.NoFuse || b.fused(mm, gemvRoPE, rows) {
+		return false
+	}
+	sh := &b.shape
+	return b.decode.FoldsRoPE(&attention.CUDADecodeArgs{HostContextLens: b.attnLens(rows), MaxBlocks: b.st.stride,
+		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize, DType: b.dtype})
+}
+
+// attnLens returns the context lengths decode attention is planned with at rows rows: every row at the
+// context cap in a graph step (decodeGraphed), the sequences' own otherwise.
+func (b *cudaBackend) attnLens(rows int) []int32 {
+	if !b.st.graphRun {
+		return b.st.s.ContextLens
+	}
+	for len(b.caps) < rows {
+		b.caps = append(b.caps, 0)
+	}
+	caps := b.caps[:rows]
+	for i := range caps {
+		caps[i] = int32(b.st.contextCap)
+	}
+	return caps
 }
 
 // decodeGraphed queues decode attention for a padded graph step: the plan is made for every sequence at
 // the context cap, so that it stays the same for every step the graph serves (split-k partitions past
 // a sequence's context do nothing).
 func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCap int) error {
-	for len(b.caps) < rows {
-		b.caps = append(b.caps, 0)
-	}
-	caps := b.caps[:rows]
-	for i := range caps {
-		caps[i] = int32(contextCap)
-	}
-	a.HostContextLens = caps
+	a.HostContextLens = b.attnLens(rows)
 	in, err := b.decode.PlanInput(a)
 	if err != nil {
 		return err
