@@ -76,9 +76,9 @@ type CUDADecodeArgs struct {
 	// 9.0 only (the waits are in the sm_90 code of the fat binary).
 	Dependent bool
 	// RoPE, when set, has the kernels do the step's rotary embedding and K/V cache write themselves: Q is
-	// then not read (the queries come unrotated from RoPE.QKV), and each sequence's newest K/V row is
-	// written by the kernel before it is read. Not with the persistent grouped kernel (the call runs the
-	// classic one instead).
+	// then not read (the queries come unrotated from RoPE.QKV), each sequence's newest K/V row is taken
+	// from RoPE.QKV (not read back from the cache) and stored into the caches for later steps. Not with
+	// the persistent grouped kernel (the call then runs the classic one; FoldsRoPE says when to ask).
 	RoPE *CUDARoPE
 }
 
