@@ -1002,7 +1002,7 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 					InvFreq: b.invFreq, AttentionScaling: sh.RopeAttentionScaling}
 			}
 			if st.graphRun {
-				return b.decodeGraphed(&a, rows, st.contextCap)
+				return b.decodeGraphed(&a, rows)
 			}
 			_, err := b.decode.Decode(b.stream, &a, b.splitWS, splitWorkspaceBytes)
 			if errors.Is(err, attention.ErrWorkspaceTooSmall) {
@@ -1058,7 +1058,7 @@ func (b *cudaBackend) attnLens(rows int) []int32 {
 // decodeGraphed queues decode attention for a padded graph step: the plan is made for every sequence at
 // the context cap, so that it stays the same for every step the graph serves (split-k partitions past
 // a sequence's context do nothing).
-func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCap int) error {
+func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows int) error {
 	a.HostContextLens = b.attnLens(rows)
 	in, err := b.decode.PlanInput(a)
 	if err != nil {
@@ -1067,7 +1067,7 @@ func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows, contextCa
 	plan := attention.GraphPlan(in)
 	switch t := b.tune.AttnPartition; {
 	case t > 0:
-		plan = attention.DecodePlan{Kernel: attention.SplitK, PartitionTokens: t, NumPartitions: (contextCap + t - 1) / t}
+		plan = attention.DecodePlan{Kernel: attention.SplitK, PartitionTokens: t, NumPartitions: (b.st.contextCap + t - 1) / t}
 	case t < 0:
 		plan = attention.DecodePlan{Kernel: attention.Grouped, NumPartitions: 1}
 	}
