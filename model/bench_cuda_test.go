@@ -308,6 +308,7 @@ var decodeVariants = []struct {
 	{"skip-rope", tweak(func(t *gemvTuning) { t.Skip = []string{"rope"} }), attention.CUDATuning{}},
 	{"no-attn-rope", tweak(func(t *gemvTuning) { t.NoAttnRoPE = true }), attention.CUDATuning{}},
 	{"skip-swiglu", tweak(func(t *gemvTuning) { t.Skip = []string{"swiglu"} }), attention.CUDATuning{}},
+	{"skip-argmax", tweak(func(t *gemvTuning) { t.Skip = []string{"argmax"} }), attention.CUDATuning{}},
 	{"matmul-only", tweak(func(t *gemvTuning) {
 		t.Skip = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}
 	}), attention.CUDATuning{}},
