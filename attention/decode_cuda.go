@@ -672,11 +672,16 @@ type KernelInfo struct {
 }
 
 // Describe returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") that a call would run on path,
-// with its resources.
+// with its resources: for DecodeGrouped the persistent grouped kernel where the call would run it.
 func (k *CUDAKernels) Describe(kind string, a *CUDADecodeArgs, path CUDAPath) (KernelInfo, error) {
 	kern, err := k.pick(kind, a, path)
 	if err != nil {
 		return KernelInfo{}, err
+	}
+	if kind == "DecodeGrouped" {
+		if pk, _ := k.persistent(kern, a, k.Tuning); pk != nil {
+			kern = pk
+		}
 	}
 	attr, err := kern.fn.Attributes()
 	if err != nil {

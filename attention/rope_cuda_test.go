@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -256,7 +257,8 @@ func runRoPEVariants(t *testing.T, k *CUDAKernels, c *ropeCase) {
 }
 
 // TestCUDAFoldsRoPE checks which calls take the rotation: not those that may run the persistent grouped
-// kernel (short contexts, more items than program slots), which has no RoPE path; all others.
+// kernel (short contexts, more items than program slots), which has no RoPE path; all others. Describe
+// names the persistent kernel for exactly the calls that may run it.
 func TestCUDAFoldsRoPE(t *testing.T) {
 	k := gpuKernels(t)
 	many := 4 * k.numSMs // sequences: with 2 KV heads, more items than any occupancy gives slots
@@ -277,6 +279,13 @@ func TestCUDAFoldsRoPE(t *testing.T) {
 			BlockSize: 16, DType: cuda.BFloat16}
 		if got := k.FoldsRoPE(a); got != tc.want {
 			t.Errorf("%s: FoldsRoPE = %v, want %v", tc.name, got, tc.want)
+		}
+		info, err := k.Describe("DecodeGrouped", a, PathAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if persistent := strings.Contains(info.Name, "Persistent"); persistent == tc.want {
+			t.Errorf("%s: Describe names %s", tc.name, info.Name)
 		}
 	}
 }
