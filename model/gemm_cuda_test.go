@@ -323,8 +323,8 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 // BenchmarkCUDAGemmWave asks whether the skinny GEMM is bound by the SMs it occupies or by the memory
 // system: plain products of 64 rows, k 4096, blocks of 4 warpgroups (256 rows) and k whole, with 44 … 264
 // blocks (a third of the H100's SMs … two waves). Bound by memory, the time grows with the blocks; bound
-// per SM, it stays level up to one block an SM. Reports µs, TB/s and GB/s per busy SM, for the whole
-// kernel and for its weight copies alone (flags 3: wrong results). On the H100 (docs/bench/gemm-h100.md,
+// per SM, it stays level up to one block an SM. Reports µs and TB/s, for the whole kernel and for its
+// weight copies alone (flags 3: wrong results). On the H100 (docs/bench/gemm-h100.md,
 // "Where the GEMM's stream stops"): bound by memory from 88 blocks on, at 2.6-2.8 TB/s.
 //
 //	go test -tags cuda -run XXX -bench CUDAGemmWave -benchtime 1x ./model
@@ -335,7 +335,6 @@ func BenchmarkCUDAGemmWave(bb *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(5, 9))
 	const k, m, reps = 4096, 64, 100
-	sms := b.dev.Info().NumSMs
 	for _, blocks := range []int{44, 88, 112, 132, 150, 264} {
 		n := 256 * blocks
 		ws, bytes := rotatingWeights(bb, b, n, k, rng)
@@ -357,9 +356,6 @@ func BenchmarkCUDAGemmWave(bb *testing.B) {
 				}
 				bb.ReportMetric(us, "us")
 				bb.ReportMetric(float64(bytes)/us/1e6, "TB/s")
-				// Bytes a busy SM streams a µs: its blocks' share over the waves.
-				waves := (blocks + sms - 1) / sms
-				bb.ReportMetric(float64(bytes)/float64(blocks)*float64(waves)/us/1e3, "GB/s/SM")
 			})
 		}
 	}
