@@ -66,24 +66,24 @@ func CheckLlamaTensors(c *Config, s *TensorSet) error {
 			continue
 		}
 		if !slices.Equal(ref.entry.Shape, shape) {
-			problems = append(problems, fmt.Errorf("tensor %q: shape %v, want %v: %w", name, ref.entry.Shape, shape, ErrShapeMismatch))
+			problems = append(problems, fmt.Errorf("tensor %q in %s: shape %v, want %v: %w", name, ref.fileName(), ref.entry.Shape, shape, ErrShapeMismatch))
 		}
 		if !ref.entry.DType.Valid() {
-			problems = append(problems, fmt.Errorf("tensor %q: dtype %s: %w", name, ref.entry.DTypeName, ErrUnsupported))
+			problems = append(problems, fmt.Errorf("tensor %q in %s: dtype %s: %w", name, ref.fileName(), ref.entry.DTypeName, ErrUnsupported))
 		}
 	}
 	for _, name := range s.names {
 		if _, ok := want[name]; ok || harmlessTensor.MatchString(name) {
 			continue
 		}
+		ref := s.tensors[name]
 		if name == "lm_head.weight" && c.TieWordEmbeddings {
-			e := s.tensors[name].entry
-			if !slices.Equal(e.Shape, []int{c.VocabSize, c.HiddenSize}) {
-				problems = append(problems, fmt.Errorf("tensor %q: shape %v, want %v: %w", name, e.Shape, []int{c.VocabSize, c.HiddenSize}, ErrShapeMismatch))
+			if want := []int{c.VocabSize, c.HiddenSize}; !slices.Equal(ref.entry.Shape, want) {
+				problems = append(problems, fmt.Errorf("tensor %q in %s: shape %v, want %v: %w", name, ref.fileName(), ref.entry.Shape, want, ErrShapeMismatch))
 			}
 			continue
 		}
-		problems = append(problems, fmt.Errorf("tensor %q: %w", name, ErrUnexpectedTensor))
+		problems = append(problems, fmt.Errorf("tensor %q in %s: %w", name, ref.fileName(), ErrUnexpectedTensor))
 	}
 	if len(problems) == 0 {
 		return nil

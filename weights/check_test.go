@@ -140,13 +140,13 @@ func TestCheckLlamaTensors(t *testing.T) {
 		}, is: []error{ErrTensorNotFound}, want: []string{`"model.layers.1.mlp.up_proj.weight"`, `"model.norm.weight"`}},
 		{name: "k_proj sized for MHA", dims: base,
 			edit: func(ts []*Tensor) []*Tensor { return replace(ts, "model.layers.0.self_attn.k_proj.weight", 8, 8) },
-			is:   []error{ErrShapeMismatch}, want: []string{`"model.layers.0.self_attn.k_proj.weight"`, "[8 8]", "[4 8]"}},
+			is:   []error{ErrShapeMismatch}, want: []string{`"model.layers.0.self_attn.k_proj.weight" in ` + SafetensorsFile, "[8 8]", "[4 8]"}},
 		{name: "transposed down_proj", dims: base,
 			edit: func(ts []*Tensor) []*Tensor { return replace(ts, "model.layers.1.mlp.down_proj.weight", 12, 8) },
 			is:   []error{ErrShapeMismatch}, want: []string{`"model.layers.1.mlp.down_proj.weight"`}},
 		{name: "biases and extra layers", dims: base, edit: func(ts []*Tensor) []*Tensor {
 			return extra(extra(ts, "model.layers.0.self_attn.q_proj.bias", 8), "model.layers.2.input_layernorm.weight", 8)
-		}, is: []error{ErrUnexpectedTensor}, want: []string{`"model.layers.0.self_attn.q_proj.bias"`, `"model.layers.2.input_layernorm.weight"`}},
+		}, is: []error{ErrUnexpectedTensor}, want: []string{`"model.layers.0.self_attn.q_proj.bias" in ` + SafetensorsFile, `"model.layers.2.input_layernorm.weight"`}},
 		{name: "every problem at once", dims: base, edit: func(ts []*Tensor) []*Tensor {
 			return extra(replace(drop(ts, "model.embed_tokens.weight"), "model.norm.weight", 9), "junk", 1)
 		}, is: []error{ErrTensorNotFound, ErrShapeMismatch, ErrUnexpectedTensor},

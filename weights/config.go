@@ -3,7 +3,9 @@ package weights
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -289,6 +291,9 @@ func parseTorchDType(name string) (DType, error) {
 	return DTypeInvalid, fmt.Errorf("dtype %q (supported: float32, float16, bfloat16): %w", name, ErrUnsupported)
 }
 
+// supportedRopeTypes are the rope types gollm implements.
+var supportedRopeTypes = map[string]bool{"default": true, "linear": true, "llama3": true}
+
 // Keys a rope_scaling or rope_parameters object may hold for the types gollm supports.
 var knownRopeKeys = map[string]bool{
 	"rope_type": true, "type": true, "rope_theta": true, "factor": true, "low_freq_factor": true,
@@ -365,14 +370,6 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 		return rs, 0, false, invalid(field, "want an object: %v", err)
 	}
 	wrap := func(err error) error { return fmt.Errorf("%w: in %s: %w", ErrInvalid, field, err) }
-	for key := range obj {
-		if !knownRopeKeys[key] {
-			return rs, 0, false, unsupported(field+"."+key, "unknown key")
-		}
-	}
-	if err := checkPartialRotary(obj, "partial_rotary_factor"); err != nil {
-		return rs, 0, false, fmt.Errorf("in %s: %w", field, err)
-	}
 	typ, hasType, err := obj.string("rope_type")
 	if err != nil {
 		return rs, 0, false, wrap(err)
@@ -384,6 +381,19 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 	}
 	if !hasType {
 		return rs, 0, false, invalid(field+".rope_type", "missing")
+	}
+	// The type first, so that an unsupported one (yarn, longrope, dynamic, …) is named as such rather
+	// than by one of its own keys; then the keys, in order, so that the message does not vary.
+	if !supportedRopeTypes[typ] {
+		return rs, 0, false, unsupported(field+".rope_type", "%q (supported: default, linear, llama3)", typ)
+	}
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
+		if !knownRopeKeys[key] {
+			return rs, 0, false, unsupported(field+"."+key, "unknown key")
+		}
+	}
+	if err := checkPartialRotary(obj, "partial_rotary_factor"); err != nil {
+		return rs, 0, false, fmt.Errorf("in %s: %w", field, err)
 	}
 	if theta, hasTheta, err = obj.float("rope_theta"); err != nil {
 		return rs, 0, false, wrap(err)

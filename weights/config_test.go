@@ -180,6 +180,13 @@ func TestParseConfigVariants(t *testing.T) {
 		{name: "model_type disagrees", patch: patch{"model_type": "mistral"}, wantErr: []string{"model_type"}, is: ErrInvalid},
 		{name: "no architecture at all", patch: patch{"architectures": nil, "model_type": nil}, wantErr: []string{"architectures"}, is: ErrInvalid},
 		{name: "yarn rope", patch: patch{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4.0}}, wantErr: []string{"rope_scaling.rope_type", "yarn"}, is: ErrUnsupported},
+		// Named by their type, whatever other keys they carry (Yarn-Llama-2's and Phi-3's objects):
+		// unknown keys are looked at only for a supported type.
+		{name: "yarn rope with its keys", patch: patch{"rope_scaling": map[string]any{"type": "yarn", "factor": 16.0,
+			"original_max_position_embeddings": 4096, "finetuned": true, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+			"mscale_all_dim": 0.0}}, wantErr: []string{"rope_scaling.rope_type", "yarn"}, is: ErrUnsupported},
+		{name: "longrope with its keys", patch: patch{"rope_scaling": map[string]any{"type": "longrope",
+			"short_factor": []float64{1, 1}, "long_factor": []float64{2, 2}}}, wantErr: []string{"rope_scaling.rope_type", "longrope"}, is: ErrUnsupported},
 		{name: "dynamic rope old spelling", patch: patch{"rope_scaling": map[string]any{"type": "dynamic", "factor": 2.0}}, wantErr: []string{"rope_scaling.rope_type", "dynamic"}, is: ErrUnsupported},
 		{name: "rope_parameters unknown type", patch: patch{"rope_parameters": map[string]any{"rope_type": "longrope", "rope_theta": 1e4}}, wantErr: []string{"rope_parameters.rope_type", "longrope"}, is: ErrUnsupported},
 		{name: "rope type missing", patch: patch{"rope_scaling": map[string]any{"factor": 2.0}}, wantErr: []string{"rope_scaling.rope_type", "missing"}, is: ErrInvalid},

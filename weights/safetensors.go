@@ -69,6 +69,9 @@ type tensorRef struct {
 	entry headerEntry
 }
 
+// fileName is the base name of the file holding the tensor (its shard), for error messages.
+func (r tensorRef) fileName() string { return filepath.Base(r.file.path) }
+
 // TensorSet is the tensors of a checkpoint, memory-mapped from one or more safetensors files. It is
 // safe for concurrent reads; Close unmaps every file and invalidates the Data of every Tensor it
 // returned.
@@ -154,13 +157,13 @@ func OpenSafetensorsIndex(indexPath string) (*TensorSet, error) {
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Errorf("tensor %q listed in shard %s: %w", name, shard, ErrTensorNotFound))
-		case filepath.Base(ref.file.path) != shard:
-			problems = append(problems, fmt.Errorf("%w: tensor %q is listed in shard %s but stored in %s", ErrInvalid, name, shard, filepath.Base(ref.file.path)))
+		case ref.fileName() != shard:
+			problems = append(problems, fmt.Errorf("%w: tensor %q is listed in shard %s but stored in %s", ErrInvalid, name, shard, ref.fileName()))
 		}
 	}
 	for _, name := range s.names {
 		if _, ok := index.WeightMap[name]; !ok {
-			problems = append(problems, fmt.Errorf("tensor %q in %s is not in the weight_map: %w", name, filepath.Base(s.tensors[name].file.path), ErrUnexpectedTensor))
+			problems = append(problems, fmt.Errorf("tensor %q in %s is not in the weight_map: %w", name, s.tensors[name].fileName(), ErrUnexpectedTensor))
 		}
 	}
 	if len(problems) > 0 {

@@ -104,8 +104,11 @@ func Parse(data []byte) (*Tokenizer, error) {
 		}
 		maxID = max(maxID, *a.ID)
 	}
-	if int64(maxID) >= math.MaxInt32 || int(maxID) >= 64<<20 {
-		return nil, fmt.Errorf("%w: token id %d is too large", ErrMalformed, maxID)
+	// The id tables below are dense (maxID+1 entries), so an id far past the tokens the file lists
+	// would make a few bytes of JSON allocate gigabytes: real vocabularies number their tokens densely.
+	if listed := len(vocab) + len(f.AddedTokens); int64(maxID) >= math.MaxInt32 || int(maxID) >= 64<<20 ||
+		int(maxID) >= 4*listed+4096 {
+		return nil, fmt.Errorf("%w: token id %d is too large for the %d tokens listed", ErrMalformed, maxID, listed)
 	}
 	n := int(maxID) + 1
 	t.idToToken = make([]string, n)

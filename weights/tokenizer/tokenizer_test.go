@@ -74,6 +74,8 @@ func TestParseErrors(t *testing.T) {
 		{"unk missing", `{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}}`, ErrMalformed},
 		{"negative id", `{"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}}`, ErrMalformed},
 		{"huge id", `{"model": {"type": "BPE", "vocab": {"a": 2000000000}, "merges": []}}`, ErrMalformed},
+		{"sparse id", `{"model": {"type": "BPE", "vocab": {"a": 67108862}, "merges": []}}`, ErrMalformed},
+		{"sparse added id", `{"added_tokens": [{"id": 9999999, "content": "x"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}`, ErrMalformed},
 		{"added token without id", `{"added_tokens": [{"content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}}`, ErrMalformed},
 		{"unknown normalizer", `{"normalizer": {"type": "BertNormalizer"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`, ErrUnsupported},
 		{"unknown pre-tokenizer", `{"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`, ErrUnsupported},
