@@ -401,6 +401,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	select {
+	case <-e.done: // stopped already: nothing to abort, whatever ctx says
+		return nil
+	default:
+	}
+	select {
 	case <-e.done:
 		return nil
 	case <-ctx.Done():

@@ -314,6 +314,22 @@ func TestAddErrors(t *testing.T) {
 	}
 }
 
+// Close of an engine that has stopped returns nil even with an ended context: there is nothing left
+// to abort (a select between the two would pick the context's error about half of the time).
+func TestCloseAfterStopIgnoresContext(t *testing.T) {
+	e := newEngine(t, newCountingModel(64, 1000, 4, 16), Config{})
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 100 {
+		if err := e.Close(expired); err != nil {
+			t.Fatalf("Close %d of a stopped engine: %v", i, err)
+		}
+	}
+}
+
 // Close waits for in-flight requests; when its context ends first, it aborts them.
 func TestCloseDrainsOrAborts(t *testing.T) {
 	t.Run("drain", func(t *testing.T) {

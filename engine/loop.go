@@ -219,7 +219,7 @@ func (e *Engine) runStep() {
 		if !ok {
 			sampled, err := e.forwardOnHost(b, st)
 			if err != nil {
-				e.failSteps(err, b)
+				e.failStep(err, b)
 				return
 			}
 			e.apply(b, sampled)
@@ -227,7 +227,7 @@ func (e *Engine) runStep() {
 		}
 		pick, err := pm.Start(st, params)
 		if err != nil {
-			e.failSteps(err, b)
+			e.failStep(err, b)
 			return
 		}
 		cur = &inflight{b, pick}
@@ -240,14 +240,11 @@ func (e *Engine) runStep() {
 		err = fmt.Errorf("forward returned %d tokens for %d", len(ids), cur.b.NumLogits)
 	}
 	if err != nil {
-		next := e.ahead
-		e.ahead = nil
-		if next != nil {
+		if next := e.ahead; next != nil {
+			e.ahead = nil
 			_, _ = next.pick.Wait() // fed from the failed step: its tokens mean nothing
-			e.failSteps(err, cur.b, next.b)
-		} else {
-			e.failSteps(err, cur.b)
 		}
+		e.failStep(err, cur.b) // undoes the step queued after it too
 		return
 	}
 	e.apply(cur.b, ids)
@@ -323,22 +320,21 @@ func (e *Engine) settleAhead() {
 	}
 }
 
-// failSteps handles a failed forward pass (a bug or a dead device): the batches are dropped and their
-// sequences fail; the engine keeps serving.
-func (e *Engine) failSteps(err error, bs ...*scheduler.Batch) {
-	b := bs[0]
+// failStep handles a failed forward pass (a bug or a dead device): the batch is dropped and its
+// sequences fail; the engine keeps serving. A batch planned after it (pipelined) is undone by the
+// scheduler's Discard: its decodes are of sequences in b, and its other chunks (requests admitted or
+// prompts continued in it) go back to the scheduler unharmed, to run in a later step.
+func (e *Engine) failStep(err error, b *scheduler.Batch) {
 	e.log.Error("forward pass failed", "err", err, "tokens", b.NumTokens, "sequences", len(b.Chunks))
-	if derr := e.sched.Discard(b); derr != nil { // drops the later batches too
+	if derr := e.sched.Discard(b); derr != nil { // drops the later batch too
 		panic(fmt.Sprintf("engine: %v", derr))
 	}
-	for _, b := range bs {
-		for _, c := range b.Chunks {
-			if r := e.live[c.Seq.ID()]; r != nil {
-				if ferr := e.sched.Finish(r.seq, scheduler.FinishError); ferr != nil {
-					panic(fmt.Sprintf("engine: %v", ferr))
-				}
-				e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
+	for _, c := range b.Chunks {
+		if r := e.live[c.Seq.ID()]; r != nil {
+			if ferr := e.sched.Finish(r.seq, scheduler.FinishError); ferr != nil {
+				panic(fmt.Sprintf("engine: %v", ferr))
 			}
+			e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
 		}
 	}
 }

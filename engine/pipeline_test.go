@@ -510,6 +510,62 @@ func TestPipelinedStepFails(t *testing.T) {
 	}
 }
 
+// A request admitted into the pipelined step queued after a step that fails never ran in the failed
+// step: the scheduler's Discard puts it back in the waiting queue, and it is served in full while the
+// request of the failed step fails.
+func TestPipelinedStepFailsSparesNextAdmission(t *testing.T) {
+	const vocab = 128
+	m := newPickingModel(vocab, 4, 64)
+	e := newEngine(t, m, Config{})
+	deadDevice := errors.New("device lost")
+	blocked, release := make(chan struct{}), make(chan struct{})
+	held, failed := false, false
+	m.setOnWait(func(w pickWait) error {
+		// Hold A's decode (inputs 10..20) with its successor queued until C is in the intake, then fail
+		// the first step that has C's prompt (100, 101) in the step queued after it but not in itself.
+		if _, ok := w.step.hasInput(10, 20); ok && w.nextPipelined && !held {
+			held = true
+			close(blocked)
+			<-release
+			return nil
+		}
+		if held && !failed && w.nextPipelined {
+			m.mu.Lock()
+			next := m.steps[w.n]
+			m.mu.Unlock()
+			_, cInNext := next.hasInput(100, 101)
+			_, cInThis := w.step.hasInput(100, 127)
+			if cInNext && !cInThis {
+				failed = true
+				return deadDevice
+			}
+		}
+		return nil
+	})
+	sa, err := e.Add(context.Background(), Request{ID: "A", PromptIDs: chain(1, 3, vocab), MaxTokens: 40, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	sc, err := e.Add(context.Background(), Request{ID: "C", PromptIDs: chain(100, 2, vocab), MaxTokens: 5, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	a, c := collect(t, sa), collect(t, sc)
+	if !failed {
+		t.Fatal("no step failed: the test does not test what it claims")
+	}
+	if a.reason != FinishError || !errors.Is(a.err, deadDevice) {
+		t.Errorf("A: %s (%v), want the step's error", a.reason, a.err)
+	}
+	checkChain(t, "C", c, chain(100, 2, vocab), vocab, 5, FinishLength)
+	closeAndCheckPool(t, e)
+	if err := m.check(); err != nil {
+		t.Error(err)
+	}
+}
+
 // Close whose context has ended while a step is in flight and the next one queued aborts every
 // request (after the token of the step in flight), returns the context's error, leaves no step on the
 // model unread and no block held.
