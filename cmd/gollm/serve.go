@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on (0 picks a free one)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: $GOLLM_API_KEY; none if unset)")
 	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (default: the model folder's name)")
-	fs.IntVar(&o.maxQueue, "max-queue", server.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (-1: no limit)")
+	fs.IntVar(&o.maxQueue, "max-queue", server.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (at least 1; -1: no limit)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
 	fs.IntVar(&o.maxN, "max-n", server.DefaultMaxN, "largest n (choices per request) accepted")
@@ -82,6 +82,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if o.port < 0 || o.port > 65535 {
 		fmt.Fprintf(stderr, "gollm serve: --port %d out of range\n", o.port)
+		return 2
+	}
+	if o.maxQueue == 0 || o.maxQueue < -1 { // server.Config reads 0 as its default, not as no queue
+		fmt.Fprintf(stderr, "gollm serve: --max-queue %d: want at least 1, or -1 for no limit\n", o.maxQueue)
 		return 2
 	}
 	if !fs.Changed("api-key") {

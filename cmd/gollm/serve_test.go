@@ -44,6 +44,7 @@ func TestServeFlags(t *testing.T) {
 		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},
 		{"stray argument", []string{"extra"}, 2, "unexpected argument"},
 		{"bad port", []string{"--port", "70000"}, 2, "out of range"},
+		{"no queue", []string{"--max-queue", "0"}, 2, "--max-queue 0"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
 	}
 	for _, tc := range tests {

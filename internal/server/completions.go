@@ -262,7 +262,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	head := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
 
 	if !req.Stream {
-		outs, aerr := ru.collectAll(ctx, len(jobs))
+		outs, aerr := ru.collectAll(r.Context(), len(jobs))
 		if aerr != nil || outs == nil {
 			if aerr != nil {
 				s.fail(w, aerr)
@@ -425,7 +425,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	promptLens := []int{len(promptIDs)}
 
 	if !req.Stream {
-		outs, aerr := ru.collectAll(ctx, n)
+		outs, aerr := ru.collectAll(r.Context(), n)
 		if aerr != nil || outs == nil {
 			if aerr != nil {
 				s.fail(w, aerr)

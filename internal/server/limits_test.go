@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -360,6 +361,30 @@ func TestNoFilesystemAccess(t *testing.T) {
 		}
 		if checked == 0 {
 			t.Errorf("no source files in %s", dir)
+		}
+	}
+}
+
+// TestCheckContext: a prompt must leave room in the context and max_tokens must fit after it, however
+// large (a max_tokens near the int range once wrapped the sum and passed).
+func TestCheckContext(t *testing.T) {
+	srv, err := New(&fakeEngine{maxLen: 64}, byteTokenizer{}, Config{ModelName: "m", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prompt, maxTokens int
+		ok                bool
+	}{
+		{5, 0, true}, {5, 59, true}, {63, 1, true},
+		{64, 0, false}, {5, 60, false}, {5, 1000, false}, {5, math.MaxInt, false}, {5, math.MaxInt - 4, false},
+	} {
+		aerr := srv.checkContext(tc.prompt, tc.maxTokens, "prompt")
+		if (aerr == nil) != tc.ok {
+			t.Errorf("checkContext(prompt %d, max_tokens %d) with a 64-token context: %v, want ok %v", tc.prompt, tc.maxTokens, aerr, tc.ok)
+		}
+		if aerr != nil && (aerr.status != 400 || !strings.Contains(aerr.Message, "maximum context length") || strings.Contains(aerr.Message, "-")) {
+			t.Errorf("checkContext(prompt %d, max_tokens %d): %+v", tc.prompt, tc.maxTokens, aerr)
 		}
 	}
 }

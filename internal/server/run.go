@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -55,9 +56,13 @@ func (s *Server) checkContext(promptLen, maxTokens int, param string) *apiError 
 	if promptLen >= limit {
 		return badRequest(param, "This model's maximum context length is %d tokens. However, your prompt has %d tokens, which leaves no room to generate.", limit, promptLen)
 	}
-	if maxTokens > 0 && promptLen+maxTokens > limit {
+	if maxTokens > 0 && maxTokens > limit-promptLen { // not promptLen+maxTokens: a huge max_tokens would wrap
+		total := promptLen + maxTokens
+		if total < 0 {
+			total = math.MaxInt
+		}
 		return badRequest(param, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
-			limit, promptLen+maxTokens, promptLen, maxTokens)
+			limit, total, promptLen, maxTokens)
 	}
 	return nil
 }
@@ -127,6 +132,9 @@ func (s *Server) engineError(err error) *apiError {
 		s.engineDown.Store(true)
 		return shuttingDown()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		if s.abortCtx.Err() != nil { // the shutdown's deadline, not the client: someone is there to answer
+			return shuttingDown()
+		}
 		return &apiError{status: 499, Message: "client closed the request", Type: "invalid_request_error"}
 	}
 	return internalError("engine: %v", err)
@@ -287,8 +295,9 @@ func failure(ev event) *apiError {
 }
 
 // collectAll reads every event into per-choice outcomes (non-streaming responses). It returns
-// nil outcomes when the client went away.
-func (ru *run) collectAll(ctx context.Context, choices int) ([]outcome, *apiError) {
+// nil outcomes when the client went away (client is the request's own context: when the server aborts
+// the run at the end of a shutdown, the outcomes come back, finished with "abort").
+func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiError) {
 	out := make([]outcome, choices)
 	var firstErr *apiError
 	for {
@@ -310,7 +319,7 @@ func (ru *run) collectAll(ctx context.Context, choices int) ([]outcome, *apiErro
 			o.reason, o.usage = ev.out.FinishReason, ev.out.Usage
 		}
 	}
-	if ctx.Err() != nil {
+	if client.Err() != nil {
 		return nil, nil
 	}
 	if firstErr != nil {

@@ -467,26 +467,48 @@ func TestClientDisconnectAborts(t *testing.T) {
 }
 
 // TestServeShutdown runs Serve on a real listener: cancelling its context refuses new work,
-// aborts what does not finish within the drain time, and returns nil.
+// aborts what does not finish within the drain time, and returns nil. The aborted requests are
+// answered, streamed or not: a stream ends with finish_reason "abort" and [DONE], a plain response is
+// a 200 with the choice finished "abort" (not an empty body, which OpenAI's clients cannot parse).
 func TestServeShutdown(t *testing.T) {
-	_, srv, ln, cancel, served := serveBlocked(t, 200*time.Millisecond)
-	url := "http://" + ln.Addr().String()
-	result := make(chan []byte, 1)
-	go func() {
-		_, _, body := call(t, "POST", url+"/v1/completions", "", `{"prompt":"a","max_tokens":4,"stream":true}`)
-		result <- body
-	}()
-	waitFor(t, func() bool { return srv.admitted.Load() == 1 })
-	cancel()
-	if err := <-served; err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
-	body := <-result
-	if !strings.Contains(string(body), `"finish_reason":"abort"`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
-		t.Errorf("in-flight stream after the drain deadline: %s", body)
-	}
-	if _, err := http.Get(url + "/health"); err == nil {
-		t.Errorf("the listener still accepts after shutdown")
+	for _, tc := range []struct {
+		name, path, body string
+		check            func(status int, body string) bool
+	}{
+		{"stream", "/v1/completions", `{"prompt":"a","max_tokens":4,"stream":true}`, func(status int, body string) bool {
+			return status == 200 && strings.Contains(body, `"finish_reason":"abort"`) && strings.HasSuffix(body, "data: [DONE]\n\n")
+		}},
+		{"completion", "/v1/completions", `{"prompt":"a","max_tokens":4}`, func(status int, body string) bool {
+			return status == 200 && strings.Contains(body, `"object":"text_completion"`) && strings.Contains(body, `"finish_reason":"abort"`)
+		}},
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_tokens":4}`, func(status int, body string) bool {
+			return status == 200 && strings.Contains(body, `"object":"chat.completion"`) && strings.Contains(body, `"finish_reason":"abort"`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, srv, ln, cancel, served := serveBlocked(t, 200*time.Millisecond)
+			url := "http://" + ln.Addr().String()
+			type answer struct {
+				status int
+				body   []byte
+			}
+			result := make(chan answer, 1)
+			go func() {
+				status, _, body := call(t, "POST", url+tc.path, "", tc.body)
+				result <- answer{status, body}
+			}()
+			waitFor(t, func() bool { return srv.admitted.Load() == 1 })
+			cancel()
+			if err := <-served; err != nil {
+				t.Fatalf("Serve: %v", err)
+			}
+			if a := <-result; !tc.check(a.status, string(a.body)) {
+				t.Errorf("in-flight request after the drain deadline: %d %q", a.status, a.body)
+			}
+			if _, err := http.Get(url + "/health"); err == nil {
+				t.Errorf("the listener still accepts after shutdown")
+			}
+		})
 	}
 }
 
