@@ -532,7 +532,11 @@ func (e *Engine) postprocess(r *request) {
 	r.sampler.accept(tok)
 	out := Output{TokenIDs: []int32{tok}}
 	if r.req.Logprobs {
-		out.Logprobs = []Logprobs{r.logprobs}
+		lp := r.logprobs
+		for i := range lp.Top { // before tok joins the detokenizer: the alternatives' context
+			lp.Top[i].Text = r.detok.peek(lp.Top[i].ID)
+		}
+		out.Logprobs = []Logprobs{lp}
 	}
 
 	var reason FinishReason
@@ -547,11 +551,16 @@ func (e *Engine) postprocess(r *request) {
 	// start in text already streamed, since holdBack kept every such beginning.
 	from := len(r.held)
 	// An EOS or stop token ends the text without adding its own.
+	var piece string
 	if !(reason == FinishStop && slices.Contains(r.stopIDs, tok)) {
-		r.held += r.detok.next(tok)
+		piece = r.detok.next(tok)
 	}
 	if reason != "" {
-		r.held += r.detok.flush()
+		piece += r.detok.flush()
+	}
+	r.held += piece
+	if r.req.Logprobs {
+		out.Logprobs[0].Text = piece
 	}
 	if seq.NumOutputTokens() >= r.req.MinTokens {
 		if pos, stop, ok := r.stops.find(r.held, from); ok {

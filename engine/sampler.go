@@ -73,6 +73,12 @@ func (p SamplingParams) validate() error {
 type TokenLogprob struct {
 	ID      int32   // the token
 	Logprob float32 // its natural-log probability, <= 0
+	// Text is the token's text in its context, as vLLM's decoded tokens: for the chosen token what it
+	// added to the output's text (empty when it only began a character that a later token completes,
+	// which then carries the whole character; empty for an EOS or stop token), so that the chosen
+	// tokens' texts spell the output; for an alternative the text it would have added after the same
+	// tokens (an incomplete character shows as U+FFFD).
+	Text string
 }
 
 // Logprobs describes one sampled token: its own log-probability and, when asked, the most likely

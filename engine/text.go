@@ -44,6 +44,14 @@ func (d *detokenizer) next(id int32) string {
 	return d.emit(false)
 }
 
+// peek returns the text id would add after the tokens so far (next's text, without holding back an
+// incomplete character), leaving the detokenizer as it is.
+func (d *detokenizer) peek(id int32) string {
+	before := d.tok.Decode(d.ids[d.prefix:d.read], d.skipSpecial)
+	after := d.tok.Decode(append(d.ids[d.prefix:len(d.ids):len(d.ids)], id), d.skipSpecial)
+	return after[commonPrefix(before, after):]
+}
+
 // flush returns whatever text is still held back (an incomplete character at the end of the output).
 func (d *detokenizer) flush() string { return d.emit(true) }
 

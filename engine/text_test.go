@@ -2,11 +2,15 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gollm/gollm/weights/tokenizer"
 )
 
 func ids(s string) []int32 {
@@ -161,6 +165,61 @@ func TestLogprobsThroughEngine(t *testing.T) {
 	closeAndCheckPool(t, e)
 }
 
+// TestLogprobTexts: each chosen token's Text is what it added to the output (the tokens' texts spell
+// it: a character split over two byte tokens belongs to the second, an EOS adds nothing), and each
+// alternative's Text is its own text after the same tokens (the chosen token's among them, shown
+// with U+FFFD where it only begins a character).
+func TestLogprobTexts(t *testing.T) {
+	tests := []struct {
+		name     string
+		eos      []int32
+		script   map[int32]int32
+		req      Request
+		want     []string // chosen texts
+		wantTop0 []string // the top alternative's (the chosen token: logit 10 against 0)
+	}{
+		{name: "plain", req: Request{PromptIDs: ids("a"), MaxTokens: 3},
+			want: []string{"b", "c", "d"}, wantTop0: []string{"b", "c", "d"}},
+		{name: "split character", script: map[int32]int32{'a': 0xC3, 0xC3: 0xA9, 0xA9: 'x'}, req: Request{PromptIDs: ids("a"), MaxTokens: 3},
+			want: []string{"", "é", "x"}, wantTop0: []string{"\uFFFD", "é", "x"}},
+		{name: "split character cut by length", script: map[int32]int32{'a': 'b', 'b': 0xC3}, req: Request{PromptIDs: ids("a"), MaxTokens: 2},
+			want: []string{"b", "\uFFFD"}, wantTop0: []string{"b", "\uFFFD"}},
+		{name: "eos", eos: []int32{'c'}, req: Request{PromptIDs: ids("a"), MaxTokens: 5},
+			want: []string{"b", ""}, wantTop0: []string{"b", "c"}},
+		{name: "special token skipped", script: map[int32]int32{'a': 257, 257: 'b'}, req: Request{PromptIDs: ids("a"), MaxTokens: 2},
+			want: []string{"", "b"}, wantTop0: []string{"", "b"}},
+		{name: "special token kept", script: map[int32]int32{'a': 257, 257: 'b'}, req: Request{PromptIDs: ids("a"), MaxTokens: 2, KeepSpecialTokens: true},
+			want: []string{"<257>", "b"}, wantTop0: []string{"<257>", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newCountingModel(300, 1000, 4, 64)
+			m.cfg.EOSTokenIDs = tc.eos
+			maps.Copy(m.script, tc.script)
+			e := newEngine(t, m, Config{})
+			req := tc.req
+			req.Logprobs, req.TopLogprobs = true, 2
+			s, err := e.Add(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := collect(t, s)
+			var got, top0 []string
+			for _, lp := range r.logprobs {
+				got = append(got, lp.Text)
+				top0 = append(top0, lp.Top[0].Text)
+			}
+			if !slices.Equal(got, tc.want) || !slices.Equal(top0, tc.wantTop0) {
+				t.Errorf("chosen texts %q, want %q; top alternatives' %q, want %q", got, tc.want, top0, tc.wantTop0)
+			}
+			if strings.Join(got, "") != r.text {
+				t.Errorf("chosen texts %q do not spell the output %q", got, r.text)
+			}
+			closeAndCheckPool(t, e)
+		})
+	}
+}
+
 // sentencePieceTokenizer mimics a Metaspace decoder: pieces start with "▁" for a space, and the
 // decoder drops the space at the very start of the decoded text.
 type sentencePieceTokenizer []string
@@ -189,6 +248,9 @@ func TestDetokenizerKeepsSpacesAfterPrompt(t *testing.T) {
 			d := newDetokenizer(vocab, tc.prompt, true)
 			var got []string
 			for _, id := range tc.output {
+				if p := d.peek(id); p != tc.want[len(got)] { // what next will return, without taking it
+					t.Errorf("peek(%d) = %q, want %q", id, p, tc.want[len(got)])
+				}
 				got = append(got, d.next(id))
 			}
 			if !slices.Equal(got, tc.want) || d.flush() != "" {
@@ -331,6 +393,57 @@ func TestAbortKeepsHeldBackText(t *testing.T) {
 	r := collect(t, s)
 	if r.reason != FinishAbort || r.text != "bcd" || !slices.Equal(r.ids, ids("bcd")) {
 		t.Fatalf("aborted request: %q, text %q, ids %v; want abort, \"bcd\"", r.reason, r.text, r.ids)
+	}
+	closeAndCheckPool(t, e)
+}
+
+// TestLogprobTextsLlama2: with Llama 2's tokenizer (SentencePiece pieces with "▁" for spaces, bytes
+// for what the vocabulary lacks), the chosen tokens' texts spell the output, spaces included, and a
+// character spelled by byte tokens belongs to its last byte.
+func TestLogprobTextsLlama2(t *testing.T) {
+	const path = "../weights/tokenizer/testdata/npm/generated/llama2/tokenizer.json"
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("GOLLM_REQUIRE_TESTDATA") == "1" {
+			t.Fatalf("test data missing (.ci/setup.d fetches it): %v", err)
+		}
+		t.Skipf("test data missing: %v", err)
+	}
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := tok.Encode("The capital of", true)
+	all := tok.Encode("The capital of France is Paris, où 😀", true)
+	if !slices.Equal(all[:len(prompt)], prompt) {
+		t.Fatalf("the prompt's ids %v do not begin the whole text's %v", prompt, all)
+	}
+	gen := all[len(prompt):]
+	m := newCountingModel(tok.VocabSize(), 1000, 4, 64)
+	for i, id := range all[len(prompt)-1 : len(all)-1] { // the model follows the text's ids
+		if _, dup := m.script[id]; dup {
+			t.Fatalf("id %d repeats: the counting model cannot follow the text", id)
+		}
+		m.script[id] = all[len(prompt)+i]
+	}
+	e, err := New(m, tok, Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.Add(context.Background(), Request{PromptIDs: prompt, MaxTokens: len(gen), Logprobs: true, TopLogprobs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, s)
+	want := " France is Paris, où 😀"
+	var texts []string
+	for _, lp := range r.logprobs {
+		texts = append(texts, lp.Text)
+	}
+	if r.text != want || strings.Join(texts, "") != want || !slices.Equal(r.ids, gen) {
+		t.Errorf("output %q (ids %v), logprob texts %q; want %q spelled by them (ids %v)", r.text, r.ids, texts, want, gen)
+	}
+	if texts[0] != " France" {
+		t.Errorf("first token's text %q, want \" France\" (its space after the prompt)", texts[0])
 	}
 	closeAndCheckPool(t, e)
 }

@@ -127,12 +127,12 @@ func (c completionChunk) MarshalJSON() ([]byte, error) {
 func (s *Server) completionLogprobsOf(lps []engine.Logprobs, offset int) *completionLogprobs {
 	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, lp := range lps {
-		tok := s.tokenText(lp.ID)
+		tok := lp.Text
 		out.Tokens = append(out.Tokens, tok)
 		out.TokenLogprobs = append(out.TokenLogprobs, lp.Logprob)
 		top := map[string]float32{tok: lp.Logprob}
 		for _, t := range lp.Top {
-			top[s.tokenText(t.ID)] = t.Logprob
+			top[t.Text] = t.Logprob
 		}
 		out.TopLogprobs = append(out.TopLogprobs, top)
 		out.TextOffset = append(out.TextOffset, offset)
@@ -152,12 +152,11 @@ func bytesOf(s string) []int {
 func (s *Server) chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatLogprob{}}
 	for _, lp := range lps {
-		tok := s.tokenText(lp.ID)
+		tok := lp.Text
 		c := chatLogprob{chatTokenLogprob: chatTokenLogprob{Token: tok, Logprob: lp.Logprob, Bytes: bytesOf(tok)},
 			TopLogprobs: []chatTokenLogprob{}}
 		for _, t := range lp.Top {
-			tt := s.tokenText(t.ID)
-			c.TopLogprobs = append(c.TopLogprobs, chatTokenLogprob{Token: tt, Logprob: t.Logprob, Bytes: bytesOf(tt)})
+			c.TopLogprobs = append(c.TopLogprobs, chatTokenLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: bytesOf(t.Text)})
 		}
 		out.Content = append(out.Content, c)
 	}

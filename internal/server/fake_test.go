@@ -107,9 +107,10 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, ch chan<- 
 			o.TokenIDs = append(o.TokenIDs, id)
 			o.Text += string(rune(id))
 			if req.Logprobs {
-				lp := engine.Logprobs{TokenLogprob: engine.TokenLogprob{ID: id, Logprob: -0.5}, Rank: 1}
+				// The texts as the engine gives them: each token's text in context (one byte a token here).
+				lp := engine.Logprobs{TokenLogprob: engine.TokenLogprob{ID: id, Logprob: -0.5, Text: string(rune(id))}, Rank: 1}
 				for t := range req.TopLogprobs {
-					lp.Top = append(lp.Top, engine.TokenLogprob{ID: int32('A' + t), Logprob: -1 - float32(t)})
+					lp.Top = append(lp.Top, engine.TokenLogprob{ID: int32('A' + t), Logprob: -1 - float32(t), Text: string(rune('A' + t))})
 				}
 				o.Logprobs = append(o.Logprobs, lp)
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 // panickyTokenizer is byteTokenizer, but Encode panics on text containing "PANIC" and Decode
 // panics on the id panicID (when non-zero): a stand-in for a bug met while handling one request.
+// newPanickyServer also makes the handler panic on an engine output holding panicID.
 type panickyTokenizer struct {
 	byteTokenizer
 	panicID int32
@@ -46,6 +48,11 @@ func newPanickyServer(t *testing.T, f *fakeEngine, panicID int32) (*Server, stri
 	srv, err := New(f, panickyTokenizer{panicID: panicID}, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	srv.eventHook = func(ev event) { // the handler panics on reading an output with that token
+		if slices.Contains(ev.out.TokenIDs, panicID) {
+			panic("test: an output panics")
+		}
 	}
 	url := serveOnLoopback(t, srv, time.Minute)
 	return srv, url

@@ -164,6 +164,9 @@ func (ru *run) next() (event, bool) {
 		ru.pending--
 	}
 	ru.observe(ev)
+	if h := ru.s.eventHook; h != nil {
+		h(ev)
+	}
 	return ev, true
 }
 
@@ -276,9 +279,6 @@ type outcome struct {
 	reason   engine.FinishReason
 	usage    engine.Usage
 }
-
-// tokenText is the text of one token, as logprobs report it.
-func (s *Server) tokenText(id int32) string { return s.tok.Decode([]int32{id}, false) }
 
 // failure turns an event's error or FinishError into an API error.
 func failure(ev event) *apiError {

@@ -91,6 +91,9 @@ type Server struct {
 	created int64
 	keyHash [32]byte
 
+	// eventHook, when set (tests), sees every engine event a handler reads, in the handler's goroutine.
+	eventHook func(event)
+
 	// admitted counts the engine sequences added and not yet finished (for 429).
 	admitted atomic.Int64
 	// handling counts the requests being handled.
