@@ -532,11 +532,8 @@ func (e *Engine) postprocess(r *request) {
 	r.sampler.accept(tok)
 	out := Output{TokenIDs: []int32{tok}}
 	if r.req.Logprobs {
-		lp := r.logprobs
-		for i := range lp.Top { // before tok joins the detokenizer: the alternatives' context
-			lp.Top[i].Text = r.detok.peek(lp.Top[i].ID)
-		}
-		out.Logprobs = []Logprobs{lp}
+		r.detok.peek(r.logprobs.Top) // before tok joins the detokenizer: the alternatives' context
+		out.Logprobs = []Logprobs{r.logprobs}
 	}
 
 	var reason FinishReason

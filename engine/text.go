@@ -44,12 +44,18 @@ func (d *detokenizer) next(id int32) string {
 	return d.emit(false)
 }
 
-// peek returns the text id would add after the tokens so far (next's text, without holding back an
-// incomplete character), leaving the detokenizer as it is.
-func (d *detokenizer) peek(id int32) string {
+// peek sets each alternative's Text to what its token would add after the tokens so far (next's text,
+// without holding back an incomplete character), leaving the detokenizer as it is.
+func (d *detokenizer) peek(alts []TokenLogprob) {
+	if len(alts) == 0 {
+		return
+	}
 	before := d.tok.Decode(d.ids[d.prefix:d.read], d.skipSpecial)
-	after := d.tok.Decode(append(d.ids[d.prefix:len(d.ids):len(d.ids)], id), d.skipSpecial)
-	return after[commonPrefix(before, after):]
+	window := d.ids[d.prefix:len(d.ids):len(d.ids)] // capped: append copies, d.ids stays as it is
+	for i := range alts {
+		after := d.tok.Decode(append(window, alts[i].ID), d.skipSpecial)
+		alts[i].Text = after[commonPrefix(before, after):]
+	}
 }
 
 // flush returns whatever text is still held back (an incomplete character at the end of the output).

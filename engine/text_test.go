@@ -248,8 +248,9 @@ func TestDetokenizerKeepsSpacesAfterPrompt(t *testing.T) {
 			d := newDetokenizer(vocab, tc.prompt, true)
 			var got []string
 			for _, id := range tc.output {
-				if p := d.peek(id); p != tc.want[len(got)] { // what next will return, without taking it
-					t.Errorf("peek(%d) = %q, want %q", id, p, tc.want[len(got)])
+				alt := []TokenLogprob{{ID: id}}
+				if d.peek(alt); alt[0].Text != tc.want[len(got)] { // what next will return, without taking it
+					t.Errorf("peek(%d) = %q, want %q", id, alt[0].Text, tc.want[len(got)])
 				}
 				got = append(got, d.next(id))
 			}

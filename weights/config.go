@@ -413,7 +413,7 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 			return rs, 0, false, invalid(field+".factor", "%g is below 1", factor)
 		}
 		return RopeScaling{Type: "linear", Factor: factor}, theta, hasTheta, nil
-	case "llama3":
+	default: // llama3, the last of supportedRopeTypes
 		rs = RopeScaling{Type: "llama3", Factor: factor}
 		if !hasFactor {
 			return rs, 0, false, invalid(field+".factor", "missing for rope type llama3")
@@ -450,7 +450,6 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 		}
 		return rs, theta, hasTheta, nil
 	}
-	return rs, 0, false, unsupported(field+".rope_type", "%q (supported: default, linear, llama3)", typ)
 }
 
 // checkUnsupported rejects the config fields that would change the model's math in ways gollm does

@@ -124,7 +124,7 @@ func (c completionChunk) MarshalJSON() ([]byte, error) {
 }
 
 // completionLogprobsOf converts engine logprobs; offset is the text offset of the first token.
-func (s *Server) completionLogprobsOf(lps []engine.Logprobs, offset int) *completionLogprobs {
+func completionLogprobsOf(lps []engine.Logprobs, offset int) *completionLogprobs {
 	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, lp := range lps {
 		tok := lp.Text
@@ -149,7 +149,7 @@ func bytesOf(s string) []int {
 	return b
 }
 
-func (s *Server) chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
+func chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatLogprob{}}
 	for _, lp := range lps {
 		tok := lp.Text
@@ -275,7 +275,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			p := jobs[i].prompt
 			ch := completionChoice{Index: i, Text: echo[p] + string(o.text), FinishReason: finishReason(o.reason)}
 			if base.Logprobs {
-				ch.Logprobs = s.completionLogprobsOf(o.logprobs, len(echo[p]))
+				ch.Logprobs = completionLogprobsOf(o.logprobs, len(echo[p]))
 			}
 			resp.Choices = append(resp.Choices, ch)
 		}
@@ -307,7 +307,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
 		ch := completionChoice{Index: c, Text: o.Text, FinishReason: finishReason(o.FinishReason)}
 		if base.Logprobs {
-			ch.Logprobs = s.completionLogprobsOf(o.Logprobs, offsets[c])
+			ch.Logprobs = completionLogprobsOf(o.Logprobs, offsets[c])
 			for _, t := range ch.Logprobs.Tokens {
 				offsets[c] += len(t)
 			}
@@ -437,7 +437,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			ch := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: string(o.text)},
 				FinishReason: finishReason(o.reason)}
 			if base.Logprobs {
-				ch.Logprobs = s.chatLogprobsOf(o.logprobs)
+				ch.Logprobs = chatLogprobsOf(o.logprobs)
 			}
 			resp.Choices = append(resp.Choices, ch)
 		}
@@ -471,7 +471,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			ch.Delta.Content = &text
 		}
 		if base.Logprobs && len(o.Logprobs) > 0 {
-			ch.Logprobs = s.chatLogprobsOf(o.Logprobs)
+			ch.Logprobs = chatLogprobsOf(o.Logprobs)
 		}
 		return chunk(ch)
 	}, usageChunk)
