@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/internal/chattemplate"
 )
 
@@ -521,5 +523,53 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// stuckAddEngine's Add waits for its context (an engine whose intake does not take the request).
+type stuckAddEngine struct {
+	fakeEngine
+	entered chan struct{}
+}
+
+func (e *stuckAddEngine) Add(ctx context.Context, req engine.Request) (Stream, error) {
+	e.entered <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestServeShutdownDuringAdd: a request whose Add is still waiting when the shutdown's drain time
+// runs out is answered 503 (shutting down), not dropped as if its client had gone.
+func TestServeShutdownDuringAdd(t *testing.T) {
+	f := &stuckAddEngine{fakeEngine: fakeEngine{maxLen: 64}, entered: make(chan struct{}, 1)}
+	cfg := templateConfig(t)
+	cfg.ModelName, cfg.Logger = "m", quietLogger()
+	srv, err := New(f, byteTokenizer{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, 100*time.Millisecond) }()
+	type answer struct {
+		status int
+		body   []byte
+	}
+	result := make(chan answer, 1)
+	go func() {
+		status, _, body := call(t, "POST", "http://"+ln.Addr().String()+"/v1/completions", "", `{"prompt":"a","max_tokens":4}`)
+		result <- answer{status, body}
+	}()
+	<-f.entered
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if a := <-result; a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), `"code":"shutting_down"`) {
+		t.Errorf("request cut off in Add by the shutdown: %d %q, want 503 shutting_down", a.status, a.body)
 	}
 }
