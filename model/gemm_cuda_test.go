@@ -13,12 +13,13 @@ import (
 )
 
 // gemmTestShapes are the decode products of Llama-3.2-1B and Llama-3-8B (out × in) and small shapes whose
-// heights are not multiples of a block's rows (nor of 16) and whose k splits unevenly.
+// heights are not multiples of a block's rows (nor of 16; 1001 not of 4, so that a token's output rows
+// are not 16-byte aligned) and whose k splits unevenly.
 var gemmTestShapes = []struct {
 	name string
 	n, k int
 }{
-	{"odd-40", 40, 256}, {"odd-1000", 1000, 384}, {"odd-300", 300, 1280}, {"odd-2000", 2000, 2944},
+	{"odd-40", 40, 256}, {"odd-1000", 1000, 384}, {"odd-1001", 1001, 384}, {"odd-300", 300, 1280}, {"odd-2000", 2000, 2944},
 	{"1b-qkv", 3072, 2048}, {"1b-o", 2048, 2048}, {"1b-gateup", 16384, 2048}, {"1b-down", 2048, 8192},
 	{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336},
 }
@@ -96,13 +97,14 @@ func TestCUDAGemm(t *testing.T) {
 // TestCUDAGemmSwiGLU checks the GEMM's SwiGLU epilogue (the gate/up product of 9-64 rows writing
 // act = silu(gate) · up in the dtype, y untouched) against the float64 reference product, within one
 // rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200: the last
-// block's gate rows run into the up half, its up rows past the matrix), and Llama-3-8B's; planned and
+// block's gate rows run into the up half, its up rows past the matrix; 204: nor are act's rows 16-byte
+// aligned), and Llama-3-8B's; planned and
 // forced warpgroups (1 and 3 become 2 and 4: a block pairs gate and up halves).
 func TestCUDAGemmSwiGLU(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemvBackend(t, dt)
 		rng := rand.New(rand.NewPCG(4, uint64(dt)))
-		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {384, 1280}, {14336, 4096}} {
+		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {204, 256}, {384, 1280}, {14336, 4096}} {
 			n := 2 * c.inter
 			w, wv, x, xv := gemvOperands(t, b, dt, n, c.k, rng)
 			y := newDeviceTensor(t, b, gemvMaxTokens, n)
@@ -286,28 +288,39 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 }
 
 // BenchmarkCUDAGemmDiag times the GEMM's parts on the Llama-3-8B products at 16 and 64 rows with the
-// planned shapes: whole, without the activation copies (flag 1), without the mma (2), without the k-split
-// sum (4), with only the weight copies (7), and whole with evict_first weights (8). Wrong results but for
-// 0 and 8; the times say where the time goes.
+// planned shapes (the gate/up product with its SwiGLU epilogue, as the decode step runs it): whole,
+// without writing its output (flag 1024), with only the weight copies (7) with and without the output,
+// without the activation copies (1), without the mma (2), without the k-split sum (4), and whole with
+// evict_first weights (8). Wrong results but for 0 and 8; the times say where the time goes.
+//
+//	go test -tags cuda -run XXX -bench CUDAGemmDiag -benchtime 1x -v ./model
 func BenchmarkCUDAGemmDiag(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
 	rng := rand.New(rand.NewPCG(5, 8))
 	for _, sh := range []struct {
-		name string
-		n, k int
-	}{{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336}} {
+		name   string
+		n, k   int
+		swiglu bool
+	}{
+		{"8b-qkv", 6144, 4096, false}, {"8b-o", 4096, 4096, false}, {"8b-gateup", 28672, 4096, true},
+		{"8b-down", 4096, 14336, false}, {"8b-lmhead", 128256, 4096, false},
+	} {
 		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
 		copies := len(ws)
 		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
 		y := newDeviceTensor(bb, b, gemvMaxTokens, sh.n)
+		var act *cudaTensor
+		if sh.swiglu {
+			act = newDeviceTensor(bb, b, gemvMaxTokens, sh.n/2)
+		}
 		for _, m := range []int{16, 64} {
 			plan := planGemm(sh.n, sh.k/gemmChunk, b.dev.Info().NumSMs)
-			line := fmt.Sprintf("%s m=%d wg%d/ks%d:", sh.name, m, plan.wg, plan.ks)
-			for _, diag := range []int{0, 1, 2, 4, 7, 0, 8} {
+			line := fmt.Sprintf("%s m=%d wg%d/ks%d swiglu=%v:", sh.name, m, plan.wg, plan.ks, sh.swiglu)
+			for _, diag := range []int{0, 1024, 7, 7 | 1024, 1, 2, 4, 0, 8} {
 				b.tune = defaultGemvTuning
 				b.tune.Gemm, b.tune.GemmFlags = true, diag
 				us, err := deviceMicros(b, 100, func(i int) error {
-					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
+					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, act)
 				})
 				b.tune = defaultGemvTuning
 				if err != nil {

@@ -32,6 +32,8 @@
 // load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled2D).
 #include "common.cuh"
 
+#include <type_traits>
+
 // TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
 	unsigned long long v[16];
@@ -46,7 +48,7 @@ struct GemmParams {
 	int accumulate; // 1: y += x · wᵀ (the residual stream), 0: y = x · wᵀ
 	int stages;     // ring slots (shared memory: 1024 + stages · ((64·WG + 16·NT) · 128 + 16))
 	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; diagnostics (wrong results):
-	                // 1 no activation copies, 2 no mma, 4 no k-split sum
+	                // 1 no activation copies, 2 no mma, 4 no k-split sum, 1024 no output written
 };
 
 constexpr int GB_CHUNK = 64; // k elements a ring slot: one 128-byte row
@@ -221,6 +223,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			}
 		}
 		__syncwarp();
+		pdl_wait(); // the whole warp, which writes output below
 	} else { // a consumer warpgroup: rows [row0 + 64·(warp / 4), +64)
 		const uint32_t a_tile = 64 * (warp >> 2) * 128;
 		for (int i = 0; i < steps; i++) {
@@ -247,43 +250,79 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	auto put = [&](int f, int e, float v) {
 		const int row = row0 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
 		const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
-		if (tok < p.m && row < p.n) {
+		if (tok < p.m && row < p.n && !(p.flags & 1024)) {
 			float *dst = p.y + (long long)tok * p.n + row;
 			*dst = p.accumulate ? *dst + v : v;
+		}
+	};
+	// The output leaves through shared memory (the ring, done once every consumer has waited for its last
+	// slot): the consumers put their fragments into a tile of [16·NT tokens][rows], and then every thread
+	// writes whole 16-byte pieces of each token's contiguous run of rows. Stored straight from the
+	// fragments, a warp's store would touch 4 tokens' rows in 16- or 32-byte pieces: partial sectors, and
+	// the block's last act (docs/bench/gemm-h100.md, thirteenth round: 7 µs of the 8B gate/up product).
+	auto flush = [&](auto *out, const auto *tile, int pitch, int width, int r0, int n) {
+		using O = typename std::remove_pointer<decltype(out)>::type;
+		constexpr int V = 16 / sizeof(O); // elements a piece
+		const int per = width / V;
+		const bool whole = n % V == 0;
+		for (int i = threadIdx.x; i < p.m * per; i += blockDim.x) {
+			const int tok = i / per, c = (i % per) * V, row = r0 + c;
+			O *dst = out + (long long)tok * n + row;
+			const O *src = tile + tok * pitch + c;
+			if constexpr (std::is_same<O, float>::value) { // y, maybe accumulating
+				if (whole && row + V <= n) {
+					float4 v = *reinterpret_cast<const float4 *>(src);
+					if (p.accumulate) {
+						const float4 o = *reinterpret_cast<const float4 *>(dst);
+						v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+					}
+					*reinterpret_cast<float4 *>(dst) = v;
+				} else {
+					for (int q = 0; q < V && row + q < n; q++) dst[q] = p.accumulate ? dst[q] + src[q] : src[q];
+				}
+			} else if (whole && row + V <= n) { // act, written
+				*reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+			} else {
+				for (int q = 0; q < V && row + q < n; q++) dst[q] = src[q];
+			}
 		}
 	};
 	if (p.flags & 16) { // SwiGLU (k whole): warpgroup g < WG/2 holds gate rows, g + WG/2 their up rows
 		__syncthreads(); // every warpgroup is done with the ring: it carries the up values now
 		const int wgs = cw / 4, tid = threadIdx.x & 127, g = warp >> 2;
 		float *xch = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
+		const int half = rows / 2, pitch = half + 8; // the act tile [16·NT][pitch] after the exchange
+		T *tile = reinterpret_cast<T *>(xch + (wgs / 2) * 8 * NT * 128);
 		if (warp < cw && g >= wgs / 2) {
 #pragma unroll
 			for (int e = 0; e < 8 * NT; e++) xch[((g - wgs / 2) * 8 * NT + e) * 128 + tid] = acc[e];
 		}
 		__syncthreads();
 		if (warp < cw && g < wgs / 2) {
-			T *act = reinterpret_cast<T *>(p.act);
-			const int inter = p.n / 2;
 #pragma unroll
 			for (int e = 0; e < 8 * NT; e++) {
-				const int f = e / 4;
-				const int row = rows / 2 * blockIdx.x + 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0);
-				const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
-				if (tok < p.m && row < inter) {
-					const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
-					act[(long long)tok * inter + row] = Num<T>::store(gv / (1.f + expf(-gv)) * uv);
-				}
+				const int r = 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0), tok = 8 * (e / 4) + 2 * (lane & 3) + (e & 1);
+				const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
+				tile[tok * pitch + r] = Num<T>::store(gv / (1.f + expf(-gv)) * uv);
 			}
 		}
+		__syncthreads();
+		if (!(p.flags & 1024)) flush(reinterpret_cast<T *>(p.act), tile, pitch, half, half * blockIdx.x, p.n / 2);
 		return;
 	}
 	if (ks == 1 || (p.flags & 4)) {
+		__syncthreads(); // the ring is done: it carries the output tile [16·NT][pitch] of floats now
+		const int pitch = rows + 4;
+		float *tile = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
 		if (warp < cw) {
 #pragma unroll
-			for (int f = 0; f < FRAGS; f++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) put(f, e, acc[4 * f + e]);
+			for (int e = 0; e < 8 * NT; e++) {
+				const int r = 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0), tok = 8 * (e / 4) + 2 * (lane & 3) + (e & 1);
+				tile[tok * pitch + r] = acc[e];
+			}
 		}
+		__syncthreads();
+		if (!(p.flags & 1024)) flush(p.y, static_cast<const float *>(tile), pitch, rows, row0, p.n);
 		return;
 	}
 	// The ring is done (every copy landed before its slot was consumed): it holds the partial tiles now,
