@@ -32,8 +32,6 @@
 // load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled2D).
 #include "common.cuh"
 
-#include <type_traits>
-
 // TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
 	unsigned long long v[16];
@@ -303,7 +301,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			for (int e = 0; e < 8 * NT; e++) {
 				const int r = 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0), tok = 8 * (e / 4) + 2 * (lane & 3) + (e & 1);
 				const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
-				tile[tok * pitch + r] = Num<T>::store(gv / (1.f + expf(-gv)) * uv);
+				tile[tok * pitch + r] = Num<T>::store(silu_mul<T>(gv, uv));
 			}
 		}
 		__syncthreads();

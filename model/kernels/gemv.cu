@@ -389,7 +389,7 @@ template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forc
 				yrow[lo] = ylo;
 				yrow[hi] = yhi;
 				T *act = reinterpret_cast<T *>(p.aux0) + (long long)tok * p.pair_offset;
-				act[lo] = Num<T>::store(ylo / (1.f + expf(-ylo)) * yhi);
+				act[lo] = Num<T>::store(silu_mul<T>(ylo, yhi));
 				break;
 			}
 			case GEMV_ROPE: {

@@ -22,10 +22,10 @@ template <typename T> __device__ __forceinline__ void swiglu(const SwiGLUParams 
 			const long long idx = 4 * q, r = idx / p.inter, i = idx - r * p.inter;
 			const float4 g = *reinterpret_cast<const float4 *>(gu + r * 2 * p.inter + i);
 			const float4 u = *reinterpret_cast<const float4 *>(gu + r * 2 * p.inter + p.inter + i);
-			dst[idx] = Num<T>::store(g.x / (1.f + expf(-g.x)) * u.x);
-			dst[idx + 1] = Num<T>::store(g.y / (1.f + expf(-g.y)) * u.y);
-			dst[idx + 2] = Num<T>::store(g.z / (1.f + expf(-g.z)) * u.z);
-			dst[idx + 3] = Num<T>::store(g.w / (1.f + expf(-g.w)) * u.w);
+			dst[idx] = Num<T>::store(silu_mul<T>(g.x, u.x));
+			dst[idx + 1] = Num<T>::store(silu_mul<T>(g.y, u.y));
+			dst[idx + 2] = Num<T>::store(silu_mul<T>(g.z, u.z));
+			dst[idx + 3] = Num<T>::store(silu_mul<T>(g.w, u.w));
 		}
 		return;
 	}
@@ -34,7 +34,7 @@ template <typename T> __device__ __forceinline__ void swiglu(const SwiGLUParams 
 		const long long r = idx / p.inter, i = idx - r * p.inter;
 		const float g = gu[r * 2 * p.inter + i];
 		const float u = gu[r * 2 * p.inter + p.inter + i];
-		dst[idx] = Num<T>::store(g / (1.f + expf(-g)) * u);
+		dst[idx] = Num<T>::store(silu_mul<T>(g, u));
 	}
 }
 
