@@ -98,8 +98,8 @@ func TestCUDAGemm(t *testing.T) {
 // act = silu(gate) · up in the dtype, y untouched) against the float64 reference product, within one
 // rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200: the last
 // block's gate rows run into the up half, its up rows past the matrix; 204: nor are act's rows 16-byte
-// aligned), and Llama-3-8B's; planned and
-// forced warpgroups (1 and 3 become 2 and 4: a block pairs gate and up halves).
+// aligned), and Llama-3-8B's; planned and forced warpgroups (1 and 3 become 2 and 4: a block pairs gate
+// and up halves).
 func TestCUDAGemmSwiGLU(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemvBackend(t, dt)

@@ -19,7 +19,8 @@ func gemmSlot(wg, nt int) int { return (64*wg + 16*nt) * gemmPitch }
 // gemmStages is the ring's slots (at most max, 8 when max is 0) for wg consumer warpgroups and nt token
 // tiles within maxShare bytes of shared memory (a slot also takes two 8-byte barriers; 1024 bytes go to
 // aligning the ring), or 0 when two do not fit or the partial tiles of a k split ((128·wg+32) threads ×
-// (2·nt+1) float4s) would not fit in them.
+// (2·nt+1) float4s) would not fit in them. That room also holds a block's output tile on its way out
+// (16·nt tokens × (64·wg + 4) floats; with SwiGLU the up values and the act tile, less).
 func gemmStages(wg, nt, max, maxShare int) int {
 	if max <= 0 {
 		max = 8
