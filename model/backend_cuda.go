@@ -67,7 +67,10 @@ type cudaBackend struct {
 	kCache     []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
 	vCache     []cuda.DevicePtr
 	splitWS    cuda.DevicePtr
-	allocs     *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
+	// partials holds the partial products of a product split by k (see splitParts): splitMaxParts ×
+	// gemvMaxTokens rows of HiddenSize floats.
+	partials cuda.DevicePtr
+	allocs   *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
 
 	// Step metadata: host arena built by BeginStep (and GatherRows), staged in page-locked memory of the
 	// step's ring slot and uploaded in one asynchronous copy on stream up into the slot's half of
@@ -146,6 +149,9 @@ type cudaStats struct {
 	// FoldedNorms counts the norms queued folded into the products around them (eagerly or into a
 	// graph's capture; see normOp).
 	FoldedNorms int
+	// GemmArgmaxes counts the greedy picks queued as the skinny GEMM's argmax epilogue (the logits not
+	// written; see recordArgmax), SplitProducts the products queued split by k (see splitParts).
+	GemmArgmaxes, SplitProducts int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
 }
@@ -233,6 +239,32 @@ func (b *cudaBackend) accumulates(mm *matmulOp) bool {
 	return mm != nil && mm.residual != nil && mm.epi.mode == gemvPlain
 }
 
+// splitMaxParts bounds splitParts.
+const splitMaxParts = 4
+
+// splitParts is how many partial products mm computes at rows rows (1: it is not split). A product that
+// runs on cuBLAS at gemvMaxTokens rows or fewer and accumulates into the residual (the O and down
+// products of a 9-64-row step) splits its k in two halves (when in is a multiple of 128), computed by one
+// strided-batched call into b.partials, and the AddRMSNorm after it adds them to the residual, which it
+// reads anyway. cuBLAS streams the halves' weights faster than the whole product's, whose k slices it
+// sums itself at the product's end (BenchmarkCUDAGemmSplit on the H100, 64 rows: Llama-3-8B's down 48.0
+// → 45.9 µs, O level; Llama-3.2-1B's O 7.6 → 6.9, down 18.0 → 16.7; in the decode step, with the norm's
+// extra reads, 8B batch 64 9.26 → 9.18 ms, batch 16 −2.8%, 1B −2.6-2.8%; four parts are slower at 8B,
+// docs/bench/e2e-h100-decode.md, fourteenth round). gemvTuning.SplitK < 0 turns it off, > 0 forces
+// the parts (where in is a multiple of 64 of them).
+func (b *cudaBackend) splitParts(mm *matmulOp, rows int) int {
+	if !b.accumulates(mm) || b.tune.SplitK < 0 || rows > gemvMaxTokens || b.gemvServes(rows, mm.in) ||
+		b.gemmTakes(rows, mm.out, mm.in, false) {
+		return 1
+	}
+	for _, parts := range []int{b.tune.SplitK, 2} {
+		if parts > 1 && parts <= splitMaxParts && mm.in%(64*parts) == 0 && mm.out == b.shape.HiddenSize {
+			return parts
+		}
+	}
+	return 1
+}
+
 // normOp is a recorded AddRMSNorm. When the products on both sides of it run the skinny kernel (≤ 8 rows,
 // bfloat16) and the one before it accumulates into the residual, the norm is folded into them
 // (kernels/gemv.cu, "Folded norm"): the producer writes residual·w and adds each row's sum of squares
@@ -292,10 +324,11 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 // fused reports whether the product ran with epilogue mode at rows rows (the op that fused into it then
-// has nothing left to do): on the skinny kernel, or SwiGLU on the skinny GEMM.
+// has nothing left to do): on the skinny kernel, or SwiGLU or argmax on the skinny GEMM.
 func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
-	return mm != nil && mm.epi.mode == mode &&
-		(b.gemvServes(rows, mm.in) || mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in, true))
+	return mm != nil && mm.epi.mode == mode && (b.gemvServes(rows, mm.in) ||
+		mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in, true) ||
+		mode == gemvArgmax && b.gemmTakes(rows, mm.out, mm.in, false))
 }
 
 // graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
@@ -412,6 +445,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	}
 	if err = b.blas.SetStream(b.stream); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	if b.partials, err = b.alloc(int64(4 * splitMaxParts * gemvMaxTokens * shape.HiddenSize)); err != nil {
+		return nil, err
 	}
 	ssBytes := int64(8 * normMaxTokens * normSlots(shape))
 	if b.normSS, err = b.alloc(ssBytes); err != nil {
@@ -655,7 +691,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
 		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
-		b.tune.NormFoldDiag} {
+		b.tune.NormFoldDiag, b.tune.SplitK} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -869,15 +905,20 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 			b.stats.FoldedNorms++
 			return nil // done by the products around it
 		}
-		add := addPtr
-		if b.accumulates(mm) {
+		add, adds := addPtr, 1
+		if parts := b.splitParts(mm, rows); parts > 1 {
+			add, adds = b.partials, parts // the product left its partial products
+		} else if b.accumulates(mm) {
 			add = 0 // the product added itself
 		}
 		p := struct {
 			Dst, Residual, Add, Weight cuda.DevicePtr
 			Eps                        float32
-			Cols                       int32
-		}{d.ptr, r.ptr, add, g.ptr, eps, int32(cols)}
+			Cols, Adds                 int32
+			_                          int32
+			AddStride                  int64
+		}{Dst: d.ptr, Residual: r.ptr, Add: add, Weight: g.ptr, Eps: eps, Cols: int32(cols), Adds: int32(adds),
+			AddStride: int64(rows) * int64(cols)}
 		return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &p)
 	}}, "norm", uint64(d.ptr), uint64(r.ptr), uint64(addPtr), uint64(g.ptr), uint64(math.Float32bits(eps)), uint64(cols))
 	b.lastNorm = n
@@ -922,14 +963,20 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		if b.gemmTakes(rows, out, in, mm.epi.mode == gemvSwiGLU) {
 			switch {
 			case mm.epi.mode == gemvSwiGLU:
-				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act)
+				return b.launchGemm(d, xt, wt, out, in, rows, false, mm.epi.act, false)
 			case b.accumulates(mm):
-				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil)
+				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil, false)
 			}
-			return b.launchGemm(d, xt, wt, out, in, rows, false, nil)
+			return b.launchGemm(d, xt, wt, out, in, rows, false, nil, mm.epi.mode == gemvArgmax)
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.
+		if parts := b.splitParts(mm, rows); parts > 1 {
+			b.stats.SplitProducts++
+			ks := in / parts
+			return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, out, rows, ks, 1, wt.ptr, b.dtype, in, int64(ks),
+				xt.ptr, b.dtype, in, int64(ks), 0, b.partials, cuda.Float32, out, int64(rows)*int64(out), parts)
+		}
 		y, beta := d.ptr, float32(0)
 		if b.accumulates(mm) {
 			y, beta = mm.residual.ptr, 1

@@ -427,6 +427,9 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			if fold := tc.dtype == weights.DTypeBF16 && !tc.nofold && tc.inter == 0; fold != (st.FoldedNorms > 0) {
 				t.Errorf("%d norms folded, want them folded: %v", st.FoldedNorms, fold)
 			}
+			if !tc.gemm && st.SplitProducts == 0 { // O, and down where in is a multiple of 128, at 11-38 rows
+				t.Errorf("no product split by k")
+			}
 			if !tc.eager && (st.CaptureFailed != nil || st.Captured < 4) {
 				t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
 			}
@@ -542,5 +545,76 @@ func TestCUDAPipelinedPicks(t *testing.T) {
 				t.Errorf("no step replayed a graph (capture error %v)", st.CaptureFailed)
 			}
 		})
+	}
+}
+
+// TestCUDAGreedyPicksGemm checks greedy picks of 9-64-row steps whose LM head runs on the skinny GEMM
+// with the argmax epilogue (the logits never written) against the argmax of the logits that Forward
+// returns from a second model with the same weights and steps (the same GEMM launches writing the
+// logits): 12 sequences decoding (bucket 16) and 40 (bucket 64), eagerly and from replayed graphs.
+func TestCUDAGreedyPicksGemm(t *testing.T) {
+	dev := gpuDevice(t)
+	cfg := cudaReferenceConfig(128)
+	r := newRandomModel(cfg, weights.DTypeBF16, 9)
+	const numBlocks, blockSize = 256, 16
+	var models [2]*Model
+	for i := range models {
+		m, err := load(cfg, r.get, Options{NumBlocks: numBlocks, BlockSize: blockSize}, func(s Shape) (Backend, error) {
+			b, err := newCUDABackend(s, cudaConfig{dtype: weights.DTypeBF16, dev: dev})
+			if err == nil {
+				if b.gemm == nil {
+					return nil, fmt.Errorf("no skinny GEMM on this device")
+				}
+				// Every 9-64-row product on the GEMM, one launch shape for both models (the same sums).
+				b.tune.Gemm, b.tune.GemmMinBytes, b.tune.GemmSwiGLUMinBytes, b.tune.GemmWarps, b.tune.GemmKS = true, 0, 0, 2, 1
+			}
+			return b, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		models[i] = m
+	}
+	for _, seqs := range []int{12, 40} {
+		rng := newRand(uint64(20 + seqs))
+		pagers := [2]*pager{newPager(numBlocks, blockSize, newRand(5)), newPager(numBlocks, blockSize, newRand(5))}
+		var prompt, decode []chunk
+		for seq := range seqs {
+			prompt = append(prompt, chunk{seq, randomTokens(rng, 2+seq%5, cfg.VocabSize)})
+		}
+		for step := range 6 {
+			chunks := prompt
+			if step > 0 {
+				decode = decode[:0]
+				for seq := range seqs {
+					decode = append(decode, chunk{seq, randomTokens(rng, 1, cfg.VocabSize)})
+				}
+				chunks = decode
+			}
+			logits, err := models[0].Forward(pagers[0].step(slices.Clone(chunks)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, err := models[1].ForwardGreedy(pagers[1].step(slices.Clone(chunks)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, row := range logits {
+				want := Argmax(row)
+				best := row[want]
+				if ids[j] != want {
+					t.Errorf("%d sequences, step %d, row %d: greedy pick %d (%g), argmax of the logits %d (%g)",
+						seqs, step, j, ids[j], row[ids[j]], want, best)
+				}
+			}
+		}
+	}
+	st := models[1].backend.(*cudaBackend).Stats()
+	if st.Replayed == 0 {
+		t.Errorf("no step replayed a graph (capture error %v)", st.CaptureFailed)
+	}
+	if st.GemmArgmaxes == 0 {
+		t.Errorf("the GEMM's argmax epilogue never ran: the test missed its path")
 	}
 }

@@ -312,6 +312,8 @@ var decodeVariants = []struct {
 	{"matmul-only", tweak(func(t *gemvTuning) {
 		t.Skip = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}
 	}), attention.CUDATuning{}},
+	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
+	{"split4", tweak(func(t *gemvTuning) { t.SplitK = 4 }), attention.CUDATuning{}},
 	{"attn-p64", tweak(func(t *gemvTuning) { t.AttnPartition = 64 }), attention.CUDATuning{}},
 	{"attn-p256", tweak(func(t *gemvTuning) { t.AttnPartition = 256 }), attention.CUDATuning{}},
 	{"attn-p512", tweak(func(t *gemvTuning) { t.AttnPartition = 512 }), attention.CUDATuning{}},

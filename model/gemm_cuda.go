@@ -26,8 +26,11 @@ type gemmParams struct {
 	_          [6]int32
 }
 
-// gemmSwiGLU is gemmParams.Flags' bit for the SwiGLU epilogue.
-const gemmSwiGLU = 16
+// gemmParams.Flags' bits for the SwiGLU and argmax epilogues.
+const (
+	gemmSwiGLU = 16
+	gemmArgmax = 32
+)
 
 // gemmKernels are the kernel's entry points for one compute dtype, by 16-token tiles (1 … 4).
 type gemmKernels struct {
@@ -81,21 +84,43 @@ func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
 	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least
 }
 
+// gemmArgmaxBlocks is how many blocks the argmax epilogue's launch of an out × in product has: one
+// partial maximum per token and block (launchGemm with argmax).
+func (b *cudaBackend) gemmArgmaxBlocks(out, in int) int {
+	plan := b.gemmPlan(out, in)
+	return (out + 64*plan.wg - 1) / (64 * plan.wg)
+}
+
+// gemmPlan is the launch shape of a plain out × in product: planGemm's, or the one gemvTuning forces.
+func (b *cudaBackend) gemmPlan(out, in int) gemmShape {
+	if b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 { // forced (benchmarks, tests)
+		return gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
+	}
+	return planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
+}
+
 // launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
-// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched).
-func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor) error {
+// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched),
+// or, with argmax, each token's largest entry of each block's rows (the first on ties; NaN never wins)
+// into b.argValues and its row into b.argIndices, [rows][gemmArgmaxBlocks] (y untouched).
+func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor,
+	argmax bool) error {
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
-	plan := planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
-	if b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 { // forced (benchmarks, tests)
-		plan = gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
-	}
+	plan := b.gemmPlan(out, in)
 	boxRows, blocks, flags := 64*plan.wg, (out+64*plan.wg-1)/(64*plan.wg), b.tune.GemmFlags
-	var actPtr cuda.DevicePtr
-	if act != nil { // gate and up halves of an even number of warpgroups, k whole
+	yPtr, actPtr := cuda.DevicePtr(0), cuda.DevicePtr(0)
+	if y != nil {
+		yPtr = y.ptr
+	}
+	switch {
+	case act != nil: // gate and up halves of an even number of warpgroups, k whole
 		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1
 		boxRows, blocks, flags = 32*plan.wg, (out/2+32*plan.wg-1)/(32*plan.wg), flags|gemmSwiGLU
 		actPtr = act.ptr
+	case argmax: // k whole
+		plan.ks, flags, accumulate = 1, flags|gemmArgmax, false
+		yPtr, actPtr = b.argValues, b.argIndices
 	}
 	stages := gemmStages(plan.wg, nt, b.tune.GemmStages, b.gemm.maxShare)
 	if stages == 0 {
@@ -110,7 +135,7 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if err != nil {
 		return err
 	}
-	p := gemmParams{WMap: wmap, XMap: xmap, Y: y.ptr, Act: actPtr, M: int32(rows), N: int32(out), K: int32(in),
+	p := gemmParams{WMap: wmap, XMap: xmap, Y: yPtr, Act: actPtr, M: int32(rows), N: int32(out), K: int32(in),
 		Stages: int32(stages), Flags: int32(flags)}
 	if accumulate {
 		p.Accumulate = 1

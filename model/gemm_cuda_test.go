@@ -9,6 +9,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -24,6 +25,16 @@ var gemmTestShapes = []struct {
 	{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336},
 }
 
+// newGemmBackend is newGemvBackend on a device that has the skinny GEMM (compute capability 9.0).
+func newGemmBackend(t testing.TB, dt weights.DType) *cudaBackend {
+	t.Helper()
+	b := newGemvBackend(t, dt)
+	if b.gemm == nil {
+		t.Fatalf("no skinny GEMM kernels (compute capability %d.%d)", b.dev.Info().Major, b.dev.Info().Minor)
+	}
+	return b
+}
+
 // gemmBase is what the output holds before an accumulating product (float32 bits of 0.25).
 const gemmBase = 0x3e800000
 
@@ -36,10 +47,7 @@ const gemmBase = 0x3e800000
 // held. Each case runs twice (the ring's barriers start over every launch).
 func TestCUDAGemm(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
-		b := newGemvBackend(t, dt)
-		if b.gemm == nil {
-			t.Fatalf("no skinny GEMM kernels (compute capability %d.%d)", b.dev.Info().Major, b.dev.Info().Minor)
-		}
+		b := newGemmBackend(t, dt)
 		rng := rand.New(rand.NewPCG(11, uint64(dt)))
 		for _, sh := range gemmTestShapes {
 			w, wv, x, xv := gemvOperands(t, b, dt, sh.n, sh.k, rng)
@@ -80,7 +88,7 @@ func TestCUDAGemm(t *testing.T) {
 									if err := b.dev.Synchronize(); err != nil {
 										t.Fatal(err)
 									}
-									if err := b.launchGemm(y, x, w, sh.n, sh.k, m, acc, nil); err != nil {
+									if err := b.launchGemm(y, x, w, sh.n, sh.k, m, acc, nil, false); err != nil {
 										t.Fatal(err)
 									}
 									got := syncAndRead(t, b, y.ptr, gemvMaxTokens*sh.n)
@@ -88,6 +96,68 @@ func TestCUDAGemm(t *testing.T) {
 								}
 							})
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestCUDAGemmArgmax checks the GEMM's argmax epilogue (a greedy step's LM head of 9-64 rows: each
+// token's largest logit of each block's rows, finished by ArgmaxPartials, the logits not written) against
+// the argmax of the logits the same GEMM writes without it: random rows, and rows whose logits tie
+// (rows 37, 40 — one block — and 700, another, all ones: the first must win) beside a NaN row (900, never
+// wins); n not a multiple of a block's rows; planned and forced launch shapes of 1-4 warpgroups.
+func TestCUDAGemmArgmax(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
+		b := newGemmBackend(t, dt)
+		rng := rand.New(rand.NewPCG(12, uint64(dt)))
+		const n, k = 1001, 256
+		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((n + 15) / 16)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ensureIDs(gemvMaxTokens); err != nil {
+			t.Fatal(err)
+		}
+		for _, tie := range []bool{false, true} {
+			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
+			if tie { // x positive multiples of 1/8: the tied rows' sums are exact, far above the others'
+				for i := range k {
+					wv[37*k+i], wv[40*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, 1, float32(math.NaN())
+				}
+				for i := range xv {
+					xv[i] = float32(1+rng.IntN(15)) / 8
+				}
+				if err := b.dev.CopyToDevice(w.ptr, round16(dt, wv)); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.dev.CopyToDevice(x.ptr, round16(dt, xv)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			y := newDeviceTensor(t, b, gemvMaxTokens, n)
+			for _, m := range []int{9, 16, 33, 64} {
+				for _, gs := range []gemmShape{{}, {1, 1}, {3, 1}, {4, 1}} {
+					t.Run(fmt.Sprintf("%v/tie=%v/m%d/wg%d", dt, tie, m, gs.wg), func(t *testing.T) {
+						b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS = true, gs.wg, gs.ks
+						defer func() { b.tune = defaultGemvTuning }()
+						poison(t, b, y.ptr, gemvMaxTokens*n)
+						if err := b.launchGemm(y, x, w, n, k, m, false, nil, false); err != nil {
+							t.Fatal(err)
+						}
+						logits := syncAndRead(t, b, y.ptr, m*n)
+						poison(t, b, y.ptr, gemvMaxTokens*n)
+						poison(t, b, b.argValues, gemvMaxTokens*((n+15)/16))
+						if err := b.launchGemm(y, x, w, n, k, m, false, nil, true); err != nil {
+							t.Fatal(err)
+						}
+						untouched := syncAndRead(t, b, y.ptr, m*n)
+						for i, v := range untouched {
+							if !math.IsNaN(float64(v)) {
+								t.Fatalf("logit %d written (%g): the argmax epilogue must not write y", i, v)
+							}
+						}
+						checkArgmaxPartials(t, b, m, b.gemmArgmaxBlocks(n, k), logits, n, tie)
+					})
 				}
 			}
 		}
@@ -117,7 +187,7 @@ func TestCUDAGemmSwiGLU(t *testing.T) {
 						defer func() { b.tune = defaultGemvTuning }()
 						poison(t, b, y.ptr, gemvMaxTokens*n)
 						poison(t, b, act.ptr, gemvMaxTokens*c.inter/2)
-						if err := b.launchGemm(y, x, w, n, c.k, m, false, act); err != nil {
+						if err := b.launchGemm(y, x, w, n, c.k, m, false, act, false); err != nil {
 							t.Fatal(err)
 						}
 						for i, v := range syncAndRead(t, b, y.ptr, gemvMaxTokens*n) {
@@ -211,10 +281,7 @@ func TestCUDAGemmServes(t *testing.T) {
 //
 //	go test -tags cuda -run XXX -bench CUDAGemm -benchtime 1x ./model
 func BenchmarkCUDAGemm(bb *testing.B) {
-	b := newGemvBackend(bb, weights.DTypeBF16)
-	if b.gemm == nil {
-		bb.Fatal("no skinny GEMM kernels")
-	}
+	b := newGemmBackend(bb, weights.DTypeBF16)
 	rng := rand.New(rand.NewPCG(5, 7))
 	for _, sh := range gemvBenchShapes {
 		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
@@ -230,7 +297,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 					b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags = true, warps, ks, stages, flags
 					defer func() { b.tune = defaultGemvTuning }()
 					return deviceMicros(b, reps, func(i int) error {
-						return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil)
+						return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, nil, false)
 					})
 				}
 				var cublasUS, planUS, evictUS float64
@@ -320,7 +387,7 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 				b.tune = defaultGemvTuning
 				b.tune.Gemm, b.tune.GemmFlags = true, diag
 				us, err := deviceMicros(b, 100, func(i int) error {
-					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, act)
+					return b.launchGemm(y, x, ws[i%copies], sh.n, sh.k, m, false, act, false)
 				})
 				b.tune = defaultGemvTuning
 				if err != nil {
@@ -342,10 +409,7 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 //
 //	go test -tags cuda -run XXX -bench CUDAGemmWave -benchtime 1x ./model
 func BenchmarkCUDAGemmWave(bb *testing.B) {
-	b := newGemvBackend(bb, weights.DTypeBF16)
-	if b.gemm == nil {
-		bb.Fatal("no skinny GEMM kernels")
-	}
+	b := newGemmBackend(bb, weights.DTypeBF16)
 	rng := rand.New(rand.NewPCG(5, 9))
 	const k, m, reps = 4096, 64, 100
 	for _, blocks := range []int{44, 88, 112, 132, 150, 264} {
@@ -362,13 +426,83 @@ func BenchmarkCUDAGemmWave(bb *testing.B) {
 				var err error
 				for bb.Loop() {
 					if us, err = deviceMicros(b, reps, func(i int) error {
-						return b.launchGemm(y, x, ws[i%len(ws)], n, k, m, false, nil)
+						return b.launchGemm(y, x, ws[i%len(ws)], n, k, m, false, nil, false)
 					}); err != nil {
 						bb.Fatal(err)
 					}
 				}
 				bb.ReportMetric(us, "us")
 				bb.ReportMetric(float64(bytes)/us/1e6, "TB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkCUDAGemmSplit times the small decode products (Q/K/V, O, down) of Llama-3.2-1B and Llama-3-8B
+// (bf16) at 16, 32 and 64 token rows on cuBLAS: GemmEx, and the same product with its k split into S
+// partial products of one strided-batched call (S float outputs; summing them is left to the consumer,
+// so it is not timed here). Weights rotate among copies totalling ≥ 256 MB. gap = split ÷ GemmEx.
+//
+//	go test -tags cuda -run XXX -bench CUDAGemmSplit -benchtime 1x -v ./model
+func BenchmarkCUDAGemmSplit(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	rng := rand.New(rand.NewPCG(5, 9))
+	for _, sh := range gemvBenchShapes {
+		if sh.n > 8192 { // gate/up and the LM head run on the skinny GEMM
+			continue
+		}
+		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		x := newDeviceTensor(bb, b, gemvMaxTokens, sh.k)
+		y := newDeviceTensor(bb, b, 8*gemvMaxTokens, sh.n)
+		for _, m := range []int{16, 32, 64} {
+			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
+				const reps = 100
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				var cublasUS float64
+				var err error
+				line := ""
+				for bb.Loop() {
+					if cublasUS, err = cublasMicros(b, reps, ws, x, y, sh.n, sh.k, m); err != nil {
+						bb.Fatal(err)
+					}
+					line = fmt.Sprintf("%s m=%d: GemmEx %.1fµs (%.0f%%)", sh.name, m, cublasUS, pct(cublasUS))
+					for _, s := range []int{2, 3, 4, 6, 7, 8} {
+						if sh.k%(s*64) != 0 {
+							continue
+						}
+						ks := sh.k / s
+						us, err := deviceMicros(b, reps, func(i int) error {
+							return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, sh.n, m, ks, 1,
+								ws[i%len(ws)].ptr, b.dtype, sh.k, int64(ks), x.ptr, b.dtype, sh.k, int64(ks), 0,
+								y.ptr, cuda.Float32, sh.n, int64(m*sh.n), s)
+						})
+						if err != nil {
+							bb.Fatal(err)
+						}
+						bb.ReportMetric(us, fmt.Sprintf("split%d-us", s))
+						line += fmt.Sprintf(", S=%d %.1fµs (%.0f%%, gap %.2f×)", s, us, pct(us), us/cublasUS)
+					}
+					// The output rows dealt out instead: R products of n/R weight rows each, the same x, each
+					// writing its columns of y in place (no sum to do).
+					for _, r := range []int{2, 3, 4, 6, 8} {
+						if sh.n%(r*64) != 0 {
+							continue
+						}
+						nr := sh.n / r
+						us, err := deviceMicros(b, reps, func(i int) error {
+							return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, nr, m, sh.k, 1,
+								ws[i%len(ws)].ptr, b.dtype, sh.k, int64(nr)*int64(sh.k), x.ptr, b.dtype, sh.k, 0, 0,
+								y.ptr, cuda.Float32, sh.n, int64(nr), r)
+						})
+						if err != nil {
+							bb.Fatal(err)
+						}
+						bb.ReportMetric(us, fmt.Sprintf("rows%d-us", r))
+						line += fmt.Sprintf(", R=%d %.1fµs (gap %.2f×)", r, us, us/cublasUS)
+					}
+				}
+				bb.ReportMetric(cublasUS, "cublas-us")
+				bb.Log(line)
 			})
 		}
 	}

@@ -91,6 +91,8 @@ type gemvTuning struct {
 	// by default decode attention rotates the queries and writes the newest K/V row itself
 	// (attention.CUDARoPE).
 	NoAttnRoPE bool
+	// SplitK sets splitParts: < 0 no product splits its k, > 0 the parts, 0 the default rule.
+	SplitK int
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from

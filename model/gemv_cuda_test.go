@@ -404,35 +404,41 @@ func TestCUDAGemvArgmax(t *testing.T) {
 					if err := b.launchGemv(y, x, w, n, k, m, &gemvEpilogue{mode: gemvArgmax}); err != nil {
 						t.Fatal(err)
 					}
-					p := struct {
-						Out, Values, Indices cuda.DevicePtr
-						Tiles                int32
-					}{b.ids, b.argValues, b.argIndices, int32((n + 15) / 16)}
-					if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: m}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
-						t.Fatal(err)
-					}
 					logits := syncAndRead(t, b, y.ptr, m*n)
-					ids := make([]int32, m)
-					if err := b.dev.CopyFromDevice(cuda.Bytes(ids), b.ids); err != nil {
-						t.Fatal(err)
-					}
-					for r := range m {
-						row := logits[r*n : (r+1)*n]
-						want, best := int32(0), float32(math.Inf(-1))
-						for i, v := range row {
-							if v > best {
-								want, best = int32(i), v
-							}
-						}
-						if tie && want != 37 {
-							t.Fatalf("row %d: the tie should make 37 the argmax, CPU says %d", r, want)
-						}
-						if ids[r] != want {
-							t.Errorf("row %d: fused argmax %d (%g), want %d (%g)", r, ids[r], row[ids[r]], want, best)
-						}
-					}
+					checkArgmaxPartials(t, b, m, (n+15)/16, logits, n, tie)
 				})
 			}
+		}
+	}
+}
+
+// checkArgmaxPartials finishes the argmax partials a fused product left (tiles of them a row) with
+// ArgmaxPartials for m rows and checks the ids against the host's argmax of logits [m][n]; with tie, rows
+// 37 and 700 (and others after 37) tie at the top and 37 must win.
+func checkArgmaxPartials(t *testing.T, b *cudaBackend, m, tiles int, logits []float32, n int, tie bool) {
+	t.Helper()
+	p := struct {
+		Out, Values, Indices cuda.DevicePtr
+		Tiles                int32
+	}{b.ids, b.argValues, b.argIndices, int32(tiles)}
+	if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: m}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, m)
+	if err := b.stream.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.dev.CopyFromDevice(cuda.Bytes(ids), b.ids); err != nil {
+		t.Fatal(err)
+	}
+	for r := range m {
+		row := logits[r*n : (r+1)*n]
+		want := Argmax(row)
+		if tie && want != 37 {
+			t.Fatalf("row %d: the tie should make 37 the argmax, the host says %d", r, want)
+		}
+		if ids[r] != want {
+			t.Errorf("row %d: fused argmax %d (%g), want %d (%g)", r, ids[r], row[ids[r]], want, row[want])
 		}
 	}
 }

@@ -179,8 +179,10 @@ func (b *cudaBackend) quiesce() error {
 }
 
 // recordArgmax records the argmax of the first rows rows of t into the slot's ids (idsAt). After the LM head's product
-// it fuses into it: the product's epilogue leaves one (max, index) per token and tile of 16 logits, and
-// ArgmaxPartials reads those instead of the logits.
+// it fuses into it: the product's epilogue leaves one (max, index) per token and tile of 16 logits (the
+// skinny product, which still writes the logits) or per token and block (the skinny GEMM, which then does
+// not write them: nothing reads a greedy step's logits), and ArgmaxPartials reads those instead of the
+// logits.
 func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
 	cols := t.cols
 	mm := b.fuseInto(t, rows)
@@ -204,7 +206,11 @@ func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
 			Out, Values, Indices cuda.DevicePtr
 			Tiles                int32
 		}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
-		if !b.fused(mm, gemvArgmax, n) {
+		switch {
+		case b.fused(mm, gemvArgmax, n) && !b.gemvServes(n, mm.in): // on the skinny GEMM: a partial a block
+			parts.Tiles = int32(b.gemmArgmaxBlocks(cols, mm.in))
+			b.stats.GemmArgmaxes++
+		case !b.fused(mm, gemvArgmax, n):
 			p := struct {
 				Values, Indices, Logits cuda.DevicePtr
 				Cols, Chunks            int32

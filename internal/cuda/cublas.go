@@ -16,6 +16,8 @@ typedef int (*gollm_cublas_set_stream_t)(void *, CUstream);
 typedef int (*gollm_cublas_get_version_t)(void *, int *);
 typedef int (*gollm_cublas_gemm_ex_t)(void *, int, int, int, int, int, const void *, const void *, int, int,
 	const void *, int, int, const void *, void *, int, int, int, int);
+typedef int (*gollm_cublas_gemm_strided_batched_ex_t)(void *, int, int, int, int, int, const void *, const void *,
+	int, int, long long, const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
 
 typedef struct {
 	void *lib;
@@ -24,6 +26,7 @@ typedef struct {
 	gollm_cublas_set_stream_t set_stream;
 	gollm_cublas_get_version_t get_version;
 	gollm_cublas_gemm_ex_t gemm_ex;
+	gollm_cublas_gemm_strided_batched_ex_t gemm_strided_batched_ex;
 } gollm_cublas;
 
 static inline void *gollm_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
@@ -36,6 +39,8 @@ static inline const char *gollm_cublas_bind(gollm_cublas *b) {
 	if (!(b->set_stream = (gollm_cublas_set_stream_t)dlsym(b->lib, "cublasSetStream_v2"))) return "cublasSetStream_v2";
 	if (!(b->get_version = (gollm_cublas_get_version_t)dlsym(b->lib, "cublasGetVersion_v2"))) return "cublasGetVersion_v2";
 	if (!(b->gemm_ex = (gollm_cublas_gemm_ex_t)dlsym(b->lib, "cublasGemmEx"))) return "cublasGemmEx";
+	if (!(b->gemm_strided_batched_ex = (gollm_cublas_gemm_strided_batched_ex_t)dlsym(b->lib, "cublasGemmStridedBatchedEx")))
+		return "cublasGemmStridedBatchedEx";
 	return NULL;
 }
 
@@ -51,6 +56,14 @@ static inline int gollm_cublas_gemm(gollm_cublas *b, void *h, int ta, int tb, in
 		float beta, CUdeviceptr C, int ct, int ldc) {
 	return b->gemm_ex(h, ta, tb, m, n, k, &alpha, (const void *)A, at, lda, (const void *)B, bt, ldb,
 		&beta, (void *)C, ct, ldc, 68, -1);
+}
+
+// gollm_cublas_gemm_batched runs cublasGemmStridedBatchedEx likewise.
+static inline int gollm_cublas_gemm_batched(gollm_cublas *b, void *h, int ta, int tb, int m, int n, int k,
+		float alpha, CUdeviceptr A, int at, int lda, long long sa, CUdeviceptr B, int bt, int ldb, long long sb,
+		float beta, CUdeviceptr C, int ct, int ldc, long long sc, int count) {
+	return b->gemm_strided_batched_ex(h, ta, tb, m, n, k, &alpha, (const void *)A, at, lda, sa, (const void *)B, bt,
+		ldb, sb, &beta, (void *)C, ct, ldc, sc, count, 68, -1);
 }
 */
 import "C"
@@ -174,6 +187,24 @@ func (b *BLAS) GemmEx(transA, transB Op, m, n, k int, alpha float32, a DevicePtr
 			C.float(beta), C.CUdeviceptr(c), C.int(cType), C.int(ldc))
 		if st != 0 {
 			return fmt.Errorf("cuda: cublasGemmEx m=%d n=%d k=%d: status %d", m, n, k, int(st))
+		}
+		return nil
+	})
+}
+
+// GemmStridedBatchedEx queues count products as GemmEx does, product i on A + i·strideA, B + i·strideB and
+// C + i·strideC (strides in elements). With strides along k into the same A and B and C's apart it splits
+// one product's k into count partial products (the caller sums them).
+func (b *BLAS) GemmStridedBatchedEx(transA, transB Op, m, n, k int, alpha float32, a DevicePtr, aType DataType,
+	lda int, strideA int64, bm DevicePtr, bType DataType, ldb int, strideB int64, beta float32, c DevicePtr,
+	cType DataType, ldc int, strideC int64, count int) error {
+	return b.dev.Do(func() error {
+		st := C.gollm_cublas_gemm_batched(b.lib, b.handle, C.int(transA), C.int(transB), C.int(m), C.int(n), C.int(k),
+			C.float(alpha), C.CUdeviceptr(a), C.int(aType), C.int(lda), C.longlong(strideA),
+			C.CUdeviceptr(bm), C.int(bType), C.int(ldb), C.longlong(strideB),
+			C.float(beta), C.CUdeviceptr(c), C.int(cType), C.int(ldc), C.longlong(strideC), C.int(count))
+		if st != 0 {
+			return fmt.Errorf("cuda: cublasGemmStridedBatchedEx m=%d n=%d k=%d count=%d: status %d", m, n, k, count, int(st))
 		}
 		return nil
 	})

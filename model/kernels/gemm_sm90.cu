@@ -20,7 +20,9 @@
 // after it. With the SwiGLU epilogue (flags 16, whole k) a block's weight tile is two boxes, gate rows and
 // the matching up rows, so that each gate warpgroup's partner holds its up values: they meet in shared
 // memory and the block writes silu(gate)·up in T for the down product (the float gate/up output and the
-// SwiGLU kernel are gone).
+// SwiGLU kernel are gone). With the argmax epilogue (flags 32, whole k: the LM head of a greedy step) the
+// block leaves, for each token, the (largest logit, its row) of its rows instead of the logits, which
+// ArgmaxPartials (argmax.cu) finishes: the float logits are never written.
 //
 // Split k over a thread-block cluster of ks blocks (gridDim.y = ks, cluster (1, ks, 1)): each block leaves
 // its partial tile in its shared memory (a thread's fragments as float4s, in thread order), and block r
@@ -40,12 +42,13 @@ struct __align__(64) TmaDesc {
 struct GemmParams {
 	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG (SwiGLU: 64 × 32·WG), 128-byte swizzle
 	TmaDesc xmap;   // x [m][k] of T, box 64 × 16·NT, 128-byte swizzle
-	float *y;       // [m][n]
-	void *act;      // SwiGLU: [m][n/2] of T, written instead of y
+	float *y;       // [m][n]; argmax: the partial maxima [m][gridDim.x]
+	void *act;      // SwiGLU: [m][n/2] of T, written instead of y; argmax: their rows, int [m][gridDim.x]
 	int m, n, k;
 	int accumulate; // 1: y += x · wᵀ (the residual stream), 0: y = x · wᵀ
 	int stages;     // ring slots (shared memory: 1024 + stages · ((64·WG + 16·NT) · 128 + 16))
-	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; diagnostics (wrong results):
+	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; 32: argmax epilogue
+	                // (k whole, not accumulating); diagnostics (wrong results):
 	                // 1 no activation copies, 2 no mma, 4 no k-split sum, 1024 no output written
 };
 
@@ -320,6 +323,23 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			}
 		}
 		__syncthreads();
+		if (p.flags & 32) { // argmax: a warp a token scans the block's rows (ascending within a lane)
+			for (int tok = warp; tok < p.m; tok += cw + 1) {
+				float v = -INFINITY;
+				int i = 0x7fffffff;
+				for (int r = lane; r < rows && row0 + r < p.n; r += 32) argmax_keep(v, i, tile[tok * pitch + r], row0 + r);
+				for (int o = 16; o > 0; o >>= 1) {
+					const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+					const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+					argmax_keep(v, i, ov, oi);
+				}
+				if (lane == 0 && !(p.flags & 1024)) {
+					p.y[(long long)tok * gridDim.x + blockIdx.x] = v;
+					reinterpret_cast<int *>(p.act)[(long long)tok * gridDim.x + blockIdx.x] = i;
+				}
+			}
+			return;
+		}
 		if (!(p.flags & 1024)) flush(p.y, static_cast<const float *>(tile), pitch, rows, row0, p.n);
 		return;
 	}

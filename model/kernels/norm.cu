@@ -1,5 +1,6 @@
 // RMSNorm fused with the residual add (Backend.AddRMSNorm): residual += add (when given, a float matrix
-// product's output), then dst = residual / sqrt(mean(residual²) + eps) · w, in T for the next product.
+// product's output, or the sum of its `adds` partial products add_stride floats apart, a product split by
+// k), then dst = residual / sqrt(mean(residual²) + eps) · w, in T for the next product.
 // Grid (rows), one block per row. When cols is a multiple of 4 and at most 16·blockDim, each thread keeps
 // its (at most four) float4 chunks of the row in registers between the sum of squares and the scaling,
 // so the residual is read once and written once, with 16-byte accesses; otherwise a strided scalar path
@@ -11,10 +12,12 @@
 struct AddRMSNormParams {
 	void *dst;          // [rows][cols] of T
 	float *residual;    // [rows][cols], updated in place
-	const float *add;   // [rows][cols], or null
+	const float *add;   // [adds][rows][cols], or null
 	const float *weight; // [cols]
 	float eps;
 	int cols;
+	int adds;              // ≥ 1 when add is given
+	long long add_stride;  // floats from one partial product to the next
 };
 
 template <typename T> __device__ __forceinline__ void store4(T *dst, float a, float b, float c, float d) {
@@ -43,7 +46,14 @@ template <typename T> __device__ __forceinline__ void add_rms_norm(const AddRMSN
 			if (i < n4) {
 				float4 x = reinterpret_cast<const float4 *>(res)[i];
 				if (add) {
-					const float4 a = reinterpret_cast<const float4 *>(add)[i];
+					float4 a = reinterpret_cast<const float4 *>(add)[i];
+					for (int s = 1; s < p.adds; s++) {
+						const float4 b = reinterpret_cast<const float4 *>(add + s * p.add_stride)[i];
+						a.x += b.x;
+						a.y += b.y;
+						a.z += b.z;
+						a.w += b.w;
+					}
 					x.x += a.x;
 					x.y += a.y;
 					x.z += a.z;
@@ -69,7 +79,9 @@ template <typename T> __device__ __forceinline__ void add_rms_norm(const AddRMSN
 	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
 		float x = res[i];
 		if (add) {
-			x += add[i];
+			float a = add[i];
+			for (int s = 1; s < p.adds; s++) a += add[s * p.add_stride + i];
+			x += a;
 			res[i] = x;
 		}
 		ss += x * x;
