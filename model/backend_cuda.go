@@ -324,11 +324,12 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 // fused reports whether the product ran with epilogue mode at rows rows (the op that fused into it then
-// has nothing left to do): on the skinny kernel, or SwiGLU or argmax on the skinny GEMM.
+// has nothing left to do): on the skinny kernel, or SwiGLU or argmax on the skinny GEMM (argmax only
+// where its plan keeps k whole, as the epilogue needs: the same sums as the logits Forward returns).
 func (b *cudaBackend) fused(mm *matmulOp, mode gemvMode, rows int) bool {
 	return mm != nil && mm.epi.mode == mode && (b.gemvServes(rows, mm.in) ||
 		mode == gemvSwiGLU && b.gemmTakes(rows, mm.out, mm.in, true) ||
-		mode == gemvArgmax && b.gemmTakes(rows, mm.out, mm.in, false))
+		mode == gemvArgmax && b.gemmTakes(rows, mm.out, mm.in, false) && b.gemmPlan(mm.out, mm.in).ks == 1)
 }
 
 // graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
@@ -967,7 +968,7 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 			case b.accumulates(mm):
 				return b.launchGemm(mm.residual, xt, wt, out, in, rows, true, nil, false)
 			}
-			return b.launchGemm(d, xt, wt, out, in, rows, false, nil, mm.epi.mode == gemvArgmax)
+			return b.launchGemm(d, xt, wt, out, in, rows, false, nil, b.fused(mm, gemvArgmax, rows))
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.

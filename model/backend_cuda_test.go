@@ -551,10 +551,13 @@ func TestCUDAPipelinedPicks(t *testing.T) {
 // TestCUDAGreedyPicksGemm checks greedy picks of 9-64-row steps whose LM head runs on the skinny GEMM
 // with the argmax epilogue (the logits never written) against the argmax of the logits that Forward
 // returns from a second model with the same weights and steps (the same GEMM launches writing the
-// logits): 12 sequences decoding (bucket 16) and 40 (bucket 64), eagerly and from replayed graphs.
+// logits): 12 sequences decoding (bucket 16) and 40 (bucket 64), eagerly and from replayed graphs. As
+// in the default routing, the LM head (a vocabulary of 4096: the largest product) alone is on the GEMM
+// and the O and down products on cuBLAS, split by k.
 func TestCUDAGreedyPicksGemm(t *testing.T) {
 	dev := gpuDevice(t)
 	cfg := cudaReferenceConfig(128)
+	cfg.VocabSize = 4096
 	r := newRandomModel(cfg, weights.DTypeBF16, 9)
 	const numBlocks, blockSize = 256, 16
 	var models [2]*Model
@@ -565,8 +568,9 @@ func TestCUDAGreedyPicksGemm(t *testing.T) {
 				if b.gemm == nil {
 					return nil, fmt.Errorf("no skinny GEMM on this device")
 				}
-				// Every 9-64-row product on the GEMM, one launch shape for both models (the same sums).
-				b.tune.Gemm, b.tune.GemmMinBytes, b.tune.GemmSwiGLUMinBytes, b.tune.GemmWarps, b.tune.GemmKS = true, 0, 0, 2, 1
+				// The LM head (2 MB) on the GEMM, the rest (at most 0.8 MB) on cuBLAS; one launch shape for
+				// both models (the same sums).
+				b.tune.Gemm, b.tune.GemmMinBytes, b.tune.GemmSwiGLUMinBytes, b.tune.GemmWarps, b.tune.GemmKS = true, 1<<20, 1<<20, 2, 1
 			}
 			return b, err
 		})
@@ -614,7 +618,8 @@ func TestCUDAGreedyPicksGemm(t *testing.T) {
 	if st.Replayed == 0 {
 		t.Errorf("no step replayed a graph (capture error %v)", st.CaptureFailed)
 	}
-	if st.GemmArgmaxes == 0 {
-		t.Errorf("the GEMM's argmax epilogue never ran: the test missed its path")
+	if st.GemmArgmaxes == 0 || st.SplitProducts == 0 {
+		t.Errorf("the GEMM's argmax epilogue ran %d times, products split %d: the test missed its paths",
+			st.GemmArgmaxes, st.SplitProducts)
 	}
 }

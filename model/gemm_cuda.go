@@ -118,7 +118,7 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1
 		boxRows, blocks, flags = 32*plan.wg, (out/2+32*plan.wg-1)/(32*plan.wg), flags|gemmSwiGLU
 		actPtr = act.ptr
-	case argmax: // k whole
+	case argmax: // k whole (fused asks for it only where the plan has it so)
 		plan.ks, flags, accumulate = 1, flags|gemmArgmax, false
 		yPtr, actPtr = b.argValues, b.argIndices
 	}

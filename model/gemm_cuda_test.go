@@ -104,9 +104,10 @@ func TestCUDAGemm(t *testing.T) {
 
 // TestCUDAGemmArgmax checks the GEMM's argmax epilogue (a greedy step's LM head of 9-64 rows: each
 // token's largest logit of each block's rows, finished by ArgmaxPartials, the logits not written) against
-// the argmax of the logits the same GEMM writes without it: random rows, and rows whose logits tie
-// (rows 37, 40 — one block — and 700, another, all ones: the first must win) beside a NaN row (900, never
-// wins); n not a multiple of a block's rows; planned and forced launch shapes of 1-4 warpgroups.
+// the argmax of the logits the same GEMM writes without it: random rows; rows whose logits tie (rows 37,
+// 40 — one block — and 700, another, all ones: the first must win) beside a NaN row (900, never wins);
+// every logit negative (the last block's rows past n, zeros in the tile, must not win); n not a multiple
+// of a block's rows; planned and forced launch shapes of 1-4 warpgroups.
 func TestCUDAGemmArgmax(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemmBackend(t, dt)
@@ -118,14 +119,22 @@ func TestCUDAGemmArgmax(t *testing.T) {
 		if err := b.ensureIDs(gemvMaxTokens); err != nil {
 			t.Fatal(err)
 		}
-		for _, tie := range []bool{false, true} {
+		for _, mode := range []string{"random", "tie", "negative"} {
+			tie := mode == "tie"
 			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
-			if tie { // x positive multiples of 1/8: the tied rows' sums are exact, far above the others'
-				for i := range k {
-					wv[37*k+i], wv[40*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, 1, float32(math.NaN())
-				}
+			if mode != "random" { // x positive multiples of 1/8: the tied rows' sums are exact, far above the others'
 				for i := range xv {
 					xv[i] = float32(1+rng.IntN(15)) / 8
+				}
+				for i := range wv {
+					if mode == "negative" {
+						wv[i] = -float32(math.Abs(float64(wv[i]))) - 1.0/64
+					}
+				}
+				if tie {
+					for i := range k {
+						wv[37*k+i], wv[40*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, 1, float32(math.NaN())
+					}
 				}
 				if err := b.dev.CopyToDevice(w.ptr, round16(dt, wv)); err != nil {
 					t.Fatal(err)
@@ -137,7 +146,7 @@ func TestCUDAGemmArgmax(t *testing.T) {
 			y := newDeviceTensor(t, b, gemvMaxTokens, n)
 			for _, m := range []int{9, 16, 33, 64} {
 				for _, gs := range []gemmShape{{}, {1, 1}, {3, 1}, {4, 1}} {
-					t.Run(fmt.Sprintf("%v/tie=%v/m%d/wg%d", dt, tie, m, gs.wg), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%v/%s/m%d/wg%d", dt, mode, m, gs.wg), func(t *testing.T) {
 						b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS = true, gs.wg, gs.ks
 						defer func() { b.tune = defaultGemvTuning }()
 						poison(t, b, y.ptr, gemvMaxTokens*n)

@@ -327,7 +327,10 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			for (int tok = warp; tok < p.m; tok += cw + 1) {
 				float v = -INFINITY;
 				int i = 0x7fffffff;
-				for (int r = lane; r < rows && row0 + r < p.n; r += 32) argmax_keep(v, i, tile[tok * pitch + r], row0 + r);
+				for (int r = lane; r < rows && row0 + r < p.n; r += 32) { // −∞ and NaN never win (argmax.cu)
+					const float x = tile[tok * pitch + r];
+					if (x > -INFINITY) argmax_keep(v, i, x, row0 + r);
+				}
 				for (int o = 16; o > 0; o >>= 1) {
 					const float ov = __shfl_xor_sync(0xffffffffu, v, o);
 					const int oi = __shfl_xor_sync(0xffffffffu, i, o);

@@ -34,7 +34,7 @@ fi
 if has memcheck; then # one compute-sanitizer memcheck run per pattern, each required to have run tests
 	sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 	: >"$out/memcheck.log"
-	for pat in 'TestCUDAGemmArgmax/BF16/tie=true/m33/' 'TestCUDAGreedyPicksGemm' \
+	for pat in 'TestCUDAGemmArgmax/BF16/tie/m33/' 'TestCUDAGemmArgmax/BF16/negative/m64/' 'TestCUDAGreedyPicksGemm' \
 		'TestCUDAMatchesCPU/d128_BF16_gemm=false$' 'TestCUDAMatchesCPU/d128_F32_gemm=false$'; do
 		log=$(mktemp)
 		(cd model && timeout 200 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
