@@ -109,10 +109,7 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	fn := b.gemm.byTiles[nt-1]
 	plan := b.gemmPlan(out, in)
 	boxRows, blocks, flags := 64*plan.wg, (out+64*plan.wg-1)/(64*plan.wg), b.tune.GemmFlags
-	yPtr, actPtr := cuda.DevicePtr(0), cuda.DevicePtr(0)
-	if y != nil {
-		yPtr = y.ptr
-	}
+	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
 	case act != nil: // gate and up halves of an even number of warpgroups, k whole
 		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1

@@ -206,11 +206,12 @@ func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
 			Out, Values, Indices cuda.DevicePtr
 			Tiles                int32
 		}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
+		fused := b.fused(mm, gemvArgmax, n)
 		switch {
-		case b.fused(mm, gemvArgmax, n) && !b.gemvServes(n, mm.in): // on the skinny GEMM: a partial a block
+		case fused && !b.gemvServes(n, mm.in): // on the skinny GEMM: a partial a block
 			parts.Tiles = int32(b.gemmArgmaxBlocks(cols, mm.in))
 			b.stats.GemmArgmaxes++
-		case !b.fused(mm, gemvArgmax, n):
+		case !fused:
 			p := struct {
 				Values, Indices, Logits cuda.DevicePtr
 				Cols, Chunks            int32
