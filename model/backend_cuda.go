@@ -67,7 +67,7 @@ type cudaBackend struct {
 	kCache     []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
 	vCache     []cuda.DevicePtr
 	splitWS    cuda.DevicePtr
-	// partials holds the partial products of a product split by k (see splitParts): splitMaxParts ×
+	// partials holds the partial products of a product split by k (see splitOf): splitMaxParts ×
 	// gemvMaxTokens rows of HiddenSize floats.
 	partials cuda.DevicePtr
 	allocs   *cuda.Buffers // weights, KV pages, activations, workspaces: what Close frees at once
@@ -150,7 +150,7 @@ type cudaStats struct {
 	// graph's capture; see normOp).
 	FoldedNorms int
 	// GemmArgmaxes counts the greedy picks queued as the skinny GEMM's argmax epilogue (the logits not
-	// written; see recordArgmax), SplitProducts the products queued split by k (see splitParts).
+	// written; see recordArgmax), SplitProducts the products queued split (see splitOf).
 	GemmArgmaxes, SplitProducts int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
@@ -239,30 +239,44 @@ func (b *cudaBackend) accumulates(mm *matmulOp) bool {
 	return mm != nil && mm.residual != nil && mm.epi.mode == gemvPlain
 }
 
-// splitMaxParts bounds splitParts.
+// splitMaxParts bounds the parts of a product split by k (productSplit).
 const splitMaxParts = 4
 
-// splitParts is how many partial products mm computes at rows rows (1: it is not split). A product that
-// runs on cuBLAS at gemvMaxTokens rows or fewer and accumulates into the residual (the O and down
-// products of a 9-64-row step) splits its k in two halves (when in is a multiple of 128), computed by one
-// strided-batched call into b.partials, and the AddRMSNorm after it adds them to the residual, which it
-// reads anyway. cuBLAS streams the halves' weights faster than the whole product's, whose k slices it
-// sums itself at the product's end (BenchmarkCUDAGemmSplit on the H100, 64 rows: Llama-3-8B's down 48.0
-// → 45.9 µs, O level; Llama-3.2-1B's O 7.6 → 6.9, down 18.0 → 16.7; in the decode step, with the norm's
-// extra reads, 8B batch 64 9.26 → 9.18 ms, batch 16 −2.8%, 1B −2.6-2.8%; four parts are slower at 8B,
-// docs/bench/e2e-h100-decode.md, fourteenth round). gemvTuning.SplitK < 0 turns it off, > 0 forces
-// the parts (where in is a multiple of 64 of them).
-func (b *cudaBackend) splitParts(mm *matmulOp, rows int) int {
-	if !b.accumulates(mm) || b.tune.SplitK < 0 || rows > gemvMaxTokens || b.gemvServes(rows, mm.in) ||
-		b.gemmTakes(rows, mm.out, mm.in, false) {
-		return 1
+// splitRowsMinOut is the fewest output rows of a product split by its output rows rather than by k.
+const splitRowsMinOut = 4096
+
+// productSplit is how a product on cuBLAS is split into parts computed by one strided-batched call.
+type productSplit struct {
+	parts int  // 1: whole
+	rows  bool // the output rows dealt out (each part writes or accumulates into its own rows); else k
+}
+
+// splitOf is how mm is split at rows rows. A product that runs on cuBLAS at gemvMaxTokens rows or fewer
+// and accumulates into the residual (the O and down products of a 9-64-row step) is computed in two
+// parts: with at least splitRowsMinOut output rows, two halves of them, each accumulating into its rows
+// of the residual (Llama-3-8B); otherwise two halves of k, into b.partials, which the AddRMSNorm after it
+// adds to the residual it reads anyway (Llama-3.2-1B). cuBLAS streams either form's weights faster than
+// the whole product's, whose k slices it sums itself at the product's end; the k halves' sum costs the
+// norm two more reads, which the row halves do not (BenchmarkCUDADecode on the H100, graph GPU ms: 8B
+// batch 64 9.15 with k halves → 9.05 with row halves, 1B batch 64 2.00 → 2.02; the k halves against the
+// whole product −0.07 and −0.05; docs/bench/e2e-h100-decode.md, fourteenth and fifteenth rounds).
+// gemvTuning.SplitK < 0 turns both off, > 0 forces k parts; gemvTuning.SplitRows > 0 forces row halves.
+// (Dealing the Q/K/V product's rows out the same way, in 2 or 4 parts, left the step level.)
+func (b *cudaBackend) splitOf(mm *matmulOp, rows int) productSplit {
+	whole := productSplit{parts: 1}
+	if !b.accumulates(mm) || mm.out != b.shape.HiddenSize || b.tune.SplitK < 0 || rows > gemvMaxTokens ||
+		b.gemvServes(rows, mm.in) || b.gemmTakes(rows, mm.out, mm.in, false) {
+		return whole
+	}
+	if b.tune.SplitK == 0 && (b.tune.SplitRows > 0 || mm.out >= splitRowsMinOut) && mm.out%128 == 0 {
+		return productSplit{parts: 2, rows: true}
 	}
 	for _, parts := range []int{b.tune.SplitK, 2} {
-		if parts > 1 && parts <= splitMaxParts && mm.in%(64*parts) == 0 && mm.out == b.shape.HiddenSize {
-			return parts
+		if parts > 1 && parts <= splitMaxParts && mm.in%(64*parts) == 0 {
+			return productSplit{parts: parts}
 		}
 	}
-	return 1
+	return whole
 }
 
 // normOp is a recorded AddRMSNorm. When the products on both sides of it run the skinny kernel (≤ 8 rows,
@@ -692,7 +706,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
 		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
-		b.tune.NormFoldDiag, b.tune.SplitK} {
+		b.tune.NormFoldDiag, b.tune.SplitK, b.tune.SplitRows} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -907,8 +921,8 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 			return nil // done by the products around it
 		}
 		add, adds := addPtr, 1
-		if parts := b.splitParts(mm, rows); parts > 1 {
-			add, adds = b.partials, parts // the product left its partial products
+		if sp := b.splitOf(mm, rows); sp.parts > 1 && !sp.rows {
+			add, adds = b.partials, sp.parts // the product left its partial products
 		} else if b.accumulates(mm) {
 			add = 0 // the product added itself
 		}
@@ -972,15 +986,21 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 		}
 		// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
 		// Y is stored as float32.
-		if parts := b.splitParts(mm, rows); parts > 1 {
-			b.stats.SplitProducts++
-			ks := in / parts
-			return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, out, rows, ks, 1, wt.ptr, b.dtype, in, int64(ks),
-				xt.ptr, b.dtype, in, int64(ks), 0, b.partials, cuda.Float32, out, int64(rows)*int64(out), parts)
-		}
 		y, beta := d.ptr, float32(0)
 		if b.accumulates(mm) {
 			y, beta = mm.residual.ptr, 1
+		}
+		switch sp := b.splitOf(mm, rows); {
+		case sp.parts > 1 && sp.rows: // part i: rows [i·n, (i+1)·n) of y
+			b.stats.SplitProducts++
+			n := out / sp.parts
+			return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, n, rows, in, 1, wt.ptr, b.dtype, in, int64(n)*int64(in),
+				xt.ptr, b.dtype, in, 0, beta, y, cuda.Float32, out, int64(n), sp.parts)
+		case sp.parts > 1: // part i: k slice i into b.partials[i]
+			b.stats.SplitProducts++
+			ks := in / sp.parts
+			return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, out, rows, ks, 1, wt.ptr, b.dtype, in, int64(ks),
+				xt.ptr, b.dtype, in, int64(ks), 0, b.partials, cuda.Float32, out, int64(rows)*int64(out), sp.parts)
 		}
 		return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, wt.ptr, b.dtype, in, xt.ptr, b.dtype, in,
 			beta, y, cuda.Float32, out)

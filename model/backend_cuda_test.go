@@ -298,19 +298,22 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		reduce  bool // split-k decode attention merges with its reduce kernel, not in its programs
 		nofold  bool // the norms between skinny products stay kernels (bf16 folds them by default)
 		inter   int  // the intermediate size, when not the reference config's (384)
+		rows    bool // the O and down products split by output rows (though smaller than splitRowsMinOut)
 	}{
-		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0},
-		{128, weights.DTypeF32, 1e-4, false, false, false, false, 0},
-		{128, weights.DTypeF32, 1e-4, false, true, false, false, 0},
-		{128, weights.DTypeF32, 1e-4, false, true, true, false, 0},
-		{64, weights.DTypeBF16, 5e-2, false, false, false, false, 0},
-		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0},
-		{128, weights.DTypeBF16, 5e-2, false, true, false, false, 0},
-		{128, weights.DTypeBF16, 5e-2, false, false, false, true, 0},
+		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, false},
+		{128, weights.DTypeF32, 1e-4, false, false, false, false, 0, false},
+		{128, weights.DTypeF32, 1e-4, false, true, false, false, 0, false},
+		{128, weights.DTypeF32, 1e-4, false, true, true, false, 0, false},
+		{64, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false},
+		{128, weights.DTypeBF16, 5e-2, false, true, false, false, 0, false},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, true, 0, false},
 		// The down product's k not a multiple of 64: it runs on cuBLAS, so no norm of the step folds.
-		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 360},
-		{64, weights.DTypeBF16, 5e-2, true, false, false, false, 0},
-		{128, weights.DTypeBF16, 5e-2, true, false, false, false, 0},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 360, false},
+		{64, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
+		{128, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
+		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, true},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, true},
 	} {
 		name := fmt.Sprintf("d%d_%v_gemm=%v", tc.headDim, tc.dtype, tc.gemm)
 		if tc.eager {
@@ -324,6 +327,9 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		}
 		if tc.inter > 0 {
 			name += fmt.Sprintf("_inter%d", tc.inter)
+		}
+		if tc.rows {
+			name += "_rows"
 		}
 		t.Run(name, func(t *testing.T) {
 			cfg := cudaReferenceConfig(tc.headDim)
@@ -349,6 +355,9 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			}
 			defer gpu.Close()
 			backend.tune.NoNormFold = tc.nofold
+			if tc.rows {
+				backend.tune.SplitRows = 1
+			}
 			if tc.reduce {
 				backend.decode.Tuning = attention.CUDATuning{SplitKReduceKernel: true}
 				defer func() { backend.decode.Tuning = attention.CUDATuning{} }()
@@ -621,5 +630,48 @@ func TestCUDAGreedyPicksGemm(t *testing.T) {
 	if st.GemmArgmaxes == 0 || st.SplitProducts == 0 {
 		t.Errorf("the GEMM's argmax epilogue ran %d times, products split %d: the test missed its paths",
 			st.GemmArgmaxes, st.SplitProducts)
+	}
+}
+
+// TestSplitOf checks how the products of a 9-64-row step on cuBLAS are split (splitOf): the O and down
+// products (accumulating into the residual) in two halves of their output rows from splitRowsMinOut rows
+// on, of k below, none past gemvMaxTokens rows, for products that do not accumulate (Q/K/V, gate/up) or
+// when turned off; the tuning's forced forms. No GPU: the backend has no kernels loaded.
+func TestSplitOf(t *testing.T) {
+	resid := &cudaTensor{}
+	for _, tc := range []struct {
+		name          string
+		hidden        int
+		out, in, rows int
+		accumulates   bool
+		tune          func(*gemvTuning)
+		want          productSplit
+	}{
+		{"8b-o", 4096, 4096, 4096, 64, true, nil, productSplit{2, true}},
+		{"8b-down", 4096, 4096, 14336, 16, true, nil, productSplit{2, true}},
+		{"1b-o", 2048, 2048, 2048, 64, true, nil, productSplit{2, false}},
+		{"1b-down", 2048, 2048, 8192, 9, true, nil, productSplit{2, false}},
+		{"1b-down-k-odd", 2048, 2048, 8128, 64, true, nil, productSplit{1, false}},
+		{"8b-o-prefill", 4096, 4096, 4096, 65, true, nil, productSplit{1, false}},
+		{"8b-qkv", 4096, 6144, 4096, 64, false, nil, productSplit{1, false}},
+		{"8b-gate-up-float", 4096, 28672, 4096, 64, false, nil, productSplit{1, false}},
+		{"8b-o-off", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = -1 }, productSplit{1, false}},
+		{"8b-o-k4", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = 4 }, productSplit{4, false}},
+		{"1b-o-rows", 2048, 2048, 2048, 64, true, func(t *gemvTuning) { t.SplitRows = 1 }, productSplit{2, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &cudaBackend{tune: defaultGemvTuning, gemv: &gemvKernels{}}
+			b.shape.HiddenSize = tc.hidden
+			if tc.tune != nil {
+				tc.tune(&b.tune)
+			}
+			mm := &matmulOp{out: tc.out, in: tc.in}
+			if tc.accumulates {
+				mm.residual = resid
+			}
+			if got := b.splitOf(mm, tc.rows); got != tc.want {
+				t.Errorf("splitOf(%d × %d, %d rows) = %+v, want %+v", tc.out, tc.in, tc.rows, got, tc.want)
+			}
+		})
 	}
 }

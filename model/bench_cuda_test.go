@@ -278,7 +278,9 @@ func BenchmarkCUDADecode(b *testing.B) {
 // one-token-tile kernel (gemvTuning.Plan and Pipe; batch 1 only: larger batches do not use it), and at
 // 9-64 rows every product on cuBLAS (no-gemm, the default before the skinny GEMM), every product on the
 // GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64), the RoPE kernel instead of
-// decode attention rotating (no-attn-rope). The skip and attn variants are the default with one change.
+// decode attention rotating (no-attn-rope), the O and down products whole (no-split), in k halves or
+// quarters (k-split, split4) or in halves of their output rows (split-rows) whatever the model's size.
+// The skip and attn variants are the default with one change.
 var decodeVariants = []struct {
 	name string
 	tune gemvTuning
@@ -316,6 +318,8 @@ var decodeVariants = []struct {
 	}), attention.CUDATuning{}},
 	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
 	{"split4", tweak(func(t *gemvTuning) { t.SplitK = 4 }), attention.CUDATuning{}},
+	{"k-split", tweak(func(t *gemvTuning) { t.SplitK = 2 }), attention.CUDATuning{}},
+	{"split-rows", tweak(func(t *gemvTuning) { t.SplitRows = 1 }), attention.CUDATuning{}},
 	{"attn-p64", tweak(func(t *gemvTuning) { t.AttnPartition = 64 }), attention.CUDATuning{}},
 	{"attn-p256", tweak(func(t *gemvTuning) { t.AttnPartition = 256 }), attention.CUDATuning{}},
 	{"attn-p512", tweak(func(t *gemvTuning) { t.AttnPartition = 512 }), attention.CUDATuning{}},
