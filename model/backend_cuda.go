@@ -260,7 +260,7 @@ type productSplit struct {
 // norm two more reads, which the row halves do not (BenchmarkCUDADecode on the H100, graph GPU ms: 8B
 // batch 64 9.15 with k halves → 9.05 with row halves, 1B batch 64 2.00 → 2.02; the k halves against the
 // whole product −0.07 and −0.05; docs/bench/e2e-h100-decode.md, fourteenth and fifteenth rounds).
-// gemvTuning.SplitK < 0 turns both off, > 0 forces k parts; gemvTuning.SplitRows > 0 forces row halves.
+// gemvTuning.SplitK < 0 turns both off, > 0 forces k parts; gemvTuning.SplitRows forces row halves.
 // (Dealing the Q/K/V product's rows out the same way, in 2 or 4 parts, left the step level.)
 func (b *cudaBackend) splitOf(mm *matmulOp, rows int) productSplit {
 	whole := productSplit{parts: 1}
@@ -268,7 +268,7 @@ func (b *cudaBackend) splitOf(mm *matmulOp, rows int) productSplit {
 		b.gemvServes(rows, mm.in) || b.gemmTakes(rows, mm.out, mm.in, false) {
 		return whole
 	}
-	if b.tune.SplitK == 0 && (b.tune.SplitRows > 0 || mm.out >= splitRowsMinOut) && mm.out%128 == 0 {
+	if b.tune.SplitK == 0 && (b.tune.SplitRows || mm.out >= splitRowsMinOut) && mm.out%128 == 0 {
 		return productSplit{parts: 2, rows: true}
 	}
 	for _, parts := range []int{b.tune.SplitK, 2} {
@@ -706,7 +706,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	// The kernels' tuning picks the launches a graph holds.
 	for _, w := range []int{b.tune.MaxTokens, b.tune.RB, b.tune.KS, b.tune.Pipe, b.tune.Plan, b.tune.GemmWarps,
 		b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags, int(b.tune.GemmMinBytes), int(b.tune.GemmSwiGLUMinBytes), b.tune.PDLRows,
-		b.tune.NormFoldDiag, b.tune.SplitK, b.tune.SplitRows} {
+		b.tune.NormFoldDiag, b.tune.SplitK} {
 		b.sig = fnvWord(b.sig, uint64(w))
 	}
 	if b.tune.Gemm {
@@ -720,6 +720,9 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	}
 	if b.tune.NoAttnRoPE {
 		b.sig = fnvString(b.sig, "noattnrope")
+	}
+	if b.tune.SplitRows {
+		b.sig = fnvString(b.sig, "splitrows")
 	}
 	for _, name := range b.tune.Skip {
 		b.sig = fnvString(b.sig, "skip "+name)

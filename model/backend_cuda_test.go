@@ -356,7 +356,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			defer gpu.Close()
 			backend.tune.NoNormFold = tc.nofold
 			if tc.rows {
-				backend.tune.SplitRows = 1
+				backend.tune.SplitRows = true
 			}
 			if tc.reduce {
 				backend.decode.Tuning = attention.CUDATuning{SplitKReduceKernel: true}
@@ -437,7 +437,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 				t.Errorf("%d norms folded, want them folded: %v", st.FoldedNorms, fold)
 			}
 			if !tc.gemm && st.SplitProducts == 0 { // O, and down where in is a multiple of 128, at 11-38 rows
-				t.Errorf("no product split by k")
+				t.Errorf("no product split (by k, or by output rows with tc.rows)")
 			}
 			if !tc.eager && (st.CaptureFailed != nil || st.Captured < 4) {
 				t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
@@ -657,7 +657,7 @@ func TestSplitOf(t *testing.T) {
 		{"8b-gate-up-float", 4096, 28672, 4096, 64, false, nil, productSplit{1, false}},
 		{"8b-o-off", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = -1 }, productSplit{1, false}},
 		{"8b-o-k4", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = 4 }, productSplit{4, false}},
-		{"1b-o-rows", 2048, 2048, 2048, 64, true, func(t *gemvTuning) { t.SplitRows = 1 }, productSplit{2, true}},
+		{"1b-o-rows", 2048, 2048, 2048, 64, true, func(t *gemvTuning) { t.SplitRows = true }, productSplit{2, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &cudaBackend{tune: defaultGemvTuning, gemv: &gemvKernels{}}

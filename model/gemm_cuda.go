@@ -87,7 +87,11 @@ func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
 // gemmArgmaxBlocks is how many blocks the argmax epilogue's launch of an out × in product has: one
 // partial maximum per token and block (launchGemm with argmax).
 func (b *cudaBackend) gemmArgmaxBlocks(out, in int) int {
-	plan := b.gemmPlan(out, in)
+	return gemmBlocks(out, b.gemmPlan(out, in))
+}
+
+// gemmBlocks is how many blocks (along the output rows) a plain out-row product of launch shape plan has.
+func gemmBlocks(out int, plan gemmShape) int {
 	return (out + 64*plan.wg - 1) / (64 * plan.wg)
 }
 
@@ -108,7 +112,7 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
 	plan := b.gemmPlan(out, in)
-	boxRows, blocks, flags := 64*plan.wg, (out+64*plan.wg-1)/(64*plan.wg), b.tune.GemmFlags
+	boxRows, blocks, flags := 64*plan.wg, gemmBlocks(out, plan), b.tune.GemmFlags
 	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
 	case act != nil: // gate and up halves of an even number of warpgroups, k whole

@@ -91,9 +91,10 @@ type gemvTuning struct {
 	// by default decode attention rotates the queries and writes the newest K/V row itself
 	// (attention.CUDARoPE).
 	NoAttnRoPE bool
-	// SplitK and SplitRows set splitOf: SplitK < 0 no product is split, > 0 the k parts; SplitRows > 0
-	// the O and down products' output rows in halves whatever their size; 0 the default rule.
-	SplitK, SplitRows int
+	// SplitK and SplitRows set splitOf: SplitK < 0 no product is split, > 0 the k parts, 0 the default
+	// rule; SplitRows (with SplitK 0) the O and down products' output rows in halves whatever their size.
+	SplitK    int
+	SplitRows bool
 }
 
 // defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from

@@ -194,7 +194,8 @@ func (b *BLAS) GemmEx(transA, transB Op, m, n, k int, alpha float32, a DevicePtr
 
 // GemmStridedBatchedEx queues count products as GemmEx does, product i on A + i·strideA, B + i·strideB and
 // C + i·strideC (strides in elements). With strides along k into the same A and B and C's apart it splits
-// one product's k into count partial products (the caller sums them).
+// one product's k into count partial products (the caller sums them); with A's and C's strides along the
+// output rows and B's zero, it deals one product's output rows out into count parts.
 func (b *BLAS) GemmStridedBatchedEx(transA, transB Op, m, n, k int, alpha float32, a DevicePtr, aType DataType,
 	lda int, strideA int64, bm DevicePtr, bType DataType, ldb int, strideB int64, beta float32, c DevicePtr,
 	cType DataType, ldc int, strideC int64, count int) error {
