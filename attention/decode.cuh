@@ -817,20 +817,19 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
 	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 	auto &ms = *reinterpret_cast<MergeSmem<D, ROWS, SLICES> *>(smem);
+	// Only the group's rows: the padding rows of the head tile (12 of 16 at G = 4) are never read.
 	const int rA = mtile * 16 + r0, rB = rA + 8;
-	if (lane % 4 == 0) {
-		ms.m[slice][rA] = m0;
-		ms.l[slice][rA] = l0;
-		ms.m[slice][rB] = m1;
-		ms.l[slice][rB] = l1;
-	}
+	auto put = [&](int r, float m, float l, int e) { // row r's state: acc[·][e], acc[·][e + 1]
+		if (r >= p.group) return;
+		if (lane % 4 == 0) ms.m[slice][r] = m, ms.l[slice][r] = l;
 #pragma unroll
-	for (int n = 0; n < NTILES; n++) {
-		ms.acc[slice][rA][n * 8 + c0] = acc[n][0];
-		ms.acc[slice][rA][n * 8 + c0 + 1] = acc[n][1];
-		ms.acc[slice][rB][n * 8 + c0] = acc[n][2];
-		ms.acc[slice][rB][n * 8 + c0 + 1] = acc[n][3];
-	}
+		for (int n = 0; n < NTILES; n++) {
+			ms.acc[slice][r][n * 8 + c0] = acc[n][e];
+			ms.acc[slice][r][n * 8 + c0 + 1] = acc[n][e + 1];
+		}
+	};
+	put(rA, m0, l0, 0);
+	put(rB, m1, l1, 2);
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
 	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))

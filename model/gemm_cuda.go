@@ -75,11 +75,15 @@ func (b *cudaBackend) gemmServes(rows, in int) bool {
 
 // gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
 // (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
-// whose SwiGLU the GEMM's epilogue then does, saving a kernel).
+// whose SwiGLU the GEMM's epilogue then does, saving a kernel, when its intermediate size is a multiple of
+// 8).
 func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
 	least := b.tune.GemmMinBytes
 	if swiglu {
 		least = b.tune.GemmSwiGLUMinBytes
+		if out%16 != 0 { // the epilogue pairs groups of 8 gate rows with their up rows
+			return false
+		}
 	}
 	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least
 }
@@ -104,7 +108,8 @@ func (b *cudaBackend) gemmPlan(out, in int) gemmShape {
 }
 
 // launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
-// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched),
+// gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched;
+// out/2 a multiple of 8),
 // or, with argmax, each token's largest entry of each block's rows (the first on ties; NaN never wins)
 // into b.argValues and its row into b.argIndices, [rows][gemmArgmaxBlocks] (y untouched).
 func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor,
@@ -112,13 +117,25 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
 	plan := b.gemmPlan(out, in)
-	boxRows, blocks, flags := 64*plan.wg, gemmBlocks(out, plan), b.tune.GemmFlags
+	blocks, flags := gemmBlocks(out, plan), b.tune.GemmFlags
+	// w as out rows of in; with SwiGLU as (k, 8 rows, gate or up half, group of 8 gate rows), so that a
+	// box of 64·wg rows interleaves 8 gate rows with their 8 up rows (kernels/gemm_sm90.cu).
+	dims, strides, box := []int64{int64(in), int64(out)}, []int64{2 * int64(in)}, []int{gemmChunk, 64 * plan.wg}
 	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
-	case act != nil: // gate and up halves of an even number of warpgroups, k whole
-		plan.wg, plan.ks = min(gemmMaxGroups, (plan.wg+1)/2*2), 1
-		boxRows, blocks, flags = 32*plan.wg, (out/2+32*plan.wg-1)/(32*plan.wg), flags|gemmSwiGLU
-		actPtr = act.ptr
+	case act != nil: // k whole
+		inter := out / 2
+		if inter%8 != 0 {
+			return fmt.Errorf("cuda backend: skinny GEMM: SwiGLU of an intermediate size %d (a multiple of 8 is needed)", inter)
+		}
+		if b.tune.GemmWarps == 0 || b.tune.GemmKS == 0 { // planned, not forced
+			plan = planSwiGLU(plan)
+		}
+		plan.ks, flags, actPtr = 1, flags|gemmSwiGLU, act.ptr
+		blocks = (inter + 32*plan.wg - 1) / (32 * plan.wg)
+		dims = []int64{int64(in), 8, 2, int64(inter / 8)}
+		strides = []int64{2 * int64(in), 2 * int64(in) * int64(inter), 16 * int64(in)}
+		box = []int{gemmChunk, 8, 2, 4 * plan.wg}
 	case argmax: // k whole (fused asks for it only where the plan has it so)
 		plan.ks, flags, accumulate = 1, flags|gemmArgmax, false
 		yPtr, actPtr = b.argValues, b.argIndices
@@ -128,11 +145,11 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		return fmt.Errorf("cuda backend: skinny GEMM: %d warpgroups × %d token tiles do not fit %d bytes of shared memory",
 			plan.wg, nt, b.gemm.maxShare)
 	}
-	wmap, err := b.dev.EncodeTiled2D(b.dtype, w.ptr, int64(in), int64(out), 2*int64(in), gemmChunk, boxRows)
+	wmap, err := b.dev.EncodeTiled(b.dtype, w.ptr, dims, strides, box)
 	if err != nil {
 		return err
 	}
-	xmap, err := b.dev.EncodeTiled2D(b.dtype, x.ptr, int64(in), int64(rows), 2*int64(in), gemmChunk, 16*nt)
+	xmap, err := b.dev.EncodeTiled(b.dtype, x.ptr, []int64{int64(in), int64(rows)}, []int64{2 * int64(in)}, []int{gemmChunk, 16 * nt})
 	if err != nil {
 		return err
 	}

@@ -175,15 +175,15 @@ func TestCUDAGemmArgmax(t *testing.T) {
 
 // TestCUDAGemmSwiGLU checks the GEMM's SwiGLU epilogue (the gate/up product of 9-64 rows writing
 // act = silu(gate) · up in the dtype, y untouched) against the float64 reference product, within one
-// rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200: the last
-// block's gate rows run into the up half, its up rows past the matrix; 204: nor are act's rows 16-byte
-// aligned), and Llama-3-8B's; planned and forced warpgroups (1 and 3 become 2 and 4: a block pairs gate
-// and up halves).
+// rounding to the dtype, for intermediate sizes that fill the blocks' rows, that do not (200 and 136: the
+// last block's groups of 8 gate rows run past the matrix, and the copy engine fills them with zeros), and
+// Llama-3-8B's; planned and forced warpgroups 1-4. An intermediate size that is not a multiple of 8
+// (204) is refused with an error.
 func TestCUDAGemmSwiGLU(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemvBackend(t, dt)
 		rng := rand.New(rand.NewPCG(4, uint64(dt)))
-		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {204, 256}, {384, 1280}, {14336, 4096}} {
+		for _, c := range []struct{ inter, k int }{{64, 256}, {200, 256}, {136, 256}, {204, 256}, {384, 1280}, {14336, 4096}} {
 			n := 2 * c.inter
 			w, wv, x, xv := gemvOperands(t, b, dt, n, c.k, rng)
 			y := newDeviceTensor(t, b, gemvMaxTokens, n)
@@ -196,7 +196,14 @@ func TestCUDAGemmSwiGLU(t *testing.T) {
 						defer func() { b.tune = defaultGemvTuning }()
 						poison(t, b, y.ptr, gemvMaxTokens*n)
 						poison(t, b, act.ptr, gemvMaxTokens*c.inter/2)
-						if err := b.launchGemm(y, x, w, n, c.k, m, false, act, false); err != nil {
+						err := b.launchGemm(y, x, w, n, c.k, m, false, act, false)
+						if c.inter%8 != 0 {
+							if err == nil {
+								t.Fatal("intermediate size not a multiple of 8 accepted")
+							}
+							return
+						}
+						if err != nil {
 							t.Fatal(err)
 						}
 						for i, v := range syncAndRead(t, b, y.ptr, gemvMaxTokens*n) {
@@ -258,7 +265,9 @@ func checkGemm(t *testing.T, y []float32, ref, scale []float64, n, m int, acc bo
 }
 
 // TestCUDAGemmServes checks which products MatMul sends to the skinny GEMM: 9…64 rows (above the skinny
-// product's MaxTokens) of 16-bit weights with in a multiple of 64, only while it is switched on.
+// product's MaxTokens) of 16-bit weights with in a multiple of 64, only while it is switched on; and which
+// of those it takes (gemmTakes): enough weight bytes, and a gate/up product only with an intermediate size
+// that is a multiple of 8.
 func TestCUDAGemmServes(t *testing.T) {
 	b := newGemvBackend(t, weights.DTypeBF16)
 	defer func() { b.tune = defaultGemvTuning }()
@@ -274,6 +283,19 @@ func TestCUDAGemmServes(t *testing.T) {
 		b.tune.Gemm = c.on
 		if got := b.gemmServes(c.rows, c.in); got != c.want {
 			t.Errorf("gemmServes(%d, %d) with Gemm %v = %v, want %v", c.rows, c.in, c.on, got, c.want)
+		}
+	}
+	b.tune = defaultGemvTuning
+	for _, c := range []struct {
+		out, in int
+		swiglu  bool
+		want    bool
+	}{
+		{2 * 14336, 4096, true, true}, {2 * 8192, 2048, true, true}, {2 * 14340, 4096, true, false},
+		{2 * 14340, 4096, false, true}, {4096, 4096, false, false},
+	} {
+		if got := b.gemmTakes(32, c.out, c.in, c.swiglu); got != c.want {
+			t.Errorf("gemmTakes(32, %d, %d, SwiGLU %v) = %v, want %v", c.out, c.in, c.swiglu, got, c.want)
 		}
 	}
 	f32 := newGemvBackend(t, weights.DTypeF32)

@@ -20,7 +20,7 @@ func gemmSlot(wg, nt int) int { return (64*wg + 16*nt) * gemmPitch }
 // tiles within maxShare bytes of shared memory (a slot also takes two 8-byte barriers; 1024 bytes go to
 // aligning the ring), or 0 when two do not fit or the partial tiles of a k split ((128·wg+32) threads ×
 // (2·nt+1) float4s) would not fit in them. That room also holds a block's output tile on its way out
-// (16·nt tokens × (64·wg + 4) floats; with SwiGLU the up values and the act tile, less).
+// (16·nt tokens × (64·wg + 4) floats; with SwiGLU the act tile of 16-bit values, less).
 func gemmStages(wg, nt, max, maxShare int) int {
 	if max <= 0 {
 		max = 8
@@ -56,6 +56,15 @@ func planGemm(n, chunks, sms int) gemmShape {
 		ks--
 	}
 	return gemmShape{wg: 1, ks: ks}
+}
+
+// planSwiGLU shapes a gate/up product with the SwiGLU epilogue from its plain plan: k whole (the
+// epilogue needs whole sums) and an even number of warpgroups a block. Any count serves the epilogue; the
+// even ones are the shapes measured: blocks of one at Llama-3.2-1B's size (256 of them, not one wave at
+// 64 rows) made its batch-64 step slower on the H100 (BenchmarkCUDADecode, sixteenth round: 2.044
+// against 2.006 ms; batch 16 1.412 against 1.421).
+func planSwiGLU(plan gemmShape) gemmShape {
+	return gemmShape{wg: min(gemmMaxGroups, (plan.wg+1)/2*2), ks: 1}
 }
 
 // gemmMinSteps is the fewest k chunks a block of a split product walks.

@@ -30,6 +30,18 @@ func TestPlanGemm(t *testing.T) {
 	}
 }
 
+// TestPlanSwiGLU checks the gate/up product's shape: k whole, warpgroups rounded up to an even count.
+func TestPlanSwiGLU(t *testing.T) {
+	for _, c := range []struct{ in, want gemmShape }{
+		{gemmShape{1, 1}, gemmShape{2, 1}}, {gemmShape{1, 4}, gemmShape{2, 1}}, {gemmShape{2, 1}, gemmShape{2, 1}},
+		{gemmShape{3, 1}, gemmShape{4, 1}}, {gemmShape{4, 2}, gemmShape{4, 1}},
+	} {
+		if got := planSwiGLU(c.in); got != c.want {
+			t.Errorf("planSwiGLU(%+v) = %+v, want %+v", c.in, got, c.want)
+		}
+	}
+}
+
 // TestGemmStages checks the ring's depth: as deep as shared memory allows up to 8 slots (or the cap),
 // none when two slots do not fit.
 func TestGemmStages(t *testing.T) {

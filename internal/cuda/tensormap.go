@@ -25,11 +25,10 @@ static inline int gollm_tmap_bind(void) {
 	return gollm_tmap_encode_fn != 0;
 }
 
-static inline int gollm_tmap_encode_2d(void *map, int dtype, uint64_t addr, uint64_t cols, uint64_t rows,
-		uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows) {
-	uint64_t dims[2] = { cols, rows }, strides[1] = { row_bytes };
-	uint32_t box[2] = { box_cols, box_rows }, es[2] = { 1, 1 };
-	return gollm_tmap_encode_fn(map, dtype, 2, (void *)addr, dims, strides, box, es, 0, 3, 3, 0);
+static inline int gollm_tmap_encode(void *map, int dtype, uint32_t rank, uint64_t addr, const uint64_t *dims,
+		const uint64_t *strides, const uint32_t *box) {
+	uint32_t es[5] = { 1, 1, 1, 1, 1 };
+	return gollm_tmap_encode_fn(map, dtype, rank, (void *)addr, dims, strides, box, es, 0, 3, 3, 0);
 }
 */
 import "C"
@@ -41,28 +40,30 @@ import (
 	"unsafe"
 )
 
-// TensorMap is a tensor map (CUtensorMap): the description of a tiled 2-D matrix that the Hopper copy
+// TensorMap is a tensor map (CUtensorMap): the description of a tiled tensor (2-D to 5-D) that the Hopper copy
 // engine (cp.async.bulk.tensor) reads. Kernels take it by value, 64-byte aligned, as a __grid_constant__
 // parameter: a Go parameter struct holds it at an offset that is a multiple of 64.
 type TensorMap [128]byte
 
 var tmapBind = sync.OnceValue(func() bool { return C.gollm_tmap_bind() != 0 })
 
-// EncodeTiled2D describes the row-major matrix at base, rows × cols elements of dt (Float16 or BFloat16),
-// rows rowBytes apart, read in tiles of boxRows × boxCols with the 128-byte swizzle (a tile row is 128
-// bytes: boxCols · 2 = 128; boxRows ≤ 256). Tiles past the matrix's edges are filled with zeros. Needs a
-// driver of CUDA 12 or newer and compute capability 9.0 to use.
-func (d *Device) EncodeTiled2D(dt DataType, base DevicePtr, cols, rows, rowBytes int64, boxCols, boxRows int) (TensorMap, error) {
+// EncodeTiled describes a tensor of dt (Float16 or BFloat16) at base for the Hopper copy engine: dims
+// are its sizes, innermost (contiguous) first, strides the bytes between consecutive indices of dims 1 …
+// (any order, multiples of 16: a 4-D map can interleave rows of two halves of a matrix), box the tile one
+// copy reads, with the 128-byte swizzle (an innermost box row of 128 bytes: box[0] · 2 = 128; every box
+// side ≤ 256). A box running past the tensor's edges is filled with zeros. Ranks 2 … 5. Needs a driver of
+// CUDA 12 or newer and compute capability 9.0 to use.
+func (d *Device) EncodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
 	var m TensorMap
 	err := d.Do(func() error { // the driver wants the context current
 		var err error
-		m, err = encodeTiled2D(dt, base, cols, rows, rowBytes, boxCols, boxRows)
+		m, err = encodeTiled(dt, base, dims, strides, box)
 		return err
 	})
 	return m, err
 }
 
-func encodeTiled2D(dt DataType, base DevicePtr, cols, rows, rowBytes int64, boxCols, boxRows int) (TensorMap, error) {
+func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
 	var m TensorMap
 	if !tmapBind() {
 		return m, errors.New("cuda: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer)")
@@ -76,12 +77,22 @@ func encodeTiled2D(dt DataType, base DevicePtr, cols, rows, rowBytes int64, boxC
 	default:
 		return m, fmt.Errorf("cuda: tensor map of %v", dt)
 	}
-	if boxCols*2 != 128 || boxRows < 1 || boxRows > 256 || rowBytes%16 != 0 || uint64(base)%16 != 0 {
-		return m, fmt.Errorf("cuda: tensor map box %d × %d, row bytes %d, base %#x", boxRows, boxCols, rowBytes, base)
+	rank := len(dims)
+	bad := rank < 2 || rank > 5 || len(strides) != rank-1 || len(box) != rank || box[0]*2 != 128 || uint64(base)%16 != 0
+	var cd, cs [5]C.uint64_t
+	var cb [5]C.uint32_t
+	for i := 0; !bad && i < rank; i++ {
+		bad = dims[i] < 1 || box[i] < 1 || box[i] > 256 || i > 0 && (strides[i-1] < 16 || strides[i-1]%16 != 0)
+		cd[i], cb[i] = C.uint64_t(dims[i]), C.uint32_t(box[i])
+		if i > 0 {
+			cs[i-1] = C.uint64_t(strides[i-1])
+		}
 	}
-	if r := C.gollm_tmap_encode_2d(unsafe.Pointer(&m[0]), code, C.uint64_t(base), C.uint64_t(cols), C.uint64_t(rows),
-		C.uint64_t(rowBytes), C.uint32_t(boxCols), C.uint32_t(boxRows)); r != 0 {
-		return m, fmt.Errorf("cuda: cuTensorMapEncodeTiled (%d × %d, box %d × %d): error %d", rows, cols, boxRows, boxCols, r)
+	if bad {
+		return m, fmt.Errorf("cuda: tensor map of dims %v, strides %v, box %v, base %#x", dims, strides, box, base)
+	}
+	if r := C.gollm_tmap_encode(unsafe.Pointer(&m[0]), code, C.uint32_t(rank), C.uint64_t(base), &cd[0], &cs[0], &cb[0]); r != 0 {
+		return m, fmt.Errorf("cuda: cuTensorMapEncodeTiled (dims %v, strides %v, box %v): error %d", dims, strides, box, r)
 	}
 	return m, nil
 }

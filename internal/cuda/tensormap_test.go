@@ -4,11 +4,12 @@ package cuda
 
 import "testing"
 
-// TestEncodeTiled2D checks the tensor-map encoder: a bfloat16 and a float16 matrix with 128-byte rows in
-// the box (and a box taller than what is left of the matrix, which the copy engine zero-fills) encode;
-// boxes the 128-byte swizzle cannot serve, misaligned rows or bases and other dtypes are refused with an
-// error. (The copies themselves are checked by package model's GEMM tests.)
-func TestEncodeTiled2D(t *testing.T) {
+// TestEncodeTiled checks the tensor-map encoder: bfloat16 and float16 matrices with 128-byte rows in the
+// box (and a box taller than what is left of the matrix, which the copy engine zero-fills) and the 4-D
+// map of interleaved gate and up rows encode; boxes the 128-byte swizzle cannot serve, misaligned strides
+// or bases, ranks out of 2 … 5 and other dtypes are refused with an error. (The copies themselves are
+// checked by package model's GEMM tests.)
+func TestEncodeTiled(t *testing.T) {
 	dev := openDevice(t)
 	base, err := dev.Alloc(1 << 20)
 	if err != nil {
@@ -16,22 +17,26 @@ func TestEncodeTiled2D(t *testing.T) {
 	}
 	defer dev.Free(base)
 	for _, c := range []struct {
-		name             string
-		dt               DataType
-		base             DevicePtr
-		cols, rows, rowB int64
-		boxCols, boxRows int
-		ok               bool
+		name    string
+		dt      DataType
+		base    DevicePtr
+		dims    []int64
+		strides []int64
+		box     []int
+		ok      bool
 	}{
-		{"bf16", BFloat16, base, 4096, 64, 8192, 64, 256, true},
-		{"f16 past the end", Float16, base, 256, 40, 512, 64, 64, true},
-		{"box of 256 bytes", BFloat16, base, 4096, 64, 8192, 128, 64, false},
-		{"box of 257 rows", BFloat16, base, 4096, 64, 8192, 64, 257, false},
-		{"rows 8 bytes apart", BFloat16, base, 4, 64, 8, 64, 64, false},
-		{"base off 16 bytes", BFloat16, base + 8, 4096, 64, 8192, 64, 64, false},
-		{"float32", Float32, base, 4096, 64, 16384, 64, 64, false},
+		{"bf16", BFloat16, base, []int64{4096, 64}, []int64{8192}, []int{64, 256}, true},
+		{"f16 past the end", Float16, base, []int64{256, 40}, []int64{512}, []int{64, 64}, true},
+		{"gate and up rows interleaved", BFloat16, base, []int64{256, 8, 2, 25}, []int64{512, 512 * 200, 512 * 8}, []int{64, 8, 2, 16}, true},
+		{"box of 256 bytes", BFloat16, base, []int64{4096, 64}, []int64{8192}, []int{128, 64}, false},
+		{"box of 257 rows", BFloat16, base, []int64{4096, 64}, []int64{8192}, []int{64, 257}, false},
+		{"rows 8 bytes apart", BFloat16, base, []int64{4, 64}, []int64{8}, []int{64, 64}, false},
+		{"base off 16 bytes", BFloat16, base + 8, []int64{4096, 64}, []int64{8192}, []int{64, 64}, false},
+		{"rank 1", BFloat16, base, []int64{4096}, nil, []int{64}, false},
+		{"strides missing", BFloat16, base, []int64{4096, 64, 2}, []int64{8192}, []int{64, 64, 1}, false},
+		{"float32", Float32, base, []int64{4096, 64}, []int64{16384}, []int{64, 64}, false},
 	} {
-		_, err := dev.EncodeTiled2D(c.dt, c.base, c.cols, c.rows, c.rowB, c.boxCols, c.boxRows)
+		_, err := dev.EncodeTiled(c.dt, c.base, c.dims, c.strides, c.box)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: error %v, want ok %v", c.name, err, c.ok)
 		}

@@ -17,12 +17,13 @@
 //     multiplies in flight, two tile copies a slot, a tensor-map prefetch and an early dependent launch
 //     were slower together: docs/bench/gemm-h100.md, fourth attempt.)
 // The first slots' weight copies go out before pdl_wait (weights never change), their activation copies
-// after it. With the SwiGLU epilogue (flags 16, whole k) a block's weight tile is two boxes, gate rows and
-// the matching up rows, so that each gate warpgroup's partner holds its up values: they meet in shared
-// memory and the block writes silu(gate)·up in T for the down product (the float gate/up output and the
-// SwiGLU kernel are gone). With the argmax epilogue (flags 32, whole k: the LM head of a greedy step) the
-// block leaves, for each token, the (largest logit, its row) of its rows instead of the logits, which
-// ArgmaxPartials (argmax.cu) finishes: the float logits are never written.
+// after it. With the SwiGLU epilogue (flags 16, whole k) the weight map is 4-D (k, 8 rows, gate or up half,
+// group of 8 gate rows: gemm_cuda.go), so that a block's tile, one box, interleaves 8 gate rows with their
+// 8 up rows: a thread's fragment then holds gate (e = 0, 1) and up (e = 2, 3) of the same rows and tokens,
+// and the block writes silu(gate)·up in T for the down product from its registers (no float gate/up
+// output, no SwiGLU kernel, no exchange between warpgroups). With the argmax epilogue (flags 32, whole k:
+// the LM head of a greedy step) the block leaves, for each token, the (largest logit, its row) of its rows
+// instead of the logits, which ArgmaxPartials (argmax.cu) finishes: the float logits are never written.
 //
 // Split k over a thread-block cluster of ks blocks (gridDim.y = ks, cluster (1, ks, 1)): each block leaves
 // its partial tile in its shared memory (a thread's fragments as float4s, in thread order), and block r
@@ -40,7 +41,7 @@ struct __align__(64) TmaDesc {
 };
 
 struct GemmParams {
-	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG (SwiGLU: 64 × 32·WG), 128-byte swizzle
+	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG, 128-byte swizzle (SwiGLU: 4-D, box 64 × 8 × 2 × 4·WG)
 	TmaDesc xmap;   // x [m][k] of T, box 64 × 16·NT, 128-byte swizzle
 	float *y;       // [m][n]; argmax: the partial maxima [m][gridDim.x]
 	void *act;      // SwiGLU: [m][n/2] of T, written instead of y; argmax: their rows, int [m][gridDim.x]
@@ -84,6 +85,18 @@ __device__ __forceinline__ void tma_load2d_hint(uint32_t dst, const TmaDesc *des
 	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
 	             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(r), "r"(bar), "l"(policy)
 	             : "memory");
+}
+// tma_load4d_hint queues the copy of the box at (c, 0, 0, g) of a 4-D tensor map (the SwiGLU weights).
+__device__ __forceinline__ void tma_load4d_hint(uint32_t dst, const TmaDesc *desc, int c, int g, uint32_t bar,
+                                                uint64_t policy, bool hint) {
+	if (hint)
+		asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %3, %4}], [%5], %6;" ::"r"(dst),
+		             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(0), "r"(g), "r"(bar), "l"(policy)
+		             : "memory");
+	else
+		asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %3, %4}], [%5];" ::"r"(dst),
+		             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(0), "r"(g), "r"(bar)
+		             : "memory");
 }
 // gmma_desc is the matrix descriptor of a K-major tile of 128-byte rows in the 128-byte swizzle starting at
 // shared address addr (the tile on a 1024-byte boundary, addr past it by the k offset): start address,
@@ -195,20 +208,18 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			const unsigned bytes = slot_bytes - (no_x ? 16 * NT * 2 * GB_CHUNK : 0);
 			uint64_t policy = 0;
 			if (p.flags & 8) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-			// SwiGLU: the block's tile is gate rows [g0, g0 + rows/2) and their up rows n/2 + [g0, …), two boxes.
-			const bool swiglu = p.flags & 16;
-			const int boxes = swiglu ? 2 : 1, g0 = swiglu ? rows / 2 * blockIdx.x : row0;
+			// SwiGLU: the block's tile is the groups [cw·blockIdx.x, +cw) of 8 gate rows and their 8 up rows.
+			const bool swiglu = p.flags & 16, hint = p.flags & 8;
 			auto weights = [&](int i) {
 				const int s = i % stages;
+				const uint32_t dst = smem + s * slot_bytes;
 				mbar_expect(full(s), bytes);
-				for (int b = 0; b < boxes; b++) {
-					const uint32_t dst = smem + s * slot_bytes + b * (w_bytes / 2);
-					const int r = g0 + b * (p.n / 2);
-					if (p.flags & 8)
-						tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s), policy);
-					else
-						tma_load2d(dst, &p.wmap, (c0 + i) * GB_CHUNK, r, full(s));
-				}
+				if (swiglu)
+					tma_load4d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, cw * blockIdx.x, full(s), policy, hint);
+				else if (hint)
+					tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s), policy);
+				else
+					tma_load2d(dst, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s));
 			};
 			auto acts = [&](int i) {
 				if (!no_x) tma_load2d(smem + (i % stages) * slot_bytes + w_bytes, &p.xmap, (c0 + i) * GB_CHUNK, 0, full(i % stages));
@@ -288,24 +299,18 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			}
 		}
 	};
-	if (p.flags & 16) { // SwiGLU (k whole): warpgroup g < WG/2 holds gate rows, g + WG/2 their up rows
-		__syncthreads(); // every warpgroup is done with the ring: it carries the up values now
-		const int wgs = cw / 4, tid = threadIdx.x & 127, g = warp >> 2;
-		float *xch = reinterpret_cast<float *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
-		const int half = rows / 2, pitch = half + 8; // the act tile [16·NT][pitch] after the exchange
-		T *tile = reinterpret_cast<T *>(xch + (wgs / 2) * 8 * NT * 128);
-		if (warp < cw && g >= wgs / 2) {
+	if (p.flags & 16) { // SwiGLU (k whole): warp w's rows are gate rows 8·w + lane/4 (e < 2) and their up rows
+		__syncthreads(); // every warpgroup is done with the ring: it carries the act tile [16·NT][pitch] now
+		const int half = rows / 2, pitch = half + 8;
+		T *tile = reinterpret_cast<T *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
+		if (warp < cw) {
 #pragma unroll
-			for (int e = 0; e < 8 * NT; e++) xch[((g - wgs / 2) * 8 * NT + e) * 128 + tid] = acc[e];
-		}
-		__syncthreads();
-		if (warp < cw && g < wgs / 2) {
+			for (int f = 0; f < FRAGS; f++)
 #pragma unroll
-			for (int e = 0; e < 8 * NT; e++) {
-				const int r = 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0), tok = 8 * (e / 4) + 2 * (lane & 3) + (e & 1);
-				const float gv = acc[e], uv = xch[(g * 8 * NT + e) * 128 + tid];
-				tile[tok * pitch + r] = Num<T>::store(silu_mul<T>(gv, uv));
-			}
+				for (int e = 0; e < 2; e++) {
+					const int tok = 8 * f + 2 * (lane & 3) + e;
+					tile[tok * pitch + 8 * warp + (lane >> 2)] = Num<T>::store(silu_mul<T>(acc[4 * f + e], acc[4 * f + 2 + e]));
+				}
 		}
 		__syncthreads();
 		if (!(p.flags & 1024)) flush(reinterpret_cast<T *>(p.act), tile, pitch, half, half * blockIdx.x, p.n / 2);
