@@ -37,6 +37,10 @@ type gemmKernels struct {
 	mod      *cuda.Module
 	byTiles  [4]*cuda.Function
 	maxShare int // the shared memory a block may have
+	// swiglu: the driver encodes the SwiGLU epilogue's weight map (swigluMap), whose strides do not nest
+	// as cuTensorMapEncodeTiled's documentation describes them; without it gate/up products stay on
+	// cuBLAS and the SwiGLU kernel.
+	swiglu bool
 }
 
 // loadGemmKernels loads the kernels for dtype name tn (nil for float32, and below compute capability 9.0,
@@ -62,8 +66,33 @@ func loadGemmKernels(dev *cuda.Device, tn string) (*gemmKernels, error) {
 		}
 		k.byTiles[i] = f
 	}
+	probe, err := dev.Alloc(4096)
+	if err != nil {
+		mod.Unload()
+		return nil, err
+	}
+	_, err = swigluMap(dev, cuda.BFloat16, probe, 32, 64, 1)
+	k.swiglu = err == nil
+	dev.Free(probe)
 	return k, nil
 }
+
+// swigluMap encodes the tensor map of a gate/up product's weights w (out rows of in, gate rows then up
+// rows) for the SwiGLU epilogue's blocks of wg warpgroups: dimensions (k, 8 rows, gate or up half, group
+// of 8 gate rows), so that one box of 64·wg rows interleaves each group's 8 gate rows with their 8 up rows
+// (kernels/gemm_sm90.cu). The intermediate size out/2 must be a multiple of 8.
+func swigluMap(dev *cuda.Device, dt cuda.DataType, w cuda.DevicePtr, out, in, wg int) (cuda.TensorMap, error) {
+	inter := out / 2
+	if !swigluFits(out) {
+		return cuda.TensorMap{}, fmt.Errorf("cuda backend: skinny GEMM: SwiGLU of an intermediate size %d (a multiple of 8 is needed)", inter)
+	}
+	return dev.EncodeTiled(dt, w, []int64{int64(in), 8, 2, int64(inter / 8)},
+		[]int64{2 * int64(in), 2 * int64(in) * int64(inter), 16 * int64(in)}, []int{gemmChunk, 8, 2, 4 * wg})
+}
+
+// swigluFits reports whether the SwiGLU epilogue serves a gate/up product of out rows: its groups of 8
+// gate rows pair with 8 up rows, so the intermediate size out/2 must be a multiple of 8.
+func swigluFits(out int) bool { return out%16 == 0 }
 
 // gemmServes reports whether the skinny GEMM computes a product of rows token rows over in columns: more
 // rows than the skinny product serves, at most gemvMaxTokens, in a multiple of gemmChunk, 16-bit weights
@@ -75,17 +104,14 @@ func (b *cudaBackend) gemmServes(rows, in int) bool {
 
 // gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
 // (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
-// whose SwiGLU the GEMM's epilogue then does, saving a kernel, when its intermediate size is a multiple of
-// 8).
+// whose SwiGLU the GEMM's epilogue then does, saving a kernel, where the epilogue serves it: swigluFits,
+// and a driver that encodes its weight map).
 func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
 	least := b.tune.GemmMinBytes
 	if swiglu {
 		least = b.tune.GemmSwiGLUMinBytes
-		if out%16 != 0 { // the epilogue pairs groups of 8 gate rows with their up rows
-			return false
-		}
 	}
-	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least
+	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least && (!swiglu || b.gemm.swiglu && swigluFits(out))
 }
 
 // gemmArgmaxBlocks is how many blocks the argmax epilogue's launch of an out × in product has: one
@@ -99,9 +125,12 @@ func gemmBlocks(out int, plan gemmShape) int {
 	return (out + 64*plan.wg - 1) / (64 * plan.wg)
 }
 
+// gemmForced reports whether gemvTuning forces the GEMM's launch shape (benchmarks, tests).
+func (b *cudaBackend) gemmForced() bool { return b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 }
+
 // gemmPlan is the launch shape of a plain out × in product: planGemm's, or the one gemvTuning forces.
 func (b *cudaBackend) gemmPlan(out, in int) gemmShape {
-	if b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 { // forced (benchmarks, tests)
+	if b.gemmForced() {
 		return gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
 	}
 	return planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
@@ -109,8 +138,7 @@ func (b *cudaBackend) gemmPlan(out, in int) gemmShape {
 
 // launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
 // gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched;
-// out/2 a multiple of 8),
-// or, with argmax, each token's largest entry of each block's rows (the first on ties; NaN never wins)
+// swigluFits(out)), or, with argmax, each token's largest entry of each block's rows (the first on ties; NaN never wins)
 // into b.argValues and its row into b.argIndices, [rows][gemmArgmaxBlocks] (y untouched).
 func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor,
 	argmax bool) error {
@@ -118,24 +146,14 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	fn := b.gemm.byTiles[nt-1]
 	plan := b.gemmPlan(out, in)
 	blocks, flags := gemmBlocks(out, plan), b.tune.GemmFlags
-	// w as out rows of in; with SwiGLU as (k, 8 rows, gate or up half, group of 8 gate rows), so that a
-	// box of 64·wg rows interleaves 8 gate rows with their 8 up rows (kernels/gemm_sm90.cu).
-	dims, strides, box := []int64{int64(in), int64(out)}, []int64{2 * int64(in)}, []int{gemmChunk, 64 * plan.wg}
 	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
 	case act != nil: // k whole
-		inter := out / 2
-		if inter%8 != 0 {
-			return fmt.Errorf("cuda backend: skinny GEMM: SwiGLU of an intermediate size %d (a multiple of 8 is needed)", inter)
-		}
-		if b.tune.GemmWarps == 0 || b.tune.GemmKS == 0 { // planned, not forced
+		if !b.gemmForced() {
 			plan = planSwiGLU(plan)
 		}
 		plan.ks, flags, actPtr = 1, flags|gemmSwiGLU, act.ptr
-		blocks = (inter + 32*plan.wg - 1) / (32 * plan.wg)
-		dims = []int64{int64(in), 8, 2, int64(inter / 8)}
-		strides = []int64{2 * int64(in), 2 * int64(in) * int64(inter), 16 * int64(in)}
-		box = []int{gemmChunk, 8, 2, 4 * plan.wg}
+		blocks = (out/2 + 32*plan.wg - 1) / (32 * plan.wg)
 	case argmax: // k whole (fused asks for it only where the plan has it so)
 		plan.ks, flags, accumulate = 1, flags|gemmArgmax, false
 		yPtr, actPtr = b.argValues, b.argIndices
@@ -145,7 +163,13 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		return fmt.Errorf("cuda backend: skinny GEMM: %d warpgroups × %d token tiles do not fit %d bytes of shared memory",
 			plan.wg, nt, b.gemm.maxShare)
 	}
-	wmap, err := b.dev.EncodeTiled(b.dtype, w.ptr, dims, strides, box)
+	var wmap cuda.TensorMap
+	var err error
+	if act != nil {
+		wmap, err = swigluMap(b.dev, b.dtype, w.ptr, out, in, plan.wg)
+	} else {
+		wmap, err = b.dev.EncodeTiled(b.dtype, w.ptr, []int64{int64(in), int64(out)}, []int64{2 * int64(in)}, []int{gemmChunk, 64 * plan.wg})
+	}
 	if err != nil {
 		return err
 	}

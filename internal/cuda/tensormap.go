@@ -48,11 +48,16 @@ type TensorMap [128]byte
 var tmapBind = sync.OnceValue(func() bool { return C.gollm_tmap_bind() != 0 })
 
 // EncodeTiled describes a tensor of dt (Float16 or BFloat16) at base for the Hopper copy engine: dims
-// are its sizes, innermost (contiguous) first, strides the bytes between consecutive indices of dims 1 …
-// (any order, multiples of 16: a 4-D map can interleave rows of two halves of a matrix), box the tile one
-// copy reads, with the 128-byte swizzle (an innermost box row of 128 bytes: box[0] · 2 = 128; every box
-// side ≤ 256). A box running past the tensor's edges is filled with zeros. Ranks 2 … 5. Needs a driver of
-// CUDA 12 or newer and compute capability 9.0 to use.
+// are its sizes (each ≤ 2³²), innermost (contiguous) first, strides the bytes between consecutive indices
+// of dims 1 … (multiples of 16, < 2⁴⁰), box the tile one copy reads, with the 128-byte swizzle (an
+// innermost box row of 128 bytes: box[0] · 2 = 128; every box side ≤ 256). A box running past the
+// tensor's edges is filled with zeros. Ranks 2 … 5. Needs a driver of CUDA 12 or newer and compute
+// capability 9.0 to use.
+//
+// cuTensorMapEncodeTiled's documentation describes strides that nest (each a multiple of the one before
+// times its dimension); the CUDA 13 driver also encodes strides in other orders, which the skinny GEMM's
+// interleaved gate/up map uses (package model checks it once at load and does without it where a driver
+// refuses; TestEncodeTiled's interleaved case fails on such a driver).
 func (d *Device) EncodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
 	var m TensorMap
 	err := d.Do(func() error { // the driver wants the context current
@@ -82,7 +87,8 @@ func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) 
 	var cd, cs [5]C.uint64_t
 	var cb [5]C.uint32_t
 	for i := 0; !bad && i < rank; i++ {
-		bad = dims[i] < 1 || box[i] < 1 || box[i] > 256 || i > 0 && (strides[i-1] < 16 || strides[i-1]%16 != 0)
+		bad = dims[i] < 1 || dims[i] > 1<<32 || box[i] < 1 || box[i] > 256 ||
+			i > 0 && (strides[i-1] < 16 || strides[i-1]%16 != 0 || strides[i-1] >= 1<<40)
 		cd[i], cb[i] = C.uint64_t(dims[i]), C.uint32_t(box[i])
 		if i > 0 {
 			cs[i-1] = C.uint64_t(strides[i-1])

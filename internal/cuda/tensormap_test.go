@@ -6,9 +6,10 @@ import "testing"
 
 // TestEncodeTiled checks the tensor-map encoder: bfloat16 and float16 matrices with 128-byte rows in the
 // box (and a box taller than what is left of the matrix, which the copy engine zero-fills) and the 4-D
-// map of interleaved gate and up rows encode; boxes the 128-byte swizzle cannot serve, misaligned strides
-// or bases, ranks out of 2 … 5 and other dtypes are refused with an error. (The copies themselves are
-// checked by package model's GEMM tests.)
+// map of interleaved gate and up rows (strides that do not nest) encode; boxes the 128-byte swizzle cannot
+// serve, empty boxes or dimensions, misaligned or oversized strides, misaligned bases, ranks out of 2 … 5
+// and other dtypes are refused with an error. (The copies themselves are checked by package model's GEMM
+// tests.)
 func TestEncodeTiled(t *testing.T) {
 	dev := openDevice(t)
 	base, err := dev.Alloc(1 << 20)
@@ -33,6 +34,11 @@ func TestEncodeTiled(t *testing.T) {
 		{"rows 8 bytes apart", BFloat16, base, []int64{4, 64}, []int64{8}, []int{64, 64}, false},
 		{"base off 16 bytes", BFloat16, base + 8, []int64{4096, 64}, []int64{8192}, []int{64, 64}, false},
 		{"rank 1", BFloat16, base, []int64{4096}, nil, []int{64}, false},
+		{"rank 6", BFloat16, base, []int64{64, 2, 2, 2, 2, 2}, []int64{128, 256, 512, 1024, 2048}, []int{64, 1, 1, 1, 1, 1}, false},
+		{"box of 0 rows", BFloat16, base, []int64{4096, 64}, []int64{8192}, []int{64, 0}, false},
+		{"no rows", BFloat16, base, []int64{4096, 0}, []int64{8192}, []int{64, 64}, false},
+		{"rows 24 bytes apart", BFloat16, base, []int64{8, 64}, []int64{24}, []int{64, 64}, false},
+		{"rows 2^40 bytes apart", BFloat16, base, []int64{4096, 2}, []int64{1 << 40}, []int{64, 2}, false},
 		{"strides missing", BFloat16, base, []int64{4096, 64, 2}, []int64{8192}, []int{64, 64, 1}, false},
 		{"float32", Float32, base, []int64{4096, 64}, []int64{16384}, []int{64, 64}, false},
 	} {

@@ -32,7 +32,7 @@
 //
 // This file needs PTX ISA 8.0 (cp.async.bulk.tensor, mbarrier expect_tx), newer than nvcc 11.8 emits:
 // build.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
-// load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled2D).
+// load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled).
 #include "common.cuh"
 
 // TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
@@ -86,8 +86,9 @@ __device__ __forceinline__ void tma_load2d_hint(uint32_t dst, const TmaDesc *des
 	             "l"(reinterpret_cast<uint64_t>(desc)), "r"(c), "r"(r), "r"(bar), "l"(policy)
 	             : "memory");
 }
-// tma_load4d_hint queues the copy of the box at (c, 0, 0, g) of a 4-D tensor map (the SwiGLU weights).
-__device__ __forceinline__ void tma_load4d_hint(uint32_t dst, const TmaDesc *desc, int c, int g, uint32_t bar,
+// tma_load4d queues the copy of the box at (c, 0, 0, g) of a 4-D tensor map (the SwiGLU weights), with
+// the L2 cache policy when hint is set.
+__device__ __forceinline__ void tma_load4d(uint32_t dst, const TmaDesc *desc, int c, int g, uint32_t bar,
                                                 uint64_t policy, bool hint) {
 	if (hint)
 		asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %3, %4}], [%5], %6;" ::"r"(dst),
@@ -171,7 +172,8 @@ __device__ __forceinline__ float4 gb_cluster_load4(uint32_t addr, unsigned rank)
 	return v;
 }
 
-// Block (blockIdx.x, blockIdx.y): weight rows [64·WG·blockIdx.x, +64·WG), k chunks of split blockIdx.y.
+// Block (blockIdx.x, blockIdx.y): weight rows [64·WG·blockIdx.x, +64·WG) (SwiGLU: gate rows [32·WG·blockIdx.x,
+// +32·WG) and their up rows, interleaved by 8), k chunks of split blockIdx.y.
 // Warps 0 … 4·WG-1 multiply (warpgroups), warp 4·WG copies; blockDim.x = 128·WG + 32.
 template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const GemmParams &p) {
 	extern __shared__ __align__(1024) unsigned char gb_smem[];
@@ -215,7 +217,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 				const uint32_t dst = smem + s * slot_bytes;
 				mbar_expect(full(s), bytes);
 				if (swiglu)
-					tma_load4d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, cw * blockIdx.x, full(s), policy, hint);
+					tma_load4d(dst, &p.wmap, (c0 + i) * GB_CHUNK, cw * blockIdx.x, full(s), policy, hint);
 				else if (hint)
 					tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s), policy);
 				else
@@ -236,7 +238,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 		}
 		__syncwarp();
 		pdl_wait(); // the whole warp, which writes output below
-	} else { // a consumer warpgroup: rows [row0 + 64·(warp / 4), +64)
+	} else { // a consumer warpgroup: tile rows [64·(warp / 4), +64)
 		const uint32_t a_tile = 64 * (warp >> 2) * 128;
 		for (int i = 0; i < steps; i++) {
 			const int s = i % stages;
