@@ -404,6 +404,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			for range 3 {
 				plan = append(plan, slices.Clone(all))
 			}
+			worst := 0.0 // the largest relative error of any step, logged: how close a case runs to tol
 			for i, chunks := range plan {
 				for j := range chunks {
 					if chunks[j].tokens == nil {
@@ -419,11 +420,14 @@ func TestCUDAMatchesCPU(t *testing.T) {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				for j := range want {
-					if e := relErr(got[j], want[j]); !(e <= tc.tol) {
+					e := relErr(got[j], want[j])
+					if !(e <= tc.tol) {
 						t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
 					}
+					worst = max(worst, e)
 				}
 			}
+			t.Logf("largest relative error %.3g (tolerance %g)", worst, tc.tol)
 			// A step with no logits still stores its K and V.
 			s := pg.step(chunk{0, []int32{5}})
 			s.LogitRows = nil
