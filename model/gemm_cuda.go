@@ -144,8 +144,7 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	argmax bool) error {
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
-	plan := b.gemmPlan(out, in)
-	blocks, flags := gemmBlocks(out, plan), b.tune.GemmFlags
+	plan, flags := b.gemmPlan(out, in), b.tune.GemmFlags
 	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
 	case act != nil: // k whole
@@ -153,7 +152,6 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 			plan = planSwiGLU(plan)
 		}
 		plan.ks, flags, actPtr = 1, flags|gemmSwiGLU, act.ptr
-		blocks = (out/2 + 32*plan.wg - 1) / (32 * plan.wg)
 	case argmax: // k whole (fused asks for it only where the plan has it so)
 		plan.ks, flags, accumulate = 1, flags|gemmArgmax, false
 		yPtr, actPtr = b.argValues, b.argIndices
@@ -182,7 +180,9 @@ func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if accumulate {
 		p.Accumulate = 1
 	}
-	grid := cuda.Dim3{X: blocks, Y: plan.ks}
+	// A SwiGLU block's 64·wg rows are 32·wg gate rows and their up rows: out/2 gate rows take as many
+	// blocks as out plain rows.
+	grid := cuda.Dim3{X: gemmBlocks(out, plan), Y: plan.ks}
 	return cuda.LaunchCluster(fn, grid, cuda.Dim3{X: 128*plan.wg + 32}, cuda.Dim3{X: 1, Y: plan.ks},
 		1024+stages*(gemmSlot(plan.wg, nt)+16), b.stream, b.usePDL(), &p)
 }
