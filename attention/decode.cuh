@@ -71,15 +71,14 @@ struct DecodeParams {
 // partition): programs that run at the same time then read the rows of all KV heads of the same pages
 // (0.3-1% faster on the H100; the Go side sets it unless CUDATuning.SequenceMajor).
 #define DECODE_FLAG_HEADS_FAST 1
-// DECODE_FLAG_L2_PREFETCH asks each 16-byte cp.async to have L2 fetch the whole 256-byte line around it.
-#define DECODE_FLAG_L2_PREFETCH 2
 // DECODE_FLAG_FUSED_MERGE has the split-k programs merge their partitions themselves (splitk_finish):
 // the last program of a chunk of partitions to finish merges the chunk, the last chunk merger writes the
 // output; no reduce kernel.
 #define DECODE_FLAG_FUSED_MERGE 4
 // DECODE_FLAG_EVICT_FIRST gives the K/V copies the L2 policy evict_first: the stream is read once, so
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
-// included, which would otherwise be written back during this kernel) stays there.
+// included, which would otherwise be written back during this kernel) stays there. Without it the copies
+// carry evict_normal (the Go side's rule: CUDAKernels.evictFirst).
 #define DECODE_FLAG_EVICT_FIRST 8
 // DECODE_FLAG_EARLY_PROLOGUE (set with programmatic dependent launch) has an mma program read its block
 // ids and context length and queue its first tiles whose rows all precede the sequence's newest position
@@ -149,10 +148,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool v
 	int n = valid ? 16 : 0;
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
-__device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, bool valid) {
-	int n = valid ? 16 : 0;
-	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
 // cp_async16_hint is cp_async16 with an L2 cache policy (createpolicy).
 __device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, bool valid, uint64_t policy) {
 	int n = valid ? 16 : 0;
@@ -160,20 +155,20 @@ __device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, b
 	             "l"(policy));
 }
 
-// CopyHint is how the K/V copies treat L2 (DECODE_FLAG_L2_PREFETCH, DECODE_FLAG_EVICT_FIRST).
+// CopyHint is the L2 cache policy of the K/V copies (createpolicy): evict_first with
+// DECODE_FLAG_EVICT_FIRST, else evict_normal. Every copy carries one, so that the tile loader is one
+// path (a switch among copy kinds per 16-byte copy, or per tile, made the kernels' code larger and the
+// model's decode step slower on the H100).
 struct CopyHint {
-	int mode; // 0 plain, 1 L2::256B prefetch, 2 cache policy
 	uint64_t policy;
 };
 
 __device__ __forceinline__ CopyHint copy_hint(int flags) {
-	CopyHint h{0, 0};
-	if (flags & DECODE_FLAG_L2_PREFETCH) {
-		h.mode = 1;
-	} else if (flags & DECODE_FLAG_EVICT_FIRST) {
-		h.mode = 2;
+	CopyHint h;
+	if (flags & DECODE_FLAG_EVICT_FIRST)
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(h.policy));
-	}
+	else
+		asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(h.policy));
 	return h;
 }
 
@@ -243,32 +238,32 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 		return (tid < MAX_PAGES && page < max_blocks) ? __ldg(table + page) : 0;
 	}
 
-	// issue queues the cp.async copies of the tile at token t0 (rows past end are zero-filled).
+	// issue queues the cp.async copies of the tile at token t0 (rows past end are zero-filled). Thread
+	// tid copies chunk tid % ROW_CHUNKS of rows tid / ROW_CHUNKS + i·THREADS/ROW_CHUNKS; a copy's address
+	// costs one 32×32→64-bit multiply-add (slot · row bytes): with one program an SM (a batch-1 split,
+	// the model's batch-1 step) no other warp hides this code's latency, so the instructions per copy
+	// bound the program's streaming rate. A row past end reads nothing (its address is the cache's slot
+	// 0, never one from an id past the sequence's pages).
 	static __device__ __forceinline__ void issue(uint8_t *stage, const int *ids, const T *kc, const T *vc,
 	                                             int t0, int end, int lbs, long long row_stride, int kvh, int tid,
 	                                             const CopyHint &hint) {
+		const uint8_t *kb = reinterpret_cast<const uint8_t *>(kc + (long long)kvh * D);
+		const uint8_t *vb = reinterpret_cast<const uint8_t *>(vc + (long long)kvh * D);
+		const uint32_t row_bytes = (uint32_t)row_stride * (uint32_t)sizeof(T);
+		const uint32_t ks = smem_addr(stage);
 		const int page0 = t0 >> lbs;
 		const int bs_mask = (1 << lbs) - 1;
-		uint32_t ks = smem_addr(stage), vs = ks + TILE_BYTES;
 #pragma unroll
 		for (int i = 0; i < PER_THREAD; i++) {
-			int c = tid + i * THREADS;
-			int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
-			int tok = t0 + row;
-			bool valid = tok < end;
-			long long slot = (long long)ids[(tok >> lbs) - page0] * (bs_mask + 1) + (tok & bs_mask);
-			long long off = valid ? (slot * row_stride + (long long)kvh * D) * (long long)sizeof(T) + chunk * 16 : 0;
-			uint32_t dst = (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
-			if (hint.mode == 1) {
-				cp_async16_pf(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
-				cp_async16_pf(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
-			} else if (hint.mode == 2) {
-				cp_async16_hint(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid, hint.policy);
-				cp_async16_hint(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid, hint.policy);
-			} else {
-				cp_async16(ks + dst, reinterpret_cast<const uint8_t *>(kc) + off, valid);
-				cp_async16(vs + dst, reinterpret_cast<const uint8_t *>(vc) + off, valid);
-			}
+			const int c = tid + i * THREADS;
+			const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
+			const int tok = t0 + row;
+			const bool valid = tok < end;
+			const int slot = valid ? (ids[(tok >> lbs) - page0] << lbs) | (tok & bs_mask) : 0;
+			const uint64_t off = (uint64_t)(uint32_t)slot * row_bytes + (uint32_t)(chunk * 16);
+			const uint32_t dst = ks + (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
+			cp_async16_hint(dst, kb + off, valid, hint.policy);
+			cp_async16_hint(dst + TILE_BYTES, vb + off, valid, hint.policy);
 		}
 	}
 };
@@ -284,33 +279,56 @@ template <int D, int ROWS, int SLICES> struct MergeSmem {
 	float acc[SLICES][ROWS][D + 4]; // +4 floats: rows start in different banks
 };
 
+// store4 writes four floats as T to o: one 8- or 16-byte store where o is aligned to it, else four.
+template <typename T> __device__ __forceinline__ void store4(T *o, float a, float b, float c, float d) {
+	if constexpr (sizeof(T) == 2) {
+		if ((reinterpret_cast<uintptr_t>(o) & 7) == 0) {
+			*reinterpret_cast<uint2 *>(o) = make_uint2(Elem<T>::pack(a, b), Elem<T>::pack(c, d));
+			return;
+		}
+	} else if constexpr (sizeof(T) == 4) {
+		if ((reinterpret_cast<uintptr_t>(o) & 15) == 0) {
+			*reinterpret_cast<float4 *>(o) = make_float4(a, b, c, d);
+			return;
+		}
+	}
+	o[0] = Elem<T>::from_float(a), o[1] = Elem<T>::from_float(b), o[2] = Elem<T>::from_float(c),
+	o[3] = Elem<T>::from_float(d);
+}
+
+// merge_store: a thread combines four consecutive elements of one row (float4 reads of the slices'
+// acc, one 16-byte store of the partial): the merge sits on the split-k call's critical path.
 template <typename T, int D, int ROWS, int SLICES, int THREADS, bool SPLIT>
 __device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm, const DecodeParams &p, int seq,
                                             int kvh, int head0, int heads, int part, int tid) {
-	for (int idx = tid; idx < heads * D; idx += THREADS) {
-		int r = idx / D, d = idx % D;
+	constexpr int Q = D / 4;
+	for (int idx = tid; idx < heads * Q; idx += THREADS) {
+		const int r = idx / Q, d4 = idx % Q;
 		float mx = -INFINITY;
 #pragma unroll
 		for (int w = 0; w < SLICES; w++) mx = fmaxf(mx, sm.m[w][r]);
-		float mref = mx == -INFINITY ? 0.f : mx;
-		float l = 0.f, a = 0.f;
+		const float mref = mx == -INFINITY ? 0.f : mx;
+		float l = 0.f;
+		float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
 		for (int w = 0; w < SLICES; w++) {
-			float wt = exp2f(sm.m[w][r] - mref);
+			const float wt = exp2f(sm.m[w][r] - mref);
+			const float4 x = *reinterpret_cast<const float4 *>(&sm.acc[w][r][d4 * 4]);
 			l += sm.l[w][r] * wt;
-			a += sm.acc[w][r][d] * wt;
+			a.x += x.x * wt, a.y += x.y * wt, a.z += x.z * wt, a.w += x.w * wt;
 		}
-		int head = head0 + r; // within the group
+		const int head = head0 + r; // within the group
 		if (SPLIT) {
-			long long i = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions + part) * p.group + head;
-			p.part_acc[i * D + d] = a;
-			if (d == 0) {
+			const long long i = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions + part) * p.group + head;
+			reinterpret_cast<float4 *>(p.part_acc + i * D)[d4] = a;
+			if (d4 == 0) {
 				p.part_m[i] = mx;
 				p.part_l[i] = l;
 			}
 		} else {
-			long long o = ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d;
-			reinterpret_cast<T *>(p.out)[o] = Elem<T>::from_float(a / l);
+			const long long o = ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d4 * 4;
+			const float inv = 1.f / l;
+			store4<T>(reinterpret_cast<T *>(p.out) + o, a.x * inv, a.y * inv, a.z * inv, a.w * inv);
 		}
 	}
 }
@@ -330,47 +348,86 @@ __device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm
 
 // merge_partials merges count partials of slots first, first+stride, … of program row (seq, kvh, heads
 // head0 … head0+heads-1) by log-sum-exp; it writes either the normalised output (final) or the merged
-// state into slot first. Reads bypass L1 (the partials were written by other SMs). scratch is 128 floats of
-// the program's dynamic shared memory, past its MergeSmem (not a static array: a kernel's static shared
-// memory counts against the SM's carve-out, see patch_row).
+// state into slot first. A thread owns 8 floats of one head's acc (two float4) and reads the partials in
+// batches of MERGE_BATCH, every load of a batch issued before any arithmetic on it, so that a merge of up
+// to MERGE_BATCH partials costs one round trip to L2 (the merge sits on the call's critical path: the
+// last program to finish runs it while every other SM is idle). Reads bypass L1 (the partials were
+// written by other SMs). scratch is 128 floats of the program's dynamic shared memory, past its MergeSmem
+// (not a static array: a kernel's static shared memory counts against the SM's carve-out, see patch_row).
+#define MERGE_BATCH 8
 template <typename T, int D, int THREADS>
 __device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, int kvh, int head0, int heads,
                                                int first, int stride, int count, bool final, float *scratch, int tid) {
 	float *s_m = scratch, *s_l = scratch + 64;
-	constexpr int Q = D / 4; // float4 chunks of a head's acc
+	constexpr int Q = D / 8; // 8-float pieces of a head's acc
 	const long long row0 = ((long long)seq * p.num_kv_heads + kvh) * p.num_partitions;
 	for (int idx = tid; idx < heads * Q; idx += THREADS) {
-		const int g = idx / Q, d4 = idx % Q;
+		const int g = idx / Q, d8 = idx % Q;
 		const int head = head0 + g;
 		float M = -INFINITY, L = 0.f;
-		float4 A = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-		for (int k = 0; k < count; k++) {
-			const long long i = (row0 + first + (long long)k * stride) * p.group + head;
-			const float m = __ldcg(p.part_m + i), l = __ldcg(p.part_l + i);
-			const float4 a = __ldcg(reinterpret_cast<const float4 *>(p.part_acc + i * D) + d4);
-			const float mn = fmaxf(M, m);
+		float A[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+		for (int k0 = 0; k0 < count; k0 += MERGE_BATCH) {
+			float m[MERGE_BATCH], l[MERGE_BATCH];
+			float4 a[MERGE_BATCH][2];
+#pragma unroll
+			for (int b = 0; b < MERGE_BATCH; b++) {
+				if (k0 + b < count) {
+					const long long i = (row0 + first + (long long)(k0 + b) * stride) * p.group + head;
+					const float4 *src = reinterpret_cast<const float4 *>(p.part_acc + i * D) + 2 * d8;
+					m[b] = __ldcg(p.part_m + i);
+					l[b] = __ldcg(p.part_l + i);
+					a[b][0] = __ldcg(src);
+					a[b][1] = __ldcg(src + 1);
+				} else {
+					m[b] = -INFINITY;
+					l[b] = 0.f;
+					a[b][0] = a[b][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+				}
+			}
+			float mn = M;
+#pragma unroll
+			for (int b = 0; b < MERGE_BATCH; b++) mn = fmaxf(mn, m[b]);
 			const float mu = mn == -INFINITY ? 0.f : mn;
-			const float wo = exp2f(M - mu), wn = exp2f(m - mu);
-			L = L * wo + l * wn;
-			A.x = A.x * wo + a.x * wn;
-			A.y = A.y * wo + a.y * wn;
-			A.z = A.z * wo + a.z * wn;
-			A.w = A.w * wo + a.w * wn;
+			const float wo = exp2f(M - mu);
+			L *= wo;
+#pragma unroll
+			for (int e = 0; e < 8; e++) A[e] *= wo;
+#pragma unroll
+			for (int b = 0; b < MERGE_BATCH; b++) {
+				const float w = exp2f(m[b] - mu);
+				L += l[b] * w;
+				A[0] += a[b][0].x * w, A[1] += a[b][0].y * w, A[2] += a[b][0].z * w, A[3] += a[b][0].w * w;
+				A[4] += a[b][1].x * w, A[5] += a[b][1].y * w, A[6] += a[b][1].z * w, A[7] += a[b][1].w * w;
+			}
 			M = mn;
 		}
 		if (final) {
-			T *o = reinterpret_cast<T *>(p.out) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d4 * 4;
+			T *o = reinterpret_cast<T *>(p.out) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d8 * 8;
 			const float inv = 1.f / L;
-			o[0] = Elem<T>::from_float(A.x * inv);
-			o[1] = Elem<T>::from_float(A.y * inv);
-			o[2] = Elem<T>::from_float(A.z * inv);
-			o[3] = Elem<T>::from_float(A.w * inv);
+			bool done = false;
+			if constexpr (sizeof(T) == 2) {
+				if ((reinterpret_cast<uintptr_t>(o) & 15) == 0) { // one 16-byte store
+					uint4 v;
+					v.x = Elem<T>::pack(A[0] * inv, A[1] * inv);
+					v.y = Elem<T>::pack(A[2] * inv, A[3] * inv);
+					v.z = Elem<T>::pack(A[4] * inv, A[5] * inv);
+					v.w = Elem<T>::pack(A[6] * inv, A[7] * inv);
+					*reinterpret_cast<uint4 *>(o) = v;
+					done = true;
+				}
+			}
+			if (!done) {
+#pragma unroll
+				for (int e = 0; e < 8; e++) o[e] = Elem<T>::from_float(A[e] * inv);
+			}
 		} else {
 			const long long i = (row0 + first) * p.group + head;
-			// Only this thread reads and writes these four floats of slot first.
-			reinterpret_cast<float4 *>(p.part_acc + i * D)[d4] = A;
-			if (d4 == 0) {
+			// Only this thread reads and writes these eight floats of slot first.
+			float4 *dst = reinterpret_cast<float4 *>(p.part_acc + i * D) + 2 * d8;
+			dst[0] = make_float4(A[0], A[1], A[2], A[3]);
+			dst[1] = make_float4(A[4], A[5], A[6], A[7]);
+			if (d8 == 0) {
 				s_m[g] = M;
 				s_l[g] = L;
 			}
@@ -411,10 +468,9 @@ __device__ __forceinline__ bool arrive(unsigned *counter, int n, int tid) {
 // it counts the program and, when it is the last of its chunk and then of its row, merges (above).
 // y is the program's row within its sequence, of ny rows (KV heads × head chunks).
 template <typename T, int D, int THREADS>
-__device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, int kvh, int y, int ny, int head0,
-                                              int heads, int part, float *scratch, int tid) {
+__device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, int ctx, int kvh, int y, int ny,
+                                              int head0, int heads, int part, float *scratch, int tid) {
 	if (!(p.flags & DECODE_FLAG_FUSED_MERGE)) return;
-	const int ctx = p.context_lens[seq];
 	const int P = (ctx + p.partition_tokens - 1) / p.partition_tokens;
 	const int C = p.merge_chunk;
 	const int chunks = (P + C - 1) / C;
@@ -454,10 +510,11 @@ __device__ __forceinline__ void program_ids(const DecodeParams &p, int &seq, int
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The token range of a program: the whole context (grouped) or one partition (split-k).
+// The token range of a program: the whole context (grouped) or one partition (split-k); returns the
+// sequence's context length (read once: later uses take it from here).
 
-__device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int part, bool split, int &start, int &end) {
-	int ctx = p.context_lens[seq];
+__device__ __forceinline__ int token_range(const DecodeParams &p, int seq, int part, bool split, int &start, int &end) {
+	const int ctx = p.context_lens[seq];
 	if (split) {
 		start = part * p.partition_tokens;
 		end = min(ctx, start + p.partition_tokens);
@@ -465,6 +522,7 @@ __device__ __forceinline__ void token_range(const DecodeParams &p, int seq, int 
 		start = 0;
 		end = ctx;
 	}
+	return ctx;
 }
 
 // rope_prepare (DECODE_FLAG_ROPE; after the PDL wait) does for its program what the RoPE kernel
@@ -718,7 +776,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) first_ids[s] = L::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
 	int start, end;
-	token_range(p, seq, part, SPLIT, start, end);
+	const int ctx = token_range(p, seq, part, SPLIT, start, end);
 	if (start >= end) return; // an empty partition: the reduce does not read it
 
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
@@ -738,7 +796,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	static_assert(ROWS * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
 	__shared__ __align__(16) T rope_kv[2 * D];
 	const bool rope = p.flags & DECODE_FLAG_ROPE;
-	const int newest = p.context_lens[seq] - 1;
+	const int newest = ctx - 1;
 	const bool holds = rope && start <= newest && newest < end;
 	const int copy_end = rope ? min(end, newest) : end;
 	const int patch_tile = holds ? (newest - start) / TILE : -1;
@@ -833,7 +891,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
 	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))
-		splitk_finish<T, D, THREADS>(p, seq, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part,
+		splitk_finish<T, D, THREADS>(p, seq, ctx, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part,
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, ROWS, SLICES>)), tid);
 }
 
@@ -910,7 +968,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	for (int s = 0; s < DECODE_STAGES - 1; s++)
 		first_ids[s] = L::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
 	int start, end;
-	token_range(p, seq, part, SPLIT, start, end);
+	const int ctx = token_range(p, seq, part, SPLIT, start, end);
 	if (start >= end) return;
 
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
@@ -929,7 +987,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	static_assert(GC * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
 	__shared__ __align__(16) T rope_kv[2 * D];
 	const bool rope = p.flags & DECODE_FLAG_ROPE;
-	const int newest = p.context_lens[seq] - 1;
+	const int newest = ctx - 1;
 	const bool holds = rope && start <= newest && newest < end;
 	const int copy_end = rope ? min(end, newest) : end;
 	const int patch_tile = holds ? (newest - start) / TILE : -1;
@@ -1058,7 +1116,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	__syncthreads();
 	merge_store<T, D, GC, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, head0, heads, part, tid);
 	if (SPLIT)
-		splitk_finish<T, D, THREADS>(p, seq, kvh, y, p.num_kv_heads * chunks, head0, heads, part,
+		splitk_finish<T, D, THREADS>(p, seq, ctx, kvh, y, p.num_kv_heads * chunks, head0, heads, part,
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, GC, SLICES>)), tid);
 }
 

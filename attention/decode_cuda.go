@@ -125,7 +125,6 @@ type decodeParams struct {
 // The DECODE_FLAG_* switches of decode.cuh.
 const (
 	flagHeadsFast  = 1
-	flagL2Prefetch = 2
 	flagFusedMerge = 4
 	flagEvictFirst = 8
 	// flagEarlyPrologue is set under dependent launch unless CUDATuning.LatePrologue.
@@ -152,8 +151,6 @@ type CUDATuning struct {
 	// KV head varies fastest, so that programs running together read all KV heads of the same pages
 	// (a page row of all heads is contiguous), 0.3-1% faster on the H100.
 	SequenceMajor bool
-	// L2Prefetch has every 16-byte copy ask L2 for the whole 256-byte line (measured: no gain).
-	L2Prefetch bool
 	// SplitKReduceKernel merges split-k partitions with a second kernel, grid (sequence, query head),
 	// instead of in the split-k programs themselves (the fused merge: the last program of each chunk of
 	// partitions to finish merges them, the last chunk merger writes the output).
@@ -161,10 +158,10 @@ type CUDATuning struct {
 	// MergeChunk is how many partitions one program merges at the first level of the fused merge; 0
 	// picks it from the partition count (mergeChunk).
 	MergeChunk int
-	// NoEvictFirst gives the K/V copies L2's default policy instead of evict_first (by default the K/V
-	// stream, read once, is evicted first, so that what other kernels left in L2 stays there: after
-	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
-	// during the call). A grid of fewer programs than 90% of the SMs never uses it (fewPrograms).
+	// NoEvictFirst gives the K/V copies L2's evict_normal policy instead of evict_first everywhere (by
+	// default the K/V stream, read once, is evicted first, so that what other kernels left in L2 stays
+	// there: after triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not
+	// written back during the call), except where CUDAKernels.evictFirst's rule gives evict_normal.
 	NoEvictFirst bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
@@ -177,6 +174,9 @@ type CUDATuning struct {
 	// the kernel before (the Q/K/V product, whose epilogue writes the newest position's K/V): −0.05 ms a
 	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
 	LatePrologue bool
+	// EvictFirstLarge keeps evict_first on streams of at least largeStreamL2s L2 sizes (benchmarks' switch:
+	// the rule in evictFirst gives them evict_normal).
+	EvictFirstLarge bool
 	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
 	// bits): the output is wrong, the time is the step's without that part.
 	Diagnose int
@@ -202,6 +202,7 @@ type CUDAKernels struct {
 	dev     *cuda.Device
 	mod     *cuda.Module
 	numSMs  int
+	l2Bytes int
 	kernels map[string]*cudaKernel
 	// counters are the fused split-k merge's arrival counters (splitKCounterBytes), zero between calls.
 	counters cuda.DevicePtr
@@ -232,7 +233,8 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attention: load decode kernels: %w", err)
 	}
-	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, kernels: map[string]*cudaKernel{}}
+	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, l2Bytes: dev.Info().L2Bytes,
+		kernels: map[string]*cudaKernel{}}
 	if k.counters, err = dev.Alloc(splitKCounterBytes); err != nil {
 		return nil, fmt.Errorf("attention: split-k counters: %w", err)
 	}
@@ -390,10 +392,7 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if !t.SequenceMajor {
 		flags |= flagHeadsFast
 	}
-	if t.L2Prefetch {
-		flags |= flagL2Prefetch
-	}
-	if !t.NoEvictFirst {
+	if k.evictFirst(a, t) {
 		flags |= flagEvictFirst
 	}
 	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge)
@@ -513,10 +512,39 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 	return nil
 }
 
-// fewPrograms drops the evict_first policy from p when grid has fewer programs than 90% of the SMs: a
-// few long programs, each streaming at its own latency-bound rate, ran slower with it on the H100 (GQA
-// 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs with L2's default policy, 80.1 µs with
-// evict_first), while with more programs than that it was 1-5% faster.
+// largeStreamL2s is the stream size, in L2 sizes, from which the K/V copies carry evict_normal instead
+// of evict_first (evictFirst).
+const largeStreamL2s = 16
+
+// evictFirst reports whether a call like a gives its K/V copies the L2 policy evict_first (else
+// evict_normal): unless t says otherwise, when the K and V it reads are less than largeStreamL2s times the
+// L2 (838 MB on the H100). Below that evict_first keeps what other kernels left in L2 (the weights the
+// model's next products read, the dirty lines of a do_bench flush) and was the faster: the Llama-3-8B
+// decode step at batch 64 and context 2048 (537 MB a layer) 11.54 against 11.59 ms with evict_normal
+// (two rounds), and every split-k shape of the issue-6 grid, flushed or not. On longer streams its gain
+// is gone and a flush costs it: Llama-3-8B at context 4096 (1074 MB a layer) 17.33 against 17.34 ms,
+// Llama-3.2-1B 4.099 against 4.072, and after do_bench's flush LLaMA-3-8B 64 × 4096 383.8 against
+// 368.0 µs (level without it: 358.7 both). docs/bench/attention-h100.md, round 17.
+func (k *CUDAKernels) evictFirst(a *CUDADecodeArgs, t CUDATuning) bool {
+	if t.NoEvictFirst {
+		return false
+	}
+	if t.EvictFirstLarge {
+		return true
+	}
+	_, size, _ := dtypeName(a.DType)
+	var tokens int64
+	for _, n := range a.HostContextLens {
+		tokens += int64(n)
+	}
+	bytes := 2 * tokens * int64(a.NumKVHeads) * int64(a.HeadDim) * int64(size)
+	return bytes < largeStreamL2s*int64(k.l2Bytes)
+}
+
+// fewPrograms drops the evict_first policy from p (evict_normal) when grid has fewer programs than 90%
+// of the SMs: a few long programs, each streaming at its own latency-bound rate, ran slower with it on
+// the H100 (GQA 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs without it, 80.1 µs with it),
+// while with more programs than that it was 1-5% faster.
 func (k *CUDAKernels) fewPrograms(p *decodeParams, grid cuda.Dim3) {
 	if 10*grid.X*grid.Y*grid.Z < 9*k.numSMs {
 		p.Flags &^= flagEvictFirst

@@ -50,9 +50,15 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 		run("grouped", func(c int) error { return k.DecodeGrouped(nil, &in.args[c], PathAuto) })
 		// The L2 policy of the K/V copies, with the spin and after a do_bench-like flush.
 		for _, flush := range []bool{false, true} {
-			for _, ef := range []bool{true, false} {
-				tn := CUDATuning{NoEvictFirst: !ef}
-				what := fmt.Sprintf("policy/evictfirst=%v/flush=%v", ef, flush)
+			for _, pol := range []struct {
+				name string
+				t    CUDATuning
+			}{
+				{"rule", CUDATuning{}}, {"evictfirst", CUDATuning{EvictFirstLarge: true}},
+				{"normal", CUDATuning{NoEvictFirst: true}},
+			} {
+				tn := pol.t
+				what := fmt.Sprintf("policy/%s/flush=%v", pol.name, flush)
 				t.Flush = flush
 				run(what, func(c int) error {
 					plan, err := k.Plan(&in.args[c])
@@ -81,6 +87,24 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 			return err
 		})
+		if plan.Kernel == SplitK {
+			// Where the time goes: the plan's programs cut short after their PDL wait, after the tile
+			// loop, after storing the partial (the output is wrong; the time is the call's without
+			// the rest), and the whole call.
+			for _, d := range []struct {
+				name string
+				bits int
+			}{{"entry", DiagnoseEntry}, {"loop", DiagnoseLoop}, {"nomerge", DiagnoseNoMerge}, {"full", 0}} {
+				for _, flush := range []bool{false, true} {
+					t.Flush = flush
+					run(fmt.Sprintf("diag/%s/flush=%v", d.name, flush), func(c int) error {
+						return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto,
+							CUDATuning{Diagnose: d.bits})
+					})
+					t.Flush = false
+				}
+			}
+		}
 		for _, part := range variantPartitions(s, k.numSMs, plan) {
 			merges := []struct {
 				name string

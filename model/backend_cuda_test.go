@@ -312,6 +312,12 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 360, false},
 		{64, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
 		{128, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
+		// Every 9-64-row product on the GEMM but gate/up, whose intermediate size (not a multiple of 8)
+		// keeps it on cuBLAS and the SwiGLU kernel; beside it the same model on cuBLAS alone. This random
+		// model's bfloat16 error against the CPU's float32 reaches 0.050 on either route (H100, round 17:
+		// the model's, not the route's; the cases above reach 0.047-0.049), hence 6e-2.
+		{128, weights.DTypeBF16, 6e-2, true, false, false, false, 300, false},
+		{128, weights.DTypeBF16, 6e-2, false, false, false, false, 300, false},
 		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, true},
 		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, true},
 	} {

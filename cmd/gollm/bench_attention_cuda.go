@@ -419,7 +419,8 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		}{
 			{"default", attention.CUDATuning{}},
 			{"sequence_major", attention.CUDATuning{SequenceMajor: true}},
-			{"l2_prefetch", attention.CUDATuning{L2Prefetch: true}},
+			{"evict_first_large", attention.CUDATuning{EvictFirstLarge: true}},
+			{"no_evict_first", attention.CUDATuning{NoEvictFirst: true}},
 			{"fma", attention.CUDATuning{}},
 		} {
 			path := attention.PathAuto

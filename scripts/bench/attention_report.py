@@ -48,17 +48,18 @@ def variants(path):
         w(f"| {shape} | {part} | {g(f'split{part}/fused')} | {g(f'split{part}/reduce')} | "
           f"{g(f'split{part}/fused1level')} | {g(f'split{part}/fusedchunk4')} | {g(f'split{part}/fusedchunk8')} |")
     w("")
-    w("L2 policy of the K/V copies (the dispatcher's choice for each shape), with the 50 µs spin before each "
-      "call and after the flush (do_bench's: zeros over 256 MiB; a 64 MiB copy before 2026-11-22 21:00):\n")
-    w("| shape | evict_first | default policy | evict_first, flushed | default, flushed |")
-    w("|---|---|---|---|---|")
+    w("L2 policy of the K/V copies, with the 50 µs spin before each call and after the flush (do_bench's: "
+      "zeros over 256 MiB): *rule* = the dispatcher's (evict_first below 16 L2 sizes of K/V, evict_normal "
+      "from there; evict_normal in grids of fewer programs than 90% of the SMs), *evict_first* and "
+      "*evict_normal* everywhere:\n")
+    w("| shape | rule | evict_first | evict_normal | rule, flushed | evict_first, flushed | evict_normal, flushed |")
+    w("|---|---|---|---|---|---|---|")
     for shape, v in rows.items():
-        k = "policy/evictfirst=%s/flush=%s"
-        if k % ("true", "false") not in v:
+        k = "policy/%s/flush=%s"
+        if k % ("rule", "false") not in v:
             continue
-        w(f"| {shape} | {v[k % ('true', 'false')]:.1f} | {v[k % ('false', 'false')]:.1f} | "
-          f"{v[k % ('true', 'true')]:.1f} | {v[k % ('false', 'true')]:.1f} |")
-    w("")
+        cells = [v.get(k % (pol, fl)) for fl in ("false", "true") for pol in ("rule", "evictfirst", "normal")]
+        w(f"| {shape} | " + " | ".join("–" if c is None else f"{c:.1f}" for c in cells) + " |")
     w("Grouped kernels where (sequence, KV head) items outnumber the 264 program slots: *persistent* (264 "
       "programs looping over items), *classic* (one program per item), persistent with 132 programs:\n")
     w("| shape | persistent | classic | persistent, 1 per SM |")
