@@ -60,6 +60,7 @@ def variants(path):
             continue
         cells = [v.get(k % (pol, fl)) for fl in ("false", "true") for pol in ("rule", "evictfirst", "normal")]
         w(f"| {shape} | " + " | ".join("–" if c is None else f"{c:.1f}" for c in cells) + " |")
+    w("")
     w("Grouped kernels where (sequence, KV head) items outnumber the 264 program slots: *persistent* (264 "
       "programs looping over items), *classic* (one program per item), persistent with 132 programs:\n")
     w("| shape | persistent | classic | persistent, 1 per SM |")
