@@ -78,7 +78,7 @@ struct DecodeParams {
 // DECODE_FLAG_EVICT_FIRST gives the K/V copies the L2 policy evict_first: the stream is read once, so
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
 // included, which would otherwise be written back during this kernel) stays there. Without it the copies
-// carry evict_normal (the Go side's rule: CUDAKernels.evictFirst).
+// carry evict_normal (the Go side's rules: CUDAKernels.evictFirst, fewPrograms).
 #define DECODE_FLAG_EVICT_FIRST 8
 // DECODE_FLAG_EARLY_PROLOGUE (set with programmatic dependent launch) has an mma program read its block
 // ids and context length and queue its first tiles whose rows all precede the sequence's newest position
@@ -142,8 +142,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 	return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// cp_async16 copies 16 bytes global→shared, bypassing L1 (.cg: the K/V stream is read once); when
-// valid is false it writes 16 zero bytes and reads nothing.
+// cp_async16 copies 16 bytes global→shared, bypassing L1 (.cg: read once into shared memory; the
+// persistent kernel's queries); when valid is false it writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
 	int n = valid ? 16 : 0;
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
@@ -259,8 +259,8 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 			const int row = c / ROW_CHUNKS, chunk = c % ROW_CHUNKS;
 			const int tok = t0 + row;
 			const bool valid = tok < end;
-			const int slot = valid ? (ids[(tok >> lbs) - page0] << lbs) | (tok & bs_mask) : 0;
-			const uint64_t off = (uint64_t)(uint32_t)slot * row_bytes + (uint32_t)(chunk * 16);
+			const uint32_t slot = valid ? ((uint32_t)ids[(tok >> lbs) - page0] << lbs) | (uint32_t)(tok & bs_mask) : 0u;
+			const uint64_t off = (uint64_t)slot * row_bytes + (uint32_t)(chunk * 16);
 			const uint32_t dst = ks + (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
 			cp_async16_hint(dst, kb + off, valid, hint.policy);
 			cp_async16_hint(dst + TILE_BYTES, vb + off, valid, hint.policy);
@@ -277,6 +277,9 @@ template <int D, int ROWS, int SLICES> struct MergeSmem {
 	float m[SLICES][ROWS];
 	float l[SLICES][ROWS];
 	float acc[SLICES][ROWS][D + 4]; // +4 floats: rows start in different banks
+	// merge_store reads acc in float4: it and its rows start 16-byte aligned (the struct sits at the
+	// 128-byte aligned start of the dynamic shared memory).
+	static_assert((2 * SLICES * ROWS) % 4 == 0 && (D + 4) % 4 == 0, "acc rows 16-byte aligned");
 };
 
 // store4 writes four floats as T to o: one 8- or 16-byte store where o is aligned to it, else four.
@@ -354,7 +357,7 @@ __device__ __forceinline__ void merge_store(const MergeSmem<D, ROWS, SLICES> &sm
 // last program to finish runs it while every other SM is idle). Reads bypass L1 (the partials were
 // written by other SMs). scratch is 128 floats of the program's dynamic shared memory, past its MergeSmem
 // (not a static array: a kernel's static shared memory counts against the SM's carve-out, see patch_row).
-#define MERGE_BATCH 8
+constexpr int MERGE_BATCH = 8;
 template <typename T, int D, int THREADS>
 __device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, int kvh, int head0, int heads,
                                                int first, int stride, int count, bool final, float *scratch, int tid) {

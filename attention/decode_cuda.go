@@ -158,10 +158,11 @@ type CUDATuning struct {
 	// MergeChunk is how many partitions one program merges at the first level of the fused merge; 0
 	// picks it from the partition count (mergeChunk).
 	MergeChunk int
-	// NoEvictFirst gives the K/V copies L2's evict_normal policy instead of evict_first everywhere (by
-	// default the K/V stream, read once, is evicted first, so that what other kernels left in L2 stays
-	// there: after triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not
-	// written back during the call), except where CUDAKernels.evictFirst's rule gives evict_normal.
+	// NoEvictFirst gives the K/V copies L2's evict_normal policy on every call. By default they carry
+	// evict_first (the stream is read once, so that what other kernels left in L2 stays there: after
+	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
+	// during the call), except on streams of largeStreamL2s L2 sizes or more (evictFirst) and in grids of
+	// fewer programs than 90% of the SMs (fewPrograms), which carry evict_normal.
 	NoEvictFirst bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
@@ -174,8 +175,8 @@ type CUDATuning struct {
 	// the kernel before (the Q/K/V product, whose epilogue writes the newest position's K/V): −0.05 ms a
 	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
 	LatePrologue bool
-	// EvictFirstLarge keeps evict_first on streams of at least largeStreamL2s L2 sizes (benchmarks' switch:
-	// the rule in evictFirst gives them evict_normal).
+	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more (benchmarks' switch:
+	// evictFirst gives them evict_normal); fewPrograms still applies.
 	EvictFirstLarge bool
 	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
 	// bits): the output is wrong, the time is the step's without that part.
@@ -512,19 +513,9 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 	return nil
 }
 
-// largeStreamL2s is the stream size, in L2 sizes, from which the K/V copies carry evict_normal instead
-// of evict_first (evictFirst).
-const largeStreamL2s = 16
-
 // evictFirst reports whether a call like a gives its K/V copies the L2 policy evict_first (else
-// evict_normal): unless t says otherwise, when the K and V it reads are less than largeStreamL2s times the
-// L2 (838 MB on the H100). Below that evict_first keeps what other kernels left in L2 (the weights the
-// model's next products read, the dirty lines of a do_bench flush) and was the faster: the Llama-3-8B
-// decode step at batch 64 and context 2048 (537 MB a layer) 11.54 against 11.59 ms with evict_normal
-// (two rounds), and every split-k shape of the issue-6 grid, flushed or not. On longer streams its gain
-// is gone and a flush costs it: Llama-3-8B at context 4096 (1074 MB a layer) 17.33 against 17.34 ms,
-// Llama-3.2-1B 4.099 against 4.072, and after do_bench's flush LLaMA-3-8B 64 × 4096 383.8 against
-// 368.0 µs (level without it: 358.7 both). docs/bench/attention-h100.md, round 17.
+// evict_normal): unless t says otherwise, when its stream is not a largeStream (gpuplan.go). fewPrograms
+// may still drop it for the call's grid.
 func (k *CUDAKernels) evictFirst(a *CUDADecodeArgs, t CUDATuning) bool {
 	if t.NoEvictFirst {
 		return false
@@ -533,12 +524,7 @@ func (k *CUDAKernels) evictFirst(a *CUDADecodeArgs, t CUDATuning) bool {
 		return true
 	}
 	_, size, _ := dtypeName(a.DType)
-	var tokens int64
-	for _, n := range a.HostContextLens {
-		tokens += int64(n)
-	}
-	bytes := 2 * tokens * int64(a.NumKVHeads) * int64(a.HeadDim) * int64(size)
-	return bytes < largeStreamL2s*int64(k.l2Bytes)
+	return !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes)
 }
 
 // fewPrograms drops the evict_first policy from p (evict_normal) when grid has fewer programs than 90%
@@ -600,7 +586,8 @@ func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuni
 const persistMaxTokens = 512
 
 // SplitKWorkspaceBytes is the workspace a split-k call of batch sequences with numHeads query heads of
-// headDim and numPartitions partitions needs: (m, l, acc) in float32 per (sequence, head, partition).
+// headDim and numPartitions partitions needs: (acc, m, l) in float32 per (sequence, head, partition). The
+// workspace must be 16-byte aligned (device allocations are).
 func SplitKWorkspaceBytes(batch, numHeads, headDim, numPartitions int) int64 {
 	return 4 * int64(batch) * int64(numHeads) * int64(numPartitions) * int64(headDim+2)
 }
@@ -650,15 +637,20 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	parts := ceilDiv(maxCtx, partitionTokens)
 	batch := len(a.HostContextLens)
 	need := SplitKWorkspaceBytes(batch, a.NumHeads, a.HeadDim, parts)
+	if workspace%16 != 0 {
+		return fmt.Errorf("attention: split-k workspace %#x is not 16-byte aligned", uintptr(workspace))
+	}
 	if need > workspaceBytes {
 		return fmt.Errorf("%w: %d partitions need %d bytes, have %d", ErrWorkspaceTooSmall, parts, need, workspaceBytes)
 	}
 	p := k.params(a, t)
 	rows := int64(batch) * int64(a.NumHeads) * int64(parts)
 	p.Counters = k.counters
-	p.PartM = workspace
-	p.PartL = workspace.Add(4 * rows)
-	p.PartAcc = workspace.Add(8 * rows)
+	// acc first: the kernels read and write it in 16-byte pieces, so it must start 16-byte aligned
+	// whatever rows is (an odd count put it 8 bytes off when m and l came first).
+	p.PartAcc = workspace
+	p.PartM = workspace.Add(4 * rows * int64(a.HeadDim))
+	p.PartL = p.PartM.Add(4 * rows)
 	p.PartitionTokens = int32(partitionTokens)
 	p.NumPartitions = int32(parts)
 	grid := k.grid(kern, a, parts, t)

@@ -117,3 +117,26 @@ func longestContext(contextLens []int32) int {
 	}
 	return longest
 }
+
+// largeStreamL2s is the stream size, in L2 sizes, from which the K/V copies carry evict_normal instead
+// of evict_first (largeStream).
+const largeStreamL2s = 16
+
+// largeStream reports whether a call reading K and V of contextLens tokens (kvHeads heads of headDim
+// elements of elemBytes bytes each) streams at least largeStreamL2s times l2Bytes: 838 MB on the H100.
+// Below that evict_first keeps what other kernels left in L2 (the weights the model's next products
+// read, the dirty lines of a do_bench flush) and was the faster: the Llama-3-8B decode step at batch 64
+// and context 2048 (537 MB a layer) 11.54 against 11.59 ms with evict_normal (two rounds), and every
+// split-k shape of the issue-6 grid, flushed or not. On longer streams its gain is gone and a flush
+// costs it: Llama-3-8B at context 4096 (1074 MB a layer) 17.33 against 17.34 ms, Llama-3.2-1B 4.099
+// against 4.072, and after do_bench's flush LLaMA-3-8B 64 × 4096 383.8 against 368.0 µs (level without
+// it: 358.7 both). docs/bench/attention-h100.md, round 17. A captured step (the model's CUDA graphs)
+// passes its context cap for every row, so there the rule sees up to twice the stream read.
+func largeStream(contextLens []int32, kvHeads, headDim, elemBytes int, l2Bytes int) bool {
+	var tokens int64
+	for _, n := range contextLens {
+		tokens += int64(n)
+	}
+	bytes := 2 * tokens * int64(kvHeads) * int64(headDim) * int64(elemBytes)
+	return bytes >= largeStreamL2s*int64(l2Bytes)
+}
