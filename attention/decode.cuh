@@ -78,7 +78,7 @@ struct DecodeParams {
 // DECODE_FLAG_EVICT_FIRST gives the K/V copies the L2 policy evict_first: the stream is read once, so
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
 // included, which would otherwise be written back during this kernel) stays there. Without it the copies
-// carry evict_normal (the Go side's rules: CUDAKernels.evictFirst, fewPrograms).
+// carry evict_normal (the Go side's rule: CUDAKernels.setL2Policy).
 #define DECODE_FLAG_EVICT_FIRST 8
 // DECODE_FLAG_EARLY_PROLOGUE (set with programmatic dependent launch) has an mma program read its block
 // ids and context length and queue its first tiles whose rows all precede the sequence's newest position
@@ -155,21 +155,17 @@ __device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, b
 	             "l"(policy));
 }
 
-// CopyHint is the L2 cache policy of the K/V copies (createpolicy): evict_first with
+// copy_policy is the L2 cache policy of the K/V copies (createpolicy): evict_first with
 // DECODE_FLAG_EVICT_FIRST, else evict_normal. Every copy carries one, so that the tile loader is one
 // path (a switch among copy kinds per 16-byte copy, or per tile, made the kernels' code larger and the
 // model's decode step slower on the H100).
-struct CopyHint {
+__device__ __forceinline__ uint64_t copy_policy(int flags) {
 	uint64_t policy;
-};
-
-__device__ __forceinline__ CopyHint copy_hint(int flags) {
-	CopyHint h;
 	if (flags & DECODE_FLAG_EVICT_FIRST)
-		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(h.policy));
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
 	else
-		asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(h.policy));
-	return h;
+		asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+	return policy;
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -246,7 +242,7 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 	// 0, never one from an id past the sequence's pages).
 	static __device__ __forceinline__ void issue(uint8_t *stage, const int *ids, const T *kc, const T *vc,
 	                                             int t0, int end, int lbs, long long row_stride, int kvh, int tid,
-	                                             const CopyHint &hint) {
+	                                             uint64_t policy) {
 		const uint8_t *kb = reinterpret_cast<const uint8_t *>(kc + (long long)kvh * D);
 		const uint8_t *vb = reinterpret_cast<const uint8_t *>(vc + (long long)kvh * D);
 		const uint32_t row_bytes = (uint32_t)row_stride * (uint32_t)sizeof(T);
@@ -262,8 +258,8 @@ template <typename T, int D, int TILE, int THREADS> struct TileLoader {
 			const uint32_t slot = valid ? ((uint32_t)ids[(tok >> lbs) - page0] << lbs) | (uint32_t)(tok & bs_mask) : 0u;
 			const uint64_t off = (uint64_t)slot * row_bytes + (uint32_t)(chunk * 16);
 			const uint32_t dst = ks + (row * ROW_CHUNKS + swizzle(row, chunk)) * 16;
-			cp_async16_hint(dst, kb + off, valid, hint.policy);
-			cp_async16_hint(dst + TILE_BYTES, vb + off, valid, hint.policy);
+			cp_async16_hint(dst, kb + off, valid, policy);
+			cp_async16_hint(dst + TILE_BYTES, vb + off, valid, policy);
 		}
 	}
 };
@@ -408,22 +404,8 @@ __device__ __forceinline__ void merge_partials(const DecodeParams &p, int seq, i
 		if (final) {
 			T *o = reinterpret_cast<T *>(p.out) + ((long long)seq * p.num_heads + (long long)kvh * p.group + head) * D + d8 * 8;
 			const float inv = 1.f / L;
-			bool done = false;
-			if constexpr (sizeof(T) == 2) {
-				if ((reinterpret_cast<uintptr_t>(o) & 15) == 0) { // one 16-byte store
-					uint4 v;
-					v.x = Elem<T>::pack(A[0] * inv, A[1] * inv);
-					v.y = Elem<T>::pack(A[2] * inv, A[3] * inv);
-					v.z = Elem<T>::pack(A[4] * inv, A[5] * inv);
-					v.w = Elem<T>::pack(A[6] * inv, A[7] * inv);
-					*reinterpret_cast<uint4 *>(o) = v;
-					done = true;
-				}
-			}
-			if (!done) {
-#pragma unroll
-				for (int e = 0; e < 8; e++) o[e] = Elem<T>::from_float(A[e] * inv);
-			}
+			store4<T>(o, A[0] * inv, A[1] * inv, A[2] * inv, A[3] * inv);
+			store4<T>(o + 4, A[4] * inv, A[5] * inv, A[6] * inv, A[7] * inv);
 		} else {
 			const long long i = (row0 + first) * p.group + head;
 			// Only this thread reads and writes these eight floats of slot first.
@@ -629,10 +611,10 @@ __device__ __forceinline__ void patch_row(uint8_t *stage, int row, const T *kv, 
 // lengths) or K/V written by earlier steps. Under DECODE_FLAG_ROPE the callers' copies end before the
 // newest row (end is theirs, patch_row puts the row in) and fresh is no bound. Callers without the early
 // prologue have waited already (the wait here is then a no-op).
-template <typename L, int STAGES, int TILE, typename T, typename Hint, typename AfterWait>
+template <typename L, int STAGES, int TILE, typename T, typename AfterWait>
 __device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *smem, int (*sids)[L::MAX_PAGES],
                                                 const T *kc, const T *vc, int start, int end, int fresh, int ntiles,
-                                                int lbs, long long row_stride, int kvh, int tid, Hint pf,
+                                                int lbs, long long row_stride, int kvh, int tid, uint64_t pf,
                                                 AfterWait after_wait) {
 	int pre = 0;
 	if (p.flags & (DECODE_FLAG_EARLY_PROLOGUE | DECODE_FLAG_ROPE)) {
@@ -768,7 +750,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	}
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
-	const CopyHint pf = copy_hint(p.flags);
+	const uint64_t pf = copy_policy(p.flags);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
 	const int slice = warp % SLICES, mtile = warp / SLICES;
 	const int lbs = p.log2_block_size;
@@ -960,7 +942,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	int seq, y, part;
 	program_ids(p, seq, y, part);
 	const int kvh = y / chunks, chunk = y % chunks;
-	const CopyHint pf = copy_hint(p.flags);
+	const uint64_t pf = copy_policy(p.flags);
 	const int head0 = chunk * GC, heads = min(GC, p.group - head0);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, slice = tid / DECODE_WARP;
 	const int lbs = p.log2_block_size;
@@ -1191,7 +1173,7 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 	__shared__ float mm[SLICES][16], ml[SLICES][16];
 
 	decode_pdl_enter();
-	const CopyHint pf = copy_hint(p.flags);
+	const uint64_t pf = copy_policy(p.flags);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, slice = tid / DECODE_WARP;
 	const int lbs = p.log2_block_size;
 	const int G = p.group;

@@ -161,8 +161,8 @@ type CUDATuning struct {
 	// NoEvictFirst gives the K/V copies L2's evict_normal policy on every call. By default they carry
 	// evict_first (the stream is read once, so that what other kernels left in L2 stays there: after
 	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
-	// during the call), except on streams of largeStreamL2s L2 sizes or more (evictFirst) and in grids of
-	// fewer programs than 90% of the SMs (fewPrograms), which carry evict_normal.
+	// during the call), except on streams of largeStreamL2s L2 sizes or more and in grids of fewer
+	// programs than 90% of the SMs, which carry evict_normal (setL2Policy).
 	NoEvictFirst bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
@@ -176,7 +176,7 @@ type CUDATuning struct {
 	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
 	LatePrologue bool
 	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more (benchmarks' switch:
-	// evictFirst gives them evict_normal); fewPrograms still applies.
+	// setL2Policy gives them evict_normal); a grid of few programs still drops it.
 	EvictFirstLarge bool
 	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
 	// bits): the output is wrong, the time is the step's without that part.
@@ -393,9 +393,6 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if !t.SequenceMajor {
 		flags |= flagHeadsFast
 	}
-	if k.evictFirst(a, t) {
-		flags |= flagEvictFirst
-	}
 	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge)
 	if a.Dependent && !t.LatePrologue {
 		flags |= flagEarlyPrologue
@@ -500,39 +497,32 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 	}
 	p := k.params(a, t)
 	if pk, programs := k.persistent(kern, a, t); pk != nil {
+		k.setL2Policy(&p, a, t, programs)
 		if err := launch(a, pk.fn, cuda.Dim3{X: programs}, cuda.Dim3{X: pk.threads}, pk.shared, s, &p); err != nil {
 			return fmt.Errorf("attention: grouped decode (persistent): %w", err)
 		}
 		return nil
 	}
 	grid := k.grid(kern, a, 1, t)
-	k.fewPrograms(&p, grid)
+	k.setL2Policy(&p, a, t, grid.X*grid.Y*grid.Z)
 	if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: grouped decode: %w", err)
 	}
 	return nil
 }
 
-// evictFirst reports whether a call like a gives its K/V copies the L2 policy evict_first (else
-// evict_normal): unless t says otherwise, when its stream is not a largeStream (gpuplan.go). fewPrograms
-// may still drop it for the call's grid.
-func (k *CUDAKernels) evictFirst(a *CUDADecodeArgs, t CUDATuning) bool {
-	if t.NoEvictFirst {
-		return false
-	}
-	if t.EvictFirstLarge {
-		return true
-	}
+// setL2Policy gives p's K/V copies the L2 policy evict_first (else evict_normal) unless t says
+// otherwise, the call's stream is a largeStream (gpuplan.go), or its grid has fewer programs than 90% of
+// the SMs: a few long programs, each streaming at its own latency-bound rate, ran slower with it on the
+// H100 (GQA 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs without it, 80.1 µs with it), while
+// with more programs than that it was 1-5% faster.
+func (k *CUDAKernels) setL2Policy(p *decodeParams, a *CUDADecodeArgs, t CUDATuning, programs int) {
 	_, size, _ := dtypeName(a.DType)
-	return !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes)
-}
-
-// fewPrograms drops the evict_first policy from p (evict_normal) when grid has fewer programs than 90%
-// of the SMs: a few long programs, each streaming at its own latency-bound rate, ran slower with it on
-// the H100 (GQA 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs without it, 80.1 µs with it),
-// while with more programs than that it was 1-5% faster.
-func (k *CUDAKernels) fewPrograms(p *decodeParams, grid cuda.Dim3) {
-	if 10*grid.X*grid.Y*grid.Z < 9*k.numSMs {
+	first := !t.NoEvictFirst && 10*programs >= 9*k.numSMs &&
+		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes))
+	if first {
+		p.Flags |= flagEvictFirst
+	} else {
 		p.Flags &^= flagEvictFirst
 	}
 }
@@ -654,7 +644,7 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	p.PartitionTokens = int32(partitionTokens)
 	p.NumPartitions = int32(parts)
 	grid := k.grid(kern, a, parts, t)
-	k.fewPrograms(&p, grid)
+	k.setL2Policy(&p, a, t, grid.X*grid.Y*grid.Z)
 	fused := !t.SplitKReduceKernel
 	if fused {
 		chunk := mergeChunk(parts, t)
