@@ -284,3 +284,105 @@ func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
 	dtype.EncodeBF16(out, f)
 	return out
 }
+
+// emptyPTX is a kernel that returns at once, for BenchmarkCUDALaunchFloor.
+const emptyPTX = `
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry gollm_empty(.param .align 8 .b8 p[8])
+{
+	ret;
+}
+`
+
+// BenchmarkCUDALaunchFloor splits what a decode call costs before its programs do any work: an empty
+// kernel of one program (the floor of this timing, which every peer's call pays too), an empty kernel of
+// the plan's grid, block and dynamic shared memory, the plan's kernel returning right after its PDL wait
+// (DiagnoseEntry), and the whole call; with the spin and after the flush. Run it with -test.benchtime=1x.
+func BenchmarkCUDALaunchFloor(b *testing.B) {
+	k := gpuKernels(b)
+	t, err := k.Device().NewTimer(100, 10, 50_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	mod, err := k.Device().LoadModule([]byte(emptyPTX))
+	if err != nil {
+		b.Fatal(err)
+	}
+	empty, err := mod.Function("gollm_empty")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []variantShape{
+		{"gqa", 64, 1024, 12, 2, 128, false}, {"gqa", 16, 4096, 12, 2, 128, false},
+		{"gqa", 1, 65536, 12, 2, 128, false}, {"llama3", 8, 2048, 32, 8, 128, false},
+		{"llama3", 1, 8192, 32, 8, 128, false}, {"llama70b", 4, 2048, 64, 8, 128, false},
+		{"mqa", 16, 4096, 32, 1, 128, false},
+	} {
+		in, err := newVariantInputs(k, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := &in.args[0]
+		plan, err := k.Plan(a)
+		kind, parts := "DecodeGrouped", 1
+		if plan.Kernel == SplitK {
+			kind, parts = "DecodeSplitK", ceilDiv(s.ctx, plan.PartitionTokens)
+		}
+		var kern *cudaKernel
+		if err == nil {
+			kern, err = k.pick(kind, a, PathAuto)
+		}
+		if err == nil && kind == "DecodeGrouped" {
+			if pk, _ := k.persistent(kern, a, k.Tuning); pk != nil {
+				err = fmt.Errorf("%s: the persistent grouped kernel would run (time classic grouped shapes only)", s.name)
+			}
+		}
+		if err == nil {
+			err = empty.SetMaxDynamicShared(kern.shared)
+		}
+		if err != nil {
+			in.free()
+			b.Fatal(err)
+		}
+		grid := k.grid(kern, a, parts, k.Tuning)
+		var arg struct{ P uint64 }
+		call := func(d int) func(c int) error {
+			return func(c int) error {
+				if plan.Kernel == SplitK {
+					return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto,
+						CUDATuning{Diagnose: d})
+				}
+				return k.decodeGrouped(nil, &in.args[c], PathAuto, CUDATuning{Diagnose: d})
+			}
+		}
+		name := fmt.Sprintf("%s_b%d_ctx%d_%v_%d", s.name, s.batch, s.ctx, plan.Kernel, grid.X*grid.Y*grid.Z)
+		for _, flush := range []bool{false, true} {
+			t.Flush = flush
+			for _, v := range []struct {
+				what   string
+				launch func(c int) error
+			}{
+				{"empty1", func(int) error { return cuda.Launch(empty, cuda.Dim3{X: 1}, cuda.Dim3{X: 32}, 0, nil, &arg) }},
+				{"emptygrid", func(int) error {
+					return cuda.Launch(empty, grid, cuda.Dim3{X: kern.threads}, kern.shared, nil, &arg)
+				}},
+				{"entry", call(DiagnoseEntry)},
+				{"full", call(0)},
+			} {
+				b.Run(fmt.Sprintf("%s/%s/flush=%v", name, v.what, flush), func(b *testing.B) {
+					us, err := t.Median(in.copies, v.launch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(us, "us")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+		t.Flush = false
+		in.free()
+	}
+}

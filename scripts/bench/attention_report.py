@@ -34,7 +34,7 @@ def variants(path):
             rows.setdefault(m.group(1), {})[m.group(2)] = float(m.group(4))
     out = []
     w = out.append
-    w("### Variants (attention's BenchmarkCUDADecodeVariants, µs, spin unless flushed; the call is named above)\n")
+    w("## Variants (attention's BenchmarkCUDADecodeVariants, µs, spin unless flushed; the call is named in \"How it was measured\")\n")
     w("Split-k merge at the dispatcher's partition: *fused* = in the split-k programs (default), *reduce* = "
       "a second kernel; *1 level* = one program merges every partition, *chunk 4/8* = two levels.\n")
     w("| shape | partition | fused | reduce | 1 level | chunk 4 | chunk 8 |")
