@@ -27,7 +27,7 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 	}
 	defer t.Close()
 	for _, s := range variantShapes {
-		in, err := newVariantInputs(k, s)
+		in, err := newVariantInputs(k, s, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,7 +172,8 @@ func variantPartitions(s variantShape, sms int, plan DecodePlan) []int {
 }
 
 // variantInputs are the device buffers of one shape: copies of the paged K/V in one pool, each copy's
-// pages scattered by a random permutation, and a split-k workspace.
+// pages scattered by a random permutation (newVariantInputs' sequential: in order), and a split-k
+// workspace.
 type variantInputs struct {
 	bufs    *cuda.Buffers
 	args    []CUDADecodeArgs
@@ -184,7 +185,7 @@ type variantInputs struct {
 func (in *variantInputs) alloc(n int64) (cuda.DevicePtr, error) { return in.bufs.Alloc(n) }
 func (in *variantInputs) free()                                 { _ = in.bufs.Free() }
 
-func newVariantInputs(k *CUDAKernels, s variantShape) (*variantInputs, error) {
+func newVariantInputs(k *CUDAKernels, s variantShape, sequential bool) (*variantInputs, error) {
 	const pageSize = 16
 	dev := k.Device()
 	in := &variantInputs{bufs: dev.NewBuffers()}
@@ -238,6 +239,11 @@ func newVariantInputs(k *CUDAKernels, s variantShape) (*variantInputs, error) {
 	qBytes := int64(s.batch * s.hq * s.headDim * 2)
 	for c := range in.copies {
 		perm := rng.Perm(int(pages))
+		if sequential {
+			for i := range perm {
+				perm[i] = i
+			}
+		}
 		table := make([]int32, len(perm))
 		for i, p := range perm {
 			table[i] = int32(int64(c)*pages + int64(p))
@@ -321,7 +327,7 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 		{"llama3", 1, 8192, 32, 8, 128, false}, {"llama70b", 4, 2048, 64, 8, 128, false},
 		{"mqa", 16, 4096, 32, 1, 128, false},
 	} {
-		in, err := newVariantInputs(k, s)
+		in, err := newVariantInputs(k, s, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -384,5 +390,49 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 		}
 		t.Flush = false
 		in.free()
+	}
+}
+
+// BenchmarkCUDADecodePages times the plan's call on the grid's shapes of at least 256 MB with the pages
+// of every copy permuted (the grid's way, and a serving engine's after a while) and in order (each
+// sequence's pages one contiguous run, as a contiguous cache would lay them out), alternating twice, with
+// the spin: how much of the gap to contiguous SDPA the page order explains. Run it with -test.benchtime=1x.
+func BenchmarkCUDADecodePages(b *testing.B) {
+	k := gpuKernels(b)
+	t, err := k.Device().NewTimer(100, 10, 50_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	for _, s := range []variantShape{
+		{"mha", 256, 256, 12, 12, 128, false},
+		{"mha", 32, 2048, 12, 12, 128, false},
+		{"mha", 8, 8192, 12, 12, 128, false},
+		{"mha", 1, 65536, 12, 12, 128, false},
+		{"llama7b", 8, 2048, 32, 32, 128, false},
+		{"llama7b", 8, 8192, 32, 32, 128, false},
+		{"llama3", 64, 4096, 32, 8, 128, false},
+		{"llama3", 1, 131072, 32, 8, 128, false},
+	} {
+		for round := range 2 {
+			for _, seq := range []bool{false, true} {
+				in, err := newVariantInputs(k, s, seq)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("%s_b%d_ctx%d/sequential=%v/r%d", s.name, s.batch, s.ctx, seq, round), func(b *testing.B) {
+					us, err := t.Median(in.copies, func(c int) error {
+						_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(us, "us")
+					b.ReportMetric(0, "ns/op")
+				})
+				in.free()
+			}
+		}
 	}
 }
