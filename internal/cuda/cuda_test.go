@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"unsafe"
@@ -437,7 +438,7 @@ func TestGemmEx(t *testing.T) {
 
 // TestTimer: the timer measures a GPU spin of a known length within its bounds (the spin waits on the
 // GPU's global timer, so the measured time can only be longer), with the spacer spin and with the flush
-// copy, and reports host time per run.
+// (which must leave its whole buffer zero), and reports host time per run.
 func TestTimer(t *testing.T) {
 	d := openDevice(t)
 	tm, err := d.NewTimer(5, 1, 20_000)
@@ -447,14 +448,28 @@ func TestTimer(t *testing.T) {
 	defer tm.Close()
 	spin := struct{ NS uint64 }{200_000}
 	launch := func(int) error { return Launch(tm.spin, Dim3{X: 1}, Dim3{X: 1}, 0, nil, &spin) }
-	for _, flush := range []bool{false, true} {
+	for _, flush := range []bool{false, true, true} {
 		tm.Flush = flush
+		if flush && tm.flushBuf != 0 { // the second flushed round: the zeros must be written again
+			if err := d.Fill32(tm.flushBuf, 0xdeadbeef, timerFlushBytes/4, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		us, err := tm.Median(1, launch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if us < 200 || us > 10_000 || tm.HostUS <= 0 {
 			t.Errorf("flush %v: a 200 µs spin measured %.1f µs, host %.1f µs a run", flush, us, tm.HostUS)
+		}
+		if flush {
+			buf := make([]uint32, timerFlushBytes/4)
+			if err := d.CopyFromDevice(Bytes(buf), tm.flushBuf); err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(buf, func(v uint32) bool { return v != 0 }); i >= 0 {
+				t.Fatalf("the flush left word %d of %d at %#x", i, len(buf), buf[i])
+			}
 		}
 	}
 }

@@ -17,12 +17,14 @@ import (
 type Timer struct {
 	dev        *Device
 	start, end []*Event
-	spin       *Function
+	spin, zero *Function
 	flushBuf   DevicePtr
 
 	Iters, Warmup int
 	SpinNS        uint64
-	// Flush queues zeros over a 256 MiB buffer before each run instead of the spin (do_bench's flush).
+	// Flush queues zeros over a 256 MiB buffer before each run instead of the spin: do_bench's flush,
+	// written as torch's zero_ (which do_bench calls) writes them, by a kernel of 16-byte stores (on the
+	// H100 cuMemsetD32 left L2 0-0.9% kinder to the next kernel; docs/bench/attention-h100.md, round 18).
 	Flush bool
 	// HostUS is the host's µs per run of the round Median kept.
 	HostUS float64
@@ -31,7 +33,9 @@ type Timer struct {
 // timerFlushBytes is the buffer Flush zeroes (triton.testing.do_bench's cache_size on NVIDIA GPUs).
 const timerFlushBytes = 256 << 20
 
-// timerSpinPTX is a one-thread kernel that waits p nanoseconds of the GPU's global timer.
+// timerSpinPTX holds gollm_timer_spin, a one-thread kernel that waits p nanoseconds of the GPU's global
+// timer, and gollm_timer_zero, which writes zeros over n16 16-byte pieces at ptr (p = {ptr, n16}) with
+// one 16-byte store a piece, grid-stride.
 const timerSpinPTX = `
 .version 7.0
 .target sm_80
@@ -47,6 +51,35 @@ LOOP:
 	sub.u64 %rd4, %rd3, %rd2;
 	setp.lt.u64 %pp, %rd4, %rd1;
 	@%pp bra LOOP;
+	ret;
+}
+
+.visible .entry gollm_timer_zero(.param .align 8 .b8 p[16])
+{
+	.reg .b64 %rd<8>;
+	.reg .b32 %r<8>;
+	.reg .pred %pp;
+	ld.param.u64 %rd1, [p];
+	ld.param.u64 %rd2, [p+8];
+	mov.u32 %r1, %ctaid.x;
+	mov.u32 %r2, %ntid.x;
+	mov.u32 %r3, %tid.x;
+	mov.u32 %r4, %nctaid.x;
+	mul.wide.u32 %rd3, %r1, %r2;
+	cvt.u64.u32 %rd4, %r3;
+	add.u64 %rd3, %rd3, %rd4;
+	mul.wide.u32 %rd5, %r4, %r2;
+	mov.u32 %r5, 0;
+	setp.ge.u64 %pp, %rd3, %rd2;
+	@%pp bra DONE;
+ZLOOP:
+	shl.b64 %rd6, %rd3, 4;
+	add.u64 %rd7, %rd1, %rd6;
+	st.global.v4.u32 [%rd7], {%r5, %r5, %r5, %r5};
+	add.u64 %rd3, %rd3, %rd5;
+	setp.lt.u64 %pp, %rd3, %rd2;
+	@%pp bra ZLOOP;
+DONE:
 	ret;
 }
 `
@@ -72,6 +105,9 @@ func (d *Device) NewTimer(iters, warmup int, spinNS uint64) (*Timer, error) {
 	mod, err := d.LoadModule([]byte(timerSpinPTX))
 	if err == nil {
 		t.spin, err = mod.Function("gollm_timer_spin")
+	}
+	if err == nil {
+		t.zero, err = mod.Function("gollm_timer_zero")
 	}
 	if err != nil {
 		t.Close()
@@ -131,7 +167,8 @@ func (t *Timer) round(copies int, launch func(copy int) error) (float64, error) 
 						return err
 					}
 				}
-				if err := t.dev.Fill32(t.flushBuf, 0, timerFlushBytes/4, nil); err != nil {
+				p := struct{ Ptr, N16 uint64 }{uint64(t.flushBuf), timerFlushBytes / 16}
+				if err := Launch(t.zero, Dim3{X: 8 * t.dev.Info().NumSMs}, Dim3{X: 256}, 0, nil, &p); err != nil {
 					return err
 				}
 			} else if spin.NS > 0 {

@@ -126,7 +126,7 @@ def main():
       "(64…8192 tokens) with its partition count; *plan* = what `attention.Plan` chose with this device's "
       "inputs and *ours* its time (`CUDAKernels.Decode`); *SDPA* = `scaled_dot_product_attention` on a "
       "contiguous cache; *flushed* = ours with zeros written over a 256 MiB buffer before each call instead of "
-      "the spin, the way `triton.testing.do_bench` flushes L2 (`cache.zero_()`), which is how the vLLM Triton figures "
+      "the spin, the way `triton.testing.do_bench` flushes L2 (`cache.zero_()`, a kernel of vector stores; ours writes them the same way since round 18), which is how the vLLM Triton figures "
       "(../../../shared/bench/attention-peers-h100.md) were taken, so the vLLM gap compares those two.\n")
     w("| shape | B | ctx | Hq | Hkv | KV MB | grouped µs | split-k µs (parts) | plan | ours µs | %BW | SDPA µs "
       "| ours/SDPA | flushed µs | vLLM Triton µs | vLLM / ours |")
