@@ -312,6 +312,14 @@ func (k *CUDAKernels) prepare(name string, threads, rows int) error {
 // Device returns the device the kernels are loaded on.
 func (k *CUDAKernels) Device() *cuda.Device { return k.dev }
 
+// maxGridYZ is the largest y or z dimension of a CUDA grid: the decode grids put sequences on y and
+// split-k partitions on z, the reduce grid query heads on y.
+const maxGridYZ = 65535
+
+// maxDecodeTokens bounds a block table's tokens (MaxBlocks · BlockSize), so that the kernels' 32-bit
+// token arithmetic (a context plus a partition length, less one) cannot overflow.
+const maxDecodeTokens = 1 << 30
+
 // check validates a call and returns its dtype name and G.
 func (a *CUDADecodeArgs) check() (string, int, error) {
 	tn, _, ok := dtypeName(a.DType)
@@ -326,6 +334,12 @@ func (a *CUDADecodeArgs) check() (string, int, error) {
 		return "", 0, fmt.Errorf("attention: %d query heads for %d KV heads", a.NumHeads, a.NumKVHeads)
 	case len(a.HostContextLens) == 0:
 		return "", 0, fmt.Errorf("attention: empty decode batch")
+	case len(a.HostContextLens) > maxGridYZ || a.NumHeads > maxGridYZ:
+		return "", 0, fmt.Errorf("%w: %d sequences of %d query heads (at most %d of each: a grid dimension)",
+			ErrUnsupported, len(a.HostContextLens), a.NumHeads, maxGridYZ)
+	case a.MaxBlocks <= 0 || int64(a.MaxBlocks)*int64(a.BlockSize) > maxDecodeTokens:
+		return "", 0, fmt.Errorf("%w: block tables of %d blocks of %d tokens (at most %d tokens a sequence: the kernels count tokens in 32 bits)",
+			ErrUnsupported, a.MaxBlocks, a.BlockSize, maxDecodeTokens)
 	case a.RoPE != nil && a.RoPE.QKVCols < (a.NumHeads+2*a.NumKVHeads)*a.HeadDim:
 		return "", 0, fmt.Errorf("attention: RoPE: %d Q/K/V columns, want at least %d", a.RoPE.QKVCols,
 			(a.NumHeads+2*a.NumKVHeads)*a.HeadDim)
@@ -582,10 +596,11 @@ func SplitKWorkspaceBytes(batch, numHeads, headDim, numPartitions int) int64 {
 	return 4 * int64(batch) * int64(numHeads) * int64(numPartitions) * int64(headDim+2)
 }
 
-// SplitKWorkspaceBound is a workspace size that serves every call Plan can make with up to maxBatch
-// sequences of at most maxContext tokens (Plan's partitions are at least DefaultMinPartitionTokens long).
+// SplitKWorkspaceBound is a workspace size that serves every call Decode (CUDAKernels.Plan) or a graph
+// step planned by GraphPlan can make with up to maxBatch sequences of at most maxContext tokens: their
+// partitions are whole 64-token tiles, at most 64 per context (maxPlannedPartitions).
 func SplitKWorkspaceBound(maxBatch, numHeads, headDim, maxContext int) int64 {
-	return SplitKWorkspaceBytes(maxBatch, numHeads, headDim, ceilDiv(maxContext, DefaultMinPartitionTokens))
+	return SplitKWorkspaceBytes(maxBatch, numHeads, headDim, maxPlannedPartitions(maxContext))
 }
 
 // DecodeSplitK queues the split-k kernel with partitions of partitionTokens tokens (a positive multiple of
@@ -619,12 +634,16 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	if err != nil {
 		return err
 	}
-	if partitionTokens <= 0 || partitionTokens%a.BlockSize != 0 {
-		return fmt.Errorf("attention: split-k partition of %d tokens is not a positive multiple of the block size %d",
-			partitionTokens, a.BlockSize)
+	if partitionTokens <= 0 || partitionTokens%a.BlockSize != 0 || partitionTokens > a.MaxBlocks*a.BlockSize {
+		// The bound keeps the kernels' ctx + partition_tokens within int32 (check bounds the table).
+		return fmt.Errorf("attention: split-k partition of %d tokens is not a positive multiple of the block size %d of at most the block table's %d tokens",
+			partitionTokens, a.BlockSize, a.MaxBlocks*a.BlockSize)
 	}
 	maxCtx := longestContext(a.HostContextLens)
 	parts := ceilDiv(maxCtx, partitionTokens)
+	if parts > maxGridYZ {
+		return fmt.Errorf("%w: %d split-k partitions (at most %d: a grid dimension)", ErrUnsupported, parts, maxGridYZ)
+	}
 	batch := len(a.HostContextLens)
 	need := SplitKWorkspaceBytes(batch, a.NumHeads, a.HeadDim, parts)
 	if workspace%16 != 0 {

@@ -428,6 +428,9 @@ func TestCUDADecodeDispatch(t *testing.T) {
 		want                       Kernel
 	}{
 		{"batch1-long-mqa", 1, 20000, 8, 1, SplitK},
+		// 16 partitions of one tile (the bound's floor where longer ones leave SMs idle): a workspace
+		// sized for 256-token partitions was too small (found in review).
+		{"batch1-ctx1000", 1, 1000, 8, 1, SplitK},
 		{"batch64-gqa", 64, 700, 4, 8, Grouped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -514,5 +517,28 @@ func TestCUDADecodeErrors(t *testing.T) {
 	}
 	if err := k.DecodeSplitK(nil, c.args(), 100, ws, 1024, PathAuto); err == nil {
 		t.Errorf("partition of 100 tokens with pages of 16: no error")
+	}
+	// A partition past the block table's tokens: near 2³¹ the kernels' ctx + partition − 1 wrapped, no
+	// program came last, and the merge counters stayed non-zero for every later call (found in review).
+	big := SplitKWorkspaceBytes(2, c.numHeads, c.headDim, 1)
+	wsBig := c.alloc(t, big)
+	for _, pt := range []int{c.args().MaxBlocks*16 + 16, 1<<31 - 64} {
+		if err := k.DecodeSplitK(nil, c.args(), pt, wsBig, big, PathAuto); err == nil {
+			t.Errorf("partition of %d tokens with a table of %d: no error", pt, c.args().MaxBlocks*16)
+		}
+	}
+	checkCountersZero(t, k)
+	a = c.args()
+	a.MaxBlocks = 1 << 27 // 2³¹ tokens of 16
+	if err := k.DecodeGrouped(nil, a, PathAuto); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a table of 2³¹ tokens: %v, want ErrUnsupported", err)
+	}
+	a = c.args()
+	a.HostContextLens = make([]int32, maxGridYZ+1)
+	for i := range a.HostContextLens {
+		a.HostContextLens[i] = 1
+	}
+	if err := k.DecodeGrouped(nil, a, PathAuto); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("%d sequences: %v, want ErrUnsupported", len(a.HostContextLens), err)
 	}
 }

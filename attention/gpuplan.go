@@ -50,6 +50,14 @@ const minSplitTokens = 512
 // 65536, 2 KV heads: 64 partitions of 1024 tokens ran at 37.5 µs, 128 of 512 at 38.4 µs).
 const maxSplitPartitions = 64
 
+// maxPlannedPartitions is the most split-k partitions of a context of up to maxContext tokens that the
+// GPU's plans (CUDAKernels.Plan, GraphPlan on its input) choose: partitions are whole 64-token tiles
+// (gpuMinPartitionTokens can lower its floor to one tile where longer partitions would leave SMs idle)
+// and at most maxSplitPartitions per context.
+func maxPlannedPartitions(maxContext int) int {
+	return max(1, min(maxSplitPartitions, ceilDiv(maxContext, cudaTileTokens)))
+}
+
 // cudaTileTokens is the token tile of the mma kernels (the FMA kernels' 32 divides it); a multiple of
 // every supported block size. A split-k partition that is not a multiple of it ends in a partial tile,
 // whose copies and mma work are spent on padding.

@@ -189,3 +189,40 @@ func TestLargeStream(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxPlannedPartitions: the partitions of the GPU's plans (CUDAKernels.Plan's input: the GPU's
+// partition bound; tileAligned after Plan; GraphPlan) never exceed maxPlannedPartitions, which sizes
+// SplitKWorkspaceBound. Short contexts at batch 1, where the bound drops to one tile, are the case a
+// bound of ⌈ctx / DefaultMinPartitionTokens⌉ missed (batch 1 × 1000 tokens, 1 KV head: 16 partitions
+// of 64 tokens against 4).
+func TestMaxPlannedPartitions(t *testing.T) {
+	const sms = 132
+	n := 0
+	for _, ctx := range []int{1, 65, 300, 513, 1000, 2000, 4000, 8192, 20000, 65536, 131072} {
+		for _, kvh := range []int{1, 2, 8, 12} {
+			for _, batch := range []int{1, 2, 4, 64} {
+				for _, perSM := range []int{1, 2, 4} {
+					lens := make([]int32, batch)
+					for i := range lens {
+						lens[i] = int32(max(1, ctx-i%5))
+					}
+					in := PlanInput{
+						Batch: batch, ContextLens: lens, NumHeads: 4 * kvh, NumKVHeads: kvh, HeadDim: 128,
+						BlockSize: 16, DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
+						MinPartitionTokens: gpuMinPartitionTokens(lens, kvh, 16, sms, perSM),
+					}
+					for name, plan := range map[string]DecodePlan{
+						"plan": tileAligned(Plan(in), lens), "graph": tileAligned(GraphPlan(in), lens),
+					} {
+						n++
+						if plan.NumPartitions > maxPlannedPartitions(ctx) {
+							t.Errorf("%s: batch %d × %d tokens, %d KV heads, %d an SM: %d partitions of %d tokens, bound %d",
+								name, batch, ctx, kvh, perSM, plan.NumPartitions, plan.PartitionTokens, maxPlannedPartitions(ctx))
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d plans checked", n)
+}

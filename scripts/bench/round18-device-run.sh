@@ -3,7 +3,8 @@
 # Here:  go test -c -tags cuda -ldflags="-s -w" -o gpu/p1/{old,new}/attention.test ./attention (old from a
 #        worktree of the commit before), tar -C gpu/p1 -cf - old new | xz -9 > gpu/p2/all.tar.xz
 # There (carry gpu/p2):  [BENCH=regexp] [ROUNDS=n] [TESTS=regexp] bash scripts/bench/round18-device-run.sh [tests] [variants] [floor]
-#   tests     the new build's attention CUDA tests (TESTS, default CUDA)
+#   tests     the new build's attention CUDA tests (TESTS, default CUDA) and, where gpu/p1/new/model.test
+#             is, the model's step tests (MODEL_TESTS)
 #   variants  BenchmarkCUDADecodeVariants (BENCH selects), old then new, ROUNDS times
 #   floor     the new build's BenchmarkCUDALaunchFloor
 # Results under $OUT (summary.txt first). Results of round 18: scripts/bench/results/round18/.
@@ -22,6 +23,10 @@ count() { echo "rc=$2 pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- 
 if has tests; then
 	(cd attention && timeout 300 "$root/gpu/p1/new/attention.test" -test.run "${TESTS:-CUDA}" -test.count=1 -test.v) >"$out/attention-test.log" 2>&1
 	echo "attention tests: $(count "$out/attention-test.log" $?)" | tee -a "$out/summary.txt"
+	if [ -x "$root/gpu/p1/new/model.test" ]; then
+		(cd model && timeout 240 "$root/gpu/p1/new/model.test" -test.run "${MODEL_TESTS:-CUDAMatchesCPU|CUDAGolden|CUDAGreedy}" -test.count=1 -test.v) >"$out/model-test.log" 2>&1
+		echo "model tests: $(count "$out/model-test.log" $?)" | tee -a "$out/summary.txt"
+	fi
 fi
 if has variants; then
 	for r in $(seq 1 "${ROUNDS:-1}"); do
