@@ -20,12 +20,7 @@ import (
 // sub-benchmark reports the lower of two rounds' median CUDA-event time of 100 calls as "us"; run it with
 // -test.benchtime=1x (b.N is not the number of calls timed).
 func BenchmarkCUDADecodeVariants(b *testing.B) {
-	k := gpuKernels(b)
-	t, err := k.Device().NewTimer(100, 10, 50_000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer t.Close()
+	k, t := benchTimer(b)
 	for _, s := range variantShapes {
 		in, err := newVariantInputs(k, s, false)
 		if err != nil {
@@ -37,16 +32,7 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 			b.Fatal(err)
 		}
 		name := fmt.Sprintf("%s_b%d_ctx%d", s.name, s.batch, s.ctx)
-		run := func(what string, launch func(c int) error) {
-			b.Run(name+"/"+what, func(b *testing.B) {
-				us, err := t.Median(in.copies, launch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(us, "us")
-				b.ReportMetric(0, "ns/op")
-			})
-		}
+		run := func(what string, launch func(c int) error) { reportUS(b, t, name+"/"+what, in.copies, launch) }
 		run("grouped", func(c int) error { return k.DecodeGrouped(nil, &in.args[c], PathAuto) })
 		// The L2 policy of the K/V copies, with the spin and after a do_bench-like flush.
 		for _, flush := range []bool{false, true} {
@@ -130,6 +116,30 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 		}
 		in.free()
 	}
+}
+
+// benchTimer returns the kernels and a Timer of 100 runs after 10 warm-up runs with a 50 µs spin before
+// each (closed when b ends): the setup of this file's benchmarks.
+func benchTimer(b *testing.B) (*CUDAKernels, *cuda.Timer) {
+	k := gpuKernels(b)
+	t, err := k.Device().NewTimer(100, 10, 50_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(t.Close)
+	return k, t
+}
+
+// reportUS runs a sub-benchmark name that reports t's median time of launch over copies copies as "us".
+func reportUS(b *testing.B, t *cuda.Timer, name string, copies int, launch func(c int) error) {
+	b.Run(name, func(b *testing.B) {
+		us, err := t.Median(copies, launch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(us, "us")
+		b.ReportMetric(0, "ns/op")
+	})
 }
 
 type variantShape struct {
@@ -307,12 +317,7 @@ const emptyPTX = `
 // the plan's grid, block and dynamic shared memory, the plan's kernel returning right after its PDL wait
 // (DiagnoseEntry), and the whole call; with the spin and after the flush. Run it with -test.benchtime=1x.
 func BenchmarkCUDALaunchFloor(b *testing.B) {
-	k := gpuKernels(b)
-	t, err := k.Device().NewTimer(100, 10, 50_000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer t.Close()
+	k, t := benchTimer(b)
 	mod, err := k.Device().LoadModule([]byte(emptyPTX))
 	if err != nil {
 		b.Fatal(err)
@@ -378,14 +383,7 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 				{"entry", call(DiagnoseEntry)},
 				{"full", call(0)},
 			} {
-				b.Run(fmt.Sprintf("%s/%s/flush=%v", name, v.what, flush), func(b *testing.B) {
-					us, err := t.Median(in.copies, v.launch)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(us, "us")
-					b.ReportMetric(0, "ns/op")
-				})
+				reportUS(b, t, fmt.Sprintf("%s/%s/flush=%v", name, v.what, flush), in.copies, v.launch)
 			}
 		}
 		t.Flush = false
@@ -398,12 +396,7 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 // sequence's pages one contiguous run, as a contiguous cache would lay them out), alternating twice, with
 // the spin: how much of the gap to contiguous SDPA the page order explains. Run it with -test.benchtime=1x.
 func BenchmarkCUDADecodePages(b *testing.B) {
-	k := gpuKernels(b)
-	t, err := k.Device().NewTimer(100, 10, 50_000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer t.Close()
+	k, t := benchTimer(b)
 	for _, s := range []variantShape{
 		{"mha", 256, 256, 12, 12, 128, false},
 		{"mha", 32, 2048, 12, 12, 128, false},
@@ -420,19 +413,42 @@ func BenchmarkCUDADecodePages(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Run(fmt.Sprintf("%s_b%d_ctx%d/sequential=%v/r%d", s.name, s.batch, s.ctx, seq, round), func(b *testing.B) {
-					us, err := t.Median(in.copies, func(c int) error {
+				reportUS(b, t, fmt.Sprintf("%s_b%d_ctx%d/sequential=%v/r%d", s.name, s.batch, s.ctx, seq, round), in.copies,
+					func(c int) error {
 						_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 						return err
 					})
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(us, "us")
-					b.ReportMetric(0, "ns/op")
-				})
 				in.free()
 			}
 		}
+	}
+}
+
+// BenchmarkCUDASplitPartitions times the split-k kernel at forced partition lengths (whole tiles and the
+// 80-, 144- and 208-token partitions Plan chose for small-KV-head models at long caps) on batch-1 shapes
+// of TinyLlama and SmolLM2-135M / -360M (head_dim 64), two rounds, with the spin: whether GraphPlan
+// should round Plan's partitions to whole tiles. Run it with -test.benchtime=1x.
+func BenchmarkCUDASplitPartitions(b *testing.B) {
+	k, t := benchTimer(b)
+	for _, s := range []variantShape{
+		{"tinyllama", 1, 4096, 32, 4, 64, false}, {"tinyllama", 1, 3000, 32, 4, 64, false},
+		{"tinyllama", 1, 2100, 32, 4, 64, false}, {"tinyllama", 1, 8192, 32, 4, 64, false},
+		{"tinyllama", 1, 5000, 32, 4, 64, false}, {"smollm135", 1, 4096, 9, 3, 64, false},
+		{"smollm135", 1, 2500, 9, 3, 64, false}, {"smollm135", 1, 8192, 9, 3, 64, false},
+		{"smollm360", 1, 8192, 15, 5, 64, false}, {"smollm360", 1, 5000, 15, 5, 64, false},
+	} {
+		in, err := newVariantInputs(k, s, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for round := range 2 {
+			for _, pt := range []int{64, 80, 128, 144, 192, 208, 256} {
+				reportUS(b, t, fmt.Sprintf("%s_b%d_ctx%d/p%d/r%d", s.name, s.batch, s.ctx, pt, round), in.copies,
+					func(c int) error {
+						return k.decodeSplitK(nil, &in.args[c], pt, in.ws, in.wsBytes, PathAuto, k.Tuning)
+					})
+			}
+		}
+		in.free()
 	}
 }

@@ -83,7 +83,9 @@ const maxOneLevelPartitions = 16
 
 // GraphPlan is the plan of a call captured into a CUDA graph and replayed at every context up to the one
 // it is planned at: in.ContextLens hold that cap (the model's graph steps run at contexts from half the
-// cap to the cap). It is Plan's choice, with two changes for split-k that look at the whole range:
+// cap to the cap). It is Plan's choice in whole 64-token tiles (tileAligned, as CUDAKernels.Plan: Plan's
+// 80-, 144- and 208-token partitions of small-KV-head models at long caps ran up to 7.5% slower than
+// 128, 192 and 256 on the H100, round 18), with two changes for split-k that look at the whole range:
 //   - partitions are lengthened to at most maxOneLevelPartitions per context where that still gives 90%
 //     of the SMs a program at the cap: the cap's plan fills the GPU only at the cap, and a replay at half
 //     of it still has more than 16 partitions to merge in two levels where 16 longer ones merge in one
@@ -97,7 +99,7 @@ const maxOneLevelPartitions = 16
 //     Llama-3-8B (2 an SM) 128 5.871, 256 5.756, 512 5.841; batch 8 1B 128 1.199, 256 1.178, 512 1.230;
 //     8B 128 6.226, 256 6.048, 512 6.006: the shortest that fits one wave is the fastest in each.
 func GraphPlan(in PlanInput) DecodePlan {
-	plan := Plan(in)
+	plan := tileAligned(Plan(in), in.ContextLens)
 	if plan.Kernel != SplitK {
 		return plan
 	}

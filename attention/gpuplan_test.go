@@ -89,7 +89,7 @@ func TestGraphPlanOneWave(t *testing.T) {
 			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
 				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: tc.perSM,
 				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, tc.perSM)}
-			plan, got := Plan(in), GraphPlan(in)
+			plan, got := tileAligned(Plan(in), lens), GraphPlan(in)
 			if tc.plan == 0 {
 				if got != plan {
 					t.Fatalf("GraphPlan %+v, Plan %+v: want them equal", got, plan)
@@ -135,7 +135,7 @@ func TestGraphPlan(t *testing.T) {
 			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
 				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: 2,
 				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, 2)}
-			plan, got := Plan(in), GraphPlan(in)
+			plan, got := tileAligned(Plan(in), lens), GraphPlan(in)
 			if !tc.lengthened {
 				if got != plan {
 					t.Fatalf("GraphPlan %+v, Plan %+v: want them equal", got, plan)
@@ -225,4 +225,35 @@ func TestMaxPlannedPartitions(t *testing.T) {
 		}
 	}
 	t.Logf("%d plans checked", n)
+}
+
+// TestGraphPlanTiles: the graph plans of the supported models' shapes (heads, KV heads and head_dim of
+// TinyLlama, SmolLM2-135M and -360M, Llama-3.2-1B, Llama-3-8B) at batches 1-8 and caps up to 8192 split
+// into whole 64-token tiles. Plan alone cut TinyLlama's and SmolLM2's long caps into 80-, 144- and
+// 208-token partitions, each ending in a tile mostly of padding.
+func TestGraphPlanTiles(t *testing.T) {
+	const sms = 132
+	for _, m := range []struct {
+		name          string
+		hq, kvh, hdim int
+	}{{"tinyllama", 32, 4, 64}, {"smollm2-135m", 9, 3, 64}, {"smollm2-360m", 15, 5, 64},
+		{"llama-3.2-1b", 32, 8, 64}, {"llama-3-8b", 32, 8, 128}} {
+		for _, batch := range []int{1, 2, 4, 8} {
+			for _, cap := range []int{128, 256, 512, 1024, 2048, 4096, 8192} {
+				for _, perSM := range []int{2, 3, 4} {
+					lens := make([]int32, batch)
+					for i := range lens {
+						lens[i] = int32(cap)
+					}
+					in := PlanInput{ContextLens: lens, NumHeads: m.hq, NumKVHeads: m.kvh, HeadDim: m.hdim, BlockSize: 16,
+						DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
+						MinPartitionTokens: gpuMinPartitionTokens(lens, m.kvh, 16, sms, perSM)}
+					if p := GraphPlan(in); p.Kernel == SplitK &&
+						(p.PartitionTokens%cudaTileTokens != 0 || p.NumPartitions != ceilDiv(cap, p.PartitionTokens)) {
+						t.Errorf("%s, batch %d, cap %d, %d an SM: %+v", m.name, batch, cap, perSM, p)
+					}
+				}
+			}
+		}
+	}
 }
