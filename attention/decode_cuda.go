@@ -228,7 +228,7 @@ func dtypeName(t cuda.DataType) (string, int, bool) {
 }
 
 // LoadCUDAKernels loads the embedded fat binary on dev and prepares every decode kernel (shared memory
-// limits raised, occupancy read).
+// limits raised, occupancy read). Close releases them.
 func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 	mod, err := dev.LoadModule(decodeFatbin)
 	if err != nil {
@@ -236,14 +236,43 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 	}
 	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, l2Bytes: dev.Info().L2Bytes,
 		kernels: map[string]*cudaKernel{}}
+	if err := k.load(); err != nil {
+		return nil, errors.Join(err, k.Close())
+	}
+	return k, nil
+}
+
+// Close frees the split-k counters and unloads the kernels; the device must have finished every call
+// queued with them.
+func (k *CUDAKernels) Close() error {
+	var errs []error
+	if k.counters != 0 {
+		errs = append(errs, k.dev.Free(k.counters))
+		k.counters = 0
+	}
+	if k.mod != nil {
+		errs = append(errs, k.mod.Unload())
+		k.mod = nil
+	}
+	k.kernels = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("attention: close decode kernels: %w", err)
+	}
+	return nil
+}
+
+// load allocates and zeroes the split-k counters and prepares every kernel of k.mod.
+func (k *CUDAKernels) load() error {
+	dev, mod := k.dev, k.mod
+	var err error
 	if k.counters, err = dev.Alloc(splitKCounterBytes); err != nil {
-		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+		return fmt.Errorf("attention: split-k counters: %w", err)
 	}
 	if err := dev.Fill32(k.counters, 0, splitKCounterBytes/4, nil); err != nil {
-		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+		return fmt.Errorf("attention: split-k counters: %w", err)
 	}
 	if err := dev.Synchronize(); err != nil {
-		return nil, fmt.Errorf("attention: split-k counters: %w", err)
+		return fmt.Errorf("attention: split-k counters: %w", err)
 	}
 	for _, kind := range []string{"DecodeGrouped", "DecodeSplitK"} {
 		for _, dt := range []cuda.DataType{cuda.BFloat16, cuda.Float16, cuda.Float32} {
@@ -253,34 +282,34 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 					for _, mt := range cudaMmaTiles {
 						name := fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, d, mt)
 						if err := k.prepare(name, 4*mt*32, 16*mt); err != nil {
-							return nil, err
+							return err
 						}
 					}
 				}
 				for _, gc := range cudaFmaGroups {
 					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
 					if err := k.prepare(name, 4*32, gc); err != nil {
-						return nil, err
+						return err
 					}
 				}
 				if kind == "DecodeGrouped" && dt != cuda.Float32 {
 					name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, d)
 					if err := k.prepare(name, 4*32, 16); err != nil {
-						return nil, err
+						return err
 					}
 				}
 				if kind == "DecodeSplitK" {
 					name := fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, d)
 					fn, err := mod.Function(name)
 					if err != nil {
-						return nil, fmt.Errorf("attention: %w", err)
+						return fmt.Errorf("attention: %w", err)
 					}
 					k.kernels[name] = &cudaKernel{fn: fn, threads: d}
 				}
 			}
 		}
 	}
-	return k, nil
+	return nil
 }
 
 // prepare looks up a decode kernel and its shared-memory size (the __device__ int <name>_smem that the

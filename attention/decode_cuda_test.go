@@ -497,6 +497,40 @@ func TestCUDADecodeDispatch(t *testing.T) {
 	}
 }
 
+// TestCUDAKernelsClose loads and closes the decode kernels five times on the test's device: each Close
+// returns the module's and the counters' memory (the model's backend closes them with itself; before,
+// every load leaked them until the context went), and a closed CUDAKernels refuses calls.
+func TestCUDAKernelsClose(t *testing.T) {
+	dev := gpuKernels(t).Device()
+	before, _, err := dev.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k *CUDAKernels
+	for range 5 {
+		if k, err = LoadCUDAKernels(dev); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, _, err := dev.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver hands memory out in 2 MiB pages; five leaked loads would hold at least 5 × 64 KiB of
+	// counters and the module's code, far beyond one page of slack.
+	if before-after > 2<<20 {
+		t.Errorf("free device memory %d before five loads and closes, %d after", before, after)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	c := newGPUDecodeCase(t, gpuKernels(t), rng, codecs[0], 4, 2, 64, 16, []int32{100})
+	if err := k.DecodeGrouped(nil, c.args(), PathAuto); err == nil {
+		t.Errorf("a closed CUDAKernels ran a decode")
+	}
+}
+
 func TestCUDADecodeErrors(t *testing.T) {
 	k := gpuKernels(t)
 	rng := rand.New(rand.NewPCG(9, 9))

@@ -677,7 +677,10 @@ func (b *cudaBackend) Close() error {
 		errs = append(errs, b.gemm.mod.Unload())
 		b.gemm = nil
 	}
-	// The decode kernels' module stays loaded until the context goes (package attention has no Unload).
+	if b.decode != nil {
+		errs = append(errs, b.decode.Close())
+		b.decode = nil
+	}
 	if b.ownDev {
 		errs = append(errs, b.dev.Close())
 	}

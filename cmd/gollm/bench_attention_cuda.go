@@ -185,6 +185,7 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	if err != nil {
 		return nil, err
 	}
+	defer kernels.Close()
 	info := dev.Info()
 	rep := &attentionReport{Device: info.Name, NumSMs: info.NumSMs, L2Bytes: info.L2Bytes, Driver: info.DriverVersion,
 		Date: time.Now().UTC().Format("2006-01-02"), Commit: o.commit, Iters: o.iters, Warmup: o.warmup}
