@@ -99,7 +99,9 @@ type Request struct {
 	PromptIDs []int32
 	// MaxTokens caps the generated tokens; 0 means as many as the context allows.
 	MaxTokens int
-	// MinTokens is the number of tokens generated before EOS, stop ids and stop strings apply.
+	// MinTokens is the number of tokens generated before EOS, stop ids and stop strings apply: as
+	// vLLM's min_tokens, the first MinTokens tokens are never EOS or a stop id (their logits are
+	// masked, so those draws happen on the host).
 	MinTokens int
 	// Sampling says how tokens are chosen.
 	Sampling SamplingParams

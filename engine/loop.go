@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -363,7 +364,8 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 
 // pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
 // parameters: nil when every sequence that needs a token is greedy without penalties or logprobs, else
-// one draw per logits row when none has penalties or logprobs.
+// one draw per logits row when none has penalties or logprobs. A draw under min_tokens (masksStops)
+// needs the host.
 func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
 	pm, ok := e.model.(PickModel)
 	if !ok {
@@ -411,7 +413,8 @@ func (e *Engine) allGreedy(b *scheduler.Batch) bool {
 			continue
 		}
 		r := e.live[c.Seq.ID()]
-		if r == nil || !r.sampler.params.greedy() || r.sampler.hasPenalties() || r.req.Logprobs {
+		if r == nil || !r.sampler.params.greedy() || r.sampler.hasPenalties() || r.req.Logprobs ||
+			r.masksStops(outputIndex(c)) {
 			return false
 		}
 	}
@@ -428,12 +431,19 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 			continue
 		}
 		r := e.live[c.Seq.ID()]
-		if r == nil || r.sampler.hasPenalties() || r.req.Logprobs {
+		if r == nil || r.sampler.hasPenalties() || r.req.Logprobs || r.masksStops(outputIndex(c)) {
 			return nil, false
 		}
 		params = append(params, r.modelSampling(outputIndex(c)))
 	}
 	return params, len(params) == b.NumLogits
+}
+
+// masksStops reports whether r's draw of output token step must not pick a stop token (EOS unless
+// ignored, and the stop token ids): min_tokens as vLLM defines it, the first MinTokens output tokens
+// never stop ids. Such draws happen on the host, with those logits at −∞.
+func (r *request) masksStops(step uint64) bool {
+	return step < uint64(r.req.MinTokens) && len(r.stopIDs) > 0
 }
 
 // modelSampling returns the model's sampling parameters for r's draw of output token step: its
@@ -509,14 +519,24 @@ func sampleOne(j *sampleJob) {
 		*j.out = model.Argmax(j.logits)
 		return
 	}
+	logits := j.logits
+	if j.r.masksStops(j.step) {
+		// A copy: logprobs stay those of the model's logits (as with penalties).
+		logits = slices.Clone(logits)
+		for _, id := range j.r.stopIDs {
+			if id >= 0 && int(id) < len(logits) {
+				logits[id] = float32(math.Inf(-1))
+			}
+		}
+	}
 	var tok int32
 	if j.r.sampler.hasPenalties() {
-		tok = j.r.sampler.sample(j.logits)
+		tok = j.r.sampler.sample(logits)
 	} else {
 		// The same draw as on the device (PickModel): a penalty-free request's tokens do not
 		// depend on whether its step ended on the device or on the host (logprobs, a penalised
 		// neighbour), up to float rounding.
-		tok = model.SampleLogits(j.logits, j.r.modelSampling(j.step))
+		tok = model.SampleLogits(logits, j.r.modelSampling(j.step))
 	}
 	*j.out = tok
 	if j.r.req.Logprobs {

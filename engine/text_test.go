@@ -62,8 +62,9 @@ func TestStopConditions(t *testing.T) {
 			wantIDs: ids("bcd"), wantText: "b", reason: FinishStop, stop: "cd"},
 		{name: "stop string not in the prompt", req: Request{PromptIDs: ids("xa"), MaxTokens: 3, Stop: []string{"xa"}},
 			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
-		{name: "min tokens delay eos", eos: []int32{'c', 'f'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 4},
-			wantIDs: ids("bcdef"), wantText: "bcde", reason: FinishStop},
+		// EOS under min_tokens is masked (TestMinTokensMasksStops); right after them it stops.
+		{name: "eos right after min tokens", eos: []int32{'d', 'f'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 2},
+			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop},
 		{name: "min tokens delay stop strings", req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 3, Stop: []string{"b", "d"}},
 			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop, stop: "d"},
 		// maxPos 8 with a 5-token prompt leaves room for 3 tokens.

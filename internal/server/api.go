@@ -268,6 +268,16 @@ func (f *samplingFields) sampling(defaults engine.SamplingParams) (engine.Sampli
 	return p, nil
 }
 
+// checkMinTokens refuses a min_tokens above the most tokens the request can generate (its max_tokens,
+// or the default or the context's room when it has none), as vLLM does: the request would otherwise
+// suppress its stop tokens for its whole output.
+func checkMinTokens(minTokens, maxGen int) *apiError {
+	if minTokens > maxGen {
+		return badRequest("min_tokens", "'min_tokens' %d exceeds the %d tokens this request may generate.", minTokens, maxGen)
+	}
+	return nil
+}
+
 // common validates the fields shared by both endpoints against the server's limits and returns
 // the engine request template (without prompt) and n.
 func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam string) (engine.Request, int, *apiError) {

@@ -231,6 +231,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			if rq.MaxTokens == 0 {
 				rq.MaxTokens = min(DefaultCompletionTokens, s.eng.MaxModelLen()-len(promptIDs))
 			}
+			if aerr := checkMinTokens(rq.MinTokens, rq.MaxTokens); aerr != nil {
+				s.fail(w, aerr)
+				return
+			}
 			rq.Sampling = seeded(base.Sampling, c)
 			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
 		}
@@ -402,6 +406,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if base.MaxTokens == 0 && s.cfg.MaxTokensLimit > 0 {
 		base.MaxTokens = min(s.cfg.MaxTokensLimit, s.eng.MaxModelLen()-len(promptIDs))
+	}
+	maxGen := base.MaxTokens
+	if maxGen == 0 {
+		maxGen = s.eng.MaxModelLen() - len(promptIDs)
+	}
+	if aerr := checkMinTokens(base.MinTokens, maxGen); aerr != nil {
+		s.fail(w, aerr)
+		return
 	}
 	jobs := make([]*job, n)
 	for c := range n {

@@ -43,6 +43,8 @@ func TestRequestLimits(t *testing.T) {
 		{"max_tokens negative", "/v1/completions", `{"prompt":"a","max_tokens":-1}`, 400, "max_tokens"},
 		{"max_completion_tokens", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":21}`, 400, "max_completion_tokens"},
 		{"min_tokens over max_tokens", "/v1/completions", `{"prompt":"a","max_tokens":2,"min_tokens":3}`, 400, "min_tokens"},
+		{"min_tokens over the default max_tokens", "/v1/completions", `{"prompt":"a","min_tokens":17}`, 400, "min_tokens"},
+		{"chat min_tokens over the server's limit", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"min_tokens":21}`, 400, "min_tokens"},
 		{"logprobs", "/v1/completions", `{"prompt":"a","logprobs":21}`, 400, "logprobs"},
 		{"logprobs negative", "/v1/completions", `{"prompt":"a","logprobs":-1}`, 400, "logprobs"},
 		{"top_logprobs", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":21}`, 400, "top_logprobs"},
