@@ -68,6 +68,8 @@ type sequence struct {
 	chainGen  []uint64
 	broken    bool // the chain can no longer grow (an entry of it was evicted, or a hash collided)
 	committed int  // tokens whose KV the caller has written (see Commit)
+	// queried and hits are what Allocate added to the pool's lookup statistics (see Unallocate).
+	queried, hits int
 }
 
 // Pool is a block pool with reference counts, per-sequence block tables and a prefix cache.
@@ -187,9 +189,24 @@ func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) 
 		s.table = append(s.table, p.take())
 	}
 	p.seqs[id] = s
-	p.queriedTokens += int64(len(tokens))
-	p.hitTokens += int64(s.committed)
+	s.queried, s.hits = len(tokens), s.committed
+	p.queriedTokens += int64(s.queried)
+	p.hitTokens += int64(s.hits)
 	return s.committed, nil
+}
+
+// Unallocate undoes Allocate for sequence id: its blocks are freed as Free frees them, and its
+// prefix-cache lookup leaves the hit statistics. It is for an allocation given back before any of its
+// KV was computed (a scheduled step that is cancelled), so that the admission which follows counts the
+// prompt once. The error wraps [ErrUnknownSeq] if id has no allocation.
+func (p *Pool) Unallocate(id SeqID) error {
+	s, ok := p.seqs[id]
+	if !ok {
+		return fmt.Errorf("kvcache: unallocate sequence %d: %w", id, ErrUnknownSeq)
+	}
+	p.queriedTokens -= int64(s.queried)
+	p.hitTokens -= int64(s.hits)
+	return p.Free(id)
 }
 
 // CanAppend reports whether [Pool.Append] of n more tokens to sequence id would succeed now.

@@ -147,6 +147,25 @@ func TestPrefixHits(t *testing.T) {
 				t.Errorf("hit/queried tokens %d/%d", st.HitTokens, st.QueriedTokens)
 			}
 			checkInvariants(t, p)
+
+			// Unallocate gives the blocks back and takes the lookup out of the statistics; the
+			// same allocation again hits the same blocks and counts once.
+			if err := p.Unallocate(2); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Stats(); st.HitTokens != 0 || st.QueriedTokens != int64(len(base)) || st.UsedBlocks != 0 {
+				t.Errorf("after Unallocate: %+v, want no hits, %d queried, no block in use", st, len(base))
+			}
+			checkInvariants(t, p)
+			if cached, err := p.Allocate(2, tc.prompt); err != nil || cached != tc.wantCached {
+				t.Fatalf("Allocate after Unallocate = %d, %v; want %d", cached, err, tc.wantCached)
+			}
+			if st := p.Stats(); st.HitTokens != int64(tc.wantCached) || st.QueriedTokens != int64(len(base)+len(tc.prompt)) {
+				t.Errorf("after Unallocate and Allocate: hit/queried tokens %d/%d", st.HitTokens, st.QueriedTokens)
+			}
+			if err := p.Unallocate(99); !errors.Is(err, ErrUnknownSeq) {
+				t.Errorf("Unallocate of an unknown sequence: %v", err)
+			}
 		})
 	}
 }

@@ -194,7 +194,11 @@ func (s *Scheduler) cancel(b *Batch) {
 			continue // finished since
 		}
 		s.removeRunning(seq)
-		s.freeBlocks(seq)
+		// As if never admitted: its prefix-cache lookup is counted again when it is.
+		if err := s.pool.Unallocate(seq.id); err != nil {
+			panic(fmt.Sprintf("scheduler: discard: %v", err))
+		}
+		seq.numReserved = 0
 		seq.status = StatusWaiting
 		seq.numComputed = 0
 		seq.admitted, seq.numCached = a.admitted, a.numCached

@@ -423,8 +423,8 @@ func (s *Scheduler) Update(b *Batch, sampled []int32) ([]*Sequence, error) {
 // dropped, and the sequences it admitted go back to the head of the waiting queue, blocks freed,
 // as if never admitted (their cached-token count included), leaving each sequence as Schedule left
 // it; Update or Discard of that batch then returns [ErrStaleBatch]. (Blocks the placeholders and
-// admissions took are free again, but prefix-cache blocks evicted to make room for them are gone,
-// and the pool's hit statistics keep the admissions' lookups.)
+// admissions took are free again, and the admissions' lookups leave the pool's hit statistics
+// (kvcache.Pool.Unallocate), but prefix-cache blocks evicted to make room for them are gone.)
 //
 // Discarding a ScheduleNext batch while its predecessor is still outstanding cancels it alone
 // (the engine could not launch it), undoing it the same way, and the predecessor's Update appends
