@@ -159,6 +159,21 @@ func parseConfig(f fields) (*Config, error) {
 		}
 		*o.dst = v
 	}
+	// Bounds far above any released checkpoint, so that the shape products below cannot overflow and a
+	// crafted config cannot make the loader build millions of expected tensors.
+	for _, b := range []struct {
+		key      string
+		v, limit int
+	}{
+		{"vocab_size", c.VocabSize, 1 << 22}, {"hidden_size", c.HiddenSize, 1 << 16},
+		{"intermediate_size", c.IntermediateSize, 1 << 18}, {"num_hidden_layers", c.NumHiddenLayers, 1024},
+		{"num_attention_heads", c.NumAttentionHeads, 4096}, {"num_key_value_heads", c.NumKeyValueHeads, 4096},
+		{"head_dim", c.HeadDim, 1024}, {"max_position_embeddings", c.MaxPositionEmbeddings, 1 << 24},
+	} {
+		if b.v > b.limit {
+			return nil, invalid(b.key, "%d exceeds %d", b.v, b.limit)
+		}
+	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return nil, invalid("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
 	}
@@ -314,9 +329,13 @@ func parseRope(f fields, c *Config) error {
 	var paramsTheta float64
 	var hasParamsTheta bool
 	if f.has("rope_scaling") {
-		rs, _, _, err := parseRopeObject(f["rope_scaling"], "rope_scaling")
+		rs, t, ok, err := parseRopeObject(f["rope_scaling"], "rope_scaling")
 		if err != nil {
 			return err
+		}
+		if ok && (!hasTheta || t != theta) {
+			// transformers 5 takes it over rope_theta; 4.x ignores it: refuse the ambiguity.
+			return invalid("rope_scaling.rope_theta", "%g disagrees with rope_theta", t)
 		}
 		fromScaling = &rs
 	}
@@ -374,10 +393,16 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 	if err != nil {
 		return rs, 0, false, wrap(err)
 	}
-	if !hasType { // the transformers 4.x spelling before rope_type
-		if typ, hasType, err = obj.string("type"); err != nil {
-			return rs, 0, false, wrap(err)
-		}
+	legacy, hasLegacy, err := obj.string("type") // the transformers 4.x spelling before rope_type
+	if err != nil {
+		return rs, 0, false, wrap(err)
+	}
+	switch {
+	case hasType && hasLegacy && typ != legacy:
+		// transformers 4.x copies type over rope_type, vLLM refuses the conflict: so do we.
+		return rs, 0, false, invalid(field+".rope_type", "%q conflicts with type %q", typ, legacy)
+	case !hasType:
+		typ, hasType = legacy, hasLegacy
 	}
 	if !hasType {
 		return rs, 0, false, invalid(field+".rope_type", "missing")

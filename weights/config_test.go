@@ -278,3 +278,39 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	_, err := LoadConfig(filepath.Join(t.TempDir(), "config.json"))
 	checkError(t, err, os.ErrNotExist, "config.json")
 }
+
+// TestParseConfigHostile: configs a review crafted (found in round 18). Sizes whose products overflow
+// (4 heads × 2⁶² wrapped to 0, an empty q_proj passed the tensor check and model.Load panicked), a
+// layer count that made the loader build hundreds of millions of expected tensors, and rope fields that
+// disagree (rope_type against type, rope_scaling's rope_theta against rope_theta), which transformers 4,
+// transformers 5 and vLLM resolve differently: all refused, naming the field.
+func TestParseConfigHostile(t *testing.T) {
+	const base = `"architectures":["LlamaForCausalLM"],"vocab_size":4,"hidden_size":8,"intermediate_size":4,"num_attention_heads":4,"num_key_value_heads":4`
+	tests := []struct {
+		name, extra, field string
+	}{
+		{"head_dim overflow", `"num_hidden_layers":1,"head_dim":4611686018427387904`, "head_dim"},
+		{"huge layer count", `"num_hidden_layers":100000000`, "num_hidden_layers"},
+		{"huge context", `"num_hidden_layers":1,"max_position_embeddings":1099511627776`, "max_position_embeddings"},
+		{"rope_type against type", `"num_hidden_layers":1,"rope_scaling":{"rope_type":"default","type":"yarn","factor":4.0}`, "rope_type"},
+		{"rope_type against type, both supported", `"num_hidden_layers":1,"rope_scaling":{"rope_type":"linear","type":"dynamic","factor":4.0}`, "rope_type"},
+		{"rope_scaling theta against rope_theta", `"num_hidden_layers":1,"rope_theta":10000,"rope_scaling":{"rope_type":"default","rope_theta":500000}`, "rope_theta"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte("{" + base + "," + tc.extra + "}"))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("err %v, want ErrInvalid naming %s", err, tc.field)
+			}
+		})
+	}
+	// Agreeing spellings stay accepted.
+	for _, ok := range []string{
+		`"num_hidden_layers":1,"rope_scaling":{"rope_type":"linear","type":"linear","factor":2.0}`,
+		`"num_hidden_layers":1,"rope_theta":500000,"rope_scaling":{"rope_type":"default","rope_theta":500000}`,
+	} {
+		if _, err := ParseConfig([]byte("{" + base + "," + ok + "}")); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}
