@@ -499,7 +499,7 @@ func TestCopyBandwidth(t *testing.T) {
 func TestStreamWait(t *testing.T) {
 	d := openDevice(t)
 	f := loadScaleAdd(t, d)
-	mod, err := d.LoadModule([]byte(timerSpinPTX))
+	mod, err := d.LoadModule([]byte(timerPTX))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 type Timer struct {
 	dev        *Device
 	start, end []*Event
+	mod        *Module // timerPTX's
 	spin, zero *Function
 	flushBuf   DevicePtr
 
@@ -33,10 +34,10 @@ type Timer struct {
 // timerFlushBytes is the buffer Flush zeroes (triton.testing.do_bench's cache_size on NVIDIA GPUs).
 const timerFlushBytes = 256 << 20
 
-// timerSpinPTX holds gollm_timer_spin, a one-thread kernel that waits p nanoseconds of the GPU's global
+// timerPTX holds gollm_timer_spin, a one-thread kernel that waits p nanoseconds of the GPU's global
 // timer, and gollm_timer_zero, which writes zeros over n16 16-byte pieces at ptr (p = {ptr, n16}) with
 // one 16-byte store a piece, grid-stride.
-const timerSpinPTX = `
+const timerPTX = `
 .version 7.0
 .target sm_80
 .address_size 64
@@ -102,12 +103,13 @@ func (d *Device) NewTimer(iters, warmup int, spinNS uint64) (*Timer, error) {
 		}
 		t.start, t.end = append(t.start, s), append(t.end, e)
 	}
-	mod, err := d.LoadModule([]byte(timerSpinPTX))
+	var err error
+	t.mod, err = d.LoadModule([]byte(timerPTX))
 	if err == nil {
-		t.spin, err = mod.Function("gollm_timer_spin")
+		t.spin, err = t.mod.Function("gollm_timer_spin")
 	}
 	if err == nil {
-		t.zero, err = mod.Function("gollm_timer_zero")
+		t.zero, err = t.mod.Function("gollm_timer_zero")
 	}
 	if err != nil {
 		t.Close()
@@ -116,8 +118,12 @@ func (d *Device) NewTimer(iters, warmup int, spinNS uint64) (*Timer, error) {
 	return t, nil
 }
 
-// Close frees the Timer's events and buffers.
+// Close frees the Timer's events, buffers and kernels.
 func (t *Timer) Close() {
+	if t.mod != nil {
+		_ = t.mod.Unload()
+		t.mod = nil
+	}
 	for i := range t.start {
 		_ = t.start[i].Destroy()
 		_ = t.end[i].Destroy()
