@@ -123,7 +123,10 @@ type cudaBackend struct {
 	// with programmatic dependent launches failed (the capture is retried without).
 	graphsOff, pdlOff bool
 	stats             cudaStats
-	lastGraph         *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
+	// failOp, when positive, makes eager fail before the step's failOp-th op (tests: a step that stops
+	// part way, after some of its ops ran).
+	failOp    int
+	lastGraph *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
 	// prof, when set, makes the next steps run op by op with an event after each (see profile).
 	prof *stepProfile
 	// pdlStep: this step launches with programmatic dependent launch (see BeginStep and pdlNow).
@@ -288,9 +291,10 @@ func (b *cudaBackend) splitOf(mm *matmulOp, rows int) productSplit {
 // into the LM head when the step gathers no rows (a decode step).
 //
 // The slots: fold i of a step (index, in recording order) adds into slot i, which the
-// producer of fold i−1 cleared (fold 0's: the last fold of the step before, or the zeroed allocation):
-// every step that folds runs all its folds in order, so a slot is cleared after its reader and before its
-// next writer. With one fold a step there is no other slot to clear it: no fold.
+// producer of fold i−1 cleared; fold 0 is the Embed's, which stores its sums. So every slot is written
+// whole or cleared earlier in the same step before it is added into, and a step that stopped part way
+// (an error) leaves nothing the next step reads (TestCUDAStepAfterFailure). With one fold a step there is
+// no other slot to clear it: no fold.
 type normOp struct {
 	dst                *cudaTensor
 	w                  *cudaWeight
@@ -636,6 +640,9 @@ func (b *cudaBackend) Close() error {
 	if b.dev == nil {
 		return nil
 	}
+	// The steps in flight hand over their picks first, so that a Pick waited for after Close returns
+	// them instead of reaching for freed events.
+	errs = append(errs, b.quiesce())
 	for _, s := range []*cuda.Stream{b.stream, b.up, b.down} {
 		if s != nil {
 			errs = append(errs, s.Synchronize())
@@ -1429,6 +1436,9 @@ func (b *cudaBackend) eager(rows int) error {
 	for i, op := range b.ops {
 		if slices.Contains(b.tune.Skip, op.name) {
 			continue
+		}
+		if b.failOp > 0 && i == b.failOp-1 {
+			return fmt.Errorf("op %d: failed on purpose (failOp)", i)
 		}
 		n := op.rows
 		if rows > 0 {

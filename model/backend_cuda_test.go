@@ -685,3 +685,77 @@ func TestSplitOf(t *testing.T) {
 		})
 	}
 }
+
+// cudaRandomModel loads cudaReferenceConfig(64)'s random bf16 model (seed 8) on the GPU in dtype dt, with
+// 256 pages of 16 tokens, and returns it with its backend.
+func cudaRandomModel(t *testing.T, dt weights.DType) (*Model, *cudaBackend, *weights.Config) {
+	t.Helper()
+	dev := gpuDevice(t)
+	cfg := cudaReferenceConfig(64)
+	r := newRandomModel(cfg, weights.DTypeBF16, 8)
+	var backend *cudaBackend
+	m, err := load(cfg, r.get, Options{NumBlocks: 256, BlockSize: 16}, func(s Shape) (Backend, error) {
+		b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
+		backend = b
+		return b, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, backend, cfg
+}
+
+// TestCUDAWaitAfterClose: a step whose picks are waited for after Model.Close returns them (Close
+// settles the steps in flight before it frees their events; it dereferenced a freed event before).
+func TestCUDAWaitAfterClose(t *testing.T) {
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF32} {
+		t.Run(dt.String(), func(t *testing.T) {
+			ref, _, cfg := cudaRandomModel(t, dt)
+			prompt, decode, want := waitAfterCloseSteps(t, ref, 256, 16, cfg.VocabSize)
+			m, _, _ := cudaRandomModel(t, dt)
+			if _, err := m.Forward(prompt); err != nil {
+				t.Fatal(err)
+			}
+			checkWaitAfterClose(t, m, decode, want)
+		})
+	}
+}
+
+// TestCUDAStepAfterFailure: a bf16 decode step whose norms fold into the products around them is made to
+// stop after each of its ops in turn (failOp; eagerly, where the ops before the failure have run and
+// added into the folds' sums); the same step run again must give the logits it gave before.
+func TestCUDAStepAfterFailure(t *testing.T) {
+	m, b, cfg := cudaRandomModel(t, weights.DTypeBF16)
+	b.graphsOff = true // every step eager: a failing capture would run nothing
+	_, decode, _ := waitAfterCloseSteps(t, m, 256, 16, cfg.VocabSize)
+	want, err := m.Forward(decode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats().FoldedNorms == 0 {
+		t.Fatal("no norm folded: the test needs folds")
+	}
+	failed := 0
+	for op := 1; op <= 40; op++ {
+		b.failOp = op
+		_, err := m.Forward(decode)
+		b.failOp = 0
+		if err == nil {
+			continue // the step has fewer ops
+		}
+		failed++
+		got, err := m.Forward(decode)
+		if err != nil {
+			t.Fatalf("failOp %d: the step after: %v", op, err)
+		}
+		for r := range want {
+			if e := relErr(got[r], want[r]); e > 1e-6 {
+				t.Errorf("failOp %d: row %d relative error %.3g after the failed step", op, r, e)
+			}
+		}
+	}
+	if failed < 10 {
+		t.Fatalf("only %d failure points", failed)
+	}
+}

@@ -230,3 +230,53 @@ func checkPipelinedGrowth(t *testing.T, m *Model, numBlocks, blockSize, vocab in
 		}
 	}
 }
+
+// checkWaitAfterClose starts a decode step on m, closes m before waiting, and checks that Wait then
+// returns the step's picks (want), not an error or a crash: Close lets the steps in flight end first.
+func checkWaitAfterClose(t *testing.T, m *Model, s *Step, want []int32) {
+	t.Helper()
+	pick, err := m.Start(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pick.Wait()
+	if err != nil {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Wait after Close: %v, want %v", got, want)
+	}
+}
+
+// waitAfterCloseSteps runs a prompt step and a decode step of three sequences on m and returns the
+// decode step with its greedy picks, which a second model of the same weights checks Wait after Close on.
+func waitAfterCloseSteps(t *testing.T, m *Model, numBlocks, blockSize, vocab int) (prompt, decode *Step, want []int32) {
+	t.Helper()
+	rng := newRand(21)
+	p := newPager(numBlocks, blockSize, newRand(22))
+	prompt = p.step(chunk{0, randomTokens(rng, 7, vocab)}, chunk{1, randomTokens(rng, 2, vocab)}, chunk{2, randomTokens(rng, 12, vocab)})
+	decode = p.step(chunk{0, randomTokens(rng, 1, vocab)}, chunk{1, randomTokens(rng, 1, vocab)}, chunk{2, randomTokens(rng, 1, vocab)})
+	for _, s := range []*Step{prompt, decode} {
+		pick, err := m.Start(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, err = pick.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return prompt, decode, slices.Clone(want)
+}
+
+func TestWaitAfterClose(t *testing.T) {
+	ref, cfg := tinyCPUModel(t)
+	prompt, decode, want := waitAfterCloseSteps(t, ref, 64, 4, cfg.VocabSize)
+	m, _ := tinyCPUModel(t)
+	if _, err := m.Forward(prompt); err != nil {
+		t.Fatal(err)
+	}
+	checkWaitAfterClose(t, m, decode, want)
+}

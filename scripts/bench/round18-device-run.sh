@@ -10,16 +10,8 @@
 # Results under $OUT (summary.txt first). Results of round 18: scripts/bench/results/round18/.
 set -uo pipefail
 steps=${*:-variants}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-root=$(pwd)
-mkdir -p gpu/p1 && tar -C gpu/p1 -xJf gpu/p2/all.tar.xz
-export GOLLM_REQUIRE_GPU=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$out/summary.txt"
-date -u | tee -a "$out/summary.txt"
+source scripts/bench/device-common.sh
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
-count() { echo "rc=$2 pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- FAIL' "$1")"; grep -E -- '--- FAIL|^panic' "$1" | head -20; }
 if has tests; then
 	(cd attention && timeout 300 "$root/gpu/p1/new/attention.test" -test.run "${TESTS:-CUDA}" -test.count=1 -test.v) >"$out/attention-test.log" 2>&1
 	echo "attention tests: $(count "$out/attention-test.log" $?)" | tee -a "$out/summary.txt"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sourced by the per-round device scripts (rounds 17-19): unpacks
+# gpu/p2/all.tar.xz into gpu/p1, sets out (an absolute $OUT) and root, the environment the test binaries
+# need, starts summary.txt with the GPU's name, serial and clock and the date, and defines count.
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+root=$(pwd)
+mkdir -p gpu/p1 && tar -C gpu/p1 -xJf gpu/p2/all.tar.xz
+export GOLLM_REQUIRE_GPU=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$out/summary.txt"
+date -u | tee -a "$out/summary.txt"
+# count LOG RC: a test log's exit status, passes and failures, then its first failures and panics.
+count() { echo "rc=$2 pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- FAIL' "$1")"; grep -E -- '--- FAIL|^panic' "$1" | head -20; }
