@@ -52,9 +52,9 @@ type generateOptions struct {
 	seed                                                 uint64
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
-	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize int
-	noPrefixCache, noPipelining                      bool
-	device                                           string
+	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
+	noPrefixCache, noPipelining                                   bool
+	device                                                        string
 }
 
 // addEngineFlags registers the model and engine flags that gollm generate and gollm serve share.
@@ -64,8 +64,24 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
 	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory; on a GPU, 90% of its memory after the weights)")
 	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
+	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "most tokens (prompt plus output) of one request (default: the model's max_position_embeddings, or what the KV cache holds if less)")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
+}
+
+// checkEngineFlags refuses engine flags out of range.
+func checkEngineFlags(o *generateOptions) error {
+	for _, f := range []struct {
+		name  string
+		value int
+		min   int
+	}{{"kv-blocks", o.kvBlocks, 0}, {"page-size", o.pageSize, 1}, {"max-num-seqs", o.maxNumSeqs, 1},
+		{"max-batched-tokens", o.maxBatchedTokens, 1}, {"max-model-len", o.maxModelLen, 0}} {
+		if f.value < f.min {
+			return fmt.Errorf("--%s %d must be at least %d", f.name, f.value, f.min)
+		}
+	}
+	return nil
 }
 
 func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -116,15 +132,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "gollm generate: give exactly one of --prompt, --prompt-ids or --prompts-file")
 		return 2
 	}
-	for _, f := range []struct {
-		name  string
-		value int
-		min   int
-	}{{"kv-blocks", o.kvBlocks, 0}, {"page-size", o.pageSize, 1}, {"max-num-seqs", o.maxNumSeqs, 1}, {"max-batched-tokens", o.maxBatchedTokens, 1}} {
-		if f.value < f.min {
-			fmt.Fprintf(stderr, "gollm generate: --%s %d must be at least %d\n", f.name, f.value, f.min)
-			return 2
-		}
+	if err := checkEngineFlags(&o); err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		return 2
 	}
 	if o.jsonOut && o.promptsFile != "" {
 		fmt.Fprintln(stderr, "gollm generate: --prompts-file always writes JSON lines; drop --json")
@@ -279,9 +289,14 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	if notice != "" {
 		fmt.Fprintln(stderr, notice)
 	}
+	if o.maxModelLen > folder.Config.MaxPositionEmbeddings {
+		folder.Close()
+		return nil, fmt.Errorf("--max-model-len %d is longer than the model's context (max_position_embeddings %d)",
+			o.maxModelLen, folder.Config.MaxPositionEmbeddings)
+	}
 	numBlocks := o.kvBlocks
 	if numBlocks <= 0 && device == model.DeviceCPU {
-		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, availableMemory())
+		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, o.maxModelLen, availableMemory())
 	} // on a GPU, 0 sizes the pool from the device's free memory
 	m, err := model.Load(folder, model.Options{Device: device, NumBlocks: numBlocks, BlockSize: o.pageSize,
 		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: o.maxNumSeqs})
@@ -294,6 +309,7 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		MaxNumBatchedTokens:  o.maxBatchedTokens,
 		DisablePrefixCaching: o.noPrefixCache,
 		DisablePipelining:    o.noPipelining,
+		MaxModelLen:          o.maxModelLen,
 		EOSTokenIDs:          folder.Generation.EOSTokenIDs,
 		Logger:               logger,
 	})
@@ -302,9 +318,19 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		folder.Close()
 		return nil, err
 	}
+	g := &generator{folder: folder, model: m, tok: tok, engine: e}
+	if held := e.MaxModelLen(); o.maxModelLen > 0 && held < o.maxModelLen {
+		g.close()
+		return nil, fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
+			o.maxModelLen, m.NumBlocks(), o.pageSize)
+	} else if o.maxModelLen == 0 && held < folder.Config.MaxPositionEmbeddings {
+		logger.Warn("the KV cache holds less than the model's context: requests are limited to max_model_len (--kv-blocks or --max-model-len to choose)",
+			"max_model_len", held, "max_position_embeddings", folder.Config.MaxPositionEmbeddings, "kv_blocks", m.NumBlocks())
+	}
 	logger.Info("model loaded", "dir", o.modelDir, "device", device, "kv_blocks", m.NumBlocks(), "page_size", o.pageSize,
 		"seconds", time.Since(start).Seconds())
-	return &generator{folder: folder, model: m, tok: tok, engine: e, loadTime: time.Since(start)}, nil
+	g.loadTime = time.Since(start)
+	return g, nil
 }
 
 // progressOutput returns where the weight-loading progress bar goes: w when it is a terminal, else
@@ -325,9 +351,17 @@ func (g *generator) close() {
 	g.folder.Close()
 }
 
+// minKVTokens is the least the default CPU KV pool holds for one sequence, even when memory looks short
+// (the estimate is rough): the model's whole context up to this many tokens.
+const minKVTokens = 8192
+
 // defaultKVBlocks sizes the KV pool from memory: a quarter of what is available once the weights are
-// loaded (the CPU backend keeps them as float32), and no more than max-num-seqs full contexts need.
-func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs int, available int64) int {
+// loaded (the CPU backend keeps them as float32), and no more than max-num-seqs full contexts need (a
+// context is maxModelLen tokens, or max_position_embeddings when maxModelLen is 0), but at least one
+// context: the one asked for (maxModelLen), else the model's up to minKVTokens. A long-context model
+// (128K, 1M tokens) on a machine that cannot hold a whole context gets what fits, and the engine caps its
+// requests' length to that.
+func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) int {
 	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
 	var params int64
 	for _, shape := range weights.LlamaTensorShapes(cfg) {
@@ -339,10 +373,17 @@ func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs int, available in
 	}
 	budget := (available - 4*params) / 4
 	blocks := budget / perBlock
-	perSeq := int64((cfg.MaxPositionEmbeddings + pageSize - 1) / pageSize)
+	context := int64(cfg.MaxPositionEmbeddings)
+	if maxModelLen > 0 {
+		context = min(context, int64(maxModelLen))
+	}
+	perSeq := (context + int64(pageSize) - 1) / int64(pageSize)
 	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
-	// At least one full context, even if memory looks short (the estimate is rough).
-	return int(max(blocks, min(perSeq, 1<<20)))
+	least := min(perSeq, (minKVTokens+int64(pageSize)-1)/int64(pageSize))
+	if maxModelLen > 0 {
+		least = perSeq
+	}
+	return int(max(blocks, least))
 }
 
 // availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.

@@ -213,6 +213,10 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"bad sampling", []string{"--model", dir, "--prompt", "hi", "--top-p", "3", "--kv-blocks", "64"}, 1, "top_p"},
 		{"negative kv blocks", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "-1"}, 2, "--kv-blocks"},
 		{"zero page size", []string{"--model", dir, "--prompt", "hi", "--page-size", "0"}, 2, "--page-size"},
+		{"negative max model len", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "-1"}, 2, "--max-model-len"},
+		{"max model len past the context", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "300"}, 1, "longer than the model's context (max_position_embeddings 256)"},
+		{"max model len past the cache", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "200", "--kv-blocks", "4"}, 1, "does not fit the KV cache"},
+		{"prompt past max model len", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 40) + "1", "--max-model-len", "32"}, 1, "prompt too long"},
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 1, `unknown device "tpu"`},
@@ -231,20 +235,31 @@ func TestDefaultKVBlocks(t *testing.T) {
 	cfg := &weights.Config{NumHiddenLayers: 2, NumKeyValueHeads: 2, HeadDim: 16, HiddenSize: 32, NumAttentionHeads: 2,
 		IntermediateSize: 64, VocabSize: 100, MaxPositionEmbeddings: 1024}
 	// One 16-token page: 2 layers × 2 (K, V) × 16 × 2 heads × 16 × 4 bytes = 8 KiB.
+	long := *cfg
+	long.MaxPositionEmbeddings = 1 << 20 // 65536 pages a context
+	// 27040 parameters (4 bytes each), and room for n pages in a quarter of the rest.
+	room := func(n int64) int64 { return 4*27040 + 4*8192*n }
 	tests := []struct {
-		name      string
-		available int64
-		maxSeqs   int
-		want      int
+		name        string
+		cfg         *weights.Config
+		available   int64
+		maxSeqs     int
+		maxModelLen int
+		want        int
 	}{
-		{"capped by sequences", 1 << 40, 4, 4 * 64},
-		// 27040 parameters (4 bytes each) and room for 100 pages in a quarter of the rest.
-		{"capped by memory", 4*27040 + 4*8192*100, 1000, 100},
-		{"at least one context", 1 << 10, 4, 64},
+		{"capped by sequences", cfg, 1 << 40, 4, 0, 4 * 64},
+		{"capped by memory", cfg, room(100), 1000, 0, 100},
+		{"at least one context", cfg, 1 << 10, 4, 0, 64},
+		{"max model len is the context", cfg, 1 << 40, 4, 256, 4 * 16},
+		// A 1M-token context does not fit: what memory holds, not 65536 pages (64 GiB here, 2 TiB of
+		// float32 KV for Llama-3-8B's shape).
+		{"long context, what fits", &long, room(1000), 4, 0, 1000},
+		{"long context, little memory", &long, 1 << 10, 4, 0, minKVTokens / 16},
+		{"long context, the length asked for", &long, 1 << 10, 4, 32768, 2048},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := defaultKVBlocks(cfg, 16, tc.maxSeqs, tc.available); got != tc.want {
+			if got := defaultKVBlocks(tc.cfg, 16, tc.maxSeqs, tc.maxModelLen, tc.available); got != tc.want {
 				t.Fatalf("defaultKVBlocks = %d, want %d", got, tc.want)
 			}
 		})

@@ -84,6 +84,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "gollm serve: --port %d out of range\n", o.port)
 		return 2
 	}
+	if err := checkEngineFlags(&o.gen); err != nil {
+		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
+		return 2
+	}
 	if o.maxQueue == 0 || o.maxQueue < -1 { // server.Config reads 0 as its default, not as no queue
 		fmt.Fprintf(stderr, "gollm serve: --max-queue %d: want at least 1, or -1 for no limit\n", o.maxQueue)
 		return 2

@@ -45,6 +45,8 @@ func TestServeFlags(t *testing.T) {
 		{"stray argument", []string{"extra"}, 2, "unexpected argument"},
 		{"bad port", []string{"--port", "70000"}, 2, "out of range"},
 		{"no queue", []string{"--max-queue", "0"}, 2, "--max-queue 0"},
+		{"zero page size", []string{"--page-size", "0"}, 2, "--page-size 0 must be at least 1"},
+		{"negative max model len", []string{"--max-model-len", "-5"}, 2, "--max-model-len -5"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
 	}
 	for _, tc := range tests {
