@@ -230,6 +230,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			rq.PromptIDs = promptIDs
 			if rq.MaxTokens == 0 {
 				rq.MaxTokens = min(DefaultCompletionTokens, s.eng.MaxModelLen()-len(promptIDs))
+				if s.cfg.MaxTokensLimit > 0 { // the server's cap applies to the default too, as to chat's
+					rq.MaxTokens = min(rq.MaxTokens, s.cfg.MaxTokensLimit)
+				}
 			}
 			if aerr := checkMinTokens(rq.MinTokens, rq.MaxTokens); aerr != nil {
 				s.fail(w, aerr)
@@ -382,7 +385,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, badRequest("top_logprobs", "'top_logprobs' %d must lie in [0, %d].", *req.TopLogprobs, DefaultMaxLogprobs))
 			return
 		}
-		if !req.Logprobs {
+		// 0 without logprobs asks for nothing: vLLM accepts it (its check_logprobs refuses only a
+		// positive top_logprobs without logprobs).
+		if *req.TopLogprobs > 0 && !req.Logprobs {
 			s.fail(w, badRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true."))
 			return
 		}

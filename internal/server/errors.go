@@ -45,6 +45,11 @@ func notFound(path string) *apiError {
 	return &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("Unknown route %s.", path), Type: "invalid_request_error"}
 }
 
+func methodNotAllowed(method, path string) *apiError {
+	return &apiError{status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s not allowed on %s.", method, path),
+		Type: "invalid_request_error"}
+}
+
 func tooLarge(limit int64) *apiError {
 	return &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("Request body exceeds %d bytes.", limit),
 		Type: "invalid_request_error"}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,13 +49,16 @@ func (byteTokenizer) Decode(ids []int32, skipSpecial bool) string {
 
 // fakeEngine generates "abcd..." (one letter per token, cycling), max_tokens of them, two tokens
 // per output. With block set, streams wait for it to close (or for their request to be cancelled,
-// which finishes them with FinishAbort).
+// which finishes them with FinishAbort). With failPrompt set, the first request whose prompt (as
+// bytes) contains it finishes at once with FinishError, without waiting for block.
 type fakeEngine struct {
-	maxLen int
-	block  chan struct{}
+	maxLen     int
+	block      chan struct{}
+	failPrompt string
 
 	mu       sync.Mutex
 	requests []engine.Request
+	failed   bool // a request has failed for failPrompt
 	closed   bool
 	live     int // streams not finished
 	aborted  int
@@ -71,12 +75,14 @@ func (f *fakeEngine) Add(ctx context.Context, req engine.Request) (Stream, error
 	}
 	f.requests = append(f.requests, req)
 	f.live++
+	fail := f.failPrompt != "" && !f.failed && strings.Contains((byteTokenizer{}).Decode(req.PromptIDs, true), f.failPrompt)
+	f.failed = f.failed || fail
 	ch := make(chan engine.Output, 1)
-	go f.produce(ctx, req, ch)
+	go f.produce(ctx, req, fail, ch)
 	return &fakeStream{ch: ch}, nil
 }
 
-func (f *fakeEngine) produce(ctx context.Context, req engine.Request, ch chan<- engine.Output) {
+func (f *fakeEngine) produce(ctx context.Context, req engine.Request, fail bool, ch chan<- engine.Output) {
 	defer close(ch)
 	finish := func(o engine.Output) {
 		f.mu.Lock()
@@ -88,6 +94,10 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, ch chan<- 
 		ch <- o
 	}
 	usage := engine.Usage{PromptTokens: len(req.PromptIDs)}
+	if fail {
+		finish(engine.Output{FinishReason: engine.FinishError, Err: errors.New("fake: this prompt fails"), Usage: usage})
+		return
+	}
 	if f.block != nil {
 		select {
 		case <-f.block:

@@ -329,10 +329,11 @@ func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiE
 }
 
 // stream drives a streaming response over choices choices to its end. It stops the run when the
-// client stops reading; answers the first failure with an error event and stops the run; records
-// each choice's final usage; and sends, for every output with text, logprobs or a finish, the chunk
-// that chunk builds for it. Unless a failure was sent, it then sends usageChunk's chunk of the total
-// usage (when usageChunk is not nil), and always ends the stream with [DONE].
+// client stops reading; answers the first failure with an error event and stops the run, sending no
+// other chunk after it (the other choices' aborts included, as vLLM's stream ends at its error);
+// records each choice's final usage; and sends, for every output with text, logprobs or a finish,
+// the chunk that chunk builds for it. Unless a failure was sent, it then sends usageChunk's chunk of
+// the total usage (when usageChunk is not nil), and always ends the stream with [DONE].
 func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(choice int, o engine.Output) any,
 	usageChunk func(u *usage) any) {
 	finals := make([]outcome, choices)
@@ -346,12 +347,13 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(choice
 			ru.abort()
 			continue
 		}
+		if streamErr != nil {
+			continue // the error event ended the stream; the rest only drains
+		}
 		if aerr := failure(ev); aerr != nil {
-			if streamErr == nil {
-				streamErr = aerr
-				out.sendError(aerr)
-				ru.abort()
-			}
+			streamErr = aerr
+			out.sendError(aerr)
+			ru.abort()
 			continue
 		}
 		o, c := ev.out, ev.job.choice

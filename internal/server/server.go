@@ -167,9 +167,25 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /tokenize", s.authed(http.HandlerFunc(s.handleTokenize)))
 	s.mux.Handle("POST /detokenize", s.authed(http.HandlerFunc(s.handleDetokenize)))
 	s.mux.Handle("/", s.authed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if method := routeMethod(r.URL.Path); method != "" { // a route, asked with another method
+			w.Header().Set("Allow", method)
+			writeError(w, methodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
 		writeError(w, notFound(r.Method+" "+r.URL.Path))
 	})))
 	s.handler = s.guard(s.mux)
+}
+
+// routeMethod is the method the route at path answers (routes serves it), or "" where no route is.
+func routeMethod(path string) string {
+	switch {
+	case path == "/health" || path == "/metrics" || path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
+		return http.MethodGet
+	case path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize":
+		return http.MethodPost
+	}
+	return ""
 }
 
 // Handler returns the server's HTTP handler (for tests and custom listeners). Serve adds the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,14 +70,22 @@ func TestErrors(t *testing.T) {
 		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tools"},
 		{"chat too long", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages"},
 		{"unknown route", "GET", "/v1/engines", ``, 404, ""},
+		{"completions by GET", "GET", "/v1/completions", ``, 405, ""},
+		{"chat by GET", "GET", "/v1/chat/completions", ``, 405, ""},
+		{"models by POST", "POST", "/v1/models", `{}`, 405, ""},
+		{"a model by DELETE", "DELETE", "/v1/models/fake-model", ``, 405, ""},
+		{"tokenize by GET", "GET", "/tokenize", ``, 405, ""},
 		{"detokenize outside vocabulary", "POST", "/detokenize", `{"tokens":[1,999]}`, 400, "tokens"},
 		{"tokenize nothing", "POST", "/tokenize", `{}`, 400, "prompt"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, _, body := call(t, tc.method, ts.URL+tc.path, "", tc.body)
+			status, header, body := call(t, tc.method, ts.URL+tc.path, "", tc.body)
 			if status != tc.status {
 				t.Fatalf("status %d, want %d: %s", status, tc.status, body)
+			}
+			if allow := header.Get("Allow"); (status == http.StatusMethodNotAllowed) != (allow != "") {
+				t.Errorf("status %d with Allow %q", status, allow)
 			}
 			var e struct {
 				Error *struct {
@@ -571,5 +580,100 @@ func TestServeShutdownDuringAdd(t *testing.T) {
 	}
 	if a := <-result; a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), `"code":"shutting_down"`) {
 		t.Errorf("request cut off in Add by the shutdown: %d %q, want 503 shutting_down", a.status, a.body)
+	}
+}
+
+// TestDefaultMaxTokens checks the max_tokens a request without one gets: completions' default of
+// 16 and chat's context room, both capped by the server's MaxTokensLimit and by the room the prompt
+// leaves in the context.
+func TestDefaultMaxTokens(t *testing.T) {
+	long := strings.Repeat("x", 58) // 59 tokens with BOS: 5 left in a context of 64
+	tests := []struct {
+		name, path, body string
+		limit            int
+		want             int // the engine request's MaxTokens; 0: as many as the context allows
+	}{
+		{"completions", "/v1/completions", `{"prompt":"hi"}`, 0, 16},
+		{"completions under the limit", "/v1/completions", `{"prompt":"hi"}`, 8, 8},
+		{"completions limit above the default", "/v1/completions", `{"prompt":"hi"}`, 40, 16},
+		{"completions in little room", "/v1/completions", `{"prompt":"` + long + `"}`, 8, 5},
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}]}`, 0, 0},
+		{"chat under the limit", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}]}`, 8, 8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := templateConfig(t)
+			cfg.MaxTokensLimit = tc.limit
+			f := &fakeEngine{maxLen: 64}
+			_, ts := newFakeServer(t, cfg, f)
+			status, _, body := call(t, "POST", ts.URL+tc.path, "", tc.body)
+			if status != 200 {
+				t.Fatalf("%d %s", status, body)
+			}
+			if got := f.lastRequest().MaxTokens; got != tc.want {
+				t.Errorf("engine request max tokens %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTopLogprobsZero: top_logprobs 0 (or null) is accepted without logprobs, as vLLM accepts it
+// (its check_logprobs refuses only top_logprobs > 0 without logprobs); no logprobs are returned.
+func TestTopLogprobsZero(t *testing.T) {
+	_, ts := newFakeServer(t, templateConfig(t), &fakeEngine{maxLen: 64})
+	tests := []struct {
+		name, body string
+		status     int
+		logprobs   bool
+	}{
+		{"zero without logprobs", `"top_logprobs":0`, 200, false},
+		{"zero with logprobs false", `"logprobs":false,"top_logprobs":0`, 200, false},
+		{"null", `"top_logprobs":null`, 200, false},
+		{"zero with logprobs", `"logprobs":true,"top_logprobs":0`, 200, true},
+		{"positive without logprobs", `"top_logprobs":1`, 400, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := call(t, "POST", ts.URL+"/v1/chat/completions", "",
+				`{"messages":[{"role":"user","content":"a"}],"max_tokens":2,`+tc.body+`}`)
+			if status != tc.status {
+				t.Fatalf("%d %s, want %d", status, body, tc.status)
+			}
+			if status != 200 {
+				return
+			}
+			if got := !strings.Contains(string(body), `"logprobs":null`); got != tc.logprobs {
+				t.Errorf("logprobs returned %v, want %v: %s", got, tc.logprobs, body)
+			}
+		})
+	}
+}
+
+// TestStreamEndsAtError: once a stream has sent an error event (one choice failed), nothing but
+// [DONE] follows, as in vLLM's stream generators; the other choices' abort chunks are not sent.
+func TestStreamEndsAtError(t *testing.T) {
+	tests := []struct{ name, path, body string }{
+		{"completions, second prompt fails", "/v1/completions", `{"prompt":["ok","bad"],"max_tokens":4,"stream":true}`},
+		{"completions, first prompt fails", "/v1/completions", `{"prompt":["bad","ok"],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`},
+		{"chat, n=3", "/v1/chat/completions", `{"messages":[{"role":"user","content":"bad"}],"n":3,"max_tokens":4,"stream":true}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeEngine{maxLen: 64, block: make(chan struct{}), failPrompt: "bad"}
+			srv, ts := newFakeServer(t, templateConfig(t), f)
+			status, _, body := call(t, "POST", ts.URL+tc.path, "", tc.body)
+			if status != 200 {
+				t.Fatalf("%d %s", status, body)
+			}
+			events := sseEvents(t, body)
+			i := slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, `{"error":`) })
+			if i < 0 {
+				t.Fatalf("no error event: %s", body)
+			}
+			if rest := events[i+1:]; len(rest) != 1 || rest[0] != "[DONE]" {
+				t.Errorf("after the error event: %q, want only [DONE]", rest)
+			}
+			waitFor(t, func() bool { return srv.admitted.Load() == 0 })
+		})
 	}
 }
