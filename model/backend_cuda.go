@@ -1388,7 +1388,7 @@ func (b *cudaBackend) queue() error {
 		b.stats.Eager++
 		return b.profileQueue()
 	}
-	if st.graph && !b.graphsOff && b.graphable() {
+	if b.graphRows() > 0 {
 		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, slot: b.slot, sig: b.sig}
 		g, seen := b.graphs[key]
 		switch {
@@ -1418,6 +1418,16 @@ func (b *cudaBackend) queue() error {
 	}
 	b.stats.Eager++
 	return b.eager(0)
+}
+
+// graphRows is the bucket the step's ops run padded to, as a graph (and, under a profile, op by op as
+// the graph would run them), or 0 when the step runs eagerly on its own rows: when it is not a graph
+// step, graphs are off, or an op cannot run padded (graphable).
+func (b *cudaBackend) graphRows() int {
+	if b.st.graph && !b.graphsOff && b.graphable() {
+		return b.st.rows
+	}
+	return 0
 }
 
 // graphable reports whether every op can run padded to the step's bucket.

@@ -37,10 +37,7 @@ func (o profiledOp) Label() string {
 
 // profileQueue runs the recorded ops as described on stepProfile. It runs on the owner goroutine.
 func (b *cudaBackend) profileQueue() error {
-	rows := 0
-	if b.st.graph {
-		rows = b.st.rows
-	}
+	rows := b.graphRows() // an op that cannot run padded (graphable) would overrun its buffers
 	b.st.graphRun = rows > 0
 	events := make([]*cuda.Event, len(b.ops)+1)
 	defer func() {
