@@ -100,8 +100,9 @@ type Request struct {
 	// MaxTokens caps the generated tokens; 0 means as many as the context allows.
 	MaxTokens int
 	// MinTokens is the number of tokens generated before EOS, stop ids and stop strings apply: as
-	// vLLM's min_tokens, the first MinTokens tokens are never EOS or a stop id (their logits are
-	// masked, so those draws happen on the host).
+	// vLLM's min_tokens, the first MinTokens tokens are never EOS (even with IgnoreEOS) or a stop
+	// id (their logits are masked, so those draws happen on the host), and a stop string ending in
+	// their text does not stop the request.
 	MinTokens int
 	// Sampling says how tokens are chosen.
 	Sampling SamplingParams
@@ -203,6 +204,9 @@ type request struct {
 	stopIDs  []int32 // EOS (unless ignored) and stop token ids: their text is never shown
 	held     string  // output text not streamed yet (it could begin a stop string)
 	logprobs Logprobs
+	// minMasked are the ids the first MinTokens draws may not pick: EOS whether or not it is
+	// ignored, and the stop token ids (vLLM's all_stop_token_ids); nil without MinTokens.
+	minMasked []int32
 }
 
 // New returns an engine over m, decoding text with tok, and starts its step loop. The KV pool has
@@ -374,6 +378,15 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 			stopIDs = append(stopIDs, t)
 		}
 	}
+	var minMasked []int32
+	if req.MinTokens > 0 {
+		minMasked = slices.Clone(e.eos)
+		for _, t := range req.StopTokenIDs {
+			if !slices.Contains(minMasked, t) {
+				minMasked = append(minMasked, t)
+			}
+		}
+	}
 	var seed uint64
 	if req.Sampling.Seed != nil {
 		seed = *req.Sampling.Seed
@@ -381,14 +394,15 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		seed = rand.Uint64()
 	}
 	return &request{
-		req:     req,
-		stream:  newStream(id),
-		sampler: newSampler(req.Sampling, seed, req.PromptIDs),
-		seed:    seed,
-		detok:   newDetokenizer(e.tok, req.PromptIDs, !req.KeepSpecialTokens),
-		stops:   newStopMatcher(req.Stop),
-		stopIDs: stopIDs,
-		limits:  scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs},
+		req:       req,
+		stream:    newStream(id),
+		sampler:   newSampler(req.Sampling, seed, req.PromptIDs),
+		seed:      seed,
+		detok:     newDetokenizer(e.tok, req.PromptIDs, !req.KeepSpecialTokens),
+		stops:     newStopMatcher(req.Stop),
+		stopIDs:   stopIDs,
+		minMasked: minMasked,
+		limits:    scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs},
 	}, nil
 }
 

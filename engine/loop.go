@@ -439,11 +439,11 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 	return params, len(params) == b.NumLogits
 }
 
-// masksStops reports whether r's draw of output token step must not pick a stop token (EOS unless
-// ignored, and the stop token ids): min_tokens as vLLM defines it, the first MinTokens output tokens
-// never stop ids. Such draws happen on the host, with those logits at −∞.
+// masksStops reports whether r's draw of output token step must not pick a stop token (EOS, ignored
+// or not, and the stop token ids): min_tokens as vLLM defines it, the first MinTokens output tokens
+// never one of its all_stop_token_ids. Such draws happen on the host, with those logits at −∞.
 func (r *request) masksStops(step uint64) bool {
-	return step < uint64(r.req.MinTokens) && len(r.stopIDs) > 0
+	return step < uint64(r.req.MinTokens) && len(r.minMasked) > 0
 }
 
 // modelSampling returns the model's sampling parameters for r's draw of output token step: its
@@ -523,7 +523,7 @@ func sampleOne(j *sampleJob) {
 	if j.r.masksStops(j.step) {
 		// A copy: logprobs stay those of the model's logits (as with penalties).
 		logits = slices.Clone(logits)
-		for _, id := range j.r.stopIDs {
+		for _, id := range j.r.minMasked {
 			if id >= 0 && int(id) < len(logits) {
 				logits[id] = float32(math.Inf(-1))
 			}
@@ -579,7 +579,10 @@ func (e *Engine) postprocess(r *request) {
 	if r.req.Logprobs {
 		out.Logprobs[0].Text = piece
 	}
-	if seq.NumOutputTokens() >= r.req.MinTokens {
+	// Under min_tokens no stop string applies, and the text of the first MinTokens tokens is no
+	// new text to look in (vLLM's BaseIncrementalDetokenizer.update): a stop string can match
+	// from the token after them on, though it may begin in their text.
+	if seq.NumOutputTokens() > r.req.MinTokens {
 		if pos, stop, ok := r.stops.find(r.held, from); ok {
 			r.held = r.held[:pos]
 			reason, out.StopString = FinishStop, stop

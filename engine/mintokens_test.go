@@ -30,22 +30,9 @@ func TestMinTokensMasksStops(t *testing.T) {
 		{"logprobs", eos, Request{Logprobs: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newCountingModel(300, 512, 4, 64)
-			m.cfg.EOSTokenIDs = []int32{eos}
-			for tok := range int32(300) {
-				m.script[tok] = tc.stop // every step wants to stop
-			}
-			e := newEngine(t, m, Config{DisablePipelining: tc.noPip})
 			req := tc.req
-			req.PromptIDs, req.MaxTokens, req.MinTokens = []int32{10}, 8, 3
-			s, err := e.Add(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := collect(t, s)
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
+			req.MaxTokens = 8
+			r := minTokensRun(t, req, tc.noPip, eos, tc.stop) // every step wants to stop
 			desc := fmt.Sprintf("ids %v, reason %s, usage %+v", r.ids, r.reason, r.usage)
 			if len(r.ids) != 4 || slices.Contains(r.ids[:3], tc.stop) || r.ids[3] != tc.stop {
 				t.Errorf("%s: want three other tokens, then %d", desc, tc.stop)
@@ -83,4 +70,58 @@ func TestMinTokensDrawsOnHost(t *testing.T) {
 	if len(got.ids) == 12 && len(cm.steps[seed]) == 0 {
 		t.Errorf("no draw after min_tokens ran on the model's side")
 	}
+}
+
+// TestMinTokensMasksEOSDespiteIgnoreEOS: as in vLLM, whose min_tokens masks all_stop_token_ids (the
+// EOS ids whether or not EOS is ignored, and the stop token ids), the first MinTokens tokens are
+// never EOS even when IgnoreEOS lets EOS through afterwards. The model wants EOS at every step.
+func TestMinTokensMasksEOSDespiteIgnoreEOS(t *testing.T) {
+	const eos = 257
+	seed := uint64(7)
+	for _, tc := range []struct {
+		name  string
+		req   Request
+		noPip bool
+	}{
+		{"greedy", Request{}, false},
+		{"greedy, no pipeline", Request{}, true},
+		{"sampled", Request{Sampling: SamplingParams{Temperature: 0.5, Seed: &seed}}, false},
+		{"penalised", Request{Sampling: SamplingParams{RepetitionPenalty: 1.2}}, false},
+		{"logprobs", Request{Logprobs: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.MaxTokens, req.IgnoreEOS = 6, true
+			r := minTokensRun(t, req, tc.noPip, eos, eos)
+			desc := fmt.Sprintf("ids %v, reason %s", r.ids, r.reason)
+			if len(r.ids) != 6 || r.reason != FinishLength {
+				t.Fatalf("%s: want 6 tokens, finish length (EOS is ignored)", desc)
+			}
+			if slices.Contains(r.ids[:3], eos) || r.ids[3] != eos {
+				t.Errorf("%s: want three tokens other than EOS, then EOS", desc)
+			}
+		})
+	}
+}
+
+// minTokensRun runs req (prompt [10], MinTokens 3) on a counting model whose every step wants token
+// want, with EOS eos, and returns its result.
+func minTokensRun(t *testing.T, req Request, noPip bool, eos, want int32) result {
+	t.Helper()
+	m := newCountingModel(300, 512, 4, 64)
+	m.cfg.EOSTokenIDs = []int32{eos}
+	for tok := range int32(300) {
+		m.script[tok] = want
+	}
+	e := newEngine(t, m, Config{DisablePipelining: noPip})
+	req.PromptIDs, req.MinTokens = []int32{10}, 3
+	s, err := e.Add(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, s)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r
 }

@@ -18,6 +18,10 @@ type Tokenizer interface {
 // "is" is " Paris", not "Paris"). vLLM uses the same number.
 const promptContextTokens = 5
 
+// maxPromptContextTokens bounds the search for a prompt context that does not begin inside a
+// character (see promptContext); vLLM's FastIncrementalDetokenizer looks as far back.
+const maxPromptContextTokens = 23
+
 // detokenizer turns generated tokens into text deltas the way vLLM does: it decodes a short window of
 // ids twice, with and without the newest tokens, and emits the difference once it no longer ends
 // in an incomplete character (U+FFFD). That keeps multi-byte characters split across byte tokens
@@ -32,10 +36,29 @@ type detokenizer struct {
 }
 
 func newDetokenizer(tok Tokenizer, prompt []int32, skipSpecial bool) *detokenizer {
-	ctx := prompt[max(0, len(prompt)-promptContextTokens):]
+	ctx := promptContext(tok, prompt, skipSpecial)
 	ids := make([]int32, len(ctx), len(ctx)+16)
 	copy(ids, ctx)
 	return &detokenizer{tok: tok, skipSpecial: skipSpecial, ids: ids, prefix: 0, read: len(ids)}
+}
+
+// promptContext returns the prompt tokens that seed a detokenizer: the shortest suffix of at least
+// promptContextTokens tokens that decodes without U+FFFD, as vLLM's FastIncrementalDetokenizer finds
+// "a safe place to start". A suffix that begins inside a character spelled by byte tokens would not
+// only show that character as U+FFFD: a byte-fallback decoder (HF's ByteFallback) turns a whole run
+// of byte tokens that is not valid UTF-8 into U+FFFDs, so the output's characters that continue the
+// run would come out as U+FFFDs too. When no suffix up to maxPromptContextTokens is clean (the
+// prompt itself holds U+FFFD), the context is the last promptContextTokens tokens, which bounds the
+// cost of decoding the window.
+func promptContext(tok Tokenizer, prompt []int32, skipSpecial bool) []int32 {
+	n := min(len(prompt), promptContextTokens)
+	for k := n; k <= min(len(prompt), maxPromptContextTokens); k++ {
+		ctx := prompt[len(prompt)-k:]
+		if !strings.ContainsRune(tok.Decode(ctx, skipSpecial), utf8.RuneError) {
+			return ctx
+		}
+	}
+	return prompt[len(prompt)-n:]
 }
 
 // next adds one token and returns the text it completes (possibly empty).

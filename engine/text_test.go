@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gollm/gollm/weights/tokenizer"
 )
@@ -65,8 +66,16 @@ func TestStopConditions(t *testing.T) {
 		// EOS under min_tokens is masked (TestMinTokensMasksStops); right after them it stops.
 		{name: "eos right after min tokens", eos: []int32{'d', 'f'}, req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 2},
 			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop},
-		{name: "min tokens delay stop strings", req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 3, Stop: []string{"b", "d"}},
-			wantIDs: ids("bcd"), wantText: "bc", reason: FinishStop, stop: "d"},
+		// Stop strings are looked for in the text of the tokens after the first MinTokens (vLLM's
+		// BaseIncrementalDetokenizer.update): one that ends in the MinTokens-th token's text is text.
+		{name: "min tokens delay stop strings", req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 3, Stop: []string{"b", "e"}},
+			wantIDs: ids("bcde"), wantText: "bcd", reason: FinishStop, stop: "e"},
+		{name: "stop string in the last min token is text", req: Request{PromptIDs: ids("a"), MaxTokens: 5, MinTokens: 3, Stop: []string{"b", "d"}},
+			wantIDs: ids("bcdef"), wantText: "bcdef", reason: FinishLength},
+		{name: "stop string in the only min token is text", req: Request{PromptIDs: ids("a"), MaxTokens: 3, MinTokens: 1, Stop: []string{"b"}},
+			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
+		{name: "stop string begun under min tokens ends after them", req: Request{PromptIDs: ids("a"), MaxTokens: 10, MinTokens: 3, Stop: []string{"de"}},
+			wantIDs: ids("bcde"), wantText: "bc", reason: FinishStop, stop: "de"},
 		// maxPos 8 with a 5-token prompt leaves room for 3 tokens.
 		{name: "context length", maxPos: 8, req: Request{PromptIDs: ids("vwxya"), MaxTokens: 10},
 			wantIDs: ids("bcd"), wantText: "bcd", reason: FinishLength},
@@ -257,6 +266,75 @@ func TestDetokenizerKeepsSpacesAfterPrompt(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) || d.flush() != "" {
 				t.Fatalf("deltas %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// byteFallbackTokenizer mimics a SentencePiece tokenizer with byte fallback (Llama 2, Mistral):
+// ids below 256 are the byte tokens <0xNN>, the rest pieces of the vocabulary. As HF's ByteFallback
+// decoder, a run of byte tokens that is not valid UTF-8 decodes to one U+FFFD per byte, the run's
+// valid characters included.
+type byteFallbackTokenizer []string
+
+func (v byteFallbackTokenizer) Decode(ids []int32, _ bool) string {
+	var b strings.Builder
+	var run []byte
+	endRun := func() {
+		if utf8.Valid(run) {
+			b.Write(run)
+		} else {
+			b.WriteString(strings.Repeat("\uFFFD", len(run)))
+		}
+		run = run[:0]
+	}
+	for _, id := range ids {
+		if id < 256 {
+			run = append(run, byte(id))
+			continue
+		}
+		endRun()
+		b.WriteString(strings.ReplaceAll(v[id-256], "▁", " "))
+	}
+	endRun()
+	return strings.TrimPrefix(b.String(), " ")
+}
+
+// TestDetokenizerPromptEndsInByteRun: when the prompt ends in characters spelled by byte tokens and
+// the output goes on with more, the prompt context must not begin inside a character, or the decoder
+// turns the whole run, the output's characters included, into U+FFFDs. As vLLM's
+// FastIncrementalDetokenizer, the context starts where the prompt's suffix decodes cleanly.
+func TestDetokenizerPromptEndsInByteRun(t *testing.T) {
+	vocab := byteFallbackTokenizer{"▁x", "▁ok", "▁Say"}
+	x, ok, say := int32(256), int32(257), int32(258)
+	bytesOf := func(s string) []int32 {
+		var out []int32
+		for i := range len(s) {
+			out = append(out, int32(s[i]))
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		prompt []int32
+		output []int32
+		want   string
+	}{
+		{"two 4-byte characters", append([]int32{x}, bytesOf("😀😀")...), append(bytesOf("😀"), ok), "😀 ok"},
+		{"long prompt", append([]int32{say, x, say, x, say, x, say}, bytesOf("𝔘𝔫")...), append(bytesOf("𝔦"), ok), "𝔦 ok"},
+		{"three 3-byte characters", append([]int32{x}, bytesOf("日本語")...), append(bytesOf("語"), ok), "語 ok"},
+		{"only bytes", bytesOf("😀😀"), append(bytesOf("😀"), ok), "😀 ok"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDetokenizer(vocab, tc.prompt, true)
+			var got strings.Builder
+			for _, id := range tc.output {
+				got.WriteString(d.next(id))
+			}
+			got.WriteString(d.flush())
+			if got.String() != tc.want {
+				t.Fatalf("output %q, want %q", got.String(), tc.want)
 			}
 		})
 	}
