@@ -195,10 +195,7 @@ func (s *Scheduler) cancel(b *Batch) {
 		}
 		s.removeRunning(seq)
 		// As if never admitted: its prefix-cache lookup is counted again when it is.
-		if err := s.pool.Unallocate(seq.id); err != nil {
-			panic(fmt.Sprintf("scheduler: discard: %v", err))
-		}
-		seq.numReserved = 0
+		s.releaseBlocks(seq, s.pool.Unallocate)
 		seq.status = StatusWaiting
 		seq.numComputed = 0
 		seq.admitted, seq.numCached = a.admitted, a.numCached

@@ -503,11 +503,15 @@ func (s *Scheduler) finish(seq *Sequence, reason FinishReason, err error) {
 }
 
 // freeBlocks returns a sequence's blocks to the pool, if it holds any.
-func (s *Scheduler) freeBlocks(seq *Sequence) {
+func (s *Scheduler) freeBlocks(seq *Sequence) { s.releaseBlocks(seq, s.pool.Free) }
+
+// releaseBlocks gives a sequence's blocks back through release (Pool.Free, or Pool.Unallocate for an
+// admission undone), if it holds any.
+func (s *Scheduler) releaseBlocks(seq *Sequence, release func(kvcache.SeqID) error) {
 	if seq.numReserved == 0 {
 		return
 	}
-	if err := s.pool.Free(seq.id); err != nil {
+	if err := release(seq.id); err != nil {
 		panic(fmt.Sprintf("scheduler: free %v: %v", seq, err))
 	}
 	seq.numReserved = 0
