@@ -268,6 +268,19 @@ func (f *samplingFields) sampling(defaults engine.SamplingParams) (engine.Sampli
 	return p, nil
 }
 
+// defaultMaxTokens is the max_tokens of a request that gives none, with a prompt of promptLen tokens:
+// def (0: the context's room), within the room the prompt leaves and --max-tokens-limit.
+func (s *Server) defaultMaxTokens(def, promptLen int) int {
+	n := s.eng.MaxModelLen() - promptLen
+	if def > 0 {
+		n = min(n, def)
+	}
+	if s.cfg.MaxTokensLimit > 0 {
+		n = min(n, s.cfg.MaxTokensLimit)
+	}
+	return n
+}
+
 // checkMinTokens refuses a min_tokens above the most tokens the request can generate (its max_tokens,
 // or the default or the context's room when it has none), as vLLM does: the request would otherwise
 // suppress its stop tokens for its whole output.

@@ -229,10 +229,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			rq := base
 			rq.PromptIDs = promptIDs
 			if rq.MaxTokens == 0 {
-				rq.MaxTokens = min(DefaultCompletionTokens, s.eng.MaxModelLen()-len(promptIDs))
-				if s.cfg.MaxTokensLimit > 0 { // the server's cap applies to the default too, as to chat's
-					rq.MaxTokens = min(rq.MaxTokens, s.cfg.MaxTokensLimit)
-				}
+				rq.MaxTokens = s.defaultMaxTokens(DefaultCompletionTokens, len(promptIDs))
 			}
 			if aerr := checkMinTokens(rq.MinTokens, rq.MaxTokens); aerr != nil {
 				s.fail(w, aerr)
@@ -409,12 +406,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
-	if base.MaxTokens == 0 && s.cfg.MaxTokensLimit > 0 {
-		base.MaxTokens = min(s.cfg.MaxTokensLimit, s.eng.MaxModelLen()-len(promptIDs))
-	}
 	maxGen := base.MaxTokens
 	if maxGen == 0 {
-		maxGen = s.eng.MaxModelLen() - len(promptIDs)
+		maxGen = s.defaultMaxTokens(0, len(promptIDs))
+		if s.cfg.MaxTokensLimit > 0 { // else the engine's 0: as many as the context allows
+			base.MaxTokens = maxGen
+		}
 	}
 	if aerr := checkMinTokens(base.MinTokens, maxGen); aerr != nil {
 		s.fail(w, aerr)
