@@ -294,6 +294,10 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		return nil, fmt.Errorf("--max-model-len %d is longer than the model's context (max_position_embeddings %d)",
 			o.maxModelLen, folder.Config.MaxPositionEmbeddings)
 	}
+	if o.maxModelLen > 0 && o.kvBlocks > 0 && o.kvBlocks*o.pageSize < o.maxModelLen { // before the weights load
+		folder.Close()
+		return nil, errNoRoom(o, o.kvBlocks)
+	}
 	numBlocks := o.kvBlocks
 	if numBlocks <= 0 && device == model.DeviceCPU {
 		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, o.maxModelLen, availableMemory())
@@ -320,9 +324,8 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	}
 	g := &generator{folder: folder, model: m, tok: tok, engine: e}
 	if held := e.MaxModelLen(); o.maxModelLen > 0 && held < o.maxModelLen {
-		g.close()
-		return nil, fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
-			o.maxModelLen, m.NumBlocks(), o.pageSize)
+		g.close() // a pool sized on the GPU
+		return nil, errNoRoom(o, m.NumBlocks())
 	} else if o.maxModelLen == 0 && held < folder.Config.MaxPositionEmbeddings {
 		logger.Warn("the KV cache holds less than the model's context: requests are limited to max_model_len (--kv-blocks or --max-model-len to choose)",
 			"max_model_len", held, "max_position_embeddings", folder.Config.MaxPositionEmbeddings, "kv_blocks", m.NumBlocks())
@@ -331,6 +334,12 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		"seconds", time.Since(start).Seconds())
 	g.loadTime = time.Since(start)
 	return g, nil
+}
+
+// errNoRoom says that --max-model-len does not fit a KV cache of blocks pages.
+func errNoRoom(o *generateOptions, blocks int) error {
+	return fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
+		o.maxModelLen, blocks, o.pageSize)
 }
 
 // progressOutput returns where the weight-loading progress bar goes: w when it is a terminal, else
