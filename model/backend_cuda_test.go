@@ -540,24 +540,11 @@ func TestCUDAArgmaxTies(t *testing.T) {
 // wrote them) decode the same tokens as steps that wait, eagerly and as replayed graphs, in bfloat16
 // and float32.
 func TestCUDAPipelinedPicks(t *testing.T) {
-	dev := gpuDevice(t)
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF32} {
 		t.Run(dt.String(), func(t *testing.T) {
-			cfg := cudaReferenceConfig(64)
-			r := newRandomModel(cfg, weights.DTypeBF16, 8)
-			const numBlocks, blockSize = 256, 16
-			var backend *cudaBackend
-			m, err := load(cfg, r.get, Options{NumBlocks: numBlocks, BlockSize: blockSize}, func(s Shape) (Backend, error) {
-				b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
-				backend = b
-				return b, err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			checkPipelined(t, m, numBlocks, blockSize, cfg.VocabSize)
-			checkPipelinedGrowth(t, m, numBlocks, blockSize, cfg.VocabSize)
+			m, backend, cfg := cudaRandomModel(t, dt)
+			checkPipelined(t, m, 256, 16, cfg.VocabSize)
+			checkPipelinedGrowth(t, m, 256, 16, cfg.VocabSize)
 			st := backend.Stats()
 			t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
 			if st.Replayed == 0 {
