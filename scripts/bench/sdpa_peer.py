@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1, help="time the spin column this many times in a row (sdpa_rounds_us lists each)")
     args = ap.parse_args()
     grid = json.load(open(args.shapes))
     dev = torch.device("cuda")
@@ -65,9 +66,11 @@ def main():
         def fn(c):
             return F.scaled_dot_product_attention(qs[c], ks[c], vs[c], enable_gqa=(hq != hkv))
 
-        us = time_runs(fn, copies, args.iters, args.warmup, spacer, False)
+        rounds = [time_runs(fn, copies, args.iters, args.warmup, spacer, False) for _ in range(args.rounds)]
+        us = rounds[0]
         flush_us = time_runs(fn, copies, args.iters, args.warmup, spacer, True)
-        results.append(dict(s, kv_bytes=kv_bytes, copies=copies, sdpa_us=us, sdpa_flush_us=flush_us))
+        results.append(dict(s, kv_bytes=kv_bytes, copies=copies, sdpa_us=us, sdpa_flush_us=flush_us,
+                            **({"sdpa_rounds_us": rounds} if args.rounds > 1 else {})))
         print(f"{i:2d} {s['name']:15s} b{b:<3d} ctx{ctx:<6d} hq{hq:<2d} hkv{hkv:<2d} SDPA {us:8.1f} us, flushed {flush_us:8.1f} us", file=sys.stderr)
         del ks, vs, qs
         torch.cuda.empty_cache()
