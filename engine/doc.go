@@ -29,6 +29,11 @@
 // the same (seed, output index) rule (model.SampleLogits, the CPU twin of the device kernel) and requests
 // with penalties draw from their own PCG stream.
 //
+// Prompt logprobs (Request.PromptLogprobs, vLLM's prompt_logprobs) need the logits of every prompt
+// position: such a request takes no prefix-cache hits, its prompt's steps bring those rows to the host
+// (in chunks within Config.MaxPromptLogitRows a step), and the log-probabilities, with the prompt's
+// text piece by piece, go out once with the first generated token (Output.PromptLogprobs).
+//
 // Steps are pipelined where the device picks: while step N runs, the loop plans step N+1
 // (scheduler.ScheduleNext: each decoding sequence's next token is the one step N is picking; prefill
 // chunks and admissions as a plain step would plan them) and queues it with its decodes' input tokens

@@ -66,6 +66,9 @@ type PickModel interface {
 const (
 	DefaultMaxNumSeqs          = 64
 	DefaultMaxNumBatchedTokens = 2048
+	// DefaultMaxPromptLogitRows bounds the prompt positions of prompt-logprobs requests in one step:
+	// each is a row of logits brought to the host (128 MB a step at a 128k vocabulary).
+	DefaultMaxPromptLogitRows = 256
 )
 
 // Config tunes an Engine. The zero value is usable.
@@ -75,6 +78,9 @@ type Config struct {
 	// MaxNumBatchedTokens caps the tokens of one step (decodes plus prefill chunks); 0 means
 	// DefaultMaxNumBatchedTokens. It is raised to MaxNumSeqs if below it.
 	MaxNumBatchedTokens int
+	// MaxPromptLogitRows caps the prompt tokens of Request.PromptLogprobs requests in one step (their
+	// logits come to the host); 0 means DefaultMaxPromptLogitRows.
+	MaxPromptLogitRows int
 	// DisablePrefixCaching turns off the reuse of cached prompt prefixes.
 	DisablePrefixCaching bool
 	// DisablePipelining makes every step wait for the previous one's tokens before it is queued (see
@@ -117,6 +123,12 @@ type Request struct {
 	// likely alternatives at each position.
 	Logprobs    bool
 	TopLogprobs int
+	// PromptLogprobs asks for the log-probability of every prompt token given the tokens before it,
+	// with TopLogprobs alternatives each (vLLM's prompt_logprobs; what the completions API's echo
+	// with logprobs returns), in the request's first Output. Every prompt position's logits are then
+	// needed: the request takes no prefix-cache hits (its blocks still join the cache), and its
+	// prompt runs with its logits on the host, in chunks within Config.MaxPromptLogitRows.
+	PromptLogprobs bool
 	// KeepSpecialTokens puts the text of special tokens into Output.Text (they are skipped by
 	// default, as in vLLM's skip_special_tokens).
 	KeepSpecialTokens bool
@@ -204,6 +216,10 @@ type request struct {
 	stopIDs  []int32 // EOS (unless ignored) and stop token ids: their text is never shown
 	held     string  // output text not streamed yet (it could begin a stop string)
 	logprobs Logprobs
+	// prompt collects the prompt logprobs (Request.PromptLogprobs) as its prompt's steps run, entry i
+	// for prompt token i; nil without them, and once they went out with the first token (a
+	// recompute after a preemption then needs no prompt logits).
+	prompt []Logprobs
 	// minMasked are the ids the first MinTokens draws may not pick: EOS whether or not it is
 	// ignored, and the stop token ids (vLLM's all_stop_token_ids); nil without MinTokens.
 	minMasked []int32
@@ -223,6 +239,9 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		cfg.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
 	}
 	cfg.MaxNumBatchedTokens = max(cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	if cfg.MaxPromptLogitRows <= 0 {
+		cfg.MaxPromptLogitRows = DefaultMaxPromptLogitRows
+	}
 	pool, err := kvcache.NewPool(kvcache.Config{
 		NumBlocks:     m.NumBlocks(),
 		BlockSize:     m.BlockSize(),
@@ -234,6 +253,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 	sched, err := scheduler.New(scheduler.Config{
 		MaxNumSeqs:          cfg.MaxNumSeqs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+		MaxPromptLogitRows:  cfg.MaxPromptLogitRows,
 	}, pool)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -393,8 +413,13 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	} else {
 		seed = rand.Uint64()
 	}
+	var prompt []Logprobs
+	if req.PromptLogprobs {
+		prompt = make([]Logprobs, n)
+	}
 	return &request{
 		req:       req,
+		prompt:    prompt,
 		stream:    newStream(id),
 		sampler:   newSampler(req.Sampling, seed, req.PromptIDs),
 		seed:      seed,
@@ -402,7 +427,8 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		stops:     newStopMatcher(req.Stop),
 		stopIDs:   stopIDs,
 		minMasked: minMasked,
-		limits:    scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs},
+		limits: scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs,
+			PromptLogits: req.PromptLogprobs},
 	}, nil
 }
 

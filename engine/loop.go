@@ -368,7 +368,7 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 // needs the host.
 func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
 	pm, ok := e.model.(PickModel)
-	if !ok {
+	if !ok || len(e.promptRows(b)) > 0 {
 		return nil, nil, false
 	}
 	if e.allGreedy(b) {
@@ -379,11 +379,20 @@ func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams
 }
 
 // forwardOnHost runs the model on st, brings the logits to the host and draws one token per logits row
-// of b with each request's sampler.
+// of b with each request's sampler. Prompt rows of requests that want prompt logprobs (promptRows)
+// get their logits too, after b's own rows, and their log-probabilities go to the requests.
 func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, error) {
+	prompt := e.promptRows(b)
+	if len(prompt) > 0 {
+		rows := slices.Grow(slices.Clone(st.LogitRows), len(prompt))
+		for _, p := range prompt {
+			rows = append(rows, p.row)
+		}
+		st.LogitRows = rows
+	}
 	logits, err := e.model.Forward(st)
-	if err == nil && len(logits) != b.NumLogits {
-		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), b.NumLogits)
+	if want := b.NumLogits + len(prompt); err == nil && len(logits) != want {
+		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), want)
 	}
 	if err != nil {
 		return nil, err
@@ -396,8 +405,38 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k], step: outputIndex(c)})
 		}
 	}
-	e.sampleAll(jobs)
+	e.parallel(len(jobs), e.vocab, func(i int) { sampleOne(&jobs[i]) })
+	e.parallel(len(prompt), e.vocab, func(i int) {
+		p := prompt[i]
+		r := p.r
+		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.TopLogprobs)
+	})
 	return sampled, nil
+}
+
+// promptRow is a prompt position whose logits a request wants for its prompt logprobs: those of
+// position pos (flat row row of the step) give the log-probability of prompt token pos+1.
+type promptRow struct {
+	r        *request
+	pos, row int32
+}
+
+// promptRows lists the rows of b whose logits go to prompt logprobs: the prompt positions but the
+// last (whose logits draw the first token) in the chunks of requests that want prompt logprobs and
+// have not had them yet, in chunk order.
+func (e *Engine) promptRows(b *scheduler.Batch) []promptRow {
+	var rows []promptRow
+	for _, c := range b.Chunks {
+		r := e.live[c.Seq.ID()]
+		if r == nil || r.prompt == nil {
+			continue
+		}
+		n := len(r.prompt)
+		for pos := c.Start; pos < min(c.Start+c.Len, n-1); pos++ {
+			rows = append(rows, promptRow{r, int32(pos), int32(c.Offset + pos - c.Start)})
+		}
+	}
+	return rows
 }
 
 // outputIndex is the index among its sequence's output tokens of the token chunk c's step draws.
@@ -491,29 +530,28 @@ type sampleJob struct {
 // depend on how the draws are spread.
 const parallelSampleWork = 1 << 17
 
-// sampleAll draws one token per job, and its logprobs when the request asked for them.
-func (e *Engine) sampleAll(jobs []sampleJob) {
-	if len(jobs) == 0 {
-		return
-	}
-	workers := min(e.workers, len(jobs))
-	if workers <= 1 || len(jobs)*len(jobs[0].logits) < parallelSampleWork {
-		for i := range jobs {
-			sampleOne(&jobs[i])
+// parallel calls work(i) for i in [0, n), spread over the engine's workers when the n rows of
+// vocab logits each are worth it. Each call must touch only its own row's state.
+func (e *Engine) parallel(n, vocab int, work func(i int)) {
+	workers := min(e.workers, n)
+	if workers <= 1 || n*vocab < parallelSampleWork {
+		for i := range n {
+			work(i)
 		}
 		return
 	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for i := w; i < len(jobs); i += workers {
-				sampleOne(&jobs[i])
+			for i := w; i < n; i += workers {
+				work(i)
 			}
 		})
 	}
 	wg.Wait()
 }
 
+// sampleOne draws one job's token, and its logprobs when the request asked for them.
 func sampleOne(j *sampleJob) {
 	if j.r == nil { // cannot happen: every chunk's sequence is live; keep the batch consistent anyway
 		*j.out = model.Argmax(j.logits)
@@ -551,6 +589,9 @@ func (e *Engine) postprocess(r *request) {
 	tok := seq.LastToken()
 	r.sampler.accept(tok)
 	out := Output{TokenIDs: []int32{tok}}
+	if r.prompt != nil {
+		out.PromptLogprobs = r.promptLogprobs(e.tok)
+	}
 	if r.req.Logprobs {
 		r.detok.peek(r.logprobs.Top) // before tok joins the detokenizer: the alternatives' context
 		out.Logprobs = []Logprobs{r.logprobs}
@@ -604,6 +645,24 @@ func (e *Engine) postprocess(r *request) {
 	}
 	out.Usage = usageOf(seq)
 	e.send(r, out)
+}
+
+// promptLogprobs hands over the prompt logprobs the request's prompt steps collected, with each
+// entry's text (the prompt decoded piece by piece, alternatives in their context) and the first
+// entry's id, once: a recompute after a preemption collects none again.
+func (r *request) promptLogprobs(tok Tokenizer) []Logprobs {
+	lps := r.prompt
+	r.prompt = nil
+	d := newDetokenizer(tok, nil, !r.req.KeepSpecialTokens)
+	for i, id := range r.req.PromptIDs {
+		if i > 0 {
+			d.peek(lps[i].Top)
+		}
+		lps[i].ID = id
+		lps[i].Text = d.next(id)
+	}
+	lps[len(lps)-1].Text += d.flush()
+	return lps
 }
 
 // updateStats refreshes the snapshot Stats returns.

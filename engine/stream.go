@@ -43,6 +43,13 @@ type Output struct {
 	Text string
 	// Logprobs has one entry per token of TokenIDs when the request asked for logprobs.
 	Logprobs []Logprobs
+	// PromptLogprobs is set on the Output that carries the request's first token when the request
+	// asked for them (Request.PromptLogprobs): one entry per prompt token, in order. The first entry
+	// has only ID and Text, since no earlier token gives it a probability (the API's null); each
+	// other has the token's log-probability given the tokens before it, its rank and the
+	// TopLogprobs alternatives. Text is the token's piece of the decoded prompt (skipping special
+	// tokens unless KeepSpecialTokens), so the pieces spell the prompt as Logprobs' spell the output.
+	PromptLogprobs []Logprobs
 	// FinishReason is set on the request's last Output, and only there.
 	FinishReason FinishReason
 	// StopString is the stop string that ended the request, if one did.
@@ -60,6 +67,9 @@ func (o *Output) Finished() bool { return o.FinishReason != "" }
 func (o *Output) merge(later Output) {
 	o.TokenIDs = append(o.TokenIDs, later.TokenIDs...)
 	o.Logprobs = append(o.Logprobs, later.Logprobs...)
+	if o.PromptLogprobs == nil {
+		o.PromptLogprobs = later.PromptLogprobs
+	}
 	o.FinishReason = later.FinishReason
 	o.StopString = later.StopString
 	o.Usage = later.Usage

@@ -161,13 +161,29 @@ func (p *Pool) CanAllocate(tokens []int32) (cachedTokens int, ok bool) {
 // already there (a multiple of BlockSize, at most len(tokens)-1). On failure the pool is unchanged;
 // the error wraps [ErrNoFreeBlocks] or [ErrDuplicateSeq].
 func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) {
+	return p.allocate(id, tokens, true)
+}
+
+// AllocateUncached is Allocate without the prefix-cache lookup: every block is new and no token's KV
+// is there yet (the sequence computes them all), and the lookup statistics do not count it. Its
+// blocks join the prefix cache as their KV is committed, as any sequence's do. It serves a sequence
+// that needs every prompt position's logits (prompt logprobs), as vLLM skips the cache for them.
+func (p *Pool) AllocateUncached(id SeqID, tokens []int32) error {
+	_, err := p.allocate(id, tokens, false)
+	return err
+}
+
+func (p *Pool) allocate(id SeqID, tokens []int32, lookup bool) (cachedTokens int, err error) {
 	if len(tokens) == 0 {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: no tokens", id)
 	}
 	if _, ok := p.seqs[id]; ok {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %w", id, ErrDuplicateSeq)
 	}
-	hits := p.lookup(tokens)
+	var hits []int32
+	if lookup {
+		hits = p.lookup(tokens)
+	}
 	numBlocks := BlocksFor(len(tokens), p.blockSize)
 	if need, have := numBlocks-len(hits), p.newBlocksAvailable(hits); need > have {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %d tokens need %d new blocks, %d available: %w",
@@ -189,7 +205,9 @@ func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) 
 		s.table = append(s.table, p.take())
 	}
 	p.seqs[id] = s
-	s.queried, s.hits = len(tokens), s.committed
+	if lookup {
+		s.queried, s.hits = len(tokens), s.committed
+	}
 	p.queriedTokens += int64(s.queried)
 	p.hitTokens += int64(s.hits)
 	return s.committed, nil

@@ -517,3 +517,50 @@ func BenchmarkAllocateBlockedHead(b *testing.B) {
 		}
 	}
 }
+
+// TestAllocateUncached: a sequence that skips the lookup gets new blocks even where the cache holds
+// its prefix, the statistics do not count it, and its committed blocks still serve later lookups.
+func TestAllocateUncached(t *testing.T) {
+	const bs = 4
+	base := seqTokens(10, 1)
+	p := mustPool(t, Config{NumBlocks: 16, BlockSize: bs, PrefixCaching: true})
+	computeAll(t, p, 1, base)
+	if err := p.Free(1); err != nil {
+		t.Fatal(err)
+	}
+	cachedBlocks := p.Stats().CachedBlocks
+	if err := p.AllocateUncached(2, base); err != nil {
+		t.Fatal(err)
+	}
+	table, err := p.BlockTable(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.Stats()
+	if want.QueriedTokens != int64(len(base)) || want.HitTokens != 0 {
+		t.Errorf("uncached allocation counted in the lookups: queried %d, hits %d", want.QueriedTokens, want.HitTokens)
+	}
+	if want.UsedBlocks != len(table) || want.CachedBlocks != cachedBlocks {
+		t.Errorf("used %d, cached %d blocks; want %d new blocks and the %d cached untouched", want.UsedBlocks, want.CachedBlocks, len(table), cachedBlocks)
+	}
+	if err := p.Commit(2, len(base)); err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, p)
+	// A later lookup of the same prompt hits two full blocks (the first sequence's or the second's).
+	if cached, err := p.Allocate(3, base); err != nil || cached != 8 {
+		t.Errorf("Allocate after the uncached sequence = %d, %v; want 8", cached, err)
+	}
+	if err := p.AllocateUncached(2, base); !errors.Is(err, ErrDuplicateSeq) {
+		t.Errorf("AllocateUncached of a live id: %v", err)
+	}
+	checkInvariants(t, p)
+	// Too big for the pool: refused, pool unchanged.
+	before := p.Stats()
+	if err := p.AllocateUncached(4, seqTokens(16*bs, 100)); !errors.Is(err, ErrNoFreeBlocks) {
+		t.Errorf("AllocateUncached past the pool: %v", err)
+	}
+	if p.Stats() != before {
+		t.Errorf("failed AllocateUncached changed the pool: %+v → %+v", before, p.Stats())
+	}
+}

@@ -27,11 +27,11 @@ type admission struct {
 //     placeholder for that token, with a slot in the pool, until Update(prev) replaces it with the
 //     sampled token, or Discard(prev) (or of the returned batch) removes it (see [Scheduler.Update]
 //     and [Scheduler.Discard]).
-//  2. Prefills under way continue, in arrival order, as far as the token budget goes: a sequence
+//  2. Prefills under way continue, in arrival order, as far as the budgets go: a sequence
 //     whose prefill chunk in prev does not end its prompt continues where that chunk ends, one
 //     that prev left out where it stands (even with one token left, which Schedule would run as
 //     a decode). Their tokens are known.
-//  3. Waiting sequences are admitted from the head, first come first served, while the budget, the
+//  3. Waiting sequences are admitted from the head, first come first served, while the budgets, the
 //     sequence cap and the pool allow, exactly as Schedule admits them (prefix-cache hits
 //     included); the head is never skipped.
 //
@@ -101,7 +101,7 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 	}
 
 	b := &Batch{Chunks: make([]Chunk, 0, min(s.cfg.MaxNumSeqs, len(s.running)+len(s.waiting)))}
-	budget := s.cfg.MaxNumBatchedTokens
+	bud := s.budget()
 
 	// 1. Decodes, each with a placeholder for prev's token.
 	for _, d := range decodes {
@@ -114,12 +114,12 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 		seq.numReserved = len(seq.tokens)
 		s.addChunkAt(b, seq, len(seq.tokens)-1, 1)
 		b.NumDecodes++
-		budget--
+		bud.tokens--
 	}
 
 	// 2. Prefills under way.
 	for _, seq := range s.running {
-		if budget == 0 {
+		if bud.tokens == 0 {
 			break
 		}
 		start, ok := after[seq]
@@ -130,16 +130,16 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 			continue
 		}
 		if rem := len(seq.tokens) - start; rem > 0 {
-			n := min(rem, budget)
-			s.addChunkAt(b, seq, start, n)
-			budget -= n
+			if n := bud.grant(seq, rem); n > 0 {
+				s.addChunkAt(b, seq, start, n)
+			}
 		}
 	}
 
 	// 3. Admissions, first come first served; no preemption, no finishing.
-	for budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs {
+	for len(s.waiting) > 0 && bud.canAdmit(s.waiting[0]) && len(s.running) < s.cfg.MaxNumSeqs {
 		seq := s.waiting[0]
-		cached, err := s.pool.Allocate(seq.id, seq.tokens)
+		cached, err := s.allocate(seq)
 		if err != nil {
 			if !errors.Is(err, kvcache.ErrNoFreeBlocks) {
 				panic(fmt.Sprintf("scheduler: admit %v: %v", seq, err))
@@ -149,9 +149,7 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 		b.admitted = append(b.admitted, admission{seq, seq.admitted, seq.numCached})
 		s.waiting = s.waiting[1:]
 		s.admit(seq, cached)
-		n := min(len(seq.tokens)-cached, budget)
-		s.addChunk(b, seq, n)
-		budget -= n
+		s.addChunk(b, seq, bud.grant(seq, len(seq.tokens)-cached))
 	}
 
 	if b.Empty() {

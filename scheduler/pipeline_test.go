@@ -912,3 +912,41 @@ func TestScheduleNextUndoAdmission(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleNextPromptLogits: a pipelined step keeps to MaxPromptLogitRows as Schedule does, and
+// admits a sequence that wants its prompt's logits without prefix-cache hits.
+func TestScheduleNextPromptLogits(t *testing.T) {
+	s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 32, BlockSize: 4, PrefixCaching: true},
+		Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MaxPromptLogitRows: 5})
+	mustAdd(t, s, 1, iota32(12, 100), Limits{MaxTokens: 2, PromptLogits: true})
+	b1 := s.Schedule()
+	if got := describe(b1); got != "p1:0+5" {
+		t.Fatalf("Schedule: %q", got)
+	}
+	// Another with a prompt sharing a computed block would hit it, if it did not want logits.
+	mustAdd(t, s, 2, iota32(9, 100), Limits{MaxTokens: 1, PromptLogits: true})
+	b2 := s.ScheduleNext(b1)
+	if got := describe(b2); got != "p1:5+5" {
+		t.Fatalf("ScheduleNext: %q, want seq 1's next 5 and seq 2 waiting for the cap", got)
+	}
+	mustUpdate(t, s, b1, sampleAll(b1))
+	mustUpdate(t, s, b2, sampleAll(b2))
+	b3 := s.Schedule()
+	if got := describe(b3); got != "p1:10+2* p2:0+3" {
+		t.Fatalf("Schedule: %q", got)
+	}
+	b4 := s.ScheduleNext(b3)
+	if got := describe(b4); got != "d1:12+1* p2:3+5" {
+		t.Fatalf("ScheduleNext: %q", got)
+	}
+	mustUpdate(t, s, b3, sampleAll(b3))
+	mustUpdate(t, s, b4, sampleAll(b4))
+	for s.HasUnfinished() {
+		b := s.Schedule()
+		mustUpdate(t, s, b, sampleAll(b))
+	}
+	if st := pool.Stats(); st.QueriedTokens != 0 {
+		t.Errorf("queried %d tokens; want none (both skip the cache)", st.QueriedTokens)
+	}
+	checkNoLeak(t, pool)
+}

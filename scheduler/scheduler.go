@@ -37,6 +37,44 @@ type Config struct {
 	// MaxNumBatchedTokens caps the tokens of one step (decodes plus prefill chunks); it must be
 	// at least MaxNumSeqs so that every running sequence can decode in every step.
 	MaxNumBatchedTokens int
+	// MaxPromptLogitRows caps the prefill tokens of sequences with Limits.PromptLogits in one step
+	// (each such token is a row of logits the engine reads); 0 means MaxNumBatchedTokens.
+	MaxPromptLogitRows int
+}
+
+// budget is what is left of a step for its chunks: tokens, and prefill tokens of sequences that want
+// their prompt's logits (Limits.PromptLogits).
+type budget struct{ tokens, promptLogits int }
+
+// budget returns a whole step's budget.
+func (s *Scheduler) budget() budget {
+	return budget{s.cfg.MaxNumBatchedTokens, s.cfg.MaxPromptLogitRows}
+}
+
+// grant takes from b the length of seq's next prefill chunk, at most rem tokens, and returns it: 0
+// when b has nothing left for seq.
+func (b *budget) grant(seq *Sequence, rem int) int {
+	n := min(rem, b.tokens)
+	if seq.limits.PromptLogits {
+		n = min(n, b.promptLogits)
+		b.promptLogits -= n
+	}
+	b.tokens -= n
+	return n
+}
+
+// canAdmit reports whether b has room for the first chunk of seq, a sequence waiting to be admitted.
+func (b *budget) canAdmit(seq *Sequence) bool {
+	return b.tokens > 0 && (!seq.limits.PromptLogits || b.promptLogits > 0)
+}
+
+// allocate gives a sequence being admitted its blocks: with the prefix cache's hits, or none for a
+// sequence that wants its prompt's logits. It returns the number of tokens whose KV is there.
+func (s *Scheduler) allocate(seq *Sequence) (cached int, err error) {
+	if seq.limits.PromptLogits {
+		return 0, s.pool.AllocateUncached(seq.id, seq.tokens)
+	}
+	return s.pool.Allocate(seq.id, seq.tokens)
 }
 
 // Scheduler decides, step by step, which sequences run and how many tokens each; it keeps the KV
@@ -70,6 +108,12 @@ func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
 	if cfg.MaxNumBatchedTokens < cfg.MaxNumSeqs {
 		return nil, fmt.Errorf("scheduler: MaxNumBatchedTokens (%d) must be at least MaxNumSeqs (%d)",
 			cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	}
+	if cfg.MaxPromptLogitRows < 0 {
+		return nil, fmt.Errorf("scheduler: MaxPromptLogitRows must not be negative, got %d", cfg.MaxPromptLogitRows)
+	}
+	if cfg.MaxPromptLogitRows == 0 {
+		cfg.MaxPromptLogitRows = cfg.MaxNumBatchedTokens
 	}
 	return &Scheduler{cfg: cfg, pool: pool, live: make(map[kvcache.SeqID]*Sequence)}, nil
 }
@@ -133,12 +177,13 @@ func (s *Scheduler) NumPreemptions() int { return s.numPreemptions }
 //     later), possibly the sequence itself; one that could not fit even an empty pool finishes
 //     with FinishError.
 //  2. Running prefills (a prompt being prefilled in chunks) continue, in arrival order, each
-//     taking as many tokens as the remaining budget allows.
+//     taking as many tokens as the remaining budget allows (a sequence with Limits.PromptLogits
+//     also within what is left of MaxPromptLogitRows).
 //  3. Unless step 1 preempted someone, waiting sequences are admitted from the head, first come
-//     first served, while the token budget, the sequence cap and the pool allow; the head is never
+//     first served, while the budgets, the sequence cap and the pool allow; the head is never
 //     skipped, so later requests cannot overtake it. Admission allocates blocks for all of the
-//     sequence's tokens, reusing prefix-cache hits: NumComputed starts at the hit length, and the
-//     first chunk goes up to the remaining budget.
+//     sequence's tokens, reusing prefix-cache hits (none for Limits.PromptLogits): NumComputed
+//     starts at the hit length, and the first chunk goes up to the remaining budget.
 //
 // Schedule returns a non-empty batch whenever a sequence is unfinished, except when every one of
 // them finished with an error during the call (see Batch.Finished). A non-empty batch must be
@@ -150,7 +195,7 @@ func (s *Scheduler) Schedule() *Batch {
 	}
 	s.step++
 	b := &Batch{step: s.step, Chunks: make([]Chunk, 0, min(s.cfg.MaxNumSeqs, len(s.running)+len(s.waiting)))}
-	budget := s.cfg.MaxNumBatchedTokens
+	bud := s.budget()
 
 	// 1. Decodes, in arrival order. The tail of running is never scheduled before the current
 	// sequence, so a preemption victim taken from the tail has no chunk in b yet.
@@ -165,26 +210,26 @@ func (s *Scheduler) Schedule() *Batch {
 		}
 		s.addChunk(b, seq, 1)
 		b.NumDecodes++
-		budget--
+		bud.tokens--
 		i++
 	}
 
 	// 2. Prefills already under way.
 	for _, seq := range s.running {
-		if budget == 0 {
+		if bud.tokens == 0 {
 			break
 		}
 		if rem := len(seq.tokens) - seq.numComputed; rem > 1 {
-			n := min(rem, budget)
-			s.addChunk(b, seq, n)
-			budget -= n
+			if n := bud.grant(seq, rem); n > 0 {
+				s.addChunk(b, seq, n)
+			}
 		}
 	}
 
 	// 3. Admissions, first come first served.
-	for len(b.Preempted) == 0 && budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs {
+	for len(b.Preempted) == 0 && len(s.waiting) > 0 && bud.canAdmit(s.waiting[0]) && len(s.running) < s.cfg.MaxNumSeqs {
 		seq := s.waiting[0]
-		cached, err := s.pool.Allocate(seq.id, seq.tokens)
+		cached, err := s.allocate(seq)
 		if err != nil {
 			if !errors.Is(err, kvcache.ErrNoFreeBlocks) {
 				panic(fmt.Sprintf("scheduler: admit %v: %v", seq, err))
@@ -198,9 +243,7 @@ func (s *Scheduler) Schedule() *Batch {
 		}
 		s.waiting = s.waiting[1:]
 		s.admit(seq, cached)
-		n := min(len(seq.tokens)-cached, budget)
-		s.addChunk(b, seq, n)
-		budget -= n
+		s.addChunk(b, seq, bud.grant(seq, len(seq.tokens)-cached))
 	}
 
 	if !b.Empty() {

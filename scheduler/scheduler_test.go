@@ -486,3 +486,90 @@ func BenchmarkScheduleDecodeStep(b *testing.B) {
 		}
 	}
 }
+
+// TestPromptLogitsPlans: a sequence that wants its prompt's logits runs its prompt in chunks within
+// MaxPromptLogitRows a step, shared by all such sequences, and waits at the head of the queue (no
+// one overtakes it) while the step has none left; other sequences are not held back by the cap.
+func TestPromptLogitsPlans(t *testing.T) {
+	type add struct {
+		id      kvcache.SeqID
+		prompt  int
+		max     int
+		logits  bool
+		tokens0 int32 // first prompt token
+	}
+	tests := []struct {
+		name  string
+		sched Config
+		adds  []add
+		want  []string
+	}{{
+		name:  "chunks within the cap beside a plain prompt",
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MaxPromptLogitRows: 5},
+		adds:  []add{{1, 12, 1, true, 100}, {2, 6, 1, false, 200}},
+		want:  []string{"p1:0+5 p2:0+6*", "p1:5+5", "p1:10+2*"},
+	}, {
+		name:  "the cap is shared, and the head waits for it",
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MaxPromptLogitRows: 4},
+		adds:  []add{{1, 4, 2, true, 100}, {2, 3, 1, true, 200}, {3, 2, 1, false, 300}},
+		want:  []string{"p1:0+4*", "d1:4+1* p2:0+3* p3:0+2*"},
+	}, {
+		name:  "no cap: the token budget alone",
+		sched: Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 8},
+		adds:  []add{{1, 12, 1, true, 100}},
+		want:  []string{"p1:0+8", "p1:8+4*"},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 64, BlockSize: 4}, tc.sched)
+			for _, a := range tc.adds {
+				mustAdd(t, s, a.id, iota32(a.prompt, a.tokens0), Limits{MaxTokens: a.max, PromptLogits: a.logits})
+			}
+			checkSteps(t, s, tc.want)
+			if s.HasUnfinished() {
+				t.Errorf("sequences left after the planned steps")
+			}
+			checkNoLeak(t, pool)
+		})
+	}
+	if _, err := New(Config{MaxNumSeqs: 1, MaxNumBatchedTokens: 1, MaxPromptLogitRows: -1}, mustNewPool(t)); err == nil {
+		t.Error("New accepted a negative MaxPromptLogitRows")
+	}
+}
+
+func mustNewPool(t *testing.T) *kvcache.Pool {
+	t.Helper()
+	pool, err := kvcache.NewPool(kvcache.Config{NumBlocks: 4, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// TestPromptLogitsSkipPrefixCache: a sequence that wants its prompt's logits computes its whole
+// prompt even where the prefix cache holds it, and its lookup is not counted as a miss.
+func TestPromptLogitsSkipPrefixCache(t *testing.T) {
+	s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 16, BlockSize: 4, PrefixCaching: true},
+		Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 32})
+	prompt := iota32(10, 0)
+	first := mustAdd(t, s, 1, prompt, Limits{MaxTokens: 3})
+	step(t, s, modelSample)
+	second := mustAdd(t, s, 2, prompt, Limits{MaxTokens: 3, PromptLogits: true})
+	if got, _ := step(t, s, modelSample); got != "d1:10+1* p2:0+10*" {
+		t.Fatalf("step 2: %q, want the whole prompt of 2", got)
+	}
+	third := mustAdd(t, s, 3, prompt, Limits{MaxTokens: 3})
+	for s.HasUnfinished() {
+		step(t, s, modelSample)
+	}
+	if first.NumCachedTokens() != 0 || second.NumCachedTokens() != 0 || third.NumCachedTokens() != 8 {
+		t.Errorf("cached tokens %d, %d, %d; want 0, 0, 8", first.NumCachedTokens(), second.NumCachedTokens(), third.NumCachedTokens())
+	}
+	if !slices.Equal(first.Output(), second.Output()) || !slices.Equal(first.Output(), third.Output()) {
+		t.Errorf("outputs differ: %v, %v, %v", first.Output(), second.Output(), third.Output())
+	}
+	if st := pool.Stats(); st.QueriedTokens != 20 || st.HitTokens != 8 {
+		t.Errorf("queried %d, hit %d tokens; want 20 (the second not counted), 8", st.QueriedTokens, st.HitTokens)
+	}
+	checkNoLeak(t, pool)
+}

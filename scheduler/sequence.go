@@ -68,6 +68,10 @@ type Limits struct {
 	// StopTokenIDs finish the sequence with FinishStop when sampled (the token is kept in the
 	// output). Typically the model's EOS ids; empty to ignore EOS.
 	StopTokenIDs []int32
+	// PromptLogits says the engine wants the logits of every prompt position (prompt logprobs): the
+	// sequence takes no prefix-cache hits (kvcache.Pool.AllocateUncached), and its prefill chunks
+	// stay within the step's Config.MaxPromptLogitRows.
+	PromptLogits bool
 }
 
 // Sequence is one request's token state as the scheduler sees it: its prompt and output tokens, how
