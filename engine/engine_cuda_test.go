@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -94,6 +95,18 @@ func concurrentRequests(seed uint64) []Request {
 		}
 	}
 	return reqs
+}
+
+// TestCUDAPromptLogprobs: every golden checkpoint's prompt logprobs on the GPU in float32 (logits rows
+// gathered from chunked prefills beside each other) against transformers', as on the CPU.
+func TestCUDAPromptLogprobs(t *testing.T) {
+	requireGPU(t)
+	for _, path := range hfPromptLogprobsFiles(t) {
+		dir := filepath.Dir(path)
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			checkPromptLogprobsHF(t, loadCUDAModel(t, dir, "float32", 128, 16), path)
+		})
+	}
 }
 
 // TestCUDAConcurrentGreedyEqualsAlone is issue 4's test 1 on the GPU in float32: 32 concurrent greedy

@@ -58,29 +58,12 @@ func firstOutputs(t *testing.T, s *Stream) (first Output, prompt [][]Logprobs, n
 	}
 }
 
-// TestPromptLogprobsMatchTransformers runs every golden checkpoint's prompts (7, 33 and 300 tokens)
-// through the engine with prompt logprobs, chunked by a small MaxPromptLogitRows and beside each other,
-// after a plain request for the longest prompt has filled the prefix cache, and compares each prompt
-// token's logprob, rank and top 5 with transformers' (prompt_logprobs.json).
+// TestPromptLogprobsMatchTransformers: every golden checkpoint's prompt logprobs on the CPU backend
+// against transformers' (checkPromptLogprobsHF).
 func TestPromptLogprobsMatchTransformers(t *testing.T) {
-	dirs, err := filepath.Glob("../model/testdata/golden/*/prompt_logprobs.json")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no prompt_logprobs.json under ../model/testdata/golden (%v): run scripts/goldens/make_prompt_logprobs.py", err)
-	}
-	for _, path := range dirs {
+	for _, path := range hfPromptLogprobsFiles(t) {
 		dir := filepath.Dir(path)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			raw, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var hf hfPromptLogprobs
-			if err := json.Unmarshal(raw, &hf); err != nil {
-				t.Fatal(err)
-			}
-			// The CPU backend computes the 16-bit checkpoints in float32 from the same weights as
-			// transformers does after .float(): every case is within float32 rounding (measured 4e-5).
-			tol := 2e-4
 			f, err := weights.Open(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -91,70 +74,100 @@ func TestPromptLogprobsMatchTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { m.Close() })
-			e := newEngine(t, m, Config{MaxNumBatchedTokens: 64, MaxPromptLogitRows: 13})
-
-			longest := hf.Prompts[len(hf.Prompts)-1].PromptIDs
-			warm, err := e.Add(context.Background(), Request{PromptIDs: longest, MaxTokens: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			collect(t, warm)
-			var streams []*Stream
-			for _, p := range hf.Prompts {
-				s, err := e.Add(context.Background(), Request{PromptIDs: p.PromptIDs, MaxTokens: 2, PromptLogprobs: true, TopLogprobs: hf.Top})
-				if err != nil {
-					t.Fatal(err)
-				}
-				streams = append(streams, s)
-			}
-			for i, p := range hf.Prompts {
-				first, prompt, _ := firstOutputs(t, streams[i])
-				got := first.PromptLogprobs
-				if len(got) != len(p.PromptIDs) {
-					t.Fatalf("prompt %d: %d prompt logprobs for %d tokens", i, len(got), len(p.PromptIDs))
-				}
-				for k, later := range prompt[1:] {
-					if later != nil {
-						t.Errorf("prompt %d: output %d repeats the prompt logprobs", i, k+1)
-					}
-				}
-				if first.Usage.CachedTokens != 0 {
-					t.Errorf("prompt %d: %d cached tokens; prompt logprobs must compute every position", i, first.Usage.CachedTokens)
-				}
-				if got[0].ID != p.PromptIDs[0] || got[0].Logprob != 0 || got[0].Top != nil {
-					t.Errorf("prompt %d: first entry %+v, want the id alone", i, got[0])
-				}
-				worst := 0.0
-				for j, want := range p.Entries {
-					g := got[j+1]
-					if g.ID != p.PromptIDs[j+1] {
-						t.Fatalf("prompt %d token %d: id %d, want %d", i, j+1, g.ID, p.PromptIDs[j+1])
-					}
-					worst = max(worst, math.Abs(float64(g.Logprob)-want.Logprob))
-					if len(g.Top) != hf.Top {
-						t.Fatalf("prompt %d token %d: %d alternatives, want %d", i, j+1, len(g.Top), hf.Top)
-					}
-					for k, alt := range g.Top {
-						// Where transformers' neighbours are within the tolerance their order may differ.
-						tied := (k > 0 && want.TopLogprobs[k-1]-want.TopLogprobs[k] < 2*tol) ||
-							(k+1 < len(want.TopLogprobs) && want.TopLogprobs[k]-want.TopLogprobs[k+1] < 2*tol)
-						if !tied && alt.ID != want.TopIDs[k] {
-							t.Errorf("prompt %d token %d: alternative %d is %d, want %d", i, j+1, k, alt.ID, want.TopIDs[k])
-						}
-						worst = max(worst, math.Abs(float64(alt.Logprob)-want.TopLogprobs[k]))
-					}
-					if g.Rank != want.Rank && !nearRank(want.Logprob, want.TopLogprobs, tol) {
-						t.Errorf("prompt %d token %d: rank %d, want %d", i, j+1, g.Rank, want.Rank)
-					}
-				}
-				if worst > tol {
-					t.Errorf("prompt %d (%d tokens): logprobs differ from transformers' by up to %.3g > %.3g", i, len(p.PromptIDs), worst, tol)
-				}
-				t.Logf("prompt of %d tokens: max |Δ logprob| %.2g", len(p.PromptIDs), worst)
-			}
-			closeAndCheckPool(t, e)
+			checkPromptLogprobsHF(t, m, path)
 		})
 	}
+}
+
+// hfPromptLogprobsFiles lists the golden checkpoints' prompt_logprobs.json files (committed, so their
+// absence fails).
+func hfPromptLogprobsFiles(t *testing.T) []string {
+	t.Helper()
+	paths, err := filepath.Glob("../model/testdata/golden/*/prompt_logprobs.json")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no prompt_logprobs.json under ../model/testdata/golden (%v): run scripts/goldens/make_prompt_logprobs.py", err)
+	}
+	return paths
+}
+
+// checkPromptLogprobsHF runs a golden checkpoint's prompts (7, 33 and 300 tokens) through an engine
+// over m with prompt logprobs, chunked by a small MaxPromptLogitRows and beside each other, after a
+// plain request for the longest prompt has filled the prefix cache, and compares each prompt token's
+// logprob, rank and top 5 with transformers' (path, a prompt_logprobs.json). m must compute in float32.
+func checkPromptLogprobsHF(t *testing.T, m Model, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hf hfPromptLogprobs
+	if err := json.Unmarshal(raw, &hf); err != nil {
+		t.Fatal(err)
+	}
+	// float32 from the same weights as transformers after .float(), 16-bit checkpoints included:
+	// within float32 rounding (measured 4e-5 on the CPU).
+	const tol = 2e-4
+	e := newEngine(t, m, Config{MaxNumBatchedTokens: 64, MaxPromptLogitRows: 13})
+	longest := hf.Prompts[len(hf.Prompts)-1].PromptIDs
+	warm, err := e.Add(context.Background(), Request{PromptIDs: longest, MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, warm)
+	var streams []*Stream
+	for _, p := range hf.Prompts {
+		s, err := e.Add(context.Background(), Request{PromptIDs: p.PromptIDs, MaxTokens: 2, PromptLogprobs: true, TopLogprobs: hf.Top})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	for i, p := range hf.Prompts {
+		first, prompt, _ := firstOutputs(t, streams[i])
+		got := first.PromptLogprobs
+		if len(got) != len(p.PromptIDs) {
+			t.Fatalf("prompt %d: %d prompt logprobs for %d tokens", i, len(got), len(p.PromptIDs))
+		}
+		for k, later := range prompt[1:] {
+			if later != nil {
+				t.Errorf("prompt %d: output %d repeats the prompt logprobs", i, k+1)
+			}
+		}
+		if first.Usage.CachedTokens != 0 {
+			t.Errorf("prompt %d: %d cached tokens; prompt logprobs must compute every position", i, first.Usage.CachedTokens)
+		}
+		if got[0].ID != p.PromptIDs[0] || got[0].Logprob != 0 || got[0].Top != nil {
+			t.Errorf("prompt %d: first entry %+v, want the id alone", i, got[0])
+		}
+		worst := 0.0
+		for j, want := range p.Entries {
+			g := got[j+1]
+			if g.ID != p.PromptIDs[j+1] {
+				t.Fatalf("prompt %d token %d: id %d, want %d", i, j+1, g.ID, p.PromptIDs[j+1])
+			}
+			worst = max(worst, math.Abs(float64(g.Logprob)-want.Logprob))
+			if len(g.Top) != hf.Top {
+				t.Fatalf("prompt %d token %d: %d alternatives, want %d", i, j+1, len(g.Top), hf.Top)
+			}
+			for k, alt := range g.Top {
+				// Where transformers' neighbours are within the tolerance their order may differ.
+				tied := (k > 0 && want.TopLogprobs[k-1]-want.TopLogprobs[k] < 2*tol) ||
+					(k+1 < len(want.TopLogprobs) && want.TopLogprobs[k]-want.TopLogprobs[k+1] < 2*tol)
+				if !tied && alt.ID != want.TopIDs[k] {
+					t.Errorf("prompt %d token %d: alternative %d is %d, want %d", i, j+1, k, alt.ID, want.TopIDs[k])
+				}
+				worst = max(worst, math.Abs(float64(alt.Logprob)-want.TopLogprobs[k]))
+			}
+			if g.Rank != want.Rank && !nearRank(want.Logprob, want.TopLogprobs, tol) {
+				t.Errorf("prompt %d token %d: rank %d, want %d", i, j+1, g.Rank, want.Rank)
+			}
+		}
+		if worst > tol {
+			t.Errorf("prompt %d (%d tokens): logprobs differ from transformers' by up to %.3g > %.3g", i, len(p.PromptIDs), worst, tol)
+		}
+		t.Logf("prompt of %d tokens: max |Δ logprob| %.2g", len(p.PromptIDs), worst)
+	}
+	closeAndCheckPool(t, e)
 }
 
 // nearRank reports whether a token's rank may legitimately differ from transformers': another of the
