@@ -302,8 +302,10 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	if numBlocks <= 0 && device == model.DeviceCPU {
 		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, o.maxModelLen, availableMemory())
 	} // on a GPU, 0 sizes the pool from the device's free memory
+	// A step's logits rows: one per running sequence, and the prompt rows of prompt-logprobs requests.
+	logitRows := o.maxNumSeqs + min(engine.DefaultMaxPromptLogitRows, o.maxBatchedTokens)
 	m, err := model.Load(folder, model.Options{Device: device, NumBlocks: numBlocks, BlockSize: o.pageSize,
-		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: o.maxNumSeqs})
+		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: logitRows})
 	if err != nil {
 		folder.Close()
 		return nil, err
