@@ -12,9 +12,12 @@ import (
 // Response objects, with OpenAI's field names; fields OpenAI sends as null are pointers without
 // omitempty.
 
+// completionLogprobs is a completion choice's "logprobs". With echo it covers the prompt's tokens,
+// then the generated ones; the prompt's first token has no probability, so its token_logprobs and
+// top_logprobs entries are null (a nil pointer, a nil map).
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float32            `json:"token_logprobs"`
+	TokenLogprobs []*float32           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -123,22 +126,61 @@ func (c completionChunk) MarshalJSON() ([]byte, error) {
 	return jsonMarshal(c.completionResponse)
 }
 
-// completionLogprobsOf converts engine logprobs; offset is the text offset of the first token.
-func completionLogprobsOf(lps []engine.Logprobs, offset int) *completionLogprobs {
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
-	for _, lp := range lps {
+// minLogprob is the floor of the logprobs the API returns: vLLM's, which turns -Inf (a token the
+// model rules out, as a prompt token may be) into a number JSON can carry.
+const minLogprob = -9999
+
+// clampLogprob applies minLogprob.
+func clampLogprob(lp float32) float32 { return max(lp, minLogprob) }
+
+// newCompletionLogprobs returns empty lists (not nulls), to which the append methods add tokens.
+func newCompletionLogprobs() *completionLogprobs {
+	return &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+}
+
+// appendTokens appends the entries of engine logprobs lps, the first of them at text offset offset,
+// and returns the offset after the last. Each top_logprobs map holds the token itself and its
+// alternatives, keyed by text (logprobs=N gives N+1 entries at most, as in OpenAI's API and vLLM;
+// logprobs=0 the token alone). With firstUnscored, the first entry is the prompt's first token,
+// which no earlier token scores: its logprob and top_logprobs are null, as in vLLM.
+//
+// Offsets are byte offsets into the choice's text: each token's offset is the previous one's plus
+// the length of the previous token's text, as vLLM computes them (vLLM counts characters, not
+// bytes: the two agree on ASCII text).
+func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, firstUnscored bool) int {
+	for i, lp := range lps {
 		tok := lp.Text
-		out.Tokens = append(out.Tokens, tok)
-		out.TokenLogprobs = append(out.TokenLogprobs, lp.Logprob)
-		top := map[string]float32{tok: lp.Logprob}
-		for _, t := range lp.Top {
-			top[t.Text] = t.Logprob
-		}
-		out.TopLogprobs = append(out.TopLogprobs, top)
-		out.TextOffset = append(out.TextOffset, offset)
+		c.Tokens = append(c.Tokens, tok)
+		c.TextOffset = append(c.TextOffset, offset)
 		offset += len(tok)
+		if i == 0 && firstUnscored {
+			c.TokenLogprobs = append(c.TokenLogprobs, nil)
+			c.TopLogprobs = append(c.TopLogprobs, nil)
+			continue
+		}
+		v := clampLogprob(lp.Logprob)
+		c.TokenLogprobs = append(c.TokenLogprobs, &v)
+		top := make(map[string]float32, len(lp.Top)+1)
+		top[tok] = v
+		for _, t := range lp.Top {
+			top[t.Text] = clampLogprob(t.Logprob)
+		}
+		c.TopLogprobs = append(c.TopLogprobs, top)
 	}
-	return out
+	return offset
+}
+
+// appendPrompt appends a prompt's logprobs (engine.Output.PromptLogprobs), whose texts spell the
+// decoded prompt, at offsets from 0; it returns the offset after them.
+//
+// Differences from vLLM, deliberate: vLLM decodes each prompt token on its own (so a BOS token shows
+// as "<s>", and a tokenizer's word-start marker may vanish), so its prompt tokens need not spell the
+// echoed text and its offsets drift from it; here the engine's pieces spell the decoded prompt
+// (special tokens empty unless skip_special_tokens is false), and the offsets index the echoed
+// text whenever it is that decoded prompt (always for a prompt of token ids; for a prompt string,
+// whenever it survives encoding and decoding unchanged).
+func (c *completionLogprobs) appendPrompt(lps []engine.Logprobs) int {
+	return c.appendTokens(lps, 0, true)
 }
 
 func bytesOf(s string) []int {
@@ -153,16 +195,28 @@ func chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatLogprob{}}
 	for _, lp := range lps {
 		tok := lp.Text
-		c := chatLogprob{chatTokenLogprob: chatTokenLogprob{Token: tok, Logprob: lp.Logprob, Bytes: bytesOf(tok)},
+		c := chatLogprob{chatTokenLogprob: chatTokenLogprob{Token: tok, Logprob: clampLogprob(lp.Logprob), Bytes: bytesOf(tok)},
 			TopLogprobs: []chatTokenLogprob{}}
 		for _, t := range lp.Top {
-			c.TopLogprobs = append(c.TopLogprobs, chatTokenLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: bytesOf(t.Text)})
+			c.TopLogprobs = append(c.TopLogprobs, chatTokenLogprob{Token: t.Text, Logprob: clampLogprob(t.Logprob), Bytes: bytesOf(t.Text)})
 		}
 		out.Content = append(out.Content, c)
 	}
 	return out
 }
 
+// handleCompletions serves POST /v1/completions.
+//
+// echo puts each prompt's text before its choices' text. With logprobs as well, the engine also
+// scores the prompt (engine.Request.PromptLogprobs) and each choice's logprobs cover the prompt's
+// tokens, then the generated ones, as in vLLM (serving_completion.py): the prompt's first entry is
+// null. The generated tokens' text offsets continue after the echoed text, in a stream too: vLLM's
+// continue after its prompt tokens' decoded lengths (the same where those spell the echoed text, see
+// appendPrompt), and in a stream its chunks after the first restart them after the generated text
+// alone, leaving the prompt out (its previous_text_lens), which misplaces them in the choice's text.
+// echo with max_tokens 0 returns the prompt alone (lm-eval-harness' loglikelihood requests
+// send max_tokens 1 and drop the last token themselves; max_tokens 0 asks the server to): like vLLM,
+// the engine still generates one token, which the response leaves out but its usage counts.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
 	if !s.readRequest(w, r, &req) {
@@ -173,6 +227,16 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	maxTokens := req.MaxTokens
+	// promptOnly: echo with max_tokens 0 runs one token and returns none (vLLM's
+	// echo_without_generation).
+	promptOnly := req.Echo && maxTokens != nil && *maxTokens == 0
+	if promptOnly {
+		one := 1
+		maxTokens = &one
+	} else if maxTokens != nil && *maxTokens == 0 {
+		s.fail(w, badRequest("max_tokens", "'max_tokens' 0 must be at least 1 (0 is allowed only with 'echo', to return the prompt alone)."))
+		return
+	}
 	base, n, aerr := req.common(&s.cfg, maxTokens, "max_tokens")
 	if aerr != nil {
 		s.fail(w, aerr)
@@ -183,11 +247,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, badRequest("logprobs", "'logprobs' %d must lie in [0, %d].", *req.Logprobs, DefaultMaxLogprobs))
 			return
 		}
-		if req.Echo {
-			s.fail(w, badRequest("echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed)."))
-			return
-		}
 		base.Logprobs, base.TopLogprobs = true, *req.Logprobs
+		base.PromptLogprobs = req.Echo
 	}
 	texts, ids, aerr := parsePrompt(req.Prompt)
 	if aerr != nil {
@@ -277,9 +338,17 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		resp.Usage = &u
 		for i, o := range outs {
 			p := jobs[i].prompt
-			ch := completionChoice{Index: i, Text: echo[p] + string(o.text), FinishReason: finishReason(o.reason)}
+			text, lps := string(o.text), o.logprobs
+			if promptOnly {
+				text, lps = "", nil
+			}
+			ch := completionChoice{Index: i, Text: echo[p] + text, FinishReason: finishReason(o.reason)}
 			if base.Logprobs {
-				ch.Logprobs = completionLogprobsOf(o.logprobs, len(echo[p]))
+				ch.Logprobs = newCompletionLogprobs()
+				if req.Echo {
+					ch.Logprobs.appendPrompt(o.promptLogprobs)
+				}
+				ch.Logprobs.appendTokens(lps, len(echo[p]), false)
 			}
 			resp.Choices = append(resp.Choices, ch)
 		}
@@ -289,15 +358,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	out := s.newSSE(w)
+	// offsets[c] is the text offset of choice c's next token; echoed[c] says whether its first
+	// chunk, which carries the echoed prompt, has been sent.
 	offsets := make([]int, len(jobs))
-	if req.Echo {
-		for i, j := range jobs {
-			chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
-			chunk.Choices = []completionChoice{{Index: i, Text: echo[j.prompt]}}
-			out.send(chunk)
-			offsets[i] = len(echo[j.prompt])
-		}
-	}
+	echoed := make([]bool, len(jobs))
 	var usageChunk func(u *usage) any
 	if includeUsage {
 		usageChunk = func(u *usage) any {
@@ -307,15 +371,34 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return chunk
 		}
 	}
-	ru.stream(out, len(jobs), promptLens, func(c int, o engine.Output) any {
-		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
-		ch := completionChoice{Index: c, Text: o.Text, FinishReason: finishReason(o.FinishReason)}
-		if base.Logprobs {
-			ch.Logprobs = completionLogprobsOf(o.Logprobs, offsets[c])
-			for _, t := range ch.Logprobs.Tokens {
-				offsets[c] += len(t)
-			}
+	ru.stream(out, len(jobs), promptLens, func(j *job, o engine.Output) any {
+		c := j.choice
+		text, lps := o.Text, o.Logprobs
+		if promptOnly {
+			text, lps = "", nil
 		}
+		ch := completionChoice{Index: c, FinishReason: finishReason(o.FinishReason)}
+		if base.Logprobs {
+			ch.Logprobs = newCompletionLogprobs()
+		}
+		// As in vLLM, a choice's first chunk carries the echoed prompt (and its logprobs) together
+		// with the first generated text: it goes with the output that brings the first token (which
+		// carries the prompt's logprobs), or with the last if none does.
+		if req.Echo && !echoed[c] && (len(o.TokenIDs) > 0 || o.Finished()) {
+			echoed[c] = true
+			ch.Text = echo[j.prompt]
+			if ch.Logprobs != nil {
+				ch.Logprobs.appendPrompt(o.PromptLogprobs)
+			}
+			offsets[c] = len(echo[j.prompt])
+		} else if text == "" && len(lps) == 0 && !o.Finished() {
+			return nil
+		}
+		ch.Text += text
+		if ch.Logprobs != nil {
+			offsets[c] = ch.Logprobs.appendTokens(lps, offsets[c], false)
+		}
+		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
 		chunk.Choices = []completionChoice{ch}
 		return chunk
 	}, usageChunk)
@@ -478,8 +561,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			return last
 		}
 	}
-	ru.stream(out, n, promptLens, func(c int, o engine.Output) any {
-		ch := chatChunkChoice{Index: c, FinishReason: finishReason(o.FinishReason)}
+	ru.stream(out, n, promptLens, func(j *job, o engine.Output) any {
+		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
+			return nil
+		}
+		ch := chatChunkChoice{Index: j.choice, FinishReason: finishReason(o.FinishReason)}
 		if o.Text != "" {
 			text := o.Text
 			ch.Delta.Content = &text

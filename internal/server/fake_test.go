@@ -48,7 +48,9 @@ func (byteTokenizer) Decode(ids []int32, skipSpecial bool) string {
 }
 
 // fakeEngine generates "abcd..." (one letter per token, cycling), max_tokens of them, two tokens
-// per output. With block set, streams wait for it to close (or for their request to be cancelled,
+// per output. Asked for prompt logprobs, it puts them on its first output as the engine does: the
+// first entry unscored, the others at -1.5 with TopLogprobs alternatives "A", "B"... at -1, -2...,
+// each text the token's piece of the decoded prompt (a special token's empty unless kept). With block set, streams wait for it to close (or for their request to be cancelled,
 // which finishes them with FinishAbort). With failPrompt set, the first request whose prompt (as
 // bytes) contains it finishes at once with FinishError, without waiting for block.
 type fakeEngine struct {
@@ -112,6 +114,9 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, fail bool,
 	}
 	for i := 0; i < n; i += 2 {
 		var o engine.Output
+		if i == 0 && req.PromptLogprobs {
+			o.PromptLogprobs = fakePromptLogprobs(req)
+		}
 		for k := i; k < min(n, i+2); k++ {
 			id := int32('a' + k%26)
 			o.TokenIDs = append(o.TokenIDs, id)
@@ -139,6 +144,22 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, fail bool,
 			return
 		}
 	}
+}
+
+// fakePromptLogprobs is fakeEngine's answer to Request.PromptLogprobs.
+func fakePromptLogprobs(req engine.Request) []engine.Logprobs {
+	out := make([]engine.Logprobs, len(req.PromptIDs))
+	for i, id := range req.PromptIDs {
+		lp := engine.Logprobs{TokenLogprob: engine.TokenLogprob{ID: id, Text: (byteTokenizer{}).Decode([]int32{id}, !req.KeepSpecialTokens)}}
+		if i > 0 {
+			lp.Logprob, lp.Rank = -1.5, 2
+			for t := range req.TopLogprobs {
+				lp.Top = append(lp.Top, engine.TokenLogprob{ID: int32('A' + t), Logprob: -1 - float32(t), Text: string(rune('A' + t))})
+			}
+		}
+		out[i] = lp
+	}
+	return out
 }
 
 func (f *fakeEngine) Stats() engine.Stats {

@@ -219,7 +219,10 @@ func FuzzCompletionsBody(f *testing.F) {
 		`{"model":"fuzz-model","prompt":["a","b"],"n":2,"max_tokens":3,"logprobs":2,"echo":false,"stop":["x","y"],"seed":3}`,
 		`{"prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true},"max_tokens":4}`,
 		`{"prompt":[[5,6],[7]],"echo":true,"max_tokens":2,"temperature":0.7,"top_p":0.9,"top_k":5,"min_p":0.1}`,
-		`{"prompt":"x","stop":"","stop_token_ids":[2],"ignore_eos":true,"min_tokens":1,"max_tokens":2,"skip_special_tokens":false}`)
+		`{"prompt":"x","stop":"","stop_token_ids":[2],"ignore_eos":true,"min_tokens":1,"max_tokens":2,"skip_special_tokens":false}`,
+		`{"prompt":[[5,6],[7]],"echo":true,"logprobs":1,"max_tokens":1,"temperature":0,"seed":1234}`,
+		`{"prompt":"func","echo":true,"logprobs":0,"max_tokens":3,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"prompt":"func","echo":true,"logprobs":2,"max_tokens":0}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/completions", body, 200, 400, 404, 413)

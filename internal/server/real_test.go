@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -91,6 +93,123 @@ func TestRealEngine(t *testing.T) {
 		}
 		if joined != text(a, 0) {
 			t.Errorf("logprob tokens %q do not spell the text %q", joined, text(a, 0))
+		}
+	})
+	// echo with logprobs needs the engine's prompt logprobs (engine.Request.PromptLogprobs).
+	checkEcho := func(t *testing.T, m map[string]any, raw string, choice, promptTokens, gen int) map[string]any {
+		t.Helper()
+		ch := m["choices"].([]any)[choice].(map[string]any)
+		lp, _ := ch["logprobs"].(map[string]any)
+		if lp == nil {
+			t.Fatalf("no logprobs: %s", raw)
+		}
+		tokens, lps, tops, offsets := lp["tokens"].([]any), lp["token_logprobs"].([]any), lp["top_logprobs"].([]any), lp["text_offset"].([]any)
+		n := promptTokens + gen
+		if len(tokens) != n || len(lps) != n || len(tops) != n || len(offsets) != n {
+			t.Fatalf("lengths %d %d %d %d, want %d prompt + %d generated tokens: %s", len(tokens), len(lps), len(tops), len(offsets), promptTokens, gen, raw)
+		}
+		if lps[0] != nil || tops[0] != nil {
+			t.Errorf("the first token's token_logprobs and top_logprobs are not null: %v %v", lps[0], tops[0])
+		}
+		joined := ""
+		for k := range n {
+			if int(offsets[k].(float64)) != len(joined) {
+				t.Errorf("text_offset[%d] %v, want %d", k, offsets[k], len(joined))
+			}
+			joined += tokens[k].(string)
+			if k > 0 {
+				v, top := lps[k].(float64), tops[k].(map[string]any)
+				if v > 0 || top[tokens[k].(string)] == nil {
+					t.Errorf("entry %d: logprob %v, top %v", k, v, top)
+				}
+			}
+		}
+		if joined != ch["text"] {
+			t.Errorf("tokens spell %q, not the text %q", joined, ch["text"])
+		}
+		return lp
+	}
+	t.Run("echo with logprobs", func(t *testing.T) {
+		status, m, raw := post(t, "/v1/completions", `{"prompt":"func main() {","max_tokens":4,"echo":true,"logprobs":2,"temperature":0,"ignore_eos":true}`)
+		if status != 200 {
+			t.Fatalf("%d %s", status, raw)
+		}
+		if !strings.HasPrefix(text(m, 0), "func main() {") {
+			t.Errorf("text %q does not start with the prompt", text(m, 0))
+		}
+		checkEcho(t, m, raw, 0, int(m["usage"].(map[string]any)["prompt_tokens"].(float64)), 4)
+	})
+	t.Run("echo with logprobs, lm-eval's loglikelihood request", func(t *testing.T) {
+		// lm-eval-harness' local-completions sends token ids with echo, logprobs 1 and max_tokens 1,
+		// and reads token_logprobs[ctxlen:-1].
+		_, tk, raw := post(t, "/tokenize", `{"prompt":"package main\n\nfunc main() {","add_special_tokens":false}`)
+		ids := tk["tokens"].([]any)
+		idsJSON, _ := json.Marshal(ids)
+		status, m, raw := post(t, "/v1/completions", `{"prompt":[`+string(idsJSON)+`,`+string(idsJSON)+`],"max_tokens":1,"echo":true,"logprobs":1,"temperature":0,"seed":1234}`)
+		if status != 200 || len(m["choices"].([]any)) != 2 {
+			t.Fatalf("%d %s", status, raw)
+		}
+		a := checkEcho(t, m, raw, 0, len(ids), 1)
+		b := checkEcho(t, m, raw, 1, len(ids), 1)
+		// Each scored prompt token's logprob against a greedy step over the tokens before it: the
+		// best alternative there is what the greedy step picks.
+		for _, k := range []int{1, len(ids) - 1} {
+			prefix, _ := json.Marshal(ids[:k])
+			_, g, graw := post(t, "/v1/completions", `{"prompt":`+string(prefix)+`,"max_tokens":1,"logprobs":1,"temperature":0}`)
+			greedy := g["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["token_logprobs"].([]any)[0].(float64)
+			best := math.Inf(-1)
+			for _, v := range a["top_logprobs"].([]any)[k].(map[string]any) {
+				best = math.Max(best, v.(float64))
+			}
+			if math.Abs(best-greedy) > 1e-2 {
+				t.Errorf("prompt position %d: best alternative %v, greedy step %v (%s)", k, best, greedy, graw)
+			}
+		}
+		if fmt.Sprint(a["token_logprobs"]) != fmt.Sprint(b["token_logprobs"]) {
+			t.Logf("the same prompt twice scored differently: %v vs %v", a["token_logprobs"], b["token_logprobs"])
+		}
+	})
+	t.Run("echo with logprobs, max_tokens 0", func(t *testing.T) {
+		status, m, raw := post(t, "/v1/completions", `{"prompt":"func main() {","max_tokens":0,"echo":true,"logprobs":0}`)
+		if status != 200 || text(m, 0) != "func main() {" {
+			t.Fatalf("%d %s", status, raw)
+		}
+		checkEcho(t, m, raw, 0, int(m["usage"].(map[string]any)["prompt_tokens"].(float64)), 0)
+	})
+	t.Run("echo with logprobs, streamed", func(t *testing.T) {
+		body := `{"prompt":"func main() {","max_tokens":6,"echo":true,"logprobs":1,"temperature":0,"ignore_eos":true}`
+		_, whole, _ := post(t, "/v1/completions", body)
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(strings.Replace(body, "{", `{"stream":true,`, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		streamed, first := "", ""
+		var tokens []any
+		for _, line := range strings.Split(string(data), "\n") {
+			payload, ok := strings.CutPrefix(line, "data: ")
+			if !ok || payload == "[DONE]" {
+				continue
+			}
+			var chunk map[string]any
+			if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
+				t.Fatalf("%v: %s", err, payload)
+			}
+			ch := chunk["choices"].([]any)[0].(map[string]any)
+			if first == "" {
+				first = ch["text"].(string)
+			}
+			streamed += ch["text"].(string)
+			tokens = append(tokens, ch["logprobs"].(map[string]any)["tokens"].([]any)...)
+		}
+		wantTokens := whole["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["tokens"].([]any)
+		spelt := ""
+		for _, tok := range tokens {
+			spelt += tok.(string)
+		}
+		if streamed != text(whole, 0) || !strings.HasPrefix(first, "func main() {") || spelt != streamed || fmt.Sprint(tokens) != fmt.Sprint(wantTokens) {
+			t.Errorf("streamed %q (first chunk %q), tokens %q; whole %q, tokens %q", streamed, first, tokens, text(whole, 0), wantTokens)
 		}
 	})
 	t.Run("chat stream", func(t *testing.T) {

@@ -273,8 +273,10 @@ type outcome struct {
 	text     []byte
 	ids      []int32
 	logprobs []engine.Logprobs
-	reason   engine.FinishReason
-	usage    engine.Usage
+	// promptLogprobs are the prompt's, when the request asked for them.
+	promptLogprobs []engine.Logprobs
+	reason         engine.FinishReason
+	usage          engine.Usage
 }
 
 // failure turns an event's error or FinishError into an API error.
@@ -312,6 +314,9 @@ func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiE
 		o.text = append(o.text, ev.out.Text...)
 		o.ids = append(o.ids, ev.out.TokenIDs...)
 		o.logprobs = append(o.logprobs, ev.out.Logprobs...)
+		if o.promptLogprobs == nil {
+			o.promptLogprobs = ev.out.PromptLogprobs
+		}
 		if ev.out.Finished() {
 			o.reason, o.usage = ev.out.FinishReason, ev.out.Usage
 		}
@@ -328,10 +333,11 @@ func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiE
 // stream drives a streaming response over choices choices to its end. It stops the run when the
 // client stops reading; answers the first failure with an error event and stops the run, sending no
 // other chunk after it (the other choices' aborts included, as vLLM's stream ends at its error);
-// records each choice's final usage; and sends, for every output with text, logprobs or a finish,
-// the chunk that chunk builds for it. Unless a failure was sent, it then sends usageChunk's chunk of
-// the total usage (when usageChunk is not nil), and always ends the stream with [DONE].
-func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(choice int, o engine.Output) any,
+// records each choice's final usage; and sends, for every other output, the chunk that chunk builds
+// for it (nil: none, for an output that brings nothing to show). Unless a failure was sent, it then
+// sends usageChunk's chunk of the total usage (when usageChunk is not nil), and always ends the
+// stream with [DONE].
+func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job, o engine.Output) any,
 	usageChunk func(u *usage) any) {
 	finals := make([]outcome, choices)
 	var streamErr *apiError
@@ -353,14 +359,13 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(choice
 			ru.abort()
 			continue
 		}
-		o, c := ev.out, ev.job.choice
+		o := ev.out
 		if o.Finished() {
-			finals[c].usage = o.Usage
+			finals[ev.job.choice].usage = o.Usage
 		}
-		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
-			continue
+		if c := chunk(ev.job, o); c != nil {
+			out.send(c)
 		}
-		out.send(chunk(c, o))
 	}
 	if streamErr == nil && usageChunk != nil {
 		u := totalUsage(promptLens, finals)

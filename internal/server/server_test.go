@@ -54,7 +54,7 @@ func TestErrors(t *testing.T) {
 		{"stop wrong type", "POST", "/v1/completions", `{"prompt":"a","stop":5}`, 400, "stop"},
 		{"too many stops", "POST", "/v1/completions", `{"prompt":"a","stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]}`, 400, "stop"},
 		{"logprobs range", "POST", "/v1/completions", `{"prompt":"a","logprobs":21}`, 400, "logprobs"},
-		{"echo with logprobs", "POST", "/v1/completions", `{"prompt":"a","logprobs":1,"echo":true}`, 400, "echo"},
+		{"max_tokens zero with echo and a min_tokens", "POST", "/v1/completions", `{"prompt":"a","echo":true,"max_tokens":0,"min_tokens":2}`, 400, "min_tokens"},
 		{"logit bias", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"1":5}}`, 400, "logit_bias"},
 		{"stream options without stream", "POST", "/v1/completions", `{"prompt":"a","stream_options":{"include_usage":true}}`, 400, "stream_options"},
 		{"unknown model", "POST", "/v1/completions", `{"model":"gpt-4","prompt":"a"}`, 404, "model"},
@@ -260,9 +260,12 @@ func TestCompletions(t *testing.T) {
 		var resp completionResponse
 		json.Unmarshal(body, &resp)
 		lp := resp.Choices[0].Logprobs
-		if lp == nil || strings.Join(lp.Tokens, "") != "abc" || len(lp.TokenLogprobs) != 3 || lp.TokenLogprobs[0] != -0.5 ||
+		if lp == nil || strings.Join(lp.Tokens, "") != "abc" || len(lp.TokenLogprobs) != 3 || lp.TokenLogprobs[0] == nil || *lp.TokenLogprobs[0] != -0.5 ||
 			len(lp.TopLogprobs) != 3 || len(lp.TopLogprobs[0]) != 3 || lp.TopLogprobs[0]["B"] != -2 || lp.TextOffset[2] != 2 {
 			t.Errorf("logprobs %s", body)
+		}
+		if f.lastRequest().PromptLogprobs {
+			t.Errorf("prompt logprobs asked without echo")
 		}
 	})
 }

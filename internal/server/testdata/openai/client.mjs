@@ -164,6 +164,22 @@ await check("logprobs", async () => {
 	assert(lp.tokens.length === 4 && lp.token_logprobs.length === 4 && lp.tokens.join("") === t.choices[0].text, JSON.stringify(lp));
 });
 
+await check("echo with logprobs", async () => {
+	// lm-eval-harness' loglikelihood request: the prompt's logprobs (null for its first token), then
+	// the one generated token's.
+	const prompt = "func main() {";
+	const r = await client.completions.create({ model, prompt, max_tokens: 1, logprobs: 1, echo: true, temperature: 0 });
+	const c = r.choices[0];
+	const lp = c.logprobs;
+	const n = r.usage.prompt_tokens + r.usage.completion_tokens;
+	assert(c.text.startsWith(prompt), `text ${JSON.stringify(c.text)} does not echo the prompt`);
+	assert(lp.token_logprobs[0] === null && lp.top_logprobs[0] === null, `first entry not null: ${JSON.stringify(lp)}`);
+	assert(lp.tokens.length === n && lp.token_logprobs.length === n && lp.top_logprobs.length === n && lp.text_offset.length === n,
+		`lengths ${lp.tokens.length} ${lp.token_logprobs.length} ${lp.top_logprobs.length} ${lp.text_offset.length}, want ${n}: ${JSON.stringify(lp)}`);
+	assert(lp.token_logprobs.slice(1).every((v) => typeof v === "number" && v <= 0), JSON.stringify(lp.token_logprobs));
+	assert(lp.text_offset[0] === 0 && lp.text_offset.every((o, i) => i === 0 || o >= lp.text_offset[i - 1]), JSON.stringify(lp.text_offset));
+});
+
 await check("error 401 wrong key", async () => {
 	const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: apiKey + "x", maxRetries: 0 });
 	const e = await expectStatus(401, () => bad.models.list());
