@@ -23,7 +23,7 @@
 // Sampling follows vLLM: penalties (repetition on prompt and output, presence and frequency on the
 // output), temperature, min-p, top-k, top-p, then a draw, so a seed gives the same tokens whatever else
 // shares the batch. Logprobs are those of the raw logits. Where the draw happens depends on the step:
-// when no sequence needing a token has penalties or logprobs, a PickModel picks on its device (the
+// when no sequence needing a token has penalties, logprobs or a logit bias, a PickModel picks on its device (the
 // argmax when all are greedy, else a filtered draw from a uniform derived from (seed, output index)) and
 // only token ids come back; otherwise the logits come to the host, requests without penalties draw with
 // the same (seed, output index) rule (model.SampleLogits, the CPU twin of the device kernel) and requests

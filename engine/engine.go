@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -51,8 +52,8 @@ type Model interface {
 // (model.Step.InputFrom): the engine queues decode step N+1 while step N runs and reads N's tokens
 // after, so the host's work between steps overlaps the device's (pipelined decode).
 //
-// The engine uses it for a step in which no sequence that needs a token has penalties or asks for
-// logprobs. Device draws take their uniform from a counter-based hash of the request's seed and output
+// The engine uses it for a step in which no sequence that needs a token has penalties or a logit bias
+// or asks for logprobs. Device draws take their uniform from a counter-based hash of the request's seed and output
 // index (model.SampleParams), and a penalty-free request sampled on the host (a step with logprobs or a
 // penalised neighbour) draws the same way (model.SampleLogits, the kernel's CPU twin): a seeded request
 // without penalties gives the same tokens whatever shares its batch and whichever path its steps take,
@@ -377,6 +378,11 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	if err := req.Sampling.validate(); err != nil {
 		return nil, bad("%v", err)
 	}
+	for t := range req.Sampling.LogitBias {
+		if t < 0 || int(t) >= e.vocab {
+			return nil, bad("logit_bias token %d is outside the vocabulary of %d", t, e.vocab)
+		}
+	}
 	if n >= e.maxLen {
 		return nil, fmt.Errorf("engine: request %s: %d prompt tokens leave no room to generate in a context of %d: %w",
 			id, n, e.maxLen, ErrPromptTooLong)
@@ -386,6 +392,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		maxTokens = min(maxTokens, req.MaxTokens)
 	}
 	req.PromptIDs = slices.Clone(req.PromptIDs)
+	req.Sampling.LogitBias = maps.Clone(req.Sampling.LogitBias)
 	req.Stop = slices.Clone(req.Stop)
 	req.ID = id
 

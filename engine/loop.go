@@ -363,9 +363,8 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 }
 
 // pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
-// parameters: nil when every sequence that needs a token is greedy without penalties or logprobs, else
-// one draw per logits row when none has penalties or logprobs. A draw under min_tokens (masksStops)
-// needs the host.
+// parameters: nil when every sequence that needs a token is greedy and draws on the device, else one
+// draw per logits row when all of them draw on the device (not drawsOnHost), and no prompt rows.
 func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
 	pm, ok := e.model.(PickModel)
 	if !ok || len(e.promptRows(b)) > 0 {
@@ -445,15 +444,14 @@ func outputIndex(c scheduler.Chunk) uint64 {
 }
 
 // allGreedy reports whether every sequence of b that needs a token would take the argmax of its
-// logits: greedy, no penalties, no logprobs.
+// logits: greedy, and not drawsOnHost.
 func (e *Engine) allGreedy(b *scheduler.Batch) bool {
 	for _, c := range b.Chunks {
 		if !c.NeedsLogits {
 			continue
 		}
 		r := e.live[c.Seq.ID()]
-		if r == nil || !r.sampler.params.greedy() || r.sampler.hasPenalties() || r.req.Logprobs ||
-			r.masksStops(outputIndex(c)) {
+		if r == nil || !r.sampler.params.greedy() || r.drawsOnHost(outputIndex(c)) {
 			return false
 		}
 	}
@@ -461,7 +459,7 @@ func (e *Engine) allGreedy(b *scheduler.Batch) bool {
 }
 
 // deviceSampling returns the model's sampling parameters for each logits row of b, in order, when
-// every sequence that needs a token can be sampled on the model's device: no penalties, no logprobs.
+// every sequence that needs a token can be sampled on the model's device (not drawsOnHost).
 // Each row's draw is named by the request's seed and the index of the output token being drawn.
 func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool) {
 	params := make([]model.SampleParams, 0, b.NumLogits)
@@ -470,12 +468,18 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 			continue
 		}
 		r := e.live[c.Seq.ID()]
-		if r == nil || r.sampler.hasPenalties() || r.req.Logprobs || r.masksStops(outputIndex(c)) {
+		if r == nil || r.drawsOnHost(outputIndex(c)) {
 			return nil, false
 		}
 		params = append(params, r.modelSampling(outputIndex(c)))
 	}
 	return params, len(params) == b.NumLogits
+}
+
+// drawsOnHost reports whether r's draw of output token step needs its logits on the host: penalties,
+// logprobs, a logit bias or min_tokens' mask (masksStops), none of which the device's pick applies.
+func (r *request) drawsOnHost(step uint64) bool {
+	return r.sampler.hasPenalties() || r.req.Logprobs || len(r.req.Sampling.LogitBias) > 0 || r.masksStops(step)
 }
 
 // masksStops reports whether r's draw of output token step must not pick a stop token (EOS, ignored
@@ -558,12 +562,17 @@ func sampleOne(j *sampleJob) {
 		return
 	}
 	logits := j.logits
-	if j.r.masksStops(j.step) {
+	if bias := j.r.req.Sampling.LogitBias; len(bias) > 0 || j.r.masksStops(j.step) {
 		// A copy: logprobs stay those of the model's logits (as with penalties).
 		logits = slices.Clone(logits)
-		for _, id := range j.r.minMasked {
-			if id >= 0 && int(id) < len(logits) {
-				logits[id] = float32(math.Inf(-1))
+		for id, b := range bias {
+			logits[id] += b
+		}
+		if j.r.masksStops(j.step) {
+			for _, id := range j.r.minMasked {
+				if id >= 0 && int(id) < len(logits) {
+					logits[id] = float32(math.Inf(-1))
+				}
 			}
 		}
 	}

@@ -16,8 +16,9 @@ const greedyEpsilon = 1e-5
 // no filters and no penalties; every "disabled" value below is also what the zero value holds, so a
 // caller fills only the fields it needs (engine.DefaultSampling gives the model folder's defaults).
 //
-// The order of operations is vLLM's: penalties on the raw logits, then temperature, then min-p, then
-// top-k, then top-p over what top-k kept, then a draw from the renormalised rest.
+// The order of operations is vLLM's: the logit bias (and min_tokens' mask) on the raw logits, then
+// penalties, then temperature, then min-p, then top-k, then top-p over what top-k kept, then a draw
+// from the renormalised rest.
 type SamplingParams struct {
 	// Temperature divides the logits; below 1e-5 (including 0) the choice is greedy (argmax, the
 	// lowest token id on ties). Must be >= 0.
@@ -39,6 +40,10 @@ type SamplingParams struct {
 	// FrequencyPenalty is subtracted from a token's logit once per occurrence in the output so far.
 	// Must lie in [-2, 2].
 	FrequencyPenalty float64
+	// LogitBias is added to the logits of its tokens before anything else (OpenAI's logit_bias,
+	// which clients send in [-100, 100]: -100 bans a token, 100 all but forces it). Logprobs stay
+	// those of the raw logits. Token ids must lie in the vocabulary, biases must be finite.
+	LogitBias map[int32]float32
 	// Seed, when set, makes the request's draws reproducible: the same seed, prompt and parameters
 	// give the same tokens whatever else shares the batch. When nil the engine picks a random seed.
 	Seed *uint64
@@ -64,6 +69,11 @@ func (p SamplingParams) validate() error {
 		return fmt.Errorf("presence_penalty %v must lie in [-2, 2]", p.PresencePenalty)
 	case math.IsNaN(p.FrequencyPenalty) || p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
 		return fmt.Errorf("frequency_penalty %v must lie in [-2, 2]", p.FrequencyPenalty)
+	}
+	for id, b := range p.LogitBias {
+		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 0) {
+			return fmt.Errorf("logit_bias of token %d is %v, not a finite number", id, b)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -357,6 +358,9 @@ func TestSamplingParamsValidate(t *testing.T) {
 		{"negative repetition", SamplingParams{RepetitionPenalty: -1}, false},
 		{"presence out of range", SamplingParams{PresencePenalty: 3}, false},
 		{"frequency out of range", SamplingParams{FrequencyPenalty: -2.5}, false},
+		{"logit bias", SamplingParams{LogitBias: map[int32]float32{3: -100, 4: 100}}, true},
+		{"NaN logit bias", SamplingParams{LogitBias: map[int32]float32{3: float32(math.NaN())}}, false},
+		{"infinite logit bias", SamplingParams{LogitBias: map[int32]float32{3: float32(math.Inf(-1))}}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -407,7 +411,7 @@ func TestDefaultSampling(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DefaultSampling(tc.g); got != tc.want {
+			if got := DefaultSampling(tc.g); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

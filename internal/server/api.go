@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/gollm/gollm/engine"
@@ -291,6 +292,31 @@ func checkMinTokens(minTokens, maxGen int) *apiError {
 	return nil
 }
 
+// maxLogitBias bounds a logit_bias value: OpenAI's documented range, to which vLLM clamps.
+const maxLogitBias = 100
+
+// parseLogitBias turns logit_bias (token id strings to numbers) into the engine's map: keys must be
+// token ids within the vocabulary (when vocab is known), values finite numbers, clamped to
+// [−100, 100] as vLLM clamps them.
+func parseLogitBias(raw map[string]any, vocab int) (map[int32]float32, *apiError) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	bias := make(map[int32]float32, len(raw))
+	for k, v := range raw {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 || (vocab > 0 && int(id) >= vocab) {
+			return nil, badRequest("logit_bias", "'logit_bias' key %q is not a token id of the vocabulary of %d.", k, vocab)
+		}
+		b, ok := v.(float64)
+		if !ok || math.IsNaN(b) || math.IsInf(b, 0) {
+			return nil, badRequest("logit_bias", "'logit_bias' value of token %d must be a number.", id)
+		}
+		bias[int32(id)] = float32(min(max(b, -maxLogitBias), maxLogitBias))
+	}
+	return bias, nil
+}
+
 // common validates the fields shared by both endpoints against the server's limits and returns
 // the engine request template (without prompt) and n.
 func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam string) (engine.Request, int, *apiError) {
@@ -304,9 +330,6 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 	}
 	if f.BestOf != nil && *f.BestOf != n {
 		return req, 0, badRequest("best_of", "'best_of' other than n is not supported.")
-	}
-	if len(f.LogitBias) > 0 {
-		return req, 0, badRequest("logit_bias", "'logit_bias' is not supported.")
 	}
 	if maxTokens != nil {
 		if *maxTokens < 1 {
@@ -354,6 +377,9 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 		return req, 0, err
 	}
 	req.Sampling = sp
+	if req.Sampling.LogitBias, err = parseLogitBias(f.LogitBias, cfg.VocabSize); err != nil {
+		return req, 0, err
+	}
 	if f.StreamOptions != nil && !f.Stream {
 		return req, 0, badRequest("stream_options", "'stream_options' is only allowed with 'stream': true.")
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -252,5 +253,34 @@ func TestLogprobFloor(t *testing.T) {
 	chat := chatLogprobsOf(lps[1:])
 	if chat.Content[0].Logprob != minLogprob || chat.Content[0].TopLogprobs[0].Logprob != minLogprob {
 		t.Errorf("chat logprobs %+v", chat.Content[0])
+	}
+}
+
+// TestLogitBiasRequest: logit_bias reaches the engine as token ids with their biases, clamped to
+// [−100, 100] as vLLM clamps them, from completions and chat alike; without it the engine gets none.
+func TestLogitBiasRequest(t *testing.T) {
+	f := &fakeEngine{maxLen: 64}
+	_, ts := newFakeServer(t, templateConfig(t), f)
+	tests := []struct {
+		name, path, body string
+		want             map[int32]float32
+	}{
+		{"completions", "/v1/completions", `{"prompt":"a","max_tokens":2,"logit_bias":{"5":3.5,"7":-250,"9":1e9}}`,
+			map[int32]float32{5: 3.5, 7: -100, 9: 100}},
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_tokens":2,"logit_bias":{"0":-100}}`,
+			map[int32]float32{0: -100}},
+		{"empty", "/v1/completions", `{"prompt":"a","max_tokens":2,"logit_bias":{}}`, nil},
+		{"absent", "/v1/completions", `{"prompt":"a","max_tokens":2}`, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := call(t, "POST", ts.URL+tc.path, "", tc.body)
+			if status != 200 {
+				t.Fatalf("%d %s", status, body)
+			}
+			if got := f.lastRequest().Sampling.LogitBias; !maps.Equal(got, tc.want) {
+				t.Errorf("engine logit bias %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -222,7 +222,8 @@ func FuzzCompletionsBody(f *testing.F) {
 		`{"prompt":"x","stop":"","stop_token_ids":[2],"ignore_eos":true,"min_tokens":1,"max_tokens":2,"skip_special_tokens":false}`,
 		`{"prompt":[[5,6],[7]],"echo":true,"logprobs":1,"max_tokens":1,"temperature":0,"seed":1234}`,
 		`{"prompt":"func","echo":true,"logprobs":0,"max_tokens":3,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
-		`{"prompt":"func","echo":true,"logprobs":2,"max_tokens":0}`)
+		`{"prompt":"func","echo":true,"logprobs":2,"max_tokens":0}`,
+		`{"prompt":"func","max_tokens":3,"temperature":1,"logit_bias":{"5":100,"6":-100,"7":2.5}}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/completions", body, 200, 400, 404, 413)

@@ -95,6 +95,23 @@ func TestRealEngine(t *testing.T) {
 			t.Errorf("logprob tokens %q do not spell the text %q", joined, text(a, 0))
 		}
 	})
+	t.Run("logit bias", func(t *testing.T) {
+		// A bias of 100 on one token makes every draw that token (greedy and sampled); the engine
+		// draws such a request on the host, where the bias applies.
+		_, tk, raw := post(t, "/tokenize", `{"prompt":"}","add_special_tokens":false}`)
+		ids := tk["tokens"].([]any)
+		if len(ids) != 1 {
+			t.Fatalf("\"}\" is not one token: %s", raw)
+		}
+		id := int(ids[0].(float64))
+		for _, temp := range []string{"0", "1"} {
+			body := fmt.Sprintf(`{"prompt":"func main() {","max_tokens":5,"temperature":%s,"seed":9,"ignore_eos":true,"logit_bias":{"%d":100}}`, temp, id)
+			status, m, raw := post(t, "/v1/completions", body)
+			if status != 200 || text(m, 0) != "}}}}}" {
+				t.Errorf("temperature %s: %d %q, want \"}}}}}\": %s", temp, status, text(m, 0), raw)
+			}
+		}
+	})
 	// echo with logprobs needs the engine's prompt logprobs (engine.Request.PromptLogprobs).
 	checkEcho := func(t *testing.T, m map[string]any, raw string, choice, promptTokens, gen int) map[string]any {
 		t.Helper()
