@@ -22,7 +22,7 @@ import (
 func BenchmarkCUDADecodeVariants(b *testing.B) {
 	k, t := benchTimer(b)
 	for _, s := range variantShapes {
-		in, err := newVariantInputs(k, s, false)
+		in, err := newVariantInputs(k, s, pagesRandom)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -195,7 +195,51 @@ type variantInputs struct {
 func (in *variantInputs) alloc(n int64) (cuda.DevicePtr, error) { return in.bufs.Alloc(n) }
 func (in *variantInputs) free()                                 { _ = in.bufs.Free() }
 
-func newVariantInputs(k *CUDAKernels, s variantShape, sequential bool) (*variantInputs, error) {
+// pageOrder is how newVariantInputs lays a copy's pages (each sequence's logical pages, sequences one
+// after another) over the pool.
+type pageOrder int
+
+const (
+	pagesRandom     pageOrder = iota // a random permutation of the copy's pages (the grid's)
+	pagesSequential                  // in order: a contiguous cache's layout
+	pagesLocal                       // in order by 2 MiB window, permuted within each window
+	pagesWindows                     // windows of 2 MiB in a random order, pages in order within each
+)
+
+func (o pageOrder) String() string {
+	return [...]string{"random", "sequential", "local", "windows"}[o]
+}
+
+// pagePermutation returns where each of n pages of pageBytes goes under order o.
+func pagePermutation(rng *rand.Rand, n int, pageBytes int64, o pageOrder) []int {
+	perm := rng.Perm(n)
+	if o == pagesRandom {
+		return perm
+	}
+	for i := range perm {
+		perm[i] = i
+	}
+	w := int(max(1, (2<<20)/pageBytes)) // pages a 2 MiB window holds
+	switch o {
+	case pagesLocal:
+		for lo := 0; lo < n; lo += w {
+			win := perm[lo:min(n, lo+w)]
+			rng.Shuffle(len(win), func(i, j int) { win[i], win[j] = win[j], win[i] })
+		}
+	case pagesWindows:
+		order := rng.Perm((n + w - 1) / w)
+		out := perm[:0:0]
+		for _, win := range order {
+			for p := win * w; p < min(n, (win+1)*w); p++ {
+				out = append(out, p)
+			}
+		}
+		perm = out
+	}
+	return perm
+}
+
+func newVariantInputs(k *CUDAKernels, s variantShape, order pageOrder) (*variantInputs, error) {
 	const pageSize = 16
 	dev := k.Device()
 	in := &variantInputs{bufs: dev.NewBuffers()}
@@ -248,12 +292,7 @@ func newVariantInputs(k *CUDAKernels, s variantShape, sequential bool) (*variant
 	}
 	qBytes := int64(s.batch * s.hq * s.headDim * 2)
 	for c := range in.copies {
-		perm := rng.Perm(int(pages))
-		if sequential {
-			for i := range perm {
-				perm[i] = i
-			}
-		}
+		perm := pagePermutation(rng, int(pages), page, order)
 		table := make([]int32, len(perm))
 		for i, p := range perm {
 			table[i] = int32(int64(c)*pages + int64(p))
@@ -332,7 +371,7 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 		{"llama3", 1, 8192, 32, 8, 128, false}, {"llama70b", 4, 2048, 64, 8, 128, false},
 		{"mqa", 16, 4096, 32, 1, 128, false},
 	} {
-		in, err := newVariantInputs(k, s, false)
+		in, err := newVariantInputs(k, s, pagesRandom)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -392,9 +431,11 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 }
 
 // BenchmarkCUDADecodePages times the plan's call on the grid's shapes of at least 256 MB with the pages
-// of every copy permuted (the grid's way, and a serving engine's after a while) and in order (each
-// sequence's pages one contiguous run, as a contiguous cache would lay them out), alternating twice, with
-// the spin: how much of the gap to contiguous SDPA the page order explains. Run it with -test.benchtime=1x.
+// of every copy permuted (the grid's way, and a serving engine's after a while), in order (each
+// sequence's pages one contiguous run, as a contiguous cache would lay them out), permuted within 2 MiB
+// windows only, and by whole windows in a random order (see pageOrder), alternating twice, with the spin:
+// how much of the gap to contiguous SDPA the page order explains, and whether it is the locality within
+// a 2 MiB page of the GPU's address translation. Run it with -test.benchtime=1x.
 func BenchmarkCUDADecodePages(b *testing.B) {
 	k, t := benchTimer(b)
 	for _, s := range []variantShape{
@@ -408,12 +449,12 @@ func BenchmarkCUDADecodePages(b *testing.B) {
 		{"llama3", 1, 131072, 32, 8, 128, false},
 	} {
 		for round := range 2 {
-			for _, seq := range []bool{false, true} {
-				in, err := newVariantInputs(k, s, seq)
+			for _, order := range []pageOrder{pagesRandom, pagesSequential, pagesLocal, pagesWindows} {
+				in, err := newVariantInputs(k, s, order)
 				if err != nil {
 					b.Fatal(err)
 				}
-				reportUS(b, t, fmt.Sprintf("%s_b%d_ctx%d/sequential=%v/r%d", s.name, s.batch, s.ctx, seq, round), in.copies,
+				reportUS(b, t, fmt.Sprintf("%s_b%d_ctx%d/pages=%v/r%d", s.name, s.batch, s.ctx, order, round), in.copies,
 					func(c int) error {
 						_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 						return err
@@ -437,7 +478,7 @@ func BenchmarkCUDASplitPartitions(b *testing.B) {
 		{"smollm135", 1, 2500, 9, 3, 64, false}, {"smollm135", 1, 8192, 9, 3, 64, false},
 		{"smollm360", 1, 8192, 15, 5, 64, false}, {"smollm360", 1, 5000, 15, 5, 64, false},
 	} {
-		in, err := newVariantInputs(k, s, false)
+		in, err := newVariantInputs(k, s, pagesRandom)
 		if err != nil {
 			b.Fatal(err)
 		}
