@@ -129,6 +129,9 @@ func (c *client) samplingFields(rng *rand.Rand, maxTokens int) map[string]any {
 		m["presence_penalty"] = rng.Float64()
 		m["repetition_penalty"] = 1 + rng.Float64()/2
 	}
+	if rng.IntN(8) == 0 { // a ban and a push: the request draws on the host
+		m["logit_bias"] = map[string]float64{fmt.Sprint(10 + rng.IntN(4000)): -100, fmt.Sprint(10 + rng.IntN(4000)): 5}
+	}
 	return m
 }
 
@@ -153,7 +156,7 @@ func (c *client) completion(ctx context.Context, rng *rand.Rand, maxTokens int, 
 	if rng.IntN(4) == 0 {
 		body["logprobs"] = rng.IntN(6)
 	}
-	if rng.IntN(6) == 0 && body["logprobs"] == nil {
+	if rng.IntN(6) == 0 { // with logprobs, the prompt's logprobs too
 		body["echo"] = true
 	}
 	if stream {
