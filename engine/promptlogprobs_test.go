@@ -315,3 +315,45 @@ func bytesOf(s string) []int32 {
 	}
 	return ids
 }
+
+// TestPromptLogprobsTextIsLinear: the prompt logprobs' text pieces (request.promptLogprobs, run on the
+// step loop with the first token) must cost the prompt's length, whatever the prompt holds. The
+// detokenizer emits nothing while its window decodes to nothing new (skipped special tokens) or ends
+// in an incomplete character (a run of byte tokens that is not UTF-8), and then decodes the whole
+// growing window again at every token (and at every alternative's peek): quadratic in the prompt,
+// which a client controls up to the model's context (a prompt of token ids), while every other
+// request waits for the loop. 8000 tokens must not allocate more per token than ordinary text does
+// many times over.
+func TestPromptLogprobsTextIsLinear(t *testing.T) {
+	const n = 8000
+	tests := []struct {
+		name string
+		tok  int32
+	}{
+		{"text", 'a'},
+		{"bytes that are not UTF-8", 0x80},
+		{"skipped special tokens", 257},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newCountingModel(300, n+10, 16, n/16+4)
+			e := newEngine(t, m, Config{MaxNumBatchedTokens: 8192, MaxPromptLogitRows: 8192})
+			var first Output
+			got := allocatedBytes(func() {
+				s, err := e.Add(context.Background(), Request{PromptIDs: slices.Repeat([]int32{tc.tok}, n), MaxTokens: 1,
+					PromptLogprobs: true, TopLogprobs: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				first, _, _ = firstOutputs(t, s)
+			})
+			if len(first.PromptLogprobs) != n {
+				t.Fatalf("%d prompt logprobs for %d tokens", len(first.PromptLogprobs), n)
+			}
+			if perToken := got / n; perToken > 8<<10 {
+				t.Errorf("%d bytes allocated per prompt token over %d tokens: quadratic in the prompt's length", perToken, n)
+			}
+			t.Logf("%d bytes allocated per prompt token", got/n)
+		})
+	}
+}

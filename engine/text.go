@@ -22,6 +22,14 @@ const promptContextTokens = 5
 // character (see promptContext); vLLM's FastIncrementalDetokenizer looks as far back.
 const maxPromptContextTokens = 23
 
+// maxHeldTokens bounds the tokens a detokenizer holds back: a run that completes no character (skipped
+// special tokens, byte tokens that are not UTF-8) is emitted as it decodes once it is this long, so that
+// each token decodes a window of bounded length; else every token of the run would decode the whole run
+// again, quadratic in a prompt (prompt logprobs' texts) that a client controls. A UTF-8 character spans
+// at most 4 byte tokens. The price, for runs of invalid bytes only: a decoder that turns each maximal
+// invalid run into one U+FFFD (HF's ByteFallback) gives one per emitted piece of the run instead.
+const maxHeldTokens = 8
+
 // detokenizer turns generated tokens into text deltas the way vLLM does: it decodes a short window of
 // ids twice, with and without the newest tokens, and emits the difference once it no longer ends
 // in an incomplete character (U+FFFD). That keeps multi-byte characters split across byte tokens
@@ -90,7 +98,8 @@ func (d *detokenizer) emit(final bool) string {
 	}
 	before := d.tok.Decode(d.ids[d.prefix:d.read], d.skipSpecial)
 	after := d.tok.Decode(d.ids[d.prefix:], d.skipSpecial)
-	if !final && (len(after) <= len(before) || strings.HasSuffix(after, string(utf8.RuneError))) {
+	if !final && (len(after) <= len(before) || strings.HasSuffix(after, string(utf8.RuneError))) &&
+		len(d.ids)-d.read < maxHeldTokens {
 		return "" // nothing new yet, or a character still incomplete: wait for more tokens
 	}
 	// after normally extends before; if the window's first character changed (a character of the

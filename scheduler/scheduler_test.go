@@ -573,3 +573,51 @@ func TestPromptLogitsSkipPrefixCache(t *testing.T) {
 	}
 	checkNoLeak(t, pool)
 }
+
+// TestPromptLogitsRecomputeAfterFirstToken: once a sequence with Limits.PromptLogits has its first
+// output token, its prompt's logits have been read (the engine hands the prompt logprobs over with
+// that token and reads no prompt rows again: engine.request.prompt), so the recompute after a
+// preemption needs none of them. It should be planned like any recompute: from its prefix-cache
+// hits, in one chunk within the token budget, leaving MaxPromptLogitRows to a sequence that does want
+// its prompt's logits. Here sequence 2 (prompt logits, 1 output token) is preempted while sequence 1
+// finishes, which leaves all of sequence 2's full blocks in the cache; sequence 3 (prompt logits)
+// arrives behind it.
+func TestPromptLogitsRecomputeAfterFirstToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		prefix bool
+		want   string // the step that readmits sequence 2
+	}{
+		{"prefix cache", true, "p2:8+1* p3:0+2"},
+		{"no prefix cache", false, "p2:0+9* p3:0+2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 8, BlockSize: 2, PrefixCaching: tc.prefix},
+				Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MaxPromptLogitRows: 2})
+			mustAdd(t, s, 1, iota32(2, 10), Limits{MaxTokens: 7})
+			seq2 := mustAdd(t, s, 2, iota32(4, 100), Limits{MaxTokens: 12, PromptLogits: true})
+			for seq2.NumPreemptions() == 0 {
+				if !s.HasUnfinished() || seq2.Finished() {
+					t.Fatal("sequence 2 was never preempted: the test does not test what it claims")
+				}
+				step(t, s, modelSample)
+			}
+			if seq2.NumOutputTokens() == 0 || s.NumRunning() != 0 || seq2.Status() != StatusWaiting {
+				t.Fatalf("setup: %v preempted with %d output tokens, %d running", seq2, seq2.NumOutputTokens(), s.NumRunning())
+			}
+			if cached := pool.Stats().CachedBlocks; tc.prefix && cached != pool.NumBlocks() {
+				t.Fatalf("setup: %d blocks cached after the preemption, want all %d", cached, pool.NumBlocks())
+			}
+			mustAdd(t, s, 3, iota32(3, 200), Limits{MaxTokens: 1, PromptLogits: true})
+			if got, _ := step(t, s, modelSample); got != tc.want {
+				t.Errorf("readmission of %v after its first token: %q, want %q "+
+					"(its recompute needs no prompt logits: no MaxPromptLogitRows cap, prefix-cache hits allowed)", seq2, got, tc.want)
+			}
+			for s.HasUnfinished() {
+				step(t, s, modelSample)
+			}
+			checkNoLeak(t, pool)
+		})
+	}
+}

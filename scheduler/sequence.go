@@ -68,9 +68,11 @@ type Limits struct {
 	// StopTokenIDs finish the sequence with FinishStop when sampled (the token is kept in the
 	// output). Typically the model's EOS ids; empty to ignore EOS.
 	StopTokenIDs []int32
-	// PromptLogits says the engine wants the logits of every prompt position (prompt logprobs): the
-	// sequence takes no prefix-cache hits (kvcache.Pool.AllocateUncached), and its prefill chunks
-	// stay within the step's Config.MaxPromptLogitRows.
+	// PromptLogits says the engine wants the logits of every prompt position (prompt logprobs): until
+	// its first output token (after which the engine has read them, and a recompute after a
+	// preemption is planned like any other) the sequence takes no prefix-cache hits
+	// (kvcache.Pool.AllocateUncached), and its prefill chunks stay within the step's
+	// Config.MaxPromptLogitRows.
 	PromptLogits bool
 }
 
@@ -187,4 +189,10 @@ func (s *Sequence) dropPlaceholder() {
 // isStop reports whether tok stops the sequence at its current output length.
 func (s *Sequence) isStop(tok int32) bool {
 	return s.NumOutputTokens() >= s.limits.MinTokens && slices.Contains(s.limits.StopTokenIDs, tok)
+}
+
+// wantsPromptLogits reports whether the sequence's prompt logits are still wanted: Limits.PromptLogits
+// and no output token yet.
+func (s *Sequence) wantsPromptLogits() bool {
+	return s.limits.PromptLogits && len(s.tokens)-s.numAhead == s.numPrompt
 }

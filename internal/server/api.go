@@ -296,7 +296,7 @@ func checkMinTokens(minTokens, maxGen int) *apiError {
 const maxLogitBias = 100
 
 // parseLogitBias turns logit_bias (token id strings to numbers) into the engine's map: keys must be
-// token ids within the vocabulary (when vocab is known), values finite numbers, clamped to
+// token ids within the vocabulary (when vocab is known), each named once, values finite numbers, clamped to
 // [−100, 100] as vLLM clamps them.
 func parseLogitBias(raw map[string]any, vocab int) (map[int32]float32, *apiError) {
 	if len(raw) == 0 {
@@ -311,6 +311,9 @@ func parseLogitBias(raw map[string]any, vocab int) (map[int32]float32, *apiError
 		b, ok := v.(float64)
 		if !ok || math.IsNaN(b) || math.IsInf(b, 0) {
 			return nil, badRequest("logit_bias", "'logit_bias' value of token %d must be a number.", id)
+		}
+		if _, dup := bias[int32(id)]; dup { // "5" and "05": which one would win is not defined
+			return nil, badRequest("logit_bias", "'logit_bias' names token %d twice.", id)
 		}
 		bias[int32(id)] = float32(min(max(b, -maxLogitBias), maxLogitBias))
 	}

@@ -58,6 +58,7 @@ func TestErrors(t *testing.T) {
 		{"logit bias key not a token", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"a":5}}`, 400, "logit_bias"},
 		{"logit bias key outside the vocabulary", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"258":5}}`, 400, "logit_bias"},
 		{"logit bias negative key", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"-1":5}}`, 400, "logit_bias"},
+		{"logit bias token twice", "POST", "/v1/completions", `{"prompt":"a","logit_bias":{"5":1,"05":-1}}`, 400, "logit_bias"},
 		{"logit bias value not a number", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"logit_bias":{"5":"x"}}`, 400, "logit_bias"},
 		{"stream options without stream", "POST", "/v1/completions", `{"prompt":"a","stream_options":{"include_usage":true}}`, 400, "stream_options"},
 		{"unknown model", "POST", "/v1/completions", `{"model":"gpt-4","prompt":"a"}`, 404, "model"},
