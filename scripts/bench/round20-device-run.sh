@@ -48,4 +48,5 @@ if has decode; then
 fi
 date -u | tee -a "$out/summary.txt"
 # `run` returns at most 8 files: pack everything but the summary.
-(cd "$out" && tar -czf results.tar.gz --exclude summary.txt --exclude results.tar.gz . && find . -type f ! -name summary.txt ! -name results.tar.gz -delete)
+tmp=$(mktemp) && tar -C "$out" -czf "$tmp" --exclude summary.txt . && find "$out" -type f ! -name summary.txt -delete &&
+	mv "$tmp" "$out/results.tar.gz"
