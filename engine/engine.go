@@ -125,11 +125,12 @@ type Request struct {
 	Logprobs    bool
 	TopLogprobs int
 	// PromptLogprobs asks for the log-probability of every prompt token given the tokens before it,
-	// with TopLogprobs alternatives each (vLLM's prompt_logprobs; what the completions API's echo
-	// with logprobs returns), in the request's first Output. Every prompt position's logits are then
-	// needed: the request takes no prefix-cache hits (its blocks still join the cache), and its
+	// with PromptTopLogprobs alternatives each (vLLM's prompt_logprobs; what the completions API's
+	// echo with logprobs returns), in the request's first Output. Every prompt position's logits are
+	// then needed: the request takes no prefix-cache hits (its blocks still join the cache), and its
 	// prompt runs with its logits on the host, in chunks within Config.MaxPromptLogitRows.
-	PromptLogprobs bool
+	PromptLogprobs    bool
+	PromptTopLogprobs int
 	// KeepSpecialTokens puts the text of special tokens into Output.Text (they are skipped by
 	// default, as in vLLM's skip_special_tokens).
 	KeepSpecialTokens bool
@@ -364,6 +365,8 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		return nil, bad("min tokens %d is negative", req.MinTokens)
 	case req.TopLogprobs < 0:
 		return nil, bad("top logprobs %d is negative", req.TopLogprobs)
+	case req.PromptTopLogprobs < 0:
+		return nil, bad("prompt top logprobs %d is negative", req.PromptTopLogprobs)
 	}
 	for i, t := range req.PromptIDs {
 		if t < 0 || int(t) >= e.vocab {

@@ -408,7 +408,7 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 	e.parallel(len(prompt), e.vocab, func(i int) {
 		p := prompt[i]
 		r := p.r
-		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.TopLogprobs)
+		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
 	})
 	return sampled, nil
 }

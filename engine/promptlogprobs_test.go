@@ -116,7 +116,7 @@ func checkPromptLogprobsHF(t *testing.T, m Model, path string) {
 	collect(t, warm)
 	var streams []*Stream
 	for _, p := range hf.Prompts {
-		s, err := e.Add(context.Background(), Request{PromptIDs: p.PromptIDs, MaxTokens: 2, PromptLogprobs: true, TopLogprobs: hf.Top})
+		s, err := e.Add(context.Background(), Request{PromptIDs: p.PromptIDs, MaxTokens: 2, PromptLogprobs: true, PromptTopLogprobs: hf.Top})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func TestPromptLogprobsCases(t *testing.T) {
 				others = append(others, s)
 			}
 			s, err := e.Add(context.Background(), Request{PromptIDs: tc.prompt, MaxTokens: 20, PromptLogprobs: true,
-				TopLogprobs: tc.top, KeepSpecialTokens: tc.keepSpec, Sampling: SamplingParams{Temperature: 0}})
+				PromptTopLogprobs: tc.top, KeepSpecialTokens: tc.keepSpec, Sampling: SamplingParams{Temperature: 0}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +341,7 @@ func TestPromptLogprobsTextIsLinear(t *testing.T) {
 			var first Output
 			got := allocatedBytes(func() {
 				s, err := e.Add(context.Background(), Request{PromptIDs: slices.Repeat([]int32{tc.tok}, n), MaxTokens: 1,
-					PromptLogprobs: true, TopLogprobs: 1})
+					PromptLogprobs: true, PromptTopLogprobs: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -356,4 +356,26 @@ func TestPromptLogprobsTextIsLinear(t *testing.T) {
 			t.Logf("%d bytes allocated per prompt token", got/n)
 		})
 	}
+}
+
+// TestPromptTopLogprobsApart: the prompt's alternatives (PromptTopLogprobs) and the generated tokens'
+// (TopLogprobs) are counted apart, as vLLM's prompt_logprobs and logprobs are.
+func TestPromptTopLogprobsApart(t *testing.T) {
+	m := loadTinyModel(t, writeTinyModel(t, 5), 64, 8)
+	e := newEngine(t, m, Config{})
+	s, err := e.Add(context.Background(), Request{PromptIDs: bytesOf("package main"), MaxTokens: 1,
+		Logprobs: true, TopLogprobs: 4, PromptLogprobs: true, PromptTopLogprobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := firstOutputs(t, s)
+	if len(first.Logprobs) != 1 || len(first.Logprobs[0].Top) != 4 {
+		t.Fatalf("generated logprobs %+v, want one with 4 alternatives", first.Logprobs)
+	}
+	for i, lp := range first.PromptLogprobs[1:] {
+		if len(lp.Top) != 2 {
+			t.Errorf("prompt entry %d: %d alternatives, want 2", i+1, len(lp.Top))
+		}
+	}
+	closeAndCheckPool(t, e)
 }

@@ -47,7 +47,7 @@ type Output struct {
 	// asked for them (Request.PromptLogprobs): one entry per prompt token, in order. The first entry
 	// has only ID and Text, since no earlier token gives it a probability (the API's null); each
 	// other has the token's log-probability given the tokens before it, its rank and the
-	// TopLogprobs alternatives. Text is the token's piece of the decoded prompt (skipping special
+	// PromptTopLogprobs alternatives. Text is the token's piece of the decoded prompt (skipping special
 	// tokens unless KeepSpecialTokens), so the pieces spell the prompt as Logprobs' spell the output.
 	PromptLogprobs []Logprobs
 	// FinishReason is set on the request's last Output, and only there.

@@ -248,7 +248,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		base.Logprobs, base.TopLogprobs = true, *req.Logprobs
-		base.PromptLogprobs = req.Echo
+		base.PromptLogprobs, base.PromptTopLogprobs = req.Echo, *req.Logprobs
 	}
 	texts, ids, aerr := parsePrompt(req.Prompt)
 	if aerr != nil {

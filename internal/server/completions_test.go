@@ -113,7 +113,7 @@ func TestCompletionEchoLogprobs(t *testing.T) {
 					t.Fatalf("%d %s", status, raw)
 				}
 				for _, r := range f.requests {
-					if !r.PromptLogprobs || !r.Logprobs || r.TopLogprobs != tc.top || (tc.gen == 0 && r.MaxTokens != 1) {
+					if !r.PromptLogprobs || !r.Logprobs || r.TopLogprobs != tc.top || r.PromptTopLogprobs != tc.top || (tc.gen == 0 && r.MaxTokens != 1) {
 						t.Errorf("engine request: prompt logprobs %v, logprobs %v, top %d, max tokens %d", r.PromptLogprobs, r.Logprobs, r.TopLogprobs, r.MaxTokens)
 					}
 				}
@@ -239,7 +239,7 @@ func TestMaxTokensZero(t *testing.T) {
 // TestLogprobFloor: -Inf (a token the model rules out) is sent as vLLM's -9999, which JSON can carry.
 func TestLogprobFloor(t *testing.T) {
 	inf := float32(math.Inf(-1))
-	lps := fakePromptLogprobs(engine.Request{PromptIDs: []int32{104, 105}, TopLogprobs: 1})
+	lps := fakePromptLogprobs(engine.Request{PromptIDs: []int32{104, 105}, PromptTopLogprobs: 1})
 	lps[1].Logprob, lps[1].Top[0].Logprob = inf, inf
 	lp := newCompletionLogprobs()
 	lp.appendPrompt(lps)

@@ -153,7 +153,7 @@ func fakePromptLogprobs(req engine.Request) []engine.Logprobs {
 		lp := engine.Logprobs{TokenLogprob: engine.TokenLogprob{ID: id, Text: (byteTokenizer{}).Decode([]int32{id}, !req.KeepSpecialTokens)}}
 		if i > 0 {
 			lp.Logprob, lp.Rank = -1.5, 2
-			for t := range req.TopLogprobs {
+			for t := range req.PromptTopLogprobs {
 				lp.Top = append(lp.Top, engine.TokenLogprob{ID: int32('A' + t), Logprob: -1 - float32(t), Text: string(rune('A' + t))})
 			}
 		}
