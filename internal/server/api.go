@@ -38,6 +38,9 @@ type samplingFields struct {
 	LogitBias         map[string]any `json:"logit_bias"`
 	SkipSpecialTokens *bool          `json:"skip_special_tokens"`
 	BestOf            *int           `json:"best_of"`
+	// PromptLogprobs is vLLM's extension: the number of alternatives per prompt token of the
+	// response's prompt_logprobs.
+	PromptLogprobs *int `json:"prompt_logprobs"`
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -386,5 +389,36 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 	if f.StreamOptions != nil && !f.Stream {
 		return req, 0, badRequest("stream_options", "'stream_options' is only allowed with 'stream': true.")
 	}
+	if err := f.checkPromptLogprobs(); err != nil {
+		return req, 0, err
+	}
+	if f.wantPromptLogprobs() {
+		req.PromptLogprobs, req.PromptTopLogprobs = true, *f.PromptLogprobs
+	}
 	return req, n, nil
 }
+
+// checkPromptLogprobs checks prompt_logprobs as vLLM's check_logprobs does (a count of at least 0;
+// with stream only 0, since a stream carries no prompt_logprobs) and caps it as vLLM caps it at
+// its max_logprobs. vLLM's -1, the whole vocabulary, is refused: it would return vocabulary-sized
+// objects for every prompt token.
+func (f *samplingFields) checkPromptLogprobs() *apiError {
+	if f.PromptLogprobs == nil {
+		return nil
+	}
+	k := *f.PromptLogprobs
+	switch {
+	case k == -1:
+		return badRequest("prompt_logprobs", "'prompt_logprobs' -1 (the whole vocabulary) is not supported; it must lie in [0, %d].", DefaultMaxLogprobs)
+	case k < 0 || k > DefaultMaxLogprobs:
+		return badRequest("prompt_logprobs", "'prompt_logprobs' %d must lie in [0, %d].", k, DefaultMaxLogprobs)
+	case k > 0 && f.Stream:
+		return badRequest("prompt_logprobs", "'prompt_logprobs' is not available with 'stream': true.")
+	}
+	return nil
+}
+
+// wantPromptLogprobs reports whether the response carries prompt_logprobs: the request asks for
+// them, and not in a stream (vLLM's streamed chunks have no such field, and accept prompt_logprobs
+// 0 only to ignore it).
+func (f *samplingFields) wantPromptLogprobs() bool { return f.PromptLogprobs != nil && !f.Stream }

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gollm/gollm/engine"
@@ -27,6 +30,9 @@ type completionChoice struct {
 	Text         string              `json:"text"`
 	Logprobs     *completionLogprobs `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
+	// PromptLogprobs is vLLM's prompt_logprobs, sent when the request asks for them (vLLM sends
+	// null otherwise; leaving it out keeps OpenAI's shape).
+	PromptLogprobs []promptPosition `json:"prompt_logprobs,omitempty"`
 }
 
 type completionResponse struct {
@@ -72,6 +78,9 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   usage        `json:"usage"`
+	// PromptLogprobs is vLLM's prompt_logprobs, of the one prompt all choices share: at the top
+	// level, as in vLLM's ChatCompletionResponse.
+	PromptLogprobs []promptPosition `json:"prompt_logprobs,omitempty"`
 }
 
 type chatDelta struct {
@@ -133,21 +142,120 @@ const minLogprob = -9999
 // clampLogprob applies minLogprob.
 func clampLogprob(lp float32) float32 { return max(lp, minLogprob) }
 
+// promptLogprob is one token of a prompt position in vLLM's prompt_logprobs (its Logprob, whose
+// JSON has all three fields).
+type promptLogprob struct {
+	Logprob      float32 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
+}
+
+// promptToken is a token of a prompt position and its promptLogprob.
+type promptToken struct {
+	ID int32
+	promptLogprob
+}
+
+// promptPosition is one entry of prompt_logprobs: a JSON object keyed by token id (as a string),
+// holding the prompt's token, then its alternatives best first, each token once, in vLLM's order
+// (its dict puts the prompt token first). nil is JSON null, the prompt's first position.
+type promptPosition []promptToken
+
+// MarshalJSON writes the object with its keys in order.
+func (p promptPosition) MarshalJSON() ([]byte, error) {
+	if p == nil {
+		return []byte("null"), nil
+	}
+	b := []byte{'{'}
+	for i, t := range p {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = strconv.AppendInt(b, int64(t.ID), 10)
+		b = append(b, '"', ':')
+		v, err := jsonMarshal(t.promptLogprob)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, v...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, keeping the keys' order (for clients and tests).
+func (p *promptPosition) UnmarshalJSON(data []byte) error {
+	if string(bytes.TrimSpace(data)) == "null" {
+		*p = nil
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("prompt_logprobs entry is not an object or null: %s", data)
+	}
+	out := promptPosition{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		id, err := strconv.ParseInt(tok.(string), 10, 32)
+		if err != nil {
+			return fmt.Errorf("prompt_logprobs key %q is not a token id", tok)
+		}
+		t := promptToken{ID: int32(id)}
+		if err := dec.Decode(&t.promptLogprob); err != nil {
+			return err
+		}
+		out = append(out, t)
+	}
+	*p = out
+	return nil
+}
+
+// promptLogprobsOf turns the engine's prompt logprobs into prompt_logprobs: null for the first
+// token, which nothing scores; then, for each other token, the token with its logprob and rank, and
+// its alternatives, ranked 1, 2... by their order (as vLLM ranks them), all with the -9999 floor. The
+// prompt's token keeps its own entry when it is also an alternative (its rank is then the same). A
+// decoded_token is the engine's text: for the prompt's token its piece of the decoded prompt
+// (special tokens empty unless skip_special_tokens is false; see appendPrompt), for an alternative
+// the text it would have added there. nil in, nil out.
+func promptLogprobsOf(lps []engine.Logprobs) []promptPosition {
+	if lps == nil {
+		return nil
+	}
+	out := make([]promptPosition, len(lps))
+	for i, lp := range lps {
+		if i == 0 {
+			continue
+		}
+		pos := make(promptPosition, 0, len(lp.Top)+1)
+		pos = append(pos, promptToken{ID: lp.ID, promptLogprob: promptLogprob{Logprob: clampLogprob(lp.Logprob), Rank: lp.Rank, DecodedToken: lp.Text}})
+		for r, t := range lp.Top {
+			if t.ID != lp.ID {
+				pos = append(pos, promptToken{ID: t.ID, promptLogprob: promptLogprob{Logprob: clampLogprob(t.Logprob), Rank: r + 1, DecodedToken: t.Text}})
+			}
+		}
+		out[i] = pos
+	}
+	return out
+}
+
 // newCompletionLogprobs returns empty lists (not nulls), to which the append methods add tokens.
 func newCompletionLogprobs() *completionLogprobs {
 	return &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 }
 
 // appendTokens appends the entries of engine logprobs lps, the first of them at text offset offset,
-// and returns the offset after the last. Each top_logprobs map holds the token itself and its
-// alternatives, keyed by text (logprobs=N gives N+1 entries at most, as in OpenAI's API and vLLM;
-// logprobs=0 the token alone). With firstUnscored, the first entry is the prompt's first token,
+// and returns the offset after the last. Each top_logprobs map holds the token itself and its first
+// maxTop alternatives, keyed by text (logprobs=N gives N+1 entries at most, as in OpenAI's API and
+// vLLM; logprobs=0 the token alone). With firstUnscored, the first entry is the prompt's first token,
 // which no earlier token scores: its logprob and top_logprobs are null, as in vLLM.
 //
 // Offsets are byte offsets into the choice's text: each token's offset is the previous one's plus
 // the length of the previous token's text, as vLLM computes them (vLLM counts characters, not
 // bytes: the two agree on ASCII text).
-func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, firstUnscored bool) int {
+func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, firstUnscored bool, maxTop int) int {
 	for i, lp := range lps {
 		tok := lp.Text
 		c.Tokens = append(c.Tokens, tok)
@@ -160,9 +268,10 @@ func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, fir
 		}
 		v := clampLogprob(lp.Logprob)
 		c.TokenLogprobs = append(c.TokenLogprobs, &v)
-		top := make(map[string]float32, len(lp.Top)+1)
+		alts := lp.Top[:min(len(lp.Top), max(maxTop, 0))]
+		top := make(map[string]float32, len(alts)+1)
 		top[tok] = v
-		for _, t := range lp.Top {
+		for _, t := range alts {
 			top[t.Text] = clampLogprob(t.Logprob)
 		}
 		c.TopLogprobs = append(c.TopLogprobs, top)
@@ -171,7 +280,9 @@ func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, fir
 }
 
 // appendPrompt appends a prompt's logprobs (engine.Output.PromptLogprobs), whose texts spell the
-// decoded prompt, at offsets from 0; it returns the offset after them.
+// decoded prompt, at offsets from 0, each with at most maxTop alternatives (the request's logprobs:
+// prompt_logprobs may have asked the engine for more, which vLLM's echo also cuts to logprobs+1
+// entries); it returns the offset after them.
 //
 // Differences from vLLM, deliberate: vLLM decodes each prompt token on its own (so a BOS token shows
 // as "<s>", and a tokenizer's word-start marker may vanish), so its prompt tokens need not spell the
@@ -179,8 +290,8 @@ func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, fir
 // (special tokens empty unless skip_special_tokens is false), and the offsets index the echoed
 // text whenever it is that decoded prompt (always for a prompt of token ids; for a prompt string,
 // whenever it survives encoding and decoding unchanged).
-func (c *completionLogprobs) appendPrompt(lps []engine.Logprobs) int {
-	return c.appendTokens(lps, 0, true)
+func (c *completionLogprobs) appendPrompt(lps []engine.Logprobs, maxTop int) int {
+	return c.appendTokens(lps, 0, true, maxTop)
 }
 
 func bytesOf(s string) []int {
@@ -217,6 +328,11 @@ func chatLogprobsOf(lps []engine.Logprobs) *chatLogprobs {
 // echo with max_tokens 0 returns the prompt alone (lm-eval-harness' loglikelihood requests
 // send max_tokens 1 and drop the last token themselves; max_tokens 0 asks the server to): like vLLM,
 // the engine still generates one token, which the response leaves out but its usage counts.
+//
+// vLLM's prompt_logprobs=K gives each choice its prompt's "prompt_logprobs" (see promptLogprobsOf),
+// not in a stream (which accepts only K = 0, as vLLM's, and ignores it). With echo and logprobs, K
+// (when given) also sets the engine's alternatives per prompt token, as in vLLM, though the echoed
+// top_logprobs maps still hold at most logprobs of them.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
 	if !s.readRequest(w, r, &req) {
@@ -248,8 +364,20 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		base.Logprobs, base.TopLogprobs = true, *req.Logprobs
-		base.PromptLogprobs, base.PromptTopLogprobs = req.Echo, *req.Logprobs
+		if req.Echo {
+			// As vLLM: echo's prompt logprobs have prompt_logprobs alternatives when it is given
+			// (common set those), else logprobs.
+			base.PromptLogprobs = true
+			if req.PromptLogprobs == nil {
+				base.PromptTopLogprobs = *req.Logprobs
+			}
+		}
 	}
+	// echoLogprobs: every choice shows its prompt's logprobs in its logprobs. Otherwise only
+	// prompt_logprobs asks for them, which the first choice of each prompt computes for all (the
+	// others then may reuse its prompt's cached blocks).
+	echoLogprobs := req.Echo && base.Logprobs
+	withPromptLogprobs := req.wantPromptLogprobs()
 	texts, ids, aerr := parsePrompt(req.Prompt)
 	if aerr != nil {
 		s.fail(w, aerr)
@@ -297,6 +425,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			rq.Sampling = seeded(base.Sampling, c)
+			rq.PromptLogprobs = base.PromptLogprobs && (echoLogprobs || c == 0)
 			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
 		}
 	}
@@ -336,6 +465,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		resp := head
 		u := totalUsage(promptLens, outs)
 		resp.Usage = &u
+		var promptLPs []promptPosition // of the current prompt
 		for i, o := range outs {
 			p := jobs[i].prompt
 			text, lps := string(o.text), o.logprobs
@@ -346,9 +476,15 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			if base.Logprobs {
 				ch.Logprobs = newCompletionLogprobs()
 				if req.Echo {
-					ch.Logprobs.appendPrompt(o.promptLogprobs)
+					ch.Logprobs.appendPrompt(o.promptLogprobs, base.TopLogprobs)
 				}
-				ch.Logprobs.appendTokens(lps, len(echo[p]), false)
+				ch.Logprobs.appendTokens(lps, len(echo[p]), false, base.TopLogprobs)
+			}
+			if withPromptLogprobs {
+				if i%n == 0 { // the prompt's first choice, which computed them
+					promptLPs = promptLogprobsOf(o.promptLogprobs)
+				}
+				ch.PromptLogprobs = promptLPs
 			}
 			resp.Choices = append(resp.Choices, ch)
 		}
@@ -388,7 +524,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			echoed[c] = true
 			ch.Text = echo[j.prompt]
 			if ch.Logprobs != nil {
-				ch.Logprobs.appendPrompt(o.PromptLogprobs)
+				ch.Logprobs.appendPrompt(o.PromptLogprobs, base.TopLogprobs)
 			}
 			offsets[c] = len(echo[j.prompt])
 		} else if text == "" && len(lps) == 0 && !o.Finished() {
@@ -396,7 +532,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		ch.Text += text
 		if ch.Logprobs != nil {
-			offsets[c] = ch.Logprobs.appendTokens(lps, offsets[c], false)
+			offsets[c] = ch.Logprobs.appendTokens(lps, offsets[c], false, base.TopLogprobs)
 		}
 		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
 		chunk.Choices = []completionChoice{ch}
@@ -438,6 +574,9 @@ func (s *Server) renderChat(req *chatRequest) (string, *apiError) {
 	return text, nil
 }
 
+// handleChat serves POST /v1/chat/completions. vLLM's prompt_logprobs=K puts the rendered
+// conversation's "prompt_logprobs" at the top level of the response (see promptLogprobsOf), as
+// vLLM's does; not in a stream (which accepts only K = 0, as vLLM's, and ignores it).
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	if !s.readRequest(w, r, &req) {
@@ -505,6 +644,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		rq := base
 		rq.PromptIDs = promptIDs
 		rq.Sampling = seeded(base.Sampling, c)
+		// The first choice computes prompt_logprobs for all: the others may then reuse its
+		// prompt's cached blocks.
+		rq.PromptLogprobs = base.PromptLogprobs && c == 0
 		jobs[c] = &job{choice: c, req: rq}
 	}
 
@@ -530,6 +672,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
 			Usage: totalUsage(promptLens, outs)}
+		if req.wantPromptLogprobs() {
+			resp.PromptLogprobs = promptLogprobsOf(outs[0].promptLogprobs)
+		}
 		for i, o := range outs {
 			ch := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: string(o.text)},
 				FinishReason: finishReason(o.reason)}

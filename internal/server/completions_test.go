@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -242,7 +243,7 @@ func TestLogprobFloor(t *testing.T) {
 	lps := fakePromptLogprobs(engine.Request{PromptIDs: []int32{104, 105}, PromptTopLogprobs: 1})
 	lps[1].Logprob, lps[1].Top[0].Logprob = inf, inf
 	lp := newCompletionLogprobs()
-	lp.appendPrompt(lps)
+	lp.appendPrompt(lps, 1)
 	data, err := json.Marshal(lp)
 	if err != nil {
 		t.Fatal(err)
@@ -282,5 +283,145 @@ func TestLogitBiasRequest(t *testing.T) {
 				t.Errorf("engine logit bias %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPromptLogprobs checks vLLM's prompt_logprobs over the fake engine (each prompt token at -1.5,
+// rank 2; alternatives "A", "B"... at -1, -2..., ranked 1, 2...), on both endpoints: which engine
+// requests ask for prompt logprobs and with how many alternatives (the first choice of each prompt
+// computes them for all unless echo with logprobs needs them in every choice; with echo and logprobs
+// prompt_logprobs, when given, sets the alternatives); each completion choice (the chat response, at
+// its top level) carries one entry per prompt token, null first, then the prompt's token before its
+// alternatives, each token once; echo's top_logprobs maps keep at most logprobs alternatives; a
+// stream (prompt_logprobs 0 only) carries none.
+func TestPromptLogprobs(t *testing.T) {
+	chat := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name, path, body string
+		ask              []bool // per engine request (one per choice), whether it asks for prompt logprobs
+		top              int    // the alternatives those ask for
+		lists            bool   // whether the response has prompt_logprobs
+		echoAlts         int    // alternatives in echo's prompt top_logprobs maps; -1: no echo logprobs
+	}{
+		{"completions", "/v1/completions", `"prompt":[104,105,33],"max_tokens":2,"prompt_logprobs":2`, []bool{true}, 2, true, -1},
+		{"0: the prompt's tokens alone", "/v1/completions", `"prompt":"hi","max_tokens":2,"prompt_logprobs":0`, []bool{true}, 0, true, -1},
+		{"the cap", "/v1/completions", `"prompt":"hi","max_tokens":1,"prompt_logprobs":20`, []bool{true}, 20, true, -1},
+		{"n=2, two prompts: each prompt's first choice computes them", "/v1/completions",
+			`"prompt":[[104,105],[121,111,117]],"n":2,"max_tokens":1,"prompt_logprobs":1`, []bool{true, false, true, false}, 1, true, -1},
+		{"the prompt's token among the alternatives", "/v1/completions", `"prompt":[104,65,66],"max_tokens":1,"prompt_logprobs":3`, []bool{true}, 3, true, -1},
+		{"special tokens kept", "/v1/completions", `"prompt":[104,256,105],"max_tokens":1,"prompt_logprobs":1,"skip_special_tokens":false`, []bool{true}, 1, true, -1},
+		{"with logprobs, without echo", "/v1/completions", `"prompt":"hi","max_tokens":2,"logprobs":3,"prompt_logprobs":1`, []bool{true}, 1, true, -1},
+		{"echo with logprobs, more prompt_logprobs", "/v1/completions", `"prompt":"hi","echo":true,"logprobs":1,"max_tokens":2,"prompt_logprobs":3`, []bool{true}, 3, true, 1},
+		{"echo with logprobs, fewer prompt_logprobs", "/v1/completions", `"prompt":"hi","echo":true,"logprobs":3,"max_tokens":2,"prompt_logprobs":1`, []bool{true}, 1, true, 1},
+		{"echo with logprobs, no prompt_logprobs", "/v1/completions", `"prompt":"hi","echo":true,"logprobs":2,"max_tokens":2`, []bool{true}, 2, false, 2},
+		{"echo with logprobs, n=2: every choice computes them", "/v1/completions",
+			`"prompt":"hi","n":2,"echo":true,"logprobs":1,"max_tokens":2,"prompt_logprobs":2`, []bool{true, true}, 2, true, 1},
+		{"echo, max_tokens 0", "/v1/completions", `"prompt":"hi","echo":true,"max_tokens":0,"prompt_logprobs":1`, []bool{true}, 1, true, -1},
+		{"stream, 0: ignored", "/v1/completions", `"prompt":"hi","stream":true,"max_tokens":2,"prompt_logprobs":0`, []bool{false}, 0, false, -1},
+		{"stream, echo with logprobs, 0", "/v1/completions", `"prompt":"hi","stream":true,"echo":true,"logprobs":2,"max_tokens":2,"prompt_logprobs":0`, []bool{true}, 0, false, 0},
+		{"chat", "/v1/chat/completions", chat + `,"max_tokens":2,"prompt_logprobs":2`, []bool{true}, 2, true, -1},
+		{"chat, n=2: the first choice computes them", "/v1/chat/completions", chat + `,"n":2,"max_tokens":2,"prompt_logprobs":0`, []bool{true, false}, 0, true, -1},
+		{"chat, stream, 0: ignored", "/v1/chat/completions", chat + `,"stream":true,"max_tokens":2,"prompt_logprobs":0`, []bool{false}, 0, false, -1},
+		{"chat, logprobs without prompt_logprobs", "/v1/chat/completions", chat + `,"max_tokens":2,"logprobs":true,"top_logprobs":2`, []bool{false}, 0, false, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeEngine{maxLen: 64}
+			_, ts := newFakeServer(t, templateConfig(t), f)
+			status, _, raw := call(t, "POST", ts.URL+tc.path, "", "{"+tc.body+"}")
+			if status != 200 {
+				t.Fatalf("%d %s", status, raw)
+			}
+			if len(f.requests) != len(tc.ask) {
+				t.Fatalf("%d engine requests, want %d", len(f.requests), len(tc.ask))
+			}
+			for i, r := range f.requests {
+				if r.PromptLogprobs != tc.ask[i] || (r.PromptLogprobs && r.PromptTopLogprobs != tc.top) {
+					t.Errorf("engine request %d: prompt logprobs %v with %d alternatives, want %v with %d", i, r.PromptLogprobs, r.PromptTopLogprobs, tc.ask[i], tc.top)
+				}
+			}
+			stream := strings.Contains(tc.body, `"stream":true`)
+			if stream {
+				if strings.Contains(string(raw), "prompt_logprobs") {
+					t.Errorf("a stream with prompt_logprobs: %s", raw)
+				}
+			} else if got := strings.Count(string(raw), `"prompt_logprobs":`); tc.lists && got != len(tc.ask) && tc.path == "/v1/completions" ||
+				tc.lists && got != 1 && tc.path == "/v1/chat/completions" || !tc.lists && got != 0 {
+				t.Errorf("%d prompt_logprobs lists: %s", got, raw)
+			}
+			keep := strings.Contains(tc.body, `"skip_special_tokens":false`)
+			switch {
+			case tc.path == "/v1/chat/completions" && tc.lists:
+				var resp chatResponse
+				if err := json.Unmarshal(raw, &resp); err != nil {
+					t.Fatalf("%v: %s", err, raw)
+				}
+				checkPromptLogprobs(t, resp.PromptLogprobs, f.requests[0].PromptIDs, tc.top, keep)
+			case tc.path == "/v1/completions" && tc.lists:
+				var resp completionResponse
+				if err := json.Unmarshal(raw, &resp); err != nil {
+					t.Fatalf("%v: %s", err, raw)
+				}
+				for i, c := range resp.Choices {
+					checkPromptLogprobs(t, c.PromptLogprobs, f.requests[i].PromptIDs, tc.top, keep)
+				}
+			}
+			if tc.echoAlts < 0 {
+				return
+			}
+			choices, _ := gatherCompletion(t, raw, stream)
+			for i, c := range choices {
+				for k := 1; k < len(f.requests[i].PromptIDs); k++ {
+					if top := c.logprobs.TopLogprobs[k]; len(top) != tc.echoAlts+1 {
+						t.Errorf("choice %d: echo's top_logprobs[%d] %v, want the token and %d alternatives", i, k, top, tc.echoAlts)
+					}
+				}
+			}
+		})
+	}
+}
+
+// checkPromptLogprobs checks a prompt_logprobs list against the fake engine's prompt logprobs for
+// prompt ids with k alternatives.
+func checkPromptLogprobs(t *testing.T, got []promptPosition, ids []int32, k int, keepSpecial bool) {
+	t.Helper()
+	if len(got) != len(ids) || got[0] != nil {
+		t.Fatalf("prompt_logprobs %v, want %d entries, null first", got, len(ids))
+	}
+	for j := 1; j < len(ids); j++ {
+		want := promptPosition{{ID: ids[j], promptLogprob: promptLogprob{Logprob: -1.5, Rank: 2, DecodedToken: (byteTokenizer{}).Decode(ids[j:j+1], !keepSpecial)}}}
+		for r := range k {
+			if id := int32('A' + r); id != ids[j] {
+				want = append(want, promptToken{ID: id, promptLogprob: promptLogprob{Logprob: -1 - float32(r), Rank: r + 1, DecodedToken: string(rune(id))}})
+			}
+		}
+		if !slices.Equal(got[j], want) {
+			t.Errorf("prompt_logprobs[%d] %+v, want %+v", j, got[j], want)
+		}
+	}
+}
+
+// TestPromptLogprobsJSON: prompt_logprobs as vLLM writes them: null, then objects keyed by token id,
+// the prompt's token first, each value with logprob, rank and decoded_token; -Inf as -9999.
+func TestPromptLogprobsJSON(t *testing.T) {
+	lps := fakePromptLogprobs(engine.Request{PromptIDs: []int32{104, 105}, PromptTopLogprobs: 2})
+	lps[1].Top[1].Logprob = float32(math.Inf(-1))
+	data, err := json.Marshal(promptLogprobsOf(lps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[null,{"105":{"logprob":-1.5,"rank":2,"decoded_token":"i"},"65":{"logprob":-1,"rank":1,"decoded_token":"A"},"66":{"logprob":-9999,"rank":2,"decoded_token":"B"}}]`
+	if string(data) != want {
+		t.Errorf("got  %s\nwant %s", data, want)
+	}
+	var back []promptPosition
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := json.Marshal(back); string(again) != want {
+		t.Errorf("round trip: %s", again)
+	}
+	if promptLogprobsOf(nil) != nil {
+		t.Errorf("no prompt logprobs must give none (the field left out)")
 	}
 }

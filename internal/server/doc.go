@@ -6,7 +6,8 @@
 // Completions follow vLLM's OpenAI server where OpenAI leaves room: echo with logprobs returns the
 // prompt's logprobs (the engine's prompt logprobs; the first token's are null) before the generated
 // tokens', a streamed echo carries the prompt in each choice's first chunk with its first generated
-// text, and echo with max_tokens 0 returns the prompt alone.
+// text, and echo with max_tokens 0 returns the prompt alone. Both endpoints take vLLM's
+// prompt_logprobs extension (not in a stream), and return vLLM's "prompt_logprobs" lists.
 //
 // It owns HTTP concerns only: routing, authentication, limits, admission (429 when the queue is
 // full), streaming, client disconnects (which cancel the engine request), graceful shutdown and

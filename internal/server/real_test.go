@@ -186,6 +186,100 @@ func TestRealEngine(t *testing.T) {
 			t.Logf("the same prompt twice scored differently: %v vs %v", a["token_logprobs"], b["token_logprobs"])
 		}
 	})
+	t.Run("prompt_logprobs", func(t *testing.T) {
+		// vLLM's prompt_logprobs of a prompt against the echo+logprobs token_logprobs of the same
+		// prompt (the engine's prompt logprobs both): one entry per prompt token, null first; each
+		// object holds the prompt's token, first, with the same logprob and text, and its k
+		// alternatives ranked 1..k, best first.
+		_, tk, raw := post(t, "/tokenize", `{"prompt":"package main\n\nfunc main() {","add_special_tokens":false}`)
+		ids := tk["tokens"].([]any)
+		idsJSON, _ := json.Marshal(ids)
+		const k = 3
+		status, m, raw := post(t, "/v1/completions", `{"prompt":`+string(idsJSON)+`,"max_tokens":1,"temperature":0,"prompt_logprobs":`+fmt.Sprint(k)+`}`)
+		if status != 200 {
+			t.Fatalf("%d %s", status, raw)
+		}
+		ch := m["choices"].([]any)[0].(map[string]any)
+		if ch["logprobs"] != nil {
+			t.Errorf("logprobs without asking: %v", ch["logprobs"])
+		}
+		pl, _ := ch["prompt_logprobs"].([]any)
+		_, e, eraw := post(t, "/v1/completions", `{"prompt":`+string(idsJSON)+`,"max_tokens":1,"echo":true,"logprobs":1,"temperature":0}`)
+		echo := checkEcho(t, e, eraw, 0, len(ids), 1)
+		if len(pl) != len(ids) || pl[0] != nil {
+			t.Fatalf("prompt_logprobs of %d entries (want %d, null first): %s", len(pl), len(ids), raw)
+		}
+		// The prompt's token comes first in each object: decode keeping the order.
+		var ordered struct {
+			Choices []struct {
+				PromptLogprobs []json.RawMessage `json:"prompt_logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(raw), &ordered); err != nil {
+			t.Fatal(err)
+		}
+		for j := 1; j < len(ids); j++ {
+			id := fmt.Sprint(int(ids[j].(float64)))
+			pos := pl[j].(map[string]any)
+			tok, _ := pos[id].(map[string]any)
+			if tok == nil {
+				t.Errorf("prompt_logprobs[%d] %v lacks the prompt's token %s", j, pos, id)
+				continue
+			}
+			if !strings.HasPrefix(string(ordered.Choices[0].PromptLogprobs[j]), `{"`+id+`":`) {
+				t.Errorf("prompt_logprobs[%d] does not start with the prompt's token %s: %s", j, id, ordered.Choices[0].PromptLogprobs[j])
+			}
+			lp, rank := tok["logprob"].(float64), int(tok["rank"].(float64))
+			if want := echo["token_logprobs"].([]any)[j].(float64); math.Abs(lp-want) > 1e-3 {
+				t.Errorf("prompt token %d: prompt_logprobs %v, echo's token_logprobs %v", j, lp, want)
+			}
+			if want := echo["tokens"].([]any)[j]; tok["decoded_token"] != want {
+				t.Errorf("prompt token %d: decoded_token %q, echo's token %q", j, tok["decoded_token"], want)
+			}
+			if rank < 1 || len(pos) != k+1 && !(rank <= k && len(pos) == k) {
+				t.Errorf("prompt token %d: rank %d, %d entries (k=%d): %v", j, rank, len(pos), k, pos)
+			}
+			ranks := map[int]float64{}
+			for key, v := range pos {
+				v := v.(map[string]any)
+				if key != id || rank <= k {
+					ranks[int(v["rank"].(float64))] = v["logprob"].(float64)
+				}
+				if _, ok := v["decoded_token"].(string); !ok || v["logprob"].(float64) > 0 {
+					t.Errorf("prompt token %d: entry %s %v", j, key, v)
+				}
+			}
+			for r := 1; r <= k; r++ {
+				if _, ok := ranks[r]; !ok || r > 1 && ranks[r] > ranks[r-1] {
+					t.Errorf("prompt token %d: alternatives' ranks and logprobs %v, want 1..%d descending", j, ranks, k)
+					break
+				}
+			}
+			if ranks[1] < lp-1e-6 {
+				t.Errorf("prompt token %d: the best alternative %v is below the token's %v", j, ranks[1], lp)
+			}
+		}
+	})
+	t.Run("prompt_logprobs, chat", func(t *testing.T) {
+		status, m, raw := post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"A loop"}],"max_tokens":2,"n":2,"prompt_logprobs":1}`)
+		if status != 200 {
+			t.Fatalf("%d %s", status, raw)
+		}
+		pl, _ := m["prompt_logprobs"].([]any)
+		if n := int(m["usage"].(map[string]any)["prompt_tokens"].(float64)); len(pl) != n || pl[0] != nil {
+			t.Fatalf("prompt_logprobs of %d entries, want %d, null first: %s", len(pl), n, raw)
+		}
+		for j := 1; j < len(pl); j++ {
+			if pos := pl[j].(map[string]any); len(pos) < 1 || len(pos) > 2 {
+				t.Errorf("prompt_logprobs[%d] %v", j, pos)
+			}
+		}
+		for _, c := range m["choices"].([]any) {
+			if _, ok := c.(map[string]any)["prompt_logprobs"]; ok {
+				t.Errorf("a chat choice with prompt_logprobs: %s", raw)
+			}
+		}
+	})
 	t.Run("echo with logprobs, max_tokens 0", func(t *testing.T) {
 		status, m, raw := post(t, "/v1/completions", `{"prompt":"func main() {","max_tokens":0,"echo":true,"logprobs":0}`)
 		if status != 200 || text(m, 0) != "func main() {" {

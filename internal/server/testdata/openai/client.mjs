@@ -180,6 +180,29 @@ await check("echo with logprobs", async () => {
 	assert(lp.text_offset[0] === 0 && lp.text_offset.every((o, i) => i === 0 || o >= lp.text_offset[i - 1]), JSON.stringify(lp.text_offset));
 });
 
+await check("prompt_logprobs (vLLM's extension, sent as an extra body field)", async () => {
+	// The SDK sends properties it does not know in the body as they are, and leaves those of the
+	// response in place. Each prompt token's entry holds the token (and the echo's logprob for it).
+	const prompt = "func main() {";
+	const r = await client.completions.create({ model, prompt, max_tokens: 1, temperature: 0, prompt_logprobs: 2 });
+	const pl = r.choices[0].prompt_logprobs;
+	const e = await client.completions.create({ model, prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 1 });
+	const lp = e.choices[0].logprobs;
+	assert(Array.isArray(pl) && pl.length === r.usage.prompt_tokens && pl[0] === null, `prompt_logprobs ${JSON.stringify(pl)}`);
+	for (let j = 1; j < pl.length; j++) {
+		const entries = Object.entries(pl[j]);
+		assert(entries.length >= 2 && entries.length <= 3 && entries.every(([id, v]) => /^\d+$/.test(id) && v.logprob <= 0 && v.rank >= 1 && typeof v.decoded_token === "string"),
+			`prompt_logprobs[${j}] ${JSON.stringify(pl[j])}`);
+		assert(entries.some(([, v]) => v.decoded_token === lp.tokens[j] && Math.abs(v.logprob - lp.token_logprobs[j]) < 1e-3),
+			`prompt_logprobs[${j}] ${JSON.stringify(pl[j])} lacks the echo's token ${JSON.stringify(lp.tokens[j])} at ${lp.token_logprobs[j]}`);
+	}
+	const c = await client.chat.completions.create({ model, max_tokens: 2, prompt_logprobs: 0, messages: [{ role: "user", content: "x" }] });
+	assert(c.prompt_logprobs.length === c.usage.prompt_tokens && c.prompt_logprobs.slice(1).every((p) => Object.keys(p).length === 1),
+		`chat prompt_logprobs ${JSON.stringify(c.prompt_logprobs)}`);
+	const err = await expectStatus(400, () => client.completions.create({ model, prompt, max_tokens: 1, stream: true, prompt_logprobs: 1 }));
+	assert(err.param === "prompt_logprobs", `param ${err.param}`);
+});
+
 await check("error 401 wrong key", async () => {
 	const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: apiKey + "x", maxRetries: 0 });
 	const e = await expectStatus(401, () => bad.models.list());
