@@ -287,9 +287,8 @@ func (c *completionLogprobs) appendTokens(lps []engine.Logprobs, offset int, fir
 // Differences from vLLM, deliberate: vLLM decodes each prompt token on its own (so a BOS token shows
 // as "<s>", and a tokenizer's word-start marker may vanish), so its prompt tokens need not spell the
 // echoed text and its offsets drift from it; here the engine's pieces spell the decoded prompt
-// (special tokens empty unless skip_special_tokens is false), and the offsets index the echoed
-// text whenever it is that decoded prompt (always for a prompt of token ids; for a prompt string,
-// whenever it survives encoding and decoding unchanged).
+// (special tokens empty unless skip_special_tokens is false), which is what echo with logprobs
+// echoes (handleCompletions), so the offsets index the choice's text.
 func (c *completionLogprobs) appendPrompt(lps []engine.Logprobs, maxTop int) int {
 	return c.appendTokens(lps, 0, true, maxTop)
 }
@@ -429,10 +428,14 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
 		}
 	}
+	// The echo is the prompt string as sent, or the decoded prompt: for token ids, and with logprobs,
+	// whose prompt tokens are the decoded prompt's pieces, so that the tokens spell the choice's text
+	// and every text_offset indexes it (the string as sent may differ: a kept BOS, special-token
+	// text in it, a normalisation). vLLM echoes the string and lets the offsets drift from it.
 	echo := make([]string, len(ids))
 	if req.Echo {
 		for p := range ids {
-			if texts != nil {
+			if texts != nil && !base.Logprobs {
 				echo[p] = texts[p]
 			} else {
 				echo[p] = s.tok.Decode(ids[p], !base.KeepSpecialTokens)
