@@ -219,8 +219,8 @@ type request struct {
 	held     string  // output text not streamed yet (it could begin a stop string)
 	logprobs Logprobs
 	// prompt collects the prompt logprobs (Request.PromptLogprobs) as its prompt's steps run, entry i
-	// for prompt token i; nil without them, and once they went out with the first token (a
-	// recompute after a preemption then needs no prompt logits).
+	// for prompt token i, until they go out with the first token (promptRows says which steps: those
+	// before it, as the scheduler tracks); nil without them and after that.
 	prompt []Logprobs
 	// minMasked are the ids the first MinTokens draws may not pick: EOS whether or not it is
 	// ignored, and the stop token ids (vLLM's all_stop_token_ids); nil without MinTokens.

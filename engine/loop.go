@@ -367,7 +367,7 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 // draw per logits row when all of them draw on the device (not drawsOnHost), and no prompt rows.
 func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
 	pm, ok := e.model.(PickModel)
-	if !ok || len(e.promptRows(b)) > 0 {
+	if !ok || hasPromptRows(b) {
 		return nil, nil, false
 	}
 	if e.allGreedy(b) {
@@ -421,21 +421,44 @@ type promptRow struct {
 }
 
 // promptRows lists the rows of b whose logits go to prompt logprobs: the prompt positions but the
-// last (whose logits draw the first token) in the chunks of requests that want prompt logprobs and
-// have not had them yet, in chunk order.
+// last (whose logits draw the first token) in the chunks of sequences whose prompt logits are still
+// wanted (scheduler.Sequence.WantsPromptLogits: asked for, and no token yet), in chunk order.
 func (e *Engine) promptRows(b *scheduler.Batch) []promptRow {
 	var rows []promptRow
 	for _, c := range b.Chunks {
-		r := e.live[c.Seq.ID()]
-		if r == nil || r.prompt == nil {
+		end := promptRowsEnd(c)
+		if c.Start >= end {
 			continue
 		}
-		n := len(r.prompt)
-		for pos := c.Start; pos < min(c.Start+c.Len, n-1); pos++ {
+		r := e.live[c.Seq.ID()]
+		if r == nil || r.prompt == nil { // finished since it was scheduled
+			continue
+		}
+		for pos := c.Start; pos < end; pos++ {
 			rows = append(rows, promptRow{r, int32(pos), int32(c.Offset + pos - c.Start)})
 		}
 	}
 	return rows
+}
+
+// promptRowsEnd is the end of chunk c's prompt rows: its first position past them (c.Start when it
+// has none).
+func promptRowsEnd(c scheduler.Chunk) int {
+	if !c.Seq.WantsPromptLogits() {
+		return c.Start
+	}
+	return min(c.Start+c.Len, c.Seq.NumPromptTokens()-1)
+}
+
+// hasPromptRows reports whether b has a row promptRows would list, without building the list: the
+// check every device step makes.
+func hasPromptRows(b *scheduler.Batch) bool {
+	for _, c := range b.Chunks {
+		if c.Start < promptRowsEnd(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // outputIndex is the index among its sequence's output tokens of the token chunk c's step draws.

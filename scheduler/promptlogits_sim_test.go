@@ -17,7 +17,7 @@ func promptLogitRows(b *Batch) [][2]int {
 	var rows [][2]int // chunk index, position
 	for i, c := range b.Chunks {
 		seq := c.Seq
-		if !seq.wantsPromptLogits() {
+		if !seq.WantsPromptLogits() {
 			continue
 		}
 		for pos := c.Start; pos < min(c.Start+c.Len, seq.numPrompt-1); pos++ {
@@ -35,7 +35,7 @@ func checkPromptLogitsBudget(t *testing.T, s *Scheduler, b *Batch, waitingBefore
 	n := 0
 	for i, c := range b.Chunks {
 		seq := c.Seq
-		if !seq.wantsPromptLogits() {
+		if !seq.WantsPromptLogits() {
 			continue
 		}
 		if i >= b.NumDecodes {

@@ -55,7 +55,7 @@ func (s *Scheduler) budget() budget {
 // when b has nothing left for seq.
 func (b *budget) grant(seq *Sequence, rem int) int {
 	n := min(rem, b.tokens)
-	if seq.wantsPromptLogits() {
+	if seq.WantsPromptLogits() {
 		n = min(n, b.promptLogits)
 		b.promptLogits -= n
 	}
@@ -65,13 +65,13 @@ func (b *budget) grant(seq *Sequence, rem int) int {
 
 // canAdmit reports whether b has room for the first chunk of seq, a sequence waiting to be admitted.
 func (b *budget) canAdmit(seq *Sequence) bool {
-	return b.tokens > 0 && (!seq.wantsPromptLogits() || b.promptLogits > 0)
+	return b.tokens > 0 && (!seq.WantsPromptLogits() || b.promptLogits > 0)
 }
 
 // allocate gives a sequence being admitted its blocks: with the prefix cache's hits, or none for a
 // sequence that still wants its prompt's logits. It returns the number of tokens whose KV is there.
 func (s *Scheduler) allocate(seq *Sequence) (cached int, err error) {
-	if seq.wantsPromptLogits() {
+	if seq.WantsPromptLogits() {
 		return 0, s.pool.AllocateUncached(seq.id, seq.tokens)
 	}
 	return s.pool.Allocate(seq.id, seq.tokens)

@@ -191,8 +191,9 @@ func (s *Sequence) isStop(tok int32) bool {
 	return s.NumOutputTokens() >= s.limits.MinTokens && slices.Contains(s.limits.StopTokenIDs, tok)
 }
 
-// wantsPromptLogits reports whether the sequence's prompt logits are still wanted: Limits.PromptLogits
-// and no output token yet.
-func (s *Sequence) wantsPromptLogits() bool {
+// WantsPromptLogits reports whether the sequence's prompt logits are still wanted: Limits.PromptLogits
+// and no output token yet (a placeholder of ScheduleNext aside). The engine reads them in its steps
+// until then.
+func (s *Sequence) WantsPromptLogits() bool {
 	return s.limits.PromptLogits && len(s.tokens)-s.numAhead == s.numPrompt
 }
