@@ -200,20 +200,38 @@ func (in *variantInputs) free()                                 { _ = in.bufs.Fr
 type pageOrder int
 
 const (
-	pagesRandom     pageOrder = iota // a random permutation of the copy's pages (the grid's)
-	pagesSequential                  // in order: a contiguous cache's layout
-	pagesLocal                       // in order by 2 MiB window, permuted within each window
-	pagesWindows                     // windows of 2 MiB in a random order, pages in order within each
+	pagesRandom       pageOrder = iota // a random permutation of the copy's pages (the grid's)
+	pagesSequential                    // in order: a contiguous cache's layout
+	pagesLocal                         // in order by 2 MiB window, permuted within each window
+	pagesWindows                       // windows of 2 MiB in a random order, pages in order within each
+	pagesRandomKV                      // pagesRandom with each page's K and V side by side in one pool
+	pagesSequentialKV                  // pagesSequential with each page's K and V side by side
 )
 
 func (o pageOrder) String() string {
-	return [...]string{"random", "sequential", "local", "windows"}[o]
+	return [...]string{"random", "sequential", "local", "windows", "random-kv", "sequential-kv"}[o]
+}
+
+// interleaved reports whether o keeps a page's K and V side by side (FlashInfer's [page][2][…] layout):
+// one pool of twice the pages, K at the even pages and V at the odd ones, which the kernels read unchanged
+// through block ids doubled and a V base one page past the K base.
+func (o pageOrder) interleaved() bool { return o == pagesRandomKV || o == pagesSequentialKV }
+
+// base is the order of o's page permutation.
+func (o pageOrder) base() pageOrder {
+	switch o {
+	case pagesRandomKV:
+		return pagesRandom
+	case pagesSequentialKV:
+		return pagesSequential
+	}
+	return o
 }
 
 // pagePermutation returns where each of n pages of pageBytes goes under order o.
 func pagePermutation(rng *rand.Rand, n int, pageBytes int64, o pageOrder) []int {
 	perm := rng.Perm(n)
-	if o == pagesRandom {
+	if o = o.base(); o == pagesRandom {
 		return perm
 	}
 	for i := range perm {
@@ -250,12 +268,16 @@ func newVariantInputs(k *CUDAKernels, s variantShape, order pageOrder) (*variant
 	kvBytes := 2 * pages * page
 	in.copies = int(max(1, (4*int64(dev.Info().L2Bytes)+kvBytes-1)/kvBytes))
 	pool := int64(in.copies) * pages * page
-	kPool, err := in.alloc(pool)
-	if err != nil {
-		in.free()
-		return nil, err
+	var kPool, vPool cuda.DevicePtr
+	var err error
+	if order.interleaved() {
+		pool *= 2
+		if kPool, err = in.alloc(pool); err == nil {
+			vPool = kPool.Add(page)
+		}
+	} else if kPool, err = in.alloc(pool); err == nil {
+		vPool, err = in.alloc(pool)
 	}
-	vPool, err := in.alloc(pool)
 	if err != nil {
 		in.free()
 		return nil, err
@@ -270,7 +292,11 @@ func newVariantInputs(k *CUDAKernels, s variantShape, order pageOrder) (*variant
 		in.free()
 		return nil, err
 	}
-	for _, dst := range []cuda.DevicePtr{kPool, vPool} {
+	pools := []cuda.DevicePtr{kPool, vPool}
+	if order.interleaved() {
+		pools = pools[:1]
+	}
+	for _, dst := range pools {
 		for off := int64(0); off < pool; off += block {
 			if err := dev.CopyDevice(dst.Add(off), seed.Add((off/block)%7*2), min(block-16, pool-off), nil); err != nil {
 				in.free()
@@ -296,6 +322,9 @@ func newVariantInputs(k *CUDAKernels, s variantShape, order pageOrder) (*variant
 		table := make([]int32, len(perm))
 		for i, p := range perm {
 			table[i] = int32(int64(c)*pages + int64(p))
+			if order.interleaved() {
+				table[i] *= 2
+			}
 		}
 		tab, err := in.alloc(int64(4 * len(table)))
 		if err == nil {
@@ -430,12 +459,14 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 	}
 }
 
-// BenchmarkCUDADecodePages times the plan's call on the grid's shapes of at least 256 MB with the pages
-// of every copy permuted (the grid's way, and a serving engine's after a while), in order (each
-// sequence's pages one contiguous run, as a contiguous cache would lay them out), permuted within 2 MiB
-// windows only, and by whole windows in a random order (see pageOrder), alternating twice, with the spin:
-// how much of the gap to contiguous SDPA the page order explains, and whether it is the locality within
-// a 2 MiB page of the GPU's address translation. Run it with -test.benchtime=1x.
+// BenchmarkCUDADecodePages times the plan's call on the grid's shapes of at least 256 MB (and two small
+// split-k ones) with the pages of every copy permuted (the grid's way, and a serving engine's after a
+// while) and in order (each sequence's pages one contiguous run, as a contiguous cache would lay them
+// out), each with K and V in two pools and with a page's K and V side by side in one (see pageOrder),
+// alternating twice, with the spin: how much of the gap to contiguous SDPA the page order explains, and
+// whether halving the 2 MiB regions a random page step touches (one for K and V instead of two) takes
+// part of it back. Round 20 ran it with pages permuted within 2 MiB windows and windows shuffled
+// (pagesLocal, pagesWindows) instead of the side-by-side layouts. Run it with -test.benchtime=1x.
 func BenchmarkCUDADecodePages(b *testing.B) {
 	k, t := benchTimer(b)
 	for _, s := range []variantShape{
@@ -447,9 +478,11 @@ func BenchmarkCUDADecodePages(b *testing.B) {
 		{"llama7b", 8, 8192, 32, 32, 128, false},
 		{"llama3", 64, 4096, 32, 8, 128, false},
 		{"llama3", 1, 131072, 32, 8, 128, false},
+		{"gqa", 1, 65536, 12, 2, 128, false},
+		{"llama3", 1, 8192, 32, 8, 128, false},
 	} {
 		for round := range 2 {
-			for _, order := range []pageOrder{pagesRandom, pagesSequential, pagesLocal, pagesWindows} {
+			for _, order := range []pageOrder{pagesRandom, pagesSequential, pagesRandomKV, pagesSequentialKV} {
 				in, err := newVariantInputs(k, s, order)
 				if err != nil {
 					b.Fatal(err)

@@ -13,3 +13,10 @@ nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$o
 date -u | tee -a "$out/summary.txt"
 # count LOG RC: a test log's exit status, passes and failures, then its first failures and panics.
 count() { echo "rc=$2 pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- FAIL' "$1")"; grep -E -- '--- FAIL|^panic' "$1" | head -20; }
+# pack_results: `run` returns at most 8 files, so everything under $out but summary.txt goes into
+# results.tar.gz.
+pack_results() {
+	local tmp
+	tmp=$(mktemp) && tar -C "$out" -czf "$tmp" --exclude summary.txt . && find "$out" -type f ! -name summary.txt -delete &&
+		mv "$tmp" "$out/results.tar.gz"
+}
