@@ -473,15 +473,23 @@ func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int, 
 }
 
 // PlanInput returns Plan's input for a call on this device: its SM count, and as programs per SM the
-// occupancy of the grouped kernel the call would run.
+// occupancy of the split-k kernel the call would run, since the programs Plan counts against the slots
+// are split-k's (on the H100 the head_dim-64 split-k kernel runs 3 an SM where the grouped one runs 4;
+// until round 21 Plan was given the grouped kernel's 4, and its one-wave partitions of Llama-3.2-1B
+// shapes made second waves). The partition bound leaves out tailBound, which CUDAKernels.Plan adds for
+// the call's real rows: GraphPlan plans from this input for rows padded to a power of two.
 func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
-	kern, err := k.pick("DecodeGrouped", a, PathAuto)
+	g, err := k.gpuSize(a)
 	if err != nil {
 		return PlanInput{}, err
 	}
+	return k.planInput(a, g), nil
+}
+
+func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
 	_, size, _ := dtypeName(a.DType)
 	return PlanInput{
-		MinPartitionTokens: k.minPartitionTokens(a, kern.perSM),
+		MinPartitionTokens: gpuMinPartitionTokens(a.HostContextLens, a.NumKVHeads, 2*a.HeadDim*size, a.BlockSize, g),
 		Batch:              len(a.HostContextLens),
 		ContextLens:        a.HostContextLens,
 		NumHeads:           a.NumHeads,
@@ -490,21 +498,35 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 		BlockSize:          a.BlockSize,
 		DTypeSize:          size,
 		NumSMs:             k.numSMs,
-		ProgramsPerSM:      kern.perSM,
-	}, nil
+		ProgramsPerSM:      g.splitPerSM,
+	}
 }
 
-// minPartitionTokens is gpuMinPartitionTokens (gpuplan.go) for a call on this device.
-func (k *CUDAKernels) minPartitionTokens(a *CUDADecodeArgs, perSM int) int {
-	return gpuMinPartitionTokens(a.HostContextLens, a.NumKVHeads, a.BlockSize, k.numSMs, perSM)
+// gpuSize is the device's size for a's call: its SMs and the occupancy of the grouped and split-k
+// kernels the call would run.
+func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
+	split, err := k.pick("DecodeSplitK", a, PathAuto)
+	if err != nil {
+		return gpuSize{}, err
+	}
+	grouped, err := k.pick("DecodeGrouped", a, PathAuto)
+	if err != nil {
+		return gpuSize{}, err
+	}
+	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM}, nil
 }
 
 // Plan returns the plan Decode follows for a: Plan on PlanInput(a), with split-k partitions rounded up
-// to whole 64-token tiles.
+// to whole 64-token tiles, and split in tailParts where the rows would leave the grouped kernel a short
+// second wave (tailBound).
 func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
-	in, err := k.PlanInput(a)
+	g, err := k.gpuSize(a)
 	if err != nil {
 		return DecodePlan{}, err
+	}
+	in := k.planInput(a, g)
+	if bound, ok := tailBound(a.HostContextLens, a.NumKVHeads, g); ok {
+		in.MinPartitionTokens = bound
 	}
 	return tileAligned(Plan(in), a.HostContextLens), nil
 }

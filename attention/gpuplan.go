@@ -1,35 +1,115 @@
 package attention
 
+import "math/bits"
+
 // The GPU dispatcher's side of Plan (CUDAKernels.Plan, decode_cuda.go): pure functions of the call's shape
 // and the device's size, here so that they build and are tested without CUDA.
 
+// gpuSize is what the GPU dispatcher knows of the device for one call: its SMs, and how many programs of
+// the call's grouped and split-k kernels run at once on one (their occupancies differ: on the H100 the
+// head_dim-64 grouped kernel runs 4 an SM, its split-k twin, with more registers, 3).
+type gpuSize struct {
+	sms, groupedPerSM, splitPerSM int
+}
+
 // gpuMinPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
 // (docs/bench/attention-h100.md) showed Plan's cost model to miss:
-//   - a split-k call runs best as one wave that fills the GPU's program slots (SMs × programs per SM,
-//     perSM): batch × kv_heads × partitions just at or below the slots; a few programs over them start a
-//     second wave (MHA batch 8 × 8192: 288 programs on 264 slots ran 22% slower than 240);
+//   - a split-k call runs best as one wave that fills the GPU's split-k program slots (SMs ×
+//     g.splitPerSM): batch × kv_heads × partitions just at or below the slots; a few programs over them
+//     start a second wave (MHA batch 8 × 8192: 288 programs on 264 slots ran 22% slower than 240);
 //   - partitions shorter than minSplitTokens only add per-program cost (the first tile's latency, the
 //     partial state, the merge) without streaming faster (LLaMA-3-8B batch 1 × 8192: 256-token partitions
-//     8% slower than 512), unless that floor leaves SMs idle (splitFloor);
+//     8% slower than 512), unless that floor leaves SMs idle (splitFloor); then the call is small (a few
+//     MB of K and V: a short context at a small batch) and one program per SM is the fastest, not one per
+//     slot: the programs' fixed costs, not the stream, are its time (round 21's batch sweep: Llama-3-8B
+//     batch 1 × 4096, 8 KV heads: 16 partitions of 256 tokens 14.3 µs, 32 of 128 15.7; Llama-3.2-1B batch
+//     4 × 1024: 4 of 256 11.0, 16 of 64 14.1);
 //   - at most maxSplitPartitions partitions per context;
 //   - the bound is evened out over the longest context (ctx / ⌈ctx / bound⌉), so that the partitions Plan
 //     cuts at the bound are equal (5968 + 2224 tokens ran 7% slower than 4096 + 4096), and rounded to
 //     whole 64-token tiles;
-//   - when batch × kv_heads already gives 90% of the SMs a program, splitting did not pay on the H100,
-//     so the bound is the whole context.
-func gpuMinPartitionTokens(contextLens []int32, kvHeads, blockSize, numSMs, perSM int) int {
+//   - when batch × kv_heads rows already keep the memory system busy (fillsGPU), splitting did not pay,
+//     so the bound is the whole context (but see tailBound).
+//
+// tokenBytes is one token's K and V of one KV head (2 · head_dim · element size).
+func gpuMinPartitionTokens(contextLens []int32, kvHeads, tokenBytes, blockSize int, g gpuSize) int {
 	longest := longestContext(contextLens)
-	sms := max(1, numSMs)
+	sms := max(1, g.sms)
 	rows := max(1, len(contextLens)*kvHeads)
-	if 10*rows >= 9*sms {
+	if fillsGPU(rows, tokenBytes, longest, sms) {
 		return roundUp(longest+1, blockSize)
 	}
 	floor := splitFloor(longest, rows, sms)
-	parts := min(maxSplitPartitions, max(1, sms*max(1, perSM)/rows))
+	parts := sms * max(1, g.splitPerSM) / rows
+	if floor < minSplitTokens {
+		parts = ceilDiv(sms, rows)
+	}
+	return evenBound(longest, floor, parts)
+}
+
+// evenBound is the partition bound that cuts a context of longest tokens into at most parts (and at
+// most maxSplitPartitions) equal partitions of whole tiles, none shorter than floor.
+func evenBound(longest, floor, parts int) int {
+	parts = min(maxSplitPartitions, max(1, parts))
 	bound := max(floor, roundUp(ceilDiv(longest, parts), cudaTileTokens))
 	parts = ceilDiv(longest, bound)
 	return max(floor, roundUp(ceilDiv(longest, parts), cudaTileTokens))
 }
+
+// tailBound is the partition bound of a call whose rows exceed the grouped kernel's slots by less than
+// a few tenths of a wave (tailRows), where one program per row leaves its overflow to run as a second
+// wave of a few programs alone, each as long as the first wave's: tailParts partitions make it short.
+// ok is false elsewhere. CUDAKernels.Plan applies it; GraphPlan does not, since a graph's rows are
+// padded to a power of two and the batches it replays are anywhere above half of them.
+func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool) {
+	rows := len(contextLens) * kvHeads
+	if !tailRows(rows, max(1, g.sms)*max(1, g.groupedPerSM)) {
+		return 0, false
+	}
+	return evenBound(longestContext(contextLens), minSplitTokens, tailParts), true
+}
+
+// tailRows reports whether rows (sequence, KV head) programs of the grouped kernel exceed its slots but
+// stay under tailWaves times them: the programs past the first wave start when it ends, all at once
+// for equal contexts, and run alone at a fraction of the bandwidth. H100, round 21 (grouped against the
+// best split, µs): Llama-3-8B × 4096 tokens at batch 33 (264 rows, one wave) 185.6 against 185.6, at
+// batch 34 (272) 235.8 against 199.7, 40 (320) 249.4 against 229.6, 44 (352) 264.7 against 250.5,
+// 48 (384) 276.7 against 272.1; Llama-3.2-1B (528 slots) at batch 67 215.6 against 198.6 and 80 250.3
+// against 238.8; split in tailParts, each within 3% of the best. Several waves hide it (Llama-2-7B
+// batch 26 × 2048, 3.2 waves: 300.5 against 298.6).
+func tailRows(rows, slots int) bool {
+	return rows > slots && float64(rows) < tailWaves*float64(slots)
+}
+
+// tailWaves is where tailRows stops: 1.4 waves of the grouped kernel's programs.
+const tailWaves = 1.4
+
+// tailParts is the partitions per context of a call in tailRows' range: its overflow then runs a quarter
+// as long.
+const tailParts = 4
+
+// fillsGPU reports whether one program per (sequence, KV head) row keeps the GPU's memory system busy
+// without a split: rows whose tiles hold tokenBytes a token (K and V) give 90% of the SMs the bytes in
+// flight of one fullRowTokenBytes program each. A head_dim-64 program has half the bytes of a
+// head_dim-128 one in flight, so it takes twice the rows, at contexts past longSplitTokens: Llama-3.2-1B
+// batch 16 × 4096 (128 rows of 64) ran grouped at 60.9 µs and split in 3 at 52.4, where Llama-3-8B's
+// 128 rows of 128 ran grouped at 94.3 µs against 96.4 split (H100, round 21's batch sweep). At shorter
+// contexts the split's extra programs cost what they win: the 1B at batch 16 × 1024 grouped 19.7 µs, in
+// 2 partitions 19.3, and its decode step at context 1088 (cap 2048, 3 partitions) 1.404 ms against
+// 1.390 grouped.
+func fillsGPU(rows, tokenBytes, longest, sms int) bool {
+	if longest <= longSplitTokens {
+		tokenBytes = fullRowTokenBytes
+	}
+	return 10*int64(rows)*int64(max(1, tokenBytes)) >= 9*int64(sms)*fullRowTokenBytes
+}
+
+// fullRowTokenBytes is a token's K and V of one head_dim-128 head in 16 bits: the rows whose programs
+// fill the GPU one an SM (fillsGPU).
+const fullRowTokenBytes = 2 * 128 * 2
+
+// longSplitTokens is the context from which fillsGPU counts the bytes a row's program has in flight.
+const longSplitTokens = 2048
 
 // splitFloor is the shortest partition gpuMinPartitionTokens allows for rows (sequence, KV head) rows
 // whose longest context is longest: minSplitTokens, unless partitions that long would leave more than
@@ -91,13 +171,19 @@ const maxOneLevelPartitions = 16
 //     of it still has more than 16 partitions to merge in two levels where 16 longer ones merge in one
 //     (H100, decode step at batch 1, context 1088, cap 2048, BenchmarkCUDADecode: 64-token partitions
 //     (Plan's) 1.183 ms (Llama-3.2-1B) and 5.776 ms (Llama-3-8B), 128-token 1.148 and 5.734 ms);
-//   - partitions are then halved (not below that one-level length) while the programs at the cap still
-//     fit in one wave of the GPU's program slots (SMs × in.ProgramsPerSM): Plan's floor of
-//     minSplitTokens counts programs at the cap it sees, but the graph also runs at half of it, with half
-//     the programs. H100, context 1088, cap 2048 (BenchmarkCUDADecode, forced partition lengths, one
-//     call): batch 4 Llama-3.2-1B (4 programs an SM) 128 tokens 1.110 ms, 256 1.131, Plan's 512 1.203;
-//     Llama-3-8B (2 an SM) 128 5.871, 256 5.756, 512 5.841; batch 8 1B 128 1.199, 256 1.178, 512 1.230;
-//     8B 128 6.226, 256 6.048, 512 6.006: the shortest that fits one wave is the fastest in each.
+//   - partitions are then shortened to a power of two tiles and halved (not below that one-level
+//     length) while the programs that work at three quarters of the cap (the middle of the contexts the
+//     graph runs at) still fit in one wave of the GPU's program slots (SMs × in.ProgramsPerSM, the
+//     split-k kernel's occupancy): Plan's floor of minSplitTokens counts programs at the cap it sees,
+//     but the graph also runs at half of it, where the partitions past a context return at once. H100, context 1088, cap 2048 (BenchmarkCUDADecode,
+//     forced partition lengths, one call): batch 4 Llama-3.2-1B (3 split-k programs an SM) 128 tokens
+//     1.110 ms, 256 1.131, Plan's 512 1.203; Llama-3-8B (2 an SM) 128 5.871, 256 5.756, 512 5.841; batch
+//     8 1B 128 1.199, 256 1.178, 512 1.230; 8B 128 6.226, 256 6.048, 512 6.006: the rule picks the
+//     fastest in each (until round 21 it counted the programs at the cap on the grouped kernel's 4 slots an
+//     SM for the 1B, which gave the same four choices by two errors that cancelled). Batch 8 of the 1B at
+//     context 3000 (cap 4096): Plan's 6 partitions of 704 tokens 1.310 ms, 8 of 512 1.295 (five of 704
+//     work there, the last of them 184 tokens long; six of 512 fill the 396 slots evenly); batch 16,
+//     which fillsGPU now splits at that cap: 4 partitions of 1024 1.718 ms, grouped 1.786.
 func GraphPlan(in PlanInput) DecodePlan {
 	plan := tileAligned(Plan(in), in.ContextLens)
 	if plan.Kernel != SplitK {
@@ -111,9 +197,16 @@ func GraphPlan(in PlanInput) DecodePlan {
 		plan = DecodePlan{Kernel: SplitK, PartitionTokens: oneLevel, NumPartitions: ceilDiv(longest, oneLevel)}
 	}
 	slots := sms * max(1, in.ProgramsPerSM)
-	for plan.PartitionTokens%(2*cudaTileTokens) == 0 && plan.PartitionTokens/2 >= oneLevel &&
-		rows*ceilDiv(longest, plan.PartitionTokens/2) <= slots {
-		tokens := plan.PartitionTokens / 2
+	mid := longest - longest/4
+	fits := func(tokens int) bool { return tokens >= oneLevel && rows*ceilDiv(mid, tokens) <= slots }
+	tokens := plan.PartitionTokens
+	if p := cudaTileTokens << (bits.Len(uint(tokens/cudaTileTokens)) - 1); p < tokens && fits(p) {
+		tokens = p
+	}
+	for tokens%(2*cudaTileTokens) == 0 && fits(tokens/2) {
+		tokens /= 2
+	}
+	if tokens != plan.PartitionTokens {
 		plan = DecodePlan{Kernel: SplitK, PartitionTokens: tokens, NumPartitions: ceilDiv(longest, tokens)}
 	}
 	return plan

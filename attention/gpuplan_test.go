@@ -5,44 +5,60 @@ import (
 	"testing"
 )
 
-// TestGPUMinPartitionTokens checks the GPU dispatcher's partition bound on the issue-6 shapes and a
-// ragged batch: no split when batch × kv_heads nearly fills the SMs; otherwise whole 64-token tiles, at
-// least minSplitTokens, at most maxSplitPartitions per context, at most one program per slot unless the
-// minimum forces fewer, longer ones, and as many partitions as those limits allow.
+// TestGPUMinPartitionTokens checks the GPU dispatcher's partition bound on the issue-6 shapes (head_dim
+// 128, 2 split-k programs an SM), head_dim-64 shapes of round 21's batch sweep (3 an SM) and a ragged
+// batch: no split when the rows keep the GPU busy (fillsGPU: twice the rows at head_dim 64); otherwise
+// whole 64-token tiles, at least minSplitTokens, at most maxSplitPartitions per context, and as many
+// partitions as give each slot one program (each SM one program where the floor drops to one tile, the
+// small calls) unless the minimum forces fewer, longer ones.
 func TestGPUMinPartitionTokens(t *testing.T) {
-	const sms, perSM = 132, 2
 	for _, tc := range []struct {
-		batch, ctx, kvHeads int
-		want                int // 0: only the properties
+		batch, ctx, kvHeads, headDim int
+		want                         int // 0: only the properties
 	}{
-		{256, 256, 12, 272}, {16, 4096, 12, 4112}, {64, 1024, 2, 1040},
-		{8, 8192, 12, 4096}, {4, 16384, 12, 3328}, {2, 32768, 12, 3008}, {1, 131072, 12, 6016},
-		{32, 2048, 2, 512}, {1, 8192, 8, 512}, {1, 65536, 2, 1024}, {1, 131072, 8, 4032},
-		{16, 4096, 1, 0}, {3, 100000, 4, 0}, {1, 600, 1, 0}, {1, 513, 8, 64},
-		{1, 1024, 8, 64}, {1, 2048, 8, 64}, {4, 1024, 8, 128}, {8, 1024, 8, 512},
+		{256, 256, 12, 128, 272}, {16, 4096, 12, 128, 4112}, {64, 1024, 2, 128, 1040},
+		{8, 8192, 12, 128, 4096}, {4, 16384, 12, 128, 3328}, {2, 32768, 12, 128, 3008},
+		{1, 131072, 12, 128, 6016}, {32, 2048, 2, 128, 512}, {1, 8192, 8, 128, 512},
+		{1, 65536, 2, 128, 1024}, {1, 131072, 8, 128, 4032},
+		{16, 4096, 1, 128, 0}, {3, 100000, 4, 128, 0}, {1, 600, 1, 128, 0}, {1, 513, 8, 128, 64},
+		{1, 1024, 8, 128, 64},                          // 8 rows: 16 partitions, one program an SM
+		{1, 2048, 8, 128, 128}, {1, 4096, 8, 128, 256}, // not 32 of 64 and 128 (round 21: 15.7 against 14.3 µs)
+		{4, 1024, 8, 128, 256}, {8, 1024, 8, 128, 512},
+		{16, 4096, 8, 128, 4112}, // 128 rows of head_dim 128 fill the GPU
+		{16, 4096, 8, 64, 1408},  // 128 rows of head_dim 64 do not: 3 partitions, 384 programs on 396 slots
+		{8, 4096, 8, 64, 704},    // not 8 of 512: 512 programs are two waves of 396 slots
+		{4, 1024, 8, 64, 256},    // small: one program an SM (round 21: 11.0 µs against 14.1 for 16 of 64)
+		{32, 4096, 8, 64, 4112},  // 256 rows of head_dim 64 fill it
+		{16, 1024, 8, 64, 1040},  // short contexts: 128 rows fill it at head_dim 64 too
+		{16, 2048, 8, 64, 2064},
+		{34, 4096, 8, 128, 4112}, // 272 rows: fills the GPU (the tail is tailBound's)
 	} {
-		t.Run(fmt.Sprintf("b%d_ctx%d_kv%d", tc.batch, tc.ctx, tc.kvHeads), func(t *testing.T) {
+		t.Run(fmt.Sprintf("b%d_ctx%d_kv%d_d%d", tc.batch, tc.ctx, tc.kvHeads, tc.headDim), func(t *testing.T) {
 			lens := make([]int32, tc.batch)
 			for i := range lens {
 				lens[i] = int32(tc.ctx - i%3) // slightly ragged
 			}
 			longest := tc.ctx
-			got := gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, perSM)
+			tokenBytes := 2 * 2 * tc.headDim
+			g := h100(tc.headDim)
+			sms := g.sms
+			got := gpuMinPartitionTokens(lens, tc.kvHeads, tokenBytes, 16, g)
 			if tc.want != 0 && got != tc.want {
 				t.Errorf("bound %d, want %d", got, tc.want)
 			}
 			rows := tc.batch * tc.kvHeads
-			if 10*rows >= 9*sms {
+			if fillsGPU(rows, tokenBytes, longest, sms) {
 				if got <= longest {
 					t.Errorf("bound %d splits %d rows on %d SMs", got, rows, sms)
 				}
 				return
 			}
 			parts := ceilDiv(longest, got)
-			// The floor: minSplitTokens, or one tile where partitions that long leave a tenth of the SMs idle.
-			floor := minSplitTokens
+			// The floor: minSplitTokens, or one tile where partitions that long leave a tenth of the SMs
+			// idle; then the target is a program an SM, else a program a slot.
+			floor, slots := minSplitTokens, sms*g.splitPerSM
 			if 10*rows*ceilDiv(longest, minSplitTokens) < 9*sms {
-				floor = cudaTileTokens
+				floor, slots = cudaTileTokens, rows*ceilDiv(sms, rows)
 			}
 			switch {
 			case got%cudaTileTokens != 0:
@@ -51,44 +67,81 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 				t.Errorf("bound %d below %d", got, floor)
 			case parts > maxSplitPartitions:
 				t.Errorf("%d partitions", parts)
-			case rows*parts > sms*perSM && got > floor:
-				t.Errorf("%d programs on %d slots", rows*parts, sms*perSM)
+			case rows*parts > slots && got > floor:
+				t.Errorf("%d programs on %d slots", rows*parts, slots)
 			}
 			// One more partition would break a limit.
 			more := parts + 1
 			next := roundUp(ceilDiv(longest, more), cudaTileTokens)
-			if next >= floor && more <= maxSplitPartitions && rows*more <= sms*perSM && ceilDiv(longest, next) == more {
+			if next >= floor && more <= maxSplitPartitions && rows*more <= slots && ceilDiv(longest, next) == more {
 				t.Errorf("bound %d (%d partitions) but %d partitions of %d fit", got, parts, more, next)
 			}
 		})
 	}
 }
 
-// TestGraphPlanOneWave checks GraphPlan's second rule: split-k partitions halved while the programs at
-// the cap still fit in one wave of the 132 SMs' program slots, never below the one-level length (cap/16).
+// TestTailBound checks the tail rule: rows past the grouped kernel's slots by less than 0.4 of a wave
+// split in tailParts partitions (no shorter than minSplitTokens), elsewhere no bound. The cases are
+// round 21's tail sweep on the H100, where tailParts partitions ran within 3% of the best split.
+func TestTailBound(t *testing.T) {
+	for _, tc := range []struct {
+		batch, ctx, kvHeads, headDim int
+		want                         int // 0: no tail bound
+	}{
+		{32, 4096, 8, 128, 0},    // 256 rows on 264 grouped slots
+		{33, 4096, 8, 128, 0},    // 264 rows: one wave exactly
+		{34, 4096, 8, 128, 1024}, // 272 rows: 4 partitions (grouped 234.6 µs, split 199.1)
+		{44, 4096, 8, 128, 1024}, // 352 rows: 1.33 waves
+		{48, 4096, 8, 128, 0},    // 384 rows: 1.45 waves, grouped within 2% of the best
+		{40, 2048, 8, 128, 512},
+		{40, 1024, 8, 128, 512}, // the floor allows 2 partitions
+		{40, 512, 8, 128, 512},  // nothing to split (Plan keeps it whole)
+		{66, 4096, 8, 64, 0},    // 528 rows: one wave of the 1B's 4 grouped programs an SM
+		{70, 4096, 8, 64, 1024}, // 560 rows
+		{96, 4096, 8, 64, 0},    // 768 rows: 1.45 waves
+		{26, 2048, 32, 128, 0},  // Llama-2-7B, 832 rows: 3.2 waves
+	} {
+		t.Run(fmt.Sprintf("b%d_ctx%d_kv%d_d%d", tc.batch, tc.ctx, tc.kvHeads, tc.headDim), func(t *testing.T) {
+			lens := make([]int32, tc.batch)
+			for i := range lens {
+				lens[i] = int32(tc.ctx)
+			}
+			got, ok := tailBound(lens, tc.kvHeads, h100(tc.headDim))
+			if ok != (tc.want != 0) || got != tc.want {
+				t.Errorf("tailBound = %d, %v; want %d", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestGraphPlanOneWave checks GraphPlan's second rule: split-k partitions halved while the programs that
+// work at three quarters of the cap still fit in one wave of the 132 SMs' split-k program slots, never
+// below the one-level length (cap/16). The first four cases are the decode steps measured on the H100
+// (Llama-3.2-1B: head_dim 64, 3 split-k programs an SM; Llama-3-8B: 128, 2), where the rule's choice
+// was the fastest of 128, 256 and 512 tokens.
 func TestGraphPlanOneWave(t *testing.T) {
 	const sms = 132
 	for _, tc := range []struct {
-		batch, cap, kvHeads, perSM int
-		plan, want                 int // Plan's partition tokens, GraphPlan's
+		name                                string
+		batch, cap, kvHeads, headDim, perSM int
+		plan, want                          int // Plan's partition tokens, GraphPlan's
 	}{
-		{4, 2048, 8, 2, 512, 256},   // 32 rows × 8 partitions = 256 programs ≤ 264 slots; 16 would not fit
-		{4, 2048, 8, 4, 512, 128},   // 528 slots: 32 × 16 fit (Llama-3.2-1B's occupancy)
-		{8, 2048, 8, 2, 512, 512},   // 64 × 8 = 512 > 264: Plan's stays
-		{8, 2048, 8, 4, 512, 256},   // 64 × 8 = 512 ≤ 528
-		{2, 2048, 8, 2, 128, 128},   // already at the one-level length
-		{4, 8192, 8, 2, 1024, 1024}, // Plan's 32 × 8 = 256 programs are one wave already
-		{4, 8192, 8, 4, 512, 512},   // 528 slots: Plan fills them (32 × 16) already
-		{1, 8192, 4, 2, 0, 0},       // Plan's partitions are under the one-level length: unchanged
+		{"1b", 4, 2048, 8, 64, 3, 512, 128},    // 32 rows × 12 working partitions = 384 ≤ 396 slots
+		{"1b", 8, 2048, 8, 64, 3, 512, 256},    // 64 × 6 = 384 fit; 64 × 12 would not
+		{"8b", 4, 2048, 8, 128, 2, 512, 256},   // 32 × 6 = 192 ≤ 264; 32 × 12 would not
+		{"8b", 8, 2048, 8, 128, 2, 512, 512},   // 64 × 6 = 384 > 264: Plan's stays
+		{"8b", 2, 2048, 8, 128, 2, 256, 128},   // 16 × 12 = 192 fit; 64 would be under the one-level length
+		{"8b", 4, 8192, 8, 128, 2, 1024, 1024}, // 32 × 12 working 512-token partitions would not fit
+		{"tinyllama", 1, 8192, 4, 64, 3, 0, 0}, // Plan's partitions are under the one-level length: unchanged
 	} {
-		t.Run(fmt.Sprintf("b%d_cap%d_kv%d_perSM%d", tc.batch, tc.cap, tc.kvHeads, tc.perSM), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s_b%d_cap%d", tc.name, tc.batch, tc.cap), func(t *testing.T) {
 			lens := make([]int32, tc.batch)
 			for i := range lens {
 				lens[i] = int32(tc.cap)
 			}
-			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
+			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: tc.headDim, BlockSize: 16,
 				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: tc.perSM,
-				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, tc.perSM)}
+				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 2*2*tc.headDim, 16, h100(tc.headDim))}
 			plan, got := tileAligned(Plan(in), lens), GraphPlan(in)
 			if tc.plan == 0 {
 				if got != plan {
@@ -115,9 +168,8 @@ func TestGraphPlan(t *testing.T) {
 		batch, cap, kvHeads int
 		lengthened          bool
 	}{
-		{1, 2048, 8, true},    // Llama 3 at batch 1: Plan's 32 partitions of 64 become 16 of 128
-		{1, 4096, 8, true},    // 16 of 256
-		{2, 2048, 8, false},   // Plan: 16 partitions of 128
+		{1, 2048, 8, false},   // Llama 3 at batch 1: Plan's 16 partitions of 128, one program an SM
+		{1, 4096, 8, false},   // 16 of 256
 		{1, 1024, 8, false},   // Plan's 16 partitions: one level already
 		{1, 65536, 2, false},  // 2 rows × 16 partitions would leave most SMs idle
 		{1, 131072, 1, false}, // MQA at batch 1
@@ -134,7 +186,7 @@ func TestGraphPlan(t *testing.T) {
 			}
 			in := PlanInput{ContextLens: lens, NumHeads: 32, NumKVHeads: tc.kvHeads, HeadDim: 128, BlockSize: 16,
 				DTypeSize: 2, NumSMs: sms, ProgramsPerSM: 2,
-				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, 16, sms, 2)}
+				MinPartitionTokens: gpuMinPartitionTokens(lens, tc.kvHeads, fullRowTokenBytes, 16, h100(128))}
 			plan, got := tileAligned(Plan(in), lens), GraphPlan(in)
 			if !tc.lengthened {
 				if got != plan {
@@ -209,7 +261,7 @@ func TestMaxPlannedPartitions(t *testing.T) {
 					in := PlanInput{
 						Batch: batch, ContextLens: lens, NumHeads: 4 * kvh, NumKVHeads: kvh, HeadDim: 128,
 						BlockSize: 16, DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
-						MinPartitionTokens: gpuMinPartitionTokens(lens, kvh, 16, sms, perSM),
+						MinPartitionTokens: gpuMinPartitionTokens(lens, kvh, fullRowTokenBytes, 16, gpuSize{sms, perSM, perSM}),
 					}
 					for name, plan := range map[string]DecodePlan{
 						"plan": tileAligned(Plan(in), lens), "graph": tileAligned(GraphPlan(in), lens),
@@ -247,7 +299,7 @@ func TestGraphPlanTiles(t *testing.T) {
 					}
 					in := PlanInput{ContextLens: lens, NumHeads: m.hq, NumKVHeads: m.kvh, HeadDim: m.hdim, BlockSize: 16,
 						DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
-						MinPartitionTokens: gpuMinPartitionTokens(lens, m.kvh, 16, sms, perSM)}
+						MinPartitionTokens: gpuMinPartitionTokens(lens, m.kvh, 2*2*m.hdim, 16, gpuSize{sms, perSM, perSM})}
 					if p := GraphPlan(in); p.Kernel == SplitK &&
 						(p.PartitionTokens%cudaTileTokens != 0 || p.NumPartitions != ceilDiv(cap, p.PartitionTokens)) {
 						t.Errorf("%s, batch %d, cap %d, %d an SM: %+v", m.name, batch, cap, perSM, p)
@@ -256,4 +308,13 @@ func TestGraphPlanTiles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// h100 is the H100's size for a bf16 call of head_dim d on the mma path: 132 SMs; grouped and split-k
+// programs an SM as the occupancy API gives them (d128: 2 and 2; d64: 4 and 3).
+func h100(d int) gpuSize {
+	if d == 64 {
+		return gpuSize{sms: 132, groupedPerSM: 4, splitPerSM: 3}
+	}
+	return gpuSize{sms: 132, groupedPerSM: 2, splitPerSM: 2}
 }
