@@ -488,18 +488,7 @@ func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 
 func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
 	_, size, _ := dtypeName(a.DType)
-	return PlanInput{
-		MinPartitionTokens: gpuMinPartitionTokens(a.HostContextLens, a.NumKVHeads, 2*a.HeadDim*size, a.BlockSize, g),
-		Batch:              len(a.HostContextLens),
-		ContextLens:        a.HostContextLens,
-		NumHeads:           a.NumHeads,
-		NumKVHeads:         a.NumKVHeads,
-		HeadDim:            a.HeadDim,
-		BlockSize:          a.BlockSize,
-		DTypeSize:          size,
-		NumSMs:             k.numSMs,
-		ProgramsPerSM:      g.splitPerSM,
-	}
+	return gpuPlanInput(a.HostContextLens, a.NumHeads, a.NumKVHeads, a.HeadDim, size, a.BlockSize, g)
 }
 
 // gpuSize is the device's size for a's call: its SMs and the occupancy of the grouped and split-k
@@ -516,19 +505,15 @@ func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
 	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM}, nil
 }
 
-// Plan returns the plan Decode follows for a: Plan on PlanInput(a), with split-k partitions rounded up
-// to whole 64-token tiles, and split in tailParts where the rows would leave the grouped kernel a short
-// second wave (tailBound).
+// Plan returns the plan Decode follows for a: gpuPlan on PlanInput(a) (Plan, split-k partitions rounded
+// up to whole 64-token tiles, and at most tailParts partitions where the rows would leave the grouped
+// kernel a short second wave).
 func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
 	g, err := k.gpuSize(a)
 	if err != nil {
 		return DecodePlan{}, err
 	}
-	in := k.planInput(a, g)
-	if bound, ok := tailBound(a.HostContextLens, a.NumKVHeads, g); ok {
-		in.MinPartitionTokens = bound
-	}
-	return tileAligned(Plan(in), a.HostContextLens), nil
+	return gpuPlan(k.planInput(a, g), g), nil
 }
 
 // Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this

@@ -12,6 +12,34 @@ type gpuSize struct {
 	sms, groupedPerSM, splitPerSM int
 }
 
+// gpuPlanInput is Plan's input for a GPU call (CUDAKernels.PlanInput without CUDA): the context lengths,
+// heads and head_dim, elemBytes a K/V element, blockSize-token pages, and the device's size, with the
+// split-k kernel's programs per SM as ProgramsPerSM and gpuMinPartitionTokens as the partition bound.
+func gpuPlanInput(contextLens []int32, numHeads, kvHeads, headDim, elemBytes, blockSize int, g gpuSize) PlanInput {
+	return PlanInput{
+		MinPartitionTokens: gpuMinPartitionTokens(contextLens, kvHeads, 2*headDim*elemBytes, blockSize, g),
+		Batch:              len(contextLens),
+		ContextLens:        contextLens,
+		NumHeads:           numHeads,
+		NumKVHeads:         kvHeads,
+		HeadDim:            headDim,
+		BlockSize:          blockSize,
+		DTypeSize:          elemBytes,
+		NumSMs:             g.sms,
+		ProgramsPerSM:      g.splitPerSM,
+	}
+}
+
+// gpuPlan is an eager GPU call's plan (CUDAKernels.Plan without CUDA): Plan on in (gpuPlanInput's), the
+// partition bound raised to tailBound's where the call's rows fall in tailRows' range, and split-k
+// partitions rounded up to whole tiles.
+func gpuPlan(in PlanInput, g gpuSize) DecodePlan {
+	if bound, ok := tailBound(in.ContextLens, in.NumKVHeads, g); ok {
+		in.MinPartitionTokens = bound
+	}
+	return tileAligned(Plan(in), in.ContextLens)
+}
+
 // gpuMinPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
 // (docs/bench/attention-h100.md) showed Plan's cost model to miss:
 //   - a split-k call runs best as one wave that fills the GPU's split-k program slots (SMs ×
@@ -29,7 +57,7 @@ type gpuSize struct {
 //     cuts at the bound are equal (5968 + 2224 tokens ran 7% slower than 4096 + 4096), and rounded to
 //     whole 64-token tiles;
 //   - when batch × kv_heads rows already keep the memory system busy (fillsGPU), splitting did not pay,
-//     so the bound is the whole context (but see tailBound).
+//     so the bound is the whole context (but see tailBound, which gpuPlan applies).
 //
 // tokenBytes is one token's K and V of one KV head (2 · head_dim · element size).
 func gpuMinPartitionTokens(contextLens []int32, kvHeads, tokenBytes, blockSize int, g gpuSize) int {
@@ -58,8 +86,9 @@ func evenBound(longest, floor, parts int) int {
 
 // tailBound is the partition bound of a call whose rows exceed the grouped kernel's slots by less than
 // a few tenths of a wave (tailRows), where one program per row leaves its overflow to run as a second
-// wave of a few programs alone, each as long as the first wave's: tailParts partitions make it short.
-// ok is false elsewhere. CUDAKernels.Plan applies it; GraphPlan does not, since a graph's rows are
+// wave of a few programs alone, each as long as the first wave's: partitions no shorter than a
+// tailParts-th of the context (Plan then takes up to tailParts of them) make it short. ok is false
+// elsewhere. CUDAKernels.Plan applies it; GraphPlan does not, since a graph's rows are
 // padded to a power of two and the batches it replays are anywhere above half of them.
 func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool) {
 	rows := len(contextLens) * kvHeads
@@ -75,7 +104,7 @@ func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool)
 // best split, µs): Llama-3-8B × 4096 tokens at batch 33 (264 rows, one wave) 185.6 against 185.6, at
 // batch 34 (272) 235.8 against 199.7, 40 (320) 249.4 against 229.6, 44 (352) 264.7 against 250.5,
 // 48 (384) 276.7 against 272.1; Llama-3.2-1B (528 slots) at batch 67 215.6 against 198.6 and 80 250.3
-// against 238.8; split in tailParts, each within 3% of the best. Several waves hide it (Llama-2-7B
+// against 238.8; split by Plan under tailBound (2 to 4 partitions), each within 3% of the best. Several waves hide it (Llama-2-7B
 // batch 26 × 2048, 3.2 waves: 300.5 against 298.6).
 func tailRows(rows, slots int) bool {
 	return rows > slots && float64(rows) < tailWaves*float64(slots)
@@ -84,8 +113,8 @@ func tailRows(rows, slots int) bool {
 // tailWaves is where tailRows stops: 1.4 waves of the grouped kernel's programs.
 const tailWaves = 1.4
 
-// tailParts is the partitions per context of a call in tailRows' range: its overflow then runs a quarter
-// as long.
+// tailParts is the most partitions per context tailBound allows a call in tailRows' range: the
+// overflow's programs are then a half to a quarter as long as a whole context's.
 const tailParts = 4
 
 // fillsGPU reports whether one program per (sequence, KV head) row keeps the GPU's memory system busy
@@ -108,7 +137,7 @@ func fillsGPU(rows, tokenBytes, longest, sms int) bool {
 // fill the GPU one an SM (fillsGPU).
 const fullRowTokenBytes = 2 * 128 * 2
 
-// longSplitTokens is the context from which fillsGPU counts the bytes a row's program has in flight.
+// longSplitTokens is the context past which fillsGPU counts the bytes a row's program has in flight.
 const longSplitTokens = 2048
 
 // splitFloor is the shortest partition gpuMinPartitionTokens allows for rows (sequence, KV head) rows
