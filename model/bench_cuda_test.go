@@ -83,7 +83,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 }
 
 // BenchmarkCUDADecode measures a decode step of random-weight models of Llama-3.2-1B and Llama-3-8B shape
-// in bfloat16 at batch 1, 8, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
+// in bfloat16 at batch 1, 2, 4, 8, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
 // position 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA
 // graph, in each of decodeVariants. The KV pages hold zeros (the speed does not depend on their values).
 // Metrics: ms/step (wall time of ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph
