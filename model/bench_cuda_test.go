@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,25 @@ func benchContext(b *testing.B, def int) int {
 	return n
 }
 
+// benchBatches is the batches BenchmarkCUDADecode runs: GOLLM_BENCH_BATCHES (comma-separated, each in
+// [1, maxBatch]; e.g. 40, a batch past one wave of the grouped attention kernel's programs), else 1, 2,
+// 4, 8, 16 and 64.
+func benchBatches(b *testing.B, maxBatch int) []int {
+	v := os.Getenv("GOLLM_BENCH_BATCHES")
+	if v == "" {
+		return []int{1, 2, 4, 8, 16, 64}
+	}
+	var batches []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > maxBatch {
+			b.Fatalf("GOLLM_BENCH_BATCHES=%q: want batches from 1 to %d", v, maxBatch)
+		}
+		batches = append(batches, n)
+	}
+	return batches
+}
+
 // decodeWeightBytes is what one decode step must read of the weights: every matrix once (the LM head
 // included; of the embedding table only the step's rows, none when it is not also the head).
 func decodeWeightBytes(cfg *weights.Config) int64 {
@@ -83,7 +103,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 }
 
 // BenchmarkCUDADecode measures a decode step of random-weight models of Llama-3.2-1B and Llama-3-8B shape
-// in bfloat16 at batch 1, 2, 4, 8, 16 and 64, every sequence at a context of 1024 tokens (the step rewrites
+// in bfloat16 at batch 1, 2, 4, 8, 16 and 64 (GOLLM_BENCH_BATCHES sets others), every sequence at a context of 1024 tokens (the step rewrites
 // position 1023, so every step costs the same), greedy with the argmax on the device, replayed as a CUDA
 // graph, in each of decodeVariants. The KV pages hold zeros (the speed does not depend on their values).
 // Metrics: ms/step (wall time of ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph
@@ -153,7 +173,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
 					summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
 			})
-			for _, batch := range []int{1, 2, 4, 8, 16, 64} {
+			for _, batch := range benchBatches(b, maxBatch) {
 				s := &Step{QueryStart: []int32{0}}
 				for seq := range batch {
 					table := make([]int32, (context+blockSize-1)/blockSize)
