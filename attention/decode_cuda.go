@@ -476,8 +476,8 @@ func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int, 
 // occupancy of the split-k kernel the call would run, since the programs Plan counts against the slots
 // are split-k's (on the H100 the head_dim-64 split-k kernel runs 3 an SM where the grouped one runs 4;
 // until round 21 Plan was given the grouped kernel's 4, and its one-wave partitions of Llama-3.2-1B
-// shapes made second waves). The partition bound leaves out tailBound, which CUDAKernels.Plan adds for
-// the call's real rows: GraphPlan plans from this input for rows padded to a power of two.
+// shapes made second waves). The partition bound leaves out tailBound, which CUDAKernels.Plan and
+// CUDAKernels.GraphPlan add.
 func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
 	g, err := k.gpuSize(a)
 	if err != nil {
@@ -514,6 +514,16 @@ func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
 		return DecodePlan{}, err
 	}
 	return gpuPlan(k.planInput(a, g), g), nil
+}
+
+// GraphPlan returns the plan of a call captured into a CUDA graph whose a.HostContextLens hold the
+// graph's context cap for each of its rows: gpuGraphPlan (GraphPlan with the tail rule) on PlanInput(a).
+func (k *CUDAKernels) GraphPlan(a *CUDADecodeArgs) (DecodePlan, error) {
+	g, err := k.gpuSize(a)
+	if err != nil {
+		return DecodePlan{}, err
+	}
+	return gpuGraphPlan(k.planInput(a, g), g), nil
 }
 
 // Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this
@@ -633,7 +643,7 @@ func SplitKWorkspaceBytes(batch, numHeads, headDim, numPartitions int) int64 {
 }
 
 // SplitKWorkspaceBound is a workspace size that serves every call Decode (CUDAKernels.Plan) or a graph
-// step planned by GraphPlan can make with up to maxBatch sequences of at most maxContext tokens: their
+// step planned by CUDAKernels.GraphPlan can make with up to maxBatch sequences of at most maxContext tokens: their
 // partitions are whole 64-token tiles, at most 64 per context (maxPlannedPartitions).
 func SplitKWorkspaceBound(maxBatch, numHeads, headDim, maxContext int) int64 {
 	return SplitKWorkspaceBytes(maxBatch, numHeads, headDim, maxPlannedPartitions(maxContext))

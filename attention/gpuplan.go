@@ -34,10 +34,16 @@ func gpuPlanInput(contextLens []int32, numHeads, kvHeads, headDim, elemBytes, bl
 // partition bound raised to tailBound's where the call's rows fall in tailRows' range, and split-k
 // partitions rounded up to whole tiles.
 func gpuPlan(in PlanInput, g gpuSize) DecodePlan {
+	return tileAligned(Plan(withTailBound(in, g)), in.ContextLens)
+}
+
+// withTailBound is in with its partition bound raised to tailBound's where in's rows fall in tailRows'
+// range.
+func withTailBound(in PlanInput, g gpuSize) PlanInput {
 	if bound, ok := tailBound(in.ContextLens, in.NumKVHeads, g); ok {
 		in.MinPartitionTokens = bound
 	}
-	return tileAligned(Plan(in), in.ContextLens)
+	return in
 }
 
 // gpuMinPartitionTokens is the GPU's bound on Plan's split-k partitions, from what the H100 measurements
@@ -57,7 +63,7 @@ func gpuPlan(in PlanInput, g gpuSize) DecodePlan {
 //     cuts at the bound are equal (5968 + 2224 tokens ran 7% slower than 4096 + 4096), and rounded to
 //     whole 64-token tiles;
 //   - when batch × kv_heads rows already keep the memory system busy (fillsGPU), splitting did not pay,
-//     so the bound is the whole context (but see tailBound, which gpuPlan applies).
+//     so the bound is the whole context (but see tailBound, which gpuPlan and gpuGraphPlan apply).
 //
 // tokenBytes is one token's K and V of one KV head (2 · head_dim · element size).
 func gpuMinPartitionTokens(contextLens []int32, kvHeads, tokenBytes, blockSize int, g gpuSize) int {
@@ -88,8 +94,8 @@ func evenBound(longest, floor, parts int) int {
 // a few tenths of a wave (tailRows), where one program per row leaves its overflow to run as a second
 // wave of a few programs alone, each as long as the first wave's: partitions no shorter than a
 // tailParts-th of the context (Plan then takes up to tailParts of them) make it short. ok is false
-// elsewhere. CUDAKernels.Plan applies it; GraphPlan does not, since a graph's rows are
-// padded to a power of two and the batches it replays are anywhere above half of them.
+// elsewhere. CUDAKernels.Plan and CUDAKernels.GraphPlan (gpuPlan, gpuGraphPlan) apply it; GraphPlan
+// alone does not.
 func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool) {
 	rows := len(contextLens) * kvHeads
 	if !tailRows(rows, max(1, g.sms)*max(1, g.groupedPerSM)) {
@@ -104,8 +110,8 @@ func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool)
 // best split, µs): Llama-3-8B × 4096 tokens at batch 33 (264 rows, one wave) 185.6 against 185.6, at
 // batch 34 (272) 235.8 against 199.7, 40 (320) 249.4 against 229.6, 44 (352) 264.7 against 250.5,
 // 48 (384) 276.7 against 272.1; Llama-3.2-1B (528 slots) at batch 67 215.6 against 198.6 and 80 250.3
-// against 238.8; split by Plan under tailBound (2 to 4 partitions), each within 3% of the best. Several waves hide it (Llama-2-7B
-// batch 26 × 2048, 3.2 waves: 300.5 against 298.6).
+// against 238.8; split by Plan under tailBound (2 to 4 partitions), each within 3% of the best. Several
+// waves hide it (Llama-2-7B batch 26 × 2048, 3.2 waves: 300.5 against 298.6).
 func tailRows(rows, slots int) bool {
 	return rows > slots && float64(rows) < tailWaves*float64(slots)
 }
@@ -189,6 +195,14 @@ func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
 // maxOneLevelPartitions is the most split-k partitions per context that the fused merge takes in one
 // level (mergeChunk); beyond it, it merges in two.
 const maxOneLevelPartitions = 16
+
+// gpuGraphPlan is a captured GPU call's plan (CUDAKernels.GraphPlan without CUDA): GraphPlan on in, the
+// partition bound raised to tailBound's where the graph's rows fall in tailRows' range. A graph's rows
+// are the batch bucket it serves (the model's buckets past 32 sequences are multiples of 8), so the
+// batches it replays are within 8 sequences of them.
+func gpuGraphPlan(in PlanInput, g gpuSize) DecodePlan {
+	return GraphPlan(withTailBound(in, g))
+}
 
 // GraphPlan is the plan of a call captured into a CUDA graph and replayed at every context up to the one
 // it is planned at: in.ContextLens hold that cap (the model's graph steps run at contexts from half the

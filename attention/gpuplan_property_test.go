@@ -98,6 +98,9 @@ func TestGPUPlanInvariants(t *testing.T) {
 		if gp := GraphPlan(capIn); checkPlan(gp, longest, blockSize) != "" {
 			t.Fatalf("graph (cap): %s: %s: %+v", checkPlan(gp, longest, blockSize), desc, gp)
 		}
+		if gp := gpuGraphPlan(capIn, g); checkPlan(gp, longest, blockSize) != "" {
+			t.Fatalf("graph with the tail rule (cap): %s: %s: %+v", checkPlan(gp, longest, blockSize), desc, gp)
+		}
 		n++
 	}
 	t.Logf("%d shapes checked", n)

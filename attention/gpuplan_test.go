@@ -115,6 +115,33 @@ func TestTailBound(t *testing.T) {
 	}
 }
 
+// TestGPUGraphPlanTail checks that a graph's plan applies the tail rule to its rows (the model's batch
+// bucket): Llama-3-8B at cap 4096 splits the 40-sequence bucket (320 rows on 264 grouped slots), not the
+// 48- and 64-sequence ones, and the plan is GraphPlan's elsewhere.
+func TestGPUGraphPlanTail(t *testing.T) {
+	for _, tc := range []struct {
+		batch int
+		split bool
+	}{{32, false}, {40, true}, {48, false}, {64, false}} {
+		lens := make([]int32, tc.batch)
+		for i := range lens {
+			lens[i] = 4096
+		}
+		g := h100(128)
+		in := gpuPlanInput(lens, 32, 8, 128, 2, 16, g)
+		got := gpuGraphPlan(in, g)
+		if split := got.Kernel == SplitK; split != tc.split {
+			t.Errorf("batch %d: %+v, want split %v", tc.batch, got, tc.split)
+		}
+		if !tc.split && got != GraphPlan(in) {
+			t.Errorf("batch %d: %+v, GraphPlan %+v", tc.batch, got, GraphPlan(in))
+		}
+		if tc.split && (got.NumPartitions < 2 || got.NumPartitions > tailParts) {
+			t.Errorf("batch %d: %+v, want 2-%d partitions", tc.batch, got, tailParts)
+		}
+	}
+}
+
 // TestGraphPlanOneWave checks GraphPlan's second rule: split-k partitions halved while the programs that
 // work at three quarters of the cap still fit in one wave of the 132 SMs' split-k program slots, never
 // below the one-level length (cap/16). The first four cases are the decode steps measured on the H100

@@ -35,7 +35,7 @@ import (
 // step's token ids stay on the device in the step's ring slot (the next step's embedding may read them
 // there, Step.InputFrom) and go to the slot's page-locked landing place on stream down, so that the next
 // step can be queued, and run, before they are read. A decode step (one token per sequence, at most
-// maxGraphBatch sequences) is padded to a power-of-two batch bucket and run as a CUDA graph: the first
+// maxGraphBatch sequences) is padded to its batch bucket (graphBucket) and run as a CUDA graph: the first
 // step of a bucket and slot runs eagerly (which also warms cuBLAS), the second is captured, later ones
 // replay it. The graph is keyed by the bucket, the ring slot, the block-table width (from a power-of-two
 // context cap) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
@@ -160,7 +160,7 @@ type cudaStats struct {
 }
 
 const (
-	// maxGraphBatch is the largest decode batch run as a CUDA graph; buckets are 1, 2, 4, … of it.
+	// maxGraphBatch is the largest decode batch run as a CUDA graph (graphBucket).
 	maxGraphBatch = 256
 	// minGraphContext is the smallest context cap of a graph (a power of two, in tokens).
 	minGraphContext = 256
@@ -755,7 +755,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	st.graph = st.decode && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch &&
 		len(s.LogitRows) <= numTokens
 	if st.graph {
-		st.rows = int(nextPow2(numTokens))
+		st.rows = graphBucket(numTokens)
 		st.seqs = st.rows
 		st.contextCap = max(minGraphContext, nextPow2(maxCtx))
 		st.stride = (st.contextCap + bs - 1) / bs
@@ -1141,11 +1141,10 @@ func (b *cudaBackend) attnLens(rows int) []int32 {
 // a sequence's context do nothing).
 func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows int) error {
 	a.HostContextLens = b.attnLens(rows)
-	in, err := b.decode.PlanInput(a)
+	plan, err := b.decode.GraphPlan(a)
 	if err != nil {
 		return err
 	}
-	plan := attention.GraphPlan(in)
 	switch t := b.tune.AttnPartition; {
 	case t > 0:
 		plan = attention.DecodePlan{Kernel: attention.SplitK, PartitionTokens: t, NumPartitions: (b.st.contextCap + t - 1) / t}

@@ -415,3 +415,23 @@ func TestKVBytesPerBlock(t *testing.T) {
 		t.Fatalf("KVBytesPerBlock = %d, want %d", got, want)
 	}
 }
+
+// TestGraphBucket checks the decode batches' CUDA-graph buckets: powers of two up to 32, multiples of 8
+// past it, never below the batch, and within 8 sequences of it past 32 (so that the attention plan made
+// for the bucket fits the batches it serves).
+func TestGraphBucket(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{1, 1}, {2, 2}, {3, 4}, {5, 8}, {9, 16}, {17, 32}, {32, 32}, {33, 40}, {34, 40}, {40, 40}, {41, 48},
+		{64, 64}, {65, 72}, {255, 256}, {256, 256},
+	} {
+		if got := graphBucket(tc.n); got != tc.want {
+			t.Errorf("graphBucket(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+	for n := 1; n <= 256; n++ {
+		got := graphBucket(n)
+		if got < n || n > 32 && (got%8 != 0 || got-n >= 8) {
+			t.Fatalf("graphBucket(%d) = %d", n, got)
+		}
+	}
+}
