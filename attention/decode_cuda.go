@@ -517,13 +517,15 @@ func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
 }
 
 // GraphPlan returns the plan of a call captured into a CUDA graph whose a.HostContextLens hold the
-// graph's context cap for each of its rows: gpuGraphPlan (GraphPlan with the tail rule) on PlanInput(a).
-func (k *CUDAKernels) GraphPlan(a *CUDADecodeArgs) (DecodePlan, error) {
+// graph's context cap for each of its rows (its batch bucket) and that replays batches of minBatch
+// sequences and more: gpuGraphPlan (GraphPlan, with the tail rule where every batch it serves is near
+// or past one wave) on PlanInput(a).
+func (k *CUDAKernels) GraphPlan(a *CUDADecodeArgs, minBatch int) (DecodePlan, error) {
 	g, err := k.gpuSize(a)
 	if err != nil {
 		return DecodePlan{}, err
 	}
-	return gpuGraphPlan(k.planInput(a, g), g), nil
+	return gpuGraphPlan(k.planInput(a, g), g, minBatch), nil
 }
 
 // Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this

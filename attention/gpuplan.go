@@ -196,12 +196,18 @@ func tileAligned(plan DecodePlan, contextLens []int32) DecodePlan {
 // level (mergeChunk); beyond it, it merges in two.
 const maxOneLevelPartitions = 16
 
-// gpuGraphPlan is a captured GPU call's plan (CUDAKernels.GraphPlan without CUDA): GraphPlan on in, the
-// partition bound raised to tailBound's where the graph's rows fall in tailRows' range. A graph's rows
-// are the batch bucket it serves (the model's buckets past 32 sequences are multiples of 8), so the
-// batches it replays are within 8 sequences of them.
-func gpuGraphPlan(in PlanInput, g gpuSize) DecodePlan {
-	return GraphPlan(withTailBound(in, g))
+// gpuGraphPlan is a captured GPU call's plan (CUDAKernels.GraphPlan without CUDA): GraphPlan on in, whose
+// rows are the graph's batch bucket, with the partition bound raised to tailBound's where the bucket's
+// rows fall in tailRows' range and the smallest batch the graph replays, minBatch, still gives the
+// grouped kernel 90% of a wave: then every batch it serves is at or past one wave, and a split costs the
+// smallest little (Llama-3-8B at 33 × 4096, exactly one wave: 4 partitions 3% slower than grouped) where
+// it takes the tail off the rest. A bucket whose batches reach down well below a wave (the model's
+// power-of-two buckets up to 32 replay down to half of theirs) keeps GraphPlan's plan.
+func gpuGraphPlan(in PlanInput, g gpuSize, minBatch int) DecodePlan {
+	if 10*minBatch*in.NumKVHeads >= 9*max(1, g.sms)*max(1, g.groupedPerSM) {
+		in = withTailBound(in, g)
+	}
+	return GraphPlan(in)
 }
 
 // GraphPlan is the plan of a call captured into a CUDA graph and replayed at every context up to the one

@@ -98,7 +98,7 @@ func TestGPUPlanInvariants(t *testing.T) {
 		if gp := GraphPlan(capIn); checkPlan(gp, longest, blockSize) != "" {
 			t.Fatalf("graph (cap): %s: %s: %+v", checkPlan(gp, longest, blockSize), desc, gp)
 		}
-		if gp := gpuGraphPlan(capIn, g); checkPlan(gp, longest, blockSize) != "" {
+		if gp := gpuGraphPlan(capIn, g, 1+rng.IntN(batch)); checkPlan(gp, longest, blockSize) != "" {
 			t.Fatalf("graph with the tail rule (cap): %s: %s: %+v", checkPlan(gp, longest, blockSize), desc, gp)
 		}
 		n++

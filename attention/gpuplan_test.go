@@ -116,20 +116,24 @@ func TestTailBound(t *testing.T) {
 }
 
 // TestGPUGraphPlanTail checks that a graph's plan applies the tail rule to its rows (the model's batch
-// bucket): Llama-3-8B at cap 4096 splits the 40-sequence bucket (320 rows on 264 grouped slots), not the
-// 48- and 64-sequence ones, and the plan is GraphPlan's elsewhere.
+// bucket) where the smallest batch it serves is near a wave: Llama-3-8B at cap 4096 splits the
+// 40-sequence bucket (320 rows on 264 grouped slots, batches from 33), not the 48- and 64-sequence ones;
+// a Llama-2-13B-shaped bucket of 8 (320 rows of 40 KV heads, batches from 5: 200 rows) stays GraphPlan's.
 func TestGPUGraphPlanTail(t *testing.T) {
 	for _, tc := range []struct {
-		batch int
-		split bool
-	}{{32, false}, {40, true}, {48, false}, {64, false}} {
+		batch, minBatch, kvHeads int
+		split                    bool
+	}{{32, 17, 8, false}, {40, 33, 8, true}, {48, 41, 8, false}, {64, 57, 8, false}, {8, 5, 40, false}} {
 		lens := make([]int32, tc.batch)
 		for i := range lens {
 			lens[i] = 4096
 		}
 		g := h100(128)
-		in := gpuPlanInput(lens, 32, 8, 128, 2, 16, g)
-		got := gpuGraphPlan(in, g)
+		in := gpuPlanInput(lens, 32, tc.kvHeads, 128, 2, 16, g)
+		if tc.kvHeads == 40 {
+			in.NumHeads = 40
+		}
+		got := gpuGraphPlan(in, g, tc.minBatch)
 		if split := got.Kernel == SplitK; split != tc.split {
 			t.Errorf("batch %d: %+v, want split %v", tc.batch, got, tc.split)
 		}

@@ -1141,7 +1141,7 @@ func (b *cudaBackend) attnLens(rows int) []int32 {
 // a sequence's context do nothing).
 func (b *cudaBackend) decodeGraphed(a *attention.CUDADecodeArgs, rows int) error {
 	a.HostContextLens = b.attnLens(rows)
-	plan, err := b.decode.GraphPlan(a)
+	plan, err := b.decode.GraphPlan(a, graphBucketLow(rows))
 	if err != nil {
 		return err
 	}

@@ -557,7 +557,7 @@ func TestCUDAPipelinedPicks(t *testing.T) {
 // TestCUDAGreedyPicksGemm checks greedy picks of 9-64-row steps whose LM head runs on the skinny GEMM
 // with the argmax epilogue (the logits never written) against the argmax of the logits that Forward
 // returns from a second model with the same weights and steps (the same GEMM launches writing the
-// logits): 12 sequences decoding (bucket 16) and 40 (bucket 64), eagerly and from replayed graphs. As
+// logits): 12 sequences decoding (bucket 16) and 40 (bucket 40), eagerly and from replayed graphs. As
 // in the default routing, the LM head (a vocabulary of 4096: the largest product) alone is on the GEMM
 // and the O and down products on cuBLAS, split by k.
 func TestCUDAGreedyPicksGemm(t *testing.T) {

@@ -395,6 +395,15 @@ func graphBucket(n int) int {
 	return (n + 7) / 8 * 8
 }
 
+// graphBucketLow is the smallest batch a graph of bucket rows (a graphBucket) serves: one more than the
+// bucket below it.
+func graphBucketLow(bucket int) int {
+	if bucket <= 32 {
+		return bucket/2 + 1
+	}
+	return bucket - 7
+}
+
 func nextPow2(n int) int {
 	p := 1
 	for p < n {

@@ -416,7 +416,7 @@ func TestKVBytesPerBlock(t *testing.T) {
 	}
 }
 
-// TestGraphBucket checks the decode batches' CUDA-graph buckets: powers of two up to 32, multiples of 8
+// TestGraphBucket checks the decode batches' CUDA-graph buckets and their smallest batches: powers of two up to 32, multiples of 8
 // past it, never below the batch, and within 8 sequences of it past 32 (so that the attention plan made
 // for the bucket fits the batches it serves).
 func TestGraphBucket(t *testing.T) {
@@ -432,6 +432,10 @@ func TestGraphBucket(t *testing.T) {
 		got := graphBucket(n)
 		if got < n || n > 32 && (got%8 != 0 || got-n >= 8) {
 			t.Fatalf("graphBucket(%d) = %d", n, got)
+		}
+		// graphBucketLow is the smallest batch of the bucket.
+		if low := graphBucketLow(got); low > n || graphBucket(low-1) == got && low > 1 {
+			t.Fatalf("graphBucketLow(%d) = %d for batch %d", got, low, n)
 		}
 	}
 }
