@@ -455,7 +455,8 @@ type timingsJSON struct {
 	TotalSeconds float64 `json:"total_s"`
 	// PrefillTokensPerSecond is prompt tokens over the time to the first token (queueing included).
 	PrefillTokensPerSecond float64 `json:"prefill_tok_s"`
-	// DecodeTokensPerSecond is the tokens after the first over the time after the first.
+	// DecodeTokensPerSecond is the tokens after the first over the time after the first; 0 when they all
+	// arrived with the first (a reader that woke once the request was done).
 	DecodeTokensPerSecond float64 `json:"decode_tok_s"`
 }
 
