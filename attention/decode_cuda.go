@@ -472,20 +472,11 @@ func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int, 
 	return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
 }
 
-// PlanInput returns Plan's input for a call on this device: its SM count, and as programs per SM the
-// occupancy of the split-k kernel the call would run, since the programs Plan counts against the slots
-// are split-k's (on the H100 the head_dim-64 split-k kernel runs 3 an SM where the grouped one runs 4;
-// until round 21 Plan was given the grouped kernel's 4, and its one-wave partitions of Llama-3.2-1B
-// shapes made second waves). The partition bound leaves out tailBound, which CUDAKernels.Plan and
-// CUDAKernels.GraphPlan add.
-func (k *CUDAKernels) PlanInput(a *CUDADecodeArgs) (PlanInput, error) {
-	g, err := k.gpuSize(a)
-	if err != nil {
-		return PlanInput{}, err
-	}
-	return k.planInput(a, g), nil
-}
-
+// planInput is Plan's input for a call on this device (gpuPlanInput): its SM count, and as programs per
+// SM the occupancy of the split-k kernel the call would run, since the programs Plan counts against the
+// slots are split-k's (on the H100 the head_dim-64 split-k kernel runs 3 an SM where the grouped one runs
+// 4; until round 21 Plan was given the grouped kernel's 4, and its one-wave partitions of Llama-3.2-1B
+// shapes made second waves).
 func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
 	_, size, _ := dtypeName(a.DType)
 	return gpuPlanInput(a.HostContextLens, a.NumHeads, a.NumKVHeads, a.HeadDim, size, a.BlockSize, g)
@@ -505,7 +496,7 @@ func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
 	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM}, nil
 }
 
-// Plan returns the plan Decode follows for a: gpuPlan on PlanInput(a) (Plan, split-k partitions rounded
+// Plan returns the plan Decode follows for a: gpuPlan on planInput(a) (Plan, split-k partitions rounded
 // up to whole 64-token tiles, and at most tailParts partitions where the rows would leave the grouped
 // kernel a short second wave).
 func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
@@ -519,7 +510,7 @@ func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
 // GraphPlan returns the plan of a call captured into a CUDA graph whose a.HostContextLens hold the
 // graph's context cap for each of its rows (its batch bucket) and that replays batches of minBatch
 // sequences and more: gpuGraphPlan (GraphPlan, with the tail rule where every batch it serves is near
-// or past one wave) on PlanInput(a).
+// or past one wave) on planInput(a).
 func (k *CUDAKernels) GraphPlan(a *CUDADecodeArgs, minBatch int) (DecodePlan, error) {
 	g, err := k.gpuSize(a)
 	if err != nil {

@@ -12,7 +12,10 @@ type gpuSize struct {
 	sms, groupedPerSM, splitPerSM int
 }
 
-// gpuPlanInput is Plan's input for a GPU call (CUDAKernels.PlanInput without CUDA): the context lengths,
+// groupedSlots is how many grouped programs run at once: one wave of them.
+func (g gpuSize) groupedSlots() int { return max(1, g.sms) * max(1, g.groupedPerSM) }
+
+// gpuPlanInput is Plan's input for a GPU call (CUDAKernels.planInput without CUDA): the context lengths,
 // heads and head_dim, elemBytes a K/V element, blockSize-token pages, and the device's size, with the
 // split-k kernel's programs per SM as ProgramsPerSM and gpuMinPartitionTokens as the partition bound.
 func gpuPlanInput(contextLens []int32, numHeads, kvHeads, headDim, elemBytes, blockSize int, g gpuSize) PlanInput {
@@ -98,7 +101,7 @@ func evenBound(longest, floor, parts int) int {
 // alone does not.
 func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool) {
 	rows := len(contextLens) * kvHeads
-	if !tailRows(rows, max(1, g.sms)*max(1, g.groupedPerSM)) {
+	if !tailRows(rows, g.groupedSlots()) {
 		return 0, false
 	}
 	return evenBound(longestContext(contextLens), minSplitTokens, tailParts), true
@@ -204,7 +207,7 @@ const maxOneLevelPartitions = 16
 // it takes the tail off the rest. A bucket whose batches reach down well below a wave (the model's
 // power-of-two buckets up to 32 replay down to half of theirs) keeps GraphPlan's plan.
 func gpuGraphPlan(in PlanInput, g gpuSize, minBatch int) DecodePlan {
-	if 10*minBatch*in.NumKVHeads >= 9*max(1, g.sms)*max(1, g.groupedPerSM) {
+	if 10*minBatch*in.NumKVHeads >= 9*g.groupedSlots() {
 		in = withTailBound(in, g)
 	}
 	return GraphPlan(in)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// propertyPlans is gpuPlanInput's input and gpuPlan's plan: CUDAKernels.PlanInput and Plan without CUDA.
+// propertyPlans is gpuPlanInput's input and gpuPlan's plan: CUDAKernels.planInput and Plan without CUDA.
 func propertyPlans(lens []int32, numHeads, kvHeads, headDim, elem, blockSize int, g gpuSize) (PlanInput, DecodePlan) {
 	in := gpuPlanInput(lens, numHeads, kvHeads, headDim, elem, blockSize, g)
 	return in, gpuPlan(in, g)

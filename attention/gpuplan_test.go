@@ -121,18 +121,15 @@ func TestTailBound(t *testing.T) {
 // a Llama-2-13B-shaped bucket of 8 (320 rows of 40 KV heads, batches from 5: 200 rows) stays GraphPlan's.
 func TestGPUGraphPlanTail(t *testing.T) {
 	for _, tc := range []struct {
-		batch, minBatch, kvHeads int
-		split                    bool
-	}{{32, 17, 8, false}, {40, 33, 8, true}, {48, 41, 8, false}, {64, 57, 8, false}, {8, 5, 40, false}} {
+		batch, minBatch, heads, kvHeads int
+		split                           bool
+	}{{32, 17, 32, 8, false}, {40, 33, 32, 8, true}, {48, 41, 32, 8, false}, {64, 57, 32, 8, false}, {8, 5, 40, 40, false}} {
 		lens := make([]int32, tc.batch)
 		for i := range lens {
 			lens[i] = 4096
 		}
 		g := h100(128)
-		in := gpuPlanInput(lens, 32, tc.kvHeads, 128, 2, 16, g)
-		if tc.kvHeads == 40 {
-			in.NumHeads = 40
-		}
+		in := gpuPlanInput(lens, tc.heads, tc.kvHeads, 128, 2, 16, g)
 		got := gpuGraphPlan(in, g, tc.minBatch)
 		if split := got.Kernel == SplitK; split != tc.split {
 			t.Errorf("batch %d: %+v, want split %v", tc.batch, got, tc.split)

@@ -389,19 +389,26 @@ func (m *Model) ensureWorkspace(numTokens, numLogits int) error {
 // kernel's programs (batch 34: 13.44 ms a step grouped, 12.74 in 4 partitions) and whole at the top (batch
 // 64: 17.11 against 17.46; H100, docs/bench/attention-h100.md, round 21).
 func graphBucket(n int) int {
-	if n <= 32 {
+	if n <= graphPow2Buckets {
 		return nextPow2(n)
 	}
-	return (n + 7) / 8 * 8
+	return (n + graphBucketStep - 1) / graphBucketStep * graphBucketStep
 }
+
+// graphPow2Buckets is the largest power-of-two graph bucket, and graphBucketStep the step of the buckets
+// past it (graphBucket).
+const (
+	graphPow2Buckets = 32
+	graphBucketStep  = 8
+)
 
 // graphBucketLow is the smallest batch a graph of bucket rows (a graphBucket) serves: one more than the
 // bucket below it.
 func graphBucketLow(bucket int) int {
-	if bucket <= 32 {
+	if bucket <= graphPow2Buckets {
 		return bucket/2 + 1
 	}
-	return bucket - 7
+	return bucket - graphBucketStep + 1
 }
 
 func nextPow2(n int) int {
