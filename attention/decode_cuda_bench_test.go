@@ -3,8 +3,10 @@
 package attention
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -492,6 +494,137 @@ func BenchmarkCUDADecodePages(b *testing.B) {
 						_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 						return err
 					})
+				in.free()
+			}
+		}
+	}
+}
+
+// readCeilingPTX is testdata/readceiling.cu compiled to PTX (the command is in the file), loaded through
+// the driver by BenchmarkCUDAReadCeiling.
+//
+//go:embed testdata/readceiling.ptx
+var readCeilingPTX []byte
+
+// BenchmarkCUDAReadCeiling asks how fast any kernel could read a decode call's K and V where the grid's
+// pages lie: a read-only kernel (testdata/readceiling.cu: whole pages through the block table, all KV
+// heads of a page at once, 8 loads of 16 bytes in flight per thread, nothing computed; one wave of
+// programs striding over the pages, and one program per page; and in the decode kernels' order, a program
+// per (KV head, sequence)) times each shape's
+// bytes with the pages permuted (the grid's layout) and in order (a contiguous cache's), next to the
+// plan's decode call on the same pools, that call with evict_normal copies, and cut short after its tile
+// loop (DiagnoseLoop: no merge, no output) and after its start (DiagnoseEntry); two rounds, with the spin
+// and after do_bench's flush. Against contiguous SDPA in the same device call (scripts/bench/sdpa_peer.py) it says whether
+// parity at every shape of at least 256 MB is within reach of a paged kernel at all. Run it with
+// -test.benchtime=1x.
+func BenchmarkCUDAReadCeiling(b *testing.B) {
+	k, t := benchTimer(b)
+	mod, err := k.Device().LoadModule(readCeilingPTX)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = mod.Unload() })
+	read, err := mod.Function("gollm_read_pages")
+	if err != nil {
+		b.Fatal(err)
+	}
+	readHeads, err := mod.Function("gollm_read_heads")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const threads = 512
+	perSM, err := read.Occupancy(threads, 0)
+	if err != nil || perSM < 1 {
+		b.Fatalf("read kernel occupancy %d: %v", perSM, err)
+	}
+	programs := k.numSMs * perSM // one wave: every program streams its share of the pages
+	b.Logf("read kernel: %d programs of %d threads (%d an SM)", programs, threads, perSM)
+	for _, s := range []variantShape{
+		{"mha", 256, 256, 12, 12, 128, false},
+		{"mha", 8, 8192, 12, 12, 128, false},
+		{"mha", 1, 131072, 12, 12, 128, false},
+		{"llama7b", 8, 2048, 32, 32, 128, false},
+		{"llama7b", 8, 8192, 32, 32, 128, false},
+		{"llama3", 32, 2048, 32, 8, 128, false},
+		{"llama3", 1, 131072, 32, 8, 128, false},
+		{"llama3", 64, 4096, 32, 8, 128, false},
+		{"llama3", 128, 8192, 32, 8, 128, false},
+		{"llama3", 1, 8192, 32, 8, 128, false},
+		{"llama3", 8, 2048, 32, 8, 128, false},
+		{"gqa", 16, 4096, 12, 2, 128, false},
+	} {
+		for round := range 2 {
+			for _, order := range []pageOrder{pagesRandom, pagesSequential} {
+				in, err := newVariantInputs(k, s, order)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink, err := in.alloc(16)
+				if err != nil {
+					in.free()
+					b.Fatal(err)
+				}
+				a0 := in.args[0]
+				pageVecs := a0.BlockSize * a0.NumKVHeads * a0.HeadDim * 2 / 16
+				name := fmt.Sprintf("%s_b%d_ctx%d/pages=%v", s.name, s.batch, s.ctx, order)
+				pages := len(a0.HostContextLens) * a0.MaxBlocks
+				launchRead := func(grid int) func(c int) error {
+					return func(c int) error {
+						a := &in.args[c]
+						p := struct {
+							K, V, Table cuda.DevicePtr
+							Pages       int32
+							PageVecs    int32
+							Out         cuda.DevicePtr
+						}{a.KCache, a.VCache, a.BlockTables, int32(pages), int32(pageVecs), sink}
+						return cuda.Launch(read, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, 0, nil, &p)
+					}
+				}
+				// wave: one wave of programs, each taking every programs-th page; page: a program per
+				// page, the hardware's scheduler evening out the end.
+				for _, g := range []struct {
+					what string
+					grid int
+				}{{"wave", min(programs, pages)}, {"page", pages}} {
+					for _, flush := range []bool{false, true} {
+						t.Flush = flush
+						reportUS(b, t, fmt.Sprintf("%s/read-%s/flush=%v/r%d", name, g.what, flush, round), in.copies,
+							launchRead(g.grid))
+					}
+				}
+				// heads: the decode kernels' order, a program per (KV head, sequence).
+				for _, flush := range []bool{false, true} {
+					t.Flush = flush
+					reportUS(b, t, fmt.Sprintf("%s/read-heads/flush=%v/r%d", name, flush, round), in.copies, func(c int) error {
+						a := &in.args[c]
+						p := struct {
+							K, V, Table                   cuda.DevicePtr
+							MaxBlocks, RowStride, RowVecs int32
+							Lbs                           int32
+							Out                           cuda.DevicePtr
+						}{a.KCache, a.VCache, a.BlockTables, int32(a.MaxBlocks), int32(a.NumKVHeads * a.HeadDim * 2 / 16),
+							int32(a.HeadDim * 2 / 16), int32(bits.TrailingZeros(uint(a.BlockSize))), sink}
+						return cuda.Launch(readHeads, cuda.Dim3{X: a.NumKVHeads, Y: len(a.HostContextLens)}, cuda.Dim3{X: 128}, 0, nil, &p)
+					})
+				}
+				for _, v := range []struct {
+					what string
+					t    CUDATuning
+				}{
+					{"decode", CUDATuning{}}, {"decode-normal", CUDATuning{NoEvictFirst: true}},
+					{"decode-loop", CUDATuning{Diagnose: DiagnoseLoop}}, {"decode-entry", CUDATuning{Diagnose: DiagnoseEntry}},
+				} {
+					for _, flush := range []bool{false, true} {
+						t.Flush = flush
+						k.Tuning = v.t
+						reportUS(b, t, fmt.Sprintf("%s/%s/flush=%v/r%d", name, v.what, flush, round), in.copies,
+							func(c int) error {
+								_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
+								return err
+							})
+					}
+				}
+				k.Tuning, t.Flush = CUDATuning{}, false
 				in.free()
 			}
 		}
