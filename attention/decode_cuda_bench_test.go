@@ -507,16 +507,14 @@ func BenchmarkCUDADecodePages(b *testing.B) {
 var readCeilingPTX []byte
 
 // BenchmarkCUDAReadCeiling asks how fast any kernel could read a decode call's K and V where the grid's
-// pages lie: a read-only kernel (testdata/readceiling.cu: whole pages through the block table, all KV
-// heads of a page at once, 8 loads of 16 bytes in flight per thread, nothing computed; one wave of
-// programs striding over the pages, and one program per page; and in the decode kernels' order, a program
-// per (KV head, sequence)) times each shape's
-// bytes with the pages permuted (the grid's layout) and in order (a contiguous cache's), next to the
-// plan's decode call on the same pools, that call with evict_normal copies, and cut short after its tile
-// loop (DiagnoseLoop: no merge, no output) and after its start (DiagnoseEntry); two rounds, with the spin
-// and after do_bench's flush. Against contiguous SDPA in the same device call (scripts/bench/sdpa_peer.py) it says whether
-// parity at every shape of at least 256 MB is within reach of a paged kernel at all. Run it with
-// -test.benchtime=1x.
+// pages lie: a read-only kernel (testdata/readceiling.cu: 16-byte loads, nothing computed) reads whole
+// pages through the block table, all KV heads of a page at once, in one wave of programs striding over the
+// pages and with a program per page; for batches of 8 and more also in the decode kernels' order, a
+// program per (KV head, sequence), with 8 or 16 pages' rows in flight. Each is timed with the pages permuted (the grid's
+// layout) and in order (a contiguous cache's), next to the plan's decode call on the same pools and that
+// call cut short after its tile loop (DiagnoseLoop: no merge, no output); two rounds, with the spin, the
+// page reads and the calls after do_bench's flush too. Against contiguous SDPA in the same device call
+// (scripts/bench/sdpa_peer.py) it says how far a paged kernel could go. Run it with -test.benchtime=1x.
 func BenchmarkCUDAReadCeiling(b *testing.B) {
 	k, t := benchTimer(b)
 	mod, err := k.Device().LoadModule(readCeilingPTX)
@@ -528,9 +526,18 @@ func BenchmarkCUDAReadCeiling(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	readHeads, err := mod.Function("gollm_read_heads")
-	if err != nil {
-		b.Fatal(err)
+	// The decode kernels' order: a program per (KV head, sequence), 8 or 16 pages' rows in flight.
+	type headsKernel struct {
+		what string
+		fn   *cuda.Function
+	}
+	var headsKernels []headsKernel
+	for _, v := range []string{"heads", "heads16"} {
+		fn, err := mod.Function("gollm_read_" + v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		headsKernels = append(headsKernels, headsKernel{v, fn})
 	}
 	const threads = 512
 	perSM, err := read.Occupancy(threads, 0)
@@ -592,10 +599,12 @@ func BenchmarkCUDAReadCeiling(b *testing.B) {
 							launchRead(g.grid))
 					}
 				}
-				// heads: the decode kernels' order, a program per (KV head, sequence).
-				for _, flush := range []bool{false, true} {
-					t.Flush = flush
-					reportUS(b, t, fmt.Sprintf("%s/read-heads/flush=%v/r%d", name, flush, round), in.copies, func(c int) error {
+				for _, hk := range headsKernels {
+					if s.batch < 8 {
+						break // a few programs: not the grouped kernel's shape
+					}
+					t.Flush = false
+					reportUS(b, t, fmt.Sprintf("%s/read-%s/flush=false/r%d", name, hk.what, round), in.copies, func(c int) error {
 						a := &in.args[c]
 						p := struct {
 							K, V, Table                   cuda.DevicePtr
@@ -604,15 +613,14 @@ func BenchmarkCUDAReadCeiling(b *testing.B) {
 							Out                           cuda.DevicePtr
 						}{a.KCache, a.VCache, a.BlockTables, int32(a.MaxBlocks), int32(a.NumKVHeads * a.HeadDim * 2 / 16),
 							int32(a.HeadDim * 2 / 16), int32(bits.TrailingZeros(uint(a.BlockSize))), sink}
-						return cuda.Launch(readHeads, cuda.Dim3{X: a.NumKVHeads, Y: len(a.HostContextLens)}, cuda.Dim3{X: 128}, 0, nil, &p)
+						return cuda.Launch(hk.fn, cuda.Dim3{X: a.NumKVHeads, Y: len(a.HostContextLens)}, cuda.Dim3{X: 128}, 0, nil, &p)
 					})
 				}
 				for _, v := range []struct {
 					what string
 					t    CUDATuning
 				}{
-					{"decode", CUDATuning{}}, {"decode-normal", CUDATuning{NoEvictFirst: true}},
-					{"decode-loop", CUDATuning{Diagnose: DiagnoseLoop}}, {"decode-entry", CUDATuning{Diagnose: DiagnoseEntry}},
+					{"decode", CUDATuning{}}, {"decode-loop", CUDATuning{Diagnose: DiagnoseLoop}},
 				} {
 					for _, flush := range []bool{false, true} {
 						t.Flush = flush

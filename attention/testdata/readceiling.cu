@@ -4,8 +4,8 @@
 // contiguous in the pool) at a time: the fastest any kernel can read those bytes in that placement, with
 // no attention arithmetic, no per-(sequence, head) program structure and no merge. gollm_read_heads reads
 // them the way the decode kernels do, one program per (KV head, sequence) walking its head's rows of the
-// sequence's pages, 8 pages' rows of K and V at a time (32 KB in flight a program at head_dim 128,
-// half a decode program's two queued tiles). Regenerate the PTX beside it (the benchmark loads
+// sequence's pages, 8 or 16 pages' rows of K and V at a time (32 or 64 KB in flight a program at
+// head_dim 128; a decode program has up to two 32 KB tiles in flight). Regenerate the PTX beside it (the benchmark loads
 // it through the driver) with:
 //
 //	nvcc -ptx -arch=compute_90 -O3 -o readceiling.ptx readceiling.cu
@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(512) gollm_read_pages(const ReadPar
 		p.out[0] = fold;
 }
 
-// HeadParams is gollm_read_heads' parameter.
+// HeadParams is the gollm_read_heads kernels' parameter.
 struct HeadParams {
 	const uint4 *k, *v;
 	const int *table; // [batch][max_blocks], every sequence max_blocks full pages
@@ -73,23 +73,23 @@ struct HeadParams {
 	unsigned *out;
 };
 
-// gollm_read_heads: grid (kv_heads, batch), 128 threads; program (h, s) reads head h's rows of the pages
-// of sequence s, HPAGES pages at a time (all their loads issued before any is used).
-#define HPAGES 8
-extern "C" __global__ void __launch_bounds__(128) gollm_read_heads(const HeadParams p) {
+// read_heads: grid (kv_heads, batch), 128 threads; program (h, s) reads head h's rows of the pages of
+// sequence s (256-byte pieces kv_heads · 256 bytes apart at head_dim 128), PAGES pages at a time, all
+// their loads issued before any is used.
+template <int PAGES> __device__ __forceinline__ void read_heads(const HeadParams &p) {
 	const int h = blockIdx.x, s = blockIdx.y;
 	const int *__restrict__ table = p.table + (long)s * p.maxBlocks;
 	const int bs = 1 << p.lbs, pageVecs = bs * p.rowVecs;
 	uint32_t fold = 0;
-	for (int pg = 0; pg < p.maxBlocks; pg += HPAGES) {
-		int ids[HPAGES];
+	for (int pg = 0; pg < p.maxBlocks; pg += PAGES) {
+		int ids[PAGES];
 #pragma unroll
-		for (int u = 0; u < HPAGES; u++) ids[u] = pg + u < p.maxBlocks ? table[pg + u] : -1;
+		for (int u = 0; u < PAGES; u++) ids[u] = pg + u < p.maxBlocks ? table[pg + u] : -1;
 		for (int e = threadIdx.x; e < pageVecs; e += blockDim.x) {
 			const int row = e / p.rowVecs, c = e - row * p.rowVecs;
-			uint4 a[HPAGES], b[HPAGES];
+			uint4 a[PAGES], b[PAGES];
 #pragma unroll
-			for (int u = 0; u < HPAGES; u++) {
+			for (int u = 0; u < PAGES; u++) {
 				if (ids[u] >= 0) {
 					const long off = ((long)ids[u] * bs + row) * p.rowStride + (long)h * p.rowVecs + c;
 					a[u] = load_stream(p.k + off);
@@ -99,10 +99,13 @@ extern "C" __global__ void __launch_bounds__(128) gollm_read_heads(const HeadPar
 				}
 			}
 #pragma unroll
-			for (int u = 0; u < HPAGES; u++)
+			for (int u = 0; u < PAGES; u++)
 				fold ^= a[u].x ^ a[u].y ^ a[u].z ^ a[u].w ^ b[u].x ^ b[u].y ^ b[u].z ^ b[u].w;
 		}
 	}
 	if (fold == 0x9e3779b9u)
 		p.out[0] = fold;
 }
+
+extern "C" __global__ void __launch_bounds__(128) gollm_read_heads(const HeadParams p) { read_heads<8>(p); }
+extern "C" __global__ void __launch_bounds__(128) gollm_read_heads16(const HeadParams p) { read_heads<16>(p); }

@@ -48,7 +48,7 @@ if has ceiling; then
 	stamp "ceiling rc=$?"
 	python3 scripts/bench/sdpa_peer.py --rounds 2 --json "$out/sdpa.json" 2>"$out/sdpa.log"
 	stamp "sdpa rc=$?"
-	grep "read kernel" "$out/ceiling.txt" | head -1 >>"$out/summary.txt"
+	grep -E "read kernel|grouped s" "$out/ceiling.txt" | sort -u >>"$out/summary.txt"
 	awk '/^Benchmark/ {for (i = 2; i <= NF; i++) if ($i == "us") print $1, $(i-1)}' "$out/ceiling.txt" >>"$out/summary.txt"
 fi
 if has decode; then
