@@ -16,15 +16,7 @@ import (
 // backwards, also where the decoded prompt differs from the string sent (a kept BOS; special-token
 // text, whose piece is empty by default), which echo with logprobs therefore echoes decoded.
 func TestRealEchoLogprobsOffsets(t *testing.T) {
-	base, stop, err := loadtest.StartDefault(loadtest.ServerOptions{KVBlocks: 64, MaxNumSeqs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	}()
+	base := startReal(t, loadtest.ServerOptions{KVBlocks: 64, MaxNumSeqs: 4})
 	tests := []struct{ name, body string }{
 		{"plain string (control)", `{"prompt":"ab","max_tokens":2,"echo":true,"logprobs":0,"temperature":0}`},
 		{"kept BOS", `{"prompt":"ab","max_tokens":2,"echo":true,"logprobs":0,"temperature":0,"skip_special_tokens":false}`},

@@ -57,6 +57,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// startReal starts the real engine and the built-in model behind the server with opts, stopped (and the
+// stop's error reported) when t ends, and returns its base URL.
 func startReal(t *testing.T, opts loadtest.ServerOptions) string {
 	t.Helper()
 	base, stop, err := loadtest.StartDefault(opts)

@@ -15,15 +15,7 @@ import (
 // TestRealEngine runs the main paths against the real engine and the built-in model (its real
 // tokenizer and chat template).
 func TestRealEngine(t *testing.T) {
-	base, stop, err := loadtest.StartDefault(loadtest.ServerOptions{KVBlocks: 128, MaxNumSeqs: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	}()
+	base := startReal(t, loadtest.ServerOptions{KVBlocks: 128, MaxNumSeqs: 8})
 	post := func(t *testing.T, path, body string) (int, map[string]any, string) {
 		t.Helper()
 		resp, err := http.Post(base+path, "application/json", strings.NewReader(body))

@@ -13,6 +13,14 @@ nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$o
 date -u | tee -a "$out/summary.txt"
 # count LOG RC: a test log's exit status, passes and failures, then its first failures and panics.
 count() { echo "rc=$2 pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- FAIL' "$1")"; grep -E -- '--- FAIL|^panic' "$1" | head -20; }
+# suite PKG [TIMEOUT]: PKG's CUDA tests (gpu/p1/new/PKG.test -test.run CUDA, run in PKG, TIMEOUT seconds,
+# default 400) into $out/PKG-test.log, and their count into the summary; nothing where the build has no
+# PKG.test.
+suite() {
+	[ -x "$root/gpu/p1/new/$1.test" ] || return 0
+	(cd "$1" && timeout "${2:-400}" "$root/gpu/p1/new/$1.test" -test.run CUDA -test.count=1 -test.v) >"$out/$1-test.log" 2>&1
+	echo "$1 tests: $(count "$out/$1-test.log" $?)" | tee -a "$out/summary.txt"
+}
 # pack_results: `run` returns at most 8 files, so everything under $out but summary.txt goes into
 # results.tar.gz.
 pack_results() {

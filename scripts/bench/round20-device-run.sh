@@ -29,10 +29,7 @@ if has order; then
 	kill $smi
 fi
 if has tests; then
-	for p in attention model engine; do
-		(cd $p && timeout 400 "$root/gpu/p1/new/$p.test" -test.run CUDA -test.count=1 -test.v) >"$out/$p-test.log" 2>&1
-		echo "$p tests: $(count "$out/$p-test.log" $?)" | tee -a "$out/summary.txt"
-	done
+	for p in attention model engine; do suite $p; done
 fi
 if has grid; then
 	$g bench attention --json "$out/grid.json" >"$out/grid.txt" 2>"$out/grid.log"

@@ -22,11 +22,7 @@ if has pages; then
 	stamp "pages rc=$?"
 fi
 if has tests; then
-	for p in attention model engine; do
-		[ -x "$root/gpu/p1/new/$p.test" ] || continue
-		(cd $p && timeout 400 "$root/gpu/p1/new/$p.test" -test.run CUDA -test.count=1 -test.v) >"$out/$p-test.log" 2>&1
-		echo "$p tests: $(count "$out/$p-test.log" $?)" | tee -a "$out/summary.txt"
-	done
+	for p in attention model engine; do suite $p; done
 fi
 if has sweep; then
 	gpu/p1/new/gollm bench attention --shapes scripts/bench/attention-batch-sweep.json --json "$out/sweep.json" \

@@ -4,8 +4,9 @@
 #   grid    gollm bench attention --json (the table's protocol; gollm-old's first where the build has one),
 #           then sdpa_peer.py, in the same call.
 #   atests  attention's CUDA suite only; mtests the model's.
-#   decode  BenchmarkCUDADecode, VARIANTS (default "default attn-prefetch") at BATCHES (default 1|64),
-#           context CONTEXT (default 2048), ROUNDS (default 2) times.
+#   decode  BenchmarkCUDADecode, VARIANTS (default "default attn-noevict"; calls 3 and 6 passed the variants
+#           of their experiments' builds, attn-prefetch and attn-nocluster, since reverted) at BATCHES
+#           (default 1|64), context CONTEXT (default 2048), ROUNDS (default 2) times.
 #   ceiling BenchmarkCUDAReadCeiling (a read-only kernel over the same pages, permuted and in order, beside
 #           the plan's decode call), then sdpa_peer.py --rounds 2: how fast can any paged kernel read them?
 # Here:  go build -tags cuda -ldflags="-s -w" -o gpu/p1/new/gollm ./cmd/gollm; go test -c -tags cuda
@@ -18,20 +19,10 @@ has() { case "$steps" in *" $1 "*) return 0 ;; esac; return 1; }
 stamp() { echo "$1 $(date -u +%H:%M:%S)" | tee -a "$out/summary.txt"; }
 g=gpu/p1/new/gollm
 if has tests; then
-	for p in attention model engine; do
-		[ -x "$root/gpu/p1/new/$p.test" ] || continue
-		(cd $p && timeout 400 "$root/gpu/p1/new/$p.test" -test.run CUDA -test.count=1 -test.v) >"$out/$p-test.log" 2>&1
-		echo "$p tests: $(count "$out/$p-test.log" $?)" | tee -a "$out/summary.txt"
-	done
+	for p in attention model engine; do suite $p; done
 fi
-if has atests; then
-	(cd attention && timeout ${ATIMEOUT:-400} "$root/gpu/p1/new/attention.test" -test.run CUDA -test.count=1 -test.v) >"$out/attention-test.log" 2>&1
-	echo "attention tests: $(count "$out/attention-test.log" $?)" | tee -a "$out/summary.txt"
-fi
-if has mtests; then
-	(cd model && timeout 400 "$root/gpu/p1/new/model.test" -test.run CUDA -test.count=1 -test.v) >"$out/model-test.log" 2>&1
-	echo "model tests: $(count "$out/model-test.log" $?)" | tee -a "$out/summary.txt"
-fi
+has atests && suite attention "${ATIMEOUT:-400}"
+has mtests && suite model
 if has grid; then
 	if [ -x gpu/p1/new/gollm-old ]; then # the build before the change, first
 		gpu/p1/new/gollm-old bench attention --json "$out/grid-old.json" >"$out/grid-old.txt" 2>"$out/grid-old.log"
@@ -53,7 +44,7 @@ if has ceiling; then
 fi
 if has decode; then
 	OUT="$out/decode" GOLLM_GPU_DIR=gpu/p1/new GOLLM_BENCH_CONTEXT=${CONTEXT:-2048} \
-		VARIANTS="${VARIANTS:-default attn-prefetch}" BATCHES="${BATCHES:-1|64}" ROUNDS="${ROUNDS:-2}" \
+		VARIANTS="${VARIANTS:-default attn-noevict}" BATCHES="${BATCHES:-1|64}" ROUNDS="${ROUNDS:-2}" \
 		bash scripts/bench/decode-variants-device-run.sh | tee -a "$out/summary.txt"
 fi
 date -u | tee -a "$out/summary.txt"
