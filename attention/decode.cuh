@@ -88,15 +88,12 @@ struct DecodeParams {
 // token themselves (rope_prepare), reading the Q/K/V product's float output instead of q: no RoPE kernel
 // between that product and this one.
 #define DECODE_FLAG_ROPE 256
-// DECODE_FLAG_DIAG_* cut the mma programs short, for the benchmarks' diagnostics only (the output is
-// wrong; the time is the step's without that part): return right after the PDL wait, after the tile loop
-// (no partial, no merge), or after storing the partial (no merge); in the non-persistent programs' tile
-// loop, skip the arithmetic (NOCOMPUTE) or the copies after the prologue's (NOCOPY).
+// DECODE_FLAG_DIAG_* cut the mma programs short, for BenchmarkCUDADecode's diagnostics only (the output
+// is wrong; the time is the step's without that part): return right after the PDL wait, after the tile
+// loop (no partial, no merge), or after storing the partial (no merge).
 #define DECODE_FLAG_DIAG_ENTRY 16
 #define DECODE_FLAG_DIAG_LOOP 32
 #define DECODE_FLAG_DIAG_NOMERGE 64
-#define DECODE_FLAG_DIAG_NOCOMPUTE 512
-#define DECODE_FLAG_DIAG_NOCOPY 1024
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -833,7 +830,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
 		{
 			int jn = j + STAGES - 1;
-			if (jn < ntiles && !(p.flags & DECODE_FLAG_DIAG_NOCOPY))
+			if (jn < ntiles)
 				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc,
 				         start + jn * TILE, copy_end, lbs, row_stride, kvh, tid, pf);
 			cp_async_commit();
@@ -848,8 +845,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
-		if (!(p.flags & DECODE_FLAG_DIAG_NOCOMPUTE))
-			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+		mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
 
 	// Merge the SLICES warps of each head tile.

@@ -135,11 +135,9 @@ const (
 
 // The DECODE_FLAG_DIAG_* bits of decode.cuh, for CUDATuning.Diagnose.
 const (
-	DiagnoseEntry     = 16   // programs return right after their PDL wait
-	DiagnoseLoop      = 32   // programs return after their tile loop (no partial, no merge)
-	DiagnoseNoMerge   = 64   // split-k programs store their partial and skip the merge
-	DiagnoseNoCompute = 512  // the mma programs' tile loop skips its arithmetic (copies, waits and barriers only)
-	DiagnoseNoCopy    = 1024 // the mma programs' tile loop queues no copies after the prologue's tiles
+	DiagnoseEntry   = 16 // programs return right after their PDL wait
+	DiagnoseLoop    = 32 // programs return after their tile loop (no partial, no merge)
+	DiagnoseNoMerge = 64 // split-k programs store their partial and skip the merge
 )
 
 // splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
@@ -180,7 +178,7 @@ type CUDATuning struct {
 	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more (benchmarks' switch:
 	// setL2Policy gives them evict_normal); a grid of few programs still drops it.
 	EvictFirstLarge bool
-	// Diagnose, for the benchmarks' diagnostics only, cuts the mma programs short (Diagnose*
+	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
 	// bits): the output is wrong, the time is the step's without that part.
 	Diagnose int
 
@@ -438,7 +436,7 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
 	if !t.SequenceMajor {
 		flags |= flagHeadsFast
 	}
-	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge | DiagnoseNoCompute | DiagnoseNoCopy)
+	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge)
 	if a.Dependent && !t.LatePrologue {
 		flags |= flagEarlyPrologue
 	}

@@ -512,10 +512,8 @@ var readCeilingPTX []byte
 // pages and with a program per page; for batches of 8 and more also in the decode kernels' order, a program
 // per (KV head, sequence), with 8 or 16 pages' rows in flight. Each is timed with the pages permuted (the
 // grid's layout) and in order (a contiguous cache's), next to the plan's decode call on the same pools and
-// that call cut short after its tile loop (DiagnoseLoop: no merge, no output), that loop without its
-// arithmetic (DiagnoseNoCompute: the copies alone) and without its copies after the first tiles
-// (DiagnoseNoCopy: the arithmetic alone, on whatever the stages hold); two rounds, with the spin, the page
-// reads and the calls after do_bench's flush too. Against contiguous SDPA in the same device call
+// that call cut short after its tile loop (DiagnoseLoop: no merge, no output); two rounds, with the spin,
+// the page reads and the calls after do_bench's flush too. Against contiguous SDPA in the same device call
 // (scripts/bench/sdpa_peer.py) it says how far a paged kernel could go. Run it with -test.benchtime=1x.
 func BenchmarkCUDAReadCeiling(b *testing.B) {
 	k, t := benchTimer(b)
@@ -623,8 +621,6 @@ func BenchmarkCUDAReadCeiling(b *testing.B) {
 					t    CUDATuning
 				}{
 					{"decode", CUDATuning{}}, {"decode-loop", CUDATuning{Diagnose: DiagnoseLoop}},
-					{"decode-nocompute", CUDATuning{Diagnose: DiagnoseLoop | DiagnoseNoCompute}},
-					{"decode-nocopy", CUDATuning{Diagnose: DiagnoseLoop | DiagnoseNoCopy}},
 				} {
 					for _, flush := range []bool{false, true} {
 						t.Flush = flush
