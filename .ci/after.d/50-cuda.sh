@@ -5,7 +5,10 @@
 #   (b) each committed stamp (X.fatbin.sha256) equals the stamp of the committed sources, i.e. the
 #       committed fat binary was regenerated (go generate) after the last edit of its sources, for the
 #       full set of architectures;
-#   (c) go vet and go build with -tags cuda over the whole module.
+#   (c) each committed PTX file beside a .cu of the same name whose header names its nvcc -ptx command (a
+#       benchmark's kernel, loaded through the driver) is what that command makes of the .cu now (other
+#       PTX, model/kernels', is checked by that package's own script);
+#   (d) go vet and go build with -tags cuda over the whole module.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -39,6 +42,24 @@ for stampfile in $(git ls-files '*.fatbin.sha256'); do
 		status=1
 	fi
 	echo "50-cuda: $dir/$fatbin: sources compile, stamp current"
+done
+for ptx in $(git ls-files '*.ptx'); do
+	cu=${ptx%.ptx}.cu
+	[ -f "$cu" ] || continue
+	# The header's command, e.g. "//	nvcc -ptx -arch=compute_90 -O3 -o readceiling.ptx readceiling.cu".
+	line=$(sed -n 's|^//[[:space:]]*\(nvcc -ptx .*\)$|\1|p' "$cu" | head -1)
+	[ -n "$line" ] || continue
+	read -r -a cmd <<<"$line"
+	# Its output file replaced by one in $tmp (the -o argument follows -o).
+	for i in "${!cmd[@]}"; do
+		if [ "${cmd[$i]}" = -o ]; then cmd[i + 1]=$tmp/$(basename "$ptx"); fi
+	done
+	if ! (cd "$(dirname "$cu")" && "${cmd[@]}") || ! cmp -s "$tmp/$(basename "$ptx")" "$ptx"; then
+		echo "50-cuda: $ptx is not what its header's command makes of $cu: regenerate and commit it" >&2
+		status=1
+		continue
+	fi
+	echo "50-cuda: $ptx: current"
 done
 go vet -tags cuda ./...
 go build -tags cuda ./...
