@@ -24,6 +24,9 @@
 //   mma (bf16/fp16): Q of the group is an MT·16 × D A-operand in registers (heads beyond G are zero);
 //     scores S = Q·Kᵀ and acc += P·V are mma.sync m16n8k16 with fp32 accumulators, K/V fragments read
 //     with ldmatrix from an XOR-swizzled tile (conflict-free). Warps = 4 token slices × MT head tiles.
+//     Groups of up to 8 heads of head_dim 128 take the narrow tile (MT = 0, mma_tile_n8): the same
+//     product transposed, Sᵀ = K·Qᵀ and accᵀ += Vᵀ·Pᵀ with the heads as the mma's n (8), half the mmas
+//     and accumulators.
 //   FMA (fp32, and any dtype for comparison): each warp's lanes split head_dim; a block serves GC heads
 //     (the grid's y covers kv_heads × ceil(G/GC)); plain fp32 FMAs, so fp32 stays IEEE (never TF32).
 //
@@ -182,6 +185,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, u
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
 	             : "r"(addr));
+}
+
+// movmatrix_trans transposes an 8×8 matrix of 16-bit elements held across the warp in the mma fragment
+// layout (lane l: row l/4, columns 2·(l%4) and 2·(l%4)+1, the lower column in the low half).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+	uint32_t d;
+	asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
+	return d;
 }
 
 // mma16816 is D = A·B + D for one m16n8k16 tile with fp32 accumulators.
@@ -638,12 +649,16 @@ __device__ __forceinline__ void decode_prologue(const DecodeParams &p, uint8_t *
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The mma program. Grid (seq, kv_head, partition); 4·MT warps; TILE = 64 tokens, 16 per warp slice.
+// The mma program. Grid (seq, kv_head, partition); 4·MT warps (4 for the narrow tile, MT = 0); TILE = 64
+// tokens, 16 per warp slice.
 
 template <int D, int MT, int SLICES_ = 4> struct MmaShape {
 	static constexpr int SLICES = SLICES_; // warps along the tokens of a tile, 16 tokens each
 	static constexpr int TILE = 16 * SLICES;
-	static constexpr int THREADS = SLICES * MT * DECODE_WARP;
+	// MT = 0 is the narrow tile (mma_tile_n8): up to 8 heads as the mma's n, one warp per slice.
+	static constexpr int HEAD_TILES = MT == 0 ? 1 : MT;
+	static constexpr int ROWS = MT == 0 ? 8 : 16 * MT; // query heads a program serves
+	static constexpr int THREADS = SLICES * HEAD_TILES * DECODE_WARP;
 };
 
 // mma_tile is one K/V tile of the mma path for one warp (the grouped, split-k and persistent kernels
@@ -731,13 +746,86 @@ __device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, in
 	}
 }
 
+// mma_tile_n8 is mma_tile for groups of at most 8 heads, transposed: the tokens are the mma's m and the
+// heads its n, so that a warp's 16 tokens × 8 heads take one m16n8k16 per k-step where mma_tile's 16
+// heads × 16 tokens take two (12 of its 16 rows are padding at G = 4, 15 at G = 1), and acc^T (D × 8) half
+// the registers. S^T = K·Q^T with K the A operand (ldmatrix) and Q^T the B operand (qb, registers); the
+// online softmax per head (a lane holds heads h0 = 2·(lane%4) and h0+1 at tokens lane/4 and lane/4+8,
+// reduced over the 8 lanes of each head); P^T for acc^T += V^T·P^T is the score tile's two 8×8 halves
+// transposed in registers (movmatrix), V^T the A operand (ldmatrix.trans). m0/l0 are head h0's state,
+// m1/l1 head h0+1's (l per lane until the end, as in mma_tile); acc[dt] holds acc^T rows dt·16 + lane/4
+// (elements 0, 1: heads h0, h0+1) and dt·16 + lane/4 + 8 (elements 2, 3).
+template <typename T, int D, typename L>
+__device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int end,
+                                            float scale_log2, const uint32_t (&qb)[D / 16][2], float (&acc)[D / 16][4],
+                                            float &m0, float &m1, float &l0, float &l1) {
+	// S^T for the warp's 16 tokens: two accumulators (even and odd k-steps) halve the chain of mmas.
+	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+	{
+		const int row = slice * 16 + (mi % 2) * 8 + mr;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const int chunk = kk * 2 + mi / 2;
+			uint32_t a[4];
+			ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, a[0], a[1], a[2], a[3]);
+			if (kk % 2 == 0)
+				mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
+			else
+				mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
+		}
+	}
+	const bool ok0 = t0 + gq < end, ok1 = t0 + gq + 8 < end;
+	s[0] = ok0 ? (s[0] + s2[0]) * scale_log2 : -INFINITY;
+	s[1] = ok0 ? (s[1] + s2[1]) * scale_log2 : -INFINITY;
+	s[2] = ok1 ? (s[2] + s2[2]) * scale_log2 : -INFINITY;
+	s[3] = ok1 ? (s[3] + s2[3]) * scale_log2 : -INFINITY;
+	float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
+#pragma unroll
+	for (int o = 4; o < 32; o *= 2) {
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+	}
+	const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+	const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+	const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+	m0 = mn0;
+	m1 = mn1;
+	s[0] = exp2f(s[0] - mu0);
+	s[2] = exp2f(s[2] - mu0);
+	s[1] = exp2f(s[1] - mu1);
+	s[3] = exp2f(s[3] - mu1);
+	l0 = l0 * al0 + s[0] + s[2];
+	l1 = l1 * al1 + s[1] + s[3];
+#pragma unroll
+	for (int dt = 0; dt < D / 16; dt++) {
+		acc[dt][0] *= al0;
+		acc[dt][1] *= al1;
+		acc[dt][2] *= al0;
+		acc[dt][3] *= al1;
+	}
+	// P^T (16 tokens × 8 heads) as the B operand: the transposes of the score tile's halves.
+	const uint32_t b0 = movmatrix_trans(Elem<T>::pack(s[0], s[1]));
+	const uint32_t b1 = movmatrix_trans(Elem<T>::pack(s[2], s[3]));
+	{
+		const int row = slice * 16 + (mi / 2) * 8 + mr;
+#pragma unroll
+		for (int dt = 0; dt < D / 16; dt++) {
+			const int chunk = dt * 2 + mi % 2;
+			uint32_t a[4];
+			ldmatrix_x4_trans(vs + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, a[0], a[1], a[2], a[3]);
+			mma16816<T>(acc[dt], a, b0, b1);
+		}
+	}
+}
+
 template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	using S = MmaShape<D, MT, SLICES_>;
-	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, ROWS = 16 * MT;
+	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, ROWS = S::ROWS;
 	using L = TileLoader<T, D, TILE, THREADS>;
+	constexpr bool NARROW = MT == 0; // mma_tile_n8
 	constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
-	constexpr int NTILES = D / 8;   // n-tiles of acc
+	constexpr int NTILES = NARROW ? D / 16 : D / 8; // acc's fragments: m-tiles of accᵀ (narrow), n-tiles of acc
 
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
@@ -793,9 +881,11 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	                                 });
 	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
 
-	// Q fragments (A operand, row-major 16×16 per k-step): rows r0 = lane/4 and r0+8 of this head tile.
+	// Q fragments: the A operand (row-major 16×16 per k-step: rows r0 = lane/4 and r0+8 of this head
+	// tile), or with the narrow tile the B operand (Qᵀ, 16×8 per k-step: head r0, columns c0, c0+1 and
+	// c0+8, c0+9).
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
-	uint32_t qa[KSTEPS][4];
+	uint32_t qa[KSTEPS][NARROW ? 2 : 4];
 	{
 		const int h0 = mtile * 16 + r0, h1 = h0 + 8;
 		// Two copies of the loads, one from shared memory and one from global memory, so that each is
@@ -805,9 +895,13 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			for (int kk = 0; kk < KSTEPS; kk++) {
 				int col = kk * 16 + c0;
 				qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
-				qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
-				qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
-				qa[kk][3] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col + 8) : 0u;
+				if constexpr (NARROW) {
+					qa[kk][1] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
+				} else {
+					qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
+					qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
+					qa[kk][3] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col + 8) : 0u;
+				}
 			}
 		};
 		if (rope)
@@ -819,7 +913,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	float acc[NTILES][4];
 #pragma unroll
 	for (int n = 0; n < NTILES; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f; // rows r0 and r0+8; l per lane until the end
+	// Rows r0 and r0+8 (narrow: heads c0 and c0+1); l per lane until the end.
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
 	// ldmatrix lane roles: matrix lane/8, row lane%8.
 	const int mi = lane / 8, mr = lane % 8;
@@ -845,7 +940,10 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
-		mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+		if constexpr (NARROW)
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+		else
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
 
 	// Merge the SLICES warps of each head tile.
@@ -855,24 +953,44 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		return;
 	}
 	__syncthreads(); // all warps are done with the stages; reuse the memory
-	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 	auto &ms = *reinterpret_cast<MergeSmem<D, ROWS, SLICES> *>(smem);
-	// Only the group's rows: the padding rows of the head tile (12 of 16 at G = 4) are never read.
-	const int rA = mtile * 16 + r0, rB = rA + 8;
-	auto put = [&](int r, float m, float l, int e) { // row r's state: acc[·][e], acc[·][e + 1]
-		if (r >= p.group) return;
-		if (lane % 4 == 0) ms.m[slice][r] = m, ms.l[slice][r] = l;
+	if constexpr (NARROW) {
 #pragma unroll
-		for (int n = 0; n < NTILES; n++) {
-			ms.acc[slice][r][n * 8 + c0] = acc[n][e];
-			ms.acc[slice][r][n * 8 + c0 + 1] = acc[n][e + 1];
+		for (int o = 4; o < 32; o *= 2) {
+			l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
 		}
-	};
-	put(rA, m0, l0, 0);
-	put(rB, m1, l1, 2);
+		// Only the group's heads; accᵀ row d = dt·16 + r0 (+8).
+		auto put = [&](int h, float m, float l, int e) { // head h's state: acc[·][e], acc[·][e + 2]
+			if (h >= p.group) return;
+			if (r0 == 0) ms.m[slice][h] = m, ms.l[slice][h] = l;
+#pragma unroll
+			for (int dt = 0; dt < NTILES; dt++) {
+				ms.acc[slice][h][dt * 16 + r0] = acc[dt][e];
+				ms.acc[slice][h][dt * 16 + r0 + 8] = acc[dt][e + 2];
+			}
+		};
+		put(c0, m0, l0, 0);
+		put(c0 + 1, m1, l1, 1);
+	} else {
+		l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+		l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+		l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+		l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+		// Only the group's rows: the padding rows of the head tile (12 of 16 at G = 4) are never read.
+		const int rA = mtile * 16 + r0, rB = rA + 8;
+		auto put = [&](int r, float m, float l, int e) { // row r's state: acc[·][e], acc[·][e + 1]
+			if (r >= p.group) return;
+			if (lane % 4 == 0) ms.m[slice][r] = m, ms.l[slice][r] = l;
+#pragma unroll
+			for (int n = 0; n < NTILES; n++) {
+				ms.acc[slice][r][n * 8 + c0] = acc[n][e];
+				ms.acc[slice][r][n * 8 + c0 + 1] = acc[n][e + 1];
+			}
+		};
+		put(rA, m0, l0, 0);
+		put(rB, m1, l1, 2);
+	}
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
 	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))
@@ -884,7 +1002,7 @@ template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4
 	using S = MmaShape<D, MT, SLICES_>;
 	using L = TileLoader<T, D, S::TILE, S::THREADS>;
 	constexpr int pipe = STAGES * L::STAGE_BYTES;
-	constexpr int merge = (int)sizeof(MergeSmem<D, 16 * MT, S::SLICES>) + 128 * 4; // + merge_partials' scratch
+	constexpr int merge = (int)sizeof(MergeSmem<D, S::ROWS, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;
 }
 
@@ -1114,8 +1232,8 @@ template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The persistent grouped program (mma path, one head tile: G <= 15). Grid: min(items, SMs × programs per
-// SM) programs; items are the (sequence, KV head) pairs, KV head fastest, and program b takes items b,
+// The persistent grouped program (mma path, one head tile: G <= 16; NARROW: the narrow tile, G <= 8).
+// Grid: min(items, SMs × programs per SM) programs; items are the (sequence, KV head) pairs, KV head fastest, and program b takes items b,
 // b + gridDim.x, … . Its tiles form one stream through the cp.async pipeline across item boundaries, so
 // the pipeline never drains between items and no program pays a start (context length, block ids, the
 // first tile's latency) per item. The issuing side walks a cursor over (item, tile) and records each
@@ -1158,13 +1276,13 @@ __device__ __forceinline__ void persist_enter(const DecodeParams &p, PersistCurs
 	c.next_end = nx < nitems ? p.context_lens[nx / p.num_kv_heads] : 0; // prefetched for the next item
 }
 
-template <typename T, int D>
+template <typename T, int D, bool NARROW = false>
 __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 	using PS = PersistShape<T, D>;
 	using S = typename PS::S;
 	using L = typename PS::L;
 	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, STAGES = DECODE_STAGES;
-	constexpr int KSTEPS = D / 16, NTILES = D / 8;
+	constexpr int KSTEPS = D / 16, NTILES = NARROW ? D / 16 : D / 8; // as in decode_mma
 	static_assert(THREADS == 128, "one head tile");
 
 	extern __shared__ __align__(128) uint8_t smem[];
@@ -1227,7 +1345,7 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
 	const int mi = lane / 8, mr = lane % 8;
-	uint32_t qa[KSTEPS][4];
+	uint32_t qa[KSTEPS][NARROW ? 2 : 4];
 	float acc[NTILES][4];
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
@@ -1250,9 +1368,13 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 			for (int kk = 0; kk < KSTEPS; kk++) {
 				int col = kk * 16 + c0;
 				qa[kk][0] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col) : 0u;
-				qa[kk][1] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col) : 0u;
-				qa[kk][2] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col + 8) : 0u;
-				qa[kk][3] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col + 8) : 0u;
+				if constexpr (NARROW) {
+					qa[kk][1] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col + 8) : 0u;
+				} else {
+					qa[kk][1] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col) : 0u;
+					qa[kk][2] = h0 < G ? *reinterpret_cast<const uint32_t *>(qsm + h0 * D + col + 8) : 0u;
+					qa[kk][3] = h1 < G ? *reinterpret_cast<const uint32_t *>(qsm + h1 * D + col + 8) : 0u;
+				}
 			}
 #pragma unroll
 			for (int n = 0; n < NTILES; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -1261,34 +1383,67 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 		}
 		const int t0 = mt.t0 + slice * 16, end = mt.end;
 
-		mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+		if constexpr (NARROW)
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+		else
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 
 		if (mt.flags & 4) { // the item's last tile: merge the warps' states through this stage, write out
 			__syncthreads(); // every warp is done reading this stage's K and V
 			float *ma = reinterpret_cast<float *>(smem + (j % STAGES) * PS::STAGE); // [SLICES][G][D+4]
-			float L0 = l0 + __shfl_xor_sync(0xffffffffu, l0, 1);
-			L0 += __shfl_xor_sync(0xffffffffu, L0, 2);
-			float L1 = l1 + __shfl_xor_sync(0xffffffffu, l1, 1);
-			L1 += __shfl_xor_sync(0xffffffffu, L1, 2);
-			const int rA = r0, rB = r0 + 8;
-			if (lane % 4 == 0) {
-				mm[slice][rA] = m0;
-				ml[slice][rA] = L0;
-				mm[slice][rB] = m1;
-				ml[slice][rB] = L1;
-			}
-			if (rA < G) {
+			if constexpr (NARROW) {
+				float L0 = l0, L1 = l1;
 #pragma unroll
-				for (int n = 0; n < NTILES; n++) {
-					ma[(slice * G + rA) * (D + 4) + n * 8 + c0] = acc[n][0];
-					ma[(slice * G + rA) * (D + 4) + n * 8 + c0 + 1] = acc[n][1];
+				for (int o = 4; o < 32; o *= 2) {
+					L0 += __shfl_xor_sync(0xffffffffu, L0, o);
+					L1 += __shfl_xor_sync(0xffffffffu, L1, o);
 				}
-			}
-			if (rB < G) {
+				const int hA = c0, hB = c0 + 1; // accᵀ rows dt·16 + r0 (+8)
+				if (r0 == 0) {
+					mm[slice][hA] = m0;
+					ml[slice][hA] = L0;
+					mm[slice][hB] = m1;
+					ml[slice][hB] = L1;
+				}
+				if (hA < G) {
 #pragma unroll
-				for (int n = 0; n < NTILES; n++) {
-					ma[(slice * G + rB) * (D + 4) + n * 8 + c0] = acc[n][2];
-					ma[(slice * G + rB) * (D + 4) + n * 8 + c0 + 1] = acc[n][3];
+					for (int dt = 0; dt < NTILES; dt++) {
+						ma[(slice * G + hA) * (D + 4) + dt * 16 + r0] = acc[dt][0];
+						ma[(slice * G + hA) * (D + 4) + dt * 16 + r0 + 8] = acc[dt][2];
+					}
+				}
+				if (hB < G) {
+#pragma unroll
+					for (int dt = 0; dt < NTILES; dt++) {
+						ma[(slice * G + hB) * (D + 4) + dt * 16 + r0] = acc[dt][1];
+						ma[(slice * G + hB) * (D + 4) + dt * 16 + r0 + 8] = acc[dt][3];
+					}
+				}
+			} else {
+				float L0 = l0 + __shfl_xor_sync(0xffffffffu, l0, 1);
+				L0 += __shfl_xor_sync(0xffffffffu, L0, 2);
+				float L1 = l1 + __shfl_xor_sync(0xffffffffu, l1, 1);
+				L1 += __shfl_xor_sync(0xffffffffu, L1, 2);
+				const int rA = r0, rB = r0 + 8;
+				if (lane % 4 == 0) {
+					mm[slice][rA] = m0;
+					ml[slice][rA] = L0;
+					mm[slice][rB] = m1;
+					ml[slice][rB] = L1;
+				}
+				if (rA < G) {
+#pragma unroll
+					for (int n = 0; n < NTILES; n++) {
+						ma[(slice * G + rA) * (D + 4) + n * 8 + c0] = acc[n][0];
+						ma[(slice * G + rA) * (D + 4) + n * 8 + c0 + 1] = acc[n][1];
+					}
+				}
+				if (rB < G) {
+#pragma unroll
+					for (int n = 0; n < NTILES; n++) {
+						ma[(slice * G + rB) * (D + 4) + n * 8 + c0] = acc[n][2];
+						ma[(slice * G + rB) * (D + 4) + n * 8 + c0 + 1] = acc[n][3];
+					}
 				}
 			}
 			__syncthreads();

@@ -164,6 +164,10 @@ type CUDATuning struct {
 	// during the call), except on streams of largeStreamL2s L2 sizes or more and in grids of fewer
 	// programs than 90% of the SMs, which carry evict_normal (setL2Policy).
 	NoEvictFirst bool
+	// NoNarrow keeps groups of up to 8 heads of head_dim 128 on the mma kernels' 16-row head tile
+	// (mma_tile). By default they run the narrow kernels (the _n8 entry points: mma_tile_n8, tokens as the
+	// mma's m and the heads as its n), which take half the mmas and half the accumulators.
+	NoNarrow bool
 	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
 	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
 	// kernel (one program per slot, looping over them with its pipeline full across them).
@@ -214,6 +218,20 @@ var (
 	cudaMmaTiles  = []int{1, 2, 4}
 	cudaFmaGroups = []int{1, 2, 4, 8}
 )
+
+// The narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8) serve groups of up to cudaNarrowRows query
+// heads, at head_dim cudaNarrowHeadDim only: the grid, all head_dim 128, is where they were measured
+// faster (0.4-0.75% in geometric mean, round 24 on an H100); nothing measured a gain at head_dim 64, so
+// those shapes keep the 16-row tile and the fatbin is not grown by kernels no one showed to help.
+const (
+	cudaNarrowRows    = 8
+	cudaNarrowHeadDim = 128
+)
+
+// narrowTile reports whether a group of group heads of headDim takes the narrow mma kernels.
+func narrowTile(group, headDim int) bool {
+	return group <= cudaNarrowRows && headDim == cudaNarrowHeadDim
+}
 
 func dtypeName(t cuda.DataType) (string, int, bool) {
 	switch t {
@@ -285,6 +303,11 @@ func (k *CUDAKernels) load() error {
 							return err
 						}
 					}
+					if d == cudaNarrowHeadDim {
+						if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, d), 4*32, cudaNarrowRows); err != nil {
+							return err
+						}
+					}
 				}
 				for _, gc := range cudaFmaGroups {
 					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
@@ -296,6 +319,11 @@ func (k *CUDAKernels) load() error {
 					name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, d)
 					if err := k.prepare(name, 4*32, 16); err != nil {
 						return err
+					}
+					if d == cudaNarrowHeadDim {
+						if err := k.prepare(name+"_n8", 4*32, cudaNarrowRows); err != nil {
+							return err
+						}
 					}
 				}
 				if kind == "DecodeSplitK" {
@@ -400,6 +428,10 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 	case PathMMA:
 		if a.DType == cuda.Float32 {
 			return nil, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
+		}
+		if narrowTile(group, a.HeadDim) && !k.Tuning.NoNarrow {
+			name = fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, a.HeadDim)
+			break
 		}
 		mt := 0
 		for _, m := range cudaMmaTiles {
@@ -601,11 +633,16 @@ func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
 // kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
 // resident programs, contexts of at most persistMaxTokens, no RoPE, and t allowing it.
 func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
-	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || kern.rowsPer != 16 || !strings.Contains(kern.fn.Name(), "_mma_") {
+	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || (kern.rowsPer != 16 && kern.rowsPer != cudaNarrowRows) ||
+		!strings.Contains(kern.fn.Name(), "_mma_") {
 		return nil, 0
 	}
 	tn, _, _ := dtypeName(a.DType)
-	pk := k.kernels[fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, a.HeadDim)]
+	name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, a.HeadDim)
+	if kern.rowsPer == cudaNarrowRows {
+		name += "_n8"
+	}
+	pk := k.kernels[name]
 	if pk == nil || pk.perSM < 1 {
 		return nil, 0
 	}

@@ -322,10 +322,20 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	if e := relErr(twin, c.ref); e > 1e-5 {
 		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
 	}
-	paths := []CUDAPath{PathMMA, PathFMA}
-	if c.codec.typ == cuda.Float32 {
-		paths = []CUDAPath{PathFMA}
+	// Groups that take the narrow kernels (narrowTile) run the mma path twice: on them (the default) and
+	// on the 16-row head tile (CUDATuning.NoNarrow).
+	type pathCase struct {
+		path     CUDAPath
+		noNarrow bool
 	}
+	paths := []pathCase{{PathMMA, false}, {PathFMA, false}}
+	if narrowTile(c.numHeads/c.kvHeads, c.headDim) {
+		paths = append(paths, pathCase{PathMMA, true})
+	}
+	if c.codec.typ == cuda.Float32 {
+		paths = []pathCase{{PathFMA, false}}
+	}
+	defer func() { k.Tuning.NoNarrow = false }()
 	maxLen := 0
 	for _, n := range c.lens {
 		maxLen = max(maxLen, int(n))
@@ -348,7 +358,16 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 		}
 	}
 	defer checkCountersZero(t, k)
-	for _, path := range paths {
+	for _, pc := range paths {
+		path := pc.path
+		k.Tuning.NoNarrow = pc.noNarrow
+		check := func(what string) {
+			t.Helper()
+			if pc.noNarrow {
+				what += "/no-narrow"
+			}
+			check(what)
+		}
 		c.poisonOut(t)
 		if err := k.DecodeGrouped(nil, c.args(), path); err != nil {
 			t.Fatal(err)

@@ -345,6 +345,7 @@ var decodeVariants = []struct {
 	{"attn-p512", tweak(func(t *gemvTuning) { t.AttnPartition = 512 }), attention.CUDATuning{}},
 	{"attn-p1024", tweak(func(t *gemvTuning) { t.AttnPartition = 1024 }), attention.CUDATuning{}},
 	{"attn-noevict", defaultGemvTuning, attention.CUDATuning{NoEvictFirst: true}},
+	{"attn-nonarrow", defaultGemvTuning, attention.CUDATuning{NoNarrow: true}},
 	{"attn-evict-large", defaultGemvTuning, attention.CUDATuning{EvictFirstLarge: true}},
 	{"attn-reduce", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true}},
 	{"attn-reduce-noevict", defaultGemvTuning, attention.CUDATuning{SplitKReduceKernel: true, NoEvictFirst: true}},

@@ -422,6 +422,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 			{"sequence_major", attention.CUDATuning{SequenceMajor: true}},
 			{"evict_first_large", attention.CUDATuning{EvictFirstLarge: true}},
 			{"no_evict_first", attention.CUDATuning{NoEvictFirst: true}},
+			{"no_narrow", attention.CUDATuning{NoNarrow: true}},
 			{"fma", attention.CUDATuning{}},
 		} {
 			path := attention.PathAuto
