@@ -24,7 +24,7 @@
 //   mma (bf16/fp16): Q of the group is an MT·16 × D A-operand in registers (heads beyond G are zero);
 //     scores S = Q·Kᵀ and acc += P·V are mma.sync m16n8k16 with fp32 accumulators, K/V fragments read
 //     with ldmatrix from an XOR-swizzled tile (conflict-free). Warps = 4 token slices × MT head tiles.
-//     Groups of up to 8 heads of head_dim 128 take the narrow tile (MT = 0, mma_tile_n8): the same
+//     Groups of up to 8 heads take the narrow tile (MT = 0, mma_tile_n8): the same
 //     product transposed, Sᵀ = K·Qᵀ and accᵀ += Vᵀ·Pᵀ with the heads as the mma's n (8), half the mmas
 //     and accumulators.
 //   FMA (fp32, and any dtype for comparison): each warp's lanes split head_dim; a block serves GC heads

@@ -164,7 +164,7 @@ type CUDATuning struct {
 	// during the call), except on streams of largeStreamL2s L2 sizes or more and in grids of fewer
 	// programs than 90% of the SMs, which carry evict_normal (setL2Policy).
 	NoEvictFirst bool
-	// NoNarrow keeps groups of up to 8 heads of head_dim 128 on the mma kernels' 16-row head tile
+	// NoNarrow keeps groups of up to 8 heads on the mma kernels' 16-row head tile
 	// (mma_tile). By default they run the narrow kernels (the _n8 entry points: mma_tile_n8, tokens as the
 	// mma's m and the heads as its n), which take half the mmas and half the accumulators.
 	NoNarrow bool
@@ -219,19 +219,14 @@ var (
 	cudaFmaGroups = []int{1, 2, 4, 8}
 )
 
-// The narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8) serve groups of up to cudaNarrowRows query
-// heads, at head_dim cudaNarrowHeadDim only: the grid, all head_dim 128, is where they were measured
-// faster (0.4-0.75% in geometric mean, round 24 on an H100); nothing measured a gain at head_dim 64, so
-// those shapes keep the 16-row tile and the fatbin is not grown by kernels no one showed to help.
-const (
-	cudaNarrowRows    = 8
-	cudaNarrowHeadDim = 128
-)
+// cudaNarrowRows is the most query heads the narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8)
+// serve: groups of up to 8 heads take them at every head_dim (narrowTile). Round 24: the H100's grid
+// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 0.8-1.5% and the head_dim 64
+// shapes of the batch sweep (TinyLlama, Llama-3.2-1B) 1.2-1.9%, Llama-3.2-1B's step at batch 1 0.5%.
+const cudaNarrowRows = 8
 
-// narrowTile reports whether a group of group heads of headDim takes the narrow mma kernels.
-func narrowTile(group, headDim int) bool {
-	return group <= cudaNarrowRows && headDim == cudaNarrowHeadDim
-}
+// narrowTile reports whether a group of group heads takes the narrow mma kernels.
+func narrowTile(group int) bool { return group <= cudaNarrowRows }
 
 func dtypeName(t cuda.DataType) (string, int, bool) {
 	switch t {
@@ -303,10 +298,8 @@ func (k *CUDAKernels) load() error {
 							return err
 						}
 					}
-					if d == cudaNarrowHeadDim {
-						if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, d), 4*32, cudaNarrowRows); err != nil {
-							return err
-						}
+					if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, d), 4*32, cudaNarrowRows); err != nil {
+						return err
 					}
 				}
 				for _, gc := range cudaFmaGroups {
@@ -320,10 +313,8 @@ func (k *CUDAKernels) load() error {
 					if err := k.prepare(name, 4*32, 16); err != nil {
 						return err
 					}
-					if d == cudaNarrowHeadDim {
-						if err := k.prepare(name+"_n8", 4*32, cudaNarrowRows); err != nil {
-							return err
-						}
+					if err := k.prepare(name+"_n8", 4*32, cudaNarrowRows); err != nil {
+						return err
 					}
 				}
 				if kind == "DecodeSplitK" {
@@ -429,7 +420,7 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 		if a.DType == cuda.Float32 {
 			return nil, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
 		}
-		if narrowTile(group, a.HeadDim) && !k.Tuning.NoNarrow {
+		if narrowTile(group) && !k.Tuning.NoNarrow {
 			name = fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, a.HeadDim)
 			break
 		}

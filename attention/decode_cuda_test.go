@@ -329,7 +329,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 		noNarrow bool
 	}
 	paths := []pathCase{{PathMMA, false}, {PathFMA, false}}
-	if narrowTile(c.numHeads/c.kvHeads, c.headDim) {
+	if narrowTile(c.numHeads / c.kvHeads) {
 		paths = append(paths, pathCase{PathMMA, true})
 	}
 	if c.codec.typ == cuda.Float32 {

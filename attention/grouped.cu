@@ -4,9 +4,9 @@
 // tile machinery are in decode.cuh; the CPU twin is DecodeGrouped (grouped.go).
 //
 // Entry points: DecodeGrouped_mma_<dtype>_d<head_dim>_m<MT> (bf16/fp16, groups up to 16·MT heads),
-// DecodeGrouped_mma_<dtype>_d128_n8 (the narrow tile, groups up to 8 heads, head_dim 128 only),
+// DecodeGrouped_mma_<dtype>_d<head_dim>_n8 (the narrow tile, groups up to 8 heads),
 // DecodeGrouped_fma_<dtype>_d<head_dim>_g<GC> (any dtype, GC heads per program) and
-// DecodeGroupedPersistent_mma_<dtype>_d<head_dim> and DecodeGroupedPersistent_mma_<dtype>_d128_n8 (below).
+// DecodeGroupedPersistent_mma_<dtype>_d<head_dim> and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8 (below).
 #include "decode.cuh"
 
 #define DECODE_GROUPED_MMA(T, TN, D, MT)                                                                      \
@@ -22,8 +22,8 @@
 	}                                                                                                     \
 	extern "C" __device__ int DecodeGrouped_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
 
-// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads, built at head_dim 128 only (narrowTile in
-// decode_cuda.go says why). Entry points DecodeGrouped_mma_<dtype>_d128_n8.
+// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads (narrowTile in decode_cuda.go). Entry
+// points DecodeGrouped_mma_<dtype>_d<head_dim>_n8.
 #define DECODE_GROUPED_NARROW(T, TN, D)                                                                      \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                  \
 	    DecodeGrouped_mma_##TN##_d##D##_n8(const DecodeParams p) {                                       \
@@ -41,7 +41,9 @@ DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 128)
+DECODE_GROUPED_NARROW(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_NARROW(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_NARROW(__half, fp16, 64)
 DECODE_GROUPED_NARROW(__half, fp16, 128)
 
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 64)
@@ -52,8 +54,8 @@ DECODE_GROUPED_ALL_FMA(float, fp32, 64)
 DECODE_GROUPED_ALL_FMA(float, fp32, 128)
 
 // The persistent grouped kernel (decode_mma_persistent): grid min(items, SMs × programs per SM), groups
-// of up to 16 heads (up to 8 on the narrow tile, head_dim 128 only). Entry points
-// DecodeGroupedPersistent_mma_<dtype>_d<head_dim> and DecodeGroupedPersistent_mma_<dtype>_d128_n8.
+// of up to 16 heads (up to 8 on the narrow tile). Entry points DecodeGroupedPersistent_mma_<dtype>_d<head_dim>
+// and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8.
 #define DECODE_GROUPED_PERSISTENT(T, TN, D)                                                                   \
 	extern "C" __global__ void __launch_bounds__(128) DecodeGroupedPersistent_mma_##TN##_d##D(const DecodeParams p) { \
 		decode_mma_persistent<T, D>(p);                                                                 \
@@ -69,5 +71,7 @@ DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_PERSISTENT(__half, fp16, 64)
 DECODE_GROUPED_PERSISTENT(__half, fp16, 128)
+DECODE_GROUPED_PERSISTENT_NARROW(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_PERSISTENT_NARROW(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_PERSISTENT_NARROW(__half, fp16, 64)
 DECODE_GROUPED_PERSISTENT_NARROW(__half, fp16, 128)

@@ -6,8 +6,8 @@
 // A batch of one long sequence thus spreads over every SM instead of num_kv_heads of them.
 // Launched by CUDAKernels.DecodeSplitK (decode_cuda.go); the CPU twin is DecodeSplitK (splitk.go).
 //
-// Entry points: DecodeSplitK_mma_<dtype>_d<head_dim>_m<MT>, DecodeSplitK_mma_<dtype>_d128_n8 (groups up to
-// 8 heads, head_dim 128 only), DecodeSplitK_fma_<dtype>_d<head_dim>_g<GC>,
+// Entry points: DecodeSplitK_mma_<dtype>_d<head_dim>_m<MT>, DecodeSplitK_mma_<dtype>_d<head_dim>_n8 (groups
+// up to 8 heads), DecodeSplitK_fma_<dtype>_d<head_dim>_g<GC>,
 // DecodeSplitKReduce_<dtype>_d<head_dim>.
 #include "decode.cuh"
 
@@ -24,8 +24,8 @@
 	}                                                                                                     \
 	extern "C" __device__ int DecodeSplitK_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
 
-// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads, head_dim 128 only. Entry points
-// DecodeSplitK_mma_<dtype>_d128_n8.
+// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads. Entry points
+// DecodeSplitK_mma_<dtype>_d<head_dim>_n8.
 #define DECODE_SPLITK_NARROW(T, TN, D)                                                                      \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                  \
 	    DecodeSplitK_mma_##TN##_d##D##_n8(const DecodeParams p) {                                       \
@@ -43,7 +43,9 @@ DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 64)
 DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 64)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 128)
+DECODE_SPLITK_NARROW(__nv_bfloat16, bf16, 64)
 DECODE_SPLITK_NARROW(__nv_bfloat16, bf16, 128)
+DECODE_SPLITK_NARROW(__half, fp16, 64)
 DECODE_SPLITK_NARROW(__half, fp16, 128)
 
 DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 64)
