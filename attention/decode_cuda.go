@@ -161,8 +161,9 @@ type CUDATuning struct {
 	// NoEvictFirst gives the K/V copies L2's evict_normal policy on every call. By default they carry
 	// evict_first (the stream is read once, so that what other kernels left in L2 stays there: after
 	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
-	// during the call), except on streams of largeStreamL2s L2 sizes or more and in grids of fewer
-	// programs than 90% of the SMs, which carry evict_normal (setL2Policy).
+	// during the call), except on streams of largeStreamL2s L2 sizes or more on memory slower than
+	// largeStreamMaxBandwidth (largeStream: the H100's, not the H200's) and in grids of fewer programs
+	// than 90% of the SMs, which carry evict_normal (setL2Policy).
 	NoEvictFirst bool
 	// NoNarrow keeps groups of up to 8 heads on the mma kernels' 16-row head tile
 	// (mma_tile). By default they run the narrow kernels (the _n8 entry points: mma_tile_n8, tokens as the
@@ -179,8 +180,8 @@ type CUDATuning struct {
 	// the kernel before (the Q/K/V product, whose epilogue writes the newest position's K/V): −0.05 ms a
 	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
 	LatePrologue bool
-	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more (benchmarks' switch:
-	// setL2Policy gives them evict_normal); a grid of few programs still drops it.
+	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more where largeStream
+	// would give them evict_normal (benchmarks' switch); a grid of few programs still drops it.
 	EvictFirstLarge bool
 	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
 	// bits): the output is wrong, the time is the step's without that part.
@@ -595,7 +596,7 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 func (k *CUDAKernels) setL2Policy(p *decodeParams, a *CUDADecodeArgs, t CUDATuning, programs int) {
 	_, size, _ := dtypeName(a.DType)
 	first := !t.NoEvictFirst && 10*programs >= 9*k.numSMs &&
-		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes))
+		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes, k.dev.Info().PeakMemBandwidth))
 	if first {
 		p.Flags |= flagEvictFirst
 	} else {

@@ -274,20 +274,34 @@ func longestContext(contextLens []int32) int {
 }
 
 // largeStreamL2s is the stream size, in L2 sizes, from which the K/V copies carry evict_normal instead
-// of evict_first (largeStream).
+// of evict_first on memory slower than largeStreamMaxBandwidth (largeStream).
 const largeStreamL2s = 16
 
+// largeStreamMaxBandwidth is the peak memory bandwidth (bytes/s) from which large streams keep
+// evict_first too. It lies between the two GPUs measured: the H100 (3.35e12), where evict_normal was level
+// or better on large streams (below), and the H200 (4.9e12), where it was 5-12% slower there, flushed or
+// not: LLaMA-7B 8 × 8192 278-280 against 246 µs (288 against 270 flushed), LLaMA-3-8B 128 × 8192 1050
+// against 961 (1058 against 1005), and the Llama-3-8B decode step at batch 64 and context 4096 12.81
+// against 12.13 ms (round 24, docs/bench/attention-h200.md). What differs is a guess: a faster memory
+// fills L2 faster than its evict_normal replacement keeps up with.
+const largeStreamMaxBandwidth = 4e12
+
 // largeStream reports whether a call reading K and V of contextLens tokens (kvHeads heads of headDim
-// elements of elemBytes bytes each) streams at least largeStreamL2s times l2Bytes: 838 MB on the H100.
-// Below that evict_first keeps what other kernels left in L2 (the weights the model's next products
-// read, the dirty lines of a do_bench flush) and was the faster: the Llama-3-8B decode step at batch 64
-// and context 2048 (537 MB a layer) 11.54 against 11.59 ms with evict_normal (two rounds), and every
-// split-k shape of the issue-6 grid, flushed or not. On longer streams its gain is gone and a flush
-// costs it: Llama-3-8B at context 4096 (1074 MB a layer) 17.33 against 17.34 ms, Llama-3.2-1B 4.099
-// against 4.072, and after do_bench's flush LLaMA-3-8B 64 × 4096 383.8 against 368.0 µs (level without
-// it: 358.7 both). docs/bench/attention-h100.md, round 17. A captured step (the model's CUDA graphs)
-// passes its context cap for every row, so there the rule sees up to twice the stream read.
-func largeStream(contextLens []int32, kvHeads, headDim, elemBytes int, l2Bytes int) bool {
+// elements of elemBytes bytes each) should carry evict_normal: it streams at least largeStreamL2s times
+// l2Bytes (838 MB on the H100) on a device whose peak memory bandwidth peakBW is under
+// largeStreamMaxBandwidth (0, unknown, counts as under). Below that size evict_first keeps what other
+// kernels left in L2 (the weights the model's next products read, the dirty lines of a do_bench flush)
+// and was the faster on the H100: the Llama-3-8B decode step at batch 64 and context 2048 (537 MB a
+// layer) 11.54 against 11.59 ms with evict_normal (two rounds), and every split-k shape of the issue-6
+// grid, flushed or not. On longer streams its gain was gone there and a flush cost it: Llama-3-8B at
+// context 4096 (1074 MB a layer) 17.33 against 17.34 ms, Llama-3.2-1B 4.099 against 4.072, and after
+// do_bench's flush LLaMA-3-8B 64 × 4096 383.8 against 368.0 µs (level without it: 358.7 both).
+// docs/bench/attention-h100.md, round 17. A captured step (the model's CUDA graphs) passes its context
+// cap for every row, so there the rule sees up to twice the stream read.
+func largeStream(contextLens []int32, kvHeads, headDim, elemBytes int, l2Bytes int, peakBW float64) bool {
+	if peakBW >= largeStreamMaxBandwidth {
+		return false
+	}
 	var tokens int64
 	for _, n := range contextLens {
 		tokens += int64(n)

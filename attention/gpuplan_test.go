@@ -244,29 +244,37 @@ func TestGraphPlan(t *testing.T) {
 	}
 }
 
-// TestLargeStream checks the L2 policy rule of the K/V copies (largeStream) on an H100-sized L2: streams
-// of 16 L2 sizes of K and V or more are large.
+// TestLargeStream checks the L2 policy rule of the K/V copies (largeStream) on an H100-sized L2 and
+// memory: streams of 16 L2 sizes of K and V or more are large; on memory of 4 TB/s or more (the H200's)
+// none is, and an unknown bandwidth (0) counts as slow.
 func TestLargeStream(t *testing.T) {
 	const l2 = 50 << 20 // 16 of them are 838.9 MB
+	const h100, h200 = 3.35e12, 4.9e12
 	for _, tc := range []struct {
 		name                            string
 		batch, ctx, kvHeads, dim, bytes int
+		bw                              float64
 		want                            bool
 	}{
-		{"8b-b64-2048", 64, 2048, 8, 128, 2, false},       // 536.9 MB
-		{"8b-b64-4096", 64, 4096, 8, 128, 2, true},        // 1073.7 MB
-		{"mha-805mb", 1, 131072, 12, 128, 2, false},       // 805.3 MB
-		{"at-threshold", 1, 12800, 128, 128, 2, true},     // 838.9 MB: 16 × 50 MiB
-		{"below-threshold", 1, 12799, 128, 128, 2, false}, // one token less
-		{"fp32-doubles-bytes", 64, 2048, 8, 128, 4, true}, // 1073.7 MB
-		{"empty", 0, 0, 8, 128, 2, false},
+		{"8b-b64-2048", 64, 2048, 8, 128, 2, h100, false},       // 536.9 MB
+		{"8b-b64-4096", 64, 4096, 8, 128, 2, h100, true},        // 1073.7 MB
+		{"mha-805mb", 1, 131072, 12, 128, 2, h100, false},       // 805.3 MB
+		{"at-threshold", 1, 12800, 128, 128, 2, h100, true},     // 838.9 MB: 16 × 50 MiB
+		{"below-threshold", 1, 12799, 128, 128, 2, h100, false}, // one token less
+		{"fp32-doubles-bytes", 64, 2048, 8, 128, 4, h100, true}, // 1073.7 MB
+		{"empty", 0, 0, 8, 128, 2, h100, false},
+		{"unknown-bandwidth", 64, 4096, 8, 128, 2, 0, true},
+		{"h200-8b-b64-4096", 64, 4096, 8, 128, 2, h200, false},
+		{"h200-8b-b128-8192", 128, 8192, 8, 128, 2, h200, false}, // 4295 MB
+		{"just-under-4tbs", 64, 4096, 8, 128, 2, 3.99e12, true},
+		{"at-4tbs", 64, 4096, 8, 128, 2, 4e12, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lens := make([]int32, tc.batch)
 			for i := range lens {
 				lens[i] = int32(tc.ctx)
 			}
-			if got := largeStream(lens, tc.kvHeads, tc.dim, tc.bytes, l2); got != tc.want {
+			if got := largeStream(lens, tc.kvHeads, tc.dim, tc.bytes, l2, tc.bw); got != tc.want {
 				t.Fatalf("largeStream = %v, want %v", got, tc.want)
 			}
 		})

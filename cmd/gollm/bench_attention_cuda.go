@@ -85,6 +85,7 @@ type attentionReport struct {
 	Iters         int               `json:"iters"`
 	Warmup        int               `json:"warmup"`
 	CopyBandwidth float64           `json:"copy_bandwidth_bytes_per_s"`
+	PeakBandwidth float64           `json:"peak_memory_bandwidth_bytes_per_s,omitempty"` // the driver's (Info.PeakMemBandwidth)
 	Results       []attentionResult `json:"results"`
 }
 
@@ -188,7 +189,7 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	defer kernels.Close()
 	info := dev.Info()
 	rep := &attentionReport{Device: info.Name, NumSMs: info.NumSMs, L2Bytes: info.L2Bytes, Driver: info.DriverVersion,
-		Date: time.Now().UTC().Format("2006-01-02"), Commit: o.commit, Iters: o.iters, Warmup: o.warmup}
+		PeakBandwidth: info.PeakMemBandwidth, Date: time.Now().UTC().Format("2006-01-02"), Commit: o.commit, Iters: o.iters, Warmup: o.warmup}
 	b := &attentionBencher{dev: dev, k: kernels, o: o, log: log}
 	if err := b.setup(); err != nil {
 		return nil, err
@@ -197,7 +198,8 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	if rep.CopyBandwidth, err = b.dev.CopyBandwidth(1 << 30); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(log, "%s, %d SMs, copy bandwidth %.2f TB/s\n", info.Name, info.NumSMs, rep.CopyBandwidth/1e12)
+	fmt.Fprintf(log, "%s, %d SMs, copy bandwidth %.2f TB/s (peak %.2f by the driver)\n", info.Name, info.NumSMs,
+		rep.CopyBandwidth/1e12, info.PeakMemBandwidth/1e12)
 	for _, i := range selected {
 		if err := ctx.Err(); err != nil {
 			return nil, err

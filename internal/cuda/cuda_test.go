@@ -129,7 +129,8 @@ func TestInfo(t *testing.T) {
 	d := openDevice(t)
 	info := d.Info()
 	t.Logf("%+v", info)
-	if info.NumSMs <= 0 || info.Major < 7 || info.L2Bytes <= 0 || info.SharedPerBlockOptin < 48<<10 || info.TotalMem <= 0 {
+	if info.NumSMs <= 0 || info.Major < 7 || info.L2Bytes <= 0 || info.SharedPerBlockOptin < 48<<10 || info.TotalMem <= 0 ||
+		info.PeakMemBandwidth < 1e11 { // every CUDA GPU moves 100 GB/s; 0 would mean the driver no longer says
 		t.Fatalf("implausible device info %+v", info)
 	}
 	free, total, err := d.MemInfo()
