@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Writes docs/bench/attention-h100.md from one device run's results.
+"""Writes docs/bench/attention-h100.md (or -h200.md) from one device run's results.
 
     python3 scripts/bench/attention_report.py OUT/gollm-attention.json OUT/sdpa.json \
         ../shared/bench/attention-peers-h100.md scripts/bench/attention-notes.md [OUT/variants.txt] \
         > docs/bench/attention-h100.md
 
 gollm-attention.json comes from `gollm bench attention --json`, sdpa.json from sdpa_peer.py (same device
-run); the vLLM Triton column is read from the peers' table (measured with triton.testing.do_bench, whose
-L2 flush before each call is matched by our "flushed" columns).
+run); the vLLM Triton column is read from the peers' table (measured with triton.testing.do_bench on an
+H100, whose L2 flush before each call is matched by our "flushed" columns). On another GPU (the H200) the
+page says that the vLLM gap is not like for like.
 """
 import json
 import math
@@ -112,9 +113,15 @@ def main():
     geo_clean = math.exp(sum(math.log(x) for x in clean) / len(clean))
     sdpa_geo = math.exp(sum(math.log(vllm[k]["vllm"] / sdpa[k]["sdpa_flush_us"]) for k in vllm) / len(vllm))
     beat = sum(1 for x in gaps_vllm if x > 1)
-    w(f"# Decode attention on the H100: grouped and split-k kernels\n")
+    gpu = "H200" if "H200" in g["device"] else "H100"
+    if gpu == "H100":
+        like = f"like for like (both after an L2 flush; target ≥ 2×, {'met' if geo >= 2 else 'not met'})"
+    else:
+        like = ("NOT like for like (vLLM's figures are an H100's, these an H200's; both after an L2 flush; the "
+                "≥ 2× target is judged on the H100 page)")
+    w(f"# Decode attention on the {gpu}: grouped and split-k kernels\n")
     w(f"Device: {g['device']} ({g['num_sms']} SMs, L2 {g['l2_bytes'] >> 20} MiB), driver {g['driver']}; "
-      f"measured {g['date']} at commit {g['commit']}; PyTorch {s.get('torch', '?')} for SDPA in the same run.")
+      f"measured {g['date']} at commit {g.get('commit') or '?'}; PyTorch {s.get('torch', '?')} for SDPA in the same run.")
     w(f"Device-to-device copy bandwidth measured in the run: **{bw / 1e12:.2f} TB/s** (bytes read + written).\n")
     w("bf16, page size 16, block tables a random permutation of physical pages, one query token per sequence, "
       "every sequence at `ctx` tokens. Times are medians of "
@@ -127,7 +134,9 @@ def main():
       "inputs and *ours* its time (`CUDAKernels.Decode`); *SDPA* = `scaled_dot_product_attention` on a "
       "contiguous cache; *flushed* = ours with zeros written over a 256 MiB buffer before each call instead of "
       "the spin, the way `triton.testing.do_bench` flushes L2 (`cache.zero_()`, a kernel of vector stores; ours writes them the same way since round 18), which is how the vLLM Triton figures "
-      "(../../../shared/bench/attention-peers-h100.md) were taken, so the vLLM gap compares those two.\n")
+      "(../../../shared/bench/attention-peers-h100.md) were taken, on an H100, so the vLLM gap compares those two"
+      + (".\n" if gpu == "H100" else ", across two GPUs: this page's is an H200, with about 1.4× the H100's memory "
+         "bandwidth, so its vLLM gap overstates ours and the issue's 2× target is judged on the H100 page only.\n"))
     w("| shape | B | ctx | Hq | Hkv | KV MB | grouped µs | split-k µs (parts) | plan | ours µs | %BW | SDPA µs "
       "| ours/SDPA | flushed µs | vLLM Triton µs | vLLM / ours |")
     w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -136,10 +145,11 @@ def main():
     w("## Targets (issue 6)\n")
     w(f"- ≥ 90% of copy bandwidth at every shape with KV ≥ 256 MB: {bw_ok}/{bw_n}.")
     w(f"- Faster than vLLM's Triton kernel: {beat}/{len(gaps_vllm)} shapes; geometric-mean speed-up "
-      f"**{geo:.2f}×** like for like (both after an L2 flush; target ≥ 2×, not met), {geo_clean:.2f}× from "
-      f"our clean-L2 times. For scale: SDPA on a contiguous cache, flushed the same way, is {sdpa_geo:.2f}× "
-      f"vLLM's figures, so 2× like for like would need a paged kernel {100 * (2 / sdpa_geo - 1):.0f}% faster "
-      "than contiguous SDPA on average; on the large shapes vLLM already reaches 92-97% of the bandwidth.")
+      f"**{geo:.2f}×** {like}, {geo_clean:.2f}× from our clean-L2 times."
+      + (f" For scale: SDPA on a contiguous cache, flushed the same way, is {sdpa_geo:.2f}× "
+         f"vLLM's figures, so 2× like for like would need a paged kernel {100 * (2 / sdpa_geo - 1):.0f}% faster "
+         "than contiguous SDPA on average; on the large shapes vLLM already reaches 92-97% of the bandwidth."
+         if gpu == "H100" else ""))
     w(f"- No slower than SDPA (contiguous) at ≥ 256 MB: {big_ok}/{big_n}; within 1.3× below 256 MB: "
       f"{small_ok}/{small_n}.")
     w(f"- Dispatcher within 5% of the faster kernel: {within5}/{len(g['results'])} shapes (target ≥ 90%).")
