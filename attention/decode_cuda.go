@@ -506,8 +506,8 @@ func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
 	return gpuPlanInput(a.HostContextLens, a.NumHeads, a.NumKVHeads, a.HeadDim, size, a.BlockSize, g)
 }
 
-// gpuSize is the device's size for a's call: its SMs and the occupancy of the grouped and split-k
-// kernels the call would run.
+// gpuSize is the device's size for a's call: its SMs, the occupancy of the grouped and split-k kernels
+// the call would run, and its memory's bandwidth relative to the H100's.
 func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
 	split, err := k.pick("DecodeSplitK", a, PathAuto)
 	if err != nil {
@@ -517,7 +517,8 @@ func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
 	if err != nil {
 		return gpuSize{}, err
 	}
-	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM}, nil
+	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM,
+		bw: bandwidthScale(k.dev.Info().PeakMemBandwidth)}, nil
 }
 
 // Plan returns the plan Decode follows for a: gpuPlan on planInput(a) (Plan, split-k partitions rounded

@@ -5,12 +5,22 @@ import "math/bits"
 // The GPU dispatcher's side of Plan (CUDAKernels.Plan, decode_cuda.go): pure functions of the call's shape
 // and the device's size, here so that they build and are tested without CUDA.
 
-// gpuSize is what the GPU dispatcher knows of the device for one call: its SMs, and how many programs of
+// gpuSize is what the GPU dispatcher knows of the device for one call: its SMs, how many programs of
 // the call's grouped and split-k kernels run at once on one (their occupancies differ: on the H100 the
-// head_dim-64 grouped kernel runs 4 an SM, its split-k twin, with more registers, 3).
+// head_dim-64 grouped kernel runs 4 an SM, its split-k twin, with more registers, 3), and bw, its
+// memory's peak bandwidth as a multiple of the H100's (bandwidthScale; 0 counts as 1).
 type gpuSize struct {
 	sms, groupedPerSM, splitPerSM int
+	bw                            float64
 }
+
+// h100PeakBandwidth is the H100 SXM's peak memory bandwidth in bytes/s (HBM3: 5120 bits at 2619 MHz), the
+// memory the dispatcher's rules were measured on.
+const h100PeakBandwidth = 3.35e12
+
+// bandwidthScale is gpuSize.bw for a device of peak memory bandwidth peak (bytes/s; 0 if unknown): peak
+// relative to the H100's, never below 1 (1.44 on the H200).
+func bandwidthScale(peak float64) float64 { return max(1, peak/h100PeakBandwidth) }
 
 // groupedSlots is how many grouped programs run at once: one wave of them.
 func (g gpuSize) groupedSlots() int { return max(1, g.sms) * max(1, g.groupedPerSM) }
@@ -73,7 +83,7 @@ func gpuMinPartitionTokens(contextLens []int32, kvHeads, tokenBytes, blockSize i
 	longest := longestContext(contextLens)
 	sms := max(1, g.sms)
 	rows := max(1, len(contextLens)*kvHeads)
-	if fillsGPU(rows, tokenBytes, longest, sms) {
+	if fillsGPU(rows, tokenBytes, longest, g) {
 		return roundUp(longest+1, blockSize)
 	}
 	floor := splitFloor(longest, rows, sms)
@@ -128,18 +138,22 @@ const tailParts = 4
 
 // fillsGPU reports whether one program per (sequence, KV head) row keeps the GPU's memory system busy
 // without a split: rows whose tiles hold tokenBytes a token (K and V) give 90% of the SMs the bytes in
-// flight of one fullRowTokenBytes program each. A head_dim-64 program has half the bytes of a
+// flight of one fullRowTokenBytes program each, times g.bw: by Little's law the bytes in flight that
+// keep a memory busy grow with its bandwidth at the same latency, so a faster memory needs more rows. On
+// the H200 (bw 1.44) 128 rows of head_dim 128 no longer do: Llama-3-8B batch 16 × 4096 grouped 73.7 µs,
+// split in 2 69.0; Llama-2-7B batch 4 × 4096 73.5 against 68.0; Llama-3.2-1B batch 16 × 1024 17.4
+// against 15.7 (round 24's batch sweep on an H200), where the H100 ran them level. A head_dim-64 program has half the bytes of a
 // head_dim-128 one in flight, so it takes twice the rows, at contexts past longSplitTokens: Llama-3.2-1B
 // batch 16 × 4096 (128 rows of 64) ran grouped at 60.9 µs and split in 3 at 52.4, where Llama-3-8B's
 // 128 rows of 128 ran grouped at 94.3 µs against 96.4 split (H100, round 21's batch sweep). At shorter
 // contexts the split's extra programs cost what they win: the 1B at batch 16 × 1024 grouped 19.7 µs, in
 // 2 partitions 19.3, and its decode step at context 1088 (cap 2048, 3 partitions) 1.404 ms against
 // 1.390 grouped.
-func fillsGPU(rows, tokenBytes, longest, sms int) bool {
+func fillsGPU(rows, tokenBytes, longest int, g gpuSize) bool {
 	if longest <= longSplitTokens {
 		tokenBytes = fullRowTokenBytes
 	}
-	return 10*int64(rows)*int64(max(1, tokenBytes)) >= 9*int64(sms)*fullRowTokenBytes
+	return 10*float64(rows)*float64(max(1, tokenBytes)) >= 9*float64(max(1, g.sms))*fullRowTokenBytes*max(1, g.bw)
 }
 
 // fullRowTokenBytes is a token's K and V of one head_dim-128 head in 16 bits: the rows whose programs

@@ -47,7 +47,7 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 				t.Errorf("bound %d, want %d", got, tc.want)
 			}
 			rows := tc.batch * tc.kvHeads
-			if fillsGPU(rows, tokenBytes, longest, sms) {
+			if fillsGPU(rows, tokenBytes, longest, g) {
 				if got <= longest {
 					t.Errorf("bound %d splits %d rows on %d SMs", got, rows, sms)
 				}
@@ -300,7 +300,7 @@ func TestMaxPlannedPartitions(t *testing.T) {
 					in := PlanInput{
 						Batch: batch, ContextLens: lens, NumHeads: 4 * kvh, NumKVHeads: kvh, HeadDim: 128,
 						BlockSize: 16, DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
-						MinPartitionTokens: gpuMinPartitionTokens(lens, kvh, fullRowTokenBytes, 16, gpuSize{sms, perSM, perSM}),
+						MinPartitionTokens: gpuMinPartitionTokens(lens, kvh, fullRowTokenBytes, 16, gpuSize{sms: sms, groupedPerSM: perSM, splitPerSM: perSM}),
 					}
 					for name, plan := range map[string]DecodePlan{
 						"plan": tileAligned(Plan(in), lens), "graph": tileAligned(GraphPlan(in), lens),
@@ -338,7 +338,7 @@ func TestGraphPlanTiles(t *testing.T) {
 					}
 					in := PlanInput{ContextLens: lens, NumHeads: m.hq, NumKVHeads: m.kvh, HeadDim: m.hdim, BlockSize: 16,
 						DTypeSize: 2, NumSMs: sms, ProgramsPerSM: perSM,
-						MinPartitionTokens: gpuMinPartitionTokens(lens, m.kvh, 2*2*m.hdim, 16, gpuSize{sms, perSM, perSM})}
+						MinPartitionTokens: gpuMinPartitionTokens(lens, m.kvh, 2*2*m.hdim, 16, gpuSize{sms: sms, groupedPerSM: perSM, splitPerSM: perSM})}
 					if p := GraphPlan(in); p.Kernel == SplitK &&
 						(p.PartitionTokens%cudaTileTokens != 0 || p.NumPartitions != ceilDiv(cap, p.PartitionTokens)) {
 						t.Errorf("%s, batch %d, cap %d, %d an SM: %+v", m.name, batch, cap, perSM, p)
@@ -356,4 +356,41 @@ func h100(d int) gpuSize {
 		return gpuSize{sms: 132, groupedPerSM: 4, splitPerSM: 3}
 	}
 	return gpuSize{sms: 132, groupedPerSM: 2, splitPerSM: 2}
+}
+
+// TestFillsGPUBandwidth checks that the rows which keep the memory busy grow with its bandwidth
+// (fillsGPU's g.bw): at the H100's 128 rows of head_dim 128 fill 132 SMs and the call runs grouped; at
+// the H200's (bw 1.44, from its driver's 4.81 TB/s) they split in two (round 24: 73.7 µs grouped against
+// 69.0 split at Llama-3-8B batch 16 × 4096), and 192 rows still fill it. An unknown bandwidth (0) is the
+// H100's.
+func TestFillsGPUBandwidth(t *testing.T) {
+	h200 := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return g }
+	unknown := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(0); return g }
+	for _, tc := range []struct {
+		name                         string
+		g                            gpuSize
+		batch, ctx, kvHeads, headDim int
+		want                         int // the partition bound: > ctx means grouped
+	}{
+		{"h100-8b-b16-4096", h100(128), 16, 4096, 8, 128, 4112},
+		{"unknown-8b-b16-4096", unknown(128), 16, 4096, 8, 128, 4112},
+		{"h200-8b-b16-4096", h200(128), 16, 4096, 8, 128, 2048},
+		{"h200-8b-b24-4096", h200(128), 24, 4096, 8, 128, 4112}, // 192 rows fill it
+		{"h200-7b-b4-4096", h200(128), 4, 4096, 32, 128, 2048},
+		{"h200-1b-b16-1024", h200(64), 16, 1024, 8, 64, 512}, // 128 rows: 2 of 512 tokens
+		{"h100-1b-b16-1024", h100(64), 16, 1024, 8, 64, 1040},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lens := make([]int32, tc.batch)
+			for i := range lens {
+				lens[i] = int32(tc.ctx)
+			}
+			if got := gpuMinPartitionTokens(lens, tc.kvHeads, 2*2*tc.headDim, 16, tc.g); got != tc.want {
+				t.Fatalf("bound %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if bandwidthScale(3.352e12) > 1.001 || bandwidthScale(4.81e12) < 1.43 || bandwidthScale(1e12) != 1 {
+		t.Fatalf("bandwidthScale: %v %v %v", bandwidthScale(3.352e12), bandwidthScale(4.81e12), bandwidthScale(1e12))
+	}
 }
