@@ -222,8 +222,9 @@ var (
 
 // cudaNarrowRows is the most query heads the narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8)
 // serve: groups of up to 8 heads take them at every head_dim (narrowTile). Round 24: the H100's grid
-// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 0.8-1.5% and the head_dim 64
-// shapes of the batch sweep (TinyLlama, Llama-3.2-1B) 1.2-1.9%, Llama-3.2-1B's step at batch 1 0.5%.
+// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 1.3-1.6% (0.8-1.2% after an L2
+// flush) and the head_dim 64 shapes of the batch sweep (TinyLlama, Llama-3.2-1B) 1.2-1.9%, Llama-3.2-1B's
+// step at batch 1 0.5%.
 const cudaNarrowRows = 8
 
 // narrowTile reports whether a group of group heads takes the narrow mma kernels.

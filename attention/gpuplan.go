@@ -142,13 +142,13 @@ const tailParts = 4
 // keep a memory busy grow with its bandwidth at the same latency, so a faster memory needs more rows. On
 // the H200 (bw 1.44) 128 rows of head_dim 128 no longer do: Llama-3-8B batch 16 × 4096 grouped 73.7 µs,
 // split in 2 69.0; Llama-2-7B batch 4 × 4096 73.5 against 68.0; Llama-3.2-1B batch 16 × 1024 17.4
-// against 15.7 (round 24's batch sweep on an H200), where the H100 ran them level. A head_dim-64 program has half the bytes of a
-// head_dim-128 one in flight, so it takes twice the rows, at contexts past longSplitTokens: Llama-3.2-1B
-// batch 16 × 4096 (128 rows of 64) ran grouped at 60.9 µs and split in 3 at 52.4, where Llama-3-8B's
-// 128 rows of 128 ran grouped at 94.3 µs against 96.4 split (H100, round 21's batch sweep). At shorter
-// contexts the split's extra programs cost what they win: the 1B at batch 16 × 1024 grouped 19.7 µs, in
-// 2 partitions 19.3, and its decode step at context 1088 (cap 2048, 3 partitions) 1.404 ms against
-// 1.390 grouped.
+// against 15.7 (round 24's batch sweep on an H200), where the H100 ran them level or grouped faster
+// (below). A head_dim-64 program has half the bytes of a head_dim-128 one in flight, so it takes twice
+// the rows, at contexts past longSplitTokens: Llama-3.2-1B batch 16 × 4096 (128 rows of 64) ran grouped
+// at 60.9 µs and split in 3 at 52.4, where Llama-3-8B's 128 rows of 128 ran grouped at 94.3 µs against
+// 96.4 split (H100, round 21's batch sweep). At shorter contexts the split's extra programs cost what
+// they win there: the 1B at batch 16 × 1024 grouped 19.7 µs, in 2 partitions 19.3, and its decode step
+// at context 1088 (cap 2048, 3 partitions) 1.404 ms against 1.390 grouped.
 func fillsGPU(rows, tokenBytes, longest int, g gpuSize) bool {
 	if longest <= longSplitTokens {
 		tokenBytes = fullRowTokenBytes
@@ -293,7 +293,7 @@ const largeStreamL2s = 16
 
 // largeStreamMaxBandwidth is the peak memory bandwidth (bytes/s) from which large streams keep
 // evict_first too. It lies between the two GPUs measured: the H100 (3.35e12), where evict_normal was level
-// or better on large streams (below), and the H200 (4.9e12), where it was 5-12% slower there, flushed or
+// or better on large streams (below), and the H200 (4.81e12 by its driver), where it was 5-12% slower there, flushed or
 // not: LLaMA-7B 8 × 8192 278-280 against 246 µs (288 against 270 flushed), LLaMA-3-8B 128 × 8192 1050
 // against 961 (1058 against 1005), and the Llama-3-8B decode step at batch 64 and context 4096 12.81
 // against 12.13 ms (round 24, docs/bench/attention-h200.md). What differs is a guess: a faster memory
