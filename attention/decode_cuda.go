@@ -209,6 +209,8 @@ type CUDAKernels struct {
 	mod     *cuda.Module
 	numSMs  int
 	l2Bytes int
+	// peakBW is the memory's peak bandwidth by the driver (cuda.Info.PeakMemBandwidth; 0 if unknown).
+	peakBW  float64
 	kernels map[string]*cudaKernel
 	// counters are the fused split-k merge's arrival counters (splitKCounterBytes), zero between calls.
 	counters cuda.DevicePtr
@@ -222,7 +224,7 @@ var (
 
 // cudaNarrowRows is the most query heads the narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8)
 // serve: groups of up to 8 heads take them at every head_dim (narrowTile). Round 24: the H100's grid
-// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 1.3-1.6% (0.8-1.2% after an L2
+// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 1.4% (0.8-1.1% after an L2
 // flush) and the head_dim 64 shapes of the batch sweep (TinyLlama, Llama-3.2-1B) 1.2-1.9%, Llama-3.2-1B's
 // step at batch 1 0.5%.
 const cudaNarrowRows = 8
@@ -249,7 +251,7 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attention: load decode kernels: %w", err)
 	}
-	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, l2Bytes: dev.Info().L2Bytes,
+	k := &CUDAKernels{dev: dev, mod: mod, numSMs: dev.Info().NumSMs, l2Bytes: dev.Info().L2Bytes, peakBW: dev.Info().PeakMemBandwidth,
 		kernels: map[string]*cudaKernel{}}
 	if err := k.load(); err != nil {
 		return nil, errors.Join(err, k.Close())
@@ -404,8 +406,9 @@ func (a *CUDADecodeArgs) check() (string, int, error) {
 	return tn, a.NumHeads / a.NumKVHeads, nil
 }
 
-// pick returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") for the call's shape and path.
-func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cudaKernel, error) {
+// pick returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") for the call's shape and path
+// under the tuning t (NoNarrow: the 16-row tile for groups the narrow one serves).
+func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath, t CUDATuning) (*cudaKernel, error) {
 	tn, group, err := a.check()
 	if err != nil {
 		return nil, err
@@ -422,7 +425,7 @@ func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath) (*cuda
 		if a.DType == cuda.Float32 {
 			return nil, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
 		}
-		if narrowTile(group) && !k.Tuning.NoNarrow {
+		if narrowTile(group) && !t.NoNarrow {
 			name = fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, a.HeadDim)
 			break
 		}
@@ -510,16 +513,16 @@ func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
 // gpuSize is the device's size for a's call: its SMs, the occupancy of the grouped and split-k kernels
 // the call would run, and its memory's bandwidth relative to the H100's.
 func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
-	split, err := k.pick("DecodeSplitK", a, PathAuto)
+	split, err := k.pick("DecodeSplitK", a, PathAuto, k.Tuning)
 	if err != nil {
 		return gpuSize{}, err
 	}
-	grouped, err := k.pick("DecodeGrouped", a, PathAuto)
+	grouped, err := k.pick("DecodeGrouped", a, PathAuto, k.Tuning)
 	if err != nil {
 		return gpuSize{}, err
 	}
 	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM,
-		bw: bandwidthScale(k.dev.Info().PeakMemBandwidth)}, nil
+		bw: bandwidthScale(k.peakBW)}, nil
 }
 
 // Plan returns the plan Decode follows for a: gpuPlan on planInput(a) (Plan, split-k partitions rounded
@@ -570,7 +573,7 @@ func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 }
 
 func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath, t CUDATuning) error {
-	kern, err := k.pick("DecodeGrouped", a, path)
+	kern, err := k.pick("DecodeGrouped", a, path, t)
 	if err != nil {
 		return err
 	}
@@ -598,7 +601,7 @@ func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDA
 func (k *CUDAKernels) setL2Policy(p *decodeParams, a *CUDADecodeArgs, t CUDATuning, programs int) {
 	_, size, _ := dtypeName(a.DType)
 	first := !t.NoEvictFirst && 10*programs >= 9*k.numSMs &&
-		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes, k.dev.Info().PeakMemBandwidth))
+		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes, k.peakBW))
 	if first {
 		p.Flags |= flagEvictFirst
 	} else {
@@ -613,7 +616,7 @@ func (k *CUDAKernels) setL2Policy(p *decodeParams, a *CUDADecodeArgs, t CUDATuni
 // less (Llama-3-8B throughput, 512 prompts of 128 + 128 tokens on the H100: 13,654 output tokens/s with
 // the fold against 13,985 without). a.HostContextLens are the lengths the call is planned with.
 func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
-	kern, err := k.pick("DecodeGrouped", a, PathAuto)
+	kern, err := k.pick("DecodeGrouped", a, PathAuto, k.Tuning)
 	if err != nil {
 		return false
 	}
@@ -627,13 +630,14 @@ func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
 // kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
 // resident programs, contexts of at most persistMaxTokens, no RoPE, and t allowing it.
 func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
-	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || (kern.rowsPer != 16 && kern.rowsPer != cudaNarrowRows) ||
+	narrow := strings.HasSuffix(kern.fn.Name(), "_n8")
+	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || (kern.rowsPer != 16 && !narrow) ||
 		!strings.Contains(kern.fn.Name(), "_mma_") {
 		return nil, 0
 	}
 	tn, _, _ := dtypeName(a.DType)
 	name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, a.HeadDim)
-	if kern.rowsPer == cudaNarrowRows {
+	if narrow {
 		name += "_n8"
 	}
 	pk := k.kernels[name]
@@ -700,7 +704,7 @@ func mergeChunk(parts int, t CUDATuning) int {
 }
 
 func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionTokens int, workspace cuda.DevicePtr, workspaceBytes int64, path CUDAPath, t CUDATuning) error {
-	kern, err := k.pick("DecodeSplitK", a, path)
+	kern, err := k.pick("DecodeSplitK", a, path, t)
 	if err != nil {
 		return err
 	}
@@ -773,7 +777,7 @@ type KernelInfo struct {
 // Describe returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") that a call would run on path,
 // with its resources: for DecodeGrouped the persistent grouped kernel where the call would run it.
 func (k *CUDAKernels) Describe(kind string, a *CUDADecodeArgs, path CUDAPath) (KernelInfo, error) {
-	kern, err := k.pick(kind, a, path)
+	kern, err := k.pick(kind, a, path, k.Tuning)
 	if err != nil {
 		return KernelInfo{}, err
 	}

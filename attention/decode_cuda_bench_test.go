@@ -414,7 +414,7 @@ func BenchmarkCUDALaunchFloor(b *testing.B) {
 		}
 		var kern *cudaKernel
 		if err == nil {
-			kern, err = k.pick(kind, a, PathAuto)
+			kern, err = k.pick(kind, a, PathAuto, k.Tuning)
 		}
 		if err == nil && kind == "DecodeGrouped" {
 			if pk, _ := k.persistent(kern, a, k.Tuning); pk != nil {

@@ -323,7 +323,8 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
 	}
 	// Groups that take the narrow kernels (narrowTile) run the mma path twice: on them (the default) and
-	// on the 16-row head tile (CUDATuning.NoNarrow).
+	// on the 16-row head tile (CUDATuning.NoNarrow, passed with every call: k is shared by parallel
+	// subtests, so its Tuning is never changed here).
 	type pathCase struct {
 		path     CUDAPath
 		noNarrow bool
@@ -335,7 +336,6 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	if c.codec.typ == cuda.Float32 {
 		paths = []pathCase{{PathFMA, false}}
 	}
-	defer func() { k.Tuning.NoNarrow = false }()
 	maxLen := 0
 	for _, n := range c.lens {
 		maxLen = max(maxLen, int(n))
@@ -360,7 +360,11 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	defer checkCountersZero(t, k)
 	for _, pc := range paths {
 		path := pc.path
-		k.Tuning.NoNarrow = pc.noNarrow
+		// tune is the path case's tuning with the switches of one variant.
+		tune := func(t CUDATuning) CUDATuning {
+			t.NoNarrow = pc.noNarrow
+			return t
+		}
 		check := func(what string) {
 			t.Helper()
 			if pc.noNarrow {
@@ -369,7 +373,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			check(what)
 		}
 		c.poisonOut(t)
-		if err := k.DecodeGrouped(nil, c.args(), path); err != nil {
+		if err := k.decodeGrouped(nil, c.args(), path, tune(CUDATuning{})); err != nil {
 			t.Fatal(err)
 		}
 		check("grouped/" + path.String())
@@ -378,7 +382,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			t    CUDATuning
 		}{{"no-evict-first", CUDATuning{NoEvictFirst: true}}, {"evict-first-large", CUDATuning{EvictFirstLarge: true}}} {
 			c.poisonOut(t)
-			if err := k.decodeGrouped(nil, c.args(), path, tn.t); err != nil {
+			if err := k.decodeGrouped(nil, c.args(), path, tune(tn.t)); err != nil {
 				t.Fatal(err)
 			}
 			check("grouped/" + path.String() + "/" + tn.name)
@@ -388,7 +392,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			// batch (contexts of 1 token to a few thousand) through one pipeline.
 			for _, programs := range []int{1, 3, 7} {
 				c.poisonOut(t)
-				if err := k.decodeGrouped(nil, c.args(), path, CUDATuning{persistPrograms: programs}); err != nil {
+				if err := k.decodeGrouped(nil, c.args(), path, tune(CUDATuning{persistPrograms: programs})); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("grouped/persistent/%d-programs", programs))
@@ -408,7 +412,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			} {
 				c.poisonOut(t)
 				poison(t, c.dev, ws, wsBytes)
-				if err := k.decodeSplitK(nil, c.args(), part, ws, wsBytes, path, m.t); err != nil {
+				if err := k.decodeSplitK(nil, c.args(), part, ws, wsBytes, path, tune(m.t)); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("split-k/%s/partition%d/%s", path, part, m.name))
@@ -420,14 +424,14 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			a := c.args()
 			a.Dependent = true
 			c.poisonOut(t)
-			if err := k.DecodeGrouped(nil, a, path); err != nil {
+			if err := k.decodeGrouped(nil, a, path, tune(CUDATuning{})); err != nil {
 				t.Fatal(err)
 			}
 			check("grouped/" + path.String() + "/dependent")
 			for _, part := range partitions {
 				c.poisonOut(t)
 				poison(t, c.dev, ws, wsBytes)
-				if err := k.DecodeSplitK(nil, a, part, ws, wsBytes, path); err != nil {
+				if err := k.decodeSplitK(nil, a, part, ws, wsBytes, path, tune(CUDATuning{})); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("split-k/%s/partition%d/dependent", path, part))

@@ -14,9 +14,10 @@ type gpuSize struct {
 	bw                            float64
 }
 
-// h100PeakBandwidth is the H100 SXM's peak memory bandwidth in bytes/s (HBM3: 5120 bits at 2619 MHz), the
-// memory the dispatcher's rules were measured on.
-const h100PeakBandwidth = 3.35e12
+// h100PeakBandwidth is the H100 SXM's peak memory bandwidth in bytes/s as its driver gives it (HBM3: 5120
+// bits at 2619 MHz, double data rate), the memory the dispatcher's rules were measured on: exactly, so
+// that the H100's own bandwidthScale is 1.
+const h100PeakBandwidth = 2 * 2619e6 * 5120 / 8
 
 // bandwidthScale is gpuSize.bw for a device of peak memory bandwidth peak (bytes/s; 0 if unknown): peak
 // relative to the H100's, never below 1 (1.44 on the H200).
@@ -293,10 +294,10 @@ const largeStreamL2s = 16
 
 // largeStreamMaxBandwidth is the peak memory bandwidth (bytes/s) from which large streams keep
 // evict_first too. It lies between the two GPUs measured: the H100 (3.35e12), where evict_normal was level
-// or better on large streams (below), and the H200 (4.81e12 by its driver), where it was 5-12% slower there, flushed or
-// not: LLaMA-7B 8 × 8192 278-280 against 246 µs (288 against 270 flushed), LLaMA-3-8B 128 × 8192 1050
-// against 961 (1058 against 1005), and the Llama-3-8B decode step at batch 64 and context 4096 12.81
-// against 12.13 ms (round 24, docs/bench/attention-h200.md). What differs is a guess: a faster memory
+// or better on large streams (below), and the H200 (4.81e12 by its driver), where it was 5-14% slower
+// there (0.3-7% after do_bench's flush): LLaMA-7B 8 × 8192 278-280 against 246 µs (288 against 270
+// flushed), LLaMA-3-8B 128 × 8192 1050 against 961 (1058 against 1005), and the Llama-3-8B decode step at
+// batch 64 and context 4096 12.81 against 12.13 ms (round 24, docs/bench/attention-h200.md). What differs is a guess: a faster memory
 // fills L2 faster than its evict_normal replacement keeps up with.
 const largeStreamMaxBandwidth = 4e12
 

@@ -130,7 +130,7 @@ func TestInfo(t *testing.T) {
 	info := d.Info()
 	t.Logf("%+v", info)
 	if info.NumSMs <= 0 || info.Major < 7 || info.L2Bytes <= 0 || info.SharedPerBlockOptin < 48<<10 || info.TotalMem <= 0 ||
-		info.PeakMemBandwidth < 1e11 { // every CUDA GPU moves 100 GB/s; 0 would mean the driver no longer says
+		info.PeakMemBandwidth <= 0 { // 0: the driver no longer gives the memory's clock or bus width
 		t.Fatalf("implausible device info %+v", info)
 	}
 	free, total, err := d.MemInfo()

@@ -32,7 +32,7 @@ type Info struct {
 	// TotalMem is the device memory in bytes.
 	TotalMem int64
 	// PeakMemBandwidth is the memory's peak bandwidth in bytes/s (2 × memory clock × bus width, by the
-	// driver's attributes: 3.35e12 on the H100 SXM, 4.9e12 on the H200), 0 where the driver gives none.
+	// driver's attributes: 3.35e12 on the H100 SXM, 4.81e12 on the H200), 0 where the driver gives none.
 	PeakMemBandwidth float64
 	// DriverVersion is the CUDA driver's version, e.g. 13000 for 13.0.
 	DriverVersion int
