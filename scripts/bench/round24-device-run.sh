@@ -21,14 +21,15 @@ if has abgrid || has sweep || has decodex; then
 	tagof() { if [ "$1" = gollm ]; then echo new; else echo "${1#gollm-}"; fi; }
 	for r in $(seq 1 "${SWEEPS:-2}"); do
 		has sweep || break
-		for b in $SWEEPBINS; do
+		for b in ${SWEEPBINS:-gollm-old gollm}; do
 			tag=$(tagof "$b")
 			# shellcheck disable=SC2086
-			gpu/p1/new/$b bench attention $SWEEPARGS --json "$out/sweep-$tag-r$r.json" >"$out/sweep-$tag-r$r.txt" 2>"$out/sweep-$tag-r$r.log"
+			gpu/p1/new/$b bench attention ${SWEEPARGS:-} --json "$out/sweep-$tag-r$r.json" >"$out/sweep-$tag-r$r.txt" 2>"$out/sweep-$tag-r$r.log"
 			stamp "sweep $tag r$r rc=$?"
 		done
 	done
 	if has decodex; then
+		: "${XDIR:?decodex needs XDIR: the folder under gpu/p1/new holding the other build model.test}"
 		OUT="$out/decode-$XDIR" GOLLM_GPU_DIR=gpu/p1/new/$XDIR GOLLM_BENCH_CONTEXT=${CONTEXT:-2048} \
 			VARIANTS="${VARIANTS:-default attn-noevict}" BATCHES="${BATCHES:-1|64}" ROUNDS="${ROUNDS:-2}" \
 			bash scripts/bench/decode-variants-device-run.sh | tee -a "$out/summary.txt"
