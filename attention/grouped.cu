@@ -9,12 +9,14 @@
 // DecodeGroupedPersistent_mma_<dtype>_d<head_dim> and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8 (below).
 #include "decode.cuh"
 
-#define DECODE_GROUPED_MMA(T, TN, D, MT)                                                                      \
+// DECODE_GROUPED_MMA's entry point is named by its tile: m<MT> for MT head tiles of 16, n8 for the narrow
+// tile (MT = 0, mma_tile_n8: groups of up to 8 heads, narrowTile in decode_cuda.go).
+#define DECODE_GROUPED_MMA(T, TN, D, MT, TILE_NAME)                                                           \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
-	    DecodeGrouped_mma_##TN##_d##D##_m##MT(const DecodeParams p) {                                       \
+	    DecodeGrouped_mma_##TN##_d##D##_##TILE_NAME(const DecodeParams p) {                                 \
 		decode_mma<T, D, MT, false>(p);                                                                 \
 	}                                                                                                     \
-	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_m##MT##_smem = mma_smem_bytes<T, D, MT>();
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_##TILE_NAME##_smem = mma_smem_bytes<T, D, MT>();
 #define DECODE_GROUPED_FMA(T, TN, D, GC)                                                                      \
 	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
 	    DecodeGrouped_fma_##TN##_d##D##_g##GC(const DecodeParams p) {                                       \
@@ -22,17 +24,9 @@
 	}                                                                                                     \
 	extern "C" __device__ int DecodeGrouped_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
 
-// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads (narrowTile in decode_cuda.go). Entry
-// points DecodeGrouped_mma_<dtype>_d<head_dim>_n8.
-#define DECODE_GROUPED_NARROW(T, TN, D)                                                                      \
-	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                  \
-	    DecodeGrouped_mma_##TN##_d##D##_n8(const DecodeParams p) {                                       \
-		decode_mma<T, D, 0, false>(p);                                                                 \
-	}                                                                                                     \
-	extern "C" __device__ int DecodeGrouped_mma_##TN##_d##D##_n8_smem = mma_smem_bytes<T, D, 0>();
-
 #define DECODE_GROUPED_ALL_MMA(T, TN, D)                                                                      \
-	DECODE_GROUPED_MMA(T, TN, D, 1) DECODE_GROUPED_MMA(T, TN, D, 2) DECODE_GROUPED_MMA(T, TN, D, 4)
+	DECODE_GROUPED_MMA(T, TN, D, 1, m1)                                                                   \
+	DECODE_GROUPED_MMA(T, TN, D, 2, m2) DECODE_GROUPED_MMA(T, TN, D, 4, m4) DECODE_GROUPED_MMA(T, TN, D, 0, n8)
 #define DECODE_GROUPED_ALL_FMA(T, TN, D)                                                                      \
 	DECODE_GROUPED_FMA(T, TN, D, 1)                                                                       \
 	DECODE_GROUPED_FMA(T, TN, D, 2) DECODE_GROUPED_FMA(T, TN, D, 4) DECODE_GROUPED_FMA(T, TN, D, 8)
@@ -41,10 +35,6 @@ DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 128)
-DECODE_GROUPED_NARROW(__nv_bfloat16, bf16, 64)
-DECODE_GROUPED_NARROW(__nv_bfloat16, bf16, 128)
-DECODE_GROUPED_NARROW(__half, fp16, 64)
-DECODE_GROUPED_NARROW(__half, fp16, 128)
 
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 128)
@@ -56,22 +46,16 @@ DECODE_GROUPED_ALL_FMA(float, fp32, 128)
 // The persistent grouped kernel (decode_mma_persistent): grid min(items, SMs × programs per SM), groups
 // of up to 16 heads (up to 8 on the narrow tile). Entry points DecodeGroupedPersistent_mma_<dtype>_d<head_dim>
 // and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8.
-#define DECODE_GROUPED_PERSISTENT(T, TN, D)                                                                   \
-	extern "C" __global__ void __launch_bounds__(128) DecodeGroupedPersistent_mma_##TN##_d##D(const DecodeParams p) { \
-		decode_mma_persistent<T, D>(p);                                                                 \
+// SUFFIX is empty for the 16-row tile and _n8 for the narrow one (NARROW).
+#define DECODE_GROUPED_PERSISTENT(T, TN, D, NARROW, SUFFIX)                                                   \
+	extern "C" __global__ void __launch_bounds__(128) DecodeGroupedPersistent_mma_##TN##_d##D##SUFFIX(const DecodeParams p) { \
+		decode_mma_persistent<T, D, NARROW>(p);                                                         \
 	}                                                                                                     \
-	extern "C" __device__ int DecodeGroupedPersistent_mma_##TN##_d##D##_smem = persistent_smem_bytes<T, D>();
-#define DECODE_GROUPED_PERSISTENT_NARROW(T, TN, D)                                                            \
-	extern "C" __global__ void __launch_bounds__(128) DecodeGroupedPersistent_mma_##TN##_d##D##_n8(const DecodeParams p) { \
-		decode_mma_persistent<T, D, true>(p);                                                           \
-	}                                                                                                     \
-	extern "C" __device__ int DecodeGroupedPersistent_mma_##TN##_d##D##_n8_smem = persistent_smem_bytes<T, D>();
+	extern "C" __device__ int DecodeGroupedPersistent_mma_##TN##_d##D##SUFFIX##_smem = persistent_smem_bytes<T, D>();
+#define DECODE_GROUPED_PERSISTENT_BOTH(T, TN, D)                                                              \
+	DECODE_GROUPED_PERSISTENT(T, TN, D, false, ) DECODE_GROUPED_PERSISTENT(T, TN, D, true, _n8)
 
-DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 64)
-DECODE_GROUPED_PERSISTENT(__nv_bfloat16, bf16, 128)
-DECODE_GROUPED_PERSISTENT(__half, fp16, 64)
-DECODE_GROUPED_PERSISTENT(__half, fp16, 128)
-DECODE_GROUPED_PERSISTENT_NARROW(__nv_bfloat16, bf16, 64)
-DECODE_GROUPED_PERSISTENT_NARROW(__nv_bfloat16, bf16, 128)
-DECODE_GROUPED_PERSISTENT_NARROW(__half, fp16, 64)
-DECODE_GROUPED_PERSISTENT_NARROW(__half, fp16, 128)
+DECODE_GROUPED_PERSISTENT_BOTH(__nv_bfloat16, bf16, 64)
+DECODE_GROUPED_PERSISTENT_BOTH(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_PERSISTENT_BOTH(__half, fp16, 64)
+DECODE_GROUPED_PERSISTENT_BOTH(__half, fp16, 128)

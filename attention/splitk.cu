@@ -11,12 +11,14 @@
 // DecodeSplitKReduce_<dtype>_d<head_dim>.
 #include "decode.cuh"
 
-#define DECODE_SPLITK_MMA(T, TN, D, MT)                                                                       \
+// DECODE_SPLITK_MMA's entry point is named by its tile: m<MT> for MT head tiles of 16, n8 for the narrow
+// tile (MT = 0, mma_tile_n8: groups of up to 8 heads).
+#define DECODE_SPLITK_MMA(T, TN, D, MT, TILE_NAME)                                                            \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, MT>::THREADS)                                  \
-	    DecodeSplitK_mma_##TN##_d##D##_m##MT(const DecodeParams p) {                                        \
+	    DecodeSplitK_mma_##TN##_d##D##_##TILE_NAME(const DecodeParams p) {                                  \
 		decode_mma<T, D, MT, true>(p);                                                                 \
 	}                                                                                                     \
-	extern "C" __device__ int DecodeSplitK_mma_##TN##_d##D##_m##MT##_smem = mma_smem_bytes<T, D, MT>();
+	extern "C" __device__ int DecodeSplitK_mma_##TN##_d##D##_##TILE_NAME##_smem = mma_smem_bytes<T, D, MT>();
 #define DECODE_SPLITK_FMA(T, TN, D, GC)                                                                       \
 	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
 	    DecodeSplitK_fma_##TN##_d##D##_g##GC(const DecodeParams p) {                                        \
@@ -24,17 +26,9 @@
 	}                                                                                                     \
 	extern "C" __device__ int DecodeSplitK_fma_##TN##_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC>();
 
-// The narrow tile (MT = 0, mma_tile_n8): groups of up to 8 heads. Entry points
-// DecodeSplitK_mma_<dtype>_d<head_dim>_n8.
-#define DECODE_SPLITK_NARROW(T, TN, D)                                                                      \
-	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                  \
-	    DecodeSplitK_mma_##TN##_d##D##_n8(const DecodeParams p) {                                       \
-		decode_mma<T, D, 0, true>(p);                                                                 \
-	}                                                                                                     \
-	extern "C" __device__ int DecodeSplitK_mma_##TN##_d##D##_n8_smem = mma_smem_bytes<T, D, 0>();
-
 #define DECODE_SPLITK_ALL_MMA(T, TN, D)                                                                       \
-	DECODE_SPLITK_MMA(T, TN, D, 1) DECODE_SPLITK_MMA(T, TN, D, 2) DECODE_SPLITK_MMA(T, TN, D, 4)
+	DECODE_SPLITK_MMA(T, TN, D, 1, m1)                                                                    \
+	DECODE_SPLITK_MMA(T, TN, D, 2, m2) DECODE_SPLITK_MMA(T, TN, D, 4, m4) DECODE_SPLITK_MMA(T, TN, D, 0, n8)
 #define DECODE_SPLITK_ALL_FMA(T, TN, D)                                                                       \
 	DECODE_SPLITK_FMA(T, TN, D, 1)                                                                        \
 	DECODE_SPLITK_FMA(T, TN, D, 2) DECODE_SPLITK_FMA(T, TN, D, 4) DECODE_SPLITK_FMA(T, TN, D, 8)
@@ -43,10 +37,6 @@ DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 64)
 DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 64)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 128)
-DECODE_SPLITK_NARROW(__nv_bfloat16, bf16, 64)
-DECODE_SPLITK_NARROW(__nv_bfloat16, bf16, 128)
-DECODE_SPLITK_NARROW(__half, fp16, 64)
-DECODE_SPLITK_NARROW(__half, fp16, 128)
 
 DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 64)
 DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 128)
