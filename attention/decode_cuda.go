@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"strings"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -198,6 +197,10 @@ type cudaKernel struct {
 	shared  int // dynamic shared memory bytes
 	perSM   int // resident programs per SM (occupancy), for Plan
 	rowsPer int // query heads one program serves (16·MT for mma, GC for FMA)
+	// persist is the persistent twin of a grouped mma kernel of one head tile (m1, n8: the kernel that
+	// walks several (sequence, KV head) items per program with the same tile), linked at load; nil for
+	// every other kernel.
+	persist *cudaKernel
 }
 
 // CUDAKernels are the decode-attention kernels loaded on one device.
@@ -320,6 +323,9 @@ func (k *CUDAKernels) load() error {
 					if err := k.prepare(name+"_n8", 4*32, cudaNarrowRows); err != nil {
 						return err
 					}
+					grouped := fmt.Sprintf("DecodeGrouped_mma_%s_d%d_", tn, d)
+					k.kernels[grouped+"m1"].persist = k.kernels[name]
+					k.kernels[grouped+"n8"].persist = k.kernels[name+"_n8"]
 				}
 				if kind == "DecodeSplitK" {
 					name := fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, d)
@@ -627,21 +633,12 @@ func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
 }
 
 // persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
-// kern should run it: the mma path with one head tile (G ≤ 16), more items (sequence, KV head) than
-// resident programs, contexts of at most persistMaxTokens, no RoPE, and t allowing it.
+// kern should run it: kern has a persistent twin (the mma path with one head tile: m1 for G ≤ 16, the
+// narrow n8 for G ≤ 8), more items (sequence, KV head) than resident programs, contexts of at most
+// persistMaxTokens, no RoPE, and t allowing it.
 func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
-	narrow := strings.HasSuffix(kern.fn.Name(), "_n8")
-	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || (kern.rowsPer != 16 && !narrow) ||
-		!strings.Contains(kern.fn.Name(), "_mma_") {
-		return nil, 0
-	}
-	tn, _, _ := dtypeName(a.DType)
-	name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, a.HeadDim)
-	if narrow {
-		name += "_n8"
-	}
-	pk := k.kernels[name]
-	if pk == nil || pk.perSM < 1 {
+	pk := kern.persist
+	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || pk == nil || pk.perSM < 1 {
 		return nil, 0
 	}
 	items := len(a.HostContextLens) * a.NumKVHeads
