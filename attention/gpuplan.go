@@ -54,7 +54,7 @@ func gpuPlan(in PlanInput, g gpuSize) DecodePlan {
 // withTailBound is in with its partition bound raised to tailBound's where in's rows fall in tailRows'
 // range.
 func withTailBound(in PlanInput, g gpuSize) PlanInput {
-	if bound, ok := tailBound(in.ContextLens, in.NumKVHeads, g); ok {
+	if bound, ok := tailBound(in.ContextLens, in.NumKVHeads, 2*in.HeadDim*in.DTypeSize, g); ok {
 		in.MinPartitionTokens = bound
 	}
 	return in
@@ -104,33 +104,56 @@ func evenBound(longest, floor, parts int) int {
 	return max(floor, roundUp(ceilDiv(longest, parts), cudaTileTokens))
 }
 
-// tailBound is the partition bound of a call whose rows exceed the grouped kernel's slots by less than
-// a few tenths of a wave (tailRows), where one program per row leaves its overflow to run as a second
-// wave of a few programs alone, each as long as the first wave's: partitions no shorter than a
-// tailParts-th of the context (Plan then takes up to tailParts of them) make it short. ok is false
-// elsewhere. CUDAKernels.Plan and CUDAKernels.GraphPlan (gpuPlan, gpuGraphPlan) apply it; GraphPlan
-// alone does not.
-func tailBound(contextLens []int32, kvHeads int, g gpuSize) (bound int, ok bool) {
-	rows := len(contextLens) * kvHeads
-	if !tailRows(rows, g.groupedSlots()) {
+// tailBound is the partition bound of a call whose rows exceed the grouped kernel's slots by a part of a
+// wave that runs short of bandwidth alone (tailRows), where one program per row leaves its overflow to
+// run as a second wave of a few programs alone, each as long as the first wave's: partitions no shorter
+// than a tailParts-th of the context (Plan then takes up to tailParts of them) make it short. ok is
+// false elsewhere. tokenBytes is one token's K and V of one KV head. CUDAKernels.Plan and
+// CUDAKernels.GraphPlan (gpuPlan, gpuGraphPlan) apply it; GraphPlan alone does not.
+func tailBound(contextLens []int32, kvHeads, tokenBytes int, g gpuSize) (bound int, ok bool) {
+	longest := longestContext(contextLens)
+	if !tailRows(len(contextLens)*kvHeads, tokenBytes, longest, g) {
 		return 0, false
 	}
-	return evenBound(longestContext(contextLens), minSplitTokens, tailParts), true
+	return evenBound(longest, minSplitTokens, tailParts), true
 }
 
-// tailRows reports whether rows (sequence, KV head) programs of the grouped kernel exceed its slots but
-// stay under tailWaves times them: the programs past the first wave start when it ends, all at once
-// for equal contexts, and run alone at a fraction of the bandwidth. H100, round 21 (grouped against the
-// best split, µs): Llama-3-8B × 4096 tokens at batch 33 (264 rows, one wave) 185.6 against 185.6, at
-// batch 34 (272) 235.8 against 199.7, 40 (320) 249.4 against 229.6, 44 (352) 264.7 against 250.5,
-// 48 (384) 276.7 against 272.1; Llama-3.2-1B (528 slots) at batch 67 215.6 against 198.6 and 80 250.3
-// against 238.8; split by Plan under tailBound (2 to 4 partitions), each within 3% of the best. Several
-// waves hide it (Llama-2-7B batch 26 × 2048, 3.2 waves: 300.5 against 298.6).
-func tailRows(rows, slots int) bool {
-	return rows > slots && float64(rows) < tailWaves*float64(slots)
+// tailRows reports whether rows (sequence, KV head) programs of the grouped kernel, whose tiles hold
+// tokenBytes a token and whose longest context is longest, exceed its slots (g.groupedSlots) by an
+// overflow that runs short of bandwidth: the programs past the first wave start when it ends, all at
+// once for equal contexts, and run alone. Two cases:
+//   - under tailWaves of a wave, at any context. H100, round 21 (grouped against the best split, µs):
+//     Llama-3-8B × 4096 tokens at batch 33 (264 rows, one wave) 185.6 against 185.6, at batch 34 (272)
+//     235.8 against 199.7, 40 (320) 249.4 against 229.6, 44 (352) 264.7 against 250.5; Llama-3.2-1B (528
+//     slots) at batch 67 215.6 against 198.6 and 80 250.3 against 238.8; split by Plan under tailBound
+//     (2 to 4 partitions), each within 3% of the best;
+//   - under 1.5 waves, where the overflow's rows alone would not fill the GPU (fillsGPU: the bytes in
+//     flight that keep a memory busy grow with its bandwidth), at contexts of longSplitTokens or more,
+//     whose partitions are long enough to pay for the split's merge. On the H100 the overflow at 1.45
+//     waves (120 rows of head_dim 128, 240 of 64) fills it, and grouped ran within 3% of the best
+//     (Llama-3-8B batch 48 × 4096 276.7 against 272.1, × 2048 139.2 against 141.2); on the H200 (bw
+//     1.43: 170 rows would) it does not, and two partitions ran 3-6% faster (round 25, µs: Llama-3-8B
+//     batch 47 and 48 × 2048 103.5 and 104.3 against 99.6 and 101.6, × 4096 199.3 and 200.5 against
+//     186.7 and 191.1, batch 48 × 8192 392.9 against 368.6; Llama-2-7B batch 12 × 4096 200.5 against
+//     189.0; MHA 32 × 2048 103.8 against 100.6), but not at 1024 tokens (Llama-3-8B batch 48 54.7
+//     grouped against 56.5). Past 1.5 waves two partitions make a fourth wave of split-k programs and
+//     more make them short: grouped was as fast or up to 5% faster there (batch 50-54 × 2048, the 1B's
+//     768-864 rows × 4096).
+//
+// Two waves and more hide the tail (Llama-2-7B batch 26 × 2048, 3.2 waves: 300.5 against 298.6 on the
+// H100).
+func tailRows(rows, tokenBytes, longest int, g gpuSize) bool {
+	slots := g.groupedSlots()
+	switch {
+	case rows <= slots || 2*rows >= 3*slots:
+		return false
+	case float64(rows) < tailWaves*float64(slots):
+		return true
+	}
+	return longest >= longSplitTokens && !fillsGPU(rows-slots, tokenBytes, longest, g)
 }
 
-// tailWaves is where tailRows stops: 1.4 waves of the grouped kernel's programs.
+// tailWaves is where tailRows' first case stops: 1.4 waves of the grouped kernel's programs.
 const tailWaves = 1.4
 
 // tailParts is the most partitions per context tailBound allows a call in tailRows' range: the

@@ -80,34 +80,56 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 	}
 }
 
-// TestTailBound checks the tail rule: rows past the grouped kernel's slots by less than 0.4 of a wave
-// get a bound of at most tailParts partitions (no shorter than minSplitTokens), elsewhere no bound. The
-// cases are round 21's tail sweep on the H100, where Plan's 2-4 partitions under it ran within 3% of
-// the best split.
+// TestTailBound checks the tail rule: rows past the grouped kernel's slots by less than 0.4 of a wave,
+// or by less than half a wave whose rows alone do not fill the GPU at contexts of longSplitTokens or
+// more, get a bound of at most tailParts partitions (no shorter than minSplitTokens), elsewhere no bound.
+// The H100 cases are round 21's tail sweep, where Plan's 2-4 partitions under it ran within 3% of the
+// best split and the overflow of 1.45 waves (120 rows of head_dim 128) fills the GPU; the H200 cases
+// round 25's overflow sweep, where that overflow does not (170 rows would) and two partitions ran 3-6%
+// faster from 2048 tokens on, but 3% slower at 1024, and past 1.5 waves grouped was as fast or faster.
 func TestTailBound(t *testing.T) {
+	h200 := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return g }
 	for _, tc := range []struct {
+		g                            gpuSize
 		batch, ctx, kvHeads, headDim int
 		want                         int // 0: no tail bound
 	}{
-		{32, 4096, 8, 128, 0},    // 256 rows on 264 grouped slots
-		{33, 4096, 8, 128, 0},    // 264 rows: one wave exactly
-		{34, 4096, 8, 128, 1024}, // 272 rows: 4 partitions (grouped 234.6 µs, split 199.1)
-		{44, 4096, 8, 128, 1024}, // 352 rows: 1.33 waves
-		{48, 4096, 8, 128, 0},    // 384 rows: 1.45 waves, grouped within 2% of the best
-		{40, 2048, 8, 128, 512},
-		{40, 1024, 8, 128, 512}, // the floor allows 2 partitions
-		{40, 512, 8, 128, 512},  // nothing to split (Plan keeps it whole)
-		{66, 4096, 8, 64, 0},    // 528 rows: one wave of the 1B's 4 grouped programs an SM
-		{70, 4096, 8, 64, 1024}, // 560 rows
-		{96, 4096, 8, 64, 0},    // 768 rows: 1.45 waves
-		{26, 2048, 32, 128, 0},  // Llama-2-7B, 832 rows: 3.2 waves
+		{h100(128), 32, 4096, 8, 128, 0},    // 256 rows on 264 grouped slots
+		{h100(128), 33, 4096, 8, 128, 0},    // 264 rows: one wave exactly
+		{h100(128), 34, 4096, 8, 128, 1024}, // 272 rows: 4 partitions (grouped 234.6 µs, split 199.1)
+		{h100(128), 44, 4096, 8, 128, 1024}, // 352 rows: 1.33 waves
+		{h100(128), 47, 4096, 8, 128, 1024}, // 376 rows: an overflow of 112 rows does not fill 132 SMs
+		{h100(128), 48, 4096, 8, 128, 0},    // 384 rows: 1.45 waves, grouped within 2% of the best
+		{h100(128), 48, 2048, 8, 128, 0},
+		{h100(128), 40, 2048, 8, 128, 512},
+		{h100(128), 40, 1024, 8, 128, 512}, // the floor allows 2 partitions
+		{h100(128), 40, 512, 8, 128, 512},  // nothing to split (Plan keeps it whole)
+		{h100(64), 66, 4096, 8, 64, 0},     // 528 rows: one wave of the 1B's 4 grouped programs an SM
+		{h100(64), 70, 4096, 8, 64, 1024},  // 560 rows
+		{h100(64), 96, 4096, 8, 64, 0},     // 768 rows: 1.45 waves
+		{h100(128), 26, 2048, 32, 128, 0},  // Llama-2-7B, 832 rows: 3.2 waves
+		{h200(128), 34, 4096, 8, 128, 1024},
+		{h200(128), 48, 4096, 8, 128, 1024}, // 1.45 waves (grouped 199.7 µs, 2 partitions 190.2)
+		{h200(128), 48, 2048, 8, 128, 512},
+		{h200(128), 48, 1024, 8, 128, 0},    // 1024 tokens: grouped 54.7, 2 partitions 56.9
+		{h200(128), 32, 2048, 12, 128, 512}, // MHA 384 rows: 102.8 against 99.9
+		{h200(128), 12, 4096, 32, 128, 1024},
+		{h200(128), 47, 2048, 8, 128, 512},  // 103.5 against 99.6
+		{h200(128), 49, 8192, 8, 128, 2048}, // 392 rows: 1.48 waves
+		{h200(128), 50, 4096, 8, 128, 0},    // 1.52 waves: 2 partitions would be a fourth wave
+		{h200(128), 54, 2048, 8, 128, 0},    // grouped 110.3, 3 partitions 114.6
+		{h200(128), 64, 4096, 8, 128, 0},    // 1.94 waves: grouped 245.0, split 249.4
+		{h200(64), 96, 4096, 8, 64, 1024},   // 768 rows of head_dim 64: 198.0 against 193.5
+		{h200(64), 96, 2048, 8, 64, 0},      // 240 rows of 64 fill it at 2048 tokens (101.7 against 104.1)
+		{h200(64), 96, 1024, 8, 64, 0},
+		{h200(64), 100, 4096, 8, 64, 0}, // 1.52 waves: grouped 202.9, 4 partitions 212.3
 	} {
-		t.Run(fmt.Sprintf("b%d_ctx%d_kv%d_d%d", tc.batch, tc.ctx, tc.kvHeads, tc.headDim), func(t *testing.T) {
+		t.Run(fmt.Sprintf("bw%.2f_b%d_ctx%d_kv%d_d%d", tc.g.bw, tc.batch, tc.ctx, tc.kvHeads, tc.headDim), func(t *testing.T) {
 			lens := make([]int32, tc.batch)
 			for i := range lens {
 				lens[i] = int32(tc.ctx)
 			}
-			got, ok := tailBound(lens, tc.kvHeads, h100(tc.headDim))
+			got, ok := tailBound(lens, tc.kvHeads, 2*2*tc.headDim, tc.g)
 			if ok != (tc.want != 0) || got != tc.want {
 				t.Errorf("tailBound = %d, %v; want %d", got, ok, tc.want)
 			}
