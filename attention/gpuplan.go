@@ -30,19 +30,23 @@ func (g gpuSize) groupedSlots() int { return max(1, g.sms) * max(1, g.groupedPer
 // heads and head_dim, elemBytes a K/V element, blockSize-token pages, and the device's size, with the
 // split-k kernel's programs per SM as ProgramsPerSM and gpuMinPartitionTokens as the partition bound.
 func gpuPlanInput(contextLens []int32, numHeads, kvHeads, headDim, elemBytes, blockSize int, g gpuSize) PlanInput {
-	return PlanInput{
-		MinPartitionTokens: gpuMinPartitionTokens(contextLens, kvHeads, 2*headDim*elemBytes, blockSize, g),
-		Batch:              len(contextLens),
-		ContextLens:        contextLens,
-		NumHeads:           numHeads,
-		NumKVHeads:         kvHeads,
-		HeadDim:            headDim,
-		BlockSize:          blockSize,
-		DTypeSize:          elemBytes,
-		NumSMs:             g.sms,
-		ProgramsPerSM:      g.splitPerSM,
+	in := PlanInput{
+		Batch:         len(contextLens),
+		ContextLens:   contextLens,
+		NumHeads:      numHeads,
+		NumKVHeads:    kvHeads,
+		HeadDim:       headDim,
+		BlockSize:     blockSize,
+		DTypeSize:     elemBytes,
+		NumSMs:        g.sms,
+		ProgramsPerSM: g.splitPerSM,
 	}
+	in.MinPartitionTokens = gpuMinPartitionTokens(contextLens, kvHeads, in.tokenBytes(), blockSize, g)
+	return in
 }
+
+// tokenBytes is one token's K and V of one KV head: 2 · head_dim · element size.
+func (in PlanInput) tokenBytes() int { return 2 * in.HeadDim * in.DTypeSize }
 
 // gpuPlan is an eager GPU call's plan (CUDAKernels.Plan without CUDA): Plan on in (gpuPlanInput's), the
 // partition bound raised to tailBound's where the call's rows fall in tailRows' range, and split-k
@@ -54,7 +58,7 @@ func gpuPlan(in PlanInput, g gpuSize) DecodePlan {
 // withTailBound is in with its partition bound raised to tailBound's where in's rows fall in tailRows'
 // range.
 func withTailBound(in PlanInput, g gpuSize) PlanInput {
-	if bound, ok := tailBound(in.ContextLens, in.NumKVHeads, 2*in.HeadDim*in.DTypeSize, g); ok {
+	if bound, ok := tailBound(in, g); ok {
 		in.MinPartitionTokens = bound
 	}
 	return in
@@ -108,11 +112,11 @@ func evenBound(longest, floor, parts int) int {
 // wave that runs short of bandwidth alone (tailRows), where one program per row leaves its overflow to
 // run as a second wave of a few programs alone, each as long as the first wave's: partitions no shorter
 // than a tailParts-th of the context (Plan then takes up to tailParts of them) make it short. ok is
-// false elsewhere. tokenBytes is one token's K and V of one KV head. CUDAKernels.Plan and
-// CUDAKernels.GraphPlan (gpuPlan, gpuGraphPlan) apply it; GraphPlan alone does not.
-func tailBound(contextLens []int32, kvHeads, tokenBytes int, g gpuSize) (bound int, ok bool) {
-	longest := longestContext(contextLens)
-	if !tailRows(len(contextLens)*kvHeads, tokenBytes, longest, g) {
+// false elsewhere. CUDAKernels.Plan and CUDAKernels.GraphPlan (gpuPlan, gpuGraphPlan) apply it;
+// GraphPlan alone does not.
+func tailBound(in PlanInput, g gpuSize) (bound int, ok bool) {
+	longest := longestContext(in.ContextLens)
+	if !tailRows(len(in.ContextLens)*in.NumKVHeads, in.tokenBytes(), longest, g) {
 		return 0, false
 	}
 	return evenBound(longest, minSplitTokens, tailParts), true
@@ -138,7 +142,7 @@ func tailBound(contextLens []int32, kvHeads, tokenBytes int, g gpuSize) (bound i
 //     189.0; MHA 32 × 2048 103.8 against 100.6), but not at 1024 tokens (Llama-3-8B batch 48 54.7
 //     grouped against 56.5). Past 1.5 waves two partitions make a fourth wave of split-k programs and
 //     more make them short: grouped was as fast or up to 5% faster there (batch 50-54 × 2048, the 1B's
-//     768-864 rows × 4096).
+//     800-864 rows × 4096).
 //
 // Two waves and more hide the tail (Llama-2-7B batch 26 × 2048, 3.2 waves: 300.5 against 298.6 on the
 // H100).

@@ -88,7 +88,6 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 // round 25's overflow sweep, where that overflow does not (170 rows would) and two partitions ran 3-6%
 // faster from 2048 tokens on, but 3% slower at 1024, and past 1.5 waves grouped was as fast or faster.
 func TestTailBound(t *testing.T) {
-	h200 := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return g }
 	for _, tc := range []struct {
 		g                            gpuSize
 		batch, ctx, kvHeads, headDim int
@@ -129,7 +128,8 @@ func TestTailBound(t *testing.T) {
 			for i := range lens {
 				lens[i] = int32(tc.ctx)
 			}
-			got, ok := tailBound(lens, tc.kvHeads, 2*2*tc.headDim, tc.g)
+			in := PlanInput{ContextLens: lens, NumKVHeads: tc.kvHeads, HeadDim: tc.headDim, DTypeSize: 2}
+			got, ok := tailBound(in, tc.g)
 			if ok != (tc.want != 0) || got != tc.want {
 				t.Errorf("tailBound = %d, %v; want %d", got, ok, tc.want)
 			}
@@ -380,13 +380,15 @@ func h100(d int) gpuSize {
 	return gpuSize{sms: 132, groupedPerSM: 2, splitPerSM: 2}
 }
 
+// h200 is h100(d) with the H200's memory bandwidth (its driver's 4.81 TB/s: bw 1.43).
+func h200(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return g }
+
 // TestFillsGPUBandwidth checks that the rows which keep the memory busy grow with its bandwidth
 // (fillsGPU's g.bw): at the H100's 128 rows of head_dim 128 fill 132 SMs and the call runs grouped; at
 // the H200's (bw 1.44, from its driver's 4.81 TB/s) they split in two (round 24: 73.7 µs grouped against
 // 69.0 split at Llama-3-8B batch 16 × 4096), and 192 rows still fill it. An unknown bandwidth (0) is the
 // H100's.
 func TestFillsGPUBandwidth(t *testing.T) {
-	h200 := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return g }
 	unknown := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(0); return g }
 	for _, tc := range []struct {
 		name                         string
