@@ -1,4 +1,5 @@
-// Package internal holds what is private to gollm: helpers below every other package (dtype conversion,
-// the CUDA device layer) and the pieces of the commands that are too large for cmd/ (the OpenAI-compatible
-// HTTP server, the embedded default model). Helpers below the engine never import the packages above them.
+// Package internal holds what lies below every other package of gollm and is private to it: dtype
+// conversion (internal/dtype) and the CUDA device layer (internal/cuda). Nothing here imports a
+// package above it; what serves the commands lives under cmd/, and what a Go program may use is in
+// the public packages under engine/ and weights/.
 package internal

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 7's end-to-end check: builds gollm, starts `gollm serve` with the built-in model on a free
-# 127.0.0.1 port, and drives it with the official `openai` npm client (internal/server/testdata/openai,
+# 127.0.0.1 port, and drives it with the official `openai` npm client (engine/openai/testdata/openai,
 # installed by .ci/setup.d/30-serve-testdata.sh). Then SIGTERMs the server and checks that it exits 0.
 # The server is always killed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-dir=internal/server/testdata/openai
+dir=engine/openai/testdata/openai
 if [ ! -d "$dir/node_modules/openai" ]; then
 	echo "openai client missing: run .ci/setup.d/30-serve-testdata.sh" >&2
 	exit 1

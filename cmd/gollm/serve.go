@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gollm/gollm/engine"
-	"github.com/gollm/gollm/internal/chattemplate"
-	"github.com/gollm/gollm/internal/defaultmodel"
-	"github.com/gollm/gollm/internal/server"
+	"github.com/gollm/gollm/engine/openai"
+	"github.com/gollm/gollm/weights/chattemplate"
+	"github.com/gollm/gollm/weights/defaultmodel"
 )
 
 func init() {
@@ -52,16 +52,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on (0 picks a free one)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: $GOLLM_API_KEY; none if unset)")
 	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (default: the model folder's name)")
-	fs.IntVar(&o.maxQueue, "max-queue", server.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (at least 1; -1: no limit)")
-	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
-	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
-	fs.IntVar(&o.maxN, "max-n", server.DefaultMaxN, "largest n (choices per request) accepted")
-	fs.IntVar(&o.maxStop, "max-stop", server.DefaultMaxStopStrings, "most stop strings (and stop token ids) per request")
+	fs.IntVar(&o.maxQueue, "max-queue", openai.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (at least 1; -1: no limit)")
+	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", openai.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", openai.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
+	fs.IntVar(&o.maxN, "max-n", openai.DefaultMaxN, "largest n (choices per request) accepted")
+	fs.IntVar(&o.maxStop, "max-stop", openai.DefaultMaxStopStrings, "most stop strings (and stop token ids) per request")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens accepted, also the default cap for chat (0: the context length)")
-	fs.DurationVar(&o.readTimeout, "read-timeout", server.DefaultReadTimeout, "time to read a request")
-	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
+	fs.DurationVar(&o.readTimeout, "read-timeout", openai.DefaultReadTimeout, "time to read a request")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", openai.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", openai.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", openai.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
@@ -88,7 +88,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
 		return 2
 	}
-	if o.maxQueue == 0 || o.maxQueue < -1 { // server.Config reads 0 as its default, not as no queue
+	if o.maxQueue == 0 || o.maxQueue < -1 { // openai.Config reads 0 as its default, not as no queue
 		fmt.Fprintf(stderr, "gollm serve: --max-queue %d: want at least 1, or -1 for no limit\n", o.maxQueue)
 		return 2
 	}
@@ -147,7 +147,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		log.Warn("cannot parse the model's chat template: /v1/chat/completions will answer 400", "error", err)
 		tpl = nil
 	}
-	cfg := server.Config{
+	cfg := openai.Config{
 		ModelName:        o.modelName,
 		APIKey:           o.apiKey,
 		ChatTemplate:     tpl,
@@ -169,7 +169,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		IdleTimeout:      o.idleTimeout,
 		Logger:           log,
 	}
-	srv, err := server.New(server.FromEngine(g.engine), g.tok, cfg)
+	srv, err := openai.New(openai.FromEngine(g.engine), g.tok, cfg)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/gollm/gollm/internal/defaultmodel"
+	"github.com/gollm/gollm/weights/defaultmodel"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 

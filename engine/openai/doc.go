@@ -1,0 +1,22 @@
+// Package openai owns gollm's OpenAI-compatible HTTP API: it translates OpenAI requests
+// (/v1/completions, /v1/chat/completions, /v1/models) and vLLM-style extras (/tokenize,
+// /detokenize, /health, /metrics) into engine requests and engine outputs back into OpenAI's JSON
+// and Server-Sent Events, byte-compatible with what the official SDKs parse.
+//
+// Completions follow vLLM's OpenAI server where OpenAI leaves room: echo with logprobs returns the
+// prompt's logprobs (the engine's prompt logprobs; the first token's are null) before the generated
+// tokens', a streamed echo carries the prompt in each choice's first chunk with its first generated
+// text, and echo with max_tokens 0 returns the prompt alone. Both endpoints take vLLM's
+// prompt_logprobs extension (not in a stream), and return vLLM's "prompt_logprobs" lists.
+//
+// It owns HTTP concerns only: routing, authentication, limits, admission (429 when the queue is
+// full), streaming, client disconnects (which cancel the engine request), graceful shutdown and
+// metrics. It must not schedule, sample or touch the KV cache: those belong to the engine, reached
+// through the small Engine interface declared here (FromEngine adapts *engine.Engine).
+//
+// Example:
+//
+//	srv, err := openai.New(openai.FromEngine(eng), tok, openai.Config{ModelName: "m", ChatTemplate: tpl})
+//	if err != nil { ... }
+//	err = srv.Serve(ctx, listener) // returns after ctx ends and in-flight requests drain
+package openai
