@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"github.com/gollm/gollm/weights/hub/hubtest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,15 +17,15 @@ func writeSnapshot(t *testing.T, cache, repo, commit string, files map[string]st
 	repoDir := filepath.Join(cache, folderName(repo))
 	snap := filepath.Join(repoDir, "snapshots", commit)
 	for name, content := range files {
-		f := fakeFile{name: name, data: []byte(content)}
-		blob := filepath.Join(repoDir, "blobs", f.etag())
+		f := hubtest.File{Name: name, Data: []byte(content)}
+		blob := filepath.Join(repoDir, "blobs", f.ETag())
 		pointer := filepath.Join(snap, name)
 		for _, d := range []string{filepath.Dir(blob), filepath.Dir(pointer)} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := os.WriteFile(blob, f.data, 0o644); err != nil {
+		if err := os.WriteFile(blob, f.Data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(filepath.Dir(pointer), blob)
@@ -45,7 +46,7 @@ func writeSnapshot(t *testing.T, cache, repo, commit string, files map[string]st
 
 func TestResolve(t *testing.T) {
 	cache := isolate(t)
-	c1, c2 := fakeCommit("one"), fakeCommit("two")
+	c1, c2 := hubtest.Commit("one"), hubtest.Commit("two")
 	snap1 := writeSnapshot(t, cache, "org/m", c1, map[string]string{"config.json": "{}"}, "main", "refs/pr/7")
 	snap2 := writeSnapshot(t, cache, "org/m", c2, map[string]string{"config.json": "{ }"}, "dev")
 	local := t.TempDir()
@@ -53,7 +54,7 @@ func TestResolve(t *testing.T) {
 	os.WriteFile(file, []byte("{}"), 0o644)
 	repoDir := filepath.Join(cache, "models--org--m")
 	os.WriteFile(filepath.Join(repoDir, "refs", "broken"), []byte("not a hash"), 0o644)
-	os.WriteFile(filepath.Join(repoDir, "refs", "gone"), []byte(fakeCommit("gone")), 0o644)
+	os.WriteFile(filepath.Join(repoDir, "refs", "gone"), []byte(hubtest.Commit("gone")), 0o644)
 	os.WriteFile(filepath.Join(repoDir, "refs", "nl"), []byte(c2+"\n"), 0o644)
 	for _, tc := range []struct {
 		model   string
@@ -70,8 +71,8 @@ func TestResolve(t *testing.T) {
 		{model: "org/m@" + c2, want: snap2},
 		{model: "org/other", is: ErrNotCached, wantErr: []string{"no model folder org/other", filepath.Join(cache, "models--org--other", "refs", "main"), "gollm pull org/other"}},
 		{model: "org/m@v2", is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "refs", "v2"), "gollm pull org/m@v2"}},
-		{model: "org/m@" + fakeCommit("three"), is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "snapshots", fakeCommit("three"))}},
-		{model: "org/m@gone", is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "snapshots", fakeCommit("gone"))}},
+		{model: "org/m@" + hubtest.Commit("three"), is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "snapshots", hubtest.Commit("three"))}},
+		{model: "org/m@gone", is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "snapshots", hubtest.Commit("gone"))}},
 		{model: "org/m@broken", wantErr: []string{"not a commit hash"}},
 		{model: file, wantErr: []string{"is a file, not a model folder"}},
 		{model: filepath.Join(local, "missing"), is: ErrBadName, wantErr: []string{"no model folder " + filepath.Join(local, "missing")}},
@@ -111,7 +112,7 @@ func TestParseName(t *testing.T) {
 		{"org/m@main", Name{"org/m", "main"}, true},
 		{"org/m@refs/pr/1", Name{"org/m", "refs/pr/1"}, true},
 		{"org/m@v1.0", Name{"org/m", "v1.0"}, true},
-		{"Org_1/m.v2_x@" + fakeCommit("x"), Name{"Org_1/m.v2_x", fakeCommit("x")}, true},
+		{"Org_1/m.v2_x@" + hubtest.Commit("x"), Name{"Org_1/m.v2_x", hubtest.Commit("x")}, true},
 		{"m", Name{}, false},
 		{"a/b/c", Name{}, false},
 		{"/abs/path", Name{}, false},
@@ -233,10 +234,10 @@ func TestEndpoint(t *testing.T) {
 // TestEndpointFromEnvironment pulls through HF_ENDPOINT alone, as from a mirror.
 func TestEndpointFromEnvironment(t *testing.T) {
 	isolate(t)
-	h := newFakeHub(t)
-	h.add("org/m", fakeCommit("one"), false, defaultModelFiles(t), "main")
-	t.Setenv("HF_ENDPOINT", h.hub.URL+"/")
-	opts := h.options()
+	h := hubtest.New(t)
+	h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
+	t.Setenv("HF_ENDPOINT", h.URL+"/")
+	opts := options(h)
 	opts.Endpoint = ""
 	if _, err := Pull(context.Background(), "org/m", opts); err != nil {
 		t.Fatal(err)
@@ -248,11 +249,11 @@ func TestList(t *testing.T) {
 	if got, err := List(); err != nil || len(got) != 0 {
 		t.Fatalf("List of a missing cache = %v, %v; want nothing", got, err)
 	}
-	c1, c2 := fakeCommit("one"), fakeCommit("two")
+	c1, c2 := hubtest.Commit("one"), hubtest.Commit("two")
 	snap1 := writeSnapshot(t, cache, "org/m", c1, map[string]string{"config.json": "{}", "tokenizer.json": "{}", "sub/x.json": "12345"}, "main", "v1", "refs/pr/2")
 	snap2 := writeSnapshot(t, cache, "org/m", c2, map[string]string{"config.json": "{ }"})
 	snap3 := writeSnapshot(t, cache, "a-b/c", c1, map[string]string{"config.json": "[]", "model.safetensors": "abc"}, "main")
-	os.Remove(filepath.Join(cache, "models--a-b--c", "blobs", fakeFile{data: []byte("abc")}.etag())) // a damaged cache
+	os.Remove(filepath.Join(cache, "models--a-b--c", "blobs", hubtest.File{Data: []byte("abc")}.ETag())) // a damaged cache
 	os.MkdirAll(filepath.Join(cache, "datasets--org--d", "snapshots", c1), 0o755)
 	os.MkdirAll(filepath.Join(cache, ".locks", "models--org--m"), 0o755)
 	os.WriteFile(filepath.Join(cache, "CACHEDIR.TAG"), nil, 0o644)

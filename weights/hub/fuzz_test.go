@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"github.com/gollm/gollm/weights/hub/hubtest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +11,7 @@ import (
 // read, and its repository folder and refs path must stay inside the cache. Seeds: the f.Add calls
 // and testdata/fuzz/FuzzParseName.
 func FuzzParseName(f *testing.F) {
-	for _, s := range []string{"org/m", "org/m@main", "org/m@refs/pr/1", "org/m@" + fakeCommit("x"), "org/m@../x",
+	for _, s := range []string{"org/m", "org/m@main", "org/m@refs/pr/1", "org/m@" + hubtest.Commit("x"), "org/m@../x",
 		"a/b/c", "org/m--x", "org/m@a//b", "./x/y", "org/m@v1.0.lock", "org/.m", "org/m@@"} {
 		f.Add(s)
 	}
@@ -38,7 +39,7 @@ func FuzzParseName(f *testing.F) {
 // accepts has a commit hash, and every file planned is a plain file name at the top of the repository
 // that the model info lists. Seeds: the f.Add calls and testdata/fuzz/FuzzModelInfo.
 func FuzzModelInfo(f *testing.F) {
-	c := fakeCommit("x")
+	c := hubtest.Commit("x")
 	f.Add(`{"sha":"`+c+`","siblings":[{"rfilename":"config.json"},{"rfilename":"tokenizer.json"},{"rfilename":"model.safetensors","size":3,"lfs":{"sha256":"`+strings.Repeat("a", 64)+`","size":3}}]}`,
 		`{}`)
 	f.Add(`{"sha":"`+c+`","gated":"manual","siblings":[{"rfilename":"config.json"},{"rfilename":"tokenizer.json"},{"rfilename":"model.safetensors.index.json"},{"rfilename":"a.safetensors"}]}`,

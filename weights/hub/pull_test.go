@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"github.com/gollm/gollm/weights/hub/hubtest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -31,18 +32,18 @@ func isolate(t *testing.T) string {
 	return cache
 }
 
-// options are PullOptions against the fake hub, with short waits.
-func (h *fakeHub) options() PullOptions {
-	return PullOptions{Endpoint: h.hub.URL, Workers: 3, retries: 3, backoff: time.Millisecond, idleTimeout: 5 * time.Second}
+// options are PullOptions against h, with short waits.
+func options(h *hubtest.Server) PullOptions {
+	return PullOptions{Endpoint: h.URL, Workers: 3, retries: 3, backoff: time.Millisecond, idleTimeout: 5 * time.Second}
 }
 
 // wanted returns the files of files that Pull should fetch: all but the decoys and, with an index,
 // the shards it names.
-func wanted(files []fakeFile) []fakeFile {
-	var out []fakeFile
+func wanted(files []hubtest.File) []hubtest.File {
+	var out []hubtest.File
 	for _, f := range files {
 		switch {
-		case f.name == "consolidated.safetensors", slices.ContainsFunc(decoys(), func(d fakeFile) bool { return d.name == f.name }):
+		case f.Name == hubtest.UnindexedShard, slices.ContainsFunc(hubtest.Decoys(), func(d hubtest.File) bool { return d.Name == f.Name }):
 		default:
 			out = append(out, f)
 		}
@@ -54,7 +55,7 @@ func wanted(files []fakeFile) []fakeFile {
 // exactly the files of want, each a relative link to ../../blobs/ETAG whose content is the file's
 // and matches its name (sha256 or Git blob id); refs/REF holds commit without a line break for each
 // of refs; no .incomplete file is left.
-func checkLayout(t *testing.T, cache, repo, commit string, refs []string, want []fakeFile) {
+func checkLayout(t *testing.T, cache, repo, commit string, refs []string, want []hubtest.File) {
 	t.Helper()
 	repoDir := filepath.Join(cache, "models--"+strings.ReplaceAll(repo, "/", "--"))
 	snap := filepath.Join(repoDir, "snapshots", commit)
@@ -68,38 +69,38 @@ func checkLayout(t *testing.T, cache, repo, commit string, refs []string, want [
 	})
 	var names []string
 	for _, f := range want {
-		names = append(names, f.name)
+		names = append(names, f.Name)
 	}
 	slices.Sort(names)
 	if !slices.Equal(got, names) {
 		t.Errorf("snapshot files %v, want %v", got, names)
 	}
 	for _, f := range want {
-		pointer := filepath.Join(snap, filepath.FromSlash(f.name))
+		pointer := filepath.Join(snap, filepath.FromSlash(f.Name))
 		fi, err := os.Lstat(pointer)
 		if err != nil {
-			t.Errorf("%s: %v", f.name, err)
+			t.Errorf("%s: %v", f.Name, err)
 			continue
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
-			t.Errorf("%s is not a symbolic link", f.name)
+			t.Errorf("%s is not a symbolic link", f.Name)
 			continue
 		}
 		target, _ := os.Readlink(pointer)
-		wantTarget := strings.Repeat("../", strings.Count(f.name, "/")+2) + "blobs/" + f.etag()
+		wantTarget := strings.Repeat("../", strings.Count(f.Name, "/")+2) + "blobs/" + f.ETag()
 		if target != wantTarget {
-			t.Errorf("%s links to %q, want %q", f.name, target, wantTarget)
+			t.Errorf("%s links to %q, want %q", f.Name, target, wantTarget)
 		}
-		data, err := os.ReadFile(filepath.Join(repoDir, "blobs", f.etag()))
+		data, err := os.ReadFile(filepath.Join(repoDir, "blobs", f.ETag()))
 		if err != nil {
-			t.Errorf("%s: blob: %v", f.name, err)
+			t.Errorf("%s: blob: %v", f.Name, err)
 			continue
 		}
-		if string(data) != string(f.data) {
-			t.Errorf("%s: blob content differs from the file's", f.name)
+		if string(data) != string(f.Data) {
+			t.Errorf("%s: blob content differs from the file's", f.Name)
 		}
-		if f.lfs && f.sha256() != f.etag() || !f.lfs && gitOID(data) != f.etag() {
-			t.Errorf("%s: blob name is not its content's hash", f.name)
+		if f.LFS && f.SHA256() != f.ETag() || !f.LFS && hubtest.GitOID(data) != f.ETag() {
+			t.Errorf("%s: blob name is not its content's hash", f.Name)
 		}
 	}
 	for _, ref := range refs {
@@ -116,15 +117,15 @@ func checkLayout(t *testing.T, cache, repo, commit string, refs []string, want [
 // TestPull pulls into an empty cache and checks the layout, what was requested, that Resolve finds
 // the same folder and that weights.Open loads it.
 func TestPull(t *testing.T) {
-	c1, c2 := fakeCommit("one"), fakeCommit("two")
+	c1, c2 := hubtest.Commit("one"), hubtest.Commit("two")
 	for _, tc := range []struct {
 		name     string
-		model    string         // what is pulled and resolved
-		commit   string         // the snapshot expected
-		refs     []string       // refs files expected
-		sharded  bool           // the repository's weights are sharded
-		setup    func(*fakeHub) // beyond the repository org/m (main → c2, dev and v1.0 → c1, refs/pr/1 → c1)
-		resolves []string       // other names that must resolve to the same folder afterwards
+		model    string                // what is pulled and resolved
+		commit   string                // the snapshot expected
+		refs     []string              // refs files expected
+		sharded  bool                  // the repository's weights are sharded
+		setup    func(*hubtest.Server) // beyond the repository org/m (main → c2, dev and v1.0 → c1, refs/pr/1 → c1)
+		resolves []string              // other names that must resolve to the same folder afterwards
 	}{
 		{name: "default branch", model: "org/m", commit: c2, refs: []string{"main"}, resolves: []string{"org/m@main", "org/m@" + c2}},
 		{name: "branch", model: "org/m@dev", commit: c1, refs: []string{"dev"}, resolves: []string{"org/m@" + c1}},
@@ -133,21 +134,21 @@ func TestPull(t *testing.T) {
 		{name: "commit", model: "org/m@" + c1, commit: c1},
 		{name: "sharded", model: "org/sharded", commit: c1, refs: []string{"main"}, sharded: true},
 		{name: "renamed repository", model: "old/m", commit: c2, refs: []string{"main"},
-			setup: func(h *fakeHub) { h.renamed["old/m"] = "org/m"; h.repos["old/m"] = h.repos["org/m"] }},
+			setup: func(h *hubtest.Server) { h.Rename("old/m", "org/m") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
-			h := newFakeHub(t)
-			files1, files2 := defaultModelFiles(t), defaultModelFiles(t)
-			files1[0].data = append([]byte(" "), files1[0].data...) // commit one's config.json differs
-			h.add("org/m", c1, false, files1, "dev", "v1.0", "refs/pr/1")
-			h.add("org/m", c2, false, files2, "main")
-			sharded := shardedFiles(t)
-			h.add("org/sharded", c1, false, sharded, "main")
+			h := hubtest.New(t)
+			files1, files2 := hubtest.DefaultModel(t), hubtest.DefaultModel(t)
+			files1[0].Data = append([]byte(" "), files1[0].Data...) // commit one's config.json differs
+			h.Add("org/m", c1, false, files1, "dev", "v1.0", "refs/pr/1")
+			h.Add("org/m", c2, false, files2, "main")
+			sharded := hubtest.Sharded(t, hubtest.DefaultModel(t))
+			h.Add("org/sharded", c1, false, sharded, "main")
 			if tc.setup != nil {
 				tc.setup(h)
 			}
-			dir, err := Pull(context.Background(), tc.model, h.options())
+			dir, err := Pull(context.Background(), tc.model, options(h))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,12 +164,12 @@ func TestPull(t *testing.T) {
 				want = wanted(files1)
 			}
 			checkLayout(t, cache, name.Repo, tc.commit, tc.refs, want)
-			for _, d := range decoys() {
-				if got := h.requests(d.name); len(got) > 0 {
+			for _, d := range hubtest.Decoys() {
+				if got := h.Requests(d.Name); len(got) > 0 {
 					t.Errorf("requested %v, which gollm does not read", got)
 				}
 			}
-			if got := h.requests("consolidated.safetensors"); len(got) > 0 {
+			if got := h.Requests(hubtest.UnindexedShard); len(got) > 0 {
 				t.Errorf("requested %v, which the index does not name", got)
 			}
 			for _, m := range append([]string{tc.model}, tc.resolves...) {
@@ -189,31 +190,31 @@ func TestPull(t *testing.T) {
 // commit on the branch fetches only what changed and moves the ref.
 func TestPullAgain(t *testing.T) {
 	cache := isolate(t)
-	h := newFakeHub(t)
-	files := defaultModelFiles(t)
-	c1, c2 := fakeCommit("one"), fakeCommit("two")
-	h.add("org/m", c1, false, files, "main")
-	if _, err := Pull(context.Background(), "org/m", h.options()); err != nil {
+	h := hubtest.New(t)
+	files := hubtest.DefaultModel(t)
+	c1, c2 := hubtest.Commit("one"), hubtest.Commit("two")
+	h.Add("org/m", c1, false, files, "main")
+	if _, err := Pull(context.Background(), "org/m", options(h)); err != nil {
 		t.Fatal(err)
 	}
-	weightBytes := h.bytesSent("model.safetensors")
-	if _, err := Pull(context.Background(), "org/m", h.options()); err != nil {
+	weightBytes := h.BytesSent("model.safetensors")
+	if _, err := Pull(context.Background(), "org/m", options(h)); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.bytesSent("model.safetensors"); got != weightBytes {
+	if got := h.BytesSent("model.safetensors"); got != weightBytes {
 		t.Errorf("second pull sent %d more bytes of the weights", got-weightBytes)
 	}
-	if got := h.requests("GET /blobs/"); len(got) != 1 {
+	if got := h.Requests("GET /blobs/"); len(got) != 1 {
 		t.Errorf("weights fetched %d times (%v), want once", len(got), got)
 	}
 	files2 := slices.Clone(files)
-	files2[0].data = []byte(strings.Replace(string(files[0].data), "{", "{ ", 1))
-	h.add("org/m", c2, false, files2, "main")
-	dir, err := Pull(context.Background(), "org/m", h.options())
+	files2[0].Data = []byte(strings.Replace(string(files[0].Data), "{", "{ ", 1))
+	h.Add("org/m", c2, false, files2, "main")
+	dir, err := Pull(context.Background(), "org/m", options(h))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := h.requests("GET /blobs/"); len(got) != 1 {
+	if got := h.Requests("GET /blobs/"); len(got) != 1 {
 		t.Errorf("weights fetched again for a commit that did not change them: %v", got)
 	}
 	checkLayout(t, cache, "org/m", c2, []string{"main"}, wanted(files2))
@@ -228,40 +229,40 @@ func TestPullAgain(t *testing.T) {
 // TestPullResume cuts the weights' transfer and checks that the download resumes with a range
 // request instead of starting over, in the same pull or the next one.
 func TestPullResume(t *testing.T) {
-	files := defaultModelFiles(t)
-	weightsFile := files[slices.IndexFunc(files, func(f fakeFile) bool { return f.name == "model.safetensors" })]
-	total := int64(len(weightsFile.data))
+	files := hubtest.DefaultModel(t)
+	weightsFile := files[slices.IndexFunc(files, func(f hubtest.File) bool { return f.Name == "model.safetensors" })]
+	total := int64(len(weightsFile.Data))
 	half := total / 2
 	for _, tc := range []struct {
 		name        string
-		setup       func(*fakeHub)
+		setup       func(*hubtest.Server)
 		cancelFirst bool // cancel the first pull when the transfer stalls; a second pull finishes
 		idle        time.Duration
 		wantRange   bool // the last request for the weights asks for a range
 	}{
-		{name: "connection dropped, same pull", setup: func(h *fakeHub) { h.cutAfter["model.safetensors"] = half }, wantRange: true},
-		{name: "stalled, resumed after the idle timeout", setup: func(h *fakeHub) { h.stallAfter["model.safetensors"] = half },
+		{name: "connection dropped, same pull", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Cut, half) }, wantRange: true},
+		{name: "stalled, resumed after the idle timeout", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Stall, half) },
 			idle: 200 * time.Millisecond, wantRange: true},
-		{name: "interrupted, resumed by the next pull", setup: func(h *fakeHub) { h.stallAfter["model.safetensors"] = half },
+		{name: "interrupted, resumed by the next pull", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Stall, half) },
 			cancelFirst: true, wantRange: true},
-		{name: "server ignores the range", setup: func(h *fakeHub) { h.cutAfter["model.safetensors"] = half; h.ignoreRange = true }},
+		{name: "server ignores the range", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Cut, half); h.IgnoreRanges() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
-			h := newFakeHub(t)
-			c := fakeCommit("one")
-			h.add("org/m", c, false, files, "main")
+			h := hubtest.New(t)
+			c := hubtest.Commit("one")
+			h.Add("org/m", c, false, files, "main")
 			tc.setup(h)
-			opts := h.options()
+			opts := options(h)
 			if tc.idle > 0 {
 				opts.idleTimeout = tc.idle
 			}
 			if tc.cancelFirst {
 				// Interrupt the first pull once the half it was sent is on disk.
-				inc := filepath.Join(cache, "models--org--m", "blobs", weightsFile.etag()+".incomplete")
+				inc := filepath.Join(cache, "models--org--m", "blobs", weightsFile.ETag()+".incomplete")
 				ctx, cancel := context.WithCancel(context.Background())
 				go func() {
-					<-h.stalled
+					<-h.Stalled()
 					for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 						if fi, err := os.Stat(inc); err == nil && fi.Size() >= half {
 							break
@@ -284,12 +285,12 @@ func TestPullResume(t *testing.T) {
 					t.Errorf("%s exists before its blob is complete", link)
 				}
 			}
-			sentBefore := h.bytesSent("model.safetensors")
+			sentBefore := h.BytesSent("model.safetensors")
 			if _, err := Pull(context.Background(), "org/m", opts); err != nil {
 				t.Fatal(err)
 			}
 			checkLayout(t, cache, "org/m", c, []string{"main"}, wanted(files))
-			gets := h.requests("GET /blobs/")
+			gets := h.Requests("GET /blobs/")
 			if len(gets) != 2 {
 				t.Fatalf("weights requested %d times (%v), want twice", len(gets), gets)
 			}
@@ -298,9 +299,9 @@ func TestPullResume(t *testing.T) {
 				if want := "bytes=" + strconv.FormatInt(half, 10) + "-"; !strings.HasSuffix(last, want) {
 					t.Errorf("second request %q, want a range %s", last, want)
 				}
-				again := h.bytesSent("model.safetensors") - half
+				again := h.BytesSent("model.safetensors") - half
 				if tc.cancelFirst {
-					again = h.bytesSent("model.safetensors") - sentBefore
+					again = h.BytesSent("model.safetensors") - sentBefore
 				}
 				if again >= total || again != total-half {
 					t.Errorf("the resumed transfer sent %d bytes of %d, want the %d missing", again, total, total-half)
@@ -317,28 +318,28 @@ func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 func TestPullCorrupt(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(*fakeHub)
+		setup func(*hubtest.Server)
 		file  string
 	}{
-		{name: "LFS file, wrong bytes (sha256)", setup: func(h *fakeHub) { h.corrupt["model.safetensors"] = true }, file: "model.safetensors"},
-		{name: "Git file, wrong bytes (blob id)", setup: func(h *fakeHub) { h.corrupt["tokenizer.json"] = true }, file: "tokenizer.json"},
-		{name: "shorter than the hub said", setup: func(h *fakeHub) { h.short["model.safetensors"] = true }, file: "model.safetensors"},
+		{name: "LFS file, wrong bytes (sha256)", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Corrupt, 0) }, file: "model.safetensors"},
+		{name: "Git file, wrong bytes (blob id)", setup: func(h *hubtest.Server) { h.Break("tokenizer.json", hubtest.Corrupt, 0) }, file: "tokenizer.json"},
+		{name: "shorter than the hub said", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Short, 0) }, file: "model.safetensors"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
-			h := newFakeHub(t)
-			files := defaultModelFiles(t)
-			h.add("org/m", fakeCommit("one"), false, files, "main")
+			h := hubtest.New(t)
+			files := hubtest.DefaultModel(t)
+			h.Add("org/m", hubtest.Commit("one"), false, files, "main")
 			tc.setup(h)
-			_, err := Pull(context.Background(), "org/m", h.options())
+			_, err := Pull(context.Background(), "org/m", options(h))
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.file) {
 				t.Fatalf("Pull: %v, want ErrCorrupt naming %s", err, tc.file)
 			}
 			repoDir := filepath.Join(cache, "models--org--m")
-			f := files[slices.IndexFunc(files, func(f fakeFile) bool { return f.name == tc.file })]
+			f := files[slices.IndexFunc(files, func(f hubtest.File) bool { return f.Name == tc.file })]
 			for _, p := range []string{
-				filepath.Join(repoDir, "blobs", f.etag()),
-				filepath.Join(repoDir, "blobs", f.etag()+".incomplete"),
+				filepath.Join(repoDir, "blobs", f.ETag()),
+				filepath.Join(repoDir, "blobs", f.ETag()+".incomplete"),
 				filepath.Join(repoDir, "snapshots"),
 				filepath.Join(repoDir, "refs", "main"),
 			} {
@@ -366,11 +367,11 @@ func TestPullGated(t *testing.T) {
 	}{
 		{name: "no token", wantErr: []string{"org/gated is a gated model", "accept its licence at", "/org/gated", "HF_TOKEN", "--token", "401"}},
 		{name: "token without access", token: "hf_bad", wantErr: []string{"org/gated is a gated model", "the token given has no access", "403"}},
-		{name: "token option", token: "hf_good"},
-		{name: "HF_TOKEN", env: map[string]string{"HF_TOKEN": "hf_good"}},
-		{name: "HUGGING_FACE_HUB_TOKEN", env: map[string]string{"HUGGING_FACE_HUB_TOKEN": "hf_good"}},
-		{name: "token file", file: "hf_good\n"},
-		{name: "option before environment", token: "hf_good", env: map[string]string{"HF_TOKEN": "hf_bad"}},
+		{name: "token option", token: hubtest.Token},
+		{name: "HF_TOKEN", env: map[string]string{"HF_TOKEN": hubtest.Token}},
+		{name: "HUGGING_FACE_HUB_TOKEN", env: map[string]string{"HUGGING_FACE_HUB_TOKEN": hubtest.Token}},
+		{name: "token file", file: hubtest.Token + "\n"},
+		{name: "option before environment", token: hubtest.Token, env: map[string]string{"HF_TOKEN": "hf_bad"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
@@ -382,17 +383,17 @@ func TestPullGated(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h := newFakeHub(t)
-			files := defaultModelFiles(t)
-			h.add("org/gated", fakeCommit("g"), true, files, "main")
-			opts := h.options()
+			h := hubtest.New(t)
+			files := hubtest.DefaultModel(t)
+			h.Add("org/gated", hubtest.Commit("g"), true, files, "main")
+			opts := options(h)
 			opts.Token = tc.token
 			_, err := Pull(context.Background(), "org/gated", opts)
 			if len(tc.wantErr) == 0 {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkLayout(t, cache, "org/gated", fakeCommit("g"), []string{"main"}, wanted(files))
+				checkLayout(t, cache, "org/gated", hubtest.Commit("g"), []string{"main"}, wanted(files))
 			} else {
 				if !errors.Is(err, ErrGated) {
 					t.Fatalf("Pull: %v, want ErrGated", err)
@@ -406,7 +407,7 @@ func TestPullGated(t *testing.T) {
 					t.Error("a refused pull left a snapshot")
 				}
 			}
-			if seen := h.authSeen[strings.TrimPrefix(h.cdn.URL, "http://")]; len(seen) > 0 {
+			if seen := h.CDNAuthorization(); len(seen) > 0 {
 				t.Errorf("the CDN received Authorization %v", seen)
 			}
 		})
@@ -416,13 +417,13 @@ func TestPullGated(t *testing.T) {
 // TestPullErrors checks the refusals that name the model and revision, and those for repositories
 // gollm cannot load, made before any download.
 func TestPullErrors(t *testing.T) {
-	binOnly := []fakeFile{{name: "config.json", data: []byte("{}")}, {name: "tokenizer.json", data: []byte("{}")},
-		{name: "pytorch_model.bin", data: []byte("bin"), lfs: true}}
-	badIndex := append(wanted(defaultModelFiles(t))[:0:0], fakeFile{name: "config.json", data: []byte("{}")},
-		fakeFile{name: "tokenizer.json", data: []byte("{}")},
-		fakeFile{name: "model.safetensors.index.json", data: []byte(`{"weight_map":{"a":"model-00001-of-00002.safetensors"}}`)})
-	escIndex := []fakeFile{{name: "config.json", data: []byte("{}")}, {name: "tokenizer.json", data: []byte("{}")},
-		{name: "model.safetensors.index.json", data: []byte(`{"weight_map":{"a":"../x.safetensors"}}`)}}
+	stub := func(name, data string) hubtest.File { return hubtest.File{Name: name, Data: []byte(data)} }
+	binOnly := []hubtest.File{stub("config.json", "{}"), stub("tokenizer.json", "{}"),
+		{Name: "pytorch_model.bin", Data: []byte("bin"), LFS: true}}
+	badIndex := []hubtest.File{stub("config.json", "{}"), stub("tokenizer.json", "{}"),
+		stub("model.safetensors.index.json", `{"weight_map":{"a":"model-00001-of-00002.safetensors"}}`)}
+	escIndex := []hubtest.File{stub("config.json", "{}"), stub("tokenizer.json", "{}"),
+		stub("model.safetensors.index.json", `{"weight_map":{"a":"../x.safetensors"}}`)}
 	for _, tc := range []struct {
 		name    string
 		model   string
@@ -431,7 +432,7 @@ func TestPullErrors(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "unknown model", model: "org/nope", is: ErrNotFound, wantErr: []string{"org/nope", "revision main", "HF_TOKEN", "401"}},
-		{name: "unknown model, logged in", model: "org/nope", token: "hf_good", is: ErrNotFound, wantErr: []string{"org/nope", "revision main", "404"}},
+		{name: "unknown model, logged in", model: "org/nope", token: hubtest.Token, is: ErrNotFound, wantErr: []string{"org/nope", "revision main", "404"}},
 		{name: "unknown revision", model: "org/m@nope", is: ErrNotFound, wantErr: []string{"org/m", `revision "nope"`, "404"}},
 		{name: "only .bin weights", model: "org/bin", is: ErrNotLoadable, wantErr: []string{"org/bin", "model.safetensors", "pytorch_model.bin"}},
 		{name: "no tokenizer.json", model: "org/notok", is: ErrNotLoadable, wantErr: []string{"tokenizer.json"}},
@@ -441,15 +442,15 @@ func TestPullErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
-			h := newFakeHub(t)
-			h.add("org/m", fakeCommit("one"), false, defaultModelFiles(t), "main")
-			h.add("org/bin", fakeCommit("bin"), false, binOnly, "main")
-			notok := wanted(defaultModelFiles(t))
-			notok = slices.DeleteFunc(notok, func(f fakeFile) bool { return f.name == "tokenizer.json" })
-			h.add("org/notok", fakeCommit("notok"), false, notok, "main")
-			h.add("org/badindex", fakeCommit("bad"), false, badIndex, "main")
-			h.add("org/escindex", fakeCommit("esc"), false, escIndex, "main")
-			opts := h.options()
+			h := hubtest.New(t)
+			h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
+			h.Add("org/bin", hubtest.Commit("bin"), false, binOnly, "main")
+			notok := wanted(hubtest.DefaultModel(t))
+			notok = slices.DeleteFunc(notok, func(f hubtest.File) bool { return f.Name == "tokenizer.json" })
+			h.Add("org/notok", hubtest.Commit("notok"), false, notok, "main")
+			h.Add("org/badindex", hubtest.Commit("bad"), false, badIndex, "main")
+			h.Add("org/escindex", hubtest.Commit("esc"), false, escIndex, "main")
+			opts := options(h)
 			opts.Token = tc.token
 			_, err := Pull(context.Background(), tc.model, opts)
 			if err == nil {
@@ -463,7 +464,7 @@ func TestPullErrors(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, s)
 				}
 			}
-			if got := h.requests("GET /blobs/"); len(got) > 0 {
+			if got := h.Requests("GET /blobs/"); len(got) > 0 {
 				t.Errorf("weights were downloaded before the refusal: %v", got)
 			}
 			if snaps, _ := filepath.Glob(filepath.Join(cache, "*", "snapshots", "*")); len(snaps) > 0 {
@@ -477,13 +478,13 @@ func TestPullErrors(t *testing.T) {
 // finds what is cached.
 func TestOffline(t *testing.T) {
 	isolate(t)
-	h := newFakeHub(t)
-	h.add("org/m", fakeCommit("one"), false, defaultModelFiles(t), "main")
-	dir, err := Pull(context.Background(), "org/m", h.options())
+	h := hubtest.New(t)
+	h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
+	dir, err := Pull(context.Background(), "org/m", options(h))
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(h.requests(""))
+	before := len(h.Requests(""))
 	for _, tc := range []struct{ name, env, value string }{
 		{"HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE", "1"},
 		{"HF_HUB_OFFLINE=true", "HF_HUB_OFFLINE", "true"},
@@ -491,7 +492,7 @@ func TestOffline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
-			_, err := Pull(context.Background(), "org/m", h.options())
+			_, err := Pull(context.Background(), "org/m", options(h))
 			if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "org/m") || !strings.Contains(err.Error(), "HF_HUB_OFFLINE") {
 				t.Errorf("Pull offline: %v, want ErrOffline naming the model and HF_HUB_OFFLINE", err)
 			}
@@ -503,7 +504,7 @@ func TestOffline(t *testing.T) {
 			}
 		})
 	}
-	if after := len(h.requests("")); after != before {
+	if after := len(h.Requests("")); after != before {
 		t.Errorf("%d requests reached the hub in offline mode", after-before)
 	}
 }
@@ -512,16 +513,16 @@ func TestOffline(t *testing.T) {
 // network once, since the second waits on the blob's lock and then finds it.
 func TestPullConcurrent(t *testing.T) {
 	cache := isolate(t)
-	h := newFakeHub(t)
-	files := defaultModelFiles(t)
-	h.add("org/m", fakeCommit("one"), false, files, "main")
+	h := hubtest.New(t)
+	files := hubtest.DefaultModel(t)
+	h.Add("org/m", hubtest.Commit("one"), false, files, "main")
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = Pull(context.Background(), "org/m", h.options())
+			_, errs[i] = Pull(context.Background(), "org/m", options(h))
 		}()
 	}
 	wg.Wait()
@@ -530,8 +531,8 @@ func TestPullConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkLayout(t, cache, "org/m", fakeCommit("one"), []string{"main"}, wanted(files))
-	if got := h.requests("GET /blobs/"); len(got) != 1 {
+	checkLayout(t, cache, "org/m", hubtest.Commit("one"), []string{"main"}, wanted(files))
+	if got := h.Requests("GET /blobs/"); len(got) != 1 {
 		t.Errorf("weights fetched %d times, want once: %v", len(got), got)
 	}
 }
@@ -539,15 +540,15 @@ func TestPullConcurrent(t *testing.T) {
 // TestPullProgress checks that a pull reports its plan and its progress to PullOptions.Progress.
 func TestPullProgress(t *testing.T) {
 	isolate(t)
-	h := newFakeHub(t)
-	h.add("org/m", fakeCommit("one"), false, defaultModelFiles(t), "main")
+	h := hubtest.New(t)
+	h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
 	var out strings.Builder
-	opts := h.options()
+	opts := options(h)
 	opts.Progress = &out
 	if _, err := Pull(context.Background(), "org/m", opts); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"pull org/m: commit " + fakeCommit("one") + ", 5 files, 9.31 MB to fetch", "pull org/m: 9.31 MB in "} {
+	for _, want := range []string{"pull org/m: commit " + hubtest.Commit("one") + ", 5 files, 9.31 MB to fetch", "pull org/m: 9.31 MB in "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("progress output %q lacks %q", out.String(), want)
 		}
