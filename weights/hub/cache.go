@@ -31,7 +31,7 @@ func Resolve(model string) (string, error) {
 	}
 	name, err := ParseName(model)
 	if err != nil {
-		return "", fmt.Errorf("hub: no model folder %s, and %w", model, err)
+		return "", fmt.Errorf("hub: %s: no such model folder (%w), and %w", model, fs.ErrNotExist, ErrBadName)
 	}
 	return snapshotDir(CacheDir(), name)
 }

@@ -75,7 +75,7 @@ func TestResolve(t *testing.T) {
 		{model: "org/m@gone", is: ErrNotCached, wantErr: []string{filepath.Join(repoDir, "snapshots", hubtest.Commit("gone"))}},
 		{model: "org/m@broken", wantErr: []string{"not a commit hash"}},
 		{model: file, wantErr: []string{"is a file, not a model folder"}},
-		{model: filepath.Join(local, "missing"), is: ErrBadName, wantErr: []string{"no model folder " + filepath.Join(local, "missing")}},
+		{model: filepath.Join(local, "missing"), is: ErrBadName, wantErr: []string{filepath.Join(local, "missing") + ": no such model folder", "not a Hugging Face model name"}},
 		{model: "./models/x", is: ErrBadName},
 		{model: "", wantErr: []string{"no model given"}},
 	} {
