@@ -35,15 +35,18 @@ import huggingface_hub  # noqa: E402  (after HF_HUB_OFFLINE is set)
 from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download, try_to_load_from_cache  # noqa: E402
 
 failures = []
+quiet = False  # set while the self-test checks damaged copies
 
 
 def fail(msg):
     failures.append(msg)
-    print("FAIL: " + msg)
+    if not quiet:
+        print("FAIL: " + msg)
 
 
 def ok(msg):
-    print("ok: " + msg)
+    if not quiet:
+        print("ok: " + msg)
 
 
 def content_id(path, etag):
@@ -157,7 +160,8 @@ def check_transformers(cache_dir, repo_id, expected):
 def run_checks(cache_dir, models, manifest, with_transformers):
     """Runs every check; returns the failures."""
     del failures[:]
-    print("huggingface_hub %s, cache %s" % (huggingface_hub.__version__, cache_dir))
+    if not quiet:
+        print("huggingface_hub %s, cache %s" % (huggingface_hub.__version__, cache_dir))
     info = scan_cache_dir(cache_dir)
     for w in info.warnings:
         fail("scan_cache_dir: %s" % w)
@@ -177,30 +181,38 @@ def self_test(cache_dir, models, manifest):
     import shutil
     import tempfile
 
-    repo_dir = os.path.join(cache_dir, "models--" + models[0].replace("/", "--"))
-    blobs = sorted(os.listdir(os.path.join(repo_dir, "blobs")))
-    refs_dir = os.path.join(repo_dir, "refs")
+    def repo_dir(model):
+        return os.path.join(cache_dir, "models--" + model.replace("/", "--"))
+
+    blobs_dir = os.path.join(repo_dir(models[0]), "blobs")
+    blobs = sorted(os.listdir(blobs_dir))
     damages = [
-        ("a byte of a blob flipped", lambda d: flip_byte(os.path.join(d, "blobs", blobs[0]))),
-        ("a blob deleted", lambda d: os.remove(os.path.join(d, "blobs", blobs[-1]))),
+        ("a byte of a blob of %s flipped" % models[0], models[0], lambda d: flip_byte(os.path.join(d, "blobs", blobs[0]))),
+        ("a blob of %s deleted" % models[0], models[0], lambda d: os.remove(os.path.join(d, "blobs", blobs[-1]))),
     ]
-    if os.path.isdir(refs_dir) and os.listdir(refs_dir):
-        ref = sorted(os.listdir(refs_dir))[0]
-        damages.append(("a ref naming a missing commit", lambda d: write(os.path.join(d, "refs", ref), "0" * 40)))
+    with_refs = [m for m in models if os.path.isdir(os.path.join(repo_dir(m), "refs"))]
+    if with_refs:
+        ref = sorted(os.listdir(os.path.join(repo_dir(with_refs[0]), "refs")))[0]
+        damages.append(("refs/%s of %s naming a missing commit" % (ref, with_refs[0]), with_refs[0],
+                        lambda d: write(os.path.join(d, "refs", ref), "0" * 40)))
+    global quiet
     caught = True
-    for what, damage in damages:
+    for what, model, damage in damages:
         tmp = tempfile.mkdtemp()
         try:
             copy = os.path.join(tmp, "cache")
             shutil.copytree(cache_dir, copy, symlinks=True)
-            damage(os.path.join(copy, os.path.basename(repo_dir)))
-            print("-- self-test: %s (the checks must fail)" % what)
-            if run_checks(copy, models, manifest, False):
-                ok("self-test: %s is caught" % what)
+            damage(os.path.join(copy, os.path.basename(repo_dir(model))))
+            quiet = True
+            found = run_checks(copy, models, manifest, False)
+            quiet = False
+            if found:
+                print("ok: self-test: %s is caught: %s" % (what, found[0]))
             else:
                 print("FAIL: self-test: %s passed the checks" % what)
                 caught = False
         finally:
+            quiet = False
             shutil.rmtree(tmp)
     return caught
 
