@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/nikolalohinski/gonja/v2 v2.3.1
 	github.com/prometheus/client_golang v1.23.2
+	golang.org/x/term v0.37.0
 )
 
 require (
@@ -28,7 +29,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/exp v0.0.0-20240404231335-c0f41cb1a7a0 // indirect
 	golang.org/x/sys v0.38.0 // indirect
-	golang.org/x/term v0.37.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 	gorgonia.org/cu v0.9.6 // indirect

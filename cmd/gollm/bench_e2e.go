@@ -16,6 +16,7 @@ import (
 
 	"github.com/gollm/gollm/cmd/internal/bench"
 	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights/hub"
 )
 
 // End-to-end benchmarks: gollm bench latency | throughput | serve. The measuring lives in
@@ -35,7 +36,7 @@ type benchModelFlags struct {
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "built-in model shape ("+strings.Join(bench.PresetNames(), ", ")+") or a config.json path; weights are random")
-	fs.StringVar(&f.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json)")
+	fs.StringVar(&f.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face name ORG/NAME[@REVISION] in its cache")
 	fs.BoolVar(&f.randomWeights, "random-weights", false, "with --model: random weights of the folder's shape instead of its checkpoint")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the random weights and prompts")
 	fs.StringVar(&f.device, "device", "cpu", "where the model runs: cpu or cuda")
@@ -53,7 +54,14 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	if f.pageSize <= 0 {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
-	return bench.ModelSpec{Config: f.config, Dir: f.modelDir, RandomWeights: f.randomWeights, Seed: f.seed,
+	dir := f.modelDir
+	if dir != "" {
+		var err error
+		if dir, err = hub.Resolve(dir); err != nil {
+			return bench.ModelSpec{}, err
+		}
+	}
+	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: ttyOrNil(stderr)}, nil
 }
 

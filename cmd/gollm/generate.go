@@ -23,6 +23,7 @@ import (
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/defaultmodel"
+	"github.com/gollm/gollm/weights/hub"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
@@ -88,7 +89,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs := pflag.NewFlagSet("generate", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o generateOptions
-	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json); default: the built-in "+defaultmodel.Name()+" model")
+	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face name ORG/NAME[@REVISION] in its cache (see gollm pull); default: the built-in "+defaultmodel.Name()+" model")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt text (encoded with the model's special tokens, e.g. BOS)")
 	fs.StringVar(&o.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids, e.g. 1,2,3")
 	fs.StringVar(&o.promptsFile, "prompts-file", "", "JSONL file, one request per line ({\"prompt\": ...} or {\"prompt_ids\": [...]}, plus OpenAI sampling fields); writes one JSON line per request, in order")
@@ -272,7 +273,11 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	folder, err := weights.Open(o.modelDir)
+	dir, err := hub.Resolve(o.modelDir)
+	if err != nil {
+		return nil, err
+	}
+	folder, err := weights.Open(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +337,7 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		logger.Warn("the KV cache holds less than the model's context: requests are limited to max_model_len (--kv-blocks or --max-model-len to choose)",
 			"max_model_len", held, "max_position_embeddings", folder.Config.MaxPositionEmbeddings, "kv_blocks", m.NumBlocks())
 	}
-	logger.Info("model loaded", "dir", o.modelDir, "device", device, "kv_blocks", m.NumBlocks(), "page_size", o.pageSize,
+	logger.Info("model loaded", "dir", dir, "device", device, "kv_blocks", m.NumBlocks(), "page_size", o.pageSize,
 		"seconds", time.Since(start).Seconds())
 	g.loadTime = time.Since(start)
 	return g, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/gollm/gollm/engine/openai"
 	"github.com/gollm/gollm/weights/chattemplate"
 	"github.com/gollm/gollm/weights/defaultmodel"
+	"github.com/gollm/gollm/weights/hub"
 )
 
 func init() {
@@ -47,11 +48,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o serveOptions
-	fs.StringVar(&o.gen.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json); default: the built-in "+defaultmodel.Name()+" model")
+	fs.StringVar(&o.gen.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face name ORG/NAME[@REVISION] in its cache (see gollm pull); default: the built-in "+defaultmodel.Name()+" model")
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on (0 picks a free one)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: $GOLLM_API_KEY; none if unset)")
-	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (default: the model folder's name)")
+	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (/v1/models, the model field of answers); default: ORG/NAME for a model given by its Hugging Face name, else the model folder's name")
 	fs.IntVar(&o.maxQueue, "max-queue", openai.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (at least 1; -1: no limit)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", openai.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", openai.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
@@ -65,7 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gollm serve [--model DIR] [--host 127.0.0.1] [--port 8000] [flags]")
+		fmt.Fprintln(stderr, "usage: gollm serve [--model DIR|ORG/NAME[@REVISION]] [--host 127.0.0.1] [--port 8000] [flags]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -107,13 +108,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if o.modelName == "" {
-		o.modelName = filepath.Base(filepath.Clean(o.gen.modelDir))
+		o.modelName = servedModelName(o.gen.modelDir)
 	}
 	if err := serve(ctx, &o, stderr); err != nil {
 		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// servedModelName is the model's id in the API when --served-model-name is not given: ORG/NAME
+// (without @REVISION) for a model given by its Hugging Face name, else the folder's base name.
+func servedModelName(model string) string {
+	if _, err := os.Stat(model); err != nil {
+		if name, err := hub.ParseName(model); err == nil {
+			return name.Repo
+		}
+	}
+	return filepath.Base(filepath.Clean(model))
 }
 
 // serve loads the model, listens and serves until ctx ends, then drains and stops.

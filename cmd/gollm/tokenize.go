@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gollm/gollm/weights/hub"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
@@ -33,7 +34,7 @@ func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) int
 	fs := pflag.NewFlagSet("tokenize", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o tokenizeOptions
-	fs.StringVar(&o.modelDir, "model", "", "model folder holding tokenizer.json")
+	fs.StringVar(&o.modelDir, "model", "", "model folder holding tokenizer.json, or a Hugging Face name ORG/NAME[@REVISION] in its cache")
 	fs.StringVar(&o.file, "tokenizer", "", "path of a tokenizer.json (instead of --model)")
 	fs.BoolVar(&o.jsonOut, "json", false, `print JSON: {"ids":[...]} when encoding, {"text":"..."} when decoding`)
 	fs.BoolVar(&o.addSpecial, "add-special", false, "add the post-processor's special tokens (BOS), like add_special_tokens=True")
@@ -83,7 +84,12 @@ func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) int
 
 	path := o.file
 	if path == "" {
-		path = filepath.Join(o.modelDir, "tokenizer.json")
+		dir, err := hub.Resolve(o.modelDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm tokenize: %v\n", err)
+			return 1
+		}
+		path = filepath.Join(dir, "tokenizer.json")
 	}
 	tok, err := tokenizer.Load(path)
 	if err != nil {
