@@ -20,7 +20,8 @@
 #               workload on both models: docs/bench/e2e-h100.md
 #   serve       gollm serve (the built-in model on CUDA) under gollm bench serve, then Ctrl-C with requests
 #               in flight: docs/bench/e2e-h100.md
-#   gemm        BenchmarkCUDAGemv (1-64 rows), BenchmarkCUDAGemm (16-64 rows), BenchmarkCUDAGemmSplit and
+#   gemm        BenchmarkCUDAGemv (1-64 rows), BenchmarkCUDAGemm (16-64 rows), BenchmarkCUDAGemmDiag (the
+#               GEMM's products as the step runs them, and their parts), BenchmarkCUDAGemmSplit and
 #               scripts/bench/cublaslt_probe.py: docs/bench/gemm-h100.md
 #   prefill     BenchmarkCUDAPrefill and scripts/bench/prefill_sdpa.py: docs/bench/prefill-h100.md
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
@@ -230,7 +231,7 @@ section_serve() {
 section_gemm() {
 	local d=$out/gemm b
 	mkdir -p "$d"
-	for b in CUDAGemv CUDAGemm CUDAGemmSplit; do
+	for b in CUDAGemv CUDAGemm CUDAGemmDiag CUDAGemmSplit; do
 		(cd "$root/model" && timeout 180 "$bin/model.test" -test.run XXX -test.bench "^Benchmark$b\$" -test.benchtime 1x -test.v) \
 			>"$d/$b.txt" 2>&1
 		stamp "gemm $b" $?
