@@ -15,7 +15,7 @@ import (
 	"github.com/gollm/gollm/weights/weightstest"
 )
 
-// Issue 4's batching equivalence on the CUDA backend (issue 5): these tests run the engine over a model on
+// The batching equivalence of engine_test.go on the CUDA backend: these tests run the engine over a model on
 // the GPU (go test -tags cuda ./engine/ on a machine with one; they skip without, unless
 // GOLLM_REQUIRE_GPU=1). In float32 the GPU computes like the CPU reference, so a request must give the
 // same tokens batched with others (prefill chunks beside decodes, graph buckets with padding rows,
@@ -109,7 +109,7 @@ func TestCUDAPromptLogprobs(t *testing.T) {
 	}
 }
 
-// TestCUDAConcurrentGreedyEqualsAlone is issue 4's test 1 on the GPU in float32: 32 concurrent greedy
+// TestCUDAConcurrentGreedyEqualsAlone is TestConcurrentGreedyEqualsAlone on the GPU in float32: 32 concurrent greedy
 // requests give exactly the tokens each gives alone. Alone, every step is one sequence (a prefill, then
 // decode graphs of bucket 1); together, chunked prefills share steps with decodes and decode steps replay
 // graphs of buckets up to 16.
@@ -131,7 +131,7 @@ func TestCUDAConcurrentGreedyEqualsAlone(t *testing.T) {
 	}
 }
 
-// TestCUDAPreemptionEqualsAlone is issue 4's test 3 on the GPU in float32: a pool so small that running
+// TestCUDAPreemptionEqualsAlone is TestPreemptionEqualsAlone on the GPU in float32: a pool so small that running
 // sequences are preempted and recomputed gives the same tokens, finishes and leaks no block. Pages of 8
 // tokens (the decode kernels' smallest) and of 4 (decode through the prefill kernel).
 func TestCUDAPreemptionEqualsAlone(t *testing.T) {

@@ -87,8 +87,9 @@ func checkSame(t *testing.T, got, want []result) {
 	}
 }
 
-// Issue 4, test 1: 32 concurrent greedy requests of different prompt lengths give exactly the tokens
-// each gives alone, through chunked prefill mixed with decodes and a waiting queue.
+// TestConcurrentGreedyEqualsAlone: batching must not change a greedy request's output, so 32 concurrent
+// greedy requests of different prompt lengths give exactly the tokens each gives alone, through chunked
+// prefill mixed with decodes and a waiting queue.
 func TestConcurrentGreedyEqualsAlone(t *testing.T) {
 	m := loadTinyModel(t, writeTinyModel(t, 1), 256, 8)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -119,8 +120,8 @@ func TestConcurrentGreedyEqualsAlone(t *testing.T) {
 	}
 }
 
-// Issue 4, test 2: prompts sharing long prefixes give the same tokens with prefix caching on and
-// off, and the cache is hit when it is on.
+// TestPrefixCachingEquivalence: prompts sharing long prefixes give the same tokens with prefix caching
+// on and off, and the cache is hit when it is on.
 func TestPrefixCachingEquivalence(t *testing.T) {
 	m := loadTinyModel(t, writeTinyModel(t, 2), 256, 8)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -159,8 +160,8 @@ func TestPrefixCachingEquivalence(t *testing.T) {
 	}
 }
 
-// Issue 4, test 3: a pool so small that running sequences must be preempted and recomputed gives the
-// same tokens, finishes (no deadlock) and leaks no block.
+// TestPreemptionEqualsAlone: a pool so small that running sequences must be preempted and recomputed
+// gives the same tokens, finishes (no deadlock) and leaks no block.
 func TestPreemptionEqualsAlone(t *testing.T) {
 	dir := writeTinyModel(t, 3)
 	// 12 blocks of 4 tokens: 48 slots for 8 requests of up to 34 tokens each.
@@ -184,7 +185,7 @@ func TestPreemptionEqualsAlone(t *testing.T) {
 	}
 }
 
-// Issue 4, test 4: cancelling a request mid-generation finishes it with FinishAbort, frees its
+// TestAbortMidGeneration: cancelling a request mid-generation finishes it with FinishAbort, frees its
 // blocks, and the engine keeps serving the others (with unchanged outputs).
 func TestAbortMidGeneration(t *testing.T) {
 	m := loadTinyModel(t, writeTinyModel(t, 4), 64, 8)

@@ -279,7 +279,7 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	checkError(t, err, os.ErrNotExist, "config.json")
 }
 
-// TestParseConfigHostile: configs a review crafted (found in round 18). Sizes whose products overflow
+// TestParseConfigHostile: configs crafted to break the loader. Sizes whose products overflow
 // (4 heads × 2⁶² wrapped to 0, an empty q_proj passed the tensor check and model.Load panicked), a
 // layer count that made the loader build hundreds of millions of expected tensors, and rope fields that
 // disagree (rope_type against type, rope_scaling's rope_theta against rope_theta), which transformers 4,

@@ -1,7 +1,8 @@
-// Command gollm-loadtest runs the bounded load test of issue 7 against the built-in model on the CPU
-// backend: Clients concurrent streaming clients for Rounds rounds, then the same with every other
-// client hanging up mid-stream; after each run it checks through /metrics that the KV cache is empty
-// again. It serves in-process on 127.0.0.1 unless --url names a running server (loopback only).
+// Command gollm-loadtest runs a bounded load test against the built-in model on the CPU backend: Clients
+// concurrent streaming clients for Rounds rounds, then the same with every other client hanging up
+// mid-stream; after each run it checks through /metrics that the KV cache is empty again, so that a
+// request leaking its blocks under load or on a disconnect fails it. It serves in-process on 127.0.0.1
+// unless --url names a running server (loopback only).
 //
 //	go run ./cmd/gollm-loadtest --clients 64 --rounds 3 --max-tokens 32
 package main

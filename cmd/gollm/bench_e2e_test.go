@@ -55,8 +55,8 @@ type latencyJSON struct {
 	} `json:"roofline"`
 }
 
-// TestBenchLatencySmolLM2 is the end-to-end run of the issue: SmolLM2-135M's shape with random weights,
-// batch 1, 16 prompt tokens, 4 generated.
+// TestBenchLatencySmolLM2 runs gollm bench latency end to end on the CPU: SmolLM2-135M's shape with random
+// weights, batch 1, 16 prompt tokens, 4 generated.
 func TestBenchLatencySmolLM2(t *testing.T) {
 	var out, errb bytes.Buffer
 	args := []string{"bench", "latency", "--config", "smollm2-135m", "--random-weights", "--batch", "1",

@@ -340,7 +340,7 @@ func TestInOrderEmitsBeforeAllAreSubmitted(t *testing.T) {
 	}
 }
 
-// The engine flags of the issue reach the engine: pool size, page size, prefix caching.
+// TestGenerateEngineFlags: the engine flags reach the engine: pool size, page size, prefix caching.
 func TestGenerateEngineFlags(t *testing.T) {
 	dir := writeTestModel(t)
 	for _, tc := range []struct {

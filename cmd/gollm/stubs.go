@@ -6,7 +6,7 @@ import (
 	"io"
 )
 
-// notYet registers a subcommand that a later issue delivers. It exits 2 with one line, never panics.
+// notYet registers a subcommand that is not implemented yet. It exits 2 with one line, never panics.
 // Delete a line here when the real command lands in its own file.
 func notYet(name, summary string) {
 	register(name, summary, func(_ context.Context, _ []string, _, stderr io.Writer) int {

@@ -24,8 +24,9 @@ type Timer struct {
 	Iters, Warmup int
 	SpinNS        uint64
 	// Flush queues zeros over a 256 MiB buffer before each run instead of the spin: do_bench's flush,
-	// written as torch's zero_ (which do_bench calls) writes them, by a kernel of 16-byte stores (on the
-	// H100 cuMemsetD32 left L2 0-0.9% kinder to the next kernel; docs/bench/attention-h100.md, round 18).
+	// written as torch's zero_ (which do_bench calls) writes them, by a kernel of 16-byte stores, because
+	// a driver memset leaves L2 in another state for the next kernel than do_bench's flush does, and the
+	// peers' figures this flush serves to compare with were taken after do_bench's.
 	Flush bool
 	// HostUS is the host's µs per run of the round Median kept.
 	HostUS float64

@@ -43,5 +43,6 @@
 // Encoding is single-threaded per call and safe for concurrent use. The split patterns of the
 // GPT-2, Llama 3 and Qwen 2/3 byte-level tokenizers (recognised by their exact text) run through a
 // hand-written matcher that is checked against regexp2 by a differential fuzz test; any other
-// pattern runs through regexp2. See README.md for measured throughput beside HuggingFace's.
+// pattern runs through regexp2. docs/bench/tokenizer-cpu.md has the measured throughput beside
+// HuggingFace's.
 package tokenizer

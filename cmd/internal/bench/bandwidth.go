@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// H100CopyBandwidth is the device-to-device copy bandwidth measured on the team's H100 (bytes read plus
+// H100CopyBandwidth is the device-to-device copy bandwidth measured on an H100 SXM (bytes read plus
 // written per second; shared/docs/gpu.md): the cuda roofline's figure when the GPU's own cannot be
 // measured (ResolveBandwidth).
 const H100CopyBandwidth = 3.03e12
 
-// H100MatmulFLOPS is the bf16 matrix rate cuBLAS reached on the team's H100 (GemmEx, fp32 compute,
+// H100MatmulFLOPS is the bf16 matrix rate cuBLAS reached on an H100 SXM (GemmEx, fp32 compute,
 // 4096³: 808 TFLOP/s, shared/docs/gpu.md): the default compute roof of the cuda device.
 const H100MatmulFLOPS = 808e12
 
