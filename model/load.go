@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,12 @@ import (
 // Load builds the model in f on the backend opts.Device names: the pure-Go CPU backend by default (see
 // NewCPUBackend for its memory cost), or the GPU (Options.Device "cuda" or "auto").
 func Load(f *weights.Folder, opts Options) (*Model, error) {
+	return LoadContext(context.Background(), f, opts)
+}
+
+// LoadContext is Load that gives up when ctx ends: it checks ctx before each tensor it uploads, and
+// then frees what it built and returns an error wrapping ctx's.
+func LoadContext(ctx context.Context, f *weights.Folder, opts Options) (*Model, error) {
 	if f == nil || f.Config == nil || f.Tensors == nil {
 		return nil, errors.New("model: load: folder has no config or tensors")
 	}
@@ -20,7 +27,7 @@ func Load(f *weights.Folder, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	return LoadOn(f, opts, newBackend)
+	return loadContext(ctx, f.Config, f.Tensors.Get, opts, newBackend)
 }
 
 // LoadOn builds the model in f on the backend that newBackend constructs: it checks the config,
@@ -37,6 +44,13 @@ func LoadOn(f *weights.Folder, opts Options, newBackend NewBackendFunc) (*Model,
 type tensorGetter func(name string) (*weights.Tensor, error)
 
 func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+	return loadContext(context.Background(), cfg, get, opts, newBackend)
+}
+
+func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
 	shape, err := shapeOf(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
@@ -46,7 +60,7 @@ func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBac
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps)}
-	if err := m.uploadAll(get, opts.Progress); err != nil {
+	if err := m.uploadAll(ctx, get, opts.Progress); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
@@ -100,11 +114,15 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 }
 
 // uploadAll hands every parameter to the backend, checking each shape against the config.
-func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
+// It stops with ctx's error before the next tensor once ctx ends.
+func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress io.Writer) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
 	bar := newProgressBar(progress, c.NumHiddenLayers+2)
 	up := func(rows, cols int, names ...string) (Weight, error) {
+		if err := ctx.Err(); err != nil {
+			return Weight{}, err
+		}
 		parts := make([]*weights.Tensor, len(names))
 		for i, name := range names {
 			t, err := get(name)
