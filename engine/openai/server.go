@@ -151,7 +151,7 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
-	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
+	s.metrics = newMetrics(cfg.ModelName, eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
 	s.routes()
 	return s, nil
 }

@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -204,45 +203,17 @@ type KV struct {
 
 // ScrapeKV reads the KV cache and queue gauges from /metrics.
 func ScrapeKV(ctx context.Context, baseURL string) (KV, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", baseURL+"/metrics", nil)
+	m, err := ScrapeMetrics(ctx, baseURL, "")
 	if err != nil {
 		return KV{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return KV{}, err
-	}
-	defer resp.Body.Close()
-	var kv KV
-	found := 0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
+	for _, name := range []string{"gollm:kv_cache_usage_perc", "gollm:kv_cache_blocks_used", "gollm:num_requests_running", "gollm:num_requests_waiting"} {
+		if _, ok := m[name]; !ok {
+			return KV{}, fmt.Errorf("metrics: no %s", name)
 		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "gollm:kv_cache_usage_perc":
-			kv.Usage = v
-		case "gollm:kv_cache_blocks_used":
-			kv.BlocksUsed = int(v)
-		case "gollm:num_requests_running":
-			kv.Running = int(v)
-		case "gollm:num_requests_waiting":
-			kv.Waiting = int(v)
-		default:
-			continue
-		}
-		found++
 	}
-	if found != 4 {
-		return kv, fmt.Errorf("metrics: found %d of the 4 KV and queue gauges", found)
-	}
-	return kv, sc.Err()
+	return KV{Usage: m["gollm:kv_cache_usage_perc"], BlocksUsed: int(m["gollm:kv_cache_blocks_used"]),
+		Running: int(m["gollm:num_requests_running"]), Waiting: int(m["gollm:num_requests_waiting"])}, nil
 }
 
 // WaitIdle polls /metrics until no sequence runs or waits (the engine has reaped every request)
