@@ -43,6 +43,20 @@ func TestRealEngine(t *testing.T) {
 			t.Errorf("usage %v", u)
 		}
 	})
+	t.Run("cached tokens", func(t *testing.T) {
+		// A prompt of more than two 16-token pages: sent again, its full pages come from the prefix
+		// cache, and the usage says how many tokens that was.
+		body, _ := json.Marshal(map[string]any{"prompt": strings.Repeat("func main() { fmt.Println(1) }\n", 6), "max_tokens": 2})
+		_, a, raw := post(t, "/v1/completions", string(body))
+		_, b, rawB := post(t, "/v1/completions", string(body))
+		cached := func(m map[string]any) float64 {
+			return m["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+		}
+		prompt := b["usage"].(map[string]any)["prompt_tokens"].(float64)
+		if cached(a) != 0 || cached(b) < 32 || cached(b) >= prompt || int(cached(b))%16 != 0 {
+			t.Errorf("cached tokens %v then %v of %v prompt tokens; want 0, then whole pages: %s %s", cached(a), cached(b), prompt, raw, rawB)
+		}
+	})
 	t.Run("seed reproducibility", func(t *testing.T) {
 		body := `{"prompt":"package main","max_tokens":16,"temperature":1,"seed":1234,"ignore_eos":true}`
 		_, a, _ := post(t, "/v1/completions", body)
