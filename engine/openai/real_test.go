@@ -82,6 +82,36 @@ func TestRealEngine(t *testing.T) {
 		if text(b, 0) != want || reason(b, 0) != "stop" {
 			t.Errorf("stop %q in %q: got %s, want text %q", stopAt, full, raw, want)
 		}
+		// include_stop_str_in_output keeps the stop string, streamed too.
+		body, _ = json.Marshal(map[string]any{"prompt": "func main() {", "max_tokens": 24, "temperature": 0, "ignore_eos": true,
+			"stop": []string{stopAt}, "include_stop_str_in_output": true})
+		_, c, raw := post(t, "/v1/completions", string(body))
+		if text(c, 0) != want+stopAt || reason(c, 0) != "stop" {
+			t.Errorf("stop %q kept: got %s, want text %q", stopAt, raw, want+stopAt)
+		}
+		var streamed map[string]any
+		json.Unmarshal(body, &streamed)
+		streamed["stream"] = true
+		body, _ = json.Marshal(streamed)
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got strings.Builder
+		for line := range strings.Lines(string(data)) {
+			if payload, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok && payload != "[DONE]" {
+				var chunk map[string]any
+				if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
+					t.Fatalf("chunk %q: %v", payload, err)
+				}
+				got.WriteString(text(chunk, 0))
+			}
+		}
+		if got.String() != want+stopAt {
+			t.Errorf("streamed with the stop string kept: %q, want %q", got.String(), want+stopAt)
+		}
 	})
 	t.Run("n=2 and logprobs", func(t *testing.T) {
 		status, a, raw := post(t, "/v1/completions", `{"prompt":"func","max_tokens":5,"n":2,"logprobs":3,"seed":5,"ignore_eos":true}`)
