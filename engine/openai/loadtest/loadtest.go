@@ -20,13 +20,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/engine/openai"
 	"github.com/gollm/gollm/model"
-	"github.com/gollm/gollm/weights"
-	"github.com/gollm/gollm/weights/chattemplate"
-	"github.com/gollm/gollm/weights/defaultmodel"
-	"github.com/gollm/gollm/weights/tokenizer"
 )
 
 // Options describe one load run.
@@ -250,69 +246,26 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// StartDefault serves the built-in model on a loopback port in-process and returns its base URL
-// and a function that shuts it down (draining for up to a second) and releases everything.
+// StartDefault serves the built-in model on a loopback port in-process, on the CPU, and returns its
+// base URL and a function that shuts it down (draining for up to a second) and releases everything.
 func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err error) {
-	dir, err := defaultmodel.Dir()
-	if err != nil {
-		return "", nil, err
-	}
-	folder, err := weights.Open(dir)
-	if err != nil {
-		return "", nil, err
-	}
-	closers := []func() error{folder.Close}
-	cleanup := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		return errors.Join(errs...)
-	}
-	tok, err := tokenizer.Load(folder.TokenizerPath())
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	m, err := model.Load(folder, model.Options{NumBlocks: opts.KVBlocks, BlockSize: model.DefaultBlockSize})
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	closers = append(closers, m.Close)
 	quiet := opts.Logger
 	if quiet == nil {
 		quiet = discardLogger()
 	}
-	eng, err := engine.New(m, tok, engine.Config{MaxNumSeqs: opts.MaxNumSeqs, MaxNumBatchedTokens: opts.MaxNumBatchedTokens,
-		EOSTokenIDs: folder.Generation.EOSTokenIDs, Logger: quiet})
+	m, err := llm.Load(context.Background(), "", llm.Config{Device: model.DeviceCPU, KVBlocks: opts.KVBlocks,
+		MaxNumSeqs: opts.MaxNumSeqs, MaxBatchedTokens: opts.MaxNumBatchedTokens, Logger: quiet})
 	if err != nil {
-		cleanup()
 		return "", nil, err
 	}
-	closers = append(closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return eng.Close(ctx)
-	})
-	tpl, err := chattemplate.Parse(folder.TokenizerConfig.ChatTemplate)
+	srv, err := m.NewServer(openai.Config{MaxQueue: opts.MaxQueue, WriteTimeout: opts.WriteTimeout, Logger: quiet})
 	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	srv, err := openai.New(openai.FromEngine(eng), tok, openai.Config{
-		ModelName: defaultmodel.Name(), ChatTemplate: tpl, BOSToken: folder.TokenizerConfig.BOSToken,
-		EOSToken: folder.TokenizerConfig.EOSToken, PadToken: folder.TokenizerConfig.PadToken, AddSpecialTokens: true,
-		Sampling: engine.DefaultSampling(folder.Generation), MaxRunning: opts.MaxNumSeqs, MaxQueue: opts.MaxQueue,
-		VocabSize: folder.Config.VocabSize, WriteTimeout: opts.WriteTimeout, Logger: quiet,
-	})
-	if err != nil {
-		cleanup()
+		m.Close()
 		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		cleanup()
+		m.Close()
 		return "", nil, err
 	}
 	if opts.WrapListener != nil {
@@ -323,6 +276,6 @@ func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err er
 	go func() { served <- srv.Serve(ctx, ln, time.Second) }()
 	return "http://" + ln.Addr().String(), func() error {
 		cancel()
-		return errors.Join(<-served, cleanup())
+		return errors.Join(<-served, m.Close())
 	}, nil
 }
