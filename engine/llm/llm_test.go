@@ -121,6 +121,8 @@ func TestCPUKVBlocks(t *testing.T) {
 	// One 16-token page: 2 layers × 2 (K, V) × 16 × 2 heads × 16 × 4 bytes = 8 KiB.
 	long := *cfg
 	long.MaxPositionEmbeddings = 1 << 20 // 65536 pages a context
+	bf16 := *cfg
+	bf16.DType = weights.DTypeBF16
 	// 27040 parameters (4 bytes each), and room for n pages in a quarter of the rest.
 	room := func(n int64) int64 { return 4*27040 + 4*8192*n }
 	tests := []struct {
@@ -143,6 +145,9 @@ func TestCPUKVBlocks(t *testing.T) {
 		{"weights do not fit", cfg, 4 * 27040, 4, 0, 0},
 		{"one context does not fit", cfg, 4*27040 + 8192*63, 4, 0, 0},
 		{"the length asked for does not fit", &long, room(100), 4, 32768, 0},
+		// bfloat16 matrices stay bfloat16 on the CPU: 2 bytes a parameter.
+		{"bfloat16 weights", &bf16, 2*27040 + 4*8192*100, 1000, 0, 100},
+		{"bfloat16 weights do not fit", &bf16, 2*27040 + 8192*63, 4, 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

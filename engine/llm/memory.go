@@ -15,7 +15,8 @@ import (
 const minKVTokens = 8192
 
 // cpuKVBlocks sizes the KV cache on the CPU from the host memory available: a quarter of what is left
-// once the weights are loaded (the CPU backend keeps them as float32), and no more than maxNumSeqs full
+// once the weights are loaded (the CPU backend keeps bfloat16 matrices as they are and the rest as
+// float32), and no more than maxNumSeqs full
 // contexts need (a context is maxModelLen tokens, or max_position_embeddings when maxModelLen is 0),
 // but at least one context: the one asked for (maxModelLen), else the model's up to minKVTokens. A
 // long-context model (128K, 1M tokens) on a machine that cannot hold a whole context gets what fits,
@@ -40,11 +41,16 @@ func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, ava
 	if maxModelLen > 0 {
 		least = perSeq
 	}
-	if need := 4*params + least*perBlock; available < need {
-		return 0, fmt.Errorf("llm: the weights as float32 (%s) and a KV cache of %d tokens (%s) need %s of memory; %s is available: %w",
-			bytesString(4*params), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available), ErrDoesNotFit)
+	perParam := int64(4)
+	if cfg.DType == weights.DTypeBF16 {
+		perParam = 2
 	}
-	blocks := (available - 4*params) / 4 / perBlock
+	weightBytes := perParam * params
+	if need := weightBytes + least*perBlock; available < need {
+		return 0, fmt.Errorf("llm: the weights (%s on the CPU) and a KV cache of %d tokens (%s) need %s of memory; %s is available: %w",
+			bytesString(weightBytes), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available), ErrDoesNotFit)
+	}
+	blocks := (available - weightBytes) / 4 / perBlock
 	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
 	return int(max(blocks, least)), nil
 }
