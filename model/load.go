@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 
@@ -115,14 +114,33 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 
 // uploadAll hands every parameter to the backend, checking each shape against the config.
 // It stops with ctx's error before the next tensor once ctx ends.
-func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress io.Writer) error {
+func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64)) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
-	bar := newProgressBar(progress, c.NumHiddenLayers+2)
+	elem := int64(c.DType.Size())
+	if elem == 0 {
+		elem = 4
+	}
+	var loaded, total int64
+	for _, shape := range weights.LlamaTensorShapes(c) {
+		n := elem
+		for _, dim := range shape {
+			n *= int64(dim)
+		}
+		total += n
+	}
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
+	progress(0, total)
 	up := func(rows, cols int, names ...string) (Weight, error) {
 		if err := ctx.Err(); err != nil {
 			return Weight{}, err
 		}
+		defer func() {
+			loaded += int64(rows) * int64(max(cols, 1)) * elem
+			progress(loaded, total)
+		}()
 		parts := make([]*weights.Tensor, len(names))
 		for i, name := range names {
 			t, err := get(name)
@@ -153,7 +171,6 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress io.Wri
 	if m.embed, err = up(c.VocabSize, h, "model.embed_tokens.weight"); err != nil {
 		return err
 	}
-	bar.advance()
 	m.layers = make([]layerWeights, c.NumHiddenLayers)
 	qkvRows := s.QKVCols()
 	for l := range m.layers {
@@ -176,7 +193,6 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress io.Wri
 				return err
 			}
 		}
-		bar.advance()
 	}
 	if m.finalNorm, err = up(h, 0, "model.norm.weight"); err != nil {
 		return err
@@ -186,8 +202,6 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress io.Wri
 	} else if m.lmHead, err = up(c.VocabSize, h, "lm_head.weight"); err != nil {
 		return err
 	}
-	bar.advance()
-	bar.done()
 	return nil
 }
 
@@ -229,35 +243,4 @@ func float32Bytes(v []float32) []byte {
 		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 	}
 	return b
-}
-
-// progressBar draws "loading weights [=====     ] 12/32" on one line of w, rewritten with \r.
-type progressBar struct {
-	w        io.Writer
-	n, total int
-}
-
-func newProgressBar(w io.Writer, total int) *progressBar { return &progressBar{w: w, total: total} }
-
-func (p *progressBar) advance() {
-	p.n++
-	if p.w == nil {
-		return
-	}
-	const width = 30
-	filled := width * p.n / p.total
-	bar := make([]byte, width)
-	for i := range bar {
-		bar[i] = ' '
-		if i < filled {
-			bar[i] = '='
-		}
-	}
-	fmt.Fprintf(p.w, "\rloading weights [%s] %d/%d", bar, p.n, p.total)
-}
-
-func (p *progressBar) done() {
-	if p.w != nil {
-		fmt.Fprintln(p.w)
-	}
 }

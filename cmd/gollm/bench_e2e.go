@@ -54,7 +54,7 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
 	return bench.ModelSpec{Config: f.config, Dir: f.modelDir, RandomWeights: f.randomWeights, Seed: f.seed,
-		Device: f.device, BlockSize: f.pageSize, Progress: ttyOrNil(stderr)}, nil
+		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr)}, nil
 }
 
 // profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op

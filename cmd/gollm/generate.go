@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
 	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/engine/llm"
@@ -97,7 +96,7 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
 	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, DisablePrefixCache: o.noPrefixCache,
-		DisablePipelining: o.noPipelining, Logger: log, Progress: progressOutput(stderr)}
+		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr)}
 }
 
 // checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads
@@ -293,15 +292,6 @@ type generator struct {
 	tok      *tokenizer.Tokenizer
 	engine   *engine.Engine
 	loadTime time.Duration
-}
-
-// progressOutput returns where the weight-loading progress bar goes: w when it is a terminal, else
-// nil (no bar), so that logs and redirected output never fill with carriage returns.
-func progressOutput(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return w
-	}
-	return nil
 }
 
 // close stops the engine (aborting what is left) and frees the model.

@@ -432,7 +432,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	}
 	defer file.Close()
 	for name, out := range map[string]io.Writer{"pipe": w, "file": file, "buffer": &bytes.Buffer{}} {
-		if got := progressOutput(out); got != nil {
+		if got := loadProgress(out); got != nil {
 			t.Errorf("%s: progress bar drawn into a non-terminal", name)
 		}
 	}

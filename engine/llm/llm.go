@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -66,8 +65,9 @@ type Config struct {
 	DisablePipelining bool
 	// Logger receives the loader's and the engine's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Progress, when not nil, receives a progress bar while the weights load.
-	Progress io.Writer
+	// Progress, when not nil, is called as the weights load with the bytes loaded so far and their
+	// total (see model.Options.Progress), to show a bar, a rate and the time left.
+	Progress func(loaded, total int64)
 }
 
 // check refuses values out of range before anything loads.

@@ -455,3 +455,14 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(data)
 }
+
+// Config.Progress hears the weights load in bytes, up to all of them.
+func TestLoadProgress(t *testing.T) {
+	var last [2]int64
+	calls := 0
+	loadDefault(t, Config{KVBlocks: 16, Progress: func(loaded, total int64) { calls++; last = [2]int64{loaded, total} }})
+	// The built-in model: 4.5 million bfloat16 parameters.
+	if calls < 3 || last[0] != last[1] || last[1] < 8<<20 || last[1] > 10<<20 {
+		t.Errorf("%d calls, the last %v", calls, last)
+	}
+}
