@@ -92,6 +92,14 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 	return nil
 }
 
+// loadHint is what the user can do about a model that does not fit, in flags.
+func loadHint(err error) string {
+	if errors.Is(err, llm.ErrDoesNotFit) {
+		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
+	}
+	return ""
+}
+
 // llmConfig is the model and engine configuration the flags give.
 func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
 	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
@@ -194,7 +202,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	start := time.Now()
 	m, err := llm.Load(ctx, o.modelDir, o.llmConfig(log, stderr))
 	if err != nil {
-		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err))
 		if ctx.Err() != nil {
 			return 130 // interrupted while loading
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/weights/tokenizer"
 	"github.com/gollm/gollm/weights/weightstest"
 )
@@ -434,6 +437,20 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	for name, out := range map[string]io.Writer{"pipe": w, "file": file, "buffer": &bytes.Buffer{}} {
 		if got := loadProgress(out); got != nil {
 			t.Errorf("%s: progress bar drawn into a non-terminal", name)
+		}
+	}
+}
+
+func TestLoadHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), "--kv-blocks"},
+		{errors.New("weights: config.json: no such file"), ""},
+	} {
+		if got := loadHint(tc.err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("loadHint(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }

@@ -98,7 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		o.apiKey = os.Getenv("GOLLM_API_KEY")
 	}
 	if err := serve(ctx, &o, stderr); err != nil {
-		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
+		fmt.Fprintf(stderr, "gollm serve: %v%s\n", err, loadHint(err))
 		return 1
 	}
 	return 0
