@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/cmd/internal/bench"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
 )
 
@@ -53,7 +54,14 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	if f.pageSize <= 0 {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
-	return bench.ModelSpec{Config: f.config, Dir: f.modelDir, RandomWeights: f.randomWeights, Seed: f.seed,
+	dir := ""
+	if f.modelDir != "" { // a model name becomes a folder where every command's does
+		var err error
+		if dir, err = llm.Resolve(f.modelDir); err != nil {
+			return bench.ModelSpec{}, err
+		}
+	}
+	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr)}, nil
 }
 
