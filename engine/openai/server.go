@@ -348,7 +348,7 @@ func (s *Server) requestContext(r *http.Request) (context.Context, context.Cance
 // for up to drain, then aborts the rest (they end with finish_reason "abort") and returns. It returns
 // nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
-	return serve(ctx, ln, drain, s.cfg, &s.fresh, func(context.Context) (*Server, error) { return s, nil })
+	return serve(ctx, ln, drain, s.cfg, &s.fresh, s, nil)
 }
 
 // ServeLoading serves HTTP on ln at once while load makes the server (loads the model): until load
@@ -361,16 +361,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 func ServeLoading(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config, load func(ctx context.Context) (*Server, error)) error {
 	cfg = cfg.withDefaults()
 	var fresh freshConns
-	return serve(ctx, ln, drain, cfg, &fresh, load)
+	return serve(ctx, ln, drain, cfg, &fresh, nil, load)
 }
 
-// serve runs the http.Server behind Serve and ServeLoading.
-func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config, fresh *freshConns, load func(ctx context.Context) (*Server, error)) error {
+// serve runs the http.Server behind Serve (s, there from the first request) and ServeLoading (load,
+// which makes the server while requests get 503).
+func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config, fresh *freshConns, s *Server,
+	load func(ctx context.Context) (*Server, error)) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	var current atomic.Pointer[Server]
+	current.Store(s) // before the first request, when there is one
 	hs := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s := current.Load(); s != nil {
@@ -388,39 +391,13 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- hs.Serve(ln) }()
-
-	type loaded struct {
-		s   *Server
-		err error
-	}
-	loadCtx, cancelLoad := context.WithCancel(ctx)
-	defer cancelLoad()
-	loadCh := make(chan loaded, 1)
-	go func() {
-		s, err := load(loadCtx)
-		loadCh <- loaded{s, err}
-	}()
-	var s *Server
-	select {
-	case err := <-errCh:
-		cancelLoad()
-		<-loadCh // the caller releases what load made
-		return fmt.Errorf("server: %w", err)
-	case l := <-loadCh:
-		if l.err != nil || l.s == nil {
-			hs.Close()
-			<-errCh
-			if ctx.Err() != nil {
-				return nil // interrupted while loading: a clean stop
-			}
-			if l.err == nil {
-				l.err = errors.New("server: load returned no server")
-			}
-			return l.err
+	if s == nil {
+		var err error
+		if s, err = loadWhileServing(ctx, hs, errCh, load); s == nil {
+			return err
 		}
-		s = l.s
+		current.Store(s)
 	}
-	current.Store(s)
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("server: %w", err)
@@ -446,6 +423,43 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config
 	}
 	<-errCh // http.ErrServerClosed
 	return nil
+}
+
+// loadWhileServing runs load while hs serves (errCh gets hs.Serve's end). It returns the server load
+// made; or nil after closing hs, with load's error, or with nil when ctx ended first (an interrupt
+// while loading is a clean stop). It waits for load to return in every case: the caller releases
+// what load made.
+func loadWhileServing(ctx context.Context, hs *http.Server, errCh <-chan error, load func(ctx context.Context) (*Server, error)) (*Server, error) {
+	type loaded struct {
+		s   *Server
+		err error
+	}
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	loadCh := make(chan loaded, 1)
+	go func() {
+		s, err := load(loadCtx)
+		loadCh <- loaded{s, err}
+	}()
+	select {
+	case err := <-errCh:
+		cancelLoad()
+		<-loadCh
+		return nil, fmt.Errorf("server: %w", err)
+	case l := <-loadCh:
+		if l.err == nil && l.s != nil {
+			return l.s, nil
+		}
+		hs.Close()
+		<-errCh
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if l.err == nil {
+			l.err = errors.New("server: load returned no server")
+		}
+		return nil, l.err
+	}
 }
 
 // Draining reports whether shutdown has begun.
