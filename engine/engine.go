@@ -114,8 +114,11 @@ type Request struct {
 	// Sampling says how tokens are chosen.
 	Sampling SamplingParams
 	// Stop strings end the request when they appear in the output text; the text returned stops
-	// before the match.
+	// before the match, or after it with IncludeStopString.
 	Stop []string
+	// IncludeStopString keeps a matched stop string at the end of the returned text (vLLM's
+	// include_stop_str_in_output); the text after it is still cut.
+	IncludeStopString bool
 	// StopTokenIDs end the request when generated, like EOS.
 	StopTokenIDs []int32
 	// IgnoreEOS keeps generating past EOS tokens (stop token ids still apply).
@@ -378,7 +381,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 			return nil, bad("stop token %d is outside the vocabulary of %d", t, e.vocab)
 		}
 	}
-	if err := req.Sampling.validate(); err != nil {
+	if err := req.Sampling.Validate(); err != nil {
 		return nil, bad("%v", err)
 	}
 	for t := range req.Sampling.LogitBias {

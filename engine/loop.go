@@ -657,6 +657,9 @@ func (e *Engine) postprocess(r *request) {
 	// from the token after them on, though it may begin in their text.
 	if seq.NumOutputTokens() > r.req.MinTokens {
 		if pos, stop, ok := r.stops.find(r.held, from); ok {
+			if r.req.IncludeStopString {
+				pos += len(stop)
+			}
 			r.held = r.held[:pos]
 			reason, out.StopString = FinishStop, stop
 			if !seq.Finished() {

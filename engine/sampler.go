@@ -52,8 +52,18 @@ type SamplingParams struct {
 // greedy reports whether these parameters never draw a random number.
 func (p SamplingParams) greedy() bool { return p.Temperature < greedyEpsilon }
 
-// validate checks the ranges documented on SamplingParams.
-func (p SamplingParams) validate() error {
+// Validate checks the ranges documented on SamplingParams; every number must be finite. Engine.Add
+// calls it; callers may call it first to refuse bad parameters before loading a model.
+func (p SamplingParams) Validate() error {
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{{"temperature", p.Temperature}, {"top_p", p.TopP}, {"min_p", p.MinP}, {"repetition_penalty", p.RepetitionPenalty},
+		{"presence_penalty", p.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty}} {
+		if math.IsInf(f.value, 0) {
+			return fmt.Errorf("%s %v must be a finite number", f.name, f.value)
+		}
+	}
 	switch {
 	case math.IsNaN(p.Temperature) || p.Temperature < 0:
 		return fmt.Errorf("temperature %v must be >= 0", p.Temperature)

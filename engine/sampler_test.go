@@ -352,6 +352,8 @@ func TestSamplingParamsValidate(t *testing.T) {
 		{"top-k -1", SamplingParams{TopK: -1}, true},
 		{"negative temperature", SamplingParams{Temperature: -1}, false},
 		{"NaN temperature", SamplingParams{Temperature: math.NaN()}, false},
+		{"infinite temperature", SamplingParams{Temperature: math.Inf(1)}, false},
+		{"infinite repetition", SamplingParams{RepetitionPenalty: math.Inf(1)}, false},
 		{"top-p above 1", SamplingParams{TopP: 1.5}, false},
 		{"top-k -2", SamplingParams{TopK: -2}, false},
 		{"min-p above 1", SamplingParams{MinP: 2}, false},
@@ -364,8 +366,8 @@ func TestSamplingParamsValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.p.validate(); (err == nil) != tc.ok {
-				t.Fatalf("validate() = %v, want ok=%v", err, tc.ok)
+			if err := tc.p.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
 			}
 		})
 	}

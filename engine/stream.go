@@ -37,7 +37,8 @@ type Output struct {
 	// TokenIDs are the new tokens, in order. A token that ends the request (EOS, a stop token id)
 	// is included, though its text is not.
 	TokenIDs []int32
-	// Text is the new text. It excludes a matched stop string and anything after it, and lags
+	// Text is the new text. It excludes anything after a matched stop string, and the stop string
+	// itself unless Request.IncludeStopString is set; it lags
 	// TokenIDs while the end of the text could still be the start of a stop string or an
 	// incomplete character; the final Output carries the rest.
 	Text string

@@ -55,6 +55,17 @@ func TestStopConditions(t *testing.T) {
 			wantIDs: ids("bcdef"), wantText: "bcd", reason: FinishStop, stop: "ef"},
 		{name: "earliest of stop strings completed together", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"xyz", "fg", "defg"}},
 			wantIDs: ids("bcdefg"), wantText: "bc", reason: FinishStop, stop: "defg"},
+		{name: "stop string kept", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"de"}, IncludeStopString: true},
+			wantIDs: ids("bcde"), wantText: "bcde", reason: FinishStop, stop: "de"},
+		{name: "earliest stop string kept", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"xyz", "fg", "defg"}, IncludeStopString: true},
+			wantIDs: ids("bcdefg"), wantText: "bcdefg", reason: FinishStop, stop: "defg"},
+		// The special token's text "<257>" holds the stop string and more after it.
+		{name: "stop string kept, text after it cut", script: map[int32]int32{'a': 'b', 'b': 257},
+			req:     Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"<25"}, IncludeStopString: true, KeepSpecialTokens: true},
+			wantIDs: []int32{'b', 257}, wantText: "b<25", reason: FinishStop, stop: "<25"},
+		{name: "stop string inside a token cut", script: map[int32]int32{'a': 'b', 'b': 257},
+			req:     Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"<25"}, KeepSpecialTokens: true},
+			wantIDs: []int32{'b', 257}, wantText: "b", reason: FinishStop, stop: "<25"},
 		{name: "stop string in one token", req: Request{PromptIDs: ids("a"), MaxTokens: 10, Stop: []string{"c"}},
 			wantIDs: ids("bc"), wantText: "b", reason: FinishStop, stop: "c"},
 		{name: "partial stop string released", req: Request{PromptIDs: ids("a"), MaxTokens: 6, Stop: []string{"dx", "fgz"}},
@@ -400,6 +411,7 @@ func TestStopStringsRandomized(t *testing.T) {
 		}
 		maxTokens := 1 + rng.IntN(12)
 		prompt := int32(letters[rng.IntN(len(letters))])
+		include := rng.IntN(2) == 0
 
 		// Reference.
 		var wantIDs []int32
@@ -416,13 +428,16 @@ func TestStopStringsRandomized(t *testing.T) {
 				}
 			}
 			if pos >= 0 {
+				if include {
+					pos += len(stop)
+				}
 				text, wantStop, wantReason = text[:pos], stop, FinishStop
 				break
 			}
 		}
 		wantText = text
 
-		s, err := e.Add(context.Background(), Request{PromptIDs: []int32{prompt}, MaxTokens: maxTokens, Stop: stops})
+		s, err := e.Add(context.Background(), Request{PromptIDs: []int32{prompt}, MaxTokens: maxTokens, Stop: stops, IncludeStopString: include})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +455,7 @@ func TestStopStringsRandomized(t *testing.T) {
 		}
 		gotText := strings.Join(deltas, "")
 		if !slices.Equal(got, wantIDs) || gotText != wantText || final.StopString != wantStop || final.FinishReason != wantReason {
-			t.Fatalf("trial %d (script %v, stops %q, max %d): got %v %q %q %q, want %v %q %q %q", trial, m.script, stops, maxTokens,
+			t.Fatalf("trial %d (script %v, stops %q, include %v, max %d): got %v %q %q %q, want %v %q %q %q", trial, m.script, stops, include, maxTokens,
 				got, gotText, final.StopString, final.FinishReason, wantIDs, wantText, wantStop, wantReason)
 		}
 		if streamed := strings.Join(deltas[:len(deltas)-1], ""); !strings.HasPrefix(wantText, streamed) {

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,15 +98,46 @@ func TestDecodeStepsAreReplayable(t *testing.T) {
 	}
 }
 
+// TestLoadProgress: Load reports the bytes it has uploaded, from 0 to the checkpoint's total (every
+// tensor at the config's dtype), growing with each tensor.
 func TestLoadProgress(t *testing.T) {
-	cfg := tinyConfig()
-	var out bytes.Buffer
-	m, err := load(cfg, newRandomModel(cfg, weights.DTypeF32, 1).get, Options{NumBlocks: 4, Progress: &out}, NewCPUBackend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if got := out.String(); !strings.Contains(got, "loading weights") || !strings.HasSuffix(got, "4/4\n") {
-		t.Fatalf("progress output %q", got)
+	for _, tc := range []struct {
+		name string
+		tie  bool
+		dt   weights.DType
+	}{{"float32", false, weights.DTypeF32}, {"bfloat16, tied", true, weights.DTypeBF16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.TieWordEmbeddings = tc.tie
+			cfg.DType = tc.dt
+			var want int64
+			for _, shape := range weights.LlamaTensorShapes(cfg) {
+				n := int64(tc.dt.Size())
+				for _, d := range shape {
+					n *= int64(d)
+				}
+				want += n
+			}
+			var calls [][2]int64
+			m, err := load(cfg, newRandomModel(cfg, tc.dt, 1).get, Options{NumBlocks: 4,
+				Progress: func(loaded, total int64) { calls = append(calls, [2]int64{loaded, total}) }}, NewCPUBackend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			// One call before the first tensor, one after each: embed, 6 a layer, the norm, the head.
+			uploads := 1 + 6*cfg.NumHiddenLayers + 1
+			if !tc.tie {
+				uploads++
+			}
+			if len(calls) != uploads+1 || calls[0] != [2]int64{0, want} || calls[len(calls)-1] != [2]int64{want, want} {
+				t.Fatalf("%d calls %v; want %d from 0 to %d", len(calls), calls, uploads+1, want)
+			}
+			for i := 1; i < len(calls); i++ {
+				if calls[i][0] <= calls[i-1][0] || calls[i][1] != want {
+					t.Fatalf("call %d: %v after %v", i, calls[i], calls[i-1])
+				}
+			}
+		})
 	}
 }

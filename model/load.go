@@ -1,9 +1,9 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 
@@ -13,6 +13,12 @@ import (
 // Load builds the model in f on the backend opts.Device names: the pure-Go CPU backend by default (see
 // NewCPUBackend for its memory cost), or the GPU (Options.Device "cuda" or "auto").
 func Load(f *weights.Folder, opts Options) (*Model, error) {
+	return LoadContext(context.Background(), f, opts)
+}
+
+// LoadContext is Load that gives up when ctx ends: it checks ctx before each tensor it uploads, and
+// then frees what it built and returns an error wrapping ctx's.
+func LoadContext(ctx context.Context, f *weights.Folder, opts Options) (*Model, error) {
 	if f == nil || f.Config == nil || f.Tensors == nil {
 		return nil, errors.New("model: load: folder has no config or tensors")
 	}
@@ -20,7 +26,7 @@ func Load(f *weights.Folder, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	return LoadOn(f, opts, newBackend)
+	return loadContext(ctx, f.Config, f.Tensors.Get, opts, newBackend)
 }
 
 // LoadOn builds the model in f on the backend that newBackend constructs: it checks the config,
@@ -37,6 +43,13 @@ func LoadOn(f *weights.Folder, opts Options, newBackend NewBackendFunc) (*Model,
 type tensorGetter func(name string) (*weights.Tensor, error)
 
 func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+	return loadContext(context.Background(), cfg, get, opts, newBackend)
+}
+
+func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
 	shape, err := shapeOf(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
@@ -46,7 +59,7 @@ func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBac
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps)}
-	if err := m.uploadAll(get, opts.Progress); err != nil {
+	if err := m.uploadAll(ctx, get, opts.Progress); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
@@ -100,11 +113,34 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 }
 
 // uploadAll hands every parameter to the backend, checking each shape against the config.
-func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
+// It stops with ctx's error before the next tensor once ctx ends.
+func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64)) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
-	bar := newProgressBar(progress, c.NumHiddenLayers+2)
+	elem := int64(c.DType.Size())
+	if elem == 0 {
+		elem = 4
+	}
+	var loaded, total int64
+	for _, shape := range weights.LlamaTensorShapes(c) {
+		n := elem
+		for _, dim := range shape {
+			n *= int64(dim)
+		}
+		total += n
+	}
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
+	progress(0, total)
 	up := func(rows, cols int, names ...string) (Weight, error) {
+		if err := ctx.Err(); err != nil {
+			return Weight{}, err
+		}
+		defer func() {
+			loaded += int64(rows) * int64(max(cols, 1)) * elem
+			progress(loaded, total)
+		}()
 		parts := make([]*weights.Tensor, len(names))
 		for i, name := range names {
 			t, err := get(name)
@@ -135,7 +171,6 @@ func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
 	if m.embed, err = up(c.VocabSize, h, "model.embed_tokens.weight"); err != nil {
 		return err
 	}
-	bar.advance()
 	m.layers = make([]layerWeights, c.NumHiddenLayers)
 	qkvRows := s.QKVCols()
 	for l := range m.layers {
@@ -158,7 +193,6 @@ func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
 				return err
 			}
 		}
-		bar.advance()
 	}
 	if m.finalNorm, err = up(h, 0, "model.norm.weight"); err != nil {
 		return err
@@ -168,8 +202,6 @@ func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
 	} else if m.lmHead, err = up(c.VocabSize, h, "lm_head.weight"); err != nil {
 		return err
 	}
-	bar.advance()
-	bar.done()
 	return nil
 }
 
@@ -211,35 +243,4 @@ func float32Bytes(v []float32) []byte {
 		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 	}
 	return b
-}
-
-// progressBar draws "loading weights [=====     ] 12/32" on one line of w, rewritten with \r.
-type progressBar struct {
-	w        io.Writer
-	n, total int
-}
-
-func newProgressBar(w io.Writer, total int) *progressBar { return &progressBar{w: w, total: total} }
-
-func (p *progressBar) advance() {
-	p.n++
-	if p.w == nil {
-		return
-	}
-	const width = 30
-	filled := width * p.n / p.total
-	bar := make([]byte, width)
-	for i := range bar {
-		bar[i] = ' '
-		if i < filled {
-			bar[i] = '='
-		}
-	}
-	fmt.Fprintf(p.w, "\rloading weights [%s] %d/%d", bar, p.n, p.total)
-}
-
-func (p *progressBar) done() {
-	if p.w != nil {
-		fmt.Fprintln(p.w)
-	}
 }

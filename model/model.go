@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/gollm/gollm/weights"
 )
@@ -26,9 +25,11 @@ type Options struct {
 	NumBlocks int
 	// BlockSize is the number of tokens per page; zero means DefaultBlockSize.
 	BlockSize int
-	// Progress receives a one-line progress bar while weights load (rewritten in place with \r); nil
-	// writes nothing.
-	Progress io.Writer
+	// Progress, when not nil, is called from Load's goroutine as the weights load: with loaded 0 before
+	// the first tensor, after each one, and last with loaded == total. Both count the checkpoint's
+	// bytes at its config's dtype (4 bytes a parameter when the config names none), so that a caller
+	// can show bytes, a rate and the time left.
+	Progress func(loaded, total int64)
 
 	// Device selects Load's backend: "" or "cpu" the pure-Go CPU backend; "cuda" an NVIDIA GPU (binaries
 	// built with -tags cuda; an error wrapping ErrNoCUDA otherwise); "auto" the GPU when one can be used,

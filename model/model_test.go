@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -406,6 +407,56 @@ func TestLoadRejectsBadShapes(t *testing.T) {
 	if _, err := load(tinyConfig(), newRandomModel(tinyConfig(), weights.DTypeF32, 1).get, Options{}, NewCPUBackend); err == nil {
 		t.Fatal("load accepted NumBlocks 0")
 	}
+}
+
+// TestLoadContextCancel: a context that ends before or during the upload stops it with the context's
+// error, and the backend is closed.
+func TestLoadContextCancel(t *testing.T) {
+	for _, after := range []int{0, 1, 5} {
+		t.Run(fmt.Sprintf("after %d tensors", after), func(t *testing.T) {
+			cfg := tinyConfig()
+			r := newRandomModel(cfg, weights.DTypeF32, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			got := 0
+			get := func(name string) (*weights.Tensor, error) {
+				if got == after {
+					cancel()
+				}
+				got++
+				return r.get(name)
+			}
+			if after == 0 {
+				cancel()
+			}
+			var backend *closeCounter
+			m, err := loadContext(ctx, cfg, get, Options{NumBlocks: 8}, func(s Shape) (Backend, error) {
+				b, err := NewCPUBackend(s)
+				backend = &closeCounter{Backend: b}
+				return backend, err
+			})
+			if !errors.Is(err, context.Canceled) || m != nil {
+				t.Fatalf("got %v, %v; want context.Canceled", m, err)
+			}
+			if got > after+1 {
+				t.Errorf("read %d tensors after the context ended at %d", got, after)
+			}
+			if backend != nil && backend.closes != 1 {
+				t.Errorf("backend closed %d times, want once", backend.closes)
+			}
+		})
+	}
+}
+
+// closeCounter counts the Close calls of the Backend it wraps.
+type closeCounter struct {
+	Backend
+	closes int
+}
+
+func (c *closeCounter) Close() error {
+	c.closes++
+	return c.Backend.Close()
 }
 
 func TestKVBytesPerBlock(t *testing.T) {

@@ -14,9 +14,9 @@ var benchSubcommands = map[string]struct {
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }{
 	"attention":  {"time the decode-attention kernels on the GPU over a grid of shapes", runBenchAttention},
-	"latency":    {"time a batch end to end: prefill, decode steps, roofline (bench_e2e.go)", runBenchLatency},
-	"throughput": {"offline throughput over many requests (bench_e2e.go)", runBenchThroughput},
-	"serve":      {"load-test a running server (bench_e2e.go)", runBenchServe},
+	"latency":    {"time a batch end to end: prefill, decode steps, roofline", runBenchLatency},
+	"throughput": {"offline throughput over many requests", runBenchThroughput},
+	"serve":      {"load-test a running server", runBenchServe},
 }
 
 func init() {

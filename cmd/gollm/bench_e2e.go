@@ -15,8 +15,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/cmd/internal/bench"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
-	"github.com/gollm/gollm/weights/hub"
 )
 
 // End-to-end benchmarks: gollm bench latency | throughput | serve. The measuring lives in
@@ -36,7 +36,7 @@ type benchModelFlags struct {
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "built-in model shape ("+strings.Join(bench.PresetNames(), ", ")+") or a config.json path; weights are random")
-	fs.StringVar(&f.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face name ORG/NAME[@REVISION] in its cache")
+	fs.StringVar(&f.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json)")
 	fs.BoolVar(&f.randomWeights, "random-weights", false, "with --model: random weights of the folder's shape instead of its checkpoint")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the random weights and prompts")
 	fs.StringVar(&f.device, "device", "cpu", "where the model runs: cpu or cuda")
@@ -54,15 +54,15 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	if f.pageSize <= 0 {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
-	dir := f.modelDir
-	if dir != "" {
+	dir := ""
+	if f.modelDir != "" { // a model name becomes a folder where every command's does
 		var err error
-		if dir, err = hub.Resolve(dir); err != nil {
+		if dir, err = llm.Resolve(f.modelDir); err != nil {
 			return bench.ModelSpec{}, err
 		}
 	}
 	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
-		Device: f.device, BlockSize: f.pageSize, Progress: ttyOrNil(stderr)}, nil
+		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr)}, nil
 }
 
 // profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op

@@ -17,23 +17,17 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
-	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/defaultmodel"
-	"github.com/gollm/gollm/weights/hub"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
 func init() {
 	register("generate", "generate text from a prompt, or from a JSONL file of prompts", runGenerate)
 }
-
-// defaultMaxTokens is the output cap when neither --max-tokens nor generation_config.json's
-// max_new_tokens gives one.
-const defaultMaxTokens = 256
 
 // generateOptions are the parsed flags of gollm generate.
 type generateOptions struct {
@@ -70,8 +64,9 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
 }
 
-// checkEngineFlags refuses engine flags out of range.
-func checkEngineFlags(o *generateOptions) error {
+// checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
+// used when it was not asked for), before anything loads.
+func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 	for _, f := range []struct {
 		name  string
 		value int
@@ -82,6 +77,47 @@ func checkEngineFlags(o *generateOptions) error {
 			return fmt.Errorf("--%s %d must be at least %d", f.name, f.value, f.min)
 		}
 	}
+	if o.kvBlocks > 0 && o.maxModelLen > 0 && o.kvBlocks*o.pageSize < o.maxModelLen {
+		return fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
+			o.maxModelLen, o.kvBlocks, o.pageSize)
+	}
+	device, notice, err := model.ResolveDevice(o.device)
+	if err != nil {
+		return err
+	}
+	if notice != "" {
+		fmt.Fprintln(stderr, notice)
+	}
+	o.device = device
+	return nil
+}
+
+// loadHint is what the user can do about a model that does not fit, in flags.
+func loadHint(err error) string {
+	if errors.Is(err, llm.ErrDoesNotFit) {
+		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
+	}
+	return ""
+}
+
+// llmConfig is the model and engine configuration the flags give.
+func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
+	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
+		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, DisablePrefixCache: o.noPrefixCache,
+		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr)}
+}
+
+// checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads
+// (the engine would refuse them too, after it).
+func checkSamplingFlags(fs *pflag.FlagSet, o *generateOptions) error {
+	if fs.Changed("max-tokens") && o.maxTokens < 1 {
+		return fmt.Errorf("--max-tokens %d must be at least 1", o.maxTokens)
+	}
+	var p engine.SamplingParams
+	applySamplingFlags(fs, o, &p)
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -90,10 +126,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.SetOutput(stderr)
 	var o generateOptions
 	fs.StringVar(&o.modelDir, "model", "", "model folder (config.json, *.safetensors, tokenizer.json), or a Hugging Face name ORG/NAME[@REVISION] in its cache (see gollm pull); default: the built-in "+defaultmodel.Name()+" model")
-	fs.StringVar(&o.prompt, "prompt", "", "prompt text (encoded with the model's special tokens, e.g. BOS)")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt text (encoded with the model's special tokens, e.g. BOS); the same as the PROMPT argument")
 	fs.StringVar(&o.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids, e.g. 1,2,3")
 	fs.StringVar(&o.promptsFile, "prompts-file", "", "JSONL file, one request per line ({\"prompt\": ...} or {\"prompt_ids\": [...]}, plus OpenAI sampling fields); writes one JSON line per request, in order")
-	fs.IntVar(&o.maxTokens, "max-tokens", 0, fmt.Sprintf("maximum tokens to generate (default: generation_config.json's max_new_tokens, else %d)", defaultMaxTokens))
+	fs.IntVar(&o.maxTokens, "max-tokens", 0, fmt.Sprintf("maximum tokens to generate (default: generation_config.json's max_new_tokens, else %d)", llm.DefaultMaxTokens))
 	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json's, else 1)")
 	fs.Float64Var(&o.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json's, else 1: off)")
 	fs.IntVar(&o.topK, "top-k", 0, "keep only the k most likely tokens (default: generation_config.json's, else 0: all)")
@@ -104,11 +140,12 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (default: a random one)")
 	fs.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable); the text stops before it")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
-	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object (prompt_ids, output_ids, text, finish_reason, timings) instead of streaming text")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object (prompt_ids, output_ids, text, finish_reason, timings) instead of streaming text (--prompts-file always writes JSON lines)")
 	addEngineFlags(fs, &o)
 	fs.BoolVar(&o.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gollm generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl) [flags]")
+		fmt.Fprintln(stderr, "usage: gollm generate [--model DIR] [flags] PROMPT")
+		fmt.Fprintln(stderr, "       gollm generate [--model DIR] [flags] (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE.jsonl)")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -119,26 +156,33 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "gollm generate: %v (see gollm generate --help)\n", err)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gollm generate: unexpected argument %q\n", fs.Arg(0))
+	if fs.NArg() > 1 {
+		fmt.Fprintf(stderr, "gollm generate: want one PROMPT argument (quote it), got %d\n", fs.NArg())
 		return 2
 	}
-	inputs := 0
+	textPrompt := fs.Changed("prompt")
+	inputs := fs.NArg()
 	for _, name := range []string{"prompt", "prompt-ids", "prompts-file"} {
 		if fs.Changed(name) {
 			inputs++
 		}
 	}
 	if inputs != 1 {
-		fmt.Fprintln(stderr, "gollm generate: give exactly one of --prompt, --prompt-ids or --prompts-file")
+		fmt.Fprintln(stderr, "gollm generate: give exactly one of PROMPT, --prompt, --prompt-ids or --prompts-file")
 		return 2
 	}
-	if err := checkEngineFlags(&o); err != nil {
+	if fs.NArg() == 1 {
+		o.prompt, textPrompt = fs.Arg(0), true
+	}
+	if err := checkSamplingFlags(fs, &o); err != nil {
 		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
 		return 2
 	}
-	if o.jsonOut && o.promptsFile != "" {
-		fmt.Fprintln(stderr, "gollm generate: --prompts-file always writes JSON lines; drop --json")
+	if err := checkEngineFlags(&o, stderr); err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		if errors.Is(err, model.ErrNoCUDA) {
+			return 1
+		}
 		return 2
 	}
 	var promptIDs []int32
@@ -149,30 +193,29 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return 2
 		}
 	}
-	if o.modelDir == "" {
-		dir, err := defaultModelDir()
-		if err != nil {
-			fmt.Fprintf(stderr, "gollm generate: no --model given and the built-in model is unavailable: %v\n", err)
-			return 1
-		}
-		o.modelDir = dir
-	}
 
-	g, err := loadGenerator(&o, stderr)
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	start := time.Now()
+	m, err := llm.Load(ctx, o.modelDir, o.llmConfig(log, stderr))
 	if err != nil {
-		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err))
+		if ctx.Err() != nil {
+			return 130 // interrupted while loading
+		}
 		return 1
 	}
+	g := &generator{model: m, tok: m.Tokenizer(), engine: m.Engine(), loadTime: time.Since(start)}
 	defer g.close()
 
-	params := engine.DefaultSampling(g.folder.Generation)
+	params := m.Sampling()
 	applySamplingFlags(fs, &o, &params)
 	maxTokens := o.maxTokens
 	if maxTokens == 0 {
-		maxTokens = defaultMaxTokens
-		if mt := g.folder.Generation.MaxNewTokens; mt != nil && *mt > 0 {
-			maxTokens = *mt
-		}
+		maxTokens = m.MaxTokens()
 	}
 	base := engine.Request{MaxTokens: maxTokens, Sampling: params, Stop: o.stop, IgnoreEOS: o.ignoreEOS}
 
@@ -181,7 +224,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	req := base
 	req.PromptIDs = promptIDs
-	if fs.Changed("prompt") {
+	if textPrompt {
 		req.PromptIDs = g.tok.Encode(o.prompt, true)
 	}
 	res := g.generate(ctx, req, func(text string) {
@@ -206,10 +249,6 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	return 0
 }
-
-// defaultModelDir is the model used when --model is not given: the embedded default model, written
-// to the user's cache directory on first use.
-func defaultModelDir() (string, error) { return defaultmodel.Dir() }
 
 // applySamplingFlags overrides the model's sampling defaults with the flags the user gave.
 func applySamplingFlags(fs *pflag.FlagSet, o *generateOptions, p *engine.SamplingParams) {
@@ -255,172 +294,16 @@ func parseIDs(s string) ([]int32, error) {
 	return ids, nil
 }
 
-// generator is a loaded model, tokenizer and engine.
+// generator is a loaded model with its tokenizer and engine at hand.
 type generator struct {
-	folder   *weights.Folder
-	model    *model.Model
+	model    *llm.Model
 	tok      *tokenizer.Tokenizer
 	engine   *engine.Engine
 	loadTime time.Duration
 }
 
-// loadGenerator opens the model folder, loads weights and tokenizer and starts the engine.
-func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
-	start := time.Now()
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	dir, err := hub.Resolve(o.modelDir)
-	if err != nil {
-		return nil, err
-	}
-	folder, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := tokenizer.Load(folder.TokenizerPath())
-	if err != nil {
-		folder.Close()
-		return nil, err
-	}
-	device, notice, err := model.ResolveDevice(o.device)
-	if err != nil {
-		folder.Close()
-		return nil, err
-	}
-	if notice != "" {
-		fmt.Fprintln(stderr, notice)
-	}
-	if o.maxModelLen > folder.Config.MaxPositionEmbeddings {
-		folder.Close()
-		return nil, fmt.Errorf("--max-model-len %d is longer than the model's context (max_position_embeddings %d)",
-			o.maxModelLen, folder.Config.MaxPositionEmbeddings)
-	}
-	if o.maxModelLen > 0 && o.kvBlocks > 0 && o.kvBlocks*o.pageSize < o.maxModelLen { // before the weights load
-		folder.Close()
-		return nil, errNoRoom(o, o.kvBlocks)
-	}
-	numBlocks := o.kvBlocks
-	if numBlocks <= 0 && device == model.DeviceCPU {
-		numBlocks = defaultKVBlocks(folder.Config, o.pageSize, o.maxNumSeqs, o.maxModelLen, availableMemory())
-	} // on a GPU, 0 sizes the pool from the device's free memory
-	// A step's logits rows: one per running sequence, and the prompt rows of prompt-logprobs requests.
-	logitRows := o.maxNumSeqs + min(engine.DefaultMaxPromptLogitRows, o.maxBatchedTokens)
-	m, err := model.Load(folder, model.Options{Device: device, NumBlocks: numBlocks, BlockSize: o.pageSize,
-		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: logitRows})
-	if err != nil {
-		folder.Close()
-		return nil, err
-	}
-	e, err := engine.New(m, tok, engine.Config{
-		MaxNumSeqs:           o.maxNumSeqs,
-		MaxNumBatchedTokens:  o.maxBatchedTokens,
-		DisablePrefixCaching: o.noPrefixCache,
-		DisablePipelining:    o.noPipelining,
-		MaxModelLen:          o.maxModelLen,
-		EOSTokenIDs:          folder.Generation.EOSTokenIDs,
-		Logger:               logger,
-	})
-	if err != nil {
-		m.Close()
-		folder.Close()
-		return nil, err
-	}
-	g := &generator{folder: folder, model: m, tok: tok, engine: e}
-	if held := e.MaxModelLen(); o.maxModelLen > 0 && held < o.maxModelLen {
-		g.close() // a pool sized on the GPU
-		return nil, errNoRoom(o, m.NumBlocks())
-	} else if o.maxModelLen == 0 && held < folder.Config.MaxPositionEmbeddings {
-		logger.Warn("the KV cache holds less than the model's context: requests are limited to max_model_len (--kv-blocks or --max-model-len to choose)",
-			"max_model_len", held, "max_position_embeddings", folder.Config.MaxPositionEmbeddings, "kv_blocks", m.NumBlocks())
-	}
-	logger.Info("model loaded", "dir", dir, "device", device, "kv_blocks", m.NumBlocks(), "page_size", o.pageSize,
-		"seconds", time.Since(start).Seconds())
-	g.loadTime = time.Since(start)
-	return g, nil
-}
-
-// errNoRoom says that --max-model-len does not fit a KV cache of blocks pages.
-func errNoRoom(o *generateOptions, blocks int) error {
-	return fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
-		o.maxModelLen, blocks, o.pageSize)
-}
-
-// progressOutput returns where the weight-loading progress bar goes: w when it is a terminal, else
-// nil (no bar), so that logs and redirected output never fill with carriage returns.
-func progressOutput(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return w
-	}
-	return nil
-}
-
-// close stops the engine (aborting what is left after a short grace period) and frees the model.
-func (g *generator) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	g.engine.Close(ctx)
-	g.model.Close()
-	g.folder.Close()
-}
-
-// minKVTokens is the least the default CPU KV pool holds for one sequence, even when memory looks short
-// (the estimate is rough): the model's whole context up to this many tokens.
-const minKVTokens = 8192
-
-// defaultKVBlocks sizes the KV pool from memory: a quarter of what is available once the weights are
-// loaded (the CPU backend keeps them as float32), and no more than max-num-seqs full contexts need (a
-// context is maxModelLen tokens, or max_position_embeddings when maxModelLen is 0), but at least one
-// context: the one asked for (maxModelLen), else the model's up to minKVTokens. A long-context model
-// (128K, 1M tokens) on a machine that cannot hold a whole context gets what fits, and the engine caps its
-// requests' length to that.
-func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) int {
-	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
-	var params int64
-	for _, shape := range weights.LlamaTensorShapes(cfg) {
-		n := int64(1)
-		for _, d := range shape {
-			n *= int64(d)
-		}
-		params += n
-	}
-	budget := (available - 4*params) / 4
-	blocks := budget / perBlock
-	context := int64(cfg.MaxPositionEmbeddings)
-	if maxModelLen > 0 {
-		context = min(context, int64(maxModelLen))
-	}
-	perSeq := (context + int64(pageSize) - 1) / int64(pageSize)
-	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
-	least := min(perSeq, (minKVTokens+int64(pageSize)-1)/int64(pageSize))
-	if maxModelLen > 0 {
-		least = perSeq
-	}
-	return int(max(blocks, least))
-}
-
-// availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.
-func availableMemory() int64 {
-	const fallback = 4 << 30
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return fallback
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return kb << 10
-				}
-			}
-		}
-	}
-	return fallback
-}
+// close stops the engine (aborting what is left) and frees the model.
+func (g *generator) close() { g.model.Close() }
 
 // result is one finished generation with its timings.
 type result struct {

@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/weights/tokenizer"
 	"github.com/gollm/gollm/weights/weightstest"
 )
@@ -202,6 +204,7 @@ func TestGeneratePromptsFile(t *testing.T) {
 
 func TestGenerateUsageErrors(t *testing.T) {
 	dir := writeTestModel(t)
+	missing := filepath.Join(dir, "nope")
 	tests := []struct {
 		name string
 		args []string
@@ -213,19 +216,32 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"two prompts", []string{"--model", dir, "--prompt", "a", "--prompt-ids", "1"}, 2, "exactly one of"},
 		{"bad ids", []string{"--model", dir, "--prompt-ids", "1,x"}, 2, "--prompt-ids"},
 		{"missing folder", []string{"--model", filepath.Join(dir, "nope"), "--prompt", "hi"}, 1, "nope: no such model folder"},
-		{"folder without config.json", []string{"--model", t.TempDir(), "--prompt", "hi"}, 1, "config.json"},
+		{"empty folder", []string{"--model", t.TempDir(), "--prompt", "hi"}, 1, "config.json"},
+		{"prompt argument and flag", []string{"--model", dir, "--prompt", "a", "b"}, 2, "exactly one of"},
+		{"two prompt arguments", []string{"--model", dir, "a", "b"}, 2, "want one PROMPT argument (quote it), got 2"},
 		{"unknown flag", []string{"--frobnicate"}, 2, "unknown flag"},
 		{"prompt too long", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 300) + "1", "--kv-blocks", "64"}, 1, "prompt too long"},
-		{"bad sampling", []string{"--model", dir, "--prompt", "hi", "--top-p", "3", "--kv-blocks", "64"}, 1, "top_p"},
+		// Sampling flags are checked before the model loads: the missing folder is never opened.
+		{"bad top-p", []string{"--model", missing, "hi", "--top-p", "3"}, 2, "top_p 3 must lie in (0, 1]"},
+		{"negative temperature", []string{"--model", missing, "hi", "--temperature", "-1"}, 2, "temperature -1 must be >= 0"},
+		{"NaN temperature", []string{"--model", missing, "hi", "--temperature", "NaN"}, 2, "temperature NaN"},
+		{"infinite temperature", []string{"--model", missing, "hi", "--temperature", "+Inf"}, 2, "temperature +Inf must be a finite number"},
+		{"top-k -2", []string{"--model", missing, "hi", "--top-k", "-2"}, 2, "top_k -2"},
+		{"min-p 2", []string{"--model", missing, "hi", "--min-p", "2"}, 2, "min_p 2"},
+		{"negative repetition penalty", []string{"--model", missing, "hi", "--repetition-penalty", "-1"}, 2, "repetition_penalty -1"},
+		{"presence penalty 3", []string{"--model", missing, "hi", "--presence-penalty", "3"}, 2, "presence_penalty 3"},
+		{"frequency penalty -3", []string{"--model", missing, "hi", "--frequency-penalty", "-3"}, 2, "frequency_penalty -3"},
+		{"max tokens 0", []string{"--model", missing, "hi", "--max-tokens", "0"}, 2, "--max-tokens 0 must be at least 1"},
+		{"temperature not a number", []string{"--model", missing, "hi", "--temperature", "hot"}, 2, "invalid argument \"hot\""},
 		{"negative kv blocks", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "-1"}, 2, "--kv-blocks"},
 		{"zero page size", []string{"--model", dir, "--prompt", "hi", "--page-size", "0"}, 2, "--page-size"},
 		{"negative max model len", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "-1"}, 2, "--max-model-len"},
 		{"max model len past the context", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "300"}, 1, "longer than the model's context (max_position_embeddings 256)"},
-		{"max model len past the cache", []string{"--model", dir, "--prompt", "hi", "--max-model-len", "200", "--kv-blocks", "4"}, 1, "does not fit the KV cache"},
+		{"max model len past the cache", []string{"--model", missing, "--prompt", "hi", "--max-model-len", "200", "--kv-blocks", "4"}, 2, "does not fit the KV cache"},
 		{"prompt past max model len", []string{"--model", dir, "--prompt-ids", strings.Repeat("1,", 40) + "1", "--max-model-len", "32"}, 1, "prompt too long"},
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
-		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 1, `unknown device "tpu"`},
+		{"unknown device", []string{"--model", missing, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,38 +253,54 @@ func TestGenerateUsageErrors(t *testing.T) {
 	}
 }
 
-func TestDefaultKVBlocks(t *testing.T) {
-	cfg := &weights.Config{NumHiddenLayers: 2, NumKeyValueHeads: 2, HeadDim: 16, HiddenSize: 32, NumAttentionHeads: 2,
-		IntermediateSize: 64, VocabSize: 100, MaxPositionEmbeddings: 1024}
-	// One 16-token page: 2 layers × 2 (K, V) × 16 × 2 heads × 16 × 4 bytes = 8 KiB.
-	long := *cfg
-	long.MaxPositionEmbeddings = 1 << 20 // 65536 pages a context
-	// 27040 parameters (4 bytes each), and room for n pages in a quarter of the rest.
-	room := func(n int64) int64 { return 4*27040 + 4*8192*n }
-	tests := []struct {
-		name        string
-		cfg         *weights.Config
-		available   int64
-		maxSeqs     int
-		maxModelLen int
-		want        int
-	}{
-		{"capped by sequences", cfg, 1 << 40, 4, 0, 4 * 64},
-		{"capped by memory", cfg, room(100), 1000, 0, 100},
-		{"at least one context", cfg, 1 << 10, 4, 0, 64},
-		{"max model len is the context", cfg, 1 << 40, 4, 256, 4 * 16},
-		// A 1M-token context does not fit: what memory holds, not 65536 pages (64 GiB here, 2 TiB of
-		// float32 KV for Llama-3-8B's shape).
-		{"long context, what fits", &long, room(1000), 4, 0, 1000},
-		{"long context, little memory", &long, 1 << 10, 4, 0, minKVTokens / 16},
-		{"long context, the length asked for", &long, 1 << 10, 4, 32768, 2048},
+// The prompt is a positional argument too, as in ollama run: the same request as --prompt.
+func TestGeneratePromptArgument(t *testing.T) {
+	dir := writeTestModel(t)
+	common := []string{"generate", "--model", dir, "--max-tokens", "6", "--temperature", "0", "--ignore-eos", "--json", "--kv-blocks", "64"}
+	outputs := map[string]generationJSON{}
+	for name, args := range map[string][]string{
+		"flag":                 {"--prompt", "the cat"},
+		"argument":             {"the cat"},
+		"argument, flags last": nil,
+	} {
+		full := append(slices.Clone(common), args...)
+		if args == nil {
+			full = []string{"generate", "the cat", "--model", dir, "--max-tokens", "6", "--temperature", "0", "--ignore-eos", "--json", "--kv-blocks", "64"}
+		}
+		code, stdout, stderr := runCLI(t, full...)
+		var got generationJSON
+		if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q", name, code, stdout, stderr)
+		}
+		outputs[name] = got
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := defaultKVBlocks(tc.cfg, 16, tc.maxSeqs, tc.maxModelLen, tc.available); got != tc.want {
-				t.Fatalf("defaultKVBlocks = %d, want %d", got, tc.want)
-			}
-		})
+	want := outputs["flag"]
+	for name, got := range outputs {
+		if !slices.Equal(got.PromptIDs, want.PromptIDs) || !slices.Equal(got.OutputIDs, want.OutputIDs) || len(got.OutputIDs) != 6 {
+			t.Errorf("%s: prompt %v output %v; --prompt gave %v %v", name, got.PromptIDs, got.OutputIDs, want.PromptIDs, want.OutputIDs)
+		}
+	}
+}
+
+// --json with --prompts-file is redundant (the file's answers are always JSON lines): accepted, with
+// the same output.
+func TestGeneratePromptsFileWithJSON(t *testing.T) {
+	dir := writeTestModel(t)
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	writeFile(t, path, []byte(`{"prompt": "the cat", "max_tokens": 3, "temperature": 0}`+"\n"+`{"prompt_ids": [1, 2], "max_tokens": 2, "temperature": 0}`+"\n"))
+	strip := func(out string) string { // timings differ from run to run
+		return regexp.MustCompile(`"timings":\{[^}]*\}`).ReplaceAllString(out, "")
+	}
+	var outs []string
+	for _, extra := range [][]string{nil, {"--json"}} {
+		code, stdout, stderr := runCLI(t, append([]string{"generate", "--model", dir, "--prompts-file", path, "--kv-blocks", "64", "--ignore-eos"}, extra...)...)
+		if code != 0 || strings.Count(stdout, "\n") != 2 {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", extra, code, stdout, stderr)
+		}
+		outs = append(outs, strip(stdout))
+	}
+	if outs[0] != outs[1] {
+		t.Errorf("--json changed the output:\n%s\n%s", outs[0], outs[1])
 	}
 }
 
@@ -286,26 +318,50 @@ func TestGenerateDefaultModel(t *testing.T) {
 	}
 }
 
-// Interrupted (ctx cancelled, as by Ctrl-C), a --prompts-file run still writes one line per prompt
-// and exits 130, whether a request was aborted in the engine or never got in.
+// Interrupted (ctx cancelled, as by Ctrl-C) once its first line is out, a --prompts-file run still
+// writes one line per prompt and exits 130; interrupted while the model loads, it exits 130 at once.
 func TestGeneratePromptsFileInterrupted(t *testing.T) {
 	dir := writeTestModel(t)
 	var lines []string
 	for range 12 {
-		lines = append(lines, `{"prompt": "the cat", "max_tokens": 50}`)
+		lines = append(lines, `{"prompt": "the cat", "max_tokens": 200, "ignore_eos": true}`)
 	}
+	lines[0] = `{"prompt": "the cat", "max_tokens": 1}`
 	path := filepath.Join(t.TempDir(), "prompts.jsonl")
 	writeFile(t, path, []byte(strings.Join(lines, "\n")))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var stdout, stderr bytes.Buffer
-	code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
-	if code != 130 {
-		t.Errorf("exit %d, want 130 (interrupted); stderr %s", code, stderr.String())
-	}
-	if n := strings.Count(stdout.String(), "\n"); n != len(lines) {
-		t.Errorf("%d output lines for %d prompts", n, len(lines))
-	}
+	t.Run("while running", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stdout := &cancelOnWrite{cancel: cancel}
+		var stderr bytes.Buffer
+		code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, stdout, &stderr)
+		if code != 130 {
+			t.Errorf("exit %d, want 130 (interrupted); stderr %s", code, stderr.String())
+		}
+		if n := strings.Count(stdout.String(), "\n"); n != len(lines) || !strings.Contains(stdout.String(), `"finish_reason":"abort"`) {
+			t.Errorf("%d output lines for %d prompts, some aborted: %s", n, len(lines), stdout.String())
+		}
+	})
+	t.Run("while loading", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var stdout, stderr bytes.Buffer
+		code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
+		if code != 130 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "context canceled") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 130, nothing, and why", code, stdout.String(), stderr.String())
+		}
+	})
+}
+
+// cancelOnWrite is a buffer that calls cancel on its first write.
+type cancelOnWrite struct {
+	bytes.Buffer
+	cancel context.CancelFunc
+}
+
+func (w *cancelOnWrite) Write(p []byte) (int, error) {
+	w.cancel()
+	return w.Buffer.Write(p)
 }
 
 // inOrder emits each result as soon as it and those before it are done, even while later ones are
@@ -340,7 +396,7 @@ func TestInOrderEmitsBeforeAllAreSubmitted(t *testing.T) {
 	}
 }
 
-// TestGenerateEngineFlags: the engine flags reach the engine: pool size, page size, prefix caching.
+// The engine flags of the issue reach the engine: pool size, page size, prefix caching.
 func TestGenerateEngineFlags(t *testing.T) {
 	dir := writeTestModel(t)
 	for _, tc := range []struct {
@@ -365,21 +421,34 @@ func TestGenerateEngineFlags(t *testing.T) {
 }
 
 // The progress bar is drawn on a terminal only: not into a pipe, a file or a buffer.
-func TestProgressOnlyOnATerminal(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+// TestLoadProgressLogLines: off a terminal the load's progress is a plain log line (no carriage
+// returns) that ends with the whole size, so logs keep a record of the load.
+func TestLoadProgressLogLines(t *testing.T) {
+	var out bytes.Buffer
+	report := loadProgress(&out)
+	const total = 3 << 20
+	for _, loaded := range []int64{1 << 20, 2 << 20, total} {
+		report(loaded, total)
 	}
-	defer r.Close()
-	defer w.Close()
-	file, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
+	got := out.String()
+	if strings.Contains(got, "\r") {
+		t.Errorf("carriage returns in a log: %q", got)
 	}
-	defer file.Close()
-	for name, out := range map[string]io.Writer{"pipe": w, "file": file, "buffer": &bytes.Buffer{}} {
-		if got := progressOutput(out); got != nil {
-			t.Errorf("%s: progress bar drawn into a non-terminal", name)
+	if !strings.Contains(got, "loading weights") || !strings.Contains(got, "3.15 MB") {
+		t.Errorf("log %q: want the label and the total (3.15 MB)", got)
+	}
+}
+
+func TestLoadHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), "--kv-blocks"},
+		{errors.New("weights: config.json: no such file"), ""},
+	} {
+		if got := loadHint(tc.err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("loadHint(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }

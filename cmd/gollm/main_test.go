@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -30,14 +31,26 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-// Every registered command must answer --help without panicking.
+// Every registered command (and bench's subcommands) must answer --help without panicking, and no help
+// text names a source file: users read them, not the code.
 func TestEveryCommandHasHelp(t *testing.T) {
+	sourceFile := regexp.MustCompile(`\b[\w/.-]+\.(go|cu|sh|py|mjs)\b`)
+	helps := [][]string{{"--help"}}
 	for name := range commands {
-		t.Run(name, func(t *testing.T) {
+		helps = append(helps, []string{name, "--help"})
+	}
+	for name := range benchSubcommands {
+		helps = append(helps, []string{"bench", name, "--help"})
+	}
+	for _, args := range helps {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run([]string{name, "--help"}, &out, &errb)
+			code := run(args, &out, &errb)
 			if code != 0 && code != 2 {
 				t.Fatalf("exit code %d", code)
+			}
+			if f := sourceFile.FindString(out.String() + errb.String()); f != "" {
+				t.Errorf("the help names the source file %s:\n%s%s", f, out.String(), errb.String())
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -212,22 +211,4 @@ func servedNameOfRunningServer(t *testing.T, args []string) string {
 		t.Errorf("completion for %q: HTTP %d, model %q, %v", name, resp.StatusCode, answer.Model, err)
 	}
 	return name
-}
-
-func TestServedModelName(t *testing.T) {
-	dir := t.TempDir()
-	local := filepath.Join(dir, "Llama-3.2-1B")
-	os.Mkdir(local, 0o755)
-	for _, tc := range []struct{ model, want string }{
-		{"meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"},
-		{"meta-llama/Llama-3.2-1B-Instruct@main", "meta-llama/Llama-3.2-1B-Instruct"},
-		{local, "Llama-3.2-1B"},
-		{local + "/", "Llama-3.2-1B"},
-	} {
-		t.Run(tc.model, func(t *testing.T) {
-			if got := servedModelName(tc.model); got != tc.want {
-				t.Errorf("servedModelName(%q) = %q, want %q", tc.model, got, tc.want)
-			}
-		})
-	}
 }

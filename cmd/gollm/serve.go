@@ -8,17 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/engine/openai"
-	"github.com/gollm/gollm/weights/chattemplate"
+	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights/defaultmodel"
-	"github.com/gollm/gollm/weights/hub"
 )
 
 func init() {
@@ -52,7 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on (0 picks a free one)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: $GOLLM_API_KEY; none if unset)")
-	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (/v1/models, the model field of answers); default: ORG/NAME for a model given by its Hugging Face name, else the model folder's name")
+	fs.StringVar(&o.modelName, "served-model-name", "", "model id in the API (/v1/models, the model field of answers); default: ORG/NAME for a model given by its Hugging Face name, the model folder's name, or "+defaultmodel.Name()+" for the built-in model")
 	fs.IntVar(&o.maxQueue, "max-queue", openai.DefaultMaxQueue, "sequences that may wait beyond the running ones before requests get 429 (at least 1; -1: no limit)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", openai.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", openai.DefaultMaxHeaderBytes, "largest request header block accepted (431 beyond)")
@@ -66,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gollm serve [--model DIR|ORG/NAME[@REVISION]] [--host 127.0.0.1] [--port 8000] [flags]")
+		fmt.Fprintln(stderr, "usage: gollm serve [--model DIR] [--host 127.0.0.1] [--port 8000] [flags]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -85,8 +83,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "gollm serve: --port %d out of range\n", o.port)
 		return 2
 	}
-	if err := checkEngineFlags(&o.gen); err != nil {
+	if err := checkEngineFlags(&o.gen, stderr); err != nil {
 		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
+		if errors.Is(err, model.ErrNoCUDA) {
+			return 1
+		}
 		return 2
 	}
 	if o.maxQueue == 0 || o.maxQueue < -1 { // openai.Config reads 0 as its default, not as no queue
@@ -96,39 +97,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !fs.Changed("api-key") {
 		o.apiKey = os.Getenv("GOLLM_API_KEY")
 	}
-	if o.gen.modelDir == "" {
-		dir, err := defaultModelDir()
-		if err != nil {
-			fmt.Fprintf(stderr, "gollm serve: no --model given and the built-in model is unavailable: %v\n", err)
-			return 1
-		}
-		o.gen.modelDir = dir
-		if o.modelName == "" {
-			o.modelName = defaultmodel.Name()
-		}
-	}
-	if o.modelName == "" {
-		o.modelName = servedModelName(o.gen.modelDir)
-	}
 	if err := serve(ctx, &o, stderr); err != nil {
-		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
+		fmt.Fprintf(stderr, "gollm serve: %v%s\n", err, loadHint(err))
 		return 1
 	}
 	return 0
 }
 
-// servedModelName is the model's id in the API when --served-model-name is not given: ORG/NAME
-// (without @REVISION) for a model given by its Hugging Face name, else the folder's base name.
-func servedModelName(model string) string {
-	if _, err := os.Stat(model); err != nil {
-		if name, err := hub.ParseName(model); err == nil {
-			return name.Repo
-		}
-	}
-	return filepath.Base(filepath.Clean(model))
-}
-
-// serve loads the model, listens and serves until ctx ends, then drains and stops.
+// serve listens, loads the model while answering 503, and serves until ctx ends, then drains and
+// stops.
 func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	level := slog.LevelInfo
 	if o.gen.verbose {
@@ -136,59 +113,52 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// Listen first: a busy port fails fast, before the model loads.
+	// Listen first: a busy port fails fast, and /health answers (503) while the model loads.
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-
-	g, err := loadGenerator(&o.gen, stderr)
-	if err != nil {
-		return err
-	}
-	defer g.close()
-
-	tc := g.folder.TokenizerConfig
-	tpl, err := chattemplate.Parse(tc.ChatTemplate)
-	switch {
-	case errors.Is(err, chattemplate.ErrNoTemplate):
-		log.Warn("the model has no chat template: /v1/chat/completions will answer 400")
-		tpl = nil
-	case err != nil:
-		log.Warn("cannot parse the model's chat template: /v1/chat/completions will answer 400", "error", err)
-		tpl = nil
-	}
 	cfg := openai.Config{
-		ModelName:        o.modelName,
-		APIKey:           o.apiKey,
-		ChatTemplate:     tpl,
-		BOSToken:         tc.BOSToken,
-		EOSToken:         tc.EOSToken,
-		PadToken:         tc.PadToken,
-		AddSpecialTokens: true,
-		Sampling:         engine.DefaultSampling(g.folder.Generation),
-		MaxRunning:       o.gen.maxNumSeqs,
-		MaxQueue:         o.maxQueue,
-		MaxBodyBytes:     o.maxBodyBytes,
-		MaxHeaderBytes:   o.maxHeaderBytes,
-		MaxN:             o.maxN,
-		MaxStopStrings:   o.maxStop,
-		MaxTokensLimit:   o.maxTokensLimit,
-		VocabSize:        g.folder.Config.VocabSize,
-		ReadTimeout:      o.readTimeout,
-		WriteTimeout:     o.writeTimeout,
-		IdleTimeout:      o.idleTimeout,
-		Logger:           log,
+		ModelName:      o.modelName,
+		APIKey:         o.apiKey,
+		MaxRunning:     o.gen.maxNumSeqs,
+		MaxQueue:       o.maxQueue,
+		MaxBodyBytes:   o.maxBodyBytes,
+		MaxHeaderBytes: o.maxHeaderBytes,
+		MaxN:           o.maxN,
+		MaxStopStrings: o.maxStop,
+		MaxTokensLimit: o.maxTokensLimit,
+		ReadTimeout:    o.readTimeout,
+		WriteTimeout:   o.writeTimeout,
+		IdleTimeout:    o.idleTimeout,
+		Logger:         log,
 	}
-	srv, err := openai.New(openai.FromEngine(g.engine), g.tok, cfg)
+	fmt.Fprintf(stderr, "gollm serve: listening on http://%s (loading the model)\n", ln.Addr())
+	var m *llm.Model
+	defer func() {
+		if m != nil {
+			m.Close()
+		}
+	}()
+	err = openai.ServeLoading(ctx, ln, o.shutdownTimeout, cfg, func(ctx context.Context) (*openai.Server, error) {
+		var err error
+		if m, err = llm.Load(ctx, o.gen.modelDir, o.gen.llmConfig(log, stderr)); err != nil {
+			return nil, err
+		}
+		if _, err := m.ChatTemplate(); err != nil {
+			log.Warn("/v1/chat/completions will answer 400", "reason", err)
+		}
+		srv, err := m.NewServer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("serving", "url", "http://"+ln.Addr().String(), "model", m.Name(), "max_model_len", m.MaxModelLen(),
+			"api_key", o.apiKey != "")
+		fmt.Fprintf(stderr, "gollm serve: ready on http://%s\n", ln.Addr())
+		return srv, nil
+	})
 	if err != nil {
-		return err
-	}
-	log.Info("serving", "url", "http://"+ln.Addr().String(), "model", o.modelName, "max_model_len", g.engine.MaxModelLen(),
-		"chat", tpl != nil, "api_key", o.apiKey != "")
-	fmt.Fprintf(stderr, "gollm serve: listening on http://%s\n", ln.Addr())
-	if err := srv.Serve(ctx, ln, o.shutdownTimeout); err != nil {
 		return err
 	}
 	log.Info("stopped")

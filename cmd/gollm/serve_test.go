@@ -7,12 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gollm/gollm/weights/defaultmodel"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a running command.
@@ -70,7 +74,7 @@ func TestServeDefaultModel(t *testing.T) {
 	go func() {
 		done <- runServe(ctx, []string{"--port", "0", "--api-key", "k", "--kv-blocks", "64"}, &bytes.Buffer{}, &stderr)
 	}()
-	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	addr := regexp.MustCompile(`ready on (http://\S+)`)
 	var url string
 	for deadline := time.Now().Add(time.Minute); url == ""; {
 		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
@@ -115,7 +119,7 @@ func TestServeSIGTERM(t *testing.T) {
 	go func() {
 		done <- run([]string{"serve", "--port", "0", "--kv-blocks", "128", "--shutdown-timeout", "300ms"}, &bytes.Buffer{}, &stderr)
 	}()
-	addr := regexp.MustCompile(`listening on http://(\S+)`)
+	addr := regexp.MustCompile(`ready on http://(\S+)`)
 	var hostPort string
 	for deadline := time.Now().Add(time.Minute); hostPort == ""; {
 		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
@@ -160,5 +164,102 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", hostPort); err == nil {
 		t.Error("still accepting connections after exit")
+	}
+}
+
+// TestServeWhileLoading: serve binds its port before the model loads and answers 503 on /health and
+// on the API until it has loaded, then 200; interrupted while loading, it exits 0 without loading.
+// The model folder's config.json is a named pipe, so the load waits for the test to write it.
+func TestServeWhileLoading(t *testing.T) {
+	for _, interrupt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "loads", true: "interrupted"}[interrupt], func(t *testing.T) {
+			src, err := defaultmodel.Dir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			for _, name := range []string{"generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+				data, err := os.ReadFile(filepath.Join(src, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(dir, name), data)
+			}
+			config, err := os.ReadFile(filepath.Join(src, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fifo := filepath.Join(dir, "config.json")
+			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var stderr lockedBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- runServe(ctx, []string{"--model", dir, "--port", "0", "--kv-blocks", "64"}, &bytes.Buffer{}, &stderr)
+			}()
+			url := waitForLine(t, &stderr, done, regexp.MustCompile(`listening on (http://\S+)`))
+			for _, path := range []string{"/health", "/v1/models"} {
+				resp, err := http.Get(url + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 503 || path != "/health" && !strings.Contains(string(body), "model_loading") {
+					t.Errorf("%s while loading: %d %s", path, resp.StatusCode, body)
+				}
+			}
+			if interrupt {
+				cancel()
+			}
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(config)
+			f.Close()
+			if !interrupt {
+				waitForLine(t, &stderr, done, regexp.MustCompile(`ready on (http://\S+)`))
+				resp, err := http.Get(url + "/health")
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("/health once loaded: %v %v", resp, err)
+				}
+				resp.Body.Close()
+				cancel()
+			}
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("exit %d, want 0: %s", code, stderr.String())
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("serve did not exit after the interrupt: %s", stderr.String())
+			}
+			if loaded := strings.Contains(stderr.String(), "ready on"); loaded == interrupt {
+				t.Errorf("model loaded: %v, want %v: %s", loaded, !interrupt, stderr.String())
+			}
+		})
+	}
+}
+
+// waitForLine waits for re to match the command's stderr and returns its first group; it fails if
+// the command exits first.
+func waitForLine(t *testing.T, stderr *lockedBuffer, done chan int, re *regexp.Regexp) string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no line matching %s: %s", re, stderr.String())
+		}
 	}
 }

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 
-	"github.com/gollm/gollm/weights/hub"
+	"github.com/gollm/gollm/engine/llm"
+	"github.com/gollm/gollm/weights/defaultmodel"
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
@@ -34,7 +34,7 @@ func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) int
 	fs := pflag.NewFlagSet("tokenize", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o tokenizeOptions
-	fs.StringVar(&o.modelDir, "model", "", "model folder holding tokenizer.json, or a Hugging Face name ORG/NAME[@REVISION] in its cache")
+	fs.StringVar(&o.modelDir, "model", "", "model folder holding tokenizer.json, or a Hugging Face name ORG/NAME[@REVISION] in its cache; default: the built-in "+defaultmodel.Name()+" model")
 	fs.StringVar(&o.file, "tokenizer", "", "path of a tokenizer.json (instead of --model)")
 	fs.BoolVar(&o.jsonOut, "json", false, `print JSON: {"ids":[...]} when encoding, {"text":"..."} when decoding`)
 	fs.BoolVar(&o.addSpecial, "add-special", false, "add the post-processor's special tokens (BOS), like add_special_tokens=True")
@@ -61,8 +61,6 @@ func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	switch {
-	case o.modelDir == "" && o.file == "":
-		return usageError("give --model DIR or --tokenizer FILE")
 	case o.modelDir != "" && o.file != "":
 		return usageError("give --model or --tokenizer, not both")
 	case decoding && fs.NArg() > 0:
@@ -82,16 +80,13 @@ func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 
-	path := o.file
-	if path == "" {
-		dir, err := hub.Resolve(o.modelDir)
-		if err != nil {
-			fmt.Fprintf(stderr, "gollm tokenize: %v\n", err)
-			return 1
-		}
-		path = filepath.Join(dir, "tokenizer.json")
+	var tok *tokenizer.Tokenizer
+	var err error
+	if o.file != "" {
+		tok, err = tokenizer.Load(o.file)
+	} else {
+		tok, err = llm.LoadTokenizer(o.modelDir)
 	}
-	tok, err := tokenizer.Load(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "gollm tokenize: %v\n", err)
 		return 1

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gollm/gollm/engine/llm"
 )
 
 // tinyTokenizerJSON is a hand-made tokenizer.json: no pre-tokenizer, a few merges, BOS "<s>"
@@ -45,7 +48,6 @@ func TestTokenize(t *testing.T) {
 		{"decode json", []string{"--tokenizer", file, "--decode", "7,8,7", "--json"}, 0, `{"text":"hello hello"}` + "\n", ""},
 		{"decode nothing", []string{"--tokenizer", file, "--decode", ""}, 0, "\n", ""},
 		{"help", []string{"--help"}, 0, "", "usage: gollm tokenize"},
-		{"no tokenizer", []string{"hello"}, 2, "", "give --model DIR or --tokenizer FILE"},
 		{"both", []string{"--model", dir, "--tokenizer", file, "hello"}, 2, "", "not both"},
 		{"no text", []string{"--tokenizer", file}, 2, "", "exactly one TEXT"},
 		{"two texts", []string{"--tokenizer", file, "a", "b"}, 2, "", "exactly one TEXT"},
@@ -67,6 +69,37 @@ func TestTokenize(t *testing.T) {
 			}
 			if !strings.Contains(errb.String(), tc.wantErr) {
 				t.Errorf("stderr %q does not contain %q", errb.String(), tc.wantErr)
+			}
+		})
+	}
+}
+
+// Without --model or --tokenizer, tokenize uses the built-in model's tokenizer, as generate and serve
+// use the built-in model.
+func TestTokenizeDefaultModel(t *testing.T) {
+	tok, err := llm.LoadTokenizer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const text = "func main() {"
+	ids := tok.Encode(text, false)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"encode", []string{text}, strings.Join(parts, " ") + "\n"},
+		{"decode", []string{"--decode", strings.Join(parts, ",")}, text + "\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, append([]string{"tokenize"}, tc.args...)...)
+			if code != 0 || stdout != tc.want {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, tc.want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -30,8 +31,10 @@ type samplingFields struct {
 	RepetitionPenalty *float64        `json:"repetition_penalty"`
 	MinTokens         int             `json:"min_tokens"`
 	IgnoreEOS         bool            `json:"ignore_eos"`
-	Stream            bool            `json:"stream"`
-	StreamOptions     *struct {
+	// IncludeStopStrInOutput is vLLM's: a matched stop string stays at the end of the text.
+	IncludeStopStrInOutput bool `json:"include_stop_str_in_output"`
+	Stream                 bool `json:"stream"`
+	StreamOptions          *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	User              string         `json:"user"`
@@ -55,14 +58,17 @@ type completionRequest struct {
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
 	samplingFields
-	Messages            []chatMessage   `json:"messages"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Logprobs            bool            `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
-	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
-	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
-	Tools               json.RawMessage `json:"tools"`
-	ResponseFormat      *struct {
+	Messages            []chatMessage  `json:"messages"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Logprobs            bool           `json:"logprobs"`
+	TopLogprobs         *int           `json:"top_logprobs"`
+	AddGenerationPrompt *bool          `json:"add_generation_prompt"`
+	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
+	// Tools, ToolChoice and ResponseFormat are accepted only when they ask for nothing (no tools,
+	// tool_choice "none", response_format "text"): handleChat refuses the rest by name.
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
 }
@@ -90,6 +96,9 @@ func decodeBody(body []byte, v any) *apiError {
 	}
 	if dec.More() {
 		return badRequest("", "The request body holds more than one JSON value.")
+	}
+	if field := unknownField(body, reflect.TypeOf(v)); field != "" {
+		return unsupportedParameter(field)
 	}
 	return nil
 }
@@ -154,6 +163,12 @@ func parsePrompt(raw json.RawMessage) (texts []string, ids [][]int32, err *apiEr
 	return nil, nil, badRequest("prompt", "'prompt' must be a string, a non-empty list of strings, a list of token ids or a list of lists of token ids.")
 }
 
+// contentPart is one part of a message's content: only text parts are supported.
+type contentPart struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
 // messageText flattens a message's content: a string, or the text of its text parts joined by
 // newlines (as vLLM does); null is the empty string.
 func messageText(i int, m chatMessage) (string, *apiError) {
@@ -169,10 +184,7 @@ func messageText(i int, m chatMessage) (string, *apiError) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
+	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", badRequest(param, "'%s' must be a string or a list of content parts.", param)
 	}
@@ -182,6 +194,9 @@ func messageText(i int, m chatMessage) (string, *apiError) {
 			return "", badRequest(fmt.Sprintf("%s[%d]", param, j), "Only text content parts are supported (got type %q).", p.Type)
 		}
 		texts = append(texts, *p.Text)
+	}
+	if field := unknownIn(raw, reflect.TypeFor[[]contentPart](), param); field != "" {
+		return "", unsupportedParameter(field)
 	}
 	return strings.Join(texts, "\n"), nil
 }
@@ -375,6 +390,7 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 	}
 	req.StopTokenIDs = f.StopTokenIDs
 	req.IgnoreEOS = f.IgnoreEOS
+	req.IncludeStopString = f.IncludeStopStrInOutput
 	if f.SkipSpecialTokens != nil {
 		req.KeepSpecialTokens = !*f.SkipSpecialTokens
 	}

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -553,12 +554,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if !s.readRequest(w, r, &req) {
 		return
 	}
-	if t := string(req.Tools); t != "" && t != "null" && t != "[]" {
-		s.fail(w, badRequest("tools", "'tools' is not supported."))
+	if t := string(bytes.TrimSpace(req.Tools)); t != "" && t != "null" && t != "[]" {
+		s.fail(w, unsupportedParameter("tools"))
 		return
 	}
-	if req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
-		s.fail(w, badRequest("response_format", "'response_format' %q is not supported.", req.ResponseFormat.Type))
+	if t := string(bytes.TrimSpace(req.ToolChoice)); t != "" && t != "null" && t != `"none"` {
+		s.fail(w, unsupportedParameter("tool_choice"))
+		return
+	}
+	if req.ResponseFormat != nil && req.ResponseFormat.Type != "text" {
+		aerr := unsupportedParameter("response_format")
+		aerr.Message = fmt.Sprintf("Unsupported parameter: 'response_format' of type %q is not supported by this server (only \"text\").", req.ResponseFormat.Type)
+		s.fail(w, aerr)
 		return
 	}
 	maxTokens, param := req.MaxTokens, "max_tokens"

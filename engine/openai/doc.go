@@ -14,9 +14,11 @@
 // metrics. It must not schedule, sample or touch the KV cache: those belong to the engine, reached
 // through the small Engine interface declared here (FromEngine adapts *engine.Engine).
 //
-// Example:
+// A Server's Handler mounts on any mux; Serve runs it on a listener with connection limits and a
+// graceful shutdown; ServeLoading binds the listener before the model is loaded and answers 503 until
+// it is. Package llm builds a Server from a loaded model (llm.Model.Handler, llm.Model.NewServer):
 //
 //	srv, err := openai.New(openai.FromEngine(eng), tok, openai.Config{ModelName: "m", ChatTemplate: tpl})
 //	if err != nil { ... }
-//	err = srv.Serve(ctx, listener) // returns after ctx ends and in-flight requests drain
+//	err = srv.Serve(ctx, listener, 30*time.Second) // returns after ctx ends and in-flight requests drain
 package openai

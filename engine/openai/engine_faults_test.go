@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,26 +20,18 @@ import (
 
 // These fault tests run the real engine and the built-in model on the CPU backend.
 
-// metric reads one unlabelled metric from /metrics.
+// metric reads one metric from /metrics (its model_name label aside).
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	m, err := loadtest.ScrapeMetrics(context.Background(), base, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
+	v, ok := m[name]
+	if !ok {
+		t.Fatalf("/metrics lacks %s", name)
 	}
-	t.Fatalf("/metrics lacks %s", name)
-	return 0
+	return v
 }
 
 // waitUntil polls cond (something the server makes true soon) for up to a minute.

@@ -65,6 +65,12 @@ func shuttingDown() *apiError {
 		Code: strPtr("shutting_down"), retryAfter: 5}
 }
 
+// modelLoading answers requests that arrive while the model loads (ServeLoading).
+func modelLoading() *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, Message: "The model is loading; retry shortly.", Type: "server_error",
+		Code: strPtr("model_loading"), retryAfter: 1}
+}
+
 func internalError(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusInternalServerError, Message: fmt.Sprintf(format, args...), Type: "server_error"}
 }

@@ -60,10 +60,13 @@ type fakeEngine struct {
 
 	mu       sync.Mutex
 	requests []engine.Request
-	failed   bool // a request has failed for failPrompt
-	closed   bool
-	live     int // streams not finished
-	aborted  int
+	// seen counts the requests added with each prompt: a request reports 2 cached prompt tokens for
+	// each earlier one with its prompt (at most all but one), as if the prefix cache held them.
+	seen    map[string]int
+	failed  bool // a request has failed for failPrompt
+	closed  bool
+	live    int // streams not finished
+	aborted int
 }
 
 func (f *fakeEngine) Add(ctx context.Context, req engine.Request) (Stream, error) {
@@ -76,15 +79,21 @@ func (f *fakeEngine) Add(ctx context.Context, req engine.Request) (Stream, error
 		return nil, fmt.Errorf("fake: %w", engine.ErrPromptTooLong)
 	}
 	f.requests = append(f.requests, req)
+	if f.seen == nil {
+		f.seen = map[string]int{}
+	}
+	key := fmt.Sprint(req.PromptIDs)
+	cached := min(2*f.seen[key], len(req.PromptIDs)-1)
+	f.seen[key]++
 	f.live++
 	fail := f.failPrompt != "" && !f.failed && strings.Contains((byteTokenizer{}).Decode(req.PromptIDs, true), f.failPrompt)
 	f.failed = f.failed || fail
 	ch := make(chan engine.Output, 1)
-	go f.produce(ctx, req, fail, ch)
+	go f.produce(ctx, req, cached, fail, ch)
 	return &fakeStream{ch: ch}, nil
 }
 
-func (f *fakeEngine) produce(ctx context.Context, req engine.Request, fail bool, ch chan<- engine.Output) {
+func (f *fakeEngine) produce(ctx context.Context, req engine.Request, cached int, fail bool, ch chan<- engine.Output) {
 	defer close(ch)
 	finish := func(o engine.Output) {
 		f.mu.Lock()
@@ -95,7 +104,7 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, fail bool,
 		f.mu.Unlock()
 		ch <- o
 	}
-	usage := engine.Usage{PromptTokens: len(req.PromptIDs)}
+	usage := engine.Usage{PromptTokens: len(req.PromptIDs), CachedTokens: cached}
 	if fail {
 		finish(engine.Output{FinishReason: engine.FinishError, Err: errors.New("fake: this prompt fails"), Usage: usage})
 		return

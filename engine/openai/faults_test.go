@@ -84,6 +84,12 @@ func metricValue(t *testing.T, url, name string) string {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strings.TrimSpace(v)
 		}
+		// The model_name label of gollm's metrics (the server under test serves one model).
+		if rest, ok := strings.CutPrefix(line, name+"{model_name="); ok {
+			if _, v, ok := strings.Cut(rest, "} "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
 	}
 	t.Fatalf("/metrics lacks %s", name)
 	return ""

@@ -224,7 +224,9 @@ func FuzzCompletionsBody(f *testing.F) {
 		`{"prompt":"func","echo":true,"logprobs":0,"max_tokens":3,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"prompt":"func","echo":true,"logprobs":2,"max_tokens":0}`,
 		`{"prompt":"func","max_tokens":3,"temperature":1,"logit_bias":{"5":100,"6":-100,"7":2.5}}`,
-		`{"prompt":["a","b"],"n":2,"max_tokens":2,"prompt_logprobs":2,"echo":true,"logprobs":1}`)
+		`{"prompt":["a","b"],"n":2,"max_tokens":2,"prompt_logprobs":2,"echo":true,"logprobs":1}`,
+		`{"prompt":"func","max_tokens":4,"stop":["n"],"include_stop_str_in_output":true}`,
+		`{"prompt":"x","guided_json":{"type":"object"},"stream_options":{"include_usage":true,"x":1}}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/completions", body, 200, 400, 404, 413)
@@ -236,7 +238,9 @@ func FuzzChatBody(f *testing.F) {
 		`{"model":"fuzz-model","messages":[{"role":"system","content":"S"},{"role":"user","content":[{"type":"text","text":"A"}]},{"role":"assistant","content":null}],"logprobs":true,"top_logprobs":2,"max_completion_tokens":3}`,
 		`{"messages":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"stream":true,"n":2,"stream_options":{"include_usage":true},"max_tokens":3}`,
 		`{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false,"chat_template_kwargs":{"a":[1,{"b":null}]},"max_tokens":1}`,
-		`{"messages":[{"role":"user","content":"x"}],"prompt_logprobs":3,"n":2,"max_tokens":2,"logit_bias":{"7":-100}}`)
+		`{"messages":[{"role":"user","content":"x"}],"prompt_logprobs":3,"n":2,"max_tokens":2,"logit_bias":{"7":-100}}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none","response_format":{"type":"text"},"max_tokens":2}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a","x":1}],"tool_calls":[]}],"response_format":{"type":"json_schema"}}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/chat/completions", body, 200, 400, 404, 413)

@@ -8,11 +8,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the server's Prometheus metrics, in vLLM's naming style under the "gollm:" prefix.
-// Engine state (running, waiting, KV usage, prefix cache, preemptions) is read from Engine.Stats at
-// scrape time; request metrics are observed by the handlers. Each Server has its own registry,
+// metrics are the server's Prometheus metrics under the "gollm:" prefix, each with a model_name
+// label (Config.ModelName) as vLLM's have. Where vLLM has a metric of the same meaning its name is
+// kept (vllm:num_requests_running is gollm:num_requests_running; time_to_first_token_seconds,
+// inter_token_latency_seconds, e2e_request_latency_seconds, prompt_tokens_total,
+// generation_tokens_total, request_success_total by finished_reason, kv_cache_usage_perc,
+// prefix_cache_queries_total, prefix_cache_hits_total, num_preemptions_total); the rest are gollm's
+// own. Engine state (running, waiting, KV usage, prefix cache, preemptions) is read from Engine.Stats
+// at scrape time; request metrics are observed by the handlers. Each Server has its own registry,
 // which also carries the Go runtime's collector (go_goroutines, heap) and the process collector
-// (process_resident_memory_bytes, open file descriptors), so leaks show on /metrics.
+// (process_resident_memory_bytes, open file descriptors), without the label, so leaks show on
+// /metrics.
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -29,8 +35,9 @@ type metrics struct {
 // latencyBuckets cover CPU inference (slow) to GPU decode steps (milliseconds), in seconds.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 
-func newMetrics(eng Engine, admitted, handling func() float64) *metrics {
+func newMetrics(modelName string, eng Engine, admitted, handling func() float64) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"model_name": modelName}, m.reg)
 	m.promptTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:prompt_tokens_total",
 		Help: "Prompt tokens of admitted sequences (counted once per choice)."})
 	m.generationTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "gollm:generation_tokens_total",
@@ -51,8 +58,9 @@ func newMetrics(eng Engine, admitted, handling func() float64) *metrics {
 		Help: "Time between consecutive generated tokens of a sequence (averaged over tokens delivered together).", Buckets: latencyBuckets})
 	m.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gollm:e2e_request_latency_seconds",
 		Help: "Time from receiving a request to its last token.", Buckets: latencyBuckets})
-	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.panics, inFlight, handlers, m.ttft, m.interToken, m.e2e,
-		engineCollector{eng}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	labelled.MustRegister(m.promptTokens, m.generationTokens, m.requestsFinished, m.rejected, m.panics, inFlight, handlers, m.ttft, m.interToken, m.e2e,
+		engineCollector{eng})
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

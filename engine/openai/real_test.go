@@ -43,6 +43,20 @@ func TestRealEngine(t *testing.T) {
 			t.Errorf("usage %v", u)
 		}
 	})
+	t.Run("cached tokens", func(t *testing.T) {
+		// A prompt of more than two 16-token pages: sent again, its full pages come from the prefix
+		// cache, and the usage says how many tokens that was.
+		body, _ := json.Marshal(map[string]any{"prompt": strings.Repeat("func main() { fmt.Println(1) }\n", 6), "max_tokens": 2})
+		_, a, raw := post(t, "/v1/completions", string(body))
+		_, b, rawB := post(t, "/v1/completions", string(body))
+		cached := func(m map[string]any) float64 {
+			return m["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+		}
+		prompt := b["usage"].(map[string]any)["prompt_tokens"].(float64)
+		if cached(a) != 0 || cached(b) < 32 || cached(b) >= prompt || int(cached(b))%16 != 0 {
+			t.Errorf("cached tokens %v then %v of %v prompt tokens; want 0, then whole pages: %s %s", cached(a), cached(b), prompt, raw, rawB)
+		}
+	})
 	t.Run("seed reproducibility", func(t *testing.T) {
 		body := `{"prompt":"package main","max_tokens":16,"temperature":1,"seed":1234,"ignore_eos":true}`
 		_, a, _ := post(t, "/v1/completions", body)
@@ -67,6 +81,36 @@ func TestRealEngine(t *testing.T) {
 		want := full[:strings.Index(full, stopAt)]
 		if text(b, 0) != want || reason(b, 0) != "stop" {
 			t.Errorf("stop %q in %q: got %s, want text %q", stopAt, full, raw, want)
+		}
+		// include_stop_str_in_output keeps the stop string, streamed too.
+		body, _ = json.Marshal(map[string]any{"prompt": "func main() {", "max_tokens": 24, "temperature": 0, "ignore_eos": true,
+			"stop": []string{stopAt}, "include_stop_str_in_output": true})
+		_, c, raw := post(t, "/v1/completions", string(body))
+		if text(c, 0) != want+stopAt || reason(c, 0) != "stop" {
+			t.Errorf("stop %q kept: got %s, want text %q", stopAt, raw, want+stopAt)
+		}
+		var streamed map[string]any
+		json.Unmarshal(body, &streamed)
+		streamed["stream"] = true
+		body, _ = json.Marshal(streamed)
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got strings.Builder
+		for line := range strings.Lines(string(data)) {
+			if payload, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok && payload != "[DONE]" {
+				var chunk map[string]any
+				if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
+					t.Fatalf("chunk %q: %v", payload, err)
+				}
+				got.WriteString(text(chunk, 0))
+			}
+		}
+		if got.String() != want+stopAt {
+			t.Errorf("streamed with the stop string kept: %q, want %q", got.String(), want+stopAt)
 		}
 	})
 	t.Run("n=2 and logprobs", func(t *testing.T) {

@@ -263,9 +263,16 @@ func (e *sse) sendError(err *apiError) {
 
 // usage is OpenAI's usage object.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                 `json:"prompt_tokens"`
+	CompletionTokens    int                 `json:"completion_tokens"`
+	TotalTokens         int                 `json:"total_tokens"`
+	PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// promptTokensDetails is usage's breakdown of the prompt tokens.
+type promptTokensDetails struct {
+	// CachedTokens are the prompt tokens whose KV came from the prefix cache instead of being computed.
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // outcome accumulates one choice's result.
@@ -374,11 +381,22 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job
 	out.done()
 }
 
-// totalUsage sums usage: each prompt's tokens once, every choice's completion tokens.
+// totalUsage sums usage: each prompt's tokens once, every choice's completion tokens. outs holds the
+// same number of choices for each prompt, a prompt's together; the cached tokens of a prompt are
+// those of its first choice, counted once as its tokens are (the other choices may find the first
+// one's blocks in the prefix cache, but the prompt is billed once).
 func totalUsage(promptLens []int, outs []outcome) usage {
 	u := usage{}
 	for _, n := range promptLens {
 		u.PromptTokens += n
+	}
+	if len(promptLens) > 0 {
+		perPrompt := len(outs) / len(promptLens)
+		for p := range promptLens {
+			if i := p * perPrompt; i < len(outs) {
+				u.PromptTokensDetails.CachedTokens += outs[i].usage.CachedTokens
+			}
+		}
 	}
 	for _, o := range outs {
 		u.CompletionTokens += o.usage.CompletionTokens

@@ -79,6 +79,36 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns cfg with its zero limits set to the defaults.
+func (cfg Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&cfg.MaxN, DefaultMaxN)
+	def(&cfg.MaxStopStrings, DefaultMaxStopStrings)
+	def(&cfg.MaxStopLength, DefaultMaxStopLength)
+	def(&cfg.MaxRunning, engine.DefaultMaxNumSeqs)
+	def(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&cfg.MaxSequences, DefaultMaxSequences)
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	for _, p := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&cfg.ReadTimeout, DefaultReadTimeout}, {&cfg.WriteTimeout, DefaultWriteTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
+		if *p.v <= 0 {
+			*p.v = p.d
+		}
+	}
+	return cfg
+}
+
 // Server serves the API over an Engine. Create it with New.
 type Server struct {
 	cfg     Config
@@ -120,38 +150,14 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	if cfg.ModelName == "" {
 		return nil, errors.New("server: empty model name")
 	}
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&cfg.MaxN, DefaultMaxN)
-	def(&cfg.MaxStopStrings, DefaultMaxStopStrings)
-	def(&cfg.MaxStopLength, DefaultMaxStopLength)
-	def(&cfg.MaxRunning, engine.DefaultMaxNumSeqs)
-	def(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
-	def(&cfg.MaxSequences, DefaultMaxSequences)
-	if cfg.MaxQueue == 0 {
-		cfg.MaxQueue = DefaultMaxQueue
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	for _, p := range []struct {
-		v *time.Duration
-		d time.Duration
-	}{{&cfg.ReadTimeout, DefaultReadTimeout}, {&cfg.WriteTimeout, DefaultWriteTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
-		if *p.v <= 0 {
-			*p.v = p.d
-		}
-	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
-	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
+	s.metrics = newMetrics(cfg.ModelName, eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
 	s.routes()
 	return s, nil
 }
@@ -188,8 +194,10 @@ func routeMethod(path string) string {
 	return ""
 }
 
-// Handler returns the server's HTTP handler (for tests and custom listeners). Serve adds the
-// connection-level limits (header size, timeouts) that a handler cannot set.
+// Handler returns the server's HTTP handler, to mount on the caller's own mux and http.Server. Serve
+// adds what only a server can: connection limits (header size, read and idle timeouts) and a graceful
+// shutdown that drains in-flight requests; a caller serving Handler sets its own, and shuts its
+// http.Server down before stopping the engine.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // authed requires the API key, if one is configured. Keys are compared through their SHA-256
@@ -340,17 +348,56 @@ func (s *Server) requestContext(r *http.Request) (context.Context, context.Cance
 // for up to drain, then aborts the rest (they end with finish_reason "abort") and returns. It returns
 // nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	return serve(ctx, ln, drain, s.cfg, &s.fresh, s, nil)
+}
+
+// ServeLoading serves HTTP on ln at once while load makes the server (loads the model): until load
+// returns, /health and every other route answer 503 (code "model_loading", with Retry-After), so that
+// a port is bound and probes and clients can wait for readiness. Then the server load returned serves
+// on ln as Serve does, until ctx ends. If ctx ends while load runs, load's context ends too, and
+// ServeLoading waits for load to return, closes ln and returns nil. If load fails, ServeLoading closes
+// ln and returns load's error. cfg gives the connection limits until then (ReadTimeout, IdleTimeout,
+// MaxHeaderBytes, Logger); the loaded server's own Config should hold the same.
+func ServeLoading(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config, load func(ctx context.Context) (*Server, error)) error {
+	cfg = cfg.withDefaults()
+	var fresh freshConns
+	return serve(ctx, ln, drain, cfg, &fresh, nil, load)
+}
+
+// serve runs the http.Server behind Serve (s, there from the first request) and ServeLoading (load,
+// which makes the server while requests get 503).
+func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config, fresh *freshConns, s *Server,
+	load func(ctx context.Context) (*Server, error)) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var current atomic.Pointer[Server]
+	current.Store(s) // before the first request, when there is one
 	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: min(s.cfg.ReadTimeout, 10*time.Second),
-		ReadTimeout:       s.cfg.ReadTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ConnState:         s.fresh.track,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s := current.Load(); s != nil {
+				s.handler.ServeHTTP(w, r)
+				return
+			}
+			writeError(w, modelLoading())
+		}),
+		ReadHeaderTimeout: min(cfg.ReadTimeout, 10*time.Second),
+		ReadTimeout:       cfg.ReadTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ConnState:         fresh.track,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- hs.Serve(ln) }()
+	if s == nil {
+		var err error
+		if s, err = loadWhileServing(ctx, hs, errCh, load); s == nil {
+			return err
+		}
+		current.Store(s)
+	}
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("server: %w", err)
@@ -358,7 +405,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	}
 	s.log.Info("shutting down: draining in-flight requests", "deadline", drain)
 	s.draining.Store(true)
-	if n := s.fresh.closeAll(); n > 0 {
+	if n := fresh.closeAll(); n > 0 {
 		s.log.Debug("closed connections that had not begun a request", "connections", n)
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), drain)
@@ -376,6 +423,43 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	}
 	<-errCh // http.ErrServerClosed
 	return nil
+}
+
+// loadWhileServing runs load while hs serves (errCh gets hs.Serve's end). It returns the server load
+// made; or nil after closing hs, with load's error, or with nil when ctx ended first (an interrupt
+// while loading is a clean stop). It waits for load to return in every case: the caller releases
+// what load made.
+func loadWhileServing(ctx context.Context, hs *http.Server, errCh <-chan error, load func(ctx context.Context) (*Server, error)) (*Server, error) {
+	type loaded struct {
+		s   *Server
+		err error
+	}
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	loadCh := make(chan loaded, 1)
+	go func() {
+		s, err := load(loadCtx)
+		loadCh <- loaded{s, err}
+	}()
+	select {
+	case err := <-errCh:
+		cancelLoad()
+		<-loadCh
+		return nil, fmt.Errorf("server: %w", err)
+	case l := <-loadCh:
+		if l.err == nil && l.s != nil {
+			return l.s, nil
+		}
+		hs.Close()
+		<-errCh
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if l.err == nil {
+			l.err = errors.New("server: load returned no server")
+		}
+		return nil, l.err
+	}
 }
 
 // Draining reports whether shutdown has begun.

@@ -167,13 +167,22 @@ func TestModelsHealthMetrics(t *testing.T) {
 	}
 	call(t, "POST", ts.URL+"/v1/completions", "", `{"prompt":"hi","max_tokens":5}`)
 	status, _, body = call(t, "GET", ts.URL+"/metrics", "", "")
-	for _, name := range []string{"gollm:num_requests_running", "gollm:num_requests_waiting", "gollm:kv_cache_usage_perc",
-		"gollm:prefix_cache_hit_rate", "gollm:num_preemptions_total", "gollm:prompt_tokens_total 3",
-		"gollm:engine_steps_total 9", "gollm:engine_pipelined_steps_total 7",
-		"gollm:generation_tokens_total 5", "gollm:time_to_first_token_seconds_count 1", "gollm:inter_token_latency_seconds_count",
-		"gollm:e2e_request_latency_seconds_count 1", `gollm:request_success_total{finished_reason="length"} 1`} {
+	// Every gollm metric carries the model's name; the Go runtime's and the process's do not.
+	const label = `model_name="fake-model"`
+	for _, name := range []string{"gollm:num_requests_running{" + label + "}", "gollm:num_requests_waiting{" + label + "}",
+		"gollm:kv_cache_usage_perc{" + label + "}", "gollm:prefix_cache_hit_rate{" + label + "}",
+		"gollm:num_preemptions_total{" + label + "}", "gollm:prompt_tokens_total{" + label + "} 3",
+		"gollm:engine_steps_total{" + label + "} 9", "gollm:engine_pipelined_steps_total{" + label + "} 7",
+		"gollm:generation_tokens_total{" + label + "} 5", "gollm:time_to_first_token_seconds_count{" + label + "} 1",
+		"gollm:inter_token_latency_seconds_count{" + label + "}", "gollm:e2e_request_latency_seconds_count{" + label + "} 1",
+		`gollm:request_success_total{finished_reason="length",` + label + `} 1`, "\ngo_goroutines ", "\nprocess_open_fds "} {
 		if status != 200 || !strings.Contains(string(body), name) {
 			t.Errorf("/metrics lacks %q", name)
+		}
+	}
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "gollm:") && !strings.Contains(line, label) {
+			t.Errorf("a metric without the model_name label: %s", line)
 		}
 	}
 	srv.draining.Store(true)

@@ -3,7 +3,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -33,8 +32,8 @@ type ModelSpec struct {
 	Device string
 	// NumBlocks and BlockSize size the KV cache (model.Options); BlocksFor computes what a run needs.
 	NumBlocks, BlockSize int
-	// Progress receives the weight-loading progress bar; nil for none.
-	Progress io.Writer
+	// Progress is told the weights' loading progress in bytes (model.Options.Progress); nil for none.
+	Progress func(loaded, total int64)
 }
 
 // Model is what the drivers need from a loaded model: the engine's view of it, and Close.

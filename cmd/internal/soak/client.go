@@ -10,10 +10,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gollm/gollm/engine/openai/loadtest"
 )
 
 // kinds are the request kinds of the mix, in report order.
@@ -431,18 +432,8 @@ func (c *client) sample(ctx context.Context) (Sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return Sample{}, fmt.Errorf("/metrics: status %d", resp.StatusCode)
 	}
-	vals := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			vals[name] = v
-		}
-	}
-	if err := sc.Err(); err != nil {
+	vals, err := loadtest.ParseMetrics(resp.Body)
+	if err != nil {
 		return Sample{}, err
 	}
 	need := []string{"go_goroutines", "process_resident_memory_bytes", "gollm:kv_cache_blocks_used", "gollm:num_requests_running",

@@ -16,18 +16,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/engine/openai"
 	"github.com/gollm/gollm/model"
-	"github.com/gollm/gollm/weights"
-	"github.com/gollm/gollm/weights/chattemplate"
-	"github.com/gollm/gollm/weights/defaultmodel"
-	"github.com/gollm/gollm/weights/tokenizer"
 )
 
 // Options describe one load run.
@@ -204,45 +199,17 @@ type KV struct {
 
 // ScrapeKV reads the KV cache and queue gauges from /metrics.
 func ScrapeKV(ctx context.Context, baseURL string) (KV, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", baseURL+"/metrics", nil)
+	m, err := ScrapeMetrics(ctx, baseURL, "")
 	if err != nil {
 		return KV{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return KV{}, err
-	}
-	defer resp.Body.Close()
-	var kv KV
-	found := 0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
+	for _, name := range []string{"gollm:kv_cache_usage_perc", "gollm:kv_cache_blocks_used", "gollm:num_requests_running", "gollm:num_requests_waiting"} {
+		if _, ok := m[name]; !ok {
+			return KV{}, fmt.Errorf("metrics: no %s", name)
 		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "gollm:kv_cache_usage_perc":
-			kv.Usage = v
-		case "gollm:kv_cache_blocks_used":
-			kv.BlocksUsed = int(v)
-		case "gollm:num_requests_running":
-			kv.Running = int(v)
-		case "gollm:num_requests_waiting":
-			kv.Waiting = int(v)
-		default:
-			continue
-		}
-		found++
 	}
-	if found != 4 {
-		return kv, fmt.Errorf("metrics: found %d of the 4 KV and queue gauges", found)
-	}
-	return kv, sc.Err()
+	return KV{Usage: m["gollm:kv_cache_usage_perc"], BlocksUsed: int(m["gollm:kv_cache_blocks_used"]),
+		Running: int(m["gollm:num_requests_running"]), Waiting: int(m["gollm:num_requests_waiting"])}, nil
 }
 
 // WaitIdle polls /metrics until no sequence runs or waits (the engine has reaped every request)
@@ -279,69 +246,26 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// StartDefault serves the built-in model on a loopback port in-process and returns its base URL
-// and a function that shuts it down (draining for up to a second) and releases everything.
+// StartDefault serves the built-in model on a loopback port in-process, on the CPU, and returns its
+// base URL and a function that shuts it down (draining for up to a second) and releases everything.
 func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err error) {
-	dir, err := defaultmodel.Dir()
-	if err != nil {
-		return "", nil, err
-	}
-	folder, err := weights.Open(dir)
-	if err != nil {
-		return "", nil, err
-	}
-	closers := []func() error{folder.Close}
-	cleanup := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		return errors.Join(errs...)
-	}
-	tok, err := tokenizer.Load(folder.TokenizerPath())
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	m, err := model.Load(folder, model.Options{NumBlocks: opts.KVBlocks, BlockSize: model.DefaultBlockSize})
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	closers = append(closers, m.Close)
 	quiet := opts.Logger
 	if quiet == nil {
 		quiet = discardLogger()
 	}
-	eng, err := engine.New(m, tok, engine.Config{MaxNumSeqs: opts.MaxNumSeqs, MaxNumBatchedTokens: opts.MaxNumBatchedTokens,
-		EOSTokenIDs: folder.Generation.EOSTokenIDs, Logger: quiet})
+	m, err := llm.Load(context.Background(), "", llm.Config{Device: model.DeviceCPU, KVBlocks: opts.KVBlocks,
+		MaxNumSeqs: opts.MaxNumSeqs, MaxBatchedTokens: opts.MaxNumBatchedTokens, Logger: quiet})
 	if err != nil {
-		cleanup()
 		return "", nil, err
 	}
-	closers = append(closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return eng.Close(ctx)
-	})
-	tpl, err := chattemplate.Parse(folder.TokenizerConfig.ChatTemplate)
+	srv, err := m.NewServer(openai.Config{MaxQueue: opts.MaxQueue, WriteTimeout: opts.WriteTimeout, Logger: quiet})
 	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	srv, err := openai.New(openai.FromEngine(eng), tok, openai.Config{
-		ModelName: defaultmodel.Name(), ChatTemplate: tpl, BOSToken: folder.TokenizerConfig.BOSToken,
-		EOSToken: folder.TokenizerConfig.EOSToken, PadToken: folder.TokenizerConfig.PadToken, AddSpecialTokens: true,
-		Sampling: engine.DefaultSampling(folder.Generation), MaxRunning: opts.MaxNumSeqs, MaxQueue: opts.MaxQueue,
-		VocabSize: folder.Config.VocabSize, WriteTimeout: opts.WriteTimeout, Logger: quiet,
-	})
-	if err != nil {
-		cleanup()
+		m.Close()
 		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		cleanup()
+		m.Close()
 		return "", nil, err
 	}
 	if opts.WrapListener != nil {
@@ -352,6 +276,6 @@ func StartDefault(opts ServerOptions) (baseURL string, stop func() error, err er
 	go func() { served <- srv.Serve(ctx, ln, time.Second) }()
 	return "http://" + ln.Addr().String(), func() error {
 		cancel()
-		return errors.Join(<-served, cleanup())
+		return errors.Join(<-served, m.Close())
 	}, nil
 }

@@ -203,6 +203,58 @@ await check("prompt_logprobs (vLLM's extension, sent as an extra body field)", a
 	assert(err.param === "prompt_logprobs", `param ${err.param}`);
 });
 
+await check("usage.prompt_tokens_details.cached_tokens", async () => {
+	// A prompt of several 16-token pages, sent twice: the second finds its full pages in the prefix cache.
+	const prompt = "func main() { fmt.Println(\"cached\") }\n".repeat(6);
+	const a = await client.completions.create({ model, prompt, max_tokens: 1 });
+	const b = await client.completions.create({ model, prompt, max_tokens: 1 });
+	const cached = (r) => r.usage.prompt_tokens_details?.cached_tokens;
+	assert(cached(a) === 0, `first: ${JSON.stringify(a.usage)}`);
+	assert(cached(b) >= 32 && cached(b) < b.usage.prompt_tokens && cached(b) % 16 === 0, `second: ${JSON.stringify(b.usage)}`);
+	const c = await client.chat.completions.create({ model, max_tokens: 1, messages: [{ role: "user", content: prompt }] });
+	assert(typeof cached(c) === "number", `chat usage ${JSON.stringify(c.usage)}`);
+});
+
+await check("include_stop_str_in_output (vLLM's extension), whole and streamed", async () => {
+	const full = await client.completions.create({ model, prompt: "func main() {", max_tokens: 24, temperature: 0, ignore_eos: true });
+	const text = full.choices[0].text;
+	const stop = text.slice(3, 6);
+	const want = text.slice(0, text.indexOf(stop)) + stop;
+	const req = { model, prompt: "func main() {", max_tokens: 24, temperature: 0, ignore_eos: true, stop: [stop], include_stop_str_in_output: true };
+	const r = await client.completions.create(req);
+	assert(r.choices[0].text === want && r.choices[0].finish_reason === "stop", `${JSON.stringify(r.choices[0])}, want text ${JSON.stringify(want)}`);
+	let streamed = "";
+	for await (const chunk of await client.completions.create({ ...req, stream: true })) {
+		for (const c of chunk.choices) streamed += c.text;
+	}
+	assert(streamed === want, `streamed ${JSON.stringify(streamed)}, want ${JSON.stringify(want)}`);
+});
+
+await check("error 400 for fields gollm does not implement, by name", async () => {
+	const messages = [{ role: "user", content: "x" }];
+	for (const [extra, param] of [
+		[{ response_format: { type: "json_object" } }, "response_format"],
+		[{ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, "tools"],
+		[{ tool_choice: "required" }, "tool_choice"],
+		[{ guided_json: { type: "object" } }, "guided_json"],
+		[{ frobnicate: 1 }, "frobnicate"],
+	]) {
+		const e = await expectStatus(400, () => client.chat.completions.create({ model, max_tokens: 1, messages, ...extra }));
+		assert(e instanceof OpenAI.BadRequestError && e.param === param && e.code === "unsupported_parameter" && e.message.includes(`'${param}'`),
+			`${JSON.stringify(extra)}: param ${e.param}, code ${e.code}: ${e.message}`);
+	}
+	const ok = await client.chat.completions.create({ model, max_tokens: 1, messages, response_format: { type: "text" } });
+	assert(ok.choices.length === 1, JSON.stringify(ok));
+});
+
+await check("health and metrics", async () => {
+	const h = await fetch(`${base}/health`);
+	assert(h.status === 200, `health ${h.status}`);
+	const m = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${apiKey}` } });
+	const text = await m.text();
+	assert(m.status === 200 && text.includes(`gollm:num_requests_running{model_name="${model}"}`), `metrics ${m.status}: ${text.slice(0, 300)}`);
+});
+
 await check("error 401 wrong key", async () => {
 	const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: apiKey + "x", maxRetries: 0 });
 	const e = await expectStatus(401, () => bad.models.list());

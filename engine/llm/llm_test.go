@@ -1,0 +1,468 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/openai"
+	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/defaultmodel"
+)
+
+// quiet is the logger of the tests' models.
+var quiet = slog.New(slog.DiscardHandler)
+
+// loadDefault loads the built-in model on the CPU for one test.
+func loadDefault(t *testing.T, cfg Config) *Model {
+	t.Helper()
+	cfg.Device = "cpu"
+	cfg.Logger = quiet
+	m, err := Load(t.Context(), "", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return m
+}
+
+// copyDefault copies the built-in model's folder into a temporary one, editing tokenizer_config.json
+// with edit when it is not nil.
+func copyDefault(t *testing.T, edit func(map[string]any)) string {
+	t.Helper()
+	src, err := defaultmodel.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == weights.TokenizerConfigFile && edit != nil {
+			var m map[string]any
+			if err := json.Unmarshal(data, &m); err != nil {
+				t.Fatal(err)
+			}
+			edit(m)
+			if data, err = json.Marshal(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func TestResolve(t *testing.T) {
+	builtIn, err := defaultmodel.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(file, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, model, want string
+		err               string
+	}{
+		{"built-in", "", builtIn, ""},
+		{"folder", dir, dir, ""},
+		{"missing", filepath.Join(dir, "nope"), "", "no such folder"},
+		{"file", file, "", "is not a folder"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Resolve(tc.model)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Resolve(%q) = %q, %v; want an error with %q", tc.model, got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Resolve(%q) = %q, %v; want %q", tc.model, got, err, tc.want)
+			}
+		})
+	}
+	if _, err := Resolve(filepath.Join(dir, "nope")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing folder: %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestCPUKVBlocks(t *testing.T) {
+	cfg := &weights.Config{NumHiddenLayers: 2, NumKeyValueHeads: 2, HeadDim: 16, HiddenSize: 32, NumAttentionHeads: 2,
+		IntermediateSize: 64, VocabSize: 100, MaxPositionEmbeddings: 1024}
+	// One 16-token page: 2 layers × 2 (K, V) × 16 × 2 heads × 16 × 4 bytes = 8 KiB.
+	long := *cfg
+	long.MaxPositionEmbeddings = 1 << 20 // 65536 pages a context
+	bf16 := *cfg
+	bf16.DType = weights.DTypeBF16
+	// 27040 parameters (4 bytes each), and room for n pages in a quarter of the rest.
+	room := func(n int64) int64 { return 4*27040 + 4*8192*n }
+	tests := []struct {
+		name        string
+		cfg         *weights.Config
+		available   int64
+		maxSeqs     int
+		maxModelLen int
+		want        int // 0: ErrDoesNotFit
+	}{
+		{"capped by sequences", cfg, 1 << 40, 4, 0, 4 * 64},
+		{"capped by memory", cfg, room(100), 1000, 0, 100},
+		{"at least one context", cfg, room(64) / 2, 4, 0, 64},
+		{"max model len is the context", cfg, 1 << 40, 4, 256, 4 * 16},
+		// A 1M-token context does not fit: what memory holds, not 65536 pages (64 GiB here, 2 TiB of
+		// float32 KV for Llama-3-8B's shape).
+		{"long context, what fits", &long, room(1000), 4, 0, 1000},
+		{"long context, little memory", &long, 4*27040 + 8192*minKVTokens/16, 4, 0, minKVTokens / 16},
+		{"long context, the length asked for", &long, 1 << 40, 4, 32768, 4 * 2048},
+		{"weights do not fit", cfg, 4 * 27040, 4, 0, 0},
+		{"one context does not fit", cfg, 4*27040 + 8192*63, 4, 0, 0},
+		{"the length asked for does not fit", &long, room(100), 4, 32768, 0},
+		// bfloat16 matrices stay bfloat16 on the CPU: 2 bytes a parameter.
+		{"bfloat16 weights", &bf16, 2*27040 + 4*8192*100, 1000, 0, 100},
+		{"bfloat16 weights do not fit", &bf16, 2*27040 + 8192*63, 4, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cpuKVBlocks(tc.cfg, 16, tc.maxSeqs, tc.maxModelLen, tc.available)
+			if tc.want == 0 {
+				if !errors.Is(err, ErrDoesNotFit) {
+					t.Fatalf("cpuKVBlocks = %d, %v; want ErrDoesNotFit", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("cpuKVBlocks = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		model  string
+		cfg    Config
+		is     error
+		substr string
+	}{
+		{"negative KV blocks", context.Background(), "", Config{KVBlocks: -1}, nil, "KVBlocks -1"},
+		{"memory utilization", context.Background(), "", Config{MemoryUtilization: 1.5}, nil, "MemoryUtilization"},
+		{"max model len beyond KV blocks", context.Background(), "", Config{KVBlocks: 4, PageSize: 16, MaxModelLen: 100}, ErrDoesNotFit, ""},
+		{"max model len beyond the context", context.Background(), "", Config{MaxModelLen: 4096}, nil, "max_position_embeddings 1024"},
+		{"unknown device", context.Background(), "", Config{Device: "tpu"}, nil, "unknown device"},
+		{"missing folder", context.Background(), "/nonexistent/model", Config{}, fs.ErrNotExist, ""},
+		{"cancelled", cancelled, "", Config{}, context.Canceled, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cfg.Device == "" {
+				tc.cfg.Device = "cpu"
+			}
+			tc.cfg.Logger = quiet
+			m, err := Load(tc.ctx, tc.model, tc.cfg)
+			if err == nil {
+				m.Close()
+				t.Fatal("loaded")
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.substr) {
+				t.Fatalf("error %v, want %v with %q", err, tc.is, tc.substr)
+			}
+		})
+	}
+}
+
+func TestLoadSizesTheKVCache(t *testing.T) {
+	tests := []struct {
+		name       string
+		cfg        Config
+		blocks     int
+		maxLen     int
+		maxNumSeqs int
+	}{
+		// The built-in model's context is 1024 tokens: 64 pages of 16 for each of the 64 sequences.
+		{"from memory", Config{}, 64 * 64, 1024, 64},
+		{"from memory, fewer sequences", Config{MaxNumSeqs: 2}, 2 * 64, 1024, 2},
+		{"given", Config{KVBlocks: 10}, 10, 160, 64},
+		{"given, with the length", Config{KVBlocks: 10, MaxModelLen: 100}, 10, 100, 64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := loadDefault(t, tc.cfg)
+			if m.KVBlocks() != tc.blocks || m.MaxModelLen() != tc.maxLen || m.maxNumSeqs != tc.maxNumSeqs {
+				t.Errorf("%d KV blocks, max model len %d, %d sequences; want %d, %d, %d", m.KVBlocks(), m.MaxModelLen(),
+					m.maxNumSeqs, tc.blocks, tc.maxLen, tc.maxNumSeqs)
+			}
+		})
+	}
+}
+
+func TestRequestOptions(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 64})
+	seed := uint64(7)
+	want := engine.Request{PromptIDs: []int32{1, 2}, MaxTokens: 5, Stop: []string{"a", "b"}, IncludeStopString: true, IgnoreEOS: true,
+		Sampling: engine.SamplingParams{Temperature: 0.5, TopP: 0.9, TopK: 3, MinP: 0.1, RepetitionPenalty: 1.1, PresencePenalty: 0.2,
+			FrequencyPenalty: -0.2, Seed: &seed}}
+	got := m.Request([]int32{1, 2}, MaxTokens(5), Stop("a"), Stop("b"), IncludeStopString(), IgnoreEOS(), Temperature(0.5),
+		TopP(0.9), TopK(3), MinP(0.1), RepetitionPenalty(1.1), PresencePenalty(0.2), FrequencyPenalty(-0.2), Seed(7))
+	if *got.Sampling.Seed != 7 {
+		t.Fatalf("seed %v", got.Sampling.Seed)
+	}
+	got.Sampling.Seed = &seed
+	if !jsonEqual(got, want) {
+		t.Errorf("Request = %+v, want %+v", got, want)
+	}
+	// Without options: the model's generation_config.json (temperature 0.8, max_new_tokens 256).
+	def := m.Request([]int32{1})
+	if def.MaxTokens != 256 || def.Sampling.Temperature != 0.8 || def.MaxTokens != m.MaxTokens() || def.Sampling.Temperature != m.Sampling().Temperature {
+		t.Errorf("defaults: %+v", def)
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// Generate, Stream, Chat and ChatStream are the engine's requests: the same tokens as the request
+// sent to the engine directly, text and usage included.
+func TestGenerateIsTheEngines(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 256})
+	ctx := t.Context()
+	msgs := []Message{{Role: "system", Content: "You write Go."}, {Role: "user", Content: "A function, please."}}
+	chatPrompt, err := m.RenderChat(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(chatPrompt, "A function, please.") || !strings.HasPrefix(chatPrompt, m.Folder().TokenizerConfig.BOSToken) && !strings.Contains(chatPrompt, "<|user|>") {
+		t.Fatalf("rendered chat %q", chatPrompt)
+	}
+	opts := []Option{MaxTokens(16), Temperature(0), IgnoreEOS()}
+	tests := []struct {
+		name   string
+		ids    []int32
+		result func() (Result, error)
+		stream func() (Result, error)
+	}{
+		{"generate", m.Tokenizer().Encode("func main() {", true),
+			func() (Result, error) { return m.Generate(ctx, "func main() {", opts...) },
+			func() (Result, error) { return collect(m.Stream(ctx, "func main() {", opts...)) }},
+		{"chat", m.Tokenizer().Encode(chatPrompt, false),
+			func() (Result, error) { return m.Chat(ctx, msgs, opts...) },
+			func() (Result, error) { return collect(m.ChatStream(ctx, msgs, opts...)) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := m.Engine().Add(ctx, m.Request(tc.ids, opts...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want Result
+			for {
+				out, err := s.Recv(ctx)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want.Text += out.Text
+				want.TokenIDs = append(want.TokenIDs, out.TokenIDs...)
+				if out.Finished() {
+					want.FinishReason, want.Usage = out.FinishReason, out.Usage
+				}
+			}
+			for name, run := range map[string]func() (Result, error){"whole": tc.result, "stream": tc.stream} {
+				got, err := run()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				got.Usage.CachedTokens = 0 // the prefix cache serves the repeats
+				if got.Text != want.Text || !slices.Equal(got.TokenIDs, want.TokenIDs) || got.FinishReason != engine.FinishLength ||
+					got.Usage != (engine.Usage{PromptTokens: len(tc.ids), CompletionTokens: 16}) {
+					t.Errorf("%s: %+v, want %+v", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Leaving a stream's loop early aborts the request: its KV pages are freed.
+func TestStreamLeftEarly(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 64})
+	n := 0
+	for out, err := range m.Stream(t.Context(), "func main() {", MaxTokens(500), IgnoreEOS()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(out.TokenIDs)
+		if n >= 2 {
+			break
+		}
+	}
+	waitIdle(t, m)
+}
+
+// waitIdle waits for the engine to hold no sequence and no KV page.
+func waitIdle(t *testing.T, m *Model) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		st := m.Engine().Stats()
+		if st.Running == 0 && st.Waiting == 0 && st.KVBlocksUsed == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine not idle: %+v", st)
+		}
+	}
+}
+
+// A context that ends mid-generation ends Generate with the context's error and the text so far.
+func TestGenerateCancelled(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 64})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var seen int
+	for out, err := range m.Stream(ctx, "func main() {", MaxTokens(500), IgnoreEOS()) {
+		seen += len(out.TokenIDs)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) || out.FinishReason != engine.FinishAbort {
+				t.Fatalf("last output %+v, error %v; want an abort with context.Canceled", out, err)
+			}
+			break
+		}
+		if seen >= 2 {
+			cancel()
+		}
+	}
+	if seen >= 500 {
+		t.Fatal("the request ran to its end")
+	}
+	res, err := m.Generate(ctx, "func main() {")
+	if !errors.Is(err, context.Canceled) || len(res.TokenIDs) != 0 {
+		t.Errorf("Generate with an ended context: %+v, %v", res, err)
+	}
+	waitIdle(t, m)
+}
+
+func TestGenerateErrors(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 8, MaxModelLen: 64})
+	long := strings.Repeat("func main() { ", 100)
+	if _, err := m.Generate(t.Context(), long); !errors.Is(err, engine.ErrPromptTooLong) {
+		t.Errorf("a prompt longer than the context: %v", err)
+	}
+	if _, err := m.Generate(t.Context(), "x", Temperature(-1)); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("temperature -1: %v", err)
+	}
+}
+
+func TestChatWithoutTemplate(t *testing.T) {
+	dir := copyDefault(t, func(c map[string]any) { delete(c, "chat_template") })
+	m, err := Load(t.Context(), dir, Config{Device: "cpu", KVBlocks: 16, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Name() != filepath.Base(dir) {
+		t.Errorf("name %q, want the folder's %q", m.Name(), filepath.Base(dir))
+	}
+	if _, err := m.Chat(t.Context(), []Message{{Role: "user", Content: "hi"}}); !errors.Is(err, ErrNoChatTemplate) {
+		t.Errorf("Chat: %v, want ErrNoChatTemplate", err)
+	}
+	if res, err := m.Generate(t.Context(), "func", MaxTokens(2)); err != nil || len(res.TokenIDs) == 0 {
+		t.Errorf("Generate: %+v, %v", res, err)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 64})
+	h, err := m.Handler(openai.Config{APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	want, err := m.Generate(t.Context(), "// Copyright", MaxTokens(6), Temperature(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"health", "GET", "/health", "", 200, ""},
+		{"models", "GET", "/v1/models", "", 200, `"id":"gollm-default-go"`},
+		{"completion", "POST", "/v1/completions", `{"prompt":"// Copyright","max_tokens":6,"temperature":0}`, 200,
+			mustJSON(t, want.Text)},
+		{"chat", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, 200, `"chat.completion"`},
+		{"metrics", "GET", "/metrics", "", 200, `gollm:num_requests_running{model_name="gollm-default-go"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer k")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.contains) {
+				t.Errorf("%d %s; want %d with %s", resp.StatusCode, body, tc.status, tc.contains)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Config.Progress hears the weights load in bytes, up to all of them.
+func TestLoadProgress(t *testing.T) {
+	var last [2]int64
+	calls := 0
+	loadDefault(t, Config{KVBlocks: 16, Progress: func(loaded, total int64) { calls++; last = [2]int64{loaded, total} }})
+	// The built-in model: 4.5 million bfloat16 parameters.
+	if calls < 3 || last[0] != last[1] || last[1] < 8<<20 || last[1] > 10<<20 {
+		t.Errorf("%d calls, the last %v", calls, last)
+	}
+}

@@ -1,0 +1,89 @@
+package llm
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights"
+)
+
+// minKVTokens is the least the CPU's KV cache holds when Config.MaxModelLen does not say: the model's
+// whole context, up to this many tokens.
+const minKVTokens = 8192
+
+// cpuKVBlocks sizes the KV cache on the CPU from the host memory available: a quarter of what is left
+// once the weights are loaded (the CPU backend keeps bfloat16 matrices as they are and the rest as
+// float32), and no more than maxNumSeqs full
+// contexts need (a context is maxModelLen tokens, or max_position_embeddings when maxModelLen is 0),
+// but at least one context: the one asked for (maxModelLen), else the model's up to minKVTokens. A
+// long-context model (128K, 1M tokens) on a machine that cannot hold a whole context gets what fits,
+// and the engine caps its requests' length to that. When the weights and that one context do not fit
+// in what is available, it returns an error wrapping ErrDoesNotFit.
+func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) (int, error) {
+	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
+	var params int64
+	for _, shape := range weights.LlamaTensorShapes(cfg) {
+		n := int64(1)
+		for _, d := range shape {
+			n *= int64(d)
+		}
+		params += n
+	}
+	context := int64(cfg.MaxPositionEmbeddings)
+	if maxModelLen > 0 {
+		context = min(context, int64(maxModelLen))
+	}
+	perSeq := (context + int64(pageSize) - 1) / int64(pageSize)
+	least := min(perSeq, (minKVTokens+int64(pageSize)-1)/int64(pageSize))
+	if maxModelLen > 0 {
+		least = perSeq
+	}
+	perParam := int64(4)
+	if cfg.DType == weights.DTypeBF16 {
+		perParam = 2
+	}
+	weightBytes := perParam * params
+	if need := weightBytes + least*perBlock; available < need {
+		return 0, fmt.Errorf("llm: the weights (%s on the CPU) and a KV cache of %d tokens (%s) need %s of memory; %s is available: %w",
+			bytesString(weightBytes), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available), ErrDoesNotFit)
+	}
+	blocks := (available - weightBytes) / 4 / perBlock
+	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
+	return int(max(blocks, least)), nil
+}
+
+// availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.
+func availableMemory() int64 {
+	const fallback = 4 << 30
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return fallback
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return fallback
+}
+
+// bytesString writes n bytes in binary units (KiB, MiB, GiB).
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

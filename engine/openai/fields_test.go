@@ -1,0 +1,128 @@
+package openai
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestUnsupportedParameters: a request field that the endpoint does not implement is refused with a
+// 400 naming it (its path, for nested ones), never ignored; fields that ask for nothing more than the
+// default (no tools, tool_choice "none", response_format "text") are accepted.
+func TestUnsupportedParameters(t *testing.T) {
+	_, ts := newFakeServer(t, templateConfig(t), &fakeEngine{maxLen: 64})
+	const msgs = `"messages":[{"role":"user","content":"a"}]`
+	tests := []struct {
+		name, path, body string
+		param            string // "": accepted (200)
+	}{
+		{"unknown completion field", "/v1/completions", `{"prompt":"a","max_tokens":2,"frobnicate":1}`, "frobnicate"},
+		{"field names are case-sensitive", "/v1/completions", `{"Prompt":"a","max_tokens":2}`, "Prompt"},
+		{"beam search", "/v1/completions", `{"prompt":"a","use_beam_search":true}`, "use_beam_search"},
+		{"completion response_format", "/v1/completions", `{"prompt":"a","response_format":{"type":"json_object"}}`, "response_format"},
+		{"guided_json", "/v1/completions", `{"prompt":"a","guided_json":{"type":"object"}}`, "guided_json"},
+		{"guided_regex", "/v1/completions", `{"prompt":"a","guided_regex":"a+"}`, "guided_regex"},
+		{"guided_choice", "/v1/chat/completions", `{` + msgs + `,"guided_choice":["a","b"]}`, "guided_choice"},
+		{"guided_grammar", "/v1/chat/completions", `{` + msgs + `,"guided_grammar":"root ::= \"a\""}`, "guided_grammar"},
+		{"structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{}}}`, "structured_outputs"},
+		{"grammar", "/v1/completions", `{"prompt":"a","grammar":"root ::= \"a\""}`, "grammar"},
+		{"json_schema", "/v1/completions", `{"prompt":"a","json_schema":{}}`, "json_schema"},
+		{"tools", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools"},
+		{"tool_choice", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"auto"}`, "tool_choice"},
+		{"tool_choice required", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"required"}`, "tool_choice"},
+		{"functions", "/v1/chat/completions", `{` + msgs + `,"functions":[]}`, "functions"},
+		{"response_format json_object", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format"},
+		{"response_format json_schema", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}}`, "response_format.json_schema"},
+		{"response_format without type", "/v1/chat/completions", `{` + msgs + `,"response_format":{}}`, "response_format"},
+		{"message tool_calls", "/v1/chat/completions", `{"messages":[{"role":"assistant","content":"a","tool_calls":[]}]}`, "messages[0].tool_calls"},
+		{"content part field", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{}}]}]}`, "messages[0].content[0].cache_control"},
+		{"stream option", "/v1/completions", `{"prompt":"a","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`, "stream_options.continuous_usage_stats"},
+		{"tokenize field", "/tokenize", `{"prompt":"a","return_token_strs":true}`, "return_token_strs"},
+		{"detokenize field", "/detokenize", `{"tokens":[1],"skip_special_tokens":true}`, "skip_special_tokens"},
+		{"no tools", "/v1/chat/completions", `{` + msgs + `,"tools":[],"max_tokens":2}`, ""},
+		{"null tools", "/v1/chat/completions", `{` + msgs + `,"tools":null,"max_tokens":2}`, ""},
+		{"tool_choice none", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"none","max_tokens":2}`, ""},
+		{"response_format text", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"text"},"max_tokens":2}`, ""},
+		{"every completion field", "/v1/completions", `{"model":"fake-model","prompt":"a","max_tokens":2,"temperature":0.5,"top_p":0.9,"top_k":3,"min_p":0.1,"n":1,"stop":"x","stop_token_ids":[1],"seed":1,"presence_penalty":0.1,"frequency_penalty":0.1,"repetition_penalty":1.1,"min_tokens":1,"ignore_eos":true,"include_stop_str_in_output":true,"stream":false,"user":"u","logit_bias":{"5":1},"skip_special_tokens":true,"best_of":1,"prompt_logprobs":1,"logprobs":1,"echo":false,"suffix":""}`, ""},
+		{"every chat field", "/v1/chat/completions", `{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"a"}],"name":"n"}],"max_completion_tokens":2,"logprobs":true,"top_logprobs":1,"add_generation_prompt":true,"chat_template_kwargs":{},"stream":true,"stream_options":{"include_usage":true}}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := call(t, "POST", ts.URL+tc.path, "", tc.body)
+			if tc.param == "" {
+				if status != 200 {
+					t.Fatalf("status %d: %s", status, body)
+				}
+				return
+			}
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatal(err)
+			}
+			if status != 400 || e.Error.Param == nil || *e.Error.Param != tc.param || e.Error.Code == nil || *e.Error.Code != "unsupported_parameter" ||
+				!strings.Contains(e.Error.Message, "'"+tc.param+"'") || e.Error.Type != "invalid_request_error" {
+				t.Errorf("status %d %s; want 400 naming %q", status, body, tc.param)
+			}
+		})
+	}
+}
+
+// include_stop_str_in_output reaches the engine as Request.IncludeStopString (the engine's tests and
+// TestRealEngine check the text).
+func TestIncludeStopStrInOutput(t *testing.T) {
+	f := &fakeEngine{maxLen: 64}
+	_, ts := newFakeServer(t, templateConfig(t), f)
+	for _, include := range []bool{false, true} {
+		body := `{"prompt":"a","max_tokens":2,"stop":"x","include_stop_str_in_output":` + map[bool]string{false: "false", true: "true"}[include] + `}`
+		if status, _, resp := call(t, "POST", ts.URL+"/v1/completions", "", body); status != 200 {
+			t.Fatalf("%d %s", status, resp)
+		}
+		if got := f.lastRequest(); got.IncludeStopString != include || len(got.Stop) != 1 {
+			t.Errorf("include %v: engine request %+v", include, got)
+		}
+	}
+}
+
+func TestUnknownField(t *testing.T) {
+	type inner struct {
+		A int `json:"a"`
+	}
+	type base struct {
+		B string `json:"b"`
+	}
+	type req struct {
+		base
+		In    *inner          `json:"in"`
+		List  []inner         `json:"list"`
+		Raw   json.RawMessage `json:"raw"`
+		Map   map[string]any  `json:"map"`
+		Plain string
+		skip  int
+	}
+	tests := []struct {
+		body, want string
+	}{
+		{`{"b":"x","in":{"a":1},"list":[{"a":1}],"raw":{"z":1},"map":{"z":1},"Plain":"p"}`, ""},
+		{`{"c":1}`, "c"},
+		{`{"skip":1}`, "skip"},
+		{`{"in":{"a":1,"z":2}}`, "in.z"},
+		{`{"list":[{"a":1},{"y":1}]}`, "list[1].y"},
+		{`{"in":null,"list":null}`, ""},
+		{`{"z":1,"y":1}`, "y"}, // sorted: the first in order
+		{`[1]`, ""},
+		{`{"in":"not an object"}`, ""}, // a type error: decoding reports it
+	}
+	for _, tc := range tests {
+		if got := unknownField([]byte(tc.body), reflect.TypeFor[*req]()); got != tc.want {
+			t.Errorf("unknownField(%s) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}
