@@ -161,7 +161,7 @@ func servedNameOfRunningServer(t *testing.T, args []string) string {
 	go func() {
 		done <- runServe(ctx, append([]string{"--port", "0", "--kv-blocks", "64"}, args...), &bytes.Buffer{}, &stderr)
 	}()
-	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	addr := regexp.MustCompile(`ready on (http://\S+)`) // once the model is loaded
 	var url string
 	for deadline := time.Now().Add(time.Minute); url == ""; time.Sleep(5 * time.Millisecond) {
 		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
@@ -173,7 +173,7 @@ func servedNameOfRunningServer(t *testing.T, args []string) string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no listening line: %s", stderr.String())
+			t.Fatalf("no ready line: %s", stderr.String())
 		}
 	}
 	defer func() {

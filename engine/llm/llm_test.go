@@ -78,6 +78,7 @@ func copyDefault(t *testing.T, edit func(map[string]any)) string {
 }
 
 func TestResolve(t *testing.T) {
+	t.Setenv("HF_HUB_CACHE", t.TempDir()) // an empty Hugging Face cache
 	builtIn, err := defaultmodel.Dir()
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +94,9 @@ func TestResolve(t *testing.T) {
 	}{
 		{"built-in", "", builtIn, ""},
 		{"folder", dir, dir, ""},
-		{"missing", filepath.Join(dir, "nope"), "", "no such folder"},
-		{"file", file, "", "is not a folder"},
+		{"missing", filepath.Join(dir, "nope"), "", "no such model folder"},
+		{"file", file, "", "is a file, not a model folder"},
+		{"hub name not cached", "org-not-here/model-not-here", "", "gollm pull org-not-here/model-not-here"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
