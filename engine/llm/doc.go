@@ -1,7 +1,8 @@
 // Package llm is gollm for Go programs: it loads a model in one call and generates, streams and
 // chats with it, or serves it as the OpenAI-compatible API on the caller's own HTTP server.
 //
-// Load opens a HuggingFace model folder (or, given an empty name, the built-in model), loads its
+// Load opens a HuggingFace model folder, a model in the Hugging Face cache by its name ORG/NAME (see
+// gollm pull), or, given an empty name, the built-in model; it loads its
 // weights on the CPU or a GPU, sizes the KV cache from the memory there and starts the engine's step
 // loop; Model.Close stops it. One Model serves any number of goroutines at once: their requests share
 // the engine's continuous batches.
