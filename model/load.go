@@ -82,6 +82,11 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 	case !(cfg.RMSNormEps > 0):
 		return Shape{}, fmt.Errorf("config: rms_norm_eps %v must be positive", cfg.RMSNormEps)
 	}
+	if cfg.LayerTypes != nil || cfg.Activation() != weights.ActSiLU || cfg.QKVBias || cfg.OBias || cfg.QKNorm ||
+		cfg.NormOffset != 0 || cfg.SandwichNorm || cfg.EmbedScale || cfg.QueryPreAttnScalar != 0 ||
+		cfg.FinalLogitSoftcap != 0 || cfg.LocalRopeTheta != 0 {
+		return Shape{}, fmt.Errorf("config: %s: %w", cfg.Architecture, weights.ErrUnsupported)
+	}
 	inv, err := ropeInvFreq(d, cfg.RopeTheta, cfg.RopeScaling)
 	if err != nil {
 		return Shape{}, err

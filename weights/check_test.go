@@ -41,7 +41,7 @@ func (d tinyDims) config() map[string]any {
 }
 
 // tensors lists the checkpoint of a LLaMA model with dims d, written out by hand (not derived from
-// LlamaTensorShapes, which it checks).
+// TensorShapes, which it checks).
 func (d tinyDims) tensors(rng *rand.Rand, dt DType) []*Tensor {
 	headDim := d.D
 	if headDim == 0 {
@@ -87,7 +87,7 @@ func writeModelFolder(t *testing.T, cfg map[string]any, tensors []*Tensor) strin
 	return dir
 }
 
-func TestCheckLlamaTensors(t *testing.T) {
+func TestCheckTensors(t *testing.T) {
 	base := tinyDims{V: 11, H: 8, I: 12, L: 2, Hq: 4, Hkv: 2}
 	replace := func(ts []*Tensor, name string, shape ...int) []*Tensor {
 		for i, x := range ts {
@@ -169,10 +169,10 @@ func TestCheckLlamaTensors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			err = CheckLlamaTensors(cfg, s)
+			err = CheckTensors(cfg, s)
 			if tc.is == nil {
 				if err != nil {
-					t.Fatalf("CheckLlamaTensors: %v", err)
+					t.Fatalf("CheckTensors: %v", err)
 				}
 				return
 			}
@@ -183,7 +183,7 @@ func TestCheckLlamaTensors(t *testing.T) {
 	}
 }
 
-func TestCheckLlamaTensorsUnsupportedDType(t *testing.T) {
+func TestCheckTensorsUnsupportedDType(t *testing.T) {
 	dims := tinyDims{V: 3, H: 2, I: 2, L: 1, Hq: 1, Hkv: 1}
 	rng := rand.New(rand.NewPCG(6, 6))
 	ts := dims.tensors(rng, DTypeF32)
@@ -203,12 +203,12 @@ func TestCheckLlamaTensorsUnsupportedDType(t *testing.T) {
 	checkError(t, err, ErrUnsupported, `"model.norm.weight"`, "I32")
 }
 
-func TestLlamaTensorShapesCount(t *testing.T) {
+func TestTensorShapesCount(t *testing.T) {
 	cfg, err := LoadConfig(filepath.Join("testdata", "config", "llama-3-8b.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shapes := LlamaTensorShapes(cfg)
+	shapes := TensorShapes(cfg)
 	if len(shapes) != 32*9+3 {
 		t.Errorf("%d tensors, want %d", len(shapes), 32*9+3)
 	}
