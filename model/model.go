@@ -68,13 +68,18 @@ type Step struct {
 	InputFrom []int32
 }
 
-// layerWeights holds one decoder layer's parameters as backend handles.
+// layerWeights holds one decoder layer's parameters as backend handles: the description of a family's
+// layer is which of them it has (the zero Weight is an absent one) and the model's activation.
 type layerWeights struct {
-	inputNorm, postNorm Weight
-	qkv                 Weight // [Hq*D + 2*Hkv*D][H]: q_proj, k_proj, v_proj stacked
-	o                   Weight // [H][Hq*D]
-	gateUp              Weight // [2I][H]: gate_proj, up_proj stacked
-	down                Weight // [H][I]
+	inputNorm    Weight // [H]
+	qkv          Weight // [Hq*D + 2*Hkv*D][H]: q_proj, k_proj, v_proj stacked (and their biases: Qwen2)
+	qNorm, kNorm Weight // [D]: per-head norms of q and k before RoPE (Qwen3, Gemma 3)
+	o            Weight // [H][Hq*D]
+	attnOutNorm  Weight // [H]: the norm of the attention's output (Gemma's post_attention_layernorm)
+	mlpNorm      Weight // [H]: the norm before the MLP (LLaMA's post_attention_layernorm)
+	gateUp       Weight // [2I][H]: gate_proj, up_proj stacked
+	down         Weight // [H][I]
+	mlpOutNorm   Weight // [H]: the norm of the MLP's output (Gemma's post_feedforward_layernorm)
 }
 
 // workspace is the set of activation buffers a step uses, sized for capTokens token rows and capLogits
@@ -91,13 +96,15 @@ type workspace struct {
 	logits               Tensor // [R][V]
 }
 
-// Model is a loaded LLaMA-family model on a backend. It is not safe for concurrent use: one goroutine
-// (the engine's step loop) calls Forward.
+// Model is a loaded model on a backend. It is not safe for concurrent use: one goroutine (the engine's
+// step loop) calls Forward.
 type Model struct {
 	cfg     *weights.Config
 	shape   Shape
 	backend Backend
 	eps     float32
+	gelu    bool    // the MLP is GeGLU (else SwiGLU)
+	softcap float32 // the final logits' soft cap, or 0
 
 	embed, finalNorm, lmHead Weight
 	layers                   []layerWeights
@@ -317,13 +324,18 @@ func (m *Model) forward(s *Step) (Tensor, error) {
 		layer := &m.layers[l]
 		b.AddRMSNorm(normed, hidden, pending, layer.inputNorm, m.eps)
 		b.MatMul(qkv, normed, layer.qkv)
+		if layer.qNorm.Data != nil {
+			b.QKNorm(qkv, layer.qNorm, layer.kNorm, m.eps)
+		}
 		b.RoPEWriteKV(qkv, l)
 		b.Attention(attn, qkv, l)
 		b.MatMul(proj, attn, layer.o)
-		b.AddRMSNorm(normed, hidden, proj, layer.postNorm, m.eps)
+		m.normOutput(proj, layer.attnOutNorm)
+		b.AddRMSNorm(normed, hidden, proj, layer.mlpNorm, m.eps)
 		b.MatMul(gateUp, normed, layer.gateUp)
-		b.SwiGLU(act, gateUp)
+		m.activate(act, gateUp)
 		b.MatMul(proj, act, layer.down)
+		m.normOutput(proj, layer.mlpOutNorm)
 		pending = proj
 	}
 	b.AddRMSNorm(normed, hidden, pending, m.finalNorm, m.eps)
@@ -337,7 +349,27 @@ func (m *Model) forward(s *Step) (Tensor, error) {
 		b.GatherRows(picked, normed, s.LogitRows)
 	}
 	b.MatMul(logits, picked, m.lmHead)
+	if m.softcap > 0 {
+		b.Softcap(logits, m.softcap)
+	}
 	return logits, nil
+}
+
+// normOutput normalises a sublayer's output in place before it joins the residual stream, for the
+// families whose layers have such a norm (Gemma's); w is the zero Weight for the others.
+func (m *Model) normOutput(x Tensor, w Weight) {
+	if w.Data != nil {
+		m.backend.AddRMSNorm(x, x, Tensor{}, w, m.eps)
+	}
+}
+
+// activate writes the gated MLP's activation of gateUp into dst: SwiGLU, or GeGLU for Gemma.
+func (m *Model) activate(dst, gateUp Tensor) {
+	if m.gelu {
+		m.backend.GeGLU(dst, gateUp)
+	} else {
+		m.backend.SwiGLU(dst, gateUp)
+	}
 }
 
 // ensureWorkspace grows the activation buffers to hold numTokens token rows and numLogits logit rows.
