@@ -48,11 +48,11 @@ type Config struct {
 	RopeScaling RopeScaling
 
 	// LayerTypes holds each layer's attention, FullAttention or SlidingAttention; nil means every layer
-	// is FullAttention. A layer whose window would reach back to position 0 of every context the model
-	// supports (SlidingWindow ≥ MaxPositionEmbeddings) is FullAttention.
+	// is FullAttention.
 	LayerTypes []string
 	// SlidingWindow is W: a SlidingAttention layer's token attends to the last W positions, its own
-	// included. 0 when no layer slides.
+	// included. 0 when no window binds: none is set, or it is at least as long as any context the model
+	// supports (MaxPositionEmbeddings), and the sliding layers see their whole context.
 	SlidingWindow int
 	// LocalRopeTheta and LocalRopeScaling are the rotary embedding of SlidingAttention layers when it
 	// differs from the full-attention layers' (Gemma 3's rope_local_base_freq, or rope_parameters keyed by
@@ -856,7 +856,9 @@ func parseLayerTypes(f fields, c *Config, fam *family) error {
 		}
 	case windowLayerTypes:
 		for i := range types {
-			types[i] = SlidingAttention
+			if window > 0 {
+				types[i] = SlidingAttention
+			}
 		}
 	case windowQwen:
 		first, ok, err := f.int("max_window_layers")
@@ -869,7 +871,7 @@ func parseLayerTypes(f fields, c *Config, fam *family) error {
 		if first < 0 {
 			return invalid("max_window_layers", "%d is negative", first)
 		}
-		for i := first; i < len(types); i++ {
+		for i := first; i < len(types) && window > 0; i++ {
 			types[i] = SlidingAttention
 		}
 	case windowPattern:
@@ -892,11 +894,15 @@ func parseLayerTypes(f fields, c *Config, fam *family) error {
 	if given != nil && fam.window != windowNone && fam.window != windowAll {
 		types = given
 	}
-	// Without a window, or with one at least as long as any context, a sliding layer sees everything.
-	if window == 0 || window >= c.MaxPositionEmbeddings || !slices.Contains(types, SlidingAttention) {
+	if !slices.Contains(types, SlidingAttention) {
 		return nil
 	}
-	c.LayerTypes, c.SlidingWindow = types, window
+	c.LayerTypes = types
+	// Without a window, or with one at least as long as any context, a sliding layer sees everything
+	// (and keeps its type, which chooses Gemma 3's rotary embedding).
+	if window > 0 && window < c.MaxPositionEmbeddings {
+		c.SlidingWindow = window
+	}
 	return nil
 }
 

@@ -80,10 +80,10 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			checkRope(c.LocalRopeScaling)
 		}
-		// Layers: nil, or one known kind per layer with at least one sliding layer whose window is shorter
-		// than the context.
+		// Layers: nil, or one known kind per layer with at least one sliding layer; a window shorter than
+		// the context, or none.
 		if c.LayerTypes != nil {
-			if len(c.LayerTypes) != c.NumHiddenLayers || c.SlidingWindow <= 0 || c.SlidingWindow >= c.MaxPositionEmbeddings {
+			if len(c.LayerTypes) != c.NumHiddenLayers || c.SlidingWindow < 0 || c.SlidingWindow >= c.MaxPositionEmbeddings {
 				t.Fatalf("layer types %v for %d layers with window %d (context %d) accepted", c.LayerTypes, c.NumHiddenLayers, c.SlidingWindow, c.MaxPositionEmbeddings)
 			}
 			sliding := 0

@@ -328,8 +328,9 @@ func TestParseConfigVariants(t *testing.T) {
 			}},
 		{name: "window as long as the context is no window", patch: patch{"architectures": []string{"MinistralForCausalLM"}, "model_type": "ministral", "sliding_window": 2048},
 			check: func(t *testing.T, c *Config) {
-				wantEq(t, "LayerTypes", c.LayerTypes, []string(nil))
+				wantEq(t, "LayerTypes", c.LayerTypes, repeatTypes(22, SlidingAttention))
 				wantEq(t, "SlidingWindow", c.SlidingWindow, 0)
+				wantEq(t, "LayerWindow(0)", c.LayerWindow(0), 0)
 			}},
 		{name: "Qwen2 sliding from max_window_layers", patch: patch{"architectures": []string{"Qwen2ForCausalLM"}, "model_type": "qwen2", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 20, "bos_token_id": nil, "eos_token_id": nil},
 			check: func(t *testing.T, c *Config) {
@@ -487,6 +488,12 @@ func TestParseConfigGemma3(t *testing.T) {
 			"rope_parameters": map[string]any{"full_attention": map[string]any{"rope_type": "default"}}},
 			check: func(t *testing.T, c *Config) {
 				wantEq(t, "thetas", []float64{c.RopeTheta, c.LocalRopeTheta}, []float64{1e6, 1e4})
+			}},
+		{name: "window longer than the context keeps the sliding layers' rope", patch: patch{"sliding_window": 40000},
+			check: func(t *testing.T, c *Config) {
+				wantEq(t, "SlidingWindow", c.SlidingWindow, 0)
+				theta, _ := c.LayerRope(0)
+				wantEq(t, "layer 0's rope_theta", theta, 10000.0)
 			}},
 		{name: "one rope for both types", patch: patch{"rope_local_base_freq": 1e6},
 			check: func(t *testing.T, c *Config) { wantEq(t, "LocalRopeTheta", c.LocalRopeTheta, 0.0) }},
