@@ -28,7 +28,7 @@ type golden struct {
 	Family   string               `json:"family"`
 	Rotary   map[string][]float64 `json:"rotary"`
 	HFConfig map[string]any       `json:"hf_config"`
-	Prompts             []struct {
+	Prompts  []struct {
 		PromptIDs  []int32   `json:"prompt_ids"`
 		GreedyIDs  []int32   `json:"greedy_ids"`
 		MinMargin  float64   `json:"min_margin"`
