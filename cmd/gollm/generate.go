@@ -375,7 +375,7 @@ const minKVTokens = 8192
 func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) int {
 	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
 	var params int64
-	for _, shape := range weights.LlamaTensorShapes(cfg) {
+	for _, shape := range weights.TensorShapes(cfg) {
 		n := int64(1)
 		for _, d := range shape {
 			n *= int64(d)
