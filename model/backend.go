@@ -61,26 +61,44 @@ type Shape struct {
 	// embedding's dtype.
 	EmbedScale float32
 
-	// NumBlocks pages of BlockSize tokens per layer for K and for V.
+	// NumBlocks blocks of BlockSize tokens, each a page for K and for V in every layer (in each of
+	// KVSlots page arrays, with KV groups).
 	NumBlocks, BlockSize int
+	// KVGroups holds each KV group's window (see KVLayout) and KVSlots the page arrays of a block; nil
+	// and 0 mean one group of every layer without a window, a page array per layer. A layer's group and
+	// page array are in its LayerShape.
+	KVGroups []int
+	KVSlots  int
+}
+
+// NumKVSlots returns the page arrays of a block: KVSlots, or one per layer.
+func (s Shape) NumKVSlots() int {
+	if s.KVSlots == 0 {
+		return s.NumLayers
+	}
+	return s.KVSlots
 }
 
 // QKVCols is the width of the fused Q/K/V projection's output row: [q: Hq*D | k: Hkv*D | v: Hkv*D].
 func (s Shape) QKVCols() int { return (s.NumHeads + 2*s.NumKVHeads) * s.HeadDim }
 
-// LayerShape describes what one decoder layer's attention reads: its window and its rotary table.
+// LayerShape describes what one decoder layer's attention reads: its window, its rotary table and
+// where its K/V live.
 type LayerShape struct {
 	// Window, when positive, makes the layer's query at position p attend to positions [p−Window+1, p]
 	// only (a sliding-window layer); 0 attends to [0, p].
 	Window int
 	// LocalRope rotates the layer's queries and keys by Shape.LocalRopeInvFreq instead of RopeInvFreq.
 	LocalRope bool
+	// KVGroup is the KV group whose block tables hold the layer's pages, KVSlot the page array of each
+	// block where its K/V are (see KVLayout).
+	KVGroup, KVSlot int
 }
 
-// Layer returns layer l's LayerShape (LLaMA's when Layers is nil).
+// Layer returns layer l's LayerShape (LLaMA's when Layers is nil: group 0, page array l).
 func (s Shape) Layer(l int) LayerShape {
 	if s.Layers == nil {
-		return LayerShape{}
+		return LayerShape{KVSlot: l}
 	}
 	return s.Layers[l]
 }

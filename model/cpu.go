@@ -9,7 +9,7 @@ import (
 )
 
 // cpuBackend is the pure-Go reference backend. Activations are []float32 and the KV cache is one
-// attention.Cache (float32) per layer. Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
+// attention.Cache (float32) per page array of the KV layout (per layer without KV groups). Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
 // 2 bytes per parameter: about 270 MB for a 135M-parameter model, 16 GB for 8B) and are widened inside
 // the matrix-product kernels: on the 2-core machine this was measured on, a decode step then costs the
 // same CPU time as with a float32 copy (the widening costs what the halved memory traffic saves) at half
@@ -23,13 +23,15 @@ type cpuBackend struct {
 
 	// Step state, refreshed by BeginStep.
 	step     *Step
-	batch    attention.Batch
+	batches  []attention.Batch // per KV group: the step's metadata with the group's block tables
+	slots    [][]int32         // per KV group: the K/V slot of each token row
 	cos, sin [2][]float32 // [T][D/2] rotary factors of each token's position: RopeInvFreq's, LocalRopeInvFreq's
 	k, v, q  []float32    // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
 }
 
-// NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once:
-// NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks).
+// NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
+// layers, without KV groups) × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes
+// (KVBytesPerBlock × NumBlocks).
 // Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
 // float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
@@ -40,12 +42,13 @@ func NewCPUBackend(shape Shape) (Backend, error) {
 		return nil, fmt.Errorf("cpu backend: invalid shape %+v", shape)
 	}
 	for l, ls := range shape.Layers {
-		if ls.Window < 0 || (ls.LocalRope && shape.LocalRopeInvFreq == nil) {
+		if ls.Window < 0 || (ls.LocalRope && shape.LocalRopeInvFreq == nil) || ls.KVSlot < 0 ||
+			ls.KVSlot >= shape.NumKVSlots() || ls.KVGroup < 0 || ls.KVGroup >= max(1, len(shape.KVGroups)) {
 			return nil, fmt.Errorf("cpu backend: layer %d: invalid %+v", l, ls)
 		}
 	}
 	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
-	b.caches = make([]*attention.Cache, shape.NumLayers)
+	b.caches = make([]*attention.Cache, shape.NumKVSlots())
 	for l := range b.caches {
 		b.caches[l] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
 	}
@@ -85,9 +88,29 @@ func (b *cpuBackend) NewTensor(rows, cols int) (Tensor, error) {
 
 func (b *cpuBackend) BeginStep(s *Step) error {
 	b.step = s
-	b.batch = attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
 	numTokens := len(s.Tokens)
 	sh := &b.shape
+	groups := max(1, len(sh.KVGroups))
+	b.batches = b.batches[:0]
+	b.slots = b.slots[:0]
+	for g := range groups {
+		tables := s.BlockTables
+		if g > 0 {
+			tables = s.GroupBlockTables[g-1]
+		}
+		b.batches = append(b.batches, attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables})
+		if g == 0 {
+			b.slots = append(b.slots, s.SlotMapping)
+			continue
+		}
+		slots := make([]int32, numTokens)
+		for seq, tab := range tables {
+			for row := s.QueryStart[seq]; row < s.QueryStart[seq+1]; row++ {
+				slots[row] = attention.Slot(tab, sh.BlockSize, int(s.Positions[row]))
+			}
+		}
+		b.slots = append(b.slots, slots)
+	}
 	half := sh.HeadDim / 2
 	for table, inv := range [2][]float32{sh.RopeInvFreq, sh.LocalRopeInvFreq} {
 		if inv == nil {
@@ -223,7 +246,8 @@ func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {
 		copy(b.k[t*kvCols:(t+1)*kvCols], row[qCols:qCols+kvCols])
 		copy(b.v[t*kvCols:(t+1)*kvCols], row[qCols+kvCols:qCols+2*kvCols])
 	}
-	b.caches[layer].Write(b.k, b.v, b.step.SlotMapping)
+	ls := sh.Layer(layer)
+	b.caches[ls.KVSlot].Write(b.k, b.v, b.slots[ls.KVGroup])
 }
 
 // rotateHalf applies HF LLaMA's rotary embedding to one head: x*cos + rotate_half(x)*sin, where
@@ -246,9 +270,10 @@ func (b *cpuBackend) Attention(dst, qkv Tensor, layer int) {
 	for t := range qkv.Rows {
 		copy(b.q[t*qCols:(t+1)*qCols], data[t*qkv.Cols:t*qkv.Cols+qCols])
 	}
-	batch := b.batch
-	batch.Window = sh.Layer(layer).Window
-	attention.Attend(f32(dst), b.q, sh.NumHeads, sh.Scale(), b.caches[layer], &batch)
+	ls := sh.Layer(layer)
+	batch := b.batches[ls.KVGroup]
+	batch.Window = ls.Window
+	attention.Attend(f32(dst), b.q, sh.NumHeads, sh.Scale(), b.caches[ls.KVSlot], &batch)
 }
 
 func (b *cpuBackend) SwiGLU(dst, gateUp Tensor) {

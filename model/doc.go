@@ -34,6 +34,10 @@
 // (Shape.Layers: its sliding window and rotary table) and the model-wide scales (attention, embeddings).
 // Gemma's (1 + w) norms are ordinary norms whose weights Load offsets by 1.
 //
+// Sliding-window layers keep their K/V in KV groups of their own (KVLayout): a step carries a block
+// table per group (Step.BlockTables, Step.GroupBlockTables), and a sliding group's tables may have given
+// back (−1) the pages behind every window, which the KV pool reuses.
+//
 // To add a family made of parts gollm has, add its architecture to weights/family.go. A new part needs a
 // field of weights.Config (and its tensors in weights.TensorShapes), the data here that carries it to
 // the forward pass (a layer weight, a Shape field) and, if it is a new computation, a Backend op with its

@@ -21,7 +21,7 @@ func (b *cudaBackend) checkFamily(cfg *weights.Config, s Shape) error {
 		name string
 		need bool
 	}{
-		{"sliding-window attention", cfg.SlidingWindow > 0},
+		{"sliding-window attention and KV groups", cfg.SlidingWindow > 0 || len(s.KVGroups) > 0},
 		{"a second rotary table for sliding layers", s.LocalRopeInvFreq != nil},
 		{"q/k/v or o biases", cfg.QKVBias || cfg.OBias},
 		{"q/k norms", cfg.QKNorm},

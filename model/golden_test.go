@@ -71,8 +71,9 @@ func loadGoldens(t *testing.T) []goldenCase {
 		const blockSize = 16
 		numBlocks := 0
 		for _, p := range g.Prompts {
-			// Room for the batched greedy run and the whole and chunked prefills of every prompt.
-			numBlocks += 3 * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
+			// Room for the batched greedy run and the whole and chunked prefills of every prompt, in
+			// every KV group (the pager gives the sliding groups' pages back, but not at once).
+			numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
 		}
 		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize})
 		if err != nil {
@@ -113,7 +114,7 @@ func TestGoldenGreedy(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
 			m, g := gc.model, gc.golden
-			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(uint64(len(gc.name))))
+			p := newModelPager(m, newRand(uint64(len(gc.name))))
 			chunks := make([]chunk, len(g.Prompts))
 			for i, pr := range g.Prompts {
 				chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
@@ -166,7 +167,7 @@ func TestGoldenChunkedPrefill(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
 			m, g := gc.model, gc.golden
-			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(99))
+			p := newModelPager(m, newRand(99))
 			for i, pr := range g.Prompts {
 				whole, err := m.Forward(p.step(chunk{seq: 2 * i, tokens: pr.PromptIDs}))
 				if err != nil {

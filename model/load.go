@@ -118,11 +118,17 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 		}
 	}
 	if cfg.SlidingWindow > 0 || shape.LocalRopeInvFreq != nil {
+		kv := KVLayoutOf(cfg)
+		if len(kv.Windows) > 1 || kv.Windows[0] > 0 {
+			shape.KVGroups, shape.KVSlots = kv.Windows, kv.Slots
+		}
 		shape.Layers = make([]LayerShape, cfg.NumHiddenLayers)
 		for l := range shape.Layers {
 			shape.Layers[l] = LayerShape{
 				Window:    cfg.LayerWindow(l),
 				LocalRope: shape.LocalRopeInvFreq != nil && cfg.LayerType(l) == weights.SlidingAttention,
+				KVGroup:   kv.Group[l],
+				KVSlot:    kv.Slot[l],
 			}
 		}
 	}

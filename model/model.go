@@ -20,9 +20,10 @@ const DefaultBlockSize = 16
 
 // Options configures Load.
 type Options struct {
-	// NumBlocks is the number of KV pages per layer the backend allocates. Zero lets a backend that can
-	// measure its memory (the CUDA backend, see KVSizer) fill what is left after the weights and the
-	// workspace; the CPU backend needs it positive.
+	// NumBlocks is the number of KV blocks the backend allocates: each a page of K and V for every layer
+	// (for every page array of KVLayout, with KV groups). Zero lets a backend that can measure its memory
+	// (the CUDA backend, see KVSizer) fill what is left after the weights and the workspace; the CPU
+	// backend needs it positive.
 	NumBlocks int
 	// BlockSize is the number of tokens per page; zero means DefaultBlockSize.
 	BlockSize int
@@ -57,8 +58,13 @@ type Step struct {
 	Tokens, Positions, SlotMapping []int32   // [T] flat over all sequences in the step
 	QueryStart                     []int32   // [S+1]; QueryStart[0] == 0, QueryStart[S] == T
 	ContextLens                    []int32   // [S] context length after this step
-	BlockTables                    [][]int32 // [S] physical block ids in logical order
+	BlockTables                    [][]int32 // [S] physical block ids in logical order (KV group 0's)
 	LogitRows                      []int32   // token rows whose logits are wanted
+	// GroupBlockTables holds the block tables of KV groups 1 and up (KVLayout): [group−1][S], like
+	// BlockTables; nil for a model with one group. A sliding group's (or a sliding group 0's) entries
+	// for pages that no query of the step attends to may be −1. The slots of groups 1 and up are those
+	// of the tokens' positions in their tables.
+	GroupBlockTables [][][]int32
 	// InputFrom, when not nil, has one entry per token row: −1 (the row's token is Tokens[row]) or the
 	// index of the previous step's pick whose token is the row's input (the token Start, ForwardGreedy
 	// or ForwardSample chose for that step's logits row InputFrom[row]). It serves pipelined decode: the
@@ -124,16 +130,17 @@ func (m *Model) Config() *weights.Config { return m.cfg }
 // BlockSize returns the number of tokens per KV page.
 func (m *Model) BlockSize() int { return m.shape.BlockSize }
 
-// NumBlocks returns the number of KV pages per layer.
+// NumBlocks returns the number of KV blocks (each a page of every layer's K and V).
 func (m *Model) NumBlocks() int { return m.shape.NumBlocks }
 
 // Shape returns the geometry the backend was built for.
 func (m *Model) Shape() Shape { return m.shape }
 
-// KVBytesPerBlock is the memory one KV page costs across all layers on the CPU backend (float32 K and V):
-// layers × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory budget by it to size Options.NumBlocks.
+// KVBytesPerBlock is the memory one KV block costs on the CPU backend (float32 K and V): KVLayout's page
+// arrays (the layers, without sliding windows) × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory
+// budget by it to size Options.NumBlocks.
 func KVBytesPerBlock(cfg *weights.Config, blockSize int) int {
-	return cfg.NumHiddenLayers * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
+	return KVLayoutOf(cfg).Slots * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
 }
 
 // headDim is cfg.HeadDim, or HiddenSize/NumAttentionHeads when the config left it zero.
@@ -469,6 +476,15 @@ func (m *Model) validate(s *Step) error {
 		return fmt.Errorf("%w: %d context lengths need %d query starts and %d block tables, have %d and %d",
 			ErrInvalidStep, numSeqs, numSeqs+1, numSeqs, len(s.QueryStart), len(s.BlockTables))
 	}
+	if groups := max(1, len(m.shape.KVGroups)); len(s.GroupBlockTables) != groups-1 {
+		return fmt.Errorf("%w: %d KV groups need %d more block tables per sequence, have %d", ErrInvalidStep,
+			groups, groups-1, len(s.GroupBlockTables))
+	}
+	for g, tables := range s.GroupBlockTables {
+		if len(tables) != numSeqs {
+			return fmt.Errorf("%w: KV group %d: %d block tables for %d sequences", ErrInvalidStep, g+1, len(tables), numSeqs)
+		}
+	}
 	if s.QueryStart[0] != 0 || int(s.QueryStart[numSeqs]) != numTokens {
 		return fmt.Errorf("%w: query starts must run from 0 to %d, run from %d to %d", ErrInvalidStep,
 			numTokens, s.QueryStart[0], s.QueryStart[numSeqs])
@@ -487,14 +503,13 @@ func (m *Model) validate(s *Step) error {
 				ErrInvalidStep, seq, ctx, queryLen)
 		}
 		table := s.BlockTables[seq]
-		if need := (ctx + blockSize - 1) / blockSize; int32(len(table)) < need {
-			return fmt.Errorf("%w: sequence %d: context length %d needs %d blocks, block table has %d",
-				ErrInvalidStep, seq, ctx, need, len(table))
-		}
-		for i, blk := range table[:(ctx+blockSize-1)/blockSize] {
-			if blk < 0 || int(blk) >= m.shape.NumBlocks {
-				return fmt.Errorf("%w: sequence %d: block table entry %d is %d, not in [0, %d)",
-					ErrInvalidStep, seq, i, blk, m.shape.NumBlocks)
+		for g := range max(1, len(m.shape.KVGroups)) {
+			t := table
+			if g > 0 {
+				t = s.GroupBlockTables[g-1][seq]
+			}
+			if err := m.validateTable(g, seq, t, ctx-queryLen, ctx); err != nil {
+				return err
 			}
 		}
 		for row := start; row < end; row++ {
@@ -525,6 +540,29 @@ func (m *Model) validate(s *Step) error {
 	for i, row := range s.LogitRows {
 		if row < 0 || int(row) >= numTokens {
 			return fmt.Errorf("%w: logit row %d is %d, not in [0, %d)", ErrInvalidStep, i, row, numTokens)
+		}
+	}
+	return nil
+}
+
+// validateTable checks sequence seq's block table of KV group g for a step whose first query sits at
+// position first and whose context is ctx: it must name a valid block for every page the step's queries
+// attend to (all from page 0, or from the window of the first query on in a sliding group).
+func (m *Model) validateTable(g, seq int, table []int32, first, ctx int32) error {
+	blockSize := int32(m.shape.BlockSize)
+	need := (ctx + blockSize - 1) / blockSize
+	if int32(len(table)) < need {
+		return fmt.Errorf("%w: sequence %d: KV group %d: context length %d needs %d blocks, block table has %d",
+			ErrInvalidStep, seq, g, ctx, need, len(table))
+	}
+	from := int32(0)
+	if g < len(m.shape.KVGroups) && m.shape.KVGroups[g] > 0 {
+		from = max(0, first-int32(m.shape.KVGroups[g])+1) / blockSize
+	}
+	for i := from; i < need; i++ {
+		if blk := table[i]; blk < 0 || int(blk) >= m.shape.NumBlocks {
+			return fmt.Errorf("%w: sequence %d: KV group %d: block table entry %d is %d, not in [0, %d)",
+				ErrInvalidStep, seq, g, i, blk, m.shape.NumBlocks)
 		}
 	}
 	return nil

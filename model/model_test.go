@@ -275,19 +275,29 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 	return logits
 }
 
-// pager hands out physical blocks in a shuffled order and builds steps, as a block pool would.
+// pager hands out physical blocks in a shuffled order and builds steps, as a block pool would: a block
+// table per KV group, and the pages of a sliding group given back (their entries −1, the blocks reused)
+// once the sequence's next query cannot see them.
 type pager struct {
 	blockSize int
+	windows   []int // per KV group
 	free      []int32
-	tables    map[int][]int32 // sequence id → block table
-	lens      map[int]int     // sequence id → tokens in the cache
+	tables    map[int][][]int32 // sequence id → block table per group
+	lens      map[int]int       // sequence id → tokens in the cache
 }
 
 func newPager(numBlocks, blockSize int, rng *rand.Rand) *pager {
-	p := &pager{blockSize: blockSize, tables: map[int][]int32{}, lens: map[int]int{}}
+	p := &pager{blockSize: blockSize, windows: []int{0}, tables: map[int][][]int32{}, lens: map[int]int{}}
 	for _, b := range rng.Perm(numBlocks) {
 		p.free = append(p.free, int32(b))
 	}
+	return p
+}
+
+// newModelPager is newPager for m's blocks and KV groups.
+func newModelPager(m *Model, rng *rand.Rand) *pager {
+	p := newPager(m.NumBlocks(), m.BlockSize(), rng)
+	p.windows = m.KVLayout().Windows
 	return p
 }
 
@@ -298,28 +308,45 @@ type chunk struct {
 	tokens []int32
 }
 
-// step builds the Step that appends the chunks, allocating blocks as needed; LogitRows asks for the last
-// row of every chunk.
+// step builds the Step that appends the chunks, allocating blocks as needed (and first giving back the
+// sliding groups' pages behind every window); LogitRows asks for the last row of every chunk.
 func (p *pager) step(chunks ...chunk) *Step {
-	s := &Step{QueryStart: []int32{0}}
+	s := &Step{QueryStart: []int32{0}, GroupBlockTables: make([][][]int32, len(p.windows)-1)}
 	for _, c := range chunks {
 		start := p.lens[c.seq]
-		for i, tok := range c.tokens {
-			pos := start + i
-			for len(p.tables[c.seq])*p.blockSize <= pos {
-				p.tables[c.seq] = append(p.tables[c.seq], p.free[0])
+		if p.tables[c.seq] == nil {
+			p.tables[c.seq] = make([][]int32, len(p.windows))
+		}
+		tables := p.tables[c.seq]
+		for g, w := range p.windows {
+			for i := 0; w > 0 && (i+1)*p.blockSize <= start-w+1; i++ {
+				if tables[g][i] >= 0 { // reused first: a read of a page given back reads another's K/V
+					p.free = append([]int32{tables[g][i]}, p.free...)
+					tables[g][i] = -1
+				}
+			}
+			for len(tables[g])*p.blockSize < start+len(c.tokens) {
+				tables[g] = append(tables[g], p.free[0])
 				p.free = p.free[1:]
 			}
-			table := p.tables[c.seq]
+		}
+		for i, tok := range c.tokens {
+			pos := start + i
 			s.Tokens = append(s.Tokens, tok)
 			s.Positions = append(s.Positions, int32(pos))
-			s.SlotMapping = append(s.SlotMapping, table[pos/p.blockSize]*int32(p.blockSize)+int32(pos%p.blockSize))
+			s.SlotMapping = append(s.SlotMapping, tables[0][pos/p.blockSize]*int32(p.blockSize)+int32(pos%p.blockSize))
 		}
 		p.lens[c.seq] = start + len(c.tokens)
 		s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
 		s.ContextLens = append(s.ContextLens, int32(p.lens[c.seq]))
-		s.BlockTables = append(s.BlockTables, p.tables[c.seq])
+		s.BlockTables = append(s.BlockTables, tables[0])
+		for g := 1; g < len(p.windows); g++ {
+			s.GroupBlockTables[g-1] = append(s.GroupBlockTables[g-1], tables[g])
+		}
 		s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+	}
+	if len(p.windows) == 1 {
+		s.GroupBlockTables = nil
 	}
 	return s
 }
@@ -387,7 +414,7 @@ func TestForwardMatchesReference(t *testing.T) {
 			}
 			defer m.Close()
 			rng := rand.New(rand.NewPCG(2, 3))
-			p := newPager(64, 4, rng)
+			p := newModelPager(m, rng)
 			prompts := [][]int32{randomTokens(rng, 9, cfg.VocabSize), randomTokens(rng, 1, cfg.VocabSize),
 				randomTokens(rng, 21, cfg.VocabSize)}
 			full := make([][]int32, len(prompts)) // each sequence's tokens so far
@@ -518,5 +545,103 @@ func TestGraphBucket(t *testing.T) {
 		if low := graphBucketLow(got); low > n || graphBucket(low-1) == got && low > 1 {
 			t.Fatalf("graphBucketLow(%d) = %d for batch %d", got, low, n)
 		}
+	}
+}
+
+// TestKVLayout checks the KV groups of published shapes and of small mixed layouts: groups as large as
+// the smaller kind, groups without a window first, page arrays by position in the group.
+func TestKVLayout(t *testing.T) {
+	types := func(n int, sliding func(int) bool) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = weights.FullAttention
+			if sliding(i) {
+				out[i] = weights.SlidingAttention
+			}
+		}
+		return out
+	}
+	gemma := func(i int) bool { return (i+1)%6 != 0 }
+	for _, tc := range []struct {
+		name           string
+		layers, window int
+		sliding        func(int) bool
+		windows        []int
+		slots          int
+	}{
+		{"llama", 32, 0, func(int) bool { return false }, []int{0}, 32},
+		{"mistral-7b-v0.1: every layer slides", 32, 4096, func(int) bool { return true }, []int{4096}, 32},
+		{"gemma-3-12b", 48, 1024, gemma, []int{0, 1024, 1024, 1024, 1024, 1024}, 8},
+		{"gemma-3-4b", 34, 1024, gemma, []int{0, 1024, 1024, 1024, 1024, 1024, 1024}, 5},
+		{"ministral-8b", 36, 32768, func(i int) bool { return i%4 != 0 }, []int{0, 32768, 32768, 32768}, 9},
+		{"qwen2 max_window_layers 1 of 2", 2, 16, func(i int) bool { return i >= 1 }, []int{0, 16}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.NumHiddenLayers = tc.layers
+			if tc.window > 0 {
+				cfg.LayerTypes, cfg.SlidingWindow = types(tc.layers, tc.sliding), tc.window
+				cfg.MaxPositionEmbeddings = 1 << 20
+			}
+			lay := KVLayoutOf(cfg)
+			if !slices.Equal(lay.Windows, tc.windows) || lay.Slots != tc.slots {
+				t.Fatalf("groups %v of %d page arrays, want %v of %d", lay.Windows, lay.Slots, tc.windows, tc.slots)
+			}
+			used := map[[2]int]bool{}
+			for l := range tc.layers {
+				g, slot := lay.Group[l], lay.Slot[l]
+				if (lay.Windows[g] > 0) != (cfg.LayerWindow(l) > 0) || slot < 0 || slot >= lay.Slots || used[[2]int{g, slot}] {
+					t.Errorf("layer %d (window %d) in group %d (window %d), page array %d", l, cfg.LayerWindow(l), g, lay.Windows[g], slot)
+				}
+				used[[2]int{g, slot}] = true
+			}
+			if got, want := KVBytesPerBlock(cfg, 16), tc.slots*2*16*cfg.NumKeyValueHeads*headDim(cfg)*4; got != want {
+				t.Errorf("KVBytesPerBlock %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestForwardRejectsInvalidGroupTables: a model with KV groups needs every group's tables, and each
+// must name a valid block for every page its queries attend to (a sliding group's pages behind the
+// window may be −1).
+func TestForwardRejectsInvalidGroupTables(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.LayerTypes, cfg.SlidingWindow = []string{weights.FullAttention, weights.SlidingAttention}, 4
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	m, err := load(cfg, r.get, Options{NumBlocks: 16, BlockSize: 4}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// A decode at position 9 (context 10): its window is positions 6-9, pages 1 and 2.
+	valid := func() *Step {
+		return &Step{
+			Tokens: []int32{5}, Positions: []int32{9}, SlotMapping: []int32{2*4 + 1},
+			QueryStart: []int32{0, 1}, ContextLens: []int32{10}, BlockTables: [][]int32{{0, 1, 2}},
+			GroupBlockTables: [][][]int32{{{-1, 4, 5}}}, LogitRows: []int32{0},
+		}
+	}
+	if _, err := m.Forward(valid()); err != nil {
+		t.Fatalf("valid step: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Step)
+	}{
+		{"no group tables", func(s *Step) { s.GroupBlockTables = nil }},
+		{"group tables of no sequence", func(s *Step) { s.GroupBlockTables[0] = nil }},
+		{"page in the window given back", func(s *Step) { s.GroupBlockTables[0][0][1] = -1 }},
+		{"group table too short", func(s *Step) { s.GroupBlockTables[0][0] = s.GroupBlockTables[0][0][:2] }},
+		{"group block out of range", func(s *Step) { s.GroupBlockTables[0][0][2] = 16 }},
+		{"full group page given back", func(s *Step) { s.BlockTables[0][0] = -1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := valid()
+			tc.mutate(s)
+			if _, err := m.Forward(s); !errors.Is(err, ErrInvalidStep) {
+				t.Fatalf("Forward: got %v, want ErrInvalidStep", err)
+			}
+		})
 	}
 }

@@ -184,7 +184,7 @@ func TestLoadRandomForward(t *testing.T) {
 				}
 			}
 			rng := newRand(9)
-			p := newPager(numBlocks, blockSize, rng)
+			p := newModelPager(m, rng)
 			tokens := randomTokens(rng, 7, cfg.VocabSize)
 			next := tokens
 			for step := range 3 {
