@@ -25,8 +25,8 @@ type cpuBackend struct {
 	step     *Step
 	batches  []attention.Batch // per KV group: the step's metadata with the group's block tables
 	slots    [][]int32         // per KV group: the K/V slot of each token row
-	cos, sin [2][]float32 // [T][D/2] rotary factors of each token's position: RopeInvFreq's, LocalRopeInvFreq's
-	k, v, q  []float32    // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
+	cos, sin [2][]float32      // [T][D/2] rotary factors of each token's position: RopeInvFreq's, LocalRopeInvFreq's
+	k, v, q  []float32         // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
 }
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
