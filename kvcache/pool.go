@@ -195,13 +195,18 @@ func (p *Pool) PrefixCaching() bool { return p.prefixCaching }
 // Groups returns the pool's KV groups (one without a window when Config.Groups was nil).
 func (p *Pool) Groups() []Group { return slices.Clone(p.groups) }
 
+// NumGroups returns the number of KV groups.
+func (p *Pool) NumGroups() int { return len(p.groups) }
+
 // MaxTokens returns the most tokens one sequence can hold in the empty pool: a sequence holds a block
 // of every group for each page of its tokens when it is allocated.
 func (p *Pool) MaxTokens() int { return len(p.blocks) / len(p.groups) * p.blockSize }
 
 // BlocksNeeded returns the blocks a sequence of numTokens tokens takes when it is allocated without
 // prefix-cache hits: one of every group per page.
-func (p *Pool) BlocksNeeded(numTokens int) int { return len(p.groups) * BlocksFor(numTokens, p.blockSize) }
+func (p *Pool) BlocksNeeded(numTokens int) int {
+	return len(p.groups) * BlocksFor(numTokens, p.blockSize)
+}
 
 // BlocksFor returns the number of blocks of blockSize slots needed to hold numTokens tokens.
 func BlocksFor(numTokens, blockSize int) int {
