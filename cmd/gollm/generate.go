@@ -388,9 +388,11 @@ func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int,
 	if maxModelLen > 0 {
 		context = min(context, int64(maxModelLen))
 	}
-	perSeq := (context + int64(pageSize) - 1) / int64(pageSize)
+	// A sequence takes a block of every KV group per page when it is admitted (fewer once a sliding
+	// group's window moves on).
+	perSeq := int64(len(model.KVLayoutOf(cfg).Windows)) * ((context + int64(pageSize) - 1) / int64(pageSize))
 	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
-	least := min(perSeq, (minKVTokens+int64(pageSize)-1)/int64(pageSize))
+	least := min(perSeq, int64(len(model.KVLayoutOf(cfg).Windows))*((minKVTokens+int64(pageSize)-1)/int64(pageSize)))
 	if maxModelLen > 0 {
 		least = perSeq
 	}
