@@ -170,3 +170,30 @@ func TestWindowedModelThroughTheEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxModelLen: the longest request is the model's context (Llama 3.1's 131072 tokens, nothing caps it
+// lower), the pool's capacity, or Config.MaxModelLen; with KV groups, the longest sequence the pool holds
+// at once (a block of every group per page).
+func TestMaxModelLen(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		maxPos, numBlocks  int
+		layerTypes         []string
+		window, configured int
+		want               int
+	}{
+		{"128k context", 131072, 131072 / 16, nil, 0, 0, 131072},
+		{"the pool is shorter", 131072, 1000, nil, 0, 0, 16000},
+		{"configured", 131072, 131072 / 16, nil, 0, 4096, 4096},
+		{"KV groups", 131072, 6000, []string{"sliding_attention", "full_attention", "sliding_attention"}, 1024, 0, 6000 / 3 * 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newCountingModel(32, tc.maxPos, 16, tc.numBlocks)
+			m.cfg.NumHiddenLayers, m.cfg.LayerTypes, m.cfg.SlidingWindow = 3, tc.layerTypes, tc.window
+			e := newEngine(t, m, Config{MaxModelLen: tc.configured})
+			if got := e.MaxModelLen(); got != tc.want {
+				t.Errorf("MaxModelLen %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
