@@ -10,22 +10,30 @@ type Batch struct {
 	// ContextLens has len S; ContextLens[s] is sequence s's context length including this step's tokens.
 	ContextLens []int32
 	// BlockTables has len S; BlockTables[s] lists sequence s's physical block ids in logical order.
+	// With a Window, the entries of pages that no query of the step reads may be anything (a KV pool
+	// that has given those pages back marks them −1).
 	BlockTables [][]int32
+	// Window, when positive, is a sliding window: the query at position p attends to positions
+	// [p−Window+1, p] only (the last Window positions, its own included). 0 attends to [0, p].
+	Window int
 }
 
 // Attend writes causal attention for every query row: q and out are [T][numHeads][HeadDim]
 // (T = QueryStart[S]); scale is usually 1/sqrt(HeadDim). Query j of a sequence with qlen rows sits at
-// position ContextLens[s]-qlen+j and attends to positions [0, position], read through BlockTables[s]: a
-// prefill chunk thus attends to its cached prefix, whose K/V must already be in c (as must this step's,
-// written with Cache.Write). Decode rows (qlen == 1) go through Plan's choice of DecodeGrouped or
-// DecodeSplitK; longer chunks through the prefill path. Work is spread over runtime.GOMAXPROCS(0)
-// goroutines. It panics on inconsistent shapes (programmer errors).
+// position ContextLens[s]-qlen+j and attends to positions [0, position] (with b.Window, to the last
+// Window of them), read through BlockTables[s]: a prefill chunk thus attends to its cached prefix, whose
+// K/V must already be in c (as must this step's, written with Cache.Write). Only the pages holding
+// positions some query attends to are read. Decode rows (qlen == 1) go through Plan's choice of
+// DecodeGrouped or DecodeSplitK, planned on the tokens each reads; longer chunks through the prefill
+// path. Work is spread over runtime.GOMAXPROCS(0) goroutines. It panics on inconsistent shapes
+// (programmer errors).
 func Attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch) {
-	attend(out, q, numHeads, scale, c, b, defaultWorkers())
+	attend(out, q, numHeads, scale, c, b, defaultWorkers(), nil)
 }
 
-// attend is Attend on a given number of workers; it returns the decode plan it followed.
-func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, workers int) DecodePlan {
+// attend is Attend on a given number of workers, following force instead of Plan's choice when it is not
+// nil (a split-k plan must have room for the step's longest span); it returns the decode plan it followed.
+func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, workers int, force *DecodePlan) DecodePlan {
 	numSeqs := len(b.ContextLens)
 	if len(b.QueryStart) != numSeqs+1 || len(b.BlockTables) != numSeqs {
 		panic(fmt.Sprintf("attention: Attend: %d context lengths, %d query starts, %d block tables",
@@ -33,6 +41,10 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 	}
 	numRows := int(b.QueryStart[numSeqs])
 	st := newStep(out, q, numHeads, scale, c, numRows, "Attend")
+	if b.Window < 0 {
+		panic(fmt.Sprintf("attention: Attend: window %d", b.Window))
+	}
+	st.window = b.Window
 	for s := range numSeqs {
 		row, qlen, ctx := int(b.QueryStart[s]), int(b.QueryStart[s+1]-b.QueryStart[s]), int(b.ContextLens[s])
 		if qlen < 0 || row < 0 || qlen > ctx {
@@ -40,7 +52,7 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 				s, qlen, row, ctx))
 		}
 		if qlen > 0 {
-			st.checkTable("Attend", s, b.BlockTables[s], ctx)
+			st.checkTable("Attend", s, b.BlockTables[s], st.firstKey(ctx-qlen), ctx)
 		}
 		switch {
 		case qlen == 1:
@@ -52,6 +64,9 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 		}
 	}
 	plan := Plan(st.planInput(workers))
+	if force != nil {
+		plan = *force
+	}
 	st.run(plan, workers)
 	return plan
 }
@@ -64,6 +79,7 @@ type step struct {
 	group     int // G = numHeads / NumKVHeads
 	scale     float32
 	c         *Cache
+	window    int // Batch.Window: 0, or the positions each query attends to
 	dec       decodeSeqs
 	pre       []prefillSeq
 	queryTile int // prefill query rows per unit
@@ -106,8 +122,9 @@ func newStep(out, q []float32, numHeads int, scale float32, c *Cache, numRows in
 	}
 }
 
-// checkTable panics unless table covers ctx tokens with valid block ids.
-func (st *step) checkTable(who string, s int, table []int32, ctx int) {
+// checkTable panics unless table covers ctx tokens with valid block ids from the page of position
+// first on (the pages a step whose first query sits at first may read).
+func (st *step) checkTable(who string, s int, table []int32, first, ctx int) {
 	if ctx < 1 {
 		panic(fmt.Sprintf("attention: %s: sequence %d has context length %d", who, s, ctx))
 	}
@@ -115,17 +132,44 @@ func (st *step) checkTable(who string, s int, table []int32, ctx int) {
 	if len(table) < need {
 		panic(fmt.Sprintf("attention: %s: sequence %d: %d blocks for %d tokens, need %d", who, s, len(table), ctx, need))
 	}
-	for i, blk := range table[:need] {
-		if blk < 0 || int(blk) >= st.c.NumBlocks {
+	for i := first / st.c.BlockSize; i < need; i++ {
+		if blk := table[i]; blk < 0 || int(blk) >= st.c.NumBlocks {
 			panic(fmt.Sprintf("attention: %s: sequence %d: block %d is %d, out of [0, %d)", who, s, i, blk, st.c.NumBlocks))
 		}
 	}
 }
 
+// firstKey is the first position the query at position pos attends to: 0, or pos−Window+1 with a
+// window.
+func (st *step) firstKey(pos int) int {
+	if st.window == 0 {
+		return 0
+	}
+	return max(0, pos-st.window+1)
+}
+
+// decodeSpan returns where the pages a decode of context ctx reads begin (the first key's page start)
+// and how many positions they span to the end of the context: the decode kernels' partitions are laid
+// on whole pages from start, and Plan is given span as the sequence's length.
+func (st *step) decodeSpan(ctx int) (start, span int) {
+	bs := st.c.BlockSize
+	start = st.firstKey(ctx-1) / bs * bs
+	return start, ctx - start
+}
+
+// planInput is what Plan needs of the step's decodes: their spans (decodeSpan), the tokens they read.
 func (st *step) planInput(workers int) PlanInput {
+	spans := st.dec.ctx
+	if st.window > 0 {
+		spans = make([]int32, len(st.dec.ctx))
+		for i, ctx := range st.dec.ctx {
+			_, span := st.decodeSpan(int(ctx))
+			spans[i] = int32(span)
+		}
+	}
 	return PlanInput{
-		Batch:       len(st.dec.ctx),
-		ContextLens: st.dec.ctx,
+		Batch:       len(spans),
+		ContextLens: spans,
 		NumHeads:    st.numHeads,
 		NumKVHeads:  st.c.NumKVHeads,
 		HeadDim:     st.c.HeadDim,
@@ -178,8 +222,9 @@ func (st *step) run(plan DecodePlan, workers int) {
 	case SplitK:
 		st.allocPartials()
 		for s, ctx := range st.dec.ctx {
+			_, span := st.decodeSpan(int(ctx))
 			for h := range hkv {
-				for p := range ceilDiv(int(ctx), plan.PartitionTokens) {
+				for p := range ceilDiv(span, plan.PartitionTokens) {
 					units = append(units, unit{unitPartition, int32(s), int32(h), int32(p)})
 				}
 			}

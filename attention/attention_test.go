@@ -76,7 +76,7 @@ func newFixture(t *testing.T, rng *rand.Rand, group, kvHeads, headDim, blockSize
 
 func (f *fixture) numRows() int { return int(f.batch.QueryStart[len(f.specs)]) }
 
-// reference is dense causal attention in float64 over the logical K/V.
+// reference is dense causal attention in float64 over the logical K/V, within f.batch.Window when set.
 func (f *fixture) reference() []float64 {
 	d, hq, g := f.headDim, f.numHeads, f.numHeads/f.kvHeads
 	ref := make([]float64, f.numRows()*hq*d)
@@ -88,24 +88,30 @@ func (f *fixture) reference() []float64 {
 			for h := range hq {
 				q := f.q[(row*hq+h)*d : (row*hq+h+1)*d]
 				kvh := h / g
-				scores := make([]float64, pos+1)
+				first := 0
+				if w := f.batch.Window; w > 0 {
+					first = max(0, pos-w+1)
+				}
+				scores := make([]float64, pos+1-first)
 				mx := math.Inf(-1)
-				for t := range scores {
+				for i := range scores {
+					t := first + i
 					k := keys[(t*f.kvHeads+kvh)*d:]
 					var dot float64
 					for i := range d {
 						dot += float64(q[i]) * float64(k[i])
 					}
-					scores[t] = dot * float64(f.scale)
-					mx = math.Max(mx, scores[t])
+					scores[i] = dot * float64(f.scale)
+					mx = math.Max(mx, scores[i])
 				}
 				var sum float64
-				for t := range scores {
-					scores[t] = math.Exp(scores[t] - mx)
-					sum += scores[t]
+				for i := range scores {
+					scores[i] = math.Exp(scores[i] - mx)
+					sum += scores[i]
 				}
 				o := ref[(row*hq+h)*d : (row*hq+h+1)*d]
-				for t, p := range scores {
+				for i, p := range scores {
+					t := first + i
 					v := values[(t*f.kvHeads+kvh)*d:]
 					for i := range d {
 						o[i] += p / sum * float64(v[i])
@@ -265,7 +271,7 @@ func TestAttendRoutesThroughPlan(t *testing.T) {
 			f := newFixture(t, rng, 8, 1, 64, 16, 0.125, specs)
 			ref := f.reference()
 			out := f.poisonedOutput()
-			plan := attend(out, f.q, f.numHeads, f.scale, f.cache, f.batch, tc.workers)
+			plan := attend(out, f.q, f.numHeads, f.scale, f.cache, f.batch, tc.workers, nil)
 			if plan.Kernel != tc.want {
 				t.Fatalf("plan %+v, want kernel %v", plan, tc.want)
 			}
@@ -364,5 +370,90 @@ func TestPrefillQueryTiles(t *testing.T) {
 			Attend(out, f.q, f.numHeads, f.scale, f.cache, f.batch)
 			checkClose(t, "Attend", out, ref)
 		})
+	}
+}
+
+// slide makes f's batch attend within a window of w positions, as a KV pool that gives back the pages
+// behind every window would leave it: the K/V of every position before the first one the step's
+// queries attend to become NaN, and the block table entries of pages holding only such positions −1,
+// so a kernel that reads one of them fails (NaN output, or an index panic).
+func (f *fixture) slide(w int) {
+	f.batch.Window = w
+	row := f.kvHeads * f.headDim
+	for s, spec := range f.specs {
+		first := max(0, spec.ctx-spec.qlen-w+1) // the step's first query's first key
+		table := append([]int32(nil), f.batch.BlockTables[s]...)
+		for pos := range first {
+			slot := int(Slot(table, f.blockSize, pos))
+			copy(f.cache.K[slot*row:(slot+1)*row], nanSlice(row))
+			copy(f.cache.V[slot*row:(slot+1)*row], nanSlice(row))
+		}
+		for i := range first / f.blockSize {
+			table[i] = -1
+		}
+		f.batch.BlockTables[s] = table
+	}
+}
+
+// windowBatch mixes decodes and chunks around a window of w positions: contexts shorter than it, as long,
+// one and many pages longer, chunks that start inside it or beyond it, and a fresh prompt longer than it.
+func windowBatch(w, blockSize int) []seqSpec {
+	return []seqSpec{
+		{1, 1}, {1, w}, {1, w + 1}, {1, w + blockSize + 3}, {1, 5*w + 7},
+		{3, w + 2}, {blockSize + 1, 4*w + blockSize}, {2 * w, 2 * w}, {w + 5, 3*w + 5},
+		{1, max(1, w-1)},
+	}
+}
+
+// TestAttendWindow checks sliding-window attention (each query sees its last W positions) for windows of
+// one token, under a page, a page, over a page and many pages, on decodes and prefill chunks, through the
+// grouped and split-k decode kernels (forced, with partitions of one and several pages) and the plan's
+// own choice, against the dense reference; the pages behind every window are poisoned and unlisted.
+func TestAttendWindow(t *testing.T) {
+	for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{{1, 2, 64, 16}, {4, 2, 64, 8}, {8, 1, 128, 16}, {3, 2, 32, 32}} {
+		for _, w := range []int{1, sh.blockSize - 1, sh.blockSize, sh.blockSize + 1, 3*sh.blockSize + 5, 100} {
+			name := fmt.Sprintf("g%d_kv%d_d%d_page%d_window%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize, w)
+			t.Run(name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(sh.group*100+sh.blockSize)))
+				f := newFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, sh.blockSize, 0.3, windowBatch(w, sh.blockSize))
+				f.slide(w)
+				ref := f.reference()
+				maxSpan := 5*w + 7 + sh.blockSize
+				plans := []*DecodePlan{nil, {Kernel: Grouped, NumPartitions: 1}}
+				for _, part := range []int{sh.blockSize, 3 * sh.blockSize} {
+					plans = append(plans, &DecodePlan{Kernel: SplitK, PartitionTokens: part, NumPartitions: ceilDiv(maxSpan, part)})
+				}
+				for _, workers := range []int{1, 64} {
+					for _, plan := range plans {
+						out := f.poisonedOutput()
+						got := attend(out, f.q, f.numHeads, f.scale, f.cache, f.batch, workers, plan)
+						checkClose(t, fmt.Sprintf("%d workers, plan %+v", workers, got), out, ref)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPlanReadsTheWindow: a decode of a long context through a short window is planned as the pages it
+// reads, not as its context: one 128k-token MQA sequence splits across many workers without a window and
+// stays whole with a window of two pages.
+func TestPlanReadsTheWindow(t *testing.T) {
+	st := &step{c: &Cache{BlockSize: 16, NumKVHeads: 1, HeadDim: 64}, numHeads: 8, group: 8,
+		dec: decodeSeqs{ctx: []int32{131072}}}
+	if p := Plan(st.planInput(64)); p.Kernel != SplitK {
+		t.Fatalf("no window: plan %+v, want split-k", p)
+	}
+	st.window = 32
+	in := st.planInput(64)
+	if got := in.ContextLens[0]; got != 32 {
+		t.Errorf("window 32 at context 131072: plan input context %d, want the 32 tokens of its two pages", got)
+	}
+	if p := Plan(in); p.Kernel != Grouped {
+		t.Errorf("window 32: plan %+v, want grouped", p)
+	}
+	st.window = 33 // three pages: 16 + 16 + the first key's page
+	if got := st.planInput(64).ContextLens[0]; got != 48 {
+		t.Errorf("window 33 at context 131072: plan input context %d, want 48", got)
 	}
 }

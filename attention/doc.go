@@ -23,6 +23,12 @@
 //     softmax state (m, l, acc), merged by a log-sum-exp reduce; it keeps every worker (SM) busy when
 //     there are few sequences with long contexts.
 //
+// With a sliding window (Batch.Window, Mistral's and Gemma's windowed layers) a query attends to its last
+// Window positions only: every unit starts its walk at the first page its queries attend to, the pages
+// before it are never read (a KV pool may have given them back), and Plan is given the span of pages a
+// decode reads instead of its context, so a long context behind a short window is planned as the short
+// read it is.
+//
 // Every unit walks its pages one page at a time with online softmax in float32 (the GPU kernels' tile
 // loop); units are spread over runtime.GOMAXPROCS(0) goroutines, and Plan is given that number as the
 // machine's size. The GPU kernels (built with the cuda tag) follow the same structure and are tested

@@ -24,7 +24,7 @@ func newDecodeStep(out, q []float32, numHeads int, scale float32, c *Cache, bloc
 	rows := make([]int32, len(contextLens))
 	for s := range rows {
 		rows[s] = int32(s)
-		st.checkTable(who, s, blockTables[s], int(contextLens[s]))
+		st.checkTable(who, s, blockTables[s], 0, int(contextLens[s]))
 	}
 	st.dec = decodeSeqs{rows: rows, tables: blockTables, ctx: contextLens}
 	return st
@@ -36,6 +36,7 @@ func (st *step) groupedUnit(w *walker, s, h int) {
 	row := int(st.dec.rows[s])
 	at := (row*st.numHeads + h*g) * d // the G query heads of KV head h are consecutive
 	w.loadQ(0, st.q[at:], g, st.scale)
-	w.walk(st.c, h, st.dec.tables[s], g, 0, int(st.dec.ctx[s]), false)
+	ctx := int(st.dec.ctx[s])
+	w.walk(st.c, h, st.dec.tables[s], g, st.firstKey(ctx-1), ctx, false)
 	w.store(st.out[at:], 0, g)
 }

@@ -19,7 +19,7 @@ type walker struct {
 	scores             []float32 // [vectors][blockSize], scores, then probabilities, of the current page
 	m, l               []float32 // [vectors] running max and running sum of exp(score - m)
 	acc                []float32 // [vectors][headDim] running Σ exp(score - m) · v
-	limit              []int     // [vectors] exclusive end of the keys a vector may see (causal mask)
+	lower, limit       []int     // [vectors] first and exclusive last key a vector may see (window, causal mask)
 	sink               float32   // keeps prefetch's loads alive; never read
 }
 
@@ -32,6 +32,7 @@ func newWalker(maxVectors, headDim, blockSize int) *walker {
 		m:         make([]float32, maxVectors),
 		l:         make([]float32, maxVectors),
 		acc:       make([]float32, maxVectors*headDim),
+		lower:     make([]int, maxVectors),
 		limit:     make([]int, maxVectors),
 	}
 }
@@ -47,9 +48,9 @@ func (w *walker) loadQ(first int, src []float32, n int, scale float32) {
 }
 
 // walk runs online softmax for vectors [0, n) of the tile over the keys [keyStart, keyEnd) of KV head head,
-// read through the block table. With masked, vector r sees only keys below w.limit[r]; every vector must
-// see at least one key (true of causal attention walked from key 0), or its l stays 0. It leaves
-// (m, l, acc) per vector.
+// read through the block table. With masked, vector r sees only keys in [w.lower[r], w.limit[r]); every
+// vector must see at least one key (true of causal attention, which sees its own position), or its l
+// stays 0. It leaves (m, l, acc) per vector.
 func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int, masked bool) {
 	d, bs := w.headDim, w.blockSize
 	stride := c.NumKVHeads * d
@@ -77,26 +78,27 @@ func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int
 		// Online softmax per vector: new max, rescale of the old state, probabilities of this page.
 		for r := range n {
 			s := w.scores[r*bs : r*bs+tile]
-			valid := tile
+			from, valid := 0, tile
 			if masked {
-				valid = min(tile, w.limit[r]-t)
+				from, valid = max(0, w.lower[r]-t), min(tile, w.limit[r]-t)
 			}
-			if valid <= 0 {
+			if valid <= from {
 				clear(s)
 				continue
 			}
-			mx := s[0]
-			for _, x := range s[1:valid] {
+			mx := s[from]
+			for _, x := range s[from+1 : valid] {
 				mx = max(mx, x)
 			}
 			mNew := max(m[r], mx)
 			corr := expf(m[r] - mNew)
 			var sum float32
-			for j := range valid {
+			for j := from; j < valid; j++ {
 				p := expf(s[j] - mNew)
 				s[j] = p
 				sum += p
 			}
+			clear(s[:from])
 			clear(s[valid:])
 			l[r] = l[r]*corr + sum
 			m[r] = mNew

@@ -2,9 +2,11 @@ package attention
 
 // prefillUnit is the program (prefill sequence s, KV head h, query tile) of the prefill path: it takes up
 // to queryTile consecutive query rows of the chunk and all G heads of the group as one tile of vectors,
-// walks the pages from position 0 to the last row's position, and masks each row causally (row j of a
-// chunk of qlen rows sits at position ctx-qlen+j and sees keys [0, position]). Each K/V row is loaded once
-// per tile and used by every row and head of it, like FlashAttention's varlen kernel with paged K/V.
+// walks the pages from the tile's first key (position 0, or the first row's window start) to the last
+// row's position, and masks each row causally (row j of a chunk of qlen rows sits at position
+// ctx-qlen+j and sees keys [0, position], or its last Window of them). Each K/V row is loaded once per
+// tile and used by every row and head of it, like FlashAttention's varlen kernel with paged K/V; pages
+// before the tile's window are never read.
 func (st *step) prefillUnit(w *walker, s, h, tile int) {
 	p := st.pre[s]
 	d, g := st.c.HeadDim, st.group
@@ -15,10 +17,11 @@ func (st *step) prefillUnit(w *walker, s, h, tile int) {
 		row := p.row + first + i
 		w.loadQ(i*g, st.q[(row*st.numHeads+h*g)*d:], g, st.scale)
 		for head := range g {
+			w.lower[i*g+head] = st.firstKey(firstPos + i)
 			w.limit[i*g+head] = firstPos + i + 1
 		}
 	}
-	w.walk(st.c, h, p.table, rows*g, 0, firstPos+rows, true)
+	w.walk(st.c, h, p.table, rows*g, st.firstKey(firstPos), firstPos+rows, true)
 	for i := range rows {
 		row := p.row + first + i
 		w.store(st.out[(row*st.numHeads+h*g)*d:], i*g, g)

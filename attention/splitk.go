@@ -48,9 +48,11 @@ func (st *step) partitionUnit(w *walker, s, h, p int) {
 	d, g := st.c.HeadDim, st.group
 	row := int(st.dec.rows[s])
 	w.loadQ(0, st.q[(row*st.numHeads+h*g)*d:], g, st.scale)
-	start := p * st.plan.PartitionTokens
-	end := min(start+st.plan.PartitionTokens, int(st.dec.ctx[s]))
-	w.walk(st.c, h, st.dec.tables[s], g, start, end, false)
+	ctx := int(st.dec.ctx[s])
+	base, _ := st.decodeSpan(ctx)
+	start := base + p*st.plan.PartitionTokens
+	end := min(start+st.plan.PartitionTokens, ctx)
+	w.walk(st.c, h, st.dec.tables[s], g, max(start, st.firstKey(ctx-1)), end, false)
 	i := st.partialIndex(s, h, p)
 	copy(st.partM[i:i+g], w.m[:g])
 	copy(st.partL[i:i+g], w.l[:g])
@@ -60,7 +62,8 @@ func (st *step) partitionUnit(w *walker, s, h, p int) {
 // reduceUnit is the program (sequence s, KV head h) of the split-k reduce.
 func (st *step) reduceUnit(s, h int) {
 	d, g := st.c.HeadDim, st.group
-	parts := ceilDiv(int(st.dec.ctx[s]), st.plan.PartitionTokens)
+	_, span := st.decodeSpan(int(st.dec.ctx[s]))
+	parts := ceilDiv(span, st.plan.PartitionTokens)
 	row := int(st.dec.rows[s])
 	first := st.partialIndex(s, h, 0)
 	for head := range g {

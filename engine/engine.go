@@ -247,10 +247,15 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.MaxPromptLogitRows <= 0 {
 		cfg.MaxPromptLogitRows = DefaultMaxPromptLogitRows
 	}
+	var groups []kvcache.Group
+	for _, w := range model.KVLayoutOf(mc).Windows {
+		groups = append(groups, kvcache.Group{Window: w})
+	}
 	pool, err := kvcache.NewPool(kvcache.Config{
 		NumBlocks:     m.NumBlocks(),
 		BlockSize:     m.BlockSize(),
 		PrefixCaching: !cfg.DisablePrefixCaching,
+		Groups:        groups,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -267,7 +272,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.MaxModelLen > 0 {
 		maxLen = min(maxLen, cfg.MaxModelLen)
 	}
-	maxLen = min(maxLen, m.NumBlocks()*m.BlockSize())
+	maxLen = min(maxLen, pool.MaxTokens())
 	eos := slices.Clone(mc.EOSTokenIDs)
 	for _, id := range cfg.EOSTokenIDs {
 		if !slices.Contains(eos, id) {

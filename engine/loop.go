@@ -535,11 +535,21 @@ func (e *Engine) buildStep(b *scheduler.Batch) *model.Step {
 	st.ContextLens = st.ContextLens[:0]
 	clear(st.BlockTables)
 	st.BlockTables = st.BlockTables[:0]
+	if groups := e.pool.NumGroups(); groups > 1 && st.GroupBlockTables == nil {
+		st.GroupBlockTables = make([][][]int32, groups-1)
+	}
+	for g := range st.GroupBlockTables {
+		clear(st.GroupBlockTables[g])
+		st.GroupBlockTables[g] = st.GroupBlockTables[g][:0]
+	}
 	for i := range b.Chunks {
 		c := &b.Chunks[i]
 		st.QueryStart = append(st.QueryStart, int32(c.Offset+c.Len))
 		st.ContextLens = append(st.ContextLens, int32(c.ContextLen))
 		st.BlockTables = append(st.BlockTables, c.BlockTable)
+		for g := range st.GroupBlockTables {
+			st.GroupBlockTables[g] = append(st.GroupBlockTables[g], c.BlockTables[g+1])
+		}
 	}
 	return st
 }

@@ -34,6 +34,31 @@
 // "evictable") and are evicted least recently used first, and only when no never-used or
 // unregistered free block is left.
 //
+// # KV groups and sliding windows
+//
+// A model whose layers attend differently (Gemma 3's five sliding-window layers to one full one,
+// Ministral's three to one, Mistral's windows on every layer) gives the pool its KV groups
+// (Config.Groups): sets of layers, of equal size, whose pages a sequence holds in a block table of their
+// own, every group drawing its blocks from the one pool (a block is one page of each layer of a group,
+// so the model's memory per block does not depend on the group). This is vLLM's hybrid allocator: a
+// group without a window holds every page of its sequence, a sliding group (Group.Window W) only the
+// pages that queries still to come can see: when Commit moves a sequence past a page by W positions,
+// the page goes back to the pool and its table entry becomes NullBlock. A sequence is allocated a
+// block of every group for each page (all or nothing, as before), and holds only the window's pages of
+// its sliding groups from then on, so a 128k-token Gemma 3 sequence holds about a sixth of what it would
+// without windows, and the pool holds that many more sequences.
+//
+// The prefix cache spans the groups. Group 0 is the anchor (put a group without a window first): its
+// registered blocks form the confirmed chains described above. The committed full blocks of the other
+// groups are registered as twins of the anchor block holding the same prefix (the chain entry of the
+// same page), and leave the cache with it. A hit of k pages needs the anchor's chain over them, the
+// twins of every page in every group without a window, and in each sliding group the twins of the
+// pages that the window of the first computed token (position k·BlockSize) covers; the pages below that
+// window are neither needed nor held (NullBlock from the start). The longest k that every group can
+// serve is taken: a sliding group whose window pages were given back and evicted stops the hit there,
+// never serves it. With a sliding anchor (every layer slides), the chain's blocks below the window stay
+// in the cache only until evicted, and the chain (so the prefix) ends there.
+//
 // # What it must not do
 //
 // It does not schedule (that is package scheduler), allocate device memory or know about requests.

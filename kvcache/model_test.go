@@ -490,12 +490,12 @@ func (h *harness) writeKV(id SeqID, from, to int) {
 	h.t.Helper()
 	s := h.pool.seqs[id]
 	for pos := from; pos < to; pos++ {
-		b := s.table[pos/h.pool.blockSize]
+		b := s.tables[0][pos/h.pool.blockSize]
 		if blk := h.pool.blocks[b]; blk.ref != 1 || blk.hashed {
 			h.t.Fatalf("op %d: sequence %d writes position %d into block %d with ref %d, registered %v",
 				h.numOps, id, pos, b, blk.ref, blk.hashed)
 		}
-		h.kv[Slot(s.table, h.pool.blockSize, pos)] = s.tokens[pos]
+		h.kv[Slot(s.tables[0], h.pool.blockSize, pos)] = s.tokens[pos]
 	}
 }
 
@@ -514,7 +514,7 @@ func (h *harness) check() {
 			h.t.Fatalf("op %d: sequence %d: pool has %d tokens, %d committed; model %d, %d",
 				h.numOps, id, len(s.tokens), s.committed, len(ms.tokens), ms.committed)
 		}
-		slots := SlotMapping(nil, s.table, h.pool.blockSize, 0, s.committed)
+		slots := SlotMapping(nil, s.tables[0], h.pool.blockSize, 0, s.committed)
 		for pos, slot := range slots {
 			if h.kv[slot] != s.tokens[pos] {
 				h.t.Fatalf("op %d: sequence %d position %d reads token %d from slot %d, want %d",

@@ -3,6 +3,7 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // SeqID identifies a sequence in a [Pool]. The caller (the engine) chooses ids; a pool holds at most
@@ -31,7 +32,26 @@ type Config struct {
 	// HashSeed is mixed into every block hash. Any fixed value works; it exists so that hashes are a
 	// property of the pool, not of global state.
 	HashSeed uint64
+	// Groups are the KV groups: sets of layers whose pages a sequence holds in a block table of their
+	// own, all taken from the one pool of NumBlocks blocks (see the package doc). nil means one group
+	// without a window. Put a group without a window first when there is one: group 0 anchors the
+	// prefix cache.
+	Groups []Group
 }
+
+// Group describes one KV group.
+type Group struct {
+	// Window, when positive, says the group's layers attend to the last Window positions only (a
+	// sliding window, the query's own included): once every query to come lies past a page's
+	// positions by Window or more, the sequence gives the page back and its table entry becomes
+	// NullBlock.
+	Window int
+}
+
+// NullBlock is the block-table entry of a sliding group's page that the sequence does not hold:
+// given back behind the window, or never allocated because the window of the sequence's first
+// computed token starts after it.
+const NullBlock int32 = -1
 
 // noBlock marks an empty link in the LRU list.
 const noBlock = -1
@@ -55,12 +75,31 @@ type block struct {
 
 	// Links in the evictable LRU list, valid while hashed && ref == 0.
 	prev, next int32
+
+	// A registered block of a group other than the anchor (group 0) is a twin: it holds the same
+	// prefix as anchor block twinOf registered as twinGen, for group twinGroup. The anchor block lists
+	// its twins from firstTwin through nextTwin, so that evicting it unregisters them too.
+	twinOf, firstTwin, nextTwin int32
+	twinGroup                   int32
+	twinGen                     uint64
+}
+
+// twinKey finds the twin of group holding the prefix of anchor block anchor registered as gen.
+type twinKey struct {
+	group  int32
+	anchor int32
+	gen    uint64
 }
 
 // sequence is the pool's view of one sequence.
 type sequence struct {
-	table  []int32 // physical block ids; len == BlocksFor(len(tokens), blockSize)
+	// tables[g] lists group g's physical block ids (NullBlock for a sliding group's pages it does not
+	// hold); each has BlocksFor(len(tokens), blockSize) entries.
+	tables [][]int32
 	tokens []int32 // every token that holds a slot
+	// behind[g] is how many leading entries of a sliding group's table are NullBlock; twinned[g] how
+	// many leading full blocks of group g ≥ 1 were considered for registration as twins.
+	behind, twinned []int
 	// chain[i] is the registered block that holds the sequence's full block i (its own block, a
 	// prefix-cache hit, or an identical block another sequence registered first), registered as
 	// chainGen[i]; it covers the first len(chain) full blocks (hits and committed).
@@ -78,6 +117,7 @@ type Pool struct {
 	blockSize     int
 	prefixCaching bool
 	seed          uint64
+	groups        []Group
 
 	blocks      []block
 	blockTokens []int32 // token ids of registered blocks, blockSize per block (prefix caching only)
@@ -92,6 +132,7 @@ type Pool struct {
 	scratch   []int32 // reused by unregister
 
 	byHash map[uint64]int32
+	twins  map[twinKey]int32
 	seqs   map[SeqID]*sequence
 
 	queriedTokens int64
@@ -109,10 +150,21 @@ func NewPool(cfg Config) (*Pool, error) {
 	if int64(cfg.NumBlocks)*int64(cfg.BlockSize) > 1<<31-1 {
 		return nil, fmt.Errorf("kvcache: %d blocks of %d slots overflow int32 slot ids", cfg.NumBlocks, cfg.BlockSize)
 	}
+	groups := cfg.Groups
+	if groups == nil {
+		groups = []Group{{}}
+	}
+	for g, grp := range groups {
+		if grp.Window < 0 {
+			return nil, fmt.Errorf("kvcache: group %d: window %d is negative", g, grp.Window)
+		}
+	}
 	p := &Pool{
 		blockSize:     cfg.BlockSize,
 		prefixCaching: cfg.PrefixCaching,
 		seed:          cfg.HashSeed,
+		groups:        slices.Clone(groups),
+		twins:         make(map[twinKey]int32),
 		blocks:        make([]block, cfg.NumBlocks),
 		free:          make([]int32, cfg.NumBlocks),
 		lruHead:       noBlock,
@@ -140,6 +192,22 @@ func (p *Pool) NumBlocks() int { return len(p.blocks) }
 // PrefixCaching reports whether the pool shares computed blocks between sequences.
 func (p *Pool) PrefixCaching() bool { return p.prefixCaching }
 
+// Groups returns the pool's KV groups (one without a window when Config.Groups was nil).
+func (p *Pool) Groups() []Group { return slices.Clone(p.groups) }
+
+// NumGroups returns the number of KV groups.
+func (p *Pool) NumGroups() int { return len(p.groups) }
+
+// MaxTokens returns the most tokens one sequence can hold in the empty pool: a sequence holds a block
+// of every group for each page of its tokens when it is allocated.
+func (p *Pool) MaxTokens() int { return len(p.blocks) / len(p.groups) * p.blockSize }
+
+// BlocksNeeded returns the blocks a sequence of numTokens tokens takes when it is allocated without
+// prefix-cache hits: one of every group per page.
+func (p *Pool) BlocksNeeded(numTokens int) int {
+	return len(p.groups) * BlocksFor(numTokens, p.blockSize)
+}
+
 // BlocksFor returns the number of blocks of blockSize slots needed to hold numTokens tokens.
 func BlocksFor(numTokens, blockSize int) int {
 	return (numTokens + blockSize - 1) / blockSize
@@ -151,15 +219,16 @@ func (p *Pool) CanAllocate(tokens []int32) (cachedTokens int, ok bool) {
 	if len(tokens) == 0 {
 		return 0, false
 	}
-	hits := p.lookup(tokens)
-	return len(hits) * p.blockSize, p.newBlocksAvailable(hits) >= BlocksFor(len(tokens), p.blockSize)-len(hits)
+	k, hits, _ := p.lookupGroups(tokens)
+	return k * p.blockSize, p.newBlocksAvailable(hits) >= p.newBlocksNeeded(len(tokens), k)
 }
 
-// Allocate creates the block table of sequence id with a slot for every token of tokens (a prompt,
-// or a preempted sequence's prompt and output). Leading full blocks found in the prefix cache are
-// shared instead of allocated; cachedTokens is the number of leading tokens whose KV is therefore
-// already there (a multiple of BlockSize, at most len(tokens)-1). On failure the pool is unchanged;
-// the error wraps [ErrNoFreeBlocks] or [ErrDuplicateSeq].
+// Allocate creates the block tables of sequence id with a slot for every token of tokens (a prompt,
+// or a preempted sequence's prompt and output) in every group. Leading full blocks found in the prefix
+// cache are shared instead of allocated; cachedTokens is the number of leading tokens whose KV is
+// therefore already there (a multiple of BlockSize, at most len(tokens)-1), in every group (a sliding
+// group needs, and holds, only the pages in the window of the first token it computes). On failure
+// the pool is unchanged; the error wraps [ErrNoFreeBlocks] or [ErrDuplicateSeq].
 func (p *Pool) Allocate(id SeqID, tokens []int32) (cachedTokens int, err error) {
 	return p.allocate(id, tokens, true)
 }
@@ -180,29 +249,48 @@ func (p *Pool) allocate(id SeqID, tokens []int32, lookup bool) (cachedTokens int
 	if _, ok := p.seqs[id]; ok {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %w", id, ErrDuplicateSeq)
 	}
-	var hits []int32
+	k, hits, chain := 0, make([][]int32, len(p.groups)), []int32(nil)
 	if lookup {
-		hits = p.lookup(tokens)
+		k, hits, chain = p.lookupGroups(tokens)
 	}
 	numBlocks := BlocksFor(len(tokens), p.blockSize)
-	if need, have := numBlocks-len(hits), p.newBlocksAvailable(hits); need > have {
+	if need, have := p.newBlocksNeeded(len(tokens), k), p.newBlocksAvailable(hits); need > have {
 		return 0, fmt.Errorf("kvcache: allocate sequence %d: %d tokens need %d new blocks, %d available: %w",
 			id, len(tokens), need, have, ErrNoFreeBlocks)
 	}
 	s := &sequence{
-		table:     make([]int32, 0, numBlocks),
+		tables:    make([][]int32, len(p.groups)),
 		tokens:    append(make([]int32, 0, len(tokens)), tokens...),
-		chain:     hits,
-		chainGen:  make([]uint64, len(hits)),
-		committed: len(hits) * p.blockSize,
+		behind:    make([]int, len(p.groups)),
+		twinned:   make([]int, len(p.groups)),
+		committed: k * p.blockSize,
 	}
-	for i, b := range hits {
-		p.acquire(b)
-		s.table = append(s.table, b)
+	// Every group's hits first: taking a new block may evict an evictable block, which must not be
+	// one of them.
+	for g := range p.groups {
+		table := make([]int32, 0, numBlocks)
+		for _, b := range hits[g] {
+			if b != NullBlock {
+				p.acquire(b)
+			}
+			table = append(table, b)
+		}
+		s.tables[g] = table
+		s.behind[g] = p.firstNeeded(g, s.committed)
+		s.twinned[g] = k
+	}
+	for g, table := range s.tables {
+		for len(table) < numBlocks {
+			table = append(table, p.take())
+		}
+		s.tables[g] = table
+	}
+	// The anchor chain holds every hit, those below a sliding anchor group's window included, which
+	// the sequence does not hold: the chain is what confirms the blocks registered after it.
+	s.chain = slices.Clone(chain[:k])
+	s.chainGen = make([]uint64, k)
+	for i, b := range s.chain {
 		s.chainGen[i] = p.blocks[b].gen
-	}
-	for len(s.table) < numBlocks {
-		s.table = append(s.table, p.take())
 	}
 	p.seqs[id] = s
 	if lookup {
@@ -233,25 +321,28 @@ func (p *Pool) CanAppend(id SeqID, n int) bool {
 	if !ok || n < 0 {
 		return false
 	}
-	return BlocksFor(len(s.tokens)+n, p.blockSize)-len(s.table) <= len(p.free)+p.numCached
+	return len(p.groups)*(BlocksFor(len(s.tokens)+n, p.blockSize)-len(s.tables[0])) <= len(p.free)+p.numCached
 }
 
 // Append gives the tokens (typically the one token sampled in the last step) a slot at the end of
-// sequence id, allocating blocks as needed. The last block of a sequence is never shared, so the new
-// slots are always private. On failure the pool is unchanged; the error wraps [ErrNoFreeBlocks] or
-// [ErrUnknownSeq].
+// sequence id in every group, allocating blocks as needed. The last block of a sequence is never
+// shared, so the new slots are always private. On failure the pool is unchanged; the error wraps
+// [ErrNoFreeBlocks] or [ErrUnknownSeq].
 func (p *Pool) Append(id SeqID, tokens ...int32) error {
 	s, ok := p.seqs[id]
 	if !ok {
 		return fmt.Errorf("kvcache: append to sequence %d: %w", id, ErrUnknownSeq)
 	}
 	numBlocks := BlocksFor(len(s.tokens)+len(tokens), p.blockSize)
-	if need, have := numBlocks-len(s.table), len(p.free)+p.numCached; need > have {
+	if need, have := len(p.groups)*(numBlocks-len(s.tables[0])), len(p.free)+p.numCached; need > have {
 		return fmt.Errorf("kvcache: append %d tokens to sequence %d: %d new blocks needed, %d available: %w",
 			len(tokens), id, need, have, ErrNoFreeBlocks)
 	}
-	for len(s.table) < numBlocks {
-		s.table = append(s.table, p.take())
+	for g, table := range s.tables {
+		for len(table) < numBlocks {
+			table = append(table, p.take())
+		}
+		s.tables[g] = table
 	}
 	s.tokens = append(s.tokens, tokens...)
 	return nil
@@ -297,20 +388,23 @@ func (p *Pool) Truncate(id SeqID, n int) error {
 	}
 	s.tokens = s.tokens[:n]
 	keep := BlocksFor(n, p.blockSize)
-	if keep == len(s.table) {
-		return nil
+	for g, table := range s.tables {
+		if keep == len(table) {
+			continue
+		}
+		for i := len(table) - 1; i >= keep; i-- {
+			p.release(table[i])
+		}
+		s.tables[g] = table[:keep:keep]
 	}
-	for i := len(s.table) - 1; i >= keep; i-- {
-		p.release(s.table[i])
-	}
-	s.table = s.table[:keep:keep]
 	return nil
 }
 
 // Commit records that the KV of the first numComputed tokens of sequence id has been written. With
 // prefix caching, every full block among them becomes a cache entry that later allocations can
-// share. Commit never lowers the committed count; numComputed beyond the sequence's tokens is an
-// error.
+// share. Then each sliding group gives back the pages that no query from position numComputed on can
+// see (their table entries become NullBlock; a registered one stays in the prefix cache). Commit never
+// lowers the committed count; numComputed beyond the sequence's tokens is an error.
 func (p *Pool) Commit(id SeqID, numComputed int) error {
 	s, ok := p.seqs[id]
 	if !ok {
@@ -325,7 +419,9 @@ func (p *Pool) Commit(id SeqID, numComputed int) error {
 	s.committed = numComputed
 	if p.prefixCaching {
 		p.register(s)
+		p.registerTwins(s)
 	}
+	p.releaseBehind(s)
 	return nil
 }
 
@@ -337,23 +433,42 @@ func (p *Pool) Free(id SeqID) error {
 		return fmt.Errorf("kvcache: free sequence %d: %w", id, ErrUnknownSeq)
 	}
 	// Release the tail first so that, among blocks freed together, the deepest ones are evicted
-	// first and shared prefixes (the heads) survive longest.
-	for i := len(s.table) - 1; i >= 0; i-- {
-		p.release(s.table[i])
+	// first and shared prefixes (the heads) survive longest; the anchor group last.
+	for g := len(s.tables) - 1; g >= 0; g-- {
+		table := s.tables[g]
+		for i := len(table) - 1; i >= 0; i-- {
+			if table[i] != NullBlock {
+				p.release(table[i])
+			}
+		}
 	}
 	delete(p.seqs, id)
 	return nil
 }
 
-// BlockTable returns the block table of sequence id: the physical block of positions
+// BlockTable returns group 0's block table of sequence id: the physical block of positions
 // [i*BlockSize, (i+1)*BlockSize) is table[i]. The slice is a read-only view whose entries never
-// change; a later Append may make the sequence's table longer than this view.
+// change, but for a sliding group's pages given back behind the window (NullBlock from the Commit that
+// gives them back on); a later Append may make the sequence's table longer than this view.
 func (p *Pool) BlockTable(id SeqID) ([]int32, error) {
 	s, ok := p.seqs[id]
 	if !ok {
 		return nil, fmt.Errorf("kvcache: block table of sequence %d: %w", id, ErrUnknownSeq)
 	}
-	return s.table[:len(s.table):len(s.table)], nil
+	return s.tables[0][:len(s.tables[0]):len(s.tables[0])], nil
+}
+
+// BlockTables returns the block tables of sequence id, one per group (as BlockTable returns group 0's).
+func (p *Pool) BlockTables(id SeqID) ([][]int32, error) {
+	s, ok := p.seqs[id]
+	if !ok {
+		return nil, fmt.Errorf("kvcache: block tables of sequence %d: %w", id, ErrUnknownSeq)
+	}
+	out := make([][]int32, len(s.tables))
+	for g, table := range s.tables {
+		out[g] = table[:len(table):len(table)]
+	}
+	return out, nil
 }
 
 // NumTokens returns the number of tokens of sequence id that hold a slot.
@@ -368,16 +483,35 @@ func (p *Pool) NumTokens(id SeqID) (int, error) {
 // NumSeqs returns the number of sequences holding an allocation.
 func (p *Pool) NumSeqs() int { return len(p.seqs) }
 
-// newBlocksAvailable returns how many blocks could be taken for new slots if the hit blocks were
-// acquired first: free and evictable blocks, less the evictable ones among the hits.
-func (p *Pool) newBlocksAvailable(hits []int32) int {
+// newBlocksAvailable returns how many blocks could be taken for new slots if the hit blocks (of every
+// group) were acquired first: free and evictable blocks, less the evictable ones among the hits.
+func (p *Pool) newBlocksAvailable(hits [][]int32) int {
 	n := len(p.free) + p.numCached
-	for _, b := range hits {
-		if p.blocks[b].ref == 0 {
-			n--
+	for _, group := range hits {
+		for _, b := range group {
+			if b != NullBlock && p.blocks[b].ref == 0 {
+				n--
+			}
 		}
 	}
 	return n
+}
+
+// newBlocksNeeded returns how many new blocks an allocation of numTokens tokens takes when its first
+// k pages are prefix-cache hits (or not needed, below a sliding group's window): the later pages, in
+// every group.
+func (p *Pool) newBlocksNeeded(numTokens, k int) int {
+	return len(p.groups) * (BlocksFor(numTokens, p.blockSize) - k)
+}
+
+// firstNeeded returns the first page of group g that a sequence with computed tokens needs: 0, or for
+// a sliding group the page of the first position the query at position computed attends to.
+func (p *Pool) firstNeeded(g, computed int) int {
+	w := p.groups[g].Window
+	if w == 0 {
+		return 0
+	}
+	return max(0, computed-w+1) / p.blockSize
 }
 
 // take returns a block with ref 1 for new slots: a free block if there is one, else the least

@@ -383,12 +383,12 @@ func TestCheckInvariantsDetectsCorruption(t *testing.T) {
 		corrupt func(p *Pool)
 		want    string
 	}{
-		{"ref count", func(p *Pool) { p.blocks[p.seqs[1].table[0]].ref++ }, "ref"},
-		{"block in two lists", func(p *Pool) { p.free = append(p.free, p.seqs[1].table[0]) }, "free"},
+		{"ref count", func(p *Pool) { p.blocks[p.seqs[1].tables[0][0]].ref++ }, "ref"},
+		{"block in two lists", func(p *Pool) { p.free = append(p.free, p.seqs[1].tables[0][0]) }, "free"},
 		{"hash index", func(p *Pool) { p.byHash[12345] = 0 }, "hash index"},
 		{"table length", func(p *Pool) { p.seqs[1].tokens = append(p.seqs[1].tokens, 1, 2, 3, 4, 5) }, "blocks"},
 		{"counter", func(p *Pool) { p.numUsed++ }, "counters"},
-		{"stored tokens", func(p *Pool) { p.blockTokens[int(p.seqs[1].table[0])*p.blockSize]++ }, "hash"},
+		{"stored tokens", func(p *Pool) { p.blockTokens[int(p.seqs[1].tables[0][0])*p.blockSize]++ }, "hash"},
 		{"lost free block", func(p *Pool) { p.free = p.free[:len(p.free)-1] }, "free"},
 	}
 	for _, tc := range tests {

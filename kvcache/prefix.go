@@ -92,6 +92,11 @@ func (p *Pool) register(s *sequence) {
 		}
 		blockTokens := s.tokens[i*p.blockSize : (i+1)*p.blockSize]
 		h := blockHash(parent, blockTokens)
+		b := s.tables[0][i]
+		if b == NullBlock { // a sliding anchor page given back before it could join (not expected)
+			s.broken = true
+			return
+		}
 		if other, taken := p.byHash[h]; taken {
 			if !p.matches(other, parentBlock, blockTokens) {
 				s.broken = true
@@ -101,7 +106,6 @@ func (p *Pool) register(s *sequence) {
 			s.chainGen = append(s.chainGen, p.blocks[other].gen)
 			continue
 		}
-		b := s.table[i]
 		blk := &p.blocks[b]
 		p.lastGen++
 		blk.hashed, blk.hash, blk.parent, blk.index, blk.gen = true, h, parent, int32(i), p.lastGen
@@ -122,12 +126,17 @@ func (p *Pool) register(s *sequence) {
 }
 
 // unregister removes an evicted block from the prefix cache, and with it every registered
-// descendant: a block may only be hit through its parent, so once the parent is gone (and perhaps
-// registered again with other content) its descendants must not be found any more. Descendants
-// nobody holds move from the evictable list to the free list; those still held become private.
+// descendant and their twins: a block may only be hit through its parent, so once the parent is gone
+// (and perhaps registered again with other content) its descendants must not be found any more.
+// Descendants and twins nobody holds move from the evictable list to the free list; those still held
+// become private. An evicted twin leaves alone.
 func (p *Pool) unregister(b int32) {
 	blk := &p.blocks[b]
 	if !blk.hashed {
+		return
+	}
+	if blk.twinOf != noBlock {
+		p.unregisterTwin(b)
 		return
 	}
 	if pb := blk.parentBlock; pb != noBlock {
@@ -148,6 +157,7 @@ func (p *Pool) unregister(b int32) {
 		for c := xb.firstChild; c != noBlock; c = p.blocks[c].nextSibling {
 			stack = append(stack, c)
 		}
+		p.dropTwins(x)
 		delete(p.byHash, xb.hash)
 		xb.hashed, xb.hash, xb.parent, xb.index, xb.gen = false, 0, 0, 0, 0
 		if x != b && xb.ref == 0 {
@@ -159,10 +169,11 @@ func (p *Pool) unregister(b int32) {
 	p.scratch = stack
 }
 
-// resetLinks clears a block's LRU and prefix-tree links.
+// resetLinks clears a block's LRU, prefix-tree and twin links.
 func (blk *block) resetLinks() {
 	blk.prev, blk.next = noBlock, noBlock
 	blk.parentBlock, blk.firstChild, blk.prevSibling, blk.nextSibling = noBlock, noBlock, noBlock, noBlock
+	blk.twinOf, blk.firstTwin, blk.nextTwin, blk.twinGroup, blk.twinGen = noBlock, noBlock, noBlock, 0, 0
 }
 
 // lruPushBack makes b the most recently used evictable block.

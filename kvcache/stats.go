@@ -43,8 +43,9 @@ func (p *Pool) Stats() Stats {
 // violation found (nil if none): reference counts equal the number of tables holding each block;
 // every block is exactly one of used, cached (registered, in the LRU list) or free; the counters
 // match; the hash index and the registered blocks agree; every registered block's parent block is
-// registered and lists it as a child; table lengths match token counts; and no registered block is
-// a sequence's writable last block. It is meant for tests and costs
+// registered and lists it as a child; twins and their anchors agree; table lengths match token
+// counts, and sliding groups hold no page behind their windows and every page after; and no registered
+// block is a sequence's writable last block. It is meant for tests and costs
 // O(blocks + table entries).
 func (p *Pool) CheckInvariants() error {
 	var errs []error
@@ -56,9 +57,11 @@ func (p *Pool) CheckInvariants() error {
 	n := len(p.blocks)
 
 	refs := make([]int32, n)
+	groupOf := make([]int, n) // 1 + the group whose tables hold the block
 	for id, s := range p.seqs {
-		if want := BlocksFor(len(s.tokens), p.blockSize); len(s.table) != want {
-			fail("sequence %d: %d tokens in %d blocks, want %d", id, len(s.tokens), len(s.table), want)
+		if len(s.tables) != len(p.groups) {
+			fail("sequence %d: %d block tables for %d groups", id, len(s.tables), len(p.groups))
+			continue
 		}
 		if s.committed > len(s.tokens) {
 			fail("sequence %d: %d committed of %d tokens", id, s.committed, len(s.tokens))
@@ -66,23 +69,53 @@ func (p *Pool) CheckInvariants() error {
 		if len(s.chain) != len(s.chainGen) || len(s.chain) > s.committed/p.blockSize {
 			fail("sequence %d: chain of %d blocks (%d generations) but only %d committed tokens", id, len(s.chain), len(s.chainGen), s.committed)
 		}
-		seen := make(map[int32]bool, len(s.table))
-		for i, b := range s.table {
-			if b < 0 || int(b) >= n {
-				fail("sequence %d: block id %d out of range", id, b)
-				continue
+		seen := make(map[int32]bool)
+		for g, table := range s.tables {
+			if want := BlocksFor(len(s.tokens), p.blockSize); len(table) != want {
+				fail("sequence %d: group %d: %d tokens in %d blocks, want %d", id, g, len(s.tokens), len(table), want)
 			}
-			if seen[b] {
-				fail("sequence %d: block %d twice in its table", id, b)
+			// A sliding group holds no page behind its window, and every page after it; the others
+			// hold every page.
+			behind := 0
+			if p.groups[g].Window > 0 {
+				behind = s.behind[g]
+				if lo := min(p.firstNeeded(g, s.committed), len(table)); behind != lo {
+					fail("sequence %d: group %d holds pages from %d, its window from %d", id, g, behind, lo)
+				}
 			}
-			seen[b] = true
-			refs[b]++
-			blk := &p.blocks[b]
-			if blk.hashed && int(blk.index) != i {
-				fail("sequence %d: registered block %d at table index %d, registered at %d", id, b, i, blk.index)
-			}
-			if blk.hashed && (i+1)*p.blockSize > s.committed {
-				fail("sequence %d: registered block %d at index %d is not fully committed (%d)", id, b, i, s.committed)
+			for i, b := range table {
+				if b == NullBlock {
+					if i >= behind {
+						fail("sequence %d: group %d: no block at page %d, in the window", id, g, i)
+					}
+					continue
+				}
+				if i < behind {
+					fail("sequence %d: group %d: block %d at page %d, behind the window", id, g, b, i)
+				}
+				if b < 0 || int(b) >= n {
+					fail("sequence %d: block id %d out of range", id, b)
+					continue
+				}
+				if seen[b] {
+					fail("sequence %d: block %d twice in its tables", id, b)
+				}
+				seen[b] = true
+				refs[b]++
+				if groupOf[b] != 0 && groupOf[b] != g+1 {
+					fail("block %d held in groups %d and %d", b, groupOf[b]-1, g)
+				}
+				groupOf[b] = g + 1
+				blk := &p.blocks[b]
+				if blk.hashed && int(blk.index) != i {
+					fail("sequence %d: registered block %d at table index %d, registered at %d", id, b, i, blk.index)
+				}
+				if blk.hashed && (i+1)*p.blockSize > s.committed {
+					fail("sequence %d: registered block %d at index %d is not fully committed (%d)", id, b, i, s.committed)
+				}
+				if blk.hashed && (g == 0) != (blk.twinOf == noBlock) {
+					fail("sequence %d: group %d holds block %d registered as a twin %v", id, g, b, blk.twinOf != noBlock)
+				}
 			}
 		}
 	}
@@ -138,7 +171,30 @@ func (p *Pool) CheckInvariants() error {
 				fail("free block %d: in free list %v, in LRU %v", b, inFree[b], inLRU[b])
 			}
 		}
-		if blk.hashed {
+		if blk.hashed && blk.twinOf != noBlock {
+			a := blk.twinOf
+			key := twinKey{blk.twinGroup, a, blk.twinGen}
+			listed := false
+			if a >= 0 && int(a) < n {
+				for c := p.blocks[a].firstTwin; c != noBlock && !listed; c = p.blocks[c].nextTwin {
+					listed = c == int32(b)
+				}
+			}
+			switch {
+			case !p.prefixCaching:
+				fail("block %d registered with prefix caching off", b)
+			case a < 0 || int(a) >= n || !p.blocks[a].hashed || p.blocks[a].twinOf != noBlock || p.blocks[a].gen != blk.twinGen:
+				fail("twin %d: its anchor %d is not the registered anchor block it was made for", b, a)
+			case p.twins[key] != int32(b):
+				fail("twin %d: the twin index has %d under its key", b, p.twins[key])
+			case !listed:
+				fail("twin %d: not in anchor %d's list", b, a)
+			case blk.twinGroup < 1 || int(blk.twinGroup) >= len(p.groups) || (groupOf[b] != 0 && groupOf[b] != int(blk.twinGroup)+1):
+				fail("twin %d: group %d", b, blk.twinGroup)
+			case blk.parentBlock != noBlock || blk.firstChild != noBlock:
+				fail("twin %d has prefix-tree links", b)
+			}
+		} else if blk.hashed {
 			if !p.prefixCaching {
 				fail("block %d registered with prefix caching off", b)
 			}
@@ -162,8 +218,15 @@ func (p *Pool) CheckInvariants() error {
 				}
 				children[b]++
 			}
-		} else if blk.parentBlock != noBlock || blk.firstChild != noBlock || blk.prevSibling != noBlock || blk.nextSibling != noBlock {
-			fail("unregistered block %d keeps prefix-tree links", b)
+			for c := blk.firstTwin; c != noBlock; c = p.blocks[c].nextTwin {
+				if c < 0 || int(c) >= n || p.blocks[c].twinOf != int32(b) || !p.blocks[c].hashed {
+					fail("registered block %d: twin %d does not name it as its anchor", b, c)
+					break
+				}
+			}
+		} else if blk.parentBlock != noBlock || blk.firstChild != noBlock || blk.prevSibling != noBlock || blk.nextSibling != noBlock ||
+			blk.twinOf != noBlock || blk.firstTwin != noBlock {
+			fail("unregistered block %d keeps prefix-tree or twin links", b)
 		}
 	}
 	for b := range n {
@@ -182,6 +245,11 @@ func (p *Pool) CheckInvariants() error {
 	}
 	if used+cached+free != n {
 		fail("used %d + cached %d + free %d != total %d", used, cached, free, n)
+	}
+	for key, t := range p.twins {
+		if t < 0 || int(t) >= n || !p.blocks[t].hashed || p.blocks[t].twinOf != key.anchor || p.blocks[t].twinGen != key.gen || p.blocks[t].twinGroup != key.group {
+			fail("twin index entry %+v points to block %d which is not that twin", key, t)
+		}
 	}
 	for h, b := range p.byHash {
 		if b < 0 || int(b) >= n || !p.blocks[b].hashed || p.blocks[b].hash != h {

@@ -9,7 +9,7 @@ import (
 )
 
 // cpuBackend is the pure-Go reference backend. Activations are []float32 and the KV cache is one
-// attention.Cache (float32) per layer. Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
+// attention.Cache (float32) per page array of the KV layout (per layer without KV groups). Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
 // 2 bytes per parameter: about 270 MB for a 135M-parameter model, 16 GB for 8B) and are widened inside
 // the matrix-product kernels: on the 2-core machine this was measured on, a decode step then costs the
 // same CPU time as with a float32 copy (the widening costs what the halved memory traffic saves) at half
@@ -23,22 +23,32 @@ type cpuBackend struct {
 
 	// Step state, refreshed by BeginStep.
 	step     *Step
-	batch    attention.Batch
-	cos, sin []float32 // [T][D/2] rotary factors of each token's position
-	k, v, q  []float32 // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
+	batches  []attention.Batch // per KV group: the step's metadata with the group's block tables
+	slots    [][]int32         // per KV group: the K/V slot of each token row
+	cos, sin [2][]float32      // [T][D/2] rotary factors of each token's position: RopeInvFreq's, LocalRopeInvFreq's
+	k, v, q  []float32         // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
 }
 
-// NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once:
-// NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks).
+// NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
+// layers, without KV groups) × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes
+// (KVBytesPerBlock × NumBlocks).
 // Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
 // float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
 	if shape.NumLayers <= 0 || shape.NumBlocks <= 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
-		shape.HeadDim <= 0 || shape.NumHeads <= 0 || len(shape.RopeInvFreq) != shape.HeadDim/2 {
+		shape.HeadDim <= 0 || shape.NumHeads <= 0 || len(shape.RopeInvFreq) != shape.HeadDim/2 ||
+		(shape.LocalRopeInvFreq != nil && len(shape.LocalRopeInvFreq) != shape.HeadDim/2) ||
+		(shape.Layers != nil && len(shape.Layers) != shape.NumLayers) {
 		return nil, fmt.Errorf("cpu backend: invalid shape %+v", shape)
 	}
+	for l, ls := range shape.Layers {
+		if ls.Window < 0 || (ls.LocalRope && shape.LocalRopeInvFreq == nil) || ls.KVSlot < 0 ||
+			ls.KVSlot >= shape.NumKVSlots() || ls.KVGroup < 0 || ls.KVGroup >= max(1, len(shape.KVGroups)) {
+			return nil, fmt.Errorf("cpu backend: layer %d: invalid %+v", l, ls)
+		}
+	}
 	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
-	b.caches = make([]*attention.Cache, shape.NumLayers)
+	b.caches = make([]*attention.Cache, shape.NumKVSlots())
 	for l := range b.caches {
 		b.caches[l] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
 	}
@@ -78,20 +88,45 @@ func (b *cpuBackend) NewTensor(rows, cols int) (Tensor, error) {
 
 func (b *cpuBackend) BeginStep(s *Step) error {
 	b.step = s
-	b.batch = attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
 	numTokens := len(s.Tokens)
 	sh := &b.shape
-	half := sh.HeadDim / 2
-	b.cos = grow(b.cos, numTokens*half)
-	b.sin = grow(b.sin, numTokens*half)
-	for t, pos := range s.Positions {
-		// As transformers: the angle is a float32 product, cos and sin are rounded to float32.
-		p := float32(pos)
-		for i, f := range sh.RopeInvFreq {
-			angle := float64(f * p)
-			b.cos[t*half+i] = float32(math.Cos(angle)) * sh.RopeAttentionScaling
-			b.sin[t*half+i] = float32(math.Sin(angle)) * sh.RopeAttentionScaling
+	groups := max(1, len(sh.KVGroups))
+	b.batches = b.batches[:0]
+	b.slots = b.slots[:0]
+	for g := range groups {
+		tables := s.BlockTables
+		if g > 0 {
+			tables = s.GroupBlockTables[g-1]
 		}
+		b.batches = append(b.batches, attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables})
+		if g == 0 {
+			b.slots = append(b.slots, s.SlotMapping)
+			continue
+		}
+		slots := make([]int32, numTokens)
+		for seq, tab := range tables {
+			for row := s.QueryStart[seq]; row < s.QueryStart[seq+1]; row++ {
+				slots[row] = attention.Slot(tab, sh.BlockSize, int(s.Positions[row]))
+			}
+		}
+		b.slots = append(b.slots, slots)
+	}
+	half := sh.HeadDim / 2
+	for table, inv := range [2][]float32{sh.RopeInvFreq, sh.LocalRopeInvFreq} {
+		if inv == nil {
+			continue
+		}
+		cos, sin := grow(b.cos[table], numTokens*half), grow(b.sin[table], numTokens*half)
+		for t, pos := range s.Positions {
+			// As transformers: the angle is a float32 product, cos and sin are rounded to float32.
+			p := float32(pos)
+			for i, f := range inv {
+				angle := float64(f * p)
+				cos[t*half+i] = float32(math.Cos(angle)) * sh.RopeAttentionScaling
+				sin[t*half+i] = float32(math.Sin(angle)) * sh.RopeAttentionScaling
+			}
+		}
+		b.cos[table], b.sin[table] = cos, sin
 	}
 	kvCols := sh.NumKVHeads * sh.HeadDim
 	b.k = grow(b.k, numTokens*kvCols)
@@ -118,6 +153,11 @@ func (b *cpuBackend) Embed(dst Tensor, table Weight) {
 			decodeBF16Pairs(out[t*h:(t+1)*h], tab[int(tok)*h/2:int(tok+1)*h/2])
 		}
 	}
+	if scale := b.shape.EmbedScale; scale != 0 {
+		for i := range out {
+			out[i] *= scale
+		}
+	}
 }
 
 func (b *cpuBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32) {
@@ -134,14 +174,37 @@ func (b *cpuBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32
 				row[i] += x
 			}
 		}
-		var sum float64
-		for _, x := range row {
-			sum += float64(x) * float64(x)
-		}
-		inv := float32(1 / math.Sqrt(float64(float32(sum/float64(h))+eps)))
-		o := out[r*h : (r+1)*h]
-		for i, x := range row {
-			o[i] = gain[i] * (x * inv)
+		rmsNorm(out[r*h:(r+1)*h], row, gain, eps)
+	}
+}
+
+// rmsNorm writes rmsnorm(x)·gain into dst (which may be x): the mean square accumulated in float64, the
+// rest in float32 as transformers computes it.
+func rmsNorm(dst, x, gain []float32, eps float32) {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(float64(float32(sum/float64(len(x)))+eps)))
+	dst, gain = dst[:len(x)], gain[:len(x)]
+	for i, v := range x {
+		dst[i] = gain[i] * (v * inv)
+	}
+}
+
+func (b *cpuBackend) QKNorm(qkv Tensor, q, k Weight, eps float32) {
+	sh := &b.shape
+	d, data := sh.HeadDim, f32(qkv)
+	qGain, kGain := q.Data.([]float32), k.Data.([]float32)
+	for t := range qkv.Rows {
+		row := data[t*qkv.Cols : (t+1)*qkv.Cols]
+		for h := range sh.NumHeads + sh.NumKVHeads { // the q heads, then the k heads
+			gain := qGain
+			if h >= sh.NumHeads {
+				gain = kGain
+			}
+			head := row[h*d : (h+1)*d]
+			rmsNorm(head, head, gain, eps)
 		}
 	}
 }
@@ -153,6 +216,15 @@ func (b *cpuBackend) MatMul(dst, x Tensor, w Weight) {
 	case bf16Matrix:
 		matMulBF16(f32(dst), f32(x), data, x.Rows, w.Cols, w.Rows, b.workers)
 	}
+	if w.Bias != nil {
+		out, bias := f32(dst), w.Bias.Data.([]float32)
+		for r := range dst.Rows {
+			row := out[r*dst.Cols : (r+1)*dst.Cols]
+			for o, v := range bias[:len(row)] {
+				row[o] += v
+			}
+		}
+	}
 }
 
 func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {
@@ -161,16 +233,21 @@ func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {
 	cols := qkv.Cols
 	data := f32(qkv)
 	qCols, kvCols := sh.NumHeads*d, sh.NumKVHeads*d
+	table := 0
+	if sh.Layer(layer).LocalRope {
+		table = 1
+	}
 	for t := range qkv.Rows {
 		row := data[t*cols : (t+1)*cols]
-		cos, sin := b.cos[t*half:(t+1)*half], b.sin[t*half:(t+1)*half]
+		cos, sin := b.cos[table][t*half:(t+1)*half], b.sin[table][t*half:(t+1)*half]
 		for h := range sh.NumHeads + sh.NumKVHeads { // the q heads, then the k heads
 			rotateHalf(row[h*d:(h+1)*d], cos, sin)
 		}
 		copy(b.k[t*kvCols:(t+1)*kvCols], row[qCols:qCols+kvCols])
 		copy(b.v[t*kvCols:(t+1)*kvCols], row[qCols+kvCols:qCols+2*kvCols])
 	}
-	b.caches[layer].Write(b.k, b.v, b.step.SlotMapping)
+	ls := sh.Layer(layer)
+	b.caches[ls.KVSlot].Write(b.k, b.v, b.slots[ls.KVGroup])
 }
 
 // rotateHalf applies HF LLaMA's rotary embedding to one head: x*cos + rotate_half(x)*sin, where
@@ -193,8 +270,10 @@ func (b *cpuBackend) Attention(dst, qkv Tensor, layer int) {
 	for t := range qkv.Rows {
 		copy(b.q[t*qCols:(t+1)*qCols], data[t*qkv.Cols:t*qkv.Cols+qCols])
 	}
-	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
-	attention.Attend(f32(dst), b.q, sh.NumHeads, scale, b.caches[layer], &b.batch)
+	ls := sh.Layer(layer)
+	batch := b.batches[ls.KVGroup]
+	batch.Window = ls.Window
+	attention.Attend(f32(dst), b.q, sh.NumHeads, sh.Scale(), b.caches[ls.KVSlot], &batch)
 }
 
 func (b *cpuBackend) SwiGLU(dst, gateUp Tensor) {
@@ -206,6 +285,31 @@ func (b *cpuBackend) SwiGLU(dst, gateUp Tensor) {
 		for i, g := range gate {
 			o[i] = float32(float64(g)/(1+math.Exp(-float64(g)))) * up[i]
 		}
+	}
+}
+
+func (b *cpuBackend) GeGLU(dst, gateUp Tensor) {
+	in, out := f32(gateUp), f32(dst)
+	inter := dst.Cols
+	for r := range dst.Rows {
+		gate, up := in[r*2*inter:r*2*inter+inter], in[r*2*inter+inter:(r+1)*2*inter]
+		o := out[r*inter : (r+1)*inter]
+		for i, g := range gate {
+			o[i] = geluTanh(g) * up[i]
+		}
+	}
+}
+
+// geluTanh is PyTorch's gelu(x, approximate="tanh"), in float64 rounded to float32.
+func geluTanh(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v))))
+}
+
+func (b *cpuBackend) Softcap(x Tensor, c float32) {
+	vals := f32(x)
+	for i, v := range vals {
+		vals[i] = c * float32(math.Tanh(float64(v/c)))
 	}
 }
 

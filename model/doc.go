@@ -1,5 +1,6 @@
-// Package model owns the LLaMA-family forward pass, written once against a Backend, and the pure-Go CPU
-// backend that is its reference. It knows tensors, layers and batch metadata; it must not know about
+// Package model owns the forward pass of the decoder-only families gollm runs (LLaMA, Mistral, Ministral,
+// Qwen2/2.5, Qwen3, Gemma 3's text model), written once against a Backend, and the pure-Go CPU backend
+// that is its reference. It knows tensors, layers and batch metadata; it must not know about
 // requests, queues, sampling or HTTP, and it does not decide which KV pages a sequence owns (the
 // caller's block tables and slot mapping say so).
 //
@@ -22,6 +23,26 @@
 // the KV write, paged attention, output projection, residual, RMSNorm, SwiGLU MLP, residual) lives in
 // Model.Forward as a sequence of coarse Backend operations; see Backend for the list and for how a CUDA
 // backend maps them to kernels and graphs.
+//
+// # Families are data
+//
+// A family is not a fork of the forward pass. weights.ParseConfig turns an architecture's config.json
+// into one weights.Config (its architecture table, weights/family.go, is the one place an architecture's
+// name is looked at), and Load turns that into data the one forward pass reads: which parameters each
+// layer has (biases on the projections, q/k norms, Gemma's norms of the sublayers' outputs; an absent one
+// is the zero Weight), the MLP's activation, and in the backend's Shape what each layer's attention reads
+// (Shape.Layers: its sliding window and rotary table) and the model-wide scales (attention, embeddings).
+// Gemma's (1 + w) norms are ordinary norms whose weights Load offsets by 1.
+//
+// Sliding-window layers keep their K/V in KV groups of their own (KVLayout): a step carries a block
+// table per group (Step.BlockTables, Step.GroupBlockTables), and a sliding group's tables may have given
+// back (−1) the pages behind every window, which the KV pool reuses.
+//
+// To add a family made of parts gollm has, add its architecture to weights/family.go. A new part needs a
+// field of weights.Config (and its tensors in weights.TensorShapes), the data here that carries it to
+// the forward pass (a layer weight, a Shape field) and, if it is a new computation, a Backend op with its
+// CPU reference in cpu.go and a CUDA kernel (a backend that lacks it refuses the model at load, naming
+// it, like the CUDA backend's checkFamily); then goldens from scripts/goldens/make_family_goldens.py.
 //
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the

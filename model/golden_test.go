@@ -5,13 +5,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gollm/gollm/weights"
 )
 
 // goldenDir holds tiny random checkpoints and HF transformers' outputs for them, written by
-// scripts/goldens/make_goldens.py (see its header to regenerate).
+// scripts/goldens/make_goldens.py (LLaMA) and make_family_goldens.py (Qwen2, Qwen3, Mistral, Ministral,
+// Gemma 3); see their headers to regenerate.
 const goldenDir = "testdata/golden"
 
 // golden is one case's golden.json.
@@ -21,8 +23,12 @@ type golden struct {
 	DType               string    `json:"dtype"`
 	TransformersVersion string    `json:"transformers_version"`
 	NewTokens           int       `json:"new_tokens"`
-	InvFreq             []float64 `json:"inv_freq"`
-	Prompts             []struct {
+	InvFreq             []float64 `json:"inv_freq"` // LLaMA cases: the one rotary table
+	// Family cases: every rotary table by buffer name, and the config as transformers read it.
+	Family   string               `json:"family"`
+	Rotary   map[string][]float64 `json:"rotary"`
+	HFConfig map[string]any       `json:"hf_config"`
+	Prompts  []struct {
 		PromptIDs  []int32   `json:"prompt_ids"`
 		GreedyIDs  []int32   `json:"greedy_ids"`
 		MinMargin  float64   `json:"min_margin"`
@@ -65,8 +71,9 @@ func loadGoldens(t *testing.T) []goldenCase {
 		const blockSize = 16
 		numBlocks := 0
 		for _, p := range g.Prompts {
-			// Room for the batched greedy run and the whole and chunked prefills of every prompt.
-			numBlocks += 3 * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
+			// Room for the batched greedy run and the whole and chunked prefills of every prompt, in
+			// every KV group (the pager gives the sliding groups' pages back, but not at once).
+			numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
 		}
 		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize})
 		if err != nil {
@@ -107,7 +114,7 @@ func TestGoldenGreedy(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
 			m, g := gc.model, gc.golden
-			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(uint64(len(gc.name))))
+			p := newModelPager(m, newRand(uint64(len(gc.name))))
 			chunks := make([]chunk, len(g.Prompts))
 			for i, pr := range g.Prompts {
 				chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
@@ -160,7 +167,7 @@ func TestGoldenChunkedPrefill(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
 			m, g := gc.model, gc.golden
-			p := newPager(m.NumBlocks(), m.BlockSize(), newRand(99))
+			p := newModelPager(m, newRand(99))
 			for i, pr := range g.Prompts {
 				whole, err := m.Forward(p.step(chunk{seq: 2 * i, tokens: pr.PromptIDs}))
 				if err != nil {
@@ -187,20 +194,119 @@ func TestGoldenChunkedPrefill(t *testing.T) {
 }
 
 // TestGoldenInvFreq checks the rotary frequencies computed from each config (4- and 5-style, default,
-// linear and llama3 scaling) against the inv_freq buffer of transformers' model, to within an ulp or two.
+// linear and llama3 scaling, Gemma 3's table per layer type) against the inv_freq buffers of
+// transformers' model, to within an ulp or two.
 func TestGoldenInvFreq(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
-			cfg := gc.model.Config()
-			got := gc.model.Shape().RopeInvFreq
-			if len(gc.golden.InvFreq) != len(got) {
-				t.Fatalf("%d frequencies, transformers has %d (config %+v)", len(got), len(gc.golden.InvFreq), cfg.RopeScaling)
+			cfg, sh := gc.model.Config(), gc.model.Shape()
+			tables := map[string][]float64{"inv_freq": gc.golden.InvFreq}
+			if gc.golden.InvFreq == nil {
+				tables = gc.golden.Rotary
 			}
-			for i, want := range gc.golden.InvFreq {
-				if rel := math.Abs(float64(got[i])-want) / want; rel > 3e-7 {
-					t.Errorf("inv_freq[%d] = %g, transformers %g (rope %+v)", i, got[i], want, cfg.RopeScaling)
+			if len(tables) == 0 {
+				t.Fatal("golden.json has no rotary table")
+			}
+			for name, want := range tables {
+				// Gemma 3's sliding layers rotate by their own table; every other buffer is the full
+				// layers' (or the only) one.
+				got := sh.RopeInvFreq
+				if strings.Contains(name, weights.SlidingAttention) && sh.LocalRopeInvFreq != nil {
+					got = sh.LocalRopeInvFreq
+				}
+				if len(want) != len(got) {
+					t.Fatalf("%s: %d frequencies, transformers has %d (config %+v)", name, len(got), len(want), cfg.RopeScaling)
+				}
+				for i, w := range want {
+					if rel := math.Abs(float64(got[i])-w) / w; rel > 3e-7 {
+						t.Errorf("%s[%d] = %g, transformers %g (rope %+v)", name, i, got[i], w, cfg.RopeScaling)
+					}
 				}
 			}
 		})
 	}
+}
+
+// TestGoldenConfig checks what gollm read from each family case's config.json, in whichever form it was
+// written, against the config transformers built from the same file: layer types and window, head size,
+// heads, tying, activation, attention scale and final soft cap (which the image-text head leaves out).
+func TestGoldenConfig(t *testing.T) {
+	for _, gc := range loadGoldens(t) {
+		if gc.golden.Family == "" {
+			continue
+		}
+		t.Run(gc.name, func(t *testing.T) {
+			cfg, hf := gc.model.Config(), gc.golden.HFConfig
+			text := hf
+			if tc, ok := hf["text_config"].(map[string]any); ok {
+				text = tc
+			}
+			num := func(key string) float64 {
+				v, _ := text[key].(float64)
+				return v
+			}
+			window := int(num("sliding_window")) // null when the family turned it off
+			var hfTypes []string
+			if types, ok := text["layer_types"].([]any); ok {
+				for _, v := range types {
+					hfTypes = append(hfTypes, v.(string))
+				}
+			} else { // MistralConfig has none: its one mask slides on every layer
+				for range int(num("num_hidden_layers")) {
+					hfTypes = append(hfTypes, weights.SlidingAttention)
+				}
+			}
+			for l, want := range hfTypes {
+				if got := cfg.LayerType(l); got != want && !(want == weights.SlidingAttention && window == 0) {
+					t.Errorf("layer %d: %s, transformers %s", l, got, want)
+				}
+				wantWindow := 0
+				if want == weights.SlidingAttention {
+					wantWindow = window
+				}
+				if got := cfg.LayerWindow(l); got != wantWindow {
+					t.Errorf("layer %d: window %d, transformers %d", l, got, wantWindow)
+				}
+			}
+			checks := []struct {
+				name      string
+				got, want float64
+			}{
+				{"head_dim", float64(cfg.HeadDim), headDimOf(num("head_dim"), num("hidden_size"), num("num_attention_heads"))},
+				{"num_key_value_heads", float64(cfg.NumKeyValueHeads), num("num_key_value_heads")},
+				{"num_hidden_layers", float64(len(hfTypes)), float64(cfg.NumHiddenLayers)},
+				{"query_pre_attn_scalar", cfg.QueryPreAttnScalar, num("query_pre_attn_scalar")},
+			}
+			if gc.golden.Family != "gemma3" { // Gemma3ForConditionalGeneration's head does not cap
+				checks = append(checks, struct {
+					name      string
+					got, want float64
+				}{"final_logit_softcapping", cfg.FinalLogitSoftcap, num("final_logit_softcapping")})
+			}
+			for _, c := range checks {
+				if c.got != c.want {
+					t.Errorf("%s: %v, transformers %v", c.name, c.got, c.want)
+				}
+			}
+			if tie, _ := hf["tie_word_embeddings"].(bool); cfg.TieWordEmbeddings != tie {
+				t.Errorf("tie_word_embeddings: %v, transformers %v", cfg.TieWordEmbeddings, tie)
+			}
+			act, _ := text["hidden_activation"].(string)
+			if act == "" {
+				act, _ = text["hidden_act"].(string)
+			}
+			if cfg.Activation() != act {
+				t.Errorf("activation %q, transformers %q", cfg.Activation(), act)
+			}
+		})
+	}
+}
+
+// headDimOf is a transformers config's head size: head_dim, or hidden_size / num_attention_heads for the
+// classes without one (Qwen2Config).
+func headDimOf(headDim, hidden, heads float64) float64 {
+	if headDim > 0 {
+		return headDim
+	}
+	return math.Floor(hidden / heads)
 }

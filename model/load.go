@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/gollm/gollm/weights"
 )
@@ -39,6 +40,13 @@ func LoadOn(f *weights.Folder, opts Options, newBackend NewBackendFunc) (*Model,
 	return load(f.Config, f.Tensors.Get, opts, newBackend)
 }
 
+// familyChecker is implemented by backends that do not run every family's ops yet (the CUDA backend):
+// load asks it before uploading any weight and refuses, with its error, a model that needs what the
+// backend lacks.
+type familyChecker interface {
+	checkFamily(cfg *weights.Config, s Shape) error
+}
+
 // tensorGetter returns a checkpoint tensor by name (weights.TensorSet.Get).
 type tensorGetter func(name string) (*weights.Tensor, error)
 
@@ -58,7 +66,14 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if err != nil {
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
-	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps)}
+	if fc, ok := backend.(familyChecker); ok {
+		if err := fc.checkFamily(cfg, shape); err != nil {
+			backend.Close()
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+	}
+	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps),
+		gelu: cfg.Activation() == weights.ActGELUTanh, softcap: float32(cfg.FinalLogitSoftcap)}
 	if err := m.uploadAll(ctx, get, opts.Progress); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
@@ -99,7 +114,7 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 	if err != nil {
 		return Shape{}, err
 	}
-	return Shape{
+	shape := Shape{
 		NumLayers:            cfg.NumHiddenLayers,
 		HiddenSize:           cfg.HiddenSize,
 		NumHeads:             cfg.NumAttentionHeads,
@@ -109,11 +124,41 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 		RopeAttentionScaling: 1,
 		NumBlocks:            opts.NumBlocks,
 		BlockSize:            blockSize,
-	}, nil
+	}
+	if cfg.LocalRopeTheta > 0 {
+		if shape.LocalRopeInvFreq, err = ropeInvFreq(d, cfg.LocalRopeTheta, cfg.LocalRopeScaling); err != nil {
+			return Shape{}, err
+		}
+	}
+	if cfg.SlidingWindow > 0 || shape.LocalRopeInvFreq != nil {
+		kv := KVLayoutOf(cfg)
+		if len(kv.Windows) > 1 || kv.Windows[0] > 0 {
+			shape.KVGroups, shape.KVSlots = kv.Windows, kv.Slots
+		}
+		shape.Layers = make([]LayerShape, cfg.NumHiddenLayers)
+		for l := range shape.Layers {
+			shape.Layers[l] = LayerShape{
+				Window:    cfg.LayerWindow(l),
+				LocalRope: shape.LocalRopeInvFreq != nil && cfg.LayerType(l) == weights.SlidingAttention,
+				KVGroup:   kv.Group[l],
+				KVSlot:    kv.Slot[l],
+			}
+		}
+	}
+	if cfg.QueryPreAttnScalar > 0 {
+		// transformers' scaling = query_pre_attn_scalar**-0.5, a Python float rounded to float32.
+		shape.AttentionScale = float32(math.Pow(cfg.QueryPreAttnScalar, -0.5))
+	}
+	if cfg.EmbedScale {
+		// transformers' embed_scale = torch.tensor(hidden_size**0.5): a float32.
+		shape.EmbedScale = float32(math.Sqrt(float64(cfg.HiddenSize)))
+	}
+	return shape, nil
 }
 
-// uploadAll hands every parameter to the backend, checking each shape against the config.
-// It stops with ctx's error before the next tensor once ctx ends.
+// uploadAll hands every parameter to the backend, checking each shape against the config, and reports
+// the bytes uploaded so far to progress (when not nil). It stops with ctx's error before the next
+// tensor once ctx ends.
 func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64)) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
@@ -122,7 +167,7 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		elem = 4
 	}
 	var loaded, total int64
-	for _, shape := range weights.LlamaTensorShapes(c) {
+	for _, shape := range weights.TensorShapes(c) {
 		n := elem
 		for _, dim := range shape {
 			n *= int64(dim)
@@ -133,13 +178,15 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		progress = func(int64, int64) {}
 	}
 	progress(0, total)
+	// up uploads the named tensors stacked into one, checking its shape ([rows][cols], or [rows] when cols
+	// is 0); a norm's weight gets the family's offset added first.
 	up := func(rows, cols int, names ...string) (Weight, error) {
 		if err := ctx.Err(); err != nil {
 			return Weight{}, err
 		}
 		defer func() {
 			loaded += int64(rows) * int64(max(cols, 1)) * elem
-			progress(loaded, total)
+			progress(min(loaded, total), total)
 		}()
 		parts := make([]*weights.Tensor, len(names))
 		for i, name := range names {
@@ -153,13 +200,15 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		if err != nil {
 			return Weight{}, err
 		}
-		if want := []int{rows, cols}; cols == 0 {
+		want := []int{rows, cols}
+		if cols == 0 {
 			want = []int{rows}
-			if !slices.Equal(t.Shape, want) {
-				return Weight{}, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, want)
-			}
-		} else if !slices.Equal(t.Shape, want) {
+		}
+		if !slices.Equal(t.Shape, want) {
 			return Weight{}, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, want)
+		}
+		if c.NormOffset != 0 && strings.HasSuffix(t.Name, "norm.weight") {
+			t = offsetNorm(t, float32(c.NormOffset))
 		}
 		w, err := m.backend.Upload(t)
 		if err != nil {
@@ -167,46 +216,85 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		}
 		return w, nil
 	}
+	// upBiased uploads a projection and, when biased, its bias (stacked like the weights).
+	upBiased := func(biased bool, rows, cols int, names ...string) (Weight, error) {
+		w, err := up(rows, cols, names...)
+		if err != nil || !biased {
+			return w, err
+		}
+		biases := make([]string, len(names))
+		for i, n := range names {
+			biases[i] = strings.TrimSuffix(n, ".weight") + ".bias"
+		}
+		bias, err := up(rows, 0, biases...)
+		w.Bias = &bias
+		return w, err
+	}
 	var err error
-	if m.embed, err = up(c.VocabSize, h, "model.embed_tokens.weight"); err != nil {
+	if m.embed, err = up(c.VocabSize, h, c.Tensor("embed_tokens.weight")); err != nil {
 		return err
 	}
 	m.layers = make([]layerWeights, c.NumHiddenLayers)
 	qkvRows := s.QKVCols()
 	for l := range m.layers {
-		p := fmt.Sprintf("model.layers.%d.", l)
+		p := func(suffix string) string { return c.LayerTensor(l, suffix) }
 		lw := &m.layers[l]
+		mlpNorm := "post_attention_layernorm.weight" // LLaMA's norm before the MLP
+		if c.SandwichNorm {
+			mlpNorm = "pre_feedforward_layernorm.weight"
+		}
 		steps := []struct {
 			dst        *Weight
+			want       bool
+			bias       bool
 			rows, cols int
 			names      []string
 		}{
-			{&lw.inputNorm, h, 0, []string{p + "input_layernorm.weight"}},
-			{&lw.qkv, qkvRows, h, []string{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}},
-			{&lw.o, h, s.NumHeads * d, []string{p + "self_attn.o_proj.weight"}},
-			{&lw.postNorm, h, 0, []string{p + "post_attention_layernorm.weight"}},
-			{&lw.gateUp, 2 * inter, h, []string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
-			{&lw.down, h, inter, []string{p + "mlp.down_proj.weight"}},
+			{&lw.inputNorm, true, false, h, 0, []string{p("input_layernorm.weight")}},
+			{&lw.qkv, true, c.QKVBias, qkvRows, h, []string{p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight")}},
+			{&lw.qNorm, c.QKNorm, false, d, 0, []string{p("self_attn.q_norm.weight")}},
+			{&lw.kNorm, c.QKNorm, false, d, 0, []string{p("self_attn.k_norm.weight")}},
+			{&lw.o, true, c.OBias, h, s.NumHeads * d, []string{p("self_attn.o_proj.weight")}},
+			{&lw.attnOutNorm, c.SandwichNorm, false, h, 0, []string{p("post_attention_layernorm.weight")}},
+			{&lw.mlpNorm, true, false, h, 0, []string{p(mlpNorm)}},
+			{&lw.gateUp, true, false, 2 * inter, h, []string{p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")}},
+			{&lw.down, true, false, h, inter, []string{p("mlp.down_proj.weight")}},
+			{&lw.mlpOutNorm, c.SandwichNorm, false, h, 0, []string{p("post_feedforward_layernorm.weight")}},
 		}
 		for _, st := range steps {
-			if *st.dst, err = up(st.rows, st.cols, st.names...); err != nil {
+			if !st.want {
+				continue
+			}
+			if *st.dst, err = upBiased(st.bias, st.rows, st.cols, st.names...); err != nil {
 				return err
 			}
 		}
 	}
-	if m.finalNorm, err = up(h, 0, "model.norm.weight"); err != nil {
+	if m.finalNorm, err = up(h, 0, c.Tensor("norm.weight")); err != nil {
 		return err
 	}
 	if c.TieWordEmbeddings {
 		m.lmHead = m.embed
-	} else if m.lmHead, err = up(c.VocabSize, h, "lm_head.weight"); err != nil {
+	} else if m.lmHead, err = up(c.VocabSize, h, c.LMHeadTensor()); err != nil {
 		return err
 	}
 	return nil
 }
 
-// stackRows concatenates matrices with equal column counts along their first dimension (a single tensor
-// is returned as is). Parts of one dtype are joined byte for byte; mixed dtypes are joined as float32.
+// offsetNorm returns a float32 copy of the norm weight t with offset added to every element: Gemma's
+// RMSNorm multiplies by (1 + w), computed in float32 as transformers computes it, which the forward pass
+// then treats as any norm's weight.
+func offsetNorm(t *weights.Tensor, offset float32) *weights.Tensor {
+	v := t.Float32()
+	for i := range v {
+		v[i] += offset
+	}
+	return &weights.Tensor{Name: t.Name, DType: weights.DTypeF32, Shape: slices.Clone(t.Shape), Data: float32Bytes(v)}
+}
+
+// stackRows concatenates matrices with equal column counts, or vectors, along their first dimension (a
+// single tensor is returned as is). Parts of one dtype are joined byte for byte; mixed dtypes are joined
+// as float32.
 func stackRows(parts []*weights.Tensor) (*weights.Tensor, error) {
 	if len(parts) == 1 {
 		return parts[0], nil
@@ -214,14 +302,14 @@ func stackRows(parts []*weights.Tensor) (*weights.Tensor, error) {
 	first := parts[0]
 	rows, sameDType := 0, true
 	for _, p := range parts {
-		if len(p.Shape) != 2 || p.Shape[1] != first.Shape[1] || len(first.Shape) != 2 {
+		if len(p.Shape) != len(first.Shape) || len(p.Shape) < 1 || len(p.Shape) > 2 || !slices.Equal(p.Shape[1:], first.Shape[1:]) {
 			return nil, fmt.Errorf("tensor %q: shape %v cannot be stacked with %q %v", p.Name, p.Shape,
 				first.Name, first.Shape)
 		}
 		rows += p.Shape[0]
 		sameDType = sameDType && p.DType == first.DType
 	}
-	out := &weights.Tensor{Name: first.Name + "+", DType: first.DType, Shape: []int{rows, first.Shape[1]}}
+	out := &weights.Tensor{Name: first.Name + "+", DType: first.DType, Shape: append([]int{rows}, first.Shape[1:]...)}
 	if sameDType {
 		for _, p := range parts {
 			out.Data = append(out.Data, p.Data...)

@@ -19,9 +19,10 @@ const DefaultBlockSize = 16
 
 // Options configures Load.
 type Options struct {
-	// NumBlocks is the number of KV pages per layer the backend allocates. Zero lets a backend that can
-	// measure its memory (the CUDA backend, see KVSizer) fill what is left after the weights and the
-	// workspace; the CPU backend needs it positive.
+	// NumBlocks is the number of KV blocks the backend allocates: each a page of K and V for every layer
+	// (for every page array of KVLayout, with KV groups). Zero lets a backend that can measure its memory
+	// (the CUDA backend, see KVSizer) fill what is left after the weights and the workspace; the CPU
+	// backend needs it positive.
 	NumBlocks int
 	// BlockSize is the number of tokens per page; zero means DefaultBlockSize.
 	BlockSize int
@@ -58,8 +59,13 @@ type Step struct {
 	Tokens, Positions, SlotMapping []int32   // [T] flat over all sequences in the step
 	QueryStart                     []int32   // [S+1]; QueryStart[0] == 0, QueryStart[S] == T
 	ContextLens                    []int32   // [S] context length after this step
-	BlockTables                    [][]int32 // [S] physical block ids in logical order
+	BlockTables                    [][]int32 // [S] physical block ids in logical order (KV group 0's)
 	LogitRows                      []int32   // token rows whose logits are wanted
+	// GroupBlockTables holds the block tables of KV groups 1 and up (KVLayout): [group−1][S], like
+	// BlockTables; nil for a model with one group. A sliding group's (or a sliding group 0's) entries
+	// for pages that no query of the step attends to may be −1. The slots of groups 1 and up are those
+	// of the tokens' positions in their tables.
+	GroupBlockTables [][][]int32
 	// InputFrom, when not nil, has one entry per token row: −1 (the row's token is Tokens[row]) or the
 	// index of the previous step's pick whose token is the row's input (the token Start, ForwardGreedy
 	// or ForwardSample chose for that step's logits row InputFrom[row]). It serves pipelined decode: the
@@ -69,13 +75,18 @@ type Step struct {
 	InputFrom []int32
 }
 
-// layerWeights holds one decoder layer's parameters as backend handles.
+// layerWeights holds one decoder layer's parameters as backend handles: the description of a family's
+// layer is which of them it has (the zero Weight is an absent one) and the model's activation.
 type layerWeights struct {
-	inputNorm, postNorm Weight
-	qkv                 Weight // [Hq*D + 2*Hkv*D][H]: q_proj, k_proj, v_proj stacked
-	o                   Weight // [H][Hq*D]
-	gateUp              Weight // [2I][H]: gate_proj, up_proj stacked
-	down                Weight // [H][I]
+	inputNorm    Weight // [H]
+	qkv          Weight // [Hq*D + 2*Hkv*D][H]: q_proj, k_proj, v_proj stacked (and their biases: Qwen2)
+	qNorm, kNorm Weight // [D]: per-head norms of q and k before RoPE (Qwen3, Gemma 3)
+	o            Weight // [H][Hq*D]
+	attnOutNorm  Weight // [H]: the norm of the attention's output (Gemma's post_attention_layernorm)
+	mlpNorm      Weight // [H]: the norm before the MLP (LLaMA's post_attention_layernorm)
+	gateUp       Weight // [2I][H]: gate_proj, up_proj stacked
+	down         Weight // [H][I]
+	mlpOutNorm   Weight // [H]: the norm of the MLP's output (Gemma's post_feedforward_layernorm)
 }
 
 // workspace is the set of activation buffers a step uses, sized for capTokens token rows and capLogits
@@ -92,13 +103,15 @@ type workspace struct {
 	logits               Tensor // [R][V]
 }
 
-// Model is a loaded LLaMA-family model on a backend. It is not safe for concurrent use: one goroutine
-// (the engine's step loop) calls Forward.
+// Model is a loaded model on a backend. It is not safe for concurrent use: one goroutine (the engine's
+// step loop) calls Forward.
 type Model struct {
 	cfg     *weights.Config
 	shape   Shape
 	backend Backend
 	eps     float32
+	gelu    bool    // the MLP is GeGLU (else SwiGLU)
+	softcap float32 // the final logits' soft cap, or 0
 
 	embed, finalNorm, lmHead Weight
 	layers                   []layerWeights
@@ -118,16 +131,17 @@ func (m *Model) Config() *weights.Config { return m.cfg }
 // BlockSize returns the number of tokens per KV page.
 func (m *Model) BlockSize() int { return m.shape.BlockSize }
 
-// NumBlocks returns the number of KV pages per layer.
+// NumBlocks returns the number of KV blocks (each a page of every layer's K and V).
 func (m *Model) NumBlocks() int { return m.shape.NumBlocks }
 
 // Shape returns the geometry the backend was built for.
 func (m *Model) Shape() Shape { return m.shape }
 
-// KVBytesPerBlock is the memory one KV page costs across all layers on the CPU backend (float32 K and V):
-// layers × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory budget by it to size Options.NumBlocks.
+// KVBytesPerBlock is the memory one KV block costs on the CPU backend (float32 K and V): KVLayout's page
+// arrays (the layers, without sliding windows) × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory
+// budget by it to size Options.NumBlocks.
 func KVBytesPerBlock(cfg *weights.Config, blockSize int) int {
-	return cfg.NumHiddenLayers * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
+	return KVLayoutOf(cfg).Slots * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
 }
 
 // headDim is cfg.HeadDim, or HiddenSize/NumAttentionHeads when the config left it zero.
@@ -318,13 +332,18 @@ func (m *Model) forward(s *Step) (Tensor, error) {
 		layer := &m.layers[l]
 		b.AddRMSNorm(normed, hidden, pending, layer.inputNorm, m.eps)
 		b.MatMul(qkv, normed, layer.qkv)
+		if layer.qNorm.Data != nil {
+			b.QKNorm(qkv, layer.qNorm, layer.kNorm, m.eps)
+		}
 		b.RoPEWriteKV(qkv, l)
 		b.Attention(attn, qkv, l)
 		b.MatMul(proj, attn, layer.o)
-		b.AddRMSNorm(normed, hidden, proj, layer.postNorm, m.eps)
+		m.normOutput(proj, layer.attnOutNorm)
+		b.AddRMSNorm(normed, hidden, proj, layer.mlpNorm, m.eps)
 		b.MatMul(gateUp, normed, layer.gateUp)
-		b.SwiGLU(act, gateUp)
+		m.activate(act, gateUp)
 		b.MatMul(proj, act, layer.down)
+		m.normOutput(proj, layer.mlpOutNorm)
 		pending = proj
 	}
 	b.AddRMSNorm(normed, hidden, pending, m.finalNorm, m.eps)
@@ -338,7 +357,27 @@ func (m *Model) forward(s *Step) (Tensor, error) {
 		b.GatherRows(picked, normed, s.LogitRows)
 	}
 	b.MatMul(logits, picked, m.lmHead)
+	if m.softcap > 0 {
+		b.Softcap(logits, m.softcap)
+	}
 	return logits, nil
+}
+
+// normOutput normalises a sublayer's output in place before it joins the residual stream, for the
+// families whose layers have such a norm (Gemma's); w is the zero Weight for the others.
+func (m *Model) normOutput(x Tensor, w Weight) {
+	if w.Data != nil {
+		m.backend.AddRMSNorm(x, x, Tensor{}, w, m.eps)
+	}
+}
+
+// activate writes the gated MLP's activation of gateUp into dst: SwiGLU, or GeGLU for Gemma.
+func (m *Model) activate(dst, gateUp Tensor) {
+	if m.gelu {
+		m.backend.GeGLU(dst, gateUp)
+	} else {
+		m.backend.SwiGLU(dst, gateUp)
+	}
 }
 
 // ensureWorkspace grows the activation buffers to hold numTokens token rows and numLogits logit rows.
@@ -438,6 +477,15 @@ func (m *Model) validate(s *Step) error {
 		return fmt.Errorf("%w: %d context lengths need %d query starts and %d block tables, have %d and %d",
 			ErrInvalidStep, numSeqs, numSeqs+1, numSeqs, len(s.QueryStart), len(s.BlockTables))
 	}
+	if groups := max(1, len(m.shape.KVGroups)); len(s.GroupBlockTables) != groups-1 {
+		return fmt.Errorf("%w: %d KV groups need %d more block tables per sequence, have %d", ErrInvalidStep,
+			groups, groups-1, len(s.GroupBlockTables))
+	}
+	for g, tables := range s.GroupBlockTables {
+		if len(tables) != numSeqs {
+			return fmt.Errorf("%w: KV group %d: %d block tables for %d sequences", ErrInvalidStep, g+1, len(tables), numSeqs)
+		}
+	}
 	if s.QueryStart[0] != 0 || int(s.QueryStart[numSeqs]) != numTokens {
 		return fmt.Errorf("%w: query starts must run from 0 to %d, run from %d to %d", ErrInvalidStep,
 			numTokens, s.QueryStart[0], s.QueryStart[numSeqs])
@@ -456,14 +504,13 @@ func (m *Model) validate(s *Step) error {
 				ErrInvalidStep, seq, ctx, queryLen)
 		}
 		table := s.BlockTables[seq]
-		if need := (ctx + blockSize - 1) / blockSize; int32(len(table)) < need {
-			return fmt.Errorf("%w: sequence %d: context length %d needs %d blocks, block table has %d",
-				ErrInvalidStep, seq, ctx, need, len(table))
-		}
-		for i, blk := range table[:(ctx+blockSize-1)/blockSize] {
-			if blk < 0 || int(blk) >= m.shape.NumBlocks {
-				return fmt.Errorf("%w: sequence %d: block table entry %d is %d, not in [0, %d)",
-					ErrInvalidStep, seq, i, blk, m.shape.NumBlocks)
+		for g := range max(1, len(m.shape.KVGroups)) {
+			t := table
+			if g > 0 {
+				t = s.GroupBlockTables[g-1][seq]
+			}
+			if err := m.validateTable(g, seq, t, ctx-queryLen, ctx); err != nil {
+				return err
 			}
 		}
 		for row := start; row < end; row++ {
@@ -494,6 +541,29 @@ func (m *Model) validate(s *Step) error {
 	for i, row := range s.LogitRows {
 		if row < 0 || int(row) >= numTokens {
 			return fmt.Errorf("%w: logit row %d is %d, not in [0, %d)", ErrInvalidStep, i, row, numTokens)
+		}
+	}
+	return nil
+}
+
+// validateTable checks sequence seq's block table of KV group g for a step whose first query sits at
+// position first and whose context is ctx: it must name a valid block for every page the step's queries
+// attend to (all from page 0, or from the window of the first query on in a sliding group).
+func (m *Model) validateTable(g, seq int, table []int32, first, ctx int32) error {
+	blockSize := int32(m.shape.BlockSize)
+	need := (ctx + blockSize - 1) / blockSize
+	if int32(len(table)) < need {
+		return fmt.Errorf("%w: sequence %d: KV group %d: context length %d needs %d blocks, block table has %d",
+			ErrInvalidStep, seq, g, ctx, need, len(table))
+	}
+	from := int32(0)
+	if g < len(m.shape.KVGroups) && m.shape.KVGroups[g] > 0 {
+		from = max(0, first-int32(m.shape.KVGroups[g])+1) / blockSize
+	}
+	for i := from; i < need; i++ {
+		if blk := table[i]; blk < 0 || int(blk) >= m.shape.NumBlocks {
+			return fmt.Errorf("%w: sequence %d: KV group %d: block table entry %d is %d, not in [0, %d)",
+				ErrInvalidStep, seq, g, i, blk, m.shape.NumBlocks)
 		}
 	}
 	return nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gollm/gollm/weights"
@@ -25,12 +28,26 @@ func (r *randomModel) get(name string) (*weights.Tensor, error) {
 	return t, nil
 }
 
-// newRandomModel draws every parameter of cfg: norm gains near 1, matrices N(0, scale²) with a larger
-// scale for the embeddings so that logits spread out.
+// newRandomModel draws every parameter of cfg (the tensors weights.TensorShapes lists, in name order):
+// norm gains near 1 (stored near 0 where the family's norms add 1), biases N(0, 0.1²), matrices
+// N(0, 0.15²), with a larger scale for the embeddings and the LM head so that logits spread out.
 func newRandomModel(cfg *weights.Config, dt weights.DType, seed uint64) *randomModel {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	r := &randomModel{cfg: cfg, tensors: map[string]*weights.Tensor{}}
-	add := func(name string, std, mean float64, shape ...int) {
+	c := *cfg
+	c.HeadDim = headDim(cfg)
+	shapes := weights.TensorShapes(&c)
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
+		shape := shapes[name]
+		std, mean := 0.15, 0.0
+		switch {
+		case strings.HasSuffix(name, "norm.weight"):
+			std, mean = 0.2, 1-cfg.NormOffset
+		case strings.HasSuffix(name, ".bias"):
+			std = 0.1
+		case name == c.Tensor("embed_tokens.weight") || name == c.LMHeadTensor():
+			std = 0.5
+		}
 		n := 1
 		for _, d := range shape {
 			n *= d
@@ -40,24 +57,6 @@ func newRandomModel(cfg *weights.Config, dt weights.DType, seed uint64) *randomM
 			v[i] = float32(mean + std*rng.NormFloat64())
 		}
 		r.tensors[name] = encodeTensor(name, dt, shape, v)
-	}
-	h, d, inter := cfg.HiddenSize, headDim(cfg), cfg.IntermediateSize
-	add("model.embed_tokens.weight", 0.5, 0, cfg.VocabSize, h)
-	for l := range cfg.NumHiddenLayers {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		add(p+"input_layernorm.weight", 0.2, 1, h)
-		add(p+"post_attention_layernorm.weight", 0.2, 1, h)
-		add(p+"self_attn.q_proj.weight", 0.15, 0, cfg.NumAttentionHeads*d, h)
-		add(p+"self_attn.k_proj.weight", 0.15, 0, cfg.NumKeyValueHeads*d, h)
-		add(p+"self_attn.v_proj.weight", 0.15, 0, cfg.NumKeyValueHeads*d, h)
-		add(p+"self_attn.o_proj.weight", 0.15, 0, h, cfg.NumAttentionHeads*d)
-		add(p+"mlp.gate_proj.weight", 0.15, 0, inter, h)
-		add(p+"mlp.up_proj.weight", 0.15, 0, inter, h)
-		add(p+"mlp.down_proj.weight", 0.15, 0, h, inter)
-	}
-	add("model.norm.weight", 0.2, 1, h)
-	if !cfg.TieWordEmbeddings {
-		add("lm_head.weight", 0.5, 0, cfg.VocabSize, h)
 	}
 	return r
 }
@@ -90,7 +89,10 @@ func tinyConfig() *weights.Config {
 }
 
 // reference computes the logits of every position of tokens with a dense float64 forward pass that
-// shares no code with the backend (its own RMSNorm, RoPE from float64 frequencies, softmax attention).
+// shares no code with the backend (its own RMSNorm, RoPE from float64 frequencies, softmax attention),
+// written from transformers' modeling files of each family: biases, q/k norms, Gemma's (1 + w) norms
+// around both sublayers, GeGLU, scaled embeddings and attention, sliding windows, a rotary table per
+// layer type and the final soft cap, as the config says.
 func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 	t.Helper()
 	c := r.cfg
@@ -108,6 +110,7 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 		}
 		return out
 	}
+	lw := func(l int, suffix string) []float64 { return w(c.LayerTensor(l, suffix)) }
 	linear := func(x []float64, m []float64, rows int) []float64 { // m [rows][len(x)]
 		y := make([]float64, rows)
 		for o := range rows {
@@ -117,6 +120,11 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 		}
 		return y
 	}
+	addBias := func(y []float64, l int, proj string) {
+		for i, b := range lw(l, "self_attn."+proj+".bias") {
+			y[i] += b
+		}
+	}
 	norm := func(x, g []float64) []float64 {
 		var ss float64
 		for _, v := range x {
@@ -125,77 +133,128 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 		inv := 1 / math.Sqrt(ss/float64(len(x))+c.RMSNormEps)
 		y := make([]float64, len(x))
 		for i := range x {
-			y[i] = x[i] * inv * g[i]
+			y[i] = x[i] * inv * (c.NormOffset + g[i])
 		}
 		return y
 	}
-	invFreq := make([]float64, d/2)
-	for i := range invFreq {
-		invFreq[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(d))
+	invFreq := func(theta float64, sc weights.RopeScaling) []float64 {
+		f := make([]float64, d/2)
+		for i := range f {
+			f[i] = math.Pow(theta, -float64(2*i)/float64(d))
+			switch sc.Type {
+			case "", "default":
+			case "linear":
+				f[i] /= sc.Factor
+			default:
+				t.Fatalf("reference: rope type %q", sc.Type)
+			}
+		}
+		return f
 	}
-	rope := func(v []float64, pos int) {
-		for i, f := range invFreq {
+	rope := func(v []float64, pos int, inv []float64) {
+		for i, f := range inv {
 			cs, sn := math.Cos(f*float64(pos)), math.Sin(f*float64(pos))
 			a, b := v[i], v[i+d/2]
 			v[i], v[i+d/2] = a*cs-b*sn, b*cs+a*sn
 		}
 	}
-	emb := w("model.embed_tokens.weight")
+	scale := 1 / math.Sqrt(float64(d))
+	if c.QueryPreAttnScalar > 0 {
+		scale = 1 / math.Sqrt(c.QueryPreAttnScalar)
+	}
+	emb := w(c.Tensor("embed_tokens.weight"))
+	embScale := 1.0
+	if c.EmbedScale {
+		embScale = float64(float32(math.Sqrt(float64(h))))
+	}
 	n := len(tokens)
 	x := make([][]float64, n)
 	for p, tok := range tokens {
-		x[p] = append([]float64(nil), emb[int(tok)*h:int(tok+1)*h]...)
+		x[p] = make([]float64, h)
+		for i, e := range emb[int(tok)*h : int(tok+1)*h] {
+			x[p][i] = e * embScale
+		}
 	}
 	for l := range c.NumHiddenLayers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
+		inv := invFreq(c.LayerRope(l))
 		q, k, v := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for p := range n {
-			xn := norm(x[p], w(pre+"input_layernorm.weight"))
-			q[p] = linear(xn, w(pre+"self_attn.q_proj.weight"), hq*d)
-			k[p] = linear(xn, w(pre+"self_attn.k_proj.weight"), hkv*d)
-			v[p] = linear(xn, w(pre+"self_attn.v_proj.weight"), hkv*d)
+			xn := norm(x[p], lw(l, "input_layernorm.weight"))
+			q[p] = linear(xn, lw(l, "self_attn.q_proj.weight"), hq*d)
+			k[p] = linear(xn, lw(l, "self_attn.k_proj.weight"), hkv*d)
+			v[p] = linear(xn, lw(l, "self_attn.v_proj.weight"), hkv*d)
+			if c.QKVBias {
+				addBias(q[p], l, "q_proj")
+				addBias(k[p], l, "k_proj")
+				addBias(v[p], l, "v_proj")
+			}
 			for hh := range hq {
-				rope(q[p][hh*d:(hh+1)*d], p)
+				if c.QKNorm {
+					copy(q[p][hh*d:(hh+1)*d], norm(q[p][hh*d:(hh+1)*d], lw(l, "self_attn.q_norm.weight")))
+				}
+				rope(q[p][hh*d:(hh+1)*d], p, inv)
 			}
 			for hh := range hkv {
-				rope(k[p][hh*d:(hh+1)*d], p)
+				if c.QKNorm {
+					copy(k[p][hh*d:(hh+1)*d], norm(k[p][hh*d:(hh+1)*d], lw(l, "self_attn.k_norm.weight")))
+				}
+				rope(k[p][hh*d:(hh+1)*d], p, inv)
 			}
 		}
 		for p := range n {
+			first := 0
+			if win := c.LayerWindow(l); win > 0 {
+				first = max(0, p-win+1)
+			}
 			attn := make([]float64, hq*d)
 			for hh := range hq {
 				kh := hh / (hq / hkv)
 				scores := make([]float64, p+1)
 				maxS := math.Inf(-1)
-				for j := 0; j <= p; j++ {
+				for j := first; j <= p; j++ {
 					for i := range d {
 						scores[j] += q[p][hh*d+i] * k[j][kh*d+i]
 					}
-					scores[j] /= math.Sqrt(float64(d))
+					scores[j] *= scale
 					maxS = math.Max(maxS, scores[j])
 				}
 				var sum float64
-				for j := range scores {
+				for j := first; j <= p; j++ {
 					scores[j] = math.Exp(scores[j] - maxS)
 					sum += scores[j]
 				}
-				for j := range scores {
+				for j := first; j <= p; j++ {
 					for i := range d {
 						attn[hh*d+i] += scores[j] / sum * v[j][kh*d+i]
 					}
 				}
 			}
-			o := linear(attn, w(pre+"self_attn.o_proj.weight"), h)
+			o := linear(attn, lw(l, "self_attn.o_proj.weight"), h)
+			if c.OBias {
+				addBias(o, l, "o_proj")
+			}
+			mlpNorm := "post_attention_layernorm.weight"
+			if c.SandwichNorm {
+				o = norm(o, lw(l, "post_attention_layernorm.weight"))
+				mlpNorm = "pre_feedforward_layernorm.weight"
+			}
 			for i := range h {
 				x[p][i] += o[i]
 			}
-			xn := norm(x[p], w(pre+"post_attention_layernorm.weight"))
-			gate := linear(xn, w(pre+"mlp.gate_proj.weight"), inter)
-			up := linear(xn, w(pre+"mlp.up_proj.weight"), inter)
-			for i := range gate {
-				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+			xn := norm(x[p], lw(l, mlpNorm))
+			gate := linear(xn, lw(l, "mlp.gate_proj.weight"), inter)
+			up := linear(xn, lw(l, "mlp.up_proj.weight"), inter)
+			for i, g := range gate {
+				if c.Activation() == weights.ActGELUTanh {
+					gate[i] = 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))) * up[i]
+				} else {
+					gate[i] = g / (1 + math.Exp(-g)) * up[i]
+				}
 			}
-			down := linear(gate, w(pre+"mlp.down_proj.weight"), h)
+			down := linear(gate, lw(l, "mlp.down_proj.weight"), h)
+			if c.SandwichNorm {
+				down = norm(down, lw(l, "post_feedforward_layernorm.weight"))
+			}
 			for i := range h {
 				x[p][i] += down[i]
 			}
@@ -203,28 +262,43 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 	}
 	head := emb
 	if !c.TieWordEmbeddings {
-		head = w("lm_head.weight")
+		head = w(c.LMHeadTensor())
 	}
 	logits := make([][]float64, n)
 	for p := range n {
-		logits[p] = linear(norm(x[p], w("model.norm.weight")), head, c.VocabSize)
+		logits[p] = linear(norm(x[p], w(c.Tensor("norm.weight"))), head, c.VocabSize)
+		if sc := c.FinalLogitSoftcap; sc > 0 {
+			for i, z := range logits[p] {
+				logits[p][i] = sc * math.Tanh(z/sc)
+			}
+		}
 	}
 	return logits
 }
 
-// pager hands out physical blocks in a shuffled order and builds steps, as a block pool would.
+// pager hands out physical blocks in a shuffled order and builds steps, as a block pool would: a block
+// table per KV group, and the pages of a sliding group given back (their entries −1, the blocks reused)
+// once the sequence's next query cannot see them.
 type pager struct {
 	blockSize int
+	windows   []int // per KV group
 	free      []int32
-	tables    map[int][]int32 // sequence id → block table
-	lens      map[int]int     // sequence id → tokens in the cache
+	tables    map[int][][]int32 // sequence id → block table per group
+	lens      map[int]int       // sequence id → tokens in the cache
 }
 
 func newPager(numBlocks, blockSize int, rng *rand.Rand) *pager {
-	p := &pager{blockSize: blockSize, tables: map[int][]int32{}, lens: map[int]int{}}
+	p := &pager{blockSize: blockSize, windows: []int{0}, tables: map[int][][]int32{}, lens: map[int]int{}}
 	for _, b := range rng.Perm(numBlocks) {
 		p.free = append(p.free, int32(b))
 	}
+	return p
+}
+
+// newModelPager is newPager for m's blocks and KV groups.
+func newModelPager(m *Model, rng *rand.Rand) *pager {
+	p := newPager(m.NumBlocks(), m.BlockSize(), rng)
+	p.windows = m.KVLayout().Windows
 	return p
 }
 
@@ -235,28 +309,45 @@ type chunk struct {
 	tokens []int32
 }
 
-// step builds the Step that appends the chunks, allocating blocks as needed; LogitRows asks for the last
-// row of every chunk.
+// step builds the Step that appends the chunks, allocating blocks as needed (and first giving back the
+// sliding groups' pages behind every window); LogitRows asks for the last row of every chunk.
 func (p *pager) step(chunks ...chunk) *Step {
-	s := &Step{QueryStart: []int32{0}}
+	s := &Step{QueryStart: []int32{0}, GroupBlockTables: make([][][]int32, len(p.windows)-1)}
 	for _, c := range chunks {
 		start := p.lens[c.seq]
-		for i, tok := range c.tokens {
-			pos := start + i
-			for len(p.tables[c.seq])*p.blockSize <= pos {
-				p.tables[c.seq] = append(p.tables[c.seq], p.free[0])
+		if p.tables[c.seq] == nil {
+			p.tables[c.seq] = make([][]int32, len(p.windows))
+		}
+		tables := p.tables[c.seq]
+		for g, w := range p.windows {
+			for i := 0; w > 0 && (i+1)*p.blockSize <= start-w+1; i++ {
+				if tables[g][i] >= 0 { // reused first: a read of a page given back reads another's K/V
+					p.free = append([]int32{tables[g][i]}, p.free...)
+					tables[g][i] = -1
+				}
+			}
+			for len(tables[g])*p.blockSize < start+len(c.tokens) {
+				tables[g] = append(tables[g], p.free[0])
 				p.free = p.free[1:]
 			}
-			table := p.tables[c.seq]
+		}
+		for i, tok := range c.tokens {
+			pos := start + i
 			s.Tokens = append(s.Tokens, tok)
 			s.Positions = append(s.Positions, int32(pos))
-			s.SlotMapping = append(s.SlotMapping, table[pos/p.blockSize]*int32(p.blockSize)+int32(pos%p.blockSize))
+			s.SlotMapping = append(s.SlotMapping, tables[0][pos/p.blockSize]*int32(p.blockSize)+int32(pos%p.blockSize))
 		}
 		p.lens[c.seq] = start + len(c.tokens)
 		s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
 		s.ContextLens = append(s.ContextLens, int32(p.lens[c.seq]))
-		s.BlockTables = append(s.BlockTables, p.tables[c.seq])
+		s.BlockTables = append(s.BlockTables, tables[0])
+		for g := 1; g < len(p.windows); g++ {
+			s.GroupBlockTables[g-1] = append(s.GroupBlockTables[g-1], tables[g])
+		}
 		s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+	}
+	if len(p.windows) == 1 {
+		s.GroupBlockTables = nil
 	}
 	return s
 }
@@ -296,6 +387,23 @@ func TestForwardMatchesReference(t *testing.T) {
 		{"mha_tied", func(c *weights.Config) { c.NumKeyValueHeads = 6; c.TieWordEmbeddings = true }, weights.DTypeF32},
 		{"mqa_bf16", func(c *weights.Config) { c.NumKeyValueHeads = 1 }, weights.DTypeBF16},
 		{"headdim16", func(c *weights.Config) { c.HeadDim = 16; c.NumAttentionHeads = 4 }, weights.DTypeF32},
+		{"llama_attention_bias", func(c *weights.Config) { c.QKVBias, c.OBias = true, true }, weights.DTypeF32},
+		{"qwen2_window", func(c *weights.Config) {
+			c.QKVBias = true
+			c.LayerTypes, c.SlidingWindow = []string{weights.FullAttention, weights.SlidingAttention}, 5
+		}, weights.DTypeBF16},
+		{"qwen3", func(c *weights.Config) { c.QKNorm, c.HeadDim, c.NumAttentionHeads = true, 16, 4 }, weights.DTypeF32},
+		{"mistral_window_1", func(c *weights.Config) {
+			c.LayerTypes, c.SlidingWindow = []string{weights.SlidingAttention, weights.SlidingAttention}, 1
+		}, weights.DTypeF32},
+		{"gemma3", func(c *weights.Config) {
+			c.NumHiddenLayers = 3
+			c.LayerTypes = []string{weights.SlidingAttention, weights.FullAttention, weights.SlidingAttention}
+			c.SlidingWindow, c.LocalRopeTheta, c.LocalRopeScaling = 6, 100, weights.RopeScaling{Type: "default"}
+			c.RopeScaling = weights.RopeScaling{Type: "linear", Factor: 4}
+			c.HiddenAct, c.QKNorm, c.NormOffset, c.SandwichNorm, c.EmbedScale = weights.ActGELUTanh, true, 1, true, true
+			c.QueryPreAttnScalar, c.FinalLogitSoftcap, c.TieWordEmbeddings = 24, 5, true
+		}, weights.DTypeF32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tinyConfig()
@@ -307,7 +415,7 @@ func TestForwardMatchesReference(t *testing.T) {
 			}
 			defer m.Close()
 			rng := rand.New(rand.NewPCG(2, 3))
-			p := newPager(64, 4, rng)
+			p := newModelPager(m, rng)
 			prompts := [][]int32{randomTokens(rng, 9, cfg.VocabSize), randomTokens(rng, 1, cfg.VocabSize),
 				randomTokens(rng, 21, cfg.VocabSize)}
 			full := make([][]int32, len(prompts)) // each sequence's tokens so far
@@ -488,5 +596,103 @@ func TestGraphBucket(t *testing.T) {
 		if low := graphBucketLow(got); low > n || graphBucket(low-1) == got && low > 1 {
 			t.Fatalf("graphBucketLow(%d) = %d for batch %d", got, low, n)
 		}
+	}
+}
+
+// TestKVLayout checks the KV groups of published shapes and of small mixed layouts: groups as large as
+// the smaller kind, groups without a window first, page arrays by position in the group.
+func TestKVLayout(t *testing.T) {
+	types := func(n int, sliding func(int) bool) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = weights.FullAttention
+			if sliding(i) {
+				out[i] = weights.SlidingAttention
+			}
+		}
+		return out
+	}
+	gemma := func(i int) bool { return (i+1)%6 != 0 }
+	for _, tc := range []struct {
+		name           string
+		layers, window int
+		sliding        func(int) bool
+		windows        []int
+		slots          int
+	}{
+		{"llama", 32, 0, func(int) bool { return false }, []int{0}, 32},
+		{"mistral-7b-v0.1: every layer slides", 32, 4096, func(int) bool { return true }, []int{4096}, 32},
+		{"gemma-3-12b", 48, 1024, gemma, []int{0, 1024, 1024, 1024, 1024, 1024}, 8},
+		{"gemma-3-4b", 34, 1024, gemma, []int{0, 1024, 1024, 1024, 1024, 1024, 1024}, 5},
+		{"ministral-8b", 36, 32768, func(i int) bool { return i%4 != 0 }, []int{0, 32768, 32768, 32768}, 9},
+		{"qwen2 max_window_layers 1 of 2", 2, 16, func(i int) bool { return i >= 1 }, []int{0, 16}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.NumHiddenLayers = tc.layers
+			if tc.window > 0 {
+				cfg.LayerTypes, cfg.SlidingWindow = types(tc.layers, tc.sliding), tc.window
+				cfg.MaxPositionEmbeddings = 1 << 20
+			}
+			lay := KVLayoutOf(cfg)
+			if !slices.Equal(lay.Windows, tc.windows) || lay.Slots != tc.slots {
+				t.Fatalf("groups %v of %d page arrays, want %v of %d", lay.Windows, lay.Slots, tc.windows, tc.slots)
+			}
+			used := map[[2]int]bool{}
+			for l := range tc.layers {
+				g, slot := lay.Group[l], lay.Slot[l]
+				if (lay.Windows[g] > 0) != (cfg.LayerWindow(l) > 0) || slot < 0 || slot >= lay.Slots || used[[2]int{g, slot}] {
+					t.Errorf("layer %d (window %d) in group %d (window %d), page array %d", l, cfg.LayerWindow(l), g, lay.Windows[g], slot)
+				}
+				used[[2]int{g, slot}] = true
+			}
+			if got, want := KVBytesPerBlock(cfg, 16), tc.slots*2*16*cfg.NumKeyValueHeads*headDim(cfg)*4; got != want {
+				t.Errorf("KVBytesPerBlock %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestForwardRejectsInvalidGroupTables: a model with KV groups needs every group's tables, and each
+// must name a valid block for every page its queries attend to (a sliding group's pages behind the
+// window may be −1).
+func TestForwardRejectsInvalidGroupTables(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.LayerTypes, cfg.SlidingWindow = []string{weights.FullAttention, weights.SlidingAttention}, 4
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	m, err := load(cfg, r.get, Options{NumBlocks: 16, BlockSize: 4}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// A decode at position 9 (context 10): its window is positions 6-9, pages 1 and 2.
+	valid := func() *Step {
+		return &Step{
+			Tokens: []int32{5}, Positions: []int32{9}, SlotMapping: []int32{2*4 + 1},
+			QueryStart: []int32{0, 1}, ContextLens: []int32{10}, BlockTables: [][]int32{{0, 1, 2}},
+			GroupBlockTables: [][][]int32{{{-1, 4, 5}}}, LogitRows: []int32{0},
+		}
+	}
+	if _, err := m.Forward(valid()); err != nil {
+		t.Fatalf("valid step: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Step)
+	}{
+		{"no group tables", func(s *Step) { s.GroupBlockTables = nil }},
+		{"group tables of no sequence", func(s *Step) { s.GroupBlockTables[0] = nil }},
+		{"page in the window given back", func(s *Step) { s.GroupBlockTables[0][0][1] = -1 }},
+		{"group table too short", func(s *Step) { s.GroupBlockTables[0][0] = s.GroupBlockTables[0][0][:2] }},
+		{"group block out of range", func(s *Step) { s.GroupBlockTables[0][0][2] = 16 }},
+		{"full group page given back", func(s *Step) { s.BlockTables[0][0] = -1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := valid()
+			tc.mutate(s)
+			if _, err := m.Forward(s); !errors.Is(err, ErrInvalidStep) {
+				t.Fatalf("Forward: got %v, want ErrInvalidStep", err)
+			}
+		})
 	}
 }

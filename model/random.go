@@ -19,7 +19,7 @@ import (
 const RandomStd = 0.02
 
 // LoadRandom builds a model of shape cfg with random parameters, as if cfg's checkpoint had been
-// initialised by transformers (matrices and embeddings N(0, RandomStd²), RMSNorm gains 1) and saved in
+// initialised by transformers (matrices and embeddings N(0, RandomStd²), RMSNorm gains 1, biases 0) and saved in
 // cfg.DType. It goes through the same upload path as LoadOn, so any backend gets random weights without
 // a checkpoint on disk: this is what lets a benchmark measure a Llama-3-8B shape without downloading
 // it. The tensors are generated one at a time, in parallel chunks, and handed to the backend at once,
@@ -46,9 +46,10 @@ func LoadRandom(cfg *weights.Config, seed uint64, opts Options, newBackend NewBa
 
 // randomSource draws the tensors of one random checkpoint on demand.
 type randomSource struct {
-	dtype  weights.DType
-	seed   uint64
-	shapes map[string][]int
+	dtype      weights.DType
+	normOffset float64 // Config.NormOffset
+	seed       uint64
+	shapes     map[string][]int
 }
 
 func newRandomSource(cfg *weights.Config, seed uint64) (*randomSource, error) {
@@ -56,8 +57,8 @@ func newRandomSource(cfg *weights.Config, seed uint64) (*randomSource, error) {
 		return nil, fmt.Errorf("config dtype %v is not float32, float16 or bfloat16", cfg.DType)
 	}
 	c := *cfg
-	c.HeadDim = headDim(cfg) // LlamaTensorShapes reads HeadDim as given
-	return &randomSource{dtype: cfg.DType, seed: seed, shapes: weights.LlamaTensorShapes(&c)}, nil
+	c.HeadDim = headDim(cfg) // TensorShapes reads HeadDim as given
+	return &randomSource{dtype: cfg.DType, normOffset: cfg.NormOffset, seed: seed, shapes: weights.TensorShapes(&c)}, nil
 }
 
 // randomChunk is the number of elements drawn from one generator stream: chunks are filled in
@@ -76,9 +77,13 @@ func (r *randomSource) tensor(name string) (*weights.Tensor, error) {
 	}
 	size := r.dtype.Size()
 	t := &weights.Tensor{Name: name, DType: r.dtype, Shape: slices.Clone(shape), Data: make([]byte, n*size)}
-	if strings.HasSuffix(name, "norm.weight") { // RMSNorm gains: ones, as transformers initialises them
+	if strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bias") {
+		// As transformers initialises them: RMSNorm gains 1 (a stored 0 where the norm multiplies by
+		// 1 + w), biases 0.
 		one := make([]byte, size)
-		encodeValues(one, []float32{1}, r.dtype)
+		if strings.HasSuffix(name, "norm.weight") && r.normOffset == 0 {
+			encodeValues(one, []float32{1}, r.dtype)
+		}
 		for i := 0; i < len(t.Data); i += size {
 			copy(t.Data[i:], one)
 		}

@@ -147,17 +147,26 @@ func TestRandomSourceErrors(t *testing.T) {
 // the float64 dense reference over the same random tensors.
 func TestLoadRandomForward(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		dt   weights.DType
-		tied bool
+		name   string
+		dt     weights.DType
+		tied   bool
+		family func(*weights.Config)
 	}{
-		{"f32", weights.DTypeF32, false},
-		{"bf16_tied", weights.DTypeBF16, true},
-		{"f16", weights.DTypeF16, false},
+		{"f32", weights.DTypeF32, false, nil},
+		{"bf16_tied", weights.DTypeBF16, true, nil},
+		{"f16", weights.DTypeF16, false, nil},
+		{"gemma3_bf16", weights.DTypeBF16, true, func(c *weights.Config) { // zero norm weights, zero biases
+			c.LayerTypes, c.SlidingWindow = []string{weights.SlidingAttention, weights.FullAttention}, 3
+			c.HiddenAct, c.QKNorm, c.NormOffset, c.SandwichNorm, c.EmbedScale = weights.ActGELUTanh, true, 1, true, true
+			c.QKVBias, c.OBias, c.QueryPreAttnScalar, c.FinalLogitSoftcap = true, true, 16, 30
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := randomTestConfig(tc.dt)
 			cfg.TieWordEmbeddings = tc.tied
+			if tc.family != nil {
+				tc.family(cfg)
+			}
 			const seed, numBlocks, blockSize = 3, 16, 4
 			m, err := LoadRandom(cfg, seed, Options{NumBlocks: numBlocks, BlockSize: blockSize}, NewCPUBackend)
 			if err != nil {
@@ -175,7 +184,7 @@ func TestLoadRandomForward(t *testing.T) {
 				}
 			}
 			rng := newRand(9)
-			p := newPager(numBlocks, blockSize, rng)
+			p := newModelPager(m, rng)
 			tokens := randomTokens(rng, 7, cfg.VocabSize)
 			next := tokens
 			for step := range 3 {

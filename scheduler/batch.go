@@ -16,9 +16,12 @@ type Chunk struct {
 	// a decode in a batch made by [Scheduler.ScheduleNext] the token is not known yet and Tokens
 	// holds 0 (see Batch.InputFrom).
 	Tokens []int32
-	// BlockTable is the sequence's block table (physical block ids), covering at least ContextLen
-	// positions. Read only; its entries never change.
+	// BlockTable is the sequence's block table (physical block ids) of KV group 0, covering at least
+	// ContextLen positions. Read only; its entries never change (but for a sliding group's pages given
+	// back behind the window, see kvcache.Pool.BlockTable).
 	BlockTable []int32
+	// BlockTables holds the sequence's block table of every KV group (BlockTables[0] is BlockTable).
+	BlockTables [][]int32
 	// SlotMapping holds the cache slot of each of the chunk's tokens: the model writes the KV of
 	// token i at slot SlotMapping[i] (block*BlockSize + offset). A part of Batch.SlotMapping.
 	SlotMapping []int32

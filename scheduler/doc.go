@@ -68,5 +68,10 @@
 // recomputed as part of its prompt when admitted again (cheaply, if its blocks are still in the
 // prefix cache). A sequence that could not fit even the empty pool finishes with FinishError.
 //
+// With KV groups (a model with sliding-window layers, see kvcache), a sequence takes a block of every
+// group per page when admitted, and its sliding groups give pages back as it advances: admission and
+// preemption count blocks of every group, and a sequence that could not be admitted again (more pages
+// than the empty pool holds at once, kvcache.Pool.MaxTokens) finishes with FinishError.
+//
 // A Scheduler is not safe for concurrent use: one goroutine owns it and its pool.
 package scheduler

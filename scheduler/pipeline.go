@@ -37,8 +37,8 @@ type admission struct {
 //
 // It returns nil, and changes nothing, when prev is not the only batch outstanding (scheduled, not
 // yet updated or discarded), when the pool has no slot for some decode's placeholder without
-// preempting anyone (evicting unused prefix-cache blocks is fine), when the head of the waiting
-// queue could never fit the pool (Schedule finishes it), when a sequence of prev is not in the state
+// preempting anyone (evicting unused prefix-cache blocks is fine), when a decoding sequence or the head
+// of the waiting queue could never fit the pool (Schedule finishes it), when a sequence of prev is not in the state
 // Schedule (or ScheduleNext and Update) left it in, or when no chunk results.
 //
 // The returned batch is handed back after prev: Update(prev), then Update (or Discard) of it; or
@@ -47,7 +47,6 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 	if prev == nil || len(s.outstanding) != 1 || s.outstanding[0] != prev {
 		return nil
 	}
-	bs := s.pool.BlockSize()
 	type decode struct {
 		seq  *Sequence
 		from int32 // prev's logits row
@@ -81,8 +80,11 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 		if seq.NumOutputTokens()+1 >= seq.limits.MaxTokens {
 			continue // Update(prev) finishes it by length
 		}
+		if s.pool.BlocksNeeded(len(seq.tokens)+1) > s.pool.NumBlocks() {
+			return nil // Schedule finishes it: it has outgrown the pool
+		}
 		decodes = append(decodes, decode{seq, from})
-		newBlocks += kvcache.BlocksFor(len(seq.tokens)+1, bs) - kvcache.BlocksFor(len(seq.tokens), bs)
+		newBlocks += s.pool.BlocksNeeded(len(seq.tokens)+1) - s.pool.BlocksNeeded(len(seq.tokens))
 	}
 	for _, seq := range s.running {
 		if _, ok := after[seq]; ok {

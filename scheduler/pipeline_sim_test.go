@@ -78,12 +78,21 @@ func randomWorkload(r *rand.Rand, seed uint64) workload {
 	maxSeqs := 1 + r.IntN(6)
 	maxPrompt := 1 + r.IntN(40)
 	maxOutput := 1 + r.IntN(24)
+	// Every fourth workload has a full and a sliding KV group, every fourth a sliding one only.
+	var groups []kvcache.Group
+	switch seed % 4 {
+	case 1:
+		groups = []kvcache.Group{{}, {Window: 1 + r.IntN(16)}}
+	case 3:
+		groups = []kvcache.Group{{Window: 1 + r.IntN(16)}}
+	}
 	w := workload{
 		pool: kvcache.Config{
-			NumBlocks:     2 + r.IntN(64/bs+4),
+			NumBlocks:     (2 + r.IntN(64/bs+4)) * max(1, len(groups)),
 			BlockSize:     bs,
 			PrefixCaching: seed%3 != 2,
 			HashSeed:      seed,
+			Groups:        groups,
 		},
 		sched:   Config{MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: maxSeqs + r.IntN(40)},
 		discard: []float64{0, 0.03, 0.1}[r.IntN(3)],
@@ -337,26 +346,36 @@ func (p *pipeRun) launch(b *Batch, prevSampled []int32) {
 		for j, slot := range c.SlotMapping {
 			p.kv[slot] = tokens[j]
 		}
+		for _, table := range c.BlockTables[1:] {
+			for j := range c.Len {
+				p.kv[kvcache.Slot(table, bs, c.Start+j)] = tokens[j]
+			}
+		}
 		f.inputs = append(f.inputs, tokens[len(tokens)-1])
 	}
 	for i, c := range b.Chunks {
-		if !c.NeedsLogits {
-			continue
-		}
-		context := make([]int32, c.ContextLen)
-		for pos := range context {
-			context[pos] = p.kv[kvcache.Slot(c.BlockTable, bs, pos)]
-		}
 		// A pipelined chunk's input is not in its sequence yet: it is the previous step's pick.
 		known := c.Seq.Tokens()
 		want := slices.Clone(known[:min(len(known), c.ContextLen)])
 		if len(want) < c.ContextLen {
 			want = append(want, f.inputs[i])
 		}
-		if !slices.Equal(context, want) {
-			t.Fatalf("%v attends to %v, want %v", c.Seq, context, want)
+		// Every group holds every position the chunk's queries see (a sliding one from the window of
+		// the chunk's first query on).
+		for g, grp := range p.pool.Groups() {
+			from := 0
+			if grp.Window > 0 {
+				from = max(0, c.Start-grp.Window+1)
+			}
+			for pos := from; pos < c.ContextLen; pos++ {
+				if got := p.kv[kvcache.Slot(c.BlockTables[g], bs, pos)]; got != want[pos] {
+					t.Fatalf("%v attends in group %d at position %d to %d, want %d", c.Seq, g, pos, got, want[pos])
+				}
+			}
 		}
-		f.sampled = append(f.sampled, nextToken(context))
+		if c.NeedsLogits {
+			f.sampled = append(f.sampled, nextToken(want))
+		}
 	}
 	p.flights = append(p.flights, f)
 }
@@ -469,11 +488,15 @@ func (p *pipeRun) checkNext(prev, next *Batch, waiting []*Sequence) []*Sequence 
 	}
 	// No running sequence holds a block the next step writes, but its owner.
 	for _, seq := range p.s.running {
-		table, _ := p.pool.BlockTable(seq.ID())
+		tables, _ := p.pool.BlockTables(seq.ID())
 		for _, c := range next.Chunks {
-			for _, slot := range c.SlotMapping {
-				if c.Seq != seq && slices.Contains(table, slot/int32(bs)) {
-					t.Fatalf("%v writes into a block of %v", c.Seq, seq)
+			for _, written := range c.BlockTables {
+				for _, slot := range kvcache.SlotMapping(nil, written, bs, c.Start, c.Start+c.Len) {
+					for _, table := range tables {
+						if c.Seq != seq && slices.Contains(table, slot/int32(bs)) {
+							t.Fatalf("%v writes into a block of %v", c.Seq, seq)
+						}
+					}
 				}
 			}
 		}

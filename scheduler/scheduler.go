@@ -140,7 +140,7 @@ func (s *Scheduler) Add(seq *Sequence) error {
 	if _, ok := s.live[seq.id]; ok {
 		return fmt.Errorf("scheduler: add sequence %d: %w", seq.id, ErrDuplicateSeq)
 	}
-	if need := kvcache.BlocksFor(seq.numPrompt, s.pool.BlockSize()); need > s.pool.NumBlocks() {
+	if need := s.pool.BlocksNeeded(seq.numPrompt); need > s.pool.NumBlocks() {
 		return fmt.Errorf("scheduler: add sequence %d: %d prompt tokens need %d blocks, the pool has %d: %w",
 			seq.id, seq.numPrompt, need, s.pool.NumBlocks(), ErrTooLong)
 	}
@@ -256,6 +256,13 @@ func (s *Scheduler) Schedule() *Batch {
 // reserve makes sure every token of a decoding sequence has a KV slot, preempting the
 // latest-arrived running sequences as needed. It reports whether seq is still running.
 func (s *Scheduler) reserve(seq *Sequence, b *Batch) bool {
+	if seq.numReserved < len(seq.tokens) && s.neverFits(seq) {
+		// Checked first: with a sliding KV group the pool may still have room for the token, but a
+		// preemption could never admit the sequence again.
+		s.removeRunning(seq)
+		s.finishTooLong(seq, b)
+		return false
+	}
 	for seq.numReserved < len(seq.tokens) {
 		err := s.pool.Append(seq.id, seq.tokens[seq.numReserved:]...)
 		if err == nil {
@@ -280,15 +287,16 @@ func (s *Scheduler) reserve(seq *Sequence, b *Batch) bool {
 	return true
 }
 
-// neverFits reports whether seq's tokens need more blocks than the whole pool has.
+// neverFits reports whether seq's tokens need more blocks than the whole pool has (all at once, as an
+// admission allocates them).
 func (s *Scheduler) neverFits(seq *Sequence) bool {
-	return kvcache.BlocksFor(len(seq.tokens), s.pool.BlockSize()) > s.pool.NumBlocks()
+	return s.pool.BlocksNeeded(len(seq.tokens)) > s.pool.NumBlocks()
 }
 
 // finishTooLong finishes a sequence (already out of the queues) that can never fit the pool.
 func (s *Scheduler) finishTooLong(seq *Sequence, b *Batch) {
 	err := fmt.Errorf("scheduler: sequence %d: %d tokens need %d blocks of %d, the pool has %d: %w",
-		seq.id, len(seq.tokens), kvcache.BlocksFor(len(seq.tokens), s.pool.BlockSize()),
+		seq.id, len(seq.tokens), s.pool.BlocksNeeded(len(seq.tokens)),
 		s.pool.BlockSize(), s.pool.NumBlocks(), ErrTooLong)
 	s.finish(seq, FinishError, err)
 	b.Finished = append(b.Finished, seq)
@@ -335,7 +343,7 @@ func (s *Scheduler) addChunk(b *Batch, seq *Sequence, n int) {
 
 // addChunkAt appends seq's n tokens from position start to the batch.
 func (s *Scheduler) addChunkAt(b *Batch, seq *Sequence, start, n int) {
-	table, err := s.pool.BlockTable(seq.id)
+	tables, err := s.pool.BlockTables(seq.id)
 	if err != nil {
 		panic(fmt.Sprintf("scheduler: chunk of %v: %v", seq, err))
 	}
@@ -344,7 +352,8 @@ func (s *Scheduler) addChunkAt(b *Batch, seq *Sequence, start, n int) {
 		Seq:         seq,
 		Start:       start,
 		Len:         n,
-		BlockTable:  table,
+		BlockTable:  tables[0],
+		BlockTables: tables,
 		ContextLen:  end,
 		NeedsLogits: end == len(seq.tokens),
 	})

@@ -81,8 +81,7 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 		t.Fatal(err)
 	}
 	bs := sc.pool.BlockSize
-	capacity := sc.pool.NumBlocks * bs
-	kv := make([]int32, capacity)
+	kv := make([]int32, sc.pool.NumBlocks*bs)
 	for i := range kv {
 		kv[i] = -1
 	}
@@ -116,7 +115,7 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 			addStep: r.IntN(sc.arrivals + 1),
 			want:    want, wantReason: reason,
 			// The last output token never needs a slot.
-			fits: kvcache.BlocksFor(len(prompt)+len(want)-1, bs) <= sc.pool.NumBlocks,
+			fits: pool.BlocksNeeded(len(prompt)+len(want)-1) <= sc.pool.NumBlocks,
 		})
 	}
 	slices.SortStableFunc(sims, func(a, b *simSeq) int { return a.addStep - b.addStep })
@@ -133,7 +132,7 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 		for next < len(sims) && sims[next].addStep <= step {
 			ss := sims[next]
 			err := s.Add(ss.seq)
-			tooLongPrompt := kvcache.BlocksFor(ss.seq.NumPromptTokens(), bs) > sc.pool.NumBlocks
+			tooLongPrompt := pool.BlocksNeeded(ss.seq.NumPromptTokens()) > sc.pool.NumBlocks
 			switch {
 			case tooLongPrompt && errors.Is(err, ErrTooLong):
 				ss.aborted = true // never runs
@@ -202,25 +201,36 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 			continue
 		}
 
-		// The fake forward pass: write every chunk's KV, then attend.
+		// The fake forward pass: write every chunk's KV in every KV group, then attend: each group
+		// must hold every position the chunk's queries see (in a sliding group, from the window of the
+		// chunk's first query on).
 		for _, c := range b.Chunks {
 			for i, slot := range c.SlotMapping {
 				kv[slot] = c.Tokens[i]
 			}
+			for _, table := range c.BlockTables[1:] {
+				for i := range c.Len {
+					kv[kvcache.Slot(table, bs, c.Start+i)] = c.Tokens[i]
+				}
+			}
 		}
 		var sampled []int32
 		for _, c := range b.Chunks {
-			if !c.NeedsLogits {
-				continue
+			want := c.Seq.Tokens()[:c.ContextLen]
+			for g, grp := range pool.Groups() {
+				from := 0
+				if grp.Window > 0 {
+					from = max(0, c.Start-grp.Window+1)
+				}
+				for pos := from; pos < c.ContextLen; pos++ {
+					if got := kv[kvcache.Slot(c.BlockTables[g], bs, pos)]; got != want[pos] {
+						t.Fatalf("step %d: %v attends in group %d at position %d to %d, want %d", step, c.Seq, g, pos, got, want[pos])
+					}
+				}
 			}
-			context := make([]int32, c.ContextLen)
-			for pos := range context {
-				context[pos] = kv[kvcache.Slot(c.BlockTable, bs, pos)]
+			if c.NeedsLogits {
+				sampled = append(sampled, nextToken(want))
 			}
-			if want := c.Seq.Tokens()[:c.ContextLen]; !slices.Equal(context, want) {
-				t.Fatalf("step %d: %v attends to %v, want %v", step, c.Seq, context, want)
-			}
-			sampled = append(sampled, nextToken(context))
 		}
 
 		// Sometimes a request is cancelled while its step runs.
@@ -289,7 +299,9 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 				t.Fatalf("%v: output %v (%s), want %v (%s)", seq, out, seq.FinishReason(), ss.want, ss.wantReason)
 			}
 		}
-		if seq.FinishReason() != FinishAbort && !ss.fits && seq.FinishReason() != FinishError {
+		// (With a sliding group a sequence holds less than a block of every group per page once its
+		// window moves on, so one that would not fit all at once may still finish.)
+		if seq.FinishReason() != FinishAbort && !ss.fits && seq.FinishReason() != FinishError && !sliding(pool) {
 			t.Fatalf("%v cannot fit the pool but finished with %s", seq, seq.FinishReason())
 		}
 	}
@@ -304,6 +316,16 @@ func simulate(t *testing.T, r *rand.Rand, sc simConfig) simCounts {
 		t.Fatal(err)
 	}
 	return counts
+}
+
+// sliding reports whether the pool has a sliding KV group.
+func sliding(p *kvcache.Pool) bool {
+	for _, g := range p.Groups() {
+		if g.Window > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func count(seqs []*Sequence, seq *Sequence) int {
@@ -351,8 +373,16 @@ func checkBatch(t *testing.T, s *Scheduler, b *Batch, decoding []*Sequence) {
 		if want := kvcache.SlotMapping(nil, c.BlockTable, bs, c.Start, end); !slices.Equal(c.SlotMapping, want) {
 			t.Fatalf("chunk %d of %v: slots %v, want %v", i, seq, c.SlotMapping, want)
 		}
-		for _, slot := range c.SlotMapping {
-			owner[slot/int32(bs)] = seq
+		if len(c.BlockTables) != s.pool.NumGroups() || &c.BlockTables[0][0] != &c.BlockTable[0] {
+			t.Fatalf("chunk %d of %v: %d block tables for %d groups", i, seq, len(c.BlockTables), s.pool.NumGroups())
+		}
+		for _, table := range c.BlockTables {
+			if len(table) < kvcache.BlocksFor(end, bs) {
+				t.Fatalf("chunk %d of %v: a group's table of %d blocks for %d tokens", i, seq, len(table), end)
+			}
+			for _, slot := range kvcache.SlotMapping(nil, table, bs, c.Start, end) {
+				owner[slot/int32(bs)] = seq
+			}
 		}
 	}
 	var ids, positions, slots, logitRows []int32
@@ -376,13 +406,15 @@ func checkBatch(t *testing.T, s *Scheduler, b *Batch, decoding []*Sequence) {
 	}
 	// A block written in this step belongs to its writer alone.
 	for _, seq := range s.running {
-		table, err := s.pool.BlockTable(seq.ID())
+		tables, err := s.pool.BlockTables(seq.ID())
 		if err != nil {
 			t.Fatalf("running %v has no table: %v", seq, err)
 		}
-		for _, blk := range table {
-			if w, ok := owner[blk]; ok && w != seq {
-				t.Fatalf("%v writes block %d that %v holds", w, blk, seq)
+		for _, table := range tables {
+			for _, blk := range table {
+				if w, ok := owner[blk]; ok && blk != kvcache.NullBlock && w != seq {
+					t.Fatalf("%v writes block %d that %v holds", w, blk, seq)
+				}
 			}
 		}
 	}
@@ -421,12 +453,21 @@ func TestSimulation(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 77))
 		bs := []int{1, 2, 4, 8, 16}[r.IntN(5)]
 		maxSeqs := 1 + r.IntN(8)
+		// Every fourth simulation has a full and a sliding KV group, every fourth a sliding one only.
+		var groups []kvcache.Group
+		switch seed % 4 {
+		case 1:
+			groups = []kvcache.Group{{}, {Window: 1 + r.IntN(20)}}
+		case 3:
+			groups = []kvcache.Group{{Window: 1 + r.IntN(20)}}
+		}
 		sc := simConfig{
 			pool: kvcache.Config{
-				NumBlocks:     2 + r.IntN(96/bs+4),
+				NumBlocks:     (2 + r.IntN(96/bs+4)) * max(1, len(groups)),
 				BlockSize:     bs,
 				PrefixCaching: seed%3 != 2,
 				HashSeed:      seed,
+				Groups:        groups,
 			},
 			sched:     Config{MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: maxSeqs + r.IntN(48)},
 			numSeqs:   5 + r.IntN(40),

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,7 @@ func (d tinyDims) config() map[string]any {
 }
 
 // tensors lists the checkpoint of a LLaMA model with dims d, written out by hand (not derived from
-// LlamaTensorShapes, which it checks).
+// TensorShapes, which it checks).
 func (d tinyDims) tensors(rng *rand.Rand, dt DType) []*Tensor {
 	headDim := d.D
 	if headDim == 0 {
@@ -87,7 +88,7 @@ func writeModelFolder(t *testing.T, cfg map[string]any, tensors []*Tensor) strin
 	return dir
 }
 
-func TestCheckLlamaTensors(t *testing.T) {
+func TestCheckTensors(t *testing.T) {
 	base := tinyDims{V: 11, H: 8, I: 12, L: 2, Hq: 4, Hkv: 2}
 	replace := func(ts []*Tensor, name string, shape ...int) []*Tensor {
 		for i, x := range ts {
@@ -169,10 +170,10 @@ func TestCheckLlamaTensors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			err = CheckLlamaTensors(cfg, s)
+			err = CheckTensors(cfg, s)
 			if tc.is == nil {
 				if err != nil {
-					t.Fatalf("CheckLlamaTensors: %v", err)
+					t.Fatalf("CheckTensors: %v", err)
 				}
 				return
 			}
@@ -183,7 +184,7 @@ func TestCheckLlamaTensors(t *testing.T) {
 	}
 }
 
-func TestCheckLlamaTensorsUnsupportedDType(t *testing.T) {
+func TestCheckTensorsUnsupportedDType(t *testing.T) {
 	dims := tinyDims{V: 3, H: 2, I: 2, L: 1, Hq: 1, Hkv: 1}
 	rng := rand.New(rand.NewPCG(6, 6))
 	ts := dims.tensors(rng, DTypeF32)
@@ -203,25 +204,146 @@ func TestCheckLlamaTensorsUnsupportedDType(t *testing.T) {
 	checkError(t, err, ErrUnsupported, `"model.norm.weight"`, "I32")
 }
 
-func TestLlamaTensorShapesCount(t *testing.T) {
-	cfg, err := LoadConfig(filepath.Join("testdata", "config", "llama-3-8b.json"))
-	if err != nil {
-		t.Fatal(err)
+// TestTensorShapesCount counts the tensors and parameters of published checkpoints' configs against the
+// parameter counts their model cards give (the text model's, for Gemma 3 4B).
+func TestTensorShapesCount(t *testing.T) {
+	for _, tc := range []struct {
+		file            string
+		tensors, params int
+	}{
+		{"llama-3-8b.json", 32*9 + 3, 8030261248},
+		{"llama-3.1-8b-instruct.json", 32*9 + 3, 8030261248},
+		{"mistral-7b-v0.1.json", 32*9 + 3, 7241732096},
+		{"ministral-8b-layer-types.json", 36*9 + 3, 8019808256},
+		{"qwen2.5-7b-instruct.json", 28*12 + 3, 7615616512}, // + q, k, v biases
+		{"qwen3-8b.json", 36*11 + 3, 8190735360},            // + q, k norms
+		{"gemma-3-1b-it.json", 26*13 + 2, 999885952},        // + q, k norms, two norms; tied
+		{"gemma-3-4b-it.json", 34*13 + 2, 3880263168},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			cfg, err := LoadConfig(filepath.Join("testdata", "config", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shapes := TensorShapes(cfg)
+			if len(shapes) != tc.tensors {
+				t.Errorf("%d tensors, want %d", len(shapes), tc.tensors)
+			}
+			params := 0
+			for _, s := range shapes {
+				n := 1
+				for _, d := range s {
+					n *= d
+				}
+				params += n
+			}
+			if params != tc.params {
+				t.Errorf("%d parameters, want %d", params, tc.params)
+			}
+		})
 	}
-	shapes := LlamaTensorShapes(cfg)
-	if len(shapes) != 32*9+3 {
-		t.Errorf("%d tensors, want %d", len(shapes), 32*9+3)
-	}
-	params := 0
-	for _, s := range shapes {
-		n := 1
-		for _, d := range s {
-			n *= d
+}
+
+// TestOpenFamilies writes tiny checkpoints of each family as transformers names their tensors and opens
+// them: Qwen2's biases, Qwen3's q/k norms, Gemma 3's four norms, and a Gemma 3 image-text folder in both
+// weight layouts with its vision tower, which is ignored; a missing family tensor is named.
+func TestOpenFamilies(t *testing.T) {
+	text := map[string]any{"vocab_size": 11, "hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2,
+		"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 64}
+	with := func(m map[string]any, kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			out[k] = v
 		}
-		params += n
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
 	}
-	// Meta-Llama-3-8B has 8,030,261,248 parameters.
-	if params != 8030261248 {
-		t.Errorf("%d parameters, want 8030261248", params)
+	layer := func(prefix string, suffixes ...string) []string {
+		var names []string
+		for l := range 2 {
+			for _, s := range suffixes {
+				names = append(names, fmt.Sprintf("%slayers.%d.%s", prefix, l, s))
+			}
+		}
+		return names
+	}
+	llama := []string{"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+		"self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+		"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}
+	gemma := append(slices.Clone(llama), "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+		"pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight")
+	vision := []string{"vision_tower.vision_model.embeddings.patch_embedding.weight", "multi_modal_projector.mm_input_projection_weight"}
+	tests := []struct {
+		name    string
+		config  map[string]any
+		tensors []string // names; shapes from TensorShapes of the parsed config, [3] for the others
+		wantErr []string
+	}{
+		{"qwen2", with(text, "architectures", []string{"Qwen2ForCausalLM"}),
+			append(layer("model.", append(slices.Clone(llama), "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")...),
+				"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"), nil},
+		{"qwen2 without a bias", with(text, "architectures", []string{"Qwen2ForCausalLM"}),
+			append(layer("model.", llama...), "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"),
+			[]string{`"model.layers.0.self_attn.q_proj.bias"`}},
+		{"qwen3", with(text, "architectures", []string{"Qwen3ForCausalLM"}),
+			append(layer("model.", append(slices.Clone(llama), "self_attn.q_norm.weight", "self_attn.k_norm.weight")...),
+				"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"), nil},
+		{"gemma3", with(text, "architectures", []string{"Gemma3ForCausalLM"}),
+			append(layer("model.", gemma...), "model.embed_tokens.weight", "model.norm.weight"), nil},
+		{"gemma3 image-text, transformers 5 names", map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text},
+			append(append(layer("model.language_model.", gemma...), "model.language_model.embed_tokens.weight", "model.language_model.norm.weight"),
+				"model.vision_tower.vision_model.embeddings.patch_embedding.weight", "model.multi_modal_projector.mm_input_projection_weight"), nil},
+		{"gemma3 image-text, transformers 4 names", map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text},
+			append(append(layer("language_model.model.", gemma...), "language_model.model.embed_tokens.weight", "language_model.model.norm.weight"), vision...), nil},
+		{"gemma3 image-text, untied", map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text, "tie_word_embeddings": false},
+			append(append(layer("language_model.model.", gemma...), "language_model.model.embed_tokens.weight", "language_model.model.norm.weight",
+				"language_model.lm_head.weight"), vision...), nil},
+		{"gemma3 image-text without its text model", map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text},
+			vision, []string{`"model.language_model.embed_tokens.weight"`}},
+		{"gemma3 image-text with a stray tensor", map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text},
+			append(append(layer("language_model.model.", gemma...), "language_model.model.embed_tokens.weight", "language_model.model.norm.weight",
+				"language_model.model.junk"), vision...), []string{`"language_model.model.junk"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig(mustJSON(t, tc.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The shapes of the layout the tensors use: the config parsed, pointed at their prefix.
+			probe := *cfg
+			if strings.HasPrefix(tc.tensors[0], "language_model.") {
+				probe.tensorPrefix, probe.lmHead = textPrefixes[1].prefix, textPrefixes[1].lmHead
+			}
+			shapes := TensorShapes(&probe)
+			rng := rand.New(rand.NewPCG(1, 2))
+			var ts []*Tensor
+			for _, name := range tc.tensors {
+				shape, ok := shapes[name]
+				if !ok {
+					shape = []int{3}
+				}
+				tensor, _ := randomTensor(rng, name, DTypeBF16, shape...)
+				ts = append(ts, tensor)
+			}
+			dir := writeModelFolder(t, tc.config, ts)
+			f, err := Open(dir)
+			if tc.wantErr != nil {
+				checkError(t, err, nil, tc.wantErr...)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Tensors.Get(f.Config.Tensor("embed_tokens.weight")); err != nil {
+				t.Errorf("embeddings: %v", err)
+			}
+			if f.Config.DType != DTypeBF16 {
+				t.Errorf("dtype %v, want the embeddings' bfloat16", f.Config.DType)
+			}
+		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -20,10 +22,16 @@ type RopeScaling struct {
 	OriginalMaxPositionEmbeddings int     // llama3: the context length the model was trained with
 }
 
-// Config is the part of a model's config.json that a LLaMA-family forward pass needs, validated.
+// Config is the part of a model's config.json that the forward pass needs, validated, with the
+// defaults of transformers' configuration class of the architecture applied. The zero value of every
+// field after RopeScaling is LLaMA's (no window, SiLU, no biases or q/k norms, plain RMSNorm weights,
+// unscaled embeddings and logits, tensors under "model."), so that a Config written out by hand for a
+// LLaMA shape needs none of them.
 type Config struct {
-	// Architecture is "LlamaForCausalLM" or "MistralForCausalLM".
+	// Architecture is one of the supported architectures (see ParseConfig), e.g. "LlamaForCausalLM".
 	Architecture string
+	// ModelType is the text model's model_type ("llama", "qwen3", "gemma3_text", …).
+	ModelType string
 
 	VocabSize             int // V: rows of the embedding and LM head
 	HiddenSize            int // H: the residual stream width
@@ -31,15 +39,50 @@ type Config struct {
 	NumHiddenLayers       int // decoder layers
 	NumAttentionHeads     int // Hq
 	NumKeyValueHeads      int // Hkv; divides Hq (GQA groups of Hq/Hkv)
-	HeadDim               int // D; HiddenSize/NumAttentionHeads unless the file says otherwise
+	HeadDim               int // D; the family's default unless the file says otherwise
 	MaxPositionEmbeddings int // the longest context (prompt plus output) the model supports
 
 	RMSNormEps float64 // added to the mean square in every RMSNorm
-	RopeTheta  float64 // the base of the rotary embedding frequencies
+	RopeTheta  float64 // the base of the rotary embedding frequencies (of full-attention layers)
 	// RopeScaling has Type "default" when the file has no scaling.
 	RopeScaling RopeScaling
 
-	// TieWordEmbeddings means the LM head reuses model.embed_tokens.weight.
+	// LayerTypes holds each layer's attention, FullAttention or SlidingAttention; nil means every layer
+	// is FullAttention.
+	LayerTypes []string
+	// SlidingWindow is W: a SlidingAttention layer's token attends to the last W positions, its own
+	// included. 0 when no window binds: none is set, or it is at least as long as any context the model
+	// supports (MaxPositionEmbeddings), and the sliding layers see their whole context.
+	SlidingWindow int
+	// LocalRopeTheta and LocalRopeScaling are the rotary embedding of SlidingAttention layers when it
+	// differs from the full-attention layers' (Gemma 3's rope_local_base_freq, or rope_parameters keyed by
+	// layer type); LocalRopeTheta is 0 when every layer rotates by RopeTheta and RopeScaling.
+	LocalRopeTheta   float64
+	LocalRopeScaling RopeScaling
+
+	// HiddenAct is the gated MLP's activation: ActSiLU ("" means it too) or ActGELUTanh.
+	HiddenAct string
+	// QKVBias means q_proj, k_proj and v_proj carry biases; OBias that o_proj does.
+	QKVBias, OBias bool
+	// QKNorm means q_norm and k_norm (weights [HeadDim]) RMS-normalise each query and key head before
+	// the rotary embedding.
+	QKNorm bool
+	// NormOffset is added to every RMSNorm weight before it multiplies (Gemma's (1 + w) norms: 1).
+	NormOffset float64
+	// SandwichNorm is Gemma's layer: post_attention_layernorm normalises the attention's output before
+	// the residual add, pre_feedforward_layernorm precedes the MLP and post_feedforward_layernorm
+	// normalises its output (without it, post_attention_layernorm precedes the MLP, as in LLaMA).
+	SandwichNorm bool
+	// EmbedScale means the embeddings are multiplied by sqrt(HiddenSize), rounded to DType as transformers
+	// rounds it to the embedding's dtype.
+	EmbedScale bool
+	// QueryPreAttnScalar, when positive, makes the attention scale 1/sqrt(QueryPreAttnScalar) instead of
+	// 1/sqrt(HeadDim).
+	QueryPreAttnScalar float64
+	// FinalLogitSoftcap, when positive, caps the logits: c·tanh(logits/c).
+	FinalLogitSoftcap float64
+
+	// TieWordEmbeddings means the LM head reuses the embedding matrix.
 	TieWordEmbeddings bool
 	// BOSTokenIDs and EOSTokenIDs are empty when the file sets them to null.
 	BOSTokenIDs, EOSTokenIDs []int32
@@ -48,21 +91,76 @@ type Config struct {
 
 	// dtypeGiven records whether the file named a dtype (DType defaults to DTypeF32 otherwise).
 	dtypeGiven bool
+	// tensorPrefix names the text model's tensors ("" means "model."), lmHead the LM head's ("" means
+	// "lm_head.weight"); textConfig says Open must find them among textPrefixes.
+	tensorPrefix, lmHead string
+	textConfig           bool
 }
 
-// Architectures that ParseConfig accepts, with the model_type each implies.
-var supportedArchitectures = map[string]string{
-	"LlamaForCausalLM":   "llama",
-	"MistralForCausalLM": "mistral",
+// Tensor returns the checkpoint name of the text model's tensor suffix: "model." + suffix for most
+// checkpoints, "model.language_model." + suffix for a Gemma 3 image-text one.
+func (c *Config) Tensor(suffix string) string {
+	if c.tensorPrefix == "" {
+		return "model." + suffix
+	}
+	return c.tensorPrefix + suffix
 }
 
-// ParseConfig parses and validates the contents of a config.json. Defaults are those of transformers'
-// LlamaConfig and MistralConfig for fields a file may omit (rms_norm_eps 1e-6, rope_theta 10000,
-// max_position_embeddings 2048 for Llama and 131072 for Mistral, bos 1 and eos 2, a Mistral
-// sliding_window of 4096, dtype float32); the shape fields are required. Anything gollm cannot run
-// exactly (biases, a sliding window shorter than the context, other rope types or architectures,
-// quantized checkpoints, heads that do not divide) is an error wrapping ErrUnsupported or ErrInvalid
-// that names the field.
+// LayerTensor returns the checkpoint name of decoder layer l's tensor suffix ("self_attn.q_proj.weight").
+func (c *Config) LayerTensor(l int, suffix string) string {
+	return c.Tensor("layers." + strconv.Itoa(l) + "." + suffix)
+}
+
+// LMHeadTensor returns the checkpoint name of the LM head's weight (absent when TieWordEmbeddings).
+func (c *Config) LMHeadTensor() string {
+	if c.lmHead == "" {
+		return "lm_head.weight"
+	}
+	return c.lmHead
+}
+
+// LayerType returns layer l's attention, FullAttention or SlidingAttention.
+func (c *Config) LayerType(l int) string {
+	if c.LayerTypes == nil {
+		return FullAttention
+	}
+	return c.LayerTypes[l]
+}
+
+// LayerWindow returns how many positions layer l's token attends to (the last ones, its own included),
+// or 0 for all of them.
+func (c *Config) LayerWindow(l int) int {
+	if c.LayerType(l) == SlidingAttention {
+		return c.SlidingWindow
+	}
+	return 0
+}
+
+// LayerRope returns the rotary embedding's base and scaling of layer l.
+func (c *Config) LayerRope(l int) (theta float64, scaling RopeScaling) {
+	if c.LayerType(l) == SlidingAttention && c.LocalRopeTheta > 0 {
+		return c.LocalRopeTheta, c.LocalRopeScaling
+	}
+	return c.RopeTheta, c.RopeScaling
+}
+
+// Activation returns HiddenAct, ActSiLU when it is empty.
+func (c *Config) Activation() string {
+	if c.HiddenAct == "" {
+		return ActSiLU
+	}
+	return c.HiddenAct
+}
+
+// ParseConfig parses and validates the contents of a config.json. It accepts the architectures of
+// LLaMA, Mistral, Ministral, Qwen2 (and 2.5), Qwen3 and Gemma 3 (its text model, and the text tower of
+// a Gemma3ForConditionalGeneration folder, read from text_config), in the config forms of transformers 4
+// (rope_theta, rope_scaling, rope_local_base_freq, sliding_window_pattern, torch_dtype) and 5
+// (rope_parameters, possibly keyed by layer type, layer_types, dtype). Fields a file omits take the
+// defaults of transformers' configuration class of the architecture; the shape fields are required.
+// Anything gollm cannot run exactly (other rope types or architectures, partial rotary embeddings,
+// quantized checkpoints, MLP biases, bidirectional attention, heads that do not divide) is an error
+// wrapping ErrUnsupported or ErrInvalid that names the field.
 func ParseConfig(data []byte) (*Config, error) {
 	f, err := decodeObject(data)
 	if err != nil {
@@ -96,12 +194,21 @@ func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("field %s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
 }
 
-func parseConfig(f fields) (*Config, error) {
+func parseConfig(top fields) (*Config, error) {
 	c := &Config{}
-	if err := parseArchitecture(f, c); err != nil {
+	fam, err := parseArchitecture(top, c)
+	if err != nil {
 		return nil, err
 	}
-	isMistral := c.Architecture == "MistralForCausalLM"
+	f := top
+	if fam.textConfig {
+		if f, err = textFields(top); err != nil {
+			return nil, err
+		}
+		c.textConfig = true
+		c.tensorPrefix, c.lmHead = textPrefixes[0].prefix, textPrefixes[0].lmHead
+	}
+	c.ModelType = fam.modelType
 
 	required := []struct {
 		key string
@@ -119,7 +226,9 @@ func parseConfig(f fields) (*Config, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if !ok {
-			return nil, invalid(r.key, "missing")
+			if v, ok = fam.defaultShape[r.key]; !ok {
+				return nil, invalid(r.key, "missing")
+			}
 		}
 		if v <= 0 {
 			return nil, invalid(r.key, "%d is not positive", v)
@@ -127,23 +236,24 @@ func parseConfig(f fields) (*Config, error) {
 		*r.dst = v
 	}
 
-	defaultContext := 2048 // LlamaConfig's default
-	if isMistral {
-		defaultContext = 131072 // MistralConfig's default
-	}
-	defaultHeadDim := 0 // head_dim is then required
-	if c.HiddenSize%c.NumAttentionHeads == 0 {
+	defaultHeadDim := fam.defaultHeadDim
+	if defaultHeadDim == 0 {
+		if c.HiddenSize%c.NumAttentionHeads != 0 && !f.has("head_dim") {
+			return nil, invalid("num_attention_heads", "%d does not divide hidden_size %d and head_dim is not given", c.NumAttentionHeads, c.HiddenSize)
+		}
 		defaultHeadDim = c.HiddenSize / c.NumAttentionHeads
-	} else if !f.has("head_dim") {
-		return nil, invalid("num_attention_heads", "%d does not divide hidden_size %d and head_dim is not given", c.NumAttentionHeads, c.HiddenSize)
+	}
+	defaultKVHeads := fam.defaultKVHeads
+	if defaultKVHeads == 0 {
+		defaultKVHeads = c.NumAttentionHeads
 	}
 	optionalInts := []struct {
 		key string
 		dst *int
 		def int
 	}{
-		{"num_key_value_heads", &c.NumKeyValueHeads, c.NumAttentionHeads},
-		{"max_position_embeddings", &c.MaxPositionEmbeddings, defaultContext},
+		{"num_key_value_heads", &c.NumKeyValueHeads, defaultKVHeads},
+		{"max_position_embeddings", &c.MaxPositionEmbeddings, fam.defaultContext},
 		{"head_dim", &c.HeadDim, defaultHeadDim},
 	}
 	for _, o := range optionalInts {
@@ -197,19 +307,22 @@ func parseConfig(f fields) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	c.TieWordEmbeddings = ok && tie
+	c.TieWordEmbeddings = fam.defaultTie
+	if ok {
+		c.TieWordEmbeddings = tie
+	}
 
 	for _, t := range []struct {
 		key string
 		dst *[]int32
-		def int32
-	}{{"bos_token_id", &c.BOSTokenIDs, 1}, {"eos_token_id", &c.EOSTokenIDs, 2}} {
+		def []int32
+	}{{"bos_token_id", &c.BOSTokenIDs, fam.defaultBOS}, {"eos_token_id", &c.EOSTokenIDs, fam.defaultEOS}} {
 		ids, present, err := f.tokenIDs(t.key)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if !present {
-			ids = []int32{t.def}
+			ids = slices.Clone(t.def)
 		}
 		for _, id := range ids {
 			if int(id) >= c.VocabSize {
@@ -219,56 +332,115 @@ func parseConfig(f fields) (*Config, error) {
 		*t.dst = ids
 	}
 
-	if err := parseConfigDType(f, c); err != nil {
-		return nil, err
-	}
-	if err := parseRope(f, c); err != nil {
-		return nil, err
-	}
-	if err := checkUnsupported(f, c, isMistral); err != nil {
-		return nil, err
+	for _, step := range []func(fields, *Config, *family) error{
+		parseConfigDType, parseActivation, parseBiases, parseLayerTypes, parseRopes, parseGemma, checkUnsupported,
+	} {
+		if err := step(f, c, fam); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-func parseArchitecture(f fields, c *Config) error {
+// parseArchitecture finds the config's family from architectures, or from model_type alone.
+func parseArchitecture(f fields, c *Config) (*family, error) {
 	modelType, hasModelType, err := f.string("model_type")
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if f.has("architectures") {
 		var archs []string
 		if err := json.Unmarshal(f["architectures"], &archs); err != nil {
-			return invalid("architectures", "want a list of strings, got %s", abbreviate(f["architectures"]))
+			return nil, invalid("architectures", "want a list of strings, got %s", abbreviate(f["architectures"]))
 		}
 		if len(archs) != 1 {
-			return unsupported("architectures", "want exactly one architecture, got %q", archs)
+			return nil, unsupported("architectures", "want exactly one architecture, got %q", archs)
 		}
 		c.Architecture = archs[0]
-		want, ok := supportedArchitectures[c.Architecture]
+		fam, ok := families[c.Architecture]
 		if !ok {
-			return unsupported("architectures", "%q (supported: LlamaForCausalLM, MistralForCausalLM)", c.Architecture)
+			return nil, unsupported("architectures", "%q (supported: %s)", c.Architecture, strings.Join(slices.Sorted(maps.Keys(families)), ", "))
 		}
-		if hasModelType && modelType != want {
-			return invalid("model_type", "%q does not match architecture %s (want %q)", modelType, c.Architecture, want)
+		if want := modelTypeOf(c.Architecture); hasModelType && modelType != want {
+			return nil, invalid("model_type", "%q does not match architecture %s (want %q)", modelType, c.Architecture, want)
 		}
-		return nil
+		return fam, nil
 	}
-	switch modelType {
-	case "llama":
-		c.Architecture = "LlamaForCausalLM"
-	case "mistral":
-		c.Architecture = "MistralForCausalLM"
-	case "":
-		return invalid("architectures", "missing, and no model_type")
-	default:
-		return unsupported("model_type", "%q (supported: llama, mistral)", modelType)
+	if modelType == "" {
+		return nil, invalid("architectures", "missing, and no model_type")
 	}
-	return nil
+	arch, ok := modelTypes[modelType]
+	if !ok {
+		return nil, unsupported("model_type", "%q (supported: %s)", modelType, strings.Join(slices.Sorted(maps.Keys(modelTypes)), ", "))
+	}
+	c.Architecture = arch
+	return families[arch], nil
+}
+
+// modelTypeOf returns the model_type a config.json of architecture arch carries.
+func modelTypeOf(arch string) string {
+	for mt, a := range modelTypes {
+		if a == arch {
+			return mt
+		}
+	}
+	return ""
+}
+
+// sharedKeys are the members of a multimodal config that hold for the whole model, text model included:
+// taken from the top level when text_config lacks them, and required to agree when both have them.
+// topKeys are the whole model's special tokens, which override text_config's (transformers saves the
+// text model's defaults there).
+var (
+	sharedKeys = []string{"dtype", "torch_dtype", "tie_word_embeddings", "quantization_config"}
+	topKeys    = []string{"bos_token_id", "eos_token_id"}
+)
+
+// textFields returns the text model's fields of a multimodal config: its text_config (whose model_type,
+// if given, must be the text model's), with sharedKeys and topKeys from the top level.
+func textFields(top fields) (fields, error) {
+	if !top.has("text_config") {
+		return nil, invalid("text_config", "missing")
+	}
+	f, err := decodeObject(top["text_config"])
+	if err != nil {
+		return nil, invalid("text_config", "want an object: %v", err)
+	}
+	if mt, ok, err := f.string("model_type"); err != nil {
+		return nil, fmt.Errorf("%w: in text_config: %w", ErrInvalid, err)
+	} else if ok && mt != "gemma3_text" {
+		return nil, unsupported("text_config.model_type", "%q (supported: gemma3_text)", mt)
+	}
+	for _, key := range sharedKeys {
+		outer, inOuter := top[key]
+		inner, inInner := f[key]
+		switch {
+		case !inOuter:
+		case !inInner:
+			f[key] = outer
+		case !jsonEqual(outer, inner):
+			return nil, invalid("text_config."+key, "%s disagrees with %s at the top level", abbreviate(inner), abbreviate(outer))
+		}
+	}
+	for _, key := range topKeys {
+		if outer, ok := top[key]; ok {
+			f[key] = outer
+		}
+	}
+	return f, nil
+}
+
+// jsonEqual reports whether two JSON values decode to the same value.
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // parseConfigDType reads dtype (transformers 5) or torch_dtype (transformers 4).
-func parseConfigDType(f fields, c *Config) error {
+func parseConfigDType(f fields, c *Config, _ *family) error {
 	c.DType = DTypeF32
 	var names [2]string
 	for i, key := range []string{"dtype", "torch_dtype"} {
@@ -315,9 +487,23 @@ var knownRopeKeys = map[string]bool{
 	"high_freq_factor": true, "original_max_position_embeddings": true, "partial_rotary_factor": true,
 }
 
+// parseRopes reads the rotary embedding: one for every layer (parseRope), or Gemma 3's one per layer
+// type (parseLayerRopes).
+func parseRopes(f fields, c *Config, fam *family) error {
+	if fam.defaultLocalTheta > 0 {
+		return parseLayerRopes(f, c, fam)
+	}
+	if f.has("rope_parameters") {
+		if obj, err := decodeObject(f["rope_parameters"]); err == nil && (obj[FullAttention] != nil || obj[SlidingAttention] != nil) {
+			return unsupported("rope_parameters", "keyed by layer type, but %s rotates every layer alike", c.Architecture)
+		}
+	}
+	return parseRope(f, c, fam.defaultTheta)
+}
+
 // parseRope reads rope_theta and rope_scaling (transformers 4) and rope_parameters (transformers 5).
-// When both styles are present they must agree.
-func parseRope(f fields, c *Config) error {
+// When both styles are present they must agree. defaultTheta is the base when the file names none.
+func parseRope(f fields, c *Config, defaultTheta float64) error {
 	theta, hasTheta, err := f.float("rope_theta")
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -352,7 +538,7 @@ func parseRope(f fields, c *Config) error {
 	case hasParamsTheta:
 		theta = paramsTheta
 	case !hasTheta:
-		theta = 10000
+		theta = defaultTheta
 	}
 	if !(theta > 0) {
 		return invalid("rope_theta", "%g is not positive", theta)
@@ -477,42 +663,318 @@ func parseRopeObject(raw json.RawMessage, field string) (rs RopeScaling, theta f
 	}
 }
 
-// checkUnsupported rejects the config fields that would change the model's math in ways gollm does
-// not implement.
-func checkUnsupported(f fields, c *Config, isMistral bool) error {
+// parseLayerRopes reads Gemma 3's two rotary embeddings: full-attention layers rotate by rope_theta
+// and rope_scaling, sliding layers by rope_local_base_freq without scaling (transformers 4), or each
+// layer type by its entry of rope_parameters (transformers 5), whose missing members take the
+// transformers 4 keys' values or the defaults, as Gemma3TextConfig fills them in. When both forms are
+// present they must agree.
+func parseLayerRopes(f fields, c *Config, fam *family) error {
+	if err := checkPartialRotary(f, "partial_rotary_factor"); err != nil {
+		return err
+	}
+	type rope struct {
+		theta    float64
+		hasTheta bool // the file names it
+		scaling  *RopeScaling
+	}
+	full, local := rope{theta: fam.defaultTheta}, rope{theta: fam.defaultLocalTheta}
+	for _, k := range []struct {
+		key string
+		dst *rope
+	}{{"rope_theta", &full}, {"rope_local_base_freq", &local}} {
+		v, ok, err := f.float(k.key)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if ok {
+			k.dst.theta, k.dst.hasTheta = v, true
+		}
+	}
+	if f.has("rope_scaling") {
+		rs, t, ok, err := parseRopeObject(f["rope_scaling"], "rope_scaling")
+		if err != nil {
+			return err
+		}
+		if ok && (!full.hasTheta || t != full.theta) {
+			return invalid("rope_scaling.rope_theta", "%g disagrees with rope_theta", t)
+		}
+		full.scaling = &rs
+	}
+	if f.has("rope_parameters") {
+		obj, err := decodeObject(f["rope_parameters"])
+		if err != nil {
+			return invalid("rope_parameters", "want an object: %v", err)
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if key != FullAttention && key != SlidingAttention {
+				return invalid("rope_parameters."+key, "want one entry per layer type (%s, %s)", FullAttention, SlidingAttention)
+			}
+		}
+		for _, k := range []struct {
+			key string
+			dst *rope
+			old string
+		}{{FullAttention, &full, "rope_theta"}, {SlidingAttention, &local, "rope_local_base_freq"}} {
+			if !obj.has(k.key) {
+				continue
+			}
+			field := "rope_parameters." + k.key
+			rs, t, ok, err := parseRopeObject(obj[k.key], field)
+			if err != nil {
+				return err
+			}
+			if ok {
+				if k.dst.hasTheta && t != k.dst.theta {
+					return invalid(field+".rope_theta", "%g disagrees with %s %g", t, k.old, k.dst.theta)
+				}
+				k.dst.theta = t
+			}
+			if k.dst.scaling != nil && *k.dst.scaling != rs {
+				return invalid(field, "%+v disagrees with rope_scaling %+v", rs, *k.dst.scaling)
+			}
+			k.dst.scaling = &rs
+		}
+	}
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{{"rope_theta", full.theta}, {"rope_local_base_freq", local.theta}} {
+		if !(r.v > 0) {
+			return invalid(r.key, "%g is not positive", r.v)
+		}
+	}
+	c.RopeTheta, c.RopeScaling = full.theta, RopeScaling{Type: "default"}
+	if full.scaling != nil {
+		c.RopeScaling = *full.scaling
+	}
+	localScaling := RopeScaling{Type: "default"}
+	if local.scaling != nil {
+		localScaling = *local.scaling
+	}
+	if local.theta != c.RopeTheta || localScaling != c.RopeScaling {
+		c.LocalRopeTheta, c.LocalRopeScaling = local.theta, localScaling
+	}
+	return nil
+}
+
+// parseActivation reads the gated MLP's activation (hidden_act, or Gemma 3's hidden_activation, whose
+// configuration class ignores hidden_act: a file that sets both must agree).
+func parseActivation(f fields, c *Config, fam *family) error {
+	act, ok, err := f.string(fam.actKey)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !ok {
+		act = fam.defaultAct
+	}
+	if act != ActSiLU && act != ActGELUTanh {
+		return unsupported(fam.actKey, "%q (supported: %s, %s)", act, ActSiLU, ActGELUTanh)
+	}
+	if fam.actKey != "hidden_act" {
+		if other, ok, err := f.string("hidden_act"); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		} else if ok && other != act {
+			return invalid("hidden_act", "%q disagrees with %s %q", other, fam.actKey, act)
+		}
+	}
+	c.HiddenAct = act
+	return nil
+}
+
+// parseBiases reads which projections carry biases: attention_bias (q, k, v and o) where the
+// architecture has it, Qwen2's fixed q, k and v biases; MLP biases are not supported.
+func parseBiases(f fields, c *Config, fam *family) error {
 	for _, key := range []string{"attention_bias", "mlp_bias"} {
 		v, _, err := f.bool(key)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
+		if key == "attention_bias" && fam.attentionBias {
+			c.QKVBias, c.OBias = v, v
+			continue
+		}
 		if v {
-			return unsupported(key, "true")
+			return unsupported(key, "true (%s has no such biases)", c.Architecture)
 		}
 	}
-	act, ok, err := f.string("hidden_act")
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if ok && act != "silu" {
-		return unsupported("hidden_act", "%q (only silu is supported)", act)
-	}
-	if f.has("quantization_config") {
-		return unsupported("quantization_config", "quantized checkpoints")
-	}
-	// LlamaAttention ignores sliding_window; MistralAttention applies it, and MistralConfig defaults
-	// it to 4096 when the key is absent.
-	if isMistral {
-		window, ok, err := f.int("sliding_window")
+	c.QKVBias = c.QKVBias || fam.qkvBias
+	c.QKNorm = fam.qkNorm
+	return nil
+}
+
+// parseLayerTypes reads which layers slide and over how many positions, as the architecture's
+// configuration class decides it (see windowRule). A config whose layer_types the architecture ignores
+// must agree with what it does instead. Layers whose window covers every context the model supports
+// are full-attention layers.
+func parseLayerTypes(f fields, c *Config, fam *family) error {
+	window := 0
+	if fam.window != windowNone {
+		w, ok, err := f.int("sliding_window")
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		_, present := f["sliding_window"]
-		if !present {
-			window, ok = 4096, true
+		if _, present := f["sliding_window"]; !present {
+			w, ok = fam.defaultWindow, true
 		}
-		if ok && window < c.MaxPositionEmbeddings {
-			return unsupported("sliding_window", "%d is shorter than max_position_embeddings %d (sliding-window attention)", window, c.MaxPositionEmbeddings)
+		if ok {
+			if w <= 0 {
+				return invalid("sliding_window", "%d is not positive", w)
+			}
+			window = w
 		}
+	}
+	if fam.window == windowQwen {
+		use, _, err := f.bool("use_sliding_window")
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !use {
+			window = 0
+		}
+	}
+	given, err := readLayerTypes(f, c.NumHiddenLayers)
+	if err != nil {
+		return err
+	}
+	types := make([]string, c.NumHiddenLayers)
+	for i := range types {
+		types[i] = FullAttention
+	}
+	switch fam.window {
+	case windowNone:
+		if slices.Contains(given, SlidingAttention) {
+			return unsupported("layer_types", "sliding layers, but %s has no sliding-window attention", c.Architecture)
+		}
+	case windowAll:
+		if window > 0 {
+			for i := range types {
+				types[i] = SlidingAttention
+			}
+		}
+		if given != nil && window > 0 && !slices.Equal(given, types) {
+			return unsupported("layer_types", "%s slides every layer and ignores layer_types (MinistralForCausalLM reads them)", c.Architecture)
+		}
+	case windowLayerTypes:
+		for i := range types {
+			if window > 0 {
+				types[i] = SlidingAttention
+			}
+		}
+	case windowQwen:
+		first, ok, err := f.int("max_window_layers")
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !ok {
+			first = 28 // Qwen2Config's and Qwen3Config's default
+		}
+		if first < 0 {
+			return invalid("max_window_layers", "%d is negative", first)
+		}
+		for i := first; i < len(types) && window > 0; i++ {
+			types[i] = SlidingAttention
+		}
+	case windowPattern:
+		pattern, ok, err := f.int("sliding_window_pattern")
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !ok {
+			pattern = 6 // Gemma3TextConfig's default
+		}
+		if pattern <= 0 {
+			return invalid("sliding_window_pattern", "%d is not positive", pattern)
+		}
+		for i := range types {
+			if (i+1)%pattern != 0 {
+				types[i] = SlidingAttention
+			}
+		}
+	}
+	if given != nil && fam.window != windowNone && fam.window != windowAll {
+		types = given
+	}
+	if !slices.Contains(types, SlidingAttention) {
+		return nil
+	}
+	c.LayerTypes = types
+	// Without a window, or with one at least as long as any context, a sliding layer sees everything
+	// (and keeps its type, which chooses Gemma 3's rotary embedding).
+	if window > 0 && window < c.MaxPositionEmbeddings {
+		c.SlidingWindow = window
+	}
+	return nil
+}
+
+// readLayerTypes reads layer_types: nil when absent, else one known attention kind per layer
+// (transformers' legacy "attention" read as FullAttention).
+func readLayerTypes(f fields, numLayers int) ([]string, error) {
+	if !f.has("layer_types") {
+		return nil, nil
+	}
+	var types []string
+	if err := json.Unmarshal(f["layer_types"], &types); err != nil {
+		return nil, invalid("layer_types", "want a list of strings, got %s", abbreviate(f["layer_types"]))
+	}
+	if len(types) != numLayers {
+		return nil, invalid("layer_types", "%d entries for %d layers", len(types), numLayers)
+	}
+	for i, t := range types {
+		switch t {
+		case FullAttention, SlidingAttention:
+		case "attention":
+			types[i] = FullAttention
+		default:
+			return nil, unsupported(fmt.Sprintf("layer_types[%d]", i), "%q (supported: %s, %s)", t, FullAttention, SlidingAttention)
+		}
+	}
+	return types, nil
+}
+
+// parseGemma reads what only Gemma's layers have: the attention scale's query_pre_attn_scalar and the
+// final logits' soft cap. attn_logit_softcapping is accepted without effect, as in transformers, whose
+// Gemma3Attention does not hand it to the attention (Gemma 3 replaced Gemma 2's soft cap by q/k norms).
+func parseGemma(f fields, c *Config, fam *family) error {
+	if !fam.gemma {
+		return nil
+	}
+	c.NormOffset, c.SandwichNorm, c.EmbedScale = 1, true, true
+	scalar, ok, err := f.float("query_pre_attn_scalar")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !ok {
+		scalar = 256 // Gemma3TextConfig's default
+	}
+	if !(scalar > 0) {
+		return invalid("query_pre_attn_scalar", "%g is not positive", scalar)
+	}
+	c.QueryPreAttnScalar = scalar
+	for _, key := range []string{"final_logit_softcapping", "attn_logit_softcapping"} {
+		v, ok, err := f.float(key)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if ok && !(v > 0) {
+			return invalid(key, "%g is not positive", v)
+		}
+		if ok && key == "final_logit_softcapping" && fam.finalSoftcap {
+			c.FinalLogitSoftcap = v
+		}
+	}
+	if bidi, _, err := f.bool("use_bidirectional_attention"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	} else if bidi {
+		return unsupported("use_bidirectional_attention", "true (gollm runs causal language models)")
+	}
+	return nil
+}
+
+// checkUnsupported rejects the config fields that would change the model's math in ways gollm does
+// not implement.
+func checkUnsupported(f fields, _ *Config, _ *family) error {
+	if f.has("quantization_config") {
+		return unsupported("quantization_config", "quantized checkpoints")
 	}
 	return nil
 }

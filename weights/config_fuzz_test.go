@@ -24,12 +24,15 @@ func addJSONSeeds(f *testing.F, dir string) {
 }
 
 // FuzzParseConfig feeds arbitrary config.json contents to ParseConfig (seeds: testdata/config, the
-// published shapes of real checkpoints). It must never panic, and a config it accepts must satisfy
-// what the model and the engine rely on: positive shapes, heads that divide, an even head size, a
-// positive norm epsilon and rope base, known rope scaling with sane factors, special token ids inside
-// the vocabulary, and tensor shapes that can be computed.
+// published shapes of real checkpoints of every family, in both config forms). It must never panic,
+// and a config it accepts must satisfy what the model and the engine rely on: positive shapes, heads
+// that divide, an even head size, a positive norm epsilon and rope bases, known rope scaling with sane
+// factors, one known attention kind per layer with a window shorter than the context, a known
+// activation, special token ids inside the vocabulary, and tensor shapes that can be computed.
 func FuzzParseConfig(f *testing.F) {
 	addJSONSeeds(f, "config")
+	f.Add([]byte(`{"model_type":"gemma3","text_config":{"vocab_size":8,"hidden_size":4,"intermediate_size":4,"num_hidden_layers":3,"num_attention_heads":2,"head_dim":2,"num_key_value_heads":1,"sliding_window":2,"max_position_embeddings":8,"sliding_window_pattern":2,"rope_parameters":{"sliding_attention":{"rope_type":"default","rope_theta":100}}},"tie_word_embeddings":true}`))
+	f.Add([]byte(`{"model_type":"qwen2","vocab_size":8,"hidden_size":4,"intermediate_size":4,"num_hidden_layers":3,"num_attention_heads":2,"num_key_value_heads":1,"use_sliding_window":true,"sliding_window":2,"max_window_layers":1,"max_position_embeddings":16}`))
 	f.Add([]byte(`{"model_type":"llama","vocab_size":8,"hidden_size":4,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"eos_token_id":[1,2],"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
@@ -55,18 +58,55 @@ func FuzzParseConfig(f *testing.F) {
 		if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 			t.Fatalf("rope_theta %v accepted", c.RopeTheta)
 		}
-		switch rs := c.RopeScaling; rs.Type {
-		case "default":
-		case "linear":
-			if !(rs.Factor > 0) || math.IsInf(rs.Factor, 0) {
-				t.Fatalf("linear rope factor %v accepted", rs.Factor)
+		checkRope := func(rs RopeScaling) {
+			switch rs.Type {
+			case "default":
+			case "linear":
+				if !(rs.Factor > 0) || math.IsInf(rs.Factor, 0) {
+					t.Fatalf("linear rope factor %v accepted", rs.Factor)
+				}
+			case "llama3":
+				if !(rs.Factor > 0) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > 0) || rs.OriginalMaxPositionEmbeddings <= 0 {
+					t.Fatalf("llama3 rope scaling %+v accepted", rs)
+				}
+			default:
+				t.Fatalf("rope type %q accepted", rs.Type)
 			}
-		case "llama3":
-			if !(rs.Factor > 0) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > 0) || rs.OriginalMaxPositionEmbeddings <= 0 {
-				t.Fatalf("llama3 rope scaling %+v accepted", rs)
+		}
+		checkRope(c.RopeScaling)
+		if c.LocalRopeTheta != 0 {
+			if !(c.LocalRopeTheta > 0) || math.IsInf(c.LocalRopeTheta, 0) {
+				t.Fatalf("local rope_theta %v accepted", c.LocalRopeTheta)
 			}
-		default:
-			t.Fatalf("rope type %q accepted", rs.Type)
+			checkRope(c.LocalRopeScaling)
+		}
+		// Layers: nil, or one known kind per layer with at least one sliding layer; a window shorter than
+		// the context, or none.
+		if c.LayerTypes != nil {
+			if len(c.LayerTypes) != c.NumHiddenLayers || c.SlidingWindow < 0 || c.SlidingWindow >= c.MaxPositionEmbeddings {
+				t.Fatalf("layer types %v for %d layers with window %d (context %d) accepted", c.LayerTypes, c.NumHiddenLayers, c.SlidingWindow, c.MaxPositionEmbeddings)
+			}
+			sliding := 0
+			for _, kind := range c.LayerTypes {
+				switch kind {
+				case SlidingAttention:
+					sliding++
+				case FullAttention:
+				default:
+					t.Fatalf("layer type %q accepted", kind)
+				}
+			}
+			if sliding == 0 {
+				t.Fatal("layer types without a sliding layer kept")
+			}
+		} else if c.SlidingWindow != 0 {
+			t.Fatalf("window %d without layer types", c.SlidingWindow)
+		}
+		if a := c.Activation(); a != ActSiLU && a != ActGELUTanh {
+			t.Fatalf("activation %q accepted", a)
+		}
+		if c.QueryPreAttnScalar < 0 || c.FinalLogitSoftcap < 0 || math.IsNaN(c.QueryPreAttnScalar) || math.IsNaN(c.FinalLogitSoftcap) {
+			t.Fatalf("query_pre_attn_scalar %v, final soft cap %v accepted", c.QueryPreAttnScalar, c.FinalLogitSoftcap)
 		}
 		for _, ids := range [][]int32{c.BOSTokenIDs, c.EOSTokenIDs} {
 			for _, id := range ids {
@@ -78,7 +118,7 @@ func FuzzParseConfig(f *testing.F) {
 		if !c.DType.Valid() {
 			t.Fatalf("dtype %v accepted", c.DType)
 		}
-		for name, shape := range LlamaTensorShapes(c) {
+		for name, shape := range TensorShapes(c) {
 			for _, d := range shape {
 				if d <= 0 {
 					t.Fatalf("tensor %s has shape %v", name, shape)

@@ -29,9 +29,9 @@ type Folder struct {
 
 // Open reads the model folder dir: config.json (required), generation_config.json and
 // tokenizer_config.json (optional; a chat_template.jinja beside them replaces the chat template, as
-// in transformers), and the safetensors weights, which must pass CheckLlamaTensors. When config.json
-// names no dtype, Config.DType is taken from model.embed_tokens.weight. The caller must Close the
-// folder.
+// in transformers), and the safetensors weights, which must pass CheckTensors (for a multimodal folder,
+// the text model's tensors, in whichever of transformers' layouts the checkpoint uses). When config.json
+// names no dtype, Config.DType is taken from the embeddings. The caller must Close the folder.
 func Open(dir string) (*Folder, error) {
 	cfg, err := LoadConfig(filepath.Join(dir, ConfigFile))
 	if err != nil {
@@ -56,12 +56,13 @@ func Open(dir string) (*Folder, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckLlamaTensors(cfg, tensors); err != nil {
+	cfg.resolveTextPrefix(tensors)
+	if err := CheckTensors(cfg, tensors); err != nil {
 		tensors.Close()
 		return nil, fmt.Errorf("%w (in %s)", err, dir)
 	}
 	if !cfg.dtypeGiven {
-		cfg.DType = tensors.tensors["model.embed_tokens.weight"].entry.DType
+		cfg.DType = tensors.tensors[cfg.Tensor("embed_tokens.weight")].entry.DType
 	}
 	return &Folder{Dir: dir, Config: cfg, Generation: gen, TokenizerConfig: tok, Tensors: tensors}, nil
 }

@@ -30,7 +30,7 @@ func TestOpenHFWrittenFolders(t *testing.T) {
 			if c.HeadDim*c.NumAttentionHeads == 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 || !c.DType.Valid() {
 				t.Errorf("implausible config %+v", c)
 			}
-			emb, err := f.Tensors.Get("model.embed_tokens.weight")
+			emb, err := f.Tensors.Get(c.Tensor("embed_tokens.weight"))
 			if err != nil {
 				t.Fatal(err)
 			}

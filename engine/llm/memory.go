@@ -25,7 +25,7 @@ const minKVTokens = 8192
 func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) (int, error) {
 	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
 	var params int64
-	for _, shape := range weights.LlamaTensorShapes(cfg) {
+	for _, shape := range weights.TensorShapes(cfg) {
 		n := int64(1)
 		for _, d := range shape {
 			n *= int64(d)
@@ -36,8 +36,11 @@ func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, ava
 	if maxModelLen > 0 {
 		context = min(context, int64(maxModelLen))
 	}
-	perSeq := (context + int64(pageSize) - 1) / int64(pageSize)
-	least := min(perSeq, (minKVTokens+int64(pageSize)-1)/int64(pageSize))
+	// A sequence takes a block of every KV group per page when it is admitted (fewer once a sliding
+	// group's window moves on).
+	groups := int64(len(model.KVLayoutOf(cfg).Windows))
+	perSeq := groups * ((context + int64(pageSize) - 1) / int64(pageSize))
+	least := min(perSeq, groups*((minKVTokens+int64(pageSize)-1)/int64(pageSize)))
 	if maxModelLen > 0 {
 		least = perSeq
 	}

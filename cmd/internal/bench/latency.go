@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/weights"
 )
 
 // LatencyOptions configures RunLatency.
@@ -398,14 +399,15 @@ func summarizeLatency(lm *LoadedModel, opts LatencyOptions, its []latencyIterati
 	}
 
 	// The roofline at the steps' mean context (bytes grow linearly with it, so this is the mean
-	// step's bytes); with no full-batch decode step (one output token), at the context the first
+	// step's bytes; within a sliding window they stop growing, and the window's layers are counted at
+	// the mean context); with no full-batch decode step (one output token), at the context the first
 	// decode step would have had.
 	rf := &r.Roofline
 	rf.Context = opts.InputLen + 1
 	rf.Bytes = DecodeStepBytes(lm.Config, lm.Precision, UniformContexts(opts.Batch, rf.Context))
 	if numSteps > 0 {
 		rf.Context = int(float64(contextSum)/float64(numSteps*opts.Batch) + 0.5)
-		rf.Bytes.KV = int64(contextSum) * KVBytesPerToken(lm.Config, lm.Precision.KVBytes) / int64(numSteps)
+		rf.Bytes.KV = meanStepKV(lm.Config, lm.Precision.KVBytes, opts.Batch, contextSum, numSteps, rf.Context)
 		rf.Bytes.Total = rf.Bytes.Weights + rf.Bytes.EmbeddingRows + rf.Bytes.KV
 	}
 	rf.Bandwidth, rf.BandwidthSource = opts.Bandwidth, opts.BandwidthSource
@@ -433,4 +435,19 @@ func RunLatencySweep(ctx context.Context, lm *LoadedModel, batches []int, opts L
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// meanStepKV is the K and V a mean decode step of batch sequences reads, from the contexts' sum over
+// numSteps steps: exact for full-attention layers, at the mean context meanCtx for sliding ones.
+func meanStepKV(cfg *weights.Config, kvBytes, batch, contextSum, numSteps, meanCtx int) int64 {
+	perLayerToken := kvBytesPerLayerToken(cfg, kvBytes)
+	var full, sliding int64 // full-attention layers; keys the sliding layers read per sequence
+	for l := range cfg.NumHiddenLayers {
+		if w := cfg.LayerWindow(l); w > 0 {
+			sliding += int64(min(meanCtx, w))
+		} else {
+			full++
+		}
+	}
+	return int64(contextSum)*full*perLayerToken/int64(numSteps) + int64(batch)*sliding*perLayerToken
 }

@@ -30,7 +30,9 @@ type ModelSpec struct {
 	Seed uint64
 	// Device is "cpu" (the default when empty) or "cuda".
 	Device string
-	// NumBlocks and BlockSize size the KV cache (model.Options); BlocksFor computes what a run needs.
+	// NumBlocks and BlockSize size the KV cache: NumBlocks pages for each KV group of the model (one
+	// group without sliding windows; model.KVLayout), so that the pool holds what BlocksFor computes a
+	// run needs whatever the model's groups.
 	NumBlocks, BlockSize int
 	// Progress is told the weights' loading progress in bytes (model.Options.Progress); nil for none.
 	Progress func(loaded, total int64)
@@ -114,7 +116,8 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := model.Options{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, Progress: spec.Progress, Device: dev.Name}
+	opts := model.Options{NumBlocks: spec.NumBlocks * len(model.KVLayoutOf(cfg).Windows), BlockSize: spec.BlockSize,
+		Progress: spec.Progress, Device: dev.Name}
 	lm := &LoadedModel{Name: name, Device: dev, RandomWeights: spec.Config != "" || spec.RandomWeights}
 	if lm.RandomWeights {
 		lm.Config = cfg

@@ -2,16 +2,18 @@ package bench
 
 import "github.com/gollm/gollm/weights"
 
-// ParamCounts is a LLaMA-family model's parameter count by role, from its shape alone.
+// ParamCounts is a model's parameter count by role, from its config alone.
 type ParamCounts struct {
 	// Embedding is the token embedding table, V × H.
 	Embedding int64
 	// LMHead is the output projection, V × H, or 0 when it is tied to the embeddings.
 	LMHead int64
-	// PerLayer is one decoder layer: Q, K, V, O projections, gate/up/down, and two RMSNorm gains.
+	// PerLayer is one decoder layer: Q, K, V, O projections, gate/up/down, its RMSNorm gains (two, or
+	// four for Gemma), and the family's biases and q/k norm gains.
 	PerLayer int64
-	// Layers is PerLayer × the number of layers.
-	Layers int64
+	// Layers is PerLayer × the number of layers; LayerMatrices the part of it in the projections'
+	// matrices (what a token multiplies).
+	Layers, LayerMatrices int64
 	// FinalNorm is the last RMSNorm's gain, H.
 	FinalNorm int64
 	// Total is every parameter, embeddings and LM head included.
@@ -26,7 +28,7 @@ func headDimOf(cfg *weights.Config) int {
 	return cfg.HiddenSize / max(cfg.NumAttentionHeads, 1)
 }
 
-// CountParams counts cfg's parameters (the tensors of weights.LlamaTensorShapes).
+// CountParams counts cfg's parameters (the tensors of weights.TensorShapes).
 func CountParams(cfg *weights.Config) ParamCounts {
 	v, h, i := int64(cfg.VocabSize), int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
 	d := int64(headDimOf(cfg))
@@ -36,8 +38,23 @@ func CountParams(cfg *weights.Config) ParamCounts {
 	if !cfg.TieWordEmbeddings {
 		p.LMHead = v * h
 	}
-	p.PerLayer = q*h + 2*kv*h + h*q + 3*i*h + 2*h
+	matrices := q*h + 2*kv*h + h*q + 3*i*h
+	vectors := 2 * h
+	if cfg.QKVBias {
+		vectors += q + 2*kv
+	}
+	if cfg.OBias {
+		vectors += h
+	}
+	if cfg.QKNorm {
+		vectors += 2 * d
+	}
+	if cfg.SandwichNorm {
+		vectors += 2 * h
+	}
+	p.PerLayer = matrices + vectors
 	p.Layers = p.PerLayer * int64(cfg.NumHiddenLayers)
+	p.LayerMatrices = matrices * int64(cfg.NumHiddenLayers)
 	p.FinalNorm = h
 	p.Total = p.Embedding + p.LMHead + p.Layers + p.FinalNorm
 	return p
@@ -53,7 +70,32 @@ type Precision struct {
 
 // KVBytesPerToken is the size of one token's K and V across all layers: 2 × L × Hkv × D × kvBytes.
 func KVBytesPerToken(cfg *weights.Config, kvBytes int) int64 {
-	return 2 * int64(cfg.NumHiddenLayers) * int64(cfg.NumKeyValueHeads) * int64(headDimOf(cfg)) * int64(kvBytes)
+	return int64(cfg.NumHiddenLayers) * kvBytesPerLayerToken(cfg, kvBytes)
+}
+
+// kvBytesPerLayerToken is one token's K and V in one layer: 2 × Hkv × D × kvBytes.
+func kvBytesPerLayerToken(cfg *weights.Config, kvBytes int) int64 {
+	return 2 * int64(cfg.NumKeyValueHeads) * int64(headDimOf(cfg)) * int64(kvBytes)
+}
+
+// layerTokensRead is how many keys the query at position ctx−1 reads, summed over the layers: ctx in a
+// full-attention layer, at most the window in a sliding one.
+func layerTokensRead(cfg *weights.Config, ctx int) int64 {
+	var n int64
+	for l := range cfg.NumHiddenLayers {
+		if w := cfg.LayerWindow(l); w > 0 {
+			n += int64(min(ctx, w))
+		} else {
+			n += int64(ctx)
+		}
+	}
+	return n
+}
+
+// KVBytesRead is the K and V a decode of a context of ctx tokens reads across all layers: ctx ×
+// KVBytesPerToken without sliding windows, less with them.
+func KVBytesRead(cfg *weights.Config, kvBytes, ctx int) int64 {
+	return layerTokensRead(cfg, ctx) * kvBytesPerLayerToken(cfg, kvBytes)
 }
 
 // StepBytes is what one decode step must move through memory at least: each byte read once.
@@ -63,7 +105,8 @@ type StepBytes struct {
 	Weights int64 `json:"weights"`
 	// EmbeddingRows is the embedding rows of the step's tokens.
 	EmbeddingRows int64 `json:"embedding_rows"`
-	// KV is every sequence's K and V read by attention: Σ context × KVBytesPerToken.
+	// KV is every sequence's K and V read by attention: Σ KVBytesRead of each context (context ×
+	// KVBytesPerToken without sliding windows).
 	KV int64 `json:"kv"`
 	// Total is the sum.
 	Total int64 `json:"total"`
@@ -81,9 +124,8 @@ func DecodeStepBytes(cfg *weights.Config, p Precision, contexts []int) StepBytes
 		s.Weights += c.Embedding * wb // the LM head is the table
 	}
 	s.EmbeddingRows = int64(len(contexts)) * int64(cfg.HiddenSize) * wb
-	perToken := KVBytesPerToken(cfg, p.KVBytes)
 	for _, ctx := range contexts {
-		s.KV += int64(ctx) * perToken
+		s.KV += KVBytesRead(cfg, p.KVBytes, ctx)
 	}
 	s.Total = s.Weights + s.EmbeddingRows + s.KV
 	return s
@@ -107,14 +149,14 @@ func RooflineSeconds(bytes int64, bandwidth float64) float64 {
 }
 
 // TokenFLOPs is the forward pass's arithmetic for one token at position pos (0-based) of its sequence:
-// 2 FLOPs per weight of the layers' matrices, causal attention over the pos+1 keys (Q·Kᵀ and P·V, 4 · Hq
-// · D per key and layer), and the LM head when the token's logits are wanted. Norms, RoPE and SwiGLU are
-// left out (a rounding error beside the matrices).
+// 2 FLOPs per weight of the layers' matrices, causal attention over the keys it reads (pos+1, or its
+// window; Q·Kᵀ and P·V, 4 · Hq · D per key and layer), and the LM head when the token's logits are
+// wanted. Norms, RoPE, biases and the gated activation are left out (a rounding error beside the
+// matrices).
 func TokenFLOPs(cfg *weights.Config, pos int, logits bool) float64 {
 	c := CountParams(cfg)
-	h, l := int64(cfg.HiddenSize), int64(cfg.NumHiddenLayers)
-	matrices := c.Layers - 2*h*l // the two norm gains a layer are not products
-	f := 2*float64(matrices) + 4*float64(cfg.NumAttentionHeads)*float64(headDimOf(cfg))*float64(pos+1)*float64(l)
+	h := int64(cfg.HiddenSize)
+	f := 2*float64(c.LayerMatrices) + 4*float64(cfg.NumAttentionHeads)*float64(headDimOf(cfg))*float64(layerTokensRead(cfg, pos+1))
 	if logits {
 		f += 2 * float64(cfg.VocabSize) * float64(h)
 	}

