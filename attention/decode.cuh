@@ -72,7 +72,7 @@ struct DecodeParams {
 
 // DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
 // partition): programs that run at the same time then read the rows of all KV heads of the same pages
-// (0.3-1% faster on the H100; the Go side sets it unless CUDATuning.SequenceMajor).
+// (faster on the H100, docs/bench/attention-h100.md; the Go side sets it unless CUDATuning.SequenceMajor).
 #define DECODE_FLAG_HEADS_FAST 1
 // DECODE_FLAG_FUSED_MERGE has the split-k programs merge their partitions themselves (splitk_finish):
 // the last program of a chunk of partitions to finish merges the chunk, the last chunk merger writes the
@@ -81,7 +81,7 @@ struct DecodeParams {
 // DECODE_FLAG_EVICT_FIRST gives the K/V copies the L2 policy evict_first: the stream is read once, so
 // its lines are the first to go when L2 needs room, and what other kernels left in L2 (dirty lines
 // included, which would otherwise be written back during this kernel) stays there. Without it the copies
-// carry evict_normal (the Go side's rule: CUDAKernels.setL2Policy).
+// carry evict_normal (the Go side's rule: DecodeDecision.EvictFirst, dispatch.go).
 #define DECODE_FLAG_EVICT_FIRST 8
 // DECODE_FLAG_EARLY_PROLOGUE (set with programmatic dependent launch) has an mma program read its block
 // ids and context length and queue its first tiles whose rows all precede the sequence's newest position
@@ -91,12 +91,15 @@ struct DecodeParams {
 // token themselves (rope_prepare), reading the Q/K/V product's float output instead of q: no RoPE kernel
 // between that product and this one.
 #define DECODE_FLAG_ROPE 256
-// DECODE_FLAG_DIAG_* cut the mma programs short, for BenchmarkCUDADecode's diagnostics only (the output
+#ifdef DECODE_DIAG
+// DECODE_FLAG_DIAG_* cut the mma programs short, for benchmarks' diagnostics only (the output
 // is wrong; the time is the step's without that part): return right after the PDL wait, after the tile
 // loop (no partial, no merge), or after storing the partial (no merge).
 #define DECODE_FLAG_DIAG_ENTRY 16
 #define DECODE_FLAG_DIAG_LOOP 32
 #define DECODE_FLAG_DIAG_NOMERGE 64
+// They exist only in the gollmdiag build's fat binary (compiled with DECODE_DIAG; attention/diag_on.go).
+#endif
 
 #define DECODE_WARP 32
 #define DECODE_STAGES 3
@@ -599,9 +602,9 @@ __device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int
 // patch_row writes the newest K and V row (kv, from rope_prepare) into row `row` of a landed tile's stage,
 // whose copies skipped it (DECODE_FLAG_ROPE: the copies end before the newest position); the caller
 // places barriers around it (after the tile landed, before it is read). kv is a static shared array of the
-// kernel, so the kernels keep their other static arrays small: on the H100 512 more bytes of static shared
-// memory a block made the Llama-3-8B decode step 0.1 ms slower at batch 1 (two programs of 96 KiB an SM
-// no longer fit the 196 KB carve-out), hence merge_partials' scratch in dynamic shared memory.
+// kernel, so the kernels keep their other static arrays small: a few hundred more bytes of static shared
+// memory a block can keep two programs of 96 KiB from fitting an SM's carve-out (the decode step was
+// slower), hence merge_partials' scratch in dynamic shared memory.
 template <typename L, typename T, int THREADS>
 __device__ __forceinline__ void patch_row(uint8_t *stage, int row, const T *kv, int tid) {
 	static_assert(2 * L::ROW_CHUNKS <= THREADS, "one 16-byte chunk a thread");
@@ -832,10 +835,12 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 
 	// Without DECODE_FLAG_EARLY_PROLOGUE the PDL wait comes first (decode_prologue's is then a no-op).
 	if (!(p.flags & DECODE_FLAG_EARLY_PROLOGUE)) decode_pdl_enter();
+#ifdef DECODE_DIAG
 	if (p.flags & DECODE_FLAG_DIAG_ENTRY) {
 		decode_pdl_enter();
 		return;
 	}
+#endif
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
 	const uint64_t pf = copy_policy(p.flags);
@@ -948,10 +953,12 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 
 	// Merge the SLICES warps of each head tile.
 	cp_async_wait<0>();
+#ifdef DECODE_DIAG
 	if (p.flags & DECODE_FLAG_DIAG_LOOP) {
 		if (acc[0][0] == 12345.f) reinterpret_cast<float *>(p.out)[tid] = acc[0][1]; // keep the loop
 		return;
 	}
+#endif
 	__syncthreads(); // all warps are done with the stages; reuse the memory
 	auto &ms = *reinterpret_cast<MergeSmem<D, ROWS, SLICES> *>(smem);
 	if constexpr (NARROW) {
@@ -993,7 +1000,10 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	}
 	__syncthreads();
 	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
-	if (SPLIT && !(p.flags & DECODE_FLAG_DIAG_NOMERGE))
+#ifdef DECODE_DIAG
+	if (p.flags & DECODE_FLAG_DIAG_NOMERGE) return;
+#endif
+	if (SPLIT)
 		splitk_finish<T, D, THREADS>(p, seq, ctx, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part,
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, ROWS, SLICES>)), tid);
 }

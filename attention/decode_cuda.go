@@ -3,7 +3,6 @@
 package attention
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -12,42 +11,8 @@ import (
 	"github.com/gollm/gollm/internal/cuda"
 )
 
-// decodeFatbin holds the kernels of grouped.cu and splitk.cu (see gen_cuda.go).
-//
-//go:embed attention.fatbin
-var decodeFatbin []byte
-
-// ErrUnsupported is returned for a decode call the GPU kernels do not cover (head size, page size,
-// dtype).
-var ErrUnsupported = errors.New("attention: unsupported by the CUDA decode kernels")
-
-// ErrWorkspaceTooSmall is returned when a split-k call's workspace cannot hold its partial results; size
-// it with SplitKWorkspaceBytes.
-var ErrWorkspaceTooSmall = errors.New("attention: split-k workspace too small")
-
-// CUDAPath selects the arithmetic of the decode kernels.
-type CUDAPath int
-
-const (
-	// PathAuto picks MMA for bf16/fp16 and FMA for fp32.
-	PathAuto CUDAPath = iota
-	// PathMMA computes Q·Kᵀ and P·V with tensor-core mma.sync (bf16/fp16 only; groups up to 64 heads).
-	PathMMA
-	// PathFMA computes them with fp32 FMAs (any dtype; the only path for fp32, which stays IEEE).
-	PathFMA
-)
-
-func (p CUDAPath) String() string {
-	switch p {
-	case PathAuto:
-		return "auto"
-	case PathMMA:
-		return "mma"
-	case PathFMA:
-		return "fma"
-	}
-	return fmt.Sprintf("CUDAPath(%d)", int(p))
-}
+// The decode kernels on one device: CUDAKernels loads them and executes the dispatcher's decisions
+// (Decide, dispatch.go); it decides nothing itself.
 
 // CUDADecodeArgs describes one decode-attention call on device memory; the layouts are the CPU Cache's.
 type CUDADecodeArgs struct {
@@ -123,84 +88,19 @@ type decodeParams struct {
 
 // The DECODE_FLAG_* switches of decode.cuh.
 const (
-	flagHeadsFast  = 1
-	flagFusedMerge = 4
-	flagEvictFirst = 8
-	// flagEarlyPrologue is set under dependent launch unless CUDATuning.LatePrologue.
+	flagHeadsFast     = 1
+	flagFusedMerge    = 4
+	flagEvictFirst    = 8
 	flagEarlyPrologue = 128
-	// flagRoPE is set when the call carries CUDADecodeArgs.RoPE.
-	flagRoPE = 256
+	flagRoPE          = 256
 )
-
-// The DECODE_FLAG_DIAG_* bits of decode.cuh, for CUDATuning.Diagnose.
-const (
-	DiagnoseEntry   = 16 // programs return right after their PDL wait
-	DiagnoseLoop    = 32 // programs return after their tile loop (no partial, no merge)
-	DiagnoseNoMerge = 64 // split-k programs store their partial and skip the merge
-)
-
-// splitKCounterBytes is the size of the fused merge's arrival counters (decode.cuh, splitk_finish), which
-// CUDAKernels allocates and zeroes when it loads and which every split-k call leaves zero.
-const splitKCounterBytes = 64 << 10
-
-// CUDATuning holds switches of the decode kernels that benchmarks compare; the zero value is the
-// default, the fastest measured (docs/bench/attention-h100.md).
-type CUDATuning struct {
-	// SequenceMajor orders the grid (sequence, KV head) instead of (KV head, sequence): by default the
-	// KV head varies fastest, so that programs running together read all KV heads of the same pages
-	// (a page row of all heads is contiguous), 0.3-1% faster on the H100.
-	SequenceMajor bool
-	// SplitKReduceKernel merges split-k partitions with a second kernel, grid (sequence, query head),
-	// instead of in the split-k programs themselves (the fused merge: the last program of each chunk of
-	// partitions to finish merges them, the last chunk merger writes the output).
-	SplitKReduceKernel bool
-	// MergeChunk is how many partitions one program merges at the first level of the fused merge; 0
-	// picks it from the partition count (mergeChunk).
-	MergeChunk int
-	// NoEvictFirst gives the K/V copies L2's evict_normal policy on every call. By default they carry
-	// evict_first (the stream is read once, so that what other kernels left in L2 stays there: after
-	// triton.testing.do_bench's flush (zeros over 256 MiB) its dirty lines are then not written back
-	// during the call), except on streams of largeStreamL2s L2 sizes or more on memory slower than
-	// largeStreamMaxBandwidth (largeStream: the H100's, not the H200's) and in grids of fewer programs
-	// than 90% of the SMs, which carry evict_normal (setL2Policy).
-	NoEvictFirst bool
-	// NoNarrow keeps groups of up to 8 heads on the mma kernels' 16-row head tile
-	// (mma_tile). By default they run the narrow kernels (the _n8 entry points: mma_tile_n8, tokens as the
-	// mma's m and the heads as its n), which take half the mmas and half the accumulators.
-	NoNarrow bool
-	// NoPersistent keeps the grouped kernel at one program per (sequence, KV head) even when there are
-	// more of those than the GPU runs at once; by default the mma path then runs the persistent grouped
-	// kernel (one program per slot, looping over them with its pipeline full across them).
-	NoPersistent bool
-
-	// LatePrologue keeps the mma programs' PDL wait first under programmatic dependent launch
-	// (CUDADecodeArgs.Dependent). By default they read their block ids and context length and queue
-	// their first K/V tiles older than the sequence's newest position before it, overlapping the end of
-	// the kernel before (the Q/K/V product, whose epilogue writes the newest position's K/V): −0.05 ms a
-	// Llama-3.2-1B decode step at batch 1 on the H100, −0.06 ms at Llama-3-8B (BenchmarkCUDADecode).
-	LatePrologue bool
-	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more where largeStream
-	// would give them evict_normal (benchmarks' switch); a grid of few programs still drops it.
-	EvictFirstLarge bool
-	// Diagnose, for BenchmarkCUDADecode's diagnostics only, cuts the mma programs short (Diagnose*
-	// bits): the output is wrong, the time is the step's without that part.
-	Diagnose int
-
-	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
-	persistPrograms int
-}
 
 // cudaKernel is one loaded entry point and what it needs at launch.
 type cudaKernel struct {
 	fn      *cuda.Function
 	threads int
 	shared  int // dynamic shared memory bytes
-	perSM   int // resident programs per SM (occupancy), for Plan
-	rowsPer int // query heads one program serves (16·MT for mma, GC for FMA)
-	// persist is the persistent twin of a grouped mma kernel of one head tile (m1, n8: the kernel that
-	// walks several (sequence, KV head) items per program with the same tile), linked at load; nil for
-	// every other kernel.
-	persist *cudaKernel
+	perSM   int // resident programs per SM (occupancy), for the dispatcher
 }
 
 // CUDAKernels are the decode-attention kernels loaded on one device.
@@ -219,32 +119,17 @@ type CUDAKernels struct {
 	counters cuda.DevicePtr
 }
 
-var (
-	cudaHeadDims  = []int{64, 128}
-	cudaMmaTiles  = []int{1, 2, 4}
-	cudaFmaGroups = []int{1, 2, 4, 8}
-)
-
-// cudaNarrowRows is the most query heads the narrow mma kernels (MT = 0 in decode.cuh: mma_tile_n8)
-// serve: groups of up to 8 heads take them at every head_dim (narrowTile). Round 24: the H100's grid
-// (head_dim 128) 0.4-0.75% faster in geometric mean; on an H200 the grid 1.4% (0.8-1.1% after an L2
-// flush) and the head_dim 64 shapes of the batch sweep (TinyLlama, Llama-3.2-1B) 1.2-1.9%, Llama-3.2-1B's
-// step at batch 1 0.5%.
-const cudaNarrowRows = 8
-
-// narrowTile reports whether a group of group heads takes the narrow mma kernels.
-func narrowTile(group int) bool { return group <= cudaNarrowRows }
-
-func dtypeName(t cuda.DataType) (string, int, bool) {
+// dtypeOf maps a device dtype to the dispatcher's (0 for one the kernels do not cover).
+func dtypeOf(t cuda.DataType) DType {
 	switch t {
 	case cuda.BFloat16:
-		return "bf16", 2, true
+		return BF16
 	case cuda.Float16:
-		return "fp16", 2, true
+		return FP16
 	case cuda.Float32:
-		return "fp32", 4, true
+		return FP32
 	}
-	return "", 0, false
+	return 0
 }
 
 // LoadCUDAKernels loads the embedded fat binary on dev and prepares every decode kernel (shared memory
@@ -281,7 +166,8 @@ func (k *CUDAKernels) Close() error {
 	return nil
 }
 
-// load allocates and zeroes the split-k counters and prepares every kernel of k.mod.
+// load allocates and zeroes the split-k counters and prepares every kernel of k.mod (decodeKernels and
+// the reduce kernels).
 func (k *CUDAKernels) load() error {
 	dev, mod := k.dev, k.mod
 	var err error
@@ -294,48 +180,19 @@ func (k *CUDAKernels) load() error {
 	if err := dev.Synchronize(); err != nil {
 		return fmt.Errorf("attention: split-k counters: %w", err)
 	}
-	for _, kind := range []string{"DecodeGrouped", "DecodeSplitK"} {
-		for _, dt := range []cuda.DataType{cuda.BFloat16, cuda.Float16, cuda.Float32} {
-			tn, _, _ := dtypeName(dt)
-			for _, d := range cudaHeadDims {
-				if dt != cuda.Float32 {
-					for _, mt := range cudaMmaTiles {
-						name := fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, d, mt)
-						if err := k.prepare(name, 4*mt*32, 16*mt); err != nil {
-							return err
-						}
-					}
-					if err := k.prepare(fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, d), 4*32, cudaNarrowRows); err != nil {
-						return err
-					}
-				}
-				for _, gc := range cudaFmaGroups {
-					name := fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, d, gc)
-					if err := k.prepare(name, 4*32, gc); err != nil {
-						return err
-					}
-				}
-				if kind == "DecodeGrouped" && dt != cuda.Float32 {
-					name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", tn, d)
-					if err := k.prepare(name, 4*32, 16); err != nil {
-						return err
-					}
-					if err := k.prepare(name+"_n8", 4*32, cudaNarrowRows); err != nil {
-						return err
-					}
-					grouped := fmt.Sprintf("DecodeGrouped_mma_%s_d%d_", tn, d)
-					k.kernels[grouped+"m1"].persist = k.kernels[name]
-					k.kernels[grouped+"n8"].persist = k.kernels[name+"_n8"]
-				}
-				if kind == "DecodeSplitK" {
-					name := fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, d)
-					fn, err := mod.Function(name)
-					if err != nil {
-						return fmt.Errorf("attention: %w", err)
-					}
-					k.kernels[name] = &cudaKernel{fn: fn, threads: d}
-				}
+	for _, kern := range decodeKernels() {
+		if err := k.prepare(kern.Name, kern.Threads); err != nil {
+			return err
+		}
+	}
+	for _, dt := range []DType{BF16, FP16, FP32} {
+		for _, d := range cudaHeadDims {
+			name := reduceKernelName(dt, d)
+			fn, err := mod.Function(name)
+			if err != nil {
+				return fmt.Errorf("attention: %w", err)
 			}
+			k.kernels[name] = &cudaKernel{fn: fn, threads: d}
 		}
 	}
 	return nil
@@ -343,7 +200,7 @@ func (k *CUDAKernels) load() error {
 
 // prepare looks up a decode kernel and its shared-memory size (the __device__ int <name>_smem that the
 // .cu file computes from the same constants as the kernel), raises its limit and reads its occupancy.
-func (k *CUDAKernels) prepare(name string, threads, rows int) error {
+func (k *CUDAKernels) prepare(name string, threads int) error {
 	fn, err := k.mod.Function(name)
 	if err != nil {
 		return fmt.Errorf("attention: %w", err)
@@ -356,7 +213,7 @@ func (k *CUDAKernels) prepare(name string, threads, rows int) error {
 	if err := k.dev.CopyFromDevice(cuda.Bytes(shared[:]), ptr); err != nil {
 		return fmt.Errorf("attention: %s: %w", name, err)
 	}
-	kern := &cudaKernel{fn: fn, threads: threads, shared: int(shared[0]), rowsPer: rows}
+	kern := &cudaKernel{fn: fn, threads: threads, shared: int(shared[0])}
 	if err := fn.SetMaxDynamicShared(kern.shared); err != nil {
 		return fmt.Errorf("attention: %w", err)
 	}
@@ -370,308 +227,76 @@ func (k *CUDAKernels) prepare(name string, threads, rows int) error {
 // Device returns the device the kernels are loaded on.
 func (k *CUDAKernels) Device() *cuda.Device { return k.dev }
 
-// maxGridYZ is the largest y or z dimension of a CUDA grid: the decode grids put sequences on y and
-// split-k partitions on z, the reduce grid query heads on y.
-const maxGridYZ = 65535
-
-// maxDecodeTokens bounds a block table's tokens (MaxBlocks · BlockSize), so that the kernels' 32-bit
-// token arithmetic (a context plus a partition length, less one) cannot overflow.
-const maxDecodeTokens = 1 << 30
-
-// check validates a call and returns its dtype name and G.
-func (a *CUDADecodeArgs) check() (string, int, error) {
-	tn, _, ok := dtypeName(a.DType)
-	switch {
-	case !ok:
-		return "", 0, fmt.Errorf("%w: dtype %d", ErrUnsupported, a.DType)
-	case a.HeadDim != 64 && a.HeadDim != 128:
-		return "", 0, fmt.Errorf("%w: head_dim %d (64 or 128)", ErrUnsupported, a.HeadDim)
-	case a.BlockSize < 8 || a.BlockSize > 64 || a.BlockSize&(a.BlockSize-1) != 0:
-		return "", 0, fmt.Errorf("%w: block size %d (a power of two from 8 to 64)", ErrUnsupported, a.BlockSize)
-	case a.NumKVHeads <= 0 || a.NumHeads <= 0 || a.NumHeads%a.NumKVHeads != 0:
-		return "", 0, fmt.Errorf("attention: %d query heads for %d KV heads", a.NumHeads, a.NumKVHeads)
-	case len(a.HostContextLens) == 0:
-		return "", 0, fmt.Errorf("attention: empty decode batch")
-	case len(a.HostContextLens) > maxGridYZ || a.NumHeads > maxGridYZ:
-		return "", 0, fmt.Errorf("%w: %d sequences of %d query heads (at most %d of each: a grid dimension)",
-			ErrUnsupported, len(a.HostContextLens), a.NumHeads, maxGridYZ)
-	case a.MaxBlocks <= 0 || int64(a.MaxBlocks)*int64(a.BlockSize) > maxDecodeTokens:
-		return "", 0, fmt.Errorf("%w: block tables of %d blocks of %d tokens (at most %d tokens a sequence: the kernels count tokens in 32 bits)",
-			ErrUnsupported, a.MaxBlocks, a.BlockSize, maxDecodeTokens)
-	case a.RoPE != nil && a.RoPE.QKVCols < (a.NumHeads+2*a.NumKVHeads)*a.HeadDim:
-		return "", 0, fmt.Errorf("attention: RoPE: %d Q/K/V columns, want at least %d", a.RoPE.QKVCols,
-			(a.NumHeads+2*a.NumKVHeads)*a.HeadDim)
-	case a.RoPE != nil && (a.RoPE.QKV == 0 || a.RoPE.Positions == 0 || a.RoPE.Slots == 0 || a.RoPE.InvFreq == 0):
-		return "", 0, errors.New("attention: RoPE: a nil device pointer")
-	}
-	for s, n := range a.HostContextLens {
-		if n < 1 || int(n) > a.MaxBlocks*a.BlockSize {
-			return "", 0, fmt.Errorf("attention: sequence %d: context %d outside [1, %d·%d]", s, n, a.MaxBlocks, a.BlockSize)
-		}
-	}
-	return tn, a.NumHeads / a.NumKVHeads, nil
+// Facts returns what the dispatcher knows of the device: its size and the kernels' occupancy.
+func (k *CUDAKernels) Facts() DecodeDevice {
+	return DecodeDevice{SMs: k.numSMs, L2Bytes: k.l2Bytes, PeakBandwidth: k.peakBW, ProgramsPerSM: k.programsPerSM}
 }
 
-// pick returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") for the call's shape and path
-// under the tuning t (NoNarrow: the 16-row tile for groups the narrow one serves).
-func (k *CUDAKernels) pick(kind string, a *CUDADecodeArgs, path CUDAPath, t CUDATuning) (*cudaKernel, error) {
-	tn, group, err := a.check()
-	if err != nil {
-		return nil, err
+// programsPerSM is a loaded kernel's occupancy (0 for one not loaded).
+func (k *CUDAKernels) programsPerSM(d DecodeKernel) int {
+	if kern := k.kernels[d.Name]; kern != nil {
+		return kern.perSM
 	}
-	if path == PathAuto {
-		path = PathMMA
-		if a.DType == cuda.Float32 || group > 64 {
-			path = PathFMA
-		}
-	}
-	var name string
-	switch path {
-	case PathMMA:
-		if a.DType == cuda.Float32 {
-			return nil, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
-		}
-		if narrowTile(group) && !t.NoNarrow {
-			name = fmt.Sprintf("%s_mma_%s_d%d_n8", kind, tn, a.HeadDim)
-			break
-		}
-		mt := 0
-		for _, m := range cudaMmaTiles {
-			if 16*m >= group {
-				mt = m
-				break
-			}
-		}
-		if mt == 0 {
-			return nil, fmt.Errorf("%w: group of %d heads on the mma path (at most 64)", ErrUnsupported, group)
-		}
-		name = fmt.Sprintf("%s_mma_%s_d%d_m%d", kind, tn, a.HeadDim, mt)
-	case PathFMA:
-		gc := cudaFmaGroups[len(cudaFmaGroups)-1]
-		for _, g := range cudaFmaGroups {
-			if g >= group {
-				gc = g
-				break
-			}
-		}
-		name = fmt.Sprintf("%s_fma_%s_d%d_g%d", kind, tn, a.HeadDim, gc)
-	default:
-		return nil, fmt.Errorf("attention: unknown path %v", path)
-	}
-	kern, ok := k.kernels[name]
-	if !ok {
-		return nil, fmt.Errorf("attention: kernel %s not loaded", name)
-	}
-	return kern, nil
+	return 0
 }
 
-func (k *CUDAKernels) params(a *CUDADecodeArgs, t CUDATuning) decodeParams {
-	var flags int32
-	if !t.SequenceMajor {
-		flags |= flagHeadsFast
+// Call returns a's shape as the dispatcher sees it, with the kernels' tuning.
+func (a *CUDADecodeArgs) Call(t CUDATuning) DecodeCall {
+	c := DecodeCall{ContextLens: a.HostContextLens, MaxBlocks: a.MaxBlocks, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads,
+		HeadDim: a.HeadDim, BlockSize: a.BlockSize, DType: dtypeOf(a.DType), Dependent: a.Dependent, Tuning: t}
+	if r := a.RoPE; r != nil {
+		c.RoPE = &DecodeRoPE{QKVCols: r.QKVCols, NilPointer: r.QKV == 0 || r.Positions == 0 || r.Slots == 0 || r.InvFreq == 0}
 	}
-	flags |= int32(t.Diagnose) & (DiagnoseEntry | DiagnoseLoop | DiagnoseNoMerge)
-	if a.Dependent && !t.LatePrologue {
-		flags |= flagEarlyPrologue
-	}
-	var rope CUDARoPE
-	if a.RoPE != nil {
-		flags |= flagRoPE
-		rope = *a.RoPE
-	}
-	return decodeParams{
-		RoPEQKV: rope.QKV, Positions: rope.Positions, Slots: rope.Slots, InvFreq: rope.InvFreq,
-		RoPEScaling: rope.AttentionScaling, QKVCols: int32(rope.QKVCols),
-		Flags: flags,
-		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
-		ScaleLog2:     float32(float64(a.Scale) * math.Log2E),
-		NumHeads:      int32(a.NumHeads),
-		NumKVHeads:    int32(a.NumKVHeads),
-		MaxBlocks:     int32(a.MaxBlocks),
-		Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
-		Group:         int32(a.NumHeads / a.NumKVHeads),
-		NumPartitions: 1,
-		Batch:         int32(len(a.HostContextLens)),
-	}
+	return c
 }
 
-// grid returns the (KV head × head chunks, sequence, partition) size of a program grid, or (sequence,
-// KV head × head chunks, partition) with SequenceMajor.
-func (k *CUDAKernels) grid(kern *cudaKernel, a *CUDADecodeArgs, partitions int, t CUDATuning) cuda.Dim3 {
-	group := a.NumHeads / a.NumKVHeads
-	chunks := (group + kern.rowsPer - 1) / kern.rowsPer
-	if t.SequenceMajor {
-		return cuda.Dim3{X: len(a.HostContextLens), Y: a.NumKVHeads * chunks, Z: partitions}
-	}
-	return cuda.Dim3{X: a.NumKVHeads * chunks, Y: len(a.HostContextLens), Z: partitions}
+// decide is Decide for a's call under tuning t on this device, path path, forced to force when set.
+func (k *CUDAKernels) decide(a *CUDADecodeArgs, path CUDAPath, force *ForcedPlan, t CUDATuning) (DecodeDecision, error) {
+	c := a.Call(t)
+	c.Path, c.Force = path, force
+	return Decide(c, k.Facts())
 }
 
-// planInput is Plan's input for a call on this device (gpuPlanInput): its SM count, and as programs per
-// SM the occupancy of the split-k kernel the call would run, since the programs Plan counts against the
-// slots are split-k's (on the H100 the head_dim-64 split-k kernel runs 3 an SM where the grouped one runs
-// 4; until round 21 Plan was given the grouped kernel's 4, and its one-wave partitions of Llama-3.2-1B
-// shapes made second waves).
-func (k *CUDAKernels) planInput(a *CUDADecodeArgs, g gpuSize) PlanInput {
-	_, size, _ := dtypeName(a.DType)
-	return gpuPlanInput(a.HostContextLens, a.NumHeads, a.NumKVHeads, a.HeadDim, size, a.BlockSize, g)
-}
-
-// gpuSize is the device's size for a's call: its SMs, the occupancy of the grouped and split-k kernels
-// the call would run, and its memory's bandwidth relative to the H100's.
-func (k *CUDAKernels) gpuSize(a *CUDADecodeArgs) (gpuSize, error) {
-	split, err := k.pick("DecodeSplitK", a, PathAuto, k.Tuning)
-	if err != nil {
-		return gpuSize{}, err
-	}
-	grouped, err := k.pick("DecodeGrouped", a, PathAuto, k.Tuning)
-	if err != nil {
-		return gpuSize{}, err
-	}
-	return gpuSize{sms: k.numSMs, groupedPerSM: grouped.perSM, splitPerSM: split.perSM,
-		bw: bandwidthScale(k.peakBW)}, nil
-}
-
-// Plan returns the plan Decode follows for a: gpuPlan on planInput(a) (Plan, split-k partitions rounded
-// up to whole 64-token tiles, and at most tailParts partitions where the rows would leave the grouped
-// kernel a short second wave).
+// Plan returns the plan Decode follows for a (Decide's).
 func (k *CUDAKernels) Plan(a *CUDADecodeArgs) (DecodePlan, error) {
-	g, err := k.gpuSize(a)
-	if err != nil {
-		return DecodePlan{}, err
-	}
-	return gpuPlan(k.planInput(a, g), g), nil
+	d, err := k.decide(a, PathAuto, nil, k.Tuning)
+	return d.Plan, err
 }
 
 // GraphPlan returns the plan of a call captured into a CUDA graph whose a.HostContextLens hold the
 // graph's context cap for each of its rows (its batch bucket) and that replays batches of minBatch
-// sequences and more: gpuGraphPlan (GraphPlan, with the tail rule where every batch it serves is near
-// or past one wave) on planInput(a).
+// sequences and more (Decide's, for a GraphCall).
 func (k *CUDAKernels) GraphPlan(a *CUDADecodeArgs, minBatch int) (DecodePlan, error) {
-	g, err := k.gpuSize(a)
-	if err != nil {
-		return DecodePlan{}, err
-	}
-	return gpuGraphPlan(k.planInput(a, g), g, minBatch), nil
+	c := a.Call(k.Tuning)
+	c.Graph = &GraphCall{MinBatch: minBatch}
+	d, err := Decide(c, k.Facts())
+	return d.Plan, err
 }
 
-// Decode runs decode attention on stream s with the kernel and partitioning that Plan chooses for this
-// call on this device (partitions rounded up to whole 64-token tiles), and returns the plan it followed. workspace must hold SplitKWorkspaceBytes for the
-// plan's partitions when Plan picks split-k (SplitKWorkspaceBound sizes it for every call up to a shape).
+// Decode runs decode attention on stream s as Decide chooses for this call on this device, and returns
+// the plan it followed. workspace must hold SplitKWorkspaceBytes for the plan's partitions when it is
+// split-k (SplitKWorkspaceBound sizes it for every call up to a shape): else ErrWorkspaceTooSmall.
 func (k *CUDAKernels) Decode(s *cuda.Stream, a *CUDADecodeArgs, workspace cuda.DevicePtr, workspaceBytes int64) (DecodePlan, error) {
-	plan, err := k.Plan(a)
+	d, err := k.decide(a, PathAuto, nil, k.Tuning)
 	if err != nil {
 		return DecodePlan{}, err
 	}
-	if plan.Kernel == SplitK {
-		err = k.DecodeSplitK(s, a, plan.PartitionTokens, workspace, workspaceBytes, PathAuto)
-	} else {
-		err = k.DecodeGrouped(s, a, PathAuto)
-	}
-	return plan, err
+	return d.Plan, k.Run(s, a, d, workspace, workspaceBytes)
 }
 
 // DecodeGrouped queues the grouped kernel: one program per (sequence, KV head) over the whole context or,
-// on the mma path with more (sequence, KV head) items than the GPU runs at once and short contexts
-// (persistMaxTokens), the persistent grouped kernel: as many programs as run at once, each looping over
-// items (CUDATuning.NoPersistent turns it off).
+// where Decide says so, the persistent grouped kernel (as many programs as run at once, each looping over
+// items).
 func (k *CUDAKernels) DecodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath) error {
 	return k.decodeGrouped(s, a, path, k.Tuning)
 }
 
 func (k *CUDAKernels) decodeGrouped(s *cuda.Stream, a *CUDADecodeArgs, path CUDAPath, t CUDATuning) error {
-	kern, err := k.pick("DecodeGrouped", a, path, t)
+	d, err := k.decide(a, path, &ForcedPlan{Kernel: Grouped}, t)
 	if err != nil {
 		return err
 	}
-	p := k.params(a, t)
-	if pk, programs := k.persistent(kern, a, t); pk != nil {
-		k.setL2Policy(&p, a, t, programs)
-		if err := launch(a, pk.fn, cuda.Dim3{X: programs}, cuda.Dim3{X: pk.threads}, pk.shared, s, &p); err != nil {
-			return fmt.Errorf("attention: grouped decode (persistent): %w", err)
-		}
-		return nil
-	}
-	grid := k.grid(kern, a, 1, t)
-	k.setL2Policy(&p, a, t, grid.X*grid.Y*grid.Z)
-	if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
-		return fmt.Errorf("attention: grouped decode: %w", err)
-	}
-	return nil
-}
-
-// setL2Policy gives p's K/V copies the L2 policy evict_first (else evict_normal) unless t says
-// otherwise, the call's stream is a largeStream (gpuplan.go), or its grid has fewer programs than 90% of
-// the SMs: a few long programs, each streaming at its own latency-bound rate, ran slower with it on the
-// H100 (GQA 16 × 4096 on the grouped kernel, 32 programs: 67.8 µs without it, 80.1 µs with it), while
-// with more programs than that it was 1-5% faster.
-func (k *CUDAKernels) setL2Policy(p *decodeParams, a *CUDADecodeArgs, t CUDATuning, programs int) {
-	_, size, _ := dtypeName(a.DType)
-	first := !t.NoEvictFirst && 10*programs >= 9*k.numSMs &&
-		(t.EvictFirstLarge || !largeStream(a.HostContextLens, a.NumKVHeads, a.HeadDim, size, k.l2Bytes, k.peakBW))
-	if first {
-		p.Flags |= flagEvictFirst
-	} else {
-		p.Flags &^= flagEvictFirst
-	}
-}
-
-// FoldsRoPE reports whether a call like a should carry CUDADecodeArgs.RoPE: not when it may run the
-// persistent grouped kernel (contexts of at most persistMaxTokens and more (sequence, KV head) items than
-// program slots: a batch of 256 short sequences), which has no RoPE path, so that the call would fall back
-// to the classic grouped kernel and its per-item program starts. There a separate rotation kernel costs
-// less (Llama-3-8B throughput, 512 prompts of 128 + 128 tokens on the H100: 13,654 output tokens/s with
-// the fold against 13,985 without). a.HostContextLens are the lengths the call is planned with.
-func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
-	kern, err := k.pick("DecodeGrouped", a, PathAuto, k.Tuning)
-	if err != nil {
-		return false
-	}
-	b := *a
-	b.RoPE = nil
-	pk, _ := k.persistent(kern, &b, k.Tuning)
-	return pk == nil
-}
-
-// persistent returns the persistent grouped kernel and its program count when a grouped call with kernel
-// kern should run it: kern has a persistent twin (the mma path with one head tile: m1 for G ≤ 16, the
-// narrow n8 for G ≤ 8), more items (sequence, KV head) than resident programs, contexts of at most
-// persistMaxTokens, no RoPE, and t allowing it.
-func (k *CUDAKernels) persistent(kern *cudaKernel, a *CUDADecodeArgs, t CUDATuning) (*cudaKernel, int) {
-	pk := kern.persist
-	if t.NoPersistent || t.SequenceMajor || a.RoPE != nil || pk == nil || pk.perSM < 1 {
-		return nil, 0
-	}
-	items := len(a.HostContextLens) * a.NumKVHeads
-	slots := k.numSMs * pk.perSM
-	if t.persistPrograms > 0 {
-		return pk, min(items, t.persistPrograms)
-	}
-	longest := longestContext(a.HostContextLens)
-	if items <= slots || longest > persistMaxTokens {
-		return nil, 0
-	}
-	return pk, slots
-}
-
-// persistMaxTokens is the longest context for which the persistent grouped kernel runs: on the H100 it
-// was faster where items are short (batch 256 × 256 tokens: MHA 138.9 against 141.7 µs, GQA 28.8 against
-// 32.3 µs), even at 512 tokens and 0.4-2% slower from 1024 tokens up (LLaMA-3-8B 256 × 1024: 363.6 against
-// 361.1 µs; MHA 32 × 2048, where items are 1.45 times the slots and a program walks two: 148.3 against
-// 145.5 µs), where a program start is a small share of an item.
-const persistMaxTokens = 512
-
-// SplitKWorkspaceBytes is the workspace a split-k call of batch sequences with numHeads query heads of
-// headDim and numPartitions partitions needs: (acc, m, l) in float32 per (sequence, head, partition). The
-// workspace must be 16-byte aligned (device allocations are).
-func SplitKWorkspaceBytes(batch, numHeads, headDim, numPartitions int) int64 {
-	return 4 * int64(batch) * int64(numHeads) * int64(numPartitions) * int64(headDim+2)
-}
-
-// SplitKWorkspaceBound is a workspace size that serves every call Decode (CUDAKernels.Plan) or a graph
-// step planned by CUDAKernels.GraphPlan can make with up to maxBatch sequences of at most maxContext tokens: their
-// partitions are whole 64-token tiles, at most 64 per context (maxPlannedPartitions).
-func SplitKWorkspaceBound(maxBatch, numHeads, headDim, maxContext int) int64 {
-	return SplitKWorkspaceBytes(maxBatch, numHeads, headDim, maxPlannedPartitions(maxContext))
+	return k.Run(s, a, d, 0, 0)
 }
 
 // DecodeSplitK queues the split-k kernel with partitions of partitionTokens tokens (a positive multiple of
@@ -687,35 +312,41 @@ func (k *CUDAKernels) DecodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	return k.decodeSplitK(s, a, partitionTokens, workspace, workspaceBytes, path, k.Tuning)
 }
 
-// mergeChunk is the fused merge's first-level chunk for parts partitions: all of them (one level) up to
-// 16, else about √parts, so that neither level merges more than about √parts partials.
-func mergeChunk(parts int, t CUDATuning) int {
-	if t.MergeChunk > 0 {
-		return min(t.MergeChunk, parts)
-	}
-	if parts <= maxOneLevelPartitions {
-		return parts
-	}
-	c := int(math.Ceil(math.Sqrt(float64(parts))))
-	return c
-}
-
 func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionTokens int, workspace cuda.DevicePtr, workspaceBytes int64, path CUDAPath, t CUDATuning) error {
-	kern, err := k.pick("DecodeSplitK", a, path, t)
+	d, err := k.decide(a, path, &ForcedPlan{Kernel: SplitK, PartitionTokens: partitionTokens}, t)
 	if err != nil {
 		return err
 	}
-	if partitionTokens <= 0 || partitionTokens%a.BlockSize != 0 || partitionTokens > a.MaxBlocks*a.BlockSize {
-		// The bound keeps the kernels' ctx + partition_tokens within int32 (check bounds the table).
-		return fmt.Errorf("attention: split-k partition of %d tokens is not a positive multiple of the block size %d of at most the block table's %d tokens",
-			partitionTokens, a.BlockSize, a.MaxBlocks*a.BlockSize)
+	return k.Run(s, a, d, workspace, workspaceBytes)
+}
+
+// FoldsRoPE reports whether a call like a should carry CUDADecodeArgs.RoPE (DecodeDecision.FoldsRoPE).
+// a.HostContextLens are the lengths the call is planned with.
+func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
+	d, err := k.decide(a, PathAuto, nil, k.Tuning)
+	return err == nil && d.FoldsRoPE
+}
+
+// Run queues the call a as decision d (Decide's for a's call) says, on stream s. A split-k decision
+// writes its partials to workspace, which must be 16-byte aligned and hold SplitKWorkspaceBytes of its
+// partitions (else ErrWorkspaceTooSmall).
+func (k *CUDAKernels) Run(s *cuda.Stream, a *CUDADecodeArgs, d DecodeDecision, workspace cuda.DevicePtr, workspaceBytes int64) error {
+	kern := k.kernels[d.Kernel.Name]
+	if kern == nil {
+		return fmt.Errorf("attention: kernel %s not loaded", d.Kernel.Name)
 	}
-	maxCtx := longestContext(a.HostContextLens)
-	parts := ceilDiv(maxCtx, partitionTokens)
-	if parts > maxGridYZ {
-		return fmt.Errorf("%w: %d split-k partitions (at most %d: a grid dimension)", ErrUnsupported, parts, maxGridYZ)
+	p := k.params(a, d)
+	grid := cuda.Dim3{X: d.Grid[0], Y: d.Grid[1], Z: d.Grid[2]}
+	if d.Plan.Kernel == Grouped {
+		if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
+			if d.Kernel.Persistent {
+				return fmt.Errorf("attention: grouped decode (persistent): %w", err)
+			}
+			return fmt.Errorf("attention: grouped decode: %w", err)
+		}
+		return nil
 	}
-	batch := len(a.HostContextLens)
+	batch, parts := len(a.HostContextLens), d.Plan.NumPartitions
 	need := SplitKWorkspaceBytes(batch, a.NumHeads, a.HeadDim, parts)
 	if workspace%16 != 0 {
 		return fmt.Errorf("attention: split-k workspace %#x is not 16-byte aligned", uintptr(workspace))
@@ -723,7 +354,6 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	if need > workspaceBytes {
 		return fmt.Errorf("%w: %d partitions need %d bytes, have %d", ErrWorkspaceTooSmall, parts, need, workspaceBytes)
 	}
-	p := k.params(a, t)
 	rows := int64(batch) * int64(a.NumHeads) * int64(parts)
 	p.Counters = k.counters
 	// acc first: the kernels read and write it in 16-byte pieces, so it must start 16-byte aligned
@@ -731,37 +361,56 @@ func (k *CUDAKernels) decodeSplitK(s *cuda.Stream, a *CUDADecodeArgs, partitionT
 	p.PartAcc = workspace
 	p.PartM = workspace.Add(4 * rows * int64(a.HeadDim))
 	p.PartL = p.PartM.Add(4 * rows)
-	p.PartitionTokens = int32(partitionTokens)
-	p.NumPartitions = int32(parts)
-	grid := k.grid(kern, a, parts, t)
-	k.setL2Policy(&p, a, t, grid.X*grid.Y*grid.Z)
-	fused := !t.SplitKReduceKernel
-	if fused {
-		chunk := mergeChunk(parts, t)
-		chunks := ceilDiv(parts, chunk)
-		ny := grid.X // program rows per sequence: KV heads × head chunks
-		if t.SequenceMajor {
-			ny = grid.Y
-		}
-		if batch*ny*(1+chunks) > splitKCounterBytes/4 {
-			fused = false // more counters than there are: merge with the reduce kernel
-		} else {
-			p.Flags |= flagFusedMerge
-			p.MergeChunk, p.MergeChunks = int32(chunk), int32(chunks)
-		}
-	}
 	if err := launch(a, kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p); err != nil {
 		return fmt.Errorf("attention: split-k decode: %w", err)
 	}
-	if fused {
+	if d.FusedMerge {
 		return nil
 	}
-	tn, _, _ := dtypeName(a.DType)
-	red := k.kernels[fmt.Sprintf("DecodeSplitKReduce_%s_d%d", tn, a.HeadDim)]
+	red := k.kernels[d.ReduceKernel]
 	if err := launch(a, red.fn, cuda.Dim3{X: batch, Y: a.NumHeads}, cuda.Dim3{X: red.threads}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: split-k reduce: %w", err)
 	}
 	return nil
+}
+
+// params are the kernel parameters of a's call under decision d (the workspace's are Run's).
+func (k *CUDAKernels) params(a *CUDADecodeArgs, d DecodeDecision) decodeParams {
+	flags := d.diag.flags()
+	if d.HeadsFast {
+		flags |= flagHeadsFast
+	}
+	if d.EarlyPrologue {
+		flags |= flagEarlyPrologue
+	}
+	if d.EvictFirst {
+		flags |= flagEvictFirst
+	}
+	if d.FusedMerge {
+		flags |= flagFusedMerge
+	}
+	var rope CUDARoPE
+	if d.RoPE && a.RoPE != nil {
+		flags |= flagRoPE
+		rope = *a.RoPE
+	}
+	return decodeParams{
+		RoPEQKV: rope.QKV, Positions: rope.Positions, Slots: rope.Slots, InvFreq: rope.InvFreq,
+		RoPEScaling: rope.AttentionScaling, QKVCols: int32(rope.QKVCols),
+		Flags: flags,
+		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
+		ScaleLog2:       float32(float64(a.Scale) * math.Log2E),
+		NumHeads:        int32(a.NumHeads),
+		NumKVHeads:      int32(a.NumKVHeads),
+		MaxBlocks:       int32(a.MaxBlocks),
+		Log2BlockSize:   int32(bits.TrailingZeros(uint(a.BlockSize))),
+		Group:           int32(a.NumHeads / a.NumKVHeads),
+		PartitionTokens: int32(d.Plan.PartitionTokens),
+		NumPartitions:   int32(d.Plan.NumPartitions),
+		Batch:           int32(len(a.HostContextLens)),
+		MergeChunk:      int32(d.MergeChunk),
+		MergeChunks:     int32(d.MergeChunks),
+	}
 }
 
 // KernelInfo describes the kernel a call would run, for benchmarks and reports.
@@ -774,14 +423,25 @@ type KernelInfo struct {
 // Describe returns the kernel of kind ("DecodeGrouped" or "DecodeSplitK") that a call would run on path,
 // with its resources: for DecodeGrouped the persistent grouped kernel where the call would run it.
 func (k *CUDAKernels) Describe(kind string, a *CUDADecodeArgs, path CUDAPath) (KernelInfo, error) {
-	kern, err := k.pick(kind, a, path, k.Tuning)
+	c := a.Call(k.Tuning)
+	group, err := c.check()
 	if err != nil {
 		return KernelInfo{}, err
 	}
+	grouped, split, err := c.tile(path, group)
+	if err != nil {
+		return KernelInfo{}, err
+	}
+	dk := split
 	if kind == "DecodeGrouped" {
-		if pk, _ := k.persistent(kern, a, k.Tuning); pk != nil {
-			kern = pk
+		dk = grouped
+		if twin, programs := c.persistent(grouped, k.Facts()); programs > 0 {
+			dk = twin
 		}
+	}
+	kern := k.kernels[dk.Name]
+	if kern == nil {
+		return KernelInfo{}, fmt.Errorf("attention: kernel %s not loaded", dk.Name)
 	}
 	attr, err := kern.fn.Attributes()
 	if err != nil {

@@ -75,19 +75,14 @@ func BenchmarkCUDADecodeVariants(b *testing.B) {
 			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
 			return err
 		})
-		if plan.Kernel == SplitK {
-			// Where the time goes: the plan's programs cut short after their PDL wait, after the tile
-			// loop, after storing the partial (the output is wrong; the time is the call's without
-			// the rest), and the whole call.
-			for _, d := range []struct {
-				name string
-				bits int
-			}{{"entry", DiagnoseEntry}, {"loop", DiagnoseLoop}, {"nomerge", DiagnoseNoMerge}, {"full", 0}} {
+		if plan.Kernel == SplitK && len(decodeDiagCuts) > 0 {
+			// Where the time goes (gollmdiag builds): the plan's programs cut short (the output is wrong;
+			// the time is the call's without the rest), and the whole call.
+			for _, d := range append(decodeDiagCuts, diagCut{"full", CUDATuning{}}) {
 				for _, flush := range []bool{false, true} {
 					t.Flush = flush
 					run(fmt.Sprintf("diag/%s/flush=%v", d.name, flush), func(c int) error {
-						return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto,
-							CUDATuning{Diagnose: d.bits})
+						return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto, d.t)
 					})
 					t.Flush = false
 				}
@@ -361,6 +356,26 @@ func newVariantInputs(k *CUDAKernels, s variantShape, order pageOrder) (*variant
 	return in, nil
 }
 
+// diagCut is a named tuning of a benchmark's variants.
+type diagCut struct {
+	name string
+	t    CUDATuning
+}
+
+// decodeDiagCuts are the diagnostic cuts of the mma programs (CUDATuning.WithDiagnose) that the
+// benchmarks add where the build has them (gollmdiag: decode_diag_cuda_bench_test.go); none otherwise.
+var decodeDiagCuts []diagCut
+
+// decodeDiagCut returns the cut named name ("entry", "loop", "nomerge"), if the build has it.
+func decodeDiagCut(name string) (CUDATuning, bool) {
+	for _, d := range decodeDiagCuts {
+		if d.name == name {
+			return d.t, true
+		}
+	}
+	return CUDATuning{}, false
+}
+
 func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
 	f := make([]float32, n)
 	for i := range f {
@@ -369,96 +384,6 @@ func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
 	out := make([]byte, 2*n)
 	dtype.EncodeBF16(out, f)
 	return out
-}
-
-// emptyPTX is a kernel that returns at once, for BenchmarkCUDALaunchFloor.
-const emptyPTX = `
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry gollm_empty(.param .align 8 .b8 p[8])
-{
-	ret;
-}
-`
-
-// BenchmarkCUDALaunchFloor splits what a decode call costs before its programs do any work: an empty
-// kernel of one program (the floor of this timing, which every peer's call pays too), an empty kernel of
-// the plan's grid, block and dynamic shared memory, the plan's kernel returning right after its PDL wait
-// (DiagnoseEntry), and the whole call; with the spin and after the flush. Run it with -test.benchtime=1x.
-func BenchmarkCUDALaunchFloor(b *testing.B) {
-	k, t := benchTimer(b)
-	mod, err := k.Device().LoadModule([]byte(emptyPTX))
-	if err != nil {
-		b.Fatal(err)
-	}
-	empty, err := mod.Function("gollm_empty")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, s := range []variantShape{
-		{"gqa", 64, 1024, 12, 2, 128, false}, {"gqa", 16, 4096, 12, 2, 128, false},
-		{"gqa", 1, 65536, 12, 2, 128, false}, {"llama3", 8, 2048, 32, 8, 128, false},
-		{"llama3", 1, 8192, 32, 8, 128, false}, {"llama70b", 4, 2048, 64, 8, 128, false},
-		{"mqa", 16, 4096, 32, 1, 128, false},
-	} {
-		in, err := newVariantInputs(k, s, pagesRandom)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a := &in.args[0]
-		plan, err := k.Plan(a)
-		kind, parts := "DecodeGrouped", 1
-		if plan.Kernel == SplitK {
-			kind, parts = "DecodeSplitK", ceilDiv(s.ctx, plan.PartitionTokens)
-		}
-		var kern *cudaKernel
-		if err == nil {
-			kern, err = k.pick(kind, a, PathAuto, k.Tuning)
-		}
-		if err == nil && kind == "DecodeGrouped" {
-			if pk, _ := k.persistent(kern, a, k.Tuning); pk != nil {
-				err = fmt.Errorf("%s: the persistent grouped kernel would run (time classic grouped shapes only)", s.name)
-			}
-		}
-		if err == nil {
-			err = empty.SetMaxDynamicShared(kern.shared)
-		}
-		if err != nil {
-			in.free()
-			b.Fatal(err)
-		}
-		grid := k.grid(kern, a, parts, k.Tuning)
-		var arg struct{ P uint64 }
-		call := func(d int) func(c int) error {
-			return func(c int) error {
-				if plan.Kernel == SplitK {
-					return k.decodeSplitK(nil, &in.args[c], plan.PartitionTokens, in.ws, in.wsBytes, PathAuto,
-						CUDATuning{Diagnose: d})
-				}
-				return k.decodeGrouped(nil, &in.args[c], PathAuto, CUDATuning{Diagnose: d})
-			}
-		}
-		name := fmt.Sprintf("%s_b%d_ctx%d_%v_%d", s.name, s.batch, s.ctx, plan.Kernel, grid.X*grid.Y*grid.Z)
-		for _, flush := range []bool{false, true} {
-			t.Flush = flush
-			for _, v := range []struct {
-				what   string
-				launch func(c int) error
-			}{
-				{"empty1", func(int) error { return cuda.Launch(empty, cuda.Dim3{X: 1}, cuda.Dim3{X: 32}, 0, nil, &arg) }},
-				{"emptygrid", func(int) error {
-					return cuda.Launch(empty, grid, cuda.Dim3{X: kern.threads}, kern.shared, nil, &arg)
-				}},
-				{"entry", call(DiagnoseEntry)},
-				{"full", call(0)},
-			} {
-				reportUS(b, t, fmt.Sprintf("%s/%s/flush=%v", name, v.what, flush), in.copies, v.launch)
-			}
-		}
-		t.Flush = false
-		in.free()
-	}
 }
 
 // BenchmarkCUDADecodePages times the plan's call on the grid's shapes of at least 256 MB (and two small
@@ -616,12 +541,15 @@ func BenchmarkCUDAReadCeiling(b *testing.B) {
 						return cuda.Launch(hk.fn, cuda.Dim3{X: a.NumKVHeads, Y: len(a.HostContextLens)}, cuda.Dim3{X: 128}, 0, nil, &p)
 					})
 				}
-				for _, v := range []struct {
-					what string
-					t    CUDATuning
-				}{
-					{"decode", CUDATuning{}}, {"decode-loop", CUDATuning{Diagnose: DiagnoseLoop}},
-				} {
+				variants := []diagCut{{"decode", CUDATuning{}}}
+				if loop, ok := decodeDiagCut("loop"); ok {
+					variants = append(variants, diagCut{"decode-loop", loop})
+				}
+				for _, v := range variants {
+					v := struct {
+						what string
+						t    CUDATuning
+					}{v.name, v.t}
 					for _, flush := range []bool{false, true} {
 						t.Flush = flush
 						k.Tuning = v.t

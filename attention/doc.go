@@ -32,7 +32,8 @@
 // Every unit walks its pages one page at a time with online softmax in float32 (the GPU kernels' tile
 // loop); units are spread over runtime.GOMAXPROCS(0) goroutines, and Plan is given that number as the
 // machine's size. The GPU kernels (built with the cuda tag) follow the same structure and are tested
-// against these functions. On request (CUDADecodeArgs.RoPE) the GPU decode kernels also rotate the step's
+// against these functions; which of them a GPU call runs, and how, is Decide's (dispatch.go), a pure
+// function of the call's shape and the device's facts that CUDAKernels only executes. On request (CUDADecodeArgs.RoPE) the GPU decode kernels also rotate the step's
 // queries and newest key and store its K/V row themselves, the model's RoPE step folded into them; the
 // rotation's formula stays the model's (it mirrors model/kernels/rope.cu), this package only runs it.
 //

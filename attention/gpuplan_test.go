@@ -6,7 +6,7 @@ import (
 )
 
 // TestGPUMinPartitionTokens checks the GPU dispatcher's partition bound on the issue-6 shapes (head_dim
-// 128, 2 split-k programs an SM), head_dim-64 shapes of round 21's batch sweep (3 an SM) and a ragged
+// 128, 2 split-k programs an SM), head_dim-64 shapes of the batch sweep (3 an SM) and a ragged
 // batch: no split when the rows keep the GPU busy (fillsGPU: twice the rows at head_dim 64); otherwise
 // whole 64-token tiles, at least minSplitTokens, at most maxSplitPartitions per context, and as many
 // partitions as give each slot one program (each SM one program where the floor drops to one tile, the
@@ -22,12 +22,12 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 		{1, 65536, 2, 128, 1024}, {1, 131072, 8, 128, 4032},
 		{16, 4096, 1, 128, 0}, {3, 100000, 4, 128, 0}, {1, 600, 1, 128, 0}, {1, 513, 8, 128, 64},
 		{1, 1024, 8, 128, 64},                          // 8 rows: 16 partitions, one program an SM
-		{1, 2048, 8, 128, 128}, {1, 4096, 8, 128, 256}, // not 32 of 64 and 128 (round 21: 15.7 against 14.3 µs)
+		{1, 2048, 8, 128, 128}, {1, 4096, 8, 128, 256}, // not 32 of 64 and 128 (slower: one program an SM wins)
 		{4, 1024, 8, 128, 256}, {8, 1024, 8, 128, 512},
 		{16, 4096, 8, 128, 4112}, // 128 rows of head_dim 128 fill the GPU
 		{16, 4096, 8, 64, 1408},  // 128 rows of head_dim 64 do not: 3 partitions, 384 programs on 396 slots
 		{8, 4096, 8, 64, 704},    // not 8 of 512: 512 programs are two waves of 396 slots
-		{4, 1024, 8, 64, 256},    // small: one program an SM (round 21: 11.0 µs against 14.1 for 16 of 64)
+		{4, 1024, 8, 64, 256},    // small: one program an SM (faster than 16 of 64)
 		{32, 4096, 8, 64, 4112},  // 256 rows of head_dim 64 fill it
 		{16, 1024, 8, 64, 1040},  // short contexts: 128 rows fill it at head_dim 64 too
 		{16, 2048, 8, 64, 2064},
@@ -83,10 +83,10 @@ func TestGPUMinPartitionTokens(t *testing.T) {
 // TestTailBound checks the tail rule: rows past the grouped kernel's slots by less than 0.4 of a wave,
 // or by less than half a wave whose rows alone do not fill the GPU at contexts of longSplitTokens or
 // more, get a bound of at most tailParts partitions (no shorter than minSplitTokens), elsewhere no bound.
-// The H100 cases are round 21's tail sweep, where Plan's 2-4 partitions under it ran within 3% of the
-// best split and the overflow of 1.45 waves (120 rows of head_dim 128) fills the GPU; the H200 cases
-// round 25's overflow sweep, where that overflow does not (170 rows would) and two partitions ran 3-6%
-// faster from 2048 tokens on, but 3% slower at 1024, and past 1.5 waves grouped was as fast or faster.
+// The H100 cases are the tail sweep's, where Plan's 2-4 partitions under it ran near the best split and
+// the overflow of 1.45 waves (120 rows of head_dim 128) fills the GPU; the H200 cases the overflow
+// sweep's, where that overflow does not (170 rows would) and two partitions ran faster from 2048 tokens
+// on, but slower at 1024, and past 1.5 waves grouped was as fast or faster (docs/bench/attention-h200.md).
 func TestTailBound(t *testing.T) {
 	for _, tc := range []struct {
 		g                            gpuSize
@@ -385,8 +385,8 @@ func h200(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(4.81e12); return 
 
 // TestFillsGPUBandwidth checks that the rows which keep the memory busy grow with its bandwidth
 // (fillsGPU's g.bw): at the H100's 128 rows of head_dim 128 fill 132 SMs and the call runs grouped; at
-// the H200's (bw 1.44, from its driver's 4.81 TB/s) they split in two (round 24: 73.7 µs grouped against
-// 69.0 split at Llama-3-8B batch 16 × 4096), and 192 rows still fill it. An unknown bandwidth (0) is the
+// the H200's (bw 1.44, from its driver's 4.81 TB/s) they split in two (faster there at Llama-3-8B batch
+// 16 × 4096: docs/bench/attention-h200.md), and 192 rows still fill it. An unknown bandwidth (0) is the
 // H100's.
 func TestFillsGPUBandwidth(t *testing.T) {
 	unknown := func(d int) gpuSize { g := h100(d); g.bw = bandwidthScale(0); return g }
@@ -417,7 +417,7 @@ func TestFillsGPUBandwidth(t *testing.T) {
 	if bandwidthScale(3.35232e12) != 1 || bandwidthScale(4.81e12) < 1.43 || bandwidthScale(1e12) != 1 {
 		t.Fatalf("bandwidthScale: %v %v %v", bandwidthScale(3.35232e12), bandwidthScale(4.81e12), bandwidthScale(1e12))
 	}
-	// The H100's driver figure leaves fillsGPU's boundary where round 21 put it: 119 rows of head_dim
+	// The H100's driver figure leaves fillsGPU's boundary where the H100's batch sweep put it: 119 rows of head_dim
 	// 128 fill 132 SMs, 118 do not; at head_dim 64 past longSplitTokens, 238 and 237.
 	h100bw := gpuSize{sms: 132, bw: bandwidthScale(3.35232e12)}
 	for _, c := range []struct {

@@ -20,8 +20,8 @@
 // Shared memory (dynamic): q [64][D+1], K [32][D+1], V [32][D], P [64][33] floats (74 KB at D = 128);
 // the +1 pads keep the pair-strided reads of q and K conflict-free. Head sizes 8 to 128 (every LLaMA).
 // This FMA kernel serves float32 and the head sizes below 64; 16-bit dtypes at head sizes 64 and 128 run
-// the tensor-core kernel at the end of this file (at 1024 prompt tokens of Llama-3-8B on the H100 the
-// FMA kernel took 57% of the prefill). Decode steps with a head size the decode kernels cover go to
+// the tensor-core kernel at the end of this file (the FMA kernel took most of a long prompt's prefill:
+// docs/bench/prefill-h100.md). Decode steps with a head size the decode kernels cover go to
 // those.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -315,27 +315,9 @@ var decodeVariants = []struct {
 	{"pdl64", tweak(func(t *gemvTuning) { t.PDLRows = 64 }), attention.CUDATuning{}},
 	{"attn-p128", tweak(func(t *gemvTuning) { t.AttnPartition = 128 }), attention.CUDATuning{}},
 	{"attn-grouped", tweak(func(t *gemvTuning) { t.AttnPartition = -1 }), attention.CUDATuning{}},
-	{"skip-attention", tweak(func(t *gemvTuning) { t.Skip = []string{"attention"} }), attention.CUDATuning{}},
-	{"attn-diag-entry", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseEntry}},
-	{"attn-diag-loop", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseLoop}},
-	{"attn-diag-nomerge", defaultGemvTuning, attention.CUDATuning{Diagnose: attention.DiagnoseNoMerge}},
 	{"attn-late", defaultGemvTuning, attention.CUDATuning{LatePrologue: true}},
 	{"no-normfold", tweak(func(t *gemvTuning) { t.NoNormFold = true }), attention.CUDATuning{}},
-	{"normfold-diag1", tweak(func(t *gemvTuning) { t.NormFoldDiag = 1 }), attention.CUDATuning{}},
-	{"normfold-diag2", tweak(func(t *gemvTuning) { t.NormFoldDiag = 2 }), attention.CUDATuning{}},
-	{"normfold-diag3", tweak(func(t *gemvTuning) { t.NormFoldDiag = 3 }), attention.CUDATuning{}},
-	{"normfold-diag4", tweak(func(t *gemvTuning) { t.NormFoldDiag = 4 }), attention.CUDATuning{}},
-	{"normfold-diag8", tweak(func(t *gemvTuning) { t.NormFoldDiag = 8 }), attention.CUDATuning{}},
-	// The skip variants that leave out the norm keep the products whole (SplitK −1): a split product's
-	// halves are summed by the norm, whose cost would otherwise leave with it.
-	{"skip-norm", tweak(func(t *gemvTuning) { t.Skip, t.SplitK = []string{"norm"}, -1 }), attention.CUDATuning{}},
-	{"skip-rope", tweak(func(t *gemvTuning) { t.Skip = []string{"rope"} }), attention.CUDATuning{}},
 	{"no-attn-rope", tweak(func(t *gemvTuning) { t.NoAttnRoPE = true }), attention.CUDATuning{}},
-	{"skip-swiglu", tweak(func(t *gemvTuning) { t.Skip = []string{"swiglu"} }), attention.CUDATuning{}},
-	{"skip-argmax", tweak(func(t *gemvTuning) { t.Skip = []string{"argmax"} }), attention.CUDATuning{}},
-	{"matmul-only", tweak(func(t *gemvTuning) {
-		t.Skip, t.SplitK = []string{"attention", "norm", "embed", "rope", "swiglu", "gather", "argmax"}, -1
-	}), attention.CUDATuning{}},
 	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
 	{"split4", tweak(func(t *gemvTuning) { t.SplitK = 4 }), attention.CUDATuning{}},
 	{"k-split", tweak(func(t *gemvTuning) { t.SplitK = 2 }), attention.CUDATuning{}},

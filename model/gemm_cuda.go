@@ -90,65 +90,27 @@ func swigluMap(dev *cuda.Device, dt cuda.DataType, w cuda.DevicePtr, out, in, wg
 		[]int64{2 * int64(in), 2 * int64(in) * int64(inter), 16 * int64(in)}, []int{gemmChunk, 8, 2, 4 * wg})
 }
 
-// swigluFits reports whether the SwiGLU epilogue serves a gate/up product of out rows: its groups of 8
-// gate rows pair with 8 up rows, so the intermediate size out/2 must be a multiple of 8.
-func swigluFits(out int) bool { return out%16 == 0 }
-
-// gemmServes reports whether the skinny GEMM computes a product of rows token rows over in columns: more
-// rows than the skinny product serves, at most gemvMaxTokens, in a multiple of gemmChunk, 16-bit weights
-// on compute capability 9.0, and the GEMM switched on.
-func (b *cudaBackend) gemmServes(rows, in int) bool {
-	return b.gemm != nil && b.tune.Gemm && rows > min(b.tune.MaxTokens, gemvMaxTokens) && rows <= gemvMaxTokens &&
-		in%gemmChunk == 0
-}
-
-// gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
-// (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
-// whose SwiGLU the GEMM's epilogue then does, saving a kernel, where the epilogue serves it: swigluFits,
-// and a driver that encodes its weight map).
-func (b *cudaBackend) gemmTakes(rows, out, in int, swiglu bool) bool {
-	least := b.tune.GemmMinBytes
-	if swiglu {
-		least = b.tune.GemmSwiGLUMinBytes
-	}
-	return b.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least && (!swiglu || b.gemm.swiglu && swigluFits(out))
-}
-
 // gemmArgmaxBlocks is how many blocks the argmax epilogue's launch of an out × in product has: one
 // partial maximum per token and block (launchGemm with argmax).
 func (b *cudaBackend) gemmArgmaxBlocks(out, in int) int {
-	return gemmBlocks(out, b.gemmPlan(out, in))
-}
-
-// gemmBlocks is how many blocks (along the output rows) a plain out-row product of launch shape plan has.
-func gemmBlocks(out int, plan gemmShape) int {
-	return (out + 64*plan.wg - 1) / (64 * plan.wg)
-}
-
-// gemmForced reports whether gemvTuning forces the GEMM's launch shape (benchmarks, tests).
-func (b *cudaBackend) gemmForced() bool { return b.tune.GemmWarps > 0 && b.tune.GemmKS > 0 }
-
-// gemmPlan is the launch shape of a plain out × in product: planGemm's, or the one gemvTuning forces.
-func (b *cudaBackend) gemmPlan(out, in int) gemmShape {
-	if b.gemmForced() {
-		return gemmShape{wg: b.tune.GemmWarps, ks: min(b.tune.GemmKS, in/gemmChunk)}
-	}
-	return planGemm(out, in/gemmChunk, b.dev.Info().NumSMs)
+	f := b.facts()
+	return gemmBlocks(out, f.gemmPlan(out, in))
 }
 
 // launchGemm queues y[rows][out] = x · wᵀ (y += x · wᵀ when accumulate), or, when act is not nil, the
 // gate/up product with its SwiGLU: act[rows][out/2] = silu(gate) · up in the compute dtype (y untouched;
-// swigluFits(out)), or, with argmax, each token's largest entry of each block's rows (the first on ties; NaN never wins)
-// into b.argValues and its row into b.argIndices, [rows][gemmArgmaxBlocks] (y untouched).
+// swigluFits(out)), or, with argmax, each token's largest entry of each block's rows (the first on ties;
+// NaN never wins) into b.argValues and its row into b.argIndices, [rows][gemmBlocks] (y untouched).
 func (b *cudaBackend) launchGemm(y, x *cudaTensor, w *cudaWeight, out, in, rows int, accumulate bool, act *cudaTensor,
 	argmax bool) error {
 	nt := (rows + 15) / 16
 	fn := b.gemm.byTiles[nt-1]
-	plan, flags := b.gemmPlan(out, in), b.tune.GemmFlags
+	f := b.facts()
+	plan, flags := f.gemmPlan(out, in), b.tune.GemmFlags
 	yPtr, actPtr := y.ptr, cuda.DevicePtr(0)
 	switch {
 	case act != nil: // k whole
-		if !b.gemmForced() {
+		if !f.gemmForced() {
 			plan = planSwiGLU(plan)
 		}
 		plan.ks, flags, actPtr = 1, flags|gemmSwiGLU, act.ptr

@@ -281,7 +281,8 @@ func TestCUDAGemmServes(t *testing.T) {
 	} {
 		b.tune = defaultGemvTuning
 		b.tune.Gemm = c.on
-		if got := b.gemmServes(c.rows, c.in); got != c.want {
+		if f := b.facts(); f.gemmServes(c.rows, c.in) != c.want {
+			got := !c.want
 			t.Errorf("gemmServes(%d, %d) with Gemm %v = %v, want %v", c.rows, c.in, c.on, got, c.want)
 		}
 	}
@@ -294,13 +295,14 @@ func TestCUDAGemmServes(t *testing.T) {
 		{2 * 14336, 4096, true, true}, {2 * 8192, 2048, true, true}, {2 * 14340, 4096, true, false},
 		{2 * 14340, 4096, false, true}, {4096, 4096, false, false},
 	} {
-		if got := b.gemmTakes(32, c.out, c.in, c.swiglu); got != c.want {
+		if f := b.facts(); f.gemmTakes(32, c.out, c.in, c.swiglu) != c.want {
+			got := !c.want
 			t.Errorf("gemmTakes(32, %d, %d, SwiGLU %v) = %v, want %v", c.out, c.in, c.swiglu, got, c.want)
 		}
 	}
 	f32 := newGemvBackend(t, weights.DTypeF32)
 	f32.tune.Gemm = true
-	if f32.gemmServes(32, 4096) {
+	if f := f32.facts(); f.gemmServes(32, 4096) {
 		t.Error("gemmServes for float32 weights")
 	}
 }

@@ -1,7 +1,9 @@
 package model
 
-// The skinny GEMM's launch plan (kernels/gemm_sm90.cu, launched by gemm_cuda.go): pure functions of the
-// product's shape and the device's size, here without the cuda build tag so that CI tests them.
+// The launch shapes of the skinny product (kernels/gemv.cu, launched by gemv_cuda.go) and the skinny GEMM
+// (kernels/gemm_sm90.cu, launched by gemm_cuda.go): pure functions of the product's shape and the
+// device's size, here without the cuda build tag so that CI tests them. Which kernel serves a product is
+// planMatMul's (step_plan.go).
 
 // gemmChunk is the k elements of one ring slot (in must be a multiple of it); gemmPitch a tile row's
 // bytes; gemmMaxCluster the largest k split (the portable cluster size); gemmMaxGroups the most consumer
@@ -61,11 +63,64 @@ func planGemm(n, chunks, sms int) gemmShape {
 // planSwiGLU shapes a gate/up product with the SwiGLU epilogue from its plain plan: k whole (the
 // epilogue needs whole sums) and an even number of warpgroups a block. Any count serves the epilogue; the
 // even ones are the shapes measured: blocks of one at Llama-3.2-1B's size (256 of them, not one wave at
-// 64 rows) made its batch-64 step slower on the H100 (BenchmarkCUDADecode, sixteenth round: 2.044
-// against 2.006 ms; batch 16 1.412 against 1.421).
+// 64 rows) made its batch-64 step slower on the H100 (docs/bench/e2e-h100-decode.md).
 func planSwiGLU(plan gemmShape) gemmShape {
 	return gemmShape{wg: min(gemmMaxGroups, (plan.wg+1)/2*2), ks: 1}
 }
 
 // gemmMinSteps is the fewest k chunks a block of a split product walks.
 const gemmMinSteps = 8
+
+// gemmBlocks is how many blocks (along the output rows) a plain out-row product of launch shape plan has
+// (one partial maximum a token and block with the argmax epilogue).
+func gemmBlocks(out int, plan gemmShape) int {
+	return (out + 64*plan.wg - 1) / (64 * plan.wg)
+}
+
+// gemvTileIndex maps a token count to the kernel variant: 0 for ≤ 8 tokens, 1 for ≤ 16, 2 for ≤ 32, 3
+// for ≤ 64.
+func gemvTileIndex(rows int) int {
+	switch {
+	case rows <= 8:
+		return 0
+	case rows <= 16:
+		return 1
+	case rows <= 32:
+		return 2
+	}
+	return 3
+}
+
+// gemvShape is the launch shape of one product: rb row tiles per block, ks warps per tile along k.
+type gemvShape struct{ rb, ks int }
+
+// gemvWaveWarps is how many of the kernel's warps one SM holds at once (80 registers a thread for one
+// token tile: 25 warps; a little less for the larger tiles).
+const gemvWaveWarps = 24
+
+// planGemv shapes a launch over tiles row tiles and kBlocks blocks of 64 along k on sms SMs, at most
+// maxWarps warps a block: one row tile a block (rb = 1), split along k over ks warps, ks a power of two
+// up to 16 that leaves each warp at least 4 k-blocks. When that grid is between one and four waves of
+// the GPU, ks shrinks until it fits in one (a second, partial wave costs more than the shorter k-loops
+// win); beyond four waves the tail is small. BenchmarkCUDAGemv's sweep found it near the best shape at
+// one to eight tokens for every decode product of Llama-3.2-1B and Llama-3-8B (docs/bench/e2e-h100-decode.md).
+func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
+	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
+		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}
+	}
+	perWarp := 4
+	if t.Plan > 0 {
+		perWarp = 2
+	}
+	ks := 1
+	for ks < 16 && ks*2 <= maxWarps && ks*2*perWarp <= kBlocks {
+		ks *= 2
+	}
+	wave := sms * gemvWaveWarps
+	if t.Plan < 2 && tiles*ks > wave && tiles*ks < 4*wave {
+		for ks > 1 && tiles*ks > wave {
+			ks /= 2
+		}
+	}
+	return gemvShape{rb: 1, ks: ks}
+}

@@ -13,19 +13,6 @@ import (
 // decode layer skip the separate SwiGLU and RoPE kernels and the argmax read the logits only as partial
 // maxima. Larger steps, float32 weights and shapes it does not cover go to cuBLAS.
 
-// gemvMode mirrors GemvMode in kernels/gemv.cu: what the kernel does with a finished tile.
-type gemvMode int32
-
-const (
-	gemvPlain  gemvMode = iota // y = x · wᵀ
-	gemvSwiGLU                 // and act = silu(gate) · up, rows paired (i, I + i)
-	gemvRoPE                   // rotate q and k, store q_out and the K/V cache, rows paired (i, i + D/2)
-	gemvArgmax                 // and one (max, index) per token and tile of 16 rows
-)
-
-// gemvMaxTokens is the largest token count the kernel serves (8 n-tiles of 8 tokens).
-const gemvMaxTokens = 64
-
 // gemvParams mirrors GemvParams in kernels/gemv.cu field for field.
 type gemvParams struct {
 	Y, X, W, Aux0, Aux1, Aux2, Positions, Slots, InvFreq cuda.DevicePtr
@@ -42,70 +29,6 @@ type gemvParams struct {
 	Accumulate                                           int32
 	LateTrigger                                          int32
 }
-
-// gemvTuning sets how the kernel's launches are shaped (see planGemv). RB and KS, when positive, force the
-// shape (for the benchmarks' sweeps). MaxTokens above zero is the largest step it serves (≤
-// gemvMaxTokens); zero turns the kernel off (every product on cuBLAS). NoFuse keeps SwiGLU, RoPE and
-// argmax as separate kernels. PDL launches the kernels of model/kernels that wait for their predecessor
-// themselves (norm, skinny product, argmax) with programmatic dependent launch, on compute capability 9.0.
-//
-// Pipe picks the one-token-tile kernel's loop (kernels/gemv.cu): 0 steps of two k-blocks in one register
-// set, 1 steps of one k-block in two sets (the next step's loads before this step's mma), 2 steps of two
-// in two sets.
-type gemvTuning struct {
-	MaxTokens int
-	RB, KS    int
-	NoFuse    bool
-	PDL       bool
-	Pipe      int
-	// Plan picks planGemv's rule: 0 at least four k-blocks a warp, 1 at least two (each warp one step),
-	// 2 at least two and no shrinking to one wave.
-	Plan int
-	// Skip, for diagnostics only (BenchmarkCUDADecode's skip variants), leaves the ops of these profile
-	// names ("norm", "attention", …) out of the step: the results are wrong, the time is the step's
-	// without them (a folded norm has no kernel to leave out).
-	Skip []string
-	// Gemm sends products of MaxTokens+1 … gemvMaxTokens rows to the skinny GEMM (kernels/gemm_sm90.cu)
-	// instead of cuBLAS; GemmWarps (warpgroups) and GemmKS, when positive, force its launch shape
-	// (planGemm), GemmStages its ring's most slots; GemmFlags is gemmParams.Flags (L2 policy, diagnostics).
-	Gemm              bool
-	GemmWarps, GemmKS int
-	GemmStages        int
-	GemmFlags         int
-	// GemmMinBytes keeps products of fewer weight bytes on cuBLAS, GemmSwiGLUMinBytes gate/up products
-	// (whose SwiGLU the GEMM would fuse); PDLRows, when positive, replaces pdlMaxRows (the largest step
-	// launched with programmatic dependent launch).
-	GemmMinBytes       int64
-	GemmSwiGLUMinBytes int64
-	PDLRows            int
-	// NoNormFold keeps the RMSNorm between two skinny products a kernel of its own (see normOp).
-	// NormFoldDiag, for diagnostics only (wrong results): bit 1 the product after a folded norm does not
-	// read the sums of squares, bit 2 the product before it writes neither them nor the norm's input, bit
-	// 4 the norm's kernel runs as well, bit 8 the product before it lets the next launch early.
-	NoNormFold   bool
-	NormFoldDiag int
-	// AttnPartition, for experiments, overrides the plan of a graph step's decode attention: > 0 split-k
-	// partitions of that many tokens, < 0 the grouped kernel.
-	AttnPartition int
-	// NoAttnRoPE keeps the RoPE kernel in decode steps whose Q/K/V product does not fuse it (9-64 rows):
-	// by default decode attention rotates the queries and writes the newest K/V row itself
-	// (attention.CUDARoPE).
-	NoAttnRoPE bool
-	// SplitK and SplitRows set splitOf: SplitK < 0 no product is split, > 0 the k parts, 0 the default
-	// rule; SplitRows (with SplitK 0) the O and down products' output rows in halves whatever their size.
-	SplitK    int
-	SplitRows bool
-}
-
-// defaultGemvTuning is what a backend starts with: the skinny kernel up to 8 tokens (one token tile; from
-// 16 tokens on cuBLAS is as fast or faster at the large matrices, BenchmarkCUDAGemv on the H100), fused
-// epilogues, programmatic dependent launch; from 9 to 64 tokens the skinny GEMM for the products of at
-// least 128 MB of weights (the LM heads), where it is as fast as cuBLAS or faster (BenchmarkCUDAGemm), and
-// for the gate/up products of at least 64 MB, whose SwiGLU it fuses (Llama-3-8B's and Llama-3.2-1B's:
-// BenchmarkCUDADecode), cuBLAS for the others (Q/K/V, O, down), where it is slower
-// (docs/bench/gemm-h100.md).
-var defaultGemvTuning = gemvTuning{MaxTokens: 8, PDL: true, Gemm: true, GemmMinBytes: 128 << 20,
-	GemmSwiGLUMinBytes: 64 << 20}
 
 // gemvFold mirrors GemvFold in kernels/gemv.cu: which side of a folded RMSNorm a one-token-tile kernel
 // is compiled for.
@@ -195,55 +118,6 @@ func (k *gemvKernels) pick(ti int, f gemvFold, t gemvTuning) (*cuda.Function, in
 // gemvReduceBytesPerTile is the shared memory one warp's partial tile of 16 rows × 8 tokens takes.
 const gemvReduceBytesPerTile = 16 * 8 * 4
 
-// gemvTileIndex maps a token count to the kernel variant: 0 for ≤ 8 tokens, 1 for ≤ 16, 2 for ≤ 32, 3
-// for ≤ 64.
-func gemvTileIndex(rows int) int {
-	switch {
-	case rows <= 8:
-		return 0
-	case rows <= 16:
-		return 1
-	case rows <= 32:
-		return 2
-	}
-	return 3
-}
-
-// gemvShape is the launch shape of one product: rb row tiles per block, ks warps per tile along k.
-type gemvShape struct{ rb, ks int }
-
-// gemvWaveWarps is how many of the kernel's warps one SM holds at once (80 registers a thread for one
-// token tile: 25 warps; a little less for the larger tiles).
-const gemvWaveWarps = 24
-
-// planGemv shapes a launch over tiles row tiles and kBlocks blocks of 64 along k on sms SMs, at most
-// maxWarps warps a block: one row tile a block (rb = 1), split along k over ks warps, ks a power of two
-// up to 16 that leaves each warp at least 4 k-blocks. When that grid is between one and four waves of
-// the GPU, ks shrinks until it fits in one (a second, partial wave costs more than the shorter k-loops
-// win); beyond four waves the tail is small. Measured on the H100 (BenchmarkCUDAGemv, 2026-11-22): within
-// 2% of the best shape of the sweep at one to eight tokens for every decode product of Llama-3.2-1B and
-// Llama-3-8B.
-func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
-	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
-		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}
-	}
-	perWarp := 4
-	if t.Plan > 0 {
-		perWarp = 2
-	}
-	ks := 1
-	for ks < 16 && ks*2 <= maxWarps && ks*2*perWarp <= kBlocks {
-		ks *= 2
-	}
-	wave := sms * gemvWaveWarps
-	if t.Plan < 2 && tiles*ks > wave && tiles*ks < 4*wave {
-		for ks > 1 && tiles*ks > wave {
-			ks /= 2
-		}
-	}
-	return gemvShape{rb: 1, ks: ks}
-}
-
 // gemvEpilogue is what a product fuses after it (the zero value: nothing), and where it stands in the
 // layer when that shapes its launch (afterAttention).
 type gemvEpilogue struct {
@@ -258,7 +132,19 @@ type gemvEpilogue struct {
 	// normOut: the product is the one before a folded RMSNorm (plain mode, accumulating): it also writes
 	// the norm's input to the next product and its sums of squares (kernels/gemv.cu, "Folded norm").
 	// normIn: the product is the one after it and scales its output by each token's 1/rms.
-	normOut, normIn *normOp
+	normOut, normIn *normFold
+}
+
+// normFold is a folded RMSNorm as the products around it need it: the slot of its sums of squares, the
+// next fold's slot (which the product before it clears: every slot is then written whole or cleared
+// earlier in the same step before it is added into, so that a step that stopped part way leaves nothing
+// the next step reads), and the norm's output, gain, epsilon and width.
+type normFold struct {
+	slot, next int
+	dst        *cudaTensor
+	w          *cudaWeight
+	eps        float32
+	cols       int
 }
 
 // launchGemv queues the skinny product y[rows][out] = x · wᵀ with epilogue e.
@@ -271,10 +157,10 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 			normMaxTokens, e.accumulate, e.mode)
 	}
 	fold := foldNone
-	if e.normOut != nil && b.tune.NormFoldDiag&2 == 0 {
+	if e.normOut != nil && !b.tune.diag.normFold(2) {
 		fold = foldOut
 	}
-	if e.normIn != nil && b.tune.NormFoldDiag&1 == 0 {
+	if e.normIn != nil && !b.tune.diag.normFold(1) {
 		fold = foldIn
 	}
 	ti := gemvTileIndex(rows)
@@ -308,20 +194,19 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		p.Accumulate = 1
 	}
 	if n := e.normOut; fold == foldOut {
-		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.index), b.normSlot((n.index+1)%len(b.norms)), n.dst.ptr, n.w.ptr
+		p.SSOut, p.SSZero, p.NormOut, p.NormW = b.normSlot(n.slot), b.normSlot(n.next), n.dst.ptr, n.w.ptr
 	}
-	if e.normOut != nil && b.tune.NormFoldDiag&8 == 0 {
+	if e.normOut != nil && !b.tune.diag.normFold(8) {
 		p.LateTrigger = 1
 	}
 	if n := e.normIn; fold == foldIn {
-		p.SSIn, p.NormCols, p.Eps = b.normSlot(n.index), int32(n.cols), n.eps
+		p.SSIn, p.NormCols, p.Eps = b.normSlot(n.slot), int32(n.cols), n.eps
 	}
 	t := b.tune
 	if e.afterAttention && t.Plan == 0 {
-		// The product after decode attention (O) is queued while attention runs, which takes a few µs
-		// and leaves the memory system idle: with one step a warp, every weight load goes out before
-		// its PDL wait (Llama-3.2-1B decode step at batch 1 on the H100: 1.119 → 1.097 ms; Llama-3-8B's
-		// O keeps its shape, one step a warp would not fit in one wave).
+		// The product after decode attention (O) is queued while attention runs, which leaves the
+		// memory system idle: with one step a warp, every weight load goes out before its PDL wait
+		// (docs/bench/e2e-h100-decode.md; a larger O, one step a warp past one wave, keeps its shape).
 		t.Plan = 1
 	}
 	plan := planGemv(tiles, in/64, b.dev.Info().NumSMs, maxWarps, t)
@@ -334,34 +219,4 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 
 	grid := (tiles + plan.rb - 1) / plan.rb
 	return launchDependent(b, fn, cuda.Dim3{X: grid}, cuda.Dim3{X: 32 * warps}, shared, &p)
-}
-
-// launchDependent queues f on the backend's stream, with programmatic dependent launch when the backend
-// uses it: only for the kernels of model/kernels that call pdl_wait before touching their predecessor's
-// data (all but Embed, the first of a step, which follows the metadata copy).
-func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.Dim3, shared int, p *P) error {
-	if b.pdlNow() {
-		return cuda.LaunchPDL(f, grid, block, shared, b.stream, p)
-	}
-	return cuda.Launch(f, grid, block, shared, b.stream, p)
-}
-
-// pdlMaxRows is the largest step (rows, a graph's bucket) launched with programmatic dependent launch.
-const pdlMaxRows = 8
-
-// pdlNow reports whether this step's launches through launchDependent (and package attention's decode
-// kernels, through CUDADecodeArgs.Dependent) use programmatic dependent launch.
-func (b *cudaBackend) pdlNow() bool { return b.pdlStep && b.usePDL() }
-
-// usePDL reports whether the backend may use programmatic dependent launch: asked for, on compute
-// capability 9.0 (whose SASS in the fat binary waits; PTX JIT-compiled for another GPU would not), and not
-// switched off after a graph capture with it failed.
-func (b *cudaBackend) usePDL() bool {
-	info := b.dev.Info()
-	return b.tune.PDL && !b.pdlOff && info.Major == 9 && info.Minor == 0
-}
-
-// gemvServes reports whether the skinny kernel computes a product of rows token rows over in columns.
-func (b *cudaBackend) gemvServes(rows, in int) bool {
-	return b.gemv.byTiles[0] != nil && rows > 0 && rows <= min(b.tune.MaxTokens, gemvMaxTokens) && in%64 == 0
 }

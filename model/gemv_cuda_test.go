@@ -472,8 +472,8 @@ func TestCUDAGemvNormFold(t *testing.T) {
 	}
 	res := newDeviceTensor(t, b, gemvMaxTokens, hidden)
 	normed := newDeviceTensor(t, b, gemvMaxTokens, hidden)
-	n := &normOp{dst: normed, w: gw.Data.(*cudaWeight), eps: eps, cols: hidden}
-	b.norms = []*normOp{n, {index: 1}} // fold 0 of 2: its sums go to slot 0 (zeros before), its producer clears slot 1
+	// Fold 0 of 2: its sums go to slot 0 (zeros before), its producer clears slot 1.
+	n := &normFold{slot: 0, next: 1, dst: normed, w: gw.Data.(*cudaWeight), eps: eps, cols: hidden}
 	p1, p1Scale := referenceProduct(w1v, x1v, hidden, k1, gemvMaxTokens)
 	for _, tc := range []struct {
 		n2     int

@@ -424,10 +424,9 @@ func (m *Model) ensureWorkspace(numTokens, numLogits int) error {
 
 // graphBucket is the batch a decode step of n sequences is padded to for its CUDA graph: a power of two
 // up to 32, then a multiple of 8 (vLLM's capture sizes), so that the attention plan made for the bucket
-// (CUDAKernels.GraphPlan) fits every batch it replays. With power-of-two buckets one 64-row graph served
-// batches 33-64, where Llama-3-8B at context 4096 wants its attention split past one wave of the grouped
-// kernel's programs (batch 34: 13.44 ms a step grouped, 12.74 in 4 partitions) and whole at the top (batch
-// 64: 17.11 against 17.46; H100, docs/bench/attention-h100.md, round 21).
+// (CUDAKernels.GraphPlan) fits every batch it replays: with power-of-two buckets one 64-row graph served
+// batches 33-64, where Llama-3-8B at long contexts wants its attention split just past one wave of the
+// grouped kernel's programs and whole at the top (docs/bench/attention-h100.md).
 func graphBucket(n int) int {
 	if n <= graphPow2Buckets {
 		return nextPow2(n)

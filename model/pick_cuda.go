@@ -35,7 +35,7 @@ type inflightPick struct {
 // step) — into the slot's ids on the device, where the next step's InputFrom rows read them. The copy of
 // the len(dst) ids into the slot's page-locked memory runs on stream down after the slot's picked event,
 // so that the next step's kernels start as soon as this step's end instead of after a device-to-host
-// copy (about 9 µs on the H100, BenchmarkCUDAStepBoundary); the slot's done event follows the copy. The
+// copy (BenchmarkCUDAStepBoundary times it); the slot's done event follows the copy. The
 // slot's ids are not written again before that copy has run: the step after next, which reuses the
 // slot, is queued only once the host has waited for done (settle). PickAsync returns without waiting;
 // wait blocks on done and copies the ids into dst. With both slots in flight, the older step is waited
@@ -68,7 +68,7 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
-	defer func() { b.ops = b.ops[:0] }()
+	defer func() { b.ops, b.args = b.ops[:0], b.args[:0] }()
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -176,54 +176,6 @@ func (b *cudaBackend) quiesce() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// recordArgmax records the argmax of the first rows rows of t into the slot's ids (idsAt). After the LM head's product
-// it fuses into it: the product's epilogue leaves one (max, index) per token and tile of 16 logits (the
-// skinny product, which still writes the logits) or per token and block (the skinny GEMM, which then does
-// not write them: nothing reads a greedy step's logits), and ArgmaxPartials reads those instead of the
-// logits.
-func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
-	cols := t.cols
-	mm := b.fuseInto(t, rows)
-	if mm != nil && mm.out == cols {
-		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((cols + 15) / 16)); err != nil {
-			return err
-		}
-		mm.epi = gemvEpilogue{mode: gemvArgmax}
-		b.sig = fnvString(b.sig, "fused")
-	} else {
-		mm = nil
-	}
-	tiles := (cols + 15) / 16
-	chunks := (cols + argmaxChunk - 1) / argmaxChunk
-	if err := b.ensureArgmaxPartials(chunks * max(rows, b.st.rows)); err != nil {
-		return err
-	}
-	graphable := b.st.s != nil && rows == len(b.st.s.LogitRows)
-	b.record(cudaOp{rows: rows, capacity: min(t.rows, b.idsCap), graphable: graphable, run: func(n int) error {
-		parts := struct {
-			Out, Values, Indices cuda.DevicePtr
-			Tiles                int32
-		}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
-		fused := b.fused(mm, gemvArgmax, n)
-		switch {
-		case fused && !b.gemvServes(n, mm.in): // on the skinny GEMM: a partial a block
-			parts.Tiles = int32(b.gemmArgmaxBlocks(cols, mm.in))
-			b.stats.GemmArgmaxes++
-		case !fused:
-			p := struct {
-				Values, Indices, Logits cuda.DevicePtr
-				Cols, Chunks            int32
-			}{b.argValues, b.argIndices, t.ptr, int32(cols), int32(chunks)}
-			if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: n}, cuda.Dim3{X: 256}, 0, &p); err != nil {
-				return err
-			}
-			parts.Tiles = int32(chunks)
-		}
-		return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: n}, cuda.Dim3{X: 1024}, 0, &parts)
-	}}, "argmax", uint64(t.ptr), uint64(cols), uint64(b.argValues))
-	return nil
 }
 
 // idsAt is ring slot k's pick buffer on the device: idsCap ids.

@@ -63,13 +63,10 @@ func (b *cudaBackend) profileQueue() error {
 	if err := events[0].Record(b.stream); err != nil {
 		return err
 	}
+	plans := b.plan(rows)
 	for i, op := range b.ops {
-		n := op.rows
-		if rows > 0 {
-			n = rows
-		}
-		if err := op.run(n); err != nil {
-			return fmt.Errorf("op %d (%s): %w", i, op.name, err)
+		if err := b.runOp(i, &plans[i]); err != nil {
+			return fmt.Errorf("op %d (%s): %w", i, op.kind, err)
 		}
 		if err := events[i+1].Record(b.stream); err != nil {
 			return err
@@ -83,7 +80,11 @@ func (b *cudaBackend) profileQueue() error {
 		if err != nil {
 			return err
 		}
-		b.prof.Ops = append(b.prof.Ops, profiledOp{Name: op.name, N: op.n, K: op.k, MS: ms})
+		o := profiledOp{Name: op.kind.String(), MS: ms}
+		if op.kind == opMatMul {
+			o.N, o.K = op.out, op.in
+		}
+		b.prof.Ops = append(b.prof.Ops, o)
 	}
 	return nil
 }

@@ -12,7 +12,8 @@
 #   build-fatbin.sh --hash FILE...              print the stamp of the files (what CI compares)
 #
 # Run from the package folder (go generate does). NVCC overrides the compiler; GOLLM_CUDA_ARCHS="90"
-# builds one architecture for a quick local check (never commit such a build: the stamp records it).
+# builds one architecture for a quick local check (never commit such a build: the stamp records it);
+# GOLLM_NVCC_FLAGS adds nvcc flags (a diagnostic build's -D switches; never for a committed binary).
 set -euo pipefail
 
 ARCHS=${GOLLM_CUDA_ARCHS:-"80 86 89 90"}
@@ -45,7 +46,8 @@ trap 'rm -rf "$tmp"' EXIT
 unit=$tmp/unit.cu
 for src in "$@"; do case $src in *.cu) echo "#include \"$(pwd)/$src\"" ;; esac; done >"$unit"
 
-"$nvcc" -std=c++17 -O3 -fatbin --threads 0 -Xfatbin=-compress-all -I"$(pwd)" "${gencode[@]}" -o "$tmp/out.fatbin" "$unit"
+# shellcheck disable=SC2086
+"$nvcc" -std=c++17 -O3 -fatbin --threads 0 -Xfatbin=-compress-all -I"$(pwd)" ${GOLLM_NVCC_FLAGS:-} "${gencode[@]}" -o "$tmp/out.fatbin" "$unit"
 mv "$tmp/out.fatbin" "$out"
 stamp "$@" >"$out.sha256"
 echo "$out: $(wc -c <"$out") bytes; $(head -1 "$out.sha256")"

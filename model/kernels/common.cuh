@@ -33,9 +33,9 @@ template <> struct Num<__half> {
 
 // silu_mul returns SwiGLU's silu(g)·u = g / (1 + e^-g) · u for a result stored as T: by the fast
 // intrinsics (__expf, __fdividef: within a few float ulps, far below a 16-bit rounding) when T is 16-bit,
-// by IEEE expf and division for float. (IEEE's cost 4.3 µs of the Llama-3-8B gate/up GEMM's epilogue at
-// 64 rows, its last act: docs/bench/gemm-h100.md, thirteenth round.) e^-g overflowing gives -0 for
-// g < -88: silu's limit.
+// by IEEE expf and division for float. (IEEE's cost a visible share of the Llama-3-8B gate/up GEMM's
+// epilogue at 64 rows, its last act: docs/bench/gemm-h100.md.) e^-g overflowing gives -0 for g < -88:
+// silu's limit.
 template <typename T> __device__ __forceinline__ float silu_mul(float g, float u) {
 	if constexpr (std::is_same<T, float>::value) {
 		return g / (1.f + expf(-g)) * u;

@@ -15,7 +15,7 @@
 //     as B, both read by the tensor cores straight from the swizzled tiles through matrix descriptors,
 //     accumulators in registers), wait for the multiplies and release the slot. (Keeping one chunk's
 //     multiplies in flight, two tile copies a slot, a tensor-map prefetch and an early dependent launch
-//     were slower together: docs/bench/gemm-h100.md, fourth attempt.)
+//     were slower together: docs/bench/gemm-h100.md.)
 // The first slots' weight copies go out before pdl_wait (weights never change), their activation copies
 // after it. With the SwiGLU epilogue (flags 16, whole k) the weight map is 4-D (k, 8 rows, gate or up half,
 // group of 8 gate rows: gemm_cuda.go), so that a block's tile, one box, interleaves 8 gate rows with their
@@ -273,7 +273,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	// slot): the consumers put their fragments into a tile of [16·NT tokens][rows], and then every thread
 	// writes whole 16-byte pieces of each token's contiguous run of rows. Stored straight from the
 	// fragments, a warp's store would touch 4 tokens' rows in 16- or 32-byte pieces: partial sectors, and
-	// the block's last act (docs/bench/gemm-h100.md, thirteenth round: 7 µs of the 8B gate/up product).
+	// the block's last act (docs/bench/gemm-h100.md: a large share of the 8B gate/up product's epilogue).
 	auto flush = [&](auto *out, const auto *tile, int pitch, int width, int r0, int n) {
 		using O = typename std::remove_pointer<decltype(out)>::type;
 		constexpr int V = 16 / sizeof(O); // elements a piece

@@ -40,12 +40,12 @@
 // its finished tile by each token's 1/rms. The activations are rounded to T before the 1/rms scale
 // instead of after (one rounding either way); bf16 only, whose range holds r·w (f16's may not). The
 // product before the norm lets the next kernel launch only when it exits: launched while its blocks
-// still finish (as after its weight stream), the product after it ran slower on the H100 (Llama-3.2-1B
-// decode step at batch 1: 1.37 against 1.09 ms, the fold's own work left out).
+// still finish (as after its weight stream), the product after it ran slower on the H100, more than the
+// fold saved (docs/bench/e2e-h100-decode.md).
 //
 // Each side is a kernel of its own (template parameter FOLD, entry points _fo and _fi): with the fold's
-// paths as run-time branches the plain product paid 0.1-0.5 µs a launch for them at Llama-3.2-1B's sizes,
-// and the folded step 0.01-0.02 ms.
+// paths as run-time branches the plain product paid for them on every launch, and the folded step too
+// (docs/bench/e2e-h100-decode.md).
 //
 // One sum per token, read by every block of the product after the norm, rather than the tiles' partial
 // sums, because those products run many blocks one after another on each SM: every cost a block pays (a
@@ -86,7 +86,7 @@ struct GemvParams {
 	float eps;
 	int accumulate; // y += the product (the residual stream), not y = the product
 	// late_trigger: the next kernel launches when this one exits, not when its weight stream is done
-	// (the product before a folded norm: see the Go side's normOp).
+	// (the product before a folded norm: see the Go side's normFold).
 	int late_trigger;
 };
 

@@ -1,0 +1,312 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gollm/gollm/attention"
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// The executor: it runs the recorded ops as planStep plans them (step_plan.go), one launch (or none) per
+// op, and decides nothing. The products' launches are in gemv_cuda.go (the skinny product) and
+// gemm_cuda.go (the skinny GEMM).
+
+// facts is what the plan knows of this backend (stepFacts).
+func (b *cudaBackend) facts() stepFacts {
+	sh := &b.shape
+	f := stepFacts{sms: b.dev.Info().NumSMs, hidden: sh.HiddenSize, headDim: sh.HeadDim,
+		gemv:       b.gemv != nil && b.gemv.byTiles[0] != nil,
+		gemm:       b.gemm != nil,
+		gemmSwiGLU: b.gemm != nil && b.gemm.swiglu,
+		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
+		decodeKernels: b.decodeFits && b.decode != nil,
+		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,
+		tune: b.tune}
+	if f.decodeKernels {
+		f.attn, f.attnTuning = b.decode.Facts(), b.decode.Tuning
+		f.attnDType = attention.BF16
+		switch b.dtype {
+		case cuda.Float16:
+			f.attnDType = attention.FP16
+		case cuda.Float32:
+			f.attnDType = attention.FP32
+		}
+	}
+	return f
+}
+
+// plan is the plan of the recorded ops at rows rows (0: each its own; see planStep).
+func (b *cudaBackend) plan(rows int) []opPlan {
+	f := b.facts()
+	st := stepShape{decode: b.st.decode, graph: b.st.graphRun, contextLens: b.st.s.ContextLens, contextCap: b.st.contextCap,
+		stride: b.st.stride, pdl: b.pdlNow()}
+	return planStep(b.ops, rows, &f, &st)
+}
+
+// runOp queues op i as p says.
+func (b *cudaBackend) runOp(i int, p *opPlan) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.folded {
+		b.stats.FoldedNorms++
+	}
+	if p.skip {
+		return nil
+	}
+	op, a, rows := &b.ops[i], &b.args[i], p.rows
+	switch op.kind {
+	case opEmbed:
+		return b.runEmbed(op, a, p)
+	case opNorm:
+		return b.runNorm(op, a, p)
+	case opMatMul:
+		return b.runMatMul(op, a, p)
+	case opRoPE:
+		return b.runRoPE(a, rows)
+	case opAttention:
+		return b.runAttention(a, p)
+	case opSwiGLU:
+		n := int64(rows) * int64(op.out)
+		params := struct {
+			Dst, GateUp cuda.DevicePtr
+			N           int64
+			Inter       int32
+		}{a.d.ptr, a.x.ptr, n, int32(op.out)}
+		blocks := int(min((n+255)/256, 65535))
+		if op.out%4 == 0 {
+			blocks = int(min((n/4+255)/256, 65535))
+		}
+		return launchDependent(b, b.fn.swiglu, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, &params)
+	case opGather:
+		params := struct {
+			Dst, Src, Rows cuda.DevicePtr
+			Cols           int32
+		}{a.d.ptr, a.x.ptr, b.metaPtr(a.off), int32(op.in)}
+		return launchDependent(b, b.fn.gather, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(op.in)}, 0, &params)
+	case opArgmax:
+		return b.runArgmax(op, a, p)
+	}
+	return fmt.Errorf("cuda backend: op kind %v", op.kind)
+}
+
+func (b *cudaBackend) runEmbed(op *stepOp, a *opArgs, p *opPlan) error {
+	params := struct {
+		Dst, Table, Tokens, From, Picks, SSOut, SSZero, NormOut, NormW cuda.DevicePtr
+		Hidden                                                         int32
+	}{Dst: a.d.ptr, Table: a.w.ptr, Tokens: b.metaPtr(b.st.offTokens), From: b.metaPtr(b.st.offFrom),
+		Picks: b.idsAt(b.slot ^ 1), Hidden: int32(op.in)}
+	if p.foldOut >= 0 {
+		n := &b.args[p.foldOut]
+		params.SSOut, params.SSZero, params.NormOut, params.NormW = b.normSlot(p.outSlot), b.normSlot(p.nextSlot), n.d.ptr, n.w.ptr
+	}
+	return cuda.Launch(b.fn.embed, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(op.in)}, 0, b.stream, &params)
+}
+
+func (b *cudaBackend) runNorm(op *stepOp, a *opArgs, p *opPlan) error {
+	var add cuda.DevicePtr
+	if a.a != nil {
+		add = a.a.ptr
+	}
+	adds := 1
+	switch p.add {
+	case addPartials:
+		add, adds = b.partials, p.addParts // the product left its partial products
+	case addNone:
+		add = 0 // the product added itself
+	}
+	cols := op.in
+	params := struct {
+		Dst, Residual, Add, Weight cuda.DevicePtr
+		Eps                        float32
+		Cols, Adds                 int32
+		_                          int32
+		AddStride                  int64
+	}{Dst: a.d.ptr, Residual: a.r.ptr, Add: add, Weight: a.w.ptr, Eps: a.eps, Cols: int32(cols), Adds: int32(adds),
+		AddStride: int64(p.rows) * int64(cols)}
+	return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &params)
+}
+
+// normFold is a folded norm as the skinny product's launch needs it (see launchGemv).
+func (b *cudaBackend) normFold(n, slot, next int) *normFold {
+	a := &b.args[n]
+	return &normFold{slot: slot, next: next, dst: a.d, w: a.w, eps: a.eps, cols: b.ops[n].in}
+}
+
+// normSlot is the address of fold slot i's sums of squares.
+func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
+	return b.normSS.Add(int64(8 * normMaxTokens * i))
+}
+
+func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
+	mm, rows, out, in := &p.mm, p.rows, op.out, op.in
+	d, x, w := a.d, a.x, a.w
+	var next *opArgs // the op after the product: its epilogue's (SwiGLU, RoPE) or its norm's residual
+	if p.next < len(b.args) {
+		next = &b.args[p.next]
+	}
+	switch mm.path {
+	case pathGemv:
+		e, y := gemvEpilogue{mode: mm.mode, afterAttention: p.afterAttention}, d
+		switch mm.mode {
+		case gemvSwiGLU:
+			e.act = next.d
+		case gemvRoPE:
+			e.layer = next.layer
+		}
+		if mm.accumulate {
+			e.accumulate, y = true, next.r
+		}
+		if p.foldOut >= 0 {
+			e.normOut = b.normFold(p.foldOut, p.outSlot, p.nextSlot)
+		}
+		if p.foldIn >= 0 {
+			e.normIn = b.normFold(p.foldIn, p.inSlot, 0)
+		}
+		return b.launchGemv(y, x, w, out, in, rows, &e)
+	case pathGemm:
+		switch {
+		case mm.mode == gemvSwiGLU:
+			return b.launchGemm(d, x, w, out, in, rows, false, next.d, false)
+		case mm.accumulate:
+			return b.launchGemm(next.r, x, w, out, in, rows, true, nil, false)
+		}
+		return b.launchGemm(d, x, w, out, in, rows, false, nil, mm.mode == gemvArgmax)
+	}
+	// Row-major Y[rows][out] = X[rows][in] · W[out][in]ᵀ is column-major Yᵀ = W · Xᵀ (see cuda.BLAS.GemmEx);
+	// Y is stored as float32.
+	y, beta := d.ptr, float32(0)
+	if mm.accumulate {
+		y, beta = next.r.ptr, 1
+	}
+	switch sp := mm.split; {
+	case sp.parts > 1 && sp.rows: // part i: rows [i·n, (i+1)·n) of y
+		b.stats.SplitProducts++
+		n := out / sp.parts
+		return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, n, rows, in, 1, w.ptr, b.dtype, in, int64(n)*int64(in),
+			x.ptr, b.dtype, in, 0, beta, y, cuda.Float32, out, int64(n), sp.parts)
+	case sp.parts > 1: // part i: k slice i into b.partials[i]
+		b.stats.SplitProducts++
+		ks := in / sp.parts
+		return b.blas.GemmStridedBatchedEx(cuda.Trans, cuda.NoTrans, out, rows, ks, 1, w.ptr, b.dtype, in, int64(ks),
+			x.ptr, b.dtype, in, int64(ks), 0, b.partials, cuda.Float32, out, int64(rows)*int64(out), sp.parts)
+	}
+	return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, out, rows, in, 1, w.ptr, b.dtype, in, x.ptr, b.dtype, in,
+		beta, y, cuda.Float32, out)
+}
+
+// ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
+const ropeHeads = 8
+
+func (b *cudaBackend) runRoPE(a *opArgs, rows int) error {
+	sh := &b.shape
+	params := struct {
+		QKV, QOut, KCache, VCache, Positions, Slots, InvFreq cuda.DevicePtr
+		AttentionScaling                                     float32
+		NumHeads, NumKVHeads, HeadDim, QKVCols               int32
+	}{a.x.ptr, a.x.qRot, b.kCache[a.layer], b.vCache[a.layer], b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq,
+		sh.RopeAttentionScaling, int32(sh.NumHeads), int32(sh.NumKVHeads), int32(sh.HeadDim), int32(sh.QKVCols())}
+	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
+	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
+	return launchDependent(b, b.fn.rope, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: threads}, 0, &params)
+}
+
+func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
+	sh, st := &b.shape, &b.st
+	d, q := a.d, a.x
+	k, v := b.kCache[a.layer], b.vCache[a.layer]
+	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
+	if p.decode {
+		args := attention.CUDADecodeArgs{
+			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+			BlockTables: b.metaPtr(st.offTables), ContextLens: b.metaPtr(st.offCtx),
+			HostContextLens: b.attnLens(p.rows), MaxBlocks: st.stride,
+			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
+			DType: b.dtype, Scale: scale, Dependent: b.pdlNow(),
+		}
+		if p.attn.RoPE {
+			args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
+				Positions: b.metaPtr(st.offPos), Slots: b.metaPtr(st.offSlots),
+				InvFreq: b.invFreq, AttentionScaling: sh.RopeAttentionScaling}
+		}
+		return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
+	}
+	items := st.items
+	if st.graphRun {
+		items = st.paddedItems
+	}
+	return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
+		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+		BlockTables: b.metaPtr(st.offTables), Positions: b.metaPtr(st.offPos),
+		Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
+		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
+		DType: b.dtype, Scale: scale,
+	})
+}
+
+// attnLens returns the context lengths decode attention runs with at rows rows: every row at the
+// context cap in a graph step (its plan stays the same for every step the graph serves: split-k
+// partitions past a sequence's context do nothing), the sequences' own otherwise.
+func (b *cudaBackend) attnLens(rows int) []int32 {
+	if !b.st.graphRun {
+		return b.st.s.ContextLens
+	}
+	for len(b.caps) < rows {
+		b.caps = append(b.caps, 0)
+	}
+	caps := b.caps[:rows]
+	for i := range caps {
+		caps[i] = int32(b.st.contextCap)
+	}
+	return caps
+}
+
+func (b *cudaBackend) runArgmax(op *stepOp, a *opArgs, p *opPlan) error {
+	cols, n := op.in, p.rows
+	tiles := (cols + 15) / 16
+	chunks := (cols + argmaxChunk - 1) / argmaxChunk
+	parts := struct {
+		Out, Values, Indices cuda.DevicePtr
+		Tiles                int32
+	}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
+	switch p.argmax {
+	case argmaxGemm: // a partial a block
+		parts.Tiles = int32(b.gemmArgmaxBlocks(cols, b.ops[p.target].in))
+		b.stats.GemmArgmaxes++
+	case argmaxChunks:
+		params := struct {
+			Values, Indices, Logits cuda.DevicePtr
+			Cols, Chunks            int32
+		}{b.argValues, b.argIndices, a.x.ptr, int32(cols), int32(chunks)}
+		if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: n}, cuda.Dim3{X: 256}, 0, &params); err != nil {
+			return err
+		}
+		parts.Tiles = int32(chunks)
+	}
+	return launchDependent(b, b.fn.argmaxPartials, cuda.Dim3{X: n}, cuda.Dim3{X: 1024}, 0, &parts)
+}
+
+// launchDependent queues f on the backend's stream, with programmatic dependent launch when the backend
+// uses it: only for the kernels of model/kernels that call pdl_wait before touching their predecessor's
+// data (all but Embed, the first of a step, which follows the metadata copy).
+func launchDependent[P any](b *cudaBackend, f *cuda.Function, grid, block cuda.Dim3, shared int, p *P) error {
+	if b.pdlNow() {
+		return cuda.LaunchPDL(f, grid, block, shared, b.stream, p)
+	}
+	return cuda.Launch(f, grid, block, shared, b.stream, p)
+}
+
+// pdlNow reports whether this step's launches through launchDependent (and package attention's decode
+// kernels, through CUDADecodeArgs.Dependent) use programmatic dependent launch.
+func (b *cudaBackend) pdlNow() bool { return b.pdlStep && b.usePDL() }
+
+// usePDL reports whether the backend may use programmatic dependent launch: asked for, on compute
+// capability 9.0 (whose SASS in the fat binary waits; PTX JIT-compiled for another GPU would not), and not
+// switched off after a graph capture with it failed.
+func (b *cudaBackend) usePDL() bool {
+	info := b.dev.Info()
+	return b.tune.PDL && !b.pdlOff && info.Major == 9 && info.Minor == 0
+}

@@ -1,0 +1,178 @@
+//go:build cuda
+
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// The recording of a step: each Backend op appends what it does as data (stepOp, for the plan) and its
+// buffers (opArgs, for the executor), and mixes both into the graph signature. Nothing is decided here:
+// what fuses with what and which kernel runs are the plan's (step_plan.go).
+
+// stepRecord is the step being recorded.
+type stepRecord struct {
+	st   cudaStep
+	ops  []stepOp
+	args []opArgs
+	sig  uint64  // FNV-1a over the tunings and the recorded ops (graph_cuda.go's key)
+	err  error   // the first error of the step's recording
+	caps []int32 // graph steps: the context cap repeated, as decode attention's HostContextLens
+}
+
+// opArgs is what the executor needs of a recorded op beyond the plan's view of it: its buffers and
+// constants.
+type opArgs struct {
+	// d is what the op writes, x what it reads, r and a a norm's residual and addend (nil: none).
+	d, x, r, a *cudaTensor
+	w          *cudaWeight
+	eps        float32
+	layer      int
+	// off is a GatherRows' rows in the metadata arena.
+	off int
+}
+
+// record appends an op; words name the buffers and constants the plan does not see, for the graph
+// signature.
+func (b *cudaBackend) record(op stepOp, args opArgs, words ...uint64) {
+	prev := -1
+	if n := len(b.ops); n > 0 {
+		prev = b.ops[n-1].rows
+	}
+	b.sig = op.hash(b.sig, prev)
+	for _, w := range words {
+		b.sig = fnvWord(b.sig, w)
+	}
+	b.ops = append(b.ops, op)
+	b.args = append(b.args, args)
+}
+
+// fail keeps the step's first recording error.
+func (b *cudaBackend) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+func tensorOf(t Tensor) *cudaTensor {
+	if t.Data == nil {
+		return nil
+	}
+	return t.Data.(*cudaTensor)
+}
+
+// id is t's identity for the plan (0: none).
+func id(t *cudaTensor) tensorID {
+	if t == nil {
+		return 0
+	}
+	return tensorID(t.ptr)
+}
+
+func (b *cudaBackend) Embed(dst Tensor, table Weight) {
+	d, w := tensorOf(dst), table.Data.(*cudaWeight)
+	b.record(stepOp{kind: opEmbed, rows: dst.Rows, capacity: d.rows, graphable: true, dst: id(d), in: table.Cols},
+		opArgs{d: d, w: w}, uint64(w.ptr))
+}
+
+func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32) {
+	d, r, a, g := tensorOf(dst), tensorOf(residual), tensorOf(add), w.Data.(*cudaWeight)
+	capacity := min(d.rows, r.rows)
+	if a != nil {
+		capacity = min(capacity, a.rows)
+	}
+	b.record(stepOp{kind: opNorm, rows: residual.Rows, capacity: capacity, graphable: true, dst: id(d), add: id(a), resid: id(r),
+		in: residual.Cols}, opArgs{d: d, r: r, a: a, w: g, eps: eps}, uint64(g.ptr), uint64(math.Float32bits(eps)))
+}
+
+func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
+	d, xt, wt := tensorOf(dst), tensorOf(x), w.Data.(*cudaWeight)
+	if wt.vector || x.Cols != w.Cols || dst.Cols != w.Rows {
+		b.fail(fmt.Errorf("cuda backend: matmul [%d][%d] · [%d][%d]ᵀ into [%d][%d]", x.Rows, x.Cols, w.Rows, w.Cols,
+			dst.Rows, dst.Cols))
+		return
+	}
+	b.record(stepOp{kind: opMatMul, rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, dst: id(d), src: id(xt),
+		out: w.Rows, in: w.Cols}, opArgs{d: d, x: xt, w: wt}, uint64(wt.ptr))
+}
+
+func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
+	t := tensorOf(qkv)
+	sh := &b.shape
+	if t.qRot == 0 || qkv.Cols != sh.QKVCols() {
+		b.fail(fmt.Errorf("cuda backend: RoPEWriteKV on a [%d][%d] tensor, want %d columns", qkv.Rows, qkv.Cols,
+			sh.QKVCols()))
+		return
+	}
+	b.record(stepOp{kind: opRoPE, rows: qkv.Rows, capacity: t.rows, graphable: true, src: id(t)}, opArgs{x: t, layer: layer},
+		uint64(t.qRot), uint64(b.kCache[layer]), uint64(b.vCache[layer]), uint64(b.invFreq))
+}
+
+func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
+	d, q := tensorOf(dst), tensorOf(qkv)
+	if q.qRot == 0 {
+		b.fail(errors.New("cuda backend: Attention before RoPEWriteKV on a Q/K/V tensor"))
+		return
+	}
+	b.record(stepOp{kind: opAttention, rows: qkv.Rows, capacity: min(d.rows, q.rows), graphable: true, dst: id(d), src: id(q)},
+		opArgs{d: d, x: q, layer: layer}, uint64(q.qRot), uint64(b.kCache[layer]), uint64(b.vCache[layer]))
+}
+
+func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {
+	d, g := tensorOf(dst), tensorOf(gateUp)
+	b.record(stepOp{kind: opSwiGLU, rows: dst.Rows, capacity: min(d.rows, g.rows), graphable: true, dst: id(d), src: id(g),
+		out: dst.Cols, in: gateUp.Cols}, opArgs{d: d, x: g})
+}
+
+func (b *cudaBackend) GatherRows(dst, src Tensor, rows []int32) {
+	d, s := tensorOf(dst), tensorOf(src)
+	off, graphable := b.st.offLogits, true
+	if !equalInt32(rows, b.st.s.LogitRows) { // not the step's logits rows: give them their own section
+		off, graphable = len(b.host), false
+		b.host = append(b.host, rows...)
+	}
+	b.record(stepOp{kind: opGather, rows: len(rows), capacity: min(d.rows, s.rows), graphable: graphable, dst: id(d), src: id(s),
+		in: src.Cols}, opArgs{d: d, x: s, off: off}, uint64(off))
+}
+
+func equalInt32(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// recordArgmax records the argmax of the first rows rows of t into the slot's ids (idsAt). After the LM
+// head's product it may fuse into it (the plan decides at the rows it runs at): the product's epilogue
+// leaves one (max, index) per token and tile of 16 logits (the skinny product, which still writes the
+// logits) or per token and block (the skinny GEMM, which then does not write them: nothing reads a
+// greedy step's logits), and ArgmaxPartials reads those instead of the logits. The partial maxima's
+// buffer grows here, before the step runs, for either.
+func (b *cudaBackend) recordArgmax(rows int, t *cudaTensor) error {
+	cols := t.cols
+	graphable := b.st.s != nil && rows == len(b.st.s.LogitRows)
+	op := stepOp{kind: opArgmax, rows: rows, capacity: min(t.rows, b.idsCap), graphable: graphable, src: id(t), in: cols}
+	f := b.facts()
+	if ops := append(b.ops, op); fuseTarget(ops, len(ops)-1, &f) >= 0 {
+		if err := b.ensureArgmaxPartials(gemvMaxTokens * ((cols + 15) / 16)); err != nil {
+			return err
+		}
+	}
+	chunks := (cols + argmaxChunk - 1) / argmaxChunk
+	if err := b.ensureArgmaxPartials(chunks * max(rows, b.st.rows)); err != nil {
+		return err
+	}
+	b.record(op, opArgs{x: t}, uint64(b.argValues))
+	return nil
+}
+
+// rowThreads is the block size of a one-block-per-row kernel over cols elements: about four elements a
+// thread, a multiple of 32, at most 1024.
+func rowThreads(cols int) int { return min(1024, max(32, (cols/4+31)/32*32)) }

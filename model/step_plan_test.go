@@ -1,0 +1,408 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gollm/gollm/attention"
+)
+
+// planModel is the shape of a model whose steps the plan tests record.
+type planModel struct {
+	name                                       string
+	hidden, inter, layers, heads, kvHeads, dim int
+	vocab                                      int
+}
+
+var (
+	planLlama3_8B  = planModel{"llama3-8b", 4096, 14336, 32, 32, 8, 128, 128256}
+	planLlama32_1B = planModel{"llama3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256}
+)
+
+// planFacts are an H100's or an H200's facts ("h100", "h200") for a bf16 model m as the plan sees them:
+// 132 SMs, every kernel loaded (the skinny product and GEMM, the GEMM's SwiGLU map, the norm folds, the
+// decode kernels) with the occupancies attention's tests assume (head_dim 128: 2 programs an SM of
+// every mma kernel; head_dim 64: 4 of the grouped ones, 3 of split-k), the drivers' peak bandwidths,
+// and the default tunings.
+func planFacts(device string, m planModel) stepFacts {
+	bw := 2 * 2619e6 * 5120 / 8.0
+	if device == "h200" {
+		bw = 4.81e12
+	}
+	return stepFacts{sms: 132, hidden: m.hidden, headDim: m.dim, gemv: true, gemm: true, gemmSwiGLU: true,
+		normFold: true, normSlots: 2*m.layers + 1, decodeKernels: true,
+		attn: attention.DecodeDevice{SMs: 132, L2Bytes: 50 << 20, PeakBandwidth: bw, ProgramsPerSM: func(k attention.DecodeKernel) int {
+			switch {
+			case k.Path == attention.PathFMA:
+				return 4
+			case k.HeadDim == 64 && k.Kernel == attention.SplitK:
+				return 3
+			case k.HeadDim == 64:
+				return 4
+			}
+			return 2
+		}},
+		numHeads: m.heads, numKVHeads: m.kvHeads, blockSize: 16, attnDType: attention.BF16, tune: defaultGemvTuning}
+}
+
+// recordedStep is a step of model m recorded as Model.Forward records it: rows token rows; logits of
+// every row (a decode step: no gather) or, with gather, of one row. The names index the ops the tests
+// look at: the first layer's, the last layer's down product and the final ones.
+func recordedStep(m planModel, rows int, gather bool) (ops []stepOp, at map[string]int) {
+	const (
+		hidden tensorID = iota + 1
+		normed
+		qkv
+		attn
+		proj
+		gateUp
+		act
+		picked
+		logits
+	)
+	at = map[string]int{}
+	add := func(name string, op stepOp) {
+		if op.rows == 0 {
+			op.rows = rows
+		}
+		op.capacity, op.graphable = 256, true
+		if name != "" {
+			if _, seen := at[name]; !seen {
+				at[name] = len(ops)
+			}
+		}
+		ops = append(ops, op)
+	}
+	qkvCols := (m.heads + 2*m.kvHeads) * m.dim
+	add("embed", stepOp{kind: opEmbed, dst: hidden, in: m.hidden})
+	pending := tensorID(0)
+	for l := range m.layers {
+		norm := "norm0"
+		if l == 1 {
+			norm = "norm1"
+		}
+		add(norm, stepOp{kind: opNorm, dst: normed, add: pending, resid: hidden, in: m.hidden})
+		add("qkv", stepOp{kind: opMatMul, dst: qkv, src: normed, out: qkvCols, in: m.hidden})
+		add("rope", stepOp{kind: opRoPE, src: qkv})
+		add("attention", stepOp{kind: opAttention, dst: attn, src: qkv})
+		add("o", stepOp{kind: opMatMul, dst: proj, src: attn, out: m.hidden, in: m.heads * m.dim})
+		add("post0", stepOp{kind: opNorm, dst: normed, add: proj, resid: hidden, in: m.hidden})
+		add("gateup", stepOp{kind: opMatMul, dst: gateUp, src: normed, out: 2 * m.inter, in: m.hidden})
+		add("swiglu", stepOp{kind: opSwiGLU, dst: act, src: gateUp, out: m.inter, in: 2 * m.inter})
+		down := "down"
+		if l == m.layers-1 {
+			down = "downLast"
+		}
+		add(down, stepOp{kind: opMatMul, dst: proj, src: act, out: m.hidden, in: m.inter})
+		pending = proj
+	}
+	add("final", stepOp{kind: opNorm, dst: normed, add: pending, resid: hidden, in: m.hidden})
+	src, n := normed, rows
+	if gather {
+		src, n = picked, 1
+		add("gather", stepOp{kind: opGather, rows: n, dst: picked, src: normed, in: m.hidden})
+	}
+	add("lmhead", stepOp{kind: opMatMul, rows: n, dst: logits, src: src, out: m.vocab, in: m.hidden})
+	add("argmax", stepOp{kind: opArgmax, rows: n, src: logits, in: m.vocab})
+	return ops, at
+}
+
+// describe says how op i runs under plans, in the words of TestPlanStep's table.
+func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
+	op, p := &ops[i], &plans[i]
+	switch op.kind {
+	case opMatMul:
+		mm := p.mm
+		var w []string
+		switch mm.path {
+		case pathGemv:
+			w = append(w, "gemv", [...]string{"plain", "swiglu", "rope", "argmax"}[mm.mode])
+			if mm.accumulate {
+				w = append(w, "accumulate")
+			}
+			if p.foldOut >= 0 {
+				w = append(w, "normOut")
+			}
+			if p.foldIn >= 0 {
+				w = append(w, "normIn")
+			}
+		case pathGemm:
+			switch {
+			case mm.mode == gemvSwiGLU:
+				w = append(w, "gemm", "swiglu")
+			case mm.accumulate:
+				w = append(w, "gemm", "plain", "accumulate")
+			case mm.mode == gemvArgmax:
+				w = append(w, "gemm", "argmax")
+			default:
+				w = append(w, "gemm", "plain")
+			}
+		case pathCuBLAS:
+			w = append(w, "cublas")
+			if mm.accumulate {
+				w = append(w, "accumulate")
+			}
+			if sp := mm.split; sp.parts > 1 && sp.rows {
+				w = append(w, fmt.Sprintf("split-rows %d", sp.parts))
+			} else if sp.parts > 1 {
+				w = append(w, fmt.Sprintf("split-k %d", sp.parts))
+			}
+		}
+		return strings.Join(w, " ")
+	case opNorm:
+		switch {
+		case p.folded:
+			return "folded"
+		case p.add == addPartials:
+			return fmt.Sprintf("add %d partials", p.addParts)
+		case p.add == addNone:
+			return "add none"
+		case op.add == 0:
+			return "no add"
+		}
+		return "add"
+	case opRoPE:
+		switch {
+		case !p.skip:
+			return "kernel"
+		case plans[i+1].attn.RoPE:
+			return "attention"
+		}
+		return "qkv"
+	case opAttention:
+		if !p.decode {
+			return "prefill"
+		}
+		return fmt.Sprintf("%s %v %dx%d", p.attn.Kernel.Name, p.attn.Plan.Kernel, p.attn.Plan.NumPartitions, p.attn.Plan.PartitionTokens)
+	case opSwiGLU:
+		if p.skip {
+			return "fused"
+		}
+		return "kernel"
+	case opArgmax:
+		switch p.argmax {
+		case argmaxGemv:
+			return "gemv"
+		case argmaxGemm:
+			return fmt.Sprintf("gemm %d", gemmBlocks(op.in, f.gemmPlan(op.in, ops[p.target].in)))
+		}
+		return "chunks"
+	}
+	return op.kind.String()
+}
+
+// TestPlanStep is the step plan's regression oracle: how every op of Llama-3-8B's and Llama-3.2-1B's
+// steps runs on the H100 and the H200 (planFacts) at rows 1, 8, 16, 64 and 256 of a decode step run as
+// its graph (context 1152: cap 2048), and of prefill steps of 5 and 300 tokens (rows −5, −300) with one
+// logit row. The table was derived by running a CPU copy of the CUDA backend's run-time choices as they
+// were before the plan was a function of its own (backend_cuda.go's gemvServes, gemmTakes, splitOf,
+// normFolds, fused and ropeInAttention, at 71d212d) and the attention dispatcher's oracle: the refactor
+// changed no launch. Which kernel serves a product at a row count is its "qkv", "o", "gateup", "down"
+// and "lmhead" entries (planMatMul).
+func TestPlanStep(t *testing.T) {
+	models := map[string]planModel{"llama3-8b": planLlama3_8B, "llama3.2-1b": planLlama32_1B}
+	for _, tc := range []struct {
+		device, model string
+		rows          int
+		want          map[string]string
+	}{
+		{"h100", "llama3-8b", 1, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 16x128"}},
+		{"h100", "llama3-8b", 8, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 4x512"}},
+		{"h100", "llama3-8b", 16, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-rows 2", "downLast": "cublas accumulate split-rows 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0"}},
+		{"h100", "llama3-8b", 64, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-rows 2", "downLast": "cublas accumulate split-rows 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0"}},
+		{"h100", "llama3-8b", 256, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "cublas", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "chunks", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0"}},
+		{"h100", "llama3-8b", -5, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate", "lmhead": "gemv argmax", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "add none", "swiglu": "fused", "argmax": "gemv", "attention": "prefill"}},
+		{"h100", "llama3-8b", -300, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "gemv argmax", "rope": "kernel", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "gemv", "attention": "prefill"}},
+		{"h100", "llama3.2-1b", 1, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d64_n8 split-k 16x128"}},
+		{"h100", "llama3.2-1b", 8, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d64_n8 split-k 8x256"}},
+		{"h100", "llama3.2-1b", 16, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-k 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-k 2", "downLast": "cublas accumulate split-k 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add 2 partials", "norm1": "add 2 partials", "final": "add 2 partials", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d64_n8 grouped 1x0"}},
+		{"h100", "llama3.2-1b", 64, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-k 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-k 2", "downLast": "cublas accumulate split-k 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add 2 partials", "norm1": "add 2 partials", "final": "add 2 partials", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d64_n8 grouped 1x0"}},
+		{"h100", "llama3.2-1b", 256, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "cublas", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "chunks", "attention": "DecodeGrouped_mma_bf16_d64_n8 grouped 1x0"}},
+		{"h100", "llama3.2-1b", -5, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate", "lmhead": "gemv argmax", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "add none", "swiglu": "fused", "argmax": "gemv", "attention": "prefill"}},
+		{"h100", "llama3.2-1b", -300, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "gemv argmax", "rope": "kernel", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "gemv", "attention": "prefill"}},
+		{"h200", "llama3-8b", 1, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 16x128"}},
+		{"h200", "llama3-8b", 8, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 4x512"}},
+		{"h200", "llama3-8b", 16, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-rows 2", "downLast": "cublas accumulate split-rows 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 2x1024"}},
+		{"h200", "llama3-8b", 64, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-rows 2", "downLast": "cublas accumulate split-rows 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0"}},
+		{"h200", "llama3-8b", 256, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "cublas", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "chunks", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0"}},
+		{"h200", "llama3-8b", -5, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate", "lmhead": "gemv argmax", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "add none", "swiglu": "fused", "argmax": "gemv", "attention": "prefill"}},
+		{"h200", "llama3-8b", -300, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "gemv argmax", "rope": "kernel", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "gemv", "attention": "prefill"}},
+		{"h200", "llama3.2-1b", 1, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d64_n8 split-k 16x128"}},
+		{"h200", "llama3.2-1b", 8, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate normOut", "lmhead": "gemv argmax normIn", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "swiglu": "fused", "argmax": "gemv", "attention": "DecodeSplitK_mma_bf16_d64_n8 split-k 8x256"}},
+		{"h200", "llama3.2-1b", 16, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-k 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-k 2", "downLast": "cublas accumulate split-k 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add 2 partials", "norm1": "add 2 partials", "final": "add 2 partials", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeSplitK_mma_bf16_d64_n8 split-k 4x512"}},
+		{"h200", "llama3.2-1b", 64, map[string]string{"qkv": "cublas", "o": "cublas accumulate split-k 2", "gateup": "gemm swiglu", "down": "cublas accumulate split-k 2", "downLast": "cublas accumulate split-k 2", "lmhead": "gemm argmax", "rope": "attention", "norm0": "no add", "post0": "add 2 partials", "norm1": "add 2 partials", "final": "add 2 partials", "swiglu": "fused", "argmax": "gemm 501", "attention": "DecodeGrouped_mma_bf16_d64_n8 grouped 1x0"}},
+		{"h200", "llama3.2-1b", 256, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "cublas", "rope": "attention", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "chunks", "attention": "DecodeGrouped_mma_bf16_d64_n8 grouped 1x0"}},
+		{"h200", "llama3.2-1b", -5, map[string]string{"qkv": "gemv rope normIn", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "downLast": "gemv plain accumulate", "lmhead": "gemv argmax", "rope": "qkv", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "add none", "swiglu": "fused", "argmax": "gemv", "attention": "prefill"}},
+		{"h200", "llama3.2-1b", -300, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "gemv argmax", "rope": "kernel", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "gemv", "attention": "prefill"}},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/rows%d", tc.device, tc.model, tc.rows), func(t *testing.T) {
+			m := models[tc.model]
+			f := planFacts(tc.device, m)
+			rows, prefill := tc.rows, tc.rows < 0
+			st := stepShape{decode: true, graph: true, contextCap: 2048, stride: 2048 / 16, pdl: rows <= pdlMaxRows}
+			planRows := rows
+			if prefill {
+				rows, planRows = -rows, 0
+				st = stepShape{contextLens: []int32{int32(-tc.rows)}, stride: 19}
+			}
+			ops, at := recordedStep(m, rows, prefill)
+			plans := planStep(ops, planRows, &f, &st)
+			for name, want := range tc.want {
+				if got := describe(ops, plans, at[name], &f); got != want {
+					t.Errorf("%s: %s, want %s", name, got, want)
+				}
+			}
+			// Every layer's attention runs as the first layer's.
+			for i, op := range ops {
+				if op.kind == opAttention {
+					if got, want := describe(ops, plans, i, &f), describe(ops, plans, at["attention"], &f); got != want {
+						t.Errorf("op %d: attention %s, layer 0's %s", i, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPlanMatMul answers which kernel serves a product at a row count (planMatMul) for the products of
+// Llama-3-8B and Llama-3.2-1B at rows 1-256, with and without the skinny kernels, and checks that the
+// epilogue asked for runs only where the kernel serves it.
+func TestPlanMatMul(t *testing.T) {
+	h100 := planFacts("h100", planLlama3_8B)
+	f32 := h100
+	f32.gemv, f32.gemm, f32.gemmSwiGLU = false, false, false
+	for _, tc := range []struct {
+		name          string
+		f             *stepFacts
+		rows, out, in int
+		mode          gemvMode
+		residual      bool
+		path          matmulPath
+		runs          gemvMode
+	}{
+		{"8b-qkv-1", &h100, 1, 6144, 4096, gemvRoPE, false, pathGemv, gemvRoPE},
+		{"8b-qkv-8", &h100, 8, 6144, 4096, gemvRoPE, false, pathGemv, gemvRoPE},
+		{"8b-qkv-9", &h100, 9, 6144, 4096, gemvRoPE, false, pathCuBLAS, gemvPlain}, // under GemmMinBytes
+		{"8b-gateup-16", &h100, 16, 28672, 4096, gemvSwiGLU, false, pathGemm, gemvSwiGLU},
+		{"8b-gateup-64", &h100, 64, 28672, 4096, gemvSwiGLU, false, pathGemm, gemvSwiGLU},
+		{"8b-gateup-65", &h100, 65, 28672, 4096, gemvSwiGLU, false, pathCuBLAS, gemvPlain},
+		{"8b-lmhead-16", &h100, 16, 128256, 4096, gemvArgmax, false, pathGemm, gemvArgmax},
+		{"8b-lmhead-256", &h100, 256, 128256, 4096, gemvArgmax, false, pathCuBLAS, gemvPlain},
+		{"8b-o-16", &h100, 16, 4096, 4096, gemvPlain, true, pathCuBLAS, gemvPlain},
+		{"8b-o-1", &h100, 1, 4096, 4096, gemvPlain, true, pathGemv, gemvPlain},
+		{"f32-qkv-1", &f32, 1, 6144, 4096, gemvRoPE, false, pathCuBLAS, gemvPlain},
+		{"f32-gateup-16", &f32, 16, 28672, 4096, gemvSwiGLU, false, pathCuBLAS, gemvPlain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.f.planMatMul(tc.rows, tc.out, tc.in, tc.mode, tc.residual)
+			if got.path != tc.path || got.mode != tc.runs || got.accumulate != (tc.residual && tc.mode == gemvPlain) {
+				t.Errorf("planMatMul = %+v, want %v running %v", got, tc.path, tc.runs)
+			}
+		})
+	}
+}
+
+// TestLinkOps checks the links the recording asks for: none with fusion off or without the skinny
+// product (a float32 model), none between ops of different row counts, and the norm folds' slots in
+// recording order.
+func TestLinkOps(t *testing.T) {
+	m := planLlama32_1B
+	ops, at := recordedStep(m, 1, false)
+	f := planFacts("h100", m)
+	links, folds := linkOps(ops, &f)
+	if len(folds) != 2*m.layers+1 {
+		t.Errorf("%d folds, want %d", len(folds), 2*m.layers+1)
+	}
+	for k, n := range folds {
+		if links[n].fold != k || ops[n].kind != opNorm {
+			t.Errorf("fold %d: op %d (%v) has slot %d", k, n, ops[n].kind, links[n].fold)
+		}
+	}
+	if l := links[at["qkv"]]; l.mode != gemvRoPE || l.normIn != at["norm0"] {
+		t.Errorf("qkv links %+v", l)
+	}
+	if l := links[at["o"]]; !l.residual || !l.afterAttention || l.normOut != at["post0"] {
+		t.Errorf("o links %+v", l)
+	}
+	for _, tc := range []struct {
+		name string
+		tune func(*stepFacts)
+	}{
+		{"nofuse", func(f *stepFacts) { f.tune.NoFuse = true }},
+		{"float32", func(f *stepFacts) { f.gemv = false }},
+	} {
+		f := planFacts("h100", m)
+		tc.tune(&f)
+		links, _ := linkOps(ops, &f)
+		for i, l := range links {
+			if l.mode != gemvPlain {
+				t.Errorf("%s: op %d (%v) asks for epilogue %d", tc.name, i, ops[i].kind, l.mode)
+			}
+		}
+	}
+	// An argmax of another row count than the LM head's product does not fuse into it.
+	ops[len(ops)-1].rows = 2
+	if links, _ := linkOps(ops, &f); links[len(ops)-1].target >= 0 {
+		t.Errorf("argmax of 2 rows after a 1-row product fuses")
+	}
+}
+
+// TestPlanNormFoldsAllOrNone: a step's norms fold all or none (the ring of fold slots): one norm whose
+// product cannot run the skinny product (k not a multiple of 64) keeps every norm a kernel.
+func TestPlanNormFoldsAllOrNone(t *testing.T) {
+	m := planLlama32_1B
+	ops, at := recordedStep(m, 1, false)
+	f := planFacts("h100", m)
+	st := stepShape{decode: true, graph: true, contextCap: 2048, stride: 128, pdl: true}
+	if p := planStep(ops, 1, &f, &st); !p[at["post0"]].folded {
+		t.Fatalf("the default step's norms do not fold")
+	}
+	// The first post-attention norm, 32 columns wider: its consumer's k is not whole 64-column blocks.
+	ops[at["o"]].out, ops[at["post0"]].in, ops[at["gateup"]].in = m.hidden+32, m.hidden+32, m.hidden+32
+	if links, _ := linkOps(ops, &f); links[at["post0"]].consumer != at["gateup"] {
+		t.Fatalf("the norm does not fold into its consumer")
+	}
+	for i, p := range planStep(ops, 1, &f, &st) {
+		if p.folded || p.foldIn >= 0 || p.foldOut >= 0 {
+			t.Errorf("op %d (%v) folds", i, ops[i].kind)
+		}
+	}
+}
+
+// TestSplitOf checks how the products of a 9-64-row step on cuBLAS are split (splitOf): the O and down
+// products (accumulating into the residual) in two halves of their output rows from splitRowsMinOut rows
+// on, of k below, none past gemvMaxTokens rows, for products that do not accumulate (Q/K/V, gate/up) or
+// when turned off; the tuning's forced forms. Neither skinny kernel is loaded.
+func TestSplitOf(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		hidden        int
+		out, in, rows int
+		accumulates   bool
+		tune          func(*gemvTuning)
+		want          productSplit
+	}{
+		{"8b-o", 4096, 4096, 4096, 64, true, nil, productSplit{2, true}},
+		{"8b-down", 4096, 4096, 14336, 16, true, nil, productSplit{2, true}},
+		{"1b-o", 2048, 2048, 2048, 64, true, nil, productSplit{2, false}},
+		{"1b-down", 2048, 2048, 8192, 9, true, nil, productSplit{2, false}},
+		{"1b-down-k-odd", 2048, 2048, 8128, 64, true, nil, productSplit{1, false}},
+		{"8b-o-prefill", 4096, 4096, 4096, 65, true, nil, productSplit{1, false}},
+		{"8b-qkv", 4096, 6144, 4096, 64, false, nil, productSplit{1, false}},
+		{"8b-gate-up-float", 4096, 28672, 4096, 64, false, nil, productSplit{1, false}},
+		{"8b-o-off", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = -1 }, productSplit{1, false}},
+		{"8b-o-k4", 4096, 4096, 4096, 64, true, func(t *gemvTuning) { t.SplitK = 4 }, productSplit{4, false}},
+		{"1b-o-rows", 2048, 2048, 2048, 64, true, func(t *gemvTuning) { t.SplitRows = true }, productSplit{2, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &stepFacts{sms: 132, hidden: tc.hidden, tune: defaultGemvTuning}
+			if tc.tune != nil {
+				tc.tune(&f.tune)
+			}
+			if got := f.splitOf(tc.rows, tc.out, tc.in, tc.accumulates); got != tc.want {
+				t.Errorf("splitOf(%d × %d, %d rows) = %+v, want %+v", tc.out, tc.in, tc.rows, got, tc.want)
+			}
+		})
+	}
+}
