@@ -1,0 +1,115 @@
+package constraint
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestMatch(t *testing.T) {
+	tests := []struct {
+		name   string
+		spec   Spec
+		accept []string
+		reject []string
+	}{
+		{"choice", Spec{Kind: Choice, Choices: []string{"yes", "no", "maybe so"}},
+			[]string{"yes", "no", "maybe so"}, []string{"", "ye", "yes ", "No"}},
+		{"regex", Spec{Kind: Regex, Text: `[a-c]+(x|yz)?\d{2,3}`},
+			[]string{"a12", "abcx123", "cyz00"}, []string{"", "a1", "dx12", "a1234", "ayx12"}},
+		{"regex-unicode", Spec{Kind: Regex, Text: `[^a-z]{2}.`},
+			[]string{"東京!", "AB😀"}, []string{"ab!", "東京\n"}},
+		{"gbnf", Spec{Kind: GBNF, Text: "root ::= greeting \" \" name # comment\ngreeting ::= \"hi\" | \"hello\"\nname ::= [A-Z] [a-z]*\n"},
+			[]string{"hi Bob", "hello X"}, []string{"hi bob", "hey Bob", "hi "}},
+		{"gbnf-recursive", Spec{Kind: GBNF, Text: `root ::= "(" root ")" | "x"`},
+			[]string{"x", "((x))"}, []string{"(x", "()", "(x))"}},
+		{"json_object", Spec{Kind: JSONObject},
+			[]string{`{}`, `{"a": [1, -2.5e3, "x\n", {"b": null}], "c": true}`, " {\n  \"k\": \"é\"\n}"},
+			[]string{`[]`, `{"a"}`, `{"a": 01}`, `{"a": "\x"}`, "{\"a\": \"\x01\"}", `{"a":1,}`, "{          }"}},
+		{"schema-object", Spec{Kind: JSONSchema, Text: `{"type":"object","properties":{"name":{"type":"string","maxLength":3},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name"],"additionalProperties":false}`},
+			[]string{`{"name":"Bob"}`, `{"name": "", "age": 150}`, `{"name":"é","age":0}`},
+			[]string{`{}`, `{"age":3}`, `{"name":"Bobby"}`, `{"name":"a","age":151}`, `{"name":"a","age":-1}`, `{"name":"a","x":1}`, `{"age":1,"name":"a"}`}},
+		{"schema-additional", Spec{Kind: JSONSchema, Text: `{"properties":{"a":{"type":"integer"}}}`},
+			[]string{`{"a":1,"b":"x"}`, `{"b":2}`, `"any"`, `[1]`},
+			[]string{`{"a":"x"}`, `{"b":1,"a":"x"}`}},
+		{"schema-range", Spec{Kind: JSONSchema, Text: `{"type":"number","exclusiveMinimum":-1.5,"maximum":20}`},
+			[]string{"-1.49", "0", "-0", "20", "19.999", "-1"}, []string{"-1.5", "-2", "20.0001", "21", "1e1", "100"}},
+		{"schema-int-range", Spec{Kind: JSONSchema, Text: `{"type":"integer","minimum":1.5,"exclusiveMaximum":1000}`},
+			[]string{"2", "999", "10"}, []string{"1", "1000", "2.0", "0", "-5"}},
+		{"schema-enum", Spec{Kind: JSONSchema, Text: `{"enum":["a",1,null,{"x":[true]}],"type":["string","object","null"]}`},
+			[]string{`"a"`, `null`, `{"x":[true]}`}, []string{`1`, `"b"`}},
+		{"schema-recursive", Spec{Kind: JSONSchema, Text: `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/node"}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"}`},
+			[]string{`{"v":1}`, `{"v":1,"next":{"v":2,"next":{"v":3}}}`}, []string{`{"v":1,"next":{}}`, `{}`}},
+		{"schema-array", Spec{Kind: JSONSchema, Text: `{"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"boolean"},"minItems":2,"maxItems":3}`},
+			[]string{`["a",true]`, `["a", false, true]`}, []string{`["a"]`, `[true,true]`, `["a",true,true,true]`}},
+		{"schema-format", Spec{Kind: JSONSchema, Text: `{"type":"array","items":[{"format":"date"},{"format":"date-time"},{"format":"uuid"},{"format":"email"}]}`},
+			[]string{`["2024-02-29","2023-12-31T23:59:59.5+01:00","123e4567-e89b-12d3-a456-426614174000","a.b@example.com"]`},
+			[]string{`["2023-02-29"]`, `["2024-13-01"]`, `["2024-01-01","2024-01-01T24:00:00Z"]`}},
+		{"schema-pattern", Spec{Kind: JSONSchema, Text: `{"type":"string","pattern":"^[a-z]+\\d$","minLength":3}`},
+			[]string{`"ab1"`, `"abcd9"`}, []string{`"a1"`, `"ab"`, `"AB1"`}},
+		{"schema-pattern-search", Spec{Kind: JSONSchema, Text: `{"type":"string","pattern":"o+"}`},
+			[]string{`"foo"`, `"o"`, `"\"o\""`}, []string{`"f"`, `""`}},
+		{"schema-anyof", Spec{Kind: JSONSchema, Text: `{"anyOf":[{"type":"string","maxLength":1},{"type":"integer"}]}`},
+			[]string{`"a"`, `5`}, []string{`"ab"`, `1.5`}},
+		{"schema-oneof-disjoint", Spec{Kind: JSONSchema, Text: `{"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]}`},
+			[]string{`{"k":"a"}`, `{"k":"b","n":1}`}, []string{`{"k":"c"}`}},
+		{"schema-allof", Spec{Kind: JSONSchema, Text: `{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]}`},
+			[]string{`{"a":1,"b":"x"}`}, []string{`{"a":1}`, `{"b":"x"}`}},
+	}
+	v := testVocab(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := compileT(t, tc.spec, v)
+			for _, s := range tc.accept {
+				if !g.match([]byte(s)) {
+					t.Errorf("rejects %q", s)
+				}
+			}
+			for _, s := range tc.reject {
+				if g.match([]byte(s)) {
+					t.Errorf("accepts %q", s)
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 5 {
+				text, ok := randomWalk(t, g, rng, 60, 0.3)
+				if ok && !g.match([]byte(text)) {
+					t.Errorf("random walk %q complete but does not match", text)
+				}
+			}
+		})
+	}
+}
+
+func TestRefused(t *testing.T) {
+	tests := []struct {
+		spec Spec
+		want error
+	}{
+		{Spec{Kind: JSONSchema, Text: `{"type":"object","patternProperties":{}}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"not":{}}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"format":"hostname"}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"oneOf":[{"type":"integer"},{"minimum":2}]}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"$ref":"http://example.com/s.json"}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"type":`}, ErrSyntax},
+		{Spec{Kind: JSONSchema, Text: `{"$ref":"#/$defs/missing"}`}, ErrSyntax},
+		{Spec{Kind: JSONSchema, Text: `{"type":"string","maxLength":1,"minLength":2}`}, ErrEmpty},
+		{Spec{Kind: Regex, Text: `a(?=b)`}, ErrUnsupported},
+		{Spec{Kind: Regex, Text: `(a)\1`}, ErrUnsupported},
+		{Spec{Kind: Regex, Text: `a\bb`}, ErrUnsupported},
+		{Spec{Kind: Regex, Text: `a^b`}, ErrUnsupported},
+		{Spec{Kind: Regex, Text: `(a`}, ErrSyntax},
+		{Spec{Kind: GBNF, Text: `root ::= root "a" | "b"`}, ErrUnsupported},
+		{Spec{Kind: GBNF, Text: `root ::= x`}, ErrSyntax},
+		{Spec{Kind: GBNF, Text: `root ::= <think>`}, ErrUnsupported},
+		{Spec{Kind: GBNF, Text: `start ::= "a"`}, ErrSyntax},
+		{Spec{Kind: "xml"}, ErrUnsupported},
+	}
+	v := testVocab(t)
+	for _, tc := range tests {
+		_, err := Compile(tc.spec, v, Options{})
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s %q: %v, want %v", tc.spec.Kind, tc.spec.Text, err, tc.want)
+		}
+	}
+}
