@@ -179,6 +179,7 @@ type automaton struct {
 	ruleNames []string
 	root      int32     // the root rule's start state
 	follow    []byteSet // per rule: the bytes that may follow its end in some context
+	leafRules []bool    // per rule: it calls no rule
 }
 
 func (a *automaton) numStates() int { return len(a.flags) }
@@ -225,6 +226,15 @@ func lower(g *grammar) (*automaton, error) {
 	a.prune()
 	a.setFlags()
 	a.computeFollow()
+	a.leafRules = make([]bool, len(a.ruleStart))
+	for r := range a.leafRules {
+		a.leafRules[r] = true
+	}
+	for s := range a.calls {
+		if len(a.calls[s]) > 0 {
+			a.leafRules[a.ruleOf[s]] = false
+		}
+	}
 	return a, nil
 }
 
@@ -259,13 +269,8 @@ func (d *subsetBuilder) closure(seed []int32) []int32 {
 
 // state returns the automaton state of an ε-closed NFA set, adding it when new.
 func (d *subsetBuilder) state(set []int32) (int32, error) {
-	var key strings.Builder
-	var buf [4]byte
-	for _, s := range set {
-		binary.LittleEndian.PutUint32(buf[:], uint32(s))
-		key.Write(buf[:])
-	}
-	if id, ok := d.ids[key.String()]; ok {
+	key := setKey(set)
+	if id, ok := d.ids[key]; ok {
 		return id, nil
 	}
 	a := d.a
@@ -273,7 +278,7 @@ func (d *subsetBuilder) state(set []int32) (int32, error) {
 		return 0, fmt.Errorf("%w: the grammar needs more than %d automaton states", ErrTooLarge, maxDFAStates)
 	}
 	id := int32(len(a.flags))
-	d.ids[key.String()] = id
+	d.ids[key] = id
 	if d.sets == nil {
 		d.sets = map[int32][]int32{}
 	}
@@ -318,17 +323,14 @@ func (d *subsetBuilder) expand(id int32) error {
 		}
 		slices.Sort(targets[c])
 		t := slices.Compact(targets[c])
-		var key strings.Builder
-		for _, s := range t {
-			fmt.Fprintf(&key, "%d,", s)
-		}
-		to, ok := memo[key.String()]
+		key := setKey(t)
+		to, ok := memo[key]
 		if !ok {
 			var err error
 			if to, err = d.state(d.closure(t)); err != nil {
 				return err
 			}
-			memo[key.String()] = to
+			memo[key] = to
 		}
 		d.a.next[int(id)*256+c] = to
 	}
@@ -437,34 +439,53 @@ func (a *automaton) nullable() []bool {
 }
 
 // prune removes transitions and calls into states from which the rule can never end (a dead
-// end would let the matcher accept a prefix that no continuation completes).
+// end would let the matcher accept a prefix that no continuation completes). Liveness spreads
+// backwards from accepting states: over byte edges, and over a call once both its callee's start
+// and its return state are live.
 func (a *automaton) prune() {
 	ns := a.numStates()
-	live := make([]bool, ns)
-	for s := range live {
-		live[s] = a.flags[s]&flagAccept != 0
+	preds := make([][]int32, ns)    // byte-edge predecessors
+	callDeps := make([][]int32, ns) // states with a call whose start or return is this state
+	for s := range ns {
+		for c := range 256 {
+			if t := a.next[s*256+c]; t >= 0 && (len(preds[t]) == 0 || preds[t][len(preds[t])-1] != int32(s)) {
+				preds[t] = append(preds[t], int32(s))
+			}
+		}
+		for _, c := range a.calls[s] {
+			callDeps[c.start] = append(callDeps[c.start], int32(s))
+			callDeps[c.ret] = append(callDeps[c.ret], int32(s))
+		}
 	}
-	for changed := true; changed; {
-		changed = false
-		for s := range ns {
+	live := make([]bool, ns)
+	var work []int32
+	mark := func(s int32) {
+		if !live[s] {
+			live[s] = true
+			work = append(work, s)
+		}
+	}
+	for s := range ns {
+		if a.flags[s]&flagAccept != 0 {
+			mark(int32(s))
+		}
+	}
+	for len(work) > 0 {
+		x := work[len(work)-1]
+		work = work[:len(work)-1]
+		for _, p := range preds[x] {
+			mark(p)
+		}
+		for _, s := range callDeps[x] {
 			if live[s] {
 				continue
 			}
-			for c := range 256 {
-				if t := a.next[s*256+c]; t >= 0 && live[t] {
-					live[s] = true
+			for _, c := range a.calls[s] {
+				if live[c.start] && live[c.ret] {
+					mark(s)
 					break
 				}
 			}
-			if !live[s] {
-				for _, c := range a.calls[s] {
-					if live[c.start] && live[c.ret] {
-						live[s] = true
-						break
-					}
-				}
-			}
-			changed = changed || live[s]
 		}
 	}
 	for s := range ns {
@@ -533,4 +554,13 @@ func (a *automaton) computeFollow() {
 			}
 		}
 	}
+}
+
+// setKey names a sorted set of NFA states.
+func setKey(set []int32) string {
+	buf := make([]byte, 0, 4*len(set))
+	for _, s := range set {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(s))
+	}
+	return string(buf)
 }

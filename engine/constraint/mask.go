@@ -1,6 +1,7 @@
 package constraint
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -40,14 +41,33 @@ func (e *maskEntry) or(dst []uint64) {
 
 // walker is scratch for computing entries.
 type walker struct {
-	st   *stepper
-	cfgs []config
-	acc  []int32
-	unc  []int32
+	st    *stepper
+	lv    []level // per trie depth
+	dense []uint64
+	acc   []int32
+	unc   []int32
+}
+
+// level is the matcher's state at one depth of a trie walk: one stack (simple), or a config.
+type level struct {
+	simple bool
+	state  int32
+	parent *frame
+	c      config
+}
+
+// general returns l as a config.
+func (l *level) general() *config {
+	if l.simple {
+		l.c.reset()
+		l.c.stacks = append(l.c.stacks, stack{l.state, l.parent})
+		l.simple = false
+	}
+	return &l.c
 }
 
 func (g *Grammar) newWalker() *walker {
-	return &walker{st: newStepper(g.a), cfgs: make([]config, g.vocab.maxTokenLen()+1)}
+	return &walker{st: newStepper(g.a), lv: make([]level, g.vocab.maxTokenLen()+1), dense: make([]uint64, g.vocab.MaskWords())}
 }
 
 // entry returns state's split, computing it on first use.
@@ -56,7 +76,7 @@ func (g *Grammar) entry(state int32) *maskEntry {
 		return e
 	}
 	w := g.walkers.Get().(*walker)
-	e := g.computeEntry(state, w)
+	e := g.sharedOrCompute(state, w)
 	g.walkers.Put(w)
 	if g.entries[state].CompareAndSwap(nil, e) {
 		return e
@@ -64,47 +84,74 @@ func (g *Grammar) entry(state int32) *maskEntry {
 	return g.entries[state].Load()
 }
 
-// computeEntry walks the vocabulary's trie from state alone.
+// computeEntry walks the vocabulary's trie from state alone. Most steps of a walk stay in one
+// stack moving between plain states (a byte transition and nothing to close over), which the walk
+// does inline; the rest goes through the stepper.
 func (g *Grammar) computeEntry(state int32, w *walker) *maskEntry {
 	a, v := g.a, g.vocab
+	next, flags := a.next, a.flags
 	follow := &a.follow[a.ruleOf[state]]
-	w.acc, w.unc = w.acc[:0], w.unc[:0]
-	w.cfgs[0].reset()
-	w.cfgs[0].stacks = append(w.cfgs[0].stacks, stack{state, nil})
+	clear(w.dense)
+	nacc := 0
+	w.unc = w.unc[:0]
+	w.lv[0] = level{simple: true, state: state, c: w.lv[0].c}
 	w.st.in = interner{}
-	nodes := v.nodes
+	nodes, order := v.nodes, v.order
 	uncUntil := int32(0)
 	for i := int32(0); i < int32(len(nodes)); {
 		nd := &nodes[i]
-		parent := &w.cfgs[nd.depth-1]
-		if parent.complete && follow.has(nd.b) {
-			uncUntil = max(uncUntil, nd.end)
+		parent := &w.lv[nd.depth-1]
+		cur := &w.lv[nd.depth]
+		alive := false
+		if parent.simple {
+			if t := next[int(parent.state)<<8|int(nd.b)]; t < 0 {
+				alive = false
+			} else if flags[t]&flagPlain != 0 {
+				cur.simple, cur.state, cur.parent = true, t, parent.parent
+				alive = true
+			} else {
+				cur.simple = false
+				w.st.advance(&cur.c, parent.general(), nd.b)
+				alive = !cur.c.dead()
+			}
+		} else {
+			if parent.c.complete && follow.has(nd.b) {
+				uncUntil = max(uncUntil, nd.end)
+			}
+			cur.simple = false
+			w.st.advance(&cur.c, &parent.c, nd.b)
+			alive = !cur.c.dead()
 		}
-		cur := &w.cfgs[nd.depth]
-		w.st.advance(cur, parent, nd.b)
-		if cur.dead() {
+		if !alive {
 			if i < uncUntil {
 				for j := i; j < nd.end; j++ {
-					w.unc = append(w.unc, v.order[nodes[j].tokLo:nodes[j].tokHi]...)
+					w.unc = append(w.unc, order[nodes[j].tokLo:nodes[j].tokHi]...)
 				}
 			}
 			i = nd.end
 			continue
 		}
-		w.acc = append(w.acc, v.order[nd.tokLo:nd.tokHi]...)
+		for _, id := range order[nd.tokLo:nd.tokHi] {
+			w.dense[id>>6] |= 1 << (id & 63)
+		}
+		nacc += int(nd.tokHi - nd.tokLo)
 		i++
 	}
 	e := &maskEntry{}
 	if len(w.unc) > 0 {
 		e.uncertain = append([]int32(nil), w.unc...)
 	}
-	if words := v.MaskWords(); len(w.acc) > words {
-		e.dense = make([]uint64, words)
-		for _, id := range w.acc {
-			e.dense[id>>6] |= 1 << (id & 63)
+	if nacc > len(w.dense) {
+		e.dense = append([]uint64(nil), w.dense...)
+	} else if nacc > 0 {
+		e.sparse = make([]int32, 0, nacc)
+		for k, word := range w.dense {
+			for word != 0 {
+				b := bits.TrailingZeros64(word)
+				e.sparse = append(e.sparse, int32(k*64+b))
+				word &= word - 1
+			}
 		}
-	} else if len(w.acc) > 0 {
-		e.sparse = append([]int32(nil), w.acc...)
 	}
 	return e
 }
@@ -129,7 +176,7 @@ func (g *Grammar) precompute() {
 					return
 				}
 				s := states[k]
-				g.entries[s].CompareAndSwap(nil, g.computeEntry(s, w))
+				g.entries[s].CompareAndSwap(nil, g.sharedOrCompute(s, w))
 			}
 		})
 	}
@@ -143,4 +190,76 @@ func maskCount(m []uint64) int {
 		n += bits.OnesCount64(w)
 	}
 	return n
+}
+
+// sharedOrCompute returns state's entry from the vocabulary's shared cache when its rule is a leaf
+// (calls no rule: a JSON string, a number, a format), computing and sharing it when missing. The
+// entry of a leaf rule's state depends only on the states it reaches and the rule's FOLLOW set,
+// which its signature spells, so grammars that share a sub-language (every schema's free strings)
+// compute it once per vocabulary.
+func (g *Grammar) sharedOrCompute(state int32, w *walker) *maskEntry {
+	key, ok := g.a.leafSignature(state)
+	if !ok {
+		return g.computeEntry(state, w)
+	}
+	if e := g.vocab.sharedEntry(key); e != nil {
+		return e
+	}
+	e := g.computeEntry(state, w)
+	g.vocab.storeShared(key, e)
+	return e
+}
+
+// maxSignatureStates bounds the states a leaf signature spells.
+const maxSignatureStates = 4096
+
+// leafSignature spells what a state of a leaf rule matches: the states it reaches, numbered in
+// breadth-first order, with their transitions and whether they accept, then the rule's FOLLOW set.
+func (a *automaton) leafSignature(state int32) (string, bool) {
+	rule := a.ruleOf[state]
+	if !a.leaf(rule) {
+		return "", false
+	}
+	ids := map[int32]int32{state: 0}
+	queue := []int32{state}
+	buf := make([]byte, 0, 64)
+	for k := 0; k < len(queue); k++ {
+		if len(queue) > maxSignatureStates {
+			return "", false
+		}
+		s := queue[k]
+		buf = append(buf, a.flags[s]&flagAccept)
+		prev := int32(-2)
+		for c := range 256 {
+			t := a.next[int(s)<<8|c]
+			if t >= 0 {
+				if _, ok := ids[t]; !ok {
+					ids[t] = int32(len(queue))
+					queue = append(queue, t)
+				}
+			}
+			id := int32(-1)
+			if t >= 0 {
+				id = ids[t]
+			}
+			if id != prev { // runs of equal targets: the byte where each starts, and the target
+				buf = append(buf, byte(c))
+				buf = binary.LittleEndian.AppendUint32(buf, uint32(id))
+				prev = id
+			}
+		}
+		buf = append(buf, 0xFF)
+	}
+	for _, w := range a.follow[rule] {
+		buf = binary.LittleEndian.AppendUint64(buf, w)
+	}
+	return string(buf), true
+}
+
+// leaf reports whether rule calls no rule.
+func (a *automaton) leaf(rule int32) bool {
+	if a.leafRules == nil {
+		return false
+	}
+	return a.leafRules[rule]
 }

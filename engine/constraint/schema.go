@@ -489,7 +489,11 @@ func (c *schemaCompiler) number(o *jsonObject, integer bool, path string) (*expr
 		}
 		return c.b.num(), nil
 	}
-	return rangeExpr(lo, hi, integer)
+	e, err := rangeExpr(lo, hi, integer)
+	if err != nil || e.kind == kNothing {
+		return e, err
+	}
+	return refExpr(c.g.add("number "+path, e)), nil
 }
 
 // cmpDecimal compares two decimals.
@@ -613,7 +617,8 @@ func (c *schemaCompiler) str(o *jsonObject, path string) (*expr, error) {
 	if err != nil {
 		return nil, err
 	}
-	return seqExpr(litExpr(`"`), body, litExpr(`"`)), nil
+	// A rule of its own: the mask cache shares a leaf rule's entries across grammars.
+	return refExpr(c.g.add("string "+path, seqExpr(litExpr(`"`), body, litExpr(`"`)))), nil
 }
 
 // formats are the string formats supported, as regexes over characters; each is a strict subset of
@@ -693,7 +698,8 @@ func (c *schemaCompiler) array(o *jsonObject, path string) (*expr, error) {
 		}
 	}
 	// States 0..k count the items so far; past k (unbounded) the last state loops.
-	k := max(len(prefix), minItems)
+	// The loop needs a comma, so it sits at a count of at least one.
+	k := max(len(prefix), minItems, 1)
 	if maxItems >= 0 {
 		k = maxItems
 	}

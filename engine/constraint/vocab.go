@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // TokenSource gives the bytes of each token id: what the token adds to the output text.
@@ -23,6 +24,28 @@ type Vocabulary struct {
 	nodes   []trieNode
 	order   []int32 // token ids in trie order; node i's tokens are order[nodes[i].tokLo:nodes[i].tokHi]
 	allowed int     // tokens with bytes
+
+	// shared caches mask entries of leaf rules' states by their signature, across grammars.
+	sharedMu sync.Mutex
+	shared   map[string]*maskEntry
+}
+
+// maxShared bounds a vocabulary's shared mask entries; past it the cache restarts.
+const maxShared = 4096
+
+func (v *Vocabulary) sharedEntry(key string) *maskEntry {
+	v.sharedMu.Lock()
+	defer v.sharedMu.Unlock()
+	return v.shared[key]
+}
+
+func (v *Vocabulary) storeShared(key string, e *maskEntry) {
+	v.sharedMu.Lock()
+	defer v.sharedMu.Unlock()
+	if v.shared == nil || len(v.shared) >= maxShared {
+		v.shared = map[string]*maskEntry{}
+	}
+	v.shared[key] = e
 }
 
 // trieNode is one byte of the trie, in depth-first order: its subtree is nodes[i:end].
