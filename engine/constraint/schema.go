@@ -626,17 +626,17 @@ func (c *schemaCompiler) str(o *jsonObject, path string) (*expr, error) {
 var formats = map[string]string{
 	"date":      dateRegex,
 	"time":      timeRegex,
-	"date-time": dateRegex + "T" + timeRegex,
+	"date-time": dateRegex + "[Tt]" + timeRegex,
 	"uuid":      `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
 	"email": `[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+(\.[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+)*@` +
-		`([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?`,
+		`([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?`,
 }
 
 const (
 	leapYear  = `([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)`
 	dateRegex = `([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|` +
 		leapYear + `-02-29)`
-	timeRegex = `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`
+	timeRegex = `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`
 )
 
 func formatExpr(name string) (*expr, error) {
