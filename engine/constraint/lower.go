@@ -17,7 +17,7 @@ import (
 const maxNFAStates = 1 << 20
 
 // maxDFAStates bounds the automaton's states for the same reason.
-const maxDFAStates = 1 << 18
+const maxDFAStates = 1 << 15
 
 type nfaByteEdge struct {
 	lo, hi byte
