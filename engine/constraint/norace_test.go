@@ -1,0 +1,5 @@
+//go:build !race
+
+package constraint_test
+
+const raceEnabled = false
