@@ -25,6 +25,24 @@ type maskEntry struct {
 	dense     []uint64 // accepted tokens as a bitset, or nil
 	sparse    []int32  // accepted tokens when dense is nil
 	uncertain []int32  // token ids in trie order
+	// next holds, for a shared entry (computed without a FOLLOW set), each uncertain token's bytes
+	// right after the rule may end: a grammar keeps the tokens whose bytes its FOLLOW set has.
+	next []byteSet
+}
+
+// forFollow returns e with the uncertain tokens whose byte after the rule's end follow allows.
+func (e *maskEntry) forFollow(follow *byteSet) *maskEntry {
+	out := &maskEntry{dense: e.dense, sparse: e.sparse}
+	for k, id := range e.uncertain {
+		n := e.next[k]
+		for i := range n {
+			if n[i]&follow[i] != 0 {
+				out.uncertain = append(out.uncertain, id)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (e *maskEntry) or(dst []uint64) {
@@ -46,6 +64,15 @@ type walker struct {
 	dense []uint64
 	acc   []int32
 	unc   []int32
+	next  []byteSet
+	open  []openRange
+}
+
+// openRange is a subtree of the trie whose tokens leave the rule before the subtree's first byte
+// b, at the subtree's root: they are uncertain unless accepted otherwise.
+type openRange struct {
+	end int32
+	b   byte
 }
 
 // level is the matcher's state at one depth of a trie walk: one stack (simple), or a config.
@@ -84,20 +111,22 @@ func (g *Grammar) entry(state int32) *maskEntry {
 	return g.entries[state].Load()
 }
 
-// computeEntry walks the vocabulary's trie from state alone. Most steps of a walk stay in one
+// computeEntry walks the vocabulary's trie from state alone. With follow nil it keeps every token
+// that leaves the rule mid-way as uncertain, with the bytes that follow the rule's end in it
+// (maskEntry.next), for sharing across grammars. Most steps of a walk stay in one
 // stack moving between plain states (a byte transition and nothing to close over), which the walk
 // does inline; the rest goes through the stepper.
-func (g *Grammar) computeEntry(state int32, w *walker) *maskEntry {
+func (g *Grammar) computeEntry(state int32, w *walker, follow *byteSet) *maskEntry {
 	a, v := g.a, g.vocab
 	next, flags := a.next, a.flags
-	follow := &a.follow[a.ruleOf[state]]
-	clear(w.dense)
-	nacc := 0
-	w.unc = w.unc[:0]
+	// Accepted tokens gather in a list until they outnumber the mask's words, then in the dense
+	// scratch bitset (cleared after use).
+	useDense := false
+	w.acc = w.acc[:0]
+	w.unc, w.next, w.open = w.unc[:0], w.next[:0], w.open[:0]
 	w.lv[0] = level{simple: true, state: state, c: w.lv[0].c}
 	w.st.in = interner{}
 	nodes, order := v.nodes, v.order
-	uncUntil := int32(0)
 	for i := int32(0); i < int32(len(nodes)); {
 		nd := &nodes[i]
 		parent := &w.lv[nd.depth-1]
@@ -115,43 +144,60 @@ func (g *Grammar) computeEntry(state int32, w *walker) *maskEntry {
 				alive = !cur.c.dead()
 			}
 		} else {
-			if parent.c.complete && follow.has(nd.b) {
-				uncUntil = max(uncUntil, nd.end)
+			for len(w.open) > 0 && w.open[len(w.open)-1].end <= i {
+				w.open = w.open[:len(w.open)-1]
+			}
+			if parent.c.complete && (follow == nil || follow.has(nd.b)) {
+				w.open = append(w.open, openRange{nd.end, nd.b})
 			}
 			cur.simple = false
 			w.st.advance(&cur.c, &parent.c, nd.b)
 			alive = !cur.c.dead()
 		}
 		if !alive {
-			if i < uncUntil {
+			for len(w.open) > 0 && w.open[len(w.open)-1].end <= i {
+				w.open = w.open[:len(w.open)-1]
+			}
+			if len(w.open) > 0 {
+				var bs byteSet
+				for _, r := range w.open {
+					bs.add(r.b)
+				}
 				for j := i; j < nd.end; j++ {
-					w.unc = append(w.unc, order[nodes[j].tokLo:nodes[j].tokHi]...)
+					for _, id := range order[nodes[j].tokLo:nodes[j].tokHi] {
+						w.unc = append(w.unc, id)
+						w.next = append(w.next, bs)
+					}
 				}
 			}
 			i = nd.end
 			continue
 		}
-		for _, id := range order[nd.tokLo:nd.tokHi] {
-			w.dense[id>>6] |= 1 << (id & 63)
+		if useDense {
+			for _, id := range order[nd.tokLo:nd.tokHi] {
+				w.dense[id>>6] |= 1 << (id & 63)
+			}
+		} else if w.acc = append(w.acc, order[nd.tokLo:nd.tokHi]...); len(w.acc) > len(w.dense) {
+			useDense = true
+			for _, id := range w.acc {
+				w.dense[id>>6] |= 1 << (id & 63)
+			}
 		}
-		nacc += int(nd.tokHi - nd.tokLo)
 		i++
 	}
 	e := &maskEntry{}
 	if len(w.unc) > 0 {
 		e.uncertain = append([]int32(nil), w.unc...)
-	}
-	if nacc > len(w.dense) {
-		e.dense = append([]uint64(nil), w.dense...)
-	} else if nacc > 0 {
-		e.sparse = make([]int32, 0, nacc)
-		for k, word := range w.dense {
-			for word != 0 {
-				b := bits.TrailingZeros64(word)
-				e.sparse = append(e.sparse, int32(k*64+b))
-				word &= word - 1
-			}
+		if follow == nil {
+			e.next = append([]byteSet(nil), w.next...)
 		}
+	}
+	switch {
+	case useDense:
+		e.dense = append([]uint64(nil), w.dense...)
+		clear(w.dense)
+	case len(w.acc) > 0:
+		e.sparse = append([]int32(nil), w.acc...)
 	}
 	return e
 }
@@ -193,28 +239,29 @@ func maskCount(m []uint64) int {
 }
 
 // sharedOrCompute returns state's entry from the vocabulary's shared cache when its rule is a leaf
-// (calls no rule: a JSON string, a number, a format), computing and sharing it when missing. The
-// entry of a leaf rule's state depends only on the states it reaches and the rule's FOLLOW set,
-// which its signature spells, so grammars that share a sub-language (every schema's free strings)
-// compute it once per vocabulary.
+// (calls no rule: a JSON string, a number, a format), computing and sharing it when missing. Before
+// its FOLLOW set narrows the uncertain tokens, the entry of a leaf rule's state depends only on the
+// states it reaches, which its signature spells, so grammars that share a sub-language (every
+// schema's free strings) compute it once per vocabulary.
 func (g *Grammar) sharedOrCompute(state int32, w *walker) *maskEntry {
+	follow := &g.a.follow[g.a.ruleOf[state]]
 	key, ok := g.a.leafSignature(state)
 	if !ok {
-		return g.computeEntry(state, w)
+		return g.computeEntry(state, w, follow)
 	}
-	if e := g.vocab.sharedEntry(key); e != nil {
-		return e
+	e := g.vocab.sharedEntry(key)
+	if e == nil {
+		e = g.computeEntry(state, w, nil)
+		g.vocab.storeShared(key, e)
 	}
-	e := g.computeEntry(state, w)
-	g.vocab.storeShared(key, e)
-	return e
+	return e.forFollow(follow)
 }
 
 // maxSignatureStates bounds the states a leaf signature spells.
 const maxSignatureStates = 4096
 
 // leafSignature spells what a state of a leaf rule matches: the states it reaches, numbered in
-// breadth-first order, with their transitions and whether they accept, then the rule's FOLLOW set.
+// breadth-first order, with their transitions and whether they accept.
 func (a *automaton) leafSignature(state int32) (string, bool) {
 	rule := a.ruleOf[state]
 	if !a.leaf(rule) {
@@ -249,9 +296,6 @@ func (a *automaton) leafSignature(state int32) (string, bool) {
 			}
 		}
 		buf = append(buf, 0xFF)
-	}
-	for _, w := range a.follow[rule] {
-		buf = binary.LittleEndian.AppendUint64(buf, w)
 	}
 	return string(buf), true
 }
