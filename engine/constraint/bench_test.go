@@ -104,7 +104,7 @@ const nestedSchema = `{
 const nestedSample = `{"id": "3f2b8c1e-9a4d-4e6b-8f7a-2c5d1e0b9a8f", "name": "Ada Lovelace, Countess of Lovelace", "age": 36, ` +
 	`"email": "ada.lovelace@analytical-engine.org", "address": {"street": "12 St James's Square", "city": "London", ` +
 	`"zip": "10001", "country": "US"}, "orders": [{"sku": "BERN-001", "quantity": 2, "price": 19.99, "date": "1843-09-05"}, ` +
-	`{"sku": "NOTE-G", "quantity": 1, "price": 1234.5}], "tags": ["mathematics", "poetry", "\"science\""], "active": true, "notes": null}`
+	`{"sku": "NOTE-G", "quantity": 1, "price": 1234.5}], "tags": ["mathematics", "poetry", "\"science\""], "active": true, "notes": "naïve — 東京 🙂\n"}`
 
 // BenchmarkMask measures one step of constrained decoding (the mask, then accepting the token) on
 // real vocabularies, over a sample output of a nested schema tokenized as the model would; ns/op

@@ -113,3 +113,39 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMaskRealVocab checks masks against Accept, token by token, on the Llama 3 and Qwen3
+// vocabularies along a tokenized output of the nested schema (multi-byte tokens crossing JSON's
+// syntax, characters split across byte-level tokens).
+func TestMaskRealVocab(t *testing.T) {
+	for _, name := range []string{"llama3", "qwen3"} {
+		t.Run(name, func(t *testing.T) {
+			rv := loadRealVocab(t, name)
+			g := compileT(t, Spec{Kind: JSONSchema, Text: nestedSchema}, rv.vocab)
+			ids := rv.tok.Encode(nestedSample, false)
+			m := g.NewMatcher()
+			mask := make([]uint64, rv.vocab.MaskWords())
+			stride := 7
+			if testing.Short() || raceEnabled {
+				stride = 40
+			}
+			for k, id := range ids {
+				if k%stride == 0 {
+					m.Mask(mask)
+					want := bruteMask(m)
+					for i := range mask {
+						if mask[i] != want[i] {
+							t.Fatalf("token %d: mask word %d = %064b, want %064b", k, i, mask[i], want[i])
+						}
+					}
+				}
+				if err := m.Accept(id); err != nil {
+					t.Fatalf("token %d (%q): %v", k, rv.vocab.tokens[id], err)
+				}
+			}
+			if !m.Complete() {
+				t.Error("sample incomplete")
+			}
+		})
+	}
+}

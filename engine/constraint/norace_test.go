@@ -1,5 +1,5 @@
 //go:build !race
 
-package constraint_test
+package constraint
 
 const raceEnabled = false

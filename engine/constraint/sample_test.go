@@ -150,7 +150,7 @@ func TestSamplesValidate(t *testing.T) {
 	// Under the race detector (ten times slower) a few samples of one model check the paths; the
 	// plain run judges the full set.
 	perSpec, minChecked := 24, 200
-	if raceEnabled || testing.Short() {
+	if constraint.RaceEnabled || testing.Short() {
 		models, perSpec, minChecked = models[:1], 2, 10
 	}
 	var cases []sampleCase
