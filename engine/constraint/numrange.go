@@ -282,3 +282,117 @@ func cmpByte(a, b byte) int {
 	}
 	return 0
 }
+
+// maxMultipleDigits bounds multipleOf's digits (its value with the point removed): the automaton
+// tracks the remainder modulo that number.
+const maxMultipleDigits = 10000
+
+// multipleExpr returns the expression of JSON numbers without an exponent (integers only if
+// integer) that are multiples of k: k = p/10^q, so v is a multiple when v·10^q is an integer
+// multiple of p, a remainder the automaton keeps digit by digit.
+func multipleExpr(k decimal, integer bool) (*expr, error) {
+	digits := strings.TrimLeft(k.int+k.frac, "0")
+	if k.neg || digits == "" {
+		return nil, fmt.Errorf("%w: multipleOf must be greater than 0", ErrSyntax)
+	}
+	if len(digits) > 5 {
+		return nil, fmt.Errorf("%w: multipleOf %s has too many digits", ErrUnsupported, k)
+	}
+	var p int
+	fmt.Sscan(digits, &p)
+	if p > maxMultipleDigits {
+		return nil, fmt.Errorf("%w: multipleOf %s has too many digits", ErrUnsupported, k)
+	}
+	q := len(k.frac)
+	type st struct {
+		phase uint8
+		r     int32 // v·10^(digits of fraction read) mod p
+		f     int16 // fraction digits read, capped at q+1
+	}
+	step := func(s st, c byte) (st, bool) {
+		d := int32(c - '0')
+		isDigit := c >= '0' && c <= '9'
+		switch s.phase {
+		case phStart:
+			if c == '-' {
+				s.phase = phSign
+				return s, true
+			}
+			fallthrough
+		case phSign:
+			if !isDigit {
+				return s, false
+			}
+			s.phase = phInt
+			if c == '0' {
+				s.phase = phZero
+			}
+			s.r = d % int32(p)
+		case phZero, phInt:
+			if c == '.' && !integer {
+				s.phase = phPoint
+				return s, true
+			}
+			if !isDigit || s.phase == phZero {
+				return s, false
+			}
+			s.r = (s.r*10 + d) % int32(p)
+		case phPoint, phFrac:
+			if !isDigit {
+				return s, false
+			}
+			s.phase = phFrac
+			if int(s.f) >= q {
+				if c != '0' {
+					return s, false // below k's last digit: not a multiple
+				}
+				s.f = int16(q + 1)
+				return s, true
+			}
+			s.r = (s.r*10 + d) % int32(p)
+			s.f++
+		}
+		return s, true
+	}
+	accepting := func(s st) bool {
+		if s.phase != phZero && s.phase != phInt && s.phase != phFrac {
+			return false
+		}
+		r := int64(s.r)
+		for f := int(s.f); f < q; f++ {
+			r = r * 10 % int64(p)
+		}
+		return r == 0
+	}
+	ids := map[st]int{}
+	var states []st
+	add := func(s st) int {
+		if id, ok := ids[s]; ok {
+			return id
+		}
+		ids[s] = len(states)
+		states = append(states, s)
+		return len(states) - 1
+	}
+	g := &graph{start: add(st{})}
+	for i := 0; i < len(states); i++ {
+		if len(states) > maxDFAStates {
+			return nil, fmt.Errorf("%w: multipleOf %s needs too many states", ErrTooLarge, k)
+		}
+		s := states[i]
+		if accepting(s) {
+			g.accept = append(g.accept, i)
+		}
+		for _, c := range []byte("-.0123456789") {
+			t, ok := step(s, c)
+			if !ok {
+				continue
+			}
+			var set byteSet
+			set.add(c)
+			g.edges = append(g.edges, graphEdge{from: i, to: add(t), label: byteSetExpr(set)})
+		}
+	}
+	g.n = len(states)
+	return graphExpr(g), nil
+}

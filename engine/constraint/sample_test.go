@@ -119,6 +119,9 @@ var sampleSchemas = []string{
 	  "pair":{"type":"array","prefixItems":[{"type":"string","maxLength":3},{"type":"integer","exclusiveMaximum":10,"minimum":-10}],"items":false,"minItems":2},
 	  "mode":{"const":"fast"},"extra":{"type":["string","null"],"maxLength":4}},
 	  "required":["when","day","id","pair","mode"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"a":{"type":"integer","multipleOf":3,"minimum":-30,"maximum":30},"b":{"type":"number","multipleOf":0.5,"exclusiveMaximum":10,"minimum":0},
+	  "c":{"type":["boolean","string"],"format":"ipv4"},"d":{"type":"string","format":"duration","maxLength":12}},
+	  "additionalProperties":false,"minProperties":1,"maxProperties":2}`,
 }
 
 var sampleRegexes = []string{`[a-z]{1,6}(-[0-9]{2})?`, `(yes|no|maybe)!?`, `\d{3}-[A-F]{2}\.(x|yz)`}

@@ -17,13 +17,17 @@ import (
 //     schema; $ref to the same document ("#", "#/$defs/…", "#/definitions/…", any JSON pointer),
 //     recursion included; $defs and definitions;
 //   - objects: properties (generated in the order the schema lists them), required,
-//     additionalProperties (absent means any other property, after the listed ones);
+//     additionalProperties (absent means any other property, after the listed ones),
+//     minProperties, maxProperties;
 //   - arrays: items, prefixItems, items as a list and additionalItems (draft 4-2019), minItems,
 //     maxItems;
 //   - strings: minLength, maxLength (in characters), pattern (an ECMAScript regex, see regex.go),
-//     format date-time, date, time, uuid, email (each a strict subset of what ajv-formats accepts);
+//     format date-time, date, time, duration, uuid, email, hostname, ipv4 (each a subset of what
+//     ajv-formats accepts in its full mode: hostnames of up to four labels of up to 20 characters,
+//     durations without mixing weeks with other units, seconds without the leap second);
 //   - numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or draft 4's
-//     booleans); a number with a bound is written without an exponent;
+//     booleans), multipleOf (a decimal whose digits, point removed, are at most 10000); a number
+//     with a bound or multipleOf is written without an exponent;
 //   - annotations, which constrain nothing: title, description, default, examples, $schema,
 //     $comment, deprecated, readOnly, writeOnly, and $id/id at the root.
 // Every other keyword is refused by name. Strings are written as encoding/json and JSON.stringify
@@ -37,7 +41,7 @@ var (
 		"$defs": true, "definitions": true, "properties": true, "required": true, "additionalProperties": true,
 		"items": true, "prefixItems": true, "additionalItems": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true, "pattern": true, "format": true, "minimum": true, "maximum": true,
-		"exclusiveMinimum": true, "exclusiveMaximum": true,
+		"exclusiveMinimum": true, "exclusiveMaximum": true, "multipleOf": true, "minProperties": true, "maxProperties": true,
 	}
 	schemaAnnotations = map[string]bool{
 		"title": true, "description": true, "default": true, "examples": true, "$schema": true, "$comment": true,
@@ -483,7 +487,8 @@ func (c *schemaCompiler) number(o *jsonObject, integer bool, path string) (*expr
 			return nil, err
 		}
 	}
-	if !lo.set && !hi.set {
+	mult, hasMult := o.get("multipleOf")
+	if !lo.set && !hi.set && !hasMult {
 		if integer {
 			return c.b.integer(), nil
 		}
@@ -492,6 +497,23 @@ func (c *schemaCompiler) number(o *jsonObject, integer bool, path string) (*expr
 	e, err := rangeExpr(lo, hi, integer)
 	if err != nil || e.kind == kNothing {
 		return e, err
+	}
+	if hasMult {
+		n, ok := mult.(json.Number)
+		if !ok {
+			return nil, invalidf("multipleOf at %s is not a number", path)
+		}
+		k, err := parseDecimal(string(n))
+		if err != nil {
+			return nil, err
+		}
+		m, err := multipleExpr(k, integer)
+		if err != nil {
+			return nil, fmt.Errorf("%w (at %s)", err, path)
+		}
+		if e, err = intersectExprs(e, m); err != nil {
+			return nil, err
+		}
 	}
 	return refExpr(c.g.add("number "+path, e)), nil
 }
@@ -628,13 +650,17 @@ var formats = map[string]string{
 	"time":      timeRegex,
 	"date-time": dateRegex + "[Tt]" + timeRegex,
 	"uuid":      `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
+	"ipv4":      `((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`,
+	"hostname":  `[a-zA-Z0-9]([a-zA-Z0-9-]{0,18}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,18}[a-zA-Z0-9])?){0,3}`,
+	"duration":  `P(([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)(T` + durationTime + `)?|T` + durationTime + `|[0-9]+W)`,
 	"email": `[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+(\.[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+)*@` +
 		`([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?`,
 }
 
 const (
-	leapYear  = `([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)`
-	dateRegex = `([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|` +
+	durationTime = `([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S)`
+	leapYear     = `([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)`
+	dateRegex    = `([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|` +
 		leapYear + `-02-29)`
 	timeRegex = `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`
 )
@@ -803,36 +829,62 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 		names = append(names, n)
 		schemas[n] = additional
 	}
+	minProps, err := count(o, "minProperties", path)
+	if err != nil {
+		return nil, err
+	}
+	maxProps, err := count(o, "maxProperties", path)
+	if err != nil {
+		return nil, err
+	}
+	minProps = max(minProps, 0)
+	// Members are counted up to top: maxProperties, or minProperties (then the count saturates),
+	// and at least 1, since a member after the first needs a comma.
+	top := max(minProps, 1)
+	if maxProps >= 0 {
+		top = max(maxProps, 0)
+	}
+	room := func(c int) bool { return maxProps < 0 || c < maxProps }
+	bump := func(c int) int { return min(c+1, top) }
 	ws := c.b.ws
 	comma := seqExpr(ws, litExpr(","), ws)
-	// States: 3 per property i: (i, none emitted yet), (i, some emitted), before member i.
+	// States: per property i and count k, "at i" (2·((top+1)·i+k)) and "before member i" (+1).
 	n := len(names)
-	g := &graph{n: 3*n + 2, start: 0}
-	st := func(i, emitted int) int {
-		if i == n {
-			return 3*n + emitted
+	at := func(i, k int) int { return 2 * ((top+1)*i + k) }
+	g := &graph{n: 2 * (top + 1) * (n + 1), start: at(0, 0)}
+	link := func(from, k int, member *expr, to int) {
+		if k == 0 {
+			g.edges = append(g.edges, graphEdge{from: from, to: from + 1})
+		} else {
+			g.edges = append(g.edges, graphEdge{from: from, to: from + 1, label: comma})
 		}
-		return 3*i + emitted
+		g.edges = append(g.edges, graphEdge{from: from + 1, to: to, label: member})
 	}
 	for i, name := range names {
 		value, err := c.compile(schemas[name], path+"/properties/"+name)
 		if err != nil {
 			return nil, err
 		}
+		if top > 1 && !isSmall(value) {
+			value = refExpr(c.g.add("property "+path+"/"+name, value))
+		}
 		key, err := canonicalJSON(name)
 		if err != nil {
 			return nil, err
 		}
-		before := 3*i + 2
-		g.edges = append(g.edges,
-			graphEdge{from: st(i, 0), to: before},
-			graphEdge{from: st(i, 1), to: before, label: comma},
-			graphEdge{from: before, to: st(i+1, 1), label: seqExpr(litExpr(key), ws, litExpr(":"), ws, value)})
-		if !required[name] {
-			g.edges = append(g.edges, graphEdge{from: st(i, 0), to: st(i+1, 0)}, graphEdge{from: st(i, 1), to: st(i+1, 1)})
+		member := seqExpr(litExpr(key), ws, litExpr(":"), ws, value)
+		for k := 0; k <= top; k++ {
+			if room(k) {
+				link(at(i, k), k, member, at(i+1, bump(k)))
+			}
+			if !required[name] {
+				g.edges = append(g.edges, graphEdge{from: at(i, k), to: at(i+1, k)})
+			}
 		}
 	}
-	g.accept = []int{st(n, 0), st(n, 1)}
+	for k := minProps; k <= top; k++ {
+		g.accept = append(g.accept, at(n, k))
+	}
 	addl, err := c.compile(additional, path+"/additionalProperties")
 	if err != nil {
 		return nil, err
@@ -842,9 +894,15 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 		if err != nil {
 			return nil, err
 		}
+		if top > 1 && !isSmall(addl) {
+			addl = refExpr(c.g.add("additional "+path, addl))
+		}
 		member := seqExpr(key, ws, litExpr(":"), ws, addl)
-		g.edges = append(g.edges, graphEdge{from: st(n, 0), to: st(n, 1), label: member},
-			graphEdge{from: st(n, 1), to: st(n, 1), label: seqExpr(comma, member)})
+		for k := 0; k <= top; k++ {
+			if room(k) {
+				link(at(n, k), k, member, at(n, bump(k)))
+			}
+		}
 	}
 	return seqExpr(litExpr("{"), ws, graphExpr(g), ws, litExpr("}")), nil
 }
