@@ -23,6 +23,8 @@ func TestMatch(t *testing.T) {
 			[]string{"hi Bob", "hello X"}, []string{"hi bob", "hey Bob", "hi "}},
 		{"gbnf-recursive", Spec{Kind: GBNF, Text: `root ::= "(" root ")" | "x"`},
 			[]string{"x", "((x))"}, []string{"(x", "()", "(x))"}},
+		{"gbnf-layout", Spec{Kind: GBNF, Text: gbnfJSON},
+			[]string{`{"a": [1, -2.5e3, "x\u00e9"], "b": {}}`, "[ ]", `"s" `}, []string{`{"a" 1}`, `[1,]`, "{\n\n}"}},
 		{"json_object", Spec{Kind: JSONObject},
 			[]string{`{}`, `{"a": [1, -2.5e3, "x\n", {"b": null}], "c": true}`, " {\n  \"k\": \"é\"\n}"},
 			[]string{`[]`, `{"a"}`, `{"a": 01}`, `{"a": "\x"}`, "{\"a\": \"\x01\"}", `{"a":1,}`, "{          }"}},
@@ -162,3 +164,28 @@ func TestMaskRealVocab(t *testing.T) {
 		})
 	}
 }
+
+// gbnfJSON is JSON in GBNF, laid out as llama.cpp's grammars are: bodies on the next line, rules
+// continued inside parentheses, comments, an empty alternative.
+const gbnfJSON = `
+# JSON values
+root ::= value
+value ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+    string ":" ws value     # first member
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array ::= "[" ws ( value ("," ws value)* )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+  )* "\"" ws
+
+number ::= "-"? ([0-9] | [1-9] [0-9]{1,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
+ws ::= | " " | "\n" [ \t]{0,20}
+`
