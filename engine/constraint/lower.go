@@ -179,7 +179,8 @@ type automaton struct {
 	ruleNames []string
 	root      int32     // the root rule's start state
 	follow    []byteSet // per rule: the bytes that may follow its end in some context
-	leafRules []bool    // per rule: it calls no rule
+	leafSigs  []string  // per rule: its canonical form if it calls no rule (see signLeaves)
+	canon     []int32   // per state: its number in its leaf rule's canonical form
 }
 
 func (a *automaton) numStates() int { return len(a.flags) }
@@ -226,15 +227,7 @@ func lower(g *grammar) (*automaton, error) {
 	a.prune()
 	a.setFlags()
 	a.computeFollow()
-	a.leafRules = make([]bool, len(a.ruleStart))
-	for r := range a.leafRules {
-		a.leafRules[r] = true
-	}
-	for s := range a.calls {
-		if len(a.calls[s]) > 0 {
-			a.leafRules[a.ruleOf[s]] = false
-		}
-	}
+	a.signLeaves()
 	return a, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -257,53 +258,66 @@ func (g *Grammar) sharedOrCompute(state int32, w *walker) *maskEntry {
 	return e.forFollow(follow)
 }
 
-// maxSignatureStates bounds the states a leaf signature spells.
-const maxSignatureStates = 4096
-
-// leafSignature spells what a state of a leaf rule matches: the states it reaches, numbered in
-// breadth-first order, with their transitions and whether they accept.
+// leafSignature names what a state of a leaf rule matches: the rule's canonical form (its states
+// numbered breadth-first from its start, with their transitions and whether they accept) and the
+// state's number in it. Equal names mean equal futures.
 func (a *automaton) leafSignature(state int32) (string, bool) {
 	rule := a.ruleOf[state]
-	if !a.leaf(rule) {
+	if a.leafSigs == nil || a.leafSigs[rule] == "" {
 		return "", false
 	}
-	ids := map[int32]int32{state: 0}
-	queue := []int32{state}
-	buf := make([]byte, 0, 64)
-	for k := 0; k < len(queue); k++ {
-		if len(queue) > maxSignatureStates {
-			return "", false
-		}
-		s := queue[k]
-		buf = append(buf, a.flags[s]&flagAccept)
-		prev := int32(-2)
-		for c := range 256 {
-			t := a.next[int(s)<<8|c]
-			if t >= 0 {
-				if _, ok := ids[t]; !ok {
-					ids[t] = int32(len(queue))
-					queue = append(queue, t)
-				}
-			}
-			id := int32(-1)
-			if t >= 0 {
-				id = ids[t]
-			}
-			if id != prev { // runs of equal targets: the byte where each starts, and the target
-				buf = append(buf, byte(c))
-				buf = binary.LittleEndian.AppendUint32(buf, uint32(id))
-				prev = id
-			}
-		}
-		buf = append(buf, 0xFF)
-	}
-	return string(buf), true
+	return a.leafSigs[rule] + "#" + strconv.Itoa(int(a.canon[state])), true
 }
 
-// leaf reports whether rule calls no rule.
-func (a *automaton) leaf(rule int32) bool {
-	if a.leafRules == nil {
-		return false
+// maxSignatureStates bounds the rules whose entries are shared (their signature spells every state).
+const maxSignatureStates = 4096
+
+// signLeaves computes the canonical forms of the leaf rules (rules that call none).
+func (a *automaton) signLeaves() {
+	a.leafSigs = make([]string, len(a.ruleStart))
+	a.canon = make([]int32, a.numStates())
+	leaf := make([]bool, len(a.ruleStart))
+	for r := range leaf {
+		leaf[r] = true
 	}
-	return a.leafRules[rule]
+	for s := range a.calls {
+		if len(a.calls[s]) > 0 {
+			leaf[a.ruleOf[s]] = false
+		}
+	}
+	for r, start := range a.ruleStart {
+		if !leaf[r] {
+			continue
+		}
+		ids := map[int32]int32{start: 0}
+		queue := []int32{start}
+		buf := make([]byte, 0, 64)
+		for k := 0; k < len(queue) && len(queue) <= maxSignatureStates; k++ {
+			s := queue[k]
+			a.canon[s] = int32(k)
+			buf = append(buf, a.flags[s]&flagAccept)
+			prev := int32(-2)
+			for c := range 256 {
+				t := a.next[int(s)<<8|c]
+				id := int32(-1)
+				if t >= 0 {
+					var ok bool
+					if id, ok = ids[t]; !ok {
+						id = int32(len(queue))
+						ids[t] = id
+						queue = append(queue, t)
+					}
+				}
+				if id != prev { // runs of equal targets: the byte where each starts, and the target
+					buf = append(buf, byte(c))
+					buf = binary.LittleEndian.AppendUint32(buf, uint32(id))
+					prev = id
+				}
+			}
+			buf = append(buf, 0xFF)
+		}
+		if len(queue) <= maxSignatureStates {
+			a.leafSigs[r] = string(buf)
+		}
+	}
 }

@@ -24,6 +24,7 @@ type Vocabulary struct {
 	nodes   []trieNode
 	order   []int32 // token ids in trie order; node i's tokens are order[nodes[i].tokLo:nodes[i].tokHi]
 	allowed int     // tokens with bytes
+	maxLen  int     // the longest token's byte length
 
 	// shared caches mask entries of leaf rules' states by their signature, across grammars.
 	sharedMu sync.Mutex
@@ -71,6 +72,9 @@ func NewVocabulary(src TokenSource, size int) (*Vocabulary, error) {
 		}
 	}
 	v.allowed = len(v.order)
+	for _, id := range v.order {
+		v.maxLen = max(v.maxLen, len(v.tokens[id]))
+	}
 	slices.SortStableFunc(v.order, func(a, b int32) int { return bytes.Compare(v.tokens[a], v.tokens[b]) })
 	// Build the trie from the sorted tokens: the path of open nodes is the previous token's bytes.
 	var path []int32 // node index per depth
@@ -107,13 +111,7 @@ func (v *Vocabulary) Size() int { return v.size }
 func (v *Vocabulary) MaskWords() int { return (v.size + 63) / 64 }
 
 // maxTokenLen returns the longest token's byte length.
-func (v *Vocabulary) maxTokenLen() int {
-	n := 0
-	for _, id := range v.order {
-		n = max(n, len(v.tokens[id]))
-	}
-	return n
-}
+func (v *Vocabulary) maxTokenLen() int { return v.maxLen }
 
 func commonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
