@@ -219,8 +219,9 @@ func (m *Matcher) Rollback(n int) {
 // NumAccepted returns the number of tokens accepted and not rolled back.
 func (m *Matcher) NumAccepted() int { return len(m.history) - 1 }
 
-// Mask sets dst (at least Vocabulary.MaskWords long; bit id%64 of word id/64 for token id) to the
-// tokens allowed next, special tokens excluded: the caller allows EOS when Complete.
+// Mask sets dst (bit id%64 of word id/64 for token id; Vocabulary.MaskWords long, ids past a
+// shorter dst are left out) to the tokens allowed next, special tokens excluded: the caller allows
+// EOS when Complete.
 func (m *Matcher) Mask(dst []uint64) {
 	clear(dst)
 	c := m.cur()
@@ -266,7 +267,7 @@ func (m *Matcher) checkUncertain(dst []uint64, s stack, ids []int32) {
 			valid = deadAt - 1
 		}
 		prev = b
-		if deadAt < 0 {
+		if deadAt < 0 && int(id>>6) < len(dst) {
 			dst[id>>6] |= 1 << (id & 63)
 		}
 	}

@@ -48,13 +48,15 @@ func (e *maskEntry) forFollow(follow *byteSet) *maskEntry {
 
 func (e *maskEntry) or(dst []uint64) {
 	if e.dense != nil {
-		for i, w := range e.dense {
+		for i, w := range e.dense[:min(len(e.dense), len(dst))] {
 			dst[i] |= w
 		}
 		return
 	}
 	for _, id := range e.sparse {
-		dst[id>>6] |= 1 << (id & 63)
+		if int(id>>6) < len(dst) {
+			dst[id>>6] |= 1 << (id & 63)
+		}
 	}
 }
 

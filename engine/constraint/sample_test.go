@@ -22,6 +22,9 @@ import (
 	"github.com/gollm/gollm/weights/tokenizer"
 )
 
+// A Matcher is what the engine's requests take.
+var _ engine.Constraint = (*constraint.Matcher)(nil)
+
 // requireTestdata skips a test whose fetched data is missing, or fails it when CI requires the data.
 func requireTestdata(t testing.TB, path string) {
 	t.Helper()
