@@ -19,10 +19,12 @@ type Cache struct {
 }
 
 type cacheKey struct {
-	kind  Kind
-	text  string
-	opts  Options
-	vocab *Vocabulary
+	kind                      Kind
+	text                      string
+	prefix, suffix, separator string
+	maxRepeat                 int
+	opts                      Options
+	vocab                     *Vocabulary
 }
 
 type cacheEntry struct {
@@ -43,7 +45,7 @@ func (c *Cache) Compile(spec Spec, vocab *Vocabulary, opts Options) (*Grammar, e
 	if spec.Kind == Choice {
 		text = choiceKey(spec.Choices)
 	}
-	key := cacheKey{spec.Kind, text, opts, vocab}
+	key := cacheKey{spec.Kind, text, spec.Prefix, spec.Suffix, spec.Separator, spec.MaxRepeat, opts, vocab}
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.order.MoveToFront(el)

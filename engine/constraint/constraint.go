@@ -45,6 +45,12 @@ type Spec struct {
 	Kind    Kind
 	Text    string   // the schema, regex or grammar
 	Choices []string // for Choice
+	// Prefix and Suffix are literal texts around the constrained value, and MaxRepeat (when above
+	// 1) lets the whole repeat up to that many times, Separator between repetitions: the output is
+	// Prefix value Suffix (Separator Prefix value Suffix)*. Tool calls in tagged formats are one
+	// use: "<tool_call>\n" {JSON} "\n</tool_call>", separated by "\n".
+	Prefix, Suffix, Separator string
+	MaxRepeat                 int
 }
 
 // DefaultMaxWhitespace is the whitespace allowed between two JSON tokens when Options leaves it
@@ -120,8 +126,29 @@ func newGrammar(a *automaton, vocab *Vocabulary) *Grammar {
 	return g
 }
 
-// buildIR runs spec's front end.
+// maxSpecRepeat bounds Spec.MaxRepeat.
+const maxSpecRepeat = 64
+
+// buildIR runs spec's front end, then wraps its root in Prefix, Suffix and the repetition.
 func buildIR(spec Spec, opts Options) (*grammar, error) {
+	g, err := buildKind(spec, opts)
+	if err != nil || (spec.Prefix == "" && spec.Suffix == "" && spec.MaxRepeat <= 1) {
+		return g, err
+	}
+	if spec.MaxRepeat > maxSpecRepeat {
+		return nil, fmt.Errorf("%w: max repeat %d above %d", ErrTooLarge, spec.MaxRepeat, maxSpecRepeat)
+	}
+	one := seqExpr(litExpr(spec.Prefix), refExpr(g.root), litExpr(spec.Suffix))
+	body := one
+	if spec.MaxRepeat > 1 {
+		body = seqExpr(one, repeatExpr(seqExpr(litExpr(spec.Separator), one), 0, spec.MaxRepeat-1))
+	}
+	g.root = g.add("wrapped", body)
+	return g, nil
+}
+
+// buildKind runs spec's front end.
+func buildKind(spec Spec, opts Options) (*grammar, error) {
 	switch spec.Kind {
 	case JSONSchema:
 		return schemaGrammar(spec.Text, opts)

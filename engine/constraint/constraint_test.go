@@ -3,6 +3,7 @@ package constraint
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -25,6 +26,10 @@ func TestMatch(t *testing.T) {
 			[]string{"x", "((x))"}, []string{"(x", "()", "(x))"}},
 		{"gbnf-layout", Spec{Kind: GBNF, Text: gbnfJSON},
 			[]string{`{"a": [1, -2.5e3, "x\u00e9"], "b": {}}`, "[ ]", `"s" `}, []string{`{"a" 1}`, `[1,]`, "{\n\n}"}},
+		{"wrapped", Spec{Kind: JSONSchema, Text: `{"type":"object","properties":{"name":{"enum":["f","g"]}},"required":["name"],"additionalProperties":false}`,
+			Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Separator: "\n", MaxRepeat: 2},
+			[]string{"<tool_call>\n{\"name\":\"f\"}\n</tool_call>", "<tool_call>\n{\"name\":\"f\"}\n</tool_call>\n<tool_call>\n{\"name\":\"g\"}\n</tool_call>"},
+			[]string{"{\"name\":\"f\"}", "<tool_call>\n{\"name\":\"f\"}\n</tool_call>\n", "<tool_call>\n{\"name\":\"f\"}\n</tool_call>\n<tool_call>\n{\"name\":\"f\"}\n</tool_call>\n<tool_call>\n{\"name\":\"f\"}\n</tool_call>"}},
 		{"json_object", Spec{Kind: JSONObject},
 			[]string{`{}`, `{"a": [1, -2.5e3, "x\n", {"b": null}], "c": true}`, " {\n  \"k\": \"é\"\n}"},
 			[]string{`[]`, `{"a"}`, `{"a": 01}`, `{"a": "\x"}`, "{\"a\": \"\x01\"}", `{"a":1,}`, "{          }"}},
@@ -193,3 +198,37 @@ string ::=
 number ::= "-"? ([0-9] | [1-9] [0-9]{1,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
 ws ::= | " " | "\n" [ \t]{0,20}
 `
+
+// TestRollback: rolling back tokens restores the earlier masks and completeness exactly.
+func TestRollback(t *testing.T) {
+	v := testVocab(t)
+	g := compileT(t, Spec{Kind: JSONSchema, Text: `{"type":"array","items":{"type":"string","maxLength":2},"maxItems":2}`}, v)
+	m := g.NewMatcher()
+	var masks [][]uint64
+	var complete []bool
+	text := `["ab","é"]`
+	for i := 0; i < len(text); i++ {
+		mask := make([]uint64, v.MaskWords())
+		m.Mask(mask)
+		masks, complete = append(masks, mask), append(complete, m.Complete())
+		if err := m.Accept(int32(text[i])); err != nil {
+			t.Fatalf("byte %d: %v", i, err)
+		}
+	}
+	if !m.Complete() || m.NumAccepted() != len(text) {
+		t.Fatalf("complete %v after %d tokens", m.Complete(), m.NumAccepted())
+	}
+	for _, n := range []int{1, 3, 4} {
+		m.Rollback(n)
+		k := m.NumAccepted()
+		mask := make([]uint64, v.MaskWords())
+		m.Mask(mask)
+		if !slices.Equal(mask, masks[k]) || m.Complete() != complete[k] {
+			t.Fatalf("after rolling back to %d tokens: mask or completeness differs", k)
+		}
+	}
+	m.Rollback(100)
+	if m.NumAccepted() != 0 {
+		t.Fatalf("%d tokens after rolling back everything", m.NumAccepted())
+	}
+}
