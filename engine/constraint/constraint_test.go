@@ -82,6 +82,10 @@ func TestMatch(t *testing.T) {
 			"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}`},
 			[]string{`{"id":"123e4567-e89b-12d3-a456-426614174000","tags":["a"],"score":0.5}`},
 			[]string{`{"id":"123e4567-e89b-12d3-a456-426614174000","tags":[],"score":0.5}`, `{"id":"x","tags":["a"],"score":0.5}`}},
+		{"schema-pattern-properties", Spec{Kind: JSONSchema, Text: `{"type":"object","properties":{"x_a":{"type":"string"},"b":{}},
+			"patternProperties":{"^x_":{"type":"integer"}},"propertyNames":{"maxLength":3},"additionalProperties":{"type":"boolean"}}`},
+			[]string{`{}`, `{"x_b":1}`, `{"b":null,"c":true}`, `{"x_1":2,"zz":false}`},
+			[]string{`{"x_a":"s"}`, `{"x_b":true}`, `{"c":1}`, `{"long":true}`, `{"x_bc":1}`}},
 		{"schema-allof", Spec{Kind: JSONSchema, Text: `{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]}`},
 			[]string{`{"a":1,"b":"x"}`}, []string{`{"a":1}`, `{"b":"x"}`}},
 	}
@@ -115,7 +119,9 @@ func TestRefused(t *testing.T) {
 		spec Spec
 		want error
 	}{
-		{Spec{Kind: JSONSchema, Text: `{"type":"object","patternProperties":{}}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"type":"object","dependencies":{}}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"patternProperties":{"^a":{},"b$":{}}}`}, ErrUnsupported},
+		{Spec{Kind: JSONSchema, Text: `{"propertyNames":{"enum":["a"]}}`}, ErrUnsupported},
 		{Spec{Kind: JSONSchema, Text: `{"not":{}}`}, ErrUnsupported},
 		{Spec{Kind: JSONSchema, Text: `{"format":"uri"}`}, ErrUnsupported},
 		{Spec{Kind: JSONSchema, Text: `{"multipleOf":0}`}, ErrSyntax},

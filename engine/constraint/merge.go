@@ -71,6 +71,14 @@ func (c *schemaCompiler) mergeDepth(base *jsonObject, sub any, path string, dept
 		}
 		out = out.with(k, merged)
 	}
+	// A pattern of one side names keys the other side's additionalProperties also judges.
+	for _, pair := range [][2]*jsonObject{{base, o}, {o, base}} {
+		_, pp := pair[0].get("patternProperties")
+		ap, has := pair[1].get("additionalProperties")
+		if pp && has && ap != true {
+			return nil, unsupportedf("allOf of patternProperties and additionalProperties (at %s)", path)
+		}
+	}
 	if err := crossAdditional(out, base, o); err != nil {
 		return nil, err
 	}

@@ -125,6 +125,9 @@ var sampleSchemas = []string{
 	`{"type":"object","properties":{"a":{"type":"integer","multipleOf":3,"minimum":-30,"maximum":30},"b":{"type":"number","multipleOf":0.5,"exclusiveMaximum":10,"minimum":0},
 	  "c":{"type":["boolean","string"],"format":"ipv4"},"d":{"type":"string","format":"duration","maxLength":12}},
 	  "additionalProperties":false,"minProperties":1,"maxProperties":2}`,
+	`{"type":"object","properties":{"id":{"type":"integer","minimum":0,"maximum":9}},"required":["id"],
+	  "patternProperties":{"^x_":{"type":"string","maxLength":3}},"propertyNames":{"maxLength":4},
+	  "additionalProperties":{"type":"boolean"},"maxProperties":3}`,
 }
 
 var sampleRegexes = []string{`[a-z]{1,6}(-[0-9]{2})?`, `(yes|no|maybe)!?`, `\d{3}-[A-F]{2}\.(x|yz)`}

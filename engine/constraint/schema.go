@@ -18,6 +18,7 @@ import (
 //     recursion included; $defs and definitions;
 //   - objects: properties (generated in the order the schema lists them), required,
 //     additionalProperties (absent means any other property, after the listed ones),
+//     patternProperties (when no key can match two patterns), propertyNames (of string keywords),
 //     minProperties, maxProperties;
 //   - arrays: items, prefixItems, items as a list and additionalItems (draft 4-2019), minItems,
 //     maxItems;
@@ -42,6 +43,7 @@ var (
 		"items": true, "prefixItems": true, "additionalItems": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true, "pattern": true, "format": true, "minimum": true, "maximum": true,
 		"exclusiveMinimum": true, "exclusiveMaximum": true, "multipleOf": true, "minProperties": true, "maxProperties": true,
+		"patternProperties": true, "propertyNames": true,
 	}
 	schemaAnnotations = map[string]bool{
 		"title": true, "description": true, "default": true, "examples": true, "$schema": true, "$comment": true,
@@ -586,6 +588,24 @@ func count(o *jsonObject, key, path string) (int, error) {
 
 // str compiles the string part of o.
 func (c *schemaCompiler) str(o *jsonObject, path string) (*expr, error) {
+	parts, err := c.strParts(o, path)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 {
+		return c.b.str(), nil
+	}
+	body, err := intersectExprs(parts...)
+	if err != nil {
+		return nil, err
+	}
+	// A rule of its own: the mask cache shares a leaf rule's entries across grammars.
+	return refExpr(c.g.add("string "+path, seqExpr(litExpr(`"`), body, litExpr(`"`)))), nil
+}
+
+// strParts returns the constraints o's string keywords put on a string's contents (written as in
+// a JSON string), to be intersected; none for any string.
+func (c *schemaCompiler) strParts(o *jsonObject, path string) ([]*expr, error) {
 	minLen, err := count(o, "minLength", path)
 	if err != nil {
 		return nil, err
@@ -632,15 +652,7 @@ func (c *schemaCompiler) str(o *jsonObject, path string) (*expr, error) {
 		}
 		parts = append(parts, e)
 	}
-	if len(parts) == 0 {
-		return c.b.str(), nil
-	}
-	body, err := intersectExprs(parts...)
-	if err != nil {
-		return nil, err
-	}
-	// A rule of its own: the mask cache shares a leaf rule's entries across grammars.
-	return refExpr(c.g.add("string "+path, seqExpr(litExpr(`"`), body, litExpr(`"`)))), nil
+	return parts, nil
 }
 
 // formats are the string formats supported, as regexes over characters; each is a strict subset of
@@ -812,23 +824,53 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 	if a, ok := o.get("additionalProperties"); ok {
 		additional = a
 	}
-	names := slices.Clone(props.keys)
-	schemas := map[string]any{}
-	maps := props.vals
-	for _, n := range names {
-		schemas[n] = maps[n]
+	keys, err := c.objectKeys(o, path)
+	if err != nil {
+		return nil, err
 	}
+	names := slices.Clone(props.keys)
 	var extra []string
 	for n := range required {
-		if _, ok := schemas[n]; !ok {
+		if _, ok := props.vals[n]; !ok {
 			extra = append(extra, n)
 		}
 	}
 	sort.Strings(extra)
-	for _, n := range extra {
-		names = append(names, n)
-		schemas[n] = additional
+	names = append(names, extra...)
+	// A listed name's schema: its properties entry, or additionalProperties when no pattern
+	// matches it, with every matching pattern's schema; a name propertyNames refuses is forbidden.
+	schemas := map[string]any{}
+	kept := names[:0]
+	for _, n := range names {
+		text, err := canonicalJSON(n)
+		if err != nil {
+			return nil, err
+		}
+		if keys.names != nil && !keys.names.match([]byte(text)) {
+			if required[n] {
+				return nothingExpr, nil
+			}
+			continue
+		}
+		s, listed := props.vals[n]
+		matched := false
+		for _, p := range keys.patterns {
+			if p.lang.match([]byte(text)) {
+				matched = true
+				if !listed {
+					s = true
+					listed = true
+				}
+				s = allOf(s, p.schema)
+			}
+		}
+		if !listed && !matched {
+			s = additional
+		}
+		schemas[n] = s
+		kept = append(kept, n)
 	}
+	names = kept
 	minProps, err := count(o, "minProperties", path)
 	if err != nil {
 		return nil, err
@@ -885,19 +927,23 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 	for k := minProps; k <= top; k++ {
 		g.accept = append(g.accept, at(n, k))
 	}
-	addl, err := c.compile(additional, path+"/additionalProperties")
+	// Members beyond the listed names: those of each pattern, and the rest (additionalProperties).
+	others, err := keys.others(names)
 	if err != nil {
 		return nil, err
 	}
-	if addl.kind != kNothing {
-		key, err := c.keyNotIn(names)
+	for _, m := range others {
+		value, err := c.compile(m.schema, path+"/"+m.what)
 		if err != nil {
 			return nil, err
 		}
-		if top > 1 && !isSmall(addl) {
-			addl = refExpr(c.g.add("additional "+path, addl))
+		if value.kind == kNothing || m.key.kind == kNothing {
+			continue
 		}
-		member := seqExpr(key, ws, litExpr(":"), ws, addl)
+		if top > 1 && !isSmall(value) {
+			value = refExpr(c.g.add(m.what+" "+path, value))
+		}
+		member := seqExpr(m.key, ws, litExpr(":"), ws, value)
 		for k := 0; k <= top; k++ {
 			if room(k) {
 				link(at(n, k), k, member, at(n, bump(k)))
@@ -907,30 +953,163 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 	return seqExpr(litExpr("{"), ws, graphExpr(g), ws, litExpr("}")), nil
 }
 
-// keyNotIn is a JSON string other than the names.
-func (c *schemaCompiler) keyNotIn(names []string) (*expr, error) {
-	if len(names) == 0 {
-		return c.b.str(), nil
+// objectKeys holds what an object's keywords say about its keys: propertyNames (nil when absent)
+// and patternProperties, each a DFA over a key written as a JSON string, quotes included.
+type objectKeys struct {
+	names      *byteDFA
+	patterns   []keyPattern
+	additional any
+	anyKey     *byteDFA
+}
+
+type keyPattern struct {
+	src    string
+	lang   *byteDFA
+	schema any
+}
+
+// keyMember is a kind of member beyond the listed names: its keys and its values' schema.
+type keyMember struct {
+	what   string
+	key    *expr
+	schema any
+}
+
+func (d *byteDFA) match(b []byte) bool {
+	s := d.start
+	for _, c := range b {
+		if s = d.next[s][c]; s < 0 {
+			return false
+		}
 	}
-	var lits []*expr
-	for _, n := range names {
-		text, err := canonicalJSON(n)
+	return d.accept[s]
+}
+
+// empty reports whether d accepts nothing.
+func (d *byteDFA) empty() bool { return !slices.Contains(d.accept, true) }
+
+// propertyNamesKeywords are the keywords propertyNames may use: those of strings.
+var propertyNamesKeywords = []string{"type", "minLength", "maxLength", "pattern", "format"}
+
+func (c *schemaCompiler) objectKeys(o *jsonObject, path string) (*objectKeys, error) {
+	k := &objectKeys{additional: true}
+	if a, ok := o.get("additionalProperties"); ok {
+		k.additional = a
+	}
+	var err error
+	if k.anyKey, err = exprDFA(seqExpr(litExpr(`"`), starExpr(runesExpr(anyRune, true)), litExpr(`"`))); err != nil {
+		return nil, err
+	}
+	if pn, ok := o.get("propertyNames"); ok {
+		switch t := pn.(type) {
+		case bool:
+			if !t {
+				k.names = &byteDFA{next: make([][256]int32, 1), accept: []bool{false}}
+				for c := range 256 {
+					k.names.next[0][c] = -1
+				}
+			}
+		case *jsonObject:
+			for _, key := range t.keys {
+				if !slices.Contains(propertyNamesKeywords, key) && !schemaAnnotations[key] {
+					return nil, unsupportedf("propertyNames with %q (at %s)", key, path)
+				}
+			}
+			if ty, ok := t.get("type"); ok && ty != "string" {
+				return nil, unsupportedf("propertyNames of type %v (at %s)", ty, path)
+			}
+			parts, err := c.strParts(t, path+"/propertyNames")
+			if err != nil {
+				return nil, err
+			}
+			body := starExpr(runesExpr(anyRune, true))
+			if len(parts) > 0 {
+				if body, err = intersectExprs(parts...); err != nil {
+					return nil, err
+				}
+			}
+			if k.names, err = exprDFA(seqExpr(litExpr(`"`), body, litExpr(`"`))); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, invalidf("propertyNames at %s is not a schema", path)
+		}
+	}
+	if pp, ok := o.get("patternProperties"); ok {
+		po, ok := pp.(*jsonObject)
+		if !ok {
+			return nil, invalidf("patternProperties at %s is not an object", path)
+		}
+		for _, src := range po.keys {
+			n, err := parseRegex(src)
+			if err != nil {
+				return nil, fmt.Errorf("patternProperties at %s: %w", path, err)
+			}
+			e, err := regexExpr(n, true, true)
+			if err != nil {
+				return nil, fmt.Errorf("patternProperties %q at %s: %w", src, path, err)
+			}
+			lang, err := exprDFA(seqExpr(litExpr(`"`), e, litExpr(`"`)))
+			if err != nil {
+				return nil, err
+			}
+			k.patterns = append(k.patterns, keyPattern{src: src, lang: lang, schema: po.vals[src]})
+		}
+	}
+	return k, nil
+}
+
+// others returns the members beyond the listed names: a key matching one pattern takes its
+// schema, any other key additionalProperties. Patterns whose keys overlap are refused (such a key
+// would need every matching schema at once).
+func (k *objectKeys) others(names []string) ([]keyMember, error) {
+	base := k.anyKey
+	if len(names) > 0 {
+		var lits []*expr
+		for _, n := range names {
+			text, err := canonicalJSON(n)
+			if err != nil {
+				return nil, err
+			}
+			lits = append(lits, litExpr(text))
+		}
+		named, err := exprDFA(altExpr(lits...))
 		if err != nil {
 			return nil, err
 		}
-		lits = append(lits, litExpr(text))
+		if base, err = base.intersect(named.complement()); err != nil {
+			return nil, err
+		}
 	}
-	named, err := exprDFA(altExpr(lits...))
-	if err != nil {
-		return nil, err
+	if k.names != nil {
+		var err error
+		if base, err = base.intersect(k.names); err != nil {
+			return nil, err
+		}
 	}
-	all, err := exprDFA(seqExpr(litExpr(`"`), starExpr(runesExpr(anyRune, true)), litExpr(`"`)))
-	if err != nil {
-		return nil, err
+	var out []keyMember
+	rest := base
+	langs := make([]*byteDFA, len(k.patterns))
+	for i, p := range k.patterns {
+		l, err := base.intersect(p.lang)
+		if err != nil {
+			return nil, err
+		}
+		for j := range i {
+			both, err := l.intersect(langs[j])
+			if err != nil {
+				return nil, err
+			}
+			if !both.empty() {
+				return nil, unsupportedf("patternProperties %q and %q that a key can both match", k.patterns[j].src, p.src)
+			}
+		}
+		langs[i] = l
+		if rest, err = rest.intersect(p.lang.complement()); err != nil {
+			return nil, err
+		}
+		out = append(out, keyMember{what: "patternProperties/" + p.src, key: l.expr(), schema: p.schema})
 	}
-	d, err := all.intersect(named.complement())
-	if err != nil {
-		return nil, err
-	}
-	return d.expr(), nil
+	out = append(out, keyMember{what: "additionalProperties", key: rest.expr(), schema: k.additional})
+	return out, nil
 }
