@@ -69,11 +69,12 @@ var typeNames = map[string]uint8{
 }
 
 type schemaCompiler struct {
-	g     *grammar
-	b     *jsonBuilder
-	root  any
-	rules map[any]int // $ref targets → rule
-	depth int
+	g      *grammar
+	b      *jsonBuilder
+	root   any
+	rules  map[any]int // $ref targets → rule
+	depth  int
+	anyKey *byteDFA // any key, as a JSON string
 }
 
 // schemaGrammar is the JSONSchema kind.
@@ -928,9 +929,11 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 		g.accept = append(g.accept, at(n, k))
 	}
 	// Members beyond the listed names: those of each pattern, and the rest (additionalProperties).
-	others, err := keys.others(names)
-	if err != nil {
-		return nil, err
+	var others []keyMember
+	if len(keys.patterns) > 0 || keys.additional != false {
+		if others, err = keys.others(names); err != nil {
+			return nil, err
+		}
 	}
 	for _, m := range others {
 		value, err := c.compile(m.schema, path+"/"+m.what)
@@ -996,10 +999,13 @@ func (c *schemaCompiler) objectKeys(o *jsonObject, path string) (*objectKeys, er
 	if a, ok := o.get("additionalProperties"); ok {
 		k.additional = a
 	}
-	var err error
-	if k.anyKey, err = exprDFA(seqExpr(litExpr(`"`), starExpr(runesExpr(anyRune, true)), litExpr(`"`))); err != nil {
-		return nil, err
+	if c.anyKey == nil {
+		var err error
+		if c.anyKey, err = exprDFA(seqExpr(litExpr(`"`), starExpr(runesExpr(anyRune, true)), litExpr(`"`))); err != nil {
+			return nil, err
+		}
 	}
+	k.anyKey = c.anyKey
 	if pn, ok := o.get("propertyNames"); ok {
 		switch t := pn.(type) {
 		case bool:
