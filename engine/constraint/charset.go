@@ -77,35 +77,6 @@ func (s runeSet) negate() runeSet {
 // minus returns s \ t.
 func (s runeSet) minus(t runeSet) runeSet { return s.intersect(t.negate()) }
 
-// contains reports whether r is in s.
-func (s runeSet) contains(r rune) bool {
-	i, ok := slices.BinarySearchFunc(s, r, func(x runeRange, r rune) int {
-		switch {
-		case x.hi < r:
-			return -1
-		case x.lo > r:
-			return 1
-		}
-		return 0
-	})
-	_ = i
-	return ok
-}
-
-// foldCase adds the other ASCII case of each ASCII letter in s (the regex i flag).
-func (s runeSet) foldCase() runeSet {
-	out := slices.Clone(s)
-	for _, r := range s {
-		for c := max(r.lo, 'a'); c <= min(r.hi, 'z'); c++ {
-			out = append(out, runeRange{c - 32, c - 32})
-		}
-		for c := max(r.lo, 'A'); c <= min(r.hi, 'Z'); c++ {
-			out = append(out, runeRange{c + 32, c + 32})
-		}
-	}
-	return newRuneSet(out...)
-}
-
 // byteRange is an inclusive range of byte values.
 type byteRange struct{ lo, hi byte }
 

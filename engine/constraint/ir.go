@@ -1,7 +1,5 @@
 package constraint
 
-import "math/bits"
-
 // The grammar IR: every front end (JSON Schema, regex, choice, GBNF) compiles to a grammar, a
 // context-free grammar over bytes. A grammar is a list of rules; a rule's body is an expression
 // over bytes, characters (encoded as UTF-8, or as a JSON string writes them), sequences,
@@ -188,14 +186,6 @@ func (s *byteSet) or(t *byteSet) bool {
 		}
 	}
 	return grew
-}
-
-func (s *byteSet) count() int {
-	n := 0
-	for _, w := range s {
-		n += bits.OnesCount64(w)
-	}
-	return n
 }
 
 // ranges returns s as sorted inclusive ranges.

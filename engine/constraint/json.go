@@ -154,14 +154,13 @@ func writeCanonical(sb *strings.Builder, v any) error {
 
 // jsonBuilder makes the rules of JSON text: whitespace, strings, numbers, any value.
 type jsonBuilder struct {
-	g        *grammar
-	ws       *expr
-	strRule  int
-	numRule  int
-	intRule  int
-	anyRule  int
-	objRule  int
-	haveBase bool
+	g       *grammar
+	ws      *expr
+	strRule int
+	numRule int
+	intRule int
+	anyRule int
+	objRule int
 }
 
 func newJSONBuilder(g *grammar, opts Options) *jsonBuilder {

@@ -232,7 +232,7 @@ func (g *Grammar) precompute() {
 	wg.Wait()
 }
 
-// maskCounts reports how many bits of m are set.
+// maskCount reports how many bits of m are set.
 func maskCount(m []uint64) int {
 	n := 0
 	for _, w := range m {

@@ -19,12 +19,11 @@ type TokenSource interface {
 // subtree under a dead prefix in one jump. It is immutable and safe for concurrent use; build one
 // per model and share it (compiled constraints are cached by its identity).
 type Vocabulary struct {
-	size    int
-	tokens  [][]byte // id → bytes; nil for ids no constraint allows
-	nodes   []trieNode
-	order   []int32 // token ids in trie order; node i's tokens are order[nodes[i].tokLo:nodes[i].tokHi]
-	allowed int     // tokens with bytes
-	maxLen  int     // the longest token's byte length
+	size   int
+	tokens [][]byte // id → bytes; nil for ids no constraint allows
+	nodes  []trieNode
+	order  []int32 // token ids in trie order; node i's tokens are order[nodes[i].tokLo:nodes[i].tokHi]
+	maxLen int     // the longest token's byte length
 
 	// shared caches mask entries of leaf rules' states by their signature, across grammars.
 	sharedMu sync.Mutex
@@ -71,7 +70,6 @@ func NewVocabulary(src TokenSource, size int) (*Vocabulary, error) {
 			v.order = append(v.order, int32(id))
 		}
 	}
-	v.allowed = len(v.order)
 	for _, id := range v.order {
 		v.maxLen = max(v.maxLen, len(v.tokens[id]))
 	}
