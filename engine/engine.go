@@ -70,8 +70,8 @@ type PickModel interface {
 // model runs that step).
 type Constraint interface {
 	// Mask sets dst, one bit per token id (bit id%64 of dst[id/64]), to the tokens allowed next.
-	// Special tokens are never set: the engine allows the request's EOS and stop token ids exactly
-	// when Complete.
+	// Special tokens are never set: the engine adds the request's EOS and stop token ids when
+	// Complete.
 	Mask(dst []uint64)
 	// Accept advances over the token drawn; an error means the constraint does not allow it.
 	Accept(token int32) error
@@ -156,7 +156,7 @@ type Request struct {
 	// default, as in vLLM's skip_special_tokens).
 	KeepSpecialTokens bool
 	// Constraint, when set, restricts the output (structured output): every draw is masked to the
-	// tokens it allows, EOS and the stop token ids only when it is Complete, and the request ends
+	// tokens it allows, plus EOS and the stop token ids once it is Complete, and the request ends
 	// when it is Done. Logprobs stay those of the raw logits (vLLM's default). Such a request draws
 	// on the host. It must be fresh (no token accepted) and serve this request alone.
 	Constraint Constraint

@@ -443,19 +443,17 @@ func (e *Engine) startMasks(jobs []sampleJob) *sync.WaitGroup {
 }
 
 // computeMask sets r.mask to the tokens r's constraint allows next: its own mask, and EOS and the
-// stop token ids exactly when it is complete.
+// stop token ids once it is complete. (A stop token id the constraint allows mid-way, an ordinary
+// token that the user made a stop, stays allowed and stops the request as usual.)
 func (r *request) computeMask() {
 	c := r.req.Constraint
 	c.Mask(r.mask)
-	complete := c.Complete()
+	if !c.Complete() {
+		return
+	}
 	for _, id := range r.stopIDs {
-		if id < 0 || int(id)/64 >= len(r.mask) {
-			continue
-		}
-		if complete {
+		if id >= 0 && int(id)/64 < len(r.mask) {
 			r.mask[id>>6] |= 1 << (id & 63)
-		} else {
-			r.mask[id>>6] &^= 1 << (id & 63)
 		}
 	}
 }
