@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// Sentinel errors; a server answers all three with a 400 naming what the message names.
+// Sentinel errors; a server answers each with a 400 that carries the message (it names what is
+// refused or wrong).
 var (
 	// ErrUnsupported: the constraint uses a JSON Schema keyword, regex or grammar feature this
 	// package does not implement (the message names it).
