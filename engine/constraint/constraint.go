@@ -111,6 +111,7 @@ func compileLazy(spec Spec, vocab *Vocabulary, opts Options) (*Grammar, error) {
 	if a.flags[a.root]&flagAccept == 0 && !hasStart(a) {
 		return nil, fmt.Errorf("constraint: %s: %w", spec.Kind, ErrEmpty)
 	}
+	a.signLeaves(vocab.maxTokenLen())
 	return newGrammar(a, vocab), nil
 }
 

@@ -179,8 +179,8 @@ type automaton struct {
 	ruleNames []string
 	root      int32     // the root rule's start state
 	follow    []byteSet // per rule: the bytes that may follow its end in some context
-	leafSigs  []string  // per rule: its canonical form if it calls no rule (see signLeaves)
-	canon     []int32   // per state: its number in its leaf rule's canonical form
+	leafSigs  []string  // per rule: a digest of its canonical form if it calls no rule (see signLeaves)
+	canon     []int32   // per state of a leaf rule: the canonical number of its class's first state
 }
 
 func (a *automaton) numStates() int { return len(a.flags) }
@@ -227,7 +227,6 @@ func lower(g *grammar) (*automaton, error) {
 	a.prune()
 	a.setFlags()
 	a.computeFollow()
-	a.signLeaves()
 	return a, nil
 }
 

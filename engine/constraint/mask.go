@@ -1,6 +1,7 @@
 package constraint
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"math/bits"
 	"runtime"
@@ -260,9 +261,9 @@ func (g *Grammar) sharedOrCompute(state int32, w *walker) *maskEntry {
 	return e.forFollow(follow)
 }
 
-// leafSignature names what a state of a leaf rule matches: the rule's canonical form (its states
-// numbered breadth-first from its start, with their transitions and whether they accept) and the
-// state's number in it. Equal names mean equal futures.
+// leafSignature names what a state of a leaf rule does to tokens: a digest of the rule's canonical
+// form (its states numbered breadth-first from its start, with their transitions and whether they
+// accept) and the state's class (see signLeaves). Equal names mean equal entries.
 func (a *automaton) leafSignature(state int32) (string, bool) {
 	rule := a.ruleOf[state]
 	if a.leafSigs == nil || a.leafSigs[rule] == "" {
@@ -271,11 +272,16 @@ func (a *automaton) leafSignature(state int32) (string, bool) {
 	return a.leafSigs[rule] + "#" + strconv.Itoa(int(a.canon[state])), true
 }
 
-// maxSignatureStates bounds the rules whose entries are shared (their signature spells every state).
-const maxSignatureStates = 4096
+// maxSignatureStates bounds the rules whose entries are shared.
+const maxSignatureStates = maxDFAStates
 
-// signLeaves computes the canonical forms of the leaf rules (rules that call none).
-func (a *automaton) signLeaves() {
+// signLeaves computes the canonical forms of the leaf rules (rules that call none), and each leaf
+// state's class: states that agree on every byte string up to maxTok long (alive or dead, accepting
+// or not after each byte: all a token's walk can see) get the same entry. A string of maxLength n
+// has n states counting down, but those with more characters left than the longest token has bytes
+// behave alike: one walk serves them all. The class is named by its first state in canonical
+// order, so that names agree across grammars.
+func (a *automaton) signLeaves(maxTok int) {
 	a.leafSigs = make([]string, len(a.ruleStart))
 	a.canon = make([]int32, a.numStates())
 	leaf := make([]bool, len(a.ruleStart))
@@ -293,11 +299,11 @@ func (a *automaton) signLeaves() {
 		}
 		ids := map[int32]int32{start: 0}
 		queue := []int32{start}
+		h := sha256.New()
 		buf := make([]byte, 0, 64)
 		for k := 0; k < len(queue) && len(queue) <= maxSignatureStates; k++ {
 			s := queue[k]
-			a.canon[s] = int32(k)
-			buf = append(buf, a.flags[s]&flagAccept)
+			buf = append(buf[:0], a.flags[s]&flagAccept)
 			prev := int32(-2)
 			for c := range 256 {
 				t := a.next[int(s)<<8|c]
@@ -317,9 +323,87 @@ func (a *automaton) signLeaves() {
 				}
 			}
 			buf = append(buf, 0xFF)
+			h.Write(buf)
 		}
-		if len(queue) <= maxSignatureStates {
-			a.leafSigs[r] = string(buf)
+		if len(queue) > maxSignatureStates {
+			continue
+		}
+		a.leafSigs[r] = string(h.Sum(nil))
+		classes := boundedClasses(a, queue, ids, maxTok)
+		first := map[int32]int32{}
+		for k, s := range queue {
+			if _, ok := first[classes[k]]; !ok {
+				first[classes[k]] = int32(k)
+			}
+			a.canon[s] = first[classes[k]]
 		}
 	}
+}
+
+// boundedClasses partitions a leaf rule's states (queue, in canonical order; ids maps a state to
+// its index) by their behaviour on byte strings up to depth long: Moore's refinement, rounds, each
+// over the bytes whose transitions differ (one byte per class of bytes with equal columns), stopping
+// early once stable.
+func boundedClasses(a *automaton, queue []int32, ids map[int32]int32, depth int) []int32 {
+	n := len(queue)
+	target := func(k int, c int) int32 {
+		if t := a.next[int(queue[k])<<8|c]; t >= 0 {
+			return ids[t]
+		}
+		return -1
+	}
+	// Bytes with equal columns act alike: keep one of each.
+	var reps []int
+	seen := map[string]bool{}
+	col := make([]byte, 0, 4*n)
+	for c := range 256 {
+		col = col[:0]
+		for k := range n {
+			col = binary.LittleEndian.AppendUint32(col, uint32(target(k, c)))
+		}
+		if !seen[string(col)] {
+			seen[string(col)] = true
+			reps = append(reps, c)
+		}
+	}
+	succ := make([]int32, n*len(reps))
+	for k := range n {
+		for j, c := range reps {
+			succ[k*len(reps)+j] = target(k, c)
+		}
+	}
+	class := make([]int32, n)
+	kinds := map[int32]bool{}
+	for k, s := range queue {
+		class[k] = int32(a.flags[s] & flagAccept)
+		kinds[class[k]] = true
+	}
+	count := len(kinds)
+	key := make([]byte, 0, 4*(len(reps)+1))
+	for range depth {
+		next := make([]int32, n)
+		names := map[string]int32{}
+		for k := range n {
+			key = binary.LittleEndian.AppendUint32(key[:0], uint32(class[k]))
+			for _, t := range succ[k*len(reps) : (k+1)*len(reps)] {
+				c := int32(-1)
+				if t >= 0 {
+					c = class[t]
+				}
+				key = binary.LittleEndian.AppendUint32(key, uint32(c))
+			}
+			id, ok := names[string(key)]
+			if !ok {
+				id = int32(len(names))
+				names[string(key)] = id
+			}
+			next[k] = id
+		}
+		class = next
+		if len(names) == count {
+			break // stable: no string of any length tells the classes apart further
+		}
+		count = len(names)
+	}
+	return class
 }
