@@ -180,3 +180,27 @@ func BenchmarkCompile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVocabulary measures building a real vocabulary's trie (NewVocabulary) and warming it
+// (Vocabulary.Warm): what a server pays once per model at start.
+func BenchmarkVocabulary(b *testing.B) {
+	for _, name := range []string{"llama3", "qwen3"} {
+		b.Run(name, func(b *testing.B) {
+			rv := loadRealVocab(b, name)
+			var build, warm time.Duration
+			for range b.N {
+				start := time.Now()
+				v, err := NewVocabulary(rv.tok, rv.vocab.Size())
+				if err != nil {
+					b.Fatal(err)
+				}
+				build += time.Since(start)
+				start = time.Now()
+				v.Warm()
+				warm += time.Since(start)
+			}
+			b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms")
+			b.ReportMetric(float64(warm.Milliseconds())/float64(b.N), "warm-ms")
+		})
+	}
+}
