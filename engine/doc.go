@@ -29,6 +29,11 @@
 // the same (seed, output index) rule (model.SampleLogits, the CPU twin of the device kernel) and requests
 // with penalties draw from their own PCG stream.
 //
+// Structured output (Request.Constraint, compiled by package engine/constraint) masks each draw to
+// the tokens the constraint allows, EOS and stop token ids only once it is complete; such a request
+// draws on the host, and its mask for a step is computed while the model runs that step. Its
+// logprobs are those of the raw logits, as vLLM's by default.
+//
 // Prompt logprobs (Request.PromptLogprobs, vLLM's prompt_logprobs) need the logits of every prompt
 // position: such a request takes no prefix-cache hits, its prompt's steps bring those rows to the host
 // (in chunks within Config.MaxPromptLogitRows a step), and the log-probabilities, with the prompt's

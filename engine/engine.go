@@ -63,6 +63,27 @@ type PickModel interface {
 	Start(s *model.Step, params []model.SampleParams) (*model.Pick, error)
 }
 
+// Constraint restricts what one request may generate (structured output: a JSON Schema, a regular
+// expression, a grammar), token by token. *constraint.Matcher (package engine/constraint)
+// satisfies it. A constraint belongs to one request; the engine never calls it concurrently, but
+// it may call Mask from another goroutine than Accept (the mask of a step is computed while the
+// model runs that step).
+type Constraint interface {
+	// Mask sets dst, one bit per token id (bit id%64 of dst[id/64]), to the tokens allowed next.
+	// Special tokens are never set: the engine adds the request's EOS and stop token ids when
+	// Complete.
+	Mask(dst []uint64)
+	// Accept advances over the token drawn; an error means the constraint does not allow it.
+	Accept(token int32) error
+	// Complete reports whether the output so far is a whole string of the constraint.
+	Complete() bool
+	// Done reports whether the output is complete and nothing may follow it: the request then
+	// ends (FinishStop) without waiting for an EOS token.
+	Done() bool
+	// Rollback undoes the last n accepted tokens (for a step that speculated a token).
+	Rollback(n int)
+}
+
 // Default limits used when Config leaves them zero.
 const (
 	DefaultMaxNumSeqs          = 64
@@ -137,6 +158,11 @@ type Request struct {
 	// KeepSpecialTokens puts the text of special tokens into Output.Text (they are skipped by
 	// default, as in vLLM's skip_special_tokens).
 	KeepSpecialTokens bool
+	// Constraint, when set, restricts the output (structured output): every draw is masked to the
+	// tokens it allows, plus EOS and the stop token ids once it is Complete, and the request ends
+	// when it is Done. Logprobs stay those of the raw logits (vLLM's default). Such a request draws
+	// on the host. It must be fresh (no token accepted) and serve this request alone.
+	Constraint Constraint
 }
 
 // Stats is a snapshot of the engine's state and counters, for metrics.
@@ -228,6 +254,8 @@ type request struct {
 	// minMasked are the ids the first MinTokens draws may not pick: EOS whether or not it is
 	// ignored, and the stop token ids (vLLM's all_stop_token_ids); nil without MinTokens.
 	minMasked []int32
+	// mask is the constraint's mask for the draw under way (Request.Constraint), one bit per token.
+	mask []uint64
 }
 
 // New returns an engine over m, decoding text with tok, and starts its step loop. The KV pool has
@@ -435,7 +463,12 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	if req.PromptLogprobs {
 		prompt = make([]Logprobs, n)
 	}
+	var mask []uint64
+	if req.Constraint != nil {
+		mask = make([]uint64, (e.vocab+63)/64)
+	}
 	return &request{
+		mask:      mask,
 		req:       req,
 		prompt:    prompt,
 		stream:    newStream(id),

@@ -389,7 +389,16 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		}
 		st.LogitRows = rows
 	}
+	jobs := make([]sampleJob, 0, b.NumLogits)
+	for _, c := range b.Chunks {
+		if c.NeedsLogits {
+			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], step: outputIndex(c)})
+		}
+	}
+	// Constrained requests' masks are computed while the model runs the step.
+	masks := e.startMasks(jobs)
 	logits, err := e.model.Forward(st)
+	masks.Wait()
 	if want := b.NumLogits + len(prompt); err == nil && len(logits) != want {
 		err = fmt.Errorf("forward returned %d logit rows for %d", len(logits), want)
 	}
@@ -397,12 +406,8 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		return nil, err
 	}
 	sampled := make([]int32, b.NumLogits)
-	jobs := make([]sampleJob, 0, b.NumLogits)
-	for _, c := range b.Chunks {
-		if c.NeedsLogits {
-			k := len(jobs)
-			jobs = append(jobs, sampleJob{r: e.live[c.Seq.ID()], logits: logits[k], out: &sampled[k], step: outputIndex(c)})
-		}
+	for k := range jobs {
+		jobs[k].logits, jobs[k].out = logits[k], &sampled[k]
 	}
 	e.parallel(len(jobs), e.vocab, func(i int) { sampleOne(&jobs[i]) })
 	e.parallel(len(prompt), e.vocab, func(i int) {
@@ -411,6 +416,66 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
 	})
 	return sampled, nil
+}
+
+// startMasks starts computing the masks of the constrained requests among jobs, spread over the
+// engine's workers; Wait on the result before sampling.
+func (e *Engine) startMasks(jobs []sampleJob) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	var constrained []*request
+	for _, j := range jobs {
+		if j.r != nil && j.r.req.Constraint != nil {
+			constrained = append(constrained, j.r)
+		}
+	}
+	if len(constrained) == 0 {
+		return &wg
+	}
+	workers := min(e.workers, len(constrained))
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(constrained); i += workers {
+				constrained[i].computeMask()
+			}
+		})
+	}
+	return &wg
+}
+
+// computeMask sets r.mask to the tokens r's constraint allows next: its own mask, and EOS and the
+// stop token ids once it is complete. (A stop token id the constraint allows mid-way, an ordinary
+// token that the user made a stop, stays allowed and stops the request as usual.)
+func (r *request) computeMask() {
+	c := r.req.Constraint
+	c.Mask(r.mask)
+	if !c.Complete() {
+		return
+	}
+	for _, id := range r.stopIDs {
+		if id >= 0 && int(id)/64 < len(r.mask) {
+			r.mask[id>>6] |= 1 << (id & 63)
+		}
+	}
+}
+
+// applyMask sets the logits of the tokens mask leaves out to −∞.
+func applyMask(logits []float32, mask []uint64) {
+	inf := float32(math.Inf(-1))
+	for w, bits := range mask {
+		if bits == ^uint64(0) {
+			continue
+		}
+		lo := w * 64
+		hi := min(lo+64, len(logits))
+		for i := lo; i < hi; i++ {
+			if bits&(1<<(i-lo)) == 0 {
+				logits[i] = inf
+			}
+		}
+	}
+	for i := len(mask) * 64; i < len(logits); i++ {
+		logits[i] = inf
+	}
 }
 
 // promptRow is a prompt position whose logits a request wants for its prompt logprobs: those of
@@ -500,9 +565,11 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 }
 
 // drawsOnHost reports whether r's draw of output token step needs its logits on the host: penalties,
-// logprobs, a logit bias or min_tokens' mask (masksStops), none of which the device's pick applies.
+// logprobs, a logit bias, min_tokens' mask (masksStops) or a constraint's mask, none of which the
+// device's pick applies.
 func (r *request) drawsOnHost(step uint64) bool {
-	return r.sampler.hasPenalties() || r.req.Logprobs || len(r.req.Sampling.LogitBias) > 0 || r.masksStops(step)
+	return r.sampler.hasPenalties() || r.req.Logprobs || len(r.req.Sampling.LogitBias) > 0 || r.masksStops(step) ||
+		r.req.Constraint != nil
 }
 
 // masksStops reports whether r's draw of output token step must not pick a stop token (EOS, ignored
@@ -595,11 +662,14 @@ func sampleOne(j *sampleJob) {
 		return
 	}
 	logits := j.logits
-	if bias := j.r.req.Sampling.LogitBias; len(bias) > 0 || j.r.masksStops(j.step) {
+	if bias := j.r.req.Sampling.LogitBias; len(bias) > 0 || j.r.masksStops(j.step) || j.r.mask != nil {
 		// A copy: logprobs stay those of the model's logits (as with penalties).
 		logits = slices.Clone(logits)
 		for id, b := range bias {
 			logits[id] += b
+		}
+		if j.r.mask != nil {
+			applyMask(logits, j.r.mask)
 		}
 		if j.r.masksStops(j.step) {
 			for _, id := range j.r.minMasked {
@@ -631,6 +701,24 @@ func (e *Engine) postprocess(r *request) {
 	tok := seq.LastToken()
 	r.sampler.accept(tok)
 	out := Output{TokenIDs: []int32{tok}}
+	if c := r.req.Constraint; c != nil && !(seq.FinishReason() == scheduler.FinishStop && slices.Contains(r.stopIDs, tok)) {
+		if err := c.Accept(tok); err != nil {
+			// Only a draw from logits that the mask left all −∞ (or NaN) gets here.
+			if !seq.Finished() {
+				if ferr := e.sched.Finish(seq, scheduler.FinishError); ferr != nil {
+					panic(fmt.Sprintf("engine: %s: %v", r.req.ID, ferr))
+				}
+			}
+			e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{TokenIDs: out.TokenIDs, Text: r.rest()})
+			return
+		}
+		if c.Done() && !seq.Finished() {
+			// Nothing may follow: the constraint ends the request, as a stop string would.
+			if err := e.sched.Finish(seq, scheduler.FinishStop); err != nil {
+				panic(fmt.Sprintf("engine: stop %s: %v", r.req.ID, err))
+			}
+		}
+	}
 	if r.prompt != nil {
 		out.PromptLogprobs = r.promptLogprobs(e.tok)
 	}

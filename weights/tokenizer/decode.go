@@ -164,3 +164,52 @@ func (seq sequenceDecoder) decodeChain(tokens []string) []string {
 	}
 	return tokens
 }
+
+// TokenBytes returns the bytes token id adds to decoded text when it follows other tokens: the
+// decoder chain applied to the token alone, without the effects that only the start of a text has
+// (a Metaspace decoder dropping its first space, a Strip after Fuse), and without the UTF-8 repair
+// Decode does, so that a token holding part of a character (a ByteLevel piece, a <0xNN> byte
+// fallback token) gives exactly its bytes. It reports false for special tokens and ids without a
+// token. Constrained decoding walks these bytes (package engine/constraint).
+func (t *Tokenizer) TokenBytes(id int32) ([]byte, bool) {
+	tok, ok := t.Token(id)
+	if !ok || t.IsSpecial(id) {
+		return nil, false
+	}
+	if t.decoder == nil {
+		return []byte(tok), true
+	}
+	s, _ := decodeTokenBytes(t.decoder, tok)
+	return []byte(s), true
+}
+
+// decodeTokenBytes applies d to one token in the middle of a text and returns its bytes, and
+// whether the chain ended at a Fuse (after which decoders act on the whole text, not on tokens).
+func decodeTokenBytes(d decoder, tok string) (string, bool) {
+	switch d := d.(type) {
+	case byteLevelDecoder:
+		if b, ok := appendByteLevelBytes(nil, tok); ok {
+			return string(b), false
+		}
+		return tok, false
+	case byteFallbackDecoder:
+		if b, ok := byteFallbackValue(tok); ok {
+			return string([]byte{b}), false
+		}
+		return tok, false
+	case fuseDecoder:
+		return tok, true
+	case metaspaceDecoder:
+		return strings.ReplaceAll(tok, string(d.replacement), " "), false
+	case sequenceDecoder:
+		for _, sub := range d {
+			var fused bool
+			if tok, fused = decodeTokenBytes(sub, tok); fused {
+				return tok, true
+			}
+		}
+		return tok, false
+	default: // Replace, Strip: per-token string edits
+		return d.decodeChain([]string{tok})[0], false
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package constraint
+
+const raceEnabled = false
