@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gollm/gollm/weights"
 )
 
 // Tokenizer encodes text to token ids and decodes ids to text, following a HuggingFace
@@ -30,9 +31,10 @@ type Tokenizer struct {
 	byteFallbackDecode bool // the decoder has ByteFallback (see StreamDecoder)
 }
 
-// Load reads a tokenizer.json file.
+// Load reads a tokenizer.json file (a regular file: anything else is refused at once, see
+// weights.ReadFile).
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := weights.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
