@@ -29,13 +29,17 @@ type cpuBackend struct {
 }
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once:
-// NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks).
+// NumLayers × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes (KVBytesPerBlock × NumBlocks),
+// after checking that they fit the host memory available (an error wrapping ErrKVTooLarge otherwise).
 // Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
 // float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
 	if shape.NumLayers <= 0 || shape.NumBlocks <= 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
 		shape.HeadDim <= 0 || shape.NumHeads <= 0 || len(shape.RopeInvFreq) != shape.HeadDim/2 {
 		return nil, fmt.Errorf("cpu backend: invalid shape %+v", shape)
+	}
+	if err := checkHostKV(shape, 0); err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
 	}
 	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
 	b.caches = make([]*attention.Cache, shape.NumLayers)

@@ -16,11 +16,11 @@ func Load(f *weights.Folder, opts Options) (*Model, error) {
 	if f == nil || f.Config == nil || f.Tensors == nil {
 		return nil, errors.New("model: load: folder has no config or tensors")
 	}
-	newBackend, err := backendFor(f.Config, opts)
+	newBackend, deferKV, err := backendFor(f.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	return LoadOn(f, opts, newBackend)
+	return loadKV(f.Config, f.Tensors.Get, opts, newBackend, deferKV)
 }
 
 // LoadOn builds the model in f on the backend that newBackend constructs: it checks the config,
@@ -36,12 +36,24 @@ func LoadOn(f *weights.Folder, opts Options, newBackend NewBackendFunc) (*Model,
 // tensorGetter returns a checkpoint tensor by name (weights.TensorSet.Get).
 type tensorGetter func(name string) (*weights.Tensor, error)
 
+// load builds the model on the backend newBackend constructs, with its KV pool.
 func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+	return loadKV(cfg, get, opts, newBackend, false)
+}
+
+// loadKV builds the model on the backend newBackend constructs. With deferKV the backend is built without
+// its KV pool (Shape.NumBlocks 0) and allocates opts.NumBlocks pages once the weights and the workspace
+// are in place (kvAllocator), where it can tell whether they fit.
+func loadKV(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc, deferKV bool) (*Model, error) {
 	shape, err := shapeOf(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	backend, err := newBackend(shape)
+	built := shape
+	if deferKV {
+		built.NumBlocks = 0
+	}
+	backend, err := newBackend(built)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
@@ -50,7 +62,7 @@ func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBac
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	if shape.NumBlocks == 0 {
+	if built.NumBlocks == 0 {
 		if err := m.sizeKV(opts); err != nil {
 			backend.Close()
 			return nil, fmt.Errorf("model: load: %w", err)

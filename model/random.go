@@ -36,12 +36,13 @@ func LoadRandom(cfg *weights.Config, seed uint64, opts Options, newBackend NewBa
 	if err != nil {
 		return nil, fmt.Errorf("model: load random: %w", err)
 	}
+	deferKV := false
 	if newBackend == nil {
-		if newBackend, err = backendFor(cfg, opts); err != nil {
+		if newBackend, deferKV, err = backendFor(cfg, opts); err != nil {
 			return nil, fmt.Errorf("model: load random: %w", err)
 		}
 	}
-	return load(cfg, src.tensor, opts, newBackend)
+	return loadKV(cfg, src.tensor, opts, newBackend, deferKV)
 }
 
 // randomSource draws the tensors of one random checkpoint on demand.

@@ -308,6 +308,9 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: logitRows})
 	if err != nil {
 		folder.Close()
+		if errors.Is(err, model.ErrKVTooLarge) && o.kvBlocks > 0 {
+			err = fmt.Errorf("--kv-blocks %d: %w (give fewer, or leave --kv-blocks out to size the cache from memory)", o.kvBlocks, err)
+		}
 		return nil, err
 	}
 	e, err := engine.New(m, tok, engine.Config{
@@ -397,24 +400,13 @@ func defaultKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int,
 	return int(max(blocks, least))
 }
 
-// availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.
+// availableMemory returns the host memory available (model.HostMemoryAvailable), or 4 GiB where it
+// cannot be read.
 func availableMemory() int64 {
-	const fallback = 4 << 30
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return fallback
+	if n, ok := model.HostMemoryAvailable(); ok {
+		return n
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return kb << 10
-				}
-			}
-		}
-	}
-	return fallback
+	return 4 << 30
 }
 
 // result is one finished generation with its timings.

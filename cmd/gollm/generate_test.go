@@ -225,6 +225,10 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 1, `unknown device "tpu"`},
+		// A KV cache no memory holds: an error saying how many pages fit, not makeslice's panic or the
+		// runtime's fatal out-of-memory.
+		{"kv blocks beyond any slice", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "1000000000000"}, 1, "--kv-blocks 1000000000000: model: load: backend: cpu backend: KV cache does not fit in memory: 1000000000000 pages of 16 tokens need 7.28 PiB"},
+		{"kv blocks beyond memory", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "100000000"}, 1, "pages fit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,6 +48,7 @@ func TestServeFlags(t *testing.T) {
 		{"zero page size", []string{"--page-size", "0"}, 2, "--page-size 0 must be at least 1"},
 		{"negative max model len", []string{"--max-model-len", "-5"}, 2, "--max-model-len -5"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
+		{"kv blocks beyond memory", []string{"--port", "0", "--kv-blocks", "1000000000000"}, 1, "at most"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
