@@ -58,7 +58,7 @@ func loadKV(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewB
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps)}
-	if err := m.uploadAll(get, opts.Progress); err != nil {
+	if err := m.uploadAll(get, opts.Progress, !opts.SkipWeightCheck); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
@@ -111,8 +111,9 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 	}, nil
 }
 
-// uploadAll hands every parameter to the backend, checking each shape against the config.
-func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
+// uploadAll hands every parameter to the backend, checking each shape against the config and, with
+// checkValues, that every value is finite (checkFinite).
+func (m *Model) uploadAll(get tensorGetter, progress io.Writer, checkValues bool) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
 	bar := newProgressBar(progress, c.NumHiddenLayers+2)
@@ -122,6 +123,11 @@ func (m *Model) uploadAll(get tensorGetter, progress io.Writer) error {
 			t, err := get(name)
 			if err != nil {
 				return Weight{}, fmt.Errorf("tensor %q: %w", name, err)
+			}
+			if checkValues {
+				if err := checkFinite(t); err != nil {
+					return Weight{}, err
+				}
 			}
 			parts[i] = t
 		}

@@ -46,6 +46,10 @@ type Options struct {
 	MaxStepTokens, MaxLogitRows int
 	// DisableCUDAGraphs runs every GPU step op by op instead of replaying decode steps as CUDA graphs.
 	DisableCUDAGraphs bool
+	// SkipWeightCheck skips the scan of every parameter for NaN and ±Inf that loading does by default
+	// (an error wrapping ErrNonFiniteWeight names the first). The scan reads the checkpoint once more,
+	// in parallel; skip it only where that time matters, for a checkpoint known to be sound.
+	SkipWeightCheck bool
 }
 
 // Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of

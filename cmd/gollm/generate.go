@@ -53,7 +53,7 @@ type generateOptions struct {
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
-	noPrefixCache, noPipelining                                   bool
+	noPrefixCache, noPipelining, skipWeightCheck                  bool
 	device                                                        string
 }
 
@@ -67,6 +67,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "most tokens (prompt plus output) of one request (default: the model's max_position_embeddings, or what the KV cache holds if less)")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
+	fs.BoolVar(&o.skipWeightCheck, "skip-weight-check", false, "do not scan the weights for NaN and infinities while loading (saves a pass over a large checkpoint)")
 }
 
 // checkEngineFlags refuses engine flags out of range.
@@ -305,7 +306,8 @@ func loadGenerator(o *generateOptions, stderr io.Writer) (*generator, error) {
 	// A step's logits rows: one per running sequence, and the prompt rows of prompt-logprobs requests.
 	logitRows := o.maxNumSeqs + min(engine.DefaultMaxPromptLogitRows, o.maxBatchedTokens)
 	m, err := model.Load(folder, model.Options{Device: device, NumBlocks: numBlocks, BlockSize: o.pageSize,
-		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: logitRows})
+		Progress: progressOutput(stderr), MaxStepTokens: o.maxBatchedTokens, MaxLogitRows: logitRows,
+		SkipWeightCheck: o.skipWeightCheck})
 	if err != nil {
 		folder.Close()
 		if errors.Is(err, model.ErrKVTooLarge) && o.kvBlocks > 0 {
