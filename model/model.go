@@ -176,7 +176,9 @@ type PickBackend interface {
 	// when params is nil, else the draw under params[r] by the algorithm of sampleRowCPU) in place of
 	// the logits, but returns once the step is queued: wait blocks until the step has ended and dst
 	// holds the picks. The next step may be issued before wait is called (at most two steps
-	// outstanding); waits come in the order of the steps.
+	// outstanding); waits come in the order of the steps. A row holding NaN or +Inf is picked as
+	// NonFinitePick (pickRowCPU is the twin); a later step's InputFrom row that names such a pick
+	// embeds token 0 instead (its sequence is to be ended, and what it computes dropped).
 	PickAsync(dst []int32, src Tensor, params []SampleParams) (wait func() error, err error)
 }
 
@@ -203,7 +205,8 @@ func (p *Pick) Wait() ([]int32, error) {
 
 // Start runs one step like Forward but ends it with a pick per entry of s.LogitRows: the index of the
 // row's largest logit (the first on ties: the greedy next token) when params is nil, else the token drawn
-// under params[i] (SampleParams). On a PickBackend only the ids cross to the host, and Start returns as
+// under params[i] (SampleParams); NonFinitePick for a row whose logits hold NaN or +Inf, on every
+// backend. On a PickBackend only the ids cross to the host, and Start returns as
 // soon as the step is queued, so that the next step (whose InputFrom may name these picks) can be queued
 // while this one runs: call Wait for the ids, in step order, with at most two steps outstanding. On
 // other backends the logits come to the host, the pick is made there, and the step has ended when Start
@@ -254,7 +257,9 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 		m.fed = append(m.fed[:0], s.Tokens...)
 		for row, from := range s.InputFrom {
 			if from >= 0 {
-				m.fed[row] = m.picks[from]
+				// A NonFinitePick is fed as token 0, as the device's embedding does: the caller ends
+				// that sequence when it reads the pick, and drops what this step computes for it.
+				m.fed[row] = max(m.picks[from], 0)
 			}
 		}
 		fed := *s
@@ -267,11 +272,11 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 	}
 	ids := make([]int32, len(rows))
 	for i, row := range rows {
-		if params == nil {
-			ids[i] = Argmax(row)
-		} else {
-			ids[i] = sampleRowCPU(row, prepareSample(params[i]))
+		var r sampleRow // greedy
+		if params != nil {
+			r = prepareSample(params[i])
 		}
+		ids[i] = pickRowCPU(row, r)
 	}
 	m.picks = append(m.picks[:0], ids...)
 	m.numPicks = len(ids)
