@@ -28,6 +28,10 @@ var (
 	// ErrInvalidRequest is returned by Add for a request it cannot run (empty prompt, token ids
 	// outside the vocabulary, sampling parameters out of range).
 	ErrInvalidRequest = errors.New("engine: invalid request")
+	// ErrNonFiniteLogits is wrapped by the Err of a request that finished with FinishError because
+	// the model's logits for it held NaN or +Inf (broken weights, or numbers that overflowed): no
+	// token can be drawn from them. The step's other requests go on.
+	ErrNonFiniteLogits = errors.New("the model's logits are not finite (NaN or infinite)")
 )
 
 // Model is what the engine needs from a loaded model. *model.Model satisfies it. Forward is called
@@ -155,6 +159,9 @@ type Stats struct {
 	// PipelinedSteps counts the steps queued before the previous step's tokens were read (pipelined
 	// decode; see PickModel).
 	PipelinedSteps int64
+	// NonFiniteLogits counts the requests ended because their logits held NaN or +Inf
+	// (ErrNonFiniteLogits).
+	NonFiniteLogits int64
 	// Finished counts finished requests by reason.
 	Finished map[FinishReason]int64
 }

@@ -340,8 +340,20 @@ func (e *Engine) failStep(err error, b *scheduler.Batch) {
 	}
 }
 
-// apply hands a step's sampled tokens to the scheduler and streams each sequence's new token.
+// apply hands a step's sampled tokens to the scheduler and streams each sequence's new token. A
+// sequence whose logits were not finite (a pick of model.NonFinitePick) ends with ErrNonFiniteLogits
+// first, so that Update leaves it out.
 func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
+	k := 0
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		if sampled[k] < 0 {
+			e.endNonFinite(e.live[c.Seq.ID()])
+		}
+		k++
+	}
 	updated, err := e.sched.Update(b, sampled)
 	if err != nil {
 		panic(fmt.Sprintf("engine: %v", err)) // only a batch the loop mishandled gets here
@@ -360,6 +372,21 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 			e.postprocess(r)
 		}
 	}
+}
+
+// endNonFinite ends r (nil: already finished) with ErrNonFiniteLogits: its logits held NaN or +Inf, so
+// no token can be drawn for it. Its text so far goes out with the error; the other requests go on.
+func (e *Engine) endNonFinite(r *request) {
+	if r == nil {
+		return
+	}
+	if err := e.sched.Finish(r.seq, scheduler.FinishError); err != nil {
+		panic(fmt.Sprintf("engine: %v", err)) // a live request's sequence is unfinished
+	}
+	e.statsMu.Lock()
+	e.stats.NonFiniteLogits++
+	e.statsMu.Unlock()
+	e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, ErrNonFiniteLogits), Output{Text: r.rest()})
 }
 
 // pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
@@ -405,11 +432,22 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		}
 	}
 	e.parallel(len(jobs), e.vocab, func(i int) { sampleOne(&jobs[i]) })
+	badPrompt := make([]bool, len(prompt))
 	e.parallel(len(prompt), e.vocab, func(i int) {
 		p := prompt[i]
 		r := p.r
-		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
+		row := logits[b.NumLogits+i]
+		if !model.Pickable(row) {
+			badPrompt[i] = true
+			return
+		}
+		r.prompt[p.pos+1] = computeLogprobs(row, r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
 	})
+	for i, bad := range badPrompt {
+		if bad {
+			e.endNonFinite(e.live[prompt[i].r.seq.ID()]) // its prompt logprobs would be NaN
+		}
+	}
 	return sampled, nil
 }
 
@@ -585,6 +623,10 @@ func sampleOne(j *sampleJob) {
 		return
 	}
 	logits := j.logits
+	if !model.Pickable(logits) { // before any bias or mask: the model's own numbers
+		*j.out = model.NonFinitePick
+		return
+	}
 	if bias := j.r.req.Sampling.LogitBias; len(bias) > 0 || j.r.masksStops(j.step) {
 		// A copy: logprobs stay those of the model's logits (as with penalties).
 		logits = slices.Clone(logits)

@@ -21,6 +21,12 @@ import (
 // tokenizer (the 256 GPT-2 byte symbols, a few merges, <s> and </s> specials) into a temporary folder.
 func writeTestModel(t *testing.T) string {
 	t.Helper()
+	return writeTestModelEdited(t, nil)
+}
+
+// writeTestModelEdited is writeTestModel with edit applied to the weights (weightstest.WriteLlamaEdited).
+func writeTestModelEdited(t *testing.T, edit func(name string, values []float32)) string {
+	t.Helper()
 	dir := t.TempDir()
 	config := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
@@ -28,7 +34,7 @@ func writeTestModel(t *testing.T) string {
 		"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
 		"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
 	}
-	weightstest.WriteLlama(t, dir, config, 11)
+	weightstest.WriteLlamaEdited(t, dir, config, 11, edit)
 	writeFile(t, filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 256, "eos_token_id": [257, 258]}`))
 
 	// GPT-2's byte → symbol table: printable bytes stand for themselves, the rest map to 256+n.

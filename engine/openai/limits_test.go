@@ -339,7 +339,7 @@ func TestAuthEveryRoute(t *testing.T) {
 func TestNoFilesystemAccess(t *testing.T) {
 	forbidden := map[string]bool{"os": true, "os/exec": true, "io/fs": true, "io/ioutil": true, "path/filepath": true, "plugin": true,
 		"syscall": true, "unsafe": true, "github.com/gollm/gollm/weights": true}
-	for _, dir := range []string{".", "../chattemplate"} {
+	for _, dir := range []string{".", "../../weights/chattemplate"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

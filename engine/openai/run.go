@@ -228,13 +228,15 @@ func (s *Server) newSSE(w http.ResponseWriter) *sse {
 	return e
 }
 
-// send writes one "data: {json}" event.
-func (e *sse) send(v any) {
+// send writes one "data: {json}" event. A value that cannot be encoded (a bug: a NaN, say) is not
+// sent; send returns its error, and the caller ends the stream with an error event.
+func (e *sse) send(v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
-		data, _ = json.Marshal(map[string]any{"error": internalError("cannot encode a chunk: %v", err)})
+		return err
 	}
 	e.write("data: " + string(data) + "\n\n")
+	return nil
 }
 
 // done writes the final "data: [DONE]" event.
@@ -256,7 +258,7 @@ func (e *sse) write(s string) {
 
 // sendError writes an error event in the middle of a stream (vLLM's convention).
 func (e *sse) sendError(err *apiError) {
-	e.send(struct {
+	e.send(struct { //nolint:errcheck // an apiError always encodes
 		Error *apiError `json:"error"`
 	}{err})
 }
@@ -285,8 +287,13 @@ func failure(ev event) *apiError {
 		return internalError("engine stream: %v", ev.err)
 	}
 	if ev.out.FinishReason == engine.FinishError {
-		if errors.Is(ev.out.Err, engine.ErrPromptTooLong) {
+		switch {
+		case errors.Is(ev.out.Err, engine.ErrPromptTooLong):
 			return badRequest("", "%v", ev.out.Err)
+		case errors.Is(ev.out.Err, engine.ErrNonFiniteLogits):
+			e := internalError("generation failed: %v (the model's weights or its numbers are broken; the server's logs and gollm:non_finite_logits_total count these)", ev.out.Err)
+			e.Code = strPtr("non_finite_logits")
+			return e
 		}
 		return internalError("generation failed: %v", ev.out.Err)
 	}
@@ -364,7 +371,11 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job
 			finals[ev.job.choice].usage = o.Usage
 		}
 		if c := chunk(ev.job, o); c != nil {
-			out.send(c)
+			if err := out.send(c); err != nil {
+				streamErr = internalError("cannot encode a chunk: %v", err)
+				out.sendError(streamErr)
+				ru.abort()
+			}
 		}
 	}
 	if streamErr == nil && usageChunk != nil {
