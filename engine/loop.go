@@ -91,8 +91,13 @@ func (e *Engine) drainIntake() {
 	}
 }
 
-// admit gives a new request its sequence id and queues it in the scheduler.
+// admit gives a new request its sequence id and queues it in the scheduler; once the engine has
+// failed it fails the request at once.
 func (e *Engine) admit(r *request) {
+	if err := e.Err(); err != nil {
+		e.finish(r, FinishError, err, Output{})
+		return
+	}
 	e.nextID++
 	r.id = e.nextID
 	r.seq = scheduler.NewSequence(r.id, r.req.PromptIDs, r.limits)
@@ -337,6 +342,32 @@ func (e *Engine) failStep(err error, b *scheduler.Batch) {
 			}
 			e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
 		}
+	}
+	if errors.Is(err, model.ErrDeviceLost) {
+		e.fail(err)
+	}
+}
+
+// fail stops the engine for good: its model can run nothing any more (model.ErrDeviceLost). Every live
+// request finishes with the error now, and every later one at once (admit, Add); Err and Failed tell
+// the server, which stops serving. The loop goes on only to answer requests until Close.
+func (e *Engine) fail(cause error) {
+	e.failMu.Lock()
+	if e.failErr != nil {
+		e.failMu.Unlock()
+		return
+	}
+	e.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
+	close(e.failed)
+	e.failMu.Unlock()
+	e.log.Error("the model can run nothing any more: failing every request; restart the process", "err", cause)
+	for _, r := range e.live {
+		if !r.seq.Finished() {
+			if err := e.sched.Finish(r.seq, scheduler.FinishError); err != nil {
+				panic(fmt.Sprintf("engine: %v", err))
+			}
+		}
+		e.finish(r, FinishError, e.failErr, Output{Text: r.rest()})
 	}
 }
 

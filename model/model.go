@@ -146,16 +146,20 @@ func headDim(cfg *weights.Config) int {
 
 // Forward runs one step and returns one [VocabSize] row of logits per entry of s.LogitRows, in that
 // order. It writes the step's K and V into the pages named by s.SlotMapping. Errors wrap ErrInvalidStep
-// for inconsistent metadata and ErrClosed after Close.
+// for inconsistent metadata, ErrClosed after Close, and ErrDeviceLost when the device can run nothing
+// any more.
 func (m *Model) Forward(s *Step) ([][]float32, error) {
 	m.numPicks = 0
 	logits, err := m.forward(s)
 	if err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	b, numLogits := m.backend, len(s.LogitRows)
 	if numLogits == 0 {
-		return [][]float32{}, b.CopyToHost(nil, Tensor{})
+		if err := b.CopyToHost(nil, Tensor{}); err != nil {
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
+		}
+		return [][]float32{}, nil
 	}
 	out := make([][]float32, numLogits)
 	flat := make([]float32, numLogits*m.cfg.VocabSize)
@@ -163,7 +167,7 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
 	}
 	if err := b.CopyToHost(out, logits); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	return out, nil
 }
@@ -226,7 +230,7 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	logits, err := m.forward(s)
 	if err != nil {
 		m.numPicks = 0
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	ids := make([]int32, len(s.LogitRows))
 	if len(ids) == 0 {
@@ -235,12 +239,12 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	wait, err := picker.PickAsync(ids, logits, params)
 	if err != nil {
 		m.numPicks = 0
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	m.numPicks = len(ids)
 	return NewPick(func() ([]int32, error) {
 		if err := wait(); err != nil {
-			return nil, fmt.Errorf("model: forward: %w", err)
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 		}
 		return ids, nil
 	}), nil
@@ -252,7 +256,7 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 	if s != nil && s.InputFrom != nil {
 		if err := m.validateInputFrom(s); err != nil {
 			m.numPicks = 0
-			return nil, fmt.Errorf("model: forward: %w", err)
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 		}
 		m.fed = append(m.fed[:0], s.Tokens...)
 		for row, from := range s.InputFrom {

@@ -176,7 +176,22 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	log.Info("serving", "url", "http://"+ln.Addr().String(), "model", o.modelName, "max_model_len", g.engine.MaxModelLen(),
 		"chat", tpl != nil, "api_key", o.apiKey != "")
 	fmt.Fprintf(stderr, "gollm serve: listening on http://%s\n", ln.Addr())
-	if err := srv.Serve(ctx, ln, o.shutdownTimeout); err != nil {
+	// An engine that has failed for good (a lost GPU) can serve nothing: stop serving, as on SIGTERM,
+	// and exit with an error, so that a supervisor restarts the process with a new device context.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	go func() {
+		select {
+		case <-g.engine.Failed():
+			log.Error("the engine has failed: shutting down", "err", g.engine.Err())
+			stopServing()
+		case <-serveCtx.Done():
+		}
+	}()
+	if err := srv.Serve(serveCtx, ln, o.shutdownTimeout); err != nil {
+		return err
+	}
+	if err := g.engine.Err(); err != nil {
 		return err
 	}
 	log.Info("stopped")

@@ -131,6 +131,10 @@ func (s *Server) engineError(err error) *apiError {
 	case errors.Is(err, engine.ErrClosed):
 		s.engineDown.Store(true)
 		return shuttingDown()
+	case errors.Is(err, engine.ErrFailed):
+		s.engineDown.Store(true)
+		return &apiError{status: http.StatusServiceUnavailable, Message: fmt.Sprintf("The engine has failed and cannot serve: %v", err),
+			Type: "server_error", Code: strPtr("engine_failed")}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		if s.abortCtx.Err() != nil { // the shutdown's deadline, not the client: someone is there to answer
 			return shuttingDown()

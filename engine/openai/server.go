@@ -210,12 +210,22 @@ func (s *Server) authed(h http.Handler) http.Handler {
 	})
 }
 
+// handleHealth answers 200 while the server serves, 503 once it is shutting down or its engine is
+// closed or has failed for good (engine.ErrFailed: a lost GPU).
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() || s.engineDown.Load() {
+	if s.draining.Load() || s.engineDown.Load() || s.engineFailed() != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// engineFailed is the engine's error once it has failed for good, else nil.
+func (s *Server) engineFailed() error {
+	if f, ok := s.eng.(failingEngine); ok {
+		return f.Err()
+	}
+	return nil
 }
 
 // modelObject is an entry of /v1/models.
