@@ -158,9 +158,12 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		o.modelDir = dir
 	}
 
-	g, err := loadGenerator(&o, stderr)
+	g, err := loadUntil(ctx, &o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		if errors.Is(err, errInterrupted) {
+			return 130
+		}
 		return 1
 	}
 	defer g.close()
@@ -262,6 +265,41 @@ type generator struct {
 	tok      *tokenizer.Tokenizer
 	engine   *engine.Engine
 	loadTime time.Duration
+}
+
+// errInterrupted is loadUntil's error when a signal arrived while the model was loading.
+var errInterrupted = errors.New("interrupted while loading the model")
+
+// beforeLoad runs in loadUntil's loading goroutine before anything is read (tests make loading block
+// with it).
+var beforeLoad = func() {}
+
+// loadUntil is loadGenerator, given up as soon as ctx ends (the first SIGINT or SIGTERM) with an error
+// wrapping errInterrupted: reading gigabytes of weights or uploading them to a GPU cannot be
+// interrupted from outside, so the load goes on in a goroutine of its own, its result released when
+// it arrives, while the command exits at once rather than after the load, or never.
+func loadUntil(ctx context.Context, o *generateOptions, stderr io.Writer) (*generator, error) {
+	type loaded struct {
+		g   *generator
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		beforeLoad()
+		g, err := loadGenerator(o, stderr)
+		done <- loaded{g, err}
+	}()
+	select {
+	case r := <-done:
+		return r.g, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.g != nil {
+				r.g.close()
+			}
+		}()
+		return nil, errInterrupted
+	}
 }
 
 // loadGenerator opens the model folder, loads weights and tokenizer and starts the engine.

@@ -111,6 +111,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if err := serve(ctx, &o, stderr); err != nil {
 		fmt.Fprintf(stderr, "gollm serve: %v\n", err)
+		if errors.Is(err, errInterrupted) {
+			return 130
+		}
 		return 1
 	}
 	return 0
@@ -131,7 +134,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	defer ln.Close()
 
-	g, err := loadGenerator(&o.gen, stderr)
+	g, err := loadUntil(ctx, &o.gen, stderr)
 	if err != nil {
 		return err
 	}
