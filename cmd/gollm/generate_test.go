@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/tokenizer"
 	"github.com/gollm/gollm/weights/weightstest"
@@ -295,8 +296,9 @@ func TestGenerateDefaultModel(t *testing.T) {
 	}
 }
 
-// Interrupted (ctx cancelled, as by Ctrl-C), a --prompts-file run still writes one line per prompt
-// and exits 130, whether a request was aborted in the engine or never got in.
+// Interrupted (ctx cancelled, as by Ctrl-C) once the model is loaded, a --prompts-file run still writes
+// one line per prompt and exits 130, whether a request was aborted in the engine or never got in;
+// interrupted while the model loads, it exits 130 at once.
 func TestGeneratePromptsFileInterrupted(t *testing.T) {
 	dir := writeTestModel(t)
 	var lines []string
@@ -307,13 +309,26 @@ func TestGeneratePromptsFileInterrupted(t *testing.T) {
 	writeFile(t, path, []byte(strings.Join(lines, "\n")))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	// Interrupted once the model is loaded: every line still gets its output line (an error).
+	o := generateOptions{modelDir: dir, kvBlocks: 64, pageSize: 16, maxNumSeqs: 8, maxBatchedTokens: 256, device: "cpu"}
+	g, err := loadGenerator(&o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
 	var stdout, stderr bytes.Buffer
-	code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
-	if code != 130 {
+	if code := g.runBatch(ctx, path, engine.Request{MaxTokens: 50}, &stdout, &stderr); code != 130 {
 		t.Errorf("exit %d, want 130 (interrupted); stderr %s", code, stderr.String())
 	}
 	if n := strings.Count(stdout.String(), "\n"); n != len(lines) {
 		t.Errorf("%d output lines for %d prompts", n, len(lines))
+	}
+	// Interrupted before the model has loaded: nothing runs, and the command says why.
+	stdout.Reset()
+	stderr.Reset()
+	code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
+	if code != 130 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "interrupted while loading the model") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 130, nothing, the reason", code, stdout.String(), stderr.String())
 	}
 }
 
