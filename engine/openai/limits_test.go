@@ -312,7 +312,11 @@ func TestAuthEveryRoute(t *testing.T) {
 			}
 			checkErrorObject(t, body)
 		}
-		for _, header := range []string{"bearer k3y-with-some-length", "Basic k3y-with-some-length", "k3y-with-some-length"} {
+		// A key padded with spaces inside the value is refused, not trimmed (net/http drops the white
+		// space around a header's value, which HTTP says is not part of it).
+		for _, header := range []string{"Basic k3y-with-some-length", "k3y-with-some-length", "Bearer", "Bearer ",
+			"Bearer  k3y-with-some-length", "Bearer k3y-with-some-length x", "Bearer\tk3y-with-some-length",
+			"Bearer k3y-with-some-length \t k3y", "Bearerk3y-with-some-length"} {
 			req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
 			req.Header.Set("Authorization", header)
 			resp, err := http.DefaultClient.Do(req)
@@ -327,9 +331,37 @@ func TestAuthEveryRoute(t *testing.T) {
 		if status, _, body := call(t, r.method, ts.URL+r.path, cfg.APIKey, r.body); status == http.StatusUnauthorized {
 			t.Errorf("%s %s with the key: %d %s", r.method, r.path, status, body)
 		}
+		// RFC 7235: the scheme's name is case-insensitive.
+		for _, scheme := range []string{"bearer", "BEARER", "bEaReR"} {
+			req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
+			req.Header.Set("Authorization", scheme+" "+cfg.APIKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusUnauthorized {
+				t.Errorf("%s %s with Authorization %q: 401", r.method, r.path, scheme+" KEY")
+			}
+		}
+		// Two Authorization headers, one of them right: refused (which one counts is not defined).
+		req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
+		req.Header.Add("Authorization", "Bearer "+cfg.APIKey)
+		req.Header.Add("Authorization", "Bearer wrong")
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s with two Authorization headers: %d", r.method, r.path, resp.StatusCode)
+		}
 	}
 	if status, _, _ := call(t, "GET", ts.URL+"/health", "", ""); status != 200 {
 		t.Errorf("GET /health without the key: %d", status)
+	}
+	for _, key := range []string{" k3y", "k3y ", "k 3y", "k3y\n"} {
+		if _, err := New(f, byteTokenizer{}, Config{ModelName: "m", APIKey: key}); err == nil {
+			t.Errorf("New accepted the API key %q, which no header can carry", key)
+		}
 	}
 }
 

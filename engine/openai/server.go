@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/weights/chattemplate"
@@ -120,6 +121,9 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	if cfg.ModelName == "" {
 		return nil, errors.New("server: empty model name")
 	}
+	if strings.ContainsFunc(cfg.APIKey, unicode.IsSpace) {
+		return nil, errors.New("server: the API key holds white space, which no Authorization header can carry")
+	}
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -192,22 +196,40 @@ func routeMethod(path string) string {
 // connection-level limits (header size, timeouts) that a handler cannot set.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// authed requires the API key, if one is configured. Keys are compared through their SHA-256
-// digests in constant time, so neither their content nor their length leaks through timing.
+// authed requires the API key, if one is configured, as "Authorization: Bearer KEY" (bearerToken).
+// Keys are compared exactly, through their SHA-256 digests in constant time, so neither their content
+// nor their length leaks through timing.
 func (s *Server) authed(h http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		key, ok := strings.CutPrefix(auth, "Bearer ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		values := r.Header.Values("Authorization")
+		var key string
+		ok := len(values) == 1
+		if ok {
+			key, ok = bearerToken(values[0])
+		}
+		got := sha256.Sum256([]byte(key))
 		if subtle.ConstantTimeCompare(got[:], s.keyHash[:]) != 1 || !ok {
 			writeError(w, unauthorized())
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an Authorization header value of the Bearer scheme (RFC 7235's
+// credentials, RFC 6750's scheme): the scheme's name in any case, one space, then the token, which
+// holds no white space. Anything else (another scheme, no token, a token padded or split by spaces)
+// is refused rather than trimmed into shape: a key is what the client sent, exactly. (net/http has
+// already dropped white space around the whole value.)
+func bearerToken(value string) (string, bool) {
+	scheme, token, found := strings.Cut(value, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return "", false
+	}
+	return token, true
 }
 
 // handleHealth answers 200 while the server serves, 503 once it is shutting down or its engine is
