@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +42,8 @@ type serveOptions struct {
 	writeTimeout    time.Duration
 	idleTimeout     time.Duration
 	shutdownTimeout time.Duration
+	allowedHosts    []string
+	allowedOrigins  []string
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -62,6 +65,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&o.writeTimeout, "write-timeout", openai.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", openai.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", openai.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
+	fs.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "without an API key, also serve requests for these host names (comma-separated or repeated; *.example.com for subdomains, * for any); localhost, IP addresses, --host and this machine's name always are")
+	fs.StringSliceVar(&o.allowedOrigins, "allowed-origins", nil, "without an API key, also serve web pages of these origins (e.g. https://app.example.com; * for any), and answer their CORS requests; pages on localhost always are")
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
@@ -170,6 +175,8 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ReadTimeout:      o.readTimeout,
 		WriteTimeout:     o.writeTimeout,
 		IdleTimeout:      o.idleTimeout,
+		AllowedHosts:     defaultAllowedHosts(o.host, o.allowedHosts),
+		AllowedOrigins:   o.allowedOrigins,
 		Logger:           log,
 	}
 	srv, err := openai.New(openai.FromEngine(g.engine), g.tok, cfg)
@@ -199,4 +206,17 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// defaultAllowedHosts is the server's allowed hosts: those of --allowed-hosts, the --host address when it
+// is a name, and this machine's host name (IP addresses and localhost need no entry).
+func defaultAllowedHosts(bind string, extra []string) []string {
+	hosts := slices.Clone(extra)
+	if bind != "" && net.ParseIP(bind) == nil {
+		hosts = append(hosts, bind)
+	}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		hosts = append(hosts, name)
+	}
+	return hosts
 }

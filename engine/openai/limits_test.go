@@ -154,7 +154,7 @@ func TestConnectionLimits(t *testing.T) {
 	t.Run("header never finished", func(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.ReadTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
-		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n") // and nothing more
+		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n") // and nothing more
 		data, err := io.ReadAll(c)
 		if err != nil {
 			t.Fatalf("the server did not close a connection whose header never ended: %v", err)
@@ -166,7 +166,7 @@ func TestConnectionLimits(t *testing.T) {
 	t.Run("body never finished", func(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.ReadTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
-		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("no answer to a body that never ended: %v", err)
@@ -181,7 +181,7 @@ func TestConnectionLimits(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
 		rd := bufio.NewReader(c)
-		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
 		resp, err := http.ReadResponse(rd, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +222,7 @@ func dialSmall(t *testing.T, addr, path, body string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 	return c
 }
 

@@ -76,6 +76,16 @@ type Config struct {
 	// reading is cut off, and its request aborted, after WriteTimeout) and idle keep-alive
 	// connections.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// AllowedHosts widens, for a server without an API key, the Host header values it serves: beside
+	// IP addresses, localhost and its subdomains, these host names (no port; "*.example.com" for the
+	// subdomains of example.com, "*" for every host). Other hosts get 403: a web page cannot reach the
+	// server by rebinding its own host name to this machine's address (see origin.go).
+	AllowedHosts []string
+	// AllowedOrigins widens the browser origins ("https://app.example.com") a server without an API key
+	// serves, beside pages on localhost (any port) and its own origin; "*" allows every origin. Requests
+	// from other web pages get 403. The allowed ones, with or without an API key, get CORS headers and
+	// their preflights answered.
+	AllowedOrigins []string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -106,6 +116,9 @@ type Server struct {
 
 	// fresh tracks the connections that have not begun a request, to close them at shutdown.
 	fresh freshConns
+
+	// origins is the Host and Origin policy (checkOrigin).
+	origins originPolicy
 
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
 	abortCtx  context.Context
@@ -154,6 +167,7 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
+	s.origins = newOriginPolicy(&cfg)
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
 	s.metrics = newMetrics(eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
 	s.routes()
@@ -178,7 +192,7 @@ func (s *Server) routes() {
 		}
 		writeError(w, notFound(r.Method+" "+r.URL.Path))
 	})))
-	s.handler = s.guard(s.mux)
+	s.handler = s.guard(s.checkOrigin(s.mux))
 }
 
 // routeMethod is the method the route at path answers (routes serves it), or "" where no route is.
@@ -310,8 +324,11 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, req namedMo
 	return true
 }
 
-// readBody reads a request body within the size limit.
+// readBody reads a JSON request body within the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if aerr := checkJSONType(r); aerr != nil {
+		return nil, aerr
+	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return nil, tooLarge(s.cfg.MaxBodyBytes)
 	}
