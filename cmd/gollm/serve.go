@@ -44,6 +44,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	allowedHosts    []string
 	allowedOrigins  []string
+	splitSpecial    bool
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -65,6 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&o.writeTimeout, "write-timeout", openai.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", openai.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", openai.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
+	fs.BoolVar(&o.splitSpecial, "split-special-tokens", false, "encode special tokens written in prompts and chat contents as plain text, not as control tokens (a request's split_special_tokens overrides it)")
 	fs.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "without an API key, also serve requests for these host names (comma-separated or repeated; *.example.com for subdomains, * for any); localhost, IP addresses, --host and this machine's name always are")
 	fs.StringSliceVar(&o.allowedOrigins, "allowed-origins", nil, "without an API key, also serve web pages of these origins (e.g. https://app.example.com; * for any), and answer their CORS requests; pages on localhost always are")
 	addEngineFlags(fs, &o.gen)
@@ -156,28 +158,29 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		tpl = nil
 	}
 	cfg := openai.Config{
-		ModelName:        o.modelName,
-		APIKey:           o.apiKey,
-		ChatTemplate:     tpl,
-		BOSToken:         tc.BOSToken,
-		EOSToken:         tc.EOSToken,
-		PadToken:         tc.PadToken,
-		AddSpecialTokens: true,
-		Sampling:         engine.DefaultSampling(g.folder.Generation),
-		MaxRunning:       o.gen.maxNumSeqs,
-		MaxQueue:         o.maxQueue,
-		MaxBodyBytes:     o.maxBodyBytes,
-		MaxHeaderBytes:   o.maxHeaderBytes,
-		MaxN:             o.maxN,
-		MaxStopStrings:   o.maxStop,
-		MaxTokensLimit:   o.maxTokensLimit,
-		VocabSize:        g.folder.Config.VocabSize,
-		ReadTimeout:      o.readTimeout,
-		WriteTimeout:     o.writeTimeout,
-		IdleTimeout:      o.idleTimeout,
-		AllowedHosts:     defaultAllowedHosts(o.host, o.allowedHosts),
-		AllowedOrigins:   o.allowedOrigins,
-		Logger:           log,
+		ModelName:          o.modelName,
+		APIKey:             o.apiKey,
+		ChatTemplate:       tpl,
+		BOSToken:           tc.BOSToken,
+		EOSToken:           tc.EOSToken,
+		PadToken:           tc.PadToken,
+		AddSpecialTokens:   true,
+		SplitSpecialTokens: o.splitSpecial,
+		Sampling:           engine.DefaultSampling(g.folder.Generation),
+		MaxRunning:         o.gen.maxNumSeqs,
+		MaxQueue:           o.maxQueue,
+		MaxBodyBytes:       o.maxBodyBytes,
+		MaxHeaderBytes:     o.maxHeaderBytes,
+		MaxN:               o.maxN,
+		MaxStopStrings:     o.maxStop,
+		MaxTokensLimit:     o.maxTokensLimit,
+		VocabSize:          g.folder.Config.VocabSize,
+		ReadTimeout:        o.readTimeout,
+		WriteTimeout:       o.writeTimeout,
+		IdleTimeout:        o.idleTimeout,
+		AllowedHosts:       defaultAllowedHosts(o.host, o.allowedHosts),
+		AllowedOrigins:     o.allowedOrigins,
+		Logger:             log,
 	}
 	srv, err := openai.New(openai.FromEngine(g.engine), g.tok, cfg)
 	if err != nil {

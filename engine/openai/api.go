@@ -41,6 +41,9 @@ type samplingFields struct {
 	// PromptLogprobs is vLLM's extension: the number of alternatives per prompt token of the
 	// response's prompt_logprobs.
 	PromptLogprobs *int `json:"prompt_logprobs"`
+	// SplitSpecialTokens encodes special tokens' text in the prompt strings (completions) or the
+	// messages' contents (chat) as plain text (special.go); nil means the server's default.
+	SplitSpecialTokens *bool `json:"split_special_tokens"`
 }
 
 // completionRequest is the body of POST /v1/completions.

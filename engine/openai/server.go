@@ -50,6 +50,10 @@ type Config struct {
 	BOSToken, EOSToken, PadToken, UnkToken string
 	// AddSpecialTokens encodes completion prompts with the tokenizer's special tokens (BOS).
 	AddSpecialTokens bool
+	// SplitSpecialTokens is the default of requests' split_special_tokens: special tokens' text in
+	// prompt strings and chat contents is encoded as plain text rather than as control tokens (see
+	// special.go). It needs a tokenizer with EncodePlain (*tokenizer.Tokenizer).
+	SplitSpecialTokens bool
 	// Sampling holds the model's defaults (generation_config.json), overridden by request fields.
 	Sampling engine.SamplingParams
 	// MaxRunning is how many sequences the engine runs at once (its MaxNumSeqs); with MaxQueue it

@@ -15,6 +15,7 @@ type tokenizeRequest struct {
 	Messages            []chatMessage  `json:"messages"`
 	AddGenerationPrompt *bool          `json:"add_generation_prompt"`
 	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
+	SplitSpecialTokens  *bool          `json:"split_special_tokens"`
 }
 
 type tokenizeResponse struct {
@@ -36,6 +37,11 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release(1)
+	split, aerr := s.splitSpecial(req.SplitSpecialTokens)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
 	var ids []int32
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
@@ -46,19 +52,19 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		if req.AddSpecialTokens != nil {
 			add = *req.AddSpecialTokens
 		}
-		ids = s.tok.Encode(*req.Prompt, add)
+		ids = s.encodePrompt(*req.Prompt, add, split)
 	case req.Messages != nil:
-		text, aerr := s.renderChat(&chatRequest{Messages: req.Messages, AddGenerationPrompt: req.AddGenerationPrompt,
-			ChatTemplateKwargs: req.ChatTemplateKwargs})
-		if aerr != nil {
-			s.fail(w, aerr)
-			return
-		}
 		add := false // the template wrote the special tokens
 		if req.AddSpecialTokens != nil {
 			add = *req.AddSpecialTokens
 		}
-		ids = s.tok.Encode(text, add)
+		var aerr *apiError
+		ids, aerr = s.chatPrompt(&chatRequest{Messages: req.Messages, AddGenerationPrompt: req.AddGenerationPrompt,
+			ChatTemplateKwargs: req.ChatTemplateKwargs}, add, split)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
 	default:
 		s.fail(w, badRequest("prompt", "Give 'prompt' or 'messages'."))
 		return
