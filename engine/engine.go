@@ -28,6 +28,14 @@ var (
 	// ErrInvalidRequest is returned by Add for a request it cannot run (empty prompt, token ids
 	// outside the vocabulary, sampling parameters out of range).
 	ErrInvalidRequest = errors.New("engine: invalid request")
+	// ErrNonFiniteLogits is wrapped by the Err of a request that finished with FinishError because
+	// the model's logits for it held NaN or +Inf (broken weights, or numbers that overflowed): no
+	// token can be drawn from them. The step's other requests go on.
+	ErrNonFiniteLogits = errors.New("the model's logits are not finite (NaN or infinite)")
+	// ErrFailed is wrapped by Err, by Add's errors and by the Err of every request in flight once the
+	// engine has stopped for good because its model can run nothing any more (model.ErrDeviceLost: the
+	// GPU's context was lost). The process should exit; a new one gets a new device context.
+	ErrFailed = errors.New("engine: failed")
 )
 
 // Model is what the engine needs from a loaded model. *model.Model satisfies it. Forward is called
@@ -184,6 +192,9 @@ type Stats struct {
 	// PipelinedSteps counts the steps queued before the previous step's tokens were read (pipelined
 	// decode; see PickModel).
 	PipelinedSteps int64
+	// NonFiniteLogits counts the requests ended because their logits held NaN or +Inf
+	// (ErrNonFiniteLogits).
+	NonFiniteLogits int64
 	// Finished counts finished requests by reason.
 	Finished map[FinishReason]int64
 }
@@ -210,6 +221,11 @@ type Engine struct {
 
 	mu     sync.RWMutex // guards closed against sends on addCh
 	closed bool
+
+	// failed is closed, and failErr set, once the model has failed for good (fail).
+	failMu  sync.Mutex
+	failErr error
+	failed  chan struct{}
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -326,6 +342,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		closing:  make(chan struct{}),
 		abortAll: make(chan struct{}),
 		done:     make(chan struct{}),
+		failed:   make(chan struct{}),
 		live:     map[kvcache.SeqID]*request{},
 		stats:    Stats{Finished: map[FinishReason]int64{}},
 	}
@@ -345,9 +362,12 @@ func (e *Engine) EOSTokenIDs() []int32 { return slices.Clone(e.eos) }
 // Add queues a request and returns the stream of its outputs. Cancelling ctx aborts the request: it
 // finishes with FinishAbort and its KV blocks are freed before the step that follows (Add watches
 // ctx with context.AfterFunc until the request ends). Add fails at once with
-// ErrPromptTooLong, ErrInvalidRequest or ErrClosed (wrapped), or with ctx's error if ctx ends
-// while the engine's intake is full.
+// ErrPromptTooLong, ErrInvalidRequest, ErrClosed or ErrFailed (wrapped), or with ctx's error if ctx
+// ends while the engine's intake is full.
 func (e *Engine) Add(ctx context.Context, req Request) (*Stream, error) {
+	if err := e.Err(); err != nil {
+		return nil, err
+	}
 	r, err := e.newRequest(req)
 	if err != nil {
 		return nil, err
@@ -507,6 +527,19 @@ func (e *Engine) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Err returns nil while the engine can serve, and once its model has failed for good (see ErrFailed)
+// an error wrapping ErrFailed and the model's error (model.ErrDeviceLost). From then on every request
+// fails at once; Close still has to be called.
+func (e *Engine) Err() error {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	return e.failErr
+}
+
+// Failed returns a channel closed when the engine fails for good (Err is set then): a server watches
+// it to stop serving and exit.
+func (e *Engine) Failed() <-chan struct{} { return e.failed }
 
 // Stats returns a snapshot of the engine's state as of the last step. Once a request's Output has
 // been received, the snapshot includes the step that produced it.

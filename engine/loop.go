@@ -91,8 +91,13 @@ func (e *Engine) drainIntake() {
 	}
 }
 
-// admit gives a new request its sequence id and queues it in the scheduler.
+// admit gives a new request its sequence id and queues it in the scheduler; once the engine has
+// failed it fails the request at once.
 func (e *Engine) admit(r *request) {
+	if err := e.Err(); err != nil {
+		e.finish(r, FinishError, err, Output{})
+		return
+	}
 	e.nextID++
 	r.id = e.nextID
 	r.seq = scheduler.NewSequence(r.id, r.req.PromptIDs, r.limits)
@@ -338,10 +343,48 @@ func (e *Engine) failStep(err error, b *scheduler.Batch) {
 			e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, err), Output{Text: r.rest()})
 		}
 	}
+	if errors.Is(err, model.ErrDeviceLost) {
+		e.fail(err)
+	}
 }
 
-// apply hands a step's sampled tokens to the scheduler and streams each sequence's new token.
+// fail stops the engine for good: its model can run nothing any more (model.ErrDeviceLost). Every live
+// request finishes with the error now, and every later one at once (admit, Add); Err and Failed tell
+// the server, which stops serving. The loop goes on only to answer requests until Close.
+func (e *Engine) fail(cause error) {
+	e.failMu.Lock()
+	if e.failErr != nil {
+		e.failMu.Unlock()
+		return
+	}
+	e.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
+	close(e.failed)
+	e.failMu.Unlock()
+	e.log.Error("the model can run nothing any more: failing every request; restart the process", "err", cause)
+	for _, r := range e.live {
+		if !r.seq.Finished() {
+			if err := e.sched.Finish(r.seq, scheduler.FinishError); err != nil {
+				panic(fmt.Sprintf("engine: %v", err))
+			}
+		}
+		e.finish(r, FinishError, e.failErr, Output{Text: r.rest()})
+	}
+}
+
+// apply hands a step's sampled tokens to the scheduler and streams each sequence's new token. A
+// sequence whose logits were not finite (a pick of model.NonFinitePick) ends with ErrNonFiniteLogits
+// first, so that Update leaves it out.
 func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
+	k := 0
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		if sampled[k] < 0 {
+			e.endNonFinite(e.live[c.Seq.ID()])
+		}
+		k++
+	}
 	updated, err := e.sched.Update(b, sampled)
 	if err != nil {
 		panic(fmt.Sprintf("engine: %v", err)) // only a batch the loop mishandled gets here
@@ -360,6 +403,21 @@ func (e *Engine) apply(b *scheduler.Batch, sampled []int32) {
 			e.postprocess(r)
 		}
 	}
+}
+
+// endNonFinite ends r (nil: already finished) with ErrNonFiniteLogits: its logits held NaN or +Inf, so
+// no token can be drawn for it. Its text so far goes out with the error; the other requests go on.
+func (e *Engine) endNonFinite(r *request) {
+	if r == nil {
+		return
+	}
+	if err := e.sched.Finish(r.seq, scheduler.FinishError); err != nil {
+		panic(fmt.Sprintf("engine: %v", err)) // a live request's sequence is unfinished
+	}
+	e.statsMu.Lock()
+	e.stats.NonFiniteLogits++
+	e.statsMu.Unlock()
+	e.finish(r, FinishError, fmt.Errorf("engine: request %s: %w", r.req.ID, ErrNonFiniteLogits), Output{Text: r.rest()})
 }
 
 // pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
@@ -410,11 +468,22 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		jobs[k].logits, jobs[k].out = logits[k], &sampled[k]
 	}
 	e.parallel(len(jobs), e.vocab, func(i int) { sampleOne(&jobs[i]) })
+	badPrompt := make([]bool, len(prompt))
 	e.parallel(len(prompt), e.vocab, func(i int) {
 		p := prompt[i]
 		r := p.r
-		r.prompt[p.pos+1] = computeLogprobs(logits[b.NumLogits+i], r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
+		row := logits[b.NumLogits+i]
+		if !model.Pickable(row) {
+			badPrompt[i] = true
+			return
+		}
+		r.prompt[p.pos+1] = computeLogprobs(row, r.seq.Tokens()[p.pos+1], r.req.PromptTopLogprobs)
 	})
+	for i, bad := range badPrompt {
+		if bad {
+			e.endNonFinite(e.live[prompt[i].r.seq.ID()]) // its prompt logprobs would be NaN
+		}
+	}
 	return sampled, nil
 }
 
@@ -662,6 +731,10 @@ func sampleOne(j *sampleJob) {
 		return
 	}
 	logits := j.logits
+	if !model.Pickable(logits) { // before any bias or mask: the model's own numbers
+		*j.out = model.NonFinitePick
+		return
+	}
 	if bias := j.r.req.Sampling.LogitBias; len(bias) > 0 || j.r.masksStops(j.step) || j.r.mask != nil {
 		// A copy: logprobs stay those of the model's logits (as with penalties).
 		logits = slices.Clone(logits)

@@ -492,8 +492,9 @@ func TestCUDAAutoKV(t *testing.T) {
 	}
 }
 
-// TestCUDAArgmaxTies checks the device argmax's tie rule (the first of equal maxima) and NaN handling on
-// rows written directly into a logits buffer.
+// TestCUDAArgmaxTies checks the device argmax's tie rule (the first of equal maxima) and its NaN and −∞
+// handling (a NaN makes the row's pick NonFinitePick; −∞ never wins) on rows written directly into a
+// logits buffer.
 func TestCUDAArgmaxTies(t *testing.T) {
 	dev := gpuDevice(t)
 	cfg := cudaReferenceConfig(64)
@@ -516,7 +517,7 @@ func TestCUDAArgmaxTies(t *testing.T) {
 		rows[i] = float32(i%cols) * -1e-3
 	}
 	rows[0*cols+2999], rows[0*cols+1] = 5, 5                   // tie: 1 wins
-	rows[1*cols+1024], rows[1*cols+7] = 2, float32(math.NaN()) // NaN never wins
+	rows[1*cols+1024], rows[1*cols+7] = 2, float32(math.NaN()) // NaN: no token
 	rows[2*cols+0] = float32(math.Inf(-1))                     // row 2: max at index 1 (−0.001)
 	rows[3*cols+2047], rows[3*cols+2048] = 1, 1                // tie across threads
 	if err := dev.CopyToDevice(tensorOf(logits).ptr, cuda.Bytes(rows)); err != nil {
@@ -530,7 +531,7 @@ func TestCUDAArgmaxTies(t *testing.T) {
 	if err := b.ArgmaxToHost(ids, logits); err != nil {
 		t.Fatal(err)
 	}
-	if want := []int32{1, 1024, 1, 2047}; !slices.Equal(ids, want) {
+	if want := []int32{1, NonFinitePick, 1, 2047}; !slices.Equal(ids, want) {
 		t.Fatalf("argmax %v, want %v", ids, want)
 	}
 }

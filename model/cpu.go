@@ -31,7 +31,8 @@ type cpuBackend struct {
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
 // layers, without KV groups) × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes
-// (KVBytesPerBlock × NumBlocks).
+// (KVBytesPerBlock × NumBlocks), after checking that they fit the host memory available (an error
+// wrapping ErrKVTooLarge otherwise).
 // Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
 // float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
@@ -46,6 +47,9 @@ func NewCPUBackend(shape Shape) (Backend, error) {
 			ls.KVSlot >= shape.NumKVSlots() || ls.KVGroup < 0 || ls.KVGroup >= max(1, len(shape.KVGroups)) {
 			return nil, fmt.Errorf("cpu backend: layer %d: invalid %+v", l, ls)
 		}
+	}
+	if err := checkHostKV(shape, 0); err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
 	}
 	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
 	b.caches = make([]*attention.Cache, shape.NumKVSlots())

@@ -51,8 +51,11 @@ func ResolveDevice(name string) (device, notice string, err error) {
 	return "", "", fmt.Errorf("model: unknown device %q (cpu, cuda or auto)", name)
 }
 
-// backendFor returns the constructor of the backend opts.Device names for a checkpoint of config cfg.
-func backendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error) {
+// backendFor returns the constructor of the backend opts.Device names for a checkpoint of config cfg,
+// and whether that backend is built without its KV pool for load to allocate once the weights are in
+// (deferKV: the GPU, whose free memory is known only then; see kvAllocator). Before the CPU backend
+// allocates its pool, the pool and the weights are checked against the host memory available.
+func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, deferKV bool, err error) {
 	device := opts.Device
 	if device == DeviceAuto {
 		device = DeviceCPU
@@ -62,14 +65,21 @@ func backendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error) {
 	}
 	switch device {
 	case "", DeviceCPU:
-		return NewCPUBackend, nil
+		weightBytes := cpuWeightBytes(cfg)
+		return func(s Shape) (Backend, error) {
+			if err := checkHostKV(s, weightBytes); err != nil {
+				return nil, fmt.Errorf("cpu backend: %w", err)
+			}
+			return NewCPUBackend(s)
+		}, false, nil
 	case DeviceCUDA:
 		if err := cudaUsable(); err != nil {
-			return nil, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
+			return nil, false, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
 		}
-		return newCUDABackendFor(cfg, opts)
+		newBackend, err := newCUDABackendFor(cfg, opts)
+		return newBackend, opts.NumBlocks > 0, err
 	}
-	return nil, fmt.Errorf("unknown device %q (cpu, cuda or auto)", opts.Device)
+	return nil, false, fmt.Errorf("unknown device %q (cpu, cuda or auto)", opts.Device)
 }
 
 // computeDTypeFor is the GPU's compute dtype: Options.DType, or the checkpoint's.
@@ -97,11 +107,24 @@ type KVSizer interface {
 	AllocateKV(utilization float64) (numBlocks int, err error)
 }
 
-// sizeKV reserves the workspace opts asks for and lets the backend fill the memory left with KV pages.
+// kvAllocator is implemented by backends that can be built without a KV pool and given one of a chosen
+// size once the weights and the workspace are in place (the CUDA backend): AllocateKVBlocks allocates
+// numBlocks pages per layer, or refuses with an error wrapping ErrKVTooLarge, saying how many fit, when
+// the memory left cannot hold them.
+type kvAllocator interface {
+	AllocateKVBlocks(numBlocks int) error
+}
+
+// sizeKV reserves the workspace opts asks for, then lets the backend fill the memory left with KV pages
+// (Options.NumBlocks zero), or allocate Options.NumBlocks of them there (deferred, see backendFor).
 func (m *Model) sizeKV(opts Options) error {
-	sizer, ok := m.backend.(KVSizer)
-	if !ok {
+	sizer, canSize := m.backend.(KVSizer)
+	alloc, canAlloc := m.backend.(kvAllocator)
+	switch {
+	case opts.NumBlocks == 0 && !canSize:
 		return errors.New("options: NumBlocks 0 needs a backend that sizes its KV pool (the CUDA backend)")
+	case opts.NumBlocks > 0 && !canAlloc:
+		return errors.New("options: the backend was built without a KV pool and cannot allocate one")
 	}
 	tokens, logits := opts.MaxStepTokens, opts.MaxLogitRows
 	if tokens <= 0 {
@@ -112,6 +135,13 @@ func (m *Model) sizeKV(opts Options) error {
 	}
 	if err := m.ensureWorkspace(tokens, min(logits, tokens)); err != nil {
 		return err
+	}
+	if opts.NumBlocks > 0 {
+		if err := alloc.AllocateKVBlocks(opts.NumBlocks); err != nil {
+			return fmt.Errorf("KV pool: %w", err)
+		}
+		m.shape.NumBlocks = opts.NumBlocks
+		return nil
 	}
 	util := opts.MemoryUtilization
 	if util == 0 {

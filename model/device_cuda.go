@@ -26,13 +26,19 @@ func cudaUsable() error {
 	return nil
 }
 
-// newCUDABackendFor returns the constructor of the CUDA backend for a checkpoint of config cfg.
+// newCUDABackendFor returns the constructor of the CUDA backend for a checkpoint of config cfg. It
+// builds the backend without its KV pool: Load has it allocated after the weights (sizeKV), where the
+// device's free memory tells how many pages fit.
 func newCUDABackendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error) {
 	dt, err := computeDTypeFor(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	return newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs}), nil
+	build := newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs})
+	return func(s Shape) (Backend, error) {
+		s.NumBlocks = 0
+		return build(s)
+	}, nil
 }
 
 // CUDACopyBandwidth measures the first GPU's device-to-device copy bandwidth (bytes read plus written per

@@ -95,7 +95,7 @@ func TestBackendForOptions(t *testing.T) {
 		{Options{Device: "gpu"}, false},
 		{Options{Device: "cuda", DType: "int8"}, false},
 	} {
-		_, err := backendFor(cfg, tc.opts)
+		_, _, err := backendFor(cfg, tc.opts)
 		if tc.opts.Device == "cuda" && cudaUsable() != nil {
 			if !errors.Is(err, ErrNoCUDA) {
 				t.Errorf("%+v: %v, want ErrNoCUDA", tc.opts, err)

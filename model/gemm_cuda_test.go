@@ -104,8 +104,9 @@ func TestCUDAGemm(t *testing.T) {
 
 // TestCUDAGemmArgmax checks the GEMM's argmax epilogue (a greedy step's LM head of 9-64 rows: each
 // token's largest logit of each block's rows, finished by ArgmaxPartials, the logits not written) against
-// the argmax of the logits the same GEMM writes without it: random rows; rows whose logits tie (rows 37,
-// 40 — one block — and 700, another, all ones: the first must win) beside a NaN row (900, never wins);
+// the host's pick (pickRowCPU) of the logits the same GEMM writes without it: random rows; rows whose
+// logits tie (rows 37, 40 — one block — and 700, another, all ones: the first must win) beside a −∞ row
+// (900, never wins), and the same with a NaN row (every pick NonFinitePick);
 // every logit negative (the last block's rows past n, zeros in the tile, must not win); n not a multiple
 // of a block's rows; planned and forced launch shapes of 1-4 warpgroups.
 func TestCUDAGemmArgmax(t *testing.T) {
@@ -119,7 +120,7 @@ func TestCUDAGemmArgmax(t *testing.T) {
 		if err := b.ensureIDs(gemvMaxTokens); err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range []string{"random", "tie", "negative"} {
+		for _, mode := range []string{"random", "tie", "nan", "negative"} {
 			tie := mode == "tie"
 			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
 			if mode != "random" { // x positive multiples of 1/8: the tied rows' sums are exact, far above the others'
@@ -131,9 +132,13 @@ func TestCUDAGemmArgmax(t *testing.T) {
 						wv[i] = -float32(math.Abs(float64(wv[i]))) - 1.0/64
 					}
 				}
-				if tie {
+				if tie || mode == "nan" {
+					bad := float32(math.Inf(-1))
+					if mode == "nan" {
+						bad = float32(math.NaN())
+					}
 					for i := range k {
-						wv[37*k+i], wv[40*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, 1, float32(math.NaN())
+						wv[37*k+i], wv[40*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, 1, bad
 					}
 				}
 				if err := b.dev.CopyToDevice(w.ptr, round16(dt, wv)); err != nil {

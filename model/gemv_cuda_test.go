@@ -363,22 +363,28 @@ func TestCUDAGemvRoPE(t *testing.T) {
 	}
 }
 
-// TestCUDAGemvArgmax checks the fused argmax (product epilogue, then ArgmaxPartials) against the argmax of
-// the logits the same kernel wrote: random rows, and rows built to tie exactly (two identical weight rows
-// in different tiles, exact sums: the first wins) with a NaN row that must never win, over a vocabulary
-// that is not a multiple of 16.
+// TestCUDAGemvArgmax checks the fused argmax (product epilogue, then ArgmaxPartials) against the host's
+// pick (pickRowCPU) of the logits the same kernel wrote: random rows, and rows built to tie exactly (two
+// identical weight rows in different tiles, exact sums: the first wins) with a −∞ row that must never
+// win, over a vocabulary that is not a multiple of 16; and the same with a NaN row, whose logits make
+// every pick NonFinitePick.
 func TestCUDAGemvArgmax(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF16} {
 		b := newGemvBackend(t, dt)
 		rng := rand.New(rand.NewPCG(4, uint64(dt)))
 		const n, k = 1000, 128
-		for _, tie := range []bool{false, true} {
+		for _, mode := range []string{"random", "tie", "nan"} {
+			tie := mode == "tie"
 			w, wv, x, xv := gemvOperands(t, b, dt, n, k, rng)
-			if tie {
-				// Rows 37 and 700 all ones (ties), row 900 NaN; x positive multiples of 1/8, so the sums
-				// of rows 37 and 700 are exact in any order and far above the random rows'.
+			if mode != "random" {
+				// Rows 37 and 700 all ones (ties), row 900 −∞ (or NaN); x positive multiples of 1/8, so
+				// the sums of rows 37 and 700 are exact in any order and far above the random rows'.
+				bad := float32(math.Inf(-1))
+				if mode == "nan" {
+					bad = float32(math.NaN())
+				}
 				for i := range k {
-					wv[37*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, float32(math.NaN())
+					wv[37*k+i], wv[700*k+i], wv[900*k+i] = 1, 1, bad
 				}
 				for i := range xv {
 					xv[i] = float32(1+rng.IntN(15)) / 8
@@ -399,7 +405,7 @@ func TestCUDAGemvArgmax(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, m := range []int{1, 3, 8, 64} {
-				t.Run(fmt.Sprintf("%v/tie=%v/m%d", dt, tie, m), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%v/%s/m%d", dt, mode, m), func(t *testing.T) {
 					poison(t, b, y.ptr, gemvMaxTokens*n)
 					if err := b.launchGemv(y, x, w, n, k, m, &gemvEpilogue{mode: gemvArgmax}); err != nil {
 						t.Fatal(err)
@@ -413,8 +419,9 @@ func TestCUDAGemvArgmax(t *testing.T) {
 }
 
 // checkArgmaxPartials finishes the argmax partials a fused product left (tiles of them a row) with
-// ArgmaxPartials for m rows and checks the ids against the host's argmax of logits [m][n]; with tie, rows
-// 37 and 700 (and others after 37) tie at the top and 37 must win.
+// ArgmaxPartials for m rows and checks the ids against the host's greedy pick of logits [m][n]
+// (pickRowCPU: NonFinitePick for a row holding NaN or +Inf); with tie, rows 37 and 700 (and others after
+// 37) tie at the top and 37 must win.
 func checkArgmaxPartials(t *testing.T, b *cudaBackend, m, tiles int, logits []float32, n int, tie bool) {
 	t.Helper()
 	p := struct {
@@ -433,12 +440,12 @@ func checkArgmaxPartials(t *testing.T, b *cudaBackend, m, tiles int, logits []fl
 	}
 	for r := range m {
 		row := logits[r*n : (r+1)*n]
-		want := Argmax(row)
+		want := pickRowCPU(row, sampleRow{})
 		if tie && want != 37 {
 			t.Fatalf("row %d: the tie should make 37 the argmax, the host says %d", r, want)
 		}
 		if ids[r] != want {
-			t.Errorf("row %d: fused argmax %d (%g), want %d (%g)", r, ids[r], row[ids[r]], want, row[want])
+			t.Errorf("row %d: fused argmax %d, want %d", r, ids[r], want)
 		}
 	}
 }

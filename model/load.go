@@ -23,11 +23,11 @@ func LoadContext(ctx context.Context, f *weights.Folder, opts Options) (*Model, 
 	if f == nil || f.Config == nil || f.Tensors == nil {
 		return nil, errors.New("model: load: folder has no config or tensors")
 	}
-	newBackend, err := backendFor(f.Config, opts)
+	newBackend, deferKV, err := backendFor(f.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	return loadContext(ctx, f.Config, f.Tensors.Get, opts, newBackend)
+	return loadContext(ctx, f.Config, f.Tensors.Get, opts, newBackend, deferKV)
 }
 
 // LoadOn builds the model in f on the backend that newBackend constructs: it checks the config,
@@ -50,11 +50,16 @@ type familyChecker interface {
 // tensorGetter returns a checkpoint tensor by name (weights.TensorSet.Get).
 type tensorGetter func(name string) (*weights.Tensor, error)
 
+// load builds the model on the backend newBackend constructs, with its KV pool.
 func load(cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
-	return loadContext(context.Background(), cfg, get, opts, newBackend)
+	return loadContext(context.Background(), cfg, get, opts, newBackend, false)
 }
 
-func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc) (*Model, error) {
+// loadContext builds the model on the backend newBackend constructs, giving up when ctx ends. With
+// deferKV the backend is built without its KV pool (Shape.NumBlocks 0) and allocates opts.NumBlocks
+// pages once the weights and the workspace are in place (kvAllocator), where it can tell whether they
+// fit.
+func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc, deferKV bool) (*Model, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
@@ -62,7 +67,11 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	backend, err := newBackend(shape)
+	built := shape
+	if deferKV {
+		built.NumBlocks = 0
+	}
+	backend, err := newBackend(built)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
@@ -74,11 +83,11 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps),
 		gelu: cfg.Activation() == weights.ActGELUTanh, softcap: float32(cfg.FinalLogitSoftcap)}
-	if err := m.uploadAll(ctx, get, opts.Progress); err != nil {
+	if err := m.uploadAll(ctx, get, opts.Progress, !opts.SkipWeightCheck); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	if shape.NumBlocks == 0 {
+	if built.NumBlocks == 0 {
 		if err := m.sizeKV(opts); err != nil {
 			backend.Close()
 			return nil, fmt.Errorf("model: load: %w", err)
@@ -156,10 +165,10 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 	return shape, nil
 }
 
-// uploadAll hands every parameter to the backend, checking each shape against the config, and reports
-// the bytes uploaded so far to progress (when not nil). It stops with ctx's error before the next
-// tensor once ctx ends.
-func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64)) error {
+// uploadAll hands every parameter to the backend, checking each shape against the config and, with
+// checkValues, that every value is finite (checkFinite), and reports the bytes uploaded so far to
+// progress (when not nil). It stops with ctx's error before the next tensor once ctx ends.
+func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64), checkValues bool) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
 	elem := int64(c.DType.Size())
@@ -193,6 +202,11 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 			t, err := get(name)
 			if err != nil {
 				return Weight{}, fmt.Errorf("tensor %q: %w", name, err)
+			}
+			if checkValues {
+				if err := checkFinite(t); err != nil {
+					return Weight{}, err
+				}
 			}
 			parts[i] = t
 		}

@@ -48,6 +48,10 @@ type Options struct {
 	MaxStepTokens, MaxLogitRows int
 	// DisableCUDAGraphs runs every GPU step op by op instead of replaying decode steps as CUDA graphs.
 	DisableCUDAGraphs bool
+	// SkipWeightCheck skips the scan of every parameter for NaN and ±Inf that loading does by default
+	// (an error wrapping ErrNonFiniteWeight names the first). The scan reads the checkpoint once more,
+	// in parallel; skip it only where that time matters, for a checkpoint known to be sound.
+	SkipWeightCheck bool
 }
 
 // Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of
@@ -157,16 +161,20 @@ func headDim(cfg *weights.Config) int {
 
 // Forward runs one step and returns one [VocabSize] row of logits per entry of s.LogitRows, in that
 // order. It writes the step's K and V into the pages named by s.SlotMapping. Errors wrap ErrInvalidStep
-// for inconsistent metadata and ErrClosed after Close.
+// for inconsistent metadata, ErrClosed after Close, and ErrDeviceLost when the device can run nothing
+// any more.
 func (m *Model) Forward(s *Step) ([][]float32, error) {
 	m.numPicks = 0
 	logits, err := m.forward(s)
 	if err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	b, numLogits := m.backend, len(s.LogitRows)
 	if numLogits == 0 {
-		return [][]float32{}, b.CopyToHost(nil, Tensor{})
+		if err := b.CopyToHost(nil, Tensor{}); err != nil {
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
+		}
+		return [][]float32{}, nil
 	}
 	out := make([][]float32, numLogits)
 	flat := make([]float32, numLogits*m.cfg.VocabSize)
@@ -174,7 +182,7 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
 	}
 	if err := b.CopyToHost(out, logits); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	return out, nil
 }
@@ -187,7 +195,9 @@ type PickBackend interface {
 	// when params is nil, else the draw under params[r] by the algorithm of sampleRowCPU) in place of
 	// the logits, but returns once the step is queued: wait blocks until the step has ended and dst
 	// holds the picks. The next step may be issued before wait is called (at most two steps
-	// outstanding); waits come in the order of the steps.
+	// outstanding); waits come in the order of the steps. A row holding NaN or +Inf is picked as
+	// NonFinitePick (pickRowCPU is the twin); a later step's InputFrom row that names such a pick
+	// embeds token 0 instead (its sequence is to be ended, and what it computes dropped).
 	PickAsync(dst []int32, src Tensor, params []SampleParams) (wait func() error, err error)
 }
 
@@ -214,7 +224,8 @@ func (p *Pick) Wait() ([]int32, error) {
 
 // Start runs one step like Forward but ends it with a pick per entry of s.LogitRows: the index of the
 // row's largest logit (the first on ties: the greedy next token) when params is nil, else the token drawn
-// under params[i] (SampleParams). On a PickBackend only the ids cross to the host, and Start returns as
+// under params[i] (SampleParams); NonFinitePick for a row whose logits hold NaN or +Inf, on every
+// backend. On a PickBackend only the ids cross to the host, and Start returns as
 // soon as the step is queued, so that the next step (whose InputFrom may name these picks) can be queued
 // while this one runs: call Wait for the ids, in step order, with at most two steps outstanding. On
 // other backends the logits come to the host, the pick is made there, and the step has ended when Start
@@ -234,7 +245,7 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	logits, err := m.forward(s)
 	if err != nil {
 		m.numPicks = 0
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	ids := make([]int32, len(s.LogitRows))
 	if len(ids) == 0 {
@@ -243,12 +254,12 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	wait, err := picker.PickAsync(ids, logits, params)
 	if err != nil {
 		m.numPicks = 0
-		return nil, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 	}
 	m.numPicks = len(ids)
 	return NewPick(func() ([]int32, error) {
 		if err := wait(); err != nil {
-			return nil, fmt.Errorf("model: forward: %w", err)
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 		}
 		return ids, nil
 	}), nil
@@ -260,12 +271,14 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 	if s != nil && s.InputFrom != nil {
 		if err := m.validateInputFrom(s); err != nil {
 			m.numPicks = 0
-			return nil, fmt.Errorf("model: forward: %w", err)
+			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
 		}
 		m.fed = append(m.fed[:0], s.Tokens...)
 		for row, from := range s.InputFrom {
 			if from >= 0 {
-				m.fed[row] = m.picks[from]
+				// A NonFinitePick is fed as token 0, as the device's embedding does: the caller ends
+				// that sequence when it reads the pick, and drops what this step computes for it.
+				m.fed[row] = max(m.picks[from], 0)
 			}
 		}
 		fed := *s
@@ -278,11 +291,11 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 	}
 	ids := make([]int32, len(rows))
 	for i, row := range rows {
-		if params == nil {
-			ids[i] = Argmax(row)
-		} else {
-			ids[i] = sampleRowCPU(row, prepareSample(params[i]))
+		var r sampleRow // greedy
+		if params != nil {
+			r = prepareSample(params[i])
 		}
+		ids[i] = pickRowCPU(row, r)
 	}
 	m.picks = append(m.picks[:0], ids...)
 	m.numPicks = len(ids)

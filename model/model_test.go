@@ -542,7 +542,7 @@ func TestLoadContextCancel(t *testing.T) {
 				b, err := NewCPUBackend(s)
 				backend = &closeCounter{Backend: b}
 				return backend, err
-			})
+			}, false)
 			if !errors.Is(err, context.Canceled) || m != nil {
 				t.Fatalf("got %v, %v; want context.Canceled", m, err)
 			}

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -279,4 +280,95 @@ func TestWaitAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWaitAfterClose(t, m, decode, want)
+}
+
+// poisonedModel returns r's tensors with row row of the embeddings NaN (cfg must not tie the LM head to
+// them): a sequence that reads that token gets NaN logits from there on, and no other sequence does.
+func poisonedModel(t *testing.T, r *randomModel, row int) tensorGetter {
+	t.Helper()
+	if r.cfg.TieWordEmbeddings {
+		t.Fatal("poisonedModel needs an untied LM head")
+	}
+	embed := *r.tensors["model.embed_tokens.weight"]
+	embed.Data = slices.Clone(embed.Data)
+	size, h := embed.DType.Size(), embed.Shape[1]
+	nan := encodeElements(embed.DType, []float32{float32(math.NaN())})
+	for i := range h {
+		copy(embed.Data[(row*h+i)*size:], nan)
+	}
+	return func(name string) (*weights.Tensor, error) {
+		if name == embed.Name {
+			return &embed, nil
+		}
+		return r.get(name)
+	}
+}
+
+// checkNonFinitePicks runs, on m (whose embedding row 7 is NaN, see poisonedModel), a step of sequence 0
+// (prompt 1 2 3) beside sequence 1 (4 7 5, whose logits are NaN): greedy and sampled, sequence 1 picks
+// NonFinitePick and sequence 0 a token. Then a pipelined step whose rows are fed from those picks (1's
+// as token 0, not a read before the embeddings' start): it must run, and sequence 0's next pick must be
+// what a waited step picks.
+func checkNonFinitePicks(t *testing.T, m *Model, numBlocks, blockSize int) {
+	t.Helper()
+	for _, sample := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sample=%v", sample), func(t *testing.T) {
+			params := func(step uint64) []SampleParams {
+				if !sample {
+					return nil
+				}
+				return []SampleParams{{Temperature: 0.8, TopK: 10, Seed: 1, Step: step}, {Temperature: 0.8, Seed: 2, Step: step}}
+			}
+			run := func(pipelined bool) []int32 {
+				p := newPager(numBlocks, blockSize, newRand(3))
+				pick, err := m.Start(p.step(chunk{0, []int32{1, 2, 3}}, chunk{1, []int32{4, 7, 5}}), params(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var first []int32
+				if !pipelined {
+					if first, err = pick.Wait(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				st := p.step(chunk{0, []int32{0}}, chunk{1, []int32{0}})
+				if pipelined {
+					st.InputFrom = []int32{0, 1}
+				} else {
+					st.Tokens = []int32{first[0], max(first[1], 0)}
+				}
+				next, err := m.Start(st, params(1))
+				if err != nil {
+					t.Fatalf("step fed from a non-finite pick: %v", err)
+				}
+				if pipelined {
+					if first, err = pick.Wait(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				second, err := next.Wait()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if first[0] < 0 || first[1] != NonFinitePick {
+					t.Fatalf("first picks %v, want a token and %d", first, NonFinitePick)
+				}
+				return []int32{first[0], second[0]}
+			}
+			waited, pipelined := run(false), run(true)
+			if !slices.Equal(waited, pipelined) {
+				t.Errorf("sequence 0: pipelined %v, waited %v", pipelined, waited)
+			}
+		})
+	}
+}
+
+func TestNonFinitePicks(t *testing.T) {
+	cfg := tinyConfig()
+	m, err := load(cfg, poisonedModel(t, newRandomModel(cfg, weights.DTypeF32, 4), 7), Options{NumBlocks: 64, BlockSize: 4, SkipWeightCheck: true}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	checkNonFinitePicks(t, m, 64, 4)
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -36,12 +37,14 @@ func LoadRandom(cfg *weights.Config, seed uint64, opts Options, newBackend NewBa
 	if err != nil {
 		return nil, fmt.Errorf("model: load random: %w", err)
 	}
+	deferKV := false
 	if newBackend == nil {
-		if newBackend, err = backendFor(cfg, opts); err != nil {
+		if newBackend, deferKV, err = backendFor(cfg, opts); err != nil {
 			return nil, fmt.Errorf("model: load random: %w", err)
 		}
 	}
-	return load(cfg, src.tensor, opts, newBackend)
+	opts.SkipWeightCheck = true // the weights are drawn here, finite by construction
+	return loadContext(context.Background(), cfg, src.tensor, opts, newBackend, deferKV)
 }
 
 // randomSource draws the tensors of one random checkpoint on demand.

@@ -225,8 +225,35 @@ func (st *sampleState) kept(c sampleCut, f func(i int, w float32)) {
 	}
 }
 
-// sampleRowCPU is the CPU twin of the SampleRows kernel: the same filters by the same bisections, and
-// the same inverse-CDF draw over the kept tokens in vocabulary order with the row's uniform.
+// NonFinitePick is the pick of a logits row that holds NaN or +Inf (Start, ForwardGreedy,
+// ForwardSample, PickBackend, SampleLogits): such a row names no token, and the caller must end the
+// sequence rather than feed it one (its model's numbers have overflowed or its weights are broken).
+// −Inf is not such a value: it marks a token ruled out (a mask), and the row's other tokens still
+// compete.
+const NonFinitePick int32 = -1
+
+// Pickable reports whether a logits row can be picked from: it holds no NaN and no +Inf.
+func Pickable(x []float32) bool {
+	for _, v := range x {
+		if !(v < float32(math.Inf(1))) {
+			return false
+		}
+	}
+	return true
+}
+
+// pickRowCPU is the CPU twin of the device's pick of one row (the argmax kernels when r is greedy, else
+// SampleRows): NonFinitePick for a row holding NaN or +Inf.
+func pickRowCPU(x []float32, r sampleRow) int32 {
+	if !Pickable(x) {
+		return NonFinitePick
+	}
+	return sampleRowCPU(x, r)
+}
+
+// sampleRowCPU is the CPU twin of the SampleRows kernel on a Pickable row: the same filters by the same
+// bisections, and the same inverse-CDF draw over the kept tokens in vocabulary order with the row's
+// uniform.
 func sampleRowCPU(x []float32, r sampleRow) int32 {
 	st := sampleState{x: x, r: r, max: float32(math.Inf(-1))}
 	for _, v := range x {
@@ -253,8 +280,12 @@ func sampleRowCPU(x []float32, r sampleRow) int32 {
 	return choice
 }
 
-// keptSet returns the tokens sampleRowCPU may draw from x under r, in vocabulary order (tests).
+// keptSet returns the tokens pickRowCPU may draw from x under r, in vocabulary order (tests): none for a
+// row that is not Pickable.
 func keptSet(x []float32, r sampleRow) []int32 {
+	if !Pickable(x) {
+		return nil
+	}
 	st := sampleState{x: x, r: r, max: float32(math.Inf(-1))}
 	for _, v := range x {
 		if v > st.max {
@@ -271,7 +302,8 @@ func keptSet(x []float32, r sampleRow) []int32 {
 
 // Argmax returns the index of the largest entry, the lowest on ties; NaN never wins (0 when nothing
 // is above −Inf). It is the greedy pick everywhere on the host (ForwardGreedy's fallback, the engine's
-// sampler), with the same rule as the CUDA argmax kernel.
+// sampler), with the same rule as the CUDA argmax kernel on a Pickable row (the kernel, and
+// ForwardGreedy, give NonFinitePick for the others).
 func Argmax(x []float32) int32 {
 	best, bestV := 0, float32(math.Inf(-1))
 	for i, v := range x {
@@ -283,13 +315,15 @@ func Argmax(x []float32) int32 {
 }
 
 // SampleLogits draws one token from a row of logits under p on the host: the CPU twin of the CUDA
-// backend's sampling kernel, and what ForwardSample does on backends without one.
+// backend's sampling kernel, and what ForwardSample does on backends without one. A row holding NaN or
+// +Inf gives NonFinitePick.
 func SampleLogits(logits []float32, p SampleParams) int32 {
-	return sampleRowCPU(logits, prepareSample(p))
+	return pickRowCPU(logits, prepareSample(p))
 }
 
 // KeptTokens returns, in vocabulary order, the tokens a draw under p may pick from logits: those left
-// by temperature, min-p, top-k and top-p (one token, the argmax, when p is greedy).
+// by temperature, min-p, top-k and top-p (one token, the argmax, when p is greedy; none when the row is
+// not Pickable).
 func KeptTokens(logits []float32, p SampleParams) []int32 {
 	return keptSet(logits, prepareSample(p))
 }

@@ -171,7 +171,7 @@ func TestSampleUniform(t *testing.T) {
 	}
 }
 
-// Greedy rows, rows of -Inf and NaN, and +Inf take the argmax.
+// Greedy rows and rows of -Inf take the argmax; a row holding NaN or +Inf names no token.
 func TestSampleDegenerateRows(t *testing.T) {
 	inf := float32(math.Inf(1))
 	nan := float32(math.NaN())
@@ -183,14 +183,20 @@ func TestSampleDegenerateRows(t *testing.T) {
 	}{
 		{"greedy ties", []float32{1, 3, 3, 2}, SampleParams{}, 1},
 		{"all -inf", []float32{-inf, -inf}, SampleParams{Temperature: 1}, 0},
-		{"nan and +inf", []float32{nan, 1, inf, inf}, SampleParams{Temperature: 1}, 2},
+		{"nan and +inf", []float32{nan, 1, inf, inf}, SampleParams{Temperature: 1}, NonFinitePick},
+		{"+inf", []float32{0, 1, inf}, SampleParams{}, NonFinitePick},
+		{"nan, greedy", []float32{nan, 1, 2}, SampleParams{}, NonFinitePick},
+		{"-inf competes no more", []float32{-inf, 1, -inf, 0}, SampleParams{Temperature: 1, TopK: 1}, 1},
 		{"min_p 1 keeps the max", []float32{0, 5, 1}, SampleParams{Temperature: 2, MinP: 1}, 1},
 		{"top_k 1", []float32{0, 5, 5.5, 1}, SampleParams{Temperature: 5, TopK: 1, Seed: 3}, 2},
-		{"nan skipped", []float32{nan, 2, nan}, SampleParams{Temperature: 1, TopP: 0.5}, 1},
+		{"nan with top_p", []float32{nan, 2, nan}, SampleParams{Temperature: 1, TopP: 0.5}, NonFinitePick},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := SampleLogits(tc.x, tc.p); got != tc.want {
 				t.Errorf("drew %d, want %d", got, tc.want)
+			}
+			if kept := KeptTokens(tc.x, tc.p); (tc.want == NonFinitePick) != (len(kept) == 0) {
+				t.Errorf("kept %v for a pick of %d", kept, tc.want)
 			}
 		})
 	}

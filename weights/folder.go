@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 )
 
@@ -45,7 +44,7 @@ func Open(dir string) (*Folder, error) {
 	if err != nil {
 		return nil, err
 	}
-	template, err := os.ReadFile(filepath.Join(dir, ChatTemplateFile))
+	template, err := ReadFile(filepath.Join(dir, ChatTemplateFile))
 	switch {
 	case err == nil:
 		tok.ChatTemplate = string(template)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 )
 
 // GenerationConfig holds a model's sampling defaults from generation_config.json. A nil pointer or an
@@ -38,7 +37,7 @@ func ParseGenerationConfig(data []byte) (*GenerationConfig, error) {
 // LoadGenerationConfig reads the generation_config.json at path. A missing file gives the zero
 // GenerationConfig and no error.
 func LoadGenerationConfig(path string) (*GenerationConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &GenerationConfig{}, nil
 	}

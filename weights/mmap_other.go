@@ -2,11 +2,9 @@
 
 package weights
 
-import "os"
-
 // mapFile reads the file at path into memory where memory mapping is not available.
 func mapFile(path string) (data []byte, release func() error, err error) {
-	data, err = os.ReadFile(path)
+	data, err = ReadFile(path)
 	if err != nil {
 		return nil, nil, err
 	}

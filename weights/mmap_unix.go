@@ -4,13 +4,12 @@ package weights
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 )
 
 // mapFile maps the file at path read-only into memory; release unmaps it.
 func mapFile(path string) (data []byte, release func() error, err error) {
-	f, err := os.Open(path)
+	f, err := OpenFile(path)
 	if err != nil {
 		return nil, nil, err
 	}

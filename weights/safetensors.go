@@ -119,7 +119,7 @@ func OpenSafetensorsFiles(paths ...string) (*TensorSet, error) {
 // weight_map and the shards' contents must agree exactly: a listed tensor missing from its shard, or a
 // shard tensor the map does not list, is an error naming it.
 func OpenSafetensorsIndex(indexPath string) (*TensorSet, error) {
-	data, err := os.ReadFile(indexPath)
+	data, err := ReadFile(indexPath)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
-	"os"
 )
 
 // TokenizerConfig holds what the server needs from tokenizer_config.json: the special tokens by name,
@@ -44,7 +43,7 @@ func ParseTokenizerConfig(data []byte) (*TokenizerConfig, error) {
 // LoadTokenizerConfig reads the tokenizer_config.json at path. A missing file gives the zero
 // TokenizerConfig and no error.
 func LoadTokenizerConfig(path string) (*TokenizerConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &TokenizerConfig{}, nil
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 10: run every fuzz target briefly on its seed corpus (testdata/fuzz/<target> and its f.Add
-# seeds) plus a few seconds of new inputs, so that a regression on a known input, or one found at
-# once, fails CI. The targets are found by name (func FuzzXxx in *_test.go files without build
+# seeds) plus 300 new inputs, so that a regression on a known input, or one found at once, fails CI;
+# a target whose log shows no count of inputs run (it never reached f.Fuzz) fails too (issue 42). The targets are found by name (func FuzzXxx in *_test.go files without build
 # constraints), so new ones are covered without editing this file. GOLLM_FUZZTIME sets the budget per
 # target: a count of new inputs (300x) rather than a duration, because a duration also bounds the
 # replay of the seed corpus ("gathering baseline coverage"), which on a loaded machine can outlast a
@@ -17,16 +17,31 @@ files=$(for f in $(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do
 done)
 pkgs=$(for f in $files; do dirname "$f"; done | sort -u)
 status=0
+ran=0
 start=$(date +%s)
 for dir in $pkgs; do
 	targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $(echo "$files" | grep "^$dir/[^/]*$") | sed 's/^func //' | sort -u)
 	for target in $targets; do
-		echo "-- $dir $target"
-		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 2 "$dir" >"${TMPDIR:-/tmp}/fuzz-$target.log" 2>&1; then
-			cat "${TMPDIR:-/tmp}/fuzz-$target.log"
+		# One log per package and target: two packages may have targets of the same name (FuzzParse).
+		log="${TMPDIR:-/tmp}/fuzz-$(echo "${dir#./}" | tr / -)-$target.log"
+		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 2 "$dir" >"$log" 2>&1; then
+			echo "-- $dir $target: FAILED"
+			cat "$log"
 			status=1
+			continue
 		fi
+		# A target that never reached f.Fuzz (a skip, a seed that ended it) passes without fuzzing:
+		# require the count of inputs it ran.
+		execs=$({ grep -o 'execs: [0-9]*' "$log" || true; } | tail -1 | cut -d' ' -f2)
+		if [ -z "$execs" ] || [ "$execs" -eq 0 ]; then
+			echo "-- $dir $target: ran no inputs"
+			cat "$log"
+			status=1
+			continue
+		fi
+		echo "-- $dir $target: $execs execs"
+		ran=$((ran + 1))
 	done
 done
-echo "fuzzing took $(($(date +%s) - start))s"
+echo "fuzzing took $(($(date +%s) - start))s: $ran targets ran"
 exit "$status"

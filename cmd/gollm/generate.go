@@ -48,7 +48,7 @@ type generateOptions struct {
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
-	noPrefixCache, noPipelining                                   bool
+	noPrefixCache, noPipelining, skipWeightCheck                  bool
 	device                                                        string
 }
 
@@ -62,6 +62,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "most tokens (prompt plus output) of one request (default: the model's max_position_embeddings, or what the KV cache holds if less)")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
+	fs.BoolVar(&o.skipWeightCheck, "skip-weight-check", false, "do not scan the weights for NaN and infinities while loading (saves a pass over a large checkpoint)")
 }
 
 // checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
@@ -92,10 +93,17 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 	return nil
 }
 
+// loadModel loads a model for the commands: llm.Load, which returns as soon as ctx ends even where the
+// load itself cannot stop at once. Tests replace it to hold a load where it starts.
+var loadModel = llm.Load
+
 // loadHint is what the user can do about a model that does not fit, in flags.
 func loadHint(err error) string {
-	if errors.Is(err, llm.ErrDoesNotFit) {
+	switch {
+	case errors.Is(err, llm.ErrDoesNotFit):
 		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
+	case errors.Is(err, model.ErrKVTooLarge):
+		return " (give fewer --kv-blocks, or leave --kv-blocks out to size the cache from memory)"
 	}
 	return ""
 }
@@ -104,7 +112,7 @@ func loadHint(err error) string {
 func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
 	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, DisablePrefixCache: o.noPrefixCache,
-		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr)}
+		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck}
 }
 
 // checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads
@@ -200,12 +208,13 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	start := time.Now()
-	m, err := llm.Load(ctx, o.modelDir, o.llmConfig(log, stderr))
+	m, err := loadModel(ctx, o.modelDir, o.llmConfig(log, stderr))
 	if err != nil {
-		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err))
-		if ctx.Err() != nil {
-			return 130 // interrupted while loading
+		if ctx.Err() != nil { // a signal (the first SIGINT or SIGTERM) while the model loaded
+			fmt.Fprintln(stderr, "gollm generate: interrupted while loading the model")
+			return 130
 		}
+		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err))
 		return 1
 	}
 	g := &generator{model: m, tok: m.Tokenizer(), engine: m.Engine(), loadTime: time.Since(start)}

@@ -23,6 +23,12 @@ import (
 // tokenizer (the 256 GPT-2 byte symbols, a few merges, <s> and </s> specials) into a temporary folder.
 func writeTestModel(t *testing.T) string {
 	t.Helper()
+	return writeTestModelEdited(t, nil)
+}
+
+// writeTestModelEdited is writeTestModel with edit applied to the weights (weightstest.WriteLlamaEdited).
+func writeTestModelEdited(t *testing.T, edit func(name string, values []float32)) string {
+	t.Helper()
 	dir := t.TempDir()
 	config := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
@@ -30,7 +36,7 @@ func writeTestModel(t *testing.T) string {
 		"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
 		"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
 	}
-	weightstest.WriteLlama(t, dir, config, 11)
+	weightstest.WriteLlamaEdited(t, dir, config, 11, edit)
 	writeFile(t, filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 256, "eos_token_id": [257, 258]}`))
 
 	// GPT-2's byte → symbol table: printable bytes stand for themselves, the rest map to 256+n.
@@ -242,6 +248,11 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 		{"unknown device", []string{"--model", missing, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
+		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
+		// A KV cache no memory holds: an error saying how many pages fit, not makeslice's panic or the
+		// runtime's fatal out-of-memory.
+		{"kv blocks beyond any slice", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "1000000000000"}, 1, "KV cache does not fit in memory: 1000000000000 pages of 16 tokens need 7.28 PiB"},
+		{"kv blocks beyond memory", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "100000000"}, 1, "pages fit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,7 +358,7 @@ func TestGeneratePromptsFileInterrupted(t *testing.T) {
 		cancel()
 		var stdout, stderr bytes.Buffer
 		code := runGenerate(ctx, []string{"--model", dir, "--prompts-file", path, "--kv-blocks", "64"}, &stdout, &stderr)
-		if code != 130 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "context canceled") {
+		if code != 130 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "interrupted while loading the model") {
 			t.Errorf("exit %d, stdout %q, stderr %q; want 130, nothing, and why", code, stdout.String(), stderr.String())
 		}
 	})

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/engine/openai"
 	"github.com/gollm/gollm/model"
@@ -40,6 +42,9 @@ type serveOptions struct {
 	writeTimeout    time.Duration
 	idleTimeout     time.Duration
 	shutdownTimeout time.Duration
+	allowedHosts    []string
+	allowedOrigins  []string
+	splitSpecial    bool
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -61,6 +66,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&o.writeTimeout, "write-timeout", openai.DefaultWriteTimeout, "time to write a response once it starts (each streamed event for streams); a client that stops reading longer is cut off and its request aborted")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", openai.DefaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", openai.DefaultShutdownTimeout, "on SIGINT/SIGTERM, time in-flight requests get to finish before they are aborted")
+	fs.BoolVar(&o.splitSpecial, "split-special-tokens", false, "encode special tokens written in prompts and chat contents as plain text, not as control tokens (a request's split_special_tokens overrides it)")
+	fs.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "without an API key, also serve requests for these host names (comma-separated or repeated; *.example.com for subdomains, * for any); localhost, IP addresses, --host and this machine's name always are")
+	fs.StringSliceVar(&o.allowedOrigins, "allowed-origins", nil, "without an API key, also serve web pages of these origins (e.g. https://app.example.com; * for any), and answer their CORS requests; pages on localhost always are")
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
@@ -133,6 +141,10 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		WriteTimeout:   o.writeTimeout,
 		IdleTimeout:    o.idleTimeout,
 		Logger:         log,
+
+		SplitSpecialTokens: o.splitSpecial,
+		AllowedHosts:       defaultAllowedHosts(o.host, o.allowedHosts),
+		AllowedOrigins:     o.allowedOrigins,
 	}
 	fmt.Fprintf(stderr, "gollm serve: listening on http://%s (loading the model)\n", ln.Addr())
 	var m *llm.Model
@@ -141,11 +153,23 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			m.Close()
 		}
 	}()
-	err = openai.ServeLoading(ctx, ln, o.shutdownTimeout, cfg, func(ctx context.Context) (*openai.Server, error) {
+	// An engine that has failed for good (a lost GPU) can serve nothing: stop serving, as on SIGTERM,
+	// and exit with an error, so that a supervisor restarts the process with a new device context.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	err = openai.ServeLoading(serveCtx, ln, o.shutdownTimeout, cfg, func(ctx context.Context) (*openai.Server, error) {
 		var err error
-		if m, err = llm.Load(ctx, o.gen.modelDir, o.gen.llmConfig(log, stderr)); err != nil {
+		if m, err = loadModel(ctx, o.gen.modelDir, o.gen.llmConfig(log, stderr)); err != nil {
 			return nil, err
 		}
+		go func(eng *engine.Engine) {
+			select {
+			case <-eng.Failed():
+				log.Error("the engine has failed: shutting down", "err", eng.Err())
+				stopServing()
+			case <-serveCtx.Done():
+			}
+		}(m.Engine())
 		if _, err := m.ChatTemplate(); err != nil {
 			log.Warn("/v1/chat/completions will answer 400", "reason", err)
 		}
@@ -161,6 +185,24 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if m != nil {
+		if err := m.Engine().Err(); err != nil {
+			return err
+		}
+	}
 	log.Info("stopped")
 	return nil
+}
+
+// defaultAllowedHosts is the server's allowed hosts: those of --allowed-hosts, the --host address when it
+// is a name, and this machine's host name (IP addresses and localhost need no entry).
+func defaultAllowedHosts(bind string, extra []string) []string {
+	hosts := slices.Clone(extra)
+	if bind != "" && net.ParseIP(bind) == nil {
+		hosts = append(hosts, bind)
+	}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		hosts = append(hosts, name)
+	}
+	return hosts
 }

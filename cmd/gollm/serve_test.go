@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gollm/gollm/weights/defaultmodel"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a running command.
@@ -52,6 +49,7 @@ func TestServeFlags(t *testing.T) {
 		{"zero page size", []string{"--page-size", "0"}, 2, "--page-size 0 must be at least 1"},
 		{"negative max model len", []string{"--max-model-len", "-5"}, 2, "--max-model-len -5"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
+		{"kv blocks beyond memory", []string{"--port", "0", "--kv-blocks", "1000000000000"}, 1, "at most"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,38 +167,20 @@ func TestServeSIGTERM(t *testing.T) {
 
 // TestServeWhileLoading: serve binds its port before the model loads and answers 503 on /health and
 // on the API until it has loaded, then 200; interrupted while loading, it exits 0 without loading.
-// The model folder's config.json is a named pipe, so the load waits for the test to write it.
+// The load is held where it starts (holdLoad) until the test releases it.
 func TestServeWhileLoading(t *testing.T) {
 	for _, interrupt := range []bool{false, true} {
 		t.Run(map[bool]string{false: "loads", true: "interrupted"}[interrupt], func(t *testing.T) {
-			src, err := defaultmodel.Dir()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			for _, name := range []string{"generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-				data, err := os.ReadFile(filepath.Join(src, name))
-				if err != nil {
-					t.Fatal(err)
-				}
-				writeFile(t, filepath.Join(dir, name), data)
-			}
-			config, err := os.ReadFile(filepath.Join(src, "config.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			fifo := filepath.Join(dir, "config.json")
-			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			entered, release := holdLoad(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var stderr lockedBuffer
 			done := make(chan int, 1)
 			go func() {
-				done <- runServe(ctx, []string{"--model", dir, "--port", "0", "--kv-blocks", "64"}, &bytes.Buffer{}, &stderr)
+				done <- runServe(ctx, []string{"--port", "0", "--kv-blocks", "64"}, &bytes.Buffer{}, &stderr)
 			}()
 			url := waitForLine(t, &stderr, done, regexp.MustCompile(`listening on (http://\S+)`))
+			<-entered
 			for _, path := range []string{"/health", "/v1/models"} {
 				resp, err := http.Get(url + path)
 				if err != nil {
@@ -215,12 +195,7 @@ func TestServeWhileLoading(t *testing.T) {
 			if interrupt {
 				cancel()
 			}
-			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(config)
-			f.Close()
+			close(release)
 			if !interrupt {
 				waitForLine(t, &stderr, done, regexp.MustCompile(`ready on (http://\S+)`))
 				resp, err := http.Get(url + "/health")

@@ -68,6 +68,9 @@ type Config struct {
 	// Progress, when not nil, is called as the weights load with the bytes loaded so far and their
 	// total (see model.Options.Progress), to show a bar, a rate and the time left.
 	Progress func(loaded, total int64)
+	// SkipWeightCheck loads the weights without scanning them for NaN and infinities (see
+	// model.Options.SkipWeightCheck): for huge checkpoints already known to be sound.
+	SkipWeightCheck bool
 }
 
 // check refuses values out of range before anything loads.
@@ -153,8 +156,38 @@ type Model struct {
 }
 
 // Load loads the model name stands for (see Resolve: "" is the built-in model) as cfg says and starts
-// its engine. Ending ctx stops the loading; Close releases the model.
+// its engine; Close releases the model. Ending ctx ends Load at once with an error wrapping ctx's, even
+// where the load itself cannot be interrupted (a read of a slow disk, an upload to the GPU): the
+// loading goes on in a goroutine of its own, stops at the next tensor, and frees what it built.
 func Load(ctx context.Context, name string, cfg Config) (*Model, error) {
+	type loaded struct {
+		m   *Model
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		beforeLoad()
+		m, err := loadModel(ctx, name, cfg)
+		done <- loaded{m, err}
+	}()
+	select {
+	case r := <-done:
+		return r.m, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.m != nil {
+				r.m.Close()
+			}
+		}()
+		return nil, fmt.Errorf("llm: loading %s: %w", displayName(name), context.Cause(ctx))
+	}
+}
+
+// beforeLoad runs in Load's loading goroutine before anything is read (tests block loading with it).
+var beforeLoad = func() {}
+
+// loadModel is Load's work, done in its goroutine.
+func loadModel(ctx context.Context, name string, cfg Config) (*Model, error) {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = model.DefaultBlockSize
 	}
@@ -220,8 +253,11 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	logitRows := cfg.MaxNumSeqs + min(engine.DefaultMaxPromptLogitRows, cfg.MaxBatchedTokens)
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
-		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows})
+		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck})
 	if err != nil {
+		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
+			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)
+		}
 		return nil, err
 	}
 	eng, err := engine.New(mod, tok, engine.Config{

@@ -1,9 +1,12 @@
 package llm
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/gollm/gollm/weights/defaultmodel"
 )
@@ -29,4 +32,35 @@ func TestDisplayName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoadReturnsWhenCancelled: ending ctx ends Load at once even while the load cannot stop (here held
+// before it reads anything), and the load, released later, frees what it built.
+func TestLoadReturnsWhenCancelled(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	beforeLoad = func() {
+		close(entered)
+		<-release
+	}
+	defer func() { beforeLoad = func() {} }()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		m, err := Load(ctx, "", Config{Device: "cpu", KVBlocks: 64})
+		if m != nil {
+			m.Close()
+		}
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Load: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Load still running after its context ended")
+	}
+	close(release) // the held load now starts, sees the ended context and stops
 }

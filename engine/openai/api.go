@@ -44,6 +44,9 @@ type samplingFields struct {
 	// PromptLogprobs is vLLM's extension: the number of alternatives per prompt token of the
 	// response's prompt_logprobs.
 	PromptLogprobs *int `json:"prompt_logprobs"`
+	// SplitSpecialTokens encodes special tokens' text in the prompt strings (completions) or the
+	// messages' contents (chat) as plain text (special.go); nil means the server's default.
+	SplitSpecialTokens *bool `json:"split_special_tokens"`
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -80,22 +83,23 @@ type chatMessage struct {
 	Name    string          `json:"name"`
 }
 
-// decodeBody parses a JSON request body into v, turning type errors into 400s naming the field.
+// decodeBody parses a JSON request body into v, turning type errors into 400s naming the field. It
+// decodes from body itself (json.Unmarshal: no copy of a body of megabytes), and refuses anything after
+// the value.
 func decodeBody(body []byte, v any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("", "The request body is empty; expected a JSON object.")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := strings.TrimPrefix(te.Field, "samplingFields.")
 			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, te.Type, te.Value)
 		}
+		if strings.Contains(err.Error(), "after top-level value") {
+			return badRequest("", "The request body holds more than one JSON value.")
+		}
 		return badRequest("", "The request body is not valid JSON: %v.", err)
-	}
-	if dec.More() {
-		return badRequest("", "The request body holds more than one JSON value.")
 	}
 	if field := unknownField(body, reflect.TypeOf(v)); field != "" {
 		return unsupportedParameter(field)

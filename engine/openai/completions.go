@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gollm/gollm/engine"
-	"github.com/gollm/gollm/weights/chattemplate"
 )
 
 // Response objects, with OpenAI's field names; fields OpenAI sends as null are pointers without
@@ -362,8 +361,13 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if ids == nil {
+		split, aerr := s.splitSpecial(req.SplitSpecialTokens)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
 		for _, t := range texts {
-			ids = append(ids, s.tok.Encode(t, s.cfg.AddSpecialTokens))
+			ids = append(ids, s.encodePrompt(t, s.cfg.AddSpecialTokens, split))
 		}
 	}
 	if len(ids)*n > s.cfg.MaxSequences {
@@ -522,30 +526,6 @@ func seeded(p engine.SamplingParams, c int) engine.SamplingParams {
 	return p
 }
 
-// renderChat applies the chat template to the request's messages.
-func (s *Server) renderChat(req *chatRequest) (string, *apiError) {
-	if s.cfg.ChatTemplate == nil {
-		return "", badRequest("messages", "This model has no chat template; use /v1/completions.")
-	}
-	msgs, aerr := chatMessages(req.Messages)
-	if aerr != nil {
-		return "", aerr
-	}
-	addGen := true
-	if req.AddGenerationPrompt != nil {
-		addGen = *req.AddGenerationPrompt
-	}
-	text, err := s.cfg.ChatTemplate.Render(chattemplate.Input{
-		Messages: msgs, AddGenerationPrompt: addGen,
-		BOSToken: s.cfg.BOSToken, EOSToken: s.cfg.EOSToken, PadToken: s.cfg.PadToken, UnkToken: s.cfg.UnkToken,
-		Extra: req.ChatTemplateKwargs,
-	})
-	if err != nil {
-		return "", badRequest("messages", "The chat template cannot render this conversation: %v", err)
-	}
-	return text, nil
-}
-
 // handleChat serves POST /v1/chat/completions. vLLM's prompt_logprobs=K puts the rendered
 // conversation's "prompt_logprobs" at the top level of the response (see promptLogprobsOf), as
 // vLLM's does; not in a stream (which accepts only K = 0, as vLLM's, and ignores it).
@@ -591,13 +571,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		base.TopLogprobs = *req.TopLogprobs
 	}
 	base.Logprobs = req.Logprobs
-	prompt, aerr := s.renderChat(&req)
+	split, aerr := s.splitSpecial(req.SplitSpecialTokens)
 	if aerr != nil {
 		s.fail(w, aerr)
 		return
 	}
 	// The template writes the special tokens itself (bos_token), so none are added here.
-	promptIDs := s.tok.Encode(prompt, false)
+	promptIDs, aerr := s.chatPrompt(&req, false, split)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
 	if len(promptIDs) == 0 {
 		s.fail(w, badRequest("messages", "The rendered conversation is empty."))
 		return

@@ -9,6 +9,12 @@
 // text, and echo with max_tokens 0 returns the prompt alone. Both endpoints take vLLM's
 // prompt_logprobs extension (not in a stream), and return vLLM's "prompt_logprobs" lists.
 //
+// Special tokens written in a prompt or a chat message's content are control tokens by default, as in
+// HuggingFace's tokenizers and vLLM (a client can end its turn with the model's end-of-turn token).
+// The request field split_special_tokens (HuggingFace's name for the tokenizer option), or the
+// server's Config.SplitSpecialTokens, encodes that text as plain text instead, leaving the chat
+// template's own special tokens alone (special.go).
+//
 // It owns HTTP concerns only: routing, authentication, limits, admission (429 when the queue is
 // full), streaming, client disconnects (which cancel the engine request), graceful shutdown and
 // metrics. It must not schedule, sample or touch the KV cache: those belong to the engine, reached

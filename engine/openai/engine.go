@@ -17,6 +17,12 @@ type Engine interface {
 	MaxModelLen() int
 }
 
+// failingEngine is implemented by engines that can fail for good (FromEngine's adapter, see
+// engine.ErrFailed): Err is nil while they serve. Once it is not, /health answers 503.
+type failingEngine interface {
+	Err() error
+}
+
 // Stream delivers one request's outputs; Recv returns io.EOF after the last one.
 type Stream interface {
 	Recv(ctx context.Context) (engine.Output, error)
@@ -46,3 +52,5 @@ func (a engineAdapter) Add(ctx context.Context, req engine.Request) (Stream, err
 func (a engineAdapter) Stats() engine.Stats { return a.e.Stats() }
 
 func (a engineAdapter) MaxModelLen() int { return a.e.MaxModelLen() }
+
+func (a engineAdapter) Err() error { return a.e.Err() }

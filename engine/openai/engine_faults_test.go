@@ -105,7 +105,7 @@ func disconnect(ctx context.Context, base string, mode int, rng *rand.Rand) erro
 		if mode == 0 {
 			sent = body[:len(body)/2]
 		}
-		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), sent)
+		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), sent)
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 		return c.Close()
 	case 2, 3: // a stream abandoned after its headers (2) or after a few chunks (3)
@@ -272,7 +272,7 @@ func TestStuckReaderDoesNotStallTheEngine(t *testing.T) {
 	// buffers hold (and few enough steps for the race detector's pace).
 	const stuckTokens = 200
 	body := fmt.Sprintf(`{"prompt":"func main() {","max_tokens":%d,"ignore_eos":true,"stream":true,"logprobs":5}`, stuckTokens)
-	fmt.Fprintf(stuck, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(stuck, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// The engine finishes the stuck request (a step per token; its KV freed) while its handler is still
 	// blocked writing to a client that does not read.
 	waitUntil(t, "the engine done with the stuck request while its handler is blocked", func() bool {

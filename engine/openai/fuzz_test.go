@@ -74,6 +74,7 @@ func checkAnswer(t *testing.T, srv *Server, path string, body []byte, allowed ..
 	t.Helper()
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+	req.Host = "localhost" // httptest's example.com is not a host this server (without an API key) serves
 	req.Header.Set("Content-Type", "application/json")
 	srv.Handler().ServeHTTP(rec, req)
 	status, out := rec.Code, rec.Body.Bytes()

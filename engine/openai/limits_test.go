@@ -154,7 +154,7 @@ func TestConnectionLimits(t *testing.T) {
 	t.Run("header never finished", func(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.ReadTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
-		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n") // and nothing more
+		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n") // and nothing more
 		data, err := io.ReadAll(c)
 		if err != nil {
 			t.Fatalf("the server did not close a connection whose header never ended: %v", err)
@@ -166,7 +166,7 @@ func TestConnectionLimits(t *testing.T) {
 	t.Run("body never finished", func(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.ReadTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
-		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("no answer to a body that never ended: %v", err)
@@ -181,7 +181,7 @@ func TestConnectionLimits(t *testing.T) {
 		url := newServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
 		c := rawConn(t, url)
 		rd := bufio.NewReader(c)
-		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
 		resp, err := http.ReadResponse(rd, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +222,7 @@ func dialSmall(t *testing.T, addr, path, body string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 	return c
 }
 
@@ -312,7 +312,11 @@ func TestAuthEveryRoute(t *testing.T) {
 			}
 			checkErrorObject(t, body)
 		}
-		for _, header := range []string{"bearer k3y-with-some-length", "Basic k3y-with-some-length", "k3y-with-some-length"} {
+		// A key padded with spaces inside the value is refused, not trimmed (net/http drops the white
+		// space around a header's value, which HTTP says is not part of it).
+		for _, header := range []string{"Basic k3y-with-some-length", "k3y-with-some-length", "Bearer", "Bearer ",
+			"Bearer  k3y-with-some-length", "Bearer k3y-with-some-length x", "Bearer\tk3y-with-some-length",
+			"Bearer k3y-with-some-length \t k3y", "Bearerk3y-with-some-length"} {
 			req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
 			req.Header.Set("Authorization", header)
 			resp, err := http.DefaultClient.Do(req)
@@ -327,9 +331,37 @@ func TestAuthEveryRoute(t *testing.T) {
 		if status, _, body := call(t, r.method, ts.URL+r.path, cfg.APIKey, r.body); status == http.StatusUnauthorized {
 			t.Errorf("%s %s with the key: %d %s", r.method, r.path, status, body)
 		}
+		// RFC 7235: the scheme's name is case-insensitive.
+		for _, scheme := range []string{"bearer", "BEARER", "bEaReR"} {
+			req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
+			req.Header.Set("Authorization", scheme+" "+cfg.APIKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusUnauthorized {
+				t.Errorf("%s %s with Authorization %q: 401", r.method, r.path, scheme+" KEY")
+			}
+		}
+		// Two Authorization headers, one of them right: refused (which one counts is not defined).
+		req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader(r.body))
+		req.Header.Add("Authorization", "Bearer "+cfg.APIKey)
+		req.Header.Add("Authorization", "Bearer wrong")
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s with two Authorization headers: %d", r.method, r.path, resp.StatusCode)
+		}
 	}
 	if status, _, _ := call(t, "GET", ts.URL+"/health", "", ""); status != 200 {
 		t.Errorf("GET /health without the key: %d", status)
+	}
+	for _, key := range []string{" k3y", "k3y ", "k 3y", "k3y\n"} {
+		if _, err := New(f, byteTokenizer{}, Config{ModelName: "m", APIKey: key}); err == nil {
+			t.Errorf("New accepted the API key %q, which no header can carry", key)
+		}
 	}
 }
 

@@ -85,11 +85,12 @@ var (
 	descSteps     = prometheus.NewDesc("gollm:engine_steps_total", "Engine steps run.", nil, nil)
 	descPipelined = prometheus.NewDesc("gollm:engine_pipelined_steps_total", "Engine steps queued before the previous step's tokens were read (pipelined decode).", nil, nil)
 	descPrefilled = prometheus.NewDesc("gollm:prefill_tokens_computed_total", "Prompt tokens computed by the engine, recomputation included.", nil, nil)
+	descNonFinite = prometheus.NewDesc("gollm:non_finite_logits_total", "Requests ended with an error because the model's logits for them held NaN or +Inf.", nil, nil)
 )
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVUsed, descKVCached, descKVTotal,
-		descHitRate, descQueries, descHits, descPreempt, descSteps, descPipelined, descPrefilled} {
+		descHitRate, descQueries, descHits, descPreempt, descSteps, descPipelined, descPrefilled, descNonFinite} {
 		ch <- d
 	}
 }
@@ -113,4 +114,5 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSteps, float64(st.Steps))
 	counter(descPipelined, float64(st.PipelinedSteps))
 	counter(descPrefilled, float64(st.PromptTokens))
+	counter(descNonFinite, float64(st.NonFiniteLogits))
 }

@@ -131,6 +131,10 @@ func (s *Server) engineError(err error) *apiError {
 	case errors.Is(err, engine.ErrClosed):
 		s.engineDown.Store(true)
 		return shuttingDown()
+	case errors.Is(err, engine.ErrFailed):
+		s.engineDown.Store(true)
+		return &apiError{status: http.StatusServiceUnavailable, Message: fmt.Sprintf("The engine has failed and cannot serve: %v", err),
+			Type: "server_error", Code: strPtr("engine_failed")}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		if s.abortCtx.Err() != nil { // the shutdown's deadline, not the client: someone is there to answer
 			return shuttingDown()
@@ -228,13 +232,15 @@ func (s *Server) newSSE(w http.ResponseWriter) *sse {
 	return e
 }
 
-// send writes one "data: {json}" event.
-func (e *sse) send(v any) {
+// send writes one "data: {json}" event. A value that cannot be encoded (a bug: a NaN, say) is not
+// sent; send returns its error, and the caller ends the stream with an error event.
+func (e *sse) send(v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
-		data, _ = json.Marshal(map[string]any{"error": internalError("cannot encode a chunk: %v", err)})
+		return err
 	}
 	e.write("data: " + string(data) + "\n\n")
+	return nil
 }
 
 // done writes the final "data: [DONE]" event.
@@ -256,7 +262,7 @@ func (e *sse) write(s string) {
 
 // sendError writes an error event in the middle of a stream (vLLM's convention).
 func (e *sse) sendError(err *apiError) {
-	e.send(struct {
+	e.send(struct { //nolint:errcheck // an apiError always encodes
 		Error *apiError `json:"error"`
 	}{err})
 }
@@ -292,8 +298,13 @@ func failure(ev event) *apiError {
 		return internalError("engine stream: %v", ev.err)
 	}
 	if ev.out.FinishReason == engine.FinishError {
-		if errors.Is(ev.out.Err, engine.ErrPromptTooLong) {
+		switch {
+		case errors.Is(ev.out.Err, engine.ErrPromptTooLong):
 			return badRequest("", "%v", ev.out.Err)
+		case errors.Is(ev.out.Err, engine.ErrNonFiniteLogits):
+			e := internalError("generation failed: %v (the model's weights or its numbers are broken; the server's logs and gollm:non_finite_logits_total count these)", ev.out.Err)
+			e.Code = strPtr("non_finite_logits")
+			return e
 		}
 		return internalError("generation failed: %v", ev.out.Err)
 	}
@@ -371,7 +382,11 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job
 			finals[ev.job.choice].usage = o.Usage
 		}
 		if c := chunk(ev.job, o); c != nil {
-			out.send(c)
+			if err := out.send(c); err != nil {
+				streamErr = internalError("cannot encode a chunk: %v", err)
+				out.sendError(streamErr)
+				ru.abort()
+			}
 		}
 	}
 	if streamErr == nil && usageChunk != nil {

@@ -1,12 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/weights/chattemplate"
@@ -49,6 +50,10 @@ type Config struct {
 	BOSToken, EOSToken, PadToken, UnkToken string
 	// AddSpecialTokens encodes completion prompts with the tokenizer's special tokens (BOS).
 	AddSpecialTokens bool
+	// SplitSpecialTokens is the default of requests' split_special_tokens: special tokens' text in
+	// prompt strings and chat contents is encoded as plain text rather than as control tokens (see
+	// special.go). It needs a tokenizer with EncodePlain (*tokenizer.Tokenizer).
+	SplitSpecialTokens bool
 	// Sampling holds the model's defaults (generation_config.json), overridden by request fields.
 	Sampling engine.SamplingParams
 	// MaxRunning is how many sequences the engine runs at once (its MaxNumSeqs); with MaxQueue it
@@ -75,6 +80,16 @@ type Config struct {
 	// reading is cut off, and its request aborted, after WriteTimeout) and idle keep-alive
 	// connections.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// AllowedHosts widens, for a server without an API key, the Host header values it serves: beside
+	// IP addresses, localhost and its subdomains, these host names (no port; "*.example.com" for the
+	// subdomains of example.com, "*" for every host). Other hosts get 403: a web page cannot reach the
+	// server by rebinding its own host name to this machine's address (see origin.go).
+	AllowedHosts []string
+	// AllowedOrigins widens the browser origins ("https://app.example.com") a server without an API key
+	// serves, beside pages on localhost (any port) and its own origin; "*" allows every origin. Requests
+	// from other web pages get 403. The allowed ones, with or without an API key, get CORS headers and
+	// their preflights answered.
+	AllowedOrigins []string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -136,6 +151,9 @@ type Server struct {
 	// fresh tracks the connections that have not begun a request, to close them at shutdown.
 	fresh freshConns
 
+	// origins is the Host and Origin policy (checkOrigin).
+	origins originPolicy
+
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
 	abortCtx  context.Context
 	abortAll  context.CancelFunc
@@ -150,12 +168,16 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	if cfg.ModelName == "" {
 		return nil, errors.New("server: empty model name")
 	}
+	if strings.ContainsFunc(cfg.APIKey, unicode.IsSpace) {
+		return nil, errors.New("server: the API key holds white space, which no Authorization header can carry")
+	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
+	s.origins = newOriginPolicy(&cfg)
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.ModelName, eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })
 	s.routes()
@@ -180,7 +202,7 @@ func (s *Server) routes() {
 		}
 		writeError(w, notFound(r.Method+" "+r.URL.Path))
 	})))
-	s.handler = s.guard(s.mux)
+	s.handler = s.guard(s.checkOrigin(s.mux))
 }
 
 // routeMethod is the method the route at path answers (routes serves it), or "" where no route is.
@@ -200,16 +222,21 @@ func routeMethod(path string) string {
 // http.Server down before stopping the engine.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// authed requires the API key, if one is configured. Keys are compared through their SHA-256
-// digests in constant time, so neither their content nor their length leaks through timing.
+// authed requires the API key, if one is configured, as "Authorization: Bearer KEY" (bearerToken).
+// Keys are compared exactly, through their SHA-256 digests in constant time, so neither their content
+// nor their length leaks through timing.
 func (s *Server) authed(h http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		key, ok := strings.CutPrefix(auth, "Bearer ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		values := r.Header.Values("Authorization")
+		var key string
+		ok := len(values) == 1
+		if ok {
+			key, ok = bearerToken(values[0])
+		}
+		got := sha256.Sum256([]byte(key))
 		if subtle.ConstantTimeCompare(got[:], s.keyHash[:]) != 1 || !ok {
 			writeError(w, unauthorized())
 			return
@@ -218,12 +245,35 @@ func (s *Server) authed(h http.Handler) http.Handler {
 	})
 }
 
+// bearerToken returns the token of an Authorization header value of the Bearer scheme (RFC 7235's
+// credentials, RFC 6750's scheme): the scheme's name in any case, one space, then the token, which
+// holds no white space. Anything else (another scheme, no token, a token padded or split by spaces)
+// is refused rather than trimmed into shape: a key is what the client sent, exactly. (net/http has
+// already dropped white space around the whole value.)
+func bearerToken(value string) (string, bool) {
+	scheme, token, found := strings.Cut(value, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return "", false
+	}
+	return token, true
+}
+
+// handleHealth answers 200 while the server serves, 503 once it is shutting down or its engine is
+// closed or has failed for good (engine.ErrFailed: a lost GPU).
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() || s.engineDown.Load() {
+	if s.draining.Load() || s.engineDown.Load() || s.engineFailed() != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// engineFailed is the engine's error once it has failed for good, else nil.
+func (s *Server) engineFailed() error {
+	if f, ok := s.eng.(failingEngine); ok {
+		return f.Err()
+	}
+	return nil
 }
 
 // modelObject is an entry of /v1/models.
@@ -286,12 +336,19 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, req namedMo
 	return true
 }
 
-// readBody reads a request body within the size limit.
+// readBody reads a JSON request body within the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if aerr := checkJSONType(r); aerr != nil {
+		return nil, aerr
+	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return nil, tooLarge(s.cfg.MaxBodyBytes)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	// With a Content-Length the body is read into one buffer of its size (io.ReadAll would double its
+	// way up, allocating about twice the body).
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

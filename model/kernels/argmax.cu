@@ -1,10 +1,14 @@
 // Greedy argmax over logits rows (the CUDA backend's ArgmaxToHost): out[r] = the index of the largest
-// entry of logits[r], the first one on ties (as the CPU's argmax); NaNs and −∞ never win, and a row with
-// nothing else gives 0. Two passes, each bound by what it reads:
+// entry of logits[r], the first one on ties (as the CPU's argmax); −∞ never wins, and a row with nothing
+// else gives 0. A row holding NaN or +∞ names no token: out[r] = −1 (model.NonFinitePick, the CPU twin's
+// rule), which the engine turns into an error finish of that sequence. Two passes, each bound by what it
+// reads:
 //   ArgmaxChunks_f32  grid (chunks, rows), 256 threads: the (max, index) of each chunk of 2048 logits
-//                     (8 independent loads a thread), into values/indices [rows][chunks];
+//                     (8 independent loads a thread), into values/indices [rows][chunks]; a chunk
+//                     holding NaN or +∞ leaves NaN as its value;
 //   ArgmaxPartials    grid (rows), 1024 threads: the best of a row's partials — ArgmaxChunks' or those
-//                     the fused LM-head product (gemv.cu, GEMV_ARGMAX) leaves, one per tile of 16 logits.
+//                     the fused LM-head product (gemv.cu, GEMV_ARGMAX; gemm_sm90.cu) leaves, one per tile
+//                     of logits, NaN or +∞ for a tile holding NaN or +∞ — or −1 when a partial is such.
 // Both launch with programmatic dependent launch on sm_90 (common.cuh).
 #include "common.cuh"
 
@@ -59,15 +63,19 @@ extern "C" __global__ void ArgmaxChunks_f32(const ArgmaxChunksParams p) {
 	}
 	float v = -INFINITY;
 	int i = 0x7fffffff;
+	bool bad = false; // a NaN (+∞ wins below and is seen by ArgmaxPartials)
 #pragma unroll
-	for (int j = 0; j < PER; j++) // ascending columns: strictly greater keeps the first of equals
+	for (int j = 0; j < PER; j++) { // ascending columns: strictly greater keeps the first of equals
+		bad |= x[j] != x[j];
 		if (x[j] > v) {
 			v = x[j];
 			i = start + j * 256 + threadIdx.x;
 		}
+	}
+	bad = __syncthreads_or(bad);
 	argmax_block(v, i);
 	if (threadIdx.x == 0) {
-		p.values[(long long)row * p.chunks + chunk] = v;
+		p.values[(long long)row * p.chunks + chunk] = bad ? NAN : v;
 		p.indices[(long long)row * p.chunks + chunk] = i;
 	}
 }
@@ -86,6 +94,7 @@ extern "C" __global__ void ArgmaxPartials(const ArgmaxPartialsParams p) {
 	pdl_launch_dependents();
 	float v = -INFINITY;
 	int i = 0x7fffffff;
+	bool bad = false; // a partial of NaN or +∞
 	constexpr int U = 8; // independent loads in flight a thread
 	for (int t0 = threadIdx.x; t0 < p.tiles; t0 += U * blockDim.x) {
 		float ov[U];
@@ -97,8 +106,12 @@ extern "C" __global__ void ArgmaxPartials(const ArgmaxPartialsParams p) {
 			oi[u] = t < p.tiles ? indices[t] : 0x7fffffff;
 		}
 #pragma unroll
-		for (int u = 0; u < U; u++) argmax_keep(v, i, ov[u], oi[u]);
+		for (int u = 0; u < U; u++) {
+			bad |= !(ov[u] < INFINITY);
+			argmax_keep(v, i, ov[u], oi[u]);
+		}
 	}
+	bad = __syncthreads_or(bad);
 	argmax_block(v, i);
-	if (threadIdx.x == 0) p.out[blockIdx.x] = i == 0x7fffffff ? 0 : i;
+	if (threadIdx.x == 0) p.out[blockIdx.x] = bad ? -1 : i == 0x7fffffff ? 0 : i;
 }

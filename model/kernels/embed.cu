@@ -1,8 +1,10 @@
 // Embedding gather: Model.Forward's first op (Backend.Embed). Grid (rows), block of up to 1024 threads
 // striding over the hidden size; row t copies table[token] into the float residual stream, where token is
 // tokens[t], or picks[from[t]] when from[t] >= 0: the token the previous step picked on the device
-// (Step.InputFrom, pipelined decode), which the host has not seen yet. Bound by the bytes of the rows read
-// (hidden · sizeof(T) per token) and written (hidden · 4).
+// (Step.InputFrom, pipelined decode), which the host has not seen yet; a pick of −1 (a row whose logits
+// held NaN or +∞, model.NonFinitePick) is fed as token 0, never read before the table: the host ends
+// that sequence when it reads the pick and drops what this step computes for it. Bound by the bytes of
+// the rows read (hidden · sizeof(T) per token) and written (hidden · 4).
 //
 // When the first layer's input norm is folded (gemv.cu, "Folded norm"; norm_out set), row t also writes
 // norm_out[t] = row · norm_w in T and its sum of squares, in the folded norms' fixed point, into ss_out[t]
@@ -24,7 +26,7 @@ struct EmbedParams {
 template <typename T> __device__ __forceinline__ void embed(const EmbedParams &p) {
 	const long long row = blockIdx.x;
 	const int from = p.from[row];
-	const long long tok = from >= 0 ? p.picks[from] : p.tokens[row];
+	const long long tok = from >= 0 ? max(p.picks[from], 0) : p.tokens[row];
 	const T *src = reinterpret_cast<const T *>(p.table) + tok * p.hidden;
 	float *dst = p.dst + row * p.hidden;
 	if (!p.norm_out) {

@@ -334,17 +334,20 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			for (int tok = warp; tok < p.m; tok += cw + 1) {
 				float v = -INFINITY;
 				int i = 0x7fffffff;
+				bool bad = false; // a NaN: the partial is NaN then (argmax.cu's ArgmaxPartials gives −1)
 				for (int r = lane; r < rows && row0 + r < p.n; r += 32) { // −∞ and NaN never win (argmax.cu)
 					const float x = tile[tok * pitch + r];
+					bad |= x != x;
 					if (x > -INFINITY) argmax_keep(v, i, x, row0 + r);
 				}
+				bad = __any_sync(0xffffffffu, bad);
 				for (int o = 16; o > 0; o >>= 1) {
 					const float ov = __shfl_xor_sync(0xffffffffu, v, o);
 					const int oi = __shfl_xor_sync(0xffffffffu, i, o);
 					argmax_keep(v, i, ov, oi);
 				}
 				if (lane == 0 && !(p.flags & 1024)) {
-					p.y[(long long)tok * gridDim.x + blockIdx.x] = v;
+					p.y[(long long)tok * gridDim.x + blockIdx.x] = bad ? NAN : v;
 					reinterpret_cast<int *>(p.act)[(long long)tok * gridDim.x + blockIdx.x] = i;
 				}
 			}

@@ -359,18 +359,22 @@ template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forc
 					if (lo < p.n) p.y[(long long)tok * p.n + lo] = ylo;
 					if (hi < p.n) p.y[(long long)tok * p.n + hi] = yhi;
 				}
-				// A NaN or −∞ never wins (as in the Argmax kernel, which keeps only x > best from −∞).
+				// A NaN or −∞ never wins (as in the Argmax kernel, which keeps only x > best from −∞); a
+				// tile holding NaN leaves NaN as its partial (+∞ wins and stays), which ArgmaxPartials
+				// turns into −1.
 				float v = -INFINITY;
 				int i = 0x7fffffff;
+				int bad = (lo < p.n && ylo != ylo) || (hi < p.n && yhi != yhi);
 				if (lo < p.n && ylo > -INFINITY) v = ylo, i = lo;
 				if (hi < p.n && yhi > -INFINITY) argmax_keep(v, i, yhi, hi);
 				for (int o = 4; o < 32; o <<= 1) {
 					const float ov = __shfl_xor_sync(0xffffffffu, v, o);
 					const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+					bad |= __shfl_xor_sync(0xffffffffu, bad, o);
 					argmax_keep(v, i, ov, oi);
 				}
 				if (g == 0 && tok < p.m) {
-					values[(long long)tok * p.tiles + tile] = v;
+					values[(long long)tok * p.tiles + tile] = bad ? NAN : v;
 					indices[(long long)tok * p.tiles + tile] = i;
 				}
 			}

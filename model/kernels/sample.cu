@@ -4,8 +4,9 @@
 // sampleRowCPU in ../sample.go; read that first, the steps and their order are the same.
 //
 // SampleRows: grid (rows), 1024 threads, one block per row, no sort of the vocabulary:
-//   1. max of the row (NaN never counts); greedy rows (invT 0) and rows without a finite maximum take the
-//      argmax, the lowest index on ties;
+//   1. max of the row; a row holding NaN or +∞ names no token: out = −1 (model.NonFinitePick, the CPU
+//      twin's rule), kept 0; greedy rows (invT 0) and rows of −∞ take the argmax, the lowest index on
+//      ties;
 //   2. a token is eligible when (x − max)·invT ≥ floor (floor = ln min_p, or the float underflow limit);
 //      the eligible tokens are the best of the row, so every filter keeps a best-first prefix of the order
 //      (value descending, index ascending), described by a cut (key, need): every eligible token with a
@@ -99,7 +100,18 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 	const SampleRowArgs a = p.args[row];
 
 	float mx = -INFINITY;
-	for (int i = tid; i < n; i += nt) mx = fmaxf(mx, x[i]); // fmaxf drops NaN
+	bool bad = false;
+	for (int i = tid; i < n; i += nt) {
+		bad |= !(x[i] < INFINITY); // NaN or +∞
+		mx = fmaxf(mx, x[i]);
+	}
+	if (__syncthreads_or(bad)) {
+		if (tid == 0) {
+			p.out[row] = -1;
+			if (p.kept) p.kept[row] = 0;
+		}
+		return;
+	}
 	mx = block_max(mx, fs);
 	if (a.invT == 0.f || isinf(mx)) {
 		float v = -INFINITY;

@@ -70,8 +70,9 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 
 func (m *addedMatcher) empty() bool { return m == nil || len(m.nodes) == 1 }
 
-// longestAt returns the token index and end of the longest token starting at i, or -1.
-func (m *addedMatcher) longestAt(s string, i int) (int32, int) {
+// longestAt returns the token index and end of the longest token starting at i, or -1. A token that
+// skip refuses (given its index and the match's end) does not count; skip may be nil.
+func (m *addedMatcher) longestAt(s string, i int, skip func(tok int32, end int) bool) (int32, int) {
 	best, bestEnd := int32(-1), -1
 	n := int32(0)
 	for j := i; j < len(s); j++ {
@@ -80,7 +81,7 @@ func (m *addedMatcher) longestAt(s string, i int) (int32, int) {
 			break
 		}
 		n = child
-		if t := m.nodes[n].token; t >= 0 {
+		if t := m.nodes[n].token; t >= 0 && (skip == nil || !skip(t, j+1)) {
 			best, bestEnd = t, j+1
 		}
 	}
@@ -91,6 +92,12 @@ func (m *addedMatcher) longestAt(s string, i int) (int32, int) {
 // id. Every byte of s is in exactly one segment, except the white space an lstrip or rstrip token
 // swallows, which belongs to the token's segment.
 func (m *addedMatcher) split(s string, emit func(start, end int, id int32)) {
+	m.splitSkipping(s, nil, emit)
+}
+
+// splitSkipping is split with the matches skip refuses (given a token's index and the match's bytes
+// [start, end)) left as plain text, as if those tokens were not added tokens; skip may be nil.
+func (m *addedMatcher) splitSkipping(s string, skip func(tok int32, start, end int) bool, emit func(start, end int, id int32)) {
 	if m.empty() || s == "" {
 		emit(0, len(s), -1)
 		return
@@ -107,7 +114,12 @@ func (m *addedMatcher) split(s string, emit func(start, end int, id int32)) {
 			i++
 			continue
 		}
-		t, end := m.longestAt(s, i)
+		var skipAt func(tok int32, end int) bool
+		if skip != nil {
+			at := i
+			skipAt = func(tok int32, end int) bool { return skip(tok, at, end) }
+		}
+		t, end := m.longestAt(s, i, skipAt)
 		if t < 0 {
 			i++
 			continue

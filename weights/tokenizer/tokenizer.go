@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gollm/gollm/weights"
 )
 
 // Tokenizer encodes text to token ids and decodes ids to text, following a HuggingFace
@@ -18,21 +20,24 @@ type Tokenizer struct {
 	hasID     []bool   // whether idToToken[id] is defined
 	special   []bool   // id → added token marked special
 
-	addedIDs   map[string]int32 // added token content → id
-	rawAdded   *addedMatcher    // added tokens matched in the raw input
-	normAdded  *addedMatcher    // added tokens matched after normalization
-	normalizer normalizer
-	pre        preTokenizer
-	rawBytes   bool // the model reads raw bytes: the final ByteLevel mapping is skipped
-	post       postProcessor
-	decoder    decoder
+	addedIDs  map[string]int32 // added token content → id
+	rawAdded  *addedMatcher    // added tokens matched in the raw input
+	normAdded *addedMatcher    // added tokens matched after normalization
+	// specialAdded finds the special tokens' text anywhere (SpecialSpans).
+	specialAdded *addedMatcher
+	normalizer   normalizer
+	pre          preTokenizer
+	rawBytes     bool // the model reads raw bytes: the final ByteLevel mapping is skipped
+	post         postProcessor
+	decoder      decoder
 
 	byteFallbackDecode bool // the decoder has ByteFallback (see StreamDecoder)
 }
 
-// Load reads a tokenizer.json file.
+// Load reads a tokenizer.json file (a regular file: anything else is refused at once, see
+// weights.ReadFile).
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := weights.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
@@ -128,6 +133,13 @@ func Parse(data []byte) (*Tokenizer, error) {
 	}
 	t.rawAdded = newAddedMatcher(rawTokens)
 	t.normAdded = newAddedMatcher(normTokens)
+	var special []addedToken
+	for _, a := range slices.Concat(rawTokens, normTokens) {
+		if a.special {
+			special = append(special, a)
+		}
+	}
+	t.specialAdded = newAddedMatcher(special)
 
 	if t.normalizer, err = buildNormalizer(f.Normalizer); err != nil {
 		return nil, err
@@ -163,8 +175,90 @@ func (t *Tokenizer) useRawBytes() {
 // recognised; addSpecial adds what the post-processor adds (BOS for Llama 2 and Mistral), like
 // HuggingFace's add_special_tokens=True. Invalid UTF-8 in text is replaced by U+FFFD first.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	return t.encode(text, addSpecial, nil)
+}
+
+// EncodePlain is Encode, except that special tokens (added tokens marked special) whose text lies
+// in, or overlaps, one of the byte ranges plain ([start, end) of text) are not recognised there: that
+// text is encoded as ordinary text, as HuggingFace's split_special_tokens=True encodes all of a text.
+// A server uses it for text from a client (chat message contents) inside text of its own (the chat
+// template's), so that a client cannot write control tokens. Added tokens not marked special are still
+// recognised, as HuggingFace does; special tokens matched after normalization are not recognised
+// anywhere in a piece of text between added tokens that overlaps a plain range. Ranges out of order,
+// overlapping or out of bounds are put in order and clipped. Plain ranges are byte offsets of text as
+// given: invalid UTF-8 makes EncodePlain treat the whole text as plain.
+func (t *Tokenizer) EncodePlain(text string, addSpecial bool, plain [][2]int) []int32 {
+	if !utf8.ValidString(text) {
+		plain = [][2]int{{0, len(text)}}
+	}
+	return t.encode(text, addSpecial, normalizeSpans(plain, len(text)))
+}
+
+// SpecialSpans returns the byte ranges [start, end) of text where Encode would find the text of a
+// special token (leftmost-longest, without the lstrip, rstrip and single_word rules), in order: what
+// EncodePlain would encode as plain text if given them.
+func (t *Tokenizer) SpecialSpans(text string) [][2]int {
+	var out [][2]int
+	if t.specialAdded.empty() {
+		return nil
+	}
+	for i := 0; i < len(text); {
+		if !t.specialAdded.firstBytes[text[i]] {
+			i++
+			continue
+		}
+		if tok, end := t.specialAdded.longestAt(text, i, nil); tok >= 0 {
+			out = append(out, [2]int{i, end})
+			i = end
+			continue
+		}
+		i++
+	}
+	return out
+}
+
+// normalizeSpans sorts spans, clips them to [0, n), merges overlaps and drops empty ones.
+func normalizeSpans(spans [][2]int, n int) [][2]int {
+	out := make([][2]int, 0, len(spans))
+	for _, s := range spans {
+		a, b := max(s[0], 0), min(s[1], n)
+		if a < b {
+			out = append(out, [2]int{a, b})
+		}
+	}
+	slices.SortFunc(out, func(x, y [2]int) int { return x[0] - y[0] })
+	merged := out[:0]
+	for _, s := range out {
+		if k := len(merged) - 1; k >= 0 && s[0] <= merged[k][1] {
+			merged[k][1] = max(merged[k][1], s[1])
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
+}
+
+// overlapsSpan reports whether [start, end) overlaps one of spans (sorted, disjoint).
+func overlapsSpan(spans [][2]int, start, end int) bool {
+	i, _ := slices.BinarySearchFunc(spans, start, func(s [2]int, x int) int {
+		if s[1] <= x {
+			return -1
+		}
+		return 1
+	})
+	return i < len(spans) && spans[i][0] < end
+}
+
+// encode is Encode with the special tokens inside plain (sorted, disjoint; nil: none) not recognised.
+func (t *Tokenizer) encode(text string, addSpecial bool, plain [][2]int) []int32 {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
+	var skipRaw func(tok int32, start, end int) bool
+	if len(plain) > 0 {
+		skipRaw = func(tok int32, start, end int) bool {
+			return t.rawAdded.tokens[tok].special && overlapsSpan(plain, start, end)
+		}
 	}
 	ids := make([]int32, 0, len(text)/4+4)
 	emitWord := func(p piece) {
@@ -185,7 +279,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 			t.pre.preTokenize(p, emitWord)
 		}
 	}
-	t.rawAdded.split(text, func(start, end int, id int32) {
+	t.rawAdded.splitSkipping(text, skipRaw, func(start, end int, id int32) {
 		if id >= 0 {
 			ids = append(ids, id)
 			return
@@ -198,7 +292,11 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 			encodeNormalized(piece{text: seg, atStart: start == 0})
 			return
 		}
-		t.normAdded.split(seg, func(s, e int, id int32) {
+		var skipNorm func(tok int32, s, e int) bool
+		if overlapsSpan(plain, start, end) { // offsets of the normalized text are not the input's
+			skipNorm = func(tok int32, _, _ int) bool { return t.normAdded.tokens[tok].special }
+		}
+		t.normAdded.splitSkipping(seg, skipNorm, func(s, e int, id int32) {
 			if id >= 0 {
 				ids = append(ids, id)
 				return

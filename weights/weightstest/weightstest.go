@@ -23,6 +23,14 @@ import (
 // tiny model are varied rather than constant. It fails the test on any error.
 func WriteLlama(t testing.TB, dir string, config map[string]any, seed uint64) *weights.Config {
 	t.Helper()
+	return WriteLlamaEdited(t, dir, config, seed, nil)
+}
+
+// WriteLlamaEdited is WriteLlama with edit called on each tensor's values (by name, in a fixed order)
+// before they are written, to plant a fault: a NaN, an infinity, a huge value. A nil edit changes
+// nothing.
+func WriteLlamaEdited(t testing.TB, dir string, config map[string]any, seed uint64, edit func(name string, values []float32)) *weights.Config {
+	t.Helper()
 	data, err := json.Marshal(config)
 	if err != nil {
 		t.Fatal(err)
@@ -52,13 +60,20 @@ func WriteLlama(t testing.TB, dir string, config map[string]any, seed uint64) *w
 		if name == "model.embed_tokens.weight" {
 			scale = 1
 		}
-		buf := make([]byte, 4*n)
+		values := make([]float32, n)
 		for i := range n {
 			v := rng.NormFloat64() * scale
 			if len(shape) == 1 { // an RMSNorm gain
 				v = 1 + 0.1*rng.NormFloat64()
 			}
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
+			values[i] = float32(v)
+		}
+		if edit != nil {
+			edit(name, values)
+		}
+		buf := make([]byte, 4*n)
+		for i, v := range values {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
 		}
 		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
 	}

@@ -387,23 +387,65 @@ func (c *client) tokenize(ctx context.Context, rng *rand.Rand) error {
 	return nil
 }
 
+// badCase is a request the server must refuse with status and an OpenAI error object; header holds
+// headers set beside the usual ones (a Host or Origin of a web page, a content type), noKey marks the
+// refusals only a server without an API key makes.
+type badCase struct {
+	path, body string
+	header     map[string]string
+	status     int
+	noKey      bool
+}
+
+// longPrompt is a prompt of more tokens than the soak's server holds in a context.
+var longPrompt = strings.Repeat("func x() {} ", 3000)
+
+var badCases = []badCase{
+	{path: "/v1/completions", body: `{"prompt": "x", "max_tokens": `, status: 400},
+	{path: "/v1/completions", body: `{"prompt": "` + longPrompt + `"}`, status: 400},
+	{path: "/v1/completions", body: `{"prompt": "x", "n": 1000}`, status: 400},
+	{path: "/v1/completions", body: `{"prompt": "x", "temperature": -1}`, status: 400},
+	{path: "/v1/completions", body: `{"prompt": "x", "model": "no-such-model"}`, status: 404},
+	{path: "/v1/chat/completions", body: `{"messages": [{"role": "robot", "content": "x"}]}`, status: 400},
+	{path: "/v1/chat/completions", body: `{"messages": []}`, status: 400},
+	{path: "/detokenize", body: `{"tokens": [-1]}`, status: 400},
+	// Abuse: more ids or tokens than a context, a body that is not JSON, a page of another site, a
+	// host name rebound to this machine.
+	{path: "/detokenize", body: `{"tokens": [1` + strings.Repeat(",1", 100_000) + `]}`, status: 400},
+	{path: "/tokenize", body: `{"prompt": "` + longPrompt + `"}`, status: 400},
+	{path: "/v1/completions", body: `{"prompt": "x"}`, header: map[string]string{"Content-Type": "text/plain"}, status: 415},
+	{path: "/v1/chat/completions", body: `{"messages": [{"role": "user", "content": "x"}]}`,
+		header: map[string]string{"Origin": "https://attacker.example"}, status: 403, noKey: true},
+	{path: "/v1/completions", body: `{"prompt": "x"}`, header: map[string]string{"Host": "rebound.attacker.example"}, status: 403, noKey: true},
+}
+
 // bad sends a request that must be refused with the given status and an OpenAI error object.
 func (c *client) bad(ctx context.Context, rng *rand.Rand) error {
-	cases := []struct {
-		path, body string
-		status     int
-	}{
-		{"/v1/completions", `{"prompt": "x", "max_tokens": `, 400},
-		{"/v1/completions", `{"prompt": "` + strings.Repeat("func x() {} ", 3000) + `"}`, 400},
-		{"/v1/completions", `{"prompt": "x", "n": 1000}`, 400},
-		{"/v1/completions", `{"prompt": "x", "temperature": -1}`, 400},
-		{"/v1/completions", `{"prompt": "x", "model": "no-such-model"}`, 404},
-		{"/v1/chat/completions", `{"messages": [{"role": "robot", "content": "x"}]}`, 400},
-		{"/v1/chat/completions", `{"messages": []}`, 400},
-		{"/detokenize", `{"tokens": [-1]}`, 400},
+	tc := badCases[rng.IntN(len(badCases))]
+	for tc.noKey && c.key != "" {
+		tc = badCases[rng.IntN(len(badCases))]
 	}
-	tc := cases[rng.IntN(len(cases))]
-	resp, err := c.postRaw(ctx, tc.path, []byte(tc.body))
+	return c.refused(ctx, tc)
+}
+
+// refused sends tc and checks that it is refused as it must be.
+func (c *client) refused(ctx context.Context, tc badCase) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", c.base+tc.path, strings.NewReader(tc.body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	for k, v := range tc.header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
 	}
@@ -452,5 +494,6 @@ func (c *client) sample(ctx context.Context) (Sample, error) {
 		Admitted:      int(vals["gollm:server_sequences_admitted"]),
 		Preemptions:   int(vals["gollm:num_preemptions_total"]),
 		GeneratedToks: int64(vals["gollm:generation_tokens_total"]),
+		OpenFDs:       int(vals["process_open_fds"]),
 	}, nil
 }

@@ -62,6 +62,8 @@ type Sample struct {
 	Admitted      int
 	Preemptions   int
 	GeneratedToks int64
+	// OpenFDs is the process collector's process_open_fds (0 where it has none).
+	OpenFDs int
 }
 
 // Report is a run's outcome.
@@ -142,8 +144,8 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  unexpected: %s\n", f)
 	}
 	row := func(name string, s Sample) {
-		fmt.Fprintf(&b, "  %-8s goroutines %4d  RSS %7.1f MiB  KV blocks held %3d  running %2d  waiting %2d  admitted %2d  preemptions %d  generated %d\n",
-			name, s.Goroutines, float64(s.RSSBytes)/(1<<20), s.KVBlocksUsed, s.Running, s.Waiting, s.Admitted, s.Preemptions, s.GeneratedToks)
+		fmt.Fprintf(&b, "  %-8s goroutines %4d  fds %3d  RSS %7.1f MiB  KV blocks held %3d  running %2d  waiting %2d  admitted %2d  preemptions %d  generated %d\n",
+			name, s.Goroutines, s.OpenFDs, float64(s.RSSBytes)/(1<<20), s.KVBlocksUsed, s.Running, s.Waiting, s.Admitted, s.Preemptions, s.GeneratedToks)
 	}
 	row("before", r.Before)
 	row("warm", r.Warm)
@@ -278,8 +280,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			s.At = time.Since(start)
 			rep.Timeline = append(rep.Timeline, s)
 			rep.PeakRSSBytes = max(rep.PeakRSSBytes, s.RSSBytes)
-			o.Log(fmt.Sprintf("%v: goroutines %d RSS %.1f MiB KV %d running %d waiting %d generated %d", s.At.Round(time.Second),
-				s.Goroutines, float64(s.RSSBytes)/(1<<20), s.KVBlocksUsed, s.Running, s.Waiting, s.GeneratedToks))
+			o.Log(fmt.Sprintf("%v: goroutines %d fds %d RSS %.1f MiB KV %d running %d waiting %d preemptions %d generated %d",
+				s.At.Round(time.Second), s.Goroutines, s.OpenFDs, float64(s.RSSBytes)/(1<<20), s.KVBlocksUsed, s.Running, s.Waiting,
+				s.Preemptions, s.GeneratedToks))
 		}
 	}
 	wg.Wait()

@@ -2,6 +2,8 @@ package soak
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -45,6 +47,24 @@ func TestShortSoak(t *testing.T) {
 	// test asks only that the run did work; the full soak (docs/hardening.md) is the measurement.
 	if rep.Total() == 0 {
 		t.Error("no requests in the run")
+	}
+}
+
+// TestBadCases sends each of the soak's bad and abusive requests once to the built-in model's server
+// (no API key): each must get its status and an OpenAI error object.
+func TestBadCases(t *testing.T) {
+	base, stop, err := loadtest.StartDefault(loadtest.ServerOptions{KVBlocks: 64, MaxNumSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c := &client{base: base, http: &http.Client{}}
+	for i, tc := range badCases {
+		t.Run(fmt.Sprintf("%d %s %d", i, tc.path, tc.status), func(t *testing.T) {
+			if err := c.refused(context.Background(), tc); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
 
