@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a running command.
