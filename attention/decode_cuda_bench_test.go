@@ -392,7 +392,7 @@ func randomBF16Bytes(rng *rand.Rand, n int, scale float32) []byte {
 // out), each with K and V in two pools and with a page's K and V side by side in one (see pageOrder),
 // alternating twice, with the spin: how much of the gap to contiguous SDPA the page order explains, and
 // whether halving the 2 MiB regions a random page step touches (one for K and V instead of two) takes
-// part of it back. Round 20 ran it with pages permuted within 2 MiB windows and windows shuffled
+// part of it back. It once ran with pages permuted within 2 MiB windows and windows shuffled
 // (pagesLocal, pagesWindows) instead of the side-by-side layouts. Run it with -test.benchtime=1x.
 func BenchmarkCUDADecodePages(b *testing.B) {
 	k, t := benchTimer(b)

@@ -63,7 +63,7 @@ func planGemm(n, chunks, sms int) gemmShape {
 // planSwiGLU shapes a gate/up product with the SwiGLU epilogue from its plain plan: k whole (the
 // epilogue needs whole sums) and an even number of warpgroups a block. Any count serves the epilogue; the
 // even ones are the shapes measured: blocks of one at Llama-3.2-1B's size (256 of them, not one wave at
-// 64 rows) made its batch-64 step slower on the H100 (docs/bench/e2e-h100-decode.md).
+// 64 rows) made its batch-64 step slower on the H100 (docs/bench/e2e-h100.md).
 func planSwiGLU(plan gemmShape) gemmShape {
 	return gemmShape{wg: min(gemmMaxGroups, (plan.wg+1)/2*2), ks: 1}
 }
@@ -103,7 +103,7 @@ const gemvWaveWarps = 24
 // up to 16 that leaves each warp at least 4 k-blocks. When that grid is between one and four waves of
 // the GPU, ks shrinks until it fits in one (a second, partial wave costs more than the shorter k-loops
 // win); beyond four waves the tail is small. BenchmarkCUDAGemv's sweep found it near the best shape at
-// one to eight tokens for every decode product of Llama-3.2-1B and Llama-3-8B (docs/bench/e2e-h100-decode.md).
+// one to eight tokens for every decode product of Llama-3.2-1B and Llama-3-8B (docs/bench/e2e-h100.md).
 func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
 	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
 		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}

@@ -206,7 +206,7 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	if e.afterAttention && t.Plan == 0 {
 		// The product after decode attention (O) is queued while attention runs, which leaves the
 		// memory system idle: with one step a warp, every weight load goes out before its PDL wait
-		// (docs/bench/e2e-h100-decode.md; a larger O, one step a warp past one wave, keeps its shape).
+		// (docs/bench/e2e-h100.md; a larger O, one step a warp past one wave, keeps its shape).
 		t.Plan = 1
 	}
 	plan := planGemv(tiles, in/64, b.dev.Info().NumSMs, maxWarps, t)

@@ -13,7 +13,7 @@ import "github.com/gollm/gollm/attention"
 // (step_plan_test.go). A new kernel or op lands here as a path of planMatMul or a case of planOp, and
 // in the executor as the launch of that case.
 //
-// The measurements behind the rules are in docs/bench/e2e-h100-decode.md and docs/bench/gemm-h100.md.
+// The measurements behind the rules are in docs/bench/e2e-h100.md and docs/bench/gemm-h100.md.
 
 // The plan's constants.
 const (
@@ -286,7 +286,7 @@ func (f *stepFacts) planMatMul(rows, out, in int, mode gemvMode, residual bool) 
 // rows of the residual; otherwise two halves of k, into the backend's partials, which the norm after it
 // adds to the residual it reads anyway. cuBLAS streams either form's weights faster than the whole
 // product's, whose k slices it sums itself at the product's end; the k halves' sum costs the norm two
-// more reads, which the row halves do not (docs/bench/e2e-h100-decode.md). gemvTuning.SplitK < 0 turns
+// more reads, which the row halves do not (docs/bench/e2e-h100.md). gemvTuning.SplitK < 0 turns
 // both off, > 0 forces k parts; gemvTuning.SplitRows forces row halves.
 func (f *stepFacts) splitOf(rows, out, in int, accumulates bool) productSplit {
 	whole := productSplit{parts: 1}
