@@ -68,6 +68,7 @@ struct DecodeParams {
 	int merge_chunks;         // ceil(num_partitions / merge_chunk): chunk counters per (sequence, program row)
 	float rope_scaling;       // DECODE_FLAG_ROPE: cos and sin are multiplied by it (attention_scaling)
 	int qkv_cols;             // DECODE_FLAG_ROPE: row stride of rope_qkv
+	int window;               // sliding window (> 0): the newest query attends to its last window positions
 };
 
 // DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
@@ -114,6 +115,14 @@ __device__ __forceinline__ void decode_pdl_enter() {
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// window_lo is the first key the newest query of a context of ctx tokens attends to.
+__device__ __forceinline__ int window_lo(const DecodeParams &p, int ctx) { return p.window > 0 ? max(0, ctx - p.window) : 0; }
+
+// window_base is the first token of window_lo's page: where the pages a decode reads begin.
+__device__ __forceinline__ int window_base(const DecodeParams &p, int ctx) {
+	return (window_lo(p, ctx) >> p.log2_block_size) << p.log2_block_size;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -470,7 +479,8 @@ template <typename T, int D, int THREADS>
 __device__ __forceinline__ void splitk_finish(const DecodeParams &p, int seq, int ctx, int kvh, int y, int ny,
                                               int head0, int heads, int part, float *scratch, int tid) {
 	if (!(p.flags & DECODE_FLAG_FUSED_MERGE)) return;
-	const int P = (ctx + p.partition_tokens - 1) / p.partition_tokens;
+	const int span = ctx - window_base(p, ctx); // the tokens the partitions cover
+	const int P = (span + p.partition_tokens - 1) / p.partition_tokens;
 	const int C = p.merge_chunk;
 	const int chunks = (P + C - 1) / C;
 	const int c = part / C, in_chunk = min(C, P - c * C);
@@ -511,14 +521,23 @@ __device__ __forceinline__ void program_ids(const DecodeParams &p, int &seq, int
 // ---------------------------------------------------------------------------------------------------
 // The token range of a program: the whole context (grouped) or one partition (split-k); returns the
 // sequence's context length (read once: later uses take it from here).
+//
+// With a sliding window (p.window > 0) the newest query, at position ctx − 1, attends to keys [lo, ctx),
+// lo = max(0, ctx − window): the range then starts at lo's page (base, a multiple of the block size), the
+// split-k partitions are laid from base (the CPU twin's decodeSpan), and the keys of that page before lo
+// are masked (mma_tile's and the FMA loop's lo). The pages before base are never read: a KV pool may
+// have given them back (their block-table entries −1).
 
-__device__ __forceinline__ int token_range(const DecodeParams &p, int seq, int part, bool split, int &start, int &end) {
+__device__ __forceinline__ int token_range(const DecodeParams &p, int seq, int part, bool split, int &start, int &end,
+                                           int &lo) {
 	const int ctx = p.context_lens[seq];
+	lo = window_lo(p, ctx);
+	const int base = (lo >> p.log2_block_size) << p.log2_block_size;
 	if (split) {
-		start = part * p.partition_tokens;
+		start = base + part * p.partition_tokens;
 		end = min(ctx, start + p.partition_tokens);
 	} else {
-		start = 0;
+		start = base;
 		end = ctx;
 	}
 	return ctx;
@@ -536,8 +555,8 @@ __device__ __forceinline__ int token_range(const DecodeParams &p, int seq, int p
 // computes one angle, and it issues all its loads before any arithmetic. Ends with a barrier: sq and kv
 // are then visible to every warp.
 template <typename T, int D, int THREADS, int MAXH>
-__device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool holder,
-                                             bool store, T *sq, T *kv, int tid) {
+__device__ __forceinline__ void rope_prepare_row(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool holder,
+                                                 bool store, T *sq, T *kv, int tid) {
 	constexpr int HALF = D / 2;
 	static_assert(THREADS % HALF == 0 && THREADS >= D, "a thread owns one pair index; the v row fits the block");
 	constexpr int HSTEP = THREADS / HALF;              // heads rotated side by side
@@ -597,6 +616,18 @@ __device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int
 		}
 	}
 	__syncthreads();
+}
+
+// A kernel whose block is smaller than a head (head_dim 256) has no RoPE path: the dispatcher never asks
+// it for one (DecodeDecision.FoldsRoPE), and a call that did would stop here.
+template <typename T, int D, int THREADS, int MAXH>
+__device__ __forceinline__ void rope_prepare(const DecodeParams &p, int seq, int kvh, int head0, int heads, bool holder,
+                                             bool store, T *sq, T *kv, int tid) {
+	if constexpr (THREADS % (D / 2) != 0 || THREADS < D) {
+		__trap();
+	} else {
+		rope_prepare_row<T, D, THREADS, MAXH>(p, seq, kvh, head0, heads, holder, store, sq, kv, tid);
+	}
 }
 
 // patch_row writes the newest K and V row (kv, from rope_prepare) into row `row` of a landed tile's stage,
@@ -666,11 +697,11 @@ template <int D, int MT, int SLICES_ = 4> struct MmaShape {
 
 // mma_tile is one K/V tile of the mma path for one warp (the grouped, split-k and persistent kernels
 // share it): S = Q·Kᵀ over the warp's 16 tokens of the tile (t0 its first token, end the range's end:
-// tokens past it are masked), the online softmax of rows r0 and r0+8 (log2 units; m and l per row), and
-// acc += P·V with P straight from the score fragments. ks and vs are the stage's K and V in shared memory;
+// tokens past it, and before the window's first key lo, are masked), the online softmax of rows r0 and
+// r0+8 (log2 units; m and l per row), and acc += P·V with P straight from the score fragments. ks and vs are the stage's K and V in shared memory;
 // mi, mr the lane's ldmatrix roles, c0 its column pair.
 template <typename T, int D, typename L>
-__device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int c0, int t0, int end,
+__device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int c0, int t0, int lo, int end,
                                          float scale_log2, const uint32_t (&qa)[D / 16][4], float (&acc)[D / 8][4],
                                          float &m0, float &m1, float &l0, float &l1) {
 	// S = Q·Kᵀ for the warp's 16 tokens: two n-tiles of 8 tokens.
@@ -693,7 +724,8 @@ __device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, in
 	for (int n = 0; n < 2; n++) {
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
-			bool ok = t0 + n * 8 + c0 + e < end;
+			const int tok = t0 + n * 8 + c0 + e;
+			const bool ok = tok >= lo && tok < end;
 			s[n][e] = ok ? s[n][e] * scale_log2 : -INFINITY;
 			s[n][2 + e] = ok ? s[n][2 + e] * scale_log2 : -INFINITY;
 			mx0 = fmaxf(mx0, s[n][e]);
@@ -759,7 +791,7 @@ __device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, in
 // m1/l1 head h0+1's (l per lane until the end, as in mma_tile); acc[dt] holds acc^T rows dt·16 + lane/4
 // (elements 0, 1: heads h0, h0+1) and dt·16 + lane/4 + 8 (elements 2, 3).
 template <typename T, int D, typename L>
-__device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int end,
+__device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int lo, int end,
                                             float scale_log2, const uint32_t (&qb)[D / 16][2], float (&acc)[D / 16][4],
                                             float &m0, float &m1, float &l0, float &l1) {
 	// S^T for the warp's 16 tokens: two accumulators (even and odd k-steps) halve the chain of mmas.
@@ -777,7 +809,7 @@ __device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice,
 				mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
 		}
 	}
-	const bool ok0 = t0 + gq < end, ok1 = t0 + gq + 8 < end;
+	const bool ok0 = t0 + gq >= lo && t0 + gq < end, ok1 = t0 + gq + 8 >= lo && t0 + gq + 8 < end;
 	s[0] = ok0 ? (s[0] + s2[0]) * scale_log2 : -INFINITY;
 	s[1] = ok0 ? (s[1] + s2[1]) * scale_log2 : -INFINITY;
 	s[2] = ok1 ? (s[2] + s2[2]) * scale_log2 : -INFINITY;
@@ -853,9 +885,13 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	int first_ids[STAGES - 1];
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) first_ids[s] = L::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
-	int start, end;
-	const int ctx = token_range(p, seq, part, SPLIT, start, end);
+	int start, end, lo;
+	const int ctx = token_range(p, seq, part, SPLIT, start, end, lo);
 	if (start >= end) return; // an empty partition: the reduce does not read it
+	if (p.window > 0) { // the range starts at the window's page, not where the early loads assumed
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++) first_ids[s] = L::load_id(table, start + s * TILE, end, lbs, tid);
+	}
 
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
 	const T *vc = reinterpret_cast<const T *>(p.v_cache);
@@ -946,9 +982,9 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
 		if constexpr (NARROW)
-			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 		else
-			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
 
 	// Merge the SLICES warps of each head tile.
@@ -1041,6 +1077,15 @@ template <typename T> struct VecLoad<T, 2> {
 		}
 	}
 };
+template <typename T> struct VecLoad<T, 8> { // head_dim 256, 16-bit T: one 16-byte chunk
+	static __device__ __forceinline__ void load(const uint8_t *p, float (&x)[8]) {
+		static_assert(sizeof(T) == 2, "8 elements fit one chunk");
+		T v[8];
+		*reinterpret_cast<uint4 *>(v) = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+		for (int i = 0; i < 8; i++) x[i] = Elem<T>::to_float(v[i]);
+	}
+};
 template <typename T> struct VecLoad<T, 4> {
 	static __device__ __forceinline__ void load(const uint8_t *p, float (&x)[4]) {
 		if constexpr (sizeof(T) == 4) {
@@ -1080,9 +1125,13 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 #pragma unroll
 	for (int s = 0; s < DECODE_STAGES - 1; s++)
 		first_ids[s] = L::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
-	int start, end;
-	const int ctx = token_range(p, seq, part, SPLIT, start, end);
+	int start, end, lo;
+	const int ctx = token_range(p, seq, part, SPLIT, start, end, lo);
 	if (start >= end) return;
+	if (p.window > 0) { // the range starts at the window's page, not where the early loads assumed
+#pragma unroll
+		for (int s = 0; s < DECODE_STAGES - 1; s++) first_ids[s] = L::load_id(table, start + s * TILE, end, lbs, tid);
+	}
 
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
 	const T *vc = reinterpret_cast<const T *>(p.v_cache);
@@ -1180,7 +1229,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 				float d = s[g][t];
 #pragma unroll
 				for (int o = 16; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-				s[g][t] = t0 + t < end ? d : -INFINITY;
+				s[g][t] = t0 + t >= lo && t0 + t < end ? d : -INFINITY;
 			}
 #pragma unroll
 		for (int g = 0; g < GC; g++) {
@@ -1253,7 +1302,7 @@ template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
 // item's output.
 
 struct PersistMeta {
-	int seq, kvh, t0, end, flags; // flags: 1 valid, 2 first tile of its item, 4 last tile of its item
+	int seq, kvh, t0, lo, end, flags; // flags: 1 valid, 2 first tile of its item, 4 last tile of its item
 };
 
 template <typename T, int D> struct PersistShape {
@@ -1266,9 +1315,10 @@ template <typename T, int D> struct PersistShape {
 	static_assert(MAX_G >= 16, "the merge of a full head tile fits one stage");
 };
 
-// PersistCursor walks one program's (item, tile) stream.
+// PersistCursor walks one program's (item, tile) stream: an item's tiles run from its window's page
+// (start; 0 without a window) to its context's end, keys before lo masked.
 struct PersistCursor {
-	int item, seq, kvh, t0, end, next_end;
+	int item, seq, kvh, t0, start, lo, end, next_end;
 	const int *table;
 	bool valid;
 };
@@ -1279,7 +1329,9 @@ __device__ __forceinline__ void persist_enter(const DecodeParams &p, PersistCurs
 	if (!c.valid) return;
 	c.seq = item / p.num_kv_heads;
 	c.kvh = item % p.num_kv_heads;
-	c.t0 = 0;
+	c.lo = window_lo(p, end);
+	c.start = (c.lo >> p.log2_block_size) << p.log2_block_size;
+	c.t0 = c.start;
 	c.end = end;
 	c.table = p.block_tables + (long long)c.seq * p.max_blocks;
 	const int nx = item + gridDim.x;
@@ -1325,7 +1377,7 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 			return;
 		}
 		L::issue(stage, sids[s], kc, vc, c.t0, c.end, lbs, row_stride, c.kvh, tid, pf);
-		const bool first = c.t0 == 0, last = c.t0 + TILE >= c.end;
+		const bool first = c.t0 == c.start, last = c.t0 + TILE >= c.end;
 		if (first) {
 			constexpr int QCH = D * (int)sizeof(T) / 16; // 16-byte chunks per query row
 			const uint8_t *qg = reinterpret_cast<const uint8_t *>(p.q) +
@@ -1333,7 +1385,7 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 			const uint32_t qs = smem_addr(stage + L::STAGE_BYTES);
 			for (int i = tid; i < G * QCH; i += THREADS) cp_async16(qs + i * 16, qg + i * 16, true);
 		}
-		if (tid == 0) meta[s] = PersistMeta{c.seq, c.kvh, c.t0, c.end, 1 | (first ? 2 : 0) | (last ? 4 : 0)};
+		if (tid == 0) meta[s] = PersistMeta{c.seq, c.kvh, c.t0, c.lo, c.end, 1 | (first ? 2 : 0) | (last ? 4 : 0)};
 		if (last) {
 			persist_enter(p, c, c.item + gridDim.x, nitems, c.next_end);
 		} else {
@@ -1394,9 +1446,9 @@ __device__ __forceinline__ void decode_mma_persistent(const DecodeParams &p) {
 		const int t0 = mt.t0 + slice * 16, end = mt.end;
 
 		if constexpr (NARROW)
-			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, mt.lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 		else
-			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, mt.lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 
 		if (mt.flags & 4) { // the item's last tile: merge the warps' states through this stage, write out
 			__syncthreads(); // every warp is done reading this stage's K and V

@@ -21,7 +21,9 @@ type CUDADecodeArgs struct {
 	Out, Q cuda.DevicePtr
 	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType.
 	KCache, VCache cuda.DevicePtr
-	// BlockTables is int32 [Batch][MaxBlocks]; only the first ⌈ContextLens[s]/BlockSize⌉ of row s are read.
+	// BlockTables is int32 [Batch][MaxBlocks]; only the first ⌈ContextLens[s]/BlockSize⌉ of row s are read
+	// (with a Window, only those from the page of the newest query's first key on: the entries before it
+	// may be anything, −1 for pages given back).
 	BlockTables cuda.DevicePtr
 	// ContextLens is int32 [Batch] on the device; HostContextLens the same values on the host (Plan and
 	// the grid size need them). Batch = len(HostContextLens); every length must be at least 1.
@@ -30,11 +32,14 @@ type CUDADecodeArgs struct {
 	MaxBlocks       int
 	NumHeads        int
 	NumKVHeads      int
-	HeadDim         int // 64 or 128
+	HeadDim         int // 64, 128, or 256 (16-bit dtypes)
 	BlockSize       int // a power of two from 8 to 64
 	DType           cuda.DataType
 	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
 	Scale float32
+	// Window, when positive, is a sliding window: sequence s's query, at position ContextLens[s] − 1,
+	// attends to its last Window positions only (Batch.Window).
+	Window int
 	// Dependent launches the kernels with programmatic dependent launch (cuda.LaunchPDL): they may start
 	// before the kernel queued before them has finished, and wait for it themselves. Compute capability
 	// 9.0 only (the waits are in the sm_90 code of the fat binary).
@@ -84,6 +89,7 @@ type decodeParams struct {
 	Batch, MergeChunk, MergeChunks                   int32
 	RoPEScaling                                      float32
 	QKVCols                                          int32
+	Window                                           int32
 }
 
 // The DECODE_FLAG_* switches of decode.cuh.
@@ -187,6 +193,9 @@ func (k *CUDAKernels) load() error {
 	}
 	for _, dt := range []DType{BF16, FP16, FP32} {
 		for _, d := range cudaHeadDims {
+			if d == wideHeadDim && dt == FP32 {
+				continue
+			}
 			name := reduceKernelName(dt, d)
 			fn, err := mod.Function(name)
 			if err != nil {
@@ -243,7 +252,7 @@ func (k *CUDAKernels) programsPerSM(d DecodeKernel) int {
 // Call returns a's shape as the dispatcher sees it, with the kernels' tuning.
 func (a *CUDADecodeArgs) Call(t CUDATuning) DecodeCall {
 	c := DecodeCall{ContextLens: a.HostContextLens, MaxBlocks: a.MaxBlocks, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads,
-		HeadDim: a.HeadDim, BlockSize: a.BlockSize, DType: dtypeOf(a.DType), Dependent: a.Dependent, Tuning: t}
+		HeadDim: a.HeadDim, BlockSize: a.BlockSize, DType: dtypeOf(a.DType), Window: a.Window, Dependent: a.Dependent, Tuning: t}
 	if r := a.RoPE; r != nil {
 		c.RoPE = &DecodeRoPE{QKVCols: r.QKVCols, NilPointer: r.QKV == 0 || r.Positions == 0 || r.Slots == 0 || r.InvFreq == 0}
 	}
@@ -410,6 +419,7 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, d DecodeDecision) decodeParams {
 		Batch:           int32(len(a.HostContextLens)),
 		MergeChunk:      int32(d.MergeChunk),
 		MergeChunks:     int32(d.MergeChunks),
+		Window:          int32(max(0, a.Window)),
 	}
 }
 

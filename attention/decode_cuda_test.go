@@ -73,6 +73,7 @@ type gpuDecodeCase struct {
 	numHeads, kvHeads, headDim int
 	blockSize, maxBlocks       int
 	scale                      float32
+	window                     int // 0, or a sliding window (CUDADecodeArgs.Window)
 	lens                       []int32
 	tables                     [][]int32
 	cache                      *Cache    // float32 copy of the device cache (values rounded to the dtype)
@@ -88,8 +89,16 @@ type gpuDecodeCase struct {
 // sequence's last page faults), and uploads it.
 func newGPUDecodeCase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, blockSize int, lens []int32) *gpuDecodeCase {
 	t.Helper()
+	return newGPUWindowCase(t, k, rng, codec, group, kvHeads, headDim, blockSize, 0, lens)
+}
+
+// newGPUWindowCase is newGPUDecodeCase with a sliding window: each sequence's block-table entries of the
+// pages before its newest query's first key are −1, as a KV pool that gave them back leaves them (a
+// kernel that reads one faults).
+func newGPUWindowCase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, blockSize, window int, lens []int32) *gpuDecodeCase {
+	t.Helper()
 	c := &gpuDecodeCase{codec: codec, numHeads: group * kvHeads, kvHeads: kvHeads, headDim: headDim,
-		blockSize: blockSize, scale: float32(1 / math.Sqrt(float64(headDim))), lens: lens, dev: k.Device()}
+		blockSize: blockSize, scale: float32(1 / math.Sqrt(float64(headDim))), window: window, lens: lens, dev: k.Device()}
 	pages := 0
 	for _, n := range lens {
 		c.maxBlocks = max(c.maxBlocks, ceilDiv(int(n), blockSize))
@@ -116,6 +125,9 @@ func newGPUDecodeCase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCo
 		for j := range table {
 			table[j] = int32(perm[next])
 			next++
+			if window > 0 && (j+1)*blockSize <= int(n)-window {
+				table[j] = -1 // wholly before the window
+			}
 		}
 		c.tables = append(c.tables, table)
 		row := flat[s*c.maxBlocks : (s+1)*c.maxBlocks]
@@ -124,7 +136,7 @@ func newGPUDecodeCase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCo
 		}
 		copy(row, table)
 	}
-	c.ref = denseDecodeReference(c.q, c.cache, c.numHeads, float64(c.scale), c.tables, lens)
+	c.ref = denseDecodeReference(c.q, c.cache, c.numHeads, float64(c.scale), c.tables, lens, window)
 
 	c.dK = c.upload(t, kBytes)
 	c.dV = c.upload(t, vBytes)
@@ -158,7 +170,7 @@ func (c *gpuDecodeCase) args() *CUDADecodeArgs {
 	return &CUDADecodeArgs{
 		Out: c.dOut, Q: c.dQ, KCache: c.dK, VCache: c.dV, BlockTables: c.dTab, ContextLens: c.dLn,
 		HostContextLens: c.lens, MaxBlocks: c.maxBlocks, NumHeads: c.numHeads, NumKVHeads: c.kvHeads,
-		HeadDim: c.headDim, BlockSize: c.blockSize, DType: c.codec.typ, Scale: c.scale,
+		HeadDim: c.headDim, BlockSize: c.blockSize, DType: c.codec.typ, Scale: c.scale, Window: c.window,
 	}
 }
 
@@ -210,17 +222,22 @@ func (c *gpuDecodeCase) output(t *testing.T) []float32 {
 }
 
 // denseDecodeReference is decode attention in float64 over gathered rows, written independently of the
-// kernels: scores, max-subtracted softmax, weighted sum.
-func denseDecodeReference(q []float32, c *Cache, numHeads int, scale float64, tables [][]int32, lens []int32) []float64 {
+// kernels: scores, max-subtracted softmax, weighted sum; with a window (> 0) over the last window
+// positions of each context only.
+func denseDecodeReference(q []float32, c *Cache, numHeads int, scale float64, tables [][]int32, lens []int32, window int) []float64 {
 	d, group := c.HeadDim, numHeads/c.NumKVHeads
 	out := make([]float64, len(q))
 	for s, n := range lens {
+		first := 0
+		if window > 0 {
+			first = max(0, int(n)-window)
+		}
 		for h := range numHeads {
 			kvh := h / group
 			qr := q[(s*numHeads+h)*d:][:d]
 			scores := make([]float64, n)
 			mx := math.Inf(-1)
-			for pos := range int(n) {
+			for pos := first; pos < int(n); pos++ {
 				slot := int(tables[s][pos/c.BlockSize])*c.BlockSize + pos%c.BlockSize
 				kr := c.K[(slot*c.NumKVHeads+kvh)*d:][:d]
 				var dot float64
@@ -232,7 +249,7 @@ func denseDecodeReference(q []float32, c *Cache, numHeads int, scale float64, ta
 			}
 			var sum float64
 			o := out[(s*numHeads+h)*d:][:d]
-			for pos := range int(n) {
+			for pos := first; pos < int(n); pos++ {
 				w := math.Exp(scores[pos] - mx)
 				sum += w
 				slot := int(tables[s][pos/c.BlockSize])*c.BlockSize + pos%c.BlockSize
@@ -271,15 +288,23 @@ func raggedLens(rng *rand.Rand, blockSize int) []int32 {
 }
 
 // TestCUDADecodeKernels runs both kernels (and, for bf16/fp16, both arithmetic paths) at every shape of
-// kernels.md: dtypes bf16/fp16/fp32, head_dim 64/128, pages 8/16/32, groups 1, 2, 4, 6, 8, 16, 32, a
+// kernels.md: dtypes bf16/fp16/fp32, head_dim 64/128 (and 256 in 16 bits, page 16, groups 1, 2, 8, 16),
+// pages 8/16/32, groups 1, 2, 4, 6, 8, 16, 32, a
 // ragged batch with context 1, page−1, page, page+1, a tile, a tile+1 and two long contexts, against a
 // float64 dense reference and the CPU twin, on fresh random data, output poisoned with NaN.
 func TestCUDADecodeKernels(t *testing.T) {
 	k := gpuKernels(t)
 	for _, codec := range codecs {
-		for _, headDim := range []int{64, 128} {
-			for _, blockSize := range []int{8, 16, 32} {
-				for _, group := range []int{1, 2, 4, 6, 8, 16, 32} {
+		for _, headDim := range []int{64, 128, 256} {
+			blockSizes, groups := []int{8, 16, 32}, []int{1, 2, 4, 6, 8, 16, 32}
+			if headDim == wideHeadDim { // 16-bit dtypes; fewer shapes, the same code as 64 and 128
+				if codec.typ == cuda.Float32 {
+					continue
+				}
+				blockSizes, groups = []int{16}, []int{1, 2, 8, 16}
+			}
+			for _, blockSize := range blockSizes {
+				for _, group := range groups {
 					name := fmt.Sprintf("%s/d%d/page%d/g%d", codec.name, headDim, blockSize, group)
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
@@ -287,6 +312,34 @@ func TestCUDADecodeKernels(t *testing.T) {
 						rng := rand.New(rand.NewPCG(seed, uint64(codec.typ)))
 						lens := raggedLens(rng, blockSize)
 						c := newGPUDecodeCase(t, k, rng, codec, group, 2, headDim, blockSize, lens)
+						runKernelVariants(t, k, c)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestCUDADecodeWindow runs every kernel and path with sliding windows shorter than, equal to and longer
+// than the contexts (1, a page, a page and a bit, a tile plus one, 300, 4096) over a ragged batch whose
+// windows start inside pages and on their edges, the block-table entries of the pages wholly before each
+// window −1 (a kernel that reads one faults), head_dim 64, 128 and 256, against the float64 reference
+// and the CPU twin (Attend with Batch.Window).
+func TestCUDADecodeWindow(t *testing.T) {
+	k := gpuKernels(t)
+	for _, codec := range codecs {
+		for _, headDim := range []int{64, 128, 256} {
+			if headDim == wideHeadDim && codec.typ == cuda.Float32 {
+				continue
+			}
+			for _, window := range []int{1, 16, 21, 65, 300, 4096} {
+				for _, group := range []int{2, 8} {
+					name := fmt.Sprintf("%s/d%d/w%d/g%d", codec.name, headDim, window, group)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						rng := rand.New(rand.NewPCG(uint64(headDim*10000+window), uint64(group)))
+						lens := []int32{1, 15, 16, 17, 21, 64, 65, 300, 301, int32(1200 + rng.IntN(900))}
+						c := newGPUWindowCase(t, k, rng, codec, group, 2, headDim, 16, window, lens)
 						runKernelVariants(t, k, c)
 					})
 				}
@@ -318,7 +371,11 @@ func TestCUDADecodeOddRows(t *testing.T) {
 func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	t.Helper()
 	twin := make([]float32, len(c.q))
-	DecodeGrouped(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens)
+	starts := make([]int32, len(c.lens)+1)
+	for s := range c.lens {
+		starts[s+1] = int32(s + 1)
+	}
+	Attend(twin, c.q, c.numHeads, c.scale, c.cache, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
 	if e := relErr(twin, c.ref); e > 1e-5 {
 		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
 	}
@@ -332,6 +389,12 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	paths := []pathCase{{PathMMA, false}, {PathFMA, false}}
 	if narrowTile(c.numHeads / c.kvHeads) {
 		paths = append(paths, pathCase{PathMMA, true})
+	}
+	if c.headDim == wideHeadDim { // the mma path on the narrow tile only
+		paths = []pathCase{{PathFMA, false}}
+		if narrowTile(c.numHeads / c.kvHeads) {
+			paths = append(paths, pathCase{PathMMA, false})
+		}
 	}
 	if c.codec.typ == cuda.Float32 {
 		paths = []pathCase{{PathFMA, false}}
@@ -387,7 +450,7 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 			}
 			check("grouped/" + path.String() + "/" + tn.name)
 		}
-		if path == PathMMA && c.numHeads/c.kvHeads <= 16 {
+		if path == PathMMA && c.numHeads/c.kvHeads <= 16 && c.headDim != wideHeadDim {
 			// The persistent kernel with 1, 3 and 7 programs: each walks several items of the ragged
 			// batch (contexts of 1 token to a few thousand) through one pipeline.
 			for _, programs := range []int{1, 3, 7} {

@@ -197,14 +197,23 @@ type DecodeKernel struct {
 }
 
 var (
-	cudaHeadDims  = []int{64, 128}
+	cudaHeadDims  = []int{64, 128, 256}
 	cudaMmaTiles  = []int{1, 2, 4}
 	cudaFmaGroups = []int{1, 2, 4, 8}
 )
 
+// wideHeadDim is the head size whose kernels differ (Gemma 3's 256): 16-bit dtypes only, the mma path
+// only on the narrow tile, with two warp slices (a 32-token tile: three stages of K and V in 96 KiB of
+// shared memory), no persistent twin, and no RoPE path (a block of 64 or 128 threads is smaller than a
+// head). Groups of more than 8 heads take the FMA kernels.
+const wideHeadDim = 256
+
 // mmaKernel is the mma entry point of alg with a head tile of mt·16 rows (mt 0: the narrow 8-row tile).
 func mmaKernel(alg Kernel, dt DType, d, mt int) DecodeKernel {
 	k := DecodeKernel{Kernel: alg, Path: PathMMA, DType: dt, HeadDim: d, Rows: cudaNarrowRows, Threads: 4 * 32}
+	if d == wideHeadDim {
+		k.Threads = 2 * 32 // two warp slices
+	}
 	suffix := "n8"
 	if mt > 0 {
 		k.Rows, k.Threads, suffix = 16*mt, 4*mt*32, fmt.Sprintf("m%d", mt)
@@ -225,7 +234,7 @@ func narrowTile(group int) bool { return group <= cudaNarrowRows }
 // persistentTwin is the persistent grouped kernel of a grouped mma kernel's head tile: the 16-row tile
 // (m1) and the narrow one (n8) have one; ok is false for every other kernel.
 func persistentTwin(k DecodeKernel) (twin DecodeKernel, ok bool) {
-	if k.Kernel != Grouped || k.Persistent || k.Path != PathMMA || k.Rows > 16 {
+	if k.Kernel != Grouped || k.Persistent || k.Path != PathMMA || k.Rows > 16 || k.HeadDim == wideHeadDim {
 		return DecodeKernel{}, false
 	}
 	name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", k.DType.name(), k.HeadDim)
@@ -255,8 +264,15 @@ func decodeKernels() []DecodeKernel {
 	for _, alg := range []Kernel{Grouped, SplitK} {
 		for _, dt := range []DType{BF16, FP16, FP32} {
 			for _, d := range cudaHeadDims {
+				if d == wideHeadDim && dt == FP32 {
+					continue
+				}
 				if dt != FP32 {
-					for _, mt := range append(cudaMmaTiles, 0) {
+					tiles := append(cudaMmaTiles, 0)
+					if d == wideHeadDim {
+						tiles = []int{0}
+					}
+					for _, mt := range tiles {
 						k := mmaKernel(alg, dt, d, mt)
 						ks = append(ks, k)
 						if twin, ok := persistentTwin(k); ok {
@@ -290,6 +306,9 @@ type DecodeCall struct {
 	MaxBlocks                                int
 	NumHeads, NumKVHeads, HeadDim, BlockSize int
 	DType                                    DType
+	// Window, when positive, is the layer's sliding window (CUDADecodeArgs.Window): the call reads the
+	// pages from its newest query's first key on, and is planned on those tokens (ReadLens).
+	Window int
 	// RoPE, when set, has the call do the step's rotary embedding (CUDADecodeArgs.RoPE).
 	RoPE *DecodeRoPE
 	// Dependent: launched with programmatic dependent launch (CUDADecodeArgs.Dependent).
@@ -368,6 +387,8 @@ func Decide(c DecodeCall, dev DecodeDevice) (DecodeDecision, error) {
 	if err != nil {
 		return DecodeDecision{}, err
 	}
+	// Everything below plans on the tokens each sequence reads: its context, or from its window's page on.
+	c.ContextLens = c.ReadLens()
 	t := c.Tuning
 	grouped, split, err := c.tile(c.Path, group)
 	if err != nil {
@@ -381,7 +402,7 @@ func Decide(c DecodeCall, dev DecodeDevice) (DecodeDecision, error) {
 		return DecodeDecision{}, err
 	}
 	d := DecodeDecision{Plan: plan, HeadsFast: !t.SequenceMajor, EarlyPrologue: c.Dependent && !t.LatePrologue,
-		RoPE: c.RoPE != nil, FoldsRoPE: !c.persistentEligible(autoGrouped, dev), diag: t.diag}
+		RoPE: c.RoPE != nil, FoldsRoPE: c.HeadDim != wideHeadDim && !c.persistentEligible(autoGrouped, dev), diag: t.diag}
 	batch := len(c.ContextLens)
 	if plan.Kernel == Grouped {
 		d.Kernel, d.Grid = grouped, c.grid(grouped, 1)
@@ -412,13 +433,41 @@ func Decide(c DecodeCall, dev DecodeDevice) (DecodeDecision, error) {
 	return d, nil
 }
 
+// ReadLens returns the tokens each sequence's decode reads, on which the call is planned: its context
+// without a window; with one, from the page of its newest query's first key (max(0, ctx − Window)) to
+// the context's end, the span the kernels' partitions are laid on (the CPU twin's decodeSpan). A graph's
+// call, planned at its context cap for every batch it replays, takes the longest span any context up to
+// the cap can have: the cap, or Window + BlockSize − 1 (a window that starts at the last token of a page).
+func (c *DecodeCall) ReadLens() []int32 {
+	if c.Window <= 0 {
+		return c.ContextLens
+	}
+	lens := make([]int32, len(c.ContextLens))
+	for i, n := range c.ContextLens {
+		ctx := int(n)
+		if c.Graph != nil {
+			lens[i] = int32(min(ctx, c.Window+c.BlockSize-1))
+			continue
+		}
+		first := max(0, ctx-c.Window)
+		lens[i] = int32(ctx - first/c.BlockSize*c.BlockSize)
+	}
+	return lens
+}
+
 // check validates the call and returns its group size G.
 func (c *DecodeCall) check() (int, error) {
 	switch {
 	case c.DType.name() == "":
 		return 0, fmt.Errorf("%w: dtype %d", ErrUnsupported, c.DType)
-	case c.HeadDim != 64 && c.HeadDim != 128:
-		return 0, fmt.Errorf("%w: head_dim %d (64 or 128)", ErrUnsupported, c.HeadDim)
+	case c.HeadDim != 64 && c.HeadDim != 128 && c.HeadDim != wideHeadDim:
+		return 0, fmt.Errorf("%w: head_dim %d (64, 128 or 256)", ErrUnsupported, c.HeadDim)
+	case c.HeadDim == wideHeadDim && c.DType == FP32:
+		return 0, fmt.Errorf("%w: head_dim %d in fp32 (16-bit dtypes only)", ErrUnsupported, c.HeadDim)
+	case c.HeadDim == wideHeadDim && c.RoPE != nil:
+		return 0, fmt.Errorf("%w: RoPE at head_dim %d (its kernels' blocks are smaller than a head)", ErrUnsupported, c.HeadDim)
+	case c.Window < 0:
+		return 0, fmt.Errorf("attention: window %d", c.Window)
 	case c.BlockSize < 8 || c.BlockSize > 64 || c.BlockSize&(c.BlockSize-1) != 0:
 		return 0, fmt.Errorf("%w: block size %d (a power of two from 8 to 64)", ErrUnsupported, c.BlockSize)
 	case c.NumKVHeads <= 0 || c.NumHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
@@ -446,13 +495,14 @@ func (c *DecodeCall) check() (int, error) {
 }
 
 // tile returns the grouped and split-k kernels of the call's head tile on path: PathAuto is the mma
-// path but for fp32 and groups of more than 64 heads; on it, groups of up to cudaNarrowRows heads take
+// path but for fp32, groups of more than 64 heads and, at head_dim 256, of more than 8; on it, groups of up to cudaNarrowRows heads take
 // the narrow tile (unless CUDATuning.NoNarrow), others the smallest 16·mt-row tile that holds them; on
 // the FMA path the smallest group count that holds them, 8 at most (larger groups loop).
 func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel, err error) {
 	if path == PathAuto {
 		path = PathMMA
-		if c.DType == FP32 || group > 64 {
+		// The wide head's mma kernels are the narrow tile's alone.
+		if c.DType == FP32 || group > 64 || c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
 			path = PathFMA
 		}
 	}
@@ -464,6 +514,9 @@ func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel
 		mt := -1
 		if narrowTile(group) && !c.Tuning.NoNarrow {
 			mt = 0
+		} else if c.HeadDim == wideHeadDim {
+			return grouped, split, fmt.Errorf("%w: group of %d heads on the mma path at head_dim %d (at most %d)",
+				ErrUnsupported, group, c.HeadDim, cudaNarrowRows)
 		} else {
 			for _, m := range cudaMmaTiles {
 				if 16*m >= group {

@@ -36,10 +36,24 @@ DECODE_GROUPED_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_MMA(__half, fp16, 128)
 
+// head_dim 256 (Gemma 3), 16-bit dtypes: the narrow mma tile (groups of up to 8 heads) with two warp slices,
+// a tile of 32 tokens, so that three stages of K and V (96 KiB) fit the shared memory of every GPU the fat
+// binary targets; larger groups take the FMA kernels (the dispatcher's tile, dispatch.go).
+#define DECODE_GROUPED_MMA_D256(T, TN)                                                                        \
+	extern "C" __global__ void __launch_bounds__(MmaShape<256, 0, 2>::THREADS)                            \
+	    DecodeGrouped_mma_##TN##_d256_n8(const DecodeParams p) {                                          \
+		decode_mma<T, 256, 0, false, DECODE_STAGES, 2>(p);                                            \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_d256_n8_smem = mma_smem_bytes<T, 256, 0, DECODE_STAGES, 2>();
+DECODE_GROUPED_MMA_D256(__nv_bfloat16, bf16)
+DECODE_GROUPED_MMA_D256(__half, fp16)
+
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_ALL_FMA(__half, fp16, 64)
 DECODE_GROUPED_ALL_FMA(__half, fp16, 128)
+DECODE_GROUPED_ALL_FMA(__nv_bfloat16, bf16, 256)
+DECODE_GROUPED_ALL_FMA(__half, fp16, 256)
 DECODE_GROUPED_ALL_FMA(float, fp32, 64)
 DECODE_GROUPED_ALL_FMA(float, fp32, 128)
 

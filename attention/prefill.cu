@@ -10,15 +10,19 @@
 // rows, first head of the group}. Grid (items, num_kv_heads); 128 threads, two per vector.
 //
 // A program loads its vectors' q (times scale) into shared memory as float, then walks the keys from
-// position 0 to its last row's position in tiles of PREFILL_TILE tokens: each tile's K and V rows are
+// position 0 (with a sliding window: the page of its first row's first key) to its last row's position
+// in tiles of PREFILL_TILE tokens: each tile's K and V rows are
 // read once through the block table (converted to float into shared memory) and serve every vector of
-// the program, which is what makes GQA cheap (a group's heads share the read). Per tile, each thread of a
-// vector's pair scores half the tile's keys (masked causally by the row's position), the pair agrees on
+// the program, which is what makes GQA cheap (a group's heads share the read); tiles wholly before the
+// window are skipped, and keys of a tile before that first page are neither read nor used (their pages
+// may have been given back: block-table entries −1). Per tile, each thread of a
+// vector's pair scores half the tile's keys (masked causally by the row's position, and by its window), the pair agrees on
 // the running max with a shuffle, rescales its half of the float accumulator (D/2 registers) and adds
 // P·V. Scores, max and sums are float (IEEE expf and division), so float32 caches stay float32 end to end.
 //
 // Shared memory (dynamic): q [64][D+1], K [32][D+1], V [32][D], P [64][33] floats (74 KB at D = 128);
-// the +1 pads keep the pair-strided reads of q and K conflict-free. Head sizes 8 to 128 (every LLaMA).
+// the +1 pads keep the pair-strided reads of q and K conflict-free. Head sizes 8 to 256 (137 KB at 256: the
+// GPUs whose shared memory cannot hold it lack that size).
 // This FMA kernel serves float32 and the head sizes below 64; 16-bit dtypes at head sizes 64 and 128 run
 // the tensor-core kernel at the end of this file (the FMA kernel took most of a long prompt's prefill:
 // docs/bench/prefill-h100.md). Decode steps with a head size the decode kernels cover go to
@@ -48,6 +52,7 @@ struct PrefillParams {
 	int block_size;
 	int group;
 	int heads_per_item;
+	int window; // > 0: a sliding window, the row at position p attends to keys [p − window + 1, p]
 };
 
 template <typename T> struct PrefillElem;
@@ -88,6 +93,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 	const int row = row0 + r;
 	const int head = kvh * p.group + g;
 	const int pos = valid ? p.positions[row] : -1;
+	const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0; // the row's first key
 	const long long qstride = (long long)p.num_heads * D;
 
 	// q of every vector, scaled, as float.
@@ -99,8 +105,10 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 		if (rr < nrows && gg < p.group) x = PrefillElem<T>::load(q[(row0 + rr) * qstride + (long long)(kvh * p.group + gg) * D + d]) * p.scale;
 		sq[vv * (D + 1) + d] = x;
 	}
-	// The keys this program needs: positions [0, last row's position].
+	// The keys this program needs: positions [0, last row's position], or from the page of its first row's
+	// first key (kstart) with a window.
 	const int key_end = p.positions[row0 + nrows - 1] + 1;
+	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
 	const int *table = p.block_tables + (long long)seq * p.max_blocks;
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
 	const T *vc = reinterpret_cast<const T *>(p.v_cache);
@@ -111,13 +119,13 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 	for (int i = 0; i < HALF; i++) acc[i] = 0.f;
 	float m = -INFINITY, l = 0.f;
 
-	for (int t0 = 0; t0 < key_end; t0 += PREFILL_TILE) {
+	for (int t0 = kstart / PREFILL_TILE * PREFILL_TILE; t0 < key_end; t0 += PREFILL_TILE) {
 		__syncthreads(); // the previous tile's K/V (and the q fill) are done with
 		for (int idx = tid; idx < PREFILL_TILE * D; idx += PREFILL_THREADS) {
 			const int kk = idx / D, d = idx - kk * D;
 			const int key = t0 + kk;
 			float kx = 0.f, vx = 0.f;
-			if (key < key_end) {
+			if (key >= kstart && key < key_end) {
 				const long long slot = (long long)table[key / p.block_size] * p.block_size + key % p.block_size;
 				const long long at = slot * kv_row + (long long)kvh * D + d;
 				kx = PrefillElem<T>::load(kc[at]);
@@ -143,7 +151,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 		float tile_max = -INFINITY;
 #pragma unroll
 		for (int j = 0; j < KEYS; j++) {
-			if (t0 + part * KEYS + j > pos) s[j] = -INFINITY;
+			const int key = t0 + part * KEYS + j;
+			if (key > pos || key < lo) s[j] = -INFINITY;
 			tile_max = fmaxf(tile_max, s[j]);
 		}
 		tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -192,7 +201,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 	PREFILL_ATTENTION(T, TN, 16)                                                                          \
 	PREFILL_ATTENTION(T, TN, 32)                                                                          \
 	PREFILL_ATTENTION(T, TN, 64)                                                                          \
-	PREFILL_ATTENTION(T, TN, 128)
+	PREFILL_ATTENTION(T, TN, 128)                                                                          \
+	PREFILL_ATTENTION(T, TN, 256)
 
 PREFILL_ATTENTION_ALL(float, f32)
 PREFILL_ATTENTION_ALL(__nv_bfloat16, bf16)
@@ -206,7 +216,7 @@ PREFILL_ATTENTION_ALL(__half, f16)
 // by 16-byte chunk so that ldmatrix reads are conflict-free. Per tile a warp computes S = q·Kᵀ (16 × 64,
 // fp32), masks it causally per row, updates its rows' running max and sum (log2 units, exp2f), turns P
 // into A fragments without shared memory and adds P·V (ldmatrix.trans) into a 16 × D fp32 accumulator.
-// The dynamic shared memory is two K and two V tiles: 64 KiB at D = 128.
+// The dynamic shared memory is two K and two V tiles: 64 KiB at D = 128, 128 KiB at D = 256 (Gemma 3).
 
 #define PMMA_TILE 64
 
@@ -248,13 +258,14 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 
 	// The two rows of the warp's fragments: vectors 16·warp + gq and that + 8.
 	bool valid[2];
-	int pos[2];
+	int pos[2], lo[2]; // each row's last and first key
 	long long off[2];
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		const int v = 16 * warp + gq + 8 * i, r = v / hpi, g = g0 + v % hpi;
 		valid[i] = r < nrows && g < p.group;
 		pos[i] = valid[i] ? p.positions[row0 + r] : -1;
+		lo[i] = p.window > 0 ? max(0, pos[i] - p.window + 1) : 0;
 		off[i] = valid[i] ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D : 0;
 	}
 	const uint32_t *q32 = reinterpret_cast<const uint32_t *>(p.q);
@@ -269,6 +280,9 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 	}
 
 	const int key_end = p.positions[row0 + nrows - 1] + 1;
+	// With a window the walk starts at the tile of the page of the first row's first key (kstart): the
+	// tiles before it are skipped, its keys before kstart neither read nor used.
+	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
 	const int tiles = (key_end + PMMA_TILE - 1) / PMMA_TILE;
 	const int *table = p.block_tables + (long long)seq * p.max_blocks;
 	const T *kc = reinterpret_cast<const T *>(p.k_cache);
@@ -278,12 +292,13 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 		for (int i = tid; i < PMMA_TILE * CH; i += PREFILL_THREADS) {
 			const int tok = i / CH, ch = i - tok * CH;
 			const int key = t * PMMA_TILE + tok;
-			const int kcl = min(key, key_end - 1);
+			const int kcl = max(kstart, min(key, key_end - 1));
 			const long long slot = (long long)table[kcl / p.block_size] * p.block_size + kcl % p.block_size;
 			const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
 			const int so = pmma_offset<D>(tok, ch);
-			pmma_cp16(dk + so, kc + at, key < key_end);
-			pmma_cp16(dv + so, vc + at, key < key_end);
+			const bool in = key >= kstart && key < key_end;
+			pmma_cp16(dk + so, kc + at, in);
+			pmma_cp16(dv + so, vc + at, in);
 		}
 		asm volatile("cp.async.commit_group;" ::: "memory");
 	};
@@ -296,8 +311,9 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 	const float scale_log2 = p.scale * 1.4426950408889634f;
 
-	load_tile(0);
-	for (int t = 0; t < tiles; t++) {
+	const int t_first = kstart / PMMA_TILE;
+	load_tile(t_first);
+	for (int t = t_first; t < tiles; t++) {
 		if (t + 1 < tiles) {
 			load_tile(t + 1);
 			asm volatile("cp.async.wait_group 1;" ::: "memory");
@@ -331,7 +347,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 			for (int e = 0; e < 4; e++) {
 				const int key = t0 + 8 * j + 2 * cq + (e & 1);
 				float x = s[j][e] * scale_log2;
-				if (key > pos[e >> 1]) x = -INFINITY;
+				if (key > pos[e >> 1] || key < lo[e >> 1]) x = -INFINITY;
 				s[j][e] = x;
 				mx[e >> 1] = fmaxf(mx[e >> 1], x);
 			}
@@ -399,3 +415,5 @@ PREFILL_MMA(__nv_bfloat16, bf16, 64)
 PREFILL_MMA(__nv_bfloat16, bf16, 128)
 PREFILL_MMA(__half, f16, 64)
 PREFILL_MMA(__half, f16, 128)
+PREFILL_MMA(__nv_bfloat16, bf16, 256)
+PREFILL_MMA(__half, f16, 256)

@@ -23,7 +23,7 @@ func prefillSharedBytes(headDim int) int {
 }
 
 // prefillHeadDims are the head sizes prefill.cu is instantiated for.
-var prefillHeadDims = []int{8, 16, 32, 64, 128}
+var prefillHeadDims = []int{8, 16, 32, 64, 128, 256}
 
 // prefillParams mirrors struct PrefillParams in prefill.cu, field for field.
 type prefillParams struct {
@@ -31,11 +31,12 @@ type prefillParams struct {
 	Scale                                                 float32
 	NumHeads, NumKVHeads, MaxBlocks, BlockSize            int32
 	Group, HeadsPerItem                                   int32
+	Window                                                int32
 }
 
 // prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D>,
 // 16-bit dtypes), which Attend uses where they exist.
-var prefillMMAHeadDims = []int{64, 128}
+var prefillMMAHeadDims = []int{64, 128, 256}
 
 // prefillMMASharedBytes is the tensor-core kernel's dynamic shared memory: two K and two V tiles of 64
 // keys.
@@ -153,12 +154,15 @@ type CUDAPrefillArgs struct {
 	DType                                    cuda.DataType
 	// Scale multiplies q·k before the softmax (usually 1/√HeadDim).
 	Scale float32
+	// Window, when positive, is a sliding window: the row at position p attends to keys [p−Window+1, p]
+	// only; the pages before its first row's window are never read (Batch.Window).
+	Window int
 	// FMA runs the FMA kernel even where a tensor-core kernel serves (tests compare the two).
 	FMA bool
 }
 
 // Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads; the tensor-core
-// kernel for 16-bit dtypes at head sizes 64 and 128 (unless a.FMA), else the FMA kernel.
+// kernel for 16-bit dtypes at head sizes 64, 128 and 256 (unless a.FMA), else the FMA kernel.
 func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	tn, ok := prefillTypeName(a.DType)
 	if !ok {
@@ -182,6 +186,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		Scale:    a.Scale,
 		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), MaxBlocks: int32(a.MaxBlocks),
 		BlockSize: int32(a.BlockSize), Group: int32(group), HeadsPerItem: int32(PrefillHeadsPerItem(group)),
+		Window: int32(max(0, a.Window)),
 	}
 	shared := prefillSharedBytes(a.HeadDim)
 	if mma, ok := p.mma[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]; ok && !a.FMA {

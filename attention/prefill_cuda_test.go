@@ -50,7 +50,7 @@ func gpuPrefill(t testing.TB) (*cuda.Device, *CUDAPrefill) {
 
 // densePrefillReference is causal attention in float64 over gathered rows, written independently of the
 // kernels: row j of sequence s (qlen rows, context ctx) sits at position ctx-qlen+j and attends to keys
-// [0, position].
+// [0, position], or with b.Window to its last Window of them.
 func densePrefillReference(q []float32, c *Cache, numHeads int, scale float64, b *Batch) []float64 {
 	d, group := c.HeadDim, numHeads/c.NumKVHeads
 	out := make([]float64, len(q))
@@ -60,12 +60,16 @@ func densePrefillReference(q []float32, c *Cache, numHeads int, scale float64, b
 		for j := range qlen {
 			row := int(b.QueryStart[s]) + j
 			pos := ctx - qlen + j
+			first := 0
+			if b.Window > 0 {
+				first = max(0, pos-b.Window+1)
+			}
 			for h := range numHeads {
 				kvh := h / group
 				qv := q[(row*numHeads+h)*d:][:d]
 				scores := make([]float64, pos+1)
 				best := math.Inf(-1)
-				for key := range pos + 1 {
+				for key := first; key <= pos; key++ {
 					slot := int(Slot(b.BlockTables[s], c.BlockSize, key))
 					kr := c.K[(slot*c.NumKVHeads+kvh)*d:][:d]
 					var dot float64
@@ -76,16 +80,16 @@ func densePrefillReference(q []float32, c *Cache, numHeads int, scale float64, b
 					best = max(best, scores[key])
 				}
 				var sum float64
-				for key := range scores {
+				for key := first; key <= pos; key++ {
 					scores[key] = math.Exp(scores[key] - best)
 					sum += scores[key]
 				}
 				o := out[(row*numHeads+h)*d:][:d]
-				for key, w := range scores {
+				for key := first; key <= pos; key++ {
 					slot := int(Slot(b.BlockTables[s], c.BlockSize, key))
 					vr := c.V[(slot*c.NumKVHeads+kvh)*d:][:d]
 					for i := range d {
-						o[i] += w / sum * float64(vr[i])
+						o[i] += scores[key] / sum * float64(vr[i])
 					}
 				}
 			}
@@ -94,30 +98,34 @@ func densePrefillReference(q []float32, c *Cache, numHeads int, scale float64, b
 	return out
 }
 
+// prefillCodec converts between float32 and a device dtype for the prefill tests.
+type prefillCodec struct {
+	name   string
+	typ    cuda.DataType
+	size   int
+	encode func([]byte, []float32)
+	decode func([]float32, []byte)
+	tol    float64
+}
+
+var prefillCodecs = []prefillCodec{
+	{"bf16", cuda.BFloat16, 2, dtype.EncodeBF16, dtype.DecodeBF16, 1e-2},
+	{"fp16", cuda.Float16, 2, dtype.EncodeF16, dtype.DecodeF16, 1e-2},
+	{"fp32", cuda.Float32, 4, dtype.EncodeF32, dtype.DecodeF32, 1e-5},
+}
+
+// prefillSeqs are a prefill test's sequences: (context after the step, rows of the step).
+var prefillSeqs = [][2]int{{300, 45}, {77, 1}, {130, 130}, {64, 17}, {200, 64}}
+
 // TestCUDAPrefill runs the prefill kernels (the tensor-core one and the FMA one) on a step of chunks with
 // cached prefixes, a whole prompt and a single row, pages scattered by a random permutation, against a
-// float64 dense reference, the output poisoned with NaN first: every 16-bit dtype × head size 64 and 128 ×
-// page size 16 and 32 × group 1, 4 and 8, and float32 (FMA kernel only).
+// float64 dense reference, the output poisoned with NaN first: every 16-bit dtype × head size 64, 128
+// and 256 × page size 16 and 32 × group 1, 4 and 8, and float32 (FMA kernel only).
 func TestCUDAPrefill(t *testing.T) {
 	dev, pre := gpuPrefill(t)
-	type codec struct {
-		name   string
-		typ    cuda.DataType
-		size   int
-		encode func([]byte, []float32)
-		decode func([]float32, []byte)
-		tol    float64
-	}
-	codecs := []codec{
-		{"bf16", cuda.BFloat16, 2, dtype.EncodeBF16, dtype.DecodeBF16, 1e-2},
-		{"fp16", cuda.Float16, 2, dtype.EncodeF16, dtype.DecodeF16, 1e-2},
-		{"fp32", cuda.Float32, 4, dtype.EncodeF32, dtype.DecodeF32, 1e-5},
-	}
-	// Sequences: (context after the step, rows of the step).
-	seqs := [][2]int{{300, 45}, {77, 1}, {130, 130}, {64, 17}, {200, 64}}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, cd := range codecs {
-		for _, headDim := range []int{64, 128} {
+	for _, cd := range prefillCodecs {
+		for _, headDim := range []int{64, 128, 256} {
 			for _, blockSize := range []int{16, 32} {
 				for _, group := range []int{1, 4, 8} {
 					paths := []bool{false, true} // tensor-core (where it serves), FMA
@@ -127,124 +135,165 @@ func TestCUDAPrefill(t *testing.T) {
 					for _, fma := range paths {
 						name := fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma)
 						t.Run(name, func(t *testing.T) {
-							const kvHeads = 2
-							numHeads := group * kvHeads
-							b := &Batch{QueryStart: []int32{0}}
-							pages := 0
-							for _, sq := range seqs {
-								pages += ceilDiv(sq[0], blockSize)
-							}
-							numBlocks := pages + 3
-							perm := rng.Perm(numBlocks)
-							maxBlocks := 0
-							var positions []int32
-							for _, sq := range seqs {
-								ctx, rows := sq[0], sq[1]
-								table := make([]int32, ceilDiv(ctx, blockSize))
-								for j := range table {
-									table[j] = int32(perm[0])
-									perm = perm[1:]
-								}
-								maxBlocks = max(maxBlocks, len(table))
-								b.BlockTables = append(b.BlockTables, table)
-								b.ContextLens = append(b.ContextLens, int32(ctx))
-								b.QueryStart = append(b.QueryStart, b.QueryStart[len(b.QueryStart)-1]+int32(rows))
-								for j := range rows {
-									positions = append(positions, int32(ctx-rows+j))
-								}
-							}
-							maxBlocks += 2 // padding columns, out of range
-							c := NewCache(numBlocks, blockSize, kvHeads, headDim)
-							for i := range c.K {
-								c.K[i] = rng.Float32()*2 - 1
-								c.V[i] = rng.Float32()*2 - 1
-							}
-							round := func(x []float32) []byte {
-								out := make([]byte, len(x)*cd.size)
-								cd.encode(out, x)
-								cd.decode(x, out)
-								return out
-							}
-							kBytes, vBytes := round(c.K), round(c.V)
-							rows := int(b.QueryStart[len(b.QueryStart)-1])
-							q := make([]float32, rows*numHeads*headDim)
-							for i := range q {
-								q[i] = (rng.Float32()*2 - 1) * 3
-							}
-							qBytes := round(q)
-							scale := float32(1 / math.Sqrt(float64(headDim)))
-							ref := densePrefillReference(q, c, numHeads, float64(scale), b)
-							flat := make([]int32, len(seqs)*maxBlocks)
-							for s, table := range b.BlockTables {
-								row := flat[s*maxBlocks : (s+1)*maxBlocks]
-								for j := range row {
-									row[j] = math.MaxInt32 / 2
-								}
-								copy(row, table)
-							}
-							items := PrefillItems(nil, b.QueryStart, group)
-
-							upload := func(data []byte) cuda.DevicePtr {
-								p, err := dev.Alloc(int64(max(4, len(data))))
-								if err != nil {
-									t.Fatal(err)
-								}
-								t.Cleanup(func() { _ = dev.Free(p) })
-								if err := dev.CopyToDevice(p, data); err != nil {
-									t.Fatal(err)
-								}
-								return p
-							}
-							dOut := upload(make([]byte, len(qBytes)))
-							if err := dev.Fill32(dOut, 0x7fc07fc0, int64(len(qBytes)/4), nil); err != nil {
-								t.Fatal(err)
-							}
-							args := &CUDAPrefillArgs{
-								Out: dOut, Q: upload(qBytes), KCache: upload(kBytes), VCache: upload(vBytes),
-								BlockTables: upload(cuda.Bytes(flat)), Positions: upload(cuda.Bytes(positions)),
-								Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: maxBlocks,
-								NumHeads: numHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
-								DType: cd.typ, Scale: scale, FMA: fma,
-							}
-							if err := pre.Attend(nil, args); err != nil {
-								t.Fatal(err)
-							}
-							if err := dev.Synchronize(); err != nil {
-								t.Fatal(err)
-							}
-							gotBytes := make([]byte, len(qBytes))
-							if err := dev.CopyFromDevice(gotBytes, dOut); err != nil {
-								t.Fatal(err)
-							}
-							got := make([]float32, len(q))
-							cd.decode(got, gotBytes)
-							var num, den float64
-							for i := range ref {
-								d := float64(got[i]) - ref[i]
-								num += d * d
-								den += ref[i] * ref[i]
-							}
-							if e := math.Sqrt(num / den); !(e < cd.tol) {
-								t.Fatalf("relative error %.3g (tolerance %g)", e, cd.tol)
-							}
-							// Row by row too: a wrong mask shows in a few rows only.
-							for r := range rows {
-								for h := range numHeads {
-									var num, den float64
-									for i := range headDim {
-										at := (r*numHeads+h)*headDim + i
-										d := float64(got[at]) - ref[at]
-										num += d * d
-										den += ref[at] * ref[at]
-									}
-									if e := math.Sqrt(num / den); !(e < 4*cd.tol) {
-										t.Fatalf("row %d head %d: relative error %.3g", r, h, e)
-									}
-								}
-							}
+							runPrefillCase(t, dev, pre, rng, cd, headDim, blockSize, group, fma, 0)
 						})
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestCUDAPrefillWindow runs the prefill kernels with sliding windows shorter than, equal to and longer
+// than the sequences (1, 16, 21, 64, 130, 1000: windows that start inside pages and on their edges, tiles
+// wholly before a window skipped), the block-table entries of the pages before every row's window −1 (a
+// kernel that reads one faults), head sizes 64, 128 and 256, against the float64 reference.
+func TestCUDAPrefillWindow(t *testing.T) {
+	dev, pre := gpuPrefill(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, cd := range prefillCodecs {
+		for _, headDim := range []int{64, 128, 256} {
+			for _, window := range []int{1, 16, 21, 64, 130, 1000} {
+				paths := []bool{false, true}
+				if cd.size == 4 {
+					paths = []bool{true}
+				}
+				for _, fma := range paths {
+					name := fmt.Sprintf("%s/d%d/w%d/fma=%v", cd.name, headDim, window, fma)
+					t.Run(name, func(t *testing.T) {
+						runPrefillCase(t, dev, pre, rng, cd, headDim, 16, 4, fma, window)
+					})
+				}
+			}
+		}
+	}
+}
+
+// runPrefillCase builds prefillSeqs in a cache of random pages (2 KV heads of group query heads; with a
+// window, the table entries of the pages before each sequence's first row's window −1), runs the prefill
+// kernel (the FMA one when fma) and checks it against densePrefillReference, as a whole and row by row.
+func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.Rand, cd prefillCodec, headDim, blockSize, group int,
+	fma bool, window int) {
+	t.Helper()
+	const kvHeads = 2
+	numHeads := group * kvHeads
+	b := &Batch{QueryStart: []int32{0}, Window: window}
+	pages := 0
+	for _, sq := range prefillSeqs {
+		pages += ceilDiv(sq[0], blockSize)
+	}
+	numBlocks := pages + 3
+	perm := rng.Perm(numBlocks)
+	maxBlocks := 0
+	var positions []int32
+	for _, sq := range prefillSeqs {
+		ctx, rows := sq[0], sq[1]
+		table := make([]int32, ceilDiv(ctx, blockSize))
+		first := 0 // the first key of the sequence's first row
+		if window > 0 {
+			first = max(0, ctx-rows-window+1)
+		}
+		for j := range table {
+			table[j] = int32(perm[0])
+			perm = perm[1:]
+			if (j+1)*blockSize <= first {
+				table[j] = -1 // no row of the step attends to it
+			}
+		}
+		maxBlocks = max(maxBlocks, len(table))
+		b.BlockTables = append(b.BlockTables, table)
+		b.ContextLens = append(b.ContextLens, int32(ctx))
+		b.QueryStart = append(b.QueryStart, b.QueryStart[len(b.QueryStart)-1]+int32(rows))
+		for j := range rows {
+			positions = append(positions, int32(ctx-rows+j))
+		}
+	}
+	maxBlocks += 2 // padding columns, out of range
+	c := NewCache(numBlocks, blockSize, kvHeads, headDim)
+	for i := range c.K {
+		c.K[i] = rng.Float32()*2 - 1
+		c.V[i] = rng.Float32()*2 - 1
+	}
+	round := func(x []float32) []byte {
+		out := make([]byte, len(x)*cd.size)
+		cd.encode(out, x)
+		cd.decode(x, out)
+		return out
+	}
+	kBytes, vBytes := round(c.K), round(c.V)
+	rows := int(b.QueryStart[len(b.QueryStart)-1])
+	q := make([]float32, rows*numHeads*headDim)
+	for i := range q {
+		q[i] = (rng.Float32()*2 - 1) * 3
+	}
+	qBytes := round(q)
+	scale := float32(1 / math.Sqrt(float64(headDim)))
+	ref := densePrefillReference(q, c, numHeads, float64(scale), b)
+	flat := make([]int32, len(prefillSeqs)*maxBlocks)
+	for s, table := range b.BlockTables {
+		row := flat[s*maxBlocks : (s+1)*maxBlocks]
+		for j := range row {
+			row[j] = math.MaxInt32 / 2
+		}
+		copy(row, table)
+	}
+	items := PrefillItems(nil, b.QueryStart, group)
+
+	upload := func(data []byte) cuda.DevicePtr {
+		p, err := dev.Alloc(int64(max(4, len(data))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = dev.Free(p) })
+		if err := dev.CopyToDevice(p, data); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dOut := upload(make([]byte, len(qBytes)))
+	if err := dev.Fill32(dOut, 0x7fc07fc0, int64(len(qBytes)/4), nil); err != nil {
+		t.Fatal(err)
+	}
+	args := &CUDAPrefillArgs{
+		Out: dOut, Q: upload(qBytes), KCache: upload(kBytes), VCache: upload(vBytes),
+		BlockTables: upload(cuda.Bytes(flat)), Positions: upload(cuda.Bytes(positions)),
+		Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: maxBlocks,
+		NumHeads: numHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
+		DType: cd.typ, Scale: scale, Window: window, FMA: fma,
+	}
+	if err := pre.Attend(nil, args); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	gotBytes := make([]byte, len(qBytes))
+	if err := dev.CopyFromDevice(gotBytes, dOut); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(q))
+	cd.decode(got, gotBytes)
+	var num, den float64
+	for i := range ref {
+		d := float64(got[i]) - ref[i]
+		num += d * d
+		den += ref[i] * ref[i]
+	}
+	if e := math.Sqrt(num / den); !(e < cd.tol) {
+		t.Fatalf("relative error %.3g (tolerance %g)", e, cd.tol)
+	}
+	// Row by row too: a wrong mask shows in a few rows only.
+	for r := range rows {
+		for h := range numHeads {
+			var num, den float64
+			for i := range headDim {
+				at := (r*numHeads+h)*headDim + i
+				d := float64(got[at]) - ref[at]
+				num += d * d
+				den += ref[at] * ref[at]
+			}
+			if e := math.Sqrt(num / den); !(e < 4*cd.tol) {
+				t.Fatalf("row %d head %d: relative error %.3g", r, h, e)
 			}
 		}
 	}
@@ -254,7 +303,11 @@ func TestCUDAPrefill(t *testing.T) {
 // (the shapes of Llama-3-8B, d128, and Llama-3.2-1B, d64: 32 query heads, 8 KV heads; 1024 and 4096
 // tokens), bf16, page 16, pages scattered: the tensor-core kernel and the FMA kernel, median of 30 runs
 // timed with events (cuda.Timer), and TFLOP/s of the causal work (4 · D · Hq · Σ (position + 1)). Its peer is
-// scripts/bench/prefill_sdpa.py (scaled_dot_product_attention, causal, on a contiguous cache).
+// scripts/bench/prefill_sdpa.py (scaled_dot_product_attention, causal, on a contiguous cache). The
+// 16384-token prompts (the tensor-core kernel only) compare Mistral-7B-v0.1's window of 4096 with no
+// window: the windowed kernel skips the tiles before each item's window, about 0.44 of the causal work
+// (the TFLOP/s figure counts the whole causal work, so it rises by the share skipped); and Gemma 3's
+// head_dim 256 (16 query heads, 8 KV heads).
 //
 //	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
 func BenchmarkCUDAPrefill(b *testing.B) {
@@ -268,11 +321,16 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 		name                   string
 		headDim, tokens        int
 		numHeads, kvHeads, bsz int
+		window                 int
+		mmaOnly                bool
 	}{
-		{"d128-hq32-hkv8-L1024", 128, 1024, 32, 8, 16},
-		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16},
-		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16},
-		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16},
+		{"d128-hq32-hkv8-L1024", 128, 1024, 32, 8, 16, 0, false},
+		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16, 0, false},
+		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16, 0, false},
+		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16, 0, false},
+		{"d128-hq32-hkv8-L16384", 128, 16384, 32, 8, 16, 0, true},
+		{"d128-hq32-hkv8-L16384-W4096", 128, 16384, 32, 8, 16, 4096, true},
+		{"d256-hq16-hkv8-L4096", 256, 4096, 16, 8, 16, 0, true},
 	} {
 		b.Run(sh.name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -321,10 +379,14 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 				VCache: upload(rnd(kvElems)), BlockTables: upload(cuda.Bytes(table)), Positions: upload(cuda.Bytes(positions)),
 				Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: blocks, NumHeads: sh.numHeads,
 				NumKVHeads: sh.kvHeads, HeadDim: sh.headDim, BlockSize: sh.bsz, DType: cuda.BFloat16,
-				Scale: float32(1 / math.Sqrt(float64(sh.headDim))),
+				Scale: float32(1 / math.Sqrt(float64(sh.headDim))), Window: sh.window,
 			}
 			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
-			for _, fma := range []bool{false, true} {
+			kernels := []bool{false, true}
+			if sh.mmaOnly {
+				kernels = kernels[:1]
+			}
+			for _, fma := range kernels {
 				args.FMA = fma
 				us, err := timer.Median(1, func(int) error { return pre.Attend(nil, args) })
 				if err != nil {

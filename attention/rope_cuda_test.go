@@ -44,11 +44,11 @@ func ropeRotate(x []float32, invFreq []float32, pos int32, scaling float32) []fl
 // sequence's rotated newest key and its value (the padding sequence's too: the kernels attend to the new
 // row whether or not they store it; on the device its uploaded row must stay), the host queries are the
 // rotated ones rounded to the dtype, and the float64 reference is computed from them.
-func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim int, scaling float32) *ropeCase {
+func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, window int, scaling float32) *ropeCase {
 	t.Helper()
 	const blockSize = 16
 	lens := raggedLens(rng, blockSize)
-	c := &ropeCase{gpuDecodeCase: newGPUDecodeCase(t, k, rng, codec, group, kvHeads, headDim, blockSize, lens), padding: 2}
+	c := &ropeCase{gpuDecodeCase: newGPUWindowCase(t, k, rng, codec, group, kvHeads, headDim, blockSize, window, lens), padding: 2}
 	d, hq := headDim, c.numHeads
 	cols := (hq + 2*kvHeads) * d
 	qkv := make([]float32, len(lens)*cols)
@@ -89,7 +89,7 @@ func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, 
 		copy(kv.V[at:], vRow)
 	}
 	codec.round(c.q)
-	c.ref = denseDecodeReference(c.q, kv, c.numHeads, float64(c.scale), c.tables, lens)
+	c.ref = denseDecodeReference(c.q, kv, c.numHeads, float64(c.scale), c.tables, lens, c.window)
 	c.rope = CUDARoPE{
 		QKV: c.upload(t, cuda.Bytes(qkv)), QKVCols: cols,
 		Positions: c.upload(t, cuda.Bytes(positions)), Slots: c.upload(t, cuda.Bytes(c.slots)),
@@ -175,16 +175,20 @@ func TestCUDADecodeRoPE(t *testing.T) {
 	for _, codec := range codecs {
 		for _, headDim := range []int{64, 128} {
 			for _, group := range []int{1, 4, 6, 8, 32} {
-				t.Run(fmt.Sprintf("%s/d%d/g%d", codec.name, headDim, group), func(t *testing.T) {
-					t.Parallel()
-					rng := rand.New(rand.NewPCG(uint64(headDim*100+group), uint64(codec.typ)+7))
-					scaling := float32(1)
-					if group%2 == 0 {
-						scaling = 1.125 // an attention_scaling other than one (YaRN-style), exactly representable
-					}
-					c := newRoPECase(t, k, rng, codec, group, 2, headDim, scaling)
-					runRoPEVariants(t, k, c)
-				})
+				// A sliding window of 21 (Mistral's layers fold the rotation too): the pages before each
+				// window are −1 in the tables, the newest row still patched in.
+				for _, window := range []int{0, 21} {
+					t.Run(fmt.Sprintf("%s/d%d/g%d/w%d", codec.name, headDim, group, window), func(t *testing.T) {
+						t.Parallel()
+						rng := rand.New(rand.NewPCG(uint64(headDim*100+group), uint64(codec.typ)+7))
+						scaling := float32(1)
+						if group%2 == 0 {
+							scaling = 1.125 // an attention_scaling other than one (YaRN-style), exactly representable
+						}
+						c := newRoPECase(t, k, rng, codec, group, 2, headDim, window, scaling)
+						runRoPEVariants(t, k, c)
+					})
+				}
 			}
 		}
 	}
@@ -193,7 +197,11 @@ func TestCUDADecodeRoPE(t *testing.T) {
 func runRoPEVariants(t *testing.T, k *CUDAKernels, c *ropeCase) {
 	t.Helper()
 	twin := make([]float32, len(c.q))
-	DecodeGrouped(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens)
+	starts := make([]int32, len(c.lens)+1)
+	for s := range c.lens {
+		starts[s+1] = int32(s + 1)
+	}
+	Attend(twin, c.q, c.numHeads, c.scale, c.cache, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
 	twinF64 := make([]float64, len(twin))
 	for i, x := range twin {
 		twinF64[i] = float64(x)

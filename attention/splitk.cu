@@ -38,10 +38,24 @@ DECODE_SPLITK_ALL_MMA(__nv_bfloat16, bf16, 128)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 64)
 DECODE_SPLITK_ALL_MMA(__half, fp16, 128)
 
+// head_dim 256 (Gemma 3), 16-bit dtypes: the narrow mma tile (groups of up to 8 heads) with two warp slices,
+// a tile of 32 tokens, so that three stages of K and V (96 KiB) fit the shared memory of every GPU the fat
+// binary targets; larger groups take the FMA kernels (the dispatcher's tile, dispatch.go).
+#define DECODE_SPLITK_MMA_D256(T, TN)                                                                         \
+	extern "C" __global__ void __launch_bounds__(MmaShape<256, 0, 2>::THREADS)                            \
+	    DecodeSplitK_mma_##TN##_d256_n8(const DecodeParams p) {                                           \
+		decode_mma<T, 256, 0, true, DECODE_STAGES, 2>(p);                                             \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeSplitK_mma_##TN##_d256_n8_smem = mma_smem_bytes<T, 256, 0, DECODE_STAGES, 2>();
+DECODE_SPLITK_MMA_D256(__nv_bfloat16, bf16)
+DECODE_SPLITK_MMA_D256(__half, fp16)
+
 DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 64)
 DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 128)
 DECODE_SPLITK_ALL_FMA(__half, fp16, 64)
 DECODE_SPLITK_ALL_FMA(__half, fp16, 128)
+DECODE_SPLITK_ALL_FMA(__nv_bfloat16, bf16, 256)
+DECODE_SPLITK_ALL_FMA(__half, fp16, 256)
 DECODE_SPLITK_ALL_FMA(float, fp32, 64)
 DECODE_SPLITK_ALL_FMA(float, fp32, 128)
 
@@ -51,7 +65,8 @@ template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const
 	const int seq = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
 	const int kvh = hq / p.group, head = hq % p.group;
 	const int ctx = p.context_lens[seq];
-	const int parts = (ctx + p.partition_tokens - 1) / p.partition_tokens;
+	const int span = ctx - window_base(p, ctx); // the tokens the partitions cover
+	const int parts = (span + p.partition_tokens - 1) / p.partition_tokens;
 	const long long first = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions) * p.group + head;
 	const long long stride = p.group; // between partitions
 	float mx = -INFINITY;
@@ -77,3 +92,5 @@ DECODE_SPLITK_REDUCE(__half, fp16, 64)
 DECODE_SPLITK_REDUCE(__half, fp16, 128)
 DECODE_SPLITK_REDUCE(float, fp32, 64)
 DECODE_SPLITK_REDUCE(float, fp32, 128)
+DECODE_SPLITK_REDUCE(__nv_bfloat16, bf16, 256)
+DECODE_SPLITK_REDUCE(__half, fp16, 256)

@@ -38,6 +38,14 @@ import (
 // context cap) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
 // metadata buffer gets a new graph rather than a stale one.
 //
+// The families beyond LLaMA (see Backend) run as data of the same step: each layer's KV page array and
+// KV group (its block tables and slots in the step's metadata, per group), rotary table and sliding
+// window go to its RoPE, its Q/K/V product's RoPE epilogue and its attention; their own ops are kernels
+// of model/kernels that the plan places: q/k norms (before the rotation, or inside the RoPE kernel), the
+// products' biases (after the product), GeGLU (the skinny product's epilogue, or a kernel), the
+// sublayer-output norms (with the norm that adds them), the logits' soft cap; the embeddings' and the
+// attention's scales are the launches' arguments.
+//
 // The backend's code is split by job: setup and memory (this file), the step's metadata, streams and
 // picks (step_cuda.go, pick_cuda.go), the recording of the ops (record_cuda.go), their plan (the pure
 // step_plan.go) and its executor (exec_cuda.go, with the products' launches in gemv_cuda.go and
@@ -60,6 +68,8 @@ type cudaBackend struct {
 	elem       int  // bytes per element of dtype
 	decodeFits bool // the decode kernels cover this head size, page size and dtype
 	tune       gemvTuning
+	// embedScale is Shape.EmbedScale rounded to the compute dtype (0: none).
+	embedScale float32
 
 	cudaMemory
 	stepStreams
@@ -74,10 +84,13 @@ type cudaBackend struct {
 	prof *stepProfile
 }
 
-// cudaMemory is what the backend allocates once: the rotary table, the KV pages, the workspaces.
+// cudaMemory is what the backend allocates once: the rotary tables, the KV pages, the workspaces.
 type cudaMemory struct {
-	invFreq cuda.DevicePtr
-	kCache  []cuda.DevicePtr // [layer] [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype
+	// invFreq is Shape.RopeInvFreq, localInvFreq Shape.LocalRopeInvFreq (0 without one).
+	invFreq, localInvFreq cuda.DevicePtr
+	// kCache and vCache are the page arrays (Shape.NumKVSlots: a layer's is its LayerShape.KVSlot), each
+	// [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype.
+	kCache  []cuda.DevicePtr
 	vCache  []cuda.DevicePtr
 	splitWS cuda.DevicePtr
 	// partials holds the partial products of a product split by k (see splitOf): splitMaxParts ×
@@ -120,6 +133,9 @@ type cudaFunctions struct {
 	embed, addRMSNorm, rope, swiglu, gather *cuda.Function
 	argmaxChunks, argmaxPartials            *cuda.Function
 	sample                                  *cuda.Function // SampleRows (kernels/sample.cu)
+	// The families' ops: GeGLU, the sublayer-output norms (NormAddRMSNorm), and on float32 values the
+	// q/k norms, the products' biases and the logits' soft cap.
+	geglu, normAdd, qkNorm, bias, softcap *cuda.Function
 }
 
 // cudaTensor is an activation buffer: rows × cols elements of 4 bytes (enough for float32 or the
@@ -158,8 +174,16 @@ func newCUDABackendFunc(cfg cudaConfig) NewBackendFunc {
 func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if shape.NumLayers <= 0 || shape.NumBlocks < 0 || shape.BlockSize <= 0 || shape.NumKVHeads <= 0 ||
 		shape.HeadDim <= 0 || shape.NumHeads <= 0 || shape.NumHeads%shape.NumKVHeads != 0 ||
-		len(shape.RopeInvFreq) != shape.HeadDim/2 {
+		len(shape.RopeInvFreq) != shape.HeadDim/2 ||
+		(shape.LocalRopeInvFreq != nil && len(shape.LocalRopeInvFreq) != shape.HeadDim/2) ||
+		(shape.Layers != nil && len(shape.Layers) != shape.NumLayers) {
 		return nil, fmt.Errorf("cuda backend: invalid shape %+v", shape)
+	}
+	for l, ls := range shape.Layers {
+		if ls.Window < 0 || (ls.LocalRope && shape.LocalRopeInvFreq == nil) || ls.KVSlot < 0 ||
+			ls.KVSlot >= shape.NumKVSlots() || ls.KVGroup < 0 || ls.KVGroup >= max(1, len(shape.KVGroups)) {
+			return nil, fmt.Errorf("cuda backend: layer %d: invalid %+v", l, ls)
+		}
 	}
 	b := &cudaBackend{shape: shape, cfg: cfg, dev: cfg.dev}
 	b.graphs = map[graphKey]*graphEntry{}
@@ -188,13 +212,14 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	}{
 		{&b.fn.embed, "Embed"}, {&b.fn.addRMSNorm, "AddRMSNorm"}, {&b.fn.rope, "RoPEWriteKV"},
 		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmaxChunks, "ArgmaxChunks"},
-		{&b.fn.argmaxPartials, "ArgmaxPartials"}, {&b.fn.sample, "SampleRows"},
+		{&b.fn.argmaxPartials, "ArgmaxPartials"}, {&b.fn.sample, "SampleRows"}, {&b.fn.geglu, "GeGLU"},
+		{&b.fn.normAdd, "NormAddRMSNorm"}, {&b.fn.qkNorm, "QKNorm"}, {&b.fn.bias, "AddBias"}, {&b.fn.softcap, "Softcap"},
 	} {
 		name := k.name + "_" + tn
 		switch k.name {
 		case "ArgmaxChunks":
 			name = k.name + "_f32" // the logits are float32 whatever the compute dtype
-		case "ArgmaxPartials", "SampleRows":
+		case "ArgmaxPartials", "SampleRows", "QKNorm", "AddBias", "Softcap": // float32 values only
 			name = k.name
 		}
 		if *k.dst, err = b.mod.Function(name); err != nil {
@@ -217,7 +242,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
 	bs := shape.BlockSize
-	b.decodeFits = (shape.HeadDim == 64 || shape.HeadDim == 128) && bs >= 8 && bs <= 64 && bs&(bs-1) == 0
+	// The decode kernels: head sizes 64 and 128, and 256 in 16-bit dtypes (attention.Decide's check).
+	b.decodeFits = (shape.HeadDim == 64 || shape.HeadDim == 128 || shape.HeadDim == 256 && b.dtype != cuda.Float32) &&
+		bs >= 8 && bs <= 64 && bs&(bs-1) == 0
 	if b.decodeFits {
 		if b.decode, err = attention.LoadCUDAKernels(b.dev); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
@@ -260,6 +287,15 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if err = b.dev.CopyToDevice(b.invFreq, cuda.Bytes(shape.RopeInvFreq)); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
+	if shape.LocalRopeInvFreq != nil {
+		if b.localInvFreq, err = b.alloc(int64(4 * len(shape.LocalRopeInvFreq))); err != nil {
+			return nil, err
+		}
+		if err = b.dev.CopyToDevice(b.localInvFreq, cuda.Bytes(shape.LocalRopeInvFreq)); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+	}
+	b.embedScale = roundTo(b.dtype, shape.EmbedScale)
 	if shape.NumBlocks > 0 {
 		if err = b.allocateKV(shape.NumBlocks); err != nil {
 			return nil, err
@@ -277,19 +313,31 @@ func (b *cudaBackend) alloc(n int64) (cuda.DevicePtr, error) {
 	return p, nil
 }
 
-// kvBytesPerBlock is one page of K and V across all layers.
-func (b *cudaBackend) kvBytesPerBlock() int64 {
-	s := &b.shape
-	return 2 * int64(s.NumLayers) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+// roundTo returns x rounded to the compute dtype t (as a float32).
+func roundTo(t cuda.DataType, x float32) float32 {
+	switch t {
+	case cuda.BFloat16:
+		return dtype.BF16ToF32(dtype.F32ToBF16(x))
+	case cuda.Float16:
+		return dtype.F16ToF32(dtype.F32ToF16(x))
+	}
+	return x
 }
 
-// allocateKV allocates numBlocks pages of K and V per layer.
+// kvBytesPerBlock is one block's pages of K and V: one page in each of the page arrays (a layer each
+// without KV groups).
+func (b *cudaBackend) kvBytesPerBlock() int64 {
+	s := &b.shape
+	return 2 * int64(s.NumKVSlots()) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+}
+
+// allocateKV allocates numBlocks pages of K and V in each page array (Shape.NumKVSlots).
 func (b *cudaBackend) allocateKV(numBlocks int) error {
 	s := &b.shape
 	perLayer := int64(numBlocks) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
-	b.kCache = make([]cuda.DevicePtr, s.NumLayers)
-	b.vCache = make([]cuda.DevicePtr, s.NumLayers)
-	for l := range s.NumLayers {
+	b.kCache = make([]cuda.DevicePtr, s.NumKVSlots())
+	b.vCache = make([]cuda.DevicePtr, s.NumKVSlots())
+	for l := range s.NumKVSlots() {
 		var err error
 		if b.kCache[l], err = b.alloc(perLayer); err != nil {
 			return fmt.Errorf("cuda backend: KV pool of %d blocks: %w", numBlocks, err)
@@ -313,7 +361,7 @@ func (b *cudaBackend) allocateKV(numBlocks int) error {
 
 // AllocateKV sizes the KV pool like vLLM's gpu_memory_utilization: the pages fill what is free once the
 // weights and the workspace are allocated, less the share of the device's memory (1 − utilization) kept
-// for cuBLAS, graphs and the rest. It returns the number of pages per layer.
+// for cuBLAS, graphs and the rest. It returns the number of blocks (each a page in every page array).
 func (b *cudaBackend) AllocateKV(utilization float64) (int, error) {
 	if len(b.kCache) > 0 {
 		return 0, errors.New("cuda backend: KV pool already allocated")

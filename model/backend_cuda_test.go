@@ -122,7 +122,8 @@ func loadGoldenOnGPU(t *testing.T, gc cudaGoldenCase, mode cudaMode) (*Model, *c
 	const blockSize = 16
 	numBlocks := 0
 	for _, p := range gc.golden.Prompts {
-		numBlocks += 3 * ((len(p.PromptIDs)+gc.golden.NewTokens)/blockSize + 1)
+		// Every KV group's pages (as loadGoldens sizes the CPU's).
+		numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+gc.golden.NewTokens)/blockSize + 1)
 	}
 	var backend *cudaBackend
 	cfg := mode.config(gpuDevice(t), folder.Config.DType)
@@ -166,7 +167,7 @@ func TestCUDAGolden(t *testing.T) {
 				}
 				m, backend := loadGoldenOnGPU(t, gc, mode)
 				g := gc.golden
-				p := newPager(m.NumBlocks(), m.BlockSize(), newRand(uint64(len(gc.name))))
+				p := newModelPager(m, newRand(uint64(len(gc.name))))
 				chunks := make([]chunk, len(g.Prompts))
 				for i, pr := range g.Prompts {
 					chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
@@ -342,106 +343,21 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			if tc.inter > 0 {
 				cfg.IntermediateSize = tc.inter
 			}
-			r := newRandomModel(cfg, weights.DTypeBF16, 7) // exact in every compute dtype
-			const numBlocks, blockSize = 256, 16
-			opts := Options{NumBlocks: numBlocks, BlockSize: blockSize}
-			cpu, err := load(cfg, r.get, opts, NewCPUBackend)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cpu.Close()
-			var backend *cudaBackend
-			gpu, err := load(cfg, r.get, opts, func(s Shape) (Backend, error) {
-				b, err := newCUDABackend(s, cudaConfig{dtype: tc.dtype, dev: dev, noGraphs: tc.eager})
-				backend = b
-				return b, err
+			st := matchCPU(t, dev, cfg, tc.dtype, tc.tol, tc.eager, func(backend *cudaBackend) {
+				backend.tune.NoNormFold = tc.nofold
+				if tc.rows {
+					backend.tune.SplitRows = true
+				}
+				if tc.reduce {
+					backend.decode.Tuning = attention.CUDATuning{SplitKReduceKernel: true}
+				}
+				if tc.gemm {
+					if backend.gemm == nil {
+						t.Fatal("no skinny GEMM on this device")
+					}
+					backend.tune.Gemm, backend.tune.GemmMinBytes, backend.tune.GemmSwiGLUMinBytes = true, 0, 0
+				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gpu.Close()
-			backend.tune.NoNormFold = tc.nofold
-			if tc.rows {
-				backend.tune.SplitRows = true
-			}
-			if tc.reduce {
-				backend.decode.Tuning = attention.CUDATuning{SplitKReduceKernel: true}
-				defer func() { backend.decode.Tuning = attention.CUDATuning{} }()
-			}
-			if tc.gemm {
-				if backend.gemm == nil {
-					t.Fatal("no skinny GEMM on this device")
-				}
-				backend.tune.Gemm, backend.tune.GemmMinBytes, backend.tune.GemmSwiGLUMinBytes = true, 0, 0
-			}
-			rng := newRand(11)
-			pc, pg := newPager(numBlocks, blockSize, newRand(3)), newPager(numBlocks, blockSize, newRand(3))
-			long := randomTokens(rng, 1500, cfg.VocabSize)
-			plan := [][]chunk{
-				{{0, randomTokens(rng, 37, cfg.VocabSize)}, {1, randomTokens(rng, 1, cfg.VocabSize)}},
-				{{2, long[:700]}, {0, nil}, {1, nil}},
-				{{2, long[700:]}},
-			}
-			for range 5 {
-				plan = append(plan, []chunk{{2, nil}}) // batch 1 at 1500 tokens: split-k
-			}
-			for range 4 {
-				plan = append(plan, []chunk{{0, nil}, {2, nil}, {1, nil}}) // batch 3: bucket 4, one padding row
-			}
-			for range 3 {
-				plan = append(plan, []chunk{{1, nil}, {0, nil}}) // bucket 2
-			}
-			// Nine more sequences: prefill them, then decode eleven at once (bucket 16: past the skinny
-			// kernels, on cuBLAS). Their tokens come from a generator of their own, so the steps above keep
-			// theirs. Sequence 2 (1500 tokens) sits out: in bfloat16 at head size 128 its error against the
-			// CPU's float32 is 0.05-0.07 on some tokens (measured on the H100, 2026-11-22), at this test's
-			// bound whatever the batch.
-			var more, all []chunk
-			rng12 := newRand(13)
-			for seq := 3; seq < 12; seq++ {
-				more = append(more, chunk{seq, randomTokens(rng12, 3+seq, cfg.VocabSize)})
-			}
-			for seq := range 12 {
-				if seq != 2 {
-					all = append(all, chunk{seq, nil})
-				}
-			}
-			plan = append(plan, more)
-			for range 3 {
-				plan = append(plan, slices.Clone(all))
-			}
-			worst := 0.0 // the largest relative error of any step, logged: how close a case runs to tol
-			for i, chunks := range plan {
-				for j := range chunks {
-					if chunks[j].tokens == nil {
-						chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
-					}
-				}
-				want, err := cpu.Forward(pc.step(chunks...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := gpu.Forward(pg.step(chunks...))
-				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
-				}
-				for j := range want {
-					e := relErr(got[j], want[j])
-					if !(e <= tc.tol) {
-						t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
-					}
-					worst = max(worst, e)
-				}
-			}
-			t.Logf("largest relative error %.3g (tolerance %g)", worst, tc.tol)
-			// A step with no logits still stores its K and V.
-			s := pg.step(chunk{0, []int32{5}})
-			s.LogitRows = nil
-			if out, err := gpu.Forward(s); err != nil || len(out) != 0 {
-				t.Fatalf("no logits: %v, %v", out, err)
-			}
-			st := backend.Stats()
-			t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
 			// bfloat16 folds the norms between skinny products (batches up to 8), the other ways none.
 			if fold := tc.dtype == weights.DTypeBF16 && !tc.nofold && tc.inter == 0; fold != (st.FoldedNorms > 0) {
 				t.Errorf("%d norms folded, want them folded: %v", st.FoldedNorms, fold)
@@ -449,15 +365,159 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			if !tc.gemm && st.SplitProducts == 0 { // O, and down where in is a multiple of 128, at 11-38 rows
 				t.Errorf("no product split (by k, or by output rows with tc.rows)")
 			}
-			if !tc.eager && (st.CaptureFailed != nil || st.Captured < 4) {
-				t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
-			}
 		})
 	}
 }
 
+// matchCPU runs the same steps of a random model of config cfg on the CPU backend and on the GPU (compute
+// dtype dt, graphs off when eager; setup adjusts the GPU backend before the first step) and compares
+// every logits row (relative error at most tol): three sequences with ragged contexts (one of 1500
+// tokens, for split-k at batch 1), prefill chunks beside decode tokens, then decode steps of different
+// batch sizes (graph buckets 1, 2, 4 with padding, and 16, past the skinny kernels) and a step that asks
+// for no logits. The pagers give a model's KV groups their own tables (and the sliding groups' pages
+// behind every window back: −1). It returns the GPU backend's statistics.
+func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DType, tol float64, eager bool,
+	setup func(*cudaBackend)) cudaStats {
+	t.Helper()
+	r := newRandomModel(cfg, weights.DTypeBF16, 7) // exact in every compute dtype
+	const numBlocks, blockSize = 512, 16
+	opts := Options{NumBlocks: numBlocks, BlockSize: blockSize}
+	cpu, err := load(cfg, r.get, opts, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	var backend *cudaBackend
+	gpu, err := load(cfg, r.get, opts, func(s Shape) (Backend, error) {
+		b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev, noGraphs: eager})
+		backend = b
+		return b, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	if setup != nil {
+		setup(backend)
+		defer func() { backend.decode.Tuning = attention.CUDATuning{} }()
+	}
+	rng := newRand(11)
+	pc, pg := newModelPager(cpu, newRand(3)), newModelPager(gpu, newRand(3))
+	long := randomTokens(rng, 1500, cfg.VocabSize)
+	plan := [][]chunk{
+		{{0, randomTokens(rng, 37, cfg.VocabSize)}, {1, randomTokens(rng, 1, cfg.VocabSize)}},
+		{{2, long[:700]}, {0, nil}, {1, nil}},
+		{{2, long[700:]}},
+	}
+	for range 5 {
+		plan = append(plan, []chunk{{2, nil}}) // batch 1 at 1500 tokens: split-k
+	}
+	for range 4 {
+		plan = append(plan, []chunk{{0, nil}, {2, nil}, {1, nil}}) // batch 3: bucket 4, one padding row
+	}
+	for range 3 {
+		plan = append(plan, []chunk{{1, nil}, {0, nil}}) // bucket 2
+	}
+	// Nine more sequences: prefill them, then decode eleven at once (bucket 16: past the skinny
+	// kernels, on cuBLAS). Their tokens come from a generator of their own, so the steps above keep
+	// theirs. Sequence 2 (1500 tokens) sits out: in bfloat16 at head size 128 its error against the
+	// CPU's float32 is 0.05-0.07 on some tokens (measured on the H100, 2026-11-22), at this test's
+	// bound whatever the batch.
+	var more, all []chunk
+	rng12 := newRand(13)
+	for seq := 3; seq < 12; seq++ {
+		more = append(more, chunk{seq, randomTokens(rng12, 3+seq, cfg.VocabSize)})
+	}
+	for seq := range 12 {
+		if seq != 2 {
+			all = append(all, chunk{seq, nil})
+		}
+	}
+	plan = append(plan, more)
+	for range 3 {
+		plan = append(plan, slices.Clone(all))
+	}
+	worst := 0.0 // the largest relative error of any step, logged: how close a case runs to tol
+	for i, chunks := range plan {
+		for j := range chunks {
+			if chunks[j].tokens == nil {
+				chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
+			}
+		}
+		want, err := cpu.Forward(pc.step(chunks...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gpu.Forward(pg.step(chunks...))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for j := range want {
+			e := relErr(got[j], want[j])
+			if !(e <= tol) {
+				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
+			}
+			worst = max(worst, e)
+		}
+	}
+	t.Logf("largest relative error %.3g (tolerance %g)", worst, tol)
+	// A step with no logits still stores its K and V.
+	s := pg.step(chunk{0, []int32{5}})
+	s.LogitRows = nil
+	if out, err := gpu.Forward(s); err != nil || len(out) != 0 {
+		t.Fatalf("no logits: %v, %v", out, err)
+	}
+	st := backend.Stats()
+	t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+	if !eager && (st.CaptureFailed != nil || st.Captured < 4) {
+		t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
+	}
+	return st
+}
+
+// TestCUDAFamiliesMatchCPU is matchCPU for the families' parts on random models: a Mistral whose every
+// layer slides (window 100: the 1500-token sequence's decode reads its last pages only, split-k on
+// spans), a Qwen2 with q/k/v biases and one sliding layer of two (two KV groups), a Qwen3 with q/k norms,
+// and a Gemma 3 of head_dim 256 (one sliding layer with its own rotary base and one full: two KV groups;
+// q/k norms, (1 + w) and sandwich norms, GeGLU, scaled embeddings, query_pre_attn_scalar, a final soft
+// cap, tied embeddings), each in float32 (the CPU's arithmetic) and bfloat16.
+func TestCUDAFamiliesMatchCPU(t *testing.T) {
+	dev := gpuDevice(t)
+	sliding, full := weights.SlidingAttention, weights.FullAttention
+	for _, fam := range []struct {
+		name string
+		cfg  func(c *weights.Config)
+	}{
+		{"mistral-window", func(c *weights.Config) {
+			c.LayerTypes, c.SlidingWindow = []string{sliding, sliding}, 100
+		}},
+		{"qwen2-bias-window", func(c *weights.Config) {
+			c.HeadDim = 64
+			c.QKVBias, c.LayerTypes, c.SlidingWindow = true, []string{full, sliding}, 64
+		}},
+		{"qwen3-qknorm", func(c *weights.Config) { c.QKNorm = true }},
+		{"gemma3-d256", func(c *weights.Config) {
+			c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 2
+			c.LayerTypes, c.SlidingWindow, c.LocalRopeTheta = []string{sliding, full}, 80, 10000
+			c.HiddenAct, c.QKNorm, c.NormOffset, c.SandwichNorm, c.EmbedScale = weights.ActGELUTanh, true, 1, true, true
+			c.QueryPreAttnScalar, c.FinalLogitSoftcap, c.TieWordEmbeddings = 200, 30, true
+		}},
+	} {
+		for _, tc := range []struct {
+			dtype weights.DType
+			tol   float64
+		}{{weights.DTypeF32, 1e-4}, {weights.DTypeBF16, 8e-2}} {
+			t.Run(fam.name+"/"+tc.dtype.String(), func(t *testing.T) {
+				cfg := cudaReferenceConfig(128)
+				fam.cfg(cfg)
+				matchCPU(t, dev, cfg, tc.dtype, tc.tol, false, nil)
+			})
+		}
+	}
+}
+
 // TestCUDAAutoKV loads a golden checkpoint through Load with Device "cuda" and NumBlocks zero: the KV
-// pool fills the memory left, and a step runs.
+// pool (a page in each of the model's page arrays a block) fills the memory left, and a step runs.
 func TestCUDAAutoKV(t *testing.T) {
 	gpuDevice(t)
 	gc := readGoldens(t)[0]
@@ -483,6 +543,7 @@ func TestCUDAAutoKV(t *testing.T) {
 		t.Errorf("KV pool of %d bytes at utilization 0.5 of %d", kv, total)
 	}
 	p := newPager(64, m.BlockSize(), newRand(1)) // a few of the pages suffice
+	p.windows = m.KVLayout().Windows
 	ids, err := m.ForwardGreedy(p.step(chunk{0, gc.golden.Prompts[1].PromptIDs}))
 	if err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ func TestLoadProgress(t *testing.T) {
 			cfg.TieWordEmbeddings = tc.tie
 			cfg.DType = tc.dt
 			var want int64
-			for _, shape := range weights.LlamaTensorShapes(cfg) {
+			for _, shape := range weights.TensorShapes(cfg) {
 				n := int64(tc.dt.Size())
 				for _, d := range shape {
 					n *= int64(d)

@@ -83,7 +83,7 @@ func decodeWeightBytes(cfg *weights.Config) int64 {
 	c := *cfg
 	c.HeadDim = headDim(cfg)
 	var n int64
-	for name, shape := range weights.LlamaTensorShapes(&c) {
+	for name, shape := range weights.TensorShapes(&c) {
 		if name == "model.embed_tokens.weight" && !cfg.TieWordEmbeddings {
 			continue
 		}

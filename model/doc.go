@@ -41,8 +41,9 @@
 // To add a family made of parts gollm has, add its architecture to weights/family.go. A new part needs a
 // field of weights.Config (and its tensors in weights.TensorShapes), the data here that carries it to
 // the forward pass (a layer weight, a Shape field) and, if it is a new computation, a Backend op with its
-// CPU reference in cpu.go and a CUDA kernel (a backend that lacks it refuses the model at load, naming
-// it, like the CUDA backend's checkFamily); then goldens from scripts/goldens/make_family_goldens.py.
+// CPU reference in cpu.go and a CUDA kernel (model/kernels, recorded in record_cuda.go, planned in
+// step_plan.go's planOp, launched by exec_cuda.go); then goldens from
+// scripts/goldens/make_family_goldens.py, which TestGoldenGreedy and the GPU's TestCUDAGolden both run.
 //
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the

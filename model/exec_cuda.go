@@ -4,7 +4,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
@@ -66,10 +65,10 @@ func (b *cudaBackend) runOp(i int, p *opPlan) error {
 	case opMatMul:
 		return b.runMatMul(op, a, p)
 	case opRoPE:
-		return b.runRoPE(a, rows)
+		return b.runRoPE(a, p)
 	case opAttention:
 		return b.runAttention(a, p)
-	case opSwiGLU:
+	case opSwiGLU, opGeGLU:
 		n := int64(rows) * int64(op.out)
 		params := struct {
 			Dst, GateUp cuda.DevicePtr
@@ -80,7 +79,28 @@ func (b *cudaBackend) runOp(i int, p *opPlan) error {
 		if op.out%4 == 0 {
 			blocks = int(min((n/4+255)/256, 65535))
 		}
-		return launchDependent(b, b.fn.swiglu, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, &params)
+		fn := b.fn.swiglu
+		if op.kind == opGeGLU {
+			fn = b.fn.geglu
+		}
+		return launchDependent(b, fn, cuda.Dim3{X: blocks}, cuda.Dim3{X: 256}, 0, &params)
+	case opQKNorm:
+		sh := &b.shape
+		params := struct {
+			QKV, QW, KW                            cuda.DevicePtr
+			Eps                                    float32
+			NumHeads, NumKVHeads, HeadDim, QKVCols int32
+		}{a.x.ptr, a.w.ptr, a.w2.ptr, a.eps, int32(sh.NumHeads), int32(sh.NumKVHeads), int32(sh.HeadDim), int32(sh.QKVCols())}
+		groups := (sh.NumHeads + sh.NumKVHeads + qkNormHeads - 1) / qkNormHeads
+		return launchDependent(b, b.fn.qkNorm, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: 32 * qkNormHeads}, 0, &params)
+	case opSoftcap:
+		n := int64(rows) * int64(op.in)
+		params := struct {
+			X   cuda.DevicePtr
+			N   int64
+			Cap float32
+		}{a.x.ptr, n, a.eps}
+		return launchDependent(b, b.fn.softcap, cuda.Dim3{X: int(min((n+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, &params)
 	case opGather:
 		params := struct {
 			Dst, Src, Rows cuda.DevicePtr
@@ -97,8 +117,9 @@ func (b *cudaBackend) runEmbed(op *stepOp, a *opArgs, p *opPlan) error {
 	params := struct {
 		Dst, Table, Tokens, From, Picks, SSOut, SSZero, NormOut, NormW cuda.DevicePtr
 		Hidden                                                         int32
+		Scale                                                          float32
 	}{Dst: a.d.ptr, Table: a.w.ptr, Tokens: b.metaPtr(b.st.offTokens), From: b.metaPtr(b.st.offFrom),
-		Picks: b.idsAt(b.slot ^ 1), Hidden: int32(op.in)}
+		Picks: b.idsAt(b.slot ^ 1), Hidden: int32(op.in), Scale: b.embedScale}
 	if p.foldOut >= 0 {
 		n := &b.args[p.foldOut]
 		params.SSOut, params.SSZero, params.NormOut, params.NormW = b.normSlot(p.outSlot), b.normSlot(p.nextSlot), n.d.ptr, n.w.ptr
@@ -106,7 +127,13 @@ func (b *cudaBackend) runEmbed(op *stepOp, a *opArgs, p *opPlan) error {
 	return cuda.Launch(b.fn.embed, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(op.in)}, 0, b.stream, &params)
 }
 
+// qkNormHeads is QKNORM_HEADS of kernels/qknorm.cu: the heads (warps) of one block.
+const qkNormHeads = 8
+
 func (b *cudaBackend) runNorm(op *stepOp, a *opArgs, p *opPlan) error {
+	if p.inPlace || p.preNorm >= 0 {
+		return b.runNormAdd(op, a, p)
+	}
 	var add cuda.DevicePtr
 	if a.a != nil {
 		add = a.a.ptr
@@ -130,6 +157,22 @@ func (b *cudaBackend) runNorm(op *stepOp, a *opArgs, p *opPlan) error {
 	return launchDependent(b, b.fn.addRMSNorm, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(cols)}, 0, &params)
 }
 
+// runNormAdd launches NormAddRMSNorm: an in-place norm of a sublayer's output alone (p.inPlace), or that
+// norm (op p.preNorm's) of the addend followed by op's norm, which adds it to the residual.
+func (b *cudaBackend) runNormAdd(op *stepOp, a *opArgs, p *opPlan) error {
+	params := struct {
+		X, XW, Residual, Dst, Weight cuda.DevicePtr
+		XEps, Eps                    float32
+		Cols                         int32
+	}{X: a.d.ptr, XW: a.w.ptr, XEps: a.eps, Cols: int32(op.in)}
+	if p.preNorm >= 0 {
+		pre := &b.args[p.preNorm]
+		params.X, params.XW, params.XEps = a.a.ptr, pre.w.ptr, pre.eps
+		params.Residual, params.Dst, params.Weight, params.Eps = a.r.ptr, a.d.ptr, a.w.ptr, a.eps
+	}
+	return launchDependent(b, b.fn.normAdd, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(op.in)}, 0, &params)
+}
+
 // normFold is a folded norm as the skinny product's launch needs it (see launchGemv).
 func (b *cudaBackend) normFold(n, slot, next int) *normFold {
 	a := &b.args[n]
@@ -142,6 +185,20 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
+	if err := b.runProduct(op, a, p); err != nil || !p.bias {
+		return err
+	}
+	n := int64(p.rows) * int64(op.out)
+	params := struct {
+		Y, Bias cuda.DevicePtr
+		N       int64
+		Cols    int32
+	}{a.d.ptr, a.bias.ptr, n, int32(op.out)}
+	return launchDependent(b, b.fn.bias, cuda.Dim3{X: int(min((n+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, &params)
+}
+
+// runProduct queues the product of a MatMul op (its bias aside).
+func (b *cudaBackend) runProduct(op *stepOp, a *opArgs, p *opPlan) error {
 	mm, rows, out, in := &p.mm, p.rows, op.out, op.in
 	d, x, w := a.d, a.x, a.w
 	var next *opArgs // the op after the product: its epilogue's (SwiGLU, RoPE) or its norm's residual
@@ -152,7 +209,7 @@ func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
 	case pathGemv:
 		e, y := gemvEpilogue{mode: mm.mode, afterAttention: p.afterAttention}, d
 		switch mm.mode {
-		case gemvSwiGLU:
+		case gemvSwiGLU, gemvGeGLU:
 			e.act = next.d
 		case gemvRoPE:
 			e.layer = next.layer
@@ -201,14 +258,46 @@ func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
 // ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
 const ropeHeads = 8
 
-func (b *cudaBackend) runRoPE(a *opArgs, rows int) error {
-	sh := &b.shape
+// layerKV returns layer l's page arrays of K and V (its LayerShape.KVSlot).
+func (b *cudaBackend) layerKV(l int) (k, v cuda.DevicePtr) {
+	slot := b.shape.Layer(l).KVSlot
+	return b.kCache[slot], b.vCache[slot]
+}
+
+// layerInvFreq returns layer l's rotary table on the device.
+func (b *cudaBackend) layerInvFreq(l int) cuda.DevicePtr {
+	if b.shape.Layer(l).LocalRope {
+		return b.localInvFreq
+	}
+	return b.invFreq
+}
+
+// layerSlots and layerTables return the device addresses of the K/V slots and the block tables of layer
+// l's KV group in the step's metadata.
+func (b *cudaBackend) layerSlots(l int) cuda.DevicePtr {
+	return b.metaPtr(b.st.slotsOff(b.shape.Layer(l).KVGroup))
+}
+
+func (b *cudaBackend) layerTables(l int) cuda.DevicePtr {
+	return b.metaPtr(b.st.tablesOff(b.shape.Layer(l).KVGroup))
+}
+
+func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
+	sh, rows := &b.shape, p.rows
+	k, v := b.layerKV(a.layer)
 	params := struct {
 		QKV, QOut, KCache, VCache, Positions, Slots, InvFreq cuda.DevicePtr
 		AttentionScaling                                     float32
 		NumHeads, NumKVHeads, HeadDim, QKVCols               int32
-	}{a.x.ptr, a.x.qRot, b.kCache[a.layer], b.vCache[a.layer], b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq,
-		sh.RopeAttentionScaling, int32(sh.NumHeads), int32(sh.NumKVHeads), int32(sh.HeadDim), int32(sh.QKVCols())}
+		QNorm, KNorm                                         cuda.DevicePtr
+		Eps                                                  float32
+	}{QKV: a.x.ptr, QOut: a.x.qRot, KCache: k, VCache: v, Positions: b.metaPtr(b.st.offPos), Slots: b.layerSlots(a.layer),
+		InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling, NumHeads: int32(sh.NumHeads),
+		NumKVHeads: int32(sh.NumKVHeads), HeadDim: int32(sh.HeadDim), QKVCols: int32(sh.QKVCols())}
+	if p.qkNorm >= 0 { // the q/k norms of the QKNorm op before it
+		n := &b.args[p.qkNorm]
+		params.QNorm, params.KNorm, params.Eps = n.w.ptr, n.w2.ptr, n.eps
+	}
 	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
 	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
 	return launchDependent(b, b.fn.rope, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: threads}, 0, &params)
@@ -217,20 +306,20 @@ func (b *cudaBackend) runRoPE(a *opArgs, rows int) error {
 func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 	sh, st := &b.shape, &b.st
 	d, q := a.d, a.x
-	k, v := b.kCache[a.layer], b.vCache[a.layer]
-	scale := float32(1 / math.Sqrt(float64(sh.HeadDim)))
+	k, v := b.layerKV(a.layer)
+	window := sh.Layer(a.layer).Window
 	if p.decode {
 		args := attention.CUDADecodeArgs{
 			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
-			BlockTables: b.metaPtr(st.offTables), ContextLens: b.metaPtr(st.offCtx),
+			BlockTables: b.layerTables(a.layer), ContextLens: b.metaPtr(st.offCtx),
 			HostContextLens: b.attnLens(p.rows), MaxBlocks: st.stride,
 			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
-			DType: b.dtype, Scale: scale, Dependent: b.pdlNow(),
+			DType: b.dtype, Scale: sh.Scale(), Window: window, Dependent: b.pdlNow(),
 		}
 		if p.attn.RoPE {
 			args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
-				Positions: b.metaPtr(st.offPos), Slots: b.metaPtr(st.offSlots),
-				InvFreq: b.invFreq, AttentionScaling: sh.RopeAttentionScaling}
+				Positions: b.metaPtr(st.offPos), Slots: b.layerSlots(a.layer),
+				InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling}
 		}
 		return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
 	}
@@ -240,10 +329,10 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 	}
 	return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
 		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
-		BlockTables: b.metaPtr(st.offTables), Positions: b.metaPtr(st.offPos),
+		BlockTables: b.layerTables(a.layer), Positions: b.metaPtr(st.offPos),
 		Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
 		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
-		DType: b.dtype, Scale: scale,
+		DType: b.dtype, Scale: sh.Scale(), Window: window,
 	})
 }
 

@@ -122,7 +122,7 @@ const gemvReduceBytesPerTile = 16 * 8 * 4
 // layer when that shapes its launch (afterAttention).
 type gemvEpilogue struct {
 	mode gemvMode
-	act  *cudaTensor // gemvSwiGLU: the SwiGLU output
+	act  *cudaTensor // gemvSwiGLU, gemvGeGLU: the activation's output
 	// gemvRoPE: the layer whose cache pages get k and v.
 	layer int
 	// afterAttention: the product reads the output of decode attention (O).
@@ -175,14 +175,15 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 	}
 	tiles := (out + 15) / 16
 	switch e.mode {
-	case gemvSwiGLU:
+	case gemvSwiGLU, gemvGeGLU:
 		inter := out / 2
 		tiles = inter / 8
 		p.Aux0, p.GroupTiles, p.GroupStride, p.PairOffset = e.act.ptr, int32(tiles), 0, int32(inter)
 	case gemvRoPE:
 		d := sh.HeadDim
-		p.Aux0, p.Aux1, p.Aux2 = y.qRot, b.kCache[e.layer], b.vCache[e.layer]
-		p.Positions, p.Slots, p.InvFreq = b.metaPtr(b.st.offPos), b.metaPtr(b.st.offSlots), b.invFreq
+		k, v := b.layerKV(e.layer)
+		p.Aux0, p.Aux1, p.Aux2 = y.qRot, k, v
+		p.Positions, p.Slots, p.InvFreq = b.metaPtr(b.st.offPos), b.layerSlots(e.layer), b.layerInvFreq(e.layer)
 		p.AttentionScaling = sh.RopeAttentionScaling
 		p.GroupTiles, p.GroupStride, p.PairOffset = int32(d/16), int32(d), int32(d/2)
 		p.NumHeads, p.NumKVHeads, p.HeadDim = int32(sh.NumHeads), int32(sh.NumKVHeads), int32(d)

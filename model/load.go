@@ -40,13 +40,6 @@ func LoadOn(f *weights.Folder, opts Options, newBackend NewBackendFunc) (*Model,
 	return load(f.Config, f.Tensors.Get, opts, newBackend)
 }
 
-// familyChecker is implemented by backends that do not run every family's ops yet (the CUDA backend):
-// load asks it before uploading any weight and refuses, with its error, a model that needs what the
-// backend lacks.
-type familyChecker interface {
-	checkFamily(cfg *weights.Config, s Shape) error
-}
-
 // tensorGetter returns a checkpoint tensor by name (weights.TensorSet.Get).
 type tensorGetter func(name string) (*weights.Tensor, error)
 
@@ -74,12 +67,6 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	backend, err := newBackend(built)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: backend: %w", err)
-	}
-	if fc, ok := backend.(familyChecker); ok {
-		if err := fc.checkFamily(cfg, shape); err != nil {
-			backend.Close()
-			return nil, fmt.Errorf("model: load: %w", err)
-		}
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps),
 		gelu: cfg.Activation() == weights.ActGELUTanh, softcap: float32(cfg.FinalLogitSoftcap)}

@@ -59,7 +59,7 @@ func cpuKVBytes(s Shape) (int64, bool) {
 // a bfloat16 checkpoint stay bfloat16, every other parameter becomes float32 (see NewCPUBackend).
 func cpuWeightBytes(cfg *weights.Config) int64 {
 	var total int64
-	for _, shape := range weights.LlamaTensorShapes(cfg) {
+	for _, shape := range weights.TensorShapes(cfg) {
 		n := int64(1)
 		for _, d := range shape {
 			n *= int64(d)

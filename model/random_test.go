@@ -27,7 +27,7 @@ func TestRandomSourceTensors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			shapes := weights.LlamaTensorShapes(cfg)
+			shapes := weights.TensorShapes(cfg)
 			if len(shapes) != len(src.shapes) {
 				t.Fatalf("source has %d tensors, the config %d", len(src.shapes), len(shapes))
 			}

@@ -27,9 +27,11 @@ type stepRecord struct {
 type opArgs struct {
 	// d is what the op writes, x what it reads, r and a a norm's residual and addend (nil: none).
 	d, x, r, a *cudaTensor
-	w          *cudaWeight
-	eps        float32
-	layer      int
+	// w is the op's weight (QKNorm: the queries' gains, w2 the keys'); bias a MatMul's bias (nil: none).
+	w, w2, bias *cudaWeight
+	// eps is a norm's epsilon (Softcap: the cap).
+	eps   float32
+	layer int
 	// off is a GatherRows' rows in the metadata arena.
 	off int
 }
@@ -89,13 +91,46 @@ func (b *cudaBackend) AddRMSNorm(dst, residual, add Tensor, w Weight, eps float3
 
 func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	d, xt, wt := tensorOf(dst), tensorOf(x), w.Data.(*cudaWeight)
-	if wt.vector || x.Cols != w.Cols || dst.Cols != w.Rows {
+	if wt.vector || x.Cols != w.Cols || dst.Cols != w.Rows || w.Bias != nil && w.Bias.Cols != w.Rows {
 		b.fail(fmt.Errorf("cuda backend: matmul [%d][%d] · [%d][%d]ᵀ into [%d][%d]", x.Rows, x.Cols, w.Rows, w.Cols,
 			dst.Rows, dst.Cols))
 		return
 	}
-	b.record(stepOp{kind: opMatMul, rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, dst: id(d), src: id(xt),
-		out: w.Rows, in: w.Cols}, opArgs{d: d, x: xt, w: wt}, uint64(wt.ptr))
+	var bias *cudaWeight
+	if w.Bias != nil {
+		bias = w.Bias.Data.(*cudaWeight)
+	}
+	op := stepOp{kind: opMatMul, rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, dst: id(d), src: id(xt),
+		out: w.Rows, in: w.Cols, bias: bias != nil}
+	if bias != nil {
+		b.record(op, opArgs{d: d, x: xt, w: wt, bias: bias}, uint64(wt.ptr), uint64(bias.ptr))
+		return
+	}
+	b.record(op, opArgs{d: d, x: xt, w: wt}, uint64(wt.ptr))
+}
+
+func (b *cudaBackend) QKNorm(qkv Tensor, q, k Weight, eps float32) {
+	t, qw, kw := tensorOf(qkv), q.Data.(*cudaWeight), k.Data.(*cudaWeight)
+	sh := &b.shape
+	if qkv.Cols != sh.QKVCols() || q.Cols != sh.HeadDim || k.Cols != sh.HeadDim {
+		b.fail(fmt.Errorf("cuda backend: QKNorm on a [%d][%d] tensor with gains of %d and %d, want %d columns and %d",
+			qkv.Rows, qkv.Cols, q.Cols, k.Cols, sh.QKVCols(), sh.HeadDim))
+		return
+	}
+	b.record(stepOp{kind: opQKNorm, rows: qkv.Rows, capacity: t.rows, graphable: true, dst: id(t), src: id(t)},
+		opArgs{x: t, w: qw, w2: kw, eps: eps}, uint64(qw.ptr), uint64(kw.ptr), uint64(math.Float32bits(eps)))
+}
+
+func (b *cudaBackend) GeGLU(dst, gateUp Tensor) {
+	d, g := tensorOf(dst), tensorOf(gateUp)
+	b.record(stepOp{kind: opGeGLU, rows: dst.Rows, capacity: min(d.rows, g.rows), graphable: true, dst: id(d), src: id(g),
+		out: dst.Cols, in: gateUp.Cols}, opArgs{d: d, x: g})
+}
+
+func (b *cudaBackend) Softcap(x Tensor, c float32) {
+	t := tensorOf(x)
+	b.record(stepOp{kind: opSoftcap, rows: x.Rows, capacity: t.rows, graphable: true, dst: id(t), src: id(t), in: x.Cols},
+		opArgs{x: t, eps: c}, uint64(math.Float32bits(c)))
 }
 
 func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
@@ -106,8 +141,10 @@ func (b *cudaBackend) RoPEWriteKV(qkv Tensor, layer int) {
 			sh.QKVCols()))
 		return
 	}
-	b.record(stepOp{kind: opRoPE, rows: qkv.Rows, capacity: t.rows, graphable: true, src: id(t)}, opArgs{x: t, layer: layer},
-		uint64(t.qRot), uint64(b.kCache[layer]), uint64(b.vCache[layer]), uint64(b.invFreq))
+	k, v := b.layerKV(layer)
+	b.record(stepOp{kind: opRoPE, rows: qkv.Rows, capacity: t.rows, graphable: true, src: id(t), window: sh.Layer(layer).Window},
+		opArgs{x: t, layer: layer}, uint64(t.qRot), uint64(k), uint64(v), uint64(b.layerInvFreq(layer)),
+		uint64(sh.Layer(layer).KVGroup))
 }
 
 func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
@@ -116,8 +153,11 @@ func (b *cudaBackend) Attention(dst, qkv Tensor, layer int) {
 		b.fail(errors.New("cuda backend: Attention before RoPEWriteKV on a Q/K/V tensor"))
 		return
 	}
-	b.record(stepOp{kind: opAttention, rows: qkv.Rows, capacity: min(d.rows, q.rows), graphable: true, dst: id(d), src: id(q)},
-		opArgs{d: d, x: q, layer: layer}, uint64(q.qRot), uint64(b.kCache[layer]), uint64(b.vCache[layer]))
+	k, v := b.layerKV(layer)
+	ls := b.shape.Layer(layer)
+	b.record(stepOp{kind: opAttention, rows: qkv.Rows, capacity: min(d.rows, q.rows), graphable: true, dst: id(d), src: id(q),
+		window: ls.Window}, opArgs{d: d, x: q, layer: layer}, uint64(q.qRot), uint64(k), uint64(v),
+		uint64(b.layerInvFreq(layer)), uint64(ls.KVGroup))
 }
 
 func (b *cudaBackend) SwiGLU(dst, gateUp Tensor) {

@@ -70,14 +70,36 @@ type cudaStep struct {
 	items, paddedItems  int  // prefill items of the real sequences, and with the padding ones
 	graphRun            bool // the ops are being queued padded to rows (a graph or its warm-up)
 	offTokens, offPos   int  // int32 offsets into the metadata arena
-	offSlots, offCtx    int
+	offSlots, offCtx    int  // KV group 0's slots (Step.SlotMapping)
 	offLogits, offItems int
-	offTables, offFrom  int
+	offTables, offFrom  int // KV group 0's block tables (Step.BlockTables)
+	// groupSlots and groupTables are the offsets of KV groups 1 and up's slots and block tables
+	// (Step.GroupBlockTables): [group−1].
+	groupSlots, groupTables []int
+}
+
+// slotsOff is the metadata offset of KV group g's slots: each row's K/V slot in the group's pages.
+func (st *cudaStep) slotsOff(g int) int {
+	if g == 0 {
+		return st.offSlots
+	}
+	return st.groupSlots[g-1]
+}
+
+// tablesOff is the metadata offset of KV group g's block tables ([seqs][stride]).
+func (st *cudaStep) tablesOff(g int) int {
+	if g == 0 {
+		return st.offTables
+	}
+	return st.groupTables[g-1]
 }
 
 // BeginStep lays the step's metadata out in the host arena; CopyToHost uploads it. A decode step of at
 // most maxGraphBatch sequences is padded to its bucket: padding rows have token 0, position 0, slot −1
-// (nothing stored), a context of one token in page 0, and logits row 0.
+// (nothing stored), a context of one token in page 0, and logits row 0. With KV groups, each group has
+// its slots (group 0's are Step.SlotMapping, the others' computed here from the positions and the
+// group's tables) and its block tables (entries −1 behind a sliding group's windows go up as they are:
+// no kernel reads them).
 func (b *cudaBackend) BeginStep(s *Step) error {
 	if len(b.kCache) == 0 {
 		return errors.New("cuda backend: no KV pool allocated")
@@ -137,6 +159,16 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	pad(s.Positions, st.rows, 0)
 	st.offSlots = len(h)
 	pad(s.SlotMapping, st.rows, -1)
+	groups := max(1, len(b.shape.KVGroups))
+	for g := 1; g < groups; g++ {
+		st.groupSlots = append(st.groupSlots, len(h))
+		for seq, table := range s.GroupBlockTables[g-1] {
+			for row := s.QueryStart[seq]; row < s.QueryStart[seq+1]; row++ {
+				h = append(h, attention.Slot(table, bs, int(s.Positions[row])))
+			}
+		}
+		pad(nil, st.rows-numTokens, -1)
+	}
 	st.offCtx = len(h)
 	pad(s.ContextLens, st.seqs, 1)
 	st.offLogits = len(h)
@@ -156,14 +188,24 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		}
 	}
 	st.paddedItems = (len(h) - st.offItems) / 4
-	st.offTables = len(h)
-	for seq := range st.seqs {
-		var table []int32
-		if seq < numSeqs {
-			need := (int(s.ContextLens[seq]) + bs - 1) / bs
-			table = s.BlockTables[seq][:need]
+	for g := range groups {
+		if g == 0 {
+			st.offTables = len(h)
+		} else {
+			st.groupTables = append(st.groupTables, len(h))
 		}
-		pad(table, st.stride, 0)
+		for seq := range st.seqs {
+			var table []int32
+			if seq < numSeqs {
+				need := (int(s.ContextLens[seq]) + bs - 1) / bs
+				table = s.BlockTables[seq]
+				if g > 0 {
+					table = s.GroupBlockTables[g-1][seq]
+				}
+				table = table[:need]
+			}
+			pad(table, st.stride, 0)
+		}
 	}
 	b.host = h
 	b.st = st

@@ -49,6 +49,7 @@ const (
 	gemvSwiGLU                 // and act = silu(gate) · up, rows paired (i, I + i)
 	gemvRoPE                   // rotate q and k, store q_out and the K/V cache, rows paired (i, i + D/2)
 	gemvArgmax                 // and one (max, index) per token and tile of 16 rows
+	gemvGeGLU                  // and act = gelu_tanh(gate) · up, rows paired (i, I + i)
 )
 
 // gemvTuning sets how the step's launches are chosen and shaped. RB and KS, when positive, force the
@@ -123,11 +124,15 @@ const (
 	opSwiGLU
 	opGather
 	opArgmax
+	opQKNorm
+	opGeGLU
+	opSoftcap
 )
 
 // String is the op's name in profiles ("matmul", "norm", …).
 func (k opKind) String() string {
-	return [...]string{"embed", "norm", "matmul", "rope", "attention", "swiglu", "gather", "argmax"}[k]
+	return [...]string{"embed", "norm", "matmul", "rope", "attention", "swiglu", "gather", "argmax", "qknorm", "geglu",
+		"softcap"}[k]
 }
 
 // tensorID names an activation buffer (its device address): the plan compares them and never reads
@@ -145,9 +150,14 @@ type stepOp struct {
 	// x, RoPE's and Attention's Q/K/V, SwiGLU's gate/up, Gather's and Argmax's source); add and resid a
 	// Norm's addend (0: none) and residual stream.
 	dst, src, add, resid tensorID
-	// MatMul: the weight's out × in; Norm: in is its width; SwiGLU: out is the intermediate size, in the
-	// gate/up width; Argmax: in is the logits' width.
+	// MatMul: the weight's out × in; Norm: in is its width; SwiGLU, GeGLU: out is the intermediate size,
+	// in the gate/up width; Argmax: in is the logits' width.
 	out, in int
+	// bias: a MatMul whose weight has a bias, which a kernel of its own adds after the product (the
+	// product then takes no epilogue, no accumulation and no norm after it).
+	bias bool
+	// window: RoPE's and Attention's layer's sliding window (0: none).
+	window int
 }
 
 // stepFacts is what the plan knows of the device and the model, fixed for a backend's life but for the
@@ -185,6 +195,10 @@ type stepShape struct {
 	stride      int
 	pdl         bool
 }
+
+// inPlace reports whether a Norm op normalises its residual in place, adding nothing (a sublayer's
+// output norm: AddRMSNorm(x, x, none, w)).
+func (op *stepOp) inPlace() bool { return op.kind == opNorm && op.dst == op.resid && op.add == 0 }
 
 // gemvServes reports whether the skinny product computes a product of rows token rows over in columns.
 func (f *stepFacts) gemvServes(rows, in int) bool {
@@ -325,6 +339,13 @@ type opLinks struct {
 	// Norm: the Embed before it (-1: none), and the product after it that folds it (-1: none), and its
 	// fold's slot (the folds in recording order).
 	embed, consumer, fold int
+	// Norm: preNorm is the in-place norm of its addend just before it (a sublayer's output norm: Gemma's),
+	// which it runs itself (NormAddRMSNorm), and intoNorm, on that in-place norm, the norm that does (-1:
+	// none).
+	preNorm, intoNorm int
+	// RoPE: qkNorm is the QKNorm op just before it on the same Q/K/V rows, which the RoPE kernel runs
+	// where it runs (-1: none); QKNorm: intoRoPE is that RoPE op.
+	qkNorm, intoRoPE int
 }
 
 // fuseTarget is the product op i fuses into, or -1: the op before it, a MatMul into the tensor op i
@@ -337,7 +358,7 @@ func fuseTarget(ops []stepOp, i int, f *stepFacts) int {
 		return -1
 	}
 	mm := &ops[i-1]
-	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows {
+	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows || mm.bias {
 		return -1
 	}
 	switch op.kind {
@@ -345,7 +366,7 @@ func fuseTarget(ops []stepOp, i int, f *stepFacts) int {
 		if f.headDim%16 == 0 {
 			return i - 1
 		}
-	case opSwiGLU:
+	case opSwiGLU, opGeGLU:
 		if inter := op.out; inter%8 == 0 && mm.out == 2*inter && op.in == 2*inter {
 			return i - 1
 		}
@@ -365,7 +386,8 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	ropeOf := map[tensorID]int{} // the product a RoPE op fused into, by the Q/K/V tensor
 	for i := range ops {
 		op, l := &ops[i], &links[i]
-		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1}
+		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1, preNorm: -1, intoNorm: -1,
+			qkNorm: -1, intoRoPE: -1}
 		var prev *stepOp
 		if i > 0 && ops[i-1].rows == op.rows && !f.tune.NoFuse {
 			prev = &ops[i-1]
@@ -374,12 +396,16 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 		case opNorm:
 			// The product before it accumulates into the residual itself (it adds add); or the Embed
 			// before it wrote the residual (the first layer's input norm).
+			// Or the norm before it normalised the addend in place: it does that norm itself.
 			switch {
-			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in:
+			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in && !prev.bias:
 				l.target = i - 1
 				links[i-1].residual = true
 			case prev != nil && op.add == 0 && prev.kind == opEmbed && prev.dst == op.resid:
 				l.embed = i - 1
+			case prev != nil && op.add != 0 && prev.kind == opNorm && prev.inPlace() && prev.dst == op.add && prev.in == op.in:
+				l.preNorm = i - 1
+				links[i-1].intoNorm = i
 			}
 		case opMatMul:
 			l.afterAttention = op.src == attnOut
@@ -401,6 +427,10 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 				links[l.target].mode = gemvRoPE
 			}
 			ropeOf[op.src] = l.target
+			if prev != nil && prev.kind == opQKNorm && prev.dst == op.src {
+				l.qkNorm = i - 1
+				links[i-1].intoRoPE = i
+			}
 		case opAttention:
 			l.target = -1
 			if t, ok := ropeOf[op.src]; ok {
@@ -410,6 +440,10 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 		case opSwiGLU:
 			if l.target = fuseTarget(ops, i, f); l.target >= 0 {
 				links[l.target].mode = gemvSwiGLU
+			}
+		case opGeGLU:
+			if l.target = fuseTarget(ops, i, f); l.target >= 0 {
+				links[l.target].mode = gemvGeGLU // the skinny product's alone (the GEMM's epilogue has no GELU)
 			}
 		case opArgmax:
 			if l.target = fuseTarget(ops, i, f); l.target >= 0 {
@@ -450,6 +484,15 @@ type opPlan struct {
 	attn   attention.DecodeDecision
 	// Argmax: where its partial maxima come from.
 	argmax argmaxSource
+	// MatMul: bias, a kernel adds the weight's bias after the product.
+	bias bool
+	// Norm: inPlace, it normalises a sublayer's output in place (float, NormAddRMSNorm without a
+	// residual); preNorm, it first normalises its addend in place as the in-place norm op preNorm would
+	// have (NormAddRMSNorm; that op is skipped); -1 none.
+	inPlace bool
+	preNorm int
+	// RoPE: the QKNorm op whose q/k norms the RoPE kernel runs first (that op is skipped); -1 none.
+	qkNorm int
 	// err is why the op cannot run (the executor returns it).
 	err error
 }
@@ -501,10 +544,11 @@ type stepPlanner struct {
 }
 
 // attnKey and attnMemo cache decode attention's decisions of a step: every layer's call has the same
-// shape.
+// shape but for its window.
 type attnKey struct {
-	rows int
-	rope bool
+	rows   int
+	rope   bool
+	window int
 }
 
 type attnMemo struct {
@@ -548,19 +592,19 @@ func (p *stepPlanner) normFolds(n, rows int) bool {
 	return ok
 }
 
-// attention is decode attention's decision at rows rows, with the rotation or without: the call at
-// every row's context cap for a graph step (GraphCall: the bucket below it bounds the batches it
-// replays), at the sequences' own contexts otherwise; a split-k plan that would not fit the split
-// workspace runs grouped.
-func (p *stepPlanner) attention(rows int, rope bool) (attention.DecodeDecision, error) {
-	key := attnKey{rows, rope}
+// attention is decode attention's decision at rows rows, with the rotation or without, for a layer of
+// sliding window window (0: none): the call at every row's context cap for a graph step (GraphCall: the
+// bucket below it bounds the batches it replays), at the sequences' own contexts otherwise; a split-k
+// plan that would not fit the split workspace runs grouped.
+func (p *stepPlanner) attention(rows int, rope bool, window int) (attention.DecodeDecision, error) {
+	key := attnKey{rows, rope, window}
 	if m, ok := p.attnMemo[key]; ok {
 		return m.d, m.err
 	}
 	f, st := p.f, p.st
 	c := attention.DecodeCall{ContextLens: st.contextLens, MaxBlocks: st.stride, NumHeads: f.numHeads,
-		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Dependent: st.pdl,
-		WorkspaceBytes: splitWorkspaceBytes, Tuning: f.attnTuning}
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Window: window,
+		Dependent: st.pdl, WorkspaceBytes: splitWorkspaceBytes, Tuning: f.attnTuning}
 	if st.graph {
 		c.ContextLens = make([]int32, rows)
 		for i := range c.ContextLens {
@@ -577,23 +621,25 @@ func (p *stepPlanner) attention(rows int, rope bool) (attention.DecodeDecision, 
 }
 
 // ropeInAttention reports whether decode attention does the step's rotary embedding and K/V write
-// instead of the RoPE kernel, at rows rows: a decode step on the decode kernels whose Q/K/V product
-// (target, -1 if none) does not fuse it, and whose attention call will not run the persistent grouped
-// kernel (DecodeDecision.FoldsRoPE). The RoPE op and the attention op of a layer ask the same question
-// at the same rows, so exactly one of the three does the work.
-func (p *stepPlanner) ropeInAttention(target, rows int) bool {
+// instead of the RoPE kernel, at rows rows, for a layer of sliding window window: a decode step on the
+// decode kernels whose Q/K/V product (target, -1 if none) does not fuse it, and whose attention call
+// will not run the persistent grouped kernel nor a kernel without a RoPE path (DecodeDecision.FoldsRoPE).
+// The RoPE op and the attention op of a layer ask the same question at the same rows, so exactly one of
+// the three does the work. (After a QKNorm the product fuses nothing: attention then rotates the
+// normalised queries and key the QKNorm kernel left.)
+func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 	f := p.f
 	if !p.st.decode || !f.decodeKernels || f.tune.NoAttnRoPE || f.tune.NoFuse || p.fused(target, gemvRoPE, rows) {
 		return false
 	}
-	d, err := p.attention(rows, false)
+	d, err := p.attention(rows, false, window)
 	return err == nil && d.FoldsRoPE
 }
 
 // planOp plans op i at rows rows.
 func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
-	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target}
+	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1}
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -605,6 +651,11 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			plan.skip, plan.folded = true, true
 			break
 		}
+		plan.inPlace, plan.preNorm = op.inPlace(), l.preNorm
+		if l.intoNorm >= 0 {
+			plan.skip = true // the norm after it runs it
+			break
+		}
 		if l.target >= 0 {
 			switch mm := p.mm(l.target, rows); {
 			case mm.split.parts > 1 && !mm.split.rows:
@@ -614,7 +665,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			}
 		}
 	case opMatMul:
-		plan.mm, plan.afterAttention = p.mm(i, rows), l.afterAttention
+		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias
 		if plan.mm.path == pathGemv {
 			if p.normFolds(l.normOut, rows) {
 				plan.foldOut = l.normOut
@@ -625,14 +676,25 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			p.slots(&plan)
 		}
 	case opRoPE:
-		plan.skip = p.fused(l.target, gemvRoPE, rows) || p.ropeInAttention(l.target, rows)
+		plan.skip = p.fused(l.target, gemvRoPE, rows) || p.ropeInAttention(l.target, rows, op.window)
+		if !plan.skip {
+			plan.qkNorm = l.qkNorm
+		}
+	case opQKNorm:
+		// Into the RoPE kernel after it where that runs (decode attention rotates what this leaves).
+		if r := l.intoRoPE; r >= 0 {
+			rl := &p.links[r]
+			plan.skip = !p.fused(rl.target, gemvRoPE, rows) && !p.ropeInAttention(rl.target, rows, p.ops[r].window)
+		}
 	case opAttention:
 		if p.st.decode && f.decodeKernels {
 			plan.decode = true
-			plan.attn, plan.err = p.attention(rows, p.ropeInAttention(l.target, rows))
+			plan.attn, plan.err = p.attention(rows, p.ropeInAttention(l.target, rows, op.window), op.window)
 		}
 	case opSwiGLU:
 		plan.skip = p.fused(l.target, gemvSwiGLU, rows)
+	case opGeGLU:
+		plan.skip = p.fused(l.target, gemvGeGLU, rows)
 	case opArgmax:
 		if p.fused(l.target, gemvArgmax, rows) {
 			plan.argmax = argmaxGemv
@@ -679,8 +741,11 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 // read.
 func (op *stepOp) hash(h uint64, prevRows int) uint64 {
 	for _, w := range []uint64{uint64(op.kind), uint64(op.dst), uint64(op.src), uint64(op.add), uint64(op.resid),
-		uint64(op.out), uint64(op.in)} {
+		uint64(op.out), uint64(op.in), uint64(op.window)} {
 		h = fnvWord(h, w)
+	}
+	if op.bias {
+		h = fnvString(h, "bias")
 	}
 	if op.graphable {
 		h = fnvString(h, "graphable")

@@ -8,17 +8,38 @@ import (
 	"github.com/gollm/gollm/attention"
 )
 
-// planModel is the shape of a model whose steps the plan tests record.
+// planModel is the shape of a model whose steps the plan tests record, and its family's parts.
 type planModel struct {
 	name                                       string
 	hidden, inter, layers, heads, kvHeads, dim int
 	vocab                                      int
+	// The family's parts: q/k/v biases (Qwen2), q/k norms (Qwen3, Gemma 3), Gemma's sublayer-output norms,
+	// GeGLU and final soft cap; window, when positive, the sliding window of every layer but each
+	// fullEvery-th (Gemma 3's five sliding to one full: 6; 0 every layer slides).
+	bias, qkNorm, sandwich, gelu, softcap bool
+	window, fullEvery                     int
 }
 
 var (
-	planLlama3_8B  = planModel{"llama3-8b", 4096, 14336, 32, 32, 8, 128, 128256}
-	planLlama32_1B = planModel{"llama3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256}
+	planLlama3_8B  = planModel{name: "llama3-8b", hidden: 4096, inter: 14336, layers: 32, heads: 32, kvHeads: 8, dim: 128, vocab: 128256}
+	planLlama32_1B = planModel{name: "llama3.2-1b", hidden: 2048, inter: 8192, layers: 16, heads: 32, kvHeads: 8, dim: 64, vocab: 128256}
+	planQwen3_8B   = planModel{name: "qwen3-8b", hidden: 4096, inter: 12288, layers: 36, heads: 32, kvHeads: 8, dim: 128,
+		vocab: 151936, qkNorm: true}
+	planQwen25_7B = planModel{name: "qwen2.5-7b", hidden: 3584, inter: 18944, layers: 28, heads: 28, kvHeads: 4, dim: 128,
+		vocab: 152064, bias: true}
+	planGemma3_12B = planModel{name: "gemma3-12b", hidden: 3840, inter: 15360, layers: 48, heads: 16, kvHeads: 8, dim: 256,
+		vocab: 262208, qkNorm: true, sandwich: true, gelu: true, softcap: true, window: 1024, fullEvery: 6}
+	planMistral7B = planModel{name: "mistral-7b-v0.1", hidden: 4096, inter: 14336, layers: 32, heads: 32, kvHeads: 8, dim: 128,
+		vocab: 32000, window: 4096}
 )
+
+// layerWindow is layer l's sliding window (0: none).
+func (m planModel) layerWindow(l int) int {
+	if m.window > 0 && (m.fullEvery == 0 || l%m.fullEvery != m.fullEvery-1) {
+		return m.window
+	}
+	return 0
+}
 
 // planFacts are an H100's or an H200's facts ("h100", "h200") for a bf16 model m as the plan sees them:
 // 132 SMs, every kernel loaded (the skinny product and GEMM, the GEMM's SwiGLU map, the norm folds, the
@@ -34,6 +55,8 @@ func planFacts(device string, m planModel) stepFacts {
 		normFold: true, normSlots: 2*m.layers + 1, decodeKernels: true,
 		attn: attention.DecodeDevice{SMs: 132, L2Bytes: 50 << 20, PeakBandwidth: bw, ProgramsPerSM: func(k attention.DecodeKernel) int {
 			switch {
+			case k.HeadDim == 256: // three stages of K and V in 96 KiB: two programs an SM
+				return 2
 			case k.Path == attention.PathFMA:
 				return 4
 			case k.HeadDim == 64 && k.Kernel == attention.SplitK:
@@ -82,19 +105,37 @@ func recordedStep(m planModel, rows int, gather bool) (ops []stepOp, at map[stri
 		if l == 1 {
 			norm = "norm1"
 		}
+		w := m.layerWindow(l)
 		add(norm, stepOp{kind: opNorm, dst: normed, add: pending, resid: hidden, in: m.hidden})
-		add("qkv", stepOp{kind: opMatMul, dst: qkv, src: normed, out: qkvCols, in: m.hidden})
-		add("rope", stepOp{kind: opRoPE, src: qkv})
-		add("attention", stepOp{kind: opAttention, dst: attn, src: qkv})
+		add("qkv", stepOp{kind: opMatMul, dst: qkv, src: normed, out: qkvCols, in: m.hidden, bias: m.bias})
+		if m.qkNorm {
+			add("qknorm", stepOp{kind: opQKNorm, dst: qkv, src: qkv})
+		}
+		rope, attention := "rope", "attention"
+		if m.window > 0 && w == 0 { // a full layer of a model whose others slide
+			rope, attention = "ropeFull", "attentionFull"
+		}
+		add(rope, stepOp{kind: opRoPE, src: qkv, window: w})
+		add(attention, stepOp{kind: opAttention, dst: attn, src: qkv, window: w})
 		add("o", stepOp{kind: opMatMul, dst: proj, src: attn, out: m.hidden, in: m.heads * m.dim})
+		if m.sandwich {
+			add("attnOutNorm", stepOp{kind: opNorm, dst: proj, resid: proj, in: m.hidden})
+		}
 		add("post0", stepOp{kind: opNorm, dst: normed, add: proj, resid: hidden, in: m.hidden})
 		add("gateup", stepOp{kind: opMatMul, dst: gateUp, src: normed, out: 2 * m.inter, in: m.hidden})
-		add("swiglu", stepOp{kind: opSwiGLU, dst: act, src: gateUp, out: m.inter, in: 2 * m.inter})
+		if m.gelu {
+			add("swiglu", stepOp{kind: opGeGLU, dst: act, src: gateUp, out: m.inter, in: 2 * m.inter})
+		} else {
+			add("swiglu", stepOp{kind: opSwiGLU, dst: act, src: gateUp, out: m.inter, in: 2 * m.inter})
+		}
 		down := "down"
 		if l == m.layers-1 {
 			down = "downLast"
 		}
 		add(down, stepOp{kind: opMatMul, dst: proj, src: act, out: m.hidden, in: m.inter})
+		if m.sandwich {
+			add("mlpOutNorm", stepOp{kind: opNorm, dst: proj, resid: proj, in: m.hidden})
+		}
 		pending = proj
 	}
 	add("final", stepOp{kind: opNorm, dst: normed, add: pending, resid: hidden, in: m.hidden})
@@ -104,6 +145,9 @@ func recordedStep(m planModel, rows int, gather bool) (ops []stepOp, at map[stri
 		add("gather", stepOp{kind: opGather, rows: n, dst: picked, src: normed, in: m.hidden})
 	}
 	add("lmhead", stepOp{kind: opMatMul, rows: n, dst: logits, src: src, out: m.vocab, in: m.hidden})
+	if m.softcap {
+		add("softcap", stepOp{kind: opSoftcap, rows: n, dst: logits, src: logits, in: m.vocab})
+	}
 	add("argmax", stepOp{kind: opArgmax, rows: n, src: logits, in: m.vocab})
 	return ops, at
 }
@@ -117,7 +161,7 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 		var w []string
 		switch mm.path {
 		case pathGemv:
-			w = append(w, "gemv", [...]string{"plain", "swiglu", "rope", "argmax"}[mm.mode])
+			w = append(w, "gemv", [...]string{"plain", "swiglu", "rope", "argmax", "geglu"}[mm.mode])
 			if mm.accumulate {
 				w = append(w, "accumulate")
 			}
@@ -149,11 +193,20 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 				w = append(w, fmt.Sprintf("split-k %d", sp.parts))
 			}
 		}
+		if p.bias {
+			w = append(w, "bias")
+		}
 		return strings.Join(w, " ")
 	case opNorm:
 		switch {
 		case p.folded:
 			return "folded"
+		case p.skip:
+			return "into the next norm"
+		case p.inPlace:
+			return "in place"
+		case p.preNorm >= 0:
+			return "norm add"
 		case p.add == addPartials:
 			return fmt.Sprintf("add %d partials", p.addParts)
 		case p.add == addNone:
@@ -164,6 +217,8 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 		return "add"
 	case opRoPE:
 		switch {
+		case !p.skip && p.qkNorm >= 0:
+			return "kernel qknorm"
 		case !p.skip:
 			return "kernel"
 		case plans[i+1].attn.RoPE:
@@ -175,7 +230,12 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 			return "prefill"
 		}
 		return fmt.Sprintf("%s %v %dx%d", p.attn.Kernel.Name, p.attn.Plan.Kernel, p.attn.Plan.NumPartitions, p.attn.Plan.PartitionTokens)
-	case opSwiGLU:
+	case opQKNorm:
+		if p.skip {
+			return "into rope"
+		}
+		return "kernel"
+	case opSwiGLU, opGeGLU, opSoftcap:
 		if p.skip {
 			return "fused"
 		}
@@ -200,6 +260,7 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 // normFolds, fused and ropeInAttention, at 71d212d) and the attention dispatcher's oracle: the refactor
 // changed no launch. Which kernel serves a product at a row count is its "qkv", "o", "gateup", "down"
 // and "lmhead" entries (planMatMul).
+
 func TestPlanStep(t *testing.T) {
 	models := map[string]planModel{"llama3-8b": planLlama3_8B, "llama3.2-1b": planLlama32_1B}
 	for _, tc := range []struct {
@@ -237,31 +298,92 @@ func TestPlanStep(t *testing.T) {
 		{"h200", "llama3.2-1b", -300, map[string]string{"qkv": "cublas", "o": "cublas accumulate", "gateup": "cublas", "down": "cublas accumulate", "downLast": "cublas accumulate", "lmhead": "gemv argmax", "rope": "kernel", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "swiglu": "kernel", "argmax": "gemv", "attention": "prefill"}},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/rows%d", tc.device, tc.model, tc.rows), func(t *testing.T) {
-			m := models[tc.model]
-			f := planFacts(tc.device, m)
-			rows, prefill := tc.rows, tc.rows < 0
-			st := stepShape{decode: true, graph: true, contextCap: 2048, stride: 2048 / 16, pdl: rows <= pdlMaxRows}
-			planRows := rows
-			if prefill {
-				rows, planRows = -rows, 0
-				st = stepShape{contextLens: []int32{int32(-tc.rows)}, stride: 19}
-			}
-			ops, at := recordedStep(m, rows, prefill)
-			plans := planStep(ops, planRows, &f, &st)
-			for name, want := range tc.want {
-				if got := describe(ops, plans, at[name], &f); got != want {
-					t.Errorf("%s: %s, want %s", name, got, want)
-				}
-			}
-			// Every layer's attention runs as the first layer's.
-			for i, op := range ops {
-				if op.kind == opAttention {
-					if got, want := describe(ops, plans, i, &f), describe(ops, plans, at["attention"], &f); got != want {
-						t.Errorf("op %d: attention %s, layer 0's %s", i, got, want)
-					}
-				}
-			}
+			checkPlanStep(t, tc.device, models[tc.model], tc.rows, 2048, tc.want)
 		})
+	}
+}
+
+// TestPlanStepFamilies is TestPlanStep's oracle for the families' parts on the H200: Qwen3-8B, Qwen2.5-7B,
+// Gemma-3-12B and Mistral-7B-v0.1, decode steps run as graphs of context cap 2048 unless stated, and
+// prefill steps of 300 tokens. The q/k norms are a kernel after the Q/K/V product where decode attention
+// folds the rotation (the product then fuses none), else the RoPE kernel runs them; the q/k/v biases a
+// kernel after the product (which takes no epilogue); Gemma's sublayer-output norms run in the norm after
+// them (NormAddRMSNorm; no norm folds); GeGLU the skinny product's epilogue, else a kernel; the soft cap
+// a kernel before the argmax (which reads the capped logits); head_dim 256 its narrow decode kernels,
+// without the rotation; sliding layers are planned on the tokens they read (Mistral at context 16384
+// with its window of 4096: 4111 tokens, 13 partitions of 320).
+func TestPlanStepFamilies(t *testing.T) {
+	models := map[string]planModel{"qwen3-8b": planQwen3_8B, "qwen2.5-7b": planQwen25_7B, "gemma3-12b": planGemma3_12B,
+		"mistral-7b-v0.1": planMistral7B}
+	for _, tc := range []struct {
+		device, model string
+		rows          int
+		want          map[string]string
+		ctx           int // the graph's context cap (0: 2048)
+	}{
+		{"h200", "qwen3-8b", 1, map[string]string{"qkv": "gemv plain normIn", "qknorm": "kernel", "rope": "attention", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 16x128", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "swiglu": "fused", "down": "gemv plain accumulate normOut", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 0},
+		{"h200", "qwen3-8b", 64, map[string]string{"qkv": "cublas", "qknorm": "kernel", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "swiglu": "fused", "down": "cublas accumulate split-rows 2", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "lmhead": "gemm argmax", "argmax": "gemm 594"}, 0},
+		{"h200", "qwen3-8b", -300, map[string]string{"qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "prefill", "lmhead": "gemv argmax", "argmax": "gemv"}, 0},
+		{"h200", "qwen2.5-7b", 1, map[string]string{"qkv": "gemv plain normIn bias", "rope": "attention", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 32x64", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "norm0": "folded", "post0": "folded", "final": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 0},
+		{"h200", "qwen2.5-7b", 64, map[string]string{"qkv": "cublas bias", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0", "o": "cublas accumulate split-k 2", "post0": "add 2 partials", "gateup": "gemm swiglu", "down": "gemm plain accumulate", "norm1": "add none", "lmhead": "gemm argmax", "argmax": "gemm 594"}, 0},
+		{"h200", "gemma3-12b", 1, map[string]string{"norm0": "no add", "qkv": "gemv plain", "qknorm": "into rope", "rope": "kernel qknorm", "ropeFull": "kernel qknorm", "attention": "DecodeSplitK_mma_bf16_d256_n8 split-k 9x128", "attentionFull": "DecodeSplitK_mma_bf16_d256_n8 split-k 16x128", "o": "gemv plain", "attnOutNorm": "into the next norm", "post0": "norm add", "gateup": "gemv geglu", "swiglu": "fused", "down": "gemv plain", "mlpOutNorm": "into the next norm", "norm1": "norm add", "final": "norm add", "lmhead": "gemv plain", "softcap": "kernel", "argmax": "chunks"}, 0},
+		{"h200", "gemma3-12b", 64, map[string]string{"norm0": "no add", "qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "DecodeGrouped_mma_bf16_d256_n8 grouped 1x0", "attentionFull": "DecodeGrouped_mma_bf16_d256_n8 grouped 1x0", "o": "cublas", "attnOutNorm": "into the next norm", "post0": "norm add", "gateup": "gemm plain", "swiglu": "kernel", "down": "cublas", "mlpOutNorm": "into the next norm", "norm1": "norm add", "final": "norm add", "lmhead": "gemm plain", "softcap": "kernel", "argmax": "chunks"}, 0},
+		{"h200", "gemma3-12b", -300, map[string]string{"qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "prefill", "attnOutNorm": "into the next norm", "post0": "norm add", "swiglu": "kernel", "lmhead": "gemv plain", "softcap": "kernel", "argmax": "chunks"}, 0},
+		{"h200", "mistral-7b-v0.1", 1, map[string]string{"qkv": "gemv rope normIn", "rope": "qkv", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 13x320", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "norm0": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 16384},
+		{"h200", "mistral-7b-v0.1", 64, map[string]string{"qkv": "cublas", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0", "gateup": "gemm swiglu", "lmhead": "gemm argmax", "argmax": "gemm 125"}, 16384},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/rows%d/ctx%d", tc.device, tc.model, tc.rows, tc.ctx), func(t *testing.T) {
+			ctx := 2048
+			if tc.ctx > 0 {
+				ctx = tc.ctx
+			}
+			checkPlanStep(t, tc.device, models[tc.model], tc.rows, ctx, tc.want)
+		})
+	}
+}
+
+// checkPlanStep plans a step of model m on device (planFacts) at rows rows of a decode step run as its
+// graph of context cap ctx, or (rows < 0) of a prefill step of −rows tokens with one logit row, and
+// checks how the named ops run (describe) against want; every layer's attention must run as the first
+// of its window's.
+func checkPlanStep(t *testing.T, device string, m planModel, rows, ctx int, want map[string]string) {
+	t.Helper()
+	f := planFacts(device, m)
+	prefill := rows < 0
+	st := stepShape{decode: true, graph: true, contextCap: ctx, stride: ctx / 16, pdl: rows <= pdlMaxRows}
+	planRows := rows
+	if prefill {
+		rows, planRows = -rows, 0
+		st = stepShape{contextLens: []int32{int32(rows)}, stride: 19}
+	}
+	ops, at := recordedStep(m, rows, prefill)
+	plans := planStep(ops, planRows, &f, &st)
+	for name, w := range want {
+		i, ok := at[name]
+		if !ok {
+			t.Errorf("%s: no such op", name)
+			continue
+		}
+		if got := describe(ops, plans, i, &f); got != w {
+			t.Errorf("%s: %s, want %s", name, got, w)
+		}
+	}
+	for i, p := range plans {
+		if p.err != nil {
+			t.Errorf("op %d (%v): %v", i, ops[i].kind, p.err)
+		}
+	}
+	// Every layer's attention runs as the first layer's of its window.
+	for i, op := range ops {
+		if op.kind == opAttention {
+			first := at["attention"]
+			if op.window != ops[first].window {
+				first = at["attentionFull"]
+			}
+			if got, w := describe(ops, plans, i, &f), describe(ops, plans, first, &f); got != w {
+				t.Errorf("op %d: attention %s, its window's first %s", i, got, w)
+			}
+		}
 	}
 }
 

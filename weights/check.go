@@ -73,11 +73,6 @@ func TensorShapes(c *Config) map[string][]int {
 	return shapes
 }
 
-// LlamaTensorShapes is TensorShapes, under the name it had when LLaMA was the only family.
-//
-// Deprecated: use TensorShapes.
-func LlamaTensorShapes(c *Config) map[string][]int { return TensorShapes(c) }
-
 // CheckTensors verifies that s holds exactly the tensors of a model with config c (see TensorShapes),
 // each with its shape and a supported dtype. A tied checkpoint may still ship its LM head (with shape
 // [V, H]); the model uses the embeddings then. Known harmless buffers (rotary_emb.inv_freq) are

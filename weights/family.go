@@ -38,7 +38,7 @@ const (
 // configuration class gives the fields a file may omit. It is the one place gollm branches on an
 // architecture's name: everything downstream reads the Config it produces. To add a family that is made
 // of the same parts, add an entry here (and its model_type to modelTypes); a new part needs a Config
-// field, a tensor in LlamaTensorShapes and, in package model, its op.
+// field, a tensor in TensorShapes and, in package model, its op.
 type family struct {
 	modelType string // the model_type the architecture implies
 	// textConfig says the text model's fields are in config.json's text_config (a multimodal folder whose

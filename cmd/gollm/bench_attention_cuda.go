@@ -23,7 +23,8 @@ import (
 	"github.com/gollm/gollm/internal/dtype"
 )
 
-// benchShape is one entry of attention-shapes.json.
+// benchShape is one entry of attention-shapes.json. Window, when positive, is a sliding window (a
+// Mistral or Gemma layer's): each sequence's decode reads the pages from its window's first key on.
 type benchShape struct {
 	Name    string `json:"name"`
 	Batch   int    `json:"batch"`
@@ -31,6 +32,16 @@ type benchShape struct {
 	Hq      int    `json:"hq"`
 	Hkv     int    `json:"hkv"`
 	HeadDim int    `json:"head_dim"`
+	Window  int    `json:"window,omitempty"`
+}
+
+// readTokens is the tokens a decode of s reads per sequence: its context, or with a window its span
+// from the page of the newest query's first key (attention.DecodeCall.ReadLens).
+func (s benchShape) readTokens(pageSize int) int {
+	if s.Window <= 0 {
+		return s.Ctx
+	}
+	return s.Ctx - max(0, s.Ctx-s.Window)/pageSize*pageSize
 }
 
 type benchShapesFile struct {
@@ -50,7 +61,7 @@ type sweepPoint struct {
 type attentionResult struct {
 	benchShape
 	PageSize        int          `json:"page_size"`
-	KVBytes         int64        `json:"kv_bytes"`
+	KVBytes         int64        `json:"kv_bytes"` // the K and V the call reads (a window's span)
 	Copies          int          `json:"copies"`
 	GroupedKernel   string       `json:"grouped_kernel"`
 	GroupedUS       float64      `json:"grouped_us"`
@@ -336,7 +347,7 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 			Out: out, Q: q, KCache: kPool, VCache: vPool, BlockTables: tab, ContextLens: lens,
 			HostContextLens: in.hostLens, MaxBlocks: in.maxBlocks, NumHeads: s.Hq, NumKVHeads: s.Hkv,
 			HeadDim: s.HeadDim, BlockSize: pageSize, DType: cuda.BFloat16,
-			Scale: float32(1 / math.Sqrt(float64(s.HeadDim))),
+			Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), Window: s.Window,
 		})
 	}
 	in.workspaceBytes = attention.SplitKWorkspaceBytes(s.Batch, s.Hq, s.HeadDim, maxPartitions)
@@ -356,7 +367,8 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		return nil, err
 	}
 	defer in.free()
-	r := &attentionResult{benchShape: s, PageSize: pageSize, KVBytes: int64(s.Batch) * int64(s.Ctx) * int64(s.Hkv) * int64(s.HeadDim) * 2 * 2,
+	read := s.readTokens(pageSize)
+	r := &attentionResult{benchShape: s, PageSize: pageSize, KVBytes: int64(s.Batch) * int64(read) * int64(s.Hkv) * int64(s.HeadDim) * 2 * 2,
 		Copies: in.copies}
 	kinfo, err := b.k.Describe("DecodeGrouped", &in.args[0], attention.PathAuto)
 	if err != nil {
@@ -385,7 +397,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		points = append(points, plan.PartitionTokens)
 	}
 	for _, part := range points {
-		if part >= s.Ctx {
+		if part >= read {
 			continue
 		}
 		us, err := b.timer.Median(in.copies, func(c int) error {
@@ -394,7 +406,7 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 		if err != nil {
 			return nil, err
 		}
-		pt := sweepPoint{PartitionTokens: part, Partitions: (s.Ctx + part - 1) / part, Micros: us}
+		pt := sweepPoint{PartitionTokens: part, Partitions: (read + part - 1) / part, Micros: us}
 		r.SplitKSweep = append(r.SplitKSweep, pt)
 		if r.SplitKUS == 0 || us < r.SplitKUS {
 			r.SplitKUS, r.SplitKPartition, r.SplitKParts = us, pt.PartitionTokens, pt.Partitions
@@ -457,14 +469,14 @@ func printAttentionTable(w io.Writer, rep *attentionReport) {
 	fmt.Fprintf(w, "# %s (%d SMs), driver %d, %s, commit %s; copy bandwidth %.2f TB/s; median of %d runs\n",
 		rep.Device, rep.NumSMs, rep.Driver, rep.Date, rep.Commit, rep.CopyBandwidth/1e12, rep.Iters)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shape\tB\tctx\tHq\tHkv\tKV MB\tgrouped µs\tsplit-k µs (parts)\tplan\tplan µs\t%BW\tflushed µs\thost µs\t")
+	fmt.Fprintln(tw, "shape\tB\tctx\twindow\tHq\tHkv\td\tKV MB\tgrouped µs\tsplit-k µs (parts)\tplan\tplan µs\t%BW\tflushed µs\thost µs\t")
 	for _, r := range rep.Results {
 		plan := r.PlanKernel
 		if r.PlanParts > 1 {
 			plan = fmt.Sprintf("%s×%d", plan, r.PlanParts)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f (%d)\t%s\t%.1f\t%.0f%%\t%.1f\t%.1f\t\n", r.Name, r.Batch, r.Ctx, r.Hq, r.Hkv,
-			float64(r.KVBytes)/1e6, r.GroupedUS, r.SplitKUS, r.SplitKParts, plan, r.DispatchUS, 100*r.BWFraction,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f (%d)\t%s\t%.1f\t%.0f%%\t%.1f\t%.1f\t\n", r.Name, r.Batch, r.Ctx,
+			r.Window, r.Hq, r.Hkv, r.HeadDim, float64(r.KVBytes)/1e6, r.GroupedUS, r.SplitKUS, r.SplitKParts, plan, r.DispatchUS, 100*r.BWFraction,
 			r.DispatchFlushUS, r.HostUSPerRun)
 	}
 	tw.Flush()

@@ -44,6 +44,13 @@ template <typename T> __device__ __forceinline__ float silu_mul(float g, float u
 	}
 }
 
+// gelu_mul returns GeGLU's gelu_tanh(g)·u (PyTorch's gelu(approximate="tanh")) as the CPU backend computes
+// it: 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))) in double, rounded to float, times u in float.
+__device__ __forceinline__ float gelu_mul(float g, float u) {
+	const double v = g;
+	return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))) * u;
+}
+
 // block_sum returns the sum of v over the block (every thread gets it). blockDim.x is a multiple of 32
 // and at most 1024; scratch holds 32 floats. The block must call it uniformly.
 __device__ __forceinline__ float block_sum(float v, float *scratch) {

@@ -9,6 +9,10 @@
 // When the first layer's input norm is folded (gemv.cu, "Folded norm"; norm_out set), row t also writes
 // norm_out[t] = row · norm_w in T and its sum of squares, in the folded norms' fixed point, into ss_out[t]
 // (one block a row: a plain store, no atomics), and block 0 clears ss_zero (the next fold's sums).
+//
+// scale, when not zero, multiplies every embedding (Gemma's sqrt(hidden_size), Shape.EmbedScale): the
+// caller rounds it to T and the product is rounded to T, as transformers multiplies the embeddings by
+// the scale in their dtype.
 #include "common.cuh"
 
 struct EmbedParams {
@@ -21,7 +25,14 @@ struct EmbedParams {
 	void *norm_out;                        // folded norm: [rows][hidden] of T, row · norm_w
 	const float *norm_w;                   // folded norm: [hidden]
 	int hidden;
+	float scale; // 0: none
 };
+
+// embed_value is element i of the row, scaled.
+template <typename T> __device__ __forceinline__ float embed_value(const EmbedParams &p, const T *src, int i) {
+	const float v = Num<T>::load(src[i]);
+	return p.scale != 0.f ? Num<T>::load(Num<T>::store(v * p.scale)) : v;
+}
 
 template <typename T> __device__ __forceinline__ void embed(const EmbedParams &p) {
 	const long long row = blockIdx.x;
@@ -30,14 +41,14 @@ template <typename T> __device__ __forceinline__ void embed(const EmbedParams &p
 	const T *src = reinterpret_cast<const T *>(p.table) + tok * p.hidden;
 	float *dst = p.dst + row * p.hidden;
 	if (!p.norm_out) {
-		for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = Num<T>::load(src[i]);
+		for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = embed_value<T>(p, src, i);
 		return;
 	}
 	__shared__ float scratch[32];
 	T *xo = reinterpret_cast<T *>(p.norm_out) + row * p.hidden;
 	float ss = 0.f;
 	for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
-		const float v = Num<T>::load(src[i]);
+		const float v = embed_value<T>(p, src, i);
 		dst[i] = v;
 		xo[i] = Num<T>::store(v * p.norm_w[i]);
 		ss += v * v;

@@ -1,6 +1,6 @@
 // Skinny matrix product for decode steps (the CUDA backend's MatMul at up to 64 token rows, 16-bit
 // weights): y[m][row] = Σ_k x[m][k] · w[row][k], w [n][k] and x [m][k] of T, y float, with optional
-// fused epilogues (SwiGLU, RoPE + KV-cache write, argmax partials). Bound by reading w once: the goal is
+// fused epilogues (SwiGLU or GeGLU, RoPE + KV-cache write, argmax partials). Bound by reading w once: the goal is
 // the copy bandwidth (3.03 TB/s on the H100) on the weight bytes.
 //
 // Tensor cores with the roles swapped: a warp computes a tile of 16 weight rows × 8·NT tokens with
@@ -27,7 +27,7 @@
 // Rows of a tile: tile t is in group t / group_tiles and is the u = t % group_tiles-th tile of it; its
 // fragment row g (0..7) is weight row lo = group·group_stride + 8u + g and row g + 8 is hi = lo +
 // pair_offset. A plain product uses (1, 16, 8): tile t is rows 16t..16t+15. The fused epilogues need
-// pairs in one lane: SwiGLU (gate row i, up row I + i) uses (I/8, 0, I); RoPE (rows i and i + D/2 of a
+// pairs in one lane: SwiGLU and GeGLU (gate row i, up row I + i) use (I/8, 0, I); RoPE (rows i and i + D/2 of a
 // head of D rows) uses (D/16, D, D/2).
 //
 // Folded norm: at decode sizes the RMSNorm between a product and the next (O → post-attention norm →
@@ -52,13 +52,13 @@
 // round trip, a reduction of 256 partial sums) is paid a dozen times over.
 #include "common.cuh"
 
-enum GemvMode { GEMV_PLAIN = 0, GEMV_SWIGLU = 1, GEMV_ROPE = 2, GEMV_ARGMAX = 3 };
+enum GemvMode { GEMV_PLAIN = 0, GEMV_SWIGLU = 1, GEMV_ROPE = 2, GEMV_ARGMAX = 3, GEMV_GEGLU = 4 };
 
 struct GemvParams {
 	float *y;               // [m][n]: the product (RoPE: rotated q and k, as RoPEWriteKV leaves qkv)
 	const void *x;          // [m][k] of T
 	const void *w;          // [n][k] of T
-	void *aux0;             // SwiGLU: act [m][n/2] of T; RoPE: q_out [m][Hq·D] of T; argmax: values [m][tiles]
+	void *aux0;             // SwiGLU, GeGLU: act [m][n/2] of T; RoPE: q_out [m][Hq·D] of T; argmax: values [m][tiles]
 	void *aux1;             // RoPE: k_cache [blocks][block_size][Hkv][D] of T; argmax: indices [m][tiles]
 	void *aux2;             // RoPE: v_cache
 	const int *positions;   // RoPE: [m]
@@ -389,11 +389,12 @@ template <typename T, int NT, int STAGES, bool PING, int FOLD> __device__ __forc
 			float ylo = acc[j][e], yhi = acc[j][2 + e];
 			float *yrow = p.y + (long long)tok * p.n;
 			switch (p.mode) {
-			case GEMV_SWIGLU: {
+			case GEMV_SWIGLU:
+			case GEMV_GEGLU: { // act = silu(gate)·up, or gelu_tanh(gate)·up
 				yrow[lo] = ylo;
 				yrow[hi] = yhi;
 				T *act = reinterpret_cast<T *>(p.aux0) + (long long)tok * p.pair_offset;
-				act[lo] = Num<T>::store(silu_mul<T>(ylo, yhi));
+				act[lo] = Num<T>::store(p.mode == GEMV_GEGLU ? gelu_mul(ylo, yhi) : silu_mul<T>(ylo, yhi));
 				break;
 			}
 			case GEMV_ROPE: {

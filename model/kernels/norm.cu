@@ -94,3 +94,53 @@ template <typename T> __device__ __forceinline__ void add_rms_norm(const AddRMSN
 #define ADD_RMS_NORM(T, TN)                                                                                   \
 	extern "C" __global__ void AddRMSNorm_##TN(const AddRMSNormParams p) { add_rms_norm<T>(p); }
 FOR_EACH_TYPE(ADD_RMS_NORM)
+
+// NormAddRMSNorm normalises a sublayer's output in place (Gemma's post-attention and post-MLP norms, the
+// in-place AddRMSNorm(x, x, none, x_w)): x = x / sqrt(mean(x²) + x_eps) · x_w in float, and, when residual
+// is given, goes on as the AddRMSNorm that adds x to the residual stream would: residual += x, then
+// dst = rmsnorm(residual) · w in T. One kernel for the two norms (the plan fuses them: a Gemma layer's
+// sublayer norms would otherwise each be a launch and a round trip of the row). Grid (rows), one block a
+// row; strided scalar loops (a thread re-reads only what it wrote: in L1). Every product is the CPU
+// backend's: gain · (x · inv).
+struct NormAddRMSNormParams {
+	float *x;            // [rows][cols], normalised in place
+	const float *x_w;    // [cols]
+	float *residual;     // [rows][cols], or null: x's norm alone
+	void *dst;           // [rows][cols] of T (with residual)
+	const float *weight; // [cols] (with residual)
+	float x_eps;
+	float eps;
+	int cols;
+};
+
+template <typename T> __device__ __forceinline__ void norm_add_rms_norm(const NormAddRMSNormParams &p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	float *x = p.x + row * p.cols;
+	pdl_wait();
+	pdl_launch_dependents();
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) ss += x[i] * x[i];
+	ss = block_sum(ss, scratch);
+	const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.x_eps);
+	float *res = p.residual ? p.residual + row * p.cols : nullptr;
+	float rs = 0.f;
+	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+		const float v = p.x_w[i] * (x[i] * inv);
+		x[i] = v;
+		if (res) {
+			const float r = res[i] + v;
+			res[i] = r;
+			rs += r * r;
+		}
+	}
+	if (!res) return;
+	rs = block_sum(rs, scratch);
+	const float rinv = 1.0f / sqrtf(rs / (float)p.cols + p.eps);
+	T *dst = reinterpret_cast<T *>(p.dst) + row * p.cols;
+	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) dst[i] = Num<T>::store(p.weight[i] * (res[i] * rinv));
+}
+
+#define NORM_ADD_RMS_NORM(T, TN)                                                                              \
+	extern "C" __global__ void NormAddRMSNorm_##TN(const NormAddRMSNormParams p) { norm_add_rms_norm<T>(p); }
+FOR_EACH_TYPE(NORM_ADD_RMS_NORM)

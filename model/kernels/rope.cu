@@ -6,6 +6,10 @@
 // (slot < 0: a padding row, not stored). cos and sin are those of the float32 angle inv_freq[i]·position,
 // as transformers computes it (evaluated in double, then rounded), times attention_scaling, computed once
 // per row and i into shared memory for all heads.
+//
+// With q_norm set (Qwen3's and Gemma 3's q/k norms, Backend.QKNorm, fused here where the rotation runs as
+// this kernel) every q and k head is first RMS-normalised: x = w · (x · 1/sqrt(mean(x²) + eps)), w = q_norm
+// for a query head and k_norm for a key head, as the QKNorm kernel (qknorm.cu) would have left it.
 #include "common.cuh"
 
 // ROPE_HEADS is the heads (q, k or v) one block of a row covers: grid (rows, ⌈(Hq + 2·Hkv) / ROPE_HEADS⌉).
@@ -24,10 +28,14 @@ struct RoPEParams {
 	int num_kv_heads;
 	int head_dim;
 	int qkv_cols;
+	const float *q_norm;   // [head_dim], or null: no q/k norms
+	const float *k_norm;   // [head_dim]
+	float eps;
 };
 
 template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
 	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
+	__shared__ float inv_rms[ROPE_HEADS]; // q/k norms: 1/rms of each rotated head of the block
 	const long long row = blockIdx.x;
 	const int half = p.head_dim / 2;
 	const int rotated = p.num_heads + p.num_kv_heads; // q and k heads; the v heads after them are copied
@@ -42,6 +50,16 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
 	T *v_dst = reinterpret_cast<T *>(p.v_cache) + slot * kv_row;
 	if (h0 < rotated) {
+		if (p.q_norm) { // a warp a head: its sum of squares
+			const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+			for (int h = h0 + (threadIdx.x >> 5); h < min(h1, rotated); h += warps) {
+				const float *x = qkv + h * p.head_dim;
+				float ss = 0.f;
+				for (int i = lane; i < p.head_dim; i += 32) ss += x[i] * x[i];
+				for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+				if (lane == 0) inv_rms[h - h0] = 1.0f / sqrtf(ss / (float)p.head_dim + p.eps);
+			}
+		}
 		// The angles depend on (position, i) only: every head of the row shares them.
 		for (int i = threadIdx.x; i < half; i += blockDim.x) {
 			const float angle = p.inv_freq[i] * (float)pos;
@@ -56,7 +74,13 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 			const int h = h0 + idx / half, i = idx % half;
 			const float cf = cos_sin[i], sf = cos_sin[half + i];
 			float *x = qkv + h * p.head_dim;
-			const float a = x[i], b = x[i + half];
+			float a = x[i], b = x[i + half];
+			if (p.q_norm) {
+				const float *w = h < p.num_heads ? p.q_norm : p.k_norm;
+				const float inv = inv_rms[h - h0];
+				a = w[i] * (a * inv);
+				b = w[i + half] * (b * inv);
+			}
 			const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
 			x[i] = rlo;
 			x[i + half] = rhi;

@@ -17,7 +17,7 @@ import (
 )
 
 // WriteLlama writes config (the contents of a config.json) and a float32 model.safetensors with the
-// tensors weights.LlamaTensorShapes lists for it into dir, and returns the parsed config. The values
+// tensors weights.TensorShapes lists for it into dir, and returns the parsed config. The values
 // are drawn from seed: embeddings N(0, 1), matrices N(0, 1/fan_in) so that activations keep their
 // scale through the layers, and RMSNorm gains 1 + N(0, 0.01), so that greedy continuations of a
 // tiny model are varied rather than constant. It fails the test on any error.
@@ -42,7 +42,7 @@ func WriteLlamaEdited(t testing.TB, dir string, config map[string]any, seed uint
 	if err != nil {
 		t.Fatal(err)
 	}
-	shapes := weights.LlamaTensorShapes(cfg)
+	shapes := weights.TensorShapes(cfg)
 	names := make([]string, 0, len(shapes))
 	for name := range shapes {
 		names = append(names, name)
