@@ -232,8 +232,17 @@ func loadModel(ctx context.Context, name string, cfg Config) (*Model, error) {
 		return nil, err
 	}
 	m.name = displayName(name)
+	quantization := cfg.Quantization
+	if q := folder.Config.Quantization; q != nil {
+		quantization = "fp8 (" + q.Method + " checkpoint)"
+	}
+	kvDType := m.model.Shape().KVCacheDType
+	if kvDType == "" {
+		kvDType = model.KVCacheAuto
+	}
 	log.Info("model loaded", "model", m.name, "dir", dir, "device", device, "kv_blocks", m.model.NumBlocks(),
-		"page_size", cfg.PageSize, "max_model_len", m.engine.MaxModelLen(), "seconds", time.Since(start).Seconds())
+		"page_size", cfg.PageSize, "max_model_len", m.engine.MaxModelLen(), "quantization", quantization,
+		"kv_cache_dtype", kvDType, "seconds", time.Since(start).Seconds())
 	return m, nil
 }
 
