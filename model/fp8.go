@@ -135,7 +135,7 @@ const (
 // except the LM head). Layers stacked into one product must agree.
 func (m *Model) linearKind(modules []string, online bool) (linearKind, error) {
 	c := m.cfg
-	if c.Quantization != nil {
+	if quantizesLinears(c) {
 		var quantized, plain []string
 		var static []bool
 		for _, mod := range modules {
@@ -170,19 +170,21 @@ func (m *Model) linearKind(modules []string, online bool) (linearKind, error) {
 	return linearFloat, nil
 }
 
-// usesFP8Weights reports whether a model of cfg loaded with opts has FP8 Linear layers.
-func usesFP8Weights(cfg *weights.Config, opts Options) bool {
-	return len(fp8WeightNames(cfg, opts.Quantization)) > 0
+// UsesFP8Weights reports whether a model of cfg loaded with Options.Quantization quantization runs FP8
+// Linear layers: its checkpoint's, or with "fp8" its float ones quantized at load.
+func UsesFP8Weights(cfg *weights.Config, quantization string) bool {
+	return len(fp8WeightNames(cfg, quantization)) > 0
 }
 
 // fp8WeightNames returns the weights (tensor names) of the Linear layers that a model of cfg loaded with
 // Options.Quantization quantization runs in FP8: those the checkpoint quantizes, or with "fp8" on a
-// float checkpoint all but the LM head's.
+// checkpoint that quantizes none (a float one, or one with KV scales only) all but the LM head's.
 func fp8WeightNames(cfg *weights.Config, quantization string) map[string]bool {
 	names := map[string]bool{}
+	checkpoint := quantizesLinears(cfg)
 	for _, mod := range cfg.LinearModules() {
 		name := mod + ".weight"
-		if cfg.Quantization != nil {
+		if checkpoint {
 			if _, ok, _ := cfg.Quantization.Scheme(mod); ok {
 				names[name] = true
 			}
@@ -191,6 +193,20 @@ func fp8WeightNames(cfg *weights.Config, quantization string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// quantizesLinears reports whether cfg's checkpoint holds FP8 Linear layers (a quantization_config with
+// a kv_cache_scheme alone quantizes none).
+func quantizesLinears(cfg *weights.Config) bool {
+	if cfg.Quantization == nil {
+		return false
+	}
+	for _, mod := range cfg.LinearModules() {
+		if _, ok, _ := cfg.Quantization.Scheme(mod); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // checkpointFP8 reads the FP8 Linear layers modules from the checkpoint and stacks them into one

@@ -430,6 +430,49 @@ func TestFP8KVCacheScales(t *testing.T) {
 	}
 }
 
+// TestFP8KVOnlyCheckpoint loads a float checkpoint whose quantization_config has a kv_cache_scheme and
+// no config groups: its Linear layers stay float (or are quantized at load with Options.Quantization
+// fp8), and an FP8 KV cache takes its K and V scales.
+func TestFP8KVOnlyCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	weightstest.WriteLlamaBF16(t, dir, fp8Config, 4)
+	path := filepath.Join(dir, weights.ConfigFile)
+	cfg := readJSON(t, path)
+	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": "float-quantized",
+		"kv_cache_scheme": map[string]any{"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false, "symmetric": true}}
+	writeJSON(t, path, cfg)
+	editTensors(t, dir, func(ts []*weights.Tensor) []*weights.Tensor {
+		for l := range 2 {
+			for i, name := range []string{"k_scale", "v_scale"} {
+				v := float32(0.01 * float64(l+1) * float64(i+1))
+				ts = append(ts, &weights.Tensor{Name: fmt.Sprintf("model.layers.%d.self_attn.%s", l, name), DType: weights.DTypeF32,
+					Shape: []int{}, Data: float32Bytes([]float32{v})})
+			}
+		}
+		return ts
+	})
+	f := openFolder(t, dir)
+	plain, err := Load(f, Options{NumBlocks: 8, BlockSize: 4, KVCacheDType: KVCacheFP8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, ok := plain.layers[0].qkv.Data.(*fp8Matrix); ok || UsesFP8Weights(f.Config, "") {
+		t.Error("a checkpoint with KV scales only has FP8 layers")
+	}
+	if want := []KVScale{{0.01, 0.02}, {0.02, 0.04}}; !slices.Equal(plain.Shape().KVScales, want) {
+		t.Errorf("KV scales %v, want %v", plain.Shape().KVScales, want)
+	}
+	online, err := Load(f, Options{NumBlocks: 8, BlockSize: 4, Quantization: QuantizationFP8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer online.Close()
+	if _, ok := online.layers[1].down.Data.(*fp8Matrix); !ok || !UsesFP8Weights(f.Config, QuantizationFP8) {
+		t.Error("--quantization fp8 left the layers float")
+	}
+}
+
 // TestFP8LoadErrors checks that what an FP8 checkpoint or the options get wrong is refused at load with
 // an error naming it: a NaN code, layers run as one product that disagree on being quantized or on
 // their input scheme, an unknown quantization or KV cache dtype.

@@ -87,7 +87,7 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 		}
 	}
 	if fc, ok := backend.(fp8Checker); ok {
-		if err := fc.checkFP8(usesFP8Weights(cfg, opts), shape); err != nil {
+		if err := fc.checkFP8(UsesFP8Weights(cfg, opts.Quantization), shape); err != nil {
 			backend.Close()
 			return nil, fmt.Errorf("model: load: %w", err)
 		}

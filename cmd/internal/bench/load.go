@@ -157,7 +157,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 		lm.EOSTokenIDs = f.Generation.EOSTokenIDs
 	}
 	lm.Precision = dev.Precision(lm.Config)
-	if spec.Quantization == model.QuantizationFP8 || lm.Config.Quantization != nil {
+	if model.UsesFP8Weights(lm.Config, spec.Quantization) {
 		lm.Precision.LayerWeightBytes = 1
 	}
 	lm.Precision.KVBytes = model.KVElementBytes(spec.KVCacheDType, lm.Precision.KVBytes)
