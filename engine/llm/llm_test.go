@@ -195,6 +195,8 @@ func TestLoadErrors(t *testing.T) {
 		{"max model len beyond KV blocks", context.Background(), "", Config{KVBlocks: 4, PageSize: 16, MaxModelLen: 100}, ErrDoesNotFit, ""},
 		{"max model len beyond the context", context.Background(), "", Config{MaxModelLen: 4096}, nil, "max_position_embeddings 1024"},
 		{"unknown device", context.Background(), "", Config{Device: "tpu"}, nil, "unknown device"},
+		{"unknown quantization", context.Background(), "", Config{Quantization: "int4"}, nil, `quantization "int4" (supported: fp8)`},
+		{"e5m2 KV cache", context.Background(), "", Config{KVCacheDType: "fp8_e5m2"}, nil, `kv cache dtype "fp8_e5m2"`},
 		{"missing folder", context.Background(), "/nonexistent/model", Config{}, fs.ErrNotExist, ""},
 		{"cancelled", cancelled, "", Config{}, context.Canceled, ""},
 	}
