@@ -33,7 +33,7 @@ type KVScale struct{ K, V float32 }
 
 // fp8MinScale is the least scale a dynamic (per-token) activation, or a weight row quantized at load,
 // gets: vLLM's floor (1/(448·512)), so that a row of zeros does not divide by zero.
-var fp8MinScale = float32(1.0 / (dtype.E4M3Max * 512))
+const fp8MinScale float32 = 1.0 / (dtype.E4M3Max * 512)
 
 // FP8Weight is a Linear layer's weight in FP8 (W8A8) as Load hands it to Backend.UploadFP8: the matrix
 // [Rows][Cols] of e4m3 codes in PyTorch's Linear layout, one scale per output row (a checkpoint's
