@@ -109,7 +109,15 @@ func newStep(out, q []float32, numHeads int, scale float32, c *Cache, numRows in
 	if c.NumKVHeads <= 0 || numHeads <= 0 || numHeads%c.NumKVHeads != 0 {
 		panic(fmt.Sprintf("attention: %s: %d query heads is not a multiple of %d KV heads", who, numHeads, c.NumKVHeads))
 	}
-	if n := c.NumBlocks * c.BlockSize * c.NumKVHeads * c.HeadDim; len(c.K) != n || len(c.V) != n {
+	n := c.NumBlocks * c.BlockSize * c.NumKVHeads * c.HeadDim
+	if c.FP8() {
+		if len(c.K8) != n || len(c.V8) != n || c.K != nil || c.V != nil {
+			panic(fmt.Sprintf("attention: %s: FP8 cache K %d and V %d values (and float32 %d, %d), want %d", who, len(c.K8), len(c.V8), len(c.K), len(c.V), n))
+		}
+		if !(c.KScale > 0 && c.VScale > 0) {
+			panic(fmt.Sprintf("attention: %s: FP8 cache scales %v, %v", who, c.KScale, c.VScale))
+		}
+	} else if len(c.K) != n || len(c.V) != n {
 		panic(fmt.Sprintf("attention: %s: cache K %d and V %d values, want %d", who, len(c.K), len(c.V), n))
 	}
 	if n := numRows * numHeads * c.HeadDim; len(q) < n || len(out) < n {
@@ -174,7 +182,7 @@ func (st *step) planInput(workers int) PlanInput {
 		NumKVHeads:  st.c.NumKVHeads,
 		HeadDim:     st.c.HeadDim,
 		BlockSize:   st.c.BlockSize,
-		DTypeSize:   4,
+		DTypeSize:   st.c.ElementSize(),
 		NumSMs:      workers,
 	}
 }

@@ -5,10 +5,13 @@
 //
 // # Layout
 //
-// A Cache holds one layer's K and V pools, each [NumBlocks][BlockSize][NumKVHeads][HeadDim] float32. A
-// token lives at slot = block·BlockSize + offset; Cache.Write stores a step's K/V rows by slot mapping
-// (a negative slot is a padding token). A sequence's pages are listed, in logical order, by its block
-// table; the pages themselves may lie anywhere in the pool.
+// A Cache holds one layer's K and V pools, each [NumBlocks][BlockSize][NumKVHeads][HeadDim] float32, or
+// FP8 e4m3 with a K and a V scale (NewFP8Cache; Cache.WithScales gives each layer sharing a page array
+// its own scales). A token lives at slot = block·BlockSize + offset; Cache.Write stores a step's K/V
+// rows by slot mapping (a negative slot is a padding token; FP8 stores e4m3(x/scale), saturating). A
+// sequence's pages are listed, in logical order, by its block table; the pages themselves may lie
+// anywhere in the pool. Every kernel reads an FP8 page as float32(e4m3)·scale, row by row as it loads
+// the page, and then computes exactly as over float32 pages.
 //
 // # Attention
 //

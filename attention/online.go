@@ -2,6 +2,8 @@ package attention
 
 import (
 	"math"
+
+	"github.com/gollm/gollm/internal/dtype"
 )
 
 // walker is one worker's state for the page walk that every kernel here shares: a tile of query vectors
@@ -20,6 +22,7 @@ type walker struct {
 	m, l               []float32 // [vectors] running max and running sum of exp(score - m)
 	acc                []float32 // [vectors][headDim] running Σ exp(score - m) · v
 	lower, limit       []int     // [vectors] first and exclusive last key a vector may see (window, causal mask)
+	page               []float32 // [blockSize][headDim]: an FP8 cache's K, then V, rows of the current page, dequantized
 	sink               float32   // keeps prefetch's loads alive; never read
 }
 
@@ -34,6 +37,7 @@ func newWalker(maxVectors, headDim, blockSize int) *walker {
 		acc:       make([]float32, maxVectors*headDim),
 		lower:     make([]int, maxVectors),
 		limit:     make([]int, maxVectors),
+		page:      make([]float32, blockSize*headDim),
 	}
 }
 
@@ -70,9 +74,9 @@ func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int
 		}
 
 		// Scores: each K row is loaded once and dotted with every vector of the tile.
+		keys, keyStride := w.rows(c.K, c.K8, c.KScale, base, stride, tile)
 		for j := range tile {
-			k := c.K[base+j*stride : base+j*stride+d]
-			w.scoreRow(k, n, j)
+			w.scoreRow(keys[j*keyStride:j*keyStride+d], n, j)
 		}
 
 		// Online softmax per vector: new max, rescale of the old state, probabilities of this page.
@@ -111,12 +115,27 @@ func (w *walker) walk(c *Cache, head int, table []int32, n, keyStart, keyEnd int
 		}
 
 		// P·V: each V row is loaded once and accumulated into every vector of the tile.
+		values, valueStride := w.rows(c.V, c.V8, c.VScale, base, stride, tile)
 		for j := range tile {
-			v := c.V[base+j*stride : base+j*stride+d]
-			w.accumulateRow(v, n, j)
+			w.accumulateRow(values[j*valueStride:j*valueStride+d], n, j)
 		}
 		t += tile
 	}
+}
+
+// rows returns the tile rows of one KV head of the current page, starting at element base of the pool
+// and stride elements apart, as float32 rows stride apart: the float32 pool itself, or for an FP8
+// pool (f32 nil) the rows of codes dequantized into w.page, each element float32(e4m3) · scale, the
+// rows headDim apart. On the GPU that dequantization happens in registers as the tile is loaded.
+func (w *walker) rows(f32 []float32, codes []uint8, scale float32, base, stride, tile int) ([]float32, int) {
+	if f32 != nil {
+		return f32[base:], stride
+	}
+	d := w.headDim
+	for j := range tile {
+		dtype.DecodeE4M3(w.page[j*d:(j+1)*d], codes[base+j*stride:base+j*stride+d], scale)
+	}
+	return w.page, d
 }
 
 // prefetch touches one value per cache line of the K and V rows of the next page (tokens [off,
@@ -129,6 +148,18 @@ func (w *walker) prefetch(c *Cache, head, block, off, n int) {
 	d := w.headDim
 	stride := c.NumKVHeads * d
 	base := ((block*w.blockSize+off)*c.NumKVHeads + head) * d
+	if c.FP8() {
+		var s uint8
+		for j := range n {
+			k := c.K8[base+j*stride : base+j*stride+d]
+			v := c.V8[base+j*stride : base+j*stride+d]
+			for i := 0; i < d; i += 64 {
+				s += k[i] ^ v[i]
+			}
+		}
+		w.sink += float32(s)
+		return
+	}
 	var s0, s1 float32
 	for j := range n {
 		k := c.K[base+j*stride : base+j*stride+d]

@@ -69,6 +69,13 @@ type Shape struct {
 	// page array are in its LayerShape.
 	KVGroups []int
 	KVSlots  int
+
+	// KVCacheDType is the element type of the KV pages: "" the backend's own (float32 on the CPU), or
+	// KVCacheFP8: OCP e4m3, each layer's K and V stored as e4m3(x / scale) with its KVScales (see
+	// attention.Cache for the arithmetic). A backend that cannot store it refuses the shape.
+	KVCacheDType string
+	// KVScales holds each layer's K and V scales when KVCacheDType is KVCacheFP8 (len NumLayers).
+	KVScales []KVScale
 }
 
 // NumKVSlots returns the page arrays of a block: KVSlots, or one per layer.
@@ -147,6 +154,12 @@ type Backend interface {
 	// checkpoint's memory map, which the caller may close after loading: keep a copy, never t.Data.
 	Upload(t *weights.Tensor) (Weight, error)
 
+	// UploadFP8 takes a Linear layer's FP8 weight with its scales and input scheme (W8A8) and keeps it
+	// for the life of the backend in its own layout; MatMul with the Weight it returns computes the FP8
+	// product FP8Weight defines. It is called only while loading. w.Codes may alias the checkpoint's
+	// memory map: keep a copy. A backend without FP8 products refuses with an error saying so.
+	UploadFP8(w *FP8Weight) (Weight, error)
+
 	// NewTensor allocates an activation buffer [rows][cols]. The model allocates its workspace once and
 	// grows it rarely.
 	NewTensor(rows, cols int) (Tensor, error)
@@ -166,7 +179,8 @@ type Backend interface {
 	AddRMSNorm(dst, residual, add Tensor, w Weight, eps float32)
 
 	// MatMul computes dst = x · wᵀ: dst[r][o] = Σ_i x[r][i] * w[o][i], accumulating in float32 or wider,
-	// plus w.Bias[o] when w has a bias.
+	// plus w.Bias[o] when w has a bias. For a weight from UploadFP8 the product is FP8Weight's: x's rows
+	// quantized to e4m3 with their scales, the scales applied to the float32 sums.
 	MatMul(dst, x Tensor, w Weight)
 
 	// QKNorm RMS-normalises every query and key head of qkv [T][QKVCols] in place: each of the Hq query
@@ -176,7 +190,8 @@ type Backend interface {
 
 	// RoPEWriteKV rotates the q and k parts of each row of qkv [T][QKVCols] in place (the rotate-half
 	// convention of HF LLaMA, by the step's per-token positions, with the layer's rotary table), then
-	// writes each token's k and v into layer's cache pages at its slot.
+	// writes each token's k and v into layer's cache pages at its slot (in an FP8 cache as
+	// e4m3(x / scale) with the layer's KVScales).
 	RoPEWriteKV(qkv Tensor, layer int)
 
 	// Attention writes into dst [T][Hq*D] each token's causal attention over its sequence's pages of

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/gollm/gollm/weights"
@@ -37,11 +39,30 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-func benchmarkDecode(b *testing.B, r *randomModel, batch int) {
+// BenchmarkDecodeFP8 is BenchmarkDecode of the bfloat16 checkpoint run as FP8 (Options.Quantization
+// fp8), with float32 and FP8 KV pages: the CPU's FP8 path is the GPU kernels' reference, not a fast
+// path; this measures what it costs.
+//
+//	go test -run XXX -bench DecodeFP8 ./model
+func BenchmarkDecodeFP8(b *testing.B) {
+	r := newRandomModel(smolLM2Config(), weights.DTypeBF16, 1)
+	for _, kv := range []string{"", KVCacheFP8} {
+		b.Run(fmt.Sprintf("kv=%s/batch=1", cmp.Or(kv, KVCacheAuto)), func(b *testing.B) {
+			benchmarkDecode(b, r, 1, Options{Quantization: QuantizationFP8, KVCacheDType: kv})
+		})
+	}
+}
+
+func benchmarkDecode(b *testing.B, r *randomModel, batch int, opts ...Options) {
 	const blockSize, prompt = 16, 128
 	cfg := r.cfg
 	numBlocks := batch * (prompt/blockSize + 1)
-	m, err := load(cfg, r.get, Options{NumBlocks: numBlocks, BlockSize: blockSize}, NewCPUBackend)
+	o := Options{}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.NumBlocks, o.BlockSize, o.Logger = numBlocks, blockSize, slog.New(slog.DiscardHandler)
+	m, err := load(cfg, r.get, o, NewCPUBackend)
 	if err != nil {
 		b.Fatal(err)
 	}

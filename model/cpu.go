@@ -9,7 +9,10 @@ import (
 )
 
 // cpuBackend is the pure-Go reference backend. Activations are []float32 and the KV cache is one
-// attention.Cache (float32) per page array of the KV layout (per layer without KV groups). Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
+// attention.Cache per page array of the KV layout (per layer without KV groups), float32 or FP8 e4m3
+// (Shape.KVCacheDType; each layer reads its array through a view with its scales). FP8 Linear weights
+// (UploadFP8) keep their e4m3 codes and scales, and MatMul computes FP8Weight's product: the
+// reference the GPU's FP8 kernels are checked against, not a fast path. Matrices of a bfloat16 checkpoint stay bfloat16 (bf16Matrix,
 // 2 bytes per parameter: about 270 MB for a 135M-parameter model, 16 GB for 8B) and are widened inside
 // the matrix-product kernels: on the 2-core machine this was measured on, a decode step then costs the
 // same CPU time as with a float32 copy (the widening costs what the halved memory traffic saves) at half
@@ -18,8 +21,9 @@ import (
 // (norms accumulate in float64). Matrix products split the output features across GOMAXPROCS goroutines.
 type cpuBackend struct {
 	shape   Shape
-	caches  []*attention.Cache
+	caches  []*attention.Cache // per layer: its page array (a view with its scales when FP8)
 	workers int
+	xq, sx  []float32 // scratch of FP8 products: the input quantized to e4m3 values [T][in], its scales [T]
 
 	// Step state, refreshed by BeginStep.
 	step     *Step
@@ -30,9 +34,9 @@ type cpuBackend struct {
 }
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
-// layers, without KV groups) × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes
-// (KVBytesPerBlock × NumBlocks), after checking that they fit the host memory available (an error
-// wrapping ErrKVTooLarge otherwise).
+// layers, without KV groups) × 2 × NumBlocks × BlockSize × NumKVHeads × HeadDim × 4 bytes, or 1 byte
+// with an FP8 KV cache (KVBytesPerBlock × NumBlocks), after checking that they fit the host memory
+// available (an error wrapping ErrKVTooLarge otherwise).
 // Uploaded weights cost 2 bytes per parameter for bfloat16 checkpoints and 4 bytes for float32 and
 // float16 ones, in addition to the checkpoint's memory map (which the caller may close after Load).
 func NewCPUBackend(shape Shape) (Backend, error) {
@@ -48,13 +52,40 @@ func NewCPUBackend(shape Shape) (Backend, error) {
 			return nil, fmt.Errorf("cpu backend: layer %d: invalid %+v", l, ls)
 		}
 	}
+	fp8 := false
+	switch shape.KVCacheDType {
+	case "":
+	case KVCacheFP8:
+		if len(shape.KVScales) != shape.NumLayers {
+			return nil, fmt.Errorf("cpu backend: fp8 KV cache: %d scales for %d layers", len(shape.KVScales), shape.NumLayers)
+		}
+		for l, sc := range shape.KVScales {
+			if !(sc.K > 0 && sc.V > 0) || math.IsInf(float64(sc.K), 0) || math.IsInf(float64(sc.V), 0) {
+				return nil, fmt.Errorf("cpu backend: fp8 KV cache: layer %d: scales %+v", l, sc)
+			}
+		}
+		fp8 = true
+	default:
+		return nil, fmt.Errorf("cpu backend: KV cache dtype %q", shape.KVCacheDType)
+	}
 	if err := checkHostKV(shape, 0); err != nil {
 		return nil, fmt.Errorf("cpu backend: %w", err)
 	}
 	b := &cpuBackend{shape: shape, workers: defaultWorkers()}
-	b.caches = make([]*attention.Cache, shape.NumKVSlots())
+	slots := make([]*attention.Cache, shape.NumKVSlots())
+	for i := range slots {
+		if fp8 {
+			slots[i] = attention.NewFP8Cache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
+		} else {
+			slots[i] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
+		}
+	}
+	b.caches = make([]*attention.Cache, shape.NumLayers)
 	for l := range b.caches {
-		b.caches[l] = attention.NewCache(shape.NumBlocks, shape.BlockSize, shape.NumKVHeads, shape.HeadDim)
+		b.caches[l] = slots[shape.Layer(l).KVSlot]
+		if fp8 {
+			b.caches[l] = b.caches[l].WithScales(shape.KVScales[l].K, shape.KVScales[l].V)
+		}
 	}
 	return b, nil
 }
@@ -81,6 +112,17 @@ func (b *cpuBackend) Upload(t *weights.Tensor) (Weight, error) {
 	}
 	w.Data = t.Float32()
 	return w, nil
+}
+
+func (b *cpuBackend) UploadFP8(w *FP8Weight) (Weight, error) {
+	if err := w.check(); err != nil {
+		return Weight{}, fmt.Errorf("cpu backend: %w", err)
+	}
+	return Weight{Rows: w.Rows, Cols: w.Cols, Data: &fp8Matrix{
+		codes:      append([]byte(nil), w.Codes...),
+		scales:     append([]float32(nil), w.Scales...),
+		inputScale: w.InputScale,
+	}}, nil
 }
 
 func (b *cpuBackend) NewTensor(rows, cols int) (Tensor, error) {
@@ -219,6 +261,10 @@ func (b *cpuBackend) MatMul(dst, x Tensor, w Weight) {
 		matMul(f32(dst), f32(x), data, x.Rows, w.Cols, w.Rows, b.workers)
 	case bf16Matrix:
 		matMulBF16(f32(dst), f32(x), data, x.Rows, w.Cols, w.Rows, b.workers)
+	case *fp8Matrix:
+		b.xq, b.sx = grow(b.xq, x.Rows*w.Cols), grow(b.sx, x.Rows)
+		quantizeRows(b.xq, b.sx, f32(x), x.Rows, w.Cols, data.inputScale)
+		matMulFP8(f32(dst), b.xq, b.sx, data, x.Rows, w.Cols, w.Rows, b.workers)
 	}
 	if w.Bias != nil {
 		out, bias := f32(dst), w.Bias.Data.([]float32)
@@ -250,8 +296,7 @@ func (b *cpuBackend) RoPEWriteKV(qkv Tensor, layer int) {
 		copy(b.k[t*kvCols:(t+1)*kvCols], row[qCols:qCols+kvCols])
 		copy(b.v[t*kvCols:(t+1)*kvCols], row[qCols+kvCols:qCols+2*kvCols])
 	}
-	ls := sh.Layer(layer)
-	b.caches[ls.KVSlot].Write(b.k, b.v, b.slots[ls.KVGroup])
+	b.caches[layer].Write(b.k, b.v, b.slots[sh.Layer(layer).KVGroup])
 }
 
 // rotateHalf applies HF LLaMA's rotary embedding to one head: x*cos + rotate_half(x)*sin, where
@@ -277,7 +322,7 @@ func (b *cpuBackend) Attention(dst, qkv Tensor, layer int) {
 	ls := sh.Layer(layer)
 	batch := b.batches[ls.KVGroup]
 	batch.Window = ls.Window
-	attention.Attend(f32(dst), b.q, sh.NumHeads, sh.Scale(), b.caches[ls.KVSlot], &batch)
+	attention.Attend(f32(dst), b.q, sh.NumHeads, sh.Scale(), b.caches[layer], &batch)
 }
 
 func (b *cpuBackend) SwiGLU(dst, gateUp Tensor) {

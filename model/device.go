@@ -65,7 +65,7 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 	}
 	switch device {
 	case "", DeviceCPU:
-		weightBytes := cpuWeightBytes(cfg)
+		weightBytes := CPUWeightBytes(cfg, opts.Quantization)
 		return func(s Shape) (Backend, error) {
 			if err := checkHostKV(s, weightBytes); err != nil {
 				return nil, fmt.Errorf("cpu backend: %w", err)

@@ -45,6 +45,22 @@
 // step_plan.go's planOp, launched by exec_cuda.go); then goldens from
 // scripts/goldens/make_family_goldens.py, which TestGoldenGreedy and the GPU's TestCUDAGolden both run.
 //
+// # FP8
+//
+// Quantization is a weight format, chosen at load. An FP8 checkpoint (weights.Config.Quantization:
+// compressed-tensors or AutoFP8) or Options.Quantization "fp8" (a float checkpoint quantized at load,
+// one scale per output row) makes the Linear layers FP8 W8A8 products: Load reads each layer's e4m3
+// codes and scales (q, k, v and gate, up stacked like their float weights) and hands them to
+// Backend.UploadFP8, and MatMul stays one op whose arithmetic FP8Weight defines: each input row
+// rounded to e4m3 with its scale (per token, max|x|/448, or the checkpoint's static input_scale), the
+// products summed in float32, the row and weight scales applied to the sum. The LM head and the
+// embeddings a checkpoint leaves out keep their dtype. Options.KVCacheDType "fp8" stores the KV pages
+// as e4m3 with each layer's K and V scales (the checkpoint's k_scale and v_scale, else 1 with a
+// warning), a byte an element (see attention.Cache for the arithmetic). The CPU backend computes all of
+// it and is the reference the GPU kernels must match; the CUDA backend refuses FP8 weights and FP8 KV
+// at load until it has them. The FP8 golden tests check it against PyTorch on tiny checkpoints in
+// testdata/golden_fp8, written by scripts/goldens/make_fp8_goldens.py.
+//
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the
 // command that regenerates them).

@@ -90,6 +90,8 @@ func scanNonFinite(d weights.DType, data []byte) (count, first int) {
 		mask, ones, highs = expF16*0x0001000100010001, 0x0001000100010001, 0x8000800080008000
 	case weights.DTypeBF16:
 		mask, ones, highs = expBF16*0x0001000100010001, 0x0001000100010001, 0x8000800080008000
+	case weights.DTypeF8E4M3: // NaN is S.1111.111: every bit but the sign set
+		mask, ones, highs = 0x7F7F7F7F7F7F7F7F, 0x0101010101010101, 0x8080808080808080
 	default:
 		return 0, -1
 	}
@@ -131,6 +133,8 @@ func finiteAt(d weights.DType, data []byte, i int) bool {
 		return binary.LittleEndian.Uint16(data[i:])&expF16 != expF16
 	case weights.DTypeBF16:
 		return binary.LittleEndian.Uint16(data[i:])&expBF16 != expBF16
+	case weights.DTypeF8E4M3:
+		return data[i]&0x7F != 0x7F
 	}
 	return true
 }
@@ -145,6 +149,8 @@ func elementValue(d weights.DType, data []byte, k int) float64 {
 		return float64(dtype.F16ToF32(binary.LittleEndian.Uint16(data[2*k:])))
 	case weights.DTypeBF16:
 		return float64(dtype.BF16ToF32(binary.LittleEndian.Uint16(data[2*k:])))
+	case weights.DTypeF8E4M3:
+		return float64(dtype.E4M3ToF32(data[k]))
 	}
 	return 0
 }

@@ -60,6 +60,11 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
+	if shape.KVCacheDType == KVCacheFP8 {
+		if shape.KVScales, err = kvScales(cfg, get, opts.Logger); err != nil {
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+	}
 	built := shape
 	if deferKV {
 		built.NumBlocks = 0
@@ -68,9 +73,15 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if err != nil {
 		return nil, fmt.Errorf("model: load: backend: %w", err)
 	}
+	if fc, ok := backend.(fp8Checker); ok {
+		if err := fc.checkFP8(UsesFP8Weights(cfg, opts.Quantization), shape); err != nil {
+			backend.Close()
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps),
 		gelu: cfg.Activation() == weights.ActGELUTanh, softcap: float32(cfg.FinalLogitSoftcap)}
-	if err := m.uploadAll(ctx, get, opts.Progress, !opts.SkipWeightCheck); err != nil {
+	if err := m.uploadAll(ctx, get, opts.Progress, !opts.SkipWeightCheck, opts.Quantization == QuantizationFP8); err != nil {
 		backend.Close()
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
@@ -94,6 +105,13 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 	}
 	if blockSize < 0 {
 		return Shape{}, fmt.Errorf("options: BlockSize %d must be positive", blockSize)
+	}
+	if err := checkQuantization(opts.Quantization); err != nil {
+		return Shape{}, err
+	}
+	kvDType, err := parseKVCacheDType(opts.KVCacheDType)
+	if err != nil {
+		return Shape{}, err
 	}
 	d := headDim(cfg)
 	switch {
@@ -120,6 +138,7 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 		RopeAttentionScaling: 1,
 		NumBlocks:            opts.NumBlocks,
 		BlockSize:            blockSize,
+		KVCacheDType:         kvDType,
 	}
 	if cfg.LocalRopeTheta > 0 {
 		if shape.LocalRopeInvFreq, err = ropeInvFreq(d, cfg.LocalRopeTheta, cfg.LocalRopeScaling); err != nil {
@@ -154,17 +173,27 @@ func shapeOf(cfg *weights.Config, opts Options) (Shape, error) {
 
 // uploadAll hands every parameter to the backend, checking each shape against the config and, with
 // checkValues, that every value is finite (checkFinite), and reports the bytes uploaded so far to
-// progress (when not nil). It stops with ctx's error before the next tensor once ctx ends.
-func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64), checkValues bool) error {
+// progress (when not nil). The Linear layers go up as FP8 (UploadFP8) where the checkpoint quantizes
+// them, or, with online, all but the LM head quantized here (quantizeFP8). It stops with ctx's error
+// before the next tensor once ctx ends.
+func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(loaded, total int64), checkValues, online bool) error {
 	c, s := m.cfg, m.shape
 	h, inter, d := c.HiddenSize, c.IntermediateSize, s.HeadDim
 	elem := int64(c.DType.Size())
 	if elem == 0 {
 		elem = 4
 	}
+	// elemOf is a tensor's bytes per element in the checkpoint: 1 for its FP8 weights.
+	fp8 := fp8WeightNames(c, "")
+	elemOf := func(name string) int64 {
+		if fp8[name] {
+			return 1
+		}
+		return elem
+	}
 	var loaded, total int64
-	for _, shape := range weights.TensorShapes(c) {
-		n := elem
+	for name, shape := range weights.TensorShapes(c) {
+		n := elemOf(name)
 		for _, dim := range shape {
 			n *= int64(dim)
 		}
@@ -174,39 +203,53 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		progress = func(int64, int64) {}
 	}
 	progress(0, total)
-	// up uploads the named tensors stacked into one, checking its shape ([rows][cols], or [rows] when cols
-	// is 0); a norm's weight gets the family's offset added first.
-	up := func(rows, cols int, names ...string) (Weight, error) {
-		if err := ctx.Err(); err != nil {
-			return Weight{}, err
-		}
-		defer func() {
-			loaded += int64(rows) * int64(max(cols, 1)) * elem
-			progress(min(loaded, total), total)
-		}()
+	// fetch returns the named tensors stacked into one, checked for its shape ([rows][cols], or [rows]
+	// when cols is 0) and, with checkValues, its values.
+	fetch := func(rows, cols int, names ...string) (*weights.Tensor, error) {
 		parts := make([]*weights.Tensor, len(names))
 		for i, name := range names {
 			t, err := get(name)
 			if err != nil {
-				return Weight{}, fmt.Errorf("tensor %q: %w", name, err)
+				return nil, fmt.Errorf("tensor %q: %w", name, err)
+			}
+			if t.DType == weights.DTypeF8E4M3 {
+				return nil, fmt.Errorf("tensor %q: F8_E4M3 where the checkpoint's quantization_config expects %v", name, c.DType)
 			}
 			if checkValues {
 				if err := checkFinite(t); err != nil {
-					return Weight{}, err
+					return nil, err
 				}
 			}
 			parts[i] = t
 		}
 		t, err := stackRows(parts)
 		if err != nil {
-			return Weight{}, err
+			return nil, err
 		}
 		want := []int{rows, cols}
 		if cols == 0 {
 			want = []int{rows}
 		}
 		if !slices.Equal(t.Shape, want) {
-			return Weight{}, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, want)
+			return nil, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, want)
+		}
+		return t, nil
+	}
+	// advance reports the bytes of the named tensors as loaded.
+	advance := func(rows, cols int, names ...string) {
+		loaded += int64(rows) * int64(max(cols, 1)) * elemOf(names[0])
+		progress(min(loaded, total), total)
+	}
+	// up uploads the named tensors stacked into one; a norm's weight gets the family's offset added
+	// first.
+	up := func(rows, cols int, names ...string) (Weight, error) {
+		if err := ctx.Err(); err != nil {
+			return Weight{}, err
+		}
+		defer advance(rows, cols, names...)
+		t, err := fetch(rows, cols, names...)
+		if err != nil {
+			return Weight{}, err
 		}
 		if c.NormOffset != 0 && strings.HasSuffix(t.Name, "norm.weight") {
 			t = offsetNorm(t, float32(c.NormOffset))
@@ -217,9 +260,49 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 		}
 		return w, nil
 	}
+	// upMatrix uploads the Linear layers named (their weights, stacked into one product) as the
+	// checkpoint stores them, or in FP8 (linearKind).
+	upMatrix := func(rows, cols int, names ...string) (Weight, error) {
+		modules := make([]string, len(names))
+		for i, n := range names {
+			modules[i] = strings.TrimSuffix(n, ".weight")
+		}
+		kind, err := m.linearKind(modules, online)
+		if err != nil {
+			return Weight{}, err
+		}
+		if kind == linearFloat {
+			return up(rows, cols, names...)
+		}
+		if err := ctx.Err(); err != nil {
+			return Weight{}, err
+		}
+		defer advance(rows, cols, names...)
+		var fw *FP8Weight
+		if kind == linearCheckpoint {
+			fw, err = m.checkpointFP8(get, modules, rows, cols, checkValues)
+		} else {
+			var t *weights.Tensor
+			if t, err = fetch(rows, cols, names...); err == nil {
+				fw = quantizeFP8(t)
+			}
+		}
+		if err != nil {
+			return Weight{}, err
+		}
+		w, err := m.backend.UploadFP8(fw)
+		if err != nil {
+			return Weight{}, fmt.Errorf("upload %q: %w", fw.Name, err)
+		}
+		return w, nil
+	}
 	// upBiased uploads a projection and, when biased, its bias (stacked like the weights).
 	upBiased := func(biased bool, rows, cols int, names ...string) (Weight, error) {
-		w, err := up(rows, cols, names...)
+		upload := upMatrix
+		if cols == 0 { // a norm's vector
+			upload = up
+		}
+		w, err := upload(rows, cols, names...)
 		if err != nil || !biased {
 			return w, err
 		}
@@ -276,7 +359,7 @@ func (m *Model) uploadAll(ctx context.Context, get tensorGetter, progress func(l
 	}
 	if c.TieWordEmbeddings {
 		m.lmHead = m.embed
-	} else if m.lmHead, err = up(c.VocabSize, h, c.LMHeadTensor()); err != nil {
+	} else if m.lmHead, err = upMatrix(c.VocabSize, h, c.LMHeadTensor()); err != nil {
 		return err
 	}
 	return nil

@@ -38,10 +38,11 @@ func HostMemoryAvailable() (int64, bool) {
 	return 0, false
 }
 
-// cpuKVBytes is what numBlocks pages cost on the CPU backend (float32 K and V over every KV page array), and
-// false when that does not fit an int64 or the slices would exceed what Go can allocate.
+// cpuKVBytes is what numBlocks pages cost on the CPU backend (float32 or FP8 K and V over every KV page
+// array), and false when that does not fit an int64 or the slices would exceed what Go can allocate.
 func cpuKVBytes(s Shape) (int64, bool) {
-	perLayer := int64(1) // floats of one layer's K (or V)
+	elem := int64(KVElementBytes(s.KVCacheDType, 4))
+	perLayer := int64(1) // elements of one layer's K (or V)
 	for _, d := range []int{s.NumBlocks, s.BlockSize, s.NumKVHeads, s.HeadDim} {
 		if d <= 0 || perLayer > math.MaxInt64/int64(d) {
 			return 0, false
@@ -49,23 +50,30 @@ func cpuKVBytes(s Shape) (int64, bool) {
 		perLayer *= int64(d)
 	}
 	slots := int64(s.NumKVSlots()) // the layers, or fewer where KV groups share page arrays
-	if slots <= 0 || perLayer > math.MaxInt/4 || perLayer > math.MaxInt64/(8*slots) {
+	if slots <= 0 || perLayer > math.MaxInt/4 || perLayer > math.MaxInt64/(2*elem*slots) {
 		return 0, false
 	}
-	return perLayer * 8 * slots, true
+	return perLayer * 2 * elem * slots, true
 }
 
-// cpuWeightBytes is the host memory the CPU backend's copy of a checkpoint of cfg takes: matrices of
-// a bfloat16 checkpoint stay bfloat16, every other parameter becomes float32 (see NewCPUBackend).
-func cpuWeightBytes(cfg *weights.Config) int64 {
+// CPUWeightBytes is the host memory the CPU backend's copy of a checkpoint of cfg takes when loaded
+// with Options.Quantization quantization: FP8 Linear layers (the checkpoint's, or all but the LM head
+// with "fp8") take a byte a parameter and a float32 scale a row, the other matrices of a bfloat16
+// checkpoint stay bfloat16, every other parameter becomes float32 (see NewCPUBackend).
+func CPUWeightBytes(cfg *weights.Config, quantization string) int64 {
+	fp8 := fp8WeightNames(cfg, quantization)
 	var total int64
-	for _, shape := range weights.TensorShapes(cfg) {
+	for name, shape := range weights.TensorShapes(cfg) {
 		n := int64(1)
 		for _, d := range shape {
 			n *= int64(d)
 		}
 		size := int64(4)
-		if cfg.DType == weights.DTypeBF16 && len(shape) == 2 {
+		switch {
+		case fp8[name]:
+			size = 1
+			total += 4 * int64(shape[0])
+		case cfg.DType == weights.DTypeBF16 && len(shape) == 2:
 			size = 2
 		}
 		total += n * size

@@ -17,7 +17,7 @@ import (
 func TestKVTooLarge(t *testing.T) {
 	cfg := tinyConfig()
 	r := newRandomModel(cfg, weights.DTypeF32, 1)
-	perBlock := int64(KVBytesPerBlock(cfg, 16))
+	perBlock := int64(KVBytesPerBlock(cfg, 16, ""))
 	tests := []struct {
 		name      string
 		numBlocks int

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/gollm/gollm/weights"
 )
@@ -52,6 +53,21 @@ type Options struct {
 	// (an error wrapping ErrNonFiniteWeight names the first). The scan reads the checkpoint once more,
 	// in parallel; skip it only where that time matters, for a checkpoint known to be sound.
 	SkipWeightCheck bool
+
+	// Quantization, when QuantizationFP8 ("fp8"), runs the Linear layers as FP8 W8A8 products
+	// (FP8Weight): a float32, float16 or bfloat16 checkpoint is quantized at load, one scale per output
+	// row (max|w|/448) with inputs scaled per token at run time, the LM head and the embeddings kept
+	// in the checkpoint's dtype (vLLM's --quantization fp8, with per-channel weight scales); an FP8
+	// checkpoint runs as it is, with or without it. "" runs every checkpoint as it is.
+	Quantization string
+	// KVCacheDType is the element type of the KV pages: "" or KVCacheAuto the backend's own (float32
+	// on the CPU, the compute dtype on a GPU); KVCacheFP8 ("fp8", or "fp8_e4m3") OCP e4m3 with each
+	// layer's K and V scales from the checkpoint (k_scale and v_scale, see weights.KVScaleNames), or 1
+	// with a warning to Logger where it has none: 1 byte an element, a quarter of the CPU's float32
+	// pages and half of a GPU's bfloat16 ones.
+	KVCacheDType string
+	// Logger receives the loader's warnings; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of
@@ -141,11 +157,12 @@ func (m *Model) NumBlocks() int { return m.shape.NumBlocks }
 // Shape returns the geometry the backend was built for.
 func (m *Model) Shape() Shape { return m.shape }
 
-// KVBytesPerBlock is the memory one KV block costs on the CPU backend (float32 K and V): KVLayout's page
-// arrays (the layers, without sliding windows) × 2 × blockSize × Hkv × D × 4 bytes. Divide a memory
-// budget by it to size Options.NumBlocks.
-func KVBytesPerBlock(cfg *weights.Config, blockSize int) int {
-	return KVLayoutOf(cfg).Slots * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * 4
+// KVBytesPerBlock is the memory one KV block costs on the CPU backend with KV pages of kvCacheDType
+// (Options.KVCacheDType: float32, or FP8 e4m3): KVLayout's page arrays (the layers, without sliding
+// windows) × 2 × blockSize × Hkv × D × KVElementBytes(kvCacheDType, 4). Divide a memory budget by it to
+// size Options.NumBlocks.
+func KVBytesPerBlock(cfg *weights.Config, blockSize int, kvCacheDType string) int {
+	return KVLayoutOf(cfg).Slots * 2 * blockSize * cfg.NumKeyValueHeads * headDim(cfg) * KVElementBytes(kvCacheDType, 4)
 }
 
 // headDim is cfg.HeadDim, or HiddenSize/NumAttentionHeads when the config left it zero.

@@ -95,6 +95,21 @@ func tinyConfig() *weights.Config {
 // layer type and the final soft cap, as the config says.
 func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 	t.Helper()
+	return referenceWith(t, r, tokens, refHooks{})
+}
+
+// refHooks change what reference computes: input, when not nil, replaces the input x of the Linear
+// layer module (a layer's "….self_attn.q_proj", "lm_head") before the product (an FP8 layer quantizes
+// it); kv, when not nil, replaces layer l's k and v of a position, after the rotary embedding, before
+// attention reads them (an FP8 KV cache stores them rounded).
+type refHooks struct {
+	input func(module string, x []float64) []float64
+	kv    func(l int, k, v []float64)
+}
+
+// referenceWith is reference with hooks.
+func referenceWith(t *testing.T, r *randomModel, tokens []int32, hooks refHooks) [][]float64 {
+	t.Helper()
 	c := r.cfg
 	h, d, inter := c.HiddenSize, headDim(c), c.IntermediateSize
 	hq, hkv := c.NumAttentionHeads, c.NumKeyValueHeads
@@ -119,6 +134,13 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 			}
 		}
 		return y
+	}
+	// proj is layer l's Linear layer name (e.g. "self_attn.q_proj") applied to x, through hooks.input.
+	proj := func(x []float64, l int, name string, rows int) []float64 {
+		if hooks.input != nil {
+			x = hooks.input(c.LayerTensor(l, name), x)
+		}
+		return linear(x, lw(l, name+".weight"), rows)
 	}
 	addBias := func(y []float64, l int, proj string) {
 		for i, b := range lw(l, "self_attn."+proj+".bias") {
@@ -180,9 +202,9 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 		q, k, v := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for p := range n {
 			xn := norm(x[p], lw(l, "input_layernorm.weight"))
-			q[p] = linear(xn, lw(l, "self_attn.q_proj.weight"), hq*d)
-			k[p] = linear(xn, lw(l, "self_attn.k_proj.weight"), hkv*d)
-			v[p] = linear(xn, lw(l, "self_attn.v_proj.weight"), hkv*d)
+			q[p] = proj(xn, l, "self_attn.q_proj", hq*d)
+			k[p] = proj(xn, l, "self_attn.k_proj", hkv*d)
+			v[p] = proj(xn, l, "self_attn.v_proj", hkv*d)
 			if c.QKVBias {
 				addBias(q[p], l, "q_proj")
 				addBias(k[p], l, "k_proj")
@@ -199,6 +221,9 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 					copy(k[p][hh*d:(hh+1)*d], norm(k[p][hh*d:(hh+1)*d], lw(l, "self_attn.k_norm.weight")))
 				}
 				rope(k[p][hh*d:(hh+1)*d], p, inv)
+			}
+			if hooks.kv != nil {
+				hooks.kv(l, k[p], v[p])
 			}
 		}
 		for p := range n {
@@ -229,7 +254,7 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 					}
 				}
 			}
-			o := linear(attn, lw(l, "self_attn.o_proj.weight"), h)
+			o := proj(attn, l, "self_attn.o_proj", h)
 			if c.OBias {
 				addBias(o, l, "o_proj")
 			}
@@ -242,8 +267,8 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 				x[p][i] += o[i]
 			}
 			xn := norm(x[p], lw(l, mlpNorm))
-			gate := linear(xn, lw(l, "mlp.gate_proj.weight"), inter)
-			up := linear(xn, lw(l, "mlp.up_proj.weight"), inter)
+			gate := proj(xn, l, "mlp.gate_proj", inter)
+			up := proj(xn, l, "mlp.up_proj", inter)
 			for i, g := range gate {
 				if c.Activation() == weights.ActGELUTanh {
 					gate[i] = 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))) * up[i]
@@ -251,7 +276,7 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 					gate[i] = g / (1 + math.Exp(-g)) * up[i]
 				}
 			}
-			down := linear(gate, lw(l, "mlp.down_proj.weight"), h)
+			down := proj(gate, l, "mlp.down_proj", h)
 			if c.SandwichNorm {
 				down = norm(down, lw(l, "post_feedforward_layernorm.weight"))
 			}
@@ -266,7 +291,11 @@ func reference(t *testing.T, r *randomModel, tokens []int32) [][]float64 {
 	}
 	logits := make([][]float64, n)
 	for p := range n {
-		logits[p] = linear(norm(x[p], w(c.Tensor("norm.weight"))), head, c.VocabSize)
+		xn := norm(x[p], w(c.Tensor("norm.weight")))
+		if hooks.input != nil && !c.TieWordEmbeddings {
+			xn = hooks.input(strings.TrimSuffix(c.LMHeadTensor(), ".weight"), xn)
+		}
+		logits[p] = linear(xn, head, c.VocabSize)
 		if sc := c.FinalLogitSoftcap; sc > 0 {
 			for i, z := range logits[p] {
 				logits[p][i] = sc * math.Tanh(z/sc)
@@ -570,7 +599,7 @@ func (c *closeCounter) Close() error {
 func TestKVBytesPerBlock(t *testing.T) {
 	cfg := tinyConfig()
 	// 2 layers × (K and V) × 16 tokens × 2 KV heads × 8 dims × 4 bytes.
-	if got, want := KVBytesPerBlock(cfg, 16), 2*2*16*2*8*4; got != want {
+	if got, want := KVBytesPerBlock(cfg, 16, ""), 2*2*16*2*8*4; got != want {
 		t.Fatalf("KVBytesPerBlock = %d, want %d", got, want)
 	}
 }
@@ -646,7 +675,7 @@ func TestKVLayout(t *testing.T) {
 				}
 				used[[2]int{g, slot}] = true
 			}
-			if got, want := KVBytesPerBlock(cfg, 16), tc.slots*2*16*cfg.NumKeyValueHeads*headDim(cfg)*4; got != want {
+			if got, want := KVBytesPerBlock(cfg, 16, ""), tc.slots*2*16*cfg.NumKeyValueHeads*headDim(cfg)*4; got != want {
 				t.Errorf("KVBytesPerBlock %d, want %d", got, want)
 			}
 		})

@@ -74,14 +74,17 @@ func TensorShapes(c *Config) map[string][]int {
 }
 
 // CheckTensors verifies that s holds exactly the tensors of a model with config c (see TensorShapes),
-// each with its shape and a supported dtype. A tied checkpoint may still ship its LM head (with shape
+// each with its shape and a supported dtype, and for an FP8 checkpoint (c.Quantization) that the Linear
+// layers it quantizes hold F8_E4M3 weights with their scales of the right shapes, that nothing else is
+// F8_E4M3, and that the KV cache scales are there when kv_cache_scheme says so (at most one naming of
+// them per layer, see KVScaleNames). A tied checkpoint may still ship its LM head (with shape
 // [V, H]); the model uses the embeddings then. Known harmless buffers (rotary_emb.inv_freq) are
 // ignored, and so are the vision tower's tensors of a multimodal checkpoint. Every problem is reported,
 // each naming its tensor and wrapping ErrTensorNotFound, ErrShapeMismatch, ErrUnexpectedTensor or
 // ErrUnsupported.
 func CheckTensors(c *Config, s *TensorSet) error {
 	want := TensorShapes(c)
-	var problems []error
+	q, problems := c.quantizedTensors(s)
 	for name, shape := range want {
 		ref, ok := s.tensors[name]
 		if !ok {
@@ -91,12 +94,30 @@ func CheckTensors(c *Config, s *TensorSet) error {
 		if !slices.Equal(ref.entry.Shape, shape) {
 			problems = append(problems, fmt.Errorf("tensor %q in %s: shape %v, want %v: %w", name, ref.fileName(), ref.entry.Shape, shape, ErrShapeMismatch))
 		}
-		if !ref.entry.DType.Valid() {
+		switch d := ref.entry.DType; {
+		case !d.Valid():
 			problems = append(problems, fmt.Errorf("tensor %q in %s: dtype %s: %w", name, ref.fileName(), ref.entry.DTypeName, ErrUnsupported))
+		case q.fp8[name] && d != DTypeF8E4M3:
+			problems = append(problems, fmt.Errorf("tensor %q in %s: dtype %s, but quantization_config quantizes it to F8_E4M3: %w", name, ref.fileName(), d, ErrInvalid))
+		case !q.fp8[name] && d == DTypeF8E4M3:
+			problems = append(problems, fmt.Errorf("tensor %q in %s: dtype F8_E4M3, but %s: %w", name, ref.fileName(), q.notQuantized(), ErrInvalid))
+		}
+	}
+	for name, shapes := range q.scales {
+		ref, ok := s.tensors[name]
+		if !ok {
+			problems = append(problems, fmt.Errorf("tensor %q (quantization_config): %w", name, ErrTensorNotFound))
+			continue
+		}
+		if !slices.ContainsFunc(shapes, func(sh []int) bool { return slices.Equal(sh, ref.entry.Shape) }) {
+			problems = append(problems, fmt.Errorf("tensor %q in %s: shape %v, want %s: %w", name, ref.fileName(), ref.entry.Shape, shapesText(shapes), ErrShapeMismatch))
+		}
+		if d := ref.entry.DType; !d.Valid() || d == DTypeF8E4M3 {
+			problems = append(problems, fmt.Errorf("tensor %q in %s: dtype %s, want a scale in F32, BF16 or F16: %w", name, ref.fileName(), ref.entry.DTypeName, ErrUnsupported))
 		}
 	}
 	for _, name := range s.names {
-		if _, ok := want[name]; ok || harmlessTensor.MatchString(name) || c.otherTower(name) {
+		if _, ok := want[name]; ok || q.scales[name] != nil || harmlessTensor.MatchString(name) || c.otherTower(name) {
 			continue
 		}
 		ref := s.tensors[name]

@@ -85,8 +85,12 @@ type Config struct {
 	TieWordEmbeddings bool
 	// BOSTokenIDs and EOSTokenIDs are empty when the file sets them to null.
 	BOSTokenIDs, EOSTokenIDs []int32
-	// DType is the dtype the checkpoint was saved in (dtype or torch_dtype).
+	// DType is the dtype the checkpoint was saved in (dtype or torch_dtype); in an FP8 checkpoint, that
+	// of the parameters it does not quantize.
 	DType DType
+	// Quantization is the checkpoint's quantization_config (FP8 weights and KV cache scales), or nil for
+	// a checkpoint that holds every parameter in DType.
+	Quantization *Quantization
 
 	// dtypeGiven records whether the file named a dtype (DType defaults to DTypeF32 otherwise).
 	dtypeGiven bool
@@ -158,8 +162,8 @@ func (c *Config) Activation() string {
 // (rope_parameters, possibly keyed by layer type, layer_types, dtype). Fields a file omits take the
 // defaults of transformers' configuration class of the architecture; the shape fields are required.
 // Anything gollm cannot run exactly (other rope types or architectures, partial rotary embeddings,
-// quantized checkpoints, MLP biases, bidirectional attention, heads that do not divide) is an error
-// wrapping ErrUnsupported or ErrInvalid that names the field.
+// quantizations other than FP8 (see Quantization), MLP biases, bidirectional attention, heads that do
+// not divide) is an error wrapping ErrUnsupported or ErrInvalid that names the field.
 func ParseConfig(data []byte) (*Config, error) {
 	f, err := decodeObject(data)
 	if err != nil {
@@ -332,7 +336,7 @@ func parseConfig(top fields) (*Config, error) {
 	}
 
 	for _, step := range []func(fields, *Config, *family) error{
-		parseConfigDType, parseActivation, parseBiases, parseLayerTypes, parseRopes, parseGemma, checkUnsupported,
+		parseConfigDType, parseActivation, parseBiases, parseLayerTypes, parseRopes, parseGemma, parseQuantization,
 	} {
 		if err := step(f, c, fam); err != nil {
 			return nil, err
@@ -965,15 +969,6 @@ func parseGemma(f fields, c *Config, fam *family) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	} else if bidi {
 		return unsupported("use_bidirectional_attention", "true (gollm runs causal language models)")
-	}
-	return nil
-}
-
-// checkUnsupported rejects the config fields that would change the model's math in ways gollm does
-// not implement.
-func checkUnsupported(f fields, _ *Config, _ *family) error {
-	if f.has("quantization_config") {
-		return unsupported("quantization_config", "quantized checkpoints")
 	}
 	return nil
 }

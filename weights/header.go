@@ -17,7 +17,7 @@ import (
 const maxHeaderSize = 100_000_000
 
 // safetensorsDTypeBits is every element type the safetensors format defines, with its size in bits.
-// Only F32, F16 and BF16 map to a DType; the others are recognised so that a file holding them is
+// Only F32, F16, BF16 and F8_E4M3 map to a DType; the others are recognised so that a file holding them is
 // valid, and reading such a tensor reports the type as unsupported.
 var safetensorsDTypeBits = map[string]int{
 	"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
@@ -36,6 +36,8 @@ func dtypeFromSafetensors(name string) DType {
 		return DTypeF16
 	case "BF16":
 		return DTypeBF16
+	case "F8_E4M3":
+		return DTypeF8E4M3
 	}
 	return DTypeInvalid
 }

@@ -39,8 +39,9 @@ func (t *Tensor) NumElements() int {
 	return n
 }
 
-// Float32 returns a float32 copy of the tensor's values. It panics when the tensor's dtype is not a
-// supported DType or Data does not match its shape; tensors from a TensorSet always do.
+// Float32 returns a float32 copy of the tensor's values (for F8_E4M3, the e4m3 values themselves,
+// without the scales that give them meaning). It panics when the tensor's dtype is not a supported
+// DType or Data does not match its shape; tensors from a TensorSet always do.
 func (t *Tensor) Float32() []float32 {
 	out := make([]float32, t.NumElements())
 	switch t.DType {
@@ -50,6 +51,8 @@ func (t *Tensor) Float32() []float32 {
 		dtype.DecodeF16(out, t.Data)
 	case DTypeBF16:
 		dtype.DecodeBF16(out, t.Data)
+	case DTypeF8E4M3:
+		dtype.DecodeE4M3(out, t.Data, 1)
 	default:
 		panic(fmt.Sprintf("weights: tensor %q: Float32 of unsupported dtype %v", t.Name, t.DType))
 	}

@@ -32,6 +32,8 @@ type benchModelFlags struct {
 	verbose          bool
 	cpuProfile       string
 	noPipelining     bool
+	quantization     string
+	kvCacheDType     string
 }
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
@@ -44,6 +46,8 @@ func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof)")
 	fs.BoolVar(&f.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read")
+	fs.StringVar(&f.quantization, "quantization", "", "fp8: the layers' matrices as FP8 (e4m3) products, quantized at load")
+	fs.StringVar(&f.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto or fp8 (e4m3)")
 }
 
 // spec checks the model flags and returns the load spec (without its KV size).
@@ -62,7 +66,8 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 		}
 	}
 	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
-		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr)}, nil
+		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr),
+		Quantization: f.quantization, KVCacheDType: f.kvCacheDType}, nil
 }
 
 // profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op

@@ -88,6 +88,20 @@ func TestBenchLatencySmolLM2(t *testing.T) {
 	}
 }
 
+// TestBenchLatencyFP8 runs bench latency with FP8 layers and KV on the CPU and checks that the report
+// counts their bytes: a byte a parameter of the layers' matrices, a byte a KV element.
+func TestBenchLatencyFP8(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "latency", "--config", writeBenchConfig(t), "--batch", "1", "--input-len", "8",
+		"--output-len", "3", "--warmup", "0", "--iters", "1", "--bandwidth", "1e10", "--quantization", "fp8", "--kv-cache-dtype", "fp8"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "2-byte weights (1-byte in the layers), 1-byte KV") {
+		t.Errorf("the report does not count FP8 bytes:\n%s", out.String())
+	}
+}
+
 func TestBenchLatencySweepPlot(t *testing.T) {
 	cfg := writeBenchConfig(t)
 	plot := filepath.Join(t.TempDir(), "sweep.svg")

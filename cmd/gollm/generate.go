@@ -49,7 +49,7 @@ type generateOptions struct {
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
 	noPrefixCache, noPipelining, skipWeightCheck                  bool
-	device                                                        string
+	device, quantization, kvCacheDType                            string
 }
 
 // addEngineFlags registers the model and engine flags that gollm generate and gollm serve share.
@@ -63,6 +63,8 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "do not reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&o.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read (default: the next step is queued while one runs)")
 	fs.BoolVar(&o.skipWeightCheck, "skip-weight-check", false, "do not scan the weights for NaN and infinities while loading (saves a pass over a large checkpoint)")
+	fs.StringVar(&o.quantization, "quantization", "", "fp8: run the Linear layers as FP8 (e4m3) products, quantizing a float checkpoint at load (one scale per output row; the LM head kept); FP8 checkpoints run as FP8 without it")
+	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto (the device's) or fp8 (e4m3 with the checkpoint's per-layer k/v scales, else 1.0)")
 }
 
 // checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
@@ -77,6 +79,14 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 		if f.value < f.min {
 			return fmt.Errorf("--%s %d must be at least %d", f.name, f.value, f.min)
 		}
+	}
+	if o.quantization != "" && o.quantization != model.QuantizationFP8 {
+		return fmt.Errorf("--quantization %q: supported: %s", o.quantization, model.QuantizationFP8)
+	}
+	switch o.kvCacheDType {
+	case model.KVCacheAuto, model.KVCacheFP8, "fp8_e4m3":
+	default:
+		return fmt.Errorf("--kv-cache-dtype %q: supported: auto, fp8 (e4m3)", o.kvCacheDType)
 	}
 	if o.kvBlocks > 0 && o.maxModelLen > 0 && o.kvBlocks*o.pageSize < o.maxModelLen {
 		return fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
@@ -112,7 +122,8 @@ func loadHint(err error) string {
 func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
 	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, DisablePrefixCache: o.noPrefixCache,
-		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck}
+		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
+		Quantization: o.quantization, KVCacheDType: o.kvCacheDType}
 }
 
 // checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads

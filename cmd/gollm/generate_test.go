@@ -30,13 +30,37 @@ func writeTestModel(t *testing.T) string {
 func writeTestModelEdited(t *testing.T, edit func(name string, values []float32)) string {
 	t.Helper()
 	dir := t.TempDir()
-	config := map[string]any{
-		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
-		"vocab_size": 300, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-		"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-		"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
+	weightstest.WriteLlamaEdited(t, dir, testModelConfig, 11, edit)
+	writeTestTokenizer(t, dir)
+	return dir
+}
+
+// testModelConfig is the config.json of writeTestModel's model.
+var testModelConfig = map[string]any{
+	"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+	"vocab_size": 300, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+	"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+	"rms_norm_eps": 1e-5, "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
+}
+
+// writeTestModelFP8 is writeTestModel with FP8 weights in form (weightstest.WriteFP8, bfloat16 for the
+// rest; its config says dtype through torch_dtype, which stays float32's).
+func writeTestModelFP8(t *testing.T, form weightstest.FP8Form) string {
+	t.Helper()
+	dir := t.TempDir()
+	config := map[string]any{}
+	for k, v := range testModelConfig {
+		config[k] = v
 	}
-	weightstest.WriteLlamaEdited(t, dir, config, 11, edit)
+	delete(config, "torch_dtype")
+	weightstest.WriteFP8(t, dir, config, 11, form, weightstest.FP8Scales{Input: 0.01, K: 0.05, V: 0.02})
+	writeTestTokenizer(t, dir)
+	return dir
+}
+
+// writeTestTokenizer writes writeTestModel's generation config and tokenizer into dir.
+func writeTestTokenizer(t *testing.T, dir string) {
+	t.Helper()
 	writeFile(t, filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 256, "eos_token_id": [257, 258]}`))
 
 	// GPT-2's byte → symbol table: printable bytes stand for themselves, the rest map to 256+n.
@@ -72,7 +96,6 @@ func writeTestModelEdited(t *testing.T, edit func(name string, values []float32)
 	}
 	data, _ := json.Marshal(tok)
 	writeFile(t, filepath.Join(dir, "tokenizer.json"), data)
-	return dir
 }
 
 func writeFile(t *testing.T, path string, data []byte) {
@@ -249,6 +272,8 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 		{"unknown device", []string{"--model", missing, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
 		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
+		{"unknown quantization", []string{"--model", missing, "--prompt", "hi", "--quantization", "int8"}, 2, `--quantization "int8": supported: fp8`},
+		{"e5m2 KV cache", []string{"--model", missing, "--prompt", "hi", "--kv-cache-dtype", "fp8_e5m2"}, 2, `--kv-cache-dtype "fp8_e5m2"`},
 		// A KV cache no memory holds: an error saying how many pages fit, not makeslice's panic or the
 		// runtime's fatal out-of-memory.
 		{"kv blocks beyond any slice", []string{"--model", dir, "--prompt", "hi", "--kv-blocks", "1000000000000"}, 1, "KV cache does not fit in memory: 1000000000000 pages of 16 tokens need 7.28 PiB"},
@@ -416,7 +441,8 @@ func TestGenerateEngineFlags(t *testing.T) {
 	}{
 		{[]string{"--kv-blocks", "40", "--page-size", "8", "--no-prefix-cache", "--max-num-seqs", "3", "--max-batched-tokens", "96"},
 			[]string{"kv_blocks=40", "block_size=8", "prefix_caching=false", "max_num_seqs=3", "max_batched_tokens=96"}},
-		{[]string{"--kv-blocks", "50"}, []string{"kv_blocks=50", "block_size=16", "prefix_caching=true"}},
+		{[]string{"--kv-blocks", "50"}, []string{"kv_blocks=50", "block_size=16", "prefix_caching=true", "quantization=\"\"", "kv_cache_dtype=auto"}},
+		{[]string{"--kv-blocks", "50", "--quantization", "fp8", "--kv-cache-dtype", "fp8"}, []string{"quantization=fp8", "kv_cache_dtype=fp8"}},
 	} {
 		args := append([]string{"generate", "--model", dir, "--prompt", "hi", "--max-tokens", "2", "--verbose"}, tc.args...)
 		code, _, stderr := runCLI(t, args...)

@@ -71,6 +71,12 @@ type Config struct {
 	// SkipWeightCheck loads the weights without scanning them for NaN and infinities (see
 	// model.Options.SkipWeightCheck): for huge checkpoints already known to be sound.
 	SkipWeightCheck bool
+	// Quantization "fp8" runs the Linear layers as FP8 products, quantizing a float checkpoint at load
+	// (see model.Options.Quantization); "" runs the checkpoint as it is (an FP8 checkpoint as FP8).
+	Quantization string
+	// KVCacheDType is the KV pages' element type: "" or "auto" the device's, "fp8" e4m3 with the
+	// checkpoint's per-layer scales (see model.Options.KVCacheDType).
+	KVCacheDType string
 }
 
 // check refuses values out of range before anything loads.
@@ -226,8 +232,17 @@ func loadModel(ctx context.Context, name string, cfg Config) (*Model, error) {
 		return nil, err
 	}
 	m.name = displayName(name)
+	quantization := cfg.Quantization
+	if q := folder.Config.Quantization; q != nil {
+		quantization = "fp8 (" + q.Method + " checkpoint)"
+	}
+	kvDType := m.model.Shape().KVCacheDType
+	if kvDType == "" {
+		kvDType = model.KVCacheAuto
+	}
 	log.Info("model loaded", "model", m.name, "dir", dir, "device", device, "kv_blocks", m.model.NumBlocks(),
-		"page_size", cfg.PageSize, "max_model_len", m.engine.MaxModelLen(), "seconds", time.Since(start).Seconds())
+		"page_size", cfg.PageSize, "max_model_len", m.engine.MaxModelLen(), "quantization", quantization,
+		"kv_cache_dtype", kvDType, "seconds", time.Since(start).Seconds())
 	return m, nil
 }
 
@@ -245,7 +260,7 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	}
 	numBlocks := cfg.KVBlocks
 	if numBlocks == 0 && device == model.DeviceCPU {
-		if numBlocks, err = cpuKVBlocks(mc, cfg.PageSize, cfg.MaxNumSeqs, cfg.MaxModelLen, availableMemory()); err != nil {
+		if numBlocks, err = cpuKVBlocks(mc, cfg.PageSize, cfg.MaxNumSeqs, cfg.MaxModelLen, availableMemory(), cfg.Quantization, cfg.KVCacheDType); err != nil {
 			return nil, err
 		}
 	} // on a GPU, 0 sizes the pool from the device's free memory
@@ -253,7 +268,8 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	logitRows := cfg.MaxNumSeqs + min(engine.DefaultMaxPromptLogitRows, cfg.MaxBatchedTokens)
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
-		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck})
+		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck,
+		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, Logger: log})
 	if err != nil {
 		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
 			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)

@@ -127,6 +127,11 @@ func TestCPUKVBlocks(t *testing.T) {
 	bf16.DType = weights.DTypeBF16
 	// 27040 parameters (4 bytes each), and room for n pages in a quarter of the rest.
 	room := func(n int64) int64 { return 4*27040 + 4*8192*n }
+	// bfloat16 matrices stay bfloat16 (2 bytes), the 160 norm weights become float32; FP8 matrices (the
+	// layers' 20480 parameters in 576 rows; not the embeddings or the LM head, 3200 each) take a byte
+	// each and a float32 scale a row.
+	bf16Bytes := int64(2*(27040-160) + 4*160)
+	fp8Bytes := int64(20480 + 4*576 + 4*160 + 4*2*3200)
 	tests := []struct {
 		name        string
 		cfg         *weights.Config
@@ -134,26 +139,33 @@ func TestCPUKVBlocks(t *testing.T) {
 		maxSeqs     int
 		maxModelLen int
 		want        int // 0: ErrDoesNotFit
+		// Config.Quantization and Config.KVCacheDType
+		quantization, kv string
 	}{
-		{"capped by sequences", cfg, 1 << 40, 4, 0, 4 * 64},
-		{"capped by memory", cfg, room(100), 1000, 0, 100},
-		{"at least one context", cfg, room(64) / 2, 4, 0, 64},
-		{"max model len is the context", cfg, 1 << 40, 4, 256, 4 * 16},
+		{"capped by sequences", cfg, 1 << 40, 4, 0, 4 * 64, "", ""},
+		{"capped by memory", cfg, room(100), 1000, 0, 100, "", ""},
+		{"at least one context", cfg, room(64) / 2, 4, 0, 64, "", ""},
+		{"max model len is the context", cfg, 1 << 40, 4, 256, 4 * 16, "", ""},
 		// A 1M-token context does not fit: what memory holds, not 65536 pages (64 GiB here, 2 TiB of
 		// float32 KV for Llama-3-8B's shape).
-		{"long context, what fits", &long, room(1000), 4, 0, 1000},
-		{"long context, little memory", &long, 4*27040 + 8192*minKVTokens/16, 4, 0, minKVTokens / 16},
-		{"long context, the length asked for", &long, 1 << 40, 4, 32768, 4 * 2048},
-		{"weights do not fit", cfg, 4 * 27040, 4, 0, 0},
-		{"one context does not fit", cfg, 4*27040 + 8192*63, 4, 0, 0},
-		{"the length asked for does not fit", &long, room(100), 4, 32768, 0},
+		{"long context, what fits", &long, room(1000), 4, 0, 1000, "", ""},
+		{"long context, little memory", &long, 4*27040 + 8192*minKVTokens/16, 4, 0, minKVTokens / 16, "", ""},
+		{"long context, the length asked for", &long, 1 << 40, 4, 32768, 4 * 2048, "", ""},
+		{"weights do not fit", cfg, 4 * 27040, 4, 0, 0, "", ""},
+		{"one context does not fit", cfg, 4*27040 + 8192*63, 4, 0, 0, "", ""},
+		{"the length asked for does not fit", &long, room(100), 4, 32768, 0, "", ""},
 		// bfloat16 matrices stay bfloat16 on the CPU: 2 bytes a parameter.
-		{"bfloat16 weights", &bf16, 2*27040 + 4*8192*100, 1000, 0, 100},
-		{"bfloat16 weights do not fit", &bf16, 2*27040 + 8192*63, 4, 0, 0},
+		{"bfloat16 weights", &bf16, bf16Bytes + 4*8192*100, 1000, 0, 100, "", ""},
+		{"bfloat16 weights do not fit", &bf16, bf16Bytes + 8192*63, 4, 0, 0, "", ""},
+		// --quantization fp8: the FP8 matrices take a byte a parameter.
+		{"fp8 weights", cfg, fp8Bytes + 4*8192*100, 1000, 0, 100, "fp8", ""},
+		// --kv-cache-dtype fp8: a page takes a quarter of float32's 8 KiB, so four times the pages fit.
+		{"fp8 KV pages", cfg, room(100), 1000, 0, 400, "", "fp8"},
+		{"fp8 KV, one context fits", cfg, 4*27040 + 2048*64, 4, 0, 64, "", "fp8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := cpuKVBlocks(tc.cfg, 16, tc.maxSeqs, tc.maxModelLen, tc.available)
+			got, err := cpuKVBlocks(tc.cfg, 16, tc.maxSeqs, tc.maxModelLen, tc.available, tc.quantization, tc.kv)
 			if tc.want == 0 {
 				if !errors.Is(err, ErrDoesNotFit) {
 					t.Fatalf("cpuKVBlocks = %d, %v; want ErrDoesNotFit", got, err)
@@ -183,6 +195,8 @@ func TestLoadErrors(t *testing.T) {
 		{"max model len beyond KV blocks", context.Background(), "", Config{KVBlocks: 4, PageSize: 16, MaxModelLen: 100}, ErrDoesNotFit, ""},
 		{"max model len beyond the context", context.Background(), "", Config{MaxModelLen: 4096}, nil, "max_position_embeddings 1024"},
 		{"unknown device", context.Background(), "", Config{Device: "tpu"}, nil, "unknown device"},
+		{"unknown quantization", context.Background(), "", Config{Quantization: "int4"}, nil, `quantization "int4" (supported: fp8)`},
+		{"e5m2 KV cache", context.Background(), "", Config{KVCacheDType: "fp8_e5m2"}, nil, `kv cache dtype "fp8_e5m2"`},
 		{"missing folder", context.Background(), "/nonexistent/model", Config{}, fs.ErrNotExist, ""},
 		{"cancelled", cancelled, "", Config{}, context.Canceled, ""},
 	}

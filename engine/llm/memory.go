@@ -15,23 +15,16 @@ import (
 const minKVTokens = 8192
 
 // cpuKVBlocks sizes the KV cache on the CPU from the host memory available: a quarter of what is left
-// once the weights are loaded (the CPU backend keeps bfloat16 matrices as they are and the rest as
-// float32), and no more than maxNumSeqs full
-// contexts need (a context is maxModelLen tokens, or max_position_embeddings when maxModelLen is 0),
-// but at least one context: the one asked for (maxModelLen), else the model's up to minKVTokens. A
-// long-context model (128K, 1M tokens) on a machine that cannot hold a whole context gets what fits,
-// and the engine caps its requests' length to that. When the weights and that one context do not fit
-// in what is available, it returns an error wrapping ErrDoesNotFit.
-func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64) (int, error) {
-	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize))
-	var params int64
-	for _, shape := range weights.TensorShapes(cfg) {
-		n := int64(1)
-		for _, d := range shape {
-			n *= int64(d)
-		}
-		params += n
-	}
+// once the weights are loaded (model.CPUWeightBytes: the CPU backend keeps bfloat16 matrices as they
+// are, FP8 ones in a byte a parameter, and the rest as float32; quantization is Config.Quantization),
+// pages of kvCacheDType (Config.KVCacheDType: float32, or FP8 at a quarter of the bytes), and no more
+// than maxNumSeqs full contexts need (a context is maxModelLen tokens, or max_position_embeddings when
+// maxModelLen is 0), but at least one context: the one asked for (maxModelLen), else the model's up to
+// minKVTokens. A long-context model (128K, 1M tokens) on a machine that cannot hold a whole context gets
+// what fits, and the engine caps its requests' length to that. When the weights and that one context do
+// not fit in what is available, it returns an error wrapping ErrDoesNotFit.
+func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, available int64, quantization, kvCacheDType string) (int, error) {
+	perBlock := int64(model.KVBytesPerBlock(cfg, pageSize, kvCacheDType))
 	context := int64(cfg.MaxPositionEmbeddings)
 	if maxModelLen > 0 {
 		context = min(context, int64(maxModelLen))
@@ -44,11 +37,7 @@ func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, ava
 	if maxModelLen > 0 {
 		least = perSeq
 	}
-	perParam := int64(4)
-	if cfg.DType == weights.DTypeBF16 {
-		perParam = 2
-	}
-	weightBytes := perParam * params
+	weightBytes := model.CPUWeightBytes(cfg, quantization)
 	if need := weightBytes + least*perBlock; available < need {
 		return 0, fmt.Errorf("llm: the weights (%s on the CPU) and a KV cache of %d tokens (%s) need %s of memory; %s is available: %w",
 			bytesString(weightBytes), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available), ErrDoesNotFit)

@@ -1,9 +1,12 @@
-// Package dtype converts between float32 and the 16-bit floating-point formats that model weights are
-// stored in (bfloat16 and IEEE 754 binary16), one value at a time and in bulk from little-endian bytes.
+// Package dtype converts between float32 and the narrower floating-point formats that model weights,
+// activations and KV caches are stored in (bfloat16, IEEE 754 binary16 and OCP FP8 E4M3), one value at
+// a time and in bulk from little-endian bytes.
 //
 // It owns the numerics of those conversions and nothing else: it knows no tensors, files or devices.
 // float32 → bfloat16 rounds to nearest, ties to even, and keeps NaN a NaN; binary16 conversions use
-// github.com/x448/float16, which rounds the same way.
+// github.com/x448/float16, which rounds the same way. float32 → e4m3 rounds to nearest, ties to even,
+// saturating at ±448 (F32ToE4M3Sat, what quantizers compute) or not (F32ToE4M3, PyTorch's cast); see
+// e4m3.go.
 package dtype
 
 import (

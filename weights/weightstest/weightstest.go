@@ -31,11 +31,44 @@ func WriteLlama(t testing.TB, dir string, config map[string]any, seed uint64) *w
 // nothing.
 func WriteLlamaEdited(t testing.TB, dir string, config map[string]any, seed uint64, edit func(name string, values []float32)) *weights.Config {
 	t.Helper()
+	cfg, tensors := llamaTensors(t, config, seed, edit)
+	writeFolder(t, dir, config, tensors)
+	return cfg
+}
+
+// WriteLlamaBF16 is WriteLlama with every tensor stored in bfloat16 (the values rounded to nearest
+// even) and config.json's dtype "bfloat16" (when it names none).
+func WriteLlamaBF16(t testing.TB, dir string, config map[string]any, seed uint64) *weights.Config {
+	t.Helper()
+	config = withDType(config)
+	cfg, tensors := llamaTensors(t, config, seed, nil)
+	for i, x := range tensors {
+		tensors[i] = toBF16(x)
+	}
+	writeFolder(t, dir, config, tensors)
+	return cfg
+}
+
+// withDType returns config with dtype bfloat16 unless it names a dtype.
+func withDType(config map[string]any) map[string]any {
+	out := make(map[string]any, len(config)+1)
+	for k, v := range config {
+		out[k] = v
+	}
+	if _, ok := out["dtype"]; !ok {
+		if _, ok := out["torch_dtype"]; !ok {
+			out["dtype"] = "bfloat16"
+		}
+	}
+	return out
+}
+
+// llamaTensors parses config and draws its checkpoint's float32 tensors from seed (see WriteLlama), in
+// name order, with edit applied.
+func llamaTensors(t testing.TB, config map[string]any, seed uint64, edit func(name string, values []float32)) (*weights.Config, []*weights.Tensor) {
+	t.Helper()
 	data, err := json.Marshal(config)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, weights.ConfigFile), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := weights.ParseConfig(data)
@@ -71,14 +104,46 @@ func WriteLlamaEdited(t testing.TB, dir string, config map[string]any, seed uint
 		if edit != nil {
 			edit(name, values)
 		}
-		buf := make([]byte, 4*n)
-		for i, v := range values {
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
-		}
-		tensors = append(tensors, &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf})
+		tensors = append(tensors, f32Tensor(name, shape, values))
+	}
+	return cfg, tensors
+}
+
+// writeFolder writes config.json and model.safetensors into dir.
+func writeFolder(t testing.TB, dir string, config map[string]any, tensors []*weights.Tensor) {
+	t.Helper()
+	data, err := json.Marshal(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, weights.ConfigFile), data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if err := weights.WriteSafetensors(filepath.Join(dir, weights.SafetensorsFile), tensors); err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+}
+
+func f32Tensor(name string, shape []int, values []float32) *weights.Tensor {
+	buf := make([]byte, 4*len(values))
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+	return &weights.Tensor{Name: name, DType: weights.DTypeF32, Shape: shape, Data: buf}
+}
+
+// toBF16 rounds a float32 tensor to bfloat16, to nearest even (NaN kept NaN).
+func toBF16(x *weights.Tensor) *weights.Tensor {
+	v := x.Float32()
+	buf := make([]byte, 2*len(v))
+	for i, f := range v {
+		b := math.Float32bits(f)
+		if b&0x7fffffff > 0x7f800000 {
+			b |= 0x00400000
+		} else {
+			b += 0x7fff + (b>>16)&1
+		}
+		binary.LittleEndian.PutUint16(buf[2*i:], uint16(b>>16))
+	}
+	return &weights.Tensor{Name: x.Name, DType: weights.DTypeBF16, Shape: x.Shape, Data: buf}
 }

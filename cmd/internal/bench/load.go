@@ -36,6 +36,9 @@ type ModelSpec struct {
 	NumBlocks, BlockSize int
 	// Progress is told the weights' loading progress in bytes (model.Options.Progress); nil for none.
 	Progress func(loaded, total int64)
+	// Quantization and KVCacheDType are model.Options': "fp8" runs the layers' matrices as FP8
+	// products (random weights quantized at load) and stores the KV pages in e4m3.
+	Quantization, KVCacheDType string
 }
 
 // Model is what the drivers need from a loaded model: the engine's view of it, and Close.
@@ -117,7 +120,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 		return nil, err
 	}
 	opts := model.Options{NumBlocks: spec.NumBlocks * len(model.KVLayoutOf(cfg).Windows), BlockSize: spec.BlockSize,
-		Progress: spec.Progress, Device: dev.Name}
+		Progress: spec.Progress, Device: dev.Name, Quantization: spec.Quantization, KVCacheDType: spec.KVCacheDType}
 	lm := &LoadedModel{Name: name, Device: dev, RandomWeights: spec.Config != "" || spec.RandomWeights}
 	if lm.RandomWeights {
 		lm.Config = cfg
@@ -154,6 +157,10 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 		lm.EOSTokenIDs = f.Generation.EOSTokenIDs
 	}
 	lm.Precision = dev.Precision(lm.Config)
+	if model.UsesFP8Weights(lm.Config, spec.Quantization) {
+		lm.Precision.LayerWeightBytes = 1
+	}
+	lm.Precision.KVBytes = model.KVElementBytes(spec.KVCacheDType, lm.Precision.KVBytes)
 	lm.LoadTime = time.Since(start)
 	return lm, nil
 }

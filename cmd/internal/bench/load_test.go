@@ -134,16 +134,16 @@ func TestDeviceByName(t *testing.T) {
 	}
 	bf16, _ := Preset("smollm2-135m")
 	f16, _ := Preset("llama2-7b")
-	if p := cpu.Precision(bf16); p != (Precision{2, 4}) {
+	if p := cpu.Precision(bf16); p != (Precision{WeightBytes: 2, KVBytes: 4}) {
 		t.Errorf("cpu bf16: %+v", p)
 	}
-	if p := cpu.Precision(f16); p != (Precision{4, 4}) {
+	if p := cpu.Precision(f16); p != (Precision{WeightBytes: 4, KVBytes: 4}) {
 		t.Errorf("cpu f16: %+v", p)
 	}
-	if p := cudaPrecision(bf16); p != (Precision{2, 2}) {
+	if p := cudaPrecision(bf16); p != (Precision{WeightBytes: 2, KVBytes: 2}) {
 		t.Errorf("cuda bf16: %+v", p)
 	}
-	if p := cudaPrecision(&weights.Config{}); p != (Precision{4, 4}) {
+	if p := cudaPrecision(&weights.Config{}); p != (Precision{WeightBytes: 4, KVBytes: 4}) {
 		t.Errorf("cuda without a dtype: %+v", p)
 	}
 	gpu, err := DeviceByName("cuda")

@@ -46,9 +46,9 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 		return nil
 	}
 	r0 := results[0]
-	fmt.Fprintf(w, "model %s (%s %s weights, %s params; backend stores %d-byte weights, %d-byte KV) on %s\n",
+	fmt.Fprintf(w, "model %s (%s %s weights, %s params; backend stores %d-byte weights%s, %d-byte KV) on %s\n",
 		r0.Model, weightsKind(r0.RandomWeights), strings.ToLower(r0.DType), humanCount(r0.Params),
-		r0.Precision.WeightBytes, r0.Precision.KVBytes, r0.Device)
+		r0.Precision.WeightBytes, layerBytesText(r0.Precision), r0.Precision.KVBytes, r0.Device)
 	fmt.Fprintf(w, "input %d, output %d tokens per sequence; %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
 		r0.InputLen, r0.OutputLen, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
 	if r0.CPUUtilization > 0 {
@@ -126,4 +126,12 @@ func cpuList(results []*LatencyResult) string {
 		parts[i] = fmt.Sprintf("%.0f%%", r.CPUUtilization)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// layerBytesText says the layers' weight bytes when they differ from the rest's (FP8 layers).
+func layerBytesText(p Precision) string {
+	if p.LayerWeightBytes == 0 || p.LayerWeightBytes == p.WeightBytes {
+		return ""
+	}
+	return fmt.Sprintf(" (%d-byte in the layers)", p.LayerWeightBytes)
 }

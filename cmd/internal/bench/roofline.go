@@ -66,6 +66,17 @@ type Precision struct {
 	WeightBytes int `json:"weight_bytes"`
 	// KVBytes per element of the K and V caches.
 	KVBytes int `json:"kv_bytes"`
+	// LayerWeightBytes per parameter of the decoder layers' matrices when it differs from WeightBytes
+	// (1 for FP8 layers, whose embeddings and LM head keep WeightBytes); 0 means WeightBytes.
+	LayerWeightBytes int `json:"layer_weight_bytes,omitempty"`
+}
+
+// layerWeightBytes is LayerWeightBytes, or WeightBytes.
+func (p Precision) layerWeightBytes() int64 {
+	if p.LayerWeightBytes > 0 {
+		return int64(p.LayerWeightBytes)
+	}
+	return int64(p.WeightBytes)
 }
 
 // KVBytesPerToken is the size of one token's K and V across all layers: 2 × L × Hkv × D × kvBytes.
@@ -119,7 +130,7 @@ func DecodeStepBytes(cfg *weights.Config, p Precision, contexts []int) StepBytes
 	c := CountParams(cfg)
 	wb := int64(p.WeightBytes)
 	var s StepBytes
-	s.Weights = (c.Layers + c.FinalNorm + c.LMHead) * wb
+	s.Weights = c.LayerMatrices*p.layerWeightBytes() + (c.Layers-c.LayerMatrices+c.FinalNorm+c.LMHead)*wb
 	if cfg.TieWordEmbeddings {
 		s.Weights += c.Embedding * wb // the LM head is the table
 	}

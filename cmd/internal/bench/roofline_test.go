@@ -100,13 +100,17 @@ func TestDecodeStepBytes(t *testing.T) {
 		// (8,030,261,248 − 525,336,576 embedding) × 2; KV per token 2·32·8·128·2 = 131,072 B.
 		{"llama3-8b", 1, 1024, bf16, 15_009_849_344, 8192, 134_217_728, 4.998},
 		{"llama3-8b", 64, 1024, bf16, 15_009_849_344, 64 * 8192, 64 * 134_217_728, 7.789},
+		// FP8 layers and KV: the layers' 6,979,321,856 matrix parameters in a byte each, their norms, the
+		// final norm and the LM head (1,051,205,632 B) in bfloat16; 65,536 B of KV per token (1.896 ms at
+		// the H200's 4.27 TB/s).
+		{"llama3-8b", 1, 1024, Precision{WeightBytes: 2, KVBytes: 1, LayerWeightBytes: 1}, 8_030_527_488, 8192, 67_108_864, 2.672},
 		// Tied: the LM head reads the whole table, so every parameter counts: 1,235,814,400 × 2.
 		{"llama3.2-1b", 1, 1024, bf16, 2_471_628_800, 4096, 33_554_432, 0.827},
 		{"llama3.2-1b", 64, 1024, bf16, 2_471_628_800, 64 * 4096, 64 * 33_554_432, 1.524},
 		// The CPU backend: bf16 weights, float32 KV (2·30·3·64·4 = 46,080 B per token).
-		{"smollm2-135m", 8, 144, Precision{2, 4}, 269_030_016, 8 * 1152, 8 * 144 * 46_080, 0},
+		{"smollm2-135m", 8, 144, Precision{WeightBytes: 2, KVBytes: 4}, 269_030_016, 8 * 1152, 8 * 144 * 46_080, 0},
 		// llama2-7b in float32 (as the CPU backend keeps float16 checkpoints), MHA: 2·32·32·128·4 B.
-		{"llama2-7b", 2, 10, Precision{4, 4}, (6_738_415_616 - 131_072_000) * 4, 2 * 4096 * 4, 2 * 10 * 1_048_576, 0},
+		{"llama2-7b", 2, 10, Precision{WeightBytes: 4, KVBytes: 4}, (6_738_415_616 - 131_072_000) * 4, 2 * 4096 * 4, 2 * 10 * 1_048_576, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Preset(tc.name)
@@ -138,7 +142,7 @@ func TestWeightBytesLlama3(t *testing.T) {
 
 func TestRaggedContexts(t *testing.T) {
 	cfg, _ := Preset("llama3-8b")
-	p := Precision{2, 2}
+	p := Precision{WeightBytes: 2, KVBytes: 2}
 	got := DecodeStepBytes(cfg, p, []int{1, 100, 4096})
 	if want := int64(1+100+4096) * KVBytesPerToken(cfg, 2); got.KV != want {
 		t.Errorf("KV %d, want %d", got.KV, want)
