@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/constraint"
 )
 
 // updateGolden rewrites the golden files of TestToolCallWire:
@@ -232,4 +233,141 @@ func TestDetectToolParser(t *testing.T) {
 			t.Errorf("DetectToolParser(%q) = %q, want %q", tc.template, got, tc.want)
 		}
 	}
+}
+
+// byteVocab gives the 256 bytes as tokens 0-255 (constraint.TokenSource).
+type byteVocab struct{}
+
+func (byteVocab) TokenBytes(id int32) ([]byte, bool) { return []byte{byte(id)}, id >= 0 && id < 256 }
+
+// TestToolConstraint: the constraint of tool_choice "required" or a named function, in each form,
+// accepts the calls the form's parser reads (the functions' parameters schemas with their own $defs and
+// $refs, rebased into the constraint's document) and refuses others.
+func TestToolConstraint(t *testing.T) {
+	vocab, err := constraint.NewVocabulary(byteVocab{}, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := `{"type":"object","properties":{"p":{"$ref":"#/$defs/point"}},"required":["p"],"additionalProperties":false,` +
+		`"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/point"},{"type":"null"}]}},` +
+		`"required":["x","next"],"additionalProperties":false}}}`
+	var tools []chatTool
+	for _, raw := range []string{
+		`{"type":"function","function":{"name":"walk","parameters":` + params + `}}`,
+		`{"type":"function","function":{"name":"stop"}}`,
+	} {
+		var tool chatTool
+		if err := json.Unmarshal([]byte(raw), &tool); err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, tool)
+	}
+	walk := `{"name": "walk", "arguments": {"p": {"x": 1, "next": {"x": 2, "next": null}}}}`
+	stop := `{"name": "stop", "arguments": {}}`
+	for _, tc := range []struct {
+		form, choice string
+		parallel     bool
+		good, bad    []string
+	}{
+		{ToolParserHermes, "walk", true, []string{"<tool_call>\n" + walk + "\n</tool_call>"},
+			[]string{"<tool_call>\n" + stop + "\n</tool_call>", "<tool_call>\n" + walk + "\n</tool_call>\n<tool_call>\n" + walk + "\n</tool_call>",
+				`<tool_call>` + "\n" + `{"name": "walk", "arguments": {"p": {"x": 1}}}` + "\n</tool_call>"}},
+		{ToolParserHermes, "required", true, []string{"<tool_call>\n" + stop + "\n</tool_call>\n<tool_call>\n" + walk + "\n</tool_call>"},
+			[]string{"", "<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>"}},
+		{ToolParserHermes, "required", false, []string{"<tool_call>\n" + stop + "\n</tool_call>"},
+			[]string{"<tool_call>\n" + stop + "\n</tool_call>\n<tool_call>\n" + stop + "\n</tool_call>"}},
+		{ToolParserLlama3JSON, "required", true, []string{strings.Replace(walk, "arguments", "parameters", 1)}, []string{walk}},
+		{ToolParserMistral, "required", true, []string{"[TOOL_CALLS][" + walk + ", " + stop + "]"}, []string{"[TOOL_CALLS][]", "[" + walk + "]"}},
+	} {
+		t.Run(tc.form+"/"+tc.choice, func(t *testing.T) {
+			tu := &toolUse{tools: tools, choice: tc.choice, parallel: tc.parallel, parser: tc.form, forced: -1}
+			if tc.choice != "required" {
+				tu.choice, tu.named = "function", tc.choice
+			}
+			s := &Server{tok: byteTokenizer{}}
+			oc, forced, aerr := s.toolConstraint(tu)
+			if aerr != nil || forced != -1 {
+				t.Fatalf("%v, forced %d", aerr, forced)
+			}
+			g, err := constraint.Compile(oc.spec, vocab, oc.opts)
+			if err != nil {
+				t.Fatalf("%v\n%+v", err, oc.spec)
+			}
+			accepts := func(text string) bool {
+				m := g.NewMatcher()
+				for _, b := range []byte(text) {
+					if m.Accept(int32(b)) != nil {
+						return false
+					}
+				}
+				return m.Complete()
+			}
+			for _, text := range tc.good {
+				if !accepts(text) {
+					t.Errorf("refuses %q", text)
+				}
+				p := parsePieces(t, tc.form, false, []string{text})
+				if len(p.Calls) == 0 {
+					t.Errorf("the parser reads no call in %q", text)
+				}
+			}
+			for _, text := range tc.bad {
+				if accepts(text) {
+					t.Errorf("accepts %q", text)
+				}
+			}
+		})
+	}
+}
+
+// FuzzRebaseRefs: rebaseRefs keeps any JSON value's structure (the same value but for the "$ref"
+// strings it rebases) and fails on anything that is not one JSON value.
+func FuzzRebaseRefs(f *testing.F) {
+	for _, s := range []string{`{"$ref":"#/$defs/a","$defs":{"a":{"type":"integer"}}}`, `{"items":[{"$ref":"#"}],"x":1.5e3}`,
+		`[1,"#",{"$ref":"other.json#/a"}]`, `{"a":`, `{} {}`, `"\u00e9"`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := rebaseRefs(data, "#/$defs/base")
+		var in any
+		if json.Unmarshal(data, &in) != nil {
+			if err == nil {
+				t.Fatalf("rebased %q, which is not one JSON value, into %q", data, out)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		var got any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%q gave %q: %v", data, out, err)
+		}
+		if !reflect.DeepEqual(got, rebaseValueOf(in)) {
+			t.Fatalf("%q gave %q", data, out)
+		}
+	})
+}
+
+// rebaseValueOf is what rebaseRefs should make of a decoded value.
+func rebaseValueOf(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if s, ok := e.(string); ok && k == "$ref" && strings.HasPrefix(s, "#") {
+				out[k] = "#/$defs/base" + s[1:]
+				continue
+			}
+			out[k] = rebaseValueOf(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = rebaseValueOf(e)
+		}
+		return out
+	}
+	return v
 }
