@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"regexp"
 	"slices"
@@ -282,7 +283,7 @@ func rebaseRefs(schema []byte, base string) ([]byte, error) {
 	if err := rebaseValue(dec, &out, base, false, 0); err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("more than one JSON value")
 	}
 	return out.Bytes(), nil

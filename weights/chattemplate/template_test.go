@@ -241,7 +241,9 @@ func TestRenderTools(t *testing.T) {
 			}
 		})
 	}
-	if _, err := tpl.Render(Input{Tools: []json.RawMessage{json.RawMessage(`{"a":`)}}); err == nil {
-		t.Error("a tool of broken JSON rendered")
+	for _, bad := range []string{`{"a":`, `{} x`, `{}{}`, `0A0`} {
+		if _, err := tpl.Render(Input{Tools: []json.RawMessage{json.RawMessage(bad)}}); err == nil {
+			t.Errorf("a tool of broken JSON %q rendered", bad)
+		}
 	}
 }

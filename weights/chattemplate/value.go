@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"sort"
@@ -601,7 +602,7 @@ func fromJSON(data []byte) (value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("json: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("json: more than one value")
 	}
 	return v, nil
