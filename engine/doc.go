@@ -30,9 +30,14 @@
 // with penalties draw from their own PCG stream.
 //
 // Structured output (Request.Constraint, compiled by package engine/constraint) masks each draw to
-// the tokens the constraint allows, EOS and stop token ids only once it is complete; such a request
-// draws on the host, and its mask for a step is computed while the model runs that step. Its
-// logprobs are those of the raw logits, as vLLM's by default.
+// the tokens the constraint allows, EOS and stop token ids only once it is complete. On a MaskModel
+// (*model.Model) the masks enter the model's pick (model.SampleParams.Mask: a kernel sets the logits
+// left out to −∞ before the pick on the GPU), so a constrained request keeps its steps on the device
+// and pipelined: a step is begun (MaskModel.Begin), its masks are computed while it runs, once the
+// tokens they depend on are read, and then committed. Otherwise, or when the request needs its logits
+// on the host anyway (logprobs, penalties), it draws on the host with the same mask
+// (model.MaskLogits), computed while the model runs the step. Its logprobs are those of the raw
+// logits, as vLLM's by default.
 //
 // Prompt logprobs (Request.PromptLogprobs, vLLM's prompt_logprobs) need the logits of every prompt
 // position: such a request takes no prefix-cache hits, its prompt's steps bring those rows to the host

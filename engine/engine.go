@@ -71,6 +71,19 @@ type PickModel interface {
 	Start(s *model.Step, params []model.SampleParams) (*model.Pick, error)
 }
 
+// MaskModel is a PickModel whose pick can wait for its masks (structured output): Begin queues a step
+// without its pick and returns at once, and the Pick's Commit queues the pick under one
+// model.SampleParams per logits row, each with the mask of its row's constraint (SampleParams.Mask).
+// The engine begins a step with constrained rows, computes their masks while the model runs it, and
+// commits them: for a pipelined step, queued before the previous step's tokens are read, the masks
+// (which depend on those tokens) are computed once they are, while the step's forward runs. A
+// PickModel without Begin draws its constrained requests' tokens on the host. *model.Model
+// satisfies it.
+type MaskModel interface {
+	PickModel
+	Begin(s *model.Step) (*model.Pick, error)
+}
+
 // Constraint restricts what one request may generate (structured output: a JSON Schema, a regular
 // expression, a grammar), token by token. *constraint.Matcher (package engine/constraint)
 // satisfies it. A constraint belongs to one request; the engine never calls it concurrently, but
@@ -169,7 +182,8 @@ type Request struct {
 	// Constraint, when set, restricts the output (structured output): every draw is masked to the
 	// tokens it allows, plus EOS and the stop token ids once it is Complete, and the request ends
 	// when it is Done. Logprobs stay those of the raw logits (vLLM's default). Such a request draws
-	// on the host. It must be fresh (no token accepted) and serve this request alone.
+	// on the model's device where the model takes masks (MaskModel), else on the host. It must be
+	// fresh (no token accepted) and serve this request alone.
 	Constraint Constraint
 }
 
@@ -213,6 +227,7 @@ type Engine struct {
 	pool      *kvcache.Pool
 	workers   int
 	pipeline  bool // Config.DisablePipelining unset
+	masks     bool // the model is a MaskModel: constrained requests pick on its device
 	addCh     chan *request
 	closing   chan struct{} // closed by Close: finish in-flight work, accept no more
 	abortAll  chan struct{} // closed by Close when its context ends: abort in-flight work
@@ -270,8 +285,10 @@ type request struct {
 	// minMasked are the ids the first MinTokens draws may not pick: EOS whether or not it is
 	// ignored, and the stop token ids (vLLM's all_stop_token_ids); nil without MinTokens.
 	minMasked []int32
-	// mask is the constraint's mask for the draw under way (Request.Constraint), one bit per token.
-	mask []uint64
+	// mask is the constraint's mask for the draw under way (Request.Constraint), one bit per token;
+	// hostMask says the draws happen on the host (the model is no MaskModel).
+	mask     []uint64
+	hostMask bool
 }
 
 // New returns an engine over m, decoding text with tok, and starts its step loop. The KV pool has
@@ -343,6 +360,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		abortAll: make(chan struct{}),
 		done:     make(chan struct{}),
 		failed:   make(chan struct{}),
+		masks:    isMaskModel(m),
 		live:     map[kvcache.SeqID]*request{},
 		stats:    Stats{Finished: map[FinishReason]int64{}},
 	}
@@ -489,6 +507,7 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 	}
 	return &request{
 		mask:      mask,
+		hostMask:  req.Constraint != nil && !e.masks,
 		req:       req,
 		prompt:    prompt,
 		stream:    newStream(id),
@@ -501,6 +520,12 @@ func (e *Engine) newRequest(req Request) (*request, error) {
 		limits: scheduler.Limits{MaxTokens: maxTokens, MinTokens: req.MinTokens, StopTokenIDs: stopIDs,
 			PromptLogits: req.PromptLogprobs},
 	}, nil
+}
+
+// isMaskModel reports whether m picks masked rows on its side (MaskModel).
+func isMaskModel(m Model) bool {
+	_, ok := m.(MaskModel)
+	return ok
 }
 
 // Close stops accepting requests and waits for the in-flight ones to finish. If ctx ends first, the

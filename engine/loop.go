@@ -200,10 +200,13 @@ func usageOf(seq *scheduler.Sequence) Usage {
 	}
 }
 
-// inflight is a step queued on a PickModel whose picks the loop has not read yet.
+// inflight is a step queued on a PickModel whose picks the loop has not read yet. A step with
+// constrained rows queued ahead of the previous step's tokens is begun (MaskModel) and waits for its
+// masks: params holds its rows' sampling parameters until commit fills in the masks and commits it.
 type inflight struct {
-	b    *scheduler.Batch
-	pick *model.Pick
+	b      *scheduler.Batch
+	pick   *model.Pick
+	params []model.SampleParams
 }
 
 // runStep runs one step: schedule, forward, sample, update, postprocess. A step whose tokens the model
@@ -212,6 +215,10 @@ type inflight struct {
 // tokens fed from those picks on the device: the host's bookkeeping of step N (update, detokenize,
 // stream) then runs while step N+1 computes, and that step is read in the next turn. Anything
 // ScheduleNext does not cover (preemption, logits on the host) waits for a plain step.
+//
+// Constrained rows pick on the device too (MaskModel): a plain step is begun, its masks computed
+// while it runs and then committed; a step queued ahead is begun before the tokens its masks depend on
+// are read, and committed once apply has fed them to the constraints, while its forward runs.
 func (e *Engine) runStep() {
 	cur := e.ahead
 	e.ahead = nil
@@ -231,12 +238,27 @@ func (e *Engine) runStep() {
 			e.apply(b, sampled)
 			return
 		}
-		pick, err := pm.Start(st, params)
+		var pick *model.Pick
+		var err error
+		if cons := e.constrained(b); len(cons) > 0 {
+			masks := e.startMasks(cons)
+			pick, err = pm.(MaskModel).Begin(st)
+			masks.Wait()
+			if err == nil {
+				e.fillMasks(b, params)
+				err = pick.Commit(params)
+				if err != nil {
+					_, _ = pick.Wait()
+				}
+			}
+		} else {
+			pick, err = pm.Start(st, params)
+		}
 		if err != nil {
 			e.failStep(err, b)
 			return
 		}
-		cur = &inflight{b, pick}
+		cur = &inflight{b: b, pick: pick}
 	}
 	if e.pipeline {
 		e.ahead = e.startNext(cur.b)
@@ -254,6 +276,49 @@ func (e *Engine) runStep() {
 		return
 	}
 	e.apply(cur.b, ids)
+	if next := e.ahead; next != nil && next.params != nil {
+		e.commit(next)
+	}
+}
+
+// commit computes the masks of f's constrained rows (those still live: the constraints have taken the
+// tokens of the step before) and commits f's pick. A failed commit ends the step with an error that
+// its Wait returns.
+func (e *Engine) commit(f *inflight) {
+	e.startMasks(e.constrained(f.b)).Wait()
+	e.fillMasks(f.b, f.params)
+	_ = f.pick.Commit(f.params)
+	f.params = nil
+}
+
+// constrained returns the live requests of b's logits rows that have a constraint, in row order.
+func (e *Engine) constrained(b *scheduler.Batch) []*request {
+	var out []*request
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		if r := e.live[c.Seq.ID()]; r != nil && r.req.Constraint != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// fillMasks sets the Mask of each of b's logits rows in params: its request's mask (computeMask) when
+// it has a constraint and is live, else none (a finished request's row is dropped anyway).
+func (e *Engine) fillMasks(b *scheduler.Batch, params []model.SampleParams) {
+	k := 0
+	for _, c := range b.Chunks {
+		if !c.NeedsLogits {
+			continue
+		}
+		params[k].Mask = nil
+		if r := e.live[c.Seq.ID()]; r != nil && r.req.Constraint != nil {
+			params[k].Mask = r.mask
+		}
+		k++
+	}
 }
 
 // schedule plans a plain step and reports what planning it finished or preempted; nil when there is
@@ -292,7 +357,15 @@ func (e *Engine) startNext(prev *scheduler.Batch) *inflight {
 		}
 		return nil
 	}
-	pick, err := pm.Start(e.buildStep(next), params)
+	var pick *model.Pick
+	var err error
+	deferred := len(e.constrained(next)) > 0
+	if deferred {
+		// Its masks depend on the tokens of prev, not read yet: begun now, committed after apply.
+		pick, err = pm.(MaskModel).Begin(e.buildStep(next))
+	} else {
+		pick, err = pm.Start(e.buildStep(next), params)
+	}
 	if err != nil {
 		// Not expected: plan plainly instead.
 		e.log.Warn("pipelined step not started", "err", err)
@@ -304,7 +377,11 @@ func (e *Engine) startNext(prev *scheduler.Batch) *inflight {
 	e.statsMu.Lock()
 	e.stats.PipelinedSteps++
 	e.statsMu.Unlock()
-	return &inflight{next, pick}
+	f := &inflight{b: next, pick: pick}
+	if deferred {
+		f.params = params
+	}
+	return f
 }
 
 // settleAhead waits for a step still in flight and applies it to the scheduler's books (its sequences
@@ -421,8 +498,9 @@ func (e *Engine) endNonFinite(r *request) {
 }
 
 // pickParams says whether the model can pick b's tokens on its device (PickModel) and with which
-// parameters: nil when every sequence that needs a token is greedy and draws on the device, else one
-// draw per logits row when all of them draw on the device (not drawsOnHost), and no prompt rows.
+// parameters: nil when every sequence that needs a token is greedy, unconstrained and draws on the
+// device, else one draw per logits row when all of them draw on the device (not drawsOnHost), and no
+// prompt rows. The masks of constrained rows are the caller's to fill in (fillMasks).
 func (e *Engine) pickParams(b *scheduler.Batch) (PickModel, []model.SampleParams, bool) {
 	pm, ok := e.model.(PickModel)
 	if !ok || hasPromptRows(b) {
@@ -454,7 +532,13 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 		}
 	}
 	// Constrained requests' masks are computed while the model runs the step.
-	masks := e.startMasks(jobs)
+	var constrained []*request
+	for _, j := range jobs {
+		if j.r != nil && j.r.req.Constraint != nil {
+			constrained = append(constrained, j.r)
+		}
+	}
+	masks := e.startMasks(constrained)
 	logits, err := e.model.Forward(st)
 	masks.Wait()
 	if want := b.NumLogits + len(prompt); err == nil && len(logits) != want {
@@ -487,16 +571,10 @@ func (e *Engine) forwardOnHost(b *scheduler.Batch, st *model.Step) ([]int32, err
 	return sampled, nil
 }
 
-// startMasks starts computing the masks of the constrained requests among jobs, spread over the
-// engine's workers; Wait on the result before sampling.
-func (e *Engine) startMasks(jobs []sampleJob) *sync.WaitGroup {
+// startMasks starts computing the masks of the constrained requests, spread over the engine's
+// workers; Wait on the result before sampling.
+func (e *Engine) startMasks(constrained []*request) *sync.WaitGroup {
 	var wg sync.WaitGroup
-	var constrained []*request
-	for _, j := range jobs {
-		if j.r != nil && j.r.req.Constraint != nil {
-			constrained = append(constrained, j.r)
-		}
-	}
 	if len(constrained) == 0 {
 		return &wg
 	}
@@ -524,26 +602,6 @@ func (r *request) computeMask() {
 		if id >= 0 && int(id)/64 < len(r.mask) {
 			r.mask[id>>6] |= 1 << (id & 63)
 		}
-	}
-}
-
-// applyMask sets the logits of the tokens mask leaves out to −∞.
-func applyMask(logits []float32, mask []uint64) {
-	inf := float32(math.Inf(-1))
-	for w, bits := range mask {
-		if bits == ^uint64(0) {
-			continue
-		}
-		lo := w * 64
-		hi := min(lo+64, len(logits))
-		for i := lo; i < hi; i++ {
-			if bits&(1<<(i-lo)) == 0 {
-				logits[i] = inf
-			}
-		}
-	}
-	for i := len(mask) * 64; i < len(logits); i++ {
-		logits[i] = inf
 	}
 }
 
@@ -601,14 +659,14 @@ func outputIndex(c scheduler.Chunk) uint64 {
 }
 
 // allGreedy reports whether every sequence of b that needs a token would take the argmax of its
-// logits: greedy, and not drawsOnHost.
+// logits: greedy, unconstrained, and not drawsOnHost.
 func (e *Engine) allGreedy(b *scheduler.Batch) bool {
 	for _, c := range b.Chunks {
 		if !c.NeedsLogits {
 			continue
 		}
 		r := e.live[c.Seq.ID()]
-		if r == nil || !r.sampler.params.greedy() || r.drawsOnHost(outputIndex(c)) {
+		if r == nil || !r.sampler.params.greedy() || r.req.Constraint != nil || r.drawsOnHost(outputIndex(c)) {
 			return false
 		}
 	}
@@ -634,11 +692,11 @@ func (e *Engine) deviceSampling(b *scheduler.Batch) ([]model.SampleParams, bool)
 }
 
 // drawsOnHost reports whether r's draw of output token step needs its logits on the host: penalties,
-// logprobs, a logit bias, min_tokens' mask (masksStops) or a constraint's mask, none of which the
-// device's pick applies.
+// logprobs, a logit bias, min_tokens' mask (masksStops), or a constraint's mask when the model takes
+// none (hostMask), none of which the device's pick applies.
 func (r *request) drawsOnHost(step uint64) bool {
 	return r.sampler.hasPenalties() || r.req.Logprobs || len(r.req.Sampling.LogitBias) > 0 || r.masksStops(step) ||
-		r.req.Constraint != nil
+		r.hostMask
 }
 
 // masksStops reports whether r's draw of output token step must not pick a stop token (EOS, ignored
@@ -742,7 +800,7 @@ func sampleOne(j *sampleJob) {
 			logits[id] += b
 		}
 		if j.r.mask != nil {
-			applyMask(logits, j.r.mask)
+			model.MaskLogits(logits, j.r.mask) // as the model's masked pick does
 		}
 		if j.r.masksStops(j.step) {
 			for _, id := range j.r.minMasked {

@@ -75,6 +75,7 @@ type cudaBackend struct {
 	stepStreams
 	stepRecord
 	graphCache
+	maskedPicks
 
 	stats cudaStats
 	// failOp, when positive, makes eager fail before the step's failOp-th op (tests: a step that stops
@@ -500,6 +501,7 @@ func (b *cudaBackend) Close() error {
 		sl.meta, sl.ids, sl.sample, sl.uploaded, sl.picked, sl.done, sl.inflight = nil, nil, nil, nil, nil, nil, nil
 	}
 	b.sampleCap = 0
+	errs = append(errs, b.freeMasks())
 	if b.mod != nil {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil

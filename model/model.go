@@ -143,6 +143,8 @@ type Model struct {
 	// the backend picks on the host (no PickBackend); fed is the step's Tokens with them filled in.
 	numPicks   int
 	picks, fed []int32
+	// pending is set between Begin and its Pick's Commit: no other step may begin then.
+	pending bool
 }
 
 // Config returns the model's configuration. The caller must not modify it.
@@ -216,13 +218,21 @@ type PickBackend interface {
 	// NonFinitePick (pickRowCPU is the twin); a later step's InputFrom row that names such a pick
 	// embeds token 0 instead (its sequence is to be ended, and what it computes dropped).
 	PickAsync(dst []int32, src Tensor, params []SampleParams) (wait func() error, err error)
+	// QueueAsync issues the step's ops up to src (its logits, rows of which are to be picked) without
+	// their pick, and returns at once; the step's PickAsync follows, with the same src, before any
+	// other step begins (Model.Begin). A greedy pick after it runs without the fused argmax.
+	QueueAsync(rows int, src Tensor) error
 }
 
-// Pick is a step queued by Start: its picked token ids arrive with Wait.
+// Pick is a step queued by Start (or Begin, and then Commit): its picked token ids arrive with Wait.
 type Pick struct {
 	wait func() ([]int32, error) // nil once called
 	ids  []int32
 	err  error
+	// commit queues the pick of a step Begin queued (nil once called, and for a step Start queued
+	// whole); rows is its number of logits rows.
+	commit func(params []SampleParams) (func() ([]int32, error), error)
+	rows   int
 }
 
 // NewPick returns a Pick whose Wait returns what wait returns, calling it once: for wrappers of a
@@ -232,6 +242,12 @@ func NewPick(wait func() ([]int32, error)) *Pick { return &Pick{wait: wait} }
 // Wait blocks until the step has ended and returns one token id per entry of its LogitRows. Later
 // calls return the same.
 func (p *Pick) Wait() ([]int32, error) {
+	if p.commit != nil {
+		// Begun and never committed (a caller giving up on the step): end it with every row's argmax.
+		if err := p.Commit(make([]SampleParams, p.rows)); err != nil {
+			return nil, err
+		}
+	}
 	if p.wait != nil {
 		p.ids, p.err = p.wait()
 		p.wait = nil
@@ -241,8 +257,8 @@ func (p *Pick) Wait() ([]int32, error) {
 
 // Start runs one step like Forward but ends it with a pick per entry of s.LogitRows: the index of the
 // row's largest logit (the first on ties: the greedy next token) when params is nil, else the token drawn
-// under params[i] (SampleParams); NonFinitePick for a row whose logits hold NaN or +Inf, on every
-// backend. On a PickBackend only the ids cross to the host, and Start returns as
+// under params[i] (SampleParams), among the tokens its Mask allows when it has one; NonFinitePick for a
+// row whose logits hold NaN or +Inf, on every backend. On a PickBackend only the ids cross to the host, and Start returns as
 // soon as the step is queued, so that the next step (whose InputFrom may name these picks) can be queued
 // while this one runs: call Wait for the ids, in step order, with at most two steps outstanding. On
 // other backends the logits come to the host, the pick is made there, and the step has ended when Start
@@ -250,6 +266,9 @@ func (p *Pick) Wait() ([]int32, error) {
 func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	if s != nil && params != nil && len(params) != len(s.LogitRows) {
 		return nil, fmt.Errorf("model: forward: %d sampling parameters for %d logits rows: %w", len(params), len(s.LogitRows), ErrInvalidStep)
+	}
+	if err := checkMasks(params, m.cfg.VocabSize); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
 	}
 	picker, ok := m.backend.(PickBackend)
 	if !ok {
@@ -285,6 +304,15 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 // pickOnHost is Start on a backend without PickBackend: the step's InputFrom rows get the previous picks
 // (kept here), the logits come to the host, and each row is picked there.
 func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
+	rows, err := m.forwardFed(s)
+	if err != nil {
+		return nil, err
+	}
+	return m.pickRows(rows, params), nil
+}
+
+// forwardFed is Forward with the step's InputFrom rows fed from the previous step's picks (kept here).
+func (m *Model) forwardFed(s *Step) ([][]float32, error) {
 	if s != nil && s.InputFrom != nil {
 		if err := m.validateInputFrom(s); err != nil {
 			m.numPicks = 0
@@ -302,21 +330,26 @@ func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
 		fed.Tokens, fed.InputFrom = m.fed, nil
 		s = &fed
 	}
-	rows, err := m.Forward(s)
-	if err != nil {
-		return nil, err
-	}
+	return m.Forward(s)
+}
+
+// pickRows picks each row of logits on the host under params (nil: the argmax), each row masked by its
+// params' mask first, and keeps the picks for the next step's InputFrom rows.
+func (m *Model) pickRows(rows [][]float32, params []SampleParams) []int32 {
 	ids := make([]int32, len(rows))
 	for i, row := range rows {
 		var r sampleRow // greedy
 		if params != nil {
+			if params[i].Mask != nil {
+				MaskLogits(row, params[i].Mask)
+			}
 			r = prepareSample(params[i])
 		}
 		ids[i] = pickRowCPU(row, r)
 	}
 	m.picks = append(m.picks[:0], ids...)
 	m.numPicks = len(ids)
-	return ids, nil
+	return ids
 }
 
 // ForwardGreedy runs one step like Forward and returns, for each entry of s.LogitRows, the index of its
@@ -335,6 +368,9 @@ func (m *Model) ForwardGreedy(s *Step) ([]int32, error) {
 func (m *Model) forward(s *Step) (Tensor, error) {
 	if m.closed {
 		return Tensor{}, ErrClosed
+	}
+	if m.pending {
+		return Tensor{}, fmt.Errorf("%w: the step before was begun and its pick not committed", ErrInvalidStep)
 	}
 	if err := m.validate(s); err != nil {
 		return Tensor{}, err

@@ -29,33 +29,46 @@ type inflightPick struct {
 }
 
 // PickAsync ends the step: it uploads the metadata (on stream up, see upload), queues the recorded ops
-// (the decode graph where it can), then the pick of every row of src — the argmax (fused into the LM
-// head's product where it can, part of the graph) when params is nil, else the sampling kernel
-// (kernels/sample.cu, the twin of sampleRowCPU; outside the graph, since its arguments change every
-// step) — into the slot's ids on the device, where the next step's InputFrom rows read them. The copy of
-// the len(dst) ids into the slot's page-locked memory runs on stream down after the slot's picked event,
-// so that the next step's kernels start as soon as this step's end instead of after a device-to-host
-// copy (BenchmarkCUDAStepBoundary times it); the slot's done event follows the copy. The
-// slot's ids are not written again before that copy has run: the step after next, which reuses the
-// slot, is queued only once the host has waited for done (settle). PickAsync returns without waiting;
-// wait blocks on done and copies the ids into dst. With both slots in flight, the older step is waited
-// for first.
+// (the decode graph where it can) — unless QueueAsync already did — then the pick of every row of src
+// as planPick says: the argmax (fused into the LM head's product where it can, part of the graph) when
+// params is nil; else the sampling kernel (kernels/sample.cu, the twin of sampleRowCPU; outside the
+// graph, since its arguments change every step), after MaskRows (kernels/mask.cu, the twin of
+// MaskLogits) over the rows with a mask, whose bitsets go up on stream up (mask_cuda.go) — into the
+// slot's ids on the device, where the next step's InputFrom rows read them. The copy of the len(dst)
+// ids into the slot's page-locked memory runs on stream down after the slot's picked event, so that the
+// next step's kernels start as soon as this step's end instead of after a device-to-host copy
+// (BenchmarkCUDAStepBoundary times it); the slot's done event follows the copy. The slot's ids are not
+// written again before that copy has run: the step after next, which reuses the slot, is queued only
+// once the host has waited for done (settle). PickAsync returns without waiting; wait blocks on done
+// and copies the ids into dst. With both slots in flight, the older step is waited for first.
 func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
-	if len(dst) == 0 {
+	queued := b.queued
+	b.queued = false
+	if len(dst) == 0 && !queued {
 		return func() error { return nil }, b.run(nil)
 	}
 	if params != nil && len(params) != len(dst) {
 		return nil, fmt.Errorf("cuda backend: %d sampling parameters for %d rows", len(params), len(dst))
 	}
+	if queued && params == nil {
+		// The ops are queued without the argmax op: greedy rows take the sampling kernel's argmax.
+		params = make([]SampleParams, len(dst))
+	}
 	t := tensorOf(src)
 	if len(dst) > src.Rows {
 		return nil, fmt.Errorf("cuda backend: pick %d rows of a %d-row tensor", len(dst), src.Rows)
 	}
-	if err := b.ensureIDs(max(len(dst), b.st.rows)); err != nil {
+	if err := checkMasks(params, src.Cols); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
+	if !queued {
+		if err := b.ensureIDs(max(len(dst), b.st.rows)); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
+	}
+	kind := planPick(params)
 	var rows []sampleRow
-	if params == nil {
+	if kind == pickArgmax {
 		if err := b.recordArgmax(len(dst), t); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
@@ -74,19 +87,29 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 	}
 	k := b.slot
 	slot := &b.slots[k]
-	if slot.inflight != nil {
-		if err := b.settle(slot.inflight); err != nil {
-			return nil, fmt.Errorf("cuda backend: step: %w", err)
+	if !queued {
+		if err := b.settleSlot(slot); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
-	if err := b.ensureSlot(slot); err != nil {
-		return nil, fmt.Errorf("cuda backend: %w", err)
+	var masked, maskBytes int
+	if kind == pickMasked {
+		var err error
+		if masked, maskBytes, err = b.stageMasks(k, params, src.Cols); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
 	}
 	ids := slot.ids[:4*len(dst)]
 	err := b.dev.Do(func() error {
-		err := b.upload(slot)
+		var err error
+		if !queued {
+			err = b.upload(slot)
+			if err == nil {
+				err = b.queue()
+			}
+		}
 		if err == nil {
-			err = b.queue()
+			err = b.queueMasks(k, masked, maskBytes, t, src.Cols)
 		}
 		if err == nil && rows != nil {
 			args := slot.sample[:len(rows)*int(unsafe.Sizeof(sampleRow{}))]
@@ -125,6 +148,54 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 	slot.inflight = p
 	b.slot ^= 1
 	return func() error { return b.settle(p) }, nil
+}
+
+// QueueAsync issues the recorded step (the metadata upload and the ops up to src, as PickAsync does)
+// without its pick and returns at once; the step's PickAsync follows before any other step begins
+// (Model.Begin), and queues only the pick, into the same ring slot. No argmax op is recorded: the pick
+// runs on the sampling kernel (with MaskRows before it for the rows with a mask).
+func (b *cudaBackend) QueueAsync(rows int, src Tensor) error {
+	defer func() { b.ops, b.args = b.ops[:0], b.args[:0] }()
+	switch {
+	case b.queued:
+		return errors.New("cuda backend: a step is queued without its pick")
+	case rows <= 0 || rows > src.Rows:
+		return fmt.Errorf("cuda backend: queue a step picking %d rows of a %d-row tensor", rows, src.Rows)
+	case b.err != nil:
+		return b.err
+	}
+	if err := b.ensureIDs(max(rows, b.st.rows)); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	slot := &b.slots[b.slot]
+	if err := b.settleSlot(slot); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	err := b.dev.Do(func() error {
+		err := b.upload(slot)
+		if err == nil {
+			err = b.queue()
+		}
+		if err != nil {
+			_ = errors.Join(b.stream.Synchronize(), b.up.Synchronize(), b.down.Synchronize())
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("cuda backend: step: %w", err)
+	}
+	b.queued = true
+	return nil
+}
+
+// settleSlot waits for the step in flight in slot, if any, and gives the slot its events and buffers.
+func (b *cudaBackend) settleSlot(slot *stepSlot) error {
+	if slot.inflight != nil {
+		if err := b.settle(slot.inflight); err != nil {
+			return fmt.Errorf("step: %w", err)
+		}
+	}
+	return b.ensureSlot(slot)
 }
 
 // ensureSlot gives a slot its events and an ids landing place of idsCap ids.

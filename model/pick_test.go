@@ -10,23 +10,54 @@ import (
 	"github.com/gollm/gollm/weights"
 )
 
+// pickMode is how pipelineRun picks.
+type pickMode struct {
+	sample bool // draw under a temperature and top-k (else greedy)
+	// masked gives every sequence but sequence 1 a mask that depends on its last token (testMask), as a
+	// constraint's does; pipelined, each step is then begun (Begin) before the previous one's picks are
+	// read, and committed with its masks after.
+	masked bool
+}
+
+// testMask is the mask of sequence s's next pick after token last: about two tokens in five, a set
+// that changes with last.
+func testMask(s int, last int32, vocab int) []uint64 {
+	mask := make([]uint64, maskWords(vocab))
+	for id := range vocab {
+		if (id*7+int(last)*3+s)%5 < 2 {
+			mask[id/64] |= 1 << (id % 64)
+		}
+	}
+	return mask
+}
+
 // pipelineRun decodes prompts for steps steps on m, step i's rows in the order of orders[i] (the last
 // order from there on; each a permutation of a subset of the sequences: those left out of a step stay
-// out for good), sampling under params when sample is set (else greedy). With pipelined set, every decode step
-// is started before the previous one's picks are read, its tokens fed from those picks by InputFrom
-// (the rows' Tokens are poisoned); otherwise each step waits and passes the picked tokens explicitly.
-// It returns each sequence's picked tokens.
-func pipelineRun(t *testing.T, m *Model, numBlocks, blockSize int, prompts [][]int32, orders [][]int, steps int, sample, pipelined bool) [][]int32 {
+// out for good), picking as mode says. With pipelined set, every decode step is started (or begun)
+// before the previous one's picks are read, its tokens fed from those picks by InputFrom (the rows'
+// Tokens are poisoned); otherwise each step waits and passes the picked tokens explicitly. It returns
+// each sequence's picked tokens.
+func pipelineRun(t *testing.T, m *Model, numBlocks, blockSize int, prompts [][]int32, orders [][]int, steps int, mode pickMode, pipelined bool) [][]int32 {
 	t.Helper()
 	p := newPager(numBlocks, blockSize, newRand(5))
 	out := make([][]int32, len(prompts))
+	vocab := m.Config().VocabSize
 	params := func(seqs []int) []SampleParams {
-		if !sample {
+		if !mode.sample && !mode.masked {
 			return nil
 		}
 		ps := make([]SampleParams, len(seqs))
 		for i, s := range seqs {
-			ps[i] = SampleParams{Temperature: 0.9, TopK: 20, Seed: uint64(100 + s), Step: uint64(len(out[s]))}
+			if mode.sample {
+				ps[i] = SampleParams{Temperature: 0.9, TopK: 20, Seed: uint64(100 + s), Step: uint64(len(out[s]))}
+			}
+			if mode.masked && s != 1 {
+				last := prompts[s][len(prompts[s])-1]
+				if n := len(out[s]); n > 0 {
+					last = out[s][n-1]
+				}
+				ps[i].Mask = testMask(s, last, vocab)
+			}
 		}
 		return ps
 	}
@@ -65,7 +96,20 @@ func pipelineRun(t *testing.T, m *Model, numBlocks, blockSize int, prompts [][]i
 		if pipelined {
 			st.InputFrom = from
 		}
-		next, err := m.Start(st, params(order))
+		// A mask depends on the sequence's last token: its step is begun (Begin) before that token is
+		// read and committed after; waiting, the token is known before the step starts.
+		var next *Pick
+		switch {
+		case pipelined && mode.masked:
+			next, err = m.Begin(st)
+		case mode.masked:
+			for k, s := range prev {
+				out[s] = append(out[s], last[k])
+			}
+			next, err = m.Start(st, params(order))
+		default:
+			next, err = m.Start(st, params(order))
+		}
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -74,8 +118,15 @@ func pipelineRun(t *testing.T, m *Model, numBlocks, blockSize int, prompts [][]i
 				t.Fatalf("step %d: %v", i, err)
 			}
 		}
-		for k, s := range prev {
-			out[s] = append(out[s], last[k])
+		if pipelined || !mode.masked {
+			for k, s := range prev {
+				out[s] = append(out[s], last[k])
+			}
+		}
+		if pipelined && mode.masked {
+			if err := next.Commit(params(order)); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
 		}
 		pick, prev = next, slices.Clone(order)
 		if !pipelined {
@@ -106,20 +157,36 @@ func checkPipelined(t *testing.T, m *Model, numBlocks, blockSize, vocab int) {
 	for _, tc := range []struct {
 		name   string
 		orders [][]int
-		sample bool
+		mode   pickMode
 	}{
-		{"greedy", orders, false},
-		{"greedy_dropping", dropping, false},
-		{"sample", orders, true},
-		{"sample_dropping", dropping, true},
+		{"greedy", orders, pickMode{}},
+		{"greedy_dropping", dropping, pickMode{}},
+		{"sample", orders, pickMode{sample: true}},
+		{"sample_dropping", dropping, pickMode{sample: true}},
+		{"masked_greedy", orders, pickMode{masked: true}},
+		{"masked_greedy_dropping", dropping, pickMode{masked: true}},
+		{"masked_sample", orders, pickMode{sample: true, masked: true}},
+		{"masked_sample_dropping", dropping, pickMode{sample: true, masked: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const steps = 9
-			want := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.sample, false)
-			got := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.sample, true)
+			want := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.mode, false)
+			got := pipelineRun(t, m, numBlocks, blockSize, prompts, tc.orders, steps, tc.mode, true)
 			for s := range want {
 				if !slices.Equal(got[s], want[s]) {
 					t.Errorf("sequence %d: pipelined %v, waited %v", s, got[s], want[s])
+				}
+				if !tc.mode.masked || s == 1 {
+					continue
+				}
+				for i, tok := range want[s] {
+					last := prompts[s][len(prompts[s])-1]
+					if i > 0 {
+						last = want[s][i-1]
+					}
+					if mask := testMask(s, last, vocab); mask[tok/64]&(1<<(tok%64)) == 0 {
+						t.Errorf("sequence %d token %d: %d is outside its mask", s, i, tok)
+					}
 				}
 			}
 			if len(want[2]) != steps+1 {

@@ -22,6 +22,10 @@ type SampleParams struct {
 	// passes its seed and the index of the output token being drawn gets the same token whatever else
 	// shares the batch, on every backend (up to float rounding of the logits and sums).
 	Seed, Step uint64
+	// Mask, when not nil, is the set of tokens the row may pick (structured output): bit id%64 of
+	// Mask[id/64] for token id, at least (VocabSize+63)/64 words. The others' logits are −∞ before the
+	// filters and the draw (MaskLogits); nil allows every token.
+	Mask []uint64
 }
 
 // ForwardSample runs one step like Forward and returns, for each entry of s.LogitRows, the token drawn

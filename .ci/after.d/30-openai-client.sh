@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 7's end-to-end check: builds gollm, starts `gollm serve` with the built-in model on a free
-# 127.0.0.1 port, and drives it with the official `openai` npm client (engine/openai/testdata/openai,
-# installed by .ci/setup.d/30-serve-testdata.sh). Then SIGTERMs the server and checks that it exits 0.
+# 127.0.0.1 port (with a chat template that renders tools, tools_template.jinja), and drives it with the
+# official `openai` npm client (engine/openai/testdata/openai, installed by
+# .ci/setup.d/30-serve-testdata.sh). Then SIGTERMs the server and checks that it exits 0.
 # The server is always killed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,7 @@ port=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{
 key="ci-$RANDOM-$RANDOM"
 maxBody=65536
 "$tmp/gollm" serve --host 127.0.0.1 --port "$port" --api-key "$key" --max-body-bytes "$maxBody" \
-	--kv-blocks 256 --shutdown-timeout 10s >"$tmp/serve.log" 2>&1 &
+	--kv-blocks 256 --shutdown-timeout 10s --chat-template "$dir/tools_template.jinja" >"$tmp/serve.log" 2>&1 &
 pid=$!
 
 status=0

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/constraint"
 	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights/defaultmodel"
@@ -40,6 +41,7 @@ type generateOptions struct {
 	stop        []string
 	ignoreEOS   bool
 	verbose     bool
+	constrain   constraintFlags
 
 	// Sampling flags, applied over generation_config.json only when given.
 	temperature, topP, minP                              float64
@@ -160,6 +162,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable); the text stops before it")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object (prompt_ids, output_ids, text, finish_reason, timings) instead of streaming text (--prompts-file always writes JSON lines)")
+	o.constrain.register(fs)
 	addEngineFlags(fs, &o)
 	fs.BoolVar(&o.verbose, "verbose", false, "log the engine's progress to stderr")
 	fs.Usage = func() {
@@ -197,6 +200,11 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
 		return 2
 	}
+	spec, err := o.constrain.spec(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+		return 2
+	}
 	if err := checkEngineFlags(&o, stderr); err != nil {
 		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
 		if errors.Is(err, model.ErrNoCUDA) {
@@ -230,6 +238,16 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	g := &generator{model: m, tok: m.Tokenizer(), engine: m.Engine(), loadTime: time.Since(start)}
 	defer g.close()
+	if spec != nil {
+		vocab, err := m.Vocabulary()
+		if err == nil {
+			g.grammar, err = constraint.Compile(*spec, vocab, constraint.Options{})
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm generate: %v\n", err)
+			return 1
+		}
+	}
 
 	params := m.Sampling()
 	applySamplingFlags(fs, &o, &params)
@@ -320,6 +338,8 @@ type generator struct {
 	tok      *tokenizer.Tokenizer
 	engine   *engine.Engine
 	loadTime time.Duration
+	// grammar, when set, constrains every request's output (each its own matcher).
+	grammar *constraint.Grammar
 }
 
 // close stops the engine (aborting what is left) and frees the model.
@@ -405,6 +425,9 @@ func nonNil(ids []int32) []int32 {
 // generate runs one request to its end, calling onText with each text delta.
 func (g *generator) generate(ctx context.Context, req engine.Request, onText func(string)) *result {
 	r := &result{promptIDs: req.PromptIDs, added: time.Now()}
+	if g.grammar != nil {
+		req.Constraint = g.grammar.NewMatcher()
+	}
 	s, err := g.engine.Add(ctx, req)
 	if err != nil {
 		r.err = err

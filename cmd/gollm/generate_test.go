@@ -271,6 +271,13 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"negative max num seqs", []string{"--model", dir, "--prompt", "hi", "--max-num-seqs", "-3"}, 2, "--max-num-seqs"},
 		{"zero max batched tokens", []string{"--model", dir, "--prompt", "hi", "--max-batched-tokens", "0"}, 2, "--max-batched-tokens"},
 		{"unknown device", []string{"--model", missing, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
+		// Constraints are checked before the model loads: the missing folder is never opened.
+		{"two constraints", []string{"--model", missing, "hi", "--regex", "a", "--choice", "b"}, 2, "--regex and --choice each constrain the output"},
+		{"regex syntax", []string{"--model", missing, "hi", "--regex", "(a"}, 2, "--regex: constraint: regex: syntax error"},
+		{"unsupported schema keyword", []string{"--model", missing, "hi", "--json-schema", writeTemp(t, `{"not":{}}`)}, 2, `JSON Schema keyword "not"`},
+		{"schema not JSON", []string{"--model", missing, "hi", "--json-schema", writeTemp(t, `{`)}, 2, "--json-schema: constraint: json_schema: syntax error"},
+		{"missing schema file", []string{"--model", missing, "hi", "--json-schema", missing}, 2, "--json-schema: open"},
+		{"grammar syntax", []string{"--model", missing, "hi", "--grammar", writeTemp(t, "root ::= (")}, 2, "--grammar: constraint: grammar: syntax error"},
 		{"unknown device", []string{"--model", dir, "--prompt", "hi", "--device", "tpu"}, 2, `unknown device "tpu"`},
 		{"unknown quantization", []string{"--model", missing, "--prompt", "hi", "--quantization", "int8"}, 2, `--quantization "int8": supported: fp8`},
 		{"e5m2 KV cache", []string{"--model", missing, "--prompt", "hi", "--kv-cache-dtype", "fp8_e5m2"}, 2, `--kv-cache-dtype "fp8_e5m2"`},
@@ -487,5 +494,54 @@ func TestLoadHint(t *testing.T) {
 		if got := loadHint(tc.err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("loadHint(%v) = %q, want %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestGenerateConstrained: --json-schema, --grammar, --regex and --choice constrain the output, on the
+// command line and for every line of a prompts file, sampled at temperature 1.
+func TestGenerateConstrained(t *testing.T) {
+	dir := writeTestModel(t)
+	schema := writeTemp(t, `{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":9},"b":{"enum":["x","y"]}},"required":["a","b"],"additionalProperties":false}`)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		valid func(string) bool
+	}{
+		{"json schema", []string{"--json-schema", schema}, func(s string) bool {
+			var v struct {
+				A *int    `json:"a"`
+				B *string `json:"b"`
+			}
+			return json.Unmarshal([]byte(s), &v) == nil && v.A != nil && *v.A >= 0 && *v.A <= 9 && v.B != nil && (*v.B == "x" || *v.B == "y")
+		}},
+		{"grammar", []string{"--grammar", writeTemp(t, `root ::= "<" [a-c]{1,3} ">"`)}, regexp.MustCompile(`^<[a-c]{1,3}>$`).MatchString},
+		{"regex", []string{"--regex", `[0-9]{3}-[a-z]{2}`}, regexp.MustCompile(`^[0-9]{3}-[a-z]{2}$`).MatchString},
+		{"choice", []string{"--choice", "yes", "--choice", "no"}, func(s string) bool { return s == "yes" || s == "no" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range 3 {
+				args := append([]string{"generate", "--model", dir, "--prompt", "the cat", "--max-tokens", "64", "--temperature", "1",
+					"--seed", fmt.Sprint(seed), "--json", "--kv-blocks", "64"}, tc.flags...)
+				code, stdout, stderr := runCLI(t, args...)
+				var got generationJSON
+				if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil {
+					t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+				}
+				if got.FinishReason == "stop" && !tc.valid(got.Text) || got.FinishReason != "stop" && got.FinishReason != "length" {
+					t.Errorf("seed %d: %q (%s) is not valid", seed, got.Text, got.FinishReason)
+				}
+			}
+			prompts := writeTemp(t, `{"prompt": "a", "temperature": 1, "seed": 1, "max_tokens": 64}`+"\n"+`{"prompt": "b", "temperature": 1, "seed": 2, "max_tokens": 64}`+"\n")
+			code, stdout, stderr := runCLI(t, append([]string{"generate", "--model", dir, "--prompts-file", prompts, "--kv-blocks", "64"}, tc.flags...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+				var got generationJSON
+				if json.Unmarshal([]byte(line), &got) != nil || got.FinishReason == "stop" && !tc.valid(got.Text) {
+					t.Errorf("prompts file line %s", line)
+				}
+			}
+		})
 	}
 }

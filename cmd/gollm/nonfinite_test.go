@@ -30,6 +30,14 @@ func startServe(t *testing.T, args ...string) string {
 					t.Errorf("serve exited with %d: %s", code, stderr.String())
 				}
 			})
+			// The line is printed as the loaded server is handed over: wait until it serves (on a
+			// loaded machine the hand-over may lag the line).
+			for !healthy(m[1]) {
+				if time.Now().After(deadline) {
+					t.Fatalf("ready line but no healthy server: %s", stderr.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			return m[1]
 		}
 		select {
@@ -114,4 +122,14 @@ func TestNonFiniteWeights(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^gollm:non_finite_logits_total\{model_name="[^"]+"\} 4$`).Match(metrics) {
 		t.Errorf("metrics lack gollm:non_finite_logits_total 4:\n%s", regexp.MustCompile(`(?m)^gollm:non_finite.*$`).Find(metrics))
 	}
+}
+
+// healthy reports whether the server at url answers /health with 200.
+func healthy(url string) bool {
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -18,6 +19,7 @@ import (
 	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/engine/openai"
 	"github.com/gollm/gollm/model"
+	"github.com/gollm/gollm/weights/chattemplate"
 	"github.com/gollm/gollm/weights/defaultmodel"
 )
 
@@ -45,6 +47,8 @@ type serveOptions struct {
 	allowedHosts    []string
 	allowedOrigins  []string
 	splitSpecial    bool
+	chatTemplate    string // --chat-template: a file
+	toolCallParser  string
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -69,6 +73,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&o.splitSpecial, "split-special-tokens", false, "encode special tokens written in prompts and chat contents as plain text, not as control tokens (a request's split_special_tokens overrides it)")
 	fs.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "without an API key, also serve requests for these host names (comma-separated or repeated; *.example.com for subdomains, * for any); localhost, IP addresses, --host and this machine's name always are")
 	fs.StringSliceVar(&o.allowedOrigins, "allowed-origins", nil, "without an API key, also serve web pages of these origins (e.g. https://app.example.com; * for any), and answer their CORS requests; pages on localhost always are")
+	fs.StringVar(&o.chatTemplate, "chat-template", "", "chat template (Jinja) file to use instead of the model's tokenizer_config.json's")
+	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "form of the model's tool calls: "+strings.Join(openai.ToolParsers, ", ")+" (default: the form the chat template teaches, if any)")
 	addEngineFlags(fs, &o.gen)
 	fs.BoolVar(&o.gen.verbose, "verbose", false, "log the engine's progress and every request to stderr")
 	fs.Usage = func() {
@@ -105,7 +111,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !fs.Changed("api-key") {
 		o.apiKey = os.Getenv("GOLLM_API_KEY")
 	}
-	if err := serve(ctx, &o, stderr); err != nil {
+	if o.toolCallParser != "" && !slices.Contains(openai.ToolParsers, o.toolCallParser) {
+		fmt.Fprintf(stderr, "gollm serve: --tool-call-parser %q: want one of %s\n", o.toolCallParser, strings.Join(openai.ToolParsers, ", "))
+		return 2
+	}
+	var tpl *chattemplate.Template
+	if o.chatTemplate != "" {
+		src, err := os.ReadFile(o.chatTemplate)
+		if err == nil {
+			tpl, err = chattemplate.Parse(string(src))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm serve: --chat-template: %v\n", err)
+			return 2
+		}
+	}
+	if err := serve(ctx, &o, tpl, stderr); err != nil {
 		fmt.Fprintf(stderr, "gollm serve: %v%s\n", err, loadHint(err))
 		return 1
 	}
@@ -113,8 +134,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // serve listens, loads the model while answering 503, and serves until ctx ends, then drains and
-// stops.
-func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
+// stops. tpl, when not nil, replaces the model's chat template.
+func serve(ctx context.Context, o *serveOptions, tpl *chattemplate.Template, stderr io.Writer) error {
 	level := slog.LevelInfo
 	if o.gen.verbose {
 		level = slog.LevelDebug
@@ -145,6 +166,8 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		SplitSpecialTokens: o.splitSpecial,
 		AllowedHosts:       defaultAllowedHosts(o.host, o.allowedHosts),
 		AllowedOrigins:     o.allowedOrigins,
+		ChatTemplate:       tpl,
+		ToolCallParser:     o.toolCallParser,
 	}
 	fmt.Fprintf(stderr, "gollm serve: listening on http://%s (loading the model)\n", ln.Addr())
 	var m *llm.Model
@@ -170,7 +193,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			case <-serveCtx.Done():
 			}
 		}(m.Engine())
-		if _, err := m.ChatTemplate(); err != nil {
+		if _, err := m.ChatTemplate(); err != nil && tpl == nil {
 			log.Warn("/v1/chat/completions will answer 400", "reason", err)
 		}
 		srv, err := m.NewServer(cfg)

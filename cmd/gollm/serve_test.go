@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -49,6 +51,9 @@ func TestServeFlags(t *testing.T) {
 		{"negative max model len", []string{"--max-model-len", "-5"}, 2, "--max-model-len -5"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
 		{"kv blocks beyond memory", []string{"--port", "0", "--kv-blocks", "1000000000000"}, 1, "at most"},
+		{"unknown tool-call parser", []string{"--tool-call-parser", "xml"}, 2, "--tool-call-parser \"xml\": want one of hermes, llama3_json, mistral"},
+		{"missing chat template", []string{"--chat-template", "/nonexistent/t.jinja"}, 2, "--chat-template: open /nonexistent/t.jinja"},
+		{"broken chat template", []string{"--chat-template", writeTemp(t, "{% for %}")}, 2, "--chat-template:"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,4 +241,14 @@ func waitForLine(t *testing.T, stderr *lockedBuffer, done chan int, re *regexp.R
 			t.Fatalf("no line matching %s: %s", re, stderr.String())
 		}
 	}
+}
+
+// writeTemp writes text to a new temporary file and returns its path.
+func writeTemp(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

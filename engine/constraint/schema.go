@@ -199,6 +199,10 @@ func (c *schemaCompiler) compileObject(o *jsonObject, path string) (*expr, error
 			return nil, invalidf("%s at %s is not a non-empty list", kw, path)
 		}
 		base := o.without(kw)
+		// With nothing beside the alternatives to merge into them, each compiles as it is: a $ref
+		// among them stays a reference, so that recursion through it closes (a pydantic Optional
+		// field of the model's own type: {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}).
+		plain := !hasKeywords(base)
 		var alts []*expr
 		var branches []*jsonObject
 		for i, sub := range list {
@@ -211,7 +215,12 @@ func (c *schemaCompiler) compileObject(o *jsonObject, path string) (*expr, error
 				continue
 			}
 			branches = append(branches, m)
-			e, err := c.compile(m, p)
+			var e *expr
+			if plain {
+				e, err = c.compile(sub, p)
+			} else {
+				e, err = c.compile(m, p)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -1118,4 +1127,15 @@ func (k *objectKeys) others(names []string) ([]keyMember, error) {
 	}
 	out = append(out, keyMember{what: "additionalProperties", key: rest.expr(), schema: k.additional})
 	return out, nil
+}
+
+// hasKeywords reports whether o holds a keyword that constrains values ($defs and definitions hold
+// schemas for references, and annotations constrain nothing).
+func hasKeywords(o *jsonObject) bool {
+	for _, k := range o.keys {
+		if schemaKeywords[k] && k != "$defs" && k != "definitions" {
+			return true
+		}
+	}
+	return false
 }

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/constraint"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/chattemplate"
@@ -159,6 +161,10 @@ type Model struct {
 	sampling    engine.SamplingParams
 	maxTokens   int
 	maxNumSeqs  int
+
+	vocabOnce sync.Once
+	vocab     *constraint.Vocabulary
+	vocabErr  error
 }
 
 // Load loads the model name stands for (see Resolve: "" is the built-in model) as cfg says and starts
@@ -363,6 +369,20 @@ func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
 // Folder returns the opened model folder: its config, generation config and tokenizer config.
 func (m *Model) Folder() *weights.Folder { return m.folder }
+
+// Vocabulary returns the model's vocabulary as constrained decoding reads it (package
+// engine/constraint: the tokenizer's token bytes over the model's vocab_size), built and warmed on
+// first use (a fraction of a second at a 128k vocabulary) and shared by every constraint compiled for
+// the model.
+func (m *Model) Vocabulary() (*constraint.Vocabulary, error) {
+	m.vocabOnce.Do(func() {
+		m.vocab, m.vocabErr = constraint.NewVocabulary(m.tok, m.folder.Config.VocabSize)
+		if m.vocabErr == nil {
+			m.vocab.Warm()
+		}
+	})
+	return m.vocab, m.vocabErr
+}
 
 // ChatTemplate returns the model's parsed chat template, or nil with an error wrapping
 // ErrNoChatTemplate.

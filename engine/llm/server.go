@@ -7,12 +7,20 @@ import (
 )
 
 // NewServer returns the OpenAI-compatible API over m. cfg holds the server's own settings (an API
-// key, limits, timeouts, a logger); NewServer fills in what describes the model: the chat template
-// (when cfg.ChatTemplate is nil), the special tokens, the sampling defaults, the vocabulary size and
-// the engine's MaxNumSeqs (when cfg.MaxRunning is 0), and the model's name when cfg.ModelName is
-// empty. Completion prompts are encoded with the tokenizer's special tokens (BOS).
+// key, limits, timeouts, a logger, a tool-call parser); NewServer fills in what describes the model:
+// the chat template (when cfg.ChatTemplate is nil), the special tokens, the sampling defaults, the
+// vocabulary size, the constraint vocabulary (Vocabulary, when cfg.Vocabulary is nil) and the
+// engine's MaxNumSeqs (when cfg.MaxRunning is 0), and the model's name when cfg.ModelName is empty.
+// Completion prompts are encoded with the tokenizer's special tokens (BOS).
 func (m *Model) NewServer(cfg openai.Config) (*openai.Server, error) {
 	tc := m.folder.TokenizerConfig
+	if cfg.Vocabulary == nil {
+		v, err := m.Vocabulary()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Vocabulary = v
+	}
 	if cfg.ModelName == "" {
 		cfg.ModelName = m.name
 	}

@@ -47,6 +47,8 @@ type samplingFields struct {
 	// SplitSpecialTokens encodes special tokens' text in the prompt strings (completions) or the
 	// messages' contents (chat) as plain text (special.go); nil means the server's default.
 	SplitSpecialTokens *bool `json:"split_special_tokens"`
+	// The fields that constrain the output (structured.go).
+	constraintFields
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -67,20 +69,20 @@ type chatRequest struct {
 	TopLogprobs         *int           `json:"top_logprobs"`
 	AddGenerationPrompt *bool          `json:"add_generation_prompt"`
 	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
-	// Tools, ToolChoice and ResponseFormat are accepted only when they ask for nothing (no tools,
-	// tool_choice "none", response_format "text"): handleChat refuses the rest by name.
-	Tools          json.RawMessage `json:"tools"`
-	ToolChoice     json.RawMessage `json:"tool_choice"`
-	ResponseFormat *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	// Tools, ToolChoice and ParallelToolCalls are the request's tool use (tools.go).
+	Tools             []chatTool      `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
-// chatMessage is one message; content is a string, a list of parts, or null.
+// chatMessage is one message; content is a string, a list of parts, or null. An assistant message
+// may carry the tool calls it made, a tool message the id of the call it answers.
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  []chatToolCall  `json:"tool_calls"`
+	ToolCallID *string         `json:"tool_call_id"`
 }
 
 // decodeBody parses a JSON request body into v, turning type errors into 400s naming the field. It
@@ -93,7 +95,7 @@ func decodeBody(body []byte, v any) *apiError {
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			field := strings.TrimPrefix(te.Field, "samplingFields.")
+			field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "samplingFields."), "constraintFields.")
 			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, te.Type, te.Value)
 		}
 		if strings.Contains(err.Error(), "after top-level value") {
@@ -205,7 +207,8 @@ func messageText(i int, m chatMessage) (string, *apiError) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// chatMessages converts and validates the conversation.
+// chatMessages converts and validates the conversation: its tool calls (assistant messages) and tool
+// results (tool messages, which need the tool_call_id they answer) included.
 func chatMessages(msgs []chatMessage) ([]chattemplate.Message, *apiError) {
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "'messages' must hold at least one message.")
@@ -214,17 +217,35 @@ func chatMessages(msgs []chatMessage) ([]chattemplate.Message, *apiError) {
 	for i, m := range msgs {
 		role := m.Role
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system" // OpenAI's newer name for system instructions
 		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "Unsupported role %q (supported: system, developer, user, assistant).", m.Role)
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "Unsupported role %q (supported: system, developer, user, assistant, tool).", m.Role)
+		}
+		if len(m.ToolCalls) > 0 && role != "assistant" {
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "Only assistant messages carry 'tool_calls'.")
+		}
+		switch {
+		case role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == ""):
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_call_id", i), "A tool message needs the 'tool_call_id' it answers.")
+		case role != "tool" && m.ToolCallID != nil:
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_call_id", i), "Only tool messages carry 'tool_call_id'.")
 		}
 		text, err := messageText(i, m)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = chattemplate.Message{Role: role, Content: text}
+		cm := chattemplate.Message{Role: role, Content: text, Name: m.Name}
+		if m.ToolCallID != nil {
+			cm.ToolCallID = *m.ToolCallID
+		}
+		if len(m.ToolCalls) > 0 {
+			if cm.ToolCalls, err = historyToolCalls(i, m.ToolCalls); err != nil {
+				return nil, err
+			}
+		}
+		out[i] = cm
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -57,9 +56,12 @@ type chatLogprobs struct {
 	Content []chatLogprob `json:"content"`
 }
 
+// chatMessageOut is a response's message: content is null when the model made tool calls and said
+// nothing else.
 type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatChoice struct {
@@ -82,8 +84,9 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -325,6 +328,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	grammar, aerr := s.requestConstraint(&req.constraintFields, nil)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > DefaultMaxLogprobs {
 			s.fail(w, badRequest("logprobs", "'logprobs' %d must lie in [0, %d].", *req.Logprobs, DefaultMaxLogprobs))
@@ -398,6 +406,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			}
 			rq.Sampling = seeded(base.Sampling, c)
 			rq.PromptLogprobs = base.PromptLogprobs && (echoLogprobs || c == 0)
+			if grammar != nil {
+				rq.Constraint = grammar.NewMatcher() // one per choice
+			}
 			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
 		}
 	}
@@ -483,7 +494,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return chunk
 		}
 	}
-	ru.stream(out, len(jobs), promptLens, func(j *job, o engine.Output) any {
+	ru.stream(out, len(jobs), promptLens, func(j *job, o engine.Output) []any {
 		c := j.choice
 		text, lps := o.Text, o.Logprobs
 		if promptOnly {
@@ -512,7 +523,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		chunk := completionChunk{completionResponse: head, withUsage: includeUsage}
 		chunk.Choices = []completionChoice{ch}
-		return chunk
+		return []any{chunk}
 	}, usageChunk)
 }
 
@@ -528,23 +539,15 @@ func seeded(p engine.SamplingParams, c int) engine.SamplingParams {
 
 // handleChat serves POST /v1/chat/completions. vLLM's prompt_logprobs=K puts the rendered
 // conversation's "prompt_logprobs" at the top level of the response (see promptLogprobsOf), as
-// vLLM's does; not in a stream (which accepts only K = 0, as vLLM's, and ignores it).
+// vLLM's does; not in a stream (which accepts only K = 0, as vLLM's, and ignores it). Tool use is
+// tools.go's, structured output structured.go's.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	if !s.readRequest(w, r, &req) {
 		return
 	}
-	if t := string(bytes.TrimSpace(req.Tools)); t != "" && t != "null" && t != "[]" {
-		s.fail(w, unsupportedParameter("tools"))
-		return
-	}
-	if t := string(bytes.TrimSpace(req.ToolChoice)); t != "" && t != "null" && t != `"none"` {
-		s.fail(w, unsupportedParameter("tool_choice"))
-		return
-	}
-	if req.ResponseFormat != nil && req.ResponseFormat.Type != "text" {
-		aerr := unsupportedParameter("response_format")
-		aerr.Message = fmt.Sprintf("Unsupported parameter: 'response_format' of type %q is not supported by this server (only \"text\").", req.ResponseFormat.Type)
+	tu, aerr := s.toolUse(&req)
+	if aerr != nil {
 		s.fail(w, aerr)
 		return
 	}
@@ -582,6 +585,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	grammar, aerr := s.requestConstraint(&req.constraintFields, tu)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	if tu.forced >= 0 {
+		promptIDs = append(promptIDs, tu.forced)
+	}
+	if tu.parser == ToolParserHermes || tu.parser == ToolParserMistral {
+		// Their tags may be special tokens, whose text the output must keep to be parsed (vLLM's
+		// parsers turn skip_special_tokens off too).
+		base.KeepSpecialTokens = true
+	}
 	if len(promptIDs) == 0 {
 		s.fail(w, badRequest("messages", "The rendered conversation is empty."))
 		return
@@ -609,6 +625,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		// The first choice computes prompt_logprobs for all: the others may then reuse its
 		// prompt's cached blocks.
 		rq.PromptLogprobs = base.PromptLogprobs && c == 0
+		if grammar != nil {
+			rq.Constraint = grammar.NewMatcher() // one per choice
+		}
 		jobs[c] = &job{choice: c, req: rq}
 	}
 
@@ -638,8 +657,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			resp.PromptLogprobs = promptLogprobsOf(outs[0].promptLogprobs)
 		}
 		for i, o := range outs {
-			ch := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: string(o.text)},
+			text := string(o.text)
+			ch := chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: &text},
 				FinishReason: finishReason(o.reason)}
+			if tu.parser != "" {
+				to := newToolOutput(tu)
+				to.apply(to.parser.feed(text))
+				to.apply(to.parser.finish())
+				ch.Message = to.message()
+				ch.FinishReason = to.finishReason(o.reason)
+			}
 			if base.Logprobs {
 				ch.Logprobs = chatLogprobsOf(o.logprobs)
 			}
@@ -668,7 +695,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			return last
 		}
 	}
-	ru.stream(out, n, promptLens, func(j *job, o engine.Output) any {
+	var touts []*toolOutput
+	if tu.parser != "" {
+		touts = make([]*toolOutput, n)
+		for c := range touts {
+			touts[c] = newToolOutput(tu)
+		}
+	}
+	ru.stream(out, n, promptLens, func(j *job, o engine.Output) []any {
+		if touts != nil {
+			return toolChunks(touts[j.choice], j.choice, o, base.Logprobs, chunk)
+		}
 		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
 			return nil
 		}
@@ -680,8 +717,41 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if base.Logprobs && len(o.Logprobs) > 0 {
 			ch.Logprobs = chatLogprobsOf(o.Logprobs)
 		}
-		return chunk(ch)
+		return []any{chunk(ch)}
 	}, usageChunk)
+}
+
+// toolChunks turns one engine output of a choice whose calls are parsed into stream chunks: its
+// content, then one chunk per tool-call delta (a call's first, with its id, type, name and empty
+// arguments; then the pieces of its arguments), the output's logprobs on the first of them (or on a
+// chunk of their own), and, once the output is finished, a last chunk with the finish reason.
+func toolChunks(to *toolOutput, choice int, o engine.Output, logprobs bool, chunk func(...chatChunkChoice) chatChunk) []any {
+	events := to.parser.feed(o.Text)
+	if o.Finished() {
+		events = append(events, to.parser.finish()...)
+	}
+	content, deltas := to.apply(events)
+	var choices []chatChunkChoice
+	if content != "" {
+		choices = append(choices, chatChunkChoice{Index: choice, Delta: chatDelta{Content: &content}})
+	}
+	for _, d := range deltas {
+		choices = append(choices, chatChunkChoice{Index: choice, Delta: chatDelta{ToolCalls: []toolCallDelta{d}}})
+	}
+	if logprobs && len(o.Logprobs) > 0 {
+		if len(choices) == 0 {
+			choices = append(choices, chatChunkChoice{Index: choice})
+		}
+		choices[0].Logprobs = chatLogprobsOf(o.Logprobs)
+	}
+	if o.Finished() {
+		choices = append(choices, chatChunkChoice{Index: choice, FinishReason: to.finishReason(o.FinishReason)})
+	}
+	chunks := make([]any, len(choices))
+	for i, c := range choices {
+		chunks[i] = chunk(c)
+	}
+	return chunks
 }
 
 func (s *Server) String() string { return fmt.Sprintf("server(%s)", s.cfg.ModelName) }

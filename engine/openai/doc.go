@@ -9,6 +9,15 @@
 // text, and echo with max_tokens 0 returns the prompt alone. Both endpoints take vLLM's
 // prompt_logprobs extension (not in a stream), and return vLLM's "prompt_logprobs" lists.
 //
+// Structured output (structured.go): OpenAI's response_format (json_object, json_schema), vLLM's
+// structured_outputs and guided_* fields and llama.cpp's grammar and json_schema constrain the output
+// through package engine/constraint, compiled against the model's vocabulary (Config.Vocabulary) and
+// cached; one per request, a matcher per choice. Tool calling (tools.go): tools, tool_choice and
+// parallel_tool_calls, assistant tool_calls and tool messages in the history, all rendered by the chat
+// template; the output parsed by the tool-call parser of the model's form (toolparse.go: Hermes,
+// Llama 3 JSON, Mistral) into message.tool_calls or streamed delta.tool_calls; tool_choice "required"
+// and a named function constrain the output to valid calls.
+//
 // Special tokens written in a prompt or a chat message's content are control tokens by default, as in
 // HuggingFace's tokenizers and vLLM (a client can end its turn with the model's end-of-turn token).
 // The request field split_special_tokens (HuggingFace's name for the tokenizer option), or the

@@ -57,6 +57,10 @@ type fakeEngine struct {
 	maxLen     int
 	block      chan struct{}
 	failPrompt string
+	// script, when set, is what every request generates instead of letters: one output per piece (a
+	// token per byte), the last finishing with scriptReason (FinishStop when empty).
+	script       []string
+	scriptReason engine.FinishReason
 
 	mu       sync.Mutex
 	requests []engine.Request
@@ -115,6 +119,33 @@ func (f *fakeEngine) produce(ctx context.Context, req engine.Request, cached int
 		case <-ctx.Done():
 			finish(engine.Output{FinishReason: engine.FinishAbort, Usage: usage})
 			return
+		}
+	}
+	if f.script != nil {
+		for i, piece := range f.script {
+			o := engine.Output{Text: piece}
+			for _, b := range []byte(piece) {
+				o.TokenIDs = append(o.TokenIDs, int32(b))
+				if req.Logprobs {
+					o.Logprobs = append(o.Logprobs, engine.Logprobs{TokenLogprob: engine.TokenLogprob{ID: int32(b), Logprob: -0.5, Text: string([]byte{b})}, Rank: 1})
+				}
+			}
+			usage.CompletionTokens += len(o.TokenIDs)
+			o.Usage = usage
+			if i == len(f.script)-1 {
+				o.FinishReason = f.scriptReason
+				if o.FinishReason == "" {
+					o.FinishReason = engine.FinishStop
+				}
+				finish(o)
+				return
+			}
+			select {
+			case ch <- o:
+			case <-ctx.Done():
+				finish(engine.Output{FinishReason: engine.FinishAbort, Usage: usage})
+				return
+			}
 		}
 	}
 	n := req.MaxTokens

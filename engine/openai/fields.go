@@ -13,10 +13,11 @@ import (
 // Every request field the server reads is declared, with its JSON name, in the request types of its
 // endpoint (completionRequest, chatRequest, tokenizeRequest, detokenizeRequest, and the types of their
 // nested objects): those declarations are each endpoint's allow-list. A field outside it is refused
-// with a 400 that names it, never ignored: a client asking for something gollm does not do (tools,
-// response_format's json_schema, vLLM's guided_json, beam search, ...) learns so instead of
-// getting an answer made without it. Fields declared only to be refused unless they ask for nothing
-// (tools, tool_choice, response_format) are checked by their endpoint.
+// with a 400 that names it, never ignored: a client asking for something gollm does not do (beam
+// search, functions, a content part it cannot read, ...) learns so instead of getting an answer made
+// without it. Fields declared but implemented only for some values (structured_outputs'
+// whitespace_pattern, guided_decoding_backend other than "auto", a tool of a type other than
+// function) are refused by name where they are read.
 
 // unsupportedParameter is the 400 for a request field the server does not implement, named by its
 // path in the body (messages[0].tool_calls).

@@ -9,7 +9,9 @@ import (
 
 // TestUnsupportedParameters: a request field that the endpoint does not implement is refused with a
 // 400 naming it (its path, for nested ones), never ignored; fields that ask for nothing more than the
-// default (no tools, tool_choice "none", response_format "text") are accepted.
+// default (no tools, tool_choice "none", response_format "text") are accepted. The fake server has no
+// constraint vocabulary and a chat template without tools: it refuses every constraint and tools by
+// name too (TestStructuredOutputs and TestToolCalls serve them).
 func TestUnsupportedParameters(t *testing.T) {
 	_, ts := newFakeServer(t, templateConfig(t), &fakeEngine{maxLen: 64})
 	const msgs = `"messages":[{"role":"user","content":"a"}]`
@@ -21,21 +23,28 @@ func TestUnsupportedParameters(t *testing.T) {
 		{"field names are case-sensitive", "/v1/completions", `{"Prompt":"a","max_tokens":2}`, "Prompt"},
 		{"beam search", "/v1/completions", `{"prompt":"a","use_beam_search":true}`, "use_beam_search"},
 		{"completion response_format", "/v1/completions", `{"prompt":"a","response_format":{"type":"json_object"}}`, "response_format"},
+		{"response_format of another type", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"xml"}}`, "response_format.type"},
+		{"response_format field", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{},"x":1}}}`, "response_format.json_schema.x"},
 		{"guided_json", "/v1/completions", `{"prompt":"a","guided_json":{"type":"object"}}`, "guided_json"},
 		{"guided_regex", "/v1/completions", `{"prompt":"a","guided_regex":"a+"}`, "guided_regex"},
 		{"guided_choice", "/v1/chat/completions", `{` + msgs + `,"guided_choice":["a","b"]}`, "guided_choice"},
 		{"guided_grammar", "/v1/chat/completions", `{` + msgs + `,"guided_grammar":"root ::= \"a\""}`, "guided_grammar"},
-		{"structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{}}}`, "structured_outputs"},
+		{"guided_whitespace_pattern", "/v1/completions", `{"prompt":"a","guided_json":{},"guided_whitespace_pattern":" *"}`, "guided_whitespace_pattern"},
+		{"guided_decoding_backend", "/v1/completions", `{"prompt":"a","guided_regex":"a","guided_decoding_backend":"outlines"}`, "guided_decoding_backend"},
+		{"structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{}}}`, "structured_outputs.json"},
+		{"structured_outputs whitespace_pattern", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{},"whitespace_pattern":" "}}`, "structured_outputs.whitespace_pattern"},
+		{"structured_outputs structural_tag", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"structural_tag":"{}"}}`, "structured_outputs.structural_tag"},
+		{"structured_outputs disable_additional_properties", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{},"disable_additional_properties":true}}`, "structured_outputs.disable_additional_properties"},
+		{"structured_outputs unknown field", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"json":{},"backend":"x"}}`, "structured_outputs.backend"},
 		{"grammar", "/v1/completions", `{"prompt":"a","grammar":"root ::= \"a\""}`, "grammar"},
 		{"json_schema", "/v1/completions", `{"prompt":"a","json_schema":{}}`, "json_schema"},
-		{"tools", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools"},
-		{"tool_choice", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"auto"}`, "tool_choice"},
-		{"tool_choice required", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"required"}`, "tool_choice"},
+		{"tools without a tool template", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools"},
+		{"tool of another type", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"retrieval"}]}`, "tools[0].type"},
+		{"tool field", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f","x":1}}]}`, "tools[0].function.x"},
+		{"tool_choice field", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"},"x":1}}`, "tool_choice.x"},
 		{"functions", "/v1/chat/completions", `{` + msgs + `,"functions":[]}`, "functions"},
-		{"response_format json_object", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format"},
-		{"response_format json_schema", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}}`, "response_format.json_schema"},
-		{"response_format without type", "/v1/chat/completions", `{` + msgs + `,"response_format":{}}`, "response_format"},
-		{"message tool_calls", "/v1/chat/completions", `{"messages":[{"role":"assistant","content":"a","tool_calls":[]}]}`, "messages[0].tool_calls"},
+		{"message tool_call field", "/v1/chat/completions", `{"messages":[{"role":"assistant","content":"a","tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"},"x":1}]}]}`, "messages[0].tool_calls[0].x"},
+		{"message refusal", "/v1/chat/completions", `{"messages":[{"role":"assistant","content":"a","refusal":"no"}]}`, "messages[0].refusal"},
 		{"content part field", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{}}]}]}`, "messages[0].content[0].cache_control"},
 		{"stream option", "/v1/completions", `{"prompt":"a","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`, "stream_options.continuous_usage_stats"},
 		{"tokenize field", "/tokenize", `{"prompt":"a","return_token_strs":true}`, "return_token_strs"},
@@ -43,9 +52,12 @@ func TestUnsupportedParameters(t *testing.T) {
 		{"no tools", "/v1/chat/completions", `{` + msgs + `,"tools":[],"max_tokens":2}`, ""},
 		{"null tools", "/v1/chat/completions", `{` + msgs + `,"tools":null,"max_tokens":2}`, ""},
 		{"tool_choice none", "/v1/chat/completions", `{` + msgs + `,"tool_choice":"none","max_tokens":2}`, ""},
+		{"tools with tool_choice none", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","max_tokens":2}`, ""},
 		{"response_format text", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"text"},"max_tokens":2}`, ""},
+		{"guided_decoding_backend auto", "/v1/completions", `{"prompt":"a","guided_decoding_backend":"auto","max_tokens":2}`, ""},
+		{"tool history", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"max_tokens":2}`, ""},
 		{"every completion field", "/v1/completions", `{"model":"fake-model","prompt":"a","max_tokens":2,"temperature":0.5,"top_p":0.9,"top_k":3,"min_p":0.1,"n":1,"stop":"x","stop_token_ids":[1],"seed":1,"presence_penalty":0.1,"frequency_penalty":0.1,"repetition_penalty":1.1,"min_tokens":1,"ignore_eos":true,"include_stop_str_in_output":true,"stream":false,"user":"u","logit_bias":{"5":1},"skip_special_tokens":true,"best_of":1,"prompt_logprobs":1,"logprobs":1,"echo":false,"suffix":""}`, ""},
-		{"every chat field", "/v1/chat/completions", `{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"a"}],"name":"n"}],"max_completion_tokens":2,"logprobs":true,"top_logprobs":1,"add_generation_prompt":true,"chat_template_kwargs":{},"stream":true,"stream_options":{"include_usage":true}}`, ""},
+		{"every chat field", "/v1/chat/completions", `{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"a"}],"name":"n"}],"max_completion_tokens":2,"logprobs":true,"top_logprobs":1,"add_generation_prompt":true,"chat_template_kwargs":{},"stream":true,"stream_options":{"include_usage":true},"parallel_tool_calls":false}`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

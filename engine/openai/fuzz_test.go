@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gollm/gollm/engine/constraint"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/chattemplate"
 	"github.com/gollm/gollm/weights/defaultmodel"
@@ -57,10 +58,16 @@ func fuzzTarget(tb testing.TB) *Server {
 			fuzzServerErr = err
 			return
 		}
+		vocab, err := constraint.NewVocabulary(tok, folder.Config.VocabSize)
+		if err != nil {
+			fuzzServerErr = err
+			return
+		}
 		fuzzServer, fuzzServerErr = New(&fakeEngine{maxLen: 256}, tok, Config{
 			ModelName: "fuzz-model", ChatTemplate: tpl, AddSpecialTokens: true, VocabSize: folder.Config.VocabSize,
 			BOSToken: folder.TokenizerConfig.BOSToken, EOSToken: folder.TokenizerConfig.EOSToken,
 			MaxBodyBytes: 64 << 10, Logger: quietLogger(), WriteTimeout: time.Minute,
+			Vocabulary: vocab, ToolCallParser: ToolParserHermes,
 		})
 	})
 	if fuzzServerErr != nil {
@@ -227,7 +234,11 @@ func FuzzCompletionsBody(f *testing.F) {
 		`{"prompt":"func","max_tokens":3,"temperature":1,"logit_bias":{"5":100,"6":-100,"7":2.5}}`,
 		`{"prompt":["a","b"],"n":2,"max_tokens":2,"prompt_logprobs":2,"echo":true,"logprobs":1}`,
 		`{"prompt":"func","max_tokens":4,"stop":["n"],"include_stop_str_in_output":true}`,
-		`{"prompt":"x","guided_json":{"type":"object"},"stream_options":{"include_usage":true,"x":1}}`)
+		`{"prompt":"x","guided_json":{"type":"object"},"stream_options":{"include_usage":true,"x":1}}`,
+		`{"prompt":"x","guided_json":"{\"type\":\"array\",\"items\":{\"enum\":[1,2]}}","max_tokens":2}`,
+		`{"prompt":"x","structured_outputs":{"regex":"[a-c]+","disable_any_whitespace":true},"max_tokens":2,"stream":true}`,
+		`{"prompt":"x","grammar":"root ::= [0-9]+","max_tokens":2,"n":2}`,
+		`{"prompt":"x","guided_choice":["a","b"],"guided_decoding_backend":"auto","max_tokens":2}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/completions", body, 200, 400, 404, 413)
@@ -241,7 +252,10 @@ func FuzzChatBody(f *testing.F) {
 		`{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false,"chat_template_kwargs":{"a":[1,{"b":null}]},"max_tokens":1}`,
 		`{"messages":[{"role":"user","content":"x"}],"prompt_logprobs":3,"n":2,"max_tokens":2,"logit_bias":{"7":-100}}`,
 		`{"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none","response_format":{"type":"text"},"max_tokens":2}`,
-		`{"messages":[{"role":"user","content":[{"type":"text","text":"a","x":1}],"tool_calls":[]}],"response_format":{"type":"json_schema"}}`)
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a","x":1}],"tool_calls":[]}],"response_format":{"type":"json_schema"}}`,
+		`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":{"a":{"$ref":"#/$defs/b"}},"$defs":{"b":{"type":"integer"}}}}},"max_tokens":2}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"tool_choice":"required","max_tokens":2,"stream":true}`,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false,"max_tokens":2}`)
 	srv := fuzzTarget(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnswer(t, srv, "/v1/chat/completions", body, 200, 400, 404, 413)

@@ -351,11 +351,11 @@ func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiE
 // stream drives a streaming response over choices choices to its end. It stops the run when the
 // client stops reading; answers the first failure with an error event and stops the run, sending no
 // other chunk after it (the other choices' aborts included, as vLLM's stream ends at its error);
-// records each choice's final usage; and sends, for every other output, the chunk that chunk builds
-// for it (nil: none, for an output that brings nothing to show). Unless a failure was sent, it then
+// records each choice's final usage; and sends, for every other output, the chunks that chunk builds
+// for it (none, for an output that brings nothing to show). Unless a failure was sent, it then
 // sends usageChunk's chunk of the total usage (when usageChunk is not nil), and always ends the
 // stream with [DONE].
-func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job, o engine.Output) any,
+func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job, o engine.Output) []any,
 	usageChunk func(u *usage) any) {
 	finals := make([]outcome, choices)
 	var streamErr *apiError
@@ -381,11 +381,12 @@ func (ru *run) stream(out *sse, choices int, promptLens []int, chunk func(j *job
 		if o.Finished() {
 			finals[ev.job.choice].usage = o.Usage
 		}
-		if c := chunk(ev.job, o); c != nil {
+		for _, c := range chunk(ev.job, o) {
 			if err := out.send(c); err != nil {
 				streamErr = internalError("cannot encode a chunk: %v", err)
 				out.sendError(streamErr)
 				ru.abort()
+				break
 			}
 		}
 	}

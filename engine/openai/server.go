@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"unicode"
 
 	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/constraint"
 	"github.com/gollm/gollm/weights/chattemplate"
 )
 
@@ -35,6 +37,8 @@ const (
 	DefaultWriteTimeout     = 60 * time.Second
 	DefaultIdleTimeout      = 120 * time.Second
 	DefaultShutdownTimeout  = 30 * time.Second
+	// DefaultConstraintCache is the number of compiled constraints a server keeps.
+	DefaultConstraintCache = 64
 )
 
 // Config configures a Server. Zero limits take the defaults above.
@@ -90,6 +94,17 @@ type Config struct {
 	// from other web pages get 403. The allowed ones, with or without an API key, get CORS headers and
 	// their preflights answered.
 	AllowedOrigins []string
+	// Vocabulary is the model's vocabulary as constrained decoding reads it (constraint.NewVocabulary
+	// over the tokenizer, sized to the model's vocab_size, warmed). Structured output and tool_choice
+	// "required" or named need it; without it they are refused by name.
+	Vocabulary *constraint.Vocabulary
+	// Constraints caches the compiled constraints of requests; nil makes a cache of
+	// DefaultConstraintCache entries for the server.
+	Constraints *constraint.Cache
+	// ToolCallParser is the form of the model's tool calls (ToolParsers: "hermes", "llama3_json",
+	// "mistral"); empty detects it from ChatTemplate (DetectToolParser). Without one, requests with
+	// tools are refused.
+	ToolCallParser string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -154,6 +169,11 @@ type Server struct {
 	// origins is the Host and Origin policy (checkOrigin).
 	origins originPolicy
 
+	// constraints caches compiled constraints (Config.Constraints); toolParser is the tool-call form
+	// (Config.ToolCallParser, or the one the chat template teaches), "" when none.
+	constraints *constraint.Cache
+	toolParser  string
+
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
 	abortCtx  context.Context
 	abortAll  context.CancelFunc
@@ -177,6 +197,17 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: tok, log: log, created: time.Now().Unix(), keyHash: sha256.Sum256([]byte(cfg.APIKey))}
+	s.constraints = cfg.Constraints
+	if s.constraints == nil {
+		s.constraints = constraint.NewCache(DefaultConstraintCache)
+	}
+	s.toolParser = cfg.ToolCallParser
+	if s.toolParser == "" && cfg.ChatTemplate != nil {
+		s.toolParser = DetectToolParser(cfg.ChatTemplate.Source())
+	}
+	if s.toolParser != "" && !slices.Contains(ToolParsers, s.toolParser) {
+		return nil, fmt.Errorf("server: tool-call parser %q: want one of %s", s.toolParser, strings.Join(ToolParsers, ", "))
+	}
 	s.origins = newOriginPolicy(&cfg)
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.ModelName, eng, func() float64 { return float64(s.admitted.Load()) }, func() float64 { return float64(s.handling.Load()) })

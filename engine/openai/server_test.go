@@ -80,7 +80,7 @@ func TestErrors(t *testing.T) {
 		{"missing content", "POST", "/v1/chat/completions", `{"messages":[{"role":"user"}]}`, 400, "messages[0].content"},
 		{"top_logprobs without logprobs", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"top_logprobs":2}`, 400, "top_logprobs"},
 		{"max_completion_tokens zero", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":0}`, 400, "max_completion_tokens"},
-		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tools"},
+		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tools[0].function"},
 		{"chat too long", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages"},
 		{"unknown route", "GET", "/v1/engines", ``, 404, ""},
 		{"completions by GET", "GET", "/v1/completions", ``, 405, ""},
@@ -346,7 +346,7 @@ func TestChat(t *testing.T) {
 	var resp chatResponse
 	json.Unmarshal(body, &resp)
 	c := resp.Choices[0]
-	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content != "abc" ||
+	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content == nil || *c.Message.Content != "abc" ||
 		*c.FinishReason != "length" || resp.Usage.CompletionTokens != 3 || resp.Usage.PromptTokens != len(want) {
 		t.Errorf("response %s", body)
 	}

@@ -3,6 +3,7 @@ package openai
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -154,10 +155,14 @@ func (s *Server) renderMessages(msgs []chattemplate.Message, req *chatRequest) (
 	if req.AddGenerationPrompt != nil {
 		addGen = *req.AddGenerationPrompt
 	}
+	var tools []json.RawMessage // nil without tools: the template sees None
+	for _, t := range req.Tools {
+		tools = append(tools, t.raw)
+	}
 	text, err := s.cfg.ChatTemplate.Render(chattemplate.Input{
 		Messages: msgs, AddGenerationPrompt: addGen,
 		BOSToken: s.cfg.BOSToken, EOSToken: s.cfg.EOSToken, PadToken: s.cfg.PadToken, UnkToken: s.cfg.UnkToken,
-		Extra: req.ChatTemplateKwargs,
+		Extra: req.ChatTemplateKwargs, Tools: tools,
 	})
 	if err != nil {
 		return "", badRequest("messages", "The chat template cannot render this conversation: %v", err)

@@ -9,7 +9,9 @@
 // filters and tests templates use (trim, tojson, length, map, selectattr, defined, string, ...), and
 // the globals transformers adds (raise_exception, strftime_now, namespace, range). Rendering matches
 // transformers' own renderer as reproduced by the npm package @huggingface/jinja; the tests compare
-// real templates against it byte for byte.
+// real templates against it byte for byte, tool use included: Input.Tools and a message's ToolCalls,
+// ToolCallID and Name reach the template as transformers passes them (tools as a list of dicts, an
+// assistant's tool_calls, a tool message's tool_call_id), JSON objects with their keys in order.
 //
 // The package must not tokenize: it returns text; the caller encodes it (the template writes
 // bos_token itself, so callers encode without adding special tokens again).

@@ -101,7 +101,7 @@ func FuzzRenderRealTemplates(f *testing.F) {
 	}
 	templates := realTemplates(f)
 	conversation := func(sys, user, assistant string) []Message {
-		return []Message{{"system", sys}, {"user", user}, {"assistant", assistant}, {"user", user + "?"}}
+		return []Message{{Role: "system", Content: sys}, {Role: "user", Content: user}, {Role: "assistant", Content: assistant}, {Role: "user", Content: user + "?"}}
 	}
 	for _, rt := range templates {
 		in := rt.in

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ var ErrNoTemplate = errors.New("chattemplate: no chat template")
 
 // Template is a parsed chat template. It is immutable and safe for concurrent use.
 type Template struct {
+	source  string
 	body    []node
 	globals map[string]value
 	// now gives strftime_now its time; time.Now when nil.
@@ -22,6 +24,14 @@ type Template struct {
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are the tool calls of an assistant message, each a JSON object passed to the template
+	// as a dict with its keys in order ({"id", "type", "function": {"name", "arguments"}} in OpenAI's
+	// form; transformers' templates want arguments as an object, not a JSON string). The message has
+	// no tool_calls key when there are none, so that templates' "is defined" tests see none.
+	ToolCalls []json.RawMessage
+	// ToolCallID is a tool message's tool_call_id, and Name a message's name; each is passed only when
+	// it is not empty.
+	ToolCallID, Name string
 }
 
 // Input is what a chat template is rendered with, as transformers passes it.
@@ -33,6 +43,10 @@ type Input struct {
 	BOSToken, EOSToken, PadToken, UnkToken string
 	// Extra holds further variables (for example enable_thinking), as JSON decodes them.
 	Extra map[string]any
+	// Tools are the tools offered to the model, each a JSON object ({"type": "function", "function":
+	// {"name", "description", "parameters"}}), passed as the list tools with their keys in order; nil
+	// passes tools as None, as transformers does without tools.
+	Tools []json.RawMessage
 }
 
 // Parse parses a Jinja chat template.
@@ -48,7 +62,7 @@ func Parse(source string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Template{body: body}
+	t := &Template{source: source, body: body}
 	t.globals = map[string]value{
 		"raise_exception": &function{name: "raise_exception", call: func(args []value, _ *dict) (value, error) {
 			msg := ""
@@ -122,19 +136,53 @@ func (t *Template) Execute(vars map[string]any) (string, error) {
 	return out.String(), nil
 }
 
-// Render renders a conversation. Messages become dicts with "role" and "content"; special
-// tokens that are empty are passed as None.
+// Source returns the template's text.
+func (t *Template) Source() string { return t.source }
+
+// Render renders a conversation. Messages become dicts with "role" and "content", then "tool_calls",
+// "tool_call_id" and "name" where they have them; special tokens that are empty are passed as None,
+// and tools as None when there are none.
 func (t *Template) Render(in Input) (string, error) {
 	msgs := &list{items: make([]value, len(in.Messages))}
 	for i, m := range in.Messages {
 		d := newDict()
 		d.set("role", m.Role)
 		d.set("content", m.Content)
+		if len(m.ToolCalls) > 0 {
+			calls := &list{items: make([]value, len(m.ToolCalls))}
+			for j, c := range m.ToolCalls {
+				v, err := fromJSON(c)
+				if err != nil {
+					return "", fmt.Errorf("chattemplate: message %d: tool call %d: %w", i, j, err)
+				}
+				calls.items[j] = v
+			}
+			d.set("tool_calls", calls)
+		}
+		if m.ToolCallID != "" {
+			d.set("tool_call_id", m.ToolCallID)
+		}
+		if m.Name != "" {
+			d.set("name", m.Name)
+		}
 		msgs.items[i] = d
+	}
+	var tools value // None
+	if in.Tools != nil {
+		l := &list{items: make([]value, len(in.Tools))}
+		for i, tool := range in.Tools {
+			v, err := fromJSON(tool)
+			if err != nil {
+				return "", fmt.Errorf("chattemplate: tool %d: %w", i, err)
+			}
+			l.items[i] = v
+		}
+		tools = l
 	}
 	vars := map[string]any{
 		"messages":              msgs,
 		"add_generation_prompt": in.AddGenerationPrompt,
+		"tools":                 tools,
 	}
 	for name, tok := range map[string]string{"bos_token": in.BOSToken, "eos_token": in.EOSToken, "pad_token": in.PadToken, "unk_token": in.UnkToken} {
 		if tok == "" {

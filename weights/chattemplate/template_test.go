@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -153,7 +154,7 @@ func TestRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tpl.Render(Input{Messages: []Message{{"system", "S"}, {"user", " U \n"}}, AddGenerationPrompt: true})
+	got, err := tpl.Render(Input{Messages: []Message{{Role: "system", Content: "S"}, {Role: "user", Content: " U \n"}}, AddGenerationPrompt: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func FuzzRender(f *testing.F) {
 		f.Add(s, s+"2", true)
 	}
 	f.Fuzz(func(t *testing.T, a, b string, gen bool) {
-		out, err := tpl.Render(Input{Messages: []Message{{"user", a}, {"assistant", b}}, AddGenerationPrompt: gen})
+		out, err := tpl.Render(Input{Messages: []Message{{Role: "user", Content: a}, {Role: "assistant", Content: b}}, AddGenerationPrompt: gen})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,6 +205,45 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		tpl.Render(Input{Messages: []Message{{"user", "hi"}}, AddGenerationPrompt: true}) //nolint:errcheck // errors are fine
+		tpl.Render(Input{Messages: []Message{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true}) //nolint:errcheck // errors are fine
 	})
+}
+
+// TestRenderTools: tools and tool calls reach the template as dicts with their keys in the JSON's order
+// (tojson shows it), tool messages carry tool_call_id, and tools is None without tools.
+func TestRenderTools(t *testing.T) {
+	tpl, err := Parse(`{% if tools is none %}no tools{% else %}{% for t in tools %}{{ t.function | tojson }};{% endfor %}{% endif %}` +
+		`{% for m in messages %}|{{ m.role }}:{{ m.content }}{% if m.tool_calls is defined %}{% for c in m.tool_calls %}` +
+		`[{{ c.id }} {{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}{% endif %}` +
+		`{% if m.tool_call_id is defined %}<{{ m.tool_call_id }}>{% endif %}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"no tools", Input{Messages: []Message{{Role: "user", Content: "hi"}}}, "no tools|user:hi"},
+		{"tools and calls", Input{
+			Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"z":1,"a":[true,null,2.5,"é"]}}}`)},
+			Messages: []Message{
+				{Role: "user", Content: "q"},
+				{Role: "assistant", ToolCalls: []json.RawMessage{json.RawMessage(`{"id":"c1","type":"function","function":{"name":"f","arguments":{"y":2,"b":{"k":"v"}}}}`)}},
+				{Role: "tool", Content: "r", ToolCallID: "c1"},
+			}},
+			`{"name": "f", "parameters": {"z": 1, "a": [true, null, 2.5, "é"]}};|user:q|assistant:[c1 f {"y": 2, "b": {"k": "v"}}]|tool:r<c1>`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tpl.Render(tc.in)
+			if err != nil || got != tc.want {
+				t.Errorf("Render = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{`{"a":`, `{} x`, `{}{}`, `0A0`} {
+		if _, err := tpl.Render(Input{Tools: []json.RawMessage{json.RawMessage(bad)}}); err == nil {
+			t.Errorf("a tool of broken JSON %q rendered", bad)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"sort"
@@ -54,11 +55,14 @@ type function struct {
 }
 
 // fromGo converts a Go value (as encoding/json decodes, or the package's own types) to a template
-// value. Maps become dicts with sorted keys, since Go maps have no order.
+// value. Maps become dicts with sorted keys, since Go maps have no order; a json.RawMessage becomes
+// the value its JSON text holds, objects as dicts with their keys in the text's order (fromJSON).
 func fromGo(v any) (value, error) {
 	switch x := v.(type) {
 	case nil, bool, int64, float64, string, *list, *dict, *function, undefined:
 		return x, nil
+	case json.RawMessage:
+		return fromJSON(x)
 	case int:
 		return int64(x), nil
 	case int32:
@@ -586,4 +590,66 @@ func writeJSONString(b *strings.Builder, s string) {
 		}
 	}
 	b.WriteByte('"')
+}
+
+// fromJSON decodes one JSON value into a template value as Python's json.loads does: objects as dicts
+// with their keys in order (a repeated key keeps its first place and its last value), integers as
+// int64 where they fit, other numbers as float64.
+func fromJSON(data []byte) (value, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber()
+	v, err := decodeJSONValue(dec, 0)
+	if err != nil {
+		return nil, fmt.Errorf("json: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("json: more than one value")
+	}
+	return v, nil
+}
+
+func decodeJSONValue(dec *json.Decoder, depth int) (value, error) {
+	if depth > maxValueDepth {
+		return nil, errors.New("nesting too deep")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := newDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := decodeJSONValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.set(kt.(string), v)
+			}
+			_, err := dec.Token() // '}'
+			return d, err
+		case '[':
+			l := &list{}
+			for dec.More() {
+				v, err := decodeJSONValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l.items = append(l.items, v)
+			}
+			_, err := dec.Token() // ']'
+			return l, err
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		return fromGo(t)
+	default: // nil, bool, string
+		return t, nil
+	}
 }

