@@ -28,17 +28,22 @@ func (r *randomModel) get(name string) (*weights.Tensor, error) {
 	return t, nil
 }
 
-// newRandomModel draws every parameter of cfg (the tensors weights.TensorShapes lists, in name order):
-// norm gains near 1 (stored near 0 where the family's norms add 1), biases N(0, 0.1²), matrices
-// N(0, 0.15²), with a larger scale for the embeddings and the LM head so that logits spread out.
+// newRandomModel draws every parameter of cfg (the tensors weights.TensorShapes lists): norm gains
+// near 1 (stored near 0 where the family's norms add 1), biases N(0, 0.1²), matrices N(0, 0.15²), with a
+// larger scale for the embeddings and the LM head so that logits spread out. A LLaMA model's tensors are
+// drawn first, in the order they always were (tests calibrated on those models keep them), then the
+// tensors other families add, in name order.
 func newRandomModel(cfg *weights.Config, dt weights.DType, seed uint64) *randomModel {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	r := &randomModel{cfg: cfg, tensors: map[string]*weights.Tensor{}}
 	c := *cfg
 	c.HeadDim = headDim(cfg)
 	shapes := weights.TensorShapes(&c)
-	for _, name := range slices.Sorted(maps.Keys(shapes)) {
-		shape := shapes[name]
+	draw := func(name string) {
+		shape, ok := shapes[name]
+		if !ok || r.tensors[name] != nil {
+			return
+		}
 		std, mean := 0.15, 0.0
 		switch {
 		case strings.HasSuffix(name, "norm.weight"):
@@ -57,6 +62,19 @@ func newRandomModel(cfg *weights.Config, dt weights.DType, seed uint64) *randomM
 			v[i] = float32(mean + std*rng.NormFloat64())
 		}
 		r.tensors[name] = encodeTensor(name, dt, shape, v)
+	}
+	draw(c.Tensor("embed_tokens.weight"))
+	for l := range cfg.NumHiddenLayers {
+		for _, suffix := range []string{"input_layernorm.weight", "post_attention_layernorm.weight",
+			"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+			"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"} {
+			draw(c.LayerTensor(l, suffix))
+		}
+	}
+	draw(c.Tensor("norm.weight"))
+	draw(c.LMHeadTensor())
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
+		draw(name)
 	}
 	return r
 }
