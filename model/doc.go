@@ -58,8 +58,8 @@
 // as e4m3 with each layer's K and V scales (the checkpoint's k_scale and v_scale, else 1 with a
 // warning), a byte an element (see attention.Cache for the arithmetic). The CPU backend computes all of
 // it and is the reference the GPU kernels must match; the CUDA backend refuses FP8 weights and FP8 KV
-// at load until it has them. The FP8 golden tests check it against PyTorch on tiny checkpoints in
-// testdata/golden_fp8, written by scripts/goldens/make_fp8_goldens.py.
+// at load until it has them. scripts/goldens/make_fp8_goldens.py is to write PyTorch's references for
+// it (docs/fp8.md says what is missing).
 //
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the
