@@ -5,8 +5,9 @@
 #
 #   bash scripts/bench/device-run.sh SECTION...
 #
-# Sections (run one or a few a call where a call may last 10 minutes; `all` runs them all in turn):
-#   tests       the CUDA test suites of internal/cuda, attention, model (CUDA and golden) and engine
+# Each section fits one call of 10 minutes alone (`all` runs every one in turn, where nothing limits it):
+#   tests       the CUDA test binaries of internal/cuda, attention, model and engine, each suite in full
+#               (every test, the pure-Go ones too), with their pass and fail counts and first failures
 #   attention   the decode-attention grid (gollm bench attention) and SDPA beside it (sdpa_peer.py):
 #               docs/bench/attention-h100.md and attention-h200.md, their first table
 #   sweeps      the dispatcher beyond the grid: gollm bench attention on the batch, tail and overflow
@@ -24,14 +25,35 @@
 #               GEMM's products as the step runs them, and their parts), BenchmarkCUDAGemmSplit and
 #               scripts/bench/cublaslt_probe.py: docs/bench/gemm-h100.md
 #   prefill     BenchmarkCUDAPrefill and scripts/bench/prefill_sdpa.py: docs/bench/prefill-h100.md
+#   families    the model families against Llama-3-8B: gollm bench attention on
+#               attention-families-shapes.json (a window of 4096 at context 16384 beside a 4096-token
+#               context; head_dim 256 against the copy bandwidth), BenchmarkCUDAPrefill's 16384-token
+#               prompts with and without a window of 4096 and its head_dim 256 prompt, gollm bench latency
+#               for llama3-8b, qwen3-8b, gemma3-12b and qwen2.5-7b at batch 1 and 64, and a table of each
+#               decode step's fraction of its roofline and its ratio to Llama-3-8B's: docs/bench/
+#               families-h200.md (FAM_BUDGET, default 480 s, bounds the section: a step that would start
+#               past it is skipped)
+#   constraints the masked pick on the device (TestCUDAMaskedPickMatchesTwin, TestCUDAPipelinedPicks,
+#               TestCUDASampleMatchesTwin, TestCUDASampleTies; engine's TestCUDAConstraintMatchesHost),
+#               BenchmarkCUDAMaskedPick and BenchmarkCUDAConstrainedStep with constraint/none per batch:
+#               docs/bench/constraint.md
+#   hardening   TestIsContextLost (internal/cuda) and model's tests of the pick kernels' NaN and +Inf
+#               sentinel, the non-finite picks and the KV pool checked against free device memory
+#               (docs/hardening.md)
+#   compare     before/after (needs BASE): BASE and BIN alternated ROUNDS times (default 2 here) over gollm
+#               bench latency (llama3-8b and llama3.2-1b, batch 1 and 64, 1024 in, 128 out) and gollm bench
+#               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
+#               build and new/old (decode step p50 in ms, the dispatcher's median in µs). Passing: every
+#               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
 #               tests (a memcheck that ran nothing is a failure)
 #
 # Environment:
 #   BIN     the build to run (default gpu/bench; BIN.tar.xz, if carried, is unpacked over it first)
-#   BASE    a second build (e.g. gpu/base, the commit before a change): the timed sections run BASE then
-#           BIN in turn, ROUNDS times, in the same call, so that before and after share the GPU
-#   ROUNDS  rounds of each timed section (default 1)
+#   BASE    a second build (e.g. gpu/base, the commit before a change), "old" in the results: the timed
+#           sections (attention, sweeps, decode, latency, throughput) run BASE then BIN in turn, ROUNDS
+#           times, in the same call, so that before and after share the GPU; `compare` tabulates them
+#   ROUNDS  rounds of each timed section (default 1; compare 2)
 #   OUT     where results go (default out): summary.txt, and a folder per section; where the call's
 #           files would exceed the `run` tool's 8, everything but summary.txt is packed into results.tar.gz
 #
@@ -58,13 +80,14 @@ bin=${BIN:-gpu/bench}
 unpack "$bin"
 [ -x "$bin/gollm" ] || { echo "device-run.sh: no build in $bin (scripts/bench/build.sh, then carry $bin.tar.xz)" >&2; exit 2; }
 bin=$(cd "$bin" && pwd)
+commit=$(head -1 "$bin/COMMIT" 2>/dev/null)
 builds=("$bin")
 tags=(new)
 if [ -n "${BASE:-}" ]; then
 	unpack "$BASE"
 	[ -x "$BASE/gollm" ] || { echo "device-run.sh: no build in BASE=$BASE" >&2; exit 2; }
 	builds=("$(cd "$BASE" && pwd)" "$bin")
-	tags=(base new)
+	tags=(old new)
 fi
 
 say() { echo "$*" | tee -a "$out/summary.txt"; }
@@ -76,7 +99,29 @@ stamp() {
 # count LOG: the passes and failures of a verbose go test log, then its first failures.
 count() {
 	echo "pass=$(grep -c -- '--- PASS' "$1") fail=$(grep -c -- '--- FAIL' "$1") skip=$(grep -c -- '--- SKIP' "$1")"
-	grep -E -- '--- FAIL|^panic' "$1" | head -10
+	grep -E -- '--- FAIL|^panic|timed out' "$1" | head -12
+}
+# gotest DIR NAME PKG PATTERN LIMIT: PKG's test binary (BIN's), in PKG's folder (its testdata), runs the
+# tests PATTERN selects (all where it is empty) into DIR/NAME.log under -test.timeout LIMIT seconds (a
+# stack dump) and a kill 10 s later; stamped and counted. A pattern that ran no test fails: a renamed
+# test must not pass unseen.
+gotest() {
+	local log=$1/$2.log test=$bin/$(basename "$3").test rc
+	[ -x "$test" ] || { stamp "$2: no $test" 1; return; }
+	(cd "$root/$3" && timeout $(($5 + 10)) "$test" -test.run "$4" -test.count=1 -test.v -test.timeout "$5s") >"$log" 2>&1
+	rc=$?
+	[ "$(grep -c -- '--- PASS' "$log")" -gt 0 ] || rc=1
+	stamp "$2 ($3${4:+ -test.run '$4'})" "$rc"
+	count "$log" | sed 's/^/  /' | tee -a "$out/summary.txt"
+}
+# gobench DIR NAME PKG PATTERN BENCHTIME LIMIT: PKG's benchmarks PATTERN selects, no tests, into
+# DIR/NAME.log under a kill after LIMIT seconds; their lines go to the summary.
+gobench() {
+	local log=$1/$2.log test=$bin/$(basename "$3").test
+	[ -x "$test" ] || { stamp "$2: no $test" 1; return; }
+	(cd "$root/$3" && timeout "$6" "$test" -test.run '^$' -test.bench "$4" -test.benchtime "$5" -test.count=1) >"$log" 2>&1
+	stamp "$2 ($3 -test.bench '$4' -test.benchtime $5)" $?
+	grep -E '^Benchmark|^(ok|FAIL|PASS)|panic' "$log" | sed 's/^/  /' | tee -a "$out/summary.txt"
 }
 # gpums FILE: each BenchmarkCUDADecode line's name and its ms/step, gpu-ms/step and pipe-ms/step.
 gpums() {
@@ -88,16 +133,12 @@ say "$(date -u)"
 for i in "${!builds[@]}"; do say "build ${tags[$i]}: $(head -1 "${builds[$i]}/COMMIT" 2>/dev/null)"; done
 
 section_tests() {
-	local d=$out/tests pkg name pat log
+	local d=$out/tests spec pkg
 	mkdir -p "$d"
-	for pkg in internal/cuda attention model engine; do
-		name=$(basename "$pkg")
-		case $name in cuda) pat=. ;; model) pat='CUDA|Golden' ;; *) pat=CUDA ;; esac
-		log=$d/$name.log
-		(cd "$root/$pkg" && timeout 400 "$bin/$name.test" -test.run "$pat" -test.count=1 -test.v) >"$log" 2>&1
-		stamp "tests $pkg" $?
-		count "$log" | tee -a "$out/summary.txt"
-		gzip -f "$log"
+	for spec in internal/cuda:60 attention:150 model:240 engine:100; do
+		pkg=${spec%%:*}
+		gotest "$d" "$(basename "$pkg")" "$pkg" "" "${spec#*:}"
+		gzip -f "$d/$(basename "$pkg").log"
 	done
 }
 
@@ -281,8 +322,191 @@ attention TestCUDADecodeOddRows
 EOF
 }
 
+# room LIMIT WHAT: whether a step of up to LIMIT seconds still fits the families section's budget
+# (fam_start, fam_budget); a step that does not is skipped, and the call fails.
+room() {
+	[ $((SECONDS - fam_start + $1)) -le "$fam_budget" ] && return 0
+	stamp "families: skipped $2 (budget ${fam_budget}s)" 1
+	return 1
+}
+
+section_families() {
+	local d=$out/families m fam_start=$SECONDS fam_budget=${FAM_BUDGET:-480}
+	mkdir -p "$d"
+	# Decode attention: windows and head_dim 256.
+	if room 90 "bench attention"; then
+		timeout 90 "$bin/gollm" bench attention --shapes scripts/bench/attention-families-shapes.json --iters 50 \
+			--partitions 128,256,512,1024 --commit "$commit" --json "$d/attention.json" >"$d/attention.txt" 2>"$d/attention.log"
+		stamp "families bench attention" $?
+	fi
+	# Prefill: the window's skipped tiles, head_dim 256.
+	if room 60 "prefill benchmark"; then
+		(cd "$root/attention" && timeout 60 "$bin/attention.test" -test.run '^$' -test.benchtime 1x \
+			-test.bench 'CUDAPrefill/(d128-hq32-hkv8-L16384|d256)') >"$d/prefill.txt" 2>&1
+		stamp "families prefill benchmark" $?
+	fi
+	# The decode steps against their rooflines, Llama-3-8B first (the yardstick).
+	for m in llama3-8b qwen3-8b gemma3-12b qwen2.5-7b; do
+		room 100 "bench latency $m" || continue
+		timeout 100 "$bin/gollm" bench latency --config "$m" --device cuda --random-weights --batch 1,64 --input-len 1024 \
+			--output-len 128 --json >"$d/latency-$m.jsonl" 2>"$d/latency-$m.log"
+		stamp "families bench latency $m" $?
+	done
+	# The table. Targets: each family's fraction of roofline at least 0.9 of Llama-3-8B's; windowed
+	# attention 16k/4k ≤ 1.10; head_dim 256 ≥ 90% of the copy bandwidth on the large shapes (batch
+	# 64 × 4096, 16 × 16384); the windowed 16k prefill well under the unwindowed one.
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, os, re, sys
+raw = sys.argv[1]
+print("\n== decode step vs roofline (bench latency, random weights, prompt 1024, 128 new tokens)")
+lat = {}
+for m in ("llama3-8b", "qwen3-8b", "gemma3-12b", "qwen2.5-7b"):
+    path = os.path.join(raw, f"latency-{m}.jsonl")
+    if not os.path.exists(path):
+        continue
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            lat[(m, r["batch"])] = r
+print(f"{'model':<12} {'batch':>5} {'step ms':>9} {'roofline ms':>12} {'% roofline':>11} {'vs llama3-8b':>13}")
+for (m, b), r in sorted(lat.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    pct = r["roofline"]["percent"]
+    ref = lat.get(("llama3-8b", b))
+    ratio = pct / ref["roofline"]["percent"] if ref and ref["roofline"]["percent"] else float("nan")
+    flag = "" if m == "llama3-8b" or ratio >= 0.9 else "  < 0.90"
+    print(f"{m:<12} {b:>5} {r['decode_step']['p50_ms']:>9.3f} {r['roofline']['step_ms']:>12.3f} {pct:>10.1f}% {ratio:>13.3f}{flag}")
+path = os.path.join(raw, "attention.json")
+if os.path.exists(path):
+    res = json.load(open(path))["results"]
+    print("\n== decode attention (bench attention, bf16, page 16; plan µs, share of copy bandwidth)")
+    for r in res:
+        print(f"{r['name']:<24} b{r['batch']:<3} ctx {r['ctx']:>6} window {r.get('window', 0):>5} d{r['head_dim']:<3} "
+              f"{r['plan_kernel']}x{r['plan_partitions']:<3} {r['dispatch_us']:>9.1f} µs {100 * r['bw_fraction']:>5.1f}%")
+    by = {(r["name"], r["batch"], r["ctx"]): r for r in res}
+    for b in (1, 64):
+        w, n = by.get(("mistral-7b-v0.1-w4096", b, 16384)), by.get(("mistral-7b-v0.1", b, 4096))
+        if w and n:
+            ratio = w["dispatch_us"] / n["dispatch_us"]
+            print(f"window 4096 at 16k vs 4k, batch {b}: {w['dispatch_us']:.1f} / {n['dispatch_us']:.1f} µs = {ratio:.3f}"
+                  + ("" if ratio <= 1.1 else "  > 1.10"))
+    for r in res:
+        if r["head_dim"] == 256 and not r.get("window") and r["batch"] * r["ctx"] >= 64 * 4096:
+            print(f"head_dim 256 b{r['batch']} ctx {r['ctx']}: {100 * r['bw_fraction']:.1f}% of copy bandwidth"
+                  + ("" if r["bw_fraction"] >= 0.9 else "  < 90%"))
+path = os.path.join(raw, "prefill.txt")
+if os.path.exists(path):
+    print("\n== prefill attention (BenchmarkCUDAPrefill, tensor-core kernel, bf16)")
+    us = {}
+    for line in open(path):
+        m = re.match(r"BenchmarkCUDAPrefill/(\S+?)(-\d+)?\s.*?([\d.]+) mma-us", line)
+        if m:
+            us[m.group(1)] = float(m.group(3))
+            print(f"{m.group(1):<30} {float(m.group(3)):>10.1f} µs")
+    a, b = us.get("d128-hq32-hkv8-L16384-W4096"), us.get("d128-hq32-hkv8-L16384")
+    if a and b:
+        print(f"16k prefill, window 4096 vs none: {a / b:.3f} of the time (the tiles outside the window skipped: ~0.44 of the work)")
+PY
+}
+
+section_constraints() {
+	local d=$out/constraints
+	mkdir -p "$d"
+	# The masked pick against its CPU twin on rows of 128256 logits (one token allowed, 0.1%, half, all
+	# but the best, unmasked, a NaN the mask leaves out; greedy and sampled), pipelined picks with masks
+	# committed after the step began, sampling; constrained requests picked on the device give the
+	# tokens of the same requests drawn on the host.
+	gotest "$d" model-masked model '^(TestCUDAMaskedPickMatchesTwin|TestCUDAPipelinedPicks|TestCUDASampleMatchesTwin|TestCUDASampleTies)$' 120
+	gotest "$d" engine-constraint engine '^TestCUDAConstraintMatchesHost$' 60
+	# The pick of 1 and 64 rows with and without masks; the engine's step on a Llama-3.2-1B-shaped model
+	# at batch 1 and 64 with and without a JSON Schema constraint on every request (target: constraint
+	# within 5% of none).
+	gobench "$d" masked-pick model '^BenchmarkCUDAMaskedPick$' 300x 60
+	gobench "$d" constrained-step engine '^BenchmarkCUDAConstrainedStep$' 3x 240
+	awk '/^BenchmarkCUDAConstrainedStep/ {
+		split($1, p, "/"); b = p[2]; m = p[3]; sub(/-[0-9]+$/, "", m)
+		for (i = 1; i < NF; i++) if ($(i+1) == "ms/step") ms[b, m] = $i
+		bs[b] = 1
+	} END {
+		for (b in bs) {
+			r = ms[b, "none"] ? ms[b, "constraint"] / ms[b, "none"] : 0
+			printf "%s: none %s ms, constraint %s ms (%.3f%s), host %s ms, constraint-host %s ms\n", b, ms[b, "none"],
+				ms[b, "constraint"], r, (r > 1.05 ? ", over 1.05" : ""), ms[b, "host"], ms[b, "constraint-host"]
+		}
+	}' "$d/constrained-step.log" | sort -t= -k2 -n | tee -a "$out/summary.txt"
+}
+
+section_hardening() {
+	local d=$out/hardening
+	mkdir -p "$d"
+	# The sticky driver errors that mark a device lost.
+	gotest "$d" cuda-lost internal/cuda '^TestIsContextLost$' 60
+	# The pick kernels' NaN/+Inf sentinel against the CPU twin on rows of 128256 logits; a NaN embedding
+	# row poisons one sequence (f32 and bf16, graphs and eager; the skinny GEMM's fused argmax); argmax,
+	# GEMV and GEMM argmax with NaN and −Inf rows; sampling; pipelined picks; the KV pool checked against
+	# free device memory after the weights.
+	gotest "$d" model-hardening model '^(TestCUDAPickNonFinite|TestCUDANonFinitePicks|TestCUDAKVTooLarge|TestCUDAArgmaxTies|TestCUDAGemvArgmax|TestCUDAGemmArgmax|TestCUDASample.*|TestCUDAPipelinedPicks)$' 300
+}
+
+section_compare() {
+	local d=$out/compare r i b m shapes=${SHAPES:-scripts/bench/attention-shapes.json}
+	[ "${#builds[@]}" = 2 ] || { stamp "compare: no BASE to compare with" 1; return; }
+	mkdir -p "$d"
+	for r in $(seq "${ROUNDS:-2}"); do
+		for i in 0 1; do
+			b=${tags[$i]}
+			for m in llama3-8b llama3.2-1b; do
+				"${builds[$i]}/gollm" bench latency --config "$m" --device cuda --random-weights --batch 1,64 --input-len 1024 \
+					--output-len 128 --json >"$d/latency-$m-$b-r$r.jsonl" 2>"$d/latency-$m-$b-r$r.log"
+				stamp "compare latency $m $b r$r" $?
+			done
+			"${builds[$i]}/gollm" bench attention --shapes "$shapes" --commit "$(head -1 "${builds[$i]}/COMMIT")" \
+				--json "$d/attention-$b-r$r.json" >"$d/attention-$b-r$r.txt" 2>"$d/attention-$b-r$r.log"
+			stamp "compare attention $b r$r" $?
+		done
+	done
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, sys, glob, os
+raw = sys.argv[1]
+def latency(build):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(raw, f"latency-*-{build}-r*.jsonl"))):
+        for line in open(path):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            key = f"{r['model']} batch {r['batch']} decode step (ms)"
+            out.setdefault(key, []).append(r["decode_step"]["p50_ms"])
+    return out
+def grid(build):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(raw, f"attention-{build}-r*.json"))):
+        for r in json.load(open(path))["results"]:
+            key = f"{r['name']} {r['batch']}x{r['ctx']} hq{r['hq']} hkv{r['hkv']} d{r['head_dim']} (us)"
+            out.setdefault(key, []).append(r["dispatch_us"])
+    return out
+rows, worst = [], 0.0
+for kind in (latency, grid):
+    o, n = kind("old"), kind("new")
+    for key in o:
+        if key not in n or not o[key] or not n[key]:
+            continue
+        a, b = sum(o[key]) / len(o[key]), sum(n[key]) / len(n[key])
+        ratio = b / a if a else float("nan")
+        worst = max(worst, abs(ratio - 1))
+        rows.append((key, a, b, ratio, len(o[key]), len(n[key])))
+w = max([len(r[0]) for r in rows] + [5])
+print(f"{'shape':<{w}}  {'old':>10}  {'new':>10}  {'new/old':>8}  runs")
+for key, a, b, ratio, na, nb in rows:
+    flag = "" if abs(ratio - 1) <= 0.01 else "  > 1%"
+    print(f"{key:<{w}}  {a:10.4f}  {b:10.4f}  {ratio:8.4f}  {na}+{nb}{flag}")
+print(f"{len(rows)} shapes; largest difference {100 * worst:.2f}%")
+PY
+}
+
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families constraints hardening ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2
