@@ -141,8 +141,11 @@ func tailRows(rows, tokenBytes, longest int, g gpuSize) bool {
 // bytes in flight that keep a memory busy grow with its bandwidth at the same latency, so a faster
 // memory needs more rows. A head_dim-64 program has half the bytes of a head_dim-128 one in flight, so
 // it takes twice the rows, at contexts past longSplitTokens; at shorter contexts the split's extra
-// programs cost what they win, and every row counts as a full one.
+// programs cost what they win, and every row counts as a full one. Wider rows never count as more than
+// a full one: a head_dim-256 program's ring holds no more bytes than a head_dim-128 one's (its tile is
+// narrower), so it takes as many rows (docs/bench/families-h200.md).
 func fillsGPU(rows, tokenBytes, longest int, g gpuSize) bool {
+	tokenBytes = min(tokenBytes, fullRowTokenBytes)
 	if longest <= longSplitTokens {
 		tokenBytes = fullRowTokenBytes
 	}

@@ -403,6 +403,10 @@ func TestFillsGPUBandwidth(t *testing.T) {
 		{"h200-7b-b4-4096", h200(128), 4, 4096, 32, 128, 2048},
 		{"h200-1b-b16-1024", h200(64), 16, 1024, 8, 64, 512}, // 128 rows: 2 of 512 tokens
 		{"h100-1b-b16-1024", h100(64), 16, 1024, 8, 64, 1040},
+		// head_dim 256 takes as many rows as head_dim 128: 128 rows at 16k split on the H200, 512 do not.
+		{"h200-gemma3-b16-16384", h200(256), 16, 16384, 8, 256, 8192},
+		{"h200-gemma3-b64-4096", h200(256), 64, 4096, 8, 256, 4112},
+		{"h100-gemma3-b16-16384", h100(256), 16, 16384, 8, 256, 16400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lens := make([]int32, tc.batch)

@@ -5,6 +5,7 @@ package model
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,11 +40,42 @@ func llama3_8B() *weights.Config {
 	}
 }
 
-// benchModels are the shapes the CUDA decode benchmarks run.
-var benchModels = []struct {
+// qwen25_7B is the shape of Qwen2.5-7B (bfloat16): q/k/v biases, seven query heads a KV head.
+func qwen25_7B() *weights.Config {
+	return &weights.Config{
+		Architecture: "Qwen2ForCausalLM", ModelType: "qwen2", HiddenAct: weights.ActSiLU, QKVBias: true,
+		VocabSize: 152064, HiddenSize: 3584, IntermediateSize: 18944, NumHiddenLayers: 28, NumAttentionHeads: 28,
+		NumKeyValueHeads: 4, HeadDim: 128, MaxPositionEmbeddings: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6,
+		RopeScaling: weights.RopeScaling{Type: "default"}, DType: weights.DTypeBF16,
+	}
+}
+
+// benchModel is a shape the CUDA decode benchmarks can run.
+type benchModel struct {
 	name string
 	cfg  func() *weights.Config
-}{{"llama-3.2-1b", llama32_1B}, {"llama-3-8b", llama3_8B}}
+}
+
+// allBenchModels are the shapes GOLLM_BENCH_MODELS can name.
+var allBenchModels = []benchModel{{"llama-3.2-1b", llama32_1B}, {"llama-3-8b", llama3_8B}, {"qwen2.5-7b", qwen25_7B}}
+
+// benchModels are the shapes the CUDA decode benchmarks run: those GOLLM_BENCH_MODELS names
+// (comma-separated), else Llama-3.2-1B and Llama-3-8B.
+var benchModels = func() []benchModel {
+	v := os.Getenv("GOLLM_BENCH_MODELS")
+	if v == "" {
+		return allBenchModels[:2]
+	}
+	var ms []benchModel
+	for _, name := range strings.Split(v, ",") {
+		i := slices.IndexFunc(allBenchModels, func(m benchModel) bool { return m.name == name })
+		if i < 0 {
+			panic(fmt.Sprintf("GOLLM_BENCH_MODELS: no shape %q", name))
+		}
+		ms = append(ms, allBenchModels[i])
+	}
+	return ms
+}()
 
 // benchContext is the decode context of the CUDA decode benchmarks: GOLLM_BENCH_CONTEXT, else def.
 func benchContext(b *testing.B, def int) int {

@@ -41,14 +41,19 @@ type gemmShape struct{ wg, ks int }
 
 // planGemm shapes a product of n rows and chunks k-chunks on sms SMs, from BenchmarkCUDAGemm's sweep on
 // the H100 (docs/bench/gemm-h100.md): a product of at least two blocks of 64 rows an SM runs whole k with
-// the most warpgroups a block that still gives 4/5 of the SMs a block; a smaller one runs blocks of one
-// warpgroup with k split so that the blocks about fill the SMs (each split walking at least gemmMinSteps
-// chunks).
+// the most warpgroups a block that still gives 4/5 of the SMs a block, and not so many that its blocks
+// pass one wave by less than a second (a block a SM: the few past the first wave would run alone, as
+// long as the first; narrower blocks cut that tail, Qwen2.5-7B's gate/up product); a smaller one runs
+// blocks of one warpgroup with k split so that the blocks about fill the SMs (each split walking at
+// least gemmMinSteps chunks).
 func planGemm(n, chunks, sms int) gemmShape {
 	tiles := (n + 63) / 64
 	if tiles >= 2*sms {
 		wg := gemmMaxGroups
 		for wg > 1 && tiles/wg < sms*4/5 {
+			wg--
+		}
+		for wg > 1 && (tiles+wg-1)/wg > sms && (tiles+wg-1)/wg < 2*sms {
 			wg--
 		}
 		return gemmShape{wg: wg, ks: 1}

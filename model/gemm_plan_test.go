@@ -3,7 +3,7 @@ package model
 import "testing"
 
 // TestPlanGemm checks the skinny GEMM's launch shapes on an H100 (132 SMs) for the decode products of
-// Llama-3-8B and Llama-3.2-1B (the shapes BenchmarkCUDAGemm's sweep found best or within a few % of it)
+// Llama-3-8B, Llama-3.2-1B and Qwen2.5-7B's gate/up (the shapes BenchmarkCUDAGemm's sweep found best or within a few % of it)
 // and the edges: a tiny product, k too short to split.
 func TestPlanGemm(t *testing.T) {
 	for _, c := range []struct {
@@ -22,7 +22,10 @@ func TestPlanGemm(t *testing.T) {
 		{"1b-lmhead", 128256, 32, gemmShape{4, 1}},
 		{"tiny", 40, 4, gemmShape{1, 1}},
 		{"short-k", 2048, 12, gemmShape{1, 1}},
-		{"mid-rows", 20000, 64, gemmShape{2, 1}}, // 313 tiles: 4 or 3 warpgroups would leave SMs idle
+		// 313 tiles: 4 or 3 warpgroups would leave SMs idle, 2 a second wave of 25 blocks.
+		{"mid-rows", 20000, 64, gemmShape{1, 1}},
+		// Qwen2.5-7B's gate/up, 592 tiles: 148 blocks of 4 would pass one wave by 16, 198 of 3 by 66.
+		{"q7b-gateup", 37888, 56, gemmShape{2, 1}},
 	} {
 		if got := planGemm(c.n, c.chunks, 132); got != c.want {
 			t.Errorf("%s: planGemm(%d, %d, 132) = %+v, want %+v", c.name, c.n, c.chunks, got, c.want)

@@ -573,7 +573,8 @@ func TestCUDAGemvNormFold(t *testing.T) {
 	}
 }
 
-// gemvBenchShapes are the weight matrices of a decode step of Llama-3.2-1B and Llama-3-8B (out × in).
+// gemvBenchShapes are the weight matrices of a decode step of Llama-3.2-1B and Llama-3-8B, and
+// Qwen2.5-7B's gate/up and down products (out × in).
 var gemvBenchShapes = []struct {
 	name string
 	n, k int
@@ -582,6 +583,7 @@ var gemvBenchShapes = []struct {
 	{"1b-lmhead", 128256, 2048},
 	{"8b-qkv", 6144, 4096}, {"8b-o", 4096, 4096}, {"8b-gateup", 28672, 4096}, {"8b-down", 4096, 14336},
 	{"8b-lmhead", 128256, 4096},
+	{"q7b-gateup", 37888, 3584}, {"q7b-down", 3584, 18944}, // Qwen2.5-7B's: a long k, blocks past one wave
 }
 
 // deviceMicros returns the device time of one call of launch (µs), the mean of reps calls queued behind a

@@ -216,13 +216,22 @@ func (f *stepFacts) gemmServes(rows, in int) bool {
 // gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
 // (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
 // whose SwiGLU the GEMM's epilogue then does, saving a kernel, where the epilogue serves it: swigluFits,
-// and a driver that encodes its weight map).
+// and a driver that encodes its weight map). A plain product whose plan splits k needs a block for every
+// SM: a narrow product (few output rows over a long k, Qwen2.5-7B's down product) cut into fewer blocks
+// streams its weights slower than cuBLAS's split. Whole-k plans keep their fewer, wider blocks (planGemm).
 func (f *stepFacts) gemmTakes(rows, out, in int, swiglu bool) bool {
 	least := f.tune.GemmMinBytes
 	if swiglu {
 		least = f.tune.GemmSwiGLUMinBytes
 	}
-	return f.gemmServes(rows, in) && 2*int64(out)*int64(in) >= least && (!swiglu || f.gemmSwiGLU && swigluFits(out))
+	if !f.gemmServes(rows, in) || 2*int64(out)*int64(in) < least {
+		return false
+	}
+	if swiglu {
+		return f.gemmSwiGLU && swigluFits(out)
+	}
+	plan := f.gemmPlan(out, in)
+	return f.gemmForced() || plan.ks == 1 || gemmBlocks(out, plan)*plan.ks >= f.sms
 }
 
 // gemmForced reports whether the tuning forces the GEMM's launch shape (benchmarks, tests).
