@@ -123,6 +123,7 @@ func parseBenchFlags(fs *pflag.FlagSet, name string, args []string, stderr io.Wr
 
 func newBenchFlagSet(name, usage string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("bench "+name, pflag.ContinueOnError)
+	fs.SetNormalizeFunc(normalizeFlag)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gollm bench "+name+" "+usage)
@@ -133,17 +134,17 @@ func newBenchFlagSet(name, usage string, stderr io.Writer) *pflag.FlagSet {
 }
 
 func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newBenchFlagSet("latency", "(--config NAME | --model DIR [--random-weights]) --batch B[,B...] --input-len I --output-len O [flags]", stderr)
+	fs := newBenchFlagSet("latency", "(--config NAME | --model DIR [--random-weights]) --batch B[,B...] --input-len I[,I...] --output-len O [flags]", stderr)
 	var mf benchModelFlags
 	mf.register(fs)
 	batchList := fs.String("batch", "1", "batch size, or a comma-separated sweep (1,2,4,8)")
-	inputLen := fs.Int("input-len", 128, "prompt tokens per sequence")
+	inputList := fs.String("input-len", "128", "prompt tokens per sequence, or a comma-separated sweep (8192,32768,131072)")
 	outputLen := fs.Int("output-len", 32, "generated tokens per sequence (EOS ignored)")
 	warmup := fs.Int("warmup", 1, "iterations run first and discarded")
 	iters := fs.Int("iters", 3, "measured iterations per batch size")
 	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured (the GPU's device-to-device copy on cuda, host memory on the CPU)")
-	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
-	jsonOut := fs.Bool("json", false, "print one JSON object per batch size instead of a table")
+	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
+	jsonOut := fs.Bool("json", false, "print one JSON object per batch size and input length instead of a table")
 	plotPath := fs.String("plot", "", "write an SVG of throughput and step time against batch size (with the roofline) to this file")
 	if code := parseBenchFlags(fs, "latency", args, stderr); code >= 0 {
 		return code
@@ -157,8 +158,17 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "gollm bench latency: --batch: %v\n", err)
 		return 2
 	}
-	if *inputLen <= 0 || *outputLen <= 0 || *iters <= 0 || *warmup < 0 {
-		fmt.Fprintln(stderr, "gollm bench latency: --input-len, --output-len and --iters must be positive, --warmup not negative")
+	inputLens, err := bench.ParseLengths(*inputList)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench latency: --input-len: %v\n", err)
+		return 2
+	}
+	if *outputLen <= 0 || *iters <= 0 || *warmup < 0 || *maxBatched < 0 {
+		fmt.Fprintln(stderr, "gollm bench latency: --output-len and --iters must be positive, --warmup and --max-batched-tokens not negative")
+		return 2
+	}
+	if *plotPath != "" && len(inputLens) > 1 {
+		fmt.Fprintln(stderr, "gollm bench latency: --plot draws one input length; give one --input-len")
 		return 2
 	}
 	spec, err := mf.spec(stderr)
@@ -166,38 +176,50 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "gollm bench latency: %v\n", err)
 		return 2
 	}
+	// A sequence longer than the model's context is refused before the weights load.
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err != nil {
+		return fail(err)
+	}
+	if err := bench.CheckContext(cfg, name, maxInt(inputLens)+*outputLen); err != nil {
+		return fail(err)
+	}
 	stopProfile, err := mf.profile()
 	if err != nil {
 		return fail(err)
 	}
 	defer stopProfile()
-	spec.NumBlocks = bench.BlocksFor(maxInt(batches), *inputLen+*outputLen, spec.BlockSize)
+	spec.NumBlocks = bench.BlocksFor(maxInt(batches), maxInt(inputLens)+*outputLen, spec.BlockSize)
 	lm, err := bench.LoadModel(spec)
 	if err != nil {
 		return fail(err)
 	}
 	defer lm.Close()
 	bw, source := bench.ResolveBandwidth(lm.Device, *bandwidth)
-	results, err := bench.RunLatencySweep(ctx, lm, batches, bench.LatencyOptions{
-		InputLen: *inputLen, OutputLen: *outputLen, Warmup: *warmup, Iterations: *iters, Seed: mf.seed,
-		MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Bandwidth: bw, BandwidthSource: source,
-		Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
-	})
-	if err != nil {
-		return fail(err)
-	}
-	if *jsonOut {
-		enc := json.NewEncoder(stdout)
-		for _, r := range results {
-			if err := enc.Encode(r); err != nil {
-				return fail(err)
-			}
+	var results []*bench.LatencyResult
+	for _, in := range inputLens {
+		rs, err := bench.RunLatencySweep(ctx, lm, batches, bench.LatencyOptions{
+			InputLen: in, OutputLen: *outputLen, Warmup: *warmup, Iterations: *iters, Seed: mf.seed,
+			MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Bandwidth: bw, BandwidthSource: source,
+			Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
+		})
+		if err != nil {
+			return fail(err)
 		}
-	} else if err := bench.WriteLatencyText(stdout, results); err != nil {
-		return fail(err)
+		if *jsonOut {
+			enc := json.NewEncoder(stdout)
+			for _, r := range rs {
+				if err := enc.Encode(r); err != nil {
+					return fail(err)
+				}
+			}
+		} else if err := bench.WriteLatencyText(stdout, rs); err != nil {
+			return fail(err)
+		}
+		results = append(results, rs...)
 	}
 	if *plotPath != "" {
-		title := fmt.Sprintf("gollm %s on %s: input %d, output %d", lm.Name, lm.Device.Name, *inputLen, *outputLen)
+		title := fmt.Sprintf("gollm %s on %s: input %d, output %d", lm.Name, lm.Device.Name, inputLens[0], *outputLen)
 		if err := writePlot(*plotPath, title, results); err != nil {
 			return fail(err)
 		}
@@ -233,7 +255,7 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	inputLen := fs.String("input-len", "128", "prompt tokens per request: N, or MIN:MAX drawn uniformly")
 	outputLen := fs.String("output-len", "128", "generated tokens per request (EOS ignored): N, or MIN:MAX")
 	maxNumSeqs := fs.Int("max-num-seqs", 256, "engine's most sequences running at once")
-	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
+	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV cache pages (default: enough for max-num-seqs sequences of the longest request)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured on cuda (device-to-device copy), none on the CPU")
@@ -259,6 +281,14 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	spec, err := mf.spec(stderr)
 	if err != nil {
 		return usageErr(err)
+	}
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err == nil {
+		err = bench.CheckContext(cfg, name, in.Max+out.Max)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench throughput: %v\n", err)
+		return 1
 	}
 	stopProfile, err := mf.profile()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -204,6 +205,37 @@ func TestBenchServeCLI(t *testing.T) {
 	}
 }
 
+// TestBenchLatencyChunks: bench latency sweeps input lengths in one load and reports each prompt's time
+// to first token and prefill rate with the prefill chunk it ran with, given by vLLM's flag name.
+func TestBenchLatencyChunks(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "latency", "--config", writeBenchConfig(t), "--batch", "1", "--input-len", "8,40",
+		"--output-len", "2", "--warmup", "0", "--iters", "1", "--bandwidth", "1e10", "--max-num-batched-tokens", "16", "--json"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	dec := json.NewDecoder(&out)
+	var inputs []int
+	for dec.More() {
+		var r struct {
+			InputLen    int     `json:"input_len"`
+			Chunk       int     `json:"max_num_batched_tokens"`
+			PrefillMS   float64 `json:"prefill_ms"`
+			PrefillTokS float64 `json:"prefill_tok_s"`
+		}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, r.InputLen)
+		if r.Chunk != 16 || !(r.PrefillMS > 0) || math.Abs(r.PrefillTokS-float64(r.InputLen)/(r.PrefillMS/1e3)) > 1e-6*r.PrefillTokS {
+			t.Errorf("input %d: chunk %d, TTFT %v ms, prefill %v tok/s", r.InputLen, r.Chunk, r.PrefillMS, r.PrefillTokS)
+		}
+	}
+	if fmt.Sprint(inputs) != "[8 40]" {
+		t.Errorf("input lengths %v, want [8 40]", inputs)
+	}
+}
+
 func TestBenchE2EUsageErrors(t *testing.T) {
 	cfg := writeBenchConfig(t)
 	for _, tc := range []struct {
@@ -218,6 +250,14 @@ func TestBenchE2EUsageErrors(t *testing.T) {
 		{[]string{"bench", "throughput", "--config", cfg, "--input-len", "9:3"}, "length range"},
 		{[]string{"bench", "throughput", "--config", "nope"}, "neither built in"},
 		{[]string{"bench", "serve", "--output-len", "x"}, "length"},
+		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,0"}, "--input-len: length \"0\""},
+		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,16", "--plot", "x.svg"}, "one --input-len"},
+		// Past the context, refused before the weights load (an 8B shape would take minutes on the CPU),
+		// naming the shapes that hold it.
+		{[]string{"bench", "latency", "--config", "llama3-8b", "--input-len", "32768"},
+			"32800 tokens per sequence (input plus output) exceed llama3-8b's context of 8192 tokens (max_position_embeddings); built-in shapes that hold it: gemma3-12b (131072)"},
+		{[]string{"bench", "latency", "--config", "llama3.1-8b", "--input-len", "131072", "--output-len", "1"}, "exceed llama3.1-8b's context of 131072"},
+		{[]string{"bench", "throughput", "--config", "qwen2.5-7b", "--input-len", "32768", "--output-len", "16"}, "exceed qwen2.5-7b's context of 32768"},
 	} {
 		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

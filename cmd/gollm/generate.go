@@ -54,11 +54,24 @@ type generateOptions struct {
 	device, quantization, kvCacheDType                            string
 }
 
+// flagAliases are other spellings the commands accept for their flags: vLLM's names, where ours
+// differ.
+var flagAliases = map[string]string{"max-num-batched-tokens": "max-batched-tokens"}
+
+// normalizeFlag is the commands' pflag normalization: an alias becomes the flag's own name.
+func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if n, ok := flagAliases[name]; ok {
+		name = n
+	}
+	return pflag.NormalizedName(name)
+}
+
 // addEngineFlags registers the model and engine flags that gollm generate and gollm serve share.
 func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
+	fs.SetNormalizeFunc(normalizeFlag)
 	fs.StringVar(&o.device, "device", model.DeviceAuto, "where the model runs: cuda, cpu, or auto (cuda when this binary was built with -tags cuda and a GPU is there)")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
-	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
+	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step: a longer prompt is prefilled in chunks of this many tokens (vLLM's --max-num-batched-tokens, also accepted)")
 	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory; on a GPU, 90% of its memory after the weights)")
 	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "most tokens (prompt plus output) of one request (default: the model's max_position_embeddings, or what the KV cache holds if less)")

@@ -49,21 +49,21 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 	fmt.Fprintf(w, "model %s (%s %s weights, %s params; backend stores %d-byte weights%s, %d-byte KV) on %s\n",
 		r0.Model, weightsKind(r0.RandomWeights), strings.ToLower(r0.DType), humanCount(r0.Params),
 		r0.Precision.WeightBytes, layerBytesText(r0.Precision), r0.Precision.KVBytes, r0.Device)
-	fmt.Fprintf(w, "input %d, output %d tokens per sequence; %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
-		r0.InputLen, r0.OutputLen, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
+	fmt.Fprintf(w, "input %d, output %d tokens per sequence; prefill in chunks of %d tokens (max batched tokens); %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
+		r0.InputLen, r0.OutputLen, r0.MaxNumBatchedTokens, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
 	if r0.CPUUtilization > 0 {
 		fmt.Fprintf(w, "process CPU use while measuring: %s of GOMAXPROCS=%d (a shared machine shows below 100%%)\n",
 			cpuList(results), runtime.GOMAXPROCS(0))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tprefill ms\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
+	fmt.Fprintln(tw, "batch\tTTFT ms\tprefill tok/s\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
 	for _, r := range results {
 		host := "n/a"
 		if r.BackendHostMS != nil {
 			host = fmt.Sprintf("%.3f", *r.BackendHostMS)
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%.2f\t%.1f\t%d\t%s\t%.3f\t%.0f%%\t\n",
-			r.Batch, r.PrefillMS, r.DecodeStep.P50, r.DecodeStep.P90, r.DecodeForward.P50, r.EngineOverheadMS, host,
+		fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%.2f\t%.1f\t%d\t%s\t%.3f\t%.0f%%\t\n",
+			r.Batch, r.PrefillMS, r.PrefillTokensPerSecond, r.DecodeStep.P50, r.DecodeStep.P90, r.DecodeForward.P50, r.EngineOverheadMS, host,
 			r.DecodeTokensPerSecond, r.TotalMS/1e3, r.OutputTokensPerSecond, r.Roofline.Context,
 			humanBytes(float64(r.Roofline.Bytes.Total)), r.Roofline.StepMS, r.Roofline.Percent)
 	}
