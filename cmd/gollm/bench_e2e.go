@@ -328,7 +328,7 @@ func throughput(ctx context.Context, spec bench.ModelSpec, opts bench.Throughput
 }
 
 func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newBenchFlagSet("serve", "--url URL --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [flags]", stderr)
+	fs := newBenchFlagSet("serve", "--url URL --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [--long-fraction F --long-input-len L[:M]] [flags]", stderr)
 	url := fs.String("url", "http://127.0.0.1:8000", "base URL of a running gollm serve (or any OpenAI-compatible server)")
 	modelName := fs.String("model-name", "", "the requests' model field (default: the first model GET /v1/models lists)")
 	apiKey := fs.String("api-key", "", "bearer token to send")
@@ -336,6 +336,8 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	numPrompts := fs.Int("num-prompts", 64, "requests in all")
 	inputLen := fs.String("input-len", "128", "prompt tokens per request: N, or MIN:MAX drawn uniformly")
 	outputLen := fs.String("output-len", "128", "generated tokens per request (ignore_eos): N, or MIN:MAX")
+	longFraction := fs.Float64("long-fraction", 0, "share of the requests, drawn at random, with long prompts (--long-input-len): a mixed load, reported per class")
+	longInputLen := fs.String("long-input-len", "", "prompt tokens of the long requests: N, or MIN:MAX drawn uniformly")
 	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size)")
 	seed := fs.Uint64("seed", 0, "seed of the prompts")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
@@ -343,9 +345,18 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return code
 	}
 	in, err := bench.ParseRange(*inputLen)
-	var out bench.Range
+	var out, long bench.Range
 	if err == nil {
 		out, err = bench.ParseRange(*outputLen)
+	}
+	switch {
+	case err != nil:
+	case (*longFraction > 0) != (*longInputLen != ""):
+		err = errors.New("a mixed load needs both --long-fraction (above 0) and --long-input-len")
+	case *longInputLen != "":
+		if long, err = bench.ParseRange(*longInputLen); err != nil {
+			err = fmt.Errorf("--long-input-len: %w", err)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
@@ -354,6 +365,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	res, err := bench.RunServe(ctx, bench.ServeOptions{
 		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
 		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: *seed, Progress: ttyOrNil(stderr),
+		LongFraction: *longFraction, LongInputLen: long,
 	})
 	if err == nil {
 		if *jsonOut {

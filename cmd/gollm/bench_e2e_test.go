@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -196,6 +197,17 @@ func TestBenchServeCLI(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+	// A mixed load reports its short and long prompts apart.
+	out.Reset()
+	mixed := append(slices.Clone(args), "--long-fraction", "0.5", "--long-input-len", "20:30")
+	if code := run(mixed, &out, &errb); code != 0 {
+		t.Fatalf("mixed: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"short prompts (5 tokens,", "long prompts (20:30 tokens,", "short TTFT", "long ITL"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("mixed report lacks %q:\n%s", want, out.String())
+		}
+	}
 	// A server that rejects everything: the run completes, reports the failures, exits 1.
 	out.Reset()
 	errb.Reset()
@@ -250,6 +262,9 @@ func TestBenchE2EUsageErrors(t *testing.T) {
 		{[]string{"bench", "throughput", "--config", cfg, "--input-len", "9:3"}, "length range"},
 		{[]string{"bench", "throughput", "--config", "nope"}, "neither built in"},
 		{[]string{"bench", "serve", "--output-len", "x"}, "length"},
+		{[]string{"bench", "serve", "--long-fraction", "0.2"}, "needs both --long-fraction (above 0) and --long-input-len"},
+		{[]string{"bench", "serve", "--long-input-len", "4096"}, "needs both"},
+		{[]string{"bench", "serve", "--long-fraction", "0.2", "--long-input-len", "0"}, "--long-input-len: length range"},
 		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,0"}, "--input-len: length \"0\""},
 		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,16", "--plot", "x.svg"}, "one --input-len"},
 		// Past the context, refused before the weights load (an 8B shape would take minutes on the CPU),

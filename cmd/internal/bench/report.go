@@ -116,6 +116,21 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	}{{"TTFT", r.TTFT}, {"ITL", r.ITL}, {"TPOT", r.TPOT}, {"E2E", r.E2E}} {
 		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
 	}
+	for _, c := range []struct {
+		name  string
+		class *ServeClass
+	}{{"short", r.Short}, {"long", r.Long}} {
+		if c.class == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "  %s prompts (%s tokens, %d completed)\t\t\t\t\t\n", c.name, c.class.InputLen, c.class.Completed)
+		for _, row := range []struct {
+			name string
+			s    Summary
+		}{{"TTFT", c.class.TTFT}, {"ITL", c.class.ITL}, {"E2E", c.class.E2E}} {
+			fmt.Fprintf(tw, "  %s %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.name, row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
+		}
+	}
 	return tw.Flush()
 }
 

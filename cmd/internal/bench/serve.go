@@ -29,6 +29,11 @@ type ServeOptions struct {
 	// [0, VocabSize); the output is forced to its length with ignore_eos.
 	InputLen, OutputLen Range
 	VocabSize           int
+	// LongFraction of the requests, drawn at random, are long: their prompt length is drawn from
+	// LongInputLen instead of InputLen (a mixed load of long and short prompts, whose time to first
+	// token and inter-token latency ServeResult reports per class). 0 sends InputLen prompts only.
+	LongFraction float64
+	LongInputLen Range
 	// Seed draws lengths and prompts.
 	Seed uint64
 	// Client sends the requests; nil means a client with Concurrency idle connections.
@@ -65,6 +70,23 @@ type ServeResult struct {
 	ITL  Summary `json:"itl"`
 	TPOT Summary `json:"tpot"`
 	E2E  Summary `json:"e2e"`
+
+	// Short and Long split the completed requests of a mixed load (ServeOptions.LongFraction) by
+	// class; nil without one. A long prompt's prefill delays the short requests behind it (their
+	// TTFT) and stretches the steps of those decoding beside it (their ITL): the chunked-prefill
+	// budget's trade-off.
+	Short *ServeClass `json:"short,omitempty"`
+	Long  *ServeClass `json:"long,omitempty"`
+}
+
+// ServeClass is one class of requests of a mixed load: its share of the completed requests and their
+// latencies (ServeResult's definitions).
+type ServeClass struct {
+	InputLen  Range   `json:"input_len"`
+	Completed int     `json:"completed"`
+	TTFT      Summary `json:"ttft"`
+	ITL       Summary `json:"itl"`
+	E2E       Summary `json:"e2e"`
 }
 
 // maxReportedErrors caps ServeResult.Errors.
@@ -122,6 +144,15 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 			return nil, fmt.Errorf("bench: serve: %w", err)
 		}
 	}
+	mixed := opts.LongFraction > 0
+	switch {
+	case !(opts.LongFraction >= 0 && opts.LongFraction <= 1):
+		return nil, fmt.Errorf("bench: serve: long fraction %v not in [0, 1]: %w", opts.LongFraction, ErrInvalidOptions)
+	case mixed:
+		if err := opts.LongInputLen.validate(); err != nil {
+			return nil, fmt.Errorf("bench: serve: long prompts: %w", err)
+		}
+	}
 	base := strings.TrimRight(opts.URL, "/")
 	client := opts.Client
 	if client == nil {
@@ -137,9 +168,16 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5e7e))
 	bodies := make([][]byte, opts.NumPrompts)
+	long := make([]bool, opts.NumPrompts)
 	wantTokens := 0
 	for i := range bodies {
-		in, out := opts.InputLen.draw(rng), opts.OutputLen.draw(rng)
+		inputLen := opts.InputLen
+		if mixed {
+			if long[i] = rng.Float64() < opts.LongFraction; long[i] {
+				inputLen = opts.LongInputLen
+			}
+		}
+		in, out := inputLen.draw(rng), opts.OutputLen.draw(rng)
 		b := completionBody{Model: modelName, Prompt: randomPrompt(rng, in, opts.VocabSize), MaxTokens: out,
 			IgnoreEOS: true, Stream: true}
 		b.StreamOptions.IncludeUsage = true
@@ -182,7 +220,8 @@ feed:
 	res := &ServeResult{URL: base, Model: modelName, Concurrency: opts.Concurrency, NumPrompts: opts.NumPrompts,
 		InputLen: opts.InputLen, OutputLen: opts.OutputLen, Seconds: elapsed.Seconds()}
 	var ttft, itl, tpot, e2e []time.Duration
-	for _, t := range timings {
+	var classes [2]struct{ ttft, itl, e2e []time.Duration } // short, long
+	for i, t := range timings {
 		if t.err != nil {
 			res.Failed++
 			if len(res.Errors) < maxReportedErrors {
@@ -199,6 +238,18 @@ feed:
 		if t.outputTokens > 1 {
 			tpot = append(tpot, (t.e2e-t.ttft)/time.Duration(t.outputTokens-1))
 		}
+		c := &classes[0]
+		if long[i] {
+			c = &classes[1]
+		}
+		c.ttft, c.itl, c.e2e = append(c.ttft, t.ttft), append(c.itl, t.gaps...), append(c.e2e, t.e2e)
+	}
+	if mixed {
+		class := func(r Range, i int) *ServeClass {
+			c := classes[i]
+			return &ServeClass{InputLen: r, Completed: len(c.ttft), TTFT: Summarize(c.ttft), ITL: Summarize(c.itl), E2E: Summarize(c.e2e)}
+		}
+		res.Short, res.Long = class(opts.InputLen, 0), class(opts.LongInputLen, 1)
 	}
 	if s := res.Seconds; s > 0 {
 		res.RequestsPerSecond = float64(res.Completed) / s
