@@ -307,7 +307,9 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 // 16384-token prompts (the tensor-core kernel only) compare Mistral-7B-v0.1's window of 4096 with no
 // window: the windowed kernel skips the tiles before each item's window, about 0.44 of the causal work
 // (the TFLOP/s figure counts the whole causal work, so it rises by the share skipped); and Gemma 3's
-// head_dim 256 (16 query heads, 8 KV heads).
+// head_dim 256 (16 query heads, 8 KV heads). The 8192- and 32768-token prompts are Llama-3.1-8B's long
+// prefill in one chunk (its share of the time to first token: scripts/bench/prefill_peer.py times
+// SDPA on the same shapes), whose TFLOP/s set against the GPU's dense bf16 rate is the kernel's efficiency.
 //
 //	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
 func BenchmarkCUDAPrefill(b *testing.B) {
@@ -328,7 +330,9 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16, 0, false},
 		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16, 0, false},
 		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16, 0, false},
+		{"d128-hq32-hkv8-L8192", 128, 8192, 32, 8, 16, 0, true},
 		{"d128-hq32-hkv8-L16384", 128, 16384, 32, 8, 16, 0, true},
+		{"d128-hq32-hkv8-L32768", 128, 32768, 32, 8, 16, 0, true},
 		{"d128-hq32-hkv8-L16384-W4096", 128, 16384, 32, 8, 16, 4096, true},
 		{"d256-hq16-hkv8-L4096", 256, 4096, 16, 8, 16, 0, true},
 	} {
