@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/cmd/internal/bench"
+	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
 )
@@ -328,8 +329,10 @@ func throughput(ctx context.Context, spec bench.ModelSpec, opts bench.Throughput
 }
 
 func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newBenchFlagSet("serve", "--url URL --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [--long-fraction F --long-input-len L[:M]] [flags]", stderr)
+	fs := newBenchFlagSet("serve", "(--url URL | --config NAME | --model DIR) --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [--long-fraction F --long-input-len L[:M]] [flags]", stderr)
 	url := fs.String("url", "http://127.0.0.1:8000", "base URL of a running gollm serve (or any OpenAI-compatible server)")
+	var mf benchModelFlags // --config or --model: the engine in process instead of a server
+	mf.register(fs)
 	modelName := fs.String("model-name", "", "the requests' model field (default: the first model GET /v1/models lists)")
 	apiKey := fs.String("api-key", "", "bearer token to send")
 	concurrency := fs.Int("concurrency", 8, "requests in flight at once")
@@ -338,11 +341,17 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	outputLen := fs.String("output-len", "128", "generated tokens per request (ignore_eos): N, or MIN:MAX")
 	longFraction := fs.Float64("long-fraction", 0, "share of the requests, drawn at random, with long prompts (--long-input-len): a mixed load, reported per class")
 	longInputLen := fs.String("long-input-len", "", "prompt tokens of the long requests: N, or MIN:MAX drawn uniformly")
-	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size)")
-	seed := fs.Uint64("seed", 0, "seed of the prompts")
+	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size) (in process: the model's vocabulary)")
+	maxNumSeqs := fs.Int("max-num-seqs", 256, "in process: the engine's most sequences running at once")
+	maxBatched := fs.Int("max-batched-tokens", 0, "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
+	kvBlocks := fs.Int("kv-blocks", 0, "in process: KV cache pages (default: enough for the requests in flight at their longest)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
 		return code
+	}
+	usageErr := func(err error) int {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 2
 	}
 	in, err := bench.ParseRange(*inputLen)
 	var out, long bench.Range
@@ -359,14 +368,66 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
-		return 2
+		return usageErr(err)
 	}
-	res, err := bench.RunServe(ctx, bench.ServeOptions{
+	opts := bench.ServeOptions{
 		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
-		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: *seed, Progress: ttyOrNil(stderr),
+		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: mf.seed, Progress: ttyOrNil(stderr),
 		LongFraction: *longFraction, LongInputLen: long,
-	})
+	}
+	budget := 0 // the in-process engine's token budget per step
+	if mf.config != "" || mf.modelDir != "" {
+		if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
+			return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
+		}
+		if *concurrency <= 0 || *maxNumSeqs <= 0 || *maxBatched < 0 || *kvBlocks < 0 {
+			return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --max-batched-tokens and --kv-blocks not negative"))
+		}
+		spec, err := mf.spec(stderr)
+		if err != nil {
+			return usageErr(err)
+		}
+		longest := max(in.Max, long.Max) + out.Max
+		cfg, name, err := bench.ResolveConfig(spec)
+		if err == nil {
+			err = bench.CheckContext(cfg, name, longest)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+			return 1
+		}
+		spec.NumBlocks = *kvBlocks
+		if spec.NumBlocks <= 0 {
+			spec.NumBlocks = bench.BlocksFor(min(*concurrency, *maxNumSeqs), longest, spec.BlockSize)
+		}
+		lm, err := bench.LoadModel(spec)
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+			return 1
+		}
+		defer lm.Close()
+		logger := mf.logger(stderr)
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		budget = *maxBatched
+		if budget == 0 {
+			budget = engine.DefaultMaxNumBatchedTokens
+		}
+		budget = max(budget, *maxNumSeqs) // as engine.New raises it
+		e, err := engine.New(lm.Model, lm.Tokenizer, engine.Config{MaxNumSeqs: *maxNumSeqs, MaxNumBatchedTokens: budget,
+			DisablePipelining: mf.noPipelining, Logger: logger})
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+			return 1
+		}
+		defer e.Close(context.Background())
+		opts.Engine, opts.Model, opts.VocabSize = e, lm.Name, lm.Config.VocabSize
+	}
+	res, err := bench.RunServe(ctx, opts)
+	if err == nil {
+		res.MaxNumBatchedTokens = budget
+	}
 	if err == nil {
 		if *jsonOut {
 			err = json.NewEncoder(stdout).Encode(res)

@@ -13,12 +13,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gollm/gollm/engine"
 )
 
 // ServeOptions configures RunServe.
 type ServeOptions struct {
 	// URL is the server's base URL (http://host:port); requests go to URL + "/v1/completions".
 	URL string
+	// Engine, when not nil, takes the requests in process instead of a server at URL: each is an
+	// engine.Request of the same prompt and length, timed by its stream's outputs (the engine's own
+	// latencies, without HTTP and the server's streaming). Model then only names it in the result.
+	Engine *engine.Engine
 	// Model is the request's "model" field; empty means the first model GET /v1/models lists.
 	Model string
 	// APIKey, when set, is sent as a bearer token.
@@ -50,6 +56,10 @@ type ServeResult struct {
 	NumPrompts  int    `json:"num_prompts"`
 	InputLen    Range  `json:"input_len"`
 	OutputLen   Range  `json:"output_len"`
+
+	// MaxNumBatchedTokens is the in-process engine's token budget per step, its prefill chunk (set by
+	// the caller that made the engine); 0 for a server, whose budget the client does not see.
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
@@ -133,7 +143,7 @@ type requestTiming struct {
 // at a time, and measures each one's chunks as they arrive.
 func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	switch {
-	case opts.URL == "":
+	case opts.URL == "" && opts.Engine == nil:
 		return nil, fmt.Errorf("bench: serve: no URL: %w", ErrInvalidOptions)
 	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0:
 		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d: %w",
@@ -159,11 +169,18 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 		client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: opts.Concurrency, Proxy: http.ProxyFromEnvironment}}
 	}
 	modelName := opts.Model
-	if modelName == "" {
+	if modelName == "" && opts.Engine == nil {
 		var err error
 		if modelName, err = firstModel(ctx, client, base, opts.APIKey); err != nil {
 			return nil, fmt.Errorf("bench: serve: %w", err)
 		}
+	}
+	send := func(body []byte) requestTiming {
+		return sendCompletion(ctx, client, base+"/v1/completions", opts.APIKey, body)
+	}
+	if opts.Engine != nil {
+		base = "in-process engine"
+		send = func(body []byte) requestTiming { return sendEngine(ctx, opts.Engine, body) }
 	}
 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5e7e))
@@ -196,7 +213,7 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	for range min(opts.Concurrency, opts.NumPrompts) {
 		wg.Go(func() {
 			for i := range next {
-				timings[i] = sendCompletion(ctx, client, base+"/v1/completions", opts.APIKey, bodies[i])
+				timings[i] = send(bodies[i])
 				bar.Add(1)
 			}
 		})
@@ -341,6 +358,54 @@ func sendCompletion(ctx context.Context, client *http.Client, url, apiKey string
 	t.outputTokens = chunks
 	if usageTokens >= 0 {
 		t.outputTokens = usageTokens
+	}
+	return t
+}
+
+// sendEngine runs one request of body (a completionBody) through the engine and times its outputs as
+// sendCompletion times a server's chunks: from Add to the first output with tokens, and between outputs.
+func sendEngine(ctx context.Context, e *engine.Engine, body []byte) requestTiming {
+	var t requestTiming
+	var req completionBody
+	if err := json.Unmarshal(body, &req); err != nil { // our own JSON
+		t.err = err
+		return t
+	}
+	t.promptTokens = len(req.Prompt)
+	start := time.Now()
+	s, err := e.Add(ctx, engine.Request{PromptIDs: req.Prompt, MaxTokens: req.MaxTokens, IgnoreEOS: true})
+	if err != nil {
+		t.err = err
+		return t
+	}
+	var last time.Time
+	for {
+		out, err := s.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.err = err
+			return t
+		}
+		if n := len(out.TokenIDs); n > 0 {
+			now := time.Now()
+			if t.outputTokens == 0 {
+				t.ttft = now.Sub(start)
+			} else {
+				t.gaps = append(t.gaps, now.Sub(last))
+			}
+			last = now
+			t.outputTokens += n
+		}
+		if out.Finished() && out.FinishReason != engine.FinishLength {
+			t.err = fmt.Errorf("request finished with %q after %d tokens: %v", out.FinishReason, t.outputTokens, out.Err)
+			return t
+		}
+	}
+	t.e2e = time.Since(start)
+	if t.outputTokens == 0 {
+		t.err = errors.New("the engine returned no token")
 	}
 	return t
 }
