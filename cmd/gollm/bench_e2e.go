@@ -343,7 +343,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	longInputLen := fs.String("long-input-len", "", "prompt tokens of the long requests: N, or MIN:MAX drawn uniformly")
 	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size) (in process: the model's vocabulary)")
 	maxNumSeqs := fs.Int("max-num-seqs", 256, "in process: the engine's most sequences running at once")
-	maxBatched := fs.Int("max-batched-tokens", 0, "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
+	maxBatched := fs.String("max-batched-tokens", "", "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted), or a comma-separated sweep (2048,8192), the same load at each; default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "in process: KV cache pages (default: enough for the requests in flight at their longest)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
@@ -375,45 +375,55 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: mf.seed, Progress: ttyOrNil(stderr),
 		LongFraction: *longFraction, LongInputLen: long,
 	}
-	budget := 0 // the in-process engine's token budget per step
-	if mf.config != "" || mf.modelDir != "" {
-		if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
-			return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
+	if mf.config == "" && mf.modelDir == "" {
+		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") {
+			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs and --kv-blocks configure an engine in process (--config or --model); a server has its own"))
 		}
-		if *concurrency <= 0 || *maxNumSeqs <= 0 || *maxBatched < 0 || *kvBlocks < 0 {
-			return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --max-batched-tokens and --kv-blocks not negative"))
+		return serveReport(ctx, opts, 0, *jsonOut, stdout, stderr)
+	}
+	if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
+		return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
+	}
+	budgets := []int{engine.DefaultMaxNumBatchedTokens}
+	if fs.Changed("max-batched-tokens") {
+		if budgets, err = bench.ParseLengths(*maxBatched); err != nil {
+			return usageErr(fmt.Errorf("--max-batched-tokens: %w", err))
 		}
-		spec, err := mf.spec(stderr)
-		if err != nil {
-			return usageErr(err)
-		}
-		longest := max(in.Max, long.Max) + out.Max
-		cfg, name, err := bench.ResolveConfig(spec)
-		if err == nil {
-			err = bench.CheckContext(cfg, name, longest)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
-			return 1
-		}
-		spec.NumBlocks = *kvBlocks
-		if spec.NumBlocks <= 0 {
-			spec.NumBlocks = bench.BlocksFor(min(*concurrency, *maxNumSeqs), longest, spec.BlockSize)
-		}
-		lm, err := bench.LoadModel(spec)
-		if err != nil {
-			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
-			return 1
-		}
-		defer lm.Close()
-		logger := mf.logger(stderr)
-		if logger == nil {
-			logger = slog.New(slog.DiscardHandler)
-		}
-		budget = *maxBatched
-		if budget == 0 {
-			budget = engine.DefaultMaxNumBatchedTokens
-		}
+	}
+	if *concurrency <= 0 || *maxNumSeqs <= 0 || *kvBlocks < 0 {
+		return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --kv-blocks not negative"))
+	}
+	spec, err := mf.spec(stderr)
+	if err != nil {
+		return usageErr(err)
+	}
+	longest := max(in.Max, long.Max) + out.Max
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err == nil {
+		err = bench.CheckContext(cfg, name, longest)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 1
+	}
+	spec.NumBlocks = *kvBlocks
+	if spec.NumBlocks <= 0 {
+		spec.NumBlocks = bench.BlocksFor(min(*concurrency, *maxNumSeqs), longest, spec.BlockSize)
+	}
+	lm, err := bench.LoadModel(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 1
+	}
+	defer lm.Close()
+	logger := mf.logger(stderr)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Model, opts.VocabSize = lm.Name, lm.Config.VocabSize
+	code := 0
+	// One engine per budget over the same model: the same requests (the same seed) at each prefill chunk.
+	for _, budget := range budgets {
 		budget = max(budget, *maxNumSeqs) // as engine.New raises it
 		e, err := engine.New(lm.Model, lm.Tokenizer, engine.Config{MaxNumSeqs: *maxNumSeqs, MaxNumBatchedTokens: budget,
 			DisablePipelining: mf.noPipelining, Logger: logger})
@@ -421,15 +431,20 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
 			return 1
 		}
-		defer e.Close(context.Background())
-		opts.Engine, opts.Model, opts.VocabSize = e, lm.Name, lm.Config.VocabSize
+		opts.Engine = e
+		code = max(code, serveReport(ctx, opts, budget, *jsonOut, stdout, stderr))
+		e.Close(context.Background())
 	}
+	return code
+}
+
+// serveReport runs a bench serve load and prints its result; budget is the in-process engine's token
+// budget per step (0 for a server). It returns the command's exit code.
+func serveReport(ctx context.Context, opts bench.ServeOptions, budget int, jsonOut bool, stdout, stderr io.Writer) int {
 	res, err := bench.RunServe(ctx, opts)
 	if err == nil {
 		res.MaxNumBatchedTokens = budget
-	}
-	if err == nil {
-		if *jsonOut {
+		if jsonOut {
 			err = json.NewEncoder(stdout).Encode(res)
 		} else {
 			err = res.WriteText(stdout)

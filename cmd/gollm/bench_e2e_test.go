@@ -254,36 +254,44 @@ func TestBenchServeInProcess(t *testing.T) {
 	var out, errb bytes.Buffer
 	args := []string{"bench", "serve", "--config", writeBenchConfig(t), "--concurrency", "3", "--num-prompts", "8",
 		"--input-len", "4", "--output-len", "5", "--long-fraction", "0.5", "--long-input-len", "60:90",
-		"--max-num-seqs", "4", "--max-num-batched-tokens", "16", "--json"}
+		"--max-num-seqs", "4", "--max-num-batched-tokens", "16,32", "--json"}
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if strings.Contains(errb.String(), "engine started") {
 		t.Errorf("the engine logs without --verbose: %s", errb.String())
 	}
-	var r struct {
-		URL          string `json:"url"`
-		Chunk        int    `json:"max_num_batched_tokens"`
-		Completed    int    `json:"completed"`
-		OutputTokens int    `json:"output_tokens"`
-		Short, Long  struct {
-			Completed int `json:"completed"`
-			TTFT      struct {
-				Count int `json:"count"`
-			} `json:"ttft"`
+	dec := json.NewDecoder(&out)
+	for _, chunk := range []int{16, 32} {
+		var r struct {
+			URL          string `json:"url"`
+			Chunk        int    `json:"max_num_batched_tokens"`
+			Completed    int    `json:"completed"`
+			OutputTokens int    `json:"output_tokens"`
+			Short, Long  struct {
+				Completed int `json:"completed"`
+				TTFT      struct {
+					Count int `json:"count"`
+				} `json:"ttft"`
+			}
 		}
-	}
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
-	if r.URL != "in-process engine" || r.Chunk != 16 || r.Completed != 8 || r.OutputTokens != 40 || r.Short.Completed+r.Long.Completed != 8 ||
-		r.Short.TTFT.Count != r.Short.Completed || r.Long.TTFT.Count != r.Long.Completed {
-		t.Errorf("result %+v", r)
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		if r.URL != "in-process engine" || r.Chunk != chunk || r.Completed != 8 || r.OutputTokens != 40 || r.Short.Completed+r.Long.Completed != 8 ||
+			r.Short.TTFT.Count != r.Short.Completed || r.Long.TTFT.Count != r.Long.Completed {
+			t.Errorf("chunk %d: result %+v", chunk, r)
+		}
 	}
 	errb.Reset()
 	if code := run([]string{"bench", "serve", "--config", "llama3-8b", "--url", "http://x"}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "run the engine in process") {
 		t.Errorf("--config with --url: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "serve", "--max-batched-tokens", "2048"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "configure an engine in process") {
+		t.Errorf("--max-batched-tokens for a server: exit %d, %q", code, errb.String())
 	}
 }
 
