@@ -87,7 +87,9 @@
 //
 // So a larger budget gives prefill larger matrix products (throughput, and time to first token of long
 // prompts) and costs the running decodes a longer step while prompts are prefilled (inter-token latency);
-// a smaller one does the reverse. The scheduler takes the budget it is given (the engine's default is
+// a smaller one does the reverse. Config.LongPrefillTokenThreshold (vLLM's long_prefill_token_threshold)
+// caps each prompt's chunk below the budget: a short prompt behind a long one then starts in the step it
+// arrives, and the long prompt's prefill takes more steps. The scheduler takes the budget it is given (the engine's default is
 // engine.DefaultMaxNumBatchedTokens); `gollm bench serve` with a mix of long and short prompts
 // (--long-input-len, --long-fraction) measures both sides at a given budget (docs/bench/prefill-h200.md).
 //

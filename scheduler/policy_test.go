@@ -30,7 +30,8 @@ type policyRun struct {
 //     has uncomputed tokens and got less than all that was left of the budget;
 //   - the budget left after the decodes goes to prefill for as long as prompts have tokens to compute
 //     (work conserving: the chunks are as large as the budget allows, which is what gives prefill its
-//     throughput), within the sequence cap.
+//     throughput), within the sequence cap and, with Config.LongPrefillTokenThreshold, each chunk
+//     within the threshold.
 func runPolicy(t *testing.T, cfg Config, arrivals []arrival) policyRun {
 	t.Helper()
 	total := 0
@@ -86,19 +87,25 @@ func runPolicy(t *testing.T, cfg Config, arrivals []arrival) policyRun {
 			}
 		}
 		left := cfg.MaxNumBatchedTokens - b.NumDecodes
+		capped := func(n int) int { // a chunk's most tokens, with the threshold
+			if cfg.LongPrefillTokenThreshold > 0 {
+				return min(n, cfg.LongPrefillTokenThreshold)
+			}
+			return n
+		}
 		prefilled, starved := 0, false
 		for _, c := range b.Prefills() {
 			if starved {
 				t.Fatalf("step %d: sequence %d's chunk runs while an earlier prompt did not get the rest of the budget", step, c.Seq.ID())
 			}
-			if c.Len < pending[c.Seq] && c.Len < left-prefilled {
+			if c.Len < capped(pending[c.Seq]) && c.Len < left-prefilled {
 				starved = true
 			}
 			prefilled += c.Len
 		}
 		want := 0
 		for _, rem := range pending {
-			want += rem
+			want += capped(rem)
 		}
 		if s.NumRunning() < cfg.MaxNumSeqs || s.NumWaiting() == 0 {
 			if want = min(want, left); prefilled != want {
@@ -210,6 +217,27 @@ func TestChunkedPrefillPolicy(t *testing.T) {
 				}
 				if r.maxITL[0] != 1 || r.maxITL[1] != 1 {
 					t.Errorf("max steps between tokens %v, want 1 for both", r.maxITL)
+				}
+			},
+		},
+		{
+			// With a threshold below the budget the long prompt takes at most 64 tokens a step, and the
+			// short one behind it is admitted beside it at once: its first token after one step. The long
+			// prompt pays for it, 64 tokens a step even while alone.
+			name: "short prompt behind a long one, with a threshold",
+			cfg:  Config{MaxNumSeqs: 8, MaxNumBatchedTokens: 128, LongPrefillTokenThreshold: 64},
+			arrivals: []arrival{
+				{At: 0, Prompt: 1000, Output: 30}, {At: 2, Prompt: 10, Output: 30},
+			},
+			check: func(t *testing.T, r policyRun) {
+				if r.ttft[1] != 1 {
+					t.Errorf("short prompt: first token after %d steps, want 1", r.ttft[1])
+				}
+				if want := ceil(1000, 64); r.ttft[0] != want {
+					t.Errorf("long prompt: first token after %d steps, want %d", r.ttft[0], want)
+				}
+				if r.maxITL[1] != 1 {
+					t.Errorf("short prompt: %d steps between tokens, want 1", r.maxITL[1])
 				}
 			},
 		},

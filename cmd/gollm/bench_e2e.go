@@ -345,6 +345,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxNumSeqs := fs.Int("max-num-seqs", 256, "in process: the engine's most sequences running at once")
 	maxBatched := fs.String("max-batched-tokens", "", "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted), or a comma-separated sweep (2048,8192), the same load at each; default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "in process: KV cache pages (default: enough for the requests in flight at their longest)")
+	threshold := fs.Int("long-prefill-token-threshold", 0, "in process: most tokens of one prompt's prefill chunk in a step, below --max-batched-tokens (0: no cap)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
 		return code
@@ -376,10 +377,10 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		LongFraction: *longFraction, LongInputLen: long,
 	}
 	if mf.config == "" && mf.modelDir == "" {
-		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") {
-			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs and --kv-blocks configure an engine in process (--config or --model); a server has its own"))
+		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") || fs.Changed("long-prefill-token-threshold") {
+			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs, --kv-blocks and --long-prefill-token-threshold configure an engine in process (--config or --model); a server has its own"))
 		}
-		return serveReport(ctx, opts, 0, *jsonOut, stdout, stderr)
+		return serveReport(ctx, opts, 0, 0, *jsonOut, stdout, stderr)
 	}
 	if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
 		return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
@@ -390,8 +391,8 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return usageErr(fmt.Errorf("--max-batched-tokens: %w", err))
 		}
 	}
-	if *concurrency <= 0 || *maxNumSeqs <= 0 || *kvBlocks < 0 {
-		return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --kv-blocks not negative"))
+	if *concurrency <= 0 || *maxNumSeqs <= 0 || *kvBlocks < 0 || *threshold < 0 {
+		return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --kv-blocks and --long-prefill-token-threshold not negative"))
 	}
 	spec, err := mf.spec(stderr)
 	if err != nil {
@@ -426,24 +427,24 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	for _, budget := range budgets {
 		budget = max(budget, *maxNumSeqs) // as engine.New raises it
 		e, err := engine.New(lm.Model, lm.Tokenizer, engine.Config{MaxNumSeqs: *maxNumSeqs, MaxNumBatchedTokens: budget,
-			DisablePipelining: mf.noPipelining, Logger: logger})
+			LongPrefillTokenThreshold: *threshold, DisablePipelining: mf.noPipelining, Logger: logger})
 		if err != nil {
 			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
 			return 1
 		}
 		opts.Engine = e
-		code = max(code, serveReport(ctx, opts, budget, *jsonOut, stdout, stderr))
+		code = max(code, serveReport(ctx, opts, budget, *threshold, *jsonOut, stdout, stderr))
 		e.Close(context.Background())
 	}
 	return code
 }
 
-// serveReport runs a bench serve load and prints its result; budget is the in-process engine's token
-// budget per step (0 for a server). It returns the command's exit code.
-func serveReport(ctx context.Context, opts bench.ServeOptions, budget int, jsonOut bool, stdout, stderr io.Writer) int {
+// serveReport runs a bench serve load and prints its result; budget and threshold are the in-process
+// engine's token budget per step and chunk cap (0 for a server). It returns the command's exit code.
+func serveReport(ctx context.Context, opts bench.ServeOptions, budget, threshold int, jsonOut bool, stdout, stderr io.Writer) int {
 	res, err := bench.RunServe(ctx, opts)
 	if err == nil {
-		res.MaxNumBatchedTokens = budget
+		res.MaxNumBatchedTokens, res.LongPrefillTokenThreshold = budget, threshold
 		if jsonOut {
 			err = json.NewEncoder(stdout).Encode(res)
 		} else {

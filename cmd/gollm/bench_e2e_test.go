@@ -254,7 +254,7 @@ func TestBenchServeInProcess(t *testing.T) {
 	var out, errb bytes.Buffer
 	args := []string{"bench", "serve", "--config", writeBenchConfig(t), "--concurrency", "3", "--num-prompts", "8",
 		"--input-len", "4", "--output-len", "5", "--long-fraction", "0.5", "--long-input-len", "60:90",
-		"--max-num-seqs", "4", "--max-num-batched-tokens", "16,32", "--json"}
+		"--max-num-seqs", "4", "--max-num-batched-tokens", "16,32", "--long-prefill-token-threshold", "8", "--json"}
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -266,6 +266,7 @@ func TestBenchServeInProcess(t *testing.T) {
 		var r struct {
 			URL          string `json:"url"`
 			Chunk        int    `json:"max_num_batched_tokens"`
+			Threshold    int    `json:"long_prefill_token_threshold"`
 			Completed    int    `json:"completed"`
 			OutputTokens int    `json:"output_tokens"`
 			Short, Long  struct {
@@ -278,7 +279,7 @@ func TestBenchServeInProcess(t *testing.T) {
 		if err := dec.Decode(&r); err != nil {
 			t.Fatalf("%v: %s", err, out.String())
 		}
-		if r.URL != "in-process engine" || r.Chunk != chunk || r.Completed != 8 || r.OutputTokens != 40 || r.Short.Completed+r.Long.Completed != 8 ||
+		if r.URL != "in-process engine" || r.Chunk != chunk || r.Threshold != 8 || r.Completed != 8 || r.OutputTokens != 40 || r.Short.Completed+r.Long.Completed != 8 ||
 			r.Short.TTFT.Count != r.Short.Completed || r.Long.TTFT.Count != r.Long.Completed {
 			t.Errorf("chunk %d: result %+v", chunk, r)
 		}

@@ -55,7 +55,8 @@
 #               of the H200's 989 dense bf16 TFLOP/s); TestCUDALongPromptBoundedMemory; gollm bench
 #               throughput, Llama-3-8B 512 × (1024 in, 128 out) and its compute roofline; gollm bench
 #               serve in process on a mix of 1 in 10 prompts of 32768 tokens among 256-1024-token ones at
-#               LC_CHUNKS (default 2048,8192) tokens a step (TTFT and ITL p50/p90/p99 per class); then a
+#               LC_CHUNKS (default 2048,8192) tokens a step, each prompt's chunk capped at LC_THRESHOLD
+#               when set (TTFT and ITL p50/p90/p99 per class); then a
 #               table with the gaps to the peer and the issue's targets. LC_BUDGET (default 540 s)
 #               bounds the section: a step that would start past it is skipped
 #
@@ -464,8 +465,9 @@ section_longctx() {
 	if lc_room 200 "bench serve (mixed)"; then
 		timeout 200 "$bin/gollm" bench serve --config llama3.1-8b --device cuda --concurrency 16 --num-prompts 80 \
 			--input-len 256:1024 --output-len 128 --long-fraction 0.1 --long-input-len 32768 \
-			--max-batched-tokens "${LC_CHUNKS:-2048,8192}" --json >"$d/serve.jsonl" 2>"$d/serve.log"
-		stamp "longctx bench serve mixed (chunks ${LC_CHUNKS:-2048,8192})" $?
+			--max-batched-tokens "${LC_CHUNKS:-2048,8192}" ${LC_THRESHOLD:+--long-prefill-token-threshold "$LC_THRESHOLD"} \
+			--json >"$d/serve.jsonl" 2>"$d/serve.log"
+		stamp "longctx bench serve mixed (chunks ${LC_CHUNKS:-2048,8192}${LC_THRESHOLD:+, threshold $LC_THRESHOLD})" $?
 	fi
 	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
 import json, os, re, sys
@@ -520,11 +522,11 @@ if os.path.exists(path) and os.path.getsize(path):
 rs = lines("serve.jsonl")
 if rs:
     print("\n== mixed load in process (16 in flight, 1 in 10 prompts of 32768 tokens, others 256-1024; 128 out), ms")
-    print(f"{'chunk':>6} {'short TTFT p50/p90/p99':>24} {'short ITL p50/p90/p99':>24} {'long TTFT p50':>14} {'long ITL p99':>13} {'out tok/s':>10}")
+    print(f"{'chunk':>6} {'cap':>5} {'short TTFT p50/p90/p99':>24} {'short ITL p50/p90/p99':>24} {'long TTFT p50':>14} {'long ITL p99':>13} {'out tok/s':>10}")
     for r in rs:
         s, l = r.get("short") or {}, r.get("long") or {}
         f = lambda x: f"{x.get('p50_ms', 0):.0f}/{x.get('p90_ms', 0):.0f}/{x.get('p99_ms', 0):.0f}"
-        print(f"{r['max_num_batched_tokens']:>6} {f(s.get('ttft', {})):>24} {f(s.get('itl', {})):>24} "
+        print(f"{r['max_num_batched_tokens']:>6} {r.get('long_prefill_token_threshold', 0) or '-':>5} {f(s.get('ttft', {})):>24} {f(s.get('itl', {})):>24} "
               f"{l.get('ttft', {}).get('p50_ms', 0):>14.0f} {l.get('itl', {}).get('p99_ms', 0):>13.1f} {r['output_tok_s']:>10.0f}")
 PY
 }

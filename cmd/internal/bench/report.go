@@ -103,7 +103,11 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "%s model %q: %d prompts at concurrency %d, input %s, output %s tokens\n",
 		r.URL, r.Model, r.NumPrompts, r.Concurrency, r.InputLen, r.OutputLen)
 	if r.MaxNumBatchedTokens > 0 {
-		fmt.Fprintf(w, "  prefill in chunks of %d tokens (max batched tokens)\n", r.MaxNumBatchedTokens)
+		fmt.Fprintf(w, "  prefill in chunks of %d tokens (max batched tokens)", r.MaxNumBatchedTokens)
+		if r.LongPrefillTokenThreshold > 0 {
+			fmt.Fprintf(w, ", at most %d a prompt a step (long prefill token threshold)", r.LongPrefillTokenThreshold)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  completed %d, failed %d in %.2f s\n", r.Completed, r.Failed, r.Seconds)
 	for _, e := range r.Errors {

@@ -60,6 +60,9 @@ type ServeResult struct {
 	// MaxNumBatchedTokens is the in-process engine's token budget per step, its prefill chunk (set by
 	// the caller that made the engine); 0 for a server, whose budget the client does not see.
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	// LongPrefillTokenThreshold is the in-process engine's cap on one prompt's chunk (0: none, or a
+	// server).
+	LongPrefillTokenThreshold int `json:"long_prefill_token_threshold,omitempty"`
 
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
