@@ -132,7 +132,7 @@ def main():
         q = torch.randn(1, HEADS, 64, HEAD_DIM, device=dev, dtype=torch.bfloat16)
         k = torch.randn(1, KV_HEADS, 64, HEAD_DIM, device=dev, dtype=torch.bfloat16)
         attention(q, k, k, True)
-    except RuntimeError:
+    except (RuntimeError, TypeError):
         gqa = False  # this PyTorch's flash kernel takes no GQA: K and V are repeated (counted in the time)
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, flash SDPA {'with' if gqa else 'without'} GQA", flush=True)
     out = open(args.json, "w") if args.json else None
