@@ -52,7 +52,8 @@
 #               time to first token, prefill tok/s, chunks of LC_CHUNK (default 8192) tokens;
 #               scripts/bench/prefill_peer.py, PyTorch's prefill at the
 #               same lengths; BenchmarkCUDAPrefill at 8192 and 32768 (attention's TFLOP/s and its share
-#               of the H200's 989 dense bf16 TFLOP/s); TestCUDALongPromptBoundedMemory; gollm bench
+#               of the H200's 989 dense bf16 TFLOP/s); TestCUDAPrefillLongContext and
+#               TestCUDALongPromptBoundedMemory; gollm bench
 #               throughput, Llama-3-8B 512 × (1024 in, 128 out) and its compute roofline; gollm bench
 #               serve in process on a mix of 1 in 10 prompts of 32768 tokens among 256-1024-token ones at
 #               LC_CHUNKS (default 2048,8192) tokens a step, each prompt's chunk capped at LC_THRESHOLD
@@ -451,6 +452,10 @@ section_longctx() {
 		(cd "$root/attention" && timeout 60 "$bin/attention.test" -test.run '^$' -test.benchtime 1x \
 			-test.bench 'CUDAPrefill/d128-hq32-hkv8-L(8192|32768)$') >"$d/prefill.txt" 2>&1
 		stamp "longctx BenchmarkCUDAPrefill 8k, 32k" $?
+	fi
+	# Correctness at long contexts: the kernel on a 128k prompt's last rows; the model's memory bound.
+	if lc_room 100 "TestCUDAPrefillLongContext"; then
+		gotest "$d" prefill-long attention '^TestCUDAPrefillLongContext$' 90
 	fi
 	if lc_room 70 "TestCUDALongPromptBoundedMemory"; then
 		gotest "$d" bounded model '^TestCUDALongPromptBoundedMemory$' 60
