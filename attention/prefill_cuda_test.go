@@ -135,7 +135,7 @@ func TestCUDAPrefill(t *testing.T) {
 					for _, fma := range paths {
 						name := fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma)
 						t.Run(name, func(t *testing.T) {
-							runPrefillCase(t, dev, pre, rng, cd, headDim, blockSize, group, fma, 0)
+							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0)
 						})
 					}
 				}
@@ -161,7 +161,7 @@ func TestCUDAPrefillWindow(t *testing.T) {
 				for _, fma := range paths {
 					name := fmt.Sprintf("%s/d%d/w%d/fma=%v", cd.name, headDim, window, fma)
 					t.Run(name, func(t *testing.T) {
-						runPrefillCase(t, dev, pre, rng, cd, headDim, 16, 4, fma, window)
+						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, fma, window)
 					})
 				}
 			}
@@ -169,24 +169,36 @@ func TestCUDAPrefillWindow(t *testing.T) {
 	}
 }
 
-// runPrefillCase builds prefillSeqs in a cache of random pages (2 KV heads of group query heads; with a
+// TestCUDAPrefillLongContext runs the tensor-core prefill kernel on the last rows of long prompts, Llama's
+// heads at bf16 (head size 128, group 4): 16 rows at the end of a 131071-token context (a chunk attending to a
+// cached prefix of 131055 tokens, over 8192 scattered pages), 40 rows at the end of 32768, and a single
+// row at 8192, against the float64 reference: positions, block tables and the online softmax over
+// thousands of tiles, where a long prompt's last chunk runs.
+func TestCUDAPrefillLongContext(t *testing.T) {
+	dev, pre := gpuPrefill(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	seqs := [][2]int{{131071, 16}, {32768, 40}, {8192, 1}}
+	runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, false, 0)
+}
+
+// runPrefillCase builds seqs (as prefillSeqs) in a cache of random pages (2 KV heads of group query heads; with a
 // window, the table entries of the pages before each sequence's first row's window −1), runs the prefill
 // kernel (the FMA one when fma) and checks it against densePrefillReference, as a whole and row by row.
-func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.Rand, cd prefillCodec, headDim, blockSize, group int,
-	fma bool, window int) {
+func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.Rand, cd prefillCodec, seqs [][2]int,
+	headDim, blockSize, group int, fma bool, window int) {
 	t.Helper()
 	const kvHeads = 2
 	numHeads := group * kvHeads
 	b := &Batch{QueryStart: []int32{0}, Window: window}
 	pages := 0
-	for _, sq := range prefillSeqs {
+	for _, sq := range seqs {
 		pages += ceilDiv(sq[0], blockSize)
 	}
 	numBlocks := pages + 3
 	perm := rng.Perm(numBlocks)
 	maxBlocks := 0
 	var positions []int32
-	for _, sq := range prefillSeqs {
+	for _, sq := range seqs {
 		ctx, rows := sq[0], sq[1]
 		table := make([]int32, ceilDiv(ctx, blockSize))
 		first := 0 // the first key of the sequence's first row
@@ -229,7 +241,7 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 	qBytes := round(q)
 	scale := float32(1 / math.Sqrt(float64(headDim)))
 	ref := densePrefillReference(q, c, numHeads, float64(scale), b)
-	flat := make([]int32, len(prefillSeqs)*maxBlocks)
+	flat := make([]int32, len(seqs)*maxBlocks)
 	for s, table := range b.BlockTables {
 		row := flat[s*maxBlocks : (s+1)*maxBlocks]
 		for j := range row {
@@ -307,7 +319,9 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 // 16384-token prompts (the tensor-core kernel only) compare Mistral-7B-v0.1's window of 4096 with no
 // window: the windowed kernel skips the tiles before each item's window, about 0.44 of the causal work
 // (the TFLOP/s figure counts the whole causal work, so it rises by the share skipped); and Gemma 3's
-// head_dim 256 (16 query heads, 8 KV heads).
+// head_dim 256 (16 query heads, 8 KV heads). The 8192- and 32768-token prompts are Llama-3.1-8B's long
+// prefill in one chunk (its share of the time to first token: scripts/bench/prefill_peer.py times
+// SDPA on the same shapes), whose TFLOP/s set against the GPU's dense bf16 rate is the kernel's efficiency.
 //
 //	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
 func BenchmarkCUDAPrefill(b *testing.B) {
@@ -328,7 +342,9 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16, 0, false},
 		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16, 0, false},
 		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16, 0, false},
+		{"d128-hq32-hkv8-L8192", 128, 8192, 32, 8, 16, 0, true},
 		{"d128-hq32-hkv8-L16384", 128, 16384, 32, 8, 16, 0, true},
+		{"d128-hq32-hkv8-L32768", 128, 32768, 32, 8, 16, 0, true},
 		{"d128-hq32-hkv8-L16384-W4096", 128, 16384, 32, 8, 16, 4096, true},
 		{"d256-hq16-hkv8-L4096", 256, 4096, 16, 8, 16, 0, true},
 	} {

@@ -124,6 +124,10 @@ type Config struct {
 	// MaxPromptLogitRows caps the prompt tokens of Request.PromptLogprobs requests in one step (their
 	// logits come to the host); 0 means DefaultMaxPromptLogitRows.
 	MaxPromptLogitRows int
+	// LongPrefillTokenThreshold caps one prompt's prefill chunk in a step below MaxNumBatchedTokens
+	// (scheduler.Config.LongPrefillTokenThreshold): short prompts behind a long one start sooner, the
+	// long one takes more steps. 0 means no cap.
+	LongPrefillTokenThreshold int
 	// DisablePrefixCaching turns off the reuse of cached prompt prefixes.
 	DisablePrefixCaching bool
 	// DisablePipelining makes every step wait for the previous one's tokens before it is queued (see
@@ -325,6 +329,8 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		MaxNumSeqs:          cfg.MaxNumSeqs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
 		MaxPromptLogitRows:  cfg.MaxPromptLogitRows,
+
+		LongPrefillTokenThreshold: cfg.LongPrefillTokenThreshold,
 	}, pool)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -366,7 +372,8 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e.updateStats()
 	log.Info("engine started", "max_model_len", maxLen, "kv_blocks", m.NumBlocks(), "block_size", m.BlockSize(),
-		"max_num_seqs", cfg.MaxNumSeqs, "max_batched_tokens", cfg.MaxNumBatchedTokens, "prefix_caching", !cfg.DisablePrefixCaching)
+		"max_num_seqs", cfg.MaxNumSeqs, "max_batched_tokens", cfg.MaxNumBatchedTokens,
+		"long_prefill_token_threshold", cfg.LongPrefillTokenThreshold, "prefix_caching", !cfg.DisablePrefixCaching)
 	go e.loop()
 	return e, nil
 }

@@ -68,6 +68,31 @@
 // recomputed as part of its prompt when admitted again (cheaply, if its blocks are still in the
 // prefix cache). A sequence that could not fit even the empty pool finishes with FinishError.
 //
+// # Chunked prefill: the budget's trade-off
+//
+// MaxNumBatchedTokens (vLLM's max_num_batched_tokens) is the one knob of chunked prefill. The rule above
+// fixes what a step holds: every decode first (a running sequence never waits a step for its token), then
+// the prompts, in arrival order, each chunk as large as what is left of the budget (a step carries the
+// whole budget as long as prompt tokens wait, within the sequence cap and the KV pool). A prompt always
+// progresses: the budget is at least MaxNumSeqs, so with every other running sequence decoding at least
+// one token is left for it. From the rule, counting steps (TestChunkedPrefillPolicy plays it through):
+//
+//   - a prompt of P tokens alone in prefill beside d decodes gets its first token after
+//     ceil(P / (budget − d)) steps;
+//   - a prompt arriving behind others waits for the prefill tokens ahead of it, plus its own, at
+//     budget − d a step: first come, first served, so a short prompt behind a long one waits for the long
+//     one's remaining chunks and no longer;
+//   - a decoding sequence gets a token every step; the time between its tokens is the step's time,
+//     which grows with the step's tokens, up to the budget.
+//
+// So a larger budget gives prefill larger matrix products (throughput, and time to first token of long
+// prompts) and costs the running decodes a longer step while prompts are prefilled (inter-token latency);
+// a smaller one does the reverse. Config.LongPrefillTokenThreshold (vLLM's long_prefill_token_threshold)
+// caps each prompt's chunk below the budget: a short prompt behind a long one then starts in the step it
+// arrives, and the long prompt's prefill takes more steps. The scheduler takes the budget it is given (the engine's default is
+// engine.DefaultMaxNumBatchedTokens); `gollm bench serve` with a mix of long and short prompts
+// (--long-input-len, --long-fraction) measures both sides at a given budget (docs/bench/prefill-h200.md).
+//
 // With KV groups (a model with sliding-window layers, see kvcache), a sequence takes a block of every
 // group per page when admitted, and its sliding groups give pages back as it advances: admission and
 // preemption count blocks of every group, and a sequence that could not be admitted again (more pages

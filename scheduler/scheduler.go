@@ -40,21 +40,29 @@ type Config struct {
 	// MaxPromptLogitRows caps the prefill tokens of sequences with Limits.PromptLogits in one step
 	// (each such token is a row of logits the engine reads); 0 means MaxNumBatchedTokens.
 	MaxPromptLogitRows int
+	// LongPrefillTokenThreshold, when positive, caps one sequence's prefill chunk in a step (vLLM's
+	// long_prefill_token_threshold): a long prompt then leaves the rest of the budget to the prompts
+	// behind it, so that a short prompt arriving behind a long one starts at once, at the cost of
+	// the long prompt's steps while it prefills alone (the budget is not filled). 0 means no cap.
+	LongPrefillTokenThreshold int
 }
 
 // budget is what is left of a step for its chunks: tokens, and prefill tokens of sequences that want
-// their prompt's logits (Limits.PromptLogits).
-type budget struct{ tokens, promptLogits int }
+// their prompt's logits (Limits.PromptLogits); chunkCap caps each chunk (0: none).
+type budget struct{ tokens, promptLogits, chunkCap int }
 
 // budget returns a whole step's budget.
 func (s *Scheduler) budget() budget {
-	return budget{s.cfg.MaxNumBatchedTokens, s.cfg.MaxPromptLogitRows}
+	return budget{s.cfg.MaxNumBatchedTokens, s.cfg.MaxPromptLogitRows, s.cfg.LongPrefillTokenThreshold}
 }
 
 // grant takes from b the length of seq's next prefill chunk, at most rem tokens, and returns it: 0
 // when b has nothing left for seq.
 func (b *budget) grant(seq *Sequence, rem int) int {
 	n := min(rem, b.tokens)
+	if b.chunkCap > 0 {
+		n = min(n, b.chunkCap)
+	}
 	if seq.WantsPromptLogits() {
 		n = min(n, b.promptLogits)
 		b.promptLogits -= n
@@ -108,6 +116,9 @@ func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
 	if cfg.MaxNumBatchedTokens < cfg.MaxNumSeqs {
 		return nil, fmt.Errorf("scheduler: MaxNumBatchedTokens (%d) must be at least MaxNumSeqs (%d)",
 			cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
+	}
+	if cfg.LongPrefillTokenThreshold < 0 {
+		return nil, fmt.Errorf("scheduler: LongPrefillTokenThreshold must not be negative, got %d", cfg.LongPrefillTokenThreshold)
 	}
 	if cfg.MaxPromptLogitRows < 0 {
 		return nil, fmt.Errorf("scheduler: MaxPromptLogitRows must not be negative, got %d", cfg.MaxPromptLogitRows)

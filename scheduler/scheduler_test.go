@@ -109,6 +109,8 @@ func TestNewValidates(t *testing.T) {
 		{"nil pool", Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 4}, nil, false},
 		{"no sequences", Config{MaxNumSeqs: 0, MaxNumBatchedTokens: 4}, pool, false},
 		{"budget below cap", Config{MaxNumSeqs: 8, MaxNumBatchedTokens: 4}, pool, false},
+		{"threshold", Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 4, LongPrefillTokenThreshold: 2}, pool, true},
+		{"negative threshold", Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 4, LongPrefillTokenThreshold: -1}, pool, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

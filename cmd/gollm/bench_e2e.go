@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gollm/gollm/cmd/internal/bench"
+	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/engine/llm"
 	"github.com/gollm/gollm/model"
 )
@@ -123,6 +124,7 @@ func parseBenchFlags(fs *pflag.FlagSet, name string, args []string, stderr io.Wr
 
 func newBenchFlagSet(name, usage string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("bench "+name, pflag.ContinueOnError)
+	fs.SetNormalizeFunc(normalizeFlag)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gollm bench "+name+" "+usage)
@@ -133,17 +135,17 @@ func newBenchFlagSet(name, usage string, stderr io.Writer) *pflag.FlagSet {
 }
 
 func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newBenchFlagSet("latency", "(--config NAME | --model DIR [--random-weights]) --batch B[,B...] --input-len I --output-len O [flags]", stderr)
+	fs := newBenchFlagSet("latency", "(--config NAME | --model DIR [--random-weights]) --batch B[,B...] --input-len I[,I...] --output-len O [flags]", stderr)
 	var mf benchModelFlags
 	mf.register(fs)
 	batchList := fs.String("batch", "1", "batch size, or a comma-separated sweep (1,2,4,8)")
-	inputLen := fs.Int("input-len", 128, "prompt tokens per sequence")
+	inputList := fs.String("input-len", "128", "prompt tokens per sequence, or a comma-separated sweep (8192,32768,131072)")
 	outputLen := fs.Int("output-len", 32, "generated tokens per sequence (EOS ignored)")
 	warmup := fs.Int("warmup", 1, "iterations run first and discarded")
 	iters := fs.Int("iters", 3, "measured iterations per batch size")
 	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured (the GPU's device-to-device copy on cuda, host memory on the CPU)")
-	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
-	jsonOut := fs.Bool("json", false, "print one JSON object per batch size instead of a table")
+	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
+	jsonOut := fs.Bool("json", false, "print one JSON object per batch size and input length instead of a table")
 	plotPath := fs.String("plot", "", "write an SVG of throughput and step time against batch size (with the roofline) to this file")
 	if code := parseBenchFlags(fs, "latency", args, stderr); code >= 0 {
 		return code
@@ -157,8 +159,17 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "gollm bench latency: --batch: %v\n", err)
 		return 2
 	}
-	if *inputLen <= 0 || *outputLen <= 0 || *iters <= 0 || *warmup < 0 {
-		fmt.Fprintln(stderr, "gollm bench latency: --input-len, --output-len and --iters must be positive, --warmup not negative")
+	inputLens, err := bench.ParseLengths(*inputList)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench latency: --input-len: %v\n", err)
+		return 2
+	}
+	if *outputLen <= 0 || *iters <= 0 || *warmup < 0 || *maxBatched < 0 {
+		fmt.Fprintln(stderr, "gollm bench latency: --output-len and --iters must be positive, --warmup and --max-batched-tokens not negative")
+		return 2
+	}
+	if *plotPath != "" && len(inputLens) > 1 {
+		fmt.Fprintln(stderr, "gollm bench latency: --plot draws one input length; give one --input-len")
 		return 2
 	}
 	spec, err := mf.spec(stderr)
@@ -166,38 +177,50 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "gollm bench latency: %v\n", err)
 		return 2
 	}
+	// A sequence longer than the model's context is refused before the weights load.
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err != nil {
+		return fail(err)
+	}
+	if err := bench.CheckContext(cfg, name, maxInt(inputLens)+*outputLen); err != nil {
+		return fail(err)
+	}
 	stopProfile, err := mf.profile()
 	if err != nil {
 		return fail(err)
 	}
 	defer stopProfile()
-	spec.NumBlocks = bench.BlocksFor(maxInt(batches), *inputLen+*outputLen, spec.BlockSize)
+	spec.NumBlocks = bench.BlocksFor(maxInt(batches), maxInt(inputLens)+*outputLen, spec.BlockSize)
 	lm, err := bench.LoadModel(spec)
 	if err != nil {
 		return fail(err)
 	}
 	defer lm.Close()
 	bw, source := bench.ResolveBandwidth(lm.Device, *bandwidth)
-	results, err := bench.RunLatencySweep(ctx, lm, batches, bench.LatencyOptions{
-		InputLen: *inputLen, OutputLen: *outputLen, Warmup: *warmup, Iterations: *iters, Seed: mf.seed,
-		MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Bandwidth: bw, BandwidthSource: source,
-		Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
-	})
-	if err != nil {
-		return fail(err)
-	}
-	if *jsonOut {
-		enc := json.NewEncoder(stdout)
-		for _, r := range results {
-			if err := enc.Encode(r); err != nil {
-				return fail(err)
-			}
+	var results []*bench.LatencyResult
+	for _, in := range inputLens {
+		rs, err := bench.RunLatencySweep(ctx, lm, batches, bench.LatencyOptions{
+			InputLen: in, OutputLen: *outputLen, Warmup: *warmup, Iterations: *iters, Seed: mf.seed,
+			MaxNumBatchedTokens: *maxBatched, DisablePipelining: mf.noPipelining, Bandwidth: bw, BandwidthSource: source,
+			Progress: ttyOrNil(stderr), Logger: mf.logger(stderr),
+		})
+		if err != nil {
+			return fail(err)
 		}
-	} else if err := bench.WriteLatencyText(stdout, results); err != nil {
-		return fail(err)
+		if *jsonOut {
+			enc := json.NewEncoder(stdout)
+			for _, r := range rs {
+				if err := enc.Encode(r); err != nil {
+					return fail(err)
+				}
+			}
+		} else if err := bench.WriteLatencyText(stdout, rs); err != nil {
+			return fail(err)
+		}
+		results = append(results, rs...)
 	}
 	if *plotPath != "" {
-		title := fmt.Sprintf("gollm %s on %s: input %d, output %d", lm.Name, lm.Device.Name, *inputLen, *outputLen)
+		title := fmt.Sprintf("gollm %s on %s: input %d, output %d", lm.Name, lm.Device.Name, inputLens[0], *outputLen)
 		if err := writePlot(*plotPath, title, results); err != nil {
 			return fail(err)
 		}
@@ -233,7 +256,7 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	inputLen := fs.String("input-len", "128", "prompt tokens per request: N, or MIN:MAX drawn uniformly")
 	outputLen := fs.String("output-len", "128", "generated tokens per request (EOS ignored): N, or MIN:MAX")
 	maxNumSeqs := fs.Int("max-num-seqs", 256, "engine's most sequences running at once")
-	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step (chunked prefill); default the engine's")
+	maxBatched := fs.Int("max-batched-tokens", 0, "engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted); default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV cache pages (default: enough for max-num-seqs sequences of the longest request)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	bandwidth := fs.Float64("bandwidth", 0, "roofline copy bandwidth in bytes/s (read+write); default: measured on cuda (device-to-device copy), none on the CPU")
@@ -259,6 +282,14 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	spec, err := mf.spec(stderr)
 	if err != nil {
 		return usageErr(err)
+	}
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err == nil {
+		err = bench.CheckContext(cfg, name, in.Max+out.Max)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench throughput: %v\n", err)
+		return 1
 	}
 	stopProfile, err := mf.profile()
 	if err != nil {
@@ -298,35 +329,123 @@ func throughput(ctx context.Context, spec bench.ModelSpec, opts bench.Throughput
 }
 
 func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newBenchFlagSet("serve", "--url URL --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [flags]", stderr)
+	fs := newBenchFlagSet("serve", "(--url URL | --config NAME | --model DIR) --concurrency C --num-prompts N [--input-len I[:J]] [--output-len O[:P]] [--long-fraction F --long-input-len L[:M]] [flags]", stderr)
 	url := fs.String("url", "http://127.0.0.1:8000", "base URL of a running gollm serve (or any OpenAI-compatible server)")
+	var mf benchModelFlags // --config or --model: the engine in process instead of a server
+	mf.register(fs)
 	modelName := fs.String("model-name", "", "the requests' model field (default: the first model GET /v1/models lists)")
 	apiKey := fs.String("api-key", "", "bearer token to send")
 	concurrency := fs.Int("concurrency", 8, "requests in flight at once")
 	numPrompts := fs.Int("num-prompts", 64, "requests in all")
 	inputLen := fs.String("input-len", "128", "prompt tokens per request: N, or MIN:MAX drawn uniformly")
 	outputLen := fs.String("output-len", "128", "generated tokens per request (ignore_eos): N, or MIN:MAX")
-	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size)")
-	seed := fs.Uint64("seed", 0, "seed of the prompts")
+	longFraction := fs.Float64("long-fraction", 0, "share of the requests, drawn at random, with long prompts (--long-input-len): a mixed load, reported per class")
+	longInputLen := fs.String("long-input-len", "", "prompt tokens of the long requests: N, or MIN:MAX drawn uniformly")
+	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size) (in process: the model's vocabulary)")
+	maxNumSeqs := fs.Int("max-num-seqs", 256, "in process: the engine's most sequences running at once")
+	maxBatched := fs.String("max-batched-tokens", "", "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted), or a comma-separated sweep (2048,8192), the same load at each; default the engine's")
+	kvBlocks := fs.Int("kv-blocks", 0, "in process: KV cache pages (default: enough for the requests in flight at their longest)")
+	threshold := fs.Int("long-prefill-token-threshold", 0, "in process: most tokens of one prompt's prefill chunk in a step, below --max-batched-tokens (0: no cap)")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
 		return code
 	}
-	in, err := bench.ParseRange(*inputLen)
-	var out bench.Range
-	if err == nil {
-		out, err = bench.ParseRange(*outputLen)
-	}
-	if err != nil {
+	usageErr := func(err error) int {
 		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
 		return 2
 	}
-	res, err := bench.RunServe(ctx, bench.ServeOptions{
-		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
-		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: *seed, Progress: ttyOrNil(stderr),
-	})
+	in, err := bench.ParseRange(*inputLen)
+	var out, long bench.Range
 	if err == nil {
-		if *jsonOut {
+		out, err = bench.ParseRange(*outputLen)
+	}
+	switch {
+	case err != nil:
+	case (*longFraction > 0) != (*longInputLen != ""):
+		err = errors.New("a mixed load needs both --long-fraction (above 0) and --long-input-len")
+	case *longInputLen != "":
+		if long, err = bench.ParseRange(*longInputLen); err != nil {
+			err = fmt.Errorf("--long-input-len: %w", err)
+		}
+	}
+	if err != nil {
+		return usageErr(err)
+	}
+	opts := bench.ServeOptions{
+		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
+		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: mf.seed, Progress: ttyOrNil(stderr),
+		LongFraction: *longFraction, LongInputLen: long,
+	}
+	if mf.config == "" && mf.modelDir == "" {
+		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") || fs.Changed("long-prefill-token-threshold") {
+			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs, --kv-blocks and --long-prefill-token-threshold configure an engine in process (--config or --model); a server has its own"))
+		}
+		return serveReport(ctx, opts, 0, 0, *jsonOut, stdout, stderr)
+	}
+	if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
+		return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
+	}
+	budgets := []int{engine.DefaultMaxNumBatchedTokens}
+	if fs.Changed("max-batched-tokens") {
+		if budgets, err = bench.ParseLengths(*maxBatched); err != nil {
+			return usageErr(fmt.Errorf("--max-batched-tokens: %w", err))
+		}
+	}
+	if *concurrency <= 0 || *maxNumSeqs <= 0 || *kvBlocks < 0 || *threshold < 0 {
+		return usageErr(errors.New("--concurrency and --max-num-seqs must be positive, --kv-blocks and --long-prefill-token-threshold not negative"))
+	}
+	spec, err := mf.spec(stderr)
+	if err != nil {
+		return usageErr(err)
+	}
+	longest := max(in.Max, long.Max) + out.Max
+	cfg, name, err := bench.ResolveConfig(spec)
+	if err == nil {
+		err = bench.CheckContext(cfg, name, longest)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 1
+	}
+	spec.NumBlocks = *kvBlocks
+	if spec.NumBlocks <= 0 {
+		spec.NumBlocks = bench.BlocksFor(min(*concurrency, *maxNumSeqs), longest, spec.BlockSize)
+	}
+	lm, err := bench.LoadModel(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 1
+	}
+	defer lm.Close()
+	logger := mf.logger(stderr)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Model, opts.VocabSize = lm.Name, lm.Config.VocabSize
+	code := 0
+	// One engine per budget over the same model: the same requests (the same seed) at each prefill chunk.
+	for _, budget := range budgets {
+		budget = max(budget, *maxNumSeqs) // as engine.New raises it
+		e, err := engine.New(lm.Model, lm.Tokenizer, engine.Config{MaxNumSeqs: *maxNumSeqs, MaxNumBatchedTokens: budget,
+			LongPrefillTokenThreshold: *threshold, DisablePipelining: mf.noPipelining, Logger: logger})
+		if err != nil {
+			fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+			return 1
+		}
+		opts.Engine = e
+		code = max(code, serveReport(ctx, opts, budget, *threshold, *jsonOut, stdout, stderr))
+		e.Close(context.Background())
+	}
+	return code
+}
+
+// serveReport runs a bench serve load and prints its result; budget and threshold are the in-process
+// engine's token budget per step and chunk cap (0 for a server). It returns the command's exit code.
+func serveReport(ctx context.Context, opts bench.ServeOptions, budget, threshold int, jsonOut bool, stdout, stderr io.Writer) int {
+	res, err := bench.RunServe(ctx, opts)
+	if err == nil {
+		res.MaxNumBatchedTokens, res.LongPrefillTokenThreshold = budget, threshold
+		if jsonOut {
 			err = json.NewEncoder(stdout).Encode(res)
 		} else {
 			err = res.WriteText(stdout)

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -195,12 +197,102 @@ func TestBenchServeCLI(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+	// A mixed load reports its short and long prompts apart.
+	out.Reset()
+	mixed := append(slices.Clone(args), "--long-fraction", "0.5", "--long-input-len", "20:30")
+	if code := run(mixed, &out, &errb); code != 0 {
+		t.Fatalf("mixed: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"short prompts (5 tokens,", "long prompts (20:30 tokens,", "short TTFT", "long ITL"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("mixed report lacks %q:\n%s", want, out.String())
+		}
+	}
 	// A server that rejects everything: the run completes, reports the failures, exits 1.
 	out.Reset()
 	errb.Reset()
 	args[5] = "other"
 	if code := run(args, &out, &errb); code != 1 || !strings.Contains(out.String(), "failed 7") {
 		t.Errorf("exit %d, report %s", code, out.String())
+	}
+}
+
+// TestBenchLatencyChunks: bench latency sweeps input lengths in one load and reports each prompt's time
+// to first token and prefill rate with the prefill chunk it ran with, given by vLLM's flag name.
+func TestBenchLatencyChunks(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "latency", "--config", writeBenchConfig(t), "--batch", "1", "--input-len", "8,40",
+		"--output-len", "2", "--warmup", "0", "--iters", "1", "--bandwidth", "1e10", "--max-num-batched-tokens", "16", "--json"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	dec := json.NewDecoder(&out)
+	var inputs []int
+	for dec.More() {
+		var r struct {
+			InputLen    int     `json:"input_len"`
+			Chunk       int     `json:"max_num_batched_tokens"`
+			PrefillMS   float64 `json:"prefill_ms"`
+			PrefillTokS float64 `json:"prefill_tok_s"`
+		}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, r.InputLen)
+		if r.Chunk != 16 || !(r.PrefillMS > 0) || math.Abs(r.PrefillTokS-float64(r.InputLen)/(r.PrefillMS/1e3)) > 1e-6*r.PrefillTokS {
+			t.Errorf("input %d: chunk %d, TTFT %v ms, prefill %v tok/s", r.InputLen, r.Chunk, r.PrefillMS, r.PrefillTokS)
+		}
+	}
+	if fmt.Sprint(inputs) != "[8 40]" {
+		t.Errorf("input lengths %v, want [8 40]", inputs)
+	}
+}
+
+// TestBenchServeInProcess: with --config, bench serve runs the engine in process (no server) on the
+// mixed load, each class's requests all completed with their tokens.
+func TestBenchServeInProcess(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "serve", "--config", writeBenchConfig(t), "--concurrency", "3", "--num-prompts", "8",
+		"--input-len", "4", "--output-len", "5", "--long-fraction", "0.5", "--long-input-len", "60:90",
+		"--max-num-seqs", "4", "--max-num-batched-tokens", "16,32", "--long-prefill-token-threshold", "8", "--json"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if strings.Contains(errb.String(), "engine started") {
+		t.Errorf("the engine logs without --verbose: %s", errb.String())
+	}
+	dec := json.NewDecoder(&out)
+	for _, chunk := range []int{16, 32} {
+		var r struct {
+			URL          string `json:"url"`
+			Chunk        int    `json:"max_num_batched_tokens"`
+			Threshold    int    `json:"long_prefill_token_threshold"`
+			Completed    int    `json:"completed"`
+			OutputTokens int    `json:"output_tokens"`
+			Short, Long  struct {
+				Completed int `json:"completed"`
+				TTFT      struct {
+					Count int `json:"count"`
+				} `json:"ttft"`
+			}
+		}
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		if r.URL != "in-process engine" || r.Chunk != chunk || r.Threshold != 8 || r.Completed != 8 || r.OutputTokens != 40 || r.Short.Completed+r.Long.Completed != 8 ||
+			r.Short.TTFT.Count != r.Short.Completed || r.Long.TTFT.Count != r.Long.Completed {
+			t.Errorf("chunk %d: result %+v", chunk, r)
+		}
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "serve", "--config", "llama3-8b", "--url", "http://x"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "run the engine in process") {
+		t.Errorf("--config with --url: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "serve", "--max-batched-tokens", "2048"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "configure an engine in process") {
+		t.Errorf("--max-batched-tokens for a server: exit %d, %q", code, errb.String())
 	}
 }
 
@@ -218,6 +310,17 @@ func TestBenchE2EUsageErrors(t *testing.T) {
 		{[]string{"bench", "throughput", "--config", cfg, "--input-len", "9:3"}, "length range"},
 		{[]string{"bench", "throughput", "--config", "nope"}, "neither built in"},
 		{[]string{"bench", "serve", "--output-len", "x"}, "length"},
+		{[]string{"bench", "serve", "--long-fraction", "0.2"}, "needs both --long-fraction (above 0) and --long-input-len"},
+		{[]string{"bench", "serve", "--long-input-len", "4096"}, "needs both"},
+		{[]string{"bench", "serve", "--long-fraction", "0.2", "--long-input-len", "0"}, "--long-input-len: length range"},
+		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,0"}, "--input-len: length \"0\""},
+		{[]string{"bench", "latency", "--config", cfg, "--input-len", "8,16", "--plot", "x.svg"}, "one --input-len"},
+		// Past the context, refused before the weights load (an 8B shape would take minutes on the CPU),
+		// naming the shapes that hold it.
+		{[]string{"bench", "latency", "--config", "llama3-8b", "--input-len", "32768"},
+			"32800 tokens per sequence (input plus output) exceed llama3-8b's context of 8192 tokens (max_position_embeddings); built-in shapes that hold it: gemma3-12b (131072)"},
+		{[]string{"bench", "latency", "--config", "llama3.1-8b", "--input-len", "131072", "--output-len", "1"}, "exceed llama3.1-8b's context of 131072"},
+		{[]string{"bench", "throughput", "--config", "qwen2.5-7b", "--input-len", "32768", "--output-len", "16"}, "exceed qwen2.5-7b's context of 32768"},
 	} {
 		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -50,15 +50,30 @@ type generateOptions struct {
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
+	longPrefillThreshold                                          int
 	noPrefixCache, noPipelining, skipWeightCheck                  bool
 	device, quantization, kvCacheDType                            string
 }
 
+// flagAliases are other spellings the commands accept for their flags: vLLM's names, where ours
+// differ.
+var flagAliases = map[string]string{"max-num-batched-tokens": "max-batched-tokens"}
+
+// normalizeFlag is the commands' pflag normalization: an alias becomes the flag's own name.
+func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if n, ok := flagAliases[name]; ok {
+		name = n
+	}
+	return pflag.NormalizedName(name)
+}
+
 // addEngineFlags registers the model and engine flags that gollm generate and gollm serve share.
 func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
+	fs.SetNormalizeFunc(normalizeFlag)
 	fs.StringVar(&o.device, "device", model.DeviceAuto, "where the model runs: cuda, cpu, or auto (cuda when this binary was built with -tags cuda and a GPU is there)")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "maximum sequences running at once")
-	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step (chunked prefill)")
+	fs.IntVar(&o.maxBatchedTokens, "max-batched-tokens", engine.DefaultMaxNumBatchedTokens, "maximum tokens per step: a longer prompt is prefilled in chunks of this many tokens (vLLM's --max-num-batched-tokens, also accepted)")
+	fs.IntVar(&o.longPrefillThreshold, "long-prefill-token-threshold", 0, "most tokens of one prompt's prefill chunk in a step (vLLM's): short prompts behind a long one start sooner, the long one takes more steps (0: no cap)")
 	fs.IntVar(&o.kvBlocks, "kv-blocks", 0, "KV cache pages (default: sized from available memory; on a GPU, 90% of its memory after the weights)")
 	fs.IntVar(&o.pageSize, "page-size", model.DefaultBlockSize, "tokens per KV cache page")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "most tokens (prompt plus output) of one request (default: the model's max_position_embeddings, or what the KV cache holds if less)")
@@ -77,7 +92,8 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 		value int
 		min   int
 	}{{"kv-blocks", o.kvBlocks, 0}, {"page-size", o.pageSize, 1}, {"max-num-seqs", o.maxNumSeqs, 1},
-		{"max-batched-tokens", o.maxBatchedTokens, 1}, {"max-model-len", o.maxModelLen, 0}} {
+		{"max-batched-tokens", o.maxBatchedTokens, 1}, {"max-model-len", o.maxModelLen, 0},
+		{"long-prefill-token-threshold", o.longPrefillThreshold, 0}} {
 		if f.value < f.min {
 			return fmt.Errorf("--%s %d must be at least %d", f.name, f.value, f.min)
 		}
@@ -123,8 +139,9 @@ func loadHint(err error) string {
 // llmConfig is the model and engine configuration the flags give.
 func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Config {
 	return llm.Config{Device: o.device, KVBlocks: o.kvBlocks, PageSize: o.pageSize, MaxModelLen: o.maxModelLen,
-		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, DisablePrefixCache: o.noPrefixCache,
-		DisablePipelining: o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
+		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, LongPrefillTokenThreshold: o.longPrefillThreshold,
+		DisablePrefixCache: o.noPrefixCache,
+		DisablePipelining:  o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
 		Quantization: o.quantization, KVCacheDType: o.kvCacheDType}
 }
 

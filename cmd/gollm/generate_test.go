@@ -449,6 +449,9 @@ func TestGenerateEngineFlags(t *testing.T) {
 		{[]string{"--kv-blocks", "40", "--page-size", "8", "--no-prefix-cache", "--max-num-seqs", "3", "--max-batched-tokens", "96"},
 			[]string{"kv_blocks=40", "block_size=8", "prefix_caching=false", "max_num_seqs=3", "max_batched_tokens=96"}},
 		{[]string{"--kv-blocks", "50"}, []string{"kv_blocks=50", "block_size=16", "prefix_caching=true", "quantization=\"\"", "kv_cache_dtype=auto"}},
+		// vLLM's name of the prefill chunk.
+		{[]string{"--kv-blocks", "50", "--max-num-seqs", "4", "--max-num-batched-tokens", "48", "--long-prefill-token-threshold", "16"},
+			[]string{"max_batched_tokens=48", "long_prefill_token_threshold=16"}},
 		{[]string{"--kv-blocks", "50", "--quantization", "fp8", "--kv-cache-dtype", "fp8"}, []string{"quantization=fp8", "kv_cache_dtype=fp8"}},
 	} {
 		args := append([]string{"generate", "--model", dir, "--prompt", "hi", "--max-tokens", "2", "--verbose"}, tc.args...)

@@ -49,6 +49,8 @@ func TestServeFlags(t *testing.T) {
 		{"no queue", []string{"--max-queue", "0"}, 2, "--max-queue 0"},
 		{"zero page size", []string{"--page-size", "0"}, 2, "--page-size 0 must be at least 1"},
 		{"negative max model len", []string{"--max-model-len", "-5"}, 2, "--max-model-len -5"},
+		{"zero chunk by vLLM's name", []string{"--max-num-batched-tokens", "0"}, 2, "--max-batched-tokens 0 must be at least 1"},
+		{"negative chunk cap", []string{"--long-prefill-token-threshold", "-1"}, 2, "--long-prefill-token-threshold -1 must be at least 0"},
 		{"missing model", []string{"--model", t.TempDir(), "--port", "0"}, 1, "gollm serve:"},
 		{"kv blocks beyond memory", []string{"--port", "0", "--kv-blocks", "1000000000000"}, 1, "at most"},
 		{"unknown tool-call parser", []string{"--tool-call-parser", "xml"}, 2, "--tool-call-parser \"xml\": want one of hermes, llama3_json, mistral"},

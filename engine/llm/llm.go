@@ -58,6 +58,9 @@ type Config struct {
 	MaxNumSeqs int
 	// MaxBatchedTokens caps the tokens of one engine step; 0 means engine.DefaultMaxNumBatchedTokens.
 	MaxBatchedTokens int
+	// LongPrefillTokenThreshold caps one prompt's prefill chunk in a step; 0 means no cap (see
+	// engine.Config.LongPrefillTokenThreshold).
+	LongPrefillTokenThreshold int
 	// MemoryUtilization is the share of the GPU's memory the model may fill when KVBlocks is 0; 0
 	// means model.DefaultMemoryUtilization.
 	MemoryUtilization float64
@@ -87,7 +90,7 @@ func (c *Config) check() error {
 		name  string
 		value int
 	}{{"KVBlocks", c.KVBlocks}, {"PageSize", c.PageSize}, {"MaxModelLen", c.MaxModelLen}, {"MaxNumSeqs", c.MaxNumSeqs},
-		{"MaxBatchedTokens", c.MaxBatchedTokens}} {
+		{"MaxBatchedTokens", c.MaxBatchedTokens}, {"LongPrefillTokenThreshold", c.LongPrefillTokenThreshold}} {
 		if f.value < 0 {
 			return fmt.Errorf("llm: config: %s %d must not be negative", f.name, f.value)
 		}
@@ -286,10 +289,12 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 		MaxNumSeqs:           cfg.MaxNumSeqs,
 		MaxNumBatchedTokens:  cfg.MaxBatchedTokens,
 		DisablePrefixCaching: cfg.DisablePrefixCache,
-		DisablePipelining:    cfg.DisablePipelining,
-		MaxModelLen:          cfg.MaxModelLen,
-		EOSTokenIDs:          folder.Generation.EOSTokenIDs,
-		Logger:               log,
+
+		LongPrefillTokenThreshold: cfg.LongPrefillTokenThreshold,
+		DisablePipelining:         cfg.DisablePipelining,
+		MaxModelLen:               cfg.MaxModelLen,
+		EOSTokenIDs:               folder.Generation.EOSTokenIDs,
+		Logger:                    log,
 	})
 	if err != nil {
 		mod.Close()

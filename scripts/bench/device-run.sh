@@ -47,6 +47,19 @@
 #               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
 #               tests (a memcheck that ran nothing is a failure)
+#   longctx     long prompts on Llama-3.1-8B's shape (docs/bench/prefill-h200.md), in order: gollm bench
+#               latency at 8192, 32768 and 131071 tokens in, 1 out (131072 in all, the whole context):
+#               time to first token, prefill tok/s, chunks of LC_CHUNK (default 8192) tokens;
+#               scripts/bench/prefill_peer.py, PyTorch's prefill at the
+#               same lengths; BenchmarkCUDAPrefill at 8192 and 32768 (attention's TFLOP/s and its share
+#               of the H200's 989 dense bf16 TFLOP/s); TestCUDAPrefillLongContext and
+#               TestCUDALongPromptBoundedMemory; gollm bench
+#               throughput, Llama-3-8B 512 × (1024 in, 128 out) and its compute roofline; gollm bench
+#               serve in process on a mix of 1 in 10 prompts of 32768 tokens among 256-1024-token ones at
+#               LC_CHUNKS (default 2048,8192) tokens a step, each prompt's chunk capped at LC_THRESHOLD
+#               when set (TTFT and ITL p50/p90/p99 per class); then a
+#               table with the gaps to the peer and the issue's targets. LC_BUDGET (default 540 s)
+#               bounds the section: a step that would start past it is skipped
 #
 # Environment:
 #   BIN     the build to run (default gpu/bench; BIN.tar.xz, if carried, is unpacked over it first)
@@ -409,6 +422,120 @@ if os.path.exists(path):
 PY
 }
 
+# lc_room LIMIT WHAT: whether a step of up to LIMIT seconds still fits the longctx section's budget
+# (lc_start, lc_budget); a step that does not is skipped, and the call fails.
+lc_room() {
+	[ $((SECONDS - lc_start + $1)) -le "$lc_budget" ] && return 0
+	stamp "longctx: skipped $2 (budget ${lc_budget}s)" 1
+	return 1
+}
+
+section_longctx() {
+	local d=$out/longctx lc_start=$SECONDS lc_budget=${LC_BUDGET:-540}
+	mkdir -p "$d"
+	# Time to first token of one prompt (batch 1), one load for the three lengths: a warm-up iteration
+	# then a measured one each (the 128k prefill runs twice). 131071 prompt tokens and the one generated fill
+	# the 131072-token context: a prompt of the whole context leaves no room for a token (engine.ErrPromptTooLong).
+	if lc_room 220 "bench latency"; then
+		timeout 220 "$bin/gollm" bench latency --config llama3.1-8b --device cuda --batch 1 --input-len 8192,32768,131071 \
+			--output-len 1 --warmup 1 --iters 1 --max-batched-tokens "${LC_CHUNK:-8192}" --json >"$d/latency.jsonl" 2>"$d/latency.log"
+		stamp "longctx bench latency llama3.1-8b (chunk ${LC_CHUNK:-8192})" $?
+	fi
+	# The peer: the same model's prefill in PyTorch (cuBLAS, SDPA's flash kernel), and SDPA alone.
+	if lc_room 150 "prefill_peer.py"; then
+		PYTHONUNBUFFERED=1 timeout 150 python3 scripts/bench/prefill_peer.py --lens 8192,32768,131071 --iters 3 \
+			--json "$d/peer.jsonl" >"$d/peer.txt" 2>&1
+		stamp "longctx prefill_peer.py" $?
+	fi
+	# The prefill attention kernel alone at 8k and 32k.
+	if lc_room 60 "BenchmarkCUDAPrefill"; then
+		(cd "$root/attention" && timeout 60 "$bin/attention.test" -test.run '^$' -test.benchtime 1x \
+			-test.bench 'CUDAPrefill/d128-hq32-hkv8-L(8192|32768)$') >"$d/prefill.txt" 2>&1
+		stamp "longctx BenchmarkCUDAPrefill 8k, 32k" $?
+	fi
+	# Correctness at long contexts: the kernel on a 128k prompt's last rows; the model's memory bound.
+	if lc_room 100 "TestCUDAPrefillLongContext"; then
+		gotest "$d" prefill-long attention '^TestCUDAPrefillLongContext$' 90
+	fi
+	if lc_room 70 "TestCUDALongPromptBoundedMemory"; then
+		gotest "$d" bounded model '^TestCUDALongPromptBoundedMemory$' 60
+	fi
+	# Throughput with 1024-token prompts against its compute roofline.
+	if lc_room 120 "bench throughput"; then
+		timeout 120 "$bin/gollm" bench throughput --device cuda --config llama3-8b --num-prompts 512 --input-len 1024 \
+			--output-len 128 --max-num-seqs 256 --max-batched-tokens 8192 --json >"$d/throughput.json" 2>"$d/throughput.log"
+		stamp "longctx bench throughput 8b 1024 in" $?
+	fi
+	# The chunk's trade-off: long prompts delay the short ones (TTFT) and stretch the decodes' steps (ITL).
+	if lc_room 200 "bench serve (mixed)"; then
+		timeout 200 "$bin/gollm" bench serve --config llama3.1-8b --device cuda --concurrency 16 --num-prompts 80 \
+			--input-len 256:1024 --output-len 128 --long-fraction 0.1 --long-input-len 32768 \
+			--max-batched-tokens "${LC_CHUNKS:-2048,8192}" ${LC_THRESHOLD:+--long-prefill-token-threshold "$LC_THRESHOLD"} \
+			--json >"$d/serve.jsonl" 2>"$d/serve.log"
+		stamp "longctx bench serve mixed (chunks ${LC_CHUNKS:-2048,8192}${LC_THRESHOLD:+, threshold $LC_THRESHOLD})" $?
+	fi
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, os, re, sys
+raw = sys.argv[1]
+H200_BF16 = 989e12  # dense bf16 tensor-core FLOP/s
+def lines(name):
+    path = os.path.join(raw, name)
+    if not os.path.exists(path):
+        return []
+    return [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+gollm = {r["input_len"]: r for r in lines("latency.jsonl")}
+peer = {r["tokens"]: r for r in lines("peer.jsonl")}
+print("\n== time to first token, Llama-3.1-8B shape, batch 1, bf16 random weights (gollm/peer: target <= 0.95 at 8k, <= 0.90 at 32k)")
+print(f"{'tokens':>7} {'chunk':>6} {'gollm ms':>10} {'gollm tok/s':>12} {'peer ms':>10} {'peer tok/s':>11} {'gollm/peer':>11}")
+targets = {8192: 0.95, 32768: 0.90}
+for n in (8192, 32768, 131071):
+    g, p = gollm.get(n), peer.get(n)
+    gm = g["prefill_ms"] if g else float("nan")
+    pm = p["prefill_ms"] if p else float("nan")
+    ratio = gm / pm if g and p else float("nan")
+    flag = "" if n not in targets or ratio <= targets[n] else f"  > {targets[n]:.2f}"
+    print(f"{n:>7} {g['max_num_batched_tokens'] if g else '-':>6} {gm:>10.1f} {g['prefill_tok_s'] if g else float('nan'):>12.0f} "
+          f"{pm:>10.1f} {p['prefill_tok_s'] if p else float('nan'):>11.0f} {ratio:>11.3f}{flag}")
+print("\n== prefill attention, one layer, d128 hq32 hkv8 (target: gollm >= 50% of 989 TFLOP/s at 32k)")
+us = {}
+path = os.path.join(raw, "prefill.txt")
+if os.path.exists(path):
+    for line in open(path):
+        m = re.match(r"BenchmarkCUDAPrefill/d128-hq32-hkv8-L(\d+)(-\d+)?\s", line)
+        metrics = {unit: float(v) for v, unit in re.findall(r"([\d.]+) (\S+)", line)}
+        if m and "mma-us" in metrics and "mma-TFLOP/s" in metrics:
+            us[int(m.group(1))] = (metrics["mma-us"], metrics["mma-TFLOP/s"])
+print(f"{'tokens':>7} {'gollm us':>10} {'TFLOP/s':>8} {'of 989':>7} {'SDPA us':>9} {'SDPA TFLOP/s':>13} {'gollm/SDPA':>11}")
+for n in (8192, 32768):
+    g, p = us.get(n), peer.get(n)
+    if not g:
+        continue
+    sdpa_us = p["attn_ms"] / 32 * 1e3 if p else float("nan")
+    flag = "" if n != 32768 or g[1] * 1e12 >= 0.5 * H200_BF16 else "  < 50%"
+    print(f"{n:>7} {g[0]:>10.1f} {g[1]:>8.1f} {100 * g[1] * 1e12 / H200_BF16:>6.1f}% {sdpa_us:>9.1f} "
+          f"{p['attn_tflops'] if p else float('nan'):>13.1f} {g[0] / sdpa_us if p else float('nan'):>11.3f}{flag}")
+for n in (8192, 32768, 131071):
+    g, p = gollm.get(n), peer.get(n)
+    if g and p:
+        print(f"peer at {n}: attention {p['attn_ms']:.1f} of {p['prefill_ms']:.1f} ms ({100 * p['attn_ms'] / p['prefill_ms']:.0f}%)")
+path = os.path.join(raw, "throughput.json")
+if os.path.exists(path) and os.path.getsize(path):
+    r = json.load(open(path))
+    pct = r["roofline"].get("percent", 0)
+    print(f"\n== bench throughput, Llama-3-8B, 512 x (1024 in, 128 out): {r['output_tok_s']:.0f} output tok/s, "
+          f"{pct:.1f}% of its compute roofline" + ("" if pct >= 75 else "  < 75%"))
+rs = lines("serve.jsonl")
+if rs:
+    print("\n== mixed load in process (16 in flight, 1 in 10 prompts of 32768 tokens, others 256-1024; 128 out), ms")
+    print(f"{'chunk':>6} {'cap':>5} {'short TTFT p50/p90/p99':>24} {'short ITL p50/p90/p99':>24} {'long TTFT p50':>14} {'long ITL p99':>13} {'out tok/s':>10}")
+    for r in rs:
+        s, l = r.get("short") or {}, r.get("long") or {}
+        f = lambda x: f"{x.get('p50_ms', 0):.0f}/{x.get('p90_ms', 0):.0f}/{x.get('p99_ms', 0):.0f}"
+        print(f"{r['max_num_batched_tokens']:>6} {r.get('long_prefill_token_threshold', 0) or '-':>5} {f(s.get('ttft', {})):>24} {f(s.get('itl', {})):>24} "
+              f"{l.get('ttft', {}).get('p50_ms', 0):>14.0f} {l.get('itl', {}).get('p99_ms', 0):>13.1f} {r['output_tok_s']:>10.0f}")
+PY
+}
+
 section_constraints() {
 	local d=$out/constraints
 	mkdir -p "$d"
@@ -506,7 +633,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families constraints hardening ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2

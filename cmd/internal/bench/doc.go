@@ -8,7 +8,9 @@
 //   - RunThroughput pushes many requests through the engine's continuous batching at once: output,
 //     total and request throughput.
 //   - RunServe load-tests a running OpenAI-compatible server with streaming /v1/completions
-//     requests: time to first token, inter-token latency and end-to-end latency percentiles.
+//     requests, or an engine in process with the same requests: time to first token, inter-token
+//     latency and end-to-end latency percentiles, per class for a mixed load of long and short
+//     prompts.
 //
 // A model comes from LoadModel: a built-in shape or a model folder, with real or random weights
 // (model.LoadRandom), on a Device. For example:

@@ -24,8 +24,9 @@ type LatencyOptions struct {
 	Warmup, Iterations int
 	// Seed draws the prompts.
 	Seed uint64
-	// MaxNumBatchedTokens is the engine's per-step token budget (chunked prefill); 0 means the
-	// engine's default.
+	// MaxNumBatchedTokens is the engine's per-step token budget (vLLM's max_num_batched_tokens): a
+	// prompt longer than it is prefilled in chunks of it over several steps. 0 means the engine's
+	// default.
 	MaxNumBatchedTokens int
 	// DisablePipelining runs every decode step after the previous one's tokens are read (engine
 	// Config.DisablePipelining), for comparison.
@@ -53,7 +54,12 @@ type LatencyResult struct {
 	OutputLen     int       `json:"output_len"`
 	Iterations    int       `json:"iterations"`
 
-	// PrefillMS is the median time from the batch's start until every sequence had its first token.
+	// MaxNumBatchedTokens is the engine's token budget per step that the run had: the prefill chunk.
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens"`
+
+	// PrefillMS is the median time from the batch's start until every sequence had its first token:
+	// the time to first token (TTFT) of the batch's last sequence, every prefill chunk included.
+	// PrefillTokensPerSecond is the batch's prompt tokens over it.
 	PrefillMS              float64 `json:"prefill_ms"`
 	PrefillTokensPerSecond float64 `json:"prefill_tok_s"`
 	// DecodeStep is the wall time of each decode step that ran the whole batch, from the end of the
@@ -139,6 +145,10 @@ func RunLatency(ctx context.Context, lm *LoadedModel, opts LatencyOptions) (*Lat
 			opts.Batch, opts.InputLen, opts.OutputLen, opts.Warmup, ErrInvalidOptions)
 	}
 	opts.Iterations = max(opts.Iterations, 1)
+	if opts.MaxNumBatchedTokens <= 0 {
+		opts.MaxNumBatchedTokens = engine.DefaultMaxNumBatchedTokens
+	}
+	opts.MaxNumBatchedTokens = max(opts.MaxNumBatchedTokens, opts.Batch) // as engine.New raises it
 	logger := opts.Logger
 	if logger == nil {
 		logger = discardLogger
@@ -361,6 +371,7 @@ func summarizeLatency(lm *LoadedModel, opts LatencyOptions, its []latencyIterati
 		Model: lm.Name, Device: lm.Device.Name, RandomWeights: lm.RandomWeights, DType: lm.Config.DType.String(),
 		Precision: lm.Precision, Params: CountParams(lm.Config).Total,
 		Batch: opts.Batch, InputLen: opts.InputLen, OutputLen: opts.OutputLen, Iterations: len(its),
+		MaxNumBatchedTokens: opts.MaxNumBatchedTokens,
 	}
 	var prefill, total, wall, forward, overhead, host []time.Duration
 	contextSum, numSteps := 0, 0

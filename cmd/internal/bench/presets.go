@@ -145,3 +145,24 @@ func Preset(name string) (*weights.Config, error) {
 	}
 	return cfg, nil
 }
+
+// CheckContext refuses a run whose sequences need more tokens (prompt plus output) than the model's
+// context, max_position_embeddings, before anything loads: the error, wrapping ErrInvalidOptions, names
+// the context and the built-in shapes whose context would hold the sequence.
+func CheckContext(cfg *weights.Config, name string, tokens int) error {
+	if tokens <= cfg.MaxPositionEmbeddings {
+		return nil
+	}
+	var longer []string
+	for _, n := range PresetNames() {
+		if c, _ := Preset(n); c.MaxPositionEmbeddings >= tokens {
+			longer = append(longer, fmt.Sprintf("%s (%d)", n, c.MaxPositionEmbeddings))
+		}
+	}
+	hint := "no built-in shape has a context that long"
+	if len(longer) > 0 {
+		hint = "built-in shapes that hold it: " + strings.Join(longer, ", ")
+	}
+	return fmt.Errorf("bench: %d tokens per sequence (input plus output) exceed %s's context of %d tokens (max_position_embeddings); %s: %w",
+		tokens, name, cfg.MaxPositionEmbeddings, hint, ErrInvalidOptions)
+}

@@ -49,21 +49,21 @@ func WriteLatencyText(w io.Writer, results []*LatencyResult) error {
 	fmt.Fprintf(w, "model %s (%s %s weights, %s params; backend stores %d-byte weights%s, %d-byte KV) on %s\n",
 		r0.Model, weightsKind(r0.RandomWeights), strings.ToLower(r0.DType), humanCount(r0.Params),
 		r0.Precision.WeightBytes, layerBytesText(r0.Precision), r0.Precision.KVBytes, r0.Device)
-	fmt.Fprintf(w, "input %d, output %d tokens per sequence; %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
-		r0.InputLen, r0.OutputLen, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
+	fmt.Fprintf(w, "input %d, output %d tokens per sequence; prefill in chunks of %d tokens (max batched tokens); %d measured iteration(s); roofline at %s/s (%s, read+write copy)\n",
+		r0.InputLen, r0.OutputLen, r0.MaxNumBatchedTokens, r0.Iterations, humanBytes(r0.Roofline.Bandwidth), r0.Roofline.BandwidthSource)
 	if r0.CPUUtilization > 0 {
 		fmt.Fprintf(w, "process CPU use while measuring: %s of GOMAXPROCS=%d (a shared machine shows below 100%%)\n",
 			cpuList(results), runtime.GOMAXPROCS(0))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tprefill ms\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
+	fmt.Fprintln(tw, "batch\tTTFT ms\tprefill tok/s\tstep p50 ms\tstep p90 ms\tforward p50 ms\tengine ms/step\tbackend host ms\tdecode tok/s\te2e s\toutput tok/s\tctx\tbytes/step\troofline ms\t% of roofline\t")
 	for _, r := range results {
 		host := "n/a"
 		if r.BackendHostMS != nil {
 			host = fmt.Sprintf("%.3f", *r.BackendHostMS)
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%.2f\t%.1f\t%d\t%s\t%.3f\t%.0f%%\t\n",
-			r.Batch, r.PrefillMS, r.DecodeStep.P50, r.DecodeStep.P90, r.DecodeForward.P50, r.EngineOverheadMS, host,
+		fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.1f\t%.2f\t%.1f\t%d\t%s\t%.3f\t%.0f%%\t\n",
+			r.Batch, r.PrefillMS, r.PrefillTokensPerSecond, r.DecodeStep.P50, r.DecodeStep.P90, r.DecodeForward.P50, r.EngineOverheadMS, host,
 			r.DecodeTokensPerSecond, r.TotalMS/1e3, r.OutputTokensPerSecond, r.Roofline.Context,
 			humanBytes(float64(r.Roofline.Bytes.Total)), r.Roofline.StepMS, r.Roofline.Percent)
 	}
@@ -102,6 +102,13 @@ func (r *ThroughputResult) WriteText(w io.Writer) error {
 func (r *ServeResult) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "%s model %q: %d prompts at concurrency %d, input %s, output %s tokens\n",
 		r.URL, r.Model, r.NumPrompts, r.Concurrency, r.InputLen, r.OutputLen)
+	if r.MaxNumBatchedTokens > 0 {
+		fmt.Fprintf(w, "  prefill in chunks of %d tokens (max batched tokens)", r.MaxNumBatchedTokens)
+		if r.LongPrefillTokenThreshold > 0 {
+			fmt.Fprintf(w, ", at most %d a prompt a step (long prefill token threshold)", r.LongPrefillTokenThreshold)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "  completed %d, failed %d in %.2f s\n", r.Completed, r.Failed, r.Seconds)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "  error: %s\n", e)
@@ -115,6 +122,21 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 		s    Summary
 	}{{"TTFT", r.TTFT}, {"ITL", r.ITL}, {"TPOT", r.TPOT}, {"E2E", r.E2E}} {
 		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
+	}
+	for _, c := range []struct {
+		name  string
+		class *ServeClass
+	}{{"short", r.Short}, {"long", r.Long}} {
+		if c.class == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "  %s prompts (%s tokens, %d completed)\t\t\t\t\t\n", c.name, c.class.InputLen, c.class.Completed)
+		for _, row := range []struct {
+			name string
+			s    Summary
+		}{{"TTFT", c.class.TTFT}, {"ITL", c.class.ITL}, {"E2E", c.class.E2E}} {
+			fmt.Fprintf(tw, "  %s %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.name, row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99)
+		}
 	}
 	return tw.Flush()
 }

@@ -13,12 +13,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gollm/gollm/engine"
 )
 
 // ServeOptions configures RunServe.
 type ServeOptions struct {
 	// URL is the server's base URL (http://host:port); requests go to URL + "/v1/completions".
 	URL string
+	// Engine, when not nil, takes the requests in process instead of a server at URL: each is an
+	// engine.Request of the same prompt and length, timed by its stream's outputs (the engine's own
+	// latencies, without HTTP and the server's streaming). Model then only names it in the result.
+	Engine *engine.Engine
 	// Model is the request's "model" field; empty means the first model GET /v1/models lists.
 	Model string
 	// APIKey, when set, is sent as a bearer token.
@@ -29,6 +35,11 @@ type ServeOptions struct {
 	// [0, VocabSize); the output is forced to its length with ignore_eos.
 	InputLen, OutputLen Range
 	VocabSize           int
+	// LongFraction of the requests, drawn at random, are long: their prompt length is drawn from
+	// LongInputLen instead of InputLen (a mixed load of long and short prompts, whose time to first
+	// token and inter-token latency ServeResult reports per class). 0 sends InputLen prompts only.
+	LongFraction float64
+	LongInputLen Range
 	// Seed draws lengths and prompts.
 	Seed uint64
 	// Client sends the requests; nil means a client with Concurrency idle connections.
@@ -45,6 +56,13 @@ type ServeResult struct {
 	NumPrompts  int    `json:"num_prompts"`
 	InputLen    Range  `json:"input_len"`
 	OutputLen   Range  `json:"output_len"`
+
+	// MaxNumBatchedTokens is the in-process engine's token budget per step, its prefill chunk (set by
+	// the caller that made the engine); 0 for a server, whose budget the client does not see.
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	// LongPrefillTokenThreshold is the in-process engine's cap on one prompt's chunk (0: none, or a
+	// server).
+	LongPrefillTokenThreshold int `json:"long_prefill_token_threshold,omitempty"`
 
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
@@ -65,6 +83,23 @@ type ServeResult struct {
 	ITL  Summary `json:"itl"`
 	TPOT Summary `json:"tpot"`
 	E2E  Summary `json:"e2e"`
+
+	// Short and Long split the completed requests of a mixed load (ServeOptions.LongFraction) by
+	// class; nil without one. A long prompt's prefill delays the short requests behind it (their
+	// TTFT) and stretches the steps of those decoding beside it (their ITL): the chunked-prefill
+	// budget's trade-off.
+	Short *ServeClass `json:"short,omitempty"`
+	Long  *ServeClass `json:"long,omitempty"`
+}
+
+// ServeClass is one class of requests of a mixed load: its share of the completed requests and their
+// latencies (ServeResult's definitions).
+type ServeClass struct {
+	InputLen  Range   `json:"input_len"`
+	Completed int     `json:"completed"`
+	TTFT      Summary `json:"ttft"`
+	ITL       Summary `json:"itl"`
+	E2E       Summary `json:"e2e"`
 }
 
 // maxReportedErrors caps ServeResult.Errors.
@@ -111,7 +146,7 @@ type requestTiming struct {
 // at a time, and measures each one's chunks as they arrive.
 func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	switch {
-	case opts.URL == "":
+	case opts.URL == "" && opts.Engine == nil:
 		return nil, fmt.Errorf("bench: serve: no URL: %w", ErrInvalidOptions)
 	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0:
 		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d: %w",
@@ -122,24 +157,47 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 			return nil, fmt.Errorf("bench: serve: %w", err)
 		}
 	}
+	mixed := opts.LongFraction > 0
+	switch {
+	case !(opts.LongFraction >= 0 && opts.LongFraction <= 1):
+		return nil, fmt.Errorf("bench: serve: long fraction %v not in [0, 1]: %w", opts.LongFraction, ErrInvalidOptions)
+	case mixed:
+		if err := opts.LongInputLen.validate(); err != nil {
+			return nil, fmt.Errorf("bench: serve: long prompts: %w", err)
+		}
+	}
 	base := strings.TrimRight(opts.URL, "/")
 	client := opts.Client
 	if client == nil {
 		client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: opts.Concurrency, Proxy: http.ProxyFromEnvironment}}
 	}
 	modelName := opts.Model
-	if modelName == "" {
+	if modelName == "" && opts.Engine == nil {
 		var err error
 		if modelName, err = firstModel(ctx, client, base, opts.APIKey); err != nil {
 			return nil, fmt.Errorf("bench: serve: %w", err)
 		}
 	}
+	send := func(body []byte) requestTiming {
+		return sendCompletion(ctx, client, base+"/v1/completions", opts.APIKey, body)
+	}
+	if opts.Engine != nil {
+		base = "in-process engine"
+		send = func(body []byte) requestTiming { return sendEngine(ctx, opts.Engine, body) }
+	}
 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5e7e))
 	bodies := make([][]byte, opts.NumPrompts)
+	long := make([]bool, opts.NumPrompts)
 	wantTokens := 0
 	for i := range bodies {
-		in, out := opts.InputLen.draw(rng), opts.OutputLen.draw(rng)
+		inputLen := opts.InputLen
+		if mixed {
+			if long[i] = rng.Float64() < opts.LongFraction; long[i] {
+				inputLen = opts.LongInputLen
+			}
+		}
+		in, out := inputLen.draw(rng), opts.OutputLen.draw(rng)
 		b := completionBody{Model: modelName, Prompt: randomPrompt(rng, in, opts.VocabSize), MaxTokens: out,
 			IgnoreEOS: true, Stream: true}
 		b.StreamOptions.IncludeUsage = true
@@ -158,7 +216,7 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	for range min(opts.Concurrency, opts.NumPrompts) {
 		wg.Go(func() {
 			for i := range next {
-				timings[i] = sendCompletion(ctx, client, base+"/v1/completions", opts.APIKey, bodies[i])
+				timings[i] = send(bodies[i])
 				bar.Add(1)
 			}
 		})
@@ -182,7 +240,8 @@ feed:
 	res := &ServeResult{URL: base, Model: modelName, Concurrency: opts.Concurrency, NumPrompts: opts.NumPrompts,
 		InputLen: opts.InputLen, OutputLen: opts.OutputLen, Seconds: elapsed.Seconds()}
 	var ttft, itl, tpot, e2e []time.Duration
-	for _, t := range timings {
+	var classes [2]struct{ ttft, itl, e2e []time.Duration } // short, long
+	for i, t := range timings {
 		if t.err != nil {
 			res.Failed++
 			if len(res.Errors) < maxReportedErrors {
@@ -199,6 +258,18 @@ feed:
 		if t.outputTokens > 1 {
 			tpot = append(tpot, (t.e2e-t.ttft)/time.Duration(t.outputTokens-1))
 		}
+		c := &classes[0]
+		if long[i] {
+			c = &classes[1]
+		}
+		c.ttft, c.itl, c.e2e = append(c.ttft, t.ttft), append(c.itl, t.gaps...), append(c.e2e, t.e2e)
+	}
+	if mixed {
+		class := func(r Range, i int) *ServeClass {
+			c := classes[i]
+			return &ServeClass{InputLen: r, Completed: len(c.ttft), TTFT: Summarize(c.ttft), ITL: Summarize(c.itl), E2E: Summarize(c.e2e)}
+		}
+		res.Short, res.Long = class(opts.InputLen, 0), class(opts.LongInputLen, 1)
 	}
 	if s := res.Seconds; s > 0 {
 		res.RequestsPerSecond = float64(res.Completed) / s
@@ -290,6 +361,54 @@ func sendCompletion(ctx context.Context, client *http.Client, url, apiKey string
 	t.outputTokens = chunks
 	if usageTokens >= 0 {
 		t.outputTokens = usageTokens
+	}
+	return t
+}
+
+// sendEngine runs one request of body (a completionBody) through the engine and times its outputs as
+// sendCompletion times a server's chunks: from Add to the first output with tokens, and between outputs.
+func sendEngine(ctx context.Context, e *engine.Engine, body []byte) requestTiming {
+	var t requestTiming
+	var req completionBody
+	if err := json.Unmarshal(body, &req); err != nil { // our own JSON
+		t.err = err
+		return t
+	}
+	t.promptTokens = len(req.Prompt)
+	start := time.Now()
+	s, err := e.Add(ctx, engine.Request{PromptIDs: req.Prompt, MaxTokens: req.MaxTokens, IgnoreEOS: true})
+	if err != nil {
+		t.err = err
+		return t
+	}
+	var last time.Time
+	for {
+		out, err := s.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.err = err
+			return t
+		}
+		if n := len(out.TokenIDs); n > 0 {
+			now := time.Now()
+			if t.outputTokens == 0 {
+				t.ttft = now.Sub(start)
+			} else {
+				t.gaps = append(t.gaps, now.Sub(last))
+			}
+			last = now
+			t.outputTokens += n
+		}
+		if out.Finished() && out.FinishReason != engine.FinishLength {
+			t.err = fmt.Errorf("request finished with %q after %d tokens: %v", out.FinishReason, t.outputTokens, out.Err)
+			return t
+		}
+	}
+	t.e2e = time.Since(start)
+	if t.outputTokens == 0 {
+		t.err = errors.New("the engine returned no token")
 	}
 	return t
 }

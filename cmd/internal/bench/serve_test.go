@@ -86,6 +86,8 @@ type fakeServer struct {
 	failEvery  int // every failEvery-th request (1-based) gets a 503; 0 for none
 	errorEvery int // every errorEvery-th request ends with an error event instead; 0 for none
 	barrier    int // the first barrier requests wait until that many are in flight
+	// prefillPerToken delays a request's first chunk by this much per prompt token, as a prefill does.
+	prefillPerToken time.Duration
 
 	mu       sync.Mutex
 	count    int
@@ -183,6 +185,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, ": keep-alive\n\n")
+	time.Sleep(time.Duration(len(req.Prompt)) * f.prefillPerToken)
 	step := 1
 	if f.pairs {
 		step = 2
@@ -276,6 +279,66 @@ func TestRunServe(t *testing.T) {
 				t.Errorf("text report %q, %v", text.String(), err)
 			}
 		})
+	}
+}
+
+// TestRunServeMixed: a mixed load splits its completed requests into short and long prompts by the
+// drawn fraction, with each class's latencies; a server whose first chunk waits on the prompt's length
+// (a prefill) shows the long prompts' larger time to first token in their class only.
+func TestRunServeMixed(t *testing.T) {
+	fake := &fakeServer{t: t, vocab: 50, prefillPerToken: 20 * time.Microsecond}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	short, long := Range{4, 8}, Range{2000, 2500}
+	for _, tc := range []struct {
+		fraction        float64
+		wantShort, long bool // which classes must have requests
+	}{{0.3, true, true}, {1, false, true}} {
+		t.Run(fmt.Sprint("fraction=", tc.fraction), func(t *testing.T) {
+			res, err := RunServe(context.Background(), ServeOptions{URL: srv.URL, Concurrency: 4, NumPrompts: 40,
+				InputLen: short, OutputLen: Range{3, 3}, VocabSize: fake.vocab, Seed: 2, LongFraction: tc.fraction, LongInputLen: long})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Short == nil || res.Long == nil {
+				t.Fatalf("classes short %v, long %v", res.Short, res.Long)
+			}
+			if res.Short.Completed+res.Long.Completed != res.Completed || res.Completed != 40 {
+				t.Errorf("%d short + %d long of %d completed", res.Short.Completed, res.Long.Completed, res.Completed)
+			}
+			if (res.Short.Completed > 0) != tc.wantShort || (res.Long.Completed > 0) != tc.long {
+				t.Errorf("%d short, %d long requests for fraction %v", res.Short.Completed, res.Long.Completed, tc.fraction)
+			}
+			// Prompt tokens bound the split: each class's prompts lie in its range.
+			lo := res.Short.Completed*short.Min + res.Long.Completed*long.Min
+			hi := res.Short.Completed*short.Max + res.Long.Completed*long.Max
+			if res.PromptTokens < lo || res.PromptTokens > hi {
+				t.Errorf("%d prompt tokens, want [%d, %d] for the classes' counts", res.PromptTokens, lo, hi)
+			}
+			for _, c := range []*ServeClass{res.Short, res.Long} {
+				if c.TTFT.Count != c.Completed || c.ITL.Count != 2*c.Completed {
+					t.Errorf("%v: %d TTFT and %d ITL samples for %d requests of 3 tokens", c.InputLen, c.TTFT.Count, c.ITL.Count, c.Completed)
+				}
+			}
+			if tc.wantShort && !(res.Long.TTFT.Min > res.Short.TTFT.P50) {
+				t.Errorf("long prompts' TTFT (min %.2f ms) not above the short ones' (p50 %.2f ms)", res.Long.TTFT.Min, res.Short.TTFT.P50)
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "long TTFT") || !strings.Contains(text.String(), "short ITL") {
+				t.Errorf("text report %q, %v", text.String(), err)
+			}
+		})
+	}
+	res, err := RunServe(context.Background(), ServeOptions{URL: srv.URL, Concurrency: 2, NumPrompts: 4, InputLen: short,
+		OutputLen: Range{2, 2}, VocabSize: fake.vocab})
+	if err != nil || res.Short != nil || res.Long != nil {
+		t.Errorf("no mix: classes %v, %v (%v)", res.Short, res.Long, err)
+	}
+	for _, opts := range []ServeOptions{{LongFraction: 1.5, LongInputLen: long}, {LongFraction: 0.5}, {LongFraction: -0.1, LongInputLen: long}} {
+		opts.URL, opts.Concurrency, opts.NumPrompts, opts.InputLen, opts.OutputLen, opts.VocabSize = srv.URL, 1, 1, short, short, 10
+		if _, err := RunServe(context.Background(), opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("fraction %v, long %v: %v", opts.LongFraction, opts.LongInputLen, err)
+		}
 	}
 }
 

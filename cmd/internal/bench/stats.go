@@ -124,7 +124,13 @@ func randomPrompt(rng *rand.Rand, n, vocab int) []int32 {
 }
 
 // ParseBatches reads a comma-separated list of batch sizes ("1,2,4,8").
-func ParseBatches(s string) ([]int, error) {
+func ParseBatches(s string) ([]int, error) { return parsePositives(s, "batch size") }
+
+// ParseLengths parses a comma-separated list of token counts ("8192,32768"), each positive.
+func ParseLengths(s string) ([]int, error) { return parsePositives(s, "length") }
+
+// parsePositives parses a comma-separated list of positive integers, what naming one in errors.
+func parsePositives(s, what string) ([]int, error) {
 	var out []int
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
@@ -133,12 +139,12 @@ func ParseBatches(s string) ([]int, error) {
 		}
 		b, err := strconv.Atoi(f)
 		if err != nil || b <= 0 {
-			return nil, fmt.Errorf("batch size %q: want a positive integer: %w", f, ErrInvalidOptions)
+			return nil, fmt.Errorf("%s %q: want a positive integer: %w", what, f, ErrInvalidOptions)
 		}
 		out = append(out, b)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no batch sizes in %q: %w", s, ErrInvalidOptions)
+		return nil, fmt.Errorf("no %ss in %q: %w", what, s, ErrInvalidOptions)
 	}
 	return out, nil
 }
