@@ -185,6 +185,9 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
+	if p.mm.path == pathFP8 {
+		return b.runFP8(op, a, p)
+	}
 	if err := b.runProduct(op, a, p); err != nil || !p.bias {
 		return err
 	}

@@ -83,9 +83,10 @@ func (w *FP8Weight) check() error {
 	return nil
 }
 
-// fp8Checker is implemented by backends that do not run FP8 yet (the CUDA backend): load asks it, before
-// uploading any weight, whether it runs FP8 weights (when the model has them) and the KV pages of s,
-// and refuses the model with its error.
+// fp8Checker is implemented by backends that run only part of FP8 (the CUDA backend: FP8 weights on
+// compute capability 8.9 or newer, no FP8 KV cache yet): load asks it, before uploading any weight,
+// whether it runs FP8 weights (when the model has them) and the KV pages of s, and refuses the model
+// with its error.
 type fp8Checker interface {
 	checkFP8(fp8Weights bool, s Shape) error
 }

@@ -4,75 +4,381 @@ package model
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
 )
 
-// TestCUDAFP8Refused checks that the CUDA backend refuses FP8 weights and an FP8 KV cache, naming
-// each and the CPU's flag, and says nothing for a model with neither. It needs no device: the refusal
-// happens before any is used.
+// TestCUDAFP8Refused checks what the CUDA backend refuses without a device: an FP8 KV cache (naming it
+// and the CPU's flag), and FP8 weights on a GPU older than compute capability 8.9 (naming the GPU).
 func TestCUDAFP8Refused(t *testing.T) {
 	b := &cudaBackend{}
 	if err := b.checkFP8(false, Shape{}); err != nil {
 		t.Fatalf("no FP8: %v", err)
 	}
-	for _, tc := range []struct {
-		name    string
-		weights bool
-		kv      string
-		want    []string
-	}{
-		{"weights", true, "", []string{"fp8 weights: not supported on CUDA yet; --device cpu runs them"}},
-		{"KV cache", false, KVCacheFP8, []string{"fp8 KV cache: not supported on CUDA yet; --device cpu runs it"}},
-		{"both", true, KVCacheFP8, []string{"fp8 weights", "fp8 KV cache"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := b.checkFP8(tc.weights, Shape{KVCacheDType: tc.kv})
-			if err == nil || !errors.Is(err, weights.ErrUnsupported) {
-				t.Fatalf("error %v, want one wrapping ErrUnsupported", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-		})
+	err := b.checkFP8(false, Shape{KVCacheDType: KVCacheFP8})
+	if err == nil || !errors.Is(err, weights.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "fp8 KV cache: not supported on CUDA yet; --device cpu runs it") {
+		t.Fatalf("FP8 KV cache: error %v", err)
 	}
-	if _, err := b.UploadFP8(&FP8Weight{}); err == nil {
-		t.Error("UploadFP8 accepted a weight")
+	for _, tc := range []struct {
+		info cuda.Info
+		ok   bool
+	}{
+		{cuda.Info{Name: "NVIDIA A100", Major: 8, Minor: 0}, false},
+		{cuda.Info{Name: "NVIDIA A10", Major: 8, Minor: 6}, false},
+		{cuda.Info{Name: "NVIDIA L4", Major: 8, Minor: 9}, true},
+		{cuda.Info{Name: "NVIDIA H200", Major: 9, Minor: 0}, true},
+		{cuda.Info{Name: "NVIDIA B200", Major: 10, Minor: 0}, true},
+	} {
+		m := fp8WeightsMissing(tc.info)
+		if tc.ok != (m == "") {
+			t.Errorf("%s (%d.%d): %q", tc.info.Name, tc.info.Major, tc.info.Minor, m)
+		}
+		if !tc.ok && (!strings.Contains(m, "compute capability 8.9") || !strings.Contains(m, tc.info.Name) ||
+			!strings.Contains(m, "--device cpu")) {
+			t.Errorf("%s: %q does not name the need, the GPU and the CPU's flag", tc.info.Name, m)
+		}
 	}
 }
 
-// TestCUDAFP8LoadRefused loads an FP8 checkpoint, and a float one with an FP8 KV cache, on the GPU: Load
-// refuses both before any weight is uploaded, naming what is missing.
-func TestCUDAFP8LoadRefused(t *testing.T) {
+// TestCUDAFP8KVLoadRefused loads a float checkpoint with an FP8 KV cache on the GPU: Load refuses it
+// before any weight is uploaded, naming what is missing.
+func TestCUDAFP8KVLoadRefused(t *testing.T) {
 	gpuDevice(t)
-	fp8Dir, bf16Dir := t.TempDir(), t.TempDir()
-	weightstest.WriteFP8(t, fp8Dir, fp8Config, 1, weightstest.FP8Dynamic, weightstest.FP8Scales{})
-	weightstest.WriteLlamaBF16(t, bf16Dir, fp8Config, 1)
-	for _, tc := range []struct {
-		name, dir string
-		opts      Options
-		want      string
-	}{
-		{"fp8 checkpoint", fp8Dir, Options{}, "fp8 weights: not supported on CUDA yet; --device cpu runs them"},
-		{"--quantization fp8", bf16Dir, Options{Quantization: QuantizationFP8}, "fp8 weights: not supported on CUDA yet"},
-		{"--kv-cache-dtype fp8", bf16Dir, Options{KVCacheDType: KVCacheFP8}, "fp8 KV cache: not supported on CUDA yet; --device cpu runs it"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			opts := tc.opts
-			opts.Device, opts.NumBlocks, opts.BlockSize = DeviceCUDA, 16, 16
-			m, err := Load(openFolder(t, tc.dir), opts)
-			if err == nil {
-				m.Close()
-				t.Fatal("loaded")
-			}
-			if !errors.Is(err, weights.ErrUnsupported) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q, want one saying %q", err, tc.want)
-			}
-		})
+	dir := t.TempDir()
+	weightstest.WriteLlamaBF16(t, dir, fp8Config, 1)
+	opts := Options{KVCacheDType: KVCacheFP8, Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16}
+	m, err := Load(openFolder(t, dir), opts)
+	if err == nil {
+		m.Close()
+		t.Fatal("loaded")
 	}
+	if want := "fp8 KV cache: not supported on CUDA yet; --device cpu runs it"; !errors.Is(err, weights.ErrUnsupported) ||
+		!strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q, want one saying %q", err, want)
+	}
+}
+
+// fp8TestInput draws rows × k activations: rows of different magnitudes (saturating a static scale of
+// 0.01 at the largest), a row of zeros (the dynamic scale's floor) and, with nanRow ≥ 0, a NaN in that row.
+func fp8TestInput(rng *rand.Rand, rows, k, nanRow int) []float32 {
+	x := make([]float32, rows*k)
+	for r := range rows {
+		scale := []float64{1, 30, 0.01, 0}[r%4]
+		for i := range k {
+			x[r*k+i] = float32(rng.NormFloat64() * scale)
+		}
+	}
+	if nanRow >= 0 {
+		x[nanRow*k+k/2] = float32(math.NaN())
+	}
+	return x
+}
+
+// sameFloat reports whether a and b are the same float32 or both NaN.
+func sameFloat(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// TestCUDAFP8MatMul checks the FP8 product (kernels/fp8.cu) against FP8Weight's definition computed in
+// float64 from the codes (fp8Product), for 1-64 rows (every token-tile kernel, and k split between
+// warps) and a prefill size, ragged and aligned k and n (the padded layout), per-channel and
+// per-tensor weight scales, dynamic and static input scales (static ones saturating), with and without
+// a bias, a row of zeros and a row holding a NaN (its outputs NaN, the other rows untouched), in the
+// compute dtypes bfloat16 and float32 (the input's dtype). The quantized input rows must equal the CPU
+// backend's (quantizeRows) code for code and scale for scale; the products may differ from the float64
+// sum by float32 rounding of a sum of k terms (2^-14 of Σ|terms|: one wrong code moves a product by
+// about 1/k of it).
+func TestCUDAFP8MatMul(t *testing.T) {
+	dev := gpuDevice(t)
+	rng := rand.New(rand.NewPCG(43, 8))
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF32} {
+		b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: dt, dev: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
+			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
+				if rows == 200 && sh.n != 100 {
+					continue
+				}
+				for _, tc := range []struct {
+					perTensor bool
+					static    float32
+					bias      bool
+				}{{false, 0, false}, {true, 0, true}, {false, 0.01, true}, {true, 0.01, false}} {
+					name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v", dt, sh.n, sh.k, rows, tc.perTensor, tc.static, tc.bias)
+					t.Run(name, func(t *testing.T) {
+						checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias)
+					})
+				}
+			}
+		}
+	}
+}
+
+func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, rows, n, k int, perTensor bool,
+	static float32, withBias bool) {
+	w := randomFP8(rng, n, k, static)
+	if perTensor {
+		for i := range w.Scales {
+			w.Scales[i] = w.Scales[0]
+		}
+	}
+	wt, err := b.UploadFP8(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := wt.Data.(*cudaWeight)
+	var bias []float32
+	var bw *cudaWeight
+	if withBias {
+		bias = make([]float32, n)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{n}, Data: cuda.Bytes(bias)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw = bt.Data.(*cudaWeight)
+	}
+	nanRow := -1
+	if rows > 1 {
+		nanRow = 1
+	}
+	x := fp8TestInput(rng, rows, k, nanRow)
+	xt := newDeviceTensor(t, b, rows, k)
+	var raw []byte
+	if dt == weights.DTypeF32 {
+		raw = cuda.Bytes(x)
+	} else {
+		raw = round16(dt, x) // x now holds the values the GPU reads
+	}
+	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+		t.Fatal(err)
+	}
+	y := newDeviceTensor(t, b, rows, n)
+	poison(t, b, y.ptr, rows*n)
+	if err := b.runFP8(&stepOp{kind: opMatMul, out: n, in: k, fp8: true}, &opArgs{d: y, x: xt, w: cw, bias: bw},
+		&opPlan{rows: rows}); err != nil {
+		t.Fatal(err)
+	}
+	got := syncAndRead(t, b, y.ptr, rows*n)
+
+	// The quantized rows, code for code, against the CPU backend's.
+	kp := cw.fp8.colsPad
+	codes := make([]byte, rows*kp)
+	scales := make([]float32, rows)
+	if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
+		t.Fatal(err)
+	}
+	xq, sx := make([]float32, rows*k), make([]float32, rows)
+	quantizeRows(xq, sx, x, rows, k, static)
+	for r := range rows {
+		if !sameFloat(scales[r], sx[r]) {
+			t.Fatalf("row %d: scale %v, the CPU's %v", r, scales[r], sx[r])
+		}
+		for i := range kp {
+			c := codes[r*kp+i]
+			if i >= k {
+				if c != 0 {
+					t.Fatalf("row %d: padding column %d holds code %#x", r, i, c)
+				}
+				continue
+			}
+			if v := dtype.E4M3ToF32(c); !sameFloat(v, xq[r*k+i]) {
+				t.Fatalf("row %d column %d: x %v quantized to %v (code %#x), the CPU's %v", r, i, x[r*k+i], v, c, xq[r*k+i])
+			}
+		}
+	}
+
+	ref, bound := fp8Product(x, rows, k, w)
+	for r := range rows {
+		for o := range n {
+			g, want := float64(got[r*n+o]), ref[r][o]
+			if math.IsNaN(want) {
+				if !math.IsNaN(g) {
+					t.Fatalf("row %d output %d: %v, want NaN (a NaN in the row)", r, o, g)
+				}
+				continue
+			}
+			tol := bound[r][o] * 0x1p-14
+			if bias != nil {
+				want += float64(bias[o])
+				tol += math.Abs(float64(bias[o])) * 0x1p-23
+			}
+			if !(math.Abs(g-want) <= tol) {
+				t.Fatalf("row %d output %d: %v, want %v (tolerance %.3g)", r, o, g, want, tol)
+			}
+		}
+	}
+}
+
+// fp8TestConfig is a small LLaMA the CUDA backend runs (heads of 64) whose Linear layers have ragged
+// sizes for the FP8 product's padded layout (k = 160 and 208, n = 208 and 416).
+var fp8TestConfig = map[string]any{
+	"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+	"vocab_size": 300, "hidden_size": 160, "intermediate_size": 208, "num_hidden_layers": 2,
+	"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 4096,
+	"rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+}
+
+// TestCUDAFP8MatchesCPU loads FP8 models on the CPU backend (the reference arithmetic) and on the GPU:
+// a bfloat16 checkpoint with Options.Quantization fp8, and compressed-tensors checkpoints (per channel
+// with per-token activations; per tensor with static input scales), in the compute dtypes float32 and
+// bfloat16, and runs the same steps on both (fp8MatchCPU). In float32 the two quantize the same
+// activations (up to a float32 rounding that lands an element on the other side of an e4m3 midpoint,
+// rarely): logits within 1e-2 relative and the same greedy ids where the CPU's top two differ by more
+// than 1% of the row's largest logit. In bfloat16 the GPU rounds every product's input to bfloat16
+// before quantizing it, which moves about one element in 30 to the neighbouring e4m3 code: 1e-1.
+func TestCUDAFP8MatchesCPU(t *testing.T) {
+	dev := gpuDevice(t)
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, dir string)
+		opts  Options
+	}{
+		{"quantization fp8", func(t *testing.T, dir string) { weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 17) },
+			Options{Quantization: QuantizationFP8}},
+		{"compressed-tensors dynamic", func(t *testing.T, dir string) {
+			weightstest.WriteFP8(t, dir, fp8TestConfig, 18, weightstest.FP8Dynamic, weightstest.FP8Scales{})
+		}, Options{}},
+		{"compressed-tensors static", func(t *testing.T, dir string) {
+			weightstest.WriteFP8(t, dir, fp8TestConfig, 19, weightstest.FP8Static, weightstest.FP8Scales{Input: 0.012, K: 1, V: 1})
+		}, Options{}},
+	} {
+		dir := t.TempDir()
+		tc.write(t, dir)
+		for _, dt := range []struct {
+			dtype weights.DType
+			tol   float64
+			ids   bool
+		}{{weights.DTypeF32, 1e-2, true}, {weights.DTypeBF16, 1e-1, false}} {
+			t.Run(fmt.Sprintf("%s/%v", tc.name, dt.dtype), func(t *testing.T) {
+				f := openFolder(t, dir)
+				opts := tc.opts
+				opts.NumBlocks, opts.BlockSize = 256, 16
+				cpu, err := LoadOn(f, opts, NewCPUBackend)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cpu.Close()
+				var backend *cudaBackend
+				gpu, err := LoadOn(f, opts, func(s Shape) (Backend, error) {
+					b, err := newCUDABackend(s, cudaConfig{dtype: dt.dtype, dev: dev})
+					backend = b
+					return b, err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer gpu.Close()
+				fp8MatchCPU(t, cpu, gpu, f.Config.VocabSize, dt.tol, dt.ids)
+				st := backend.Stats()
+				t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+				if st.CaptureFailed != nil || st.Captured < 3 || st.Replayed == 0 {
+					t.Errorf("captured %d graphs (want 3 buckets), replayed %d, capture error %v", st.Captured, st.Replayed, st.CaptureFailed)
+				}
+			})
+		}
+	}
+}
+
+// fp8MatchCPU runs the same steps on cpu and gpu and compares every logits row (relative error at most
+// tol and, with ids, the same argmax where the CPU's margin is clear): prefill chunks of 1-300 tokens
+// beside decode tokens, then decode steps at batches 1, 3 (bucket 4) and 12 (bucket 16), each several
+// times (graphs captured, then replayed).
+func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64, ids bool) {
+	t.Helper()
+	rng := newRand(21)
+	pc, pg := newModelPager(cpu, newRand(3)), newModelPager(gpu, newRand(3))
+	plan := [][]chunk{
+		{{0, randomTokens(rng, 37, vocab)}, {1, randomTokens(rng, 1, vocab)}},
+		{{2, randomTokens(rng, 300, vocab)}, {0, nil}, {1, nil}},
+	}
+	for range 4 {
+		plan = append(plan, []chunk{{2, nil}})
+	}
+	for range 4 {
+		plan = append(plan, []chunk{{0, nil}, {2, nil}, {1, nil}})
+	}
+	var more, all []chunk
+	for seq := 3; seq < 12; seq++ {
+		more = append(more, chunk{seq, randomTokens(rng, 2+seq, vocab)})
+	}
+	for seq := range 12 {
+		all = append(all, chunk{seq, nil})
+	}
+	plan = append(plan, more)
+	for range 3 {
+		plan = append(plan, append([]chunk(nil), all...))
+	}
+	var worst float64
+	compared := 0
+	for i, chunks := range plan {
+		for j := range chunks {
+			if chunks[j].tokens == nil {
+				chunks[j].tokens = randomTokens(rng, 1, vocab)
+			}
+		}
+		want, err := cpu.Forward(pc.step(chunks...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gpu.Forward(pg.step(chunks...))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for j := range want {
+			e := relErr(got[j], want[j])
+			worst = max(worst, e)
+			if !(e <= tol) {
+				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
+			}
+			if !ids {
+				continue
+			}
+			top, second, largest := topTwo(want[j])
+			if float64(want[j][top]-want[j][second]) > 0.01*largest {
+				compared++
+				if g := argmax(got[j]); g != int32(top) {
+					t.Errorf("step %d, sequence %d: greedy id %d on the GPU, %d on the CPU (margin %.3g)", i, chunks[j].seq,
+						g, top, want[j][top]-want[j][second])
+				}
+			}
+		}
+	}
+	t.Logf("largest relative error %.3g (tolerance %g); %d greedy ids compared", worst, tol, compared)
+	if ids && compared < 20 {
+		t.Errorf("only %d rows with a clear greedy id", compared)
+	}
+}
+
+// topTwo returns the indices of the largest and second largest of v and the largest magnitude in v.
+func topTwo(v []float32) (top, second int, largest float64) {
+	top, second = 0, -1
+	for i, x := range v {
+		largest = max(largest, math.Abs(float64(x)))
+		switch {
+		case i == 0:
+		case x > v[top]:
+			top, second = i, top
+		case second < 0 || x > v[second]:
+			second = i
+		}
+	}
+	return top, second, largest
 }

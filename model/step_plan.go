@@ -156,6 +156,9 @@ type stepOp struct {
 	// bias: a MatMul whose weight has a bias, which a kernel of its own adds after the product (the
 	// product then takes no epilogue, no accumulation and no norm after it).
 	bias bool
+	// fp8: a MatMul with an FP8 weight (UploadFP8), which runs the FP8 product (pathFP8): its input
+	// quantized by a kernel of its own, its bias added in its epilogue, nothing fused into it.
+	fp8 bool
 	// window: RoPE's and Attention's layer's sliding window (0: none).
 	window int
 }
@@ -248,9 +251,10 @@ const (
 	pathGemv   matmulPath = iota // the skinny product (kernels/gemv.cu): up to MaxTokens rows, 16-bit weights
 	pathGemm                     // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
 	pathCuBLAS                   // cuBLAS GemmEx: everything else
+	pathFP8                      // an FP8 weight's product (kernels/fp8.cu): every row count
 )
 
-func (p matmulPath) String() string { return [...]string{"gemv", "gemm", "cublas"}[p] }
+func (p matmulPath) String() string { return [...]string{"gemv", "gemm", "cublas", "fp8"}[p] }
 
 // productSplit is how a product on cuBLAS is split into parts computed by one strided-batched call.
 type productSplit struct {
@@ -358,7 +362,7 @@ func fuseTarget(ops []stepOp, i int, f *stepFacts) int {
 		return -1
 	}
 	mm := &ops[i-1]
-	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows || mm.bias {
+	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows || mm.bias || mm.fp8 {
 		return -1
 	}
 	switch op.kind {
@@ -398,7 +402,8 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			// before it wrote the residual (the first layer's input norm).
 			// Or the norm before it normalised the addend in place: it does that norm itself.
 			switch {
-			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in && !prev.bias:
+			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in && !prev.bias &&
+				!prev.fp8:
 				l.target = i - 1
 				links[i-1].residual = true
 			case prev != nil && op.add == 0 && prev.kind == opEmbed && prev.dst == op.resid:
@@ -409,7 +414,7 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			}
 		case opMatMul:
 			l.afterAttention = op.src == attnOut
-			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in {
+			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in && !op.fp8 {
 				if n := &links[i-1]; n.target >= 0 || n.embed >= 0 {
 					n.consumer, n.fold = i, len(folds)
 					folds = append(folds, i-1)
@@ -484,7 +489,7 @@ type opPlan struct {
 	attn   attention.DecodeDecision
 	// Argmax: where its partial maxima come from.
 	argmax argmaxSource
-	// MatMul: bias, a kernel adds the weight's bias after the product.
+	// MatMul: bias, a kernel adds the weight's bias after the product (an FP8 product adds its own).
 	bias bool
 	// Norm: inPlace, it normalises a sublayer's output in place (float, NormAddRMSNorm without a
 	// residual); preNorm, it first normalises its addend in place as the in-place norm op preNorm would
@@ -559,6 +564,9 @@ type attnMemo struct {
 // mm is the plan of product op i at rows rows.
 func (p *stepPlanner) mm(i, rows int) matmulPlan {
 	op, l := &p.ops[i], &p.links[i]
+	if op.fp8 {
+		return matmulPlan{path: pathFP8, split: productSplit{parts: 1}}
+	}
 	return p.f.planMatMul(rows, op.out, op.in, l.mode, l.residual)
 }
 
@@ -665,7 +673,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			}
 		}
 	case opMatMul:
-		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias
+		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias && !op.fp8
 		if plan.mm.path == pathGemv {
 			if p.normFolds(l.normOut, rows) {
 				plan.foldOut = l.normOut
@@ -746,6 +754,9 @@ func (op *stepOp) hash(h uint64, prevRows int) uint64 {
 	}
 	if op.bias {
 		h = fnvString(h, "bias")
+	}
+	if op.fp8 {
+		h = fnvString(h, "fp8")
 	}
 	if op.graphable {
 		h = fnvString(h, "graphable")
