@@ -20,6 +20,7 @@ func (b *cudaBackend) facts() stepFacts {
 		gemv:       b.gemv != nil && b.gemv.byTiles[0] != nil,
 		gemm:       b.gemm != nil,
 		gemmSwiGLU: b.gemm != nil && b.gemm.swiglu,
+		fp8Lt:      b.fp8.lt != nil,
 		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
 		decodeKernels: b.decodeFits && b.decode != nil,
 		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,
@@ -185,7 +186,7 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
-	if p.mm.path == pathFP8 {
+	if p.mm.path == pathFP8 || p.mm.path == pathFP8Lt {
 		return b.runFP8(op, a, p)
 	}
 	if err := b.runProduct(op, a, p); err != nil || !p.bias {

@@ -5,6 +5,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -35,6 +36,9 @@ type cudaFP8 struct {
 type fp8State struct {
 	quantize *cuda.Function
 	matmul   [4]*cuda.Function // by token tiles: 1, 2, 4, 8
+	scale    *cuda.Function    // ScaleE4M3: the epilogue of cuBLASLt's product
+	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3).
+	lt *cuda.BLASLt
 	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales.
 	codes, scales       cuda.DevicePtr
 	codesCap, scalesCap int64
@@ -46,6 +50,12 @@ type fp8Params struct {
 	M, N, KP               int32
 	KS                     int32
 	Tiles                  int32
+}
+
+type fp8ScaleParams struct {
+	Y, SX, SW, Bias cuda.DevicePtr
+	Total           int64
+	N               int32
 }
 
 type fp8QuantizeParams struct {
@@ -95,6 +105,13 @@ func (b *cudaBackend) loadFP8() error {
 		if b.fp8.matmul[i], err = b.mod.Function(fmt.Sprintf("MatMulE4M3_nt%d", nt)); err != nil {
 			return err
 		}
+	}
+	if b.fp8.scale, err = b.mod.Function("ScaleE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err != nil {
+		slog.Warn("cuda backend: no cuBLASLt; FP8 products of every size run the FP8 kernel", "err", err)
+		b.fp8.lt = nil
 	}
 	b.fp8.quantize = q
 	return nil
@@ -164,9 +181,13 @@ func (b *cudaBackend) ensureFP8Workspace(rows, colsPad int) error {
 	return nil
 }
 
-// freeFP8 frees the FP8 workspace (Close).
+// freeFP8 frees the FP8 workspace and cuBLASLt (Close).
 func (b *cudaBackend) freeFP8() error {
 	err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales))
+	if b.fp8.lt != nil {
+		err = errors.Join(err, b.fp8.lt.Destroy())
+		b.fp8.lt = nil
+	}
 	b.fp8.codes, b.fp8.scales, b.fp8.codesCap, b.fp8.scalesCap = 0, 0, 0, 0
 	return err
 }
@@ -204,6 +225,20 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
 	if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
 		return err
+	}
+	if p.mm.path == pathFP8Lt {
+		// Row-major Y[rows][out] = Xq[rows][kp] · W[out][kp]ᵀ is column-major Yᵀ = W · Xqᵀ.
+		if err := b.fp8.lt.MatmulE4M3(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr, op.out,
+			b.stream); err != nil {
+			return err
+		}
+		total := int64(rows) * int64(op.out)
+		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, Total: total, N: int32(op.out)}
+		if a.bias != nil {
+			s.Bias = a.bias.ptr
+		}
+		// cuBLASLt's kernel is not launched as a dependent: this one waits for it the ordinary way.
+		return cuda.Launch(b.fp8.scale, cuda.Dim3{X: int(min((total+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &s)
 	}
 	nt := 3 // token tiles of 8: 1, 2, 4 or 8 per block
 	switch {

@@ -93,10 +93,11 @@ func sameFloat(a, b float32) bool {
 // warps) and a prefill size, ragged and aligned k and n (the padded layout), per-channel and
 // per-tensor weight scales, dynamic and static input scales (static ones saturating), with and without
 // a bias, a row of zeros and a row holding a NaN (its outputs NaN, the other rows untouched), in the
-// compute dtypes bfloat16 and float32 (the input's dtype). The quantized input rows must equal the CPU
-// backend's (quantizeRows) code for code and scale for scale; the products may differ from the float64
-// sum by float32 rounding of a sum of k terms (2^-14 of Σ|terms|: one wrong code moves a product by
-// about 1/k of it).
+// compute dtypes bfloat16 and float32 (the input's dtype), on the FP8 kernel and, from 64 rows, on
+// cuBLASLt with ScaleE4M3. The quantized input rows must equal the CPU backend's (quantizeRows) code
+// for code and scale for scale; the products may differ from the float64 sum by float32 rounding of a
+// sum of k terms (2^-14 of Σ|terms|, 2^-12 on cuBLASLt, whose tensor cores keep fewer bits before it
+// promotes a partial sum: one wrong code moves a product by about 1/k of it).
 func TestCUDAFP8MatMul(t *testing.T) {
 	dev := gpuDevice(t)
 	rng := rand.New(rand.NewPCG(43, 8))
@@ -116,10 +117,16 @@ func TestCUDAFP8MatMul(t *testing.T) {
 					static    float32
 					bias      bool
 				}{{false, 0, false}, {true, 0, true}, {false, 0.01, true}, {true, 0.01, false}} {
-					name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v", dt, sh.n, sh.k, rows, tc.perTensor, tc.static, tc.bias)
-					t.Run(name, func(t *testing.T) {
-						checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias)
-					})
+					for _, path := range []matmulPath{pathFP8, pathFP8Lt} {
+						if path == pathFP8Lt && (rows < 64 || b.fp8.lt == nil) {
+							continue
+						}
+						name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,
+							tc.static, tc.bias, path)
+						t.Run(name, func(t *testing.T) {
+							checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias, path)
+						})
+					}
 				}
 			}
 		}
@@ -127,7 +134,7 @@ func TestCUDAFP8MatMul(t *testing.T) {
 }
 
 func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, rows, n, k int, perTensor bool,
-	static float32, withBias bool) {
+	static float32, withBias bool, path matmulPath) {
 	w := randomFP8(rng, n, k, static)
 	if perTensor {
 		for i := range w.Scales {
@@ -173,7 +180,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 	y := newDeviceTensor(t, b, rows, n)
 	poison(t, b, y.ptr, rows*n)
 	if err := b.runFP8(&stepOp{kind: opMatMul, out: n, in: k, fp8: true}, &opArgs{d: y, x: xt, w: cw, bias: bw},
-		&opPlan{rows: rows}); err != nil {
+		&opPlan{rows: rows, mm: matmulPlan{path: path}}); err != nil {
 		t.Fatal(err)
 	}
 	got := syncAndRead(t, b, y.ptr, rows*n)
@@ -216,6 +223,9 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 				continue
 			}
 			tol := bound[r][o] * 0x1p-14
+			if path == pathFP8Lt { // the tensor cores' partial sums, promoted to float32 by cuBLASLt
+				tol = bound[r][o] * 0x1p-12
+			}
 			if bias != nil {
 				want += float64(bias[o])
 				tol += math.Abs(float64(bias[o])) * 0x1p-23

@@ -98,6 +98,8 @@ type gemvTuning struct {
 	// rule; SplitRows (with SplitK 0) the O and down products' output rows in halves whatever their size.
 	SplitK    int
 	SplitRows bool
+	// FP8LtRows is the fewest rows of an FP8 product on cuBLASLt (fp8Path): 0 the default, < 0 never.
+	FP8LtRows int
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -173,6 +175,8 @@ type stepFacts struct {
 	// gemv: the skinny product exists for the compute dtype (16-bit); gemm: the skinny GEMM is loaded
 	// (compute capability 9.0, 16-bit); gemmSwiGLU: the driver encodes the GEMM's SwiGLU weight map.
 	gemv, gemm, gemmSwiGLU bool
+	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer).
+	fp8Lt bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
 	normFold  bool
@@ -251,10 +255,28 @@ const (
 	pathGemv   matmulPath = iota // the skinny product (kernels/gemv.cu): up to MaxTokens rows, 16-bit weights
 	pathGemm                     // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
 	pathCuBLAS                   // cuBLAS GemmEx: everything else
-	pathFP8                      // an FP8 weight's product (kernels/fp8.cu): every row count
+	pathFP8                      // an FP8 weight's product (kernels/fp8.cu)
+	pathFP8Lt                    // an FP8 weight's product on cuBLASLt's e4m3 GEMM, scaled by ScaleE4M3
 )
 
-func (p matmulPath) String() string { return [...]string{"gemv", "gemm", "cublas", "fp8"}[p] }
+func (p matmulPath) String() string {
+	return [...]string{"gemv", "gemm", "cublas", "fp8", "fp8-cublaslt"}[p]
+}
+
+// fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
+// loaded, from FP8LtRows rows on (gemvMaxTokens+1 by default: the FP8 kernel streams the weights of a
+// decode step, the GEMM's tensor cores win at prefill sizes), and out a multiple of 4 (its output's
+// rows 16-byte aligned); the FP8 kernel otherwise.
+func (f *stepFacts) fp8Path(rows, out int) matmulPath {
+	least := f.tune.FP8LtRows
+	if least == 0 {
+		least = gemvMaxTokens + 1
+	}
+	if f.fp8Lt && least > 0 && rows >= least && out%4 == 0 {
+		return pathFP8Lt
+	}
+	return pathFP8
+}
 
 // productSplit is how a product on cuBLAS is split into parts computed by one strided-batched call.
 type productSplit struct {
@@ -565,7 +587,7 @@ type attnMemo struct {
 func (p *stepPlanner) mm(i, rows int) matmulPlan {
 	op, l := &p.ops[i], &p.links[i]
 	if op.fp8 {
-		return matmulPlan{path: pathFP8, split: productSplit{parts: 1}}
+		return matmulPlan{path: p.f.fp8Path(rows, op.out), split: productSplit{parts: 1}}
 	}
 	return p.f.planMatMul(rows, op.out, op.in, l.mode, l.residual)
 }
@@ -729,7 +751,7 @@ func (p *stepPlanner) slots(plan *opPlan) {
 // hash mixes the tuning into a graph signature: it picks the launches a graph holds.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
-		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK} {
+		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows} {
 		h = fnvWord(h, uint64(w))
 	}
 	for _, f := range []struct {

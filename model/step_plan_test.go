@@ -544,6 +544,7 @@ func TestPlanFP8(t *testing.T) {
 					}
 				}
 				f := planFacts("h200", m)
+				f.fp8Lt = true
 				st := stepShape{decode: rows <= 64, graph: rows <= 64, contextCap: 2048, stride: 128, pdl: rows <= 8}
 				plans := planStep(ops, 0, &f, &st)
 				for i, p := range plans {
@@ -553,7 +554,11 @@ func TestPlanFP8(t *testing.T) {
 					}
 					switch {
 					case op.kind == opMatMul && op.fp8:
-						if p.mm.path != pathFP8 || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {
+						want := pathFP8
+						if rows > gemvMaxTokens {
+							want = pathFP8Lt
+						}
+						if p.mm.path != want || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {
 							t.Errorf("op %d: FP8 product planned %+v, bias kernel %v", i, p.mm, p.bias)
 						}
 					case op.kind == opNorm:

@@ -6,8 +6,9 @@
 //	acc[r][o] = Σ_i float(xq[r][i]) · float(w[o][i])                     float accumulation
 //	y[r][o]   = acc[r][o] · (s[r] · sw[o])  (+ bias[o])
 //
-// Two kernels: QuantizeE4M3_<T> writes each input row's codes and scale (one block a row), and
-// MatMulE4M3_nt<NT> streams the weight codes and computes the product. The weights are stored with
+// QuantizeE4M3_<T> writes each input row's codes and scale (one block a row); MatMulE4M3_nt<NT> streams
+// the weight codes and computes the product (decode sizes), or cuBLASLt's e4m3 GEMM computes the unscaled
+// sums and ScaleE4M3 applies the scales and the bias (prefill; the backend's plan picks). The weights are stored with
 // rows and columns padded with zero codes to multiples of 16 and 64 (kp columns, also the stride of the
 // quantized activations, whose padding columns QuantizeE4M3 zeroes): every row then starts 64-byte
 // aligned and a 64-column k-block never reads past a row, and a zero code adds an exact 0.
@@ -230,3 +231,25 @@ FP8_MATMUL(1, 4)
 FP8_MATMUL(2, 4)
 FP8_MATMUL(4, 2)
 FP8_MATMUL(8, 1)
+
+// ScaleE4M3: the epilogue of an FP8 product that cuBLASLt computed unscaled into y (acc, float32):
+// y[r][o] = acc[r][o] · (sx[r] · sw[o]) (+ bias[o]), as MatMulE4M3's epilogue.
+struct ScaleE4M3Params {
+	float *y;          // [m][n]
+	const float *sx;   // [m]
+	const float *sw;   // [n] (or more)
+	const float *bias; // [n], or null
+	long long total;   // m · n
+	int n;
+};
+
+extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
+	pdl_wait();
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total; i += (long long)gridDim.x * blockDim.x) {
+		const int r = (int)(i / p.n), o = (int)(i - (long long)r * p.n);
+		float v = p.y[i] * (p.sx[r] * p.sw[o]);
+		if (p.bias != nullptr) v += p.bias[o];
+		p.y[i] = v;
+	}
+	pdl_launch_dependents();
+}
