@@ -392,3 +392,116 @@ func topTwo(v []float32) (top, second int, largest float64) {
 	}
 	return top, second, largest
 }
+
+// fp8PeakBandwidth is the H200's memory bandwidth (4.27 TB/s, as measured by a device copy), the
+// yardstick of the FP8 weight stream.
+const fp8PeakBandwidth = 4.27e12
+
+// BenchmarkCUDAFP8MatMul times Llama-3-8B's FP8 products: at 1-64 rows the weight-streaming kernel alone
+// (matmul-us, and GB/s of weight bytes with its share of 4.27 TB/s) and with the input's quantization
+// (step-us: the two launches the step runs), beside the bfloat16 product of the same shape as the step
+// plans it (bf16-us: the skinny kernel at 1-8 rows, cuBLAS above); at 1024 rows (prefill) cuBLASLt's
+// e4m3 GEMM with its epilogue (lt-us, TFLOP/s), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8 the
+// speed-up. Weights rotate among copies of at least 256 MB (L2 is 50 MB).
+//
+//	go test -tags cuda -run XXX -bench CUDAFP8MatMul -benchtime 1x ./model
+func BenchmarkCUDAFP8MatMul(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	rng := rand.New(rand.NewPCG(5, 7))
+	const prefill = 1024
+	for _, sh := range gemvBenchShapes {
+		if !strings.HasPrefix(sh.name, "8b-") || sh.name == "8b-lmhead" {
+			continue
+		}
+		bytes := int64(sh.n) * int64(sh.k)
+		fw := &FP8Weight{Name: sh.name, Rows: sh.n, Cols: sh.k, Codes: make([]byte, bytes), Scales: make([]float32, sh.n)}
+		for i := range fw.Codes {
+			fw.Codes[i] = byte(rng.IntN(256)) & 0xbf // finite, moderate
+		}
+		for i := range fw.Scales {
+			fw.Scales[i] = 0.01
+		}
+		ws := make([]*cudaWeight, int(max(2, (256<<20+bytes-1)/bytes)))
+		for i := range ws {
+			w, err := b.UploadFP8(fw)
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		bws, _ := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		x := newDeviceTensor(bb, b, prefill, sh.k)
+		xs := make([]float32, prefill*sh.k)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		if err := b.dev.CopyToDevice(x.ptr, round16(weights.DTypeBF16, xs)); err != nil {
+			bb.Fatal(err)
+		}
+		y := newDeviceTensor(bb, b, prefill, sh.n)
+		if err := b.ensureFP8Workspace(prefill, ws[0].fp8.colsPad); err != nil {
+			bb.Fatal(err)
+		}
+		f := b.facts()
+		for _, m := range []int{1, 8, 16, 64, prefill} {
+			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
+				const reps = 50
+				op := &stepOp{kind: opMatMul, out: sh.n, in: sh.k, fp8: true}
+				run := func(path matmulPath) func(i int) error {
+					return func(i int) error {
+						return b.runFP8(op, &opArgs{d: y, x: x, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}})
+					}
+				}
+				var stepUS, bf16US, ltUS float64
+				var err error
+				for bb.Loop() {
+					if stepUS, err = deviceMicros(b, reps, run(pathFP8)); err != nil {
+						bb.Fatal(err)
+					}
+					bf16 := func(i int) error {
+						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, bws[i%len(bws)].ptr, b.dtype, sh.k, x.ptr,
+							b.dtype, sh.k, 0, y.ptr, cuda.Float32, sh.n)
+					}
+					if f.gemvServes(m, sh.k) {
+						bf16 = func(i int) error { return b.launchGemv(y, x, bws[i%len(bws)], sh.n, sh.k, m, &gemvEpilogue{}) }
+					}
+					if bf16US, err = deviceMicros(b, reps, bf16); err != nil {
+						bb.Fatal(err)
+					}
+					if m == prefill && b.fp8.lt != nil {
+						if ltUS, err = deviceMicros(b, reps, run(pathFP8Lt)); err != nil {
+							bb.Fatal(err)
+						}
+					}
+				}
+				// The product alone: the quantization of the same rows timed by itself and taken off.
+				quantUS, err := deviceMicros(b, reps, func(int) error {
+					q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: x.ptr, MinScale: fp8MinScale,
+						K: int32(sh.k), KP: int32(ws[0].fp8.colsPad)}
+					return cuda.Launch(b.fp8.quantize, cuda.Dim3{X: m}, cuda.Dim3{X: rowThreads(sh.k)}, 0, b.stream, &q)
+				})
+				if err != nil {
+					bb.Fatal(err)
+				}
+				mmUS := stepUS - quantUS
+				bb.ReportMetric(stepUS, "step-us")
+				bb.ReportMetric(quantUS, "quant-us")
+				bb.ReportMetric(mmUS, "matmul-us")
+				bb.ReportMetric(float64(bytes)/(mmUS*1e-6)/1e9, "GB/s")
+				bb.ReportMetric(100*float64(bytes)/(mmUS*1e-6)/fp8PeakBandwidth, "%4.27TB/s")
+				bb.ReportMetric(bf16US, "bf16-us")
+				if m == prefill {
+					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
+					bb.ReportMetric(flops/(stepUS*1e-6)/1e12, "kernel-TFLOP/s")
+					if ltUS > 0 {
+						bb.ReportMetric(ltUS, "lt-us")
+						bb.ReportMetric(flops/(ltUS*1e-6)/1e12, "lt-TFLOP/s")
+						bb.ReportMetric(bf16US/ltUS, "bf16/fp8")
+					}
+				} else {
+					bb.ReportMetric(bf16US/stepUS, "bf16/fp8")
+				}
+			})
+		}
+	}
+}
