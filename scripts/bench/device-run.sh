@@ -332,7 +332,7 @@ EOF
 section_fp8() {
 	local d=$out/fp8 q extra
 	mkdir -p "$d"
-	gotest "$d" model-fp8 model '^(TestCUDAFP8.*|TestFP8Golden|TestPlanFP8)$' 200
+	gotest "$d" model-fp8 model '^(TestCUDAFP8.*|TestFP8Golden.*|TestPlanFP8)$' 200
 	gotest "$d" cuda-lt internal/cuda '^TestMatmulE4M3$' 60
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
 	for q in bf16 fp8; do
