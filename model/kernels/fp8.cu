@@ -44,6 +44,9 @@ template <typename T> __device__ __forceinline__ void quantize_e4m3(const Quanti
 	__shared__ float scratch[32];
 	__shared__ int nan_seen;
 	pdl_wait();
+	// The product after this kernel may launch now: its blocks stream their first weights while this
+	// one runs, and wait (pdl_wait) before they read what it writes.
+	pdl_launch_dependents();
 	const int r = blockIdx.x;
 	const T *x = reinterpret_cast<const T *>(p.x) + (long long)r * p.k;
 	unsigned char *q = p.codes + (long long)r * p.kp;
@@ -74,7 +77,6 @@ template <typename T> __device__ __forceinline__ void quantize_e4m3(const Quanti
 		q[i] = c;
 	}
 	if (threadIdx.x == 0) p.scales[r] = s;
-	pdl_launch_dependents();
 }
 
 #define FP8_QUANTIZE(TN, T)                                                                                   \
@@ -157,16 +159,30 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 		for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
 
 	const int blocks = active ? p.kp >> 6 : 0;
-	pdl_wait();
 	int kb = s;
-	for (; kb + (U - 1) * p.ks < blocks; kb += U * p.ks) { // U whole k-blocks: every load issued first
-		uint4 wl[U], wh[U], xv[U][NT];
+	// The weights never change: the first step's loads go out before pdl_wait, while the kernel that
+	// quantizes x may still run; x is read after it.
+	uint4 wl[U], wh[U];
+	bool full = kb + (U - 1) * p.ks < blocks;
+	if (full) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const long long off = (long long)(kb + u * p.ks) * 64;
 			wl[u] = fp8_load_stream(wlo + off);
 			wh[u] = fp8_load_stream(whi + off);
 		}
+	}
+	pdl_wait();
+	for (; full; kb += U * p.ks) { // U whole k-blocks: every load issued before their mma
+		if (kb != s) {
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const long long off = (long long)(kb + u * p.ks) * 64;
+				wl[u] = fp8_load_stream(wlo + off);
+				wh[u] = fp8_load_stream(whi + off);
+			}
+		}
+		uint4 xv[U][NT];
 #pragma unroll
 		for (int u = 0; u < U; u++)
 #pragma unroll
@@ -174,6 +190,7 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 				xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64));
 #pragma unroll
 		for (int u = 0; u < U; u++) fp8_mma<NT>(acc, wl[u], wh[u], xv[u]);
+		full = kb + U * p.ks + (U - 1) * p.ks < blocks;
 	}
 	for (; kb < blocks; kb += p.ks) { // the rest, one at a time
 		const long long off = (long long)kb * 64;
