@@ -70,6 +70,9 @@ func (b *cudaBackend) runOp(i int, p *opPlan) error {
 	case opAttention:
 		return b.runAttention(a, p)
 	case opSwiGLU, opGeGLU:
+		if p.fp8Out >= 0 {
+			return b.runFusedE4M3(op, a, p)
+		}
 		n := int64(rows) * int64(op.out)
 		params := struct {
 			Dst, GateUp cuda.DevicePtr
@@ -132,6 +135,9 @@ func (b *cudaBackend) runEmbed(op *stepOp, a *opArgs, p *opPlan) error {
 const qkNormHeads = 8
 
 func (b *cudaBackend) runNorm(op *stepOp, a *opArgs, p *opPlan) error {
+	if p.fp8Out >= 0 {
+		return b.runFusedE4M3(op, a, p)
+	}
 	if p.inPlace || p.preNorm >= 0 {
 		return b.runNormAdd(op, a, p)
 	}

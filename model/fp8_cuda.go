@@ -37,6 +37,8 @@ type fp8State struct {
 	quantize *cuda.Function
 	matmul   [4]*cuda.Function // by token tiles: 1, 2, 4, 8
 	scale    *cuda.Function    // ScaleE4M3: the epilogue of cuBLASLt's product
+	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
+	norm, swiglu *cuda.Function
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3).
 	lt *cuda.BLASLt
 	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales.
@@ -56,6 +58,13 @@ type fp8ScaleParams struct {
 	Y, SX, SW, Bias cuda.DevicePtr
 	Total           int64
 	N               int32
+}
+
+// fp8FusedParams mirrors FusedE4M3Params of kernels/fp8.cu.
+type fp8FusedParams struct {
+	Codes, Scales, Residual, Add, Weight cuda.DevicePtr
+	Eps, InputScale, MinScale            float32
+	Cols, KP                             int32
 }
 
 type fp8QuantizeParams struct {
@@ -107,6 +116,12 @@ func (b *cudaBackend) loadFP8() error {
 		}
 	}
 	if b.fp8.scale, err = b.mod.Function("ScaleE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.norm, err = b.mod.Function("NormE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.swiglu, err = b.mod.Function("SwiGLUE4M3_" + tn); err != nil {
 		return err
 	}
 	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err != nil {
@@ -221,10 +236,12 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
-	q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
-		MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
-	if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
-		return err
+	if !p.fp8Quantized { // else the op before it wrote the quantized rows (runFusedE4M3)
+		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
+			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
+		if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
+			return err
+		}
 	}
 	if p.mm.path == pathFP8Lt {
 		// Row-major Y[rows][out] = Xq[rows][kp] · W[out][kp]ᵀ is column-major Yᵀ = W · Xqᵀ.
@@ -259,4 +276,22 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		params.Bias = a.bias.ptr
 	}
 	return launchDependent(b, b.fp8.matmul[nt], cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
+}
+
+// runFusedE4M3 queues a norm or SwiGLU op that writes its output quantized for the FP8 product p.fp8Out
+// (NormE4M3, SwiGLUE4M3): the product's codes and scales workspace, with its static input scale.
+func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
+	f := b.args[p.fp8Out].w.fp8
+	params := fp8FusedParams{Codes: b.fp8.codes, Scales: b.fp8.scales, InputScale: f.inputScale, MinScale: fp8MinScale,
+		KP: int32(f.colsPad)}
+	fn := b.fp8.norm
+	if op.kind == opNorm {
+		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
+		if a.a != nil {
+			params.Add = a.a.ptr
+		}
+	} else { // SwiGLU: gate/up [rows][2·inter]
+		fn, params.Residual, params.Cols = b.fp8.swiglu, a.x.ptr, int32(op.out)
+	}
+	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(int(params.Cols))}, 0, &params)
 }

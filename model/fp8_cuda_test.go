@@ -249,11 +249,13 @@ var fp8TestConfig = map[string]any{
 // TestCUDAFP8MatchesCPU loads FP8 models on the CPU backend (the reference arithmetic) and on the GPU:
 // a bfloat16 checkpoint with Options.Quantization fp8, and compressed-tensors checkpoints (per channel
 // with per-token activations; per tensor with static input scales), in the compute dtypes float32 and
-// bfloat16, and runs the same steps on both (fp8MatchCPU). In float32 the two quantize the same
+// bfloat16 (with the input quantization fused into the norms and SwiGLU, and in bfloat16 also as kernels
+// of their own: FP8NoFuse), and runs the same steps on both (fp8MatchCPU). In float32 the two quantize the same
 // activations (up to a float32 rounding that lands an element on the other side of an e4m3 midpoint,
 // rarely): logits within 1e-2 relative and the same greedy ids where the CPU's top two differ by more
-// than 1% of the row's largest logit. In bfloat16 the GPU rounds every product's input to bfloat16
-// before quantizing it, which moves about one element in 30 to the neighbouring e4m3 code: 1e-1.
+// than 1% of the row's largest logit. In bfloat16 the GPU rounds the attention's output (and, unfused,
+// every product's input) to bfloat16 before quantizing it, which moves about one element in 30 to the
+// neighbouring e4m3 code: 1e-1.
 func TestCUDAFP8MatchesCPU(t *testing.T) {
 	dev := gpuDevice(t)
 	for _, tc := range []struct {
@@ -273,11 +275,12 @@ func TestCUDAFP8MatchesCPU(t *testing.T) {
 		dir := t.TempDir()
 		tc.write(t, dir)
 		for _, dt := range []struct {
-			dtype weights.DType
-			tol   float64
-			ids   bool
-		}{{weights.DTypeF32, 1e-2, true}, {weights.DTypeBF16, 1e-1, false}} {
-			t.Run(fmt.Sprintf("%s/%v", tc.name, dt.dtype), func(t *testing.T) {
+			dtype  weights.DType
+			tol    float64
+			ids    bool
+			noFuse bool
+		}{{weights.DTypeF32, 1e-2, true, false}, {weights.DTypeBF16, 1e-1, false, false}, {weights.DTypeBF16, 1e-1, false, true}} {
+			t.Run(fmt.Sprintf("%s/%v/nofuse=%v", tc.name, dt.dtype, dt.noFuse), func(t *testing.T) {
 				f := openFolder(t, dir)
 				opts := tc.opts
 				opts.NumBlocks, opts.BlockSize = 256, 16
@@ -296,6 +299,7 @@ func TestCUDAFP8MatchesCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer gpu.Close()
+				backend.tune.FP8NoFuse = dt.noFuse
 				fp8MatchCPU(t, cpu, gpu, f.Config.VocabSize, dt.tol, dt.ids)
 				st := backend.Stats()
 				t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)

@@ -100,6 +100,9 @@ type gemvTuning struct {
 	SplitRows bool
 	// FP8LtRows is the fewest rows of an FP8 product on cuBLASLt (fp8Path): 0 the default, < 0 never.
 	FP8LtRows int
+	// FP8NoFuse keeps an FP8 product's input quantization a kernel of its own (QuantizeE4M3) instead of
+	// fusing it into the norm or SwiGLU that produces the input (linkOps).
+	FP8NoFuse bool
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -372,6 +375,9 @@ type opLinks struct {
 	// RoPE: qkNorm is the QKNorm op just before it on the same Q/K/V rows, which the RoPE kernel runs
 	// where it runs (-1: none); QKNorm: intoRoPE is that RoPE op.
 	qkNorm, intoRoPE int
+	// Norm, SwiGLU: fp8Into is the FP8 product after it whose input it writes quantized (-1: none);
+	// MatMul: fp8From is that producer (-1: none), so the product quantizes nothing itself.
+	fp8Into, fp8From int
 }
 
 // fuseTarget is the product op i fuses into, or -1: the op before it, a MatMul into the tensor op i
@@ -413,7 +419,7 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	for i := range ops {
 		op, l := &ops[i], &links[i]
 		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1, preNorm: -1, intoNorm: -1,
-			qkNorm: -1, intoRoPE: -1}
+			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1}
 		var prev *stepOp
 		if i > 0 && ops[i-1].rows == op.rows && !f.tune.NoFuse {
 			prev = &ops[i-1]
@@ -436,6 +442,13 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			}
 		case opMatMul:
 			l.afterAttention = op.src == attnOut
+			// An FP8 product's input quantized by the plain norm or the SwiGLU (not fused into a
+			// product) that writes it for this product alone.
+			if op.fp8 && !f.tune.FP8NoFuse && prev != nil && prev.dst == op.src && links[i-1].target < 0 &&
+				(prev.kind == opNorm && !prev.inPlace() && links[i-1].preNorm < 0 && links[i-1].intoNorm < 0 ||
+					prev.kind == opSwiGLU) {
+				links[i-1].fp8Into, l.fp8From = i, i-1
+			}
 			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in && !op.fp8 {
 				if n := &links[i-1]; n.target >= 0 || n.embed >= 0 {
 					n.consumer, n.fold = i, len(folds)
@@ -513,6 +526,11 @@ type opPlan struct {
 	argmax argmaxSource
 	// MatMul: bias, a kernel adds the weight's bias after the product (an FP8 product adds its own).
 	bias bool
+	// Norm, SwiGLU: fp8Out, it writes its output as the FP8 product fp8Out's quantized input (NormE4M3,
+	// SwiGLUE4M3) instead of in the compute dtype (-1: none). MatMul: fp8Quantized, its input is
+	// quantized already.
+	fp8Out       int
+	fp8Quantized bool
 	// Norm: inPlace, it normalises a sublayer's output in place (float, NormAddRMSNorm without a
 	// residual); preNorm, it first normalises its addend in place as the in-place norm op preNorm would
 	// have (NormAddRMSNorm; that op is skipped); -1 none.
@@ -669,7 +687,8 @@ func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 // planOp plans op i at rows rows.
 func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
-	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1}
+	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
+		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0}
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -758,7 +777,7 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 		on   bool
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
-		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}} {
+		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}

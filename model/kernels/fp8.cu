@@ -6,9 +6,10 @@
 //	acc[r][o] = Σ_i float(xq[r][i]) · float(w[o][i])                     float accumulation
 //	y[r][o]   = acc[r][o] · (s[r] · sw[o])  (+ bias[o])
 //
-// QuantizeE4M3_<T> writes each input row's codes and scale (one block a row); MatMulE4M3_nt<NT> streams
-// the weight codes and computes the product (decode sizes), or cuBLASLt's e4m3 GEMM computes the unscaled
-// sums and ScaleE4M3 applies the scales and the bias (prefill; the backend's plan picks). The weights are stored with
+// QuantizeE4M3_<T> writes each input row's codes and scale (one block a row), or the op that produces
+// the input does (NormE4M3, SwiGLUE4M3_<T>, at the end: the plan fuses them where the input is theirs);
+// MatMulE4M3_nt<NT> streams the weight codes and computes the product (decode sizes), or cuBLASLt's e4m3
+// GEMM computes the unscaled sums and ScaleE4M3 applies the scales and the bias (prefill; the plan picks). The weights are stored with
 // rows and columns padded with zero codes to multiples of 16 and 64 (kp columns, also the stride of the
 // quantized activations, whose padding columns QuantizeE4M3 zeroes): every row then starts 64-byte
 // aligned and a 64-column k-block never reads past a row, and a zero code adds an exact 0.
@@ -270,3 +271,96 @@ extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
 	}
 	pdl_launch_dependents();
 }
+
+// The producers of an FP8 product's input with its quantization fused in (the plan's choice: the op
+// before the product writes nothing else the step reads): each writes, instead of its output row in T,
+// the row's e4m3 codes [kp] and scale as QuantizeE4M3 would from its float values, so the value is
+// quantized from float as the CPU backend quantizes it, without the rounding to T in between. One block a
+// row; the row's values are computed twice (for the scale, then for the codes) rather than kept, so any
+// width fits; a thread recomputes only what it computed (and, for the norm, wrote) before.
+//
+// NormE4M3: residual += add (when given), then v = w · (residual · inv), inv = 1/sqrt(mean(residual²) +
+// eps), as AddRMSNorm (norm.cu). SwiGLUE4M3_<T>: v = silu_mul<T>(gate, up), as SwiGLU (swiglu.cu; T only
+// picks its arithmetic, as there).
+struct FusedE4M3Params {
+	unsigned char *codes; // [rows][kp]
+	float *scales;        // [rows]
+	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols]
+	const float *add;     // NormE4M3: [rows][cols], or null
+	const float *weight;  // NormE4M3: [cols]
+	float eps;
+	float input_scale; // > 0: static; 0: per row
+	float min_scale;
+	int cols, kp;
+};
+
+// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule).
+__device__ __forceinline__ float row_scale(float amax, bool nan, const FusedE4M3Params &p, float *scratch, int *nan_seen) {
+	if (p.input_scale != 0.f) return p.input_scale;
+	if (threadIdx.x == 0) *nan_seen = 0;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	__syncthreads();
+	if (nan) atomicOr(nan_seen, 1);
+	if (lane == 0) scratch[warp] = amax;
+	__syncthreads();
+	amax = lane < warps ? scratch[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), p.min_scale);
+}
+
+// fused_e4m3 runs value(i) (the row's i-th float value) twice around the scale.
+template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3Params &p, F value, float *scratch) {
+	__shared__ int nan_seen;
+	const long long row = blockIdx.x;
+	float amax = 0.f;
+	bool nan = false;
+	if (p.input_scale == 0.f) {
+		for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+			const float v = fabsf(value(i, true));
+			nan |= v != v;
+			amax = fmaxf(amax, v);
+		}
+	}
+	const float s = row_scale(amax, nan, p, scratch, &nan_seen);
+	unsigned char *q = p.codes + row * p.kp;
+	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
+		unsigned char c = 0;
+		if (i < p.cols) c = __nv_cvt_float_to_fp8(__fdiv_rn(value(i, false), s), __NV_SATFINITE, __NV_E4M3);
+		q[i] = c;
+	}
+	if (threadIdx.x == 0) p.scales[row] = s;
+}
+
+extern "C" __global__ void NormE4M3(const FusedE4M3Params p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	float *res = p.residual + row * p.cols;
+	const float *add = p.add ? p.add + row * p.cols : nullptr;
+	pdl_wait();
+	pdl_launch_dependents();
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+		float x = res[i];
+		if (add) {
+			x += add[i];
+			res[i] = x;
+		}
+		ss += x * x;
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.eps);
+	fused_e4m3(p, [&](int i, bool) { return p.weight[i] * (res[i] * inv); }, scratch);
+}
+
+template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M3Params &p) {
+	__shared__ float scratch[32];
+	const float *gu = p.residual + (long long)blockIdx.x * 2 * p.cols;
+	pdl_wait();
+	pdl_launch_dependents();
+	fused_e4m3(p, [&](int i, bool) { return silu_mul<T>(gu[i], gu[p.cols + i]); }, scratch);
+}
+
+extern "C" __global__ void SwiGLUE4M3_f32(const FusedE4M3Params p) { swiglu_e4m3<float>(p); }
+extern "C" __global__ void SwiGLUE4M3_bf16(const FusedE4M3Params p) { swiglu_e4m3<__nv_bfloat16>(p); }
+extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3<__half>(p); }
