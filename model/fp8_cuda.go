@@ -124,12 +124,47 @@ func (b *cudaBackend) loadFP8() error {
 	if b.fp8.swiglu, err = b.mod.Function("SwiGLUE4M3_" + tn); err != nil {
 		return err
 	}
-	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err != nil {
-		slog.Warn("cuda backend: no cuBLASLt; FP8 products of every size run the FP8 kernel", "err", err)
+	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err == nil {
+		err = b.probeLt()
+	}
+	if err != nil {
+		slog.Warn("cuda backend: no cuBLASLt e4m3 GEMM; FP8 products of every size run the FP8 kernel", "err", err)
+		if b.fp8.lt != nil {
+			b.fp8.lt.Destroy()
+		}
 		b.fp8.lt = nil
 	}
 	b.fp8.quantize = q
 	return nil
+}
+
+// probeLt runs one small e4m3 product on cuBLASLt, so that a library or GPU without the form the FP8
+// products use (TN, float32 output) is found at load, not in a step.
+func (b *cudaBackend) probeLt() error {
+	const m, n, k = 64, 128, 64
+	var ptrs [3]cuda.DevicePtr
+	defer func() {
+		for _, p := range ptrs {
+			b.dev.Free(p)
+		}
+	}()
+	for i, size := range []int64{m * k, n * k, 4 * m * n} {
+		p, err := b.dev.Alloc(size)
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+		if err := b.dev.Fill32(p, 0, size/4, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.dev.Synchronize(); err != nil {
+		return err
+	}
+	if err := b.fp8.lt.MatmulE4M3(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, b.stream); err != nil {
+		return err
+	}
+	return b.stream.Synchronize()
 }
 
 // UploadFP8 keeps w's codes, padded to rows of a multiple of 16 and columns of a multiple of 64 with
