@@ -54,7 +54,7 @@ func TestCUDAFP8Refused(t *testing.T) {
 func TestCUDAFP8KVLoadRefused(t *testing.T) {
 	gpuDevice(t)
 	dir := t.TempDir()
-	weightstest.WriteLlamaBF16(t, dir, fp8Config, 1)
+	weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 1)
 	opts := Options{KVCacheDType: KVCacheFP8, Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16}
 	m, err := Load(openFolder(t, dir), opts)
 	if err == nil {
