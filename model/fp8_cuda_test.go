@@ -509,3 +509,135 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 		}
 	}
 }
+
+// TestCUDAFP8FusedInputs checks the producers that write an FP8 product's input quantized (NormE4M3,
+// SwiGLUE4M3 in float32) against the CPU's definition computed from their float64 values: the residual
+// updated exactly (a float32 add), each row's scale within 1e-6 of the reference's (exact when static),
+// and its codes the reference's but for elements whose value lies within float32 rounding of an e4m3
+// midpoint (at most one code apart, fewer than 1%); a row with a NaN gets NaN (every code and a dynamic
+// scale); a row of zeros the floor scale.
+func TestCUDAFP8FusedInputs(t *testing.T) {
+	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeF32, dev: gpuDevice(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	defer func() { b.args = nil }()
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, kind := range []opKind{opNorm, opSwiGLU} {
+		for _, cols := range []int{160, 4096, 14336} {
+			for _, static := range []float32{0, 0.02} {
+				t.Run(fmt.Sprintf("%v/cols%d/static=%v", kind, cols, static), func(t *testing.T) {
+					const rows = 6
+					w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
+					if err != nil {
+						t.Fatal(err)
+					}
+					cw := w.Data.(*cudaWeight)
+					if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+						t.Fatal(err)
+					}
+					b.args = []opArgs{{w: cw}}
+					in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
+					want := make([]float32, rows*cols)
+					op, a := &stepOp{kind: kind, in: cols, out: cols}, &opArgs{eps: 1e-5}
+					var res *cudaTensor
+					var newRes []float32
+					if kind == opNorm {
+						r, add := make([]float32, rows*cols), make([]float32, rows*cols)
+						for i := range rows {
+							copy(r[i*cols:], in[2*i*cols:(2*i+1)*cols])
+							copy(add[i*cols:], in[(2*i+1)*cols:(2*i+2)*cols])
+						}
+						gain := make([]float32, cols)
+						for i := range gain {
+							gain[i] = float32(1 + 0.2*rng.NormFloat64())
+						}
+						gw, err := b.Upload(&weights.Tensor{Name: "g", DType: weights.DTypeF32, Shape: []int{cols}, Data: cuda.Bytes(gain)})
+						if err != nil {
+							t.Fatal(err)
+						}
+						res, a.a, a.w = newDeviceTensor(t, b, rows, cols), newDeviceTensor(t, b, rows, cols), gw.Data.(*cudaWeight)
+						a.r = res
+						if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(add))); err != nil {
+							t.Fatal(err)
+						}
+						newRes = make([]float32, rows*cols)
+						for i := range rows {
+							x := newRes[i*cols : (i+1)*cols]
+							var ss float64
+							for j := range x {
+								x[j] = r[i*cols+j] + add[i*cols+j]
+								ss += float64(x[j]) * float64(x[j])
+							}
+							inv := 1 / math.Sqrt(ss/float64(cols)+1e-5)
+							for j := range x {
+								want[i*cols+j] = float32(float64(gain[j]) * (float64(x[j]) * inv))
+							}
+						}
+					} else {
+						gu := newDeviceTensor(t, b, rows, 2*cols)
+						if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(in)); err != nil {
+							t.Fatal(err)
+						}
+						a.x = gu
+						for i := range rows {
+							for j := range cols {
+								g, u := float64(in[2*i*cols+j]), float64(in[(2*i+1)*cols+j])
+								want[i*cols+j] = float32(g / (1 + math.Exp(-g)) * u)
+							}
+						}
+					}
+					if err := b.runFusedE4M3(op, a, &opPlan{rows: rows, fp8Out: 0}); err != nil {
+						t.Fatal(err)
+					}
+					if err := b.stream.Synchronize(); err != nil {
+						t.Fatal(err)
+					}
+					kp := cw.fp8.colsPad
+					codes, scales := make([]byte, rows*kp), make([]float32, rows)
+					if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
+						t.Fatal(err)
+					}
+					if newRes != nil {
+						got := syncAndRead(t, b, res.ptr, rows*cols)
+						for i := range got {
+							if !sameFloat(got[i], newRes[i]) {
+								t.Fatalf("residual %d: %v, want %v", i, got[i], newRes[i])
+							}
+						}
+					}
+					xq, sx := make([]float32, rows*cols), make([]float32, rows)
+					quantizeRows(xq, sx, want, rows, cols, static)
+					for r := range rows {
+						if math.IsNaN(float64(sx[r])) != math.IsNaN(float64(scales[r])) ||
+							!(math.Abs(float64(scales[r]-sx[r])) <= 1e-6*float64(sx[r])) && !math.IsNaN(float64(sx[r])) {
+							t.Fatalf("row %d: scale %v, want %v", r, scales[r], sx[r])
+						}
+						off := 0
+						for i := range kp {
+							c := codes[r*kp+i]
+							if i >= cols {
+								if c != 0 {
+									t.Fatalf("row %d: padding column %d holds %#x", r, i, c)
+								}
+								continue
+							}
+							wc := dtype.F32ToE4M3Sat(want[r*cols+i] / sx[r])
+							if sameFloat(dtype.E4M3ToF32(c), dtype.E4M3ToF32(wc)) || c&0x7f == 0 && wc&0x7f == 0 {
+								continue
+							}
+							off++
+							if d := int(c&0x7f) - int(wc&0x7f); c&0x80 != wc&0x80 && c&0x7f != 0 && wc&0x7f != 0 || d < -1 || d > 1 {
+								t.Fatalf("row %d column %d: code %#x, want %#x (value %v, scale %v)", r, i, c, wc, want[r*cols+i], sx[r])
+							}
+						}
+						if off > cols/100 {
+							t.Errorf("row %d: %d of %d codes one step off", r, off, cols)
+						}
+					}
+				})
+			}
+		}
+	}
+}
