@@ -3,6 +3,7 @@
 package model
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,8 +40,11 @@ type fp8State struct {
 	scale    *cuda.Function    // ScaleE4M3: the epilogue of cuBLASLt's product
 	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
 	norm, swiglu *cuda.Function
-	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3).
-	lt *cuda.BLASLt
+	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
+	// ltScaled: it applies the row scales itself (outer-vector scaling, checked at load by probeLt), so
+	// ScaleE4M3 does not run.
+	lt       *cuda.BLASLt
+	ltScaled bool
 	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales.
 	codes, scales       cuda.DevicePtr
 	codesCap, scalesCap int64
@@ -139,32 +143,66 @@ func (b *cudaBackend) loadFP8() error {
 }
 
 // probeLt runs one small e4m3 product on cuBLASLt, so that a library or GPU without the form the FP8
-// products use (TN, float32 output) is found at load, not in a step.
+// products use (TN, float32 output) is found at load, not in a step; then the same product with
+// outer-vector scales, which the products use (ltScaled) only where it gives exactly each row's and
+// column's scales: every code 1.0, so D[i][j] = k·sa[i]·sb[j], small integers, exact.
 func (b *cudaBackend) probeLt() error {
 	const m, n, k = 64, 128, 64
-	var ptrs [3]cuda.DevicePtr
+	var ptrs [5]cuda.DevicePtr
 	defer func() {
 		for _, p := range ptrs {
 			b.dev.Free(p)
 		}
 	}()
-	for i, size := range []int64{m * k, n * k, 4 * m * n} {
-		p, err := b.dev.Alloc(size)
+	sa, sb := make([]float32, m), make([]float32, n)
+	for i := range sa {
+		sa[i] = float32(i + 1)
+	}
+	for j := range sb {
+		sb[j] = float32(j + 1)
+	}
+	ones := func(n int) []byte { return bytes.Repeat([]byte{0x38}, n) } // e4m3 1.0
+	for i, data := range [][]byte{ones(m * k), ones(n * k), make([]byte, 4*m*n), cuda.Bytes(sa), cuda.Bytes(sb)} {
+		p, err := b.dev.Alloc(int64(len(data)))
 		if err != nil {
 			return err
 		}
 		ptrs[i] = p
-		if err := b.dev.Fill32(p, 0, size/4, nil); err != nil {
+		if err := b.dev.CopyToDevice(p, data); err != nil {
 			return err
 		}
 	}
-	if err := b.dev.Synchronize(); err != nil {
+	lt := b.fp8.lt
+	if err := lt.MatmulE4M3(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, b.stream); err != nil {
 		return err
 	}
-	if err := b.fp8.lt.MatmulE4M3(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, b.stream); err != nil {
+	if err := b.stream.Synchronize(); err != nil {
 		return err
 	}
-	return b.stream.Synchronize()
+	b.fp8.ltScaled = false
+	err := lt.MatmulE4M3Scaled(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, ptrs[3], ptrs[4], b.stream)
+	if err == nil {
+		err = b.stream.Synchronize()
+	}
+	if err != nil {
+		slog.Debug("cuda backend: cuBLASLt without outer-vector scales; FP8 prefill products scaled by a kernel", "err", err)
+		return nil
+	}
+	d := make([]float32, m*n)
+	if err := b.dev.CopyFromDevice(cuda.Bytes(d), ptrs[2]); err != nil {
+		return err
+	}
+	for j := range n {
+		for i := range m {
+			if d[i+j*m] != float32(k)*sa[i]*sb[j] {
+				slog.Warn("cuda backend: cuBLASLt's outer-vector scales are not per row and column as asked; FP8 prefill products scaled by a kernel",
+					"i", i, "j", j, "got", d[i+j*m], "want", float32(k)*sa[i]*sb[j])
+				return nil
+			}
+		}
+	}
+	b.fp8.ltScaled = true
+	return nil
 }
 
 // UploadFP8 keeps w's codes, padded to rows of a multiple of 16 and columns of a multiple of 64 with
@@ -279,7 +317,21 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		}
 	}
 	if p.mm.path == pathFP8Lt {
-		// Row-major Y[rows][out] = Xq[rows][kp] · W[out][kp]ᵀ is column-major Yᵀ = W · Xqᵀ.
+		// Row-major Y[rows][out] = Xq[rows][kp] · W[out][kp]ᵀ is column-major Yᵀ = W · Xqᵀ: W's row scales
+		// scale Yᵀ's rows, the input rows' scales its columns.
+		if b.fp8.ltScaled {
+			if err := b.fp8.lt.MatmulE4M3Scaled(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr,
+				op.out, f.scales, b.fp8.scales, b.stream); err != nil || a.bias == nil {
+				return err
+			}
+			n := int64(rows) * int64(op.out)
+			params := struct {
+				Y, Bias cuda.DevicePtr
+				N       int64
+				Cols    int32
+			}{a.d.ptr, a.bias.ptr, n, int32(op.out)}
+			return cuda.Launch(b.fn.bias, cuda.Dim3{X: int(min((n+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &params)
+		}
 		if err := b.fp8.lt.MatmulE4M3(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr, op.out,
 			b.stream); err != nil {
 			return err

@@ -107,6 +107,12 @@ func TestCUDAFP8MatMul(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
+		if b.fp8.lt == nil {
+			if err := b.loadFP8(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v", dt, b.fp8.lt != nil, b.fp8.ltScaled)
 		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
 			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
 				if rows == 200 && sh.n != 100 {

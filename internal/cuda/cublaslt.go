@@ -97,13 +97,19 @@ static inline void gollm_lt_plan_free(gollm_lt *b, gollm_lt_plan *p) {
 	if (p->desc) b->desc_destroy(p->desc);
 }
 
-// gollm_lt_plan_make fills p; it returns the failing step (1-6, 7: no algorithm) and its status.
+// gollm_lt_plan_make fills p; it returns the failing step (1-6, 7: no algorithm, 8: scale modes) and its
+// status. With scaled, A and B are scaled by vectors (CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31, B = 32,
+// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3: one float a row of op(A), one a column of B).
 static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int m, int n, int k, int lda, int ldb,
-		int ldd, uint64_t workspace, int *status) {
-	int st, trans = 1, notrans = 0, found = 0;
+		int ldd, uint64_t workspace, int scaled, int *status) {
+	int st, trans = 1, notrans = 0, found = 0, outer = 3;
 	if ((st = b->desc_create(&p->desc, 68, 0))) { *status = st; return 1; }
 	if ((st = b->desc_set(p->desc, 3, &trans, sizeof trans))) { *status = st; return 2; }
 	if ((st = b->desc_set(p->desc, 4, &notrans, sizeof notrans))) { *status = st; return 2; }
+	if (scaled && ((st = b->desc_set(p->desc, 31, &outer, sizeof outer)) || (st = b->desc_set(p->desc, 32, &outer, sizeof outer)))) {
+		*status = st;
+		return 8;
+	}
 	if ((st = b->layout_create(&p->a, 28, k, m, lda))) { *status = st; return 3; }
 	if ((st = b->layout_create(&p->b, 28, k, n, ldb))) { *status = st; return 3; }
 	if ((st = b->layout_create(&p->d, 0, m, n, ldd))) { *status = st; return 3; }
@@ -114,9 +120,16 @@ static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int
 	return 0;
 }
 
+// gollm_lt_run runs a plan; a scaled plan's scale vectors are sa and sb (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER
+// = 17, B = 18), set on its descriptor first.
 static inline int gollm_lt_run(gollm_lt *b, void *h, gollm_lt_plan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr D,
-		CUdeviceptr ws, size_t wsBytes, CUstream s) {
+		CUdeviceptr sa, CUdeviceptr sb, CUdeviceptr ws, size_t wsBytes, CUstream s) {
 	float one = 1, zero = 0;
+	int st;
+	if (sa) {
+		const void *pa = (const void *)sa, *pb = (const void *)sb;
+		if ((st = b->desc_set(p->desc, 17, &pa, sizeof pa)) || (st = b->desc_set(p->desc, 18, &pb, sizeof pb))) return st;
+	}
 	return b->matmul(h, p->desc, &one, (const void *)A, p->a, (const void *)B, p->b, &zero, (const void *)D, p->d,
 		(void *)D, p->d, p->h.algo, (void *)ws, wsBytes, s);
 }
@@ -158,7 +171,10 @@ type BLASLt struct {
 	plans   map[ltShape]*C.gollm_lt_plan
 }
 
-type ltShape struct{ m, n, k, lda, ldb, ldd int }
+type ltShape struct {
+	m, n, k, lda, ldb, ldd int
+	scaled                 bool
+}
 
 // LoadBLASLt loads cuBLASLt with dlopen (GOLLM_CUBLASLT names a file to try first, then the folder of
 // blas's library when it has one), creates a handle and allocates its workspace.
@@ -222,23 +238,37 @@ func (b *BLASLt) Library() (path string, version int) { return b.path, b.version
 // compute capability 8.9 or newer, k, lda and ldb multiples of 16 and 16-byte aligned pointers; a shape
 // it cannot run returns an error (the first call of a shape asks its heuristic and keeps the plan).
 func (b *BLASLt) MatmulE4M3(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int, s *Stream) error {
-	key := ltShape{m, n, k, lda, ldb, ldd}
+	return b.MatmulE4M3Scaled(m, n, k, a, lda, bm, ldb, d, ldd, 0, 0, s)
+}
+
+// MatmulE4M3Scaled is MatmulE4M3 with D's row i and column j scaled by sa[i]·sb[j] (float32 vectors of m
+// and n on the device: cuBLASLt's outer-vector scaling, cuBLAS 12.9 and newer) where sa is not 0. Whether
+// a library computes it, and along which dimensions, is the caller's to check once (a library without
+// the mode returns an error).
+func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int,
+	sa, sb DevicePtr, s *Stream) error {
+	key := ltShape{m, n, k, lda, ldb, ldd, sa != 0}
+	scaled := C.int(0)
+	if key.scaled {
+		scaled = 1
+	}
 	return b.dev.Do(func() error {
 		p, ok := b.plans[key]
 		if !ok {
 			p = (*C.gollm_lt_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_lt_plan{}))))
 			var status C.int
 			if step := C.gollm_lt_plan_make(b.lib, b.handle, p, C.int(m), C.int(n), C.int(k), C.int(lda), C.int(ldb),
-				C.int(ldd), C.uint64_t(ltWorkspaceBytes), &status); step != 0 {
+				C.int(ldd), C.uint64_t(ltWorkspaceBytes), scaled, &status); step != 0 {
 				C.gollm_lt_plan_free(b.lib, p)
 				C.free(unsafe.Pointer(p))
-				what := [...]string{"", "descriptor", "transposes", "layouts", "preference", "workspace", "heuristic", "no algorithm"}[step]
+				what := [...]string{"", "descriptor", "transposes", "layouts", "preference", "workspace", "heuristic", "no algorithm",
+					"scale modes"}[step]
 				return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %s: status %d", m, n, k, what, int(status))
 			}
 			b.plans[key] = p
 		}
-		if st := C.gollm_lt_run(b.lib, b.handle, p, C.CUdeviceptr(a), C.CUdeviceptr(bm), C.CUdeviceptr(d),
-			C.CUdeviceptr(b.ws), C.size_t(ltWorkspaceBytes), cStream(s.handle())); st != 0 {
+		if st := C.gollm_lt_run(b.lib, b.handle, p, C.CUdeviceptr(a), C.CUdeviceptr(bm), C.CUdeviceptr(d), C.CUdeviceptr(sa),
+			C.CUdeviceptr(sb), C.CUdeviceptr(b.ws), C.size_t(ltWorkspaceBytes), cStream(s.handle())); st != 0 {
 			return fmt.Errorf("cuda: cublasLtMatmul e4m3 m=%d n=%d k=%d: status %d", m, n, k, int(st))
 		}
 		return nil

@@ -250,7 +250,8 @@ FP8_MATMUL(2, 4)
 FP8_MATMUL(4, 2)
 FP8_MATMUL(8, 1)
 
-// ScaleE4M3: the epilogue of an FP8 product that cuBLASLt computed unscaled into y (acc, float32):
+// ScaleE4M3: the epilogue of an FP8 product that cuBLASLt computed unscaled into y (acc, float32; a
+// cuBLASLt with outer-vector scales applies them itself):
 // y[r][o] = acc[r][o] · (sx[r] · sw[o]) (+ bias[o]), as MatMulE4M3's epilogue.
 struct ScaleE4M3Params {
 	float *y;          // [m][n]
