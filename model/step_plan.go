@@ -5,7 +5,7 @@ import "github.com/gollm/gollm/attention"
 // The CUDA step's plan. The CUDA backend records a step's ops as data (stepOp: what each reads and
 // writes, by identity), and planStep, a pure function of those ops, the rows they run at and the
 // device's facts (stepFacts), decides every launch: which kernel serves each product (the skinny
-// product, the skinny GEMM or cuBLAS, planMatMul), what fuses into it (SwiGLU, RoPE and the argmax as
+// product, the skinny GEMM or cuBLAS, planMatMul; an FP8 weight's, fp8Path), what fuses into it (SwiGLU, RoPE and the argmax as
 // its epilogue, the residual add as its accumulation, the RMSNorms folded into the products around
 // them), how cuBLAS products are split, which ops then have nothing left to launch, and the decode
 // attention's decision (attention.Decide, with the rotary embedding where it takes it). The executor
@@ -161,8 +161,9 @@ type stepOp struct {
 	// bias: a MatMul whose weight has a bias, which a kernel of its own adds after the product (the
 	// product then takes no epilogue, no accumulation and no norm after it).
 	bias bool
-	// fp8: a MatMul with an FP8 weight (UploadFP8), which runs the FP8 product (pathFP8): its input
-	// quantized by a kernel of its own, its bias added in its epilogue, nothing fused into it.
+	// fp8: a MatMul with an FP8 weight (UploadFP8), which runs the FP8 product (fp8Path): its input
+	// quantized by the op that produces it or by a kernel of its own, its bias added by the product,
+	// nothing else fused into it.
 	fp8 bool
 	// window: RoPE's and Attention's layer's sliding window (0: none).
 	window int
@@ -259,7 +260,7 @@ const (
 	pathGemm                     // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
 	pathCuBLAS                   // cuBLAS GemmEx: everything else
 	pathFP8                      // an FP8 weight's product (kernels/fp8.cu)
-	pathFP8Lt                    // an FP8 weight's product on cuBLASLt's e4m3 GEMM, scaled by ScaleE4M3
+	pathFP8Lt                    // an FP8 weight's product on cuBLASLt's e4m3 GEMM (fp8_cuda.go)
 )
 
 func (p matmulPath) String() string {
