@@ -77,6 +77,7 @@ type cudaBackend struct {
 	graphCache
 	maskedPicks
 
+	fp8   fp8State
 	stats cudaStats
 	// failOp, when positive, makes eager fail before the step's failOp-th op (tests: a step that stops
 	// part way, after some of its ops ran).
@@ -148,10 +149,12 @@ type cudaTensor struct {
 	qRot       cuda.DevicePtr
 }
 
-// cudaWeight is a parameter on the device: a matrix in the compute dtype or a float32 vector.
+// cudaWeight is a parameter on the device: a matrix in the compute dtype or a float32 vector, or an FP8
+// matrix (fp8 not nil: ptr holds its codes; see fp8_cuda.go).
 type cudaWeight struct {
 	ptr    cuda.DevicePtr
 	vector bool
+	fp8    *cudaFP8
 }
 
 // computeDType maps a weights dtype to the device's.
@@ -501,7 +504,7 @@ func (b *cudaBackend) Close() error {
 		sl.meta, sl.ids, sl.sample, sl.uploaded, sl.picked, sl.done, sl.inflight = nil, nil, nil, nil, nil, nil, nil
 	}
 	b.sampleCap = 0
-	errs = append(errs, b.freeMasks())
+	errs = append(errs, b.freeMasks(), b.freeFP8())
 	if b.mod != nil {
 		errs = append(errs, b.mod.Unload())
 		b.mod = nil

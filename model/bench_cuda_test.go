@@ -110,10 +110,13 @@ func benchBatches(b *testing.B, maxBatch int) []int {
 }
 
 // decodeWeightBytes is what one decode step must read of the weights: every matrix once (the LM head
-// included; of the embedding table only the step's rows, none when it is not also the head).
-func decodeWeightBytes(cfg *weights.Config) int64 {
+// included; of the embedding table only the step's rows, none when it is not also the head), the FP8
+// layers a model loaded with Options.Quantization quantization has (fp8WeightNames) at one byte an
+// element.
+func decodeWeightBytes(cfg *weights.Config, quantization string) int64 {
 	c := *cfg
 	c.HeadDim = headDim(cfg)
+	fp8 := fp8WeightNames(cfg, quantization)
 	var n int64
 	for name, shape := range weights.TensorShapes(&c) {
 		if name == "model.embed_tokens.weight" && !cfg.TieWordEmbeddings {
@@ -123,9 +126,12 @@ func decodeWeightBytes(cfg *weights.Config) int64 {
 		for _, d := range shape {
 			size *= int64(d)
 		}
+		if !fp8[name] {
+			size *= int64(cfg.DType.Size())
+		}
 		n += size
 	}
-	return n * int64(cfg.DType.Size())
+	return n
 }
 
 // decodeKVBytes is the K and V a decode step of batch sequences at context tokens reads.
@@ -147,7 +153,8 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
 // of zeros); GOLLM_BENCH_POOL=full sizes the KV pool as the engine does (the rest of the memory, with an
-// activation workspace for 8192 tokens).
+// activation workspace for 8192 tokens). GOLLM_BENCH_QUANTIZATION=fp8 quantizes the Linear layers at load
+// (Options.Quantization; the floors count them at a byte an element).
 //
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
@@ -158,7 +165,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 		b.Run(mc.name, func(b *testing.B) {
 			cfg := mc.cfg()
 			const maxBatch = 64
-			opts := Options{NumBlocks: maxBatch * (context/blockSize + 1), BlockSize: blockSize, MaxStepTokens: context}
+			opts := Options{NumBlocks: maxBatch * (context/blockSize + 1), BlockSize: blockSize, MaxStepTokens: context,
+				Quantization: os.Getenv("GOLLM_BENCH_QUANTIZATION")}
 			if os.Getenv("GOLLM_BENCH_POOL") == "full" { // the engine's layout: the KV pool fills the memory
 				opts.NumBlocks, opts.MaxStepTokens = 0, 8192
 			}
@@ -168,7 +176,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close()
-			b.Logf("%s: loaded random bf16 weights (%.2f GB) in %v", mc.name, float64(decodeWeightBytes(cfg))/1e9,
+			b.Logf("%s: loaded random bf16 weights %s(%.2f GB) in %v", mc.name, opts.Quantization,
+				float64(decodeWeightBytes(cfg, opts.Quantization))/1e9,
 				time.Since(start).Round(time.Millisecond))
 			b.Run("prefill1024", func(b *testing.B) {
 				const context = 1024
@@ -302,8 +311,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						wFloor := float64(decodeWeightBytes(cfg)) / copyBandwidth * 1e3
-						floor := float64(decodeWeightBytes(cfg)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
+						wFloor := float64(decodeWeightBytes(cfg, opts.Quantization)) / copyBandwidth * 1e3
+						floor := float64(decodeWeightBytes(cfg, opts.Quantization)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
 						b.ReportMetric(gpuMS, "gpu-ms/step")
 						b.ReportMetric(pipeMS, "pipe-ms/step")
 						b.ReportMetric(ms-gpuMS, "host-ms/step")

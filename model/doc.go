@@ -57,9 +57,10 @@
 // embeddings a checkpoint leaves out keep their dtype. Options.KVCacheDType "fp8" stores the KV pages
 // as e4m3 with each layer's K and V scales (the checkpoint's k_scale and v_scale, else 1 with a
 // warning), a byte an element (see attention.Cache for the arithmetic). The CPU backend computes all of
-// it and is the reference the GPU kernels must match; the CUDA backend refuses FP8 weights and FP8 KV
-// at load until it has them. scripts/goldens/make_fp8_goldens.py is to write PyTorch's references for
-// it (docs/fp8.md says what is missing).
+// it and is the reference the GPU kernels must match. The CUDA backend runs FP8 weights on compute
+// capability 8.9 or newer (fp8_cuda.go: its own weight-streaming kernel at decode sizes, cuBLASLt's e4m3
+// GEMM for prefill) and refuses an FP8 KV cache at load. scripts/goldens/make_fp8_goldens.py writes
+// PyTorch's teacher-forced references (testdata/golden_fp8, TestFP8Golden).
 //
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the

@@ -20,6 +20,7 @@ func (b *cudaBackend) facts() stepFacts {
 		gemv:       b.gemv != nil && b.gemv.byTiles[0] != nil,
 		gemm:       b.gemm != nil,
 		gemmSwiGLU: b.gemm != nil && b.gemm.swiglu,
+		fp8Lt:      b.fp8.lt != nil,
 		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
 		decodeKernels: b.decodeFits && b.decode != nil,
 		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,
@@ -69,6 +70,9 @@ func (b *cudaBackend) runOp(i int, p *opPlan) error {
 	case opAttention:
 		return b.runAttention(a, p)
 	case opSwiGLU, opGeGLU:
+		if p.fp8Out >= 0 {
+			return b.runFusedE4M3(op, a, p)
+		}
 		n := int64(rows) * int64(op.out)
 		params := struct {
 			Dst, GateUp cuda.DevicePtr
@@ -131,6 +135,9 @@ func (b *cudaBackend) runEmbed(op *stepOp, a *opArgs, p *opPlan) error {
 const qkNormHeads = 8
 
 func (b *cudaBackend) runNorm(op *stepOp, a *opArgs, p *opPlan) error {
+	if p.fp8Out >= 0 {
+		return b.runFusedE4M3(op, a, p)
+	}
 	if p.inPlace || p.preNorm >= 0 {
 		return b.runNormAdd(op, a, p)
 	}
@@ -185,6 +192,9 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
+	if p.mm.path == pathFP8 || p.mm.path == pathFP8Lt {
+		return b.runFP8(op, a, p)
+	}
 	if err := b.runProduct(op, a, p); err != nil || !p.bias {
 		return err
 	}

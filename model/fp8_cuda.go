@@ -3,23 +3,88 @@
 package model
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
+	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 )
 
-// The CUDA backend has no FP8 kernels yet: no e4m3 weight products and no e4m3 KV pages. It refuses,
-// at load and before any weight is uploaded, a model that needs either, naming what is missing and that
-// the CPU backend runs it, rather than dequantizing on the GPU and calling that FP8. The kernels must
-// compute what FP8Weight (the products) and attention.Cache (the KV pages) define, which the CPU
-// backend computes.
+// FP8 weights on the CUDA backend (kernels/fp8.cu): UploadFP8 keeps a Linear layer's e4m3 codes (one
+// byte an element) and its float32 row scales on the device, and MatMul with it runs two kernels: one
+// quantizes the input rows to e4m3 with their scales (static, or per row as FP8Weight defines), the
+// other streams the weight codes through the tensor cores and applies s[r]·sw[o] and the bias in its
+// epilogue. The plan fuses nothing into these products (stepOp.fp8). FP8 weights need compute
+// capability 8.9 or newer (Ada, Hopper: the e4m3 conversions in hardware). An FP8 KV cache is not
+// stored by this backend yet: it refuses one at load, and the CPU backend runs it.
 
-// checkFP8 returns an error naming the FP8 features a model with fp8Weights and the KV pages of s needs.
+// fp8MinComputeCapability is the least compute capability (major·10 + minor) that runs FP8 weights.
+const fp8MinComputeCapability = 89
+
+// cudaFP8 is an FP8 weight on the device: codes [rowsPad][colsPad] (zero codes in the padding), scales
+// [rowsPad] float32 (1 in the padding), and the static input scale (0: per row).
+type cudaFP8 struct {
+	scales           cuda.DevicePtr
+	inputScale       float32
+	rowsPad, colsPad int
+}
+
+// fp8State is the backend's FP8 kernels (loaded at the first FP8 upload) and the quantized input rows'
+// workspace.
+type fp8State struct {
+	quantize *cuda.Function
+	matmul   [4]*cuda.Function // by token tiles: 1, 2, 4, 8
+	scale    *cuda.Function    // ScaleE4M3: the epilogue of cuBLASLt's product
+	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
+	norm, swiglu *cuda.Function
+	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
+	// ltScaled: it applies the row scales itself (outer-vector scaling, checked at load by probeLt), so
+	// ScaleE4M3 does not run.
+	lt       *cuda.BLASLt
+	ltScaled bool
+	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales.
+	codes, scales       cuda.DevicePtr
+	codesCap, scalesCap int64
+}
+
+// fp8Params and fp8QuantizeParams mirror MatMulE4M3Params and QuantizeE4M3Params of kernels/fp8.cu.
+type fp8Params struct {
+	Y, XQ, W, SX, SW, Bias cuda.DevicePtr
+	M, N, KP               int32
+	KS                     int32
+	Tiles                  int32
+}
+
+type fp8ScaleParams struct {
+	Y, SX, SW, Bias cuda.DevicePtr
+	Total           int64
+	N               int32
+}
+
+// fp8FusedParams mirrors FusedE4M3Params of kernels/fp8.cu.
+type fp8FusedParams struct {
+	Codes, Scales, Residual, Add, Weight cuda.DevicePtr
+	Eps, InputScale, MinScale            float32
+	Cols, KP                             int32
+}
+
+type fp8QuantizeParams struct {
+	Codes, Scales, X     cuda.DevicePtr
+	InputScale, MinScale float32
+	K, KP                int32
+}
+
+// checkFP8 returns an error naming the FP8 features a model with fp8Weights and the KV pages of s needs
+// that this device or backend lacks.
 func (b *cudaBackend) checkFP8(fp8Weights bool, s Shape) error {
 	var missing []string
 	if fp8Weights {
-		missing = append(missing, "fp8 weights: not supported on CUDA yet; --device cpu runs them")
+		if m := fp8WeightsMissing(b.dev.Info()); m != "" {
+			missing = append(missing, m)
+		}
 	}
 	if s.KVCacheDType == KVCacheFP8 {
 		missing = append(missing, "fp8 KV cache: not supported on CUDA yet; --device cpu runs it")
@@ -30,7 +95,290 @@ func (b *cudaBackend) checkFP8(fp8Weights bool, s Shape) error {
 	return fmt.Errorf("cuda backend: %s: %w", strings.Join(missing, "; "), weights.ErrUnsupported)
 }
 
-// UploadFP8 refuses: checkFP8 keeps a model with FP8 weights from reaching it.
+// fp8WeightsMissing says why a device of info cannot run FP8 weights ("" when it can).
+func fp8WeightsMissing(info cuda.Info) string {
+	if info.Major*10+info.Minor >= fp8MinComputeCapability {
+		return ""
+	}
+	return fmt.Sprintf("fp8 weights: need compute capability 8.9 or newer (e4m3 conversions in hardware: Ada, Hopper), %s is %d.%d; --device cpu runs them",
+		info.Name, info.Major, info.Minor)
+}
+
+// loadFP8 looks up the FP8 kernels for the compute dtype.
+func (b *cudaBackend) loadFP8() error {
+	if b.fp8.quantize != nil {
+		return nil
+	}
+	tn := map[cuda.DataType]string{cuda.BFloat16: "bf16", cuda.Float16: "f16", cuda.Float32: "f32"}[b.dtype]
+	q, err := b.mod.Function("QuantizeE4M3_" + tn)
+	if err != nil {
+		return err
+	}
+	for i, nt := range []int{1, 2, 4, 8} {
+		if b.fp8.matmul[i], err = b.mod.Function(fmt.Sprintf("MatMulE4M3_nt%d", nt)); err != nil {
+			return err
+		}
+	}
+	if b.fp8.scale, err = b.mod.Function("ScaleE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.norm, err = b.mod.Function("NormE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.swiglu, err = b.mod.Function("SwiGLUE4M3_" + tn); err != nil {
+		return err
+	}
+	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err == nil {
+		err = b.probeLt()
+	}
+	if err != nil {
+		slog.Warn("cuda backend: no cuBLASLt e4m3 GEMM; FP8 products of every size run the FP8 kernel", "err", err)
+		if b.fp8.lt != nil {
+			b.fp8.lt.Destroy()
+		}
+		b.fp8.lt = nil
+	}
+	b.fp8.quantize = q
+	return nil
+}
+
+// probeLt runs one small e4m3 product on cuBLASLt, so that a library or GPU without the form the FP8
+// products use (TN, float32 output) is found at load, not in a step; then the same product with
+// outer-vector scales, which the products use (ltScaled) only where it gives exactly each row's and
+// column's scales: every code 1.0, so D[i][j] = k·sa[i]·sb[j], small integers, exact.
+func (b *cudaBackend) probeLt() error {
+	const m, n, k = 64, 128, 64
+	var ptrs [5]cuda.DevicePtr
+	defer func() {
+		for _, p := range ptrs {
+			b.dev.Free(p)
+		}
+	}()
+	sa, sb := make([]float32, m), make([]float32, n)
+	for i := range sa {
+		sa[i] = float32(i + 1)
+	}
+	for j := range sb {
+		sb[j] = float32(j + 1)
+	}
+	ones := func(n int) []byte { return bytes.Repeat([]byte{0x38}, n) } // e4m3 1.0
+	for i, data := range [][]byte{ones(m * k), ones(n * k), make([]byte, 4*m*n), cuda.Bytes(sa), cuda.Bytes(sb)} {
+		p, err := b.dev.Alloc(int64(len(data)))
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+		if err := b.dev.CopyToDevice(p, data); err != nil {
+			return err
+		}
+	}
+	lt := b.fp8.lt
+	if err := lt.MatmulE4M3(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, b.stream); err != nil {
+		return err
+	}
+	if err := b.stream.Synchronize(); err != nil {
+		return err
+	}
+	b.fp8.ltScaled = false
+	err := lt.MatmulE4M3Scaled(m, n, k, ptrs[0], k, ptrs[1], k, ptrs[2], m, ptrs[3], ptrs[4], b.stream)
+	if err == nil {
+		err = b.stream.Synchronize()
+	}
+	if err != nil {
+		slog.Debug("cuda backend: cuBLASLt without outer-vector scales; FP8 prefill products scaled by a kernel", "err", err)
+		return nil
+	}
+	d := make([]float32, m*n)
+	if err := b.dev.CopyFromDevice(cuda.Bytes(d), ptrs[2]); err != nil {
+		return err
+	}
+	for j := range n {
+		for i := range m {
+			if d[i+j*m] != float32(k)*sa[i]*sb[j] {
+				slog.Warn("cuda backend: cuBLASLt's outer-vector scales are not per row and column as asked; FP8 prefill products scaled by a kernel",
+					"i", i, "j", j, "got", d[i+j*m], "want", float32(k)*sa[i]*sb[j])
+				return nil
+			}
+		}
+	}
+	b.fp8.ltScaled = true
+	return nil
+}
+
+// UploadFP8 keeps w's codes, padded to rows of a multiple of 16 and columns of a multiple of 64 with
+// zero codes, and its row scales.
 func (b *cudaBackend) UploadFP8(w *FP8Weight) (Weight, error) {
-	return Weight{}, b.checkFP8(true, Shape{})
+	if err := w.check(); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: %w", err)
+	}
+	if err := b.checkFP8(true, Shape{}); err != nil {
+		return Weight{}, err
+	}
+	if err := b.loadFP8(); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: %w", err)
+	}
+	f := &cudaFP8{inputScale: w.InputScale, rowsPad: (w.Rows + 15) / 16 * 16, colsPad: (w.Cols + 63) / 64 * 64}
+	codes := w.Codes
+	if f.rowsPad != w.Rows || f.colsPad != w.Cols {
+		codes = make([]byte, f.rowsPad*f.colsPad)
+		for o := range w.Rows {
+			copy(codes[o*f.colsPad:], w.Codes[o*w.Cols:(o+1)*w.Cols])
+		}
+	}
+	scales := make([]float32, f.rowsPad)
+	for i := range scales {
+		scales[i] = 1
+	}
+	copy(scales, w.Scales)
+	cw := &cudaWeight{fp8: f}
+	var err error
+	if cw.ptr, err = b.alloc(int64(len(codes))); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %w", w.Name, err)
+	}
+	if f.scales, err = b.alloc(int64(4 * len(scales))); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %w", w.Name, err)
+	}
+	if err := errors.Join(b.dev.CopyToDevice(cw.ptr, codes), b.dev.CopyToDevice(f.scales, cuda.Bytes(scales))); err != nil {
+		return Weight{}, fmt.Errorf("cuda backend: tensor %q: %w", w.Name, err)
+	}
+	return Weight{Rows: w.Rows, Cols: w.Cols, Data: cw}, nil
+}
+
+// ensureFP8Workspace grows the quantized input rows' workspace to rows rows of colsPad codes.
+func (b *cudaBackend) ensureFP8Workspace(rows, colsPad int) error {
+	codes, scales := int64(rows)*int64(colsPad), 4*int64(rows)
+	if codes <= b.fp8.codesCap && scales <= b.fp8.scalesCap {
+		return nil
+	}
+	if err := b.dropGraphs(); err != nil { // they hold the old workspace's addresses
+		return err
+	}
+	codes, scales = max(codes, b.fp8.codesCap), max(scales, b.fp8.scalesCap)
+	if err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales)); err != nil {
+		return err
+	}
+	b.fp8.codes, b.fp8.scales, b.fp8.codesCap, b.fp8.scalesCap = 0, 0, 0, 0
+	var err error
+	if b.fp8.codes, err = b.dev.Alloc(codes); err != nil {
+		return err
+	}
+	if b.fp8.scales, err = b.dev.Alloc(scales); err != nil {
+		return err
+	}
+	b.fp8.codesCap, b.fp8.scalesCap = codes, scales
+	return nil
+}
+
+// freeFP8 frees the FP8 workspace and cuBLASLt (Close).
+func (b *cudaBackend) freeFP8() error {
+	err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales))
+	if b.fp8.lt != nil {
+		err = errors.Join(err, b.fp8.lt.Destroy())
+		b.fp8.lt = nil
+	}
+	b.fp8.codes, b.fp8.scales, b.fp8.codesCap, b.fp8.scalesCap = 0, 0, 0, 0
+	return err
+}
+
+// recordFP8 records MatMul with an FP8 weight: op is the product as MatMul built it.
+func (b *cudaBackend) recordFP8(op stepOp, a opArgs) {
+	f := a.w.fp8
+	if err := b.ensureFP8Workspace(a.x.rows, f.colsPad); err != nil {
+		b.fail(fmt.Errorf("cuda backend: fp8 workspace: %w", err))
+		return
+	}
+	op.fp8 = true
+	var bias uint64
+	if a.bias != nil {
+		bias = uint64(a.bias.ptr)
+	}
+	b.record(op, a, uint64(a.w.ptr), uint64(f.scales), bias, uint64(b.fp8.codes), uint64(b.fp8.scales))
+}
+
+// fp8Split is the number of warps that share each 16-row tile's k-blocks (1, 2, 4 or 8) in a product of
+// tiles tiles, chunks chunks of token rows and kBlocks 64-column k-blocks: enough warps to fill the
+// device (16 warps an SM in all), each keeping at least four k-blocks (a full unrolled step).
+func fp8Split(tiles, chunks, kBlocks, sms int) int {
+	ks := 1
+	for ks < 8 && tiles*chunks*ks < 16*sms && kBlocks >= 8*ks {
+		ks *= 2
+	}
+	return ks
+}
+
+// runFP8 queues an FP8 product (and its bias) at p.rows rows.
+func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
+	f, rows := a.w.fp8, p.rows
+	if !p.fp8Quantized { // else the op before it wrote the quantized rows (runFusedE4M3)
+		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
+			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
+		if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
+			return err
+		}
+	}
+	if p.mm.path == pathFP8Lt {
+		// Row-major Y[rows][out] = Xq[rows][kp] · W[out][kp]ᵀ is column-major Yᵀ = W · Xqᵀ: W's row scales
+		// scale Yᵀ's rows, the input rows' scales its columns.
+		if b.fp8.ltScaled {
+			if err := b.fp8.lt.MatmulE4M3Scaled(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr,
+				op.out, f.scales, b.fp8.scales, b.stream); err != nil || a.bias == nil {
+				return err
+			}
+			n := int64(rows) * int64(op.out)
+			params := struct {
+				Y, Bias cuda.DevicePtr
+				N       int64
+				Cols    int32
+			}{a.d.ptr, a.bias.ptr, n, int32(op.out)}
+			return cuda.Launch(b.fn.bias, cuda.Dim3{X: int(min((n+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &params)
+		}
+		if err := b.fp8.lt.MatmulE4M3(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr, op.out,
+			b.stream); err != nil {
+			return err
+		}
+		total := int64(rows) * int64(op.out)
+		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, Total: total, N: int32(op.out)}
+		if a.bias != nil {
+			s.Bias = a.bias.ptr
+		}
+		// cuBLASLt's kernel is not launched as a dependent: this one waits for it the ordinary way.
+		return cuda.Launch(b.fp8.scale, cuda.Dim3{X: int(min((total+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &s)
+	}
+	nt := 3 // token tiles of 8: 1, 2, 4 or 8 per block
+	switch {
+	case rows <= 8:
+		nt = 0
+	case rows <= 16:
+		nt = 1
+	case rows <= 32:
+		nt = 2
+	}
+	chunks := (rows + 8<<nt - 1) / (8 << nt)
+	tiles := f.rowsPad / 16
+	ks := fp8Split(tiles, chunks, f.colsPad/64, b.dev.Info().NumSMs)
+	rb := 8 / ks
+	params := fp8Params{Y: a.d.ptr, XQ: b.fp8.codes, W: a.w.ptr, SX: b.fp8.scales, SW: f.scales,
+		M: int32(rows), N: int32(op.out), KP: int32(f.colsPad), KS: int32(ks), Tiles: int32(tiles)}
+	if a.bias != nil {
+		params.Bias = a.bias.ptr
+	}
+	return launchDependent(b, b.fp8.matmul[nt], cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
+}
+
+// runFusedE4M3 queues a norm or SwiGLU op that writes its output quantized for the FP8 product p.fp8Out
+// (NormE4M3, SwiGLUE4M3): the product's codes and scales workspace, with its static input scale.
+func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
+	f := b.args[p.fp8Out].w.fp8
+	params := fp8FusedParams{Codes: b.fp8.codes, Scales: b.fp8.scales, InputScale: f.inputScale, MinScale: fp8MinScale,
+		KP: int32(f.colsPad)}
+	fn := b.fp8.norm
+	if op.kind == opNorm {
+		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
+		if a.a != nil {
+			params.Add = a.a.ptr
+		}
+	} else { // SwiGLU: gate/up [rows][2·inter]
+		fn, params.Residual, params.Cols = b.fp8.swiglu, a.x.ptr, int32(op.out)
+	}
+	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(int(params.Cols))}, 0, &params)
 }

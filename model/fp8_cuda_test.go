@@ -4,75 +4,646 @@ package model
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/dtype"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
 )
 
-// TestCUDAFP8Refused checks that the CUDA backend refuses FP8 weights and an FP8 KV cache, naming
-// each and the CPU's flag, and says nothing for a model with neither. It needs no device: the refusal
-// happens before any is used.
+// TestCUDAFP8Refused checks what the CUDA backend refuses without a device: an FP8 KV cache (naming it
+// and the CPU's flag), and FP8 weights on a GPU older than compute capability 8.9 (naming the GPU).
 func TestCUDAFP8Refused(t *testing.T) {
 	b := &cudaBackend{}
 	if err := b.checkFP8(false, Shape{}); err != nil {
 		t.Fatalf("no FP8: %v", err)
 	}
-	for _, tc := range []struct {
-		name    string
-		weights bool
-		kv      string
-		want    []string
-	}{
-		{"weights", true, "", []string{"fp8 weights: not supported on CUDA yet; --device cpu runs them"}},
-		{"KV cache", false, KVCacheFP8, []string{"fp8 KV cache: not supported on CUDA yet; --device cpu runs it"}},
-		{"both", true, KVCacheFP8, []string{"fp8 weights", "fp8 KV cache"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := b.checkFP8(tc.weights, Shape{KVCacheDType: tc.kv})
-			if err == nil || !errors.Is(err, weights.ErrUnsupported) {
-				t.Fatalf("error %v, want one wrapping ErrUnsupported", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-		})
+	err := b.checkFP8(false, Shape{KVCacheDType: KVCacheFP8})
+	if err == nil || !errors.Is(err, weights.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "fp8 KV cache: not supported on CUDA yet; --device cpu runs it") {
+		t.Fatalf("FP8 KV cache: error %v", err)
 	}
-	if _, err := b.UploadFP8(&FP8Weight{}); err == nil {
-		t.Error("UploadFP8 accepted a weight")
+	for _, tc := range []struct {
+		info cuda.Info
+		ok   bool
+	}{
+		{cuda.Info{Name: "NVIDIA A100", Major: 8, Minor: 0}, false},
+		{cuda.Info{Name: "NVIDIA A10", Major: 8, Minor: 6}, false},
+		{cuda.Info{Name: "NVIDIA L4", Major: 8, Minor: 9}, true},
+		{cuda.Info{Name: "NVIDIA H200", Major: 9, Minor: 0}, true},
+		{cuda.Info{Name: "NVIDIA B200", Major: 10, Minor: 0}, true},
+	} {
+		m := fp8WeightsMissing(tc.info)
+		if tc.ok != (m == "") {
+			t.Errorf("%s (%d.%d): %q", tc.info.Name, tc.info.Major, tc.info.Minor, m)
+		}
+		if !tc.ok && (!strings.Contains(m, "compute capability 8.9") || !strings.Contains(m, tc.info.Name) ||
+			!strings.Contains(m, "--device cpu")) {
+			t.Errorf("%s: %q does not name the need, the GPU and the CPU's flag", tc.info.Name, m)
+		}
 	}
 }
 
-// TestCUDAFP8LoadRefused loads an FP8 checkpoint, and a float one with an FP8 KV cache, on the GPU: Load
-// refuses both before any weight is uploaded, naming what is missing.
-func TestCUDAFP8LoadRefused(t *testing.T) {
+// TestCUDAFP8KVLoadRefused loads a float checkpoint with an FP8 KV cache on the GPU: Load refuses it
+// before any weight is uploaded, naming what is missing.
+func TestCUDAFP8KVLoadRefused(t *testing.T) {
 	gpuDevice(t)
-	fp8Dir, bf16Dir := t.TempDir(), t.TempDir()
-	weightstest.WriteFP8(t, fp8Dir, fp8Config, 1, weightstest.FP8Dynamic, weightstest.FP8Scales{})
-	weightstest.WriteLlamaBF16(t, bf16Dir, fp8Config, 1)
+	dir := t.TempDir()
+	weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 1)
+	opts := Options{KVCacheDType: KVCacheFP8, Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16}
+	m, err := Load(openFolder(t, dir), opts)
+	if err == nil {
+		m.Close()
+		t.Fatal("loaded")
+	}
+	if want := "fp8 KV cache: not supported on CUDA yet; --device cpu runs it"; !errors.Is(err, weights.ErrUnsupported) ||
+		!strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q, want one saying %q", err, want)
+	}
+}
+
+// fp8TestInput draws rows × k activations: rows of different magnitudes (saturating a static scale of
+// 0.01 at the largest), a row of zeros (the dynamic scale's floor) and, with nanRow ≥ 0, a NaN in that row.
+func fp8TestInput(rng *rand.Rand, rows, k, nanRow int) []float32 {
+	x := make([]float32, rows*k)
+	for r := range rows {
+		scale := []float64{1, 30, 0.01, 0}[r%4]
+		for i := range k {
+			x[r*k+i] = float32(rng.NormFloat64() * scale)
+		}
+	}
+	if nanRow >= 0 {
+		x[nanRow*k+k/2] = float32(math.NaN())
+	}
+	return x
+}
+
+// sameFloat reports whether a and b are the same float32 or both NaN.
+func sameFloat(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// TestCUDAFP8MatMul checks the FP8 product (kernels/fp8.cu) against FP8Weight's definition computed in
+// float64 from the codes (fp8Product), for 1-64 rows (every token-tile kernel, and k split between
+// warps) and a prefill size, ragged and aligned k and n (the padded layout), per-channel and
+// per-tensor weight scales, dynamic and static input scales (static ones saturating), with and without
+// a bias, a row of zeros and a row holding a NaN (its outputs NaN, the other rows untouched), in the
+// compute dtypes bfloat16 and float32 (the input's dtype), on the FP8 kernel and, from 64 rows, on
+// cuBLASLt with ScaleE4M3. The quantized input rows must equal the CPU backend's (quantizeRows) code
+// for code and scale for scale; the products may differ from the float64 sum by float32 rounding of a
+// sum of k terms (2^-14 of Σ|terms|, 2^-12 on cuBLASLt, whose tensor cores keep fewer bits before it
+// promotes a partial sum: one wrong code moves a product by about 1/k of it).
+func TestCUDAFP8MatMul(t *testing.T) {
+	dev := gpuDevice(t)
+	rng := rand.New(rand.NewPCG(43, 8))
+	for _, dt := range []weights.DType{weights.DTypeBF16, weights.DTypeF32} {
+		b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: dt, dev: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if b.fp8.lt == nil {
+			if err := b.loadFP8(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v", dt, b.fp8.lt != nil, b.fp8.ltScaled)
+		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
+			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
+				if rows == 200 && sh.n != 100 {
+					continue
+				}
+				for _, tc := range []struct {
+					perTensor bool
+					static    float32
+					bias      bool
+				}{{false, 0, false}, {true, 0, true}, {false, 0.01, true}, {true, 0.01, false}} {
+					for _, path := range []matmulPath{pathFP8, pathFP8Lt} {
+						if path == pathFP8Lt && (rows < 64 || b.fp8.lt == nil) {
+							continue
+						}
+						name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,
+							tc.static, tc.bias, path)
+						t.Run(name, func(t *testing.T) {
+							checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias, path)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, rows, n, k int, perTensor bool,
+	static float32, withBias bool, path matmulPath) {
+	w := randomFP8(rng, n, k, static)
+	if perTensor {
+		for i := range w.Scales {
+			w.Scales[i] = w.Scales[0]
+		}
+	}
+	wt, err := b.UploadFP8(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := wt.Data.(*cudaWeight)
+	var bias []float32
+	var bw *cudaWeight
+	if withBias {
+		bias = make([]float32, n)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{n}, Data: cuda.Bytes(bias)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw = bt.Data.(*cudaWeight)
+	}
+	nanRow := -1
+	if rows > 1 {
+		nanRow = 1
+	}
+	x := fp8TestInput(rng, rows, k, nanRow)
+	xt := newDeviceTensor(t, b, rows, k)
+	var raw []byte
+	if dt == weights.DTypeF32 {
+		raw = cuda.Bytes(x)
+	} else {
+		raw = round16(dt, x) // x now holds the values the GPU reads
+	}
+	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+		t.Fatal(err)
+	}
+	y := newDeviceTensor(t, b, rows, n)
+	poison(t, b, y.ptr, rows*n)
+	if err := b.runFP8(&stepOp{kind: opMatMul, out: n, in: k, fp8: true}, &opArgs{d: y, x: xt, w: cw, bias: bw},
+		&opPlan{rows: rows, mm: matmulPlan{path: path}}); err != nil {
+		t.Fatal(err)
+	}
+	got := syncAndRead(t, b, y.ptr, rows*n)
+
+	// The quantized rows, code for code, against the CPU backend's.
+	kp := cw.fp8.colsPad
+	codes := make([]byte, rows*kp)
+	scales := make([]float32, rows)
+	if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
+		t.Fatal(err)
+	}
+	xq, sx := make([]float32, rows*k), make([]float32, rows)
+	quantizeRows(xq, sx, x, rows, k, static)
+	for r := range rows {
+		if !sameFloat(scales[r], sx[r]) {
+			t.Fatalf("row %d: scale %v, the CPU's %v", r, scales[r], sx[r])
+		}
+		for i := range kp {
+			c := codes[r*kp+i]
+			if i >= k {
+				if c != 0 {
+					t.Fatalf("row %d: padding column %d holds code %#x", r, i, c)
+				}
+				continue
+			}
+			if v := dtype.E4M3ToF32(c); !sameFloat(v, xq[r*k+i]) {
+				t.Fatalf("row %d column %d: x %v quantized to %v (code %#x), the CPU's %v", r, i, x[r*k+i], v, c, xq[r*k+i])
+			}
+		}
+	}
+
+	ref, bound := fp8Product(x, rows, k, w)
+	for r := range rows {
+		for o := range n {
+			g, want := float64(got[r*n+o]), ref[r][o]
+			if math.IsNaN(want) {
+				if !math.IsNaN(g) {
+					t.Fatalf("row %d output %d: %v, want NaN (a NaN in the row)", r, o, g)
+				}
+				continue
+			}
+			tol := bound[r][o] * 0x1p-14
+			if path == pathFP8Lt { // the tensor cores' partial sums, promoted to float32 by cuBLASLt
+				tol = bound[r][o] * 0x1p-12
+			}
+			if bias != nil {
+				want += float64(bias[o])
+				tol += math.Abs(float64(bias[o])) * 0x1p-23
+			}
+			if !(math.Abs(g-want) <= tol) {
+				t.Fatalf("row %d output %d: %v, want %v (tolerance %.3g)", r, o, g, want, tol)
+			}
+		}
+	}
+}
+
+// fp8TestConfig is a small LLaMA the CUDA backend runs (heads of 64) whose Linear layers have ragged
+// sizes for the FP8 product's padded layout (k = 160 and 208, n = 208 and 416).
+var fp8TestConfig = map[string]any{
+	"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+	"vocab_size": 300, "hidden_size": 160, "intermediate_size": 208, "num_hidden_layers": 2,
+	"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 4096,
+	"rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+}
+
+// TestCUDAFP8MatchesCPU loads FP8 models on the CPU backend (the reference arithmetic) and on the GPU:
+// a bfloat16 checkpoint with Options.Quantization fp8, and compressed-tensors checkpoints (per channel
+// with per-token activations; per tensor with static input scales), in the compute dtypes float32 and
+// bfloat16 (with the input quantization fused into the norms and SwiGLU, and in bfloat16 also as kernels
+// of their own: FP8NoFuse), and runs the same steps on both (fp8MatchCPU). In float32 the two quantize the same
+// activations (up to a float32 rounding that lands an element on the other side of an e4m3 midpoint,
+// rarely): logits within 1e-2 relative and the same greedy ids where the CPU's top two differ by more
+// than 1% of the row's largest logit. In bfloat16 the GPU rounds the attention's output (and, unfused,
+// every product's input) to bfloat16 before quantizing it, which moves about one element in 30 to the
+// neighbouring e4m3 code: 1e-1.
+func TestCUDAFP8MatchesCPU(t *testing.T) {
+	dev := gpuDevice(t)
 	for _, tc := range []struct {
-		name, dir string
-		opts      Options
-		want      string
+		name  string
+		write func(t *testing.T, dir string)
+		opts  Options
 	}{
-		{"fp8 checkpoint", fp8Dir, Options{}, "fp8 weights: not supported on CUDA yet; --device cpu runs them"},
-		{"--quantization fp8", bf16Dir, Options{Quantization: QuantizationFP8}, "fp8 weights: not supported on CUDA yet"},
-		{"--kv-cache-dtype fp8", bf16Dir, Options{KVCacheDType: KVCacheFP8}, "fp8 KV cache: not supported on CUDA yet; --device cpu runs it"},
+		{"quantization fp8", func(t *testing.T, dir string) { weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 17) },
+			Options{Quantization: QuantizationFP8}},
+		{"compressed-tensors dynamic", func(t *testing.T, dir string) {
+			weightstest.WriteFP8(t, dir, fp8TestConfig, 18, weightstest.FP8Dynamic, weightstest.FP8Scales{})
+		}, Options{}},
+		{"compressed-tensors static", func(t *testing.T, dir string) {
+			weightstest.WriteFP8(t, dir, fp8TestConfig, 19, weightstest.FP8Static, weightstest.FP8Scales{Input: 0.012, K: 1, V: 1})
+		}, Options{}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			opts := tc.opts
-			opts.Device, opts.NumBlocks, opts.BlockSize = DeviceCUDA, 16, 16
-			m, err := Load(openFolder(t, tc.dir), opts)
-			if err == nil {
-				m.Close()
-				t.Fatal("loaded")
+		dir := t.TempDir()
+		tc.write(t, dir)
+		for _, dt := range []struct {
+			dtype  weights.DType
+			tol    float64
+			ids    bool
+			noFuse bool
+		}{{weights.DTypeF32, 1e-2, true, false}, {weights.DTypeBF16, 1e-1, false, false}, {weights.DTypeBF16, 1e-1, false, true}} {
+			t.Run(fmt.Sprintf("%s/%v/nofuse=%v", tc.name, dt.dtype, dt.noFuse), func(t *testing.T) {
+				f := openFolder(t, dir)
+				opts := tc.opts
+				opts.NumBlocks, opts.BlockSize = 256, 16
+				cpu, err := LoadOn(f, opts, NewCPUBackend)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cpu.Close()
+				var backend *cudaBackend
+				gpu, err := LoadOn(f, opts, func(s Shape) (Backend, error) {
+					b, err := newCUDABackend(s, cudaConfig{dtype: dt.dtype, dev: dev})
+					backend = b
+					return b, err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer gpu.Close()
+				backend.tune.FP8NoFuse = dt.noFuse
+				fp8MatchCPU(t, cpu, gpu, f.Config.VocabSize, dt.tol, dt.ids)
+				st := backend.Stats()
+				t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+				if st.CaptureFailed != nil || st.Captured < 3 || st.Replayed == 0 {
+					t.Errorf("captured %d graphs (want 3 buckets), replayed %d, capture error %v", st.Captured, st.Replayed, st.CaptureFailed)
+				}
+			})
+		}
+	}
+}
+
+// fp8MatchCPU runs the same steps on cpu and gpu and compares every logits row (relative error at most
+// tol and, with ids, the same argmax where the CPU's margin is clear): prefill chunks of 1-300 tokens
+// beside decode tokens, then decode steps at batches 1, 3 (bucket 4) and 12 (bucket 16), each several
+// times (graphs captured, then replayed).
+func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64, ids bool) {
+	t.Helper()
+	rng := newRand(21)
+	pc, pg := newModelPager(cpu, newRand(3)), newModelPager(gpu, newRand(3))
+	plan := [][]chunk{
+		{{0, randomTokens(rng, 37, vocab)}, {1, randomTokens(rng, 1, vocab)}},
+		{{2, randomTokens(rng, 300, vocab)}, {0, nil}, {1, nil}},
+	}
+	for range 4 {
+		plan = append(plan, []chunk{{2, nil}})
+	}
+	for range 4 {
+		plan = append(plan, []chunk{{0, nil}, {2, nil}, {1, nil}})
+	}
+	var more, all []chunk
+	for seq := 3; seq < 12; seq++ {
+		more = append(more, chunk{seq, randomTokens(rng, 2+seq, vocab)})
+	}
+	for seq := range 12 {
+		all = append(all, chunk{seq, nil})
+	}
+	plan = append(plan, more)
+	for range 3 {
+		plan = append(plan, append([]chunk(nil), all...))
+	}
+	var worst float64
+	compared := 0
+	for i, chunks := range plan {
+		for j := range chunks {
+			if chunks[j].tokens == nil {
+				chunks[j].tokens = randomTokens(rng, 1, vocab)
 			}
-			if !errors.Is(err, weights.ErrUnsupported) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q, want one saying %q", err, tc.want)
+		}
+		want, err := cpu.Forward(pc.step(chunks...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gpu.Forward(pg.step(chunks...))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for j := range want {
+			e := relErr(got[j], want[j])
+			worst = max(worst, e)
+			if !(e <= tol) {
+				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
 			}
-		})
+			if !ids {
+				continue
+			}
+			top, second, largest := topTwo(want[j])
+			if float64(want[j][top]-want[j][second]) > 0.01*largest {
+				compared++
+				if g := argmax(got[j]); g != int32(top) {
+					t.Errorf("step %d, sequence %d: greedy id %d on the GPU, %d on the CPU (margin %.3g)", i, chunks[j].seq,
+						g, top, want[j][top]-want[j][second])
+				}
+			}
+		}
+	}
+	t.Logf("largest relative error %.3g (tolerance %g); %d greedy ids compared", worst, tol, compared)
+	if ids && compared < 20 {
+		t.Errorf("only %d rows with a clear greedy id", compared)
+	}
+}
+
+// topTwo returns the indices of the largest and second largest of v and the largest magnitude in v.
+func topTwo(v []float32) (top, second int, largest float64) {
+	top, second = 0, -1
+	for i, x := range v {
+		largest = max(largest, math.Abs(float64(x)))
+		switch {
+		case i == 0:
+		case x > v[top]:
+			top, second = i, top
+		case second < 0 || x > v[second]:
+			second = i
+		}
+	}
+	return top, second, largest
+}
+
+// fp8PeakBandwidth is the H200's memory bandwidth (4.27 TB/s, as measured by a device copy), the
+// yardstick of the FP8 weight stream.
+const fp8PeakBandwidth = 4.27e12
+
+// BenchmarkCUDAFP8MatMul times Llama-3-8B's FP8 products: at 1-64 rows the weight-streaming kernel alone
+// (matmul-us, and GB/s of weight bytes with its share of 4.27 TB/s) and with the input's quantization
+// (step-us: the two launches the step runs), beside the bfloat16 product of the same shape as the step
+// plans it (bf16-us: the skinny kernel at 1-8 rows, cuBLAS above); at 1024 rows (prefill) cuBLASLt's
+// e4m3 GEMM with its epilogue (lt-us, TFLOP/s), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8 the
+// speed-up. Weights rotate among copies of at least 256 MB (L2 is 50 MB).
+//
+//	go test -tags cuda -run XXX -bench CUDAFP8MatMul -benchtime 1x ./model
+func BenchmarkCUDAFP8MatMul(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	rng := rand.New(rand.NewPCG(5, 7))
+	const prefill = 1024
+	for _, sh := range gemvBenchShapes {
+		if !strings.HasPrefix(sh.name, "8b-") || sh.name == "8b-lmhead" {
+			continue
+		}
+		bytes := int64(sh.n) * int64(sh.k)
+		fw := &FP8Weight{Name: sh.name, Rows: sh.n, Cols: sh.k, Codes: make([]byte, bytes), Scales: make([]float32, sh.n)}
+		for i := range fw.Codes {
+			fw.Codes[i] = byte(rng.IntN(256)) & 0xbf // finite, moderate
+		}
+		for i := range fw.Scales {
+			fw.Scales[i] = 0.01
+		}
+		ws := make([]*cudaWeight, int(max(2, (256<<20+bytes-1)/bytes)))
+		for i := range ws {
+			w, err := b.UploadFP8(fw)
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		bws, _ := rotatingWeights(bb, b, sh.n, sh.k, rng)
+		x := newDeviceTensor(bb, b, prefill, sh.k)
+		xs := make([]float32, prefill*sh.k)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		if err := b.dev.CopyToDevice(x.ptr, round16(weights.DTypeBF16, xs)); err != nil {
+			bb.Fatal(err)
+		}
+		y := newDeviceTensor(bb, b, prefill, sh.n)
+		if err := b.ensureFP8Workspace(prefill, ws[0].fp8.colsPad); err != nil {
+			bb.Fatal(err)
+		}
+		f := b.facts()
+		for _, m := range []int{1, 8, 16, 64, prefill} {
+			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
+				const reps = 50
+				op := &stepOp{kind: opMatMul, out: sh.n, in: sh.k, fp8: true}
+				run := func(path matmulPath) func(i int) error {
+					return func(i int) error {
+						return b.runFP8(op, &opArgs{d: y, x: x, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}})
+					}
+				}
+				var stepUS, bf16US, ltUS float64
+				var err error
+				for bb.Loop() {
+					if stepUS, err = deviceMicros(b, reps, run(pathFP8)); err != nil {
+						bb.Fatal(err)
+					}
+					bf16 := func(i int) error {
+						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, bws[i%len(bws)].ptr, b.dtype, sh.k, x.ptr,
+							b.dtype, sh.k, 0, y.ptr, cuda.Float32, sh.n)
+					}
+					if f.gemvServes(m, sh.k) {
+						bf16 = func(i int) error { return b.launchGemv(y, x, bws[i%len(bws)], sh.n, sh.k, m, &gemvEpilogue{}) }
+					}
+					if bf16US, err = deviceMicros(b, reps, bf16); err != nil {
+						bb.Fatal(err)
+					}
+					if m == prefill && b.fp8.lt != nil {
+						if ltUS, err = deviceMicros(b, reps, run(pathFP8Lt)); err != nil {
+							bb.Fatal(err)
+						}
+					}
+				}
+				// The product alone: the quantization of the same rows timed by itself and taken off.
+				quantUS, err := deviceMicros(b, reps, func(int) error {
+					q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: x.ptr, MinScale: fp8MinScale,
+						K: int32(sh.k), KP: int32(ws[0].fp8.colsPad)}
+					return cuda.Launch(b.fp8.quantize, cuda.Dim3{X: m}, cuda.Dim3{X: rowThreads(sh.k)}, 0, b.stream, &q)
+				})
+				if err != nil {
+					bb.Fatal(err)
+				}
+				mmUS := stepUS - quantUS
+				bb.ReportMetric(stepUS, "step-us")
+				bb.ReportMetric(quantUS, "quant-us")
+				bb.ReportMetric(mmUS, "matmul-us")
+				bb.ReportMetric(float64(bytes)/(mmUS*1e-6)/1e9, "GB/s")
+				bb.ReportMetric(100*float64(bytes)/(mmUS*1e-6)/fp8PeakBandwidth, "%4.27TB/s")
+				bb.ReportMetric(bf16US, "bf16-us")
+				if m == prefill {
+					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
+					bb.ReportMetric(flops/(stepUS*1e-6)/1e12, "kernel-TFLOP/s")
+					if ltUS > 0 {
+						bb.ReportMetric(ltUS, "lt-us")
+						bb.ReportMetric(flops/(ltUS*1e-6)/1e12, "lt-TFLOP/s")
+						bb.ReportMetric(bf16US/ltUS, "bf16/fp8")
+					}
+				} else {
+					bb.ReportMetric(bf16US/stepUS, "bf16/fp8")
+				}
+			})
+		}
+	}
+}
+
+// TestCUDAFP8FusedInputs checks the producers that write an FP8 product's input quantized (NormE4M3,
+// SwiGLUE4M3 in float32) against the CPU's definition computed from their float64 values: the residual
+// updated exactly (a float32 add), each row's scale within 1e-6 of the reference's (exact when static),
+// and its codes the reference's but for elements whose value lies within float32 rounding of an e4m3
+// midpoint (at most one code apart, fewer than 1%); a row with a NaN gets NaN (every code and a dynamic
+// scale); a row of zeros the floor scale.
+func TestCUDAFP8FusedInputs(t *testing.T) {
+	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeF32, dev: gpuDevice(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	defer func() { b.args = nil }()
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, kind := range []opKind{opNorm, opSwiGLU} {
+		for _, cols := range []int{160, 4096, 14336} {
+			for _, static := range []float32{0, 0.02} {
+				t.Run(fmt.Sprintf("%v/cols%d/static=%v", kind, cols, static), func(t *testing.T) {
+					const rows = 6
+					w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
+					if err != nil {
+						t.Fatal(err)
+					}
+					cw := w.Data.(*cudaWeight)
+					if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+						t.Fatal(err)
+					}
+					b.args = []opArgs{{w: cw}}
+					in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
+					want := make([]float32, rows*cols)
+					op, a := &stepOp{kind: kind, in: cols, out: cols}, &opArgs{eps: 1e-5}
+					var res *cudaTensor
+					var newRes []float32
+					if kind == opNorm {
+						r, add := make([]float32, rows*cols), make([]float32, rows*cols)
+						for i := range rows {
+							copy(r[i*cols:], in[2*i*cols:(2*i+1)*cols])
+							copy(add[i*cols:], in[(2*i+1)*cols:(2*i+2)*cols])
+						}
+						gain := make([]float32, cols)
+						for i := range gain {
+							gain[i] = float32(1 + 0.2*rng.NormFloat64())
+						}
+						gw, err := b.Upload(&weights.Tensor{Name: "g", DType: weights.DTypeF32, Shape: []int{cols}, Data: cuda.Bytes(gain)})
+						if err != nil {
+							t.Fatal(err)
+						}
+						res, a.a, a.w = newDeviceTensor(t, b, rows, cols), newDeviceTensor(t, b, rows, cols), gw.Data.(*cudaWeight)
+						a.r = res
+						if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(add))); err != nil {
+							t.Fatal(err)
+						}
+						newRes = make([]float32, rows*cols)
+						for i := range rows {
+							x := newRes[i*cols : (i+1)*cols]
+							var ss float64
+							for j := range x {
+								x[j] = r[i*cols+j] + add[i*cols+j]
+								ss += float64(x[j]) * float64(x[j])
+							}
+							inv := 1 / math.Sqrt(ss/float64(cols)+1e-5)
+							for j := range x {
+								want[i*cols+j] = float32(float64(gain[j]) * (float64(x[j]) * inv))
+							}
+						}
+					} else {
+						gu := newDeviceTensor(t, b, rows, 2*cols)
+						if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(in)); err != nil {
+							t.Fatal(err)
+						}
+						a.x = gu
+						for i := range rows {
+							for j := range cols {
+								g, u := float64(in[2*i*cols+j]), float64(in[(2*i+1)*cols+j])
+								want[i*cols+j] = float32(g / (1 + math.Exp(-g)) * u)
+							}
+						}
+					}
+					if err := b.runFusedE4M3(op, a, &opPlan{rows: rows, fp8Out: 0}); err != nil {
+						t.Fatal(err)
+					}
+					if err := b.stream.Synchronize(); err != nil {
+						t.Fatal(err)
+					}
+					kp := cw.fp8.colsPad
+					codes, scales := make([]byte, rows*kp), make([]float32, rows)
+					if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
+						t.Fatal(err)
+					}
+					if newRes != nil {
+						got := syncAndRead(t, b, res.ptr, rows*cols)
+						for i := range got {
+							if !sameFloat(got[i], newRes[i]) {
+								t.Fatalf("residual %d: %v, want %v", i, got[i], newRes[i])
+							}
+						}
+					}
+					xq, sx := make([]float32, rows*cols), make([]float32, rows)
+					quantizeRows(xq, sx, want, rows, cols, static)
+					for r := range rows {
+						if math.IsNaN(float64(sx[r])) != math.IsNaN(float64(scales[r])) ||
+							!(math.Abs(float64(scales[r]-sx[r])) <= 1e-6*float64(sx[r])) && !math.IsNaN(float64(sx[r])) {
+							t.Fatalf("row %d: scale %v, want %v", r, scales[r], sx[r])
+						}
+						off := 0
+						for i := range kp {
+							c := codes[r*kp+i]
+							if i >= cols {
+								if c != 0 {
+									t.Fatalf("row %d: padding column %d holds %#x", r, i, c)
+								}
+								continue
+							}
+							wc := dtype.F32ToE4M3Sat(want[r*cols+i] / sx[r])
+							if sameFloat(dtype.E4M3ToF32(c), dtype.E4M3ToF32(wc)) || c&0x7f == 0 && wc&0x7f == 0 {
+								continue
+							}
+							off++
+							if d := int(c&0x7f) - int(wc&0x7f); c&0x80 != wc&0x80 && c&0x7f != 0 && wc&0x7f != 0 || d < -1 || d > 1 {
+								t.Fatalf("row %d column %d: code %#x, want %#x (value %v, scale %v)", r, i, c, wc, want[r*cols+i], sx[r])
+							}
+						}
+						if off > cols/100 {
+							t.Errorf("row %d: %d of %d codes one step off", r, off, cols)
+						}
+					}
+				})
+			}
+		}
 	}
 }

@@ -25,6 +25,8 @@ type profiledOp struct {
 	Name string
 	N, K int // a matrix product's weight rows and columns
 	MS   float64
+	// FP8: the product's weight is FP8, one byte an element whatever the compute dtype.
+	FP8 bool
 }
 
 // Label names the op for a report: its name and, for a matrix product, the weight's shape.
@@ -82,7 +84,10 @@ func (b *cudaBackend) profileQueue() error {
 		}
 		o := profiledOp{Name: op.kind.String(), MS: ms}
 		if op.kind == opMatMul {
-			o.N, o.K = op.out, op.in
+			o.N, o.K, o.FP8 = op.out, op.in, op.fp8
+			if op.fp8 {
+				o.Name = "matmul-fp8"
+			}
 		}
 		b.prof.Ops = append(b.prof.Ops, o)
 	}
@@ -99,7 +104,7 @@ type profileRow struct {
 }
 
 // summarize groups ops by label (in order of first appearance), over steps profiled steps, with the
-// weight bytes of the matrix products at elem bytes an element.
+// weight bytes of the matrix products at elem bytes an element (one for FP8 weights).
 func summarize(ops []profiledOp, steps, elem int) []profileRow {
 	byLabel := map[string]*profileRow{}
 	var rows []*profileRow
@@ -113,7 +118,11 @@ func summarize(ops []profiledOp, steps, elem int) []profileRow {
 		}
 		r.Count++
 		r.MS += o.MS
-		r.Bytes += int64(o.N) * int64(o.K) * int64(elem)
+		e := elem
+		if o.FP8 {
+			e = 1
+		}
+		r.Bytes += int64(o.N) * int64(o.K) * int64(e)
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].FirstIndex < rows[j].FirstIndex })
 	out := make([]profileRow, len(rows))

@@ -102,6 +102,10 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	}
 	op := stepOp{kind: opMatMul, rows: x.Rows, capacity: min(d.rows, xt.rows), graphable: true, dst: id(d), src: id(xt),
 		out: w.Rows, in: w.Cols, bias: bias != nil}
+	if wt.fp8 != nil {
+		b.recordFP8(op, opArgs{d: d, x: xt, w: wt, bias: bias})
+		return
+	}
 	if bias != nil {
 		b.record(op, opArgs{d: d, x: xt, w: wt, bias: bias}, uint64(wt.ptr), uint64(bias.ptr))
 		return

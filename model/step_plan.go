@@ -5,7 +5,7 @@ import "github.com/gollm/gollm/attention"
 // The CUDA step's plan. The CUDA backend records a step's ops as data (stepOp: what each reads and
 // writes, by identity), and planStep, a pure function of those ops, the rows they run at and the
 // device's facts (stepFacts), decides every launch: which kernel serves each product (the skinny
-// product, the skinny GEMM or cuBLAS, planMatMul), what fuses into it (SwiGLU, RoPE and the argmax as
+// product, the skinny GEMM or cuBLAS, planMatMul; an FP8 weight's, fp8Path), what fuses into it (SwiGLU, RoPE and the argmax as
 // its epilogue, the residual add as its accumulation, the RMSNorms folded into the products around
 // them), how cuBLAS products are split, which ops then have nothing left to launch, and the decode
 // attention's decision (attention.Decide, with the rotary embedding where it takes it). The executor
@@ -98,6 +98,11 @@ type gemvTuning struct {
 	// rule; SplitRows (with SplitK 0) the O and down products' output rows in halves whatever their size.
 	SplitK    int
 	SplitRows bool
+	// FP8LtRows is the fewest rows of an FP8 product on cuBLASLt (fp8Path): 0 the default, < 0 never.
+	FP8LtRows int
+	// FP8NoFuse keeps an FP8 product's input quantization a kernel of its own (QuantizeE4M3) instead of
+	// fusing it into the norm or SwiGLU that produces the input (linkOps).
+	FP8NoFuse bool
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -156,6 +161,10 @@ type stepOp struct {
 	// bias: a MatMul whose weight has a bias, which a kernel of its own adds after the product (the
 	// product then takes no epilogue, no accumulation and no norm after it).
 	bias bool
+	// fp8: a MatMul with an FP8 weight (UploadFP8), which runs the FP8 product (fp8Path): its input
+	// quantized by the op that produces it or by a kernel of its own, its bias added by the product,
+	// nothing else fused into it.
+	fp8 bool
 	// window: RoPE's and Attention's layer's sliding window (0: none).
 	window int
 }
@@ -170,6 +179,8 @@ type stepFacts struct {
 	// gemv: the skinny product exists for the compute dtype (16-bit); gemm: the skinny GEMM is loaded
 	// (compute capability 9.0, 16-bit); gemmSwiGLU: the driver encodes the GEMM's SwiGLU weight map.
 	gemv, gemm, gemmSwiGLU bool
+	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer).
+	fp8Lt bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
 	normFold  bool
@@ -257,9 +268,28 @@ const (
 	pathGemv   matmulPath = iota // the skinny product (kernels/gemv.cu): up to MaxTokens rows, 16-bit weights
 	pathGemm                     // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
 	pathCuBLAS                   // cuBLAS GemmEx: everything else
+	pathFP8                      // an FP8 weight's product (kernels/fp8.cu)
+	pathFP8Lt                    // an FP8 weight's product on cuBLASLt's e4m3 GEMM (fp8_cuda.go)
 )
 
-func (p matmulPath) String() string { return [...]string{"gemv", "gemm", "cublas"}[p] }
+func (p matmulPath) String() string {
+	return [...]string{"gemv", "gemm", "cublas", "fp8", "fp8-cublaslt"}[p]
+}
+
+// fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
+// loaded, from FP8LtRows rows on (gemvMaxTokens+1 by default: the FP8 kernel streams the weights of a
+// decode step, the GEMM's tensor cores win at prefill sizes), and out a multiple of 4 (its output's
+// rows 16-byte aligned); the FP8 kernel otherwise.
+func (f *stepFacts) fp8Path(rows, out int) matmulPath {
+	least := f.tune.FP8LtRows
+	if least == 0 {
+		least = gemvMaxTokens + 1
+	}
+	if f.fp8Lt && least > 0 && rows >= least && out%4 == 0 {
+		return pathFP8Lt
+	}
+	return pathFP8
+}
 
 // productSplit is how a product on cuBLAS is split into parts computed by one strided-batched call.
 type productSplit struct {
@@ -355,6 +385,9 @@ type opLinks struct {
 	// RoPE: qkNorm is the QKNorm op just before it on the same Q/K/V rows, which the RoPE kernel runs
 	// where it runs (-1: none); QKNorm: intoRoPE is that RoPE op.
 	qkNorm, intoRoPE int
+	// Norm, SwiGLU: fp8Into is the FP8 product after it whose input it writes quantized (-1: none);
+	// MatMul: fp8From is that producer (-1: none), so the product quantizes nothing itself.
+	fp8Into, fp8From int
 }
 
 // fuseTarget is the product op i fuses into, or -1: the op before it, a MatMul into the tensor op i
@@ -367,7 +400,7 @@ func fuseTarget(ops []stepOp, i int, f *stepFacts) int {
 		return -1
 	}
 	mm := &ops[i-1]
-	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows || mm.bias {
+	if mm.kind != opMatMul || mm.dst != op.src || mm.rows != op.rows || mm.bias || mm.fp8 {
 		return -1
 	}
 	switch op.kind {
@@ -396,7 +429,7 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	for i := range ops {
 		op, l := &ops[i], &links[i]
 		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1, preNorm: -1, intoNorm: -1,
-			qkNorm: -1, intoRoPE: -1}
+			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1}
 		var prev *stepOp
 		if i > 0 && ops[i-1].rows == op.rows && !f.tune.NoFuse {
 			prev = &ops[i-1]
@@ -407,7 +440,8 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			// before it wrote the residual (the first layer's input norm).
 			// Or the norm before it normalised the addend in place: it does that norm itself.
 			switch {
-			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in && !prev.bias:
+			case prev != nil && op.add != 0 && prev.kind == opMatMul && prev.dst == op.add && prev.out == op.in && !prev.bias &&
+				!prev.fp8:
 				l.target = i - 1
 				links[i-1].residual = true
 			case prev != nil && op.add == 0 && prev.kind == opEmbed && prev.dst == op.resid:
@@ -418,7 +452,14 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			}
 		case opMatMul:
 			l.afterAttention = op.src == attnOut
-			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in {
+			// An FP8 product's input quantized by the plain norm or the SwiGLU (not fused into a
+			// product) that writes it for this product alone.
+			if op.fp8 && !f.tune.FP8NoFuse && prev != nil && prev.dst == op.src && links[i-1].target < 0 &&
+				(prev.kind == opNorm && !prev.inPlace() && links[i-1].preNorm < 0 && links[i-1].intoNorm < 0 ||
+					prev.kind == opSwiGLU) {
+				links[i-1].fp8Into, l.fp8From = i, i-1
+			}
+			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in && !op.fp8 {
 				if n := &links[i-1]; n.target >= 0 || n.embed >= 0 {
 					n.consumer, n.fold = i, len(folds)
 					folds = append(folds, i-1)
@@ -493,8 +534,13 @@ type opPlan struct {
 	attn   attention.DecodeDecision
 	// Argmax: where its partial maxima come from.
 	argmax argmaxSource
-	// MatMul: bias, a kernel adds the weight's bias after the product.
+	// MatMul: bias, a kernel adds the weight's bias after the product (an FP8 product adds its own).
 	bias bool
+	// Norm, SwiGLU: fp8Out, it writes its output as the FP8 product fp8Out's quantized input (NormE4M3,
+	// SwiGLUE4M3) instead of in the compute dtype (-1: none). MatMul: fp8Quantized, its input is
+	// quantized already.
+	fp8Out       int
+	fp8Quantized bool
 	// Norm: inPlace, it normalises a sublayer's output in place (float, NormAddRMSNorm without a
 	// residual); preNorm, it first normalises its addend in place as the in-place norm op preNorm would
 	// have (NormAddRMSNorm; that op is skipped); -1 none.
@@ -568,6 +614,9 @@ type attnMemo struct {
 // mm is the plan of product op i at rows rows.
 func (p *stepPlanner) mm(i, rows int) matmulPlan {
 	op, l := &p.ops[i], &p.links[i]
+	if op.fp8 {
+		return matmulPlan{path: p.f.fp8Path(rows, op.out), split: productSplit{parts: 1}}
+	}
 	return p.f.planMatMul(rows, op.out, op.in, l.mode, l.residual)
 }
 
@@ -648,7 +697,8 @@ func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 // planOp plans op i at rows rows.
 func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
-	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1}
+	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
+		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0}
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -674,7 +724,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			}
 		}
 	case opMatMul:
-		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias
+		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias && !op.fp8
 		if plan.mm.path == pathGemv {
 			if p.normFolds(l.normOut, rows) {
 				plan.foldOut = l.normOut
@@ -730,14 +780,14 @@ func (p *stepPlanner) slots(plan *opPlan) {
 // hash mixes the tuning into a graph signature: it picks the launches a graph holds.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
-		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK} {
+		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows} {
 		h = fnvWord(h, uint64(w))
 	}
 	for _, f := range []struct {
 		on   bool
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
-		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}} {
+		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}
@@ -755,6 +805,9 @@ func (op *stepOp) hash(h uint64, prevRows int) uint64 {
 	}
 	if op.bias {
 		h = fnvString(h, "bias")
+	}
+	if op.fp8 {
+		h = fnvString(h, "fp8")
 	}
 	if op.graphable {
 		h = fnvString(h, "graphable")

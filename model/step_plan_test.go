@@ -528,3 +528,77 @@ func TestSplitOf(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanFP8 plans Llama-3-8B's and Qwen2.5's steps with FP8 Linear layers (the LM head in bfloat16, as
+// Load keeps it) at decode and prefill sizes: every FP8 product runs the FP8 kernels at its rows (its
+// own kernel up to 64 rows, cuBLASLt beyond), adds its own bias and takes no epilogue, accumulation,
+// split or folded norm, so the ops around it (norms, RoPE, SwiGLU) run kernels of their own; the input
+// norms and SwiGLU write the Q/K/V, gate/up and down products' inputs quantized (O's comes from
+// attention: the product quantizes it), unless FP8NoFuse; the LM head keeps its bfloat16 plan (the
+// argmax fused into it at one row).
+func TestPlanFP8(t *testing.T) {
+	for _, m := range []planModel{planLlama3_8B, planQwen25_7B} {
+		for _, tc := range []struct {
+			rows   int
+			noFuse bool
+		}{{1, false}, {8, false}, {16, false}, {64, false}, {512, false}, {1, true}, {512, true}} {
+			rows := tc.rows
+			t.Run(fmt.Sprintf("%s/%d/nofuse=%v", m.name, rows, tc.noFuse), func(t *testing.T) {
+				ops, at := recordedStep(m, rows, false)
+				for i := range ops {
+					if ops[i].kind == opMatMul && i != at["lmhead"] {
+						ops[i].fp8 = true
+					}
+				}
+				f := planFacts("h200", m)
+				f.fp8Lt, f.tune.FP8NoFuse = true, tc.noFuse
+				st := stepShape{decode: rows <= 64, graph: rows <= 64, contextCap: 2048, stride: 128, pdl: rows <= 8}
+				plans := planStep(ops, 0, &f, &st)
+				for i, p := range plans {
+					op := &ops[i]
+					if p.folded || p.foldIn >= 0 || p.foldOut >= 0 {
+						t.Errorf("op %d (%v) folds a norm", i, op.kind)
+					}
+					switch {
+					case op.kind == opMatMul && op.fp8:
+						want := pathFP8
+						if rows > gemvMaxTokens {
+							want = pathFP8Lt
+						}
+						if p.mm.path != want || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {
+							t.Errorf("op %d: FP8 product planned %+v, bias kernel %v", i, p.mm, p.bias)
+						}
+						// Every FP8 product but O (after attention) gets its input quantized.
+						if quantized := !tc.noFuse && ops[i-1].kind != opAttention; p.fp8Quantized != quantized ||
+							quantized && plans[i-1].fp8Out != i {
+							t.Errorf("op %d: input quantized by the op before: %v (its plan's product %d), want %v", i,
+								p.fp8Quantized, plans[i-1].fp8Out, quantized)
+						}
+					case op.kind == opNorm:
+						if p.skip || p.add != addTensor {
+							t.Errorf("op %d: norm skipped %v, adds %v", i, p.skip, p.add)
+						}
+						if p.fp8Out >= 0 && !ops[p.fp8Out].fp8 {
+							t.Errorf("op %d: norm quantizes for op %d, not an FP8 product", i, p.fp8Out)
+						}
+					case op.kind == opSwiGLU:
+						if p.skip {
+							t.Errorf("op %d: SwiGLU fused into an FP8 product", i)
+						}
+					case op.kind == opRoPE:
+						// Decode attention may rotate (it reads the product's output); a product never does.
+						if p.skip && !(st.decode && p.qkNorm < 0 && plans[at["attention"]].attn.RoPE) {
+							t.Errorf("op %d: RoPE fused into an FP8 product", i)
+						}
+					}
+				}
+				if lm := plans[at["lmhead"]]; lm.mm.path == pathFP8 {
+					t.Errorf("the LM head planned on the FP8 path")
+				}
+				if rows == 1 && plans[at["argmax"]].argmax != argmaxGemv {
+					t.Errorf("the greedy pick at one row is not the LM head's epilogue: %v", plans[at["argmax"]].argmax)
+				}
+			})
+		}
+	}
+}

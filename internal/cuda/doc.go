@@ -1,13 +1,13 @@
 // Package cuda is gollm's device layer for NVIDIA GPUs: one CUDA context owned by one goroutine locked to
 // its OS thread, device memory, streams and events, modules loaded from embedded fat binaries, kernel
-// launches, CUDA graphs captured from a stream, and cuBLAS loaded at run time.
+// launches, CUDA graphs captured from a stream, and cuBLAS and cuBLASLt (its e4m3 GEMM) loaded at run time.
 //
 // Everything except this comment needs the build tag `cuda` (and CUDA's headers and libcuda to build;
 // see ../../../shared/docs/gpu.md): a build without the tag has no GPU code and no dependency on CUDA.
 //
 // The driver API is gorgonia.org/cu; the few calls it lacks (launch with a packed parameter block, with
 // programmatic dependent launch or in thread-block clusters, function attributes, stream capture and
-// graphs, cuBLAS through dlopen, tensor maps for the Hopper copy engine through the driver's
+// graphs, cuBLAS and cuBLASLt through dlopen, tensor maps for the Hopper copy engine through the driver's
 // cuTensorMapEncodeTiled, resolved at run time because cuda.h 11.8 does not declare it) are a little cgo
 // of our own.
 //

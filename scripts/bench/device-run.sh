@@ -60,6 +60,13 @@
 #               when set (TTFT and ITL p50/p90/p99 per class); then a
 #               table with the gaps to the peer and the issue's targets. LC_BUDGET (default 540 s)
 #               bounds the section: a step that would start past it is skipped
+#   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
+#               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
+#               stream against 4.27 TB/s; prefill TFLOP/s), gollm bench latency of llama3-8b (random
+#               weights, prompt 1024, 128 out, batch 1 and 64) in bf16 and with --quantization fp8, and
+#               scripts/bench/fp8_peer.py (torch, e4m3 weights through _scaled_mm); then a table with the
+#               gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1; prefill of 1024 tokens ≥ 1.6× bf16's
+#               speed (docs/bench/fp8-h200.md)
 #
 # Environment:
 #   BIN     the build to run (default gpu/bench; BIN.tar.xz, if carried, is unpacked over it first)
@@ -333,6 +340,56 @@ model TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$
 attention TestCUDADecodeKernels/bf16/d128/
 attention TestCUDADecodeOddRows
 EOF
+}
+
+section_fp8() {
+	local d=$out/fp8 q extra
+	mkdir -p "$d"
+	gotest "$d" model-fp8 model '^(TestCUDAFP8.*|TestFP8Golden.*|TestPlanFP8)$' 200
+	gotest "$d" cuda-lt internal/cuda '^TestMatmulE4M3$' 60
+	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
+	for q in bf16 fp8; do
+		extra=()
+		[ "$q" = fp8 ] && extra=(--quantization fp8)
+		timeout 150 "$bin/gollm" bench latency --config llama3-8b --device cuda --random-weights --batch 1,64 \
+			--input-len 1024 --output-len 128 "${extra[@]}" --json >"$d/latency-$q.jsonl" 2>"$d/latency-$q.log"
+		stamp "fp8 bench latency llama3-8b $q" $?
+	done
+	PYTHONUNBUFFERED=1 timeout 230 python3 scripts/bench/fp8_peer.py --batches 1,64 --dtypes fp8 --iters 30 --json "$d/peer.json" \
+		>"$d/peer.txt" 2>"$d/peer.log"
+	stamp "fp8 fp8_peer.py" $?
+	sed 's/^/  /' "$d/peer.txt" | tee -a "$out/summary.txt"
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, os, sys
+raw = sys.argv[1]
+def rows(name):
+    out = {}
+    path = os.path.join(raw, name)
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("{"):
+                r = json.loads(line)
+                out[r["batch"]] = r
+    return out
+bf, fp = rows("latency-bf16.jsonl"), rows("latency-fp8.jsonl")
+peer = {}
+if os.path.exists(os.path.join(raw, "peer.json")):
+    peer = {r["batch"]: r for r in json.load(open(os.path.join(raw, "peer.json"))) if r["dtype"] == "fp8"}
+print("\n== FP8 weights, Llama-3-8B shape, random weights, prompt 1024, 128 out (decode step p50 ms)")
+print(f"{'batch':>5} {'gollm bf16':>11} {'gollm fp8':>10} {'fp8 roof':>9} {'% roof':>7} {'torch fp8':>10} {'fp8/torch':>10} {'bf16/fp8':>9}")
+for b in sorted(set(bf) | set(fp)):
+    x, y, t = bf.get(b), fp.get(b), peer.get(b)
+    xs = x["decode_step"]["p50_ms"] if x else float("nan")
+    ys = y["decode_step"]["p50_ms"] if y else float("nan")
+    roof = y["roofline"]["step_ms"] if y else float("nan")
+    ts = t["step_ms"] if t else float("nan")
+    flag = "  > 2.1 ms" if b == 1 and not ys <= 2.1 else ""
+    print(f"{b:>5} {xs:>11.3f} {ys:>10.3f} {roof:>9.3f} {100 * roof / ys:>6.0f}% {ts:>10.3f} {ys / ts:>10.3f} {xs / ys:>9.3f}{flag}")
+if 1 in bf and 1 in fp:
+    a, c = bf[1]["prefill_ms"], fp[1]["prefill_ms"]
+    print(f"prefill of 1024 tokens (batch 1): bf16 {a:.1f} ms, fp8 {c:.1f} ms, {a / c:.2f}x" + ("" if a / c >= 1.6 else "  < 1.6x"))
+PY
 }
 
 # room LIMIT WHAT: whether a step of up to LIMIT seconds still fits the families section's budget
@@ -633,7 +690,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2

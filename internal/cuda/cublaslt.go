@@ -1,0 +1,297 @@
+//go:build cuda
+
+package cuda
+
+/*
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "gollm_cuda.h"
+
+// The cuBLASLt entry points of the FP8 product, resolved with dlsym like cuBLAS's (cublas.go). Handles
+// and descriptors are opaque pointers; enum values are part of cuBLASLt's stable ABI.
+typedef int (*gollm_lt_create_t)(void **);
+typedef int (*gollm_lt_destroy_t)(void *);
+typedef size_t (*gollm_lt_version_t)(void);
+typedef int (*gollm_lt_desc_create_t)(void **, int, int);
+typedef int (*gollm_lt_desc_destroy_t)(void *);
+typedef int (*gollm_lt_desc_set_t)(void *, int, const void *, size_t);
+typedef int (*gollm_lt_layout_create_t)(void **, int, uint64_t, uint64_t, int64_t);
+typedef int (*gollm_lt_layout_destroy_t)(void *);
+typedef int (*gollm_lt_pref_create_t)(void **);
+typedef int (*gollm_lt_pref_destroy_t)(void *);
+typedef int (*gollm_lt_pref_set_t)(void *, int, const void *, size_t);
+
+// cublasLtMatmulHeuristicResult_t.
+typedef struct {
+	uint64_t algo[8];
+	size_t workspace;
+	int state;
+	float waves;
+	int reserved[4];
+} gollm_lt_heuristic;
+
+typedef int (*gollm_lt_heuristic_t)(void *, void *, void *, void *, void *, void *, void *, int, gollm_lt_heuristic *, int *);
+typedef int (*gollm_lt_matmul_t)(void *, void *, const void *, const void *, void *, const void *, void *,
+	const void *, const void *, void *, void *, void *, const void *, void *, size_t, CUstream);
+
+typedef struct {
+	void *lib;
+	gollm_lt_create_t create;
+	gollm_lt_destroy_t destroy;
+	gollm_lt_version_t version;
+	gollm_lt_desc_create_t desc_create;
+	gollm_lt_desc_destroy_t desc_destroy;
+	gollm_lt_desc_set_t desc_set;
+	gollm_lt_layout_create_t layout_create;
+	gollm_lt_layout_destroy_t layout_destroy;
+	gollm_lt_pref_create_t pref_create;
+	gollm_lt_pref_destroy_t pref_destroy;
+	gollm_lt_pref_set_t pref_set;
+	gollm_lt_heuristic_t heuristic;
+	gollm_lt_matmul_t matmul;
+} gollm_lt;
+
+static inline void *gollm_lt_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
+static inline const char *gollm_lt_dlerror(void) { const char *e = dlerror(); return e ? e : "unknown"; }
+
+#define GOLLM_LT_BIND(field, type, name) if (!(b->field = (type)dlsym(b->lib, name))) return name;
+
+// gollm_lt_bind resolves the symbols; it returns the name of the first missing one, or NULL.
+static inline const char *gollm_lt_bind(gollm_lt *b) {
+	GOLLM_LT_BIND(create, gollm_lt_create_t, "cublasLtCreate")
+	GOLLM_LT_BIND(destroy, gollm_lt_destroy_t, "cublasLtDestroy")
+	GOLLM_LT_BIND(version, gollm_lt_version_t, "cublasLtGetVersion")
+	GOLLM_LT_BIND(desc_create, gollm_lt_desc_create_t, "cublasLtMatmulDescCreate")
+	GOLLM_LT_BIND(desc_destroy, gollm_lt_desc_destroy_t, "cublasLtMatmulDescDestroy")
+	GOLLM_LT_BIND(desc_set, gollm_lt_desc_set_t, "cublasLtMatmulDescSetAttribute")
+	GOLLM_LT_BIND(layout_create, gollm_lt_layout_create_t, "cublasLtMatrixLayoutCreate")
+	GOLLM_LT_BIND(layout_destroy, gollm_lt_layout_destroy_t, "cublasLtMatrixLayoutDestroy")
+	GOLLM_LT_BIND(pref_create, gollm_lt_pref_create_t, "cublasLtMatmulPreferenceCreate")
+	GOLLM_LT_BIND(pref_destroy, gollm_lt_pref_destroy_t, "cublasLtMatmulPreferenceDestroy")
+	GOLLM_LT_BIND(pref_set, gollm_lt_pref_set_t, "cublasLtMatmulPreferenceSetAttribute")
+	GOLLM_LT_BIND(heuristic, gollm_lt_heuristic_t, "cublasLtMatmulAlgoGetHeuristic")
+	GOLLM_LT_BIND(matmul, gollm_lt_matmul_t, "cublasLtMatmul")
+	return NULL;
+}
+
+static inline int gollm_lt_create(gollm_lt *b, void **h) { return b->create(h); }
+static inline int gollm_lt_destroy(gollm_lt *b, void *h) { return b->destroy(h); }
+static inline size_t gollm_lt_version(gollm_lt *b) { return b->version(); }
+
+// The FP8 plan: D (m×n, float32, column-major, ld ldd) = op(A)·B with A stored k×m (transposed: the
+// row-major [m][k] of a Linear weight) and B k×n, both e4m3 (CUDA_R_8F_E4M3 = 28), float32 compute and
+// scale (CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0), no fast accumulation (cuBLASLt's default: the tensor
+// cores' partial sums are promoted to float32). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4,
+// CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
+typedef struct {
+	void *desc, *a, *b, *d, *pref;
+	gollm_lt_heuristic h;
+} gollm_lt_plan;
+
+static inline void gollm_lt_plan_free(gollm_lt *b, gollm_lt_plan *p) {
+	if (p->pref) b->pref_destroy(p->pref);
+	if (p->d) b->layout_destroy(p->d);
+	if (p->b) b->layout_destroy(p->b);
+	if (p->a) b->layout_destroy(p->a);
+	if (p->desc) b->desc_destroy(p->desc);
+}
+
+// gollm_lt_plan_make fills p; it returns the failing step (1-6, 7: no algorithm, 8: scale modes) and its
+// status. With scaled, A and B are scaled by vectors (CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31, B = 32,
+// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3: one float a row of op(A), one a column of B).
+static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int m, int n, int k, int lda, int ldb,
+		int ldd, uint64_t workspace, int scaled, int *status) {
+	int st, trans = 1, notrans = 0, found = 0, outer = 3;
+	if ((st = b->desc_create(&p->desc, 68, 0))) { *status = st; return 1; }
+	if ((st = b->desc_set(p->desc, 3, &trans, sizeof trans))) { *status = st; return 2; }
+	if ((st = b->desc_set(p->desc, 4, &notrans, sizeof notrans))) { *status = st; return 2; }
+	if (scaled && ((st = b->desc_set(p->desc, 31, &outer, sizeof outer)) || (st = b->desc_set(p->desc, 32, &outer, sizeof outer)))) {
+		*status = st;
+		return 8;
+	}
+	if ((st = b->layout_create(&p->a, 28, k, m, lda))) { *status = st; return 3; }
+	if ((st = b->layout_create(&p->b, 28, k, n, ldb))) { *status = st; return 3; }
+	if ((st = b->layout_create(&p->d, 0, m, n, ldd))) { *status = st; return 3; }
+	if ((st = b->pref_create(&p->pref))) { *status = st; return 4; }
+	if ((st = b->pref_set(p->pref, 1, &workspace, sizeof workspace))) { *status = st; return 5; }
+	if ((st = b->heuristic(h, p->desc, p->a, p->b, p->d, p->d, p->pref, 1, &p->h, &found))) { *status = st; return 6; }
+	if (found < 1) { *status = 0; return 7; }
+	return 0;
+}
+
+// gollm_lt_run runs a plan; a scaled plan's scale vectors are sa and sb (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER
+// = 17, B = 18), set on its descriptor first.
+static inline int gollm_lt_run(gollm_lt *b, void *h, gollm_lt_plan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr D,
+		CUdeviceptr sa, CUdeviceptr sb, CUdeviceptr ws, size_t wsBytes, CUstream s) {
+	float one = 1, zero = 0;
+	int st;
+	if (sa) {
+		const void *pa = (const void *)sa, *pb = (const void *)sb;
+		if ((st = b->desc_set(p->desc, 17, &pa, sizeof pa)) || (st = b->desc_set(p->desc, 18, &pb, sizeof pb))) return st;
+	}
+	return b->matmul(h, p->desc, &one, (const void *)A, p->a, (const void *)B, p->b, &zero, (const void *)D, p->d,
+		(void *)D, p->d, p->h.algo, (void *)ws, wsBytes, s);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+)
+
+// ErrNoCUBLASLt is returned by LoadBLASLt when no cuBLASLt library could be loaded.
+var ErrNoCUBLASLt = errors.New("cuda: cuBLASLt not found")
+
+// cublasLtLibraries are tried after the folder of the cuBLAS that LoadBLAS loaded, as cublasLibraries.
+var cublasLtLibraries = []string{
+	"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11",
+	"/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
+	"/usr/local/cuda/lib64/libcublasLt.so.11",
+}
+
+// ltWorkspaceBytes is the workspace every cuBLASLt product may use (allocated once: a product captured
+// into a graph must not allocate).
+const ltWorkspaceBytes = 32 << 20
+
+// BLASLt is a cuBLASLt handle on a Device, with its workspace and the plans (descriptors and the
+// heuristic's algorithm) of the shapes it ran.
+type BLASLt struct {
+	dev     *Device
+	lib     *C.gollm_lt
+	handle  unsafe.Pointer
+	path    string
+	version int
+	ws      DevicePtr
+	plans   map[ltShape]*C.gollm_lt_plan
+}
+
+type ltShape struct {
+	m, n, k, lda, ldb, ldd int
+	scaled                 bool
+}
+
+// LoadBLASLt loads cuBLASLt with dlopen (GOLLM_CUBLASLT names a file to try first, then the folder of
+// blas's library when it has one), creates a handle and allocates its workspace.
+func (d *Device) LoadBLASLt(blas *BLAS) (*BLASLt, error) {
+	candidates := slicesClone(cublasLtLibraries)
+	if blas != nil && filepath.IsAbs(blas.path) {
+		dir, base := filepath.Split(blas.path)
+		candidates = append([]string{dir + strings.Replace(base, "libcublas.", "libcublasLt.", 1)}, candidates...)
+	}
+	if p := os.Getenv("GOLLM_CUBLASLT"); p != "" {
+		candidates = append([]string{p}, candidates...)
+	}
+	lib := (*C.gollm_lt)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_lt{}))))
+	b := &BLASLt{dev: d, lib: lib, plans: map[ltShape]*C.gollm_lt_plan{}}
+	var tried []string
+	for _, name := range candidates {
+		cname := C.CString(name)
+		lib.lib = C.gollm_lt_dlopen(cname)
+		C.free(unsafe.Pointer(cname))
+		if lib.lib != nil {
+			b.path = name
+			break
+		}
+		tried = append(tried, name+": "+C.GoString(C.gollm_lt_dlerror()))
+	}
+	if lib.lib == nil {
+		C.free(unsafe.Pointer(lib))
+		return nil, fmt.Errorf("%w (tried %s)", ErrNoCUBLASLt, strings.Join(tried, "; "))
+	}
+	if missing := C.gollm_lt_bind(lib); missing != nil {
+		C.free(unsafe.Pointer(lib))
+		return nil, fmt.Errorf("cuda: %s: missing symbol %s", b.path, C.GoString(missing))
+	}
+	b.version = int(C.gollm_lt_version(lib))
+	err := d.Do(func() error {
+		if st := C.gollm_lt_create(lib, &b.handle); st != 0 {
+			return fmt.Errorf("cublasLtCreate: status %d", int(st))
+		}
+		return nil
+	})
+	if err != nil {
+		C.free(unsafe.Pointer(lib))
+		return nil, fmt.Errorf("cuda: %s: %w", b.path, err)
+	}
+	if b.ws, err = d.Alloc(ltWorkspaceBytes); err != nil {
+		b.Destroy()
+		return nil, err
+	}
+	return b, nil
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// Library returns the file that was loaded and cuBLASLt's version number.
+func (b *BLASLt) Library() (path string, version int) { return b.path, b.version }
+
+// MatmulE4M3 queues, on s, D = op(A)·B in cuBLAS's column-major convention for e4m3 operands: op(A) is
+// m×k, stored transposed (k×m, leading dimension lda: a row-major [m][k] matrix), B k×n (ldb), D m×n of
+// float32 (ldd), the products summed in float32 (no fast accumulation) and nothing scaled. The row-major
+// product Y[M][N] = X[M][K]·W[N][K]ᵀ is MatmulE4M3(N, M, K, W, K, X, K, Y, N, s). cuBLASLt's FP8 needs
+// compute capability 8.9 or newer, k, lda and ldb multiples of 16 and 16-byte aligned pointers; a shape
+// it cannot run returns an error (the first call of a shape asks its heuristic and keeps the plan).
+func (b *BLASLt) MatmulE4M3(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int, s *Stream) error {
+	return b.MatmulE4M3Scaled(m, n, k, a, lda, bm, ldb, d, ldd, 0, 0, s)
+}
+
+// MatmulE4M3Scaled is MatmulE4M3 with D's row i and column j scaled by sa[i]·sb[j] (float32 vectors of m
+// and n on the device: cuBLASLt's outer-vector scaling, cuBLAS 12.9 and newer) where sa is not 0. Whether
+// a library computes it, and along which dimensions, is the caller's to check once (a library without
+// the mode returns an error).
+func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int,
+	sa, sb DevicePtr, s *Stream) error {
+	key := ltShape{m, n, k, lda, ldb, ldd, sa != 0}
+	scaled := C.int(0)
+	if key.scaled {
+		scaled = 1
+	}
+	return b.dev.Do(func() error {
+		p, ok := b.plans[key]
+		if !ok {
+			p = (*C.gollm_lt_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_lt_plan{}))))
+			var status C.int
+			if step := C.gollm_lt_plan_make(b.lib, b.handle, p, C.int(m), C.int(n), C.int(k), C.int(lda), C.int(ldb),
+				C.int(ldd), C.uint64_t(ltWorkspaceBytes), scaled, &status); step != 0 {
+				C.gollm_lt_plan_free(b.lib, p)
+				C.free(unsafe.Pointer(p))
+				what := [...]string{"", "descriptor", "transposes", "layouts", "preference", "workspace", "heuristic", "no algorithm",
+					"scale modes"}[step]
+				return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %s: status %d", m, n, k, what, int(status))
+			}
+			b.plans[key] = p
+		}
+		if st := C.gollm_lt_run(b.lib, b.handle, p, C.CUdeviceptr(a), C.CUdeviceptr(bm), C.CUdeviceptr(d), C.CUdeviceptr(sa),
+			C.CUdeviceptr(sb), C.CUdeviceptr(b.ws), C.size_t(ltWorkspaceBytes), cStream(s.handle())); st != 0 {
+			return fmt.Errorf("cuda: cublasLtMatmul e4m3 m=%d n=%d k=%d: status %d", m, n, k, int(st))
+		}
+		return nil
+	})
+}
+
+// Destroy releases the plans, the workspace and the handle (the library stays loaded).
+func (b *BLASLt) Destroy() error {
+	var errs []error
+	errs = append(errs, b.dev.Do(func() error {
+		for k, p := range b.plans {
+			C.gollm_lt_plan_free(b.lib, p)
+			C.free(unsafe.Pointer(p))
+			delete(b.plans, k)
+		}
+		if b.handle != nil {
+			if st := C.gollm_lt_destroy(b.lib, b.handle); st != 0 {
+				return fmt.Errorf("cuda: cublasLtDestroy: status %d", int(st))
+			}
+		}
+		return nil
+	}))
+	errs = append(errs, b.dev.Free(b.ws))
+	C.free(unsafe.Pointer(b.lib))
+	return errors.Join(errs...)
+}

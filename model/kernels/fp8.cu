@@ -1,0 +1,367 @@
+// FP8 (OCP e4m3) W8A8 products: the CUDA backend's MatMul with a weight from UploadFP8, computing what
+// model.FP8Weight defines (docs/fp8.md, "The arithmetic") and the CPU backend computes:
+//
+//	s[r]      = input_scale, or max(max_i |x[r][i]| / 448, min_scale)   (a NaN in the row: NaN)
+//	xq[r][i]  = e4m3(x[r][i] / s[r])                                     IEEE division, saturating cast
+//	acc[r][o] = Σ_i float(xq[r][i]) · float(w[o][i])                     float accumulation
+//	y[r][o]   = acc[r][o] · (s[r] · sw[o])  (+ bias[o])
+//
+// QuantizeE4M3_<T> writes each input row's codes and scale (one block a row), or the op that produces
+// the input does (NormE4M3, SwiGLUE4M3_<T>, at the end: the plan fuses them where the input is theirs);
+// MatMulE4M3_nt<NT> streams the weight codes and computes the product (decode sizes), or cuBLASLt's e4m3
+// GEMM computes the unscaled sums and ScaleE4M3 applies the scales and the bias (prefill; the plan picks). The weights are stored with
+// rows and columns padded with zero codes to multiples of 16 and 64 (kp columns, also the stride of the
+// quantized activations, whose padding columns QuantizeE4M3 zeroes): every row then starts 64-byte
+// aligned and a 64-column k-block never reads past a row, and a zero code adds an exact 0.
+//
+// The product runs on the tensor cores as mma.sync.m16n8k16 in f16 with float accumulators: every e4m3
+// value is an f16 value (3 mantissa bits, exponents 2^-9..2^8 inside f16's normal range), so the
+// codes convert exactly (cvt.rn.f16x2.e4m3x2, one instruction for two on sm_89 and newer) and each
+// product of two is exact in float, as the definition asks; only the order of the float sum differs
+// from the CPU's. The layout is the skinny product's (gemv.cu): a warp owns a tile of 16 weight rows
+// (the A operand) × 8·NT token rows (B); lane (g, c) (g = lane/4, c = lane%4) loads, per 64-column
+// k-block, the 16 codes 16c..16c+15 of weight rows lo = 16·tile + g and hi = lo + 8 and of its token
+// rows (one 16-byte load each: half the bytes of bf16 for the same columns), and feeds codes
+// 16c+4s..16c+4s+3 to the fragment slots of logical k {2c, 2c+1, 2c+8, 2c+9} of the s-th of four mma
+// (A and B permuted alike, so each mma sums 16 distinct columns). U k-blocks are loaded before their
+// mma (bytes in flight). A block is 8 warps: rb = 8/ks tiles, each split over k between ks warps whose
+// partial tiles the first sums through shared memory before the epilogue. Grid: x the chunks of 8·NT
+// token rows (fastest, so the blocks of one weight tile run together and read its bytes once from
+// memory), y the groups of rb tiles.
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+
+struct QuantizeE4M3Params {
+	unsigned char *codes; // [m][kp] e4m3
+	float *scales;        // [m]
+	const void *x;        // [m][k] of T
+	float input_scale;    // > 0: static; 0: per row
+	float min_scale;      // the per-row scale's floor (1/(448·512))
+	int k, kp;
+};
+
+template <typename T> __device__ __forceinline__ void quantize_e4m3(const QuantizeE4M3Params &p) {
+	__shared__ float scratch[32];
+	__shared__ int nan_seen;
+	pdl_wait();
+	// The product after this kernel may launch now: its blocks stream their first weights while this
+	// one runs, and wait (pdl_wait) before they read what it writes.
+	pdl_launch_dependents();
+	const int r = blockIdx.x;
+	const T *x = reinterpret_cast<const T *>(p.x) + (long long)r * p.k;
+	unsigned char *q = p.codes + (long long)r * p.kp;
+	float s = p.input_scale;
+	if (s == 0.f) {
+		float amax = 0.f;
+		bool nan = false;
+		for (int i = threadIdx.x; i < p.k; i += blockDim.x) {
+			const float v = fabsf(Num<T>::load(x[i]));
+			nan |= v != v;
+			amax = fmaxf(amax, v);
+		}
+		if (threadIdx.x == 0) nan_seen = 0;
+		for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+		const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+		__syncthreads(); // orders nan_seen's clearing before the atomics
+		if (nan) atomicOr(&nan_seen, 1);
+		if (lane == 0) scratch[warp] = amax;
+		__syncthreads();
+		amax = lane < warps ? scratch[lane] : 0.f;
+		for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+		s = nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), p.min_scale);
+	}
+	// No clamp before the cast: the saturating cast maps beyond ±448 to ±448 and keeps NaN a NaN.
+	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
+		unsigned char c = 0;
+		if (i < p.k) c = __nv_cvt_float_to_fp8(__fdiv_rn(Num<T>::load(x[i]), s), __NV_SATFINITE, __NV_E4M3);
+		q[i] = c;
+	}
+	if (threadIdx.x == 0) p.scales[r] = s;
+}
+
+#define FP8_QUANTIZE(TN, T)                                                                                   \
+	extern "C" __global__ void QuantizeE4M3_##TN(const QuantizeE4M3Params p) { quantize_e4m3<T>(p); }
+FP8_QUANTIZE(f32, float)
+FP8_QUANTIZE(bf16, __nv_bfloat16)
+FP8_QUANTIZE(f16, __half)
+
+struct MatMulE4M3Params {
+	float *y;             // [m][n]
+	const void *xq;       // [m][kp] e4m3 (QuantizeE4M3's codes)
+	const void *w;        // [np][kp] e4m3, np = n rounded up to 16
+	const float *sx;      // [m] the input rows' scales
+	const float *sw;      // [np] the weight rows' scales
+	const float *bias;    // [n], or null
+	int m, n, kp;
+	int ks;               // warps splitting a tile's k-blocks (1, 2, 4, 8)
+	int tiles;            // np / 16
+};
+
+// e4m3x4_to_f16x2 converts the four codes of v (lowest byte first) to two f16 pairs: lo the first two.
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
+	__half2_raw a = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+	__half2_raw b = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
+	lo = (uint32_t)a.x | ((uint32_t)a.y << 16);
+	hi = (uint32_t)b.x | ((uint32_t)b.y << 16);
+}
+
+// fp8_mma adds the products of one k-block (a lane's 16 codes of rows lo and hi, and of each token tile)
+// to acc.
+template <int NT>
+__device__ __forceinline__ void fp8_mma(float (&acc)[NT][4], const uint4 &wl, const uint4 &wh, const uint4 (&xv)[NT]) {
+	const uint32_t lw[4] = {wl.x, wl.y, wl.z, wl.w}, hw[4] = {wh.x, wh.y, wh.z, wh.w};
+#pragma unroll
+	for (int s = 0; s < 4; s++) {
+		uint32_t l0, l1, h0, h1;
+		e4m3x4_to_f16x2(lw[s], l0, l1);
+		e4m3x4_to_f16x2(hw[s], h0, h1);
+#pragma unroll
+		for (int j = 0; j < NT; j++) {
+			const uint32_t xs = s == 0 ? xv[j].x : s == 1 ? xv[j].y : s == 2 ? xv[j].z : xv[j].w;
+			uint32_t b0, b1;
+			e4m3x4_to_f16x2(xs, b0, b1);
+			Mma<__half>::run(acc[j], l0, h0, l1, h1, b0, b1);
+		}
+	}
+}
+
+__device__ __forceinline__ uint4 fp8_load_stream(const void *p) {
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	             : "l"(p));
+	return v;
+}
+
+template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p) {
+	__shared__ float red[8 * NT * 4 * 32]; // [warp][NT][4][32], when ks > 1
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int rb = 8 / p.ks;
+	const int r = warp / p.ks, s = warp - r * p.ks;
+	const int tile = blockIdx.y * rb + r;
+	const bool active = tile < p.tiles;
+	const int g = lane >> 2, c = lane & 3;
+	const int lo = 16 * min(tile, p.tiles - 1) + g, hi = lo + 8;
+	const int row0 = blockIdx.x * 8 * NT;
+
+	const unsigned char *w = reinterpret_cast<const unsigned char *>(p.w);
+	const unsigned char *x = reinterpret_cast<const unsigned char *>(p.xq);
+	const unsigned char *wlo = w + (long long)lo * p.kp + 16 * c;
+	const unsigned char *whi = w + (long long)hi * p.kp + 16 * c;
+	const unsigned char *xr[NT];
+#pragma unroll
+	for (int j = 0; j < NT; j++) xr[j] = x + (long long)min(row0 + 8 * j + g, p.m - 1) * p.kp + 16 * c;
+
+	float acc[NT][4];
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+
+	const int blocks = active ? p.kp >> 6 : 0;
+	int kb = s;
+	// The weights never change: the first step's loads go out before pdl_wait, while the kernel that
+	// quantizes x may still run; x is read after it.
+	uint4 wl[U], wh[U];
+	bool full = kb + (U - 1) * p.ks < blocks;
+	if (full) {
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const long long off = (long long)(kb + u * p.ks) * 64;
+			wl[u] = fp8_load_stream(wlo + off);
+			wh[u] = fp8_load_stream(whi + off);
+		}
+	}
+	pdl_wait();
+	for (; full; kb += U * p.ks) { // U whole k-blocks: every load issued before their mma
+		if (kb != s) {
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const long long off = (long long)(kb + u * p.ks) * 64;
+				wl[u] = fp8_load_stream(wlo + off);
+				wh[u] = fp8_load_stream(whi + off);
+			}
+		}
+		uint4 xv[U][NT];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+				xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64));
+#pragma unroll
+		for (int u = 0; u < U; u++) fp8_mma<NT>(acc, wl[u], wh[u], xv[u]);
+		full = kb + U * p.ks + (U - 1) * p.ks < blocks;
+	}
+	for (; kb < blocks; kb += p.ks) { // the rest, one at a time
+		const long long off = (long long)kb * 64;
+		const uint4 wl = fp8_load_stream(wlo + off), wh = fp8_load_stream(whi + off);
+		uint4 xv[NT];
+#pragma unroll
+		for (int j = 0; j < NT; j++) xv[j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + off));
+		fp8_mma<NT>(acc, wl, wh, xv);
+	}
+	pdl_launch_dependents();
+	if (p.ks > 1) {
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) red[((warp * NT + j) * 4 + e) * 32 + lane] = acc[j][e];
+		__syncthreads();
+		if (s != 0) return;
+		for (int t = 1; t < p.ks; t++)
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) acc[j][e] += red[(((warp + t) * NT + j) * 4 + e) * 32 + lane];
+	}
+	if (!active) return;
+	// acc[j]: (row lo, token 2c), (lo, 2c+1), (hi, 2c), (hi, 2c+1) of token tile j.
+	const float swl = p.sw[lo], swh = p.sw[hi];
+	const float bl = p.bias != nullptr && lo < p.n ? p.bias[lo] : 0.f;
+	const float bh = p.bias != nullptr && hi < p.n ? p.bias[hi] : 0.f;
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int t = row0 + 8 * j + 2 * c + e;
+			if (t >= p.m) continue;
+			const float sx = p.sx[t];
+			float *y = p.y + (long long)t * p.n;
+			if (lo < p.n) {
+				float v = acc[j][e] * (sx * swl);
+				if (p.bias != nullptr) v += bl;
+				y[lo] = v;
+			}
+			if (hi < p.n) {
+				float v = acc[j][2 + e] * (sx * swh);
+				if (p.bias != nullptr) v += bh;
+				y[hi] = v;
+			}
+		}
+}
+
+#define FP8_MATMUL(NT, U)                                                                                     \
+	extern "C" __global__ void __launch_bounds__(256) MatMulE4M3_nt##NT(const MatMulE4M3Params p) {        \
+		matmul_e4m3<NT, U>(p);                                                                             \
+	}
+FP8_MATMUL(1, 4)
+FP8_MATMUL(2, 4)
+FP8_MATMUL(4, 2)
+FP8_MATMUL(8, 1)
+
+// ScaleE4M3: the epilogue of an FP8 product that cuBLASLt computed unscaled into y (acc, float32; a
+// cuBLASLt with outer-vector scales applies them itself):
+// y[r][o] = acc[r][o] · (sx[r] · sw[o]) (+ bias[o]), as MatMulE4M3's epilogue.
+struct ScaleE4M3Params {
+	float *y;          // [m][n]
+	const float *sx;   // [m]
+	const float *sw;   // [n] (or more)
+	const float *bias; // [n], or null
+	long long total;   // m · n
+	int n;
+};
+
+extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
+	pdl_wait();
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total; i += (long long)gridDim.x * blockDim.x) {
+		const int r = (int)(i / p.n), o = (int)(i - (long long)r * p.n);
+		float v = p.y[i] * (p.sx[r] * p.sw[o]);
+		if (p.bias != nullptr) v += p.bias[o];
+		p.y[i] = v;
+	}
+	pdl_launch_dependents();
+}
+
+// The producers of an FP8 product's input with its quantization fused in (the plan's choice: the op
+// before the product writes nothing else the step reads): each writes, instead of its output row in T,
+// the row's e4m3 codes [kp] and scale as QuantizeE4M3 would from its float values, so the value is
+// quantized from float as the CPU backend quantizes it, without the rounding to T in between. One block a
+// row; the row's values are computed twice (for the scale, then for the codes) rather than kept, so any
+// width fits; a thread recomputes only what it computed (and, for the norm, wrote) before.
+//
+// NormE4M3: residual += add (when given), then v = w · (residual · inv), inv = 1/sqrt(mean(residual²) +
+// eps), as AddRMSNorm (norm.cu). SwiGLUE4M3_<T>: v = silu_mul<T>(gate, up), as SwiGLU (swiglu.cu; T only
+// picks its arithmetic, as there).
+struct FusedE4M3Params {
+	unsigned char *codes; // [rows][kp]
+	float *scales;        // [rows]
+	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols]
+	const float *add;     // NormE4M3: [rows][cols], or null
+	const float *weight;  // NormE4M3: [cols]
+	float eps;
+	float input_scale; // > 0: static; 0: per row
+	float min_scale;
+	int cols, kp;
+};
+
+// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule).
+__device__ __forceinline__ float row_scale(float amax, bool nan, const FusedE4M3Params &p, float *scratch, int *nan_seen) {
+	if (p.input_scale != 0.f) return p.input_scale;
+	if (threadIdx.x == 0) *nan_seen = 0;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	__syncthreads();
+	if (nan) atomicOr(nan_seen, 1);
+	if (lane == 0) scratch[warp] = amax;
+	__syncthreads();
+	amax = lane < warps ? scratch[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), p.min_scale);
+}
+
+// fused_e4m3 runs value(i) (the row's i-th float value) twice around the scale.
+template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3Params &p, F value, float *scratch) {
+	__shared__ int nan_seen;
+	const long long row = blockIdx.x;
+	float amax = 0.f;
+	bool nan = false;
+	if (p.input_scale == 0.f) {
+		for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+			const float v = fabsf(value(i, true));
+			nan |= v != v;
+			amax = fmaxf(amax, v);
+		}
+	}
+	const float s = row_scale(amax, nan, p, scratch, &nan_seen);
+	unsigned char *q = p.codes + row * p.kp;
+	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
+		unsigned char c = 0;
+		if (i < p.cols) c = __nv_cvt_float_to_fp8(__fdiv_rn(value(i, false), s), __NV_SATFINITE, __NV_E4M3);
+		q[i] = c;
+	}
+	if (threadIdx.x == 0) p.scales[row] = s;
+}
+
+extern "C" __global__ void NormE4M3(const FusedE4M3Params p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	float *res = p.residual + row * p.cols;
+	const float *add = p.add ? p.add + row * p.cols : nullptr;
+	pdl_wait();
+	pdl_launch_dependents();
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+		float x = res[i];
+		if (add) {
+			x += add[i];
+			res[i] = x;
+		}
+		ss += x * x;
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.eps);
+	fused_e4m3(p, [&](int i, bool) { return p.weight[i] * (res[i] * inv); }, scratch);
+}
+
+template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M3Params &p) {
+	__shared__ float scratch[32];
+	const float *gu = p.residual + (long long)blockIdx.x * 2 * p.cols;
+	pdl_wait();
+	pdl_launch_dependents();
+	fused_e4m3(p, [&](int i, bool) { return silu_mul<T>(gu[i], gu[p.cols + i]); }, scratch);
+}
+
+extern "C" __global__ void SwiGLUE4M3_f32(const FusedE4M3Params p) { swiglu_e4m3<float>(p); }
+extern "C" __global__ void SwiGLUE4M3_bf16(const FusedE4M3Params p) { swiglu_e4m3<__nv_bfloat16>(p); }
+extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3<__half>(p); }
