@@ -227,9 +227,11 @@ func (f *stepFacts) gemmServes(rows, in int) bool {
 // gemmTakes reports whether the skinny GEMM computes the product of rows rows, out × in weights
 // (gemmServes, and at least gemvTuning.GemmMinBytes of weights; GemmSwiGLUMinBytes for a gate/up product
 // whose SwiGLU the GEMM's epilogue then does, saving a kernel, where the epilogue serves it: swigluFits,
-// and a driver that encodes its weight map). A plain product whose plan splits k needs a block for every
-// SM: a narrow product (few output rows over a long k, Qwen2.5-7B's down product) cut into fewer blocks
-// streams its weights slower than cuBLAS's split. Whole-k plans keep their fewer, wider blocks (planGemm).
+// a driver that encodes its weight map, and blocks that fit one wave, past which cuBLAS's product and a
+// SwiGLU kernel are the faster: Qwen2.5-7B's gate/up product, 296 blocks of two warpgroups). A plain
+// product whose plan splits k needs a block for every SM: a narrow product (few output rows over a long
+// k, Qwen2.5-7B's down product) cut into fewer blocks streams its weights slower than cuBLAS's split.
+// Whole-k plans keep their fewer, wider blocks (planGemm).
 func (f *stepFacts) gemmTakes(rows, out, in int, swiglu bool) bool {
 	least := f.tune.GemmMinBytes
 	if swiglu {
@@ -239,7 +241,8 @@ func (f *stepFacts) gemmTakes(rows, out, in int, swiglu bool) bool {
 		return false
 	}
 	if swiglu {
-		return f.gemmSwiGLU && swigluFits(out)
+		return f.gemmSwiGLU && swigluFits(out) &&
+			(f.gemmForced() || gemmBlocks(out, planSwiGLU(f.gemmPlan(out, in))) <= f.sms)
 	}
 	plan := f.gemmPlan(out, in)
 	return f.gemmForced() || plan.ks == 1 || gemmBlocks(out, plan)*plan.ks >= f.sms
