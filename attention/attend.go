@@ -20,6 +20,9 @@ type Batch struct {
 	// (FindSharedGroups): their decode runs the shared-prefix algorithm (DecodeShared) where
 	// SharedWorthwhile says the pages it saves pay for its extra pass and merge. Ignored with a Window.
 	Shared []SharedGroup
+	// ForceShared runs the shared-prefix algorithm for Shared even where SharedWorthwhile would not: for
+	// tests and benchmarks that compare it with the plain kernels on small shapes.
+	ForceShared bool
 }
 
 // Attend writes causal attention for every query row: q and out are [T][numHeads][HeadDim]
@@ -71,7 +74,7 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 		}
 	}
 	if force == nil && len(b.Shared) > 0 && b.Window == 0 {
-		if st.attendShared(b.Shared, decodeIndex, workers) {
+		if st.attendShared(b.Shared, b.ForceShared, decodeIndex, workers) {
 			return DecodePlan{Kernel: Grouped, NumPartitions: 1}
 		}
 	}
@@ -84,9 +87,10 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 }
 
 // attendShared runs the step's decodes with the shared-prefix algorithm, and then its prefill chunks,
-// when groups (of batch sequences, mapped to decode indices by decodeIndex) make it worthwhile; it
+// when groups (of batch sequences, mapped to decode indices by decodeIndex) make it worthwhile (or force
+// says so); it
 // reports whether it ran the step.
-func (st *step) attendShared(groups []SharedGroup, decodeIndex []int32, workers int) bool {
+func (st *step) attendShared(groups []SharedGroup, force bool, decodeIndex []int32, workers int) bool {
 	dec := make([]SharedGroup, len(groups))
 	for i, g := range groups {
 		seqs := make([]int32, len(g.Seqs))
@@ -99,10 +103,10 @@ func (st *step) attendShared(groups []SharedGroup, decodeIndex []int32, workers 
 		dec[i] = SharedGroup{Seqs: seqs, Pages: g.Pages}
 	}
 	bs := st.c.BlockSize
-	members := SharedMembers(st.group)
+	members := fitMembers(dec, SharedMembers(st.group))
 	l := NewSharedLayout(st.dec.ctx, dec, bs, members)
 	plan := cpuSharedPlan(l, bs)
-	if !SharedWorthwhile(st.dec.ctx, l, plan, st.c.NumKVHeads, st.group, st.c.HeadDim, st.c.ElementSize()) {
+	if !force && !SharedWorthwhile(st.dec.ctx, l, plan, st.c.NumKVHeads, st.group, st.c.HeadDim, st.c.ElementSize()) {
 		return false
 	}
 	pre := st.pre

@@ -59,6 +59,9 @@ func FindSharedGroups(b *Batch, blockSize int) []SharedGroup {
 			continue
 		}
 		first := b.BlockTables[s][0]
+		if first < 0 {
+			continue // a page given back (a sliding group's table) is no one's to share
+		}
 		if _, ok := buckets[first]; !ok {
 			order = append(order, first)
 		}
@@ -82,7 +85,7 @@ func extendGroup(groups *[]SharedGroup, tables [][]int32, limits []int, members 
 	for {
 		common := true
 		for _, s := range members {
-			if k >= limits[s] || tables[s][k] != tables[members[0]][k] {
+			if k >= limits[s] || tables[s][k] != tables[members[0]][k] || tables[s][k] < 0 {
 				common = false
 				break
 			}
@@ -100,6 +103,10 @@ func extendGroup(groups *[]SharedGroup, tables [][]int32, limits []int, members 
 			continue
 		}
 		blk := tables[s][k]
+		if blk < 0 {
+			rest = append(rest, s)
+			continue
+		}
 		if _, ok := buckets[blk]; !ok {
 			next = append(next, blk)
 		}
@@ -395,6 +402,16 @@ func (st *step) runShared(l *SharedLayout, plan SharedPlan, workers int) {
 		func(_ struct{}, i int) { st.sharedMergeUnit(i/hkv, i%hkv) })
 }
 
+// fitMembers is the member slots of a virtual sequence: limit, or fewer when no group has that many
+// members (a slot without a member costs its rows' partials).
+func fitMembers(groups []SharedGroup, limit int) int {
+	most := 1
+	for _, g := range groups {
+		most = max(most, len(g.Seqs))
+	}
+	return min(limit, most)
+}
+
 // sharedTileRows is the query rows (members × G) a virtual sequence of the prefix pass gives one unit:
 // the largest head tile of the GPU's mma kernels (16·4 rows), so that one program serves them all from
 // one read of each page.
@@ -458,4 +475,113 @@ func cpuSharedPlan(l *SharedLayout, blockSize int) SharedPlan {
 			roundUp(ceilDiv(longestContext(l.VirtualLens), cpuMaxPrefixPartitions), blockSize)),
 		SuffixPartitionTokens: roundUp(max(1, longestContext(l.SuffixLens)), blockSize),
 	}
+}
+
+// The GPU shared-prefix dispatcher's constants.
+const (
+	// sharedExtraLaunches is the kernels the shared-prefix algorithm launches beyond the plain call's
+	// one or two: the query gather, the second pass and the merge.
+	sharedExtraLaunches = 3
+	// sharedLaunchSeconds is what one more dependent kernel costs on a busy stream (its launch, its
+	// ramp-up and its predecessor's drain), charged as the bytes the memory streams in that time.
+	sharedLaunchSeconds = 2e-6
+	// sharedWavePrograms is how many prefix programs per SM the prefix pass's partitions aim at, so
+	// that the pass fills the GPU whatever the number of groups.
+	sharedWavePrograms = 2
+)
+
+// SharedDecision is DecideShared's answer: whether a decode call runs the shared-prefix algorithm and
+// with which layout and plan.
+type SharedDecision struct {
+	// Use is false where the plain call is expected to be as fast (little sharing, a window, a graph's
+	// call) or the kernels cannot run it.
+	Use    bool
+	Layout *SharedLayout
+	Plan   SharedPlan
+}
+
+// SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
+// at head dimension headDim: as many as fill the mma kernels' largest head tile (64 rows; 8 at head_dim
+// 256, where the mma kernels have the narrow tile alone).
+func SharedMembersFor(g, headDim int) int {
+	if headDim == wideHeadDim {
+		return max(1, cudaNarrowRows/max(1, g))
+	}
+	return SharedMembers(g)
+}
+
+// DecideShared decides whether decode call c, whose sequences share pages as groups says (decode
+// indices of c.ContextLens), runs the shared-prefix algorithm on device dev, and plans it.
+//
+// It runs when it moves at most sharedMargin of the plain call's bytes (sharedBytes: the shared pages
+// once per virtual sequence instead of once per member, plus both passes' partials and the gathered
+// queries), its extra launches charged as the bytes the memory streams in their time
+// (sharedExtraLaunches · sharedLaunchSeconds · bandwidth: about 29 MB on an H200, so 8 sequences need
+// some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120). Never for a call with a
+// window or RoPE, or a graph's call: the group structure changes from step to step, and a captured
+// graph's grids do not (the step then runs the plain call, in its graph).
+//
+// The prefix pass is split so that its programs (virtual sequences × KV heads × partitions) make
+// sharedWavePrograms per SM, in whole 64-token tiles of DefaultMinPartitionTokens or more, at most
+// maxSplitPartitions of them; the suffix
+// pass takes the split the plain planner gives the suffixes (one partition where it would not split).
+func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDecision {
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph != nil || c.Force != nil {
+		return SharedDecision{}
+	}
+	group, err := c.check()
+	if err != nil {
+		return SharedDecision{}
+	}
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(group, c.HeadDim)))
+	if l.Virtual() == 0 {
+		return SharedDecision{}
+	}
+	tile := max(cudaTileTokens, c.BlockSize)
+	longestShared := longestContext(l.VirtualLens)
+	units := l.Virtual() * c.NumKVHeads
+	parts := min(maxSplitPartitions, max(1, ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)))
+	plan := SharedPlan{PrefixPartitionTokens: max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longestShared, parts), tile))}
+
+	suffix := c
+	suffix.ContextLens = l.SuffixLens
+	suffix.Force = nil
+	suffixPlan := DecodePlan{Kernel: Grouped}
+	if d, err := Decide(suffix, dev); err == nil {
+		suffixPlan = d.Plan
+	}
+	if suffixPlan.Kernel == SplitK {
+		plan.SuffixPartitionTokens = suffixPlan.PartitionTokens
+	} else {
+		plan.SuffixPartitionTokens = roundUp(max(1, longestContext(l.SuffixLens)), tile)
+	}
+	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.DType.Size())
+	bw := dev.PeakBandwidth
+	if bw <= 0 {
+		bw = h100PeakBandwidth
+	}
+	if !(shared+sharedExtraLaunches*sharedLaunchSeconds*bw <= sharedMargin*plain) {
+		return SharedDecision{}
+	}
+	return SharedDecision{Use: true, Layout: l, Plan: plan}
+}
+
+// SharedWorkspaceBytes is the workspace a shared-prefix call of layout l and plan needs with numHeads
+// query heads of headDim, elements of elemSize bytes: the gathered queries, then the prefix pass's and
+// the suffix pass's split-k partials, each 16-byte aligned.
+func SharedWorkspaceBytes(l *SharedLayout, plan SharedPlan, numHeads, numKVHeads, headDim, elemSize int) int64 {
+	q, pre, _ := sharedRegions(l, plan, numHeads, numKVHeads, headDim, elemSize)
+	_, suffixParts := plan.partitions(l)
+	return q + pre + SplitKWorkspaceBytes(l.Batch, numHeads, headDim, suffixParts)
+}
+
+// sharedRegions returns the sizes of the workspace's gathered queries and prefix partials (16-byte
+// aligned), and the virtual call's query heads.
+func sharedRegions(l *SharedLayout, plan SharedPlan, numHeads, numKVHeads, headDim, elemSize int) (q, pre int64, virtualHeads int) {
+	g := numHeads / numKVHeads
+	virtualHeads = numKVHeads * l.Members * g
+	prefixParts, _ := plan.partitions(l)
+	q = int64(roundUp(l.Virtual()*virtualHeads*headDim*elemSize, 16))
+	pre = int64(roundUp(int(SplitKWorkspaceBytes(l.Virtual(), virtualHeads, headDim, prefixParts)), 16))
+	return q, pre, virtualHeads
 }
