@@ -269,3 +269,69 @@ func TestSharedWorthwhile(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideShared checks the GPU dispatcher's choice on an H200 at Llama-3-8B's heads (32 query heads, 8
+// KV heads, head_dim 128, bf16, pages of 16): the shared path for 64 sequences behind 4k, 16k and 64k
+// tokens and for 8 behind 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
+// behind 256 tokens, two behind a page, a batch without groups, a window, RoPE and a graph's call.
+func TestDecideShared(t *testing.T) {
+	dev := dispatchDevice("h200")
+	call := func(members, shared, suffix, loners int) (DecodeCall, []SharedGroup) {
+		c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
+		var g SharedGroup
+		for i := range members {
+			c.ContextLens = append(c.ContextLens, int32(shared+suffix+i%7))
+			g.Seqs = append(g.Seqs, int32(i))
+		}
+		for range loners {
+			c.ContextLens = append(c.ContextLens, int32(shared+suffix))
+		}
+		g.Pages = shared / 16
+		c.MaxBlocks = ceilDiv(int(longestContext(c.ContextLens)), 16)
+		return c, []SharedGroup{g}
+	}
+	for _, tc := range []struct {
+		name                            string
+		members, shared, suffix, loners int
+		edit                            func(*DecodeCall, *[]SharedGroup)
+		want                            bool
+	}{
+		{"64 behind 4k", 64, 4096, 128, 0, nil, true},
+		{"64 behind 16k", 64, 16384, 128, 0, nil, true},
+		{"64 behind 64k", 64, 65536, 128, 0, nil, true},
+		{"8 behind 2k and loners", 8, 2048, 128, 8, nil, true},
+		{"8 behind 256", 8, 256, 128, 0, nil, false},
+		{"2 behind a page", 2, 16, 300, 0, nil, false},
+		{"no groups", 64, 4096, 128, 0, func(_ *DecodeCall, g *[]SharedGroup) { *g = nil }, false},
+		{"window", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.Window = 1024 }, false},
+		{"rope", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.RoPE = &DecodeRoPE{QKVCols: 48 * 128} }, false},
+		{"graph", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.Graph = &GraphCall{MinBatch: 33} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, groups := call(tc.members, tc.shared, tc.suffix, tc.loners)
+			if tc.edit != nil {
+				tc.edit(&c, &groups)
+			}
+			d := DecideShared(c, groups, dev)
+			if d.Use != tc.want {
+				t.Fatalf("Use = %v, want %v", d.Use, tc.want)
+			}
+			if !d.Use {
+				return
+			}
+			p := d.Plan
+			if p.PrefixPartitionTokens%64 != 0 || p.SuffixPartitionTokens%16 != 0 || p.SuffixPartitionTokens <= 0 {
+				t.Fatalf("plan %+v: partitions not whole tiles and pages", p)
+			}
+			prefixParts, _ := p.partitions(d.Layout)
+			programs := d.Layout.Virtual() * 8 * prefixParts
+			if programs < dev.SMs && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
+				t.Fatalf("plan %+v: %d prefix programs for %d SMs", p, programs, dev.SMs)
+			}
+			if want := min(16, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most 64 rows at G = 4)", d.Layout.Members, want)
+			}
+			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
+		})
+	}
+}
