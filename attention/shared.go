@@ -493,9 +493,11 @@ const (
 // SharedDecision is DecideShared's answer: whether a decode call runs the shared-prefix algorithm and
 // with which layout and plan.
 type SharedDecision struct {
-	// Use is false where the plain call is expected to be as fast (little sharing, a window, a graph's
-	// call) or the kernels cannot run it.
-	Use    bool
+	// Use is false where the plain call is expected to be as fast (little sharing), and where the
+	// shared path cannot run (no group, a window, RoPE, a graph's call: then Layout is nil too).
+	Use bool
+	// Layout and Plan are the shared path's wherever it can run, taken or not (tests and benchmarks
+	// force it with them).
 	Layout *SharedLayout
 	Plan   SharedPlan
 }
@@ -560,10 +562,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	if bw <= 0 {
 		bw = h100PeakBandwidth
 	}
-	if !(shared+sharedExtraLaunches*sharedLaunchSeconds*bw <= sharedMargin*plain) {
-		return SharedDecision{}
-	}
-	return SharedDecision{Use: true, Layout: l, Plan: plan}
+	return SharedDecision{Use: shared+sharedExtraLaunches*sharedLaunchSeconds*bw <= sharedMargin*plain, Layout: l, Plan: plan}
 }
 
 // SharedWorkspaceBytes is the workspace a shared-prefix call of layout l and plan needs with numHeads
