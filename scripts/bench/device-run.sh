@@ -45,6 +45,14 @@
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
 #               build and new/old (decode step p50 in ms, the dispatcher's median in µs). Passing: every
 #               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
+#   prefix      shared-prefix decode attention (issue 44): attention's CUDA decode tests (the shared-prefix
+#               kernels against the CPU twin and the float64 reference, and every decode kernel, the
+#               split-k reduce sharing its merge), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
+#               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
+#               K/V bytes over 4.27 TB/s), and the standard grid (gollm bench attention, BASE's too when
+#               set) for the plain path's numbers: docs/bench/shared-prefix-h200.md. Passing: the tests,
+#               shared ≤ 1.2× the bound at every prefix and ≥ 10× faster than plain at 16k, the grid
+#               within 1% of main's (BASE, or attention-h200.md's table)
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
 #               tests (a memcheck that ran nothing is a failure)
 #
@@ -409,6 +417,50 @@ if os.path.exists(path):
 PY
 }
 
+section_prefix() {
+	local d=$out/prefix i
+	mkdir -p "$d"
+	gotest "$d" attention-shared attention '^(TestCUDADecode.*|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestDecideShared|TestSharedWorthwhile|TestDecode)$' 240
+	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 150
+	for i in "${!builds[@]}"; do
+		timeout 150 "${builds[$i]}/gollm" bench attention --commit "$(head -1 "${builds[$i]}/COMMIT")" \
+			--json "$d/attention-${tags[$i]}.json" >"$d/attention-${tags[$i]}.txt" 2>"$d/attention-${tags[$i]}.log"
+		stamp "prefix bench attention (the standard grid) ${tags[$i]}" $?
+	done
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, os, re, sys
+raw = sys.argv[1]
+print("\n== shared-prefix decode attention (Llama-3-8B heads, bf16, page 16, 64 sequences, 128-token suffixes)")
+print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'shared/bound':>13} {'plain/shared':>13}")
+for line in open(os.path.join(raw, "shared-bench.log")):
+    m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128\S*\s+\d+\s+(.*)", line)
+    if not m:
+        continue
+    v = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(2))}
+    prefix = int(m.group(1))
+    flags = ("" if v["shared/bound"] <= 1.2 else "  > 1.2x bound") + \
+            ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
+    print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} "
+          f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
+grids = {}
+for tag in ("old", "new"):
+    path = os.path.join(raw, f"attention-{tag}.json")
+    if os.path.exists(path):
+        grids[tag] = {f"{r['name']} {r['batch']}x{r['ctx']}": r["dispatch_us"] for r in json.load(open(path))["results"]}
+if "new" in grids:
+    print("\n== the standard grid (no sharing: the plain path), dispatcher µs" + (", new/old" if "old" in grids else ""))
+    worst = 0.0
+    for key, us in grids["new"].items():
+        old = grids.get("old", {}).get(key)
+        ratio = us / old if old else None
+        if ratio:
+            worst = max(worst, ratio - 1)
+        print(f"{key:<36} {us:>9.1f}" + (f" {ratio:>7.3f}" + ("  > 1%" if ratio > 1.01 else "") if ratio else ""))
+    if "old" in grids:
+        print(f"slowest against old: {100 * worst:+.2f}%")
+PY
+}
+
 section_constraints() {
 	local d=$out/constraints
 	mkdir -p "$d"
@@ -506,7 +558,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families constraints hardening ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families constraints hardening prefix ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2
