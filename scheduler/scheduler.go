@@ -75,7 +75,7 @@ func (b *budget) canAdmit(seq *Sequence) bool {
 // The page checked is the first one the running sequence has not finished, so one comparison a running
 // sequence answers.
 func (s *Scheduler) waitsForPrefix(seq *Sequence) bool {
-	if seq.WantsPromptLogits() {
+	if seq.WantsPromptLogits() || !s.pool.PrefixCaching() {
 		return false // it takes no prefix-cache hits
 	}
 	bs := s.pool.BlockSize()

@@ -682,3 +682,13 @@ func TestSamePromptsShareTheirPages(t *testing.T) {
 		})
 	}
 }
+
+// TestSamePromptsWithoutPrefixCache: without the prefix cache nothing is shared, so nothing waits.
+func TestSamePromptsWithoutPrefixCache(t *testing.T) {
+	s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 64, BlockSize: 4}, Config{MaxNumSeqs: 8, MaxNumBatchedTokens: 64})
+	prompt := iota32(10, 0)
+	mustAdd(t, s, 1, prompt, Limits{MaxTokens: 2})
+	mustAdd(t, s, 2, prompt, Limits{MaxTokens: 2})
+	checkSteps(t, s, []string{"p1:0+10* p2:0+10*", "d1:10+1* d2:10+1*"})
+	checkNoLeak(t, pool)
+}

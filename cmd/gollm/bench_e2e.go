@@ -307,6 +307,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	inputLen := fs.String("input-len", "128", "prompt tokens per request: N, or MIN:MAX drawn uniformly")
 	outputLen := fs.String("output-len", "128", "generated tokens per request (ignore_eos): N, or MIN:MAX")
 	vocab := fs.Int("vocab-size", 1000, "prompt token ids are drawn from [0, vocab-size)")
+	sharedPrefix := fs.Int("shared-prefix-len", 0, "tokens of one system prompt put before every request's own input-len tokens")
 	seed := fs.Uint64("seed", 0, "seed of the prompts")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
@@ -323,7 +324,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	res, err := bench.RunServe(ctx, bench.ServeOptions{
 		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
-		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: *seed, Progress: ttyOrNil(stderr),
+		InputLen: in, OutputLen: out, SharedPrefixLen: *sharedPrefix, VocabSize: *vocab, Seed: *seed, Progress: ttyOrNil(stderr),
 	})
 	if err == nil {
 		if *jsonOut {

@@ -28,7 +28,10 @@ type ServeOptions struct {
 	// InputLen and OutputLen are drawn per request. Prompts are token ids drawn uniformly from
 	// [0, VocabSize); the output is forced to its length with ignore_eos.
 	InputLen, OutputLen Range
-	VocabSize           int
+	// SharedPrefixLen, when positive, puts the same SharedPrefixLen tokens (a system prompt) before
+	// every request's InputLen tokens.
+	SharedPrefixLen int
+	VocabSize       int
 	// Seed draws lengths and prompts.
 	Seed uint64
 	// Client sends the requests; nil means a client with Concurrency idle connections.
@@ -45,6 +48,8 @@ type ServeResult struct {
 	NumPrompts  int    `json:"num_prompts"`
 	InputLen    Range  `json:"input_len"`
 	OutputLen   Range  `json:"output_len"`
+	// SharedPrefixLen is ServeOptions.SharedPrefixLen.
+	SharedPrefixLen int `json:"shared_prefix_len,omitempty"`
 
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
@@ -113,9 +118,9 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	switch {
 	case opts.URL == "":
 		return nil, fmt.Errorf("bench: serve: no URL: %w", ErrInvalidOptions)
-	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0:
-		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d: %w",
-			opts.Concurrency, opts.NumPrompts, opts.VocabSize, ErrInvalidOptions)
+	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0 || opts.SharedPrefixLen < 0:
+		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d, shared prefix %d: %w",
+			opts.Concurrency, opts.NumPrompts, opts.VocabSize, opts.SharedPrefixLen, ErrInvalidOptions)
 	}
 	for _, r := range []Range{opts.InputLen, opts.OutputLen} {
 		if err := r.validate(); err != nil {
@@ -138,9 +143,11 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5e7e))
 	bodies := make([][]byte, opts.NumPrompts)
 	wantTokens := 0
+	shared := randomPrompt(rng, max(0, opts.SharedPrefixLen), opts.VocabSize)
 	for i := range bodies {
 		in, out := opts.InputLen.draw(rng), opts.OutputLen.draw(rng)
-		b := completionBody{Model: modelName, Prompt: randomPrompt(rng, in, opts.VocabSize), MaxTokens: out,
+		prompt := append(append(make([]int32, 0, len(shared)+in), shared...), randomPrompt(rng, in, opts.VocabSize)...)
+		b := completionBody{Model: modelName, Prompt: prompt, MaxTokens: out,
 			IgnoreEOS: true, Stream: true}
 		b.StreamOptions.IncludeUsage = true
 		data, err := json.Marshal(b)
@@ -180,7 +187,7 @@ feed:
 	}
 
 	res := &ServeResult{URL: base, Model: modelName, Concurrency: opts.Concurrency, NumPrompts: opts.NumPrompts,
-		InputLen: opts.InputLen, OutputLen: opts.OutputLen, Seconds: elapsed.Seconds()}
+		InputLen: opts.InputLen, OutputLen: opts.OutputLen, SharedPrefixLen: opts.SharedPrefixLen, Seconds: elapsed.Seconds()}
 	var ttft, itl, tpot, e2e []time.Duration
 	for _, t := range timings {
 		if t.err != nil {
