@@ -45,12 +45,17 @@
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
 #               build and new/old (decode step p50 in ms, the dispatcher's median in µs). Passing: every
 #               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
-#   prefix      shared-prefix decode attention (issue 44): attention's CUDA decode tests (the shared-prefix
-#               kernels against the CPU twin and the float64 reference, and every decode kernel, the
-#               split-k reduce sharing its merge), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
+#   prefix      shared-prefix decode attention (issue 44): the tests (the shared-prefix kernels against the
+#               CPU twin and the float64 reference, every decode kernel beside them since the split-k
+#               reduce shares its merge, the model's logits and the engine's tokens with and without the
+#               shared path), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
 #               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
 #               K/V bytes over 4.27 TB/s), and the standard grid (gollm bench attention, BASE's too when
-#               set) for the plain path's numbers: docs/bench/shared-prefix-h200.md. Passing: the tests,
+#               set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
+#               batch 64 behind 16k shared tokens, shared and plain); gollm serve --shared-prefix off and
+#               on under gollm bench serve at concurrency 64 behind one system prompt (SERVE_MODEL, a
+#               model folder: 4096 tokens; else the built-in model: 768): docs/bench/shared-prefix-h200.md.
+#               Passing: the tests,
 #               shared ≤ 1.2× the bound at every prefix and ≥ 10× faster than plain at 16k, the grid
 #               within 1% of main's (BASE, or attention-h200.md's table)
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
@@ -417,11 +422,35 @@ if os.path.exists(path):
 PY
 }
 
+# prefix_serve DIR: gollm serve with --shared-prefix off, then on, each under gollm bench serve at
+# concurrency 64 with one system prompt before every request: SERVE_MODEL (a model folder of 4k+
+# positions, e.g. Llama-3-8B's) behind 4096 tokens, on = auto (the dispatcher's choice); else the
+# built-in model (1024 positions) behind 768, on = always (its pages are too small for auto to pay).
+prefix_serve() {
+	local d=$1 url=http://127.0.0.1:8012 pid mode modes="off always" model=() plen=768 ilen=64
+	if [ -n "${SERVE_MODEL:-}" ]; then model=(--model "$SERVE_MODEL"); plen=4096; ilen=128; modes="off auto"; fi
+	for mode in $modes; do
+		"$bin/gollm" serve --device cuda --port 8012 --shared-prefix "$mode" "${model[@]}" >"$d/serve-$mode.log" 2>&1 &
+		pid=$!
+		for _ in $(seq 360); do curl -sf "$url/health" >/dev/null && break; sleep 0.5; done
+		if ! curl -sf "$url/health" >/dev/null; then stamp "prefix serve $mode: the server did not come up" 1; kill "$pid"; continue; fi
+		timeout 150 "$bin/gollm" bench serve --url "$url" --concurrency 64 --num-prompts 256 --shared-prefix-len "$plen" \
+			--input-len "$ilen" --output-len 128 --json >"$d/serve-$mode.json" 2>>"$d/serve-bench.log"
+		stamp "prefix serve --shared-prefix $mode (system prompt $plen tokens, concurrency 64)" $?
+		kill -INT "$pid"
+		wait "$pid"
+	done
+}
+
 section_prefix() {
 	local d=$out/prefix i
 	mkdir -p "$d"
-	gotest "$d" attention-shared attention '^(TestCUDADecode.*|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestDecideShared|TestSharedWorthwhile|TestDecode)$' 240
-	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 150
+	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestDecideShared|TestSharedWorthwhile|TestDecode)$' 150
+	gotest "$d" model-shared model '^TestCUDASharedPrefixMatchesCPU$' 90
+	gotest "$d" engine-shared engine '^(TestCUDASharedPrefixGreedyIdentical|TestSharedPrefixGreedyIdentical)$' 60
+	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 90
+	gobench "$d" shared-step model '^BenchmarkCUDADecodeSharedStep$' 20x 120
+	prefix_serve "$d"
 	for i in "${!builds[@]}"; do
 		timeout 150 "${builds[$i]}/gollm" bench attention --commit "$(head -1 "${builds[$i]}/COMMIT")" \
 			--json "$d/attention-${tags[$i]}.json" >"$d/attention-${tags[$i]}.txt" 2>"$d/attention-${tags[$i]}.log"
@@ -442,6 +471,25 @@ for line in open(os.path.join(raw, "shared-bench.log")):
             ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
     print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} "
           f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
+step = {}
+for line in open(os.path.join(raw, "shared-step.log")) if os.path.exists(os.path.join(raw, "shared-step.log")) else []:
+    m = re.match(r"BenchmarkCUDADecodeSharedStep/(\S+?)(-\d+)?\s+\d+\s+(.*)", line)
+    if m:
+        step[m.group(1)] = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(3))}
+if step:
+    print("\n== Llama-3-8B decode step, batch 64 behind a 16k shared prefix (128 own tokens each), random bf16 weights")
+    for name, v in step.items():
+        print(f"{name:<12} {v.get('ms/step', 0):>9.3f} ms/step  shared-frac {v.get('shared-frac', 0):.2f}  graph-frac {v.get('graph-frac', 0):.2f}")
+    if "shared" in step and "plain-graph" in step:
+        print(f"plain (graph) / shared: {step['plain-graph']['ms/step'] / step['shared']['ms/step']:.2f}")
+for mode in ("off", "auto", "always"):
+    path = os.path.join(raw, f"serve-{mode}.json")
+    if os.path.exists(path):
+        r = json.load(open(path))
+        if mode == "off":
+            print("\n== gollm bench serve, concurrency 64, one system prompt of", r.get("shared_prefix_len"), "tokens")
+        print(f"--shared-prefix {mode:<4}: {r['output_tok_s']:.0f} output tok/s, ITL p50 {r['itl']['p50_ms']:.2f} ms "
+              f"p99 {r['itl']['p99_ms']:.2f} ms, TTFT p50 {r['ttft']['p50_ms']:.1f} ms, failed {r['failed']}")
 grids = {}
 for tag in ("old", "new"):
     path = os.path.join(raw, f"attention-{tag}.json")
