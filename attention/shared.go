@@ -485,6 +485,10 @@ const (
 	// sharedLaunchSeconds is what one more dependent kernel costs on a busy stream (its launch, its
 	// ramp-up and its predecessor's drain), charged as the bytes the memory streams in that time.
 	sharedLaunchSeconds = 2e-6
+	// sharedEagerSeconds is what one layer of a decode step loses when the step runs op by op instead of
+	// as its CUDA graph (DecodeCall.LosesGraph): some eight launches of a few microseconds each, where
+	// the GPU would otherwise not wait for them.
+	sharedEagerSeconds = 20e-6
 	// sharedWavePrograms is how many prefix programs per SM the prefix pass's partitions aim at, so
 	// that the pass fills the GPU whatever the number of groups.
 	sharedWavePrograms = 2
@@ -519,7 +523,9 @@ func SharedMembersFor(g, headDim int) int {
 // once per virtual sequence instead of once per member, plus both passes' partials and the gathered
 // queries), its extra launches charged as the bytes the memory streams in their time
 // (sharedExtraLaunches · sharedLaunchSeconds · bandwidth: about 29 MB on an H200, so 8 sequences need
-// some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120). Never for a call with a
+// some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120), and, where the call would
+// otherwise be part of a CUDA graph (LosesGraph), the step's eager launches (sharedEagerSeconds: 96 MB
+// more, some 2900 and 400 tokens). Never for a call with a
 // window or RoPE, or a graph's call: the group structure changes from step to step, and a captured
 // graph's grids do not (the step then runs the plain call, in its graph).
 //
@@ -562,7 +568,11 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	if bw <= 0 {
 		bw = h100PeakBandwidth
 	}
-	return SharedDecision{Use: shared+sharedExtraLaunches*sharedLaunchSeconds*bw <= sharedMargin*plain, Layout: l, Plan: plan}
+	overhead := sharedExtraLaunches * sharedLaunchSeconds * bw
+	if c.LosesGraph {
+		overhead += sharedEagerSeconds * bw
+	}
+	return SharedDecision{Use: shared+overhead <= sharedMargin*plain, Layout: l, Plan: plan}
 }
 
 // SharedWorkspaceBytes is the workspace a shared-prefix call of layout l and plan needs with numHeads

@@ -335,3 +335,25 @@ func TestDecideShared(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideSharedLosesGraph: a call whose step would lose its CUDA graph needs more sharing to take the
+// shared path (64 sequences behind 256 tokens: eager costs more than the bytes saved; behind 4096: not).
+func TestDecideSharedLosesGraph(t *testing.T) {
+	dev := dispatchDevice("h200")
+	for _, tc := range []struct {
+		shared     int
+		losesGraph bool
+		want       bool
+	}{{256, false, true}, {256, true, false}, {4096, true, true}} {
+		c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16, LosesGraph: tc.losesGraph}
+		g := SharedGroup{Pages: tc.shared / 16}
+		for i := range 64 {
+			c.ContextLens = append(c.ContextLens, int32(tc.shared+128))
+			g.Seqs = append(g.Seqs, int32(i))
+		}
+		c.MaxBlocks = ceilDiv(tc.shared+128, 16)
+		if d := DecideShared(c, []SharedGroup{g}, dev); d.Use != tc.want {
+			t.Errorf("64 behind %d tokens, losing the graph %v: Use = %v, want %v", tc.shared, tc.losesGraph, d.Use, tc.want)
+		}
+	}
+}

@@ -254,7 +254,8 @@ func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecis
 		return nil
 	}
 	c := attention.DecodeCall{ContextLens: s.ContextLens, MaxBlocks: stride, NumHeads: f.numHeads,
-		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Tuning: f.attnTuning}
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Tuning: f.attnTuning,
+		LosesGraph: !b.cfg.noGraphs && !b.graphsOff && len(s.Tokens) <= maxGraphBatch}
 	d := attention.DecideShared(c, groups, f.attn)
 	if d.Layout == nil || !d.Use && b.cfg.sharedPrefix != SharedPrefixAlways ||
 		attention.SharedWorkspaceBytes(d.Layout, d.Plan, f.numHeads, f.numKVHeads, f.headDim, f.attnDType.Size()) > splitWorkspaceBytes {
