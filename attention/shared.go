@@ -10,7 +10,7 @@ import (
 // same physical pages (n > 1 samples of one prompt, requests behind one system prompt) read those pages
 // once for the whole group instead of once per sequence.
 //
-// The algorithm, on the CPU here and on the GPU (decode_cuda.go) alike, has three parts:
+// The algorithm, on the CPU here and on the GPU (shared_cuda.go, shared.cu) alike, has three parts:
 //
 //  1. the prefix pass: a group's members are packed, up to Members at a time, into virtual sequences
 //     whose query heads of KV head h are the members' G heads of h, one after another (Members·G rows);
