@@ -102,7 +102,12 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	prefix.Q, prefix.Out, prefix.Dependent = vq, 0, false
 	prefix.BlockTables, prefix.ContextLens, prefix.HostContextLens = sh.VirtualTables, sh.VirtualLens, l.VirtualLens
 	prefix.NumHeads = virtualHeads
-	pd, err := k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, t)
+	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
+	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
+	// and the later reads should find it there.
+	pt := t
+	pt.NoEvictFirst = true
+	pd, err := k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, pt)
 	if err != nil {
 		return fmt.Errorf("attention: shared-prefix pass: %w", err)
 	}
