@@ -17,12 +17,11 @@ type Batch struct {
 	// [p−Window+1, p] only (the last Window positions, its own included). 0 attends to [0, p].
 	Window int
 	// Shared, when not empty, lists groups of decode sequences whose tables begin with the same pages
-	// (FindSharedGroups): their decode runs the shared-prefix algorithm (DecodeShared) where
-	// SharedWorthwhile says the pages it saves pay for its extra pass and merge. Ignored with a Window.
+	// (FindSharedGroups): the step's decodes then run the shared-prefix algorithm (DecodeShared), the
+	// GPU's twin. The CPU gains no time by it (its decode is bound by the products, which the shared
+	// path computes all the same: BenchmarkDecodeShared), so callers pass groups to compare the paths.
+	// Ignored with a Window.
 	Shared []SharedGroup
-	// ForceShared runs the shared-prefix algorithm for Shared even where SharedWorthwhile would not: for
-	// tests and benchmarks that compare it with the plain kernels on small shapes.
-	ForceShared bool
 }
 
 // Attend writes causal attention for every query row: q and out are [T][numHeads][HeadDim]
@@ -74,7 +73,7 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 		}
 	}
 	if force == nil && len(b.Shared) > 0 && b.Window == 0 {
-		if st.attendShared(b.Shared, b.ForceShared, decodeIndex, workers) {
+		if st.attendShared(b.Shared, decodeIndex, workers) {
 			return DecodePlan{Kernel: Grouped, NumPartitions: 1}
 		}
 	}
@@ -87,10 +86,9 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 }
 
 // attendShared runs the step's decodes with the shared-prefix algorithm, and then its prefill chunks,
-// when groups (of batch sequences, mapped to decode indices by decodeIndex) make it worthwhile (or force
-// says so); it
+// for groups (of batch sequences, mapped to decode indices by decodeIndex); it
 // reports whether it ran the step.
-func (st *step) attendShared(groups []SharedGroup, force bool, decodeIndex []int32, workers int) bool {
+func (st *step) attendShared(groups []SharedGroup, decodeIndex []int32, workers int) bool {
 	dec := make([]SharedGroup, len(groups))
 	for i, g := range groups {
 		seqs := make([]int32, len(g.Seqs))
@@ -105,10 +103,10 @@ func (st *step) attendShared(groups []SharedGroup, force bool, decodeIndex []int
 	bs := st.c.BlockSize
 	members := fitMembers(dec, SharedMembers(st.group))
 	l := NewSharedLayout(st.dec.ctx, dec, bs, members)
-	plan := cpuSharedPlan(l, bs)
-	if !force && !SharedWorthwhile(st.dec.ctx, l, plan, st.c.NumKVHeads, st.group, st.c.HeadDim, st.c.ElementSize()) {
+	if l.Virtual() == 0 {
 		return false
 	}
+	plan := cpuSharedPlan(l, bs)
 	pre := st.pre
 	st.pre = nil
 	st.runShared(l, plan, workers)

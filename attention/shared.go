@@ -427,9 +427,6 @@ const (
 	// the plain kernels before it is chosen: it has a second pass and a merge to get wrong, and the
 	// model is coarse.
 	sharedMargin = 0.9
-	// cpuSharedOverheadBytes is the fixed cost of the CPU twin's extra parallel phase, in bytes of K/V
-	// streamed in the same time (a few microseconds at a core's bandwidth).
-	cpuSharedOverheadBytes = 256 << 10
 	// cpuMaxPrefixPartitions bounds the CPU prefix pass's partitions (each adds a partial to merge).
 	cpuMaxPrefixPartitions = 64
 )
@@ -454,17 +451,6 @@ func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim,
 	shared += partial * float64(hkv*g) * float64(l.Virtual()*l.Members*prefixParts+l.Batch*suffixParts)
 	shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*elem) // the gathered queries
 	return plain, shared
-}
-
-// SharedWorthwhile reports whether the CPU runs a decode of contexts ctx laid out as l and planned as plan with the
-// shared-prefix algorithm: when it moves at most sharedMargin of the plain kernels' bytes, its extra
-// phase's fixed cost counted as cpuSharedOverheadBytes.
-func SharedWorthwhile(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, elem int) bool {
-	if l.Virtual() == 0 {
-		return false
-	}
-	plain, shared := sharedBytes(ctx, l, plan, hkv, g, headDim, elem)
-	return shared+cpuSharedOverheadBytes <= sharedMargin*plain
 }
 
 // cpuSharedPlan is the CPU twin's partitioning: prefix partitions of DefaultMinPartitionTokens (rounded

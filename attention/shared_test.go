@@ -248,28 +248,6 @@ func TestFindSharedGroups(t *testing.T) {
 	}
 }
 
-// TestSharedWorthwhile checks the cost model's choice at its ends: 64 sequences behind 4096 shared
-// tokens take the shared path, two sequences behind one page and groups of long suffixes do not.
-func TestSharedWorthwhile(t *testing.T) {
-	mk := func(members, shared, suffix int) ([]int32, *SharedLayout) {
-		ctx := make([]int32, members)
-		seqs := make([]int32, members)
-		for i := range ctx {
-			ctx[i], seqs[i] = int32(shared+suffix), int32(i)
-		}
-		return ctx, NewSharedLayout(ctx, []SharedGroup{{Seqs: seqs, Pages: shared / 16}}, 16, SharedMembers(4))
-	}
-	for _, tc := range []struct {
-		members, shared, suffix int
-		want                    bool
-	}{{64, 4096, 128, true}, {8, 1024, 64, true}, {2, 16, 10, false}, {4, 64, 8192, false}} {
-		ctx, l := mk(tc.members, tc.shared, tc.suffix)
-		if got := SharedWorthwhile(ctx, l, cpuSharedPlan(l, 16), 8, 4, 128, 2); got != tc.want {
-			t.Errorf("%d members, %d shared, %d suffix: worthwhile %v, want %v", tc.members, tc.shared, tc.suffix, got, tc.want)
-		}
-	}
-}
-
 // TestDecideShared checks the GPU dispatcher's choice on an H200 at Llama-3-8B's heads (32 query heads, 8
 // KV heads, head_dim 128, bf16, pages of 16): the shared path for 64 sequences behind 4k, 16k and 64k
 // tokens and for 8 behind 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
@@ -355,5 +333,45 @@ func TestDecideSharedLosesGraph(t *testing.T) {
 		if d := DecideShared(c, []SharedGroup{g}, dev); d.Use != tc.want {
 			t.Errorf("64 behind %d tokens, losing the graph %v: Use = %v, want %v", tc.shared, tc.losesGraph, d.Use, tc.want)
 		}
+	}
+}
+
+// BenchmarkDecodeShared compares the CPU twin's plain decode (Attend without groups) with the
+// shared-prefix one (Attend with FindSharedGroups' groups) for 16 sequences behind a prefix of 2048
+// tokens with 64 of their own, Llama-3-8B heads scaled down to 8 query and 2 KV heads of 128, pages of 16.
+func BenchmarkDecodeShared(b *testing.B) {
+	const batch, prefix, suffix, bs, hq, hkv, d = 16, 2048, 64, 16, 8, 2, 128
+	rng := rand.New(rand.NewPCG(1, 2))
+	prefixPages, suffixPages := prefix/bs, suffix/bs+1
+	c := NewCache(prefixPages+batch*suffixPages, bs, hkv, d)
+	for i := range c.K {
+		c.K[i], c.V[i] = rng.Float32()*2-1, rng.Float32()*2-1
+	}
+	batchMeta := &Batch{QueryStart: []int32{0}}
+	for s := range batch {
+		table := make([]int32, 0, prefixPages+suffixPages)
+		for i := range prefixPages {
+			table = append(table, int32(i))
+		}
+		for i := range suffixPages {
+			table = append(table, int32(prefixPages+s*suffixPages+i))
+		}
+		batchMeta.BlockTables = append(batchMeta.BlockTables, table)
+		batchMeta.ContextLens = append(batchMeta.ContextLens, prefix+suffix)
+		batchMeta.QueryStart = append(batchMeta.QueryStart, int32(s+1))
+	}
+	q, out := randomSlice(rng, batch*hq*d), make([]float32, batch*hq*d)
+	shared := *batchMeta
+	shared.Shared = FindSharedGroups(&shared, bs)
+	for _, tc := range []struct {
+		name  string
+		batch *Batch
+	}{{"plain", batchMeta}, {"shared", &shared}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(2 * batch * (prefix + suffix) * hkv * d * 4)) // the plain kernels' K/V bytes
+			for b.Loop() {
+				Attend(out, q, hq, 0.088, c, tc.batch)
+			}
+		})
 	}
 }

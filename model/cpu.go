@@ -147,9 +147,8 @@ func (b *cpuBackend) BeginStep(s *Step) error {
 			tables = s.GroupBlockTables[g-1]
 		}
 		batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables}
-		if b.sharedPrefix != SharedPrefixOff {
+		if b.sharedPrefix == SharedPrefixAlways { // auto: the CPU gains nothing by it (attention.Batch.Shared)
 			batch.Shared = attention.FindSharedGroups(&batch, sh.BlockSize)
-			batch.ForceShared = b.sharedPrefix == SharedPrefixAlways
 		}
 		b.batches = append(b.batches, batch)
 		if g == 0 {

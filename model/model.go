@@ -70,8 +70,9 @@ type Options struct {
 	Logger *slog.Logger
 	// SharedPrefix selects how decode attention treats sequences whose block tables begin with the same
 	// pages (n > 1 choices of one prompt, requests behind one preamble): SharedPrefixAuto ("") reads
-	// the shared pages once for the group where the dispatcher's cost model says it pays
-	// (attention.SharedWorthwhile on the CPU); SharedPrefixOff always runs the plain kernels;
+	// the shared pages once for the group where the GPU dispatcher's cost model says it pays
+	// (attention.DecideShared; the CPU, whose decode is bound by its products, runs the plain kernels);
+	// SharedPrefixOff always runs the plain kernels;
 	// SharedPrefixAlways runs the shared-prefix algorithm wherever two decodes share a page. Off and
 	// Always exist for tests and benchmarks that compare the two paths.
 	SharedPrefix string
