@@ -14,12 +14,18 @@ import (
 // shared-prefix benchmark divides the unique K/V bytes by (docs/bench/shared-prefix-h200.md).
 const sharedCopyBandwidth = 4.27e12
 
+// sharedTensorFLOPS is the H200's dense bf16 tensor-core peak (FLOP/s, 989 TFLOPS): once the K/V are read
+// once, a large group's Q·Kᵀ and P·V (4·batch·heads·context·head_dim FLOPs) take about as long.
+const sharedTensorFLOPS = 989e12
+
 // BenchmarkCUDADecodeShared times decode attention at Llama-3-8B's heads (32 query heads, 8 KV heads,
 // head_dim 128, bf16, pages of 16) for 64 sequences that share a prefix of 4k, 16k and 64k tokens and
 // have 128 tokens of their own: the plain call (Decode, the dispatcher's kernel) and the shared-prefix
 // call (DecodeShared with DecideShared's plan) in the same run, pages permuted, inputs rotated among
 // copies totalling 4× L2. One line per shape: plain_us, shared_us, bound_us (the unique K/V bytes, the
-// prefix once and every suffix, over sharedCopyBandwidth), shared/bound and plain/shared. Run it with
+// prefix once and every suffix, over sharedCopyBandwidth), flop_us (the products at the tensor cores'
+// peak: at 16k tokens about three quarters of bound_us, so the shared call is as much compute as copy),
+// shared/bound and plain/shared. Run it with
 // -test.benchtime=1x (b.N is not the number of calls timed). Passing (issue 44): shared/bound ≤ 1.2 and
 // plain/shared ≥ 10 at 16k.
 func BenchmarkCUDADecodeShared(b *testing.B) {
@@ -48,10 +54,12 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 			b.Fatal(err)
 		}
 		bound := in.uniqueBytes / sharedCopyBandwidth * 1e6
+		flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
 		b.Run(name, func(b *testing.B) {
 			b.ReportMetric(plain, "plain_us")
 			b.ReportMetric(shared, "shared_us")
 			b.ReportMetric(bound, "bound_us")
+			b.ReportMetric(flops, "flop_us")
 			b.ReportMetric(shared/bound, "shared/bound")
 			b.ReportMetric(plain/shared, "plain/shared")
 			b.ReportMetric(0, "ns/op")

@@ -460,7 +460,7 @@ section_prefix() {
 import json, os, re, sys
 raw = sys.argv[1]
 print("\n== shared-prefix decode attention (Llama-3-8B heads, bf16, page 16, 64 sequences, 128-token suffixes)")
-print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'shared/bound':>13} {'plain/shared':>13}")
+print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'flop us':>8} {'shared/bound':>13} {'plain/shared':>13}")
 for line in open(os.path.join(raw, "shared-bench.log")):
     m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128\S*\s+\d+\s+(.*)", line)
     if not m:
@@ -469,7 +469,7 @@ for line in open(os.path.join(raw, "shared-bench.log")):
     prefix = int(m.group(1))
     flags = ("" if v["shared/bound"] <= 1.2 else "  > 1.2x bound") + \
             ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
-    print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} "
+    print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} {v.get('flop_us', 0):>8.1f} "
           f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
 step = {}
 for line in open(os.path.join(raw, "shared-step.log")) if os.path.exists(os.path.join(raw, "shared-step.log")) else []:
