@@ -332,6 +332,8 @@ model TestCUDAGemv(SwiGLU|RoPE|Argmax|NormFold)$
 model TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$
 attention TestCUDADecodeKernels/bf16/d128/
 attention TestCUDADecodeOddRows
+attention TestCUDADecodeShared/bf16/g4_kv2_d128_page16/groups_and_loners$
+model TestCUDASharedPrefixMatchesCPU/d128_BF16$
 EOF
 }
 
