@@ -83,6 +83,10 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	case workspace%16 != 0:
 		return fmt.Errorf("attention: shared-prefix workspace %#x is not 16-byte aligned", uintptr(workspace))
 	}
+	merge := k.kernels[sharedMergeKernelName(dt, a.HeadDim)]
+	if merge == nil {
+		return fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
+	}
 	need := SharedWorkspaceBytes(l, sh.Plan, a.NumHeads, a.NumKVHeads, a.HeadDim, dt.Size())
 	if need > workspaceBytes {
 		return fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, need, workspaceBytes)
@@ -142,10 +146,6 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	}
 	if err := k.runPartitions(s, &suffix, sd, p.SufAcc, p.SufM, p.SufL); err != nil {
 		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
-	}
-	merge := k.kernels[sharedMergeKernelName(dt, a.HeadDim)]
-	if merge == nil {
-		return fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	}
 	if err := cuda.Launch(merge.fn, cuda.Dim3{X: l.Batch, Y: a.NumHeads}, cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: shared-prefix merge: %w", err)
