@@ -375,3 +375,50 @@ func BenchmarkDecodeShared(b *testing.B) {
 		})
 	}
 }
+
+// TestSharedLayout checks the arrays the GPU reads from a hand-made step: a group of three members at
+// two member slots a virtual sequence (the second padded with its first member), a group of two, and a
+// sequence in no group; the virtual and suffix block tables; and the panics on a group that names a
+// sequence twice or shares its newest token's page.
+func TestSharedLayout(t *testing.T) {
+	const bs, maxBlocks = 4, 5
+	ctx := []int32{13, 10, 9, 17, 20, 6}
+	tables := [][]int32{{1, 2, 3, 4}, {1, 2, 5}, {1, 2, 6}, {7, 8, 9, 10, 11}, {7, 8, 9, 12, 13}, {14, 15}}
+	groups := []SharedGroup{{Seqs: []int32{0, 1, 2}, Pages: 2}, {Seqs: []int32{3, 4}, Pages: 3}}
+	l := NewSharedLayout(ctx, groups, bs, 2)
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"VirtualSeqs", l.VirtualSeqs, []int32{0, 1, 2, 2, 3, 4}},
+		{"VirtualLens", l.VirtualLens, []int32{8, 8, 12}},
+		{"SeqSlot", l.SeqSlot, []int32{0, 1, 2, 4, 5, -1}},
+		{"SuffixStart", l.SuffixStart, []int32{8, 8, 8, 12, 12, 0}},
+		{"SuffixLens", l.SuffixLens, []int32{5, 2, 1, 5, 8, 6}},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// Each virtual sequence's row is its first member's table (0, 2 and 3), its rest never read.
+	if got, want := fmt.Sprint(l.VirtualTables(tables, maxBlocks)), fmt.Sprint([]int32{1, 2, 3, 4, 0, 1, 2, 6, 0, 0, 7, 8, 9, 10, 11}); got != want {
+		t.Errorf("VirtualTables = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(l.SuffixTables(tables, bs, maxBlocks)), fmt.Sprint([]int32{
+		3, 4, 0, 0, 0, 5, 0, 0, 0, 0, 6, 0, 0, 0, 0, 10, 11, 0, 0, 0, 12, 13, 0, 0, 0, 14, 15, 0, 0, 0}); got != want {
+		t.Errorf("SuffixTables = %s, want %s", got, want)
+	}
+	for _, bad := range [][]SharedGroup{
+		{{Seqs: []int32{0, 1}, Pages: 1}, {Seqs: []int32{1, 2}, Pages: 1}}, // sequence 1 twice
+		{{Seqs: []int32{1, 2}, Pages: 3}},                                  // 12 tokens of a context of 9
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewSharedLayout(%v) did not panic", bad)
+				}
+			}()
+			NewSharedLayout(ctx, bad, bs, 2)
+		}()
+	}
+}
