@@ -447,7 +447,7 @@ prefix_serve() {
 section_prefix() {
 	local d=$out/prefix i
 	mkdir -p "$d"
-	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestDecideShared.*|TestDecode)$' 150
+	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestSharedLayout|TestDecideShared.*|TestDecode)$' 150
 	gotest "$d" model-shared model '^TestCUDASharedPrefixMatchesCPU$' 90
 	gotest "$d" engine-shared engine '^(TestCUDASharedPrefixGreedyIdentical|TestSharedPrefixGreedyIdentical)$' 60
 	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 90
