@@ -16,6 +16,12 @@ type Batch struct {
 	// Window, when positive, is a sliding window: the query at position p attends to positions
 	// [p−Window+1, p] only (the last Window positions, its own included). 0 attends to [0, p].
 	Window int
+	// Shared, when not empty, lists groups of decode sequences whose tables begin with the same pages
+	// (FindSharedGroups): the step's decodes then run the shared-prefix algorithm (DecodeShared), the
+	// GPU's twin. The CPU gains no time by it (its decode is bound by the products, which the shared
+	// path computes all the same: BenchmarkDecodeShared), so callers pass groups to compare the paths.
+	// Ignored with a Window.
+	Shared []SharedGroup
 }
 
 // Attend writes causal attention for every query row: q and out are [T][numHeads][HeadDim]
@@ -45,7 +51,9 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 		panic(fmt.Sprintf("attention: Attend: window %d", b.Window))
 	}
 	st.window = b.Window
+	decodeIndex := make([]int32, numSeqs) // batch sequence → decode index, −1 for a prefill
 	for s := range numSeqs {
+		decodeIndex[s] = -1
 		row, qlen, ctx := int(b.QueryStart[s]), int(b.QueryStart[s+1]-b.QueryStart[s]), int(b.ContextLens[s])
 		if qlen < 0 || row < 0 || qlen > ctx {
 			panic(fmt.Sprintf("attention: Attend: sequence %d has %d query rows from row %d and context %d",
@@ -56,11 +64,17 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 		}
 		switch {
 		case qlen == 1:
+			decodeIndex[s] = int32(len(st.dec.rows))
 			st.dec.rows = append(st.dec.rows, int32(row))
 			st.dec.tables = append(st.dec.tables, b.BlockTables[s])
 			st.dec.ctx = append(st.dec.ctx, int32(ctx))
 		case qlen > 1:
 			st.pre = append(st.pre, prefillSeq{row: row, qlen: qlen, ctx: ctx, table: b.BlockTables[s]})
+		}
+	}
+	if force == nil && len(b.Shared) > 0 && b.Window == 0 {
+		if st.attendShared(b.Shared, decodeIndex, workers) {
+			return DecodePlan{Kernel: Grouped, NumPartitions: 1}
 		}
 	}
 	plan := Plan(st.planInput(workers))
@@ -69,6 +83,38 @@ func attend(out, q []float32, numHeads int, scale float32, c *Cache, b *Batch, w
 	}
 	st.run(plan, workers)
 	return plan
+}
+
+// attendShared runs the step's decodes with the shared-prefix algorithm, and then its prefill chunks,
+// for groups (of batch sequences, mapped to decode indices by decodeIndex); it
+// reports whether it ran the step.
+func (st *step) attendShared(groups []SharedGroup, decodeIndex []int32, workers int) bool {
+	dec := make([]SharedGroup, len(groups))
+	for i, g := range groups {
+		seqs := make([]int32, len(g.Seqs))
+		for j, s := range g.Seqs {
+			if s < 0 || int(s) >= len(decodeIndex) || decodeIndex[s] < 0 {
+				panic(fmt.Sprintf("attention: Attend: shared group %d names sequence %d, not a decode sequence", i, s))
+			}
+			seqs[j] = decodeIndex[s]
+		}
+		dec[i] = SharedGroup{Seqs: seqs, Pages: g.Pages}
+	}
+	bs := st.c.BlockSize
+	members := fitMembers(dec, SharedMembers(st.group))
+	l := NewSharedLayout(st.dec.ctx, dec, bs, members)
+	if l.Virtual() == 0 {
+		return false
+	}
+	plan := cpuSharedPlan(l, bs)
+	pre := st.pre
+	st.pre = nil
+	st.runShared(l, plan, workers)
+	if len(pre) > 0 {
+		st.pre, st.dec = pre, decodeSeqs{}
+		st.run(DecodePlan{Kernel: Grouped, NumPartitions: 1}, workers)
+	}
+	return true
 }
 
 // step is one call's work: the decode sequences (one query row each), the prefill chunks, and the
@@ -85,7 +131,8 @@ type step struct {
 	queryTile int // prefill query rows per unit
 
 	plan                  DecodePlan
-	partM, partL, partAcc []float32 // split-k: [len(dec)][NumKVHeads][NumPartitions][G] (and [HeadDim])
+	partM, partL, partAcc []float32   // split-k: [len(dec)][NumKVHeads][NumPartitions][G] (and [HeadDim])
+	shared                *sharedStep // the shared-prefix algorithm's state (runShared)
 }
 
 // decodeSeqs are the sequences with one query row.
@@ -194,6 +241,8 @@ const (
 	unitGrouped   unitKind = iota // decode sequence seq, KV head head
 	unitPartition                 // decode sequence seq, KV head head, partition index
 	unitPrefill                   // prefill sequence seq, KV head head, query tile index
+	unitPrefix                    // shared prefix: virtual sequence seq, KV head head, partition index
+	unitSuffix                    // shared prefix: decode sequence seq's suffix, KV head head, partition index
 )
 
 // unit is one program of the GPU grid: what one worker does without synchronising with others.

@@ -318,6 +318,28 @@ template <typename T> __device__ __forceinline__ void store4(T *o, float a, floa
 	o[3] = Elem<T>::from_float(d);
 }
 
+// PartialRun is count split-k partials of one query head, at slots first, first+stride, … of (m, l,
+// acc): what the reduce merges for a sequence, and the shared-prefix merge (shared.cu) for its prefix
+// and its suffix. run_max and run_sum are the log-sum-exp merge over runs, thread d owning element d:
+//   M = max m_p,  L = Σ l_p·2^(m_p−M),  out = Σ acc_p·2^(m_p−M) / L.
+struct PartialRun {
+	const float *m, *l, *acc;
+	long long first, stride;
+	int count;
+};
+__device__ __forceinline__ float run_max(const PartialRun &r, float mx) {
+	for (int i = 0; i < r.count; i++) mx = fmaxf(mx, r.m[r.first + i * r.stride]);
+	return mx;
+}
+template <int D> __device__ __forceinline__ void run_sum(const PartialRun &r, float mx, int d, float &l, float &a) {
+	for (int i = 0; i < r.count; i++) {
+		const long long at = r.first + i * r.stride;
+		const float w = exp2f(r.m[at] - mx);
+		l += r.l[at] * w;
+		a += r.acc[at * D + d] * w;
+	}
+}
+
 // merge_store: a thread combines four consecutive elements of one row (float4 reads of the slices'
 // acc, one 16-byte store of the partial): the merge sits on the split-k call's critical path.
 template <typename T, int D, int ROWS, int SLICES, int THREADS, bool SPLIT>

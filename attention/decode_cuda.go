@@ -204,7 +204,7 @@ func (k *CUDAKernels) load() error {
 			k.kernels[name] = &cudaKernel{fn: fn, threads: d}
 		}
 	}
-	return nil
+	return k.loadShared()
 }
 
 // prepare looks up a decode kernel and its shared-memory size (the __device__ int <name>_smem that the

@@ -317,6 +317,9 @@ type DecodeCall struct {
 	Path CUDAPath
 	// Graph, when set, plans a call captured into a CUDA graph (GraphPlan) instead of one run once.
 	Graph *GraphCall
+	// LosesGraph tells DecideShared that taking the shared-prefix path costs the caller its CUDA graph
+	// (the step then runs op by op): charged as sharedEagerSeconds for the call.
+	LosesGraph bool
 	// Force, when set, runs that algorithm instead of the planned one (benchmarks, tests).
 	Force *ForcedPlan
 	// WorkspaceBytes, when positive, is the split-k workspace the caller has: a planned split that needs

@@ -9,6 +9,6 @@ import _ "embed"
 //
 //	go generate -tags gollmdiag ./attention
 //
-//go:generate env GOLLM_NVCC_FLAGS=-DDECODE_DIAG ../internal/cuda/build-fatbin.sh attention_diag.fatbin decode.cuh grouped.cu splitk.cu
+//go:generate env GOLLM_NVCC_FLAGS=-DDECODE_DIAG ../internal/cuda/build-fatbin.sh attention_diag.fatbin decode.cuh grouped.cu splitk.cu shared.cu
 //go:embed attention_diag.fatbin
 var decodeFatbin []byte

@@ -66,18 +66,12 @@ template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const
 	const int kvh = hq / p.group, head = hq % p.group;
 	const int ctx = p.context_lens[seq];
 	const int span = ctx - window_base(p, ctx); // the tokens the partitions cover
-	const int parts = (span + p.partition_tokens - 1) / p.partition_tokens;
-	const long long first = (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions) * p.group + head;
-	const long long stride = p.group; // between partitions
-	float mx = -INFINITY;
-	for (int i = 0; i < parts; i++) mx = fmaxf(mx, p.part_m[first + i * stride]);
+	const PartialRun run = {p.part_m, p.part_l, p.part_acc,
+	                        (((long long)seq * p.num_kv_heads + kvh) * p.num_partitions) * p.group + head, p.group,
+	                        (span + p.partition_tokens - 1) / p.partition_tokens};
 	float l = 0.f, a = 0.f;
-	for (int i = 0; i < parts; i++) {
-		long long at = first + i * stride;
-		float w = exp2f(p.part_m[at] - mx);
-		l += p.part_l[at] * w;
-		a += p.part_acc[at * D + d] * w;
-	}
+	const float mx = run_max(run, -INFINITY);
+	run_sum<D>(run, mx, d, l, a);
 	reinterpret_cast<T *>(p.out)[((long long)seq * p.num_heads + hq) * D + d] = Elem<T>::from_float(a / l);
 }
 

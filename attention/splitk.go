@@ -1,9 +1,6 @@
 package attention
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // DecodeSplitK writes decode attention (one query row per sequence) with the split-k algorithm: each
 // context is cut into partitions of partitionTokens tokens (a positive multiple of BlockSize); one unit
@@ -67,22 +64,7 @@ func (st *step) reduceUnit(s, h int) {
 	row := int(st.dec.rows[s])
 	first := st.partialIndex(s, h, 0)
 	for head := range g {
-		globalMax := float32(math.Inf(-1))
-		for p := range parts {
-			globalMax = max(globalMax, st.partM[first+p*g+head])
-		}
-		var sum float32
 		o := st.out[(row*st.numHeads+h*g+head)*d:][:d]
-		clear(o)
-		for p := range parts {
-			i := first + p*g + head
-			weight := expf(st.partM[i] - globalMax)
-			sum += st.partL[i] * weight
-			axpy(o, weight, st.partAcc[i*d:(i+1)*d])
-		}
-		inv := 1 / sum
-		for k := range o {
-			o[k] *= inv
-		}
+		mergePartials(o, st.partM, st.partL, st.partAcc, mergeSegment{first + head, g, parts})
 	}
 }

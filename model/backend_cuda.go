@@ -112,6 +112,8 @@ type cudaConfig struct {
 	dev *cuda.Device
 	// noGraphs runs every step eagerly.
 	noGraphs bool
+	// sharedPrefix is Options.SharedPrefix.
+	sharedPrefix string
 }
 
 // cudaStats counts how a CUDA backend ran its steps (for tests and benchmarks).
@@ -128,6 +130,8 @@ type cudaStats struct {
 	GemmArgmaxes, SplitProducts int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
+	// SharedDecodes counts the decode-attention calls queued as the shared-prefix algorithm.
+	SharedDecodes int
 }
 
 // cudaFunctions are the model's kernels for the compute dtype.

@@ -23,7 +23,9 @@ type cpuBackend struct {
 	shape   Shape
 	caches  []*attention.Cache // per layer: its page array (a view with its scales when FP8)
 	workers int
-	xq, sx  []float32 // scratch of FP8 products: the input quantized to e4m3 values [T][in], its scales [T]
+	// sharedPrefix is Options.SharedPrefix: whether decodes that share pages read them once.
+	sharedPrefix string
+	xq, sx       []float32 // scratch of FP8 products: the input quantized to e4m3 values [T][in], its scales [T]
 
 	// Step state, refreshed by BeginStep.
 	step     *Step
@@ -144,7 +146,11 @@ func (b *cpuBackend) BeginStep(s *Step) error {
 		if g > 0 {
 			tables = s.GroupBlockTables[g-1]
 		}
-		b.batches = append(b.batches, attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables})
+		batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables}
+		if b.sharedPrefix == SharedPrefixAlways { // auto: the CPU gains nothing by it (attention.Batch.Shared)
+			batch.Shared = attention.FindSharedGroups(&batch, sh.BlockSize)
+		}
+		b.batches = append(b.batches, batch)
 		if g == 0 {
 			b.slots = append(b.slots, s.SlotMapping)
 			continue

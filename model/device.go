@@ -63,6 +63,11 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 			device = DeviceCUDA
 		}
 	}
+	switch opts.SharedPrefix {
+	case SharedPrefixAuto, SharedPrefixOff, SharedPrefixAlways:
+	default:
+		return nil, false, fmt.Errorf("shared prefix %q (\"\", %q or %q)", opts.SharedPrefix, SharedPrefixOff, SharedPrefixAlways)
+	}
 	switch device {
 	case "", DeviceCPU:
 		weightBytes := CPUWeightBytes(cfg, opts.Quantization)
@@ -70,7 +75,11 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 			if err := checkHostKV(s, weightBytes); err != nil {
 				return nil, fmt.Errorf("cpu backend: %w", err)
 			}
-			return NewCPUBackend(s)
+			b, err := NewCPUBackend(s)
+			if err == nil {
+				b.(*cpuBackend).sharedPrefix = opts.SharedPrefix
+			}
+			return b, err
 		}, false, nil
 	case DeviceCUDA:
 		if err := cudaUsable(); err != nil {

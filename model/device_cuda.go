@@ -34,7 +34,7 @@ func newCUDABackendFor(cfg *weights.Config, opts Options) (NewBackendFunc, error
 	if err != nil {
 		return nil, err
 	}
-	build := newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs})
+	build := newCUDABackendFunc(cudaConfig{dtype: dt, noGraphs: opts.DisableCUDAGraphs, sharedPrefix: opts.SharedPrefix})
 	return func(s Shape) (Backend, error) {
 		s.NumBlocks = 0
 		return build(s)

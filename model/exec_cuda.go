@@ -42,7 +42,7 @@ func (b *cudaBackend) facts() stepFacts {
 func (b *cudaBackend) plan(rows int) []opPlan {
 	f := b.facts()
 	st := stepShape{decode: b.st.decode, graph: b.st.graphRun, contextLens: b.st.s.ContextLens, contextCap: b.st.contextCap,
-		stride: b.st.stride, pdl: b.pdlNow()}
+		stride: b.st.stride, pdl: b.pdlNow(), shared: b.st.shared != nil}
 	return planStep(b.ops, rows, &f, &st)
 }
 
@@ -325,6 +325,10 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			HostContextLens: b.attnLens(p.rows), MaxBlocks: st.stride,
 			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
 			DType: b.dtype, Scale: sh.Scale(), Window: window, Dependent: b.pdlNow(),
+		}
+		if p.shared {
+			b.stats.SharedDecodes++
+			return b.decode.DecodeShared(b.stream, &args, b.sharedArgs(), b.splitWS, splitWorkspaceBytes)
 		}
 		if p.attn.RoPE {
 			args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),

@@ -68,7 +68,22 @@ type Options struct {
 	KVCacheDType string
 	// Logger receives the loader's warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// SharedPrefix selects how decode attention treats sequences whose block tables begin with the same
+	// pages (n > 1 choices of one prompt, requests behind one preamble): SharedPrefixAuto ("") reads
+	// the shared pages once for the group where the GPU dispatcher's cost model says it pays
+	// (attention.DecideShared; the CPU, whose decode is bound by its products, runs the plain kernels);
+	// SharedPrefixOff always runs the plain kernels;
+	// SharedPrefixAlways runs the shared-prefix algorithm wherever two decodes share a page. Off and
+	// Always exist for tests and benchmarks that compare the two paths.
+	SharedPrefix string
 }
+
+// The values of Options.SharedPrefix.
+const (
+	SharedPrefixAuto   = ""
+	SharedPrefixOff    = "off"
+	SharedPrefixAlways = "always"
+)
 
 // Step is one forward pass over a flat batch of tokens, vLLM style: prefill chunks and decode tokens of
 // several sequences side by side. Sequence s owns token rows QueryStart[s] to QueryStart[s+1]; they are

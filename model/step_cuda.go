@@ -76,6 +76,10 @@ type cudaStep struct {
 	// groupSlots and groupTables are the offsets of KV groups 1 and up's slots and block tables
 	// (Step.GroupBlockTables): [group−1].
 	groupSlots, groupTables []int
+	// shared, when not nil, is the step's shared-prefix decode (sharedDecision): its layout's arrays
+	// are in the arena at offShared (sharedArgs).
+	shared    *attention.SharedDecision
+	offShared [6]int
 }
 
 // slotsOff is the metadata offset of KV group g's slots: each row's K/V slot in the group's pages.
@@ -121,7 +125,10 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		maxCtx = max(maxCtx, int(c))
 	}
 	st.rows, st.seqs = numTokens, numSeqs
-	st.graph = st.decode && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch &&
+	if st.decode {
+		st.shared = b.sharedDecision(s, (maxCtx+bs-1)/bs)
+	}
+	st.graph = st.decode && st.shared == nil && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch &&
 		len(s.LogitRows) <= numTokens
 	if st.graph {
 		st.rows = graphBucket(numTokens)
@@ -207,6 +214,14 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 			pad(table, st.stride, 0)
 		}
 	}
+	if st.shared != nil {
+		l := st.shared.Layout
+		for i, x := range [][]int32{l.VirtualSeqs, l.SeqSlot, l.VirtualLens, l.SuffixLens,
+			l.VirtualTables(s.BlockTables, st.stride), l.SuffixTables(s.BlockTables, bs, st.stride)} {
+			st.offShared[i] = len(h)
+			h = append(h, x...)
+		}
+	}
 	b.host = h
 	b.st = st
 	// The picks' buffer grows here, before any op is recorded, so that Embed reads the buffer the
@@ -215,6 +230,47 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		return fmt.Errorf("cuda backend: %w", err)
 	}
 	return nil
+}
+
+// sharedDecision is the shared-prefix decode of a decode step whose block tables are stride pages
+// wide, or nil for the plain kernels: where Options.SharedPrefix allows it, the decode kernels cover the
+// model, some sequences share pages (attention.FindSharedGroups), no layer has a window, and the
+// dispatcher takes the shared path (attention.DecideShared; always, where it can run, with
+// SharedPrefixAlways) within the split-k workspace. Such a step runs eagerly: its groups change from
+// step to step, a graph's grids do not.
+func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecision {
+	f := b.facts()
+	if b.cfg.sharedPrefix == SharedPrefixOff || !f.decodeKernels {
+		return nil
+	}
+	for l := range b.shape.NumLayers {
+		if b.shape.Layer(l).Window > 0 {
+			return nil
+		}
+	}
+	batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
+	groups := attention.FindSharedGroups(&batch, b.shape.BlockSize)
+	if len(groups) == 0 {
+		return nil
+	}
+	c := attention.DecodeCall{ContextLens: s.ContextLens, MaxBlocks: stride, NumHeads: f.numHeads,
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Tuning: f.attnTuning,
+		LosesGraph: !b.cfg.noGraphs && !b.graphsOff && len(s.Tokens) <= maxGraphBatch}
+	d := attention.DecideShared(c, groups, f.attn)
+	if d.Layout == nil || !d.Use && b.cfg.sharedPrefix != SharedPrefixAlways ||
+		attention.SharedWorkspaceBytes(d.Layout, d.Plan, f.numHeads, f.numKVHeads, f.headDim, f.attnDType.Size()) > splitWorkspaceBytes {
+		return nil
+	}
+	return &d
+}
+
+// sharedArgs are the step's shared-prefix arrays on the device (cudaStep.shared).
+func (b *cudaBackend) sharedArgs() *attention.CUDASharedArgs {
+	st := &b.st
+	o := st.offShared
+	return &attention.CUDASharedArgs{Layout: st.shared.Layout, Plan: st.shared.Plan,
+		VirtualSeqs: b.metaPtr(o[0]), SeqSlot: b.metaPtr(o[1]), VirtualLens: b.metaPtr(o[2]), SuffixLens: b.metaPtr(o[3]),
+		VirtualTables: b.metaPtr(o[4]), SuffixTables: b.metaPtr(o[5])}
 }
 
 // metaPtr returns the device address of int32 offset off of the metadata arena.

@@ -205,6 +205,9 @@ type stepShape struct {
 	contextCap  int
 	stride      int
 	pdl         bool
+	// shared: the step's decode attention runs the shared-prefix algorithm (layers without a window),
+	// which does not rotate: the RoPE kernel does.
+	shared bool
 }
 
 // inPlace reports whether a Norm op normalises its residual in place, adding nothing (a sublayer's
@@ -535,6 +538,8 @@ type opPlan struct {
 	// the prefill kernel. RoPE: skip where the product or attention does it.
 	decode bool
 	attn   attention.DecodeDecision
+	// shared: the layer's decode runs the shared-prefix algorithm (stepShape.shared), not attn.
+	shared bool
 	// Argmax: where its partial maxima come from.
 	argmax argmaxSource
 	// MatMul: bias, a kernel adds the weight's bias after the product (an FP8 product adds its own).
@@ -690,7 +695,8 @@ func (p *stepPlanner) attention(rows int, rope bool, window int) (attention.Deco
 // normalised queries and key the QKNorm kernel left.)
 func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 	f := p.f
-	if !p.st.decode || !f.decodeKernels || f.tune.NoAttnRoPE || f.tune.NoFuse || p.fused(target, gemvRoPE, rows) {
+	if !p.st.decode || !f.decodeKernels || f.tune.NoAttnRoPE || f.tune.NoFuse || p.fused(target, gemvRoPE, rows) ||
+		p.st.shared && window == 0 {
 		return false
 	}
 	d, err := p.attention(rows, false, window)
@@ -752,6 +758,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 		if p.st.decode && f.decodeKernels {
 			plan.decode = true
 			plan.attn, plan.err = p.attention(rows, p.ropeInAttention(l.target, rows, op.window), op.window)
+			plan.shared = p.st.shared && op.window == 0
 		}
 	case opSwiGLU:
 		plan.skip = p.fused(l.target, gemvSwiGLU, rows)

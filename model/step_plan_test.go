@@ -602,3 +602,58 @@ func TestPlanFP8(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanStepShared: in an eager decode step that runs the shared-prefix decode (stepShape.shared),
+// the layers without a window call it and leave the rotation to the RoPE kernel (it does not rotate);
+// windowed layers plan as before; without it, Llama-3-8B at 32 rows folds RoPE into attention.
+func TestPlanStepShared(t *testing.T) {
+	for _, m := range []planModel{planLlama3_8B, planGemma3_12B} {
+		for _, shared := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shared=%v", m.name, shared), func(t *testing.T) {
+				f := planFacts("h200", m)
+				const rows = 32
+				lens := make([]int32, rows)
+				for i := range lens {
+					lens[i] = 16384 + 128
+				}
+				st := stepShape{decode: true, contextLens: lens, stride: 16512 / 16, shared: shared}
+				ops, _ := recordedStep(m, rows, false)
+				plans := planStep(ops, 0, &f, &st)
+				rotated := 0
+				for i, op := range ops {
+					p := plans[i]
+					if p.err != nil {
+						t.Fatalf("op %d (%v): %v", i, op.kind, p.err)
+					}
+					switch op.kind {
+					case opAttention:
+						if p.attn.RoPE && !p.shared {
+							rotated++
+						}
+						if want := shared && op.window == 0; p.shared != want {
+							t.Errorf("op %d (window %d): shared %v, want %v", i, op.window, p.shared, want)
+						}
+					case opRoPE:
+						// The RoPE op runs unless the Q/K/V product fuses it or attention rotates.
+						qkv := i - 1
+						for ops[qkv].kind != opMatMul {
+							qkv--
+						}
+						fused := plans[qkv].mm.mode == gemvRoPE
+						attn := plans[i+1]
+						if want := fused || attn.attn.RoPE && !attn.shared; p.skip != want {
+							t.Errorf("op %d (window %d): RoPE skip %v, want %v (product fuses it %v, attention rotates %v)",
+								i, op.window, p.skip, want, fused, attn.attn.RoPE && !attn.shared)
+						}
+						if attn.shared && attn.attn.RoPE {
+							t.Errorf("op %d: the step's attention would both rotate and run shared", i)
+						}
+					}
+				}
+				if m.name == planLlama3_8B.name && !shared && rotated != m.layers {
+					t.Errorf("%d of %d layers rotate in attention, want all (the case the shared path changes)", rotated, m.layers)
+				}
+			})
+		}
+	}
+}

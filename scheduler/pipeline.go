@@ -141,6 +141,9 @@ func (s *Scheduler) ScheduleNext(prev *Batch) *Batch {
 	// 3. Admissions, first come first served; no preemption, no finishing.
 	for len(s.waiting) > 0 && bud.canAdmit(s.waiting[0]) && len(s.running) < s.cfg.MaxNumSeqs {
 		seq := s.waiting[0]
+		if s.waitsForPrefix(seq) {
+			break // as in Schedule
+		}
 		cached, err := s.allocate(seq)
 		if err != nil {
 			if !errors.Is(err, kvcache.ErrNoFreeBlocks) {

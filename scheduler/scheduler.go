@@ -76,6 +76,28 @@ func (b *budget) canAdmit(seq *Sequence) bool {
 	return b.tokens > 0 && (!seq.WantsPromptLogits() || b.promptLogits > 0)
 }
 
+// waitsForPrefix reports whether seq, waiting to be admitted, begins with a full page of tokens that
+// a running sequence has not computed yet: the prefix cache holds a page once its KV is committed, so
+// admitted now seq would compute that page again into a page of its own, where a step or a few later
+// it shares it (n > 1 choices of one prompt, requests behind one system prompt that arrive together).
+// The page checked is the first one the running sequence has not finished, so one comparison a running
+// sequence answers.
+func (s *Scheduler) waitsForPrefix(seq *Sequence) bool {
+	if seq.WantsPromptLogits() || !s.pool.PrefixCaching() {
+		return false // it takes no prefix-cache hits
+	}
+	bs := s.pool.BlockSize()
+	for _, r := range s.running {
+		// k is the end of r's first page not wholly computed; seq shares it if their first k tokens agree
+		// and seq would take it as a hit (a hit leaves at least its last prompt token to compute).
+		k := (r.numComputed/bs + 1) * bs
+		if k <= len(r.tokens) && k < len(seq.tokens) && slices.Equal(seq.tokens[:k], r.tokens[:k]) {
+			return true
+		}
+	}
+	return false
+}
+
 // allocate gives a sequence being admitted its blocks: with the prefix cache's hits, or none for a
 // sequence that still wants its prompt's logits. It returns the number of tokens whose KV is there.
 func (s *Scheduler) allocate(seq *Sequence) (cached int, err error) {
@@ -240,6 +262,9 @@ func (s *Scheduler) Schedule() *Batch {
 	// 3. Admissions, first come first served.
 	for len(b.Preempted) == 0 && len(s.waiting) > 0 && bud.canAdmit(s.waiting[0]) && len(s.running) < s.cfg.MaxNumSeqs {
 		seq := s.waiting[0]
+		if s.waitsForPrefix(seq) {
+			break // a step or a few later it shares those pages; nobody overtakes the head
+		}
 		cached, err := s.allocate(seq)
 		if err != nil {
 			if !errors.Is(err, kvcache.ErrNoFreeBlocks) {

@@ -623,3 +623,74 @@ func TestPromptLogitsRecomputeAfterFirstToken(t *testing.T) {
 		})
 	}
 }
+
+// TestSamePromptsShareTheirPages checks that sequences arriving together with one prompt (n > 1 choices,
+// requests behind one preamble) compute its full pages once: the others wait until the first has
+// computed them and then take them from the prefix cache, in Schedule and in ScheduleNext; a sequence
+// with another prompt behind them waits its turn (first come, first served), and one that shares less
+// than a page is not held back.
+func TestSamePromptsShareTheirPages(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 64, BlockSize: 4, PrefixCaching: true},
+				Config{MaxNumSeqs: 8, MaxNumBatchedTokens: 64})
+			prompt := iota32(10, 0)
+			var seqs []*Sequence
+			for id := range 3 {
+				seqs = append(seqs, mustAdd(t, s, kvcache.SeqID(id+1), prompt, Limits{MaxTokens: 3}))
+			}
+			other := mustAdd(t, s, 4, append(iota32(3, 0), 99, 98, 97), Limits{MaxTokens: 3})
+			if !pipelined {
+				if got, _ := step(t, s, modelSample); got != "p1:0+10*" {
+					t.Fatalf("step 1: %q, want the first alone", got)
+				}
+				if got, _ := step(t, s, modelSample); got != "d1:10+1* p2:8+2* p3:8+2* p4:0+6*" {
+					t.Fatalf("step 2: %q", got)
+				}
+			} else {
+				b := s.Schedule()
+				if d := describe(b); d != "p1:0+10*" {
+					t.Fatalf("step 1: %q, want the first alone", d)
+				}
+				if next := s.ScheduleNext(b); next != nil {
+					if d := describe(next); strings.Contains(d, "p2:0") || strings.Contains(d, "p3:0") {
+						t.Fatalf("ScheduleNext admits a copy of the prompt being computed: %q", d)
+					}
+					s.Discard(next)
+				}
+				if _, err := s.Update(b, []int32{modelSample(b.Chunks[0])}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for s.HasUnfinished() {
+				step(t, s, modelSample)
+			}
+			for i, seq := range seqs {
+				want := 8
+				if i == 0 {
+					want = 0
+				}
+				if seq.NumCachedTokens() != want {
+					t.Errorf("sequence %d: %d cached tokens, want %d", i+1, seq.NumCachedTokens(), want)
+				}
+				if !slices.Equal(seq.Output(), seqs[0].Output()) {
+					t.Errorf("outputs differ: %v, %v", seq.Output(), seqs[0].Output())
+				}
+			}
+			if other.NumCachedTokens() != 0 {
+				t.Errorf("the other prompt took %d cached tokens", other.NumCachedTokens())
+			}
+			checkNoLeak(t, pool)
+		})
+	}
+}
+
+// TestSamePromptsWithoutPrefixCache: without the prefix cache nothing is shared, so nothing waits.
+func TestSamePromptsWithoutPrefixCache(t *testing.T) {
+	s, pool := newTestScheduler(t, kvcache.Config{NumBlocks: 64, BlockSize: 4}, Config{MaxNumSeqs: 8, MaxNumBatchedTokens: 64})
+	prompt := iota32(10, 0)
+	mustAdd(t, s, 1, prompt, Limits{MaxTokens: 2})
+	mustAdd(t, s, 2, prompt, Limits{MaxTokens: 2})
+	checkSteps(t, s, []string{"p1:0+10* p2:0+10*", "d1:10+1* d2:10+1*"})
+	checkNoLeak(t, pool)
+}

@@ -346,6 +346,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxBatched := fs.String("max-batched-tokens", "", "in process: the engine's tokens per step, the prefill chunk (vLLM's --max-num-batched-tokens, also accepted), or a comma-separated sweep (2048,8192), the same load at each; default the engine's")
 	kvBlocks := fs.Int("kv-blocks", 0, "in process: KV cache pages (default: enough for the requests in flight at their longest)")
 	threshold := fs.Int("long-prefill-token-threshold", 0, "in process: most tokens of one prompt's prefill chunk in a step, below --max-batched-tokens (0: no cap)")
+	sharedPrefix := fs.Int("shared-prefix-len", 0, "tokens of one system prompt put before every request's own input-len tokens")
 	jsonOut := fs.Bool("json", false, "print a JSON object instead of text")
 	if code := parseBenchFlags(fs, "serve", args, stderr); code >= 0 {
 		return code
@@ -373,8 +374,8 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	opts := bench.ServeOptions{
 		URL: *url, Model: *modelName, APIKey: *apiKey, Concurrency: *concurrency, NumPrompts: *numPrompts,
-		InputLen: in, OutputLen: out, VocabSize: *vocab, Seed: mf.seed, Progress: ttyOrNil(stderr),
-		LongFraction: *longFraction, LongInputLen: long,
+		InputLen: in, OutputLen: out, SharedPrefixLen: *sharedPrefix, VocabSize: *vocab, Seed: mf.seed,
+		Progress: ttyOrNil(stderr), LongFraction: *longFraction, LongInputLen: long,
 	}
 	if mf.config == "" && mf.modelDir == "" {
 		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") || fs.Changed("long-prefill-token-threshold") {

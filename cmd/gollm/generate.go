@@ -52,7 +52,7 @@ type generateOptions struct {
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
 	longPrefillThreshold                                          int
 	noPrefixCache, noPipelining, skipWeightCheck                  bool
-	device, quantization, kvCacheDType                            string
+	device, quantization, kvCacheDType, sharedPrefix              string
 }
 
 // flagAliases are other spellings the commands accept for their flags: vLLM's names, where ours
@@ -82,6 +82,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.BoolVar(&o.skipWeightCheck, "skip-weight-check", false, "do not scan the weights for NaN and infinities while loading (saves a pass over a large checkpoint)")
 	fs.StringVar(&o.quantization, "quantization", "", "fp8: run the Linear layers as FP8 (e4m3) products, quantizing a float checkpoint at load (one scale per output row; the LM head kept); FP8 checkpoints run as FP8 without it")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto (the device's) or fp8 (e4m3 with the checkpoint's per-layer k/v scales, else 1.0)")
+	fs.StringVar(&o.sharedPrefix, "shared-prefix", "auto", "decode attention over prompt pages that running requests share: auto (read once for all of them where that pays), off or always (to compare the two in benchmarks)")
 }
 
 // checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
@@ -105,6 +106,11 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 	case model.KVCacheAuto, model.KVCacheFP8, "fp8_e4m3":
 	default:
 		return fmt.Errorf("--kv-cache-dtype %q: supported: auto, fp8 (e4m3)", o.kvCacheDType)
+	}
+	switch o.sharedPrefix {
+	case "auto", model.SharedPrefixOff, model.SharedPrefixAlways:
+	default:
+		return fmt.Errorf("--shared-prefix %q: supported: auto, off, always", o.sharedPrefix)
 	}
 	if o.kvBlocks > 0 && o.maxModelLen > 0 && o.kvBlocks*o.pageSize < o.maxModelLen {
 		return fmt.Errorf("--max-model-len %d does not fit the KV cache (%d pages of %d tokens); give more --kv-blocks or a smaller --max-model-len",
@@ -142,7 +148,15 @@ func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Conf
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, LongPrefillTokenThreshold: o.longPrefillThreshold,
 		DisablePrefixCache: o.noPrefixCache,
 		DisablePipelining:  o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
-		Quantization: o.quantization, KVCacheDType: o.kvCacheDType}
+		Quantization: o.quantization, KVCacheDType: o.kvCacheDType, SharedPrefix: o.modelSharedPrefix()}
+}
+
+// modelSharedPrefix is --shared-prefix as model.Options.SharedPrefix ("auto" is its zero value).
+func (o *generateOptions) modelSharedPrefix() string {
+	if o.sharedPrefix == "auto" {
+		return model.SharedPrefixAuto
+	}
+	return o.sharedPrefix
 }
 
 // checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads

@@ -548,3 +548,43 @@ func TestGenerateConstrained(t *testing.T) {
 		})
 	}
 }
+
+// TestGenerateSharedPrefix runs a --prompts-file whose prompts begin with one long preamble, and 8
+// copies of one prompt, with --shared-prefix off and always: the greedy answers are the same (the
+// shared-prefix decode reads the preamble's pages once for every prompt behind it); a bad value is
+// refused.
+func TestGenerateSharedPrefix(t *testing.T) {
+	dir := writeTestModel(t)
+	preamble := make([]string, 90)
+	for i := range preamble {
+		preamble[i] = fmt.Sprint((i*37 + 11) % 250)
+	}
+	var lines []string
+	for i := range 6 {
+		lines = append(lines, fmt.Sprintf(`{"prompt_ids": [%s, %d, %d], "max_tokens": 10, "temperature": 0}`, strings.Join(preamble, ", "), i, i+1))
+	}
+	for range 8 {
+		lines = append(lines, fmt.Sprintf(`{"prompt_ids": [%s, 7], "max_tokens": 10, "temperature": 0}`, strings.Join(preamble[:50], ", ")))
+	}
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	writeFile(t, path, []byte(strings.Join(lines, "\n")+"\n"))
+	// The answers' tokens; usage's cached tokens depend on which request the loop saw first.
+	strip := func(out string) string {
+		return strings.Join(regexp.MustCompile(`"output_ids":\[[^]]*\]`).FindAllString(out, -1), "\n")
+	}
+	var outs []string
+	for _, mode := range []string{"off", "always"} {
+		code, stdout, stderr := runCLI(t, "generate", "--model", dir, "--prompts-file", path, "--ignore-eos",
+			"--kv-blocks", "256", "--page-size", "8", "--max-num-seqs", "16", "--shared-prefix", mode)
+		if code != 0 || strings.Count(stdout, "\n") != len(lines) || strings.Count(strip(stdout), "output_ids") != len(lines) {
+			t.Fatalf("--shared-prefix %s: exit %d, stdout %q, stderr %q", mode, code, stdout, stderr)
+		}
+		outs = append(outs, strip(stdout))
+	}
+	if outs[0] != outs[1] {
+		t.Errorf("answers differ:\noff:    %s\nalways: %s", outs[0], outs[1])
+	}
+	if code, _, stderr := runCLI(t, "generate", "--model", dir, "--prompt", "x", "--shared-prefix", "sometimes"); code != 2 || !strings.Contains(stderr, "--shared-prefix") {
+		t.Errorf("--shared-prefix sometimes: exit %d, stderr %q", code, stderr)
+	}
+}

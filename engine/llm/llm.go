@@ -82,6 +82,9 @@ type Config struct {
 	// KVCacheDType is the KV pages' element type: "" or "auto" the device's, "fp8" e4m3 with the
 	// checkpoint's per-layer scales (see model.Options.KVCacheDType).
 	KVCacheDType string
+	// SharedPrefix is model.Options.SharedPrefix: "" the dispatcher reads pages that decodes share once
+	// where it pays, "off" never, "always" wherever it can (for benchmarks comparing the paths).
+	SharedPrefix string
 }
 
 // check refuses values out of range before anything loads.
@@ -278,7 +281,7 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
 		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck,
-		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, Logger: log})
+		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: cfg.SharedPrefix, Logger: log})
 	if err != nil {
 		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
 			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)

@@ -45,6 +45,19 @@
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
 #               build and new/old (decode step p50 in ms, the dispatcher's median in µs). Passing: every
 #               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
+#   prefix      shared-prefix decode attention (issue 44): the tests (the shared-prefix kernels against the
+#               CPU twin and the float64 reference, every decode kernel beside them since the split-k
+#               reduce shares its merge, the model's logits and the engine's tokens with and without the
+#               shared path), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
+#               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
+#               K/V bytes over 4.27 TB/s), and the standard grid (gollm bench attention, BASE's too when
+#               set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
+#               batch 64 behind 16k shared tokens, shared and plain); gollm serve --shared-prefix off and
+#               on under gollm bench serve at concurrency 64 behind one system prompt (SERVE_MODEL, a
+#               model folder: 4096 tokens; else the built-in model: 768): docs/bench/shared-prefix-h200.md.
+#               Passing: the tests,
+#               shared ≤ 1.2× the bound at every prefix and ≥ 10× faster than plain at 16k, the grid
+#               within 1% of main's (BASE, or attention-h200.md's table)
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
 #               tests (a memcheck that ran nothing is a failure)
 #   longctx     long prompts on Llama-3.1-8B's shape (docs/bench/prefill-h200.md), in order: gollm bench
@@ -339,6 +352,8 @@ model TestCUDAGemv(SwiGLU|RoPE|Argmax|NormFold)$
 model TestCUDAGolden/llama3_bf16_tied_v5/(f32|native)$
 attention TestCUDADecodeKernels/bf16/d128/
 attention TestCUDADecodeOddRows
+attention TestCUDADecodeShared/bf16/g4_kv2_d128_page16/groups_and_loners$
+model TestCUDASharedPrefixMatchesCPU/d128_BF16$
 EOF
 }
 
@@ -593,6 +608,93 @@ if rs:
 PY
 }
 
+# prefix_serve DIR: gollm serve with --shared-prefix off, then on, each under gollm bench serve at
+# concurrency 64 with one system prompt before every request: SERVE_MODEL (a model folder of 4k+
+# positions, e.g. Llama-3-8B's) behind 4096 tokens, on = auto (the dispatcher's choice); else the
+# built-in model (1024 positions) behind 768, on = always (its pages are too small for auto to pay).
+prefix_serve() {
+	local d=$1 url=http://127.0.0.1:8012 pid mode modes="off always" model=() plen=768 ilen=64
+	if [ -n "${SERVE_MODEL:-}" ]; then model=(--model "$SERVE_MODEL"); plen=4096; ilen=128; modes="off auto"; fi
+	for mode in $modes; do
+		"$bin/gollm" serve --device cuda --port 8012 --shared-prefix "$mode" "${model[@]}" >"$d/serve-$mode.log" 2>&1 &
+		pid=$!
+		for _ in $(seq 360); do curl -sf "$url/health" >/dev/null && break; sleep 0.5; done
+		if ! curl -sf "$url/health" >/dev/null; then stamp "prefix serve $mode: the server did not come up" 1; kill "$pid"; continue; fi
+		timeout 150 "$bin/gollm" bench serve --url "$url" --concurrency 64 --num-prompts 256 --shared-prefix-len "$plen" \
+			--input-len "$ilen" --output-len 128 --json >"$d/serve-$mode.json" 2>>"$d/serve-bench.log"
+		stamp "prefix serve --shared-prefix $mode (system prompt $plen tokens, concurrency 64)" $?
+		kill -INT "$pid"
+		wait "$pid"
+	done
+}
+
+section_prefix() {
+	local d=$out/prefix i
+	mkdir -p "$d"
+	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestSharedLayout|TestDecideShared.*|TestDecode)$' 150
+	gotest "$d" model-shared model '^TestCUDASharedPrefixMatchesCPU$' 90
+	gotest "$d" engine-shared engine '^(TestCUDASharedPrefixGreedyIdentical|TestSharedPrefixGreedyIdentical)$' 60
+	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 90
+	gobench "$d" shared-step model '^BenchmarkCUDADecodeSharedStep$' 20x 120
+	prefix_serve "$d"
+	for i in "${!builds[@]}"; do
+		timeout 150 "${builds[$i]}/gollm" bench attention --commit "$(head -1 "${builds[$i]}/COMMIT")" \
+			--json "$d/attention-${tags[$i]}.json" >"$d/attention-${tags[$i]}.txt" 2>"$d/attention-${tags[$i]}.log"
+		stamp "prefix bench attention (the standard grid) ${tags[$i]}" $?
+	done
+	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+import json, os, re, sys
+raw = sys.argv[1]
+print("\n== shared-prefix decode attention (Llama-3-8B heads, bf16, page 16, 64 sequences, 128-token suffixes)")
+print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'flop us':>8} {'shared/bound':>13} {'plain/shared':>13}")
+for line in open(os.path.join(raw, "shared-bench.log")):
+    m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128\S*\s+\d+\s+(.*)", line)
+    if not m:
+        continue
+    v = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(2))}
+    prefix = int(m.group(1))
+    flags = ("" if v["shared/bound"] <= 1.2 else "  > 1.2x bound") + \
+            ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
+    print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} {v.get('flop_us', 0):>8.1f} "
+          f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
+step = {}
+for line in open(os.path.join(raw, "shared-step.log")) if os.path.exists(os.path.join(raw, "shared-step.log")) else []:
+    m = re.match(r"BenchmarkCUDADecodeSharedStep/(\S+?)(-\d+)?\s+\d+\s+(.*)", line)
+    if m:
+        step[m.group(1)] = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(3))}
+if step:
+    print("\n== Llama-3-8B decode step, batch 64 behind a 16k shared prefix (128 own tokens each), random bf16 weights")
+    for name, v in step.items():
+        print(f"{name:<12} {v.get('ms/step', 0):>9.3f} ms/step  shared-frac {v.get('shared-frac', 0):.2f}  graph-frac {v.get('graph-frac', 0):.2f}")
+    if "shared" in step and "plain-graph" in step:
+        print(f"plain (graph) / shared: {step['plain-graph']['ms/step'] / step['shared']['ms/step']:.2f}")
+for mode in ("off", "auto", "always"):
+    path = os.path.join(raw, f"serve-{mode}.json")
+    if os.path.exists(path):
+        r = json.load(open(path))
+        if mode == "off":
+            print("\n== gollm bench serve, concurrency 64, one system prompt of", r.get("shared_prefix_len"), "tokens")
+        print(f"--shared-prefix {mode:<4}: {r['output_tok_s']:.0f} output tok/s, ITL p50 {r['itl']['p50_ms']:.2f} ms "
+              f"p99 {r['itl']['p99_ms']:.2f} ms, TTFT p50 {r['ttft']['p50_ms']:.1f} ms, failed {r['failed']}")
+grids = {}
+for tag in ("old", "new"):
+    path = os.path.join(raw, f"attention-{tag}.json")
+    if os.path.exists(path):
+        grids[tag] = {f"{r['name']} {r['batch']}x{r['ctx']}": r["dispatch_us"] for r in json.load(open(path))["results"]}
+if "new" in grids:
+    print("\n== the standard grid (no sharing: the plain path), dispatcher µs" + (", new/old" if "old" in grids else ""))
+    worst = 0.0
+    for key, us in grids["new"].items():
+        old = grids.get("old", {}).get(key)
+        ratio = us / old if old else None
+        if ratio:
+            worst = max(worst, ratio - 1)
+        print(f"{key:<36} {us:>9.1f}" + (f" {ratio:>7.3f}" + ("  > 1%" if ratio > 1.01 else "") if ratio else ""))
+    if "old" in grids:
+        print(f"slowest against old: {100 * worst:+.2f}%")
+PY
+}
+
 section_constraints() {
 	local d=$out/constraints
 	mkdir -p "$d"
@@ -690,7 +792,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 prefix ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2

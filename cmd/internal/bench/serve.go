@@ -34,7 +34,10 @@ type ServeOptions struct {
 	// InputLen and OutputLen are drawn per request. Prompts are token ids drawn uniformly from
 	// [0, VocabSize); the output is forced to its length with ignore_eos.
 	InputLen, OutputLen Range
-	VocabSize           int
+	// SharedPrefixLen, when positive, puts the same SharedPrefixLen tokens (a system prompt) before
+	// every request's prompt.
+	SharedPrefixLen int
+	VocabSize       int
 	// LongFraction of the requests, drawn at random, are long: their prompt length is drawn from
 	// LongInputLen instead of InputLen (a mixed load of long and short prompts, whose time to first
 	// token and inter-token latency ServeResult reports per class). 0 sends InputLen prompts only.
@@ -56,6 +59,8 @@ type ServeResult struct {
 	NumPrompts  int    `json:"num_prompts"`
 	InputLen    Range  `json:"input_len"`
 	OutputLen   Range  `json:"output_len"`
+	// SharedPrefixLen is ServeOptions.SharedPrefixLen.
+	SharedPrefixLen int `json:"shared_prefix_len,omitempty"`
 
 	// MaxNumBatchedTokens is the in-process engine's token budget per step, its prefill chunk (set by
 	// the caller that made the engine); 0 for a server, whose budget the client does not see.
@@ -148,9 +153,9 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	switch {
 	case opts.URL == "" && opts.Engine == nil:
 		return nil, fmt.Errorf("bench: serve: no URL: %w", ErrInvalidOptions)
-	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0:
-		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d: %w",
-			opts.Concurrency, opts.NumPrompts, opts.VocabSize, ErrInvalidOptions)
+	case opts.Concurrency <= 0 || opts.NumPrompts <= 0 || opts.VocabSize <= 0 || opts.SharedPrefixLen < 0:
+		return nil, fmt.Errorf("bench: serve: concurrency %d, %d prompts, vocabulary %d, shared prefix %d: %w",
+			opts.Concurrency, opts.NumPrompts, opts.VocabSize, opts.SharedPrefixLen, ErrInvalidOptions)
 	}
 	for _, r := range []Range{opts.InputLen, opts.OutputLen} {
 		if err := r.validate(); err != nil {
@@ -190,6 +195,7 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 	bodies := make([][]byte, opts.NumPrompts)
 	long := make([]bool, opts.NumPrompts)
 	wantTokens := 0
+	shared := randomPrompt(rng, max(0, opts.SharedPrefixLen), opts.VocabSize)
 	for i := range bodies {
 		inputLen := opts.InputLen
 		if mixed {
@@ -198,7 +204,8 @@ func RunServe(ctx context.Context, opts ServeOptions) (*ServeResult, error) {
 			}
 		}
 		in, out := inputLen.draw(rng), opts.OutputLen.draw(rng)
-		b := completionBody{Model: modelName, Prompt: randomPrompt(rng, in, opts.VocabSize), MaxTokens: out,
+		prompt := append(append(make([]int32, 0, len(shared)+in), shared...), randomPrompt(rng, in, opts.VocabSize)...)
+		b := completionBody{Model: modelName, Prompt: prompt, MaxTokens: out,
 			IgnoreEOS: true, Stream: true}
 		b.StreamOptions.IncludeUsage = true
 		data, err := json.Marshal(b)
@@ -238,7 +245,7 @@ feed:
 	}
 
 	res := &ServeResult{URL: base, Model: modelName, Concurrency: opts.Concurrency, NumPrompts: opts.NumPrompts,
-		InputLen: opts.InputLen, OutputLen: opts.OutputLen, Seconds: elapsed.Seconds()}
+		InputLen: opts.InputLen, OutputLen: opts.OutputLen, SharedPrefixLen: opts.SharedPrefixLen, Seconds: elapsed.Seconds()}
 	var ttft, itl, tpot, e2e []time.Duration
 	var classes [2]struct{ ttft, itl, e2e []time.Duration } // short, long
 	for i, t := range timings {

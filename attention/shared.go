@@ -1,0 +1,582 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Shared-prefix decode attention (cascade attention): decode sequences whose block tables begin with the
+// same physical pages (n > 1 samples of one prompt, requests behind one system prompt) read those pages
+// once for the whole group instead of once per sequence.
+//
+// The algorithm, on the CPU here and on the GPU (shared_cuda.go, shared.cu) alike, has three parts:
+//
+//  1. the prefix pass: a group's members are packed, up to Members at a time, into virtual sequences
+//     whose query heads of KV head h are the members' G heads of h, one after another (Members·G rows);
+//     one unit per (virtual sequence, KV head, partition of the shared pages) walks the pages once for
+//     all those rows and leaves the split-k partial state (m, l, acc) of each row;
+//  2. the suffix pass: one unit per (sequence, KV head, partition of the rest of its context) walks the
+//     sequence's own pages from the end of its shared prefix (the whole context for a sequence in no
+//     group), leaving partials in the same way;
+//  3. the merge: per (sequence, query head), the split-k log-sum-exp merge of its prefix and suffix
+//     partials (mergePartials, the reduce's own code).
+//
+// The shared prefix is whole pages that end before the sequence's newest token, so every suffix has at
+// least that token and the pages the step writes are never shared.
+
+// SharedGroup is a set of decode sequences of one step whose block tables begin with the same Pages
+// physical pages.
+type SharedGroup struct {
+	// Seqs are the members' indices into the step's sequences (Batch.ContextLens), each a decode
+	// sequence (one query row) in at most one group.
+	Seqs []int32
+	// Pages is the number of leading pages every member's table holds in common; Pages·BlockSize is
+	// less than every member's context.
+	Pages int
+}
+
+// FindSharedGroups returns the groups of b's decode sequences (one query row) whose block tables begin
+// with the same physical pages, each with the longest common run of full pages that ends before its
+// members' newest tokens; every sequence is in at most one group, and groups have two members or
+// more. Sequences are bucketed by their first block id (a map), and a bucket is extended page by page
+// while its members agree, split where they part: the cost is the pages its members share, never a
+// comparison of every pair of sequences. It returns nil for a batch with a sliding window (its queries
+// read no common prefix) or without two sequences sharing a page.
+func FindSharedGroups(b *Batch, blockSize int) []SharedGroup {
+	if b.Window > 0 || blockSize <= 0 {
+		return nil
+	}
+	limits := make([]int, len(b.ContextLens)) // the pages a sequence may share
+	var order []int32                         // first blocks in order of first appearance
+	buckets := map[int32][]int32{}
+	for s, n := range b.ContextLens {
+		if b.QueryStart[s+1]-b.QueryStart[s] != 1 {
+			continue
+		}
+		limits[s] = min(int(n-1)/blockSize, len(b.BlockTables[s]))
+		if limits[s] < 1 {
+			continue
+		}
+		first := b.BlockTables[s][0]
+		if first < 0 {
+			continue // a page given back (a sliding group's table) is no one's to share
+		}
+		if _, ok := buckets[first]; !ok {
+			order = append(order, first)
+		}
+		buckets[first] = append(buckets[first], int32(s))
+	}
+	var groups []SharedGroup
+	for _, first := range order {
+		if members := buckets[first]; len(members) > 1 {
+			extendGroup(&groups, b.BlockTables, limits, members, 1)
+		}
+	}
+	return groups
+}
+
+// extendGroup adds to groups the groups of members, which share their first k pages: it extends the
+// run while every member has the same next page; where they part, each set of two or more members that
+// agree on the next page goes on alone, and the members left over (alone on their page, at the end of
+// what they may share, or left over by such a set) make a group of the pages shared so far when there
+// are two or more of them. It returns the one member left over, if any, to its caller's leftovers.
+func extendGroup(groups *[]SharedGroup, tables [][]int32, limits []int, members []int32, k int) []int32 {
+	for {
+		common := true
+		for _, s := range members {
+			if k >= limits[s] || tables[s][k] != tables[members[0]][k] || tables[s][k] < 0 {
+				common = false
+				break
+			}
+		}
+		if !common {
+			break
+		}
+		k++
+	}
+	var next, rest []int32
+	buckets := map[int32][]int32{}
+	for _, s := range members {
+		if k >= limits[s] {
+			rest = append(rest, s)
+			continue
+		}
+		blk := tables[s][k]
+		if blk < 0 {
+			rest = append(rest, s)
+			continue
+		}
+		if _, ok := buckets[blk]; !ok {
+			next = append(next, blk)
+		}
+		buckets[blk] = append(buckets[blk], s)
+	}
+	for _, blk := range next {
+		if sub := buckets[blk]; len(sub) > 1 {
+			rest = append(rest, extendGroup(groups, tables, limits, sub, k+1)...)
+		} else {
+			rest = append(rest, sub...)
+		}
+	}
+	if len(rest) < 2 {
+		return rest
+	}
+	slices.Sort(rest)
+	*groups = append(*groups, SharedGroup{Seqs: rest, Pages: k})
+	return nil
+}
+
+// SharedLayout is the work of one shared-prefix decode step as plain arrays: what the prefix pass's
+// virtual sequences hold and where each sequence's suffix starts. The GPU reads it from device buffers;
+// the CPU twin from here.
+type SharedLayout struct {
+	// Batch is the number of decode sequences; Members the member slots of a virtual sequence, so that
+	// a virtual sequence of the prefix pass has Members·G query heads per KV head.
+	Batch, Members int
+	// VirtualSeqs is [virtual sequences][Members]: the decode index of each member slot; a slot past
+	// the virtual sequence's members repeats its first member (its rows are computed, never read).
+	VirtualSeqs []int32
+	// VirtualLens is [virtual sequences]: the shared tokens (pages · BlockSize) the prefix pass walks.
+	VirtualLens []int32
+	// SeqSlot is [Batch]: v·Members + slot of a sequence's member slot, or −1 for a sequence in no group.
+	SeqSlot []int32
+	// SuffixStart is [Batch]: the shared tokens of the sequence's group (0 in none), where its suffix
+	// pass starts; SuffixLens the tokens from there to the end of its context.
+	SuffixStart, SuffixLens []int32
+}
+
+// Virtual is the number of virtual sequences of the prefix pass.
+func (l *SharedLayout) Virtual() int { return len(l.VirtualLens) }
+
+// NewSharedLayout lays out the groups of a decode batch (sequence s of contextLens is decode index s;
+// a group's Seqs are such indices): members at most members per virtual sequence. It panics on a group
+// that does not fit its members' contexts or names a sequence twice (programmer errors).
+func NewSharedLayout(contextLens []int32, groups []SharedGroup, blockSize, members int) *SharedLayout {
+	if members < 1 || blockSize < 1 {
+		panic(fmt.Sprintf("attention: NewSharedLayout: %d members, block size %d", members, blockSize))
+	}
+	b := len(contextLens)
+	l := &SharedLayout{Batch: b, Members: members, SeqSlot: make([]int32, b), SuffixStart: make([]int32, b),
+		SuffixLens: append([]int32(nil), contextLens...)}
+	for s := range l.SeqSlot {
+		l.SeqSlot[s] = -1
+	}
+	for gi, g := range groups {
+		shared := g.Pages * blockSize
+		if g.Pages < 1 || len(g.Seqs) == 0 {
+			panic(fmt.Sprintf("attention: NewSharedLayout: group %d has %d sequences, %d pages", gi, len(g.Seqs), g.Pages))
+		}
+		for i := 0; i < len(g.Seqs); i += members {
+			chunk := g.Seqs[i:min(len(g.Seqs), i+members)]
+			v := l.Virtual()
+			for slot := range members {
+				s := chunk[0]
+				if slot < len(chunk) {
+					s = chunk[slot]
+					if s < 0 || int(s) >= b || l.SeqSlot[s] >= 0 {
+						panic(fmt.Sprintf("attention: NewSharedLayout: group %d: sequence %d out of range or in two groups", gi, s))
+					}
+					if int(contextLens[s]) <= shared {
+						panic(fmt.Sprintf("attention: NewSharedLayout: group %d: sequence %d has context %d, shares %d tokens",
+							gi, s, contextLens[s], shared))
+					}
+					l.SeqSlot[s] = int32(v*members + slot)
+					l.SuffixStart[s] = int32(shared)
+					l.SuffixLens[s] = contextLens[s] - int32(shared)
+				}
+				l.VirtualSeqs = append(l.VirtualSeqs, s)
+			}
+			l.VirtualLens = append(l.VirtualLens, int32(shared))
+		}
+	}
+	return l
+}
+
+// VirtualTables returns the prefix pass's block tables, [virtual sequences][maxBlocks]: each the first
+// member's table (its shared pages, then whatever follows, never read).
+func (l *SharedLayout) VirtualTables(tables [][]int32, maxBlocks int) []int32 {
+	out := make([]int32, l.Virtual()*maxBlocks)
+	for v := range l.Virtual() {
+		copy(out[v*maxBlocks:(v+1)*maxBlocks], tables[l.VirtualSeqs[v*l.Members]])
+	}
+	return out
+}
+
+// SuffixTables returns the suffix pass's block tables, [Batch][maxBlocks]: sequence s's table from the
+// page its suffix starts on (SuffixStart is a whole number of pages).
+func (l *SharedLayout) SuffixTables(tables [][]int32, blockSize, maxBlocks int) []int32 {
+	out := make([]int32, l.Batch*maxBlocks)
+	for s := range l.Batch {
+		copy(out[s*maxBlocks:(s+1)*maxBlocks], tables[s][int(l.SuffixStart[s])/blockSize:])
+	}
+	return out
+}
+
+// SharedPlan is the partitioning of a shared-prefix decode step: the prefix pass's partitions of
+// PrefixPartitionTokens, the suffix pass's of SuffixPartitionTokens (both positive multiples of the
+// page size).
+type SharedPlan struct {
+	PrefixPartitionTokens, SuffixPartitionTokens int
+}
+
+// partitions returns the prefix and suffix pass's partition counts (their grids' third dimension).
+func (p SharedPlan) partitions(l *SharedLayout) (prefix, suffix int) {
+	return ceilDiv(longestContext(l.VirtualLens), p.PrefixPartitionTokens),
+		max(1, ceilDiv(longestContext(l.SuffixLens), p.SuffixPartitionTokens))
+}
+
+// mergeSegment is a run of count partial slots, first, first+stride, …, of one query head.
+type mergeSegment struct{ first, stride, count int }
+
+// mergePartials writes to o (HeadDim values) the log-sum-exp merge of the partial states in segs:
+//
+//	M = max_p m_p,  L = Σ_p l_p·e^(m_p−M),  o = Σ_p acc_p·e^(m_p−M) / L.
+//
+// It is the split-k reduce, and the shared-prefix merge of a prefix's and a suffix's partials.
+func mergePartials(o, partM, partL, partAcc []float32, segs ...mergeSegment) {
+	d := len(o)
+	globalMax := float32(math.Inf(-1))
+	for _, sg := range segs {
+		for p := range sg.count {
+			globalMax = max(globalMax, partM[sg.first+p*sg.stride])
+		}
+	}
+	var sum float32
+	clear(o)
+	for _, sg := range segs {
+		for p := range sg.count {
+			i := sg.first + p*sg.stride
+			weight := expf(partM[i] - globalMax)
+			sum += partL[i] * weight
+			axpy(o, weight, partAcc[i*d:(i+1)*d])
+		}
+	}
+	inv := 1 / sum
+	for k := range o {
+		o[k] *= inv
+	}
+}
+
+// sharedStep is the shared-prefix part of a step: its layout, plan and partial state. Prefix partials
+// are [virtual][KV head][prefix partitions][Members·G], suffix partials follow them,
+// [decode sequence][KV head][suffix partitions][G] (the split-k layout of each pass's call).
+type sharedStep struct {
+	layout                 *SharedLayout
+	plan                   SharedPlan
+	prefixParts, suffParts int
+	suffixBase             int // first suffix slot
+	partM, partL, partAcc  []float32
+}
+
+// prefixSlot is the (m, l) index of head 0 of member slot m of virtual sequence v, KV head h, partition p.
+func (sh *sharedStep) prefixSlot(st *step, v, h, p, m int) int {
+	rows := sh.layout.Members * st.group
+	return ((v*st.c.NumKVHeads+h)*sh.prefixParts+p)*rows + m*st.group
+}
+
+// suffixSlot is the (m, l) index of head 0 of decode sequence s, KV head h, suffix partition p.
+func (sh *sharedStep) suffixSlot(st *step, s, h, p int) int {
+	return sh.suffixBase + ((s*st.c.NumKVHeads+h)*sh.suffParts+p)*st.group
+}
+
+// prefixUnit is the program (virtual sequence v, KV head h, partition p) of the prefix pass: it loads
+// the G query heads of h of every member slot (Members·G vectors) and walks the partition's pages once.
+func (st *step) prefixUnit(w *walker, v, h, p int) {
+	sh := st.shared
+	l := sh.layout
+	d, g := st.c.HeadDim, st.group
+	start := p * sh.plan.PrefixPartitionTokens
+	end := min(start+sh.plan.PrefixPartitionTokens, int(l.VirtualLens[v]))
+	if start >= end {
+		return // an empty partition: the merge does not read it
+	}
+	for m := range l.Members {
+		row := int(st.dec.rows[l.VirtualSeqs[v*l.Members+m]])
+		w.loadQ(m*g, st.q[(row*st.numHeads+h*g)*d:], g, st.scale)
+	}
+	n := l.Members * g
+	w.walk(st.c, h, st.dec.tables[l.VirtualSeqs[v*l.Members]], n, start, end, false)
+	i := sh.prefixSlot(st, v, h, p, 0)
+	copy(sh.partM[i:i+n], w.m[:n])
+	copy(sh.partL[i:i+n], w.l[:n])
+	copy(sh.partAcc[i*d:(i+n)*d], w.acc[:n*d])
+}
+
+// suffixUnit is the program (decode sequence s, KV head h, partition p) of the suffix pass.
+func (st *step) suffixUnit(w *walker, s, h, p int) {
+	sh := st.shared
+	d, g := st.c.HeadDim, st.group
+	start := int(sh.layout.SuffixStart[s]) + p*sh.plan.SuffixPartitionTokens
+	end := min(start+sh.plan.SuffixPartitionTokens, int(st.dec.ctx[s]))
+	if start >= end {
+		return
+	}
+	row := int(st.dec.rows[s])
+	w.loadQ(0, st.q[(row*st.numHeads+h*g)*d:], g, st.scale)
+	w.walk(st.c, h, st.dec.tables[s], g, start, end, false)
+	i := sh.suffixSlot(st, s, h, p)
+	copy(sh.partM[i:i+g], w.m[:g])
+	copy(sh.partL[i:i+g], w.l[:g])
+	copy(sh.partAcc[i*d:(i+g)*d], w.acc[:g*d])
+}
+
+// sharedMergeUnit is the program (decode sequence s, KV head h) of the merge.
+func (st *step) sharedMergeUnit(s, h int) {
+	sh := st.shared
+	l := sh.layout
+	d, g := st.c.HeadDim, st.group
+	row := int(st.dec.rows[s])
+	suffix := mergeSegment{sh.suffixSlot(st, s, h, 0), g, ceilDiv(int(l.SuffixLens[s]), sh.plan.SuffixPartitionTokens)}
+	for head := range g {
+		o := st.out[(row*st.numHeads+h*g+head)*d:][:d]
+		suffix := suffix
+		suffix.first += head
+		if slot := l.SeqSlot[s]; slot >= 0 {
+			v, m := int(slot)/l.Members, int(slot)%l.Members
+			prefix := mergeSegment{sh.prefixSlot(st, v, h, 0, m) + head, l.Members * g,
+				ceilDiv(int(l.VirtualLens[v]), sh.plan.PrefixPartitionTokens)}
+			mergePartials(o, sh.partM, sh.partL, sh.partAcc, prefix, suffix)
+		} else {
+			mergePartials(o, sh.partM, sh.partL, sh.partAcc, suffix)
+		}
+	}
+}
+
+// DecodeShared writes decode attention (one query row per sequence, shapes of DecodeGrouped) with the
+// shared-prefix algorithm: the pages groups share are read once per (virtual sequence, KV head) by the
+// prefix pass, every sequence's own pages by the suffix pass, and the two merged by log-sum-exp (see
+// SharedLayout). members bounds a virtual sequence's member slots; plan's partitions must be positive
+// multiples of the page size. It panics on inconsistent shapes (programmer errors).
+func DecodeShared(out, q []float32, numHeads int, scale float32, c *Cache, blockTables [][]int32, contextLens []int32,
+	groups []SharedGroup, members int, plan SharedPlan) {
+	st := newDecodeStep(out, q, numHeads, scale, c, blockTables, contextLens, "DecodeShared")
+	st.runShared(NewSharedLayout(contextLens, groups, c.BlockSize, members), plan, defaultWorkers())
+}
+
+// runShared executes a decode-only step (no prefill rows) with the shared-prefix algorithm: the prefix
+// and suffix passes in one parallel phase, the merge in a second.
+func (st *step) runShared(l *SharedLayout, plan SharedPlan, workers int) {
+	bs := st.c.BlockSize
+	if plan.PrefixPartitionTokens <= 0 || plan.PrefixPartitionTokens%bs != 0 ||
+		plan.SuffixPartitionTokens <= 0 || plan.SuffixPartitionTokens%bs != 0 {
+		panic(fmt.Sprintf("attention: shared-prefix plan %+v: partitions must be positive multiples of the page size %d", plan, bs))
+	}
+	if len(st.pre) > 0 || st.window > 0 || l.Batch != len(st.dec.ctx) {
+		panic("attention: shared-prefix decode of a step with prefill rows, a window or another batch")
+	}
+	hkv, g := st.c.NumKVHeads, st.group
+	sh := &sharedStep{layout: l, plan: plan}
+	sh.prefixParts, sh.suffParts = plan.partitions(l)
+	prefixSlots := l.Virtual() * hkv * sh.prefixParts * l.Members * g
+	sh.suffixBase = prefixSlots
+	n := prefixSlots + l.Batch*hkv*sh.suffParts*g
+	sh.partM, sh.partL, sh.partAcc = make([]float32, n), make([]float32, n), make([]float32, n*st.c.HeadDim)
+	st.shared = sh
+
+	var units []unit
+	for v := range l.Virtual() {
+		for h := range hkv {
+			for p := range ceilDiv(int(l.VirtualLens[v]), plan.PrefixPartitionTokens) {
+				units = append(units, unit{unitPrefix, int32(v), int32(h), int32(p)})
+			}
+		}
+	}
+	for s := range l.Batch {
+		for h := range hkv {
+			for p := range ceilDiv(int(l.SuffixLens[s]), plan.SuffixPartitionTokens) {
+				units = append(units, unit{unitSuffix, int32(s), int32(h), int32(p)})
+			}
+		}
+	}
+	parallelFor(workers, len(units), func() *walker { return newWalker(l.Members*g, st.c.HeadDim, bs) },
+		func(w *walker, i int) {
+			u := units[i]
+			if u.kind == unitPrefix {
+				st.prefixUnit(w, int(u.seq), int(u.head), int(u.index))
+			} else {
+				st.suffixUnit(w, int(u.seq), int(u.head), int(u.index))
+			}
+		})
+	parallelFor(workers, l.Batch*hkv, func() struct{} { return struct{}{} },
+		func(_ struct{}, i int) { st.sharedMergeUnit(i/hkv, i%hkv) })
+}
+
+// fitMembers is the member slots of a virtual sequence: limit, or fewer when no group has that many
+// members (a slot without a member costs its rows' partials).
+func fitMembers(groups []SharedGroup, limit int) int {
+	most := 1
+	for _, g := range groups {
+		most = max(most, len(g.Seqs))
+	}
+	return min(limit, most)
+}
+
+// sharedTileRows is the query rows (members × G) a virtual sequence of the prefix pass gives one unit:
+// the largest head tile of the GPU's mma kernels (16·4 rows), so that one program serves them all from
+// one read of each page.
+const sharedTileRows = 64
+
+// SharedMembers is the member slots of a virtual sequence for a group of g query heads per KV head:
+// as many members as fill sharedTileRows rows, at least one.
+func SharedMembers(g int) int { return max(1, sharedTileRows/max(1, g)) }
+
+// The shared-prefix cost model's constants.
+const (
+	// sharedMargin is how much fewer bytes the shared-prefix algorithm must be predicted to move than
+	// the plain kernels before it is chosen: it has a second pass and a merge to get wrong, and the
+	// model is coarse.
+	sharedMargin = 0.9
+	// cpuMaxPrefixPartitions bounds the CPU prefix pass's partitions (each adds a partial to merge).
+	cpuMaxPrefixPartitions = 64
+)
+
+// sharedBytes returns the bytes a decode of contexts ctx moves on the plain kernels (every context's
+// K/V once per KV head) and with layout's shared-prefix algorithm: each virtual sequence's shared
+// pages once, every suffix once, and each pass's partials written and read back (G·(HeadDim+2) float32
+// per unit and head) and the gathered queries.
+func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, elem int) (plain, shared float64) {
+	token := float64(hkv) * 2 * float64(headDim) * float64(elem)
+	for _, n := range ctx {
+		plain += float64(n) * token
+	}
+	for _, n := range l.VirtualLens {
+		shared += float64(n) * token
+	}
+	for _, n := range l.SuffixLens {
+		shared += float64(n) * token
+	}
+	prefixParts, suffixParts := plan.partitions(l)
+	partial := 2 * 4 * float64(headDim+2) // one head's (m, l, acc), written and read
+	shared += partial * float64(hkv*g) * float64(l.Virtual()*l.Members*prefixParts+l.Batch*suffixParts)
+	shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*elem) // the gathered queries
+	return plain, shared
+}
+
+// cpuSharedPlan is the CPU twin's partitioning: prefix partitions of DefaultMinPartitionTokens (rounded
+// up to pages) or more, so that a long prefix spreads over the workers; each suffix in one partition.
+func cpuSharedPlan(l *SharedLayout, blockSize int) SharedPlan {
+	return SharedPlan{
+		PrefixPartitionTokens: max(roundUp(DefaultMinPartitionTokens, blockSize),
+			roundUp(ceilDiv(longestContext(l.VirtualLens), cpuMaxPrefixPartitions), blockSize)),
+		SuffixPartitionTokens: roundUp(max(1, longestContext(l.SuffixLens)), blockSize),
+	}
+}
+
+// The GPU shared-prefix dispatcher's constants.
+const (
+	// sharedExtraLaunches is the kernels the shared-prefix algorithm launches beyond the plain call's
+	// one or two: the query gather, the second pass and the merge.
+	sharedExtraLaunches = 3
+	// sharedLaunchSeconds is what one more dependent kernel costs on a busy stream (its launch, its
+	// ramp-up and its predecessor's drain), charged as the bytes the memory streams in that time.
+	sharedLaunchSeconds = 2e-6
+	// sharedEagerSeconds is what one layer of a decode step loses when the step runs op by op instead of
+	// as its CUDA graph (DecodeCall.LosesGraph): some eight launches of a few microseconds each, where
+	// the GPU would otherwise not wait for them.
+	sharedEagerSeconds = 20e-6
+	// sharedWavePrograms is how many prefix programs per SM the prefix pass's partitions aim at, so
+	// that the pass fills the GPU whatever the number of groups.
+	sharedWavePrograms = 2
+)
+
+// SharedDecision is DecideShared's answer: whether a decode call runs the shared-prefix algorithm and
+// with which layout and plan.
+type SharedDecision struct {
+	// Use is false where the plain call is expected to be as fast (little sharing), and where the
+	// shared path cannot run (no group, a window, RoPE, a graph's call: then Layout is nil too).
+	Use bool
+	// Layout and Plan are the shared path's wherever it can run, taken or not (tests and benchmarks
+	// force it with them).
+	Layout *SharedLayout
+	Plan   SharedPlan
+}
+
+// SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
+// at head dimension headDim: as many as fill the mma kernels' largest head tile (64 rows; 8 at head_dim
+// 256, where the mma kernels have the narrow tile alone).
+func SharedMembersFor(g, headDim int) int {
+	if headDim == wideHeadDim {
+		return max(1, cudaNarrowRows/max(1, g))
+	}
+	return SharedMembers(g)
+}
+
+// DecideShared decides whether decode call c, whose sequences share pages as groups says (decode
+// indices of c.ContextLens), runs the shared-prefix algorithm on device dev, and plans it.
+//
+// It runs when it moves at most sharedMargin of the plain call's bytes (sharedBytes: the shared pages
+// once per virtual sequence instead of once per member, plus both passes' partials and the gathered
+// queries), its extra launches charged as the bytes the memory streams in their time
+// (sharedExtraLaunches · sharedLaunchSeconds · bandwidth: about 29 MB on an H200, so 8 sequences need
+// some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120), and, where the call would
+// otherwise be part of a CUDA graph (LosesGraph), the step's eager launches (sharedEagerSeconds: 96 MB
+// more, some 2900 and 400 tokens). Never for a call with a
+// window or RoPE, or a graph's call: the group structure changes from step to step, and a captured
+// graph's grids do not (the step then runs the plain call, in its graph).
+//
+// The prefix pass is split so that its programs (virtual sequences × KV heads × partitions) make
+// sharedWavePrograms per SM, in whole 64-token tiles of DefaultMinPartitionTokens or more, at most
+// maxSplitPartitions of them; the suffix
+// pass takes the split the plain planner gives the suffixes (one partition where it would not split).
+func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDecision {
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph != nil || c.Force != nil {
+		return SharedDecision{}
+	}
+	group, err := c.check()
+	if err != nil {
+		return SharedDecision{}
+	}
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(group, c.HeadDim)))
+	if l.Virtual() == 0 {
+		return SharedDecision{}
+	}
+	tile := max(cudaTileTokens, c.BlockSize)
+	longestShared := longestContext(l.VirtualLens)
+	units := l.Virtual() * c.NumKVHeads
+	parts := min(maxSplitPartitions, max(1, ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)))
+	plan := SharedPlan{PrefixPartitionTokens: max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longestShared, parts), tile))}
+
+	suffix := c
+	suffix.ContextLens = l.SuffixLens
+	suffix.Force = nil
+	suffixPlan := DecodePlan{Kernel: Grouped}
+	if d, err := Decide(suffix, dev); err == nil {
+		suffixPlan = d.Plan
+	}
+	if suffixPlan.Kernel == SplitK {
+		plan.SuffixPartitionTokens = suffixPlan.PartitionTokens
+	} else {
+		plan.SuffixPartitionTokens = roundUp(max(1, longestContext(l.SuffixLens)), tile)
+	}
+	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.DType.Size())
+	bw := dev.PeakBandwidth
+	if bw <= 0 {
+		bw = h100PeakBandwidth
+	}
+	overhead := sharedExtraLaunches * sharedLaunchSeconds * bw
+	if c.LosesGraph {
+		overhead += sharedEagerSeconds * bw
+	}
+	return SharedDecision{Use: shared+overhead <= sharedMargin*plain, Layout: l, Plan: plan}
+}
+
+// SharedWorkspaceBytes is the workspace a shared-prefix call of layout l and plan needs with numHeads
+// query heads of headDim, elements of elemSize bytes: the gathered queries, then the prefix pass's and
+// the suffix pass's split-k partials, each 16-byte aligned.
+func SharedWorkspaceBytes(l *SharedLayout, plan SharedPlan, numHeads, numKVHeads, headDim, elemSize int) int64 {
+	q, pre, _ := sharedRegions(l, plan, numHeads, numKVHeads, headDim, elemSize)
+	_, suffixParts := plan.partitions(l)
+	return q + pre + SplitKWorkspaceBytes(l.Batch, numHeads, headDim, suffixParts)
+}
+
+// sharedRegions returns the sizes of the workspace's gathered queries and prefix partials (16-byte
+// aligned), and the virtual call's query heads.
+func sharedRegions(l *SharedLayout, plan SharedPlan, numHeads, numKVHeads, headDim, elemSize int) (q, pre int64, virtualHeads int) {
+	g := numHeads / numKVHeads
+	virtualHeads = numKVHeads * l.Members * g
+	prefixParts, _ := plan.partitions(l)
+	q = int64(roundUp(l.Virtual()*virtualHeads*headDim*elemSize, 16))
+	pre = int64(roundUp(int(SplitKWorkspaceBytes(l.Virtual(), virtualHeads, headDim, prefixParts)), 16))
+	return q, pre, virtualHeads
+}

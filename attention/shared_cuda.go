@@ -1,0 +1,169 @@
+//go:build cuda
+
+package attention
+
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// CUDASharedArgs is the shared-prefix part of a decode call (DecodeShared): the layout DecideShared
+// chose, and its arrays in device memory, uploaded by the caller (SharedLayout's fields, int32).
+type CUDASharedArgs struct {
+	Layout *SharedLayout
+	Plan   SharedPlan
+	// VirtualSeqs, SeqSlot, VirtualLens and SuffixLens hold the layout's arrays of the same names.
+	VirtualSeqs, SeqSlot, VirtualLens, SuffixLens cuda.DevicePtr
+	// VirtualTables and SuffixTables hold SharedLayout.VirtualTables and SuffixTables, rows of the call's
+	// MaxBlocks.
+	VirtualTables, SuffixTables cuda.DevicePtr
+}
+
+// sharedParams mirrors struct SharedParams in shared.cu, field for field.
+type sharedParams struct {
+	Out, Q, VQ                                     cuda.DevicePtr
+	VirtualSeqs, SeqSlot, VirtualLens, SuffixLens  cuda.DevicePtr
+	PreM, PreL, PreAcc, SufM, SufL, SufAcc         cuda.DevicePtr
+	NumHeads, NumKVHeads, Group, Members, RowBytes int32
+	PrefixPartitionTokens, PrefixPartitions        int32
+	SuffixPartitionTokens, SuffixPartitions        int32
+}
+
+// sharedGatherKernel and sharedMergeKernelName are shared.cu's entry points.
+const sharedGatherKernel = "SharedGather"
+
+func sharedMergeKernelName(dt DType, d int) string {
+	return fmt.Sprintf("SharedMerge_%s_d%d", dt.name(), d)
+}
+
+// loadShared looks up shared.cu's kernels.
+func (k *CUDAKernels) loadShared() error {
+	names := []string{sharedGatherKernel}
+	for _, dt := range []DType{BF16, FP16, FP32} {
+		for _, d := range cudaHeadDims {
+			if d == wideHeadDim && dt == FP32 {
+				continue
+			}
+			names = append(names, sharedMergeKernelName(dt, d))
+		}
+	}
+	for _, name := range names {
+		fn, err := k.mod.Function(name)
+		if err != nil {
+			return fmt.Errorf("attention: %w", err)
+		}
+		k.kernels[name] = &cudaKernel{fn: fn}
+	}
+	return nil
+}
+
+// DecideShared is DecideShared's decision for a's call, whose sequences share pages as groups say (decode
+// indices), on this device.
+func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) SharedDecision {
+	return DecideShared(a.Call(k.Tuning), groups, k.Facts())
+}
+
+// DecodeShared queues the shared-prefix algorithm for call a on stream s (see shared.cu): the queries'
+// gather, the prefix pass (the split-k partition kernel over the virtual sequences), the suffix pass
+// (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
+// writes a.Out. sh holds the layout and plan (DecideShared's) and their device arrays; workspace must be
+// 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window. The kernels are
+// launched without programmatic dependent launch (each waits for the one before it).
+func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64) error {
+	l := sh.Layout
+	dt := dtypeOf(a.DType)
+	switch {
+	case a.RoPE != nil || a.Window > 0:
+		return fmt.Errorf("attention: shared-prefix decode with RoPE or a window")
+	case l == nil || l.Virtual() == 0 || l.Batch != len(a.HostContextLens):
+		return fmt.Errorf("attention: shared-prefix decode: a layout of no group or of another batch")
+	case dt == 0:
+		return fmt.Errorf("%w: dtype %v", ErrUnsupported, a.DType)
+	case workspace%16 != 0:
+		return fmt.Errorf("attention: shared-prefix workspace %#x is not 16-byte aligned", uintptr(workspace))
+	}
+	merge := k.kernels[sharedMergeKernelName(dt, a.HeadDim)]
+	if merge == nil {
+		return fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
+	}
+	need := SharedWorkspaceBytes(l, sh.Plan, a.NumHeads, a.NumKVHeads, a.HeadDim, dt.Size())
+	if need > workspaceBytes {
+		return fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, need, workspaceBytes)
+	}
+	qBytes, preBytes, virtualHeads := sharedRegions(l, sh.Plan, a.NumHeads, a.NumKVHeads, a.HeadDim, dt.Size())
+	vq := workspace
+	pre := workspace.Add(qBytes)
+	suf := pre.Add(preBytes)
+
+	// A partition past the block table's tokens is one partition of every context, as the planner's
+	// bound on partitions (a.MaxBlocks·BlockSize) wants it written.
+	tableTokens := a.MaxBlocks * a.BlockSize
+	prefixPart, suffixPart := min(sh.Plan.PrefixPartitionTokens, tableTokens), min(sh.Plan.SuffixPartitionTokens, tableTokens)
+	t := k.Tuning
+	t.SplitKReduceKernel = true // the passes leave their partials; the merge is shared.cu's
+	prefix := *a
+	prefix.Q, prefix.Out, prefix.Dependent = vq, 0, false
+	prefix.BlockTables, prefix.ContextLens, prefix.HostContextLens = sh.VirtualTables, sh.VirtualLens, l.VirtualLens
+	prefix.NumHeads = virtualHeads
+	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
+	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
+	// and the later reads should find it there.
+	pt := t
+	pt.NoEvictFirst = true
+	pd, err := k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, pt)
+	if err != nil {
+		return fmt.Errorf("attention: shared-prefix pass: %w", err)
+	}
+	suffix := *a
+	suffix.Dependent = false
+	suffix.BlockTables, suffix.ContextLens, suffix.HostContextLens = sh.SuffixTables, sh.SuffixLens, l.SuffixLens
+	sd, err := k.decide(&suffix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: suffixPart}, t)
+	if err != nil {
+		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
+	}
+
+	g := a.NumHeads / a.NumKVHeads
+	preRows := int64(l.Virtual()) * int64(virtualHeads) * int64(pd.Plan.NumPartitions)
+	sufRows := int64(l.Batch) * int64(a.NumHeads) * int64(sd.Plan.NumPartitions)
+	p := sharedParams{
+		Out: a.Out, Q: a.Q, VQ: vq,
+		VirtualSeqs: sh.VirtualSeqs, SeqSlot: sh.SeqSlot, VirtualLens: sh.VirtualLens, SuffixLens: sh.SuffixLens,
+		PreAcc: pre, PreM: pre.Add(4 * preRows * int64(a.HeadDim)), SufAcc: suf, SufM: suf.Add(4 * sufRows * int64(a.HeadDim)),
+		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), Group: int32(g), Members: int32(l.Members),
+		RowBytes:              int32(a.HeadDim * dt.Size()),
+		PrefixPartitionTokens: int32(pd.Plan.PartitionTokens), PrefixPartitions: int32(pd.Plan.NumPartitions),
+		SuffixPartitionTokens: int32(sd.Plan.PartitionTokens), SuffixPartitions: int32(sd.Plan.NumPartitions),
+	}
+	p.PreL, p.SufL = p.PreM.Add(4*preRows), p.SufM.Add(4*sufRows)
+
+	gather := k.kernels[sharedGatherKernel]
+	if err := cuda.Launch(gather.fn, cuda.Dim3{X: l.Virtual() * l.Members, Y: a.NumHeads}, cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
+		return fmt.Errorf("attention: shared-prefix gather: %w", err)
+	}
+	if err := k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL); err != nil {
+		return fmt.Errorf("attention: shared-prefix pass: %w", err)
+	}
+	if err := k.runPartitions(s, &suffix, sd, p.SufAcc, p.SufM, p.SufL); err != nil {
+		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
+	}
+	if err := cuda.Launch(merge.fn, cuda.Dim3{X: l.Batch, Y: a.NumHeads}, cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
+		return fmt.Errorf("attention: shared-prefix merge: %w", err)
+	}
+	return nil
+}
+
+// runPartitions queues the split-k partition kernel of decision d (split-k, reduce-kernel merge) for
+// call a, its partials to (acc, m, l), without the merge.
+func (k *CUDAKernels) runPartitions(s *cuda.Stream, a *CUDADecodeArgs, d DecodeDecision, acc, m, l cuda.DevicePtr) error {
+	kern := k.kernels[d.Kernel.Name]
+	if kern == nil {
+		return fmt.Errorf("attention: kernel %s not loaded", d.Kernel.Name)
+	}
+	if d.Plan.Kernel != SplitK || d.FusedMerge {
+		return fmt.Errorf("attention: %s: not a split-k decision with a separate merge", d.Kernel.Name)
+	}
+	p := k.params(a, d)
+	p.PartAcc, p.PartM, p.PartL = acc, m, l
+	return launch(a, kern.fn, cuda.Dim3{X: d.Grid[0], Y: d.Grid[1], Z: d.Grid[2]}, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
+}

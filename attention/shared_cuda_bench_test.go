@@ -1,0 +1,186 @@
+//go:build cuda
+
+package attention
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// sharedCopyBandwidth is the H200's measured device-to-device copy bandwidth (bytes/s), the bound the
+// shared-prefix benchmark divides the unique K/V bytes by (docs/bench/shared-prefix-h200.md).
+const sharedCopyBandwidth = 4.27e12
+
+// sharedTensorFLOPS is the H200's dense bf16 tensor-core peak (FLOP/s, 989 TFLOPS): once the K/V are read
+// once, a large group's Q·Kᵀ and P·V (4·batch·heads·context·head_dim FLOPs) take about as long.
+const sharedTensorFLOPS = 989e12
+
+// BenchmarkCUDADecodeShared times decode attention at Llama-3-8B's heads (32 query heads, 8 KV heads,
+// head_dim 128, bf16, pages of 16) for 64 sequences that share a prefix of 4k, 16k and 64k tokens and
+// have 128 tokens of their own: the plain call (Decode, the dispatcher's kernel) and the shared-prefix
+// call (DecodeShared with DecideShared's plan) in the same run, pages permuted, inputs rotated among
+// copies totalling 4× L2. One line per shape: plain_us, shared_us, bound_us (the unique K/V bytes, the
+// prefix once and every suffix, over sharedCopyBandwidth), flop_us (the products at the tensor cores'
+// peak: at 16k tokens about three quarters of bound_us, so the shared call is as much compute as copy),
+// shared/bound and plain/shared. Run it with
+// -test.benchtime=1x (b.N is not the number of calls timed). Passing (issue 44): shared/bound ≤ 1.2 and
+// plain/shared ≥ 10 at 16k.
+func BenchmarkCUDADecodeShared(b *testing.B) {
+	k, t := benchTimer(b)
+	for _, prefix := range []int{4096, 16384, 65536} {
+		in, err := newSharedBenchInputs(k, 64, prefix, 128)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("llama3_b64_prefix%d_suffix128", prefix)
+		if !in.decision.Use {
+			in.bufs.Free()
+			b.Fatalf("%s: DecideShared does not take the shared path", name)
+		}
+		plain, err := t.Median(in.copies, func(c int) error {
+			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		shared, err := t.Median(in.copies, func(c int) error {
+			return k.DecodeShared(nil, &in.args[c], in.shared[c], in.sws, in.swsBytes)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bound := in.uniqueBytes / sharedCopyBandwidth * 1e6
+		flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
+		b.Run(name, func(b *testing.B) {
+			b.ReportMetric(plain, "plain_us")
+			b.ReportMetric(shared, "shared_us")
+			b.ReportMetric(bound, "bound_us")
+			b.ReportMetric(flops, "flop_us")
+			b.ReportMetric(shared/bound, "shared/bound")
+			b.ReportMetric(plain/shared, "plain/shared")
+			b.ReportMetric(0, "ns/op")
+		})
+		in.bufs.Free()
+	}
+}
+
+// sharedBenchInputs are copies of one shared-prefix batch: a pool per copy holding the prefix's pages
+// and every suffix's, in a random order, with its tables, plain args and shared args.
+type sharedBenchInputs struct {
+	bufs        *cuda.Buffers
+	copies      int
+	args        []CUDADecodeArgs
+	shared      []*CUDASharedArgs
+	decision    SharedDecision
+	ws, sws     cuda.DevicePtr
+	wsBytes     int64
+	swsBytes    int64
+	uniqueBytes float64
+}
+
+func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int) (*sharedBenchInputs, error) {
+	const page, hq, hkv, d = 16, 32, 8, 128
+	dev := k.Device()
+	in := &sharedBenchInputs{bufs: dev.NewBuffers()}
+	fail := func(err error) (*sharedBenchInputs, error) { _ = in.bufs.Free(); return nil, err }
+	rng := rand.New(rand.NewPCG(uint64(batch), uint64(prefix)))
+	prefixPages, suffixPages := prefix/page, ceilDiv(suffix, page)
+	pages := prefixPages + batch*suffixPages
+	pageBytes := int64(page * hkv * d * 2)
+	in.uniqueBytes = float64(2 * int64(prefix+batch*suffix) * int64(hkv*d*2))
+	in.copies = int(max(1, (4*int64(dev.Info().L2Bytes)+2*int64(pages)*pageBytes-1)/(2*int64(pages)*pageBytes)))
+	maxBlocks := prefixPages + suffixPages
+	lens := make([]int32, batch)
+	groups := []SharedGroup{{Pages: prefixPages}}
+	for s := range lens {
+		lens[s] = int32(prefix + suffix)
+		groups[0].Seqs = append(groups[0].Seqs, int32(s))
+	}
+	call := CUDADecodeArgs{HostContextLens: lens, MaxBlocks: maxBlocks, NumHeads: hq, NumKVHeads: hkv, HeadDim: d,
+		BlockSize: page, DType: cuda.BFloat16, Scale: 0.088}
+	in.decision = k.DecideShared(&call, groups)
+	if !in.decision.Use {
+		return in, nil
+	}
+	l, plan := in.decision.Layout, in.decision.Plan
+	alloc := func(n int64) cuda.DevicePtr {
+		p, err := in.bufs.Alloc(n)
+		if err != nil {
+			panic(err)
+		}
+		return p
+	}
+	upload := func(x []int32) (cuda.DevicePtr, error) {
+		p := alloc(int64(4 * max(1, len(x))))
+		return p, dev.CopyToDevice(p, cuda.Bytes(x))
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			_ = in.bufs.Free()
+			panic(r)
+		}
+	}()
+	pool := int64(in.copies) * int64(pages) * pageBytes
+	kPool, vPool := alloc(pool), alloc(pool)
+	for _, p := range []cuda.DevicePtr{kPool, vPool} {
+		if err := dev.Fill32(p, 0x3c003c00, pool/4, nil); err != nil { // bf16 pairs of about 0.008
+			return fail(err)
+		}
+	}
+	qBytes := int64(batch * hq * d * 2)
+	q, out := alloc(qBytes), alloc(qBytes)
+	if err := dev.Fill32(q, 0x3f803f80, qBytes/4, nil); err != nil { // bf16 ones
+		return fail(err)
+	}
+	lensDev, err := upload(lens)
+	if err != nil {
+		return fail(err)
+	}
+	in.wsBytes = SplitKWorkspaceBound(batch, hq, d, prefix+suffix)
+	in.ws = alloc(in.wsBytes)
+	in.swsBytes = SharedWorkspaceBytes(l, plan, hq, hkv, d, 2)
+	in.sws = alloc(in.swsBytes)
+	for c := range in.copies {
+		perm := rng.Perm(pages)
+		base := int32(c * pages)
+		tables := make([][]int32, batch)
+		flat := make([]int32, batch*maxBlocks)
+		for s := range tables {
+			table := make([]int32, 0, maxBlocks)
+			for i := range prefixPages {
+				table = append(table, base+int32(perm[i]))
+			}
+			for i := range suffixPages {
+				table = append(table, base+int32(perm[prefixPages+s*suffixPages+i]))
+			}
+			tables[s] = table
+			copy(flat[s*maxBlocks:], table)
+		}
+		tab, err := upload(flat)
+		if err != nil {
+			return fail(err)
+		}
+		a := call
+		a.Out, a.Q, a.KCache, a.VCache, a.BlockTables, a.ContextLens = out, q, kPool, vPool, tab, lensDev
+		in.args = append(in.args, a)
+		sh := &CUDASharedArgs{Layout: l, Plan: plan}
+		for _, x := range []struct {
+			dst *cuda.DevicePtr
+			src []int32
+		}{
+			{&sh.VirtualSeqs, l.VirtualSeqs}, {&sh.SeqSlot, l.SeqSlot}, {&sh.VirtualLens, l.VirtualLens},
+			{&sh.SuffixLens, l.SuffixLens}, {&sh.VirtualTables, l.VirtualTables(tables, maxBlocks)},
+			{&sh.SuffixTables, l.SuffixTables(tables, page, maxBlocks)},
+		} {
+			if *x.dst, err = upload(x.src); err != nil {
+				return fail(err)
+			}
+		}
+		in.shared = append(in.shared, sh)
+	}
+	return in, nil
+}

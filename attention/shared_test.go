@@ -1,0 +1,424 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// sharedSpec is a group of a shared-prefix test batch: members sequences that share pages full pages and
+// then have suffixes of their own (suffix[i] tokens, at least 1; a prefill member has qlen > 1 rows).
+type sharedSpec struct {
+	pages  int
+	suffix []int
+	qlen   int // query rows of every member; 0 means 1 (decode)
+}
+
+// newSharedFixture builds a batch whose groups share physical pages: every group's prefix K/V is written
+// once to its own pages, and each member's table lists those pages, then pages of its own (all pages
+// permuted in the pool, NaN where nothing is written). It returns the fixture, whose reference is dense
+// attention over each sequence's logical K/V (prefix then suffix), and the groups of decode members with
+// pages > 0 as FindSharedGroups should find them.
+func newSharedFixture(t *testing.T, rng *rand.Rand, group, kvHeads, headDim, blockSize int, specs []sharedSpec) (*fixture, []SharedGroup) {
+	t.Helper()
+	f := &fixture{numHeads: group * kvHeads, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize,
+		scale: 1 / float32(math.Sqrt(float64(headDim)))}
+	numBlocks := 5
+	for _, g := range specs {
+		numBlocks += g.pages
+		for _, n := range g.suffix {
+			numBlocks += ceilDiv(n, blockSize) + 1
+		}
+	}
+	c := NewCache(numBlocks, blockSize, kvHeads, headDim)
+	for i := range c.K {
+		c.K[i], c.V[i] = float32(math.NaN()), float32(math.NaN())
+	}
+	f.cache = c
+	physical := rng.Perm(numBlocks)
+	take := func() int32 { b := physical[0]; physical = physical[1:]; return int32(b) }
+	row := kvHeads * headDim
+	b := &Batch{QueryStart: []int32{0}}
+	var want []SharedGroup
+	for _, g := range specs {
+		prefix := make([]int32, g.pages)
+		for i := range prefix {
+			prefix[i] = take()
+		}
+		pk, pv := randomSlice(rng, g.pages*blockSize*row), randomSlice(rng, g.pages*blockSize*row)
+		slots := make([]int32, g.pages*blockSize)
+		for pos := range slots {
+			slots[pos] = Slot(prefix, blockSize, pos)
+		}
+		c.Write(pk, pv, slots)
+		var members []int32
+		qlen := max(1, g.qlen)
+		for _, n := range g.suffix {
+			ctx := g.pages*blockSize + n
+			table := append([]int32(nil), prefix...)
+			for len(table) < ceilDiv(ctx, blockSize) {
+				table = append(table, take())
+			}
+			sk, sv := randomSlice(rng, n*row), randomSlice(rng, n*row)
+			slots := make([]int32, n)
+			for i := range slots {
+				slots[i] = Slot(table, blockSize, g.pages*blockSize+i)
+			}
+			c.Write(sk, sv, slots)
+			s := len(b.ContextLens)
+			if qlen == 1 {
+				members = append(members, int32(s))
+			}
+			f.specs = append(f.specs, seqSpec{qlen, ctx})
+			f.keys = append(f.keys, append(slices.Clone(pk), sk...))
+			f.values = append(f.values, append(slices.Clone(pv), sv...))
+			b.ContextLens = append(b.ContextLens, int32(ctx))
+			b.BlockTables = append(b.BlockTables, table)
+			b.QueryStart = append(b.QueryStart, b.QueryStart[s]+int32(qlen))
+		}
+		if g.pages > 0 && len(members) > 1 {
+			want = append(want, SharedGroup{Seqs: members, Pages: g.pages})
+		}
+	}
+	f.batch = b
+	f.q = randomSlice(rng, f.numRows()*f.numHeads*headDim)
+	return f, want
+}
+
+// suffixes returns n ragged suffix lengths from 1 to a few pages.
+func suffixes(rng *rand.Rand, n, blockSize int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = 1 + rng.IntN(3*blockSize)
+	}
+	return out
+}
+
+// TestDecodeShared checks the shared-prefix algorithm against the float64 reference and the grouped
+// kernel: groups of 1 to 64 sequences, prefixes of 1 page, a page and a few tokens, and long, ragged
+// suffixes, several groups and sequences in no group (a prefix of 0 pages) in one batch, permuted pages,
+// and prefix and suffix partitions from one page to longer than every context.
+func TestDecodeShared(t *testing.T) {
+	for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{
+		{1, 2, 64, 16}, {4, 2, 128, 8}, {4, 1, 64, 16}, {8, 2, 64, 32}, {32, 1, 64, 8},
+	} {
+		name := fmt.Sprintf("g%d_kv%d_d%d_page%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize)
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.group), uint64(sh.headDim+sh.blockSize)))
+			bs := sh.blockSize
+			cases := []struct {
+				name  string
+				specs []sharedSpec
+			}{
+				{"one sequence", []sharedSpec{{pages: 2, suffix: []int{3}}}},
+				{"two, one page", []sharedSpec{{pages: 1, suffix: []int{1, 1}}}},
+				{"page and a few tokens", []sharedSpec{{pages: 1, suffix: []int{2, 5, bs - 1, bs}}}},
+				{"17 members", []sharedSpec{{pages: 3, suffix: suffixes(rng, 17, bs)}}},
+				{"64 members, long", []sharedSpec{{pages: 40, suffix: suffixes(rng, 64, bs)}}},
+				{"groups and loners", []sharedSpec{
+					{pages: 5, suffix: suffixes(rng, 9, bs)},
+					{pages: 0, suffix: []int{7, 3 * bs}},
+					{pages: 12, suffix: suffixes(rng, 3, bs)},
+					{pages: 1, suffix: []int{1}},
+					{pages: 2, suffix: suffixes(rng, 20, bs)},
+				}},
+			}
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					f, groups := newSharedFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, bs, tc.specs)
+					if len(groups) == 0 { // a group of one: name it, FindSharedGroups would not
+						groups = []SharedGroup{{Seqs: []int32{0}, Pages: tc.specs[0].pages}}
+					}
+					b := f.batch
+					ref := f.reference()
+					grouped := f.poisonedOutput()
+					DecodeGrouped(grouped, f.q, f.numHeads, f.scale, f.cache, b.BlockTables, b.ContextLens)
+					checkClose(t, "grouped", grouped, ref)
+					for _, members := range []int{1, 3, SharedMembers(sh.group)} {
+						for _, plan := range []SharedPlan{
+							{bs, bs},
+							{3 * bs, 2 * bs},
+							{roundUp(DefaultMinPartitionTokens, bs), roundUp(DefaultMinPartitionTokens, bs)},
+							{1 << 14, 1 << 14},
+						} {
+							out := f.poisonedOutput()
+							DecodeShared(out, f.q, f.numHeads, f.scale, f.cache, b.BlockTables, b.ContextLens, groups, members, plan)
+							what := fmt.Sprintf("shared members %d plan %+v", members, plan)
+							checkClose(t, what, out, ref)
+							checkCloseTol(t, what+" vs grouped", out, toFloat64(grouped), 1e-5)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func toFloat64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestAttendShared runs Attend with the groups FindSharedGroups finds, in a step that mixes them with
+// prefill chunks (one of them behind a shared prefix) and sequences in no group, on one worker and
+// several, over a float32 and an FP8 cache (against the same step over the dequantized float32 cache).
+func TestAttendShared(t *testing.T) {
+	for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{{4, 2, 128, 16}, {1, 3, 64, 8}, {8, 1, 64, 32}} {
+		t.Run(fmt.Sprintf("g%d_kv%d_d%d_page%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.group*7), uint64(sh.blockSize)))
+			bs := sh.blockSize
+			specs := []sharedSpec{
+				{pages: 30, suffix: suffixes(rng, 24, bs)},
+				{pages: 0, suffix: []int{5, 40}},
+				{pages: 30, suffix: []int{9, 2 * bs}, qlen: 4}, // prefill chunks: no group
+				{pages: 8, suffix: suffixes(rng, 5, bs)},
+			}
+			f, want := newSharedFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, bs, specs)
+			got := FindSharedGroups(f.batch, bs)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("FindSharedGroups = %v, want %v", got, want)
+			}
+			ref := f.reference()
+			b := *f.batch
+			b.Shared = got
+			for _, workers := range []int{1, 3} {
+				out := f.poisonedOutput()
+				attend(out, f.q, f.numHeads, f.scale, f.cache, &b, workers, nil)
+				checkClose(t, fmt.Sprintf("Attend shared, %d workers", workers), out, ref)
+			}
+
+			fp8, deq, fq := fp8Twins(f, 0.05, 0.02)
+			refQ := fq.reference()
+			plain, shared := f.poisonedOutput(), f.poisonedOutput()
+			Attend(plain, f.q, f.numHeads, f.scale, deq, f.batch)
+			Attend(shared, f.q, f.numHeads, f.scale, fp8, &b)
+			checkClose(t, "FP8 shared", shared, refQ)
+			checkCloseTol(t, "FP8 shared vs dequantized plain", shared, toFloat64(plain), 1e-5)
+		})
+	}
+}
+
+// TestFindSharedGroups checks the grouping on hand-made block tables: the longest common run of full
+// pages before the newest token, buckets that part at a page, prefill rows and windows left out.
+func TestFindSharedGroups(t *testing.T) {
+	const bs = 4
+	decode := func(n int) []int32 {
+		q := make([]int32, n+1)
+		for i := range q {
+			q[i] = int32(i)
+		}
+		return q
+	}
+	cases := []struct {
+		name   string
+		batch  Batch
+		want   string
+		window int
+	}{
+		{"none shared", Batch{QueryStart: decode(3), ContextLens: []int32{9, 9, 9},
+			BlockTables: [][]int32{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}}, "[]", 0},
+		{"two pages", Batch{QueryStart: decode(3), ContextLens: []int32{12, 10, 9},
+			BlockTables: [][]int32{{1, 2, 3}, {1, 2, 5}, {1, 2, 6}}}, "[{[0 1 2] 2}]", 0},
+		// Context 8 holds 2 full pages, but the newest token (position 7) is on the second: one page.
+		{"newest token's page", Batch{QueryStart: decode(2), ContextLens: []int32{8, 13},
+			BlockTables: [][]int32{{1, 2}, {1, 2, 3, 4}}}, "[{[0 1] 1}]", 0},
+		{"context of one page", Batch{QueryStart: decode(2), ContextLens: []int32{4, 13},
+			BlockTables: [][]int32{{1}, {1, 2, 3, 4}}}, "[]", 0},
+		{"parting buckets", Batch{QueryStart: decode(6), ContextLens: []int32{20, 20, 20, 20, 20, 20},
+			BlockTables: [][]int32{{1, 2, 3, 4, 5}, {1, 2, 3, 4, 6}, {1, 2, 7, 8, 9}, {1, 2, 7, 8, 10}, {1, 2, 11, 1, 1}, {1, 2, 3, 12, 13}}},
+			"[{[0 1] 4} {[2 3] 4} {[4 5] 2}]", 0},
+		{"prefill left out", Batch{QueryStart: []int32{0, 1, 3, 4}, ContextLens: []int32{9, 9, 9},
+			BlockTables: [][]int32{{1, 2, 3}, {1, 2, 3}, {1, 2, 4}}}, "[{[0 2] 2}]", 0},
+		{"window", Batch{QueryStart: decode(2), ContextLens: []int32{9, 9},
+			BlockTables: [][]int32{{1, 2, 3}, {1, 2, 4}}}, "[]", 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.batch
+			b.Window = tc.window
+			if got := fmt.Sprint(FindSharedGroups(&b, bs)); got != tc.want {
+				t.Fatalf("FindSharedGroups = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDecideShared checks the GPU dispatcher's choice on an H200 at Llama-3-8B's heads (32 query heads, 8
+// KV heads, head_dim 128, bf16, pages of 16): the shared path for 64 sequences behind 4k, 16k and 64k
+// tokens and for 8 behind 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
+// behind 256 tokens, two behind a page, a batch without groups, a window, RoPE and a graph's call.
+func TestDecideShared(t *testing.T) {
+	dev := dispatchDevice("h200")
+	call := func(members, shared, suffix, loners int) (DecodeCall, []SharedGroup) {
+		c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
+		var g SharedGroup
+		for i := range members {
+			c.ContextLens = append(c.ContextLens, int32(shared+suffix+i%7))
+			g.Seqs = append(g.Seqs, int32(i))
+		}
+		for range loners {
+			c.ContextLens = append(c.ContextLens, int32(shared+suffix))
+		}
+		g.Pages = shared / 16
+		c.MaxBlocks = ceilDiv(int(longestContext(c.ContextLens)), 16)
+		return c, []SharedGroup{g}
+	}
+	for _, tc := range []struct {
+		name                            string
+		members, shared, suffix, loners int
+		edit                            func(*DecodeCall, *[]SharedGroup)
+		want                            bool
+	}{
+		{"64 behind 4k", 64, 4096, 128, 0, nil, true},
+		{"64 behind 16k", 64, 16384, 128, 0, nil, true},
+		{"64 behind 64k", 64, 65536, 128, 0, nil, true},
+		{"8 behind 2k and loners", 8, 2048, 128, 8, nil, true},
+		{"8 behind 256", 8, 256, 128, 0, nil, false},
+		{"2 behind a page", 2, 16, 300, 0, nil, false},
+		{"no groups", 64, 4096, 128, 0, func(_ *DecodeCall, g *[]SharedGroup) { *g = nil }, false},
+		{"window", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.Window = 1024 }, false},
+		{"rope", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.RoPE = &DecodeRoPE{QKVCols: 48 * 128} }, false},
+		{"graph", 64, 4096, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.Graph = &GraphCall{MinBatch: 33} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, groups := call(tc.members, tc.shared, tc.suffix, tc.loners)
+			if tc.edit != nil {
+				tc.edit(&c, &groups)
+			}
+			d := DecideShared(c, groups, dev)
+			if d.Use != tc.want {
+				t.Fatalf("Use = %v, want %v", d.Use, tc.want)
+			}
+			if !d.Use {
+				return
+			}
+			p := d.Plan
+			if p.PrefixPartitionTokens%64 != 0 || p.SuffixPartitionTokens%16 != 0 || p.SuffixPartitionTokens <= 0 {
+				t.Fatalf("plan %+v: partitions not whole tiles and pages", p)
+			}
+			prefixParts, _ := p.partitions(d.Layout)
+			programs := d.Layout.Virtual() * 8 * prefixParts
+			if programs < dev.SMs && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
+				t.Fatalf("plan %+v: %d prefix programs for %d SMs", p, programs, dev.SMs)
+			}
+			if want := min(16, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most 64 rows at G = 4)", d.Layout.Members, want)
+			}
+			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
+		})
+	}
+}
+
+// TestDecideSharedLosesGraph: a call whose step would lose its CUDA graph needs more sharing to take the
+// shared path (64 sequences behind 256 tokens: eager costs more than the bytes saved; behind 4096: not).
+func TestDecideSharedLosesGraph(t *testing.T) {
+	dev := dispatchDevice("h200")
+	for _, tc := range []struct {
+		shared     int
+		losesGraph bool
+		want       bool
+	}{{256, false, true}, {256, true, false}, {4096, true, true}} {
+		c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16, LosesGraph: tc.losesGraph}
+		g := SharedGroup{Pages: tc.shared / 16}
+		for i := range 64 {
+			c.ContextLens = append(c.ContextLens, int32(tc.shared+128))
+			g.Seqs = append(g.Seqs, int32(i))
+		}
+		c.MaxBlocks = ceilDiv(tc.shared+128, 16)
+		if d := DecideShared(c, []SharedGroup{g}, dev); d.Use != tc.want {
+			t.Errorf("64 behind %d tokens, losing the graph %v: Use = %v, want %v", tc.shared, tc.losesGraph, d.Use, tc.want)
+		}
+	}
+}
+
+// BenchmarkDecodeShared compares the CPU twin's plain decode (Attend without groups) with the
+// shared-prefix one (Attend with FindSharedGroups' groups) for 16 sequences behind a prefix of 2048
+// tokens with 64 of their own, Llama-3-8B heads scaled down to 8 query and 2 KV heads of 128, pages of 16.
+func BenchmarkDecodeShared(b *testing.B) {
+	const batch, prefix, suffix, bs, hq, hkv, d = 16, 2048, 64, 16, 8, 2, 128
+	rng := rand.New(rand.NewPCG(1, 2))
+	prefixPages, suffixPages := prefix/bs, suffix/bs+1
+	c := NewCache(prefixPages+batch*suffixPages, bs, hkv, d)
+	for i := range c.K {
+		c.K[i], c.V[i] = rng.Float32()*2-1, rng.Float32()*2-1
+	}
+	batchMeta := &Batch{QueryStart: []int32{0}}
+	for s := range batch {
+		table := make([]int32, 0, prefixPages+suffixPages)
+		for i := range prefixPages {
+			table = append(table, int32(i))
+		}
+		for i := range suffixPages {
+			table = append(table, int32(prefixPages+s*suffixPages+i))
+		}
+		batchMeta.BlockTables = append(batchMeta.BlockTables, table)
+		batchMeta.ContextLens = append(batchMeta.ContextLens, prefix+suffix)
+		batchMeta.QueryStart = append(batchMeta.QueryStart, int32(s+1))
+	}
+	q, out := randomSlice(rng, batch*hq*d), make([]float32, batch*hq*d)
+	shared := *batchMeta
+	shared.Shared = FindSharedGroups(&shared, bs)
+	for _, tc := range []struct {
+		name  string
+		batch *Batch
+	}{{"plain", batchMeta}, {"shared", &shared}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(2 * batch * (prefix + suffix) * hkv * d * 4)) // the plain kernels' K/V bytes
+			for b.Loop() {
+				Attend(out, q, hq, 0.088, c, tc.batch)
+			}
+		})
+	}
+}
+
+// TestSharedLayout checks the arrays the GPU reads from a hand-made step: a group of three members at
+// two member slots a virtual sequence (the second padded with its first member), a group of two, and a
+// sequence in no group; the virtual and suffix block tables; and the panics on a group that names a
+// sequence twice or shares its newest token's page.
+func TestSharedLayout(t *testing.T) {
+	const bs, maxBlocks = 4, 5
+	ctx := []int32{13, 10, 9, 17, 20, 6}
+	tables := [][]int32{{1, 2, 3, 4}, {1, 2, 5}, {1, 2, 6}, {7, 8, 9, 10, 11}, {7, 8, 9, 12, 13}, {14, 15}}
+	groups := []SharedGroup{{Seqs: []int32{0, 1, 2}, Pages: 2}, {Seqs: []int32{3, 4}, Pages: 3}}
+	l := NewSharedLayout(ctx, groups, bs, 2)
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"VirtualSeqs", l.VirtualSeqs, []int32{0, 1, 2, 2, 3, 4}},
+		{"VirtualLens", l.VirtualLens, []int32{8, 8, 12}},
+		{"SeqSlot", l.SeqSlot, []int32{0, 1, 2, 4, 5, -1}},
+		{"SuffixStart", l.SuffixStart, []int32{8, 8, 8, 12, 12, 0}},
+		{"SuffixLens", l.SuffixLens, []int32{5, 2, 1, 5, 8, 6}},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// Each virtual sequence's row is its first member's table (0, 2 and 3), its rest never read.
+	if got, want := fmt.Sprint(l.VirtualTables(tables, maxBlocks)), fmt.Sprint([]int32{1, 2, 3, 4, 0, 1, 2, 6, 0, 0, 7, 8, 9, 10, 11}); got != want {
+		t.Errorf("VirtualTables = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(l.SuffixTables(tables, bs, maxBlocks)), fmt.Sprint([]int32{
+		3, 4, 0, 0, 0, 5, 0, 0, 0, 0, 6, 0, 0, 0, 0, 10, 11, 0, 0, 0, 12, 13, 0, 0, 0, 14, 15, 0, 0, 0}); got != want {
+		t.Errorf("SuffixTables = %s, want %s", got, want)
+	}
+	for _, bad := range [][]SharedGroup{
+		{{Seqs: []int32{0, 1}, Pages: 1}, {Seqs: []int32{1, 2}, Pages: 1}}, // sequence 1 twice
+		{{Seqs: []int32{1, 2}, Pages: 3}},                                  // 12 tokens of a context of 9
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewSharedLayout(%v) did not panic", bad)
+				}
+			}()
+			NewSharedLayout(ctx, bad, bs, 2)
+		}()
+	}
+}

@@ -1,0 +1,195 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// fork makes sequence to begin with the first pages pages of sequence from's table (the same physical
+// pages, as the prefix cache shares them), its context those pages' tokens.
+func (p *pager) fork(from, to, pages int) {
+	p.tables[to] = [][]int32{slices.Clone(p.tables[from][0][:pages])}
+	p.lens[to] = pages * p.blockSize
+}
+
+// TestCUDASharedPrefixMatchesCPU runs decode steps whose sequences share their first pages (ten behind
+// one 40-page prompt, three behind another of 2 pages, two alone) on the GPU with the shared-prefix
+// decode always on, and compares every logits row with the CPU backend's (relative error 1e-4 in
+// float32, 5e-2 in bfloat16) and with the GPU's plain kernels (the same bounds): head sizes 64 and 128.
+// The steps run eagerly (a graph cannot hold the groups), and every decode step's attention must take
+// the shared path.
+func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
+	dev := gpuDevice(t)
+	for _, tc := range []struct {
+		headDim int
+		dtype   weights.DType
+		tol     float64
+	}{{64, weights.DTypeF32, 1e-4}, {128, weights.DTypeF32, 1e-4}, {64, weights.DTypeBF16, 5e-2}, {128, weights.DTypeBF16, 5e-2}} {
+		t.Run(fmt.Sprintf("d%d_%v", tc.headDim, tc.dtype), func(t *testing.T) {
+			cfg := cudaReferenceConfig(tc.headDim)
+			r := newRandomModel(cfg, weights.DTypeBF16, 9)
+			const numBlocks, blockSize = 1024, 16
+			opts := Options{NumBlocks: numBlocks, BlockSize: blockSize}
+			cpu, err := load(cfg, r.get, opts, NewCPUBackend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			var backends []*cudaBackend
+			var gpus []*Model
+			for _, shared := range []string{SharedPrefixAlways, SharedPrefixOff} {
+				g, err := load(cfg, r.get, opts, func(s Shape) (Backend, error) {
+					b, err := newCUDABackend(s, cudaConfig{dtype: tc.dtype, dev: dev, sharedPrefix: shared})
+					backends = append(backends, b)
+					return b, err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				gpus = append(gpus, g)
+			}
+			rng := newRand(17)
+			pagers := []*pager{newModelPager(cpu, newRand(5)), newModelPager(gpus[0], newRand(5)), newModelPager(gpus[1], newRand(5))}
+			models := []*Model{cpu, gpus[0], gpus[1]}
+			long, short := randomTokens(rng, 40*blockSize, cfg.VocabSize), randomTokens(rng, 2*blockSize, cfg.VocabSize)
+			var plan [][]chunk
+			plan = append(plan, []chunk{{0, long[:320]}, {10, short}}, []chunk{{0, long[320:]}})
+			// Sequences 1-9 behind sequence 0's pages, 11-12 behind 10's, 13-14 alone: each prefills its
+			// own tokens after the fork.
+			var own []chunk
+			for seq := 1; seq < 15; seq++ {
+				own = append(own, chunk{seq, randomTokens(rng, 1+seq%5, cfg.VocabSize)})
+			}
+			var all []chunk
+			for seq := range 15 {
+				all = append(all, chunk{seq, nil})
+			}
+			plan = append(plan, own)
+			for range 4 {
+				plan = append(plan, slices.Clone(all))
+			}
+			decodes := 0
+			for i, chunks := range plan {
+				if i == 2 {
+					for _, p := range pagers {
+						for seq := 1; seq < 10; seq++ {
+							p.fork(0, seq, 40)
+						}
+						p.fork(10, 11, 2)
+						p.fork(10, 12, 2)
+					}
+				}
+				for j := range chunks {
+					if chunks[j].tokens == nil {
+						chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
+					}
+				}
+				if i > 2 {
+					decodes++
+				}
+				var out [][][]float32
+				for k, m := range models {
+					got, err := m.Forward(pagers[k].step(chunks...))
+					if err != nil {
+						t.Fatalf("step %d, model %d: %v", i, k, err)
+					}
+					out = append(out, got)
+				}
+				for j := range out[0] {
+					if e := relErr(out[1][j], out[0][j]); !(e <= tc.tol) {
+						t.Errorf("step %d, sequence %d: shared GPU against the CPU: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
+					}
+					if e := relErr(out[1][j], out[2][j]); !(e <= tc.tol) {
+						t.Errorf("step %d, sequence %d: shared against plain GPU: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
+					}
+				}
+			}
+			st := backends[0].Stats()
+			if want := decodes * cfg.NumHiddenLayers; st.SharedDecodes != want {
+				t.Errorf("%d shared-prefix decode calls, want %d (every layer of %d decode steps)", st.SharedDecodes, want, decodes)
+			}
+			if n := backends[1].Stats().SharedDecodes; n != 0 {
+				t.Errorf("SharedPrefixOff ran %d shared-prefix calls", n)
+			}
+		})
+	}
+}
+
+// BenchmarkCUDADecodeSharedStep times Llama-3-8B's decode step (random bf16 weights) at batch 64 whose
+// sequences share a prefix of 16384 tokens (1024 pages of 16) and have 128 tokens of their own: with
+// the shared-prefix decode (SharedPrefixAlways: eager steps), and without it (SharedPrefixOff: the plain
+// kernels, in the bucket's CUDA graph, and eagerly), the same steps on one model. ms/step each, and
+// plain/shared. The K/V pages hold zeros (the time does not depend on their values).
+func BenchmarkCUDADecodeSharedStep(b *testing.B) {
+	dev := gpuDevice(b)
+	const batch, prefix, suffix, blockSize = 64, 16384, 128, 16
+	cfg := llama3_8B()
+	prefixPages, suffixPages := prefix/blockSize, suffix/blockSize
+	opts := Options{NumBlocks: prefixPages + batch*(suffixPages+1), BlockSize: blockSize, MaxStepTokens: 1024}
+	var backend *cudaBackend
+	m, err := LoadRandom(cfg, 1, opts, func(s Shape) (Backend, error) {
+		bk, err := newCUDABackend(s, cudaConfig{dtype: weights.DTypeBF16, dev: dev})
+		backend = bk
+		return bk, err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	s := &Step{QueryStart: []int32{0}}
+	ctx := prefix + suffix
+	for seq := range batch {
+		table := make([]int32, 0, prefixPages+suffixPages+1)
+		for i := range prefixPages {
+			table = append(table, int32(i))
+		}
+		for i := range suffixPages + 1 {
+			table = append(table, int32(prefixPages+seq*(suffixPages+1)+i))
+		}
+		pos := int32(ctx - 1)
+		s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
+		s.Positions = append(s.Positions, pos)
+		s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
+		s.QueryStart = append(s.QueryStart, int32(seq+1))
+		s.ContextLens = append(s.ContextLens, int32(ctx))
+		s.BlockTables = append(s.BlockTables, table)
+		s.LogitRows = append(s.LogitRows, int32(seq))
+	}
+	times := map[string]float64{}
+	for _, v := range []struct {
+		name, shared string
+		eager        bool
+	}{{"shared", SharedPrefixAlways, false}, {"plain-graph", SharedPrefixOff, false}, {"plain-eager", SharedPrefixOff, true}} {
+		b.Run(v.name, func(b *testing.B) {
+			backend.cfg.sharedPrefix, backend.graphsOff = v.shared, v.eager
+			defer func() { backend.cfg.sharedPrefix, backend.graphsOff = SharedPrefixAuto, false }()
+			for range 4 {
+				if _, err := m.ForwardGreedy(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before := backend.Stats()
+			for b.Loop() {
+				if _, err := m.ForwardGreedy(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			after := backend.Stats()
+			ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+			times[v.name] = ms
+			b.ReportMetric(ms, "ms/step")
+			b.ReportMetric(float64(after.SharedDecodes-before.SharedDecodes)/float64(b.N*cfg.NumHiddenLayers), "shared-frac")
+			b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	if times["shared"] > 0 {
+		b.Logf("plain (graph) / shared: %.2f; plain (eager) / shared: %.2f", times["plain-graph"]/times["shared"], times["plain-eager"]/times["shared"])
+	}
+}
