@@ -19,8 +19,9 @@ func (p *pager) fork(from, to, pages int) {
 
 // TestCUDASharedPrefixMatchesCPU runs decode steps whose sequences share their first pages (ten behind
 // one 40-page prompt, three behind another of 2 pages, two alone) on the GPU with the shared-prefix
-// decode always on, and compares every logits row with the CPU backend's (relative error 1e-4 in
-// float32, 5e-2 in bfloat16) and with the GPU's plain kernels (the same bounds): head sizes 64 and 128.
+// decode always on, and compares every logits row with the GPU's plain kernels (relative error 1e-4 in
+// float32, 5e-2 in bfloat16) and with the CPU backend's (no farther than the plain kernels' row is, plus
+// half that bound: in bfloat16 the plain kernels alone are up to about 5e-2 away): head sizes 64 and 128.
 // The steps run eagerly (a graph cannot hold the groups), and every decode step's attention must take
 // the shared path.
 func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
@@ -102,8 +103,12 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 					out = append(out, got)
 				}
 				for j := range out[0] {
-					if e := relErr(out[1][j], out[0][j]); !(e <= tc.tol) {
-						t.Errorf("step %d, sequence %d: shared GPU against the CPU: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
+					// The plain kernels' own distance from the CPU (bfloat16 rounding of every activation,
+					// TestCUDAMatchesCPU's bound) is the baseline: the shared path may add half the bound.
+					plain := relErr(out[2][j], out[0][j])
+					if e := relErr(out[1][j], out[0][j]); !(e <= plain+tc.tol/2) {
+						t.Errorf("step %d, sequence %d: shared GPU against the CPU: relative error %.3g > the plain GPU's %.3g + %g",
+							i, chunks[j].seq, e, plain, tc.tol/2)
 					}
 					if e := relErr(out[1][j], out[2][j]); !(e <= tc.tol) {
 						t.Errorf("step %d, sequence %d: shared against plain GPU: relative error %.3g > %g", i, chunks[j].seq, e, tc.tol)
