@@ -81,9 +81,10 @@ static inline size_t gollm_lt_version(gollm_lt *b) { return b->version(); }
 
 // The FP8 plan: D (m×n, float32, column-major, ld ldd) = op(A)·B with A stored k×m (transposed: the
 // row-major [m][k] of a Linear weight) and B k×n, both e4m3 (CUDA_R_8F_E4M3 = 28), float32 compute and
-// scale (CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0), no fast accumulation (cuBLASLt's default: the tensor
-// cores' partial sums are promoted to float32). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4,
-// CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
+// scale (CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0), fast accumulation off (CUBLASLT_MATMUL_DESC_FAST_ACCUM =
+// 25, int8_t 0, cuBLASLt's default, set so that no default can change it: the tensor cores' partial sums,
+// which keep about 13 fraction bits, are promoted to float32 periodically rather than carried over all
+// of k). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
 typedef struct {
 	void *desc, *a, *b, *d, *pref;
 	gollm_lt_heuristic h;
@@ -103,9 +104,11 @@ static inline void gollm_lt_plan_free(gollm_lt *b, gollm_lt_plan *p) {
 static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int m, int n, int k, int lda, int ldb,
 		int ldd, uint64_t workspace, int scaled, int *status) {
 	int st, trans = 1, notrans = 0, found = 0, outer = 3;
+	int8_t fast = 0;
 	if ((st = b->desc_create(&p->desc, 68, 0))) { *status = st; return 1; }
 	if ((st = b->desc_set(p->desc, 3, &trans, sizeof trans))) { *status = st; return 2; }
 	if ((st = b->desc_set(p->desc, 4, &notrans, sizeof notrans))) { *status = st; return 2; }
+	if ((st = b->desc_set(p->desc, 25, &fast, sizeof fast))) { *status = st; return 2; }
 	if (scaled && ((st = b->desc_set(p->desc, 31, &outer, sizeof outer)) || (st = b->desc_set(p->desc, 32, &outer, sizeof outer)))) {
 		*status = st;
 		return 8;
@@ -231,6 +234,18 @@ func slicesClone(s []string) []string { return append([]string(nil), s...) }
 // Library returns the file that was loaded and cuBLASLt's version number.
 func (b *BLASLt) Library() (path string, version int) { return b.path, b.version }
 
+// LtE4M3Tolerance bounds how far an element of MatmulE4M3's product may be from the exact sum of its
+// products p, as a fraction of Σ|p|. Products of two e4m3 values are exact, but the tensor cores add an
+// MMA's 32 products (k = 32 for e4m3) to the accumulator aligned to the largest of them, keeping about 13
+// fraction bits (the DeepSeek-V3 report measures about 14 retained on Hopper) and dropping the rest;
+// without fast accumulation cuBLASLt promotes those partial sums to float32 as it goes. Each of an MMA's
+// 32 addends then loses less than 2^-13 of that MMA's largest product, itself at most the Σ|p| of the
+// MMA's products: 32·2^-13 = 2^-8 of Σ|p| in all. (Where cuBLASLt carries a partial sum over a few MMAs
+// before promoting it, their addends are aligned to it too and the worst case is a few times larger;
+// truncations of products of both signs mostly cancel, and random products stay far inside 2^-8.)
+// float32's own rounding (2^-24 a sum) is far below.
+const LtE4M3Tolerance = 0x1p-8
+
 // MatmulE4M3 queues, on s, D = op(A)·B in cuBLAS's column-major convention for e4m3 operands: op(A) is
 // m×k, stored transposed (k×m, leading dimension lda: a row-major [m][k] matrix), B k×n (ldb), D m×n of
 // float32 (ldd), the products summed in float32 (no fast accumulation) and nothing scaled. The row-major
@@ -261,7 +276,7 @@ func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePt
 				C.int(ldd), C.uint64_t(ltWorkspaceBytes), scaled, &status); step != 0 {
 				C.gollm_lt_plan_free(b.lib, p)
 				C.free(unsafe.Pointer(p))
-				what := [...]string{"", "descriptor", "transposes", "layouts", "preference", "workspace", "heuristic", "no algorithm",
+				what := [...]string{"", "descriptor", "transposes and accumulation", "layouts", "preference", "workspace", "heuristic", "no algorithm",
 					"scale modes"}[step]
 				return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %s: status %d", m, n, k, what, int(status))
 			}
