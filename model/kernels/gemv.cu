@@ -41,11 +41,11 @@
 // instead of after (one rounding either way); bf16 only, whose range holds r·w (f16's may not). The
 // product before the norm lets the next kernel launch only when it exits: launched while its blocks
 // still finish (as after its weight stream), the product after it ran slower on the H100, more than the
-// fold saved (docs/bench/e2e-h100-decode.md).
+// fold saved (docs/bench/e2e-h100.md).
 //
 // Each side is a kernel of its own (template parameter FOLD, entry points _fo and _fi): with the fold's
 // paths as run-time branches the plain product paid for them on every launch, and the folded step too
-// (docs/bench/e2e-h100-decode.md).
+// (docs/bench/e2e-h100.md).
 //
 // One sum per token, read by every block of the product after the norm, rather than the tiles' partial
 // sums, because those products run many blocks one after another on each SM: every cost a block pays (a
