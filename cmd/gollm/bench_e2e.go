@@ -35,6 +35,7 @@ type benchModelFlags struct {
 	noPipelining     bool
 	quantization     string
 	kvCacheDType     string
+	sharedPrefix     string
 }
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
@@ -49,6 +50,7 @@ func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.noPipelining, "no-pipelining", false, "queue each decode step only after the previous step's tokens are read")
 	fs.StringVar(&f.quantization, "quantization", "", "fp8: the layers' matrices as FP8 (e4m3) products, quantized at load")
 	fs.StringVar(&f.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto or fp8 (e4m3)")
+	fs.StringVar(&f.sharedPrefix, "shared-prefix", "auto", "decode attention over pages that sequences share: auto, off or always")
 }
 
 // spec checks the model flags and returns the load spec (without its KV size).
@@ -59,6 +61,14 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	if f.pageSize <= 0 {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
+	shared := f.sharedPrefix
+	switch shared {
+	case "auto":
+		shared = model.SharedPrefixAuto
+	case model.SharedPrefixOff, model.SharedPrefixAlways:
+	default:
+		return bench.ModelSpec{}, fmt.Errorf("--shared-prefix %q: supported: auto, off, always", f.sharedPrefix)
+	}
 	dir := ""
 	if f.modelDir != "" { // a model name becomes a folder where every command's does
 		var err error
@@ -68,7 +78,7 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	}
 	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr),
-		Quantization: f.quantization, KVCacheDType: f.kvCacheDType}, nil
+		Quantization: f.quantization, KVCacheDType: f.kvCacheDType, SharedPrefix: shared}, nil
 }
 
 // profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op
@@ -378,8 +388,9 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Progress: ttyOrNil(stderr), LongFraction: *longFraction, LongInputLen: long,
 	}
 	if mf.config == "" && mf.modelDir == "" {
-		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") || fs.Changed("long-prefill-token-threshold") {
-			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs, --kv-blocks and --long-prefill-token-threshold configure an engine in process (--config or --model); a server has its own"))
+		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") ||
+			fs.Changed("long-prefill-token-threshold") || fs.Changed("shared-prefix") {
+			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs, --kv-blocks, --long-prefill-token-threshold and --shared-prefix configure an engine in process (--config or --model); a server has its own"))
 		}
 		return serveReport(ctx, opts, 0, 0, *jsonOut, stdout, stderr)
 	}
@@ -399,7 +410,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return usageErr(err)
 	}
-	longest := max(in.Max, long.Max) + out.Max
+	longest := *sharedPrefix + max(in.Max, long.Max) + out.Max
 	cfg, name, err := bench.ResolveConfig(spec)
 	if err == nil {
 		err = bench.CheckContext(cfg, name, longest)

@@ -296,6 +296,48 @@ func TestBenchServeInProcess(t *testing.T) {
 	}
 }
 
+// TestBenchServeInProcessSharedPrefix: a system prompt before every request in process, with the
+// shared-prefix decode off and always on: the KV cache is sized for the prompt with its prefix, and
+// every request completes with its tokens either way.
+func TestBenchServeInProcessSharedPrefix(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	for _, mode := range []string{"off", "always"} {
+		var out, errb bytes.Buffer
+		args := []string{"bench", "serve", "--config", cfg, "--concurrency", "4", "--num-prompts", "8",
+			"--input-len", "4", "--output-len", "5", "--shared-prefix-len", "48", "--shared-prefix", mode, "--json"}
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("--shared-prefix %s: exit %d: %s", mode, code, errb.String())
+		}
+		var r struct {
+			Completed       int `json:"completed"`
+			OutputTokens    int `json:"output_tokens"`
+			SharedPrefixLen int `json:"shared_prefix_len"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		if r.Completed != 8 || r.OutputTokens != 40 || r.SharedPrefixLen != 48 {
+			t.Errorf("--shared-prefix %s: result %+v", mode, r)
+		}
+	}
+	// The prefix counts against the context: 510 + 4 + 5 tokens do not fit the shape's 512.
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "serve", "--config", cfg, "--num-prompts", "2", "--input-len", "4", "--output-len", "5",
+		"--shared-prefix-len", "510"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "519") {
+		t.Errorf("a prefix past the context: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "serve", "--shared-prefix", "off"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "configure an engine in process") {
+		t.Errorf("--shared-prefix for a server: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "latency", "--config", cfg, "--shared-prefix", "sometimes"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `--shared-prefix "sometimes"`) {
+		t.Errorf("--shared-prefix sometimes: exit %d, %q", code, errb.String())
+	}
+}
+
 func TestBenchE2EUsageErrors(t *testing.T) {
 	cfg := writeBenchConfig(t)
 	for _, tc := range []struct {

@@ -39,6 +39,8 @@ type ModelSpec struct {
 	// Quantization and KVCacheDType are model.Options': "fp8" runs the layers' matrices as FP8
 	// products (random weights quantized at load) and stores the KV pages in e4m3.
 	Quantization, KVCacheDType string
+	// SharedPrefix is model.Options.SharedPrefix: "" (auto), "off" or "always".
+	SharedPrefix string
 }
 
 // Model is what the drivers need from a loaded model: the engine's view of it, and Close.
@@ -120,7 +122,8 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 		return nil, err
 	}
 	opts := model.Options{NumBlocks: spec.NumBlocks * len(model.KVLayoutOf(cfg).Windows), BlockSize: spec.BlockSize,
-		Progress: spec.Progress, Device: dev.Name, Quantization: spec.Quantization, KVCacheDType: spec.KVCacheDType}
+		Progress: spec.Progress, Device: dev.Name, Quantization: spec.Quantization, KVCacheDType: spec.KVCacheDType,
+		SharedPrefix: spec.SharedPrefix}
 	lm := &LoadedModel{Name: name, Device: dev, RandomWeights: spec.Config != "" || spec.RandomWeights}
 	if lm.RandomWeights {
 		lm.Config = cfg
