@@ -45,16 +45,17 @@
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
 #               build and new/old (decode step p50 in ms, the dispatcher's median in µs). Passing: every
 #               ratio within 1% of 1. `tests compare` is a refactor's whole check (docs/bench/README.md)
-#   prefix      shared-prefix decode attention (issue 44): the tests (the shared-prefix kernels against the
+#   prefix      shared-prefix decode attention: the tests (the shared-prefix kernels against the
 #               CPU twin and the float64 reference, every decode kernel beside them since the split-k
 #               reduce shares its merge, the model's logits and the engine's tokens with and without the
 #               shared path), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
 #               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
 #               K/V bytes over 4.27 TB/s), and the standard grid (gollm bench attention, BASE's too when
 #               set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
-#               batch 64 behind 16k shared tokens, shared and plain); gollm serve --shared-prefix off and
-#               on under gollm bench serve at concurrency 64 behind one system prompt (SERVE_MODEL, a
-#               model folder: 4096 tokens; else the built-in model: 768): docs/bench/shared-prefix-h200.md.
+#               batch 64 behind 16k shared tokens, shared and plain); gollm bench serve in process with
+#               --shared-prefix off and auto at concurrency 64 behind one system prompt of 4096 tokens
+#               (SERVE_CONFIG's shape, default llama3-8b, or SERVE_MODEL's folder):
+#               docs/bench/shared-prefix-h200.md.
 #               Passing: the tests,
 #               shared ≤ 1.2× the bound at every prefix and ≥ 10× faster than plain at 16k, the grid
 #               within 1% of main's (BASE, or attention-h200.md's table)
@@ -608,23 +609,17 @@ if rs:
 PY
 }
 
-# prefix_serve DIR: gollm serve with --shared-prefix off, then on, each under gollm bench serve at
-# concurrency 64 with one system prompt before every request: SERVE_MODEL (a model folder of 4k+
-# positions, e.g. Llama-3-8B's) behind 4096 tokens, on = auto (the dispatcher's choice); else the
-# built-in model (1024 positions) behind 768, on = always (its pages are too small for auto to pay).
+# prefix_serve DIR: gollm bench serve with the engine in process, --shared-prefix off, then auto, at
+# concurrency 64 with one system prompt of 4096 tokens before every request's 128 (128 out): random
+# weights of SERVE_CONFIG's shape (default llama3-8b), or SERVE_MODEL's folder.
 prefix_serve() {
-	local d=$1 url=http://127.0.0.1:8012 pid mode modes="off always" model=() plen=768 ilen=64
-	if [ -n "${SERVE_MODEL:-}" ]; then model=(--model "$SERVE_MODEL"); plen=4096; ilen=128; modes="off auto"; fi
-	for mode in $modes; do
-		"$bin/gollm" serve --device cuda --port 8012 --shared-prefix "$mode" "${model[@]}" >"$d/serve-$mode.log" 2>&1 &
-		pid=$!
-		for _ in $(seq 360); do curl -sf "$url/health" >/dev/null && break; sleep 0.5; done
-		if ! curl -sf "$url/health" >/dev/null; then stamp "prefix serve $mode: the server did not come up" 1; kill "$pid"; continue; fi
-		timeout 150 "$bin/gollm" bench serve --url "$url" --concurrency 64 --num-prompts 256 --shared-prefix-len "$plen" \
-			--input-len "$ilen" --output-len 128 --json >"$d/serve-$mode.json" 2>>"$d/serve-bench.log"
-		stamp "prefix serve --shared-prefix $mode (system prompt $plen tokens, concurrency 64)" $?
-		kill -INT "$pid"
-		wait "$pid"
+	local d=$1 mode model=(--config "${SERVE_CONFIG:-llama3-8b}")
+	[ -n "${SERVE_MODEL:-}" ] && model=(--model "$SERVE_MODEL")
+	for mode in off auto; do
+		timeout 200 "$bin/gollm" bench serve "${model[@]}" --device cuda --concurrency 64 --num-prompts 256 \
+			--shared-prefix-len 4096 --input-len 128 --output-len 128 --shared-prefix "$mode" \
+			--json >"$d/serve-$mode.json" 2>>"$d/serve-bench.log"
+		stamp "prefix serve --shared-prefix $mode (system prompt 4096 tokens, concurrency 64, in process)" $?
 	done
 }
 
