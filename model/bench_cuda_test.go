@@ -161,6 +161,12 @@ func BenchmarkCUDADecode(b *testing.B) {
 	dev := gpuDevice(b)
 	const blockSize = 1024 / 64
 	context := benchContext(b, 1024)
+	if p := os.Getenv("GOLLM_BENCH_POOL"); p != "" && p != "full" {
+		b.Fatalf("GOLLM_BENCH_POOL=%q: only \"full\" (or unset)", p)
+	}
+	if f := os.Getenv("GOLLM_BENCH_FILL_KV"); f != "" && f != "1" {
+		b.Fatalf("GOLLM_BENCH_FILL_KV=%q: only 1 (or unset)", f)
+	}
 	for _, mc := range benchModels {
 		b.Run(mc.name, func(b *testing.B) {
 			cfg := mc.cfg()

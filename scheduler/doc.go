@@ -62,7 +62,11 @@
 // steps, alongside other sequences' decodes. Admission is first come, first served and all or
 // nothing on KV blocks: the head of the waiting queue gets blocks for all its tokens (minus the
 // prefix-cache hits, which it skips computing) or nobody behind it is admitted, so no request
-// starves behind later, smaller ones. When a decoding sequence needs a new block and the pool has
+// starves behind later, smaller ones. With the prefix cache on, the head also waits (and so everybody
+// behind it) while its first full page not yet computed is one a running sequence is computing for the
+// same tokens: a step or a few later it takes that page from the cache instead of computing it again
+// (n > 1 choices of one prompt, requests behind one system prompt that arrive together). When a
+// decoding sequence needs a new block and the pool has
 // none, the latest-arrived running sequence is preempted: its blocks are freed, NumComputed drops
 // to 0, and it goes back to the head of the waiting queue with its output tokens kept, to be
 // recomputed as part of its prompt when admitted again (cheaply, if its blocks are still in the

@@ -388,14 +388,13 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Progress: ttyOrNil(stderr), LongFraction: *longFraction, LongInputLen: long,
 	}
 	if mf.config == "" && mf.modelDir == "" {
-		if fs.Changed("max-batched-tokens") || fs.Changed("max-num-seqs") || fs.Changed("kv-blocks") ||
-			fs.Changed("long-prefill-token-threshold") || fs.Changed("shared-prefix") {
-			return usageErr(errors.New("--max-batched-tokens, --max-num-seqs, --kv-blocks, --long-prefill-token-threshold and --shared-prefix configure an engine in process (--config or --model); a server has its own"))
+		if names := changedFlags(fs, inProcessServeFlags); len(names) > 0 {
+			return usageErr(fmt.Errorf("%s configure an engine in process (--config or --model); a server has its own", names))
 		}
 		return serveReport(ctx, opts, 0, 0, *jsonOut, stdout, stderr)
 	}
-	if fs.Changed("url") || fs.Changed("model-name") || fs.Changed("api-key") {
-		return usageErr(errors.New("--url, --model-name and --api-key are for a server; --config and --model run the engine in process"))
+	if names := changedFlags(fs, []string{"url", "model-name", "api-key", "vocab-size"}); len(names) > 0 {
+		return usageErr(fmt.Errorf("%s are for a server; --config and --model run the engine in process (its prompts draw from the model's vocabulary)", names))
 	}
 	budgets := []int{engine.DefaultMaxNumBatchedTokens}
 	if fs.Changed("max-batched-tokens") {
@@ -429,6 +428,12 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	defer lm.Close()
+	stopProfile, err := mf.profile()
+	if err != nil {
+		fmt.Fprintf(stderr, "gollm bench serve: %v\n", err)
+		return 1
+	}
+	defer stopProfile()
 	logger := mf.logger(stderr)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -449,6 +454,23 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		e.Close(context.Background())
 	}
 	return code
+}
+
+// inProcessServeFlags are bench serve's flags that configure the engine it runs in process (--config
+// or --model): a server given by --url has its own configuration, so they are refused with it.
+var inProcessServeFlags = []string{"max-batched-tokens", "max-num-seqs", "kv-blocks", "long-prefill-token-threshold",
+	"random-weights", "device", "page-size", "verbose", "cpuprofile", "no-pipelining", "quantization", "kv-cache-dtype",
+	"shared-prefix"}
+
+// changedFlags returns the flags of names that the command line set, as "--a, --b" (empty when none).
+func changedFlags(fs *pflag.FlagSet, names []string) string {
+	var set []string
+	for _, n := range names {
+		if fs.Changed(n) {
+			set = append(set, "--"+n)
+		}
+	}
+	return strings.Join(set, ", ")
 }
 
 // serveReport runs a bench serve load and prints its result; budget and threshold are the in-process

@@ -294,6 +294,19 @@ func TestBenchServeInProcess(t *testing.T) {
 		!strings.Contains(errb.String(), "configure an engine in process") {
 		t.Errorf("--max-batched-tokens for a server: exit %d, %q", code, errb.String())
 	}
+	for _, args := range [][]string{{"--quantization", "fp8"}, {"--device", "cuda"}, {"--kv-cache-dtype", "fp8"},
+		{"--page-size", "32"}, {"--no-pipelining"}, {"--random-weights"}, {"--cpuprofile", "x.prof"}} {
+		errb.Reset()
+		if code := run(append([]string{"bench", "serve", "--url", "http://127.0.0.1:1"}, args...), &out, &errb); code != 2 ||
+			!strings.Contains(errb.String(), args[0]+" configure an engine in process") {
+			t.Errorf("%s for a server: exit %d, %q", args[0], code, errb.String())
+		}
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "serve", "--config", "llama3-8b", "--vocab-size", "5"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "--vocab-size are for a server") {
+		t.Errorf("--vocab-size in process: exit %d, %q", code, errb.String())
+	}
 }
 
 // TestBenchServeInProcessSharedPrefix: a system prompt before every request in process, with the

@@ -102,6 +102,9 @@ func (r *ThroughputResult) WriteText(w io.Writer) error {
 func (r *ServeResult) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "%s model %q: %d prompts at concurrency %d, input %s, output %s tokens\n",
 		r.URL, r.Model, r.NumPrompts, r.Concurrency, r.InputLen, r.OutputLen)
+	if r.SharedPrefixLen > 0 {
+		fmt.Fprintf(w, "  every prompt behind the same %d tokens (shared prefix)\n", r.SharedPrefixLen)
+	}
 	if r.MaxNumBatchedTokens > 0 {
 		fmt.Fprintf(w, "  prefill in chunks of %d tokens (max batched tokens)", r.MaxNumBatchedTokens)
 		if r.LongPrefillTokenThreshold > 0 {

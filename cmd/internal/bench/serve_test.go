@@ -410,3 +410,37 @@ func TestRunServeOptions(t *testing.T) {
 		t.Errorf("err %v, want a /v1/models error", err)
 	}
 }
+
+// TestServeResultWriteText: the text report names what shaped the load beyond the lengths (the shared
+// prefix, the in-process engine's budget and chunk cap) only where they were set.
+func TestServeResultWriteText(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		res       ServeResult
+		want, not []string
+	}{
+		{"server", ServeResult{URL: "http://h", NumPrompts: 4, Concurrency: 2},
+			nil, []string{"shared prefix", "max batched tokens", "long prefill token threshold"}},
+		{"prefix", ServeResult{URL: "http://h", SharedPrefixLen: 4096},
+			[]string{"behind the same 4096 tokens (shared prefix)"}, []string{"max batched tokens"}},
+		{"engine", ServeResult{URL: "in-process engine", MaxNumBatchedTokens: 2048, LongPrefillTokenThreshold: 512},
+			[]string{"chunks of 2048 tokens", "at most 512 a prompt a step"}, []string{"shared prefix"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := tc.res.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("report lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("report has %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}
