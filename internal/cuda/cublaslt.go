@@ -290,8 +290,12 @@ func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePt
 	})
 }
 
-// Destroy releases the plans, the workspace and the handle (the library stays loaded).
+// Destroy releases the plans, the workspace and the handle (the library stays loaded); a second call
+// does nothing.
 func (b *BLASLt) Destroy() error {
+	if b == nil || b.lib == nil { // destroyed already
+		return nil
+	}
 	var errs []error
 	errs = append(errs, b.dev.Do(func() error {
 		for k, p := range b.plans {
@@ -306,7 +310,10 @@ func (b *BLASLt) Destroy() error {
 		}
 		return nil
 	}))
-	errs = append(errs, b.dev.Free(b.ws))
+	if b.ws != 0 {
+		errs = append(errs, b.dev.Free(b.ws))
+	}
 	C.free(unsafe.Pointer(b.lib))
+	b.lib, b.handle, b.ws = nil, nil, 0
 	return errors.Join(errs...)
 }
