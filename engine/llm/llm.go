@@ -82,8 +82,9 @@ type Config struct {
 	// KVCacheDType is the KV pages' element type: "" or "auto" the device's, "fp8" e4m3 with the
 	// checkpoint's per-layer scales (see model.Options.KVCacheDType).
 	KVCacheDType string
-	// SharedPrefix is model.Options.SharedPrefix: "" the dispatcher reads pages that decodes share once
-	// where it pays, "off" never, "always" wherever it can (for benchmarks comparing the paths).
+	// SharedPrefix is model.Options.SharedPrefix: "" or "auto" the dispatcher reads pages that decodes
+	// share once where it pays, "off" never, "always" wherever it can (for benchmarks comparing the
+	// paths).
 	SharedPrefix string
 }
 
@@ -281,7 +282,7 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
 		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck,
-		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: cfg.SharedPrefix, Logger: log})
+		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: sharedPrefixOption(cfg.SharedPrefix), Logger: log})
 	if err != nil {
 		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
 			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)
@@ -399,4 +400,12 @@ func (m *Model) ChatTemplate() (*chattemplate.Template, error) {
 		return nil, m.templateErr
 	}
 	return m.template, nil
+}
+
+// sharedPrefixOption is Config.SharedPrefix as model.Options takes it: "auto" is its empty value.
+func sharedPrefixOption(v string) string {
+	if v == "auto" {
+		return model.SharedPrefixAuto
+	}
+	return v
 }

@@ -197,6 +197,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown device", context.Background(), "", Config{Device: "tpu"}, nil, "unknown device"},
 		{"unknown quantization", context.Background(), "", Config{Quantization: "int4"}, nil, `quantization "int4" (supported: fp8)`},
 		{"e5m2 KV cache", context.Background(), "", Config{KVCacheDType: "fp8_e5m2"}, nil, `kv cache dtype "fp8_e5m2"`},
+		{"unknown shared prefix", context.Background(), "", Config{SharedPrefix: "sometimes"}, nil, `shared prefix "sometimes"`},
 		{"missing folder", context.Background(), "/nonexistent/model", Config{}, fs.ErrNotExist, ""},
 		{"cancelled", cancelled, "", Config{}, context.Canceled, ""},
 	}
@@ -480,5 +481,17 @@ func TestLoadProgress(t *testing.T) {
 	// The built-in model: 4.5 million bfloat16 parameters.
 	if calls < 3 || last[0] != last[1] || last[1] < 8<<20 || last[1] > 10<<20 {
 		t.Errorf("%d calls, the last %v", calls, last)
+	}
+}
+
+// TestLoadSharedPrefixAuto: "auto" names the dispatcher's choice, as "" does (and as KVCacheDType's
+// "auto" names the device's type).
+func TestLoadSharedPrefixAuto(t *testing.T) {
+	for _, v := range []string{"", "auto", "off", "always"} {
+		m, err := Load(context.Background(), "", Config{Device: "cpu", KVBlocks: 16, SharedPrefix: v, Logger: quiet})
+		if err != nil {
+			t.Fatalf("SharedPrefix %q: %v", v, err)
+		}
+		m.Close()
 	}
 }
