@@ -65,4 +65,14 @@
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random
 // checkpoints in testdata/golden, written by scripts/goldens/make_goldens.py (see its header for the
 // command that regenerates them).
+//
+// # Tensor parallelism
+//
+// Options.TensorParallel shards a model Megatron's way over ranks, each a Model of its own over the same
+// Step: its shard of every weight (cut by name at load, so a family shards as data: biases with their
+// rows, per-head q/k norms replicated) on a backend wrapper that all-reduces the embedding and the
+// row-parallel products (O, down) and all-gathers the logits through a model/tp Communicator. Each rank
+// owns the KV pages of its heads; block tables and the scheduler stay single. The ranks run in process
+// on the CPU backend; the GPU side (an NCCL communicator, the all-reduce inside the decode graph) is
+// not built, and a GPU load with TensorParallel above 1 is refused.
 package model

@@ -48,6 +48,12 @@ type goldenCase struct {
 // so their absence is a failure.
 func loadGoldens(t *testing.T) []goldenCase {
 	t.Helper()
+	return loadGoldensTP(t, 0)
+}
+
+// loadGoldensTP is loadGoldens with the models sharded over tensorParallel ranks (0: whole).
+func loadGoldensTP(t *testing.T, tensorParallel int) []goldenCase {
+	t.Helper()
 	dirs, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no goldens under %s (%v): run scripts/goldens/make_goldens.py", goldenDir, err)
@@ -75,7 +81,7 @@ func loadGoldens(t *testing.T) []goldenCase {
 			// every KV group (the pager gives the sliding groups' pages back, but not at once).
 			numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
 		}
-		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize})
+		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize, TensorParallel: tensorParallel})
 		if err != nil {
 			t.Fatalf("%s: %v", dir, err)
 		}
@@ -112,51 +118,62 @@ func argmax(v []float32) int32 {
 // the four sequences together greedily and requires transformers' 32 tokens exactly.
 func TestGoldenGreedy(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
-		t.Run(gc.name, func(t *testing.T) {
-			m, g := gc.model, gc.golden
-			p := newModelPager(m, newRand(uint64(len(gc.name))))
-			chunks := make([]chunk, len(g.Prompts))
-			for i, pr := range g.Prompts {
-				chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+		t.Run(gc.name, func(t *testing.T) { checkGoldenGreedy(t, gc) })
+	}
+}
+
+// TestGoldenGreedyTensorParallel is TestGoldenGreedy on every case sharded over two ranks: the same
+// logits within the same tolerance of transformers', and transformers' greedy tokens exactly.
+func TestGoldenGreedyTensorParallel(t *testing.T) {
+	for _, gc := range loadGoldensTP(t, 2) {
+		t.Run(gc.name, func(t *testing.T) { checkGoldenGreedy(t, gc) })
+	}
+}
+
+// checkGoldenGreedy is TestGoldenGreedy's check of one case, on gc.model.
+func checkGoldenGreedy(t *testing.T, gc goldenCase) {
+	m, g := gc.model, gc.golden
+	p := newModelPager(m, newRand(uint64(len(gc.name))))
+	chunks := make([]chunk, len(g.Prompts))
+	for i, pr := range g.Prompts {
+		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+	}
+	logits, err := m.Forward(p.step(chunks...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	for i, pr := range g.Prompts {
+		diff := maxAbsDiff(logits[i], pr.LastLogits)
+		worst = math.Max(worst, diff)
+		if diff > gc.tol {
+			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, gc.tol)
+		}
+	}
+	t.Logf("%s (%s, %s config, transformers %s): worst last-logits diff %.3g", gc.name, g.DType, g.Style,
+		g.TransformersVersion, worst)
+	got := make([][]int32, len(g.Prompts))
+	for step := range g.NewTokens {
+		for i := range chunks {
+			next := argmax(logits[i])
+			got[i] = append(got[i], next)
+			chunks[i].tokens = []int32{next}
+		}
+		if step == g.NewTokens-1 {
+			break
+		}
+		if logits, err = m.Forward(p.step(chunks...)); err != nil {
+			t.Fatalf("decode step %d: %v", step, err)
+		}
+	}
+	for i, pr := range g.Prompts {
+		for j := range pr.GreedyIDs {
+			if got[i][j] != pr.GreedyIDs[j] {
+				t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
+					len(pr.PromptIDs), j, got[i][j], pr.GreedyIDs[j], pr.MinMargin, got[i], pr.GreedyIDs)
+				break
 			}
-			logits, err := m.Forward(p.step(chunks...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var worst float64
-			for i, pr := range g.Prompts {
-				diff := maxAbsDiff(logits[i], pr.LastLogits)
-				worst = math.Max(worst, diff)
-				if diff > gc.tol {
-					t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, gc.tol)
-				}
-			}
-			t.Logf("%s (%s, %s config, transformers %s): worst last-logits diff %.3g", gc.name, g.DType, g.Style,
-				g.TransformersVersion, worst)
-			got := make([][]int32, len(g.Prompts))
-			for step := range g.NewTokens {
-				for i := range chunks {
-					next := argmax(logits[i])
-					got[i] = append(got[i], next)
-					chunks[i].tokens = []int32{next}
-				}
-				if step == g.NewTokens-1 {
-					break
-				}
-				if logits, err = m.Forward(p.step(chunks...)); err != nil {
-					t.Fatalf("decode step %d: %v", step, err)
-				}
-			}
-			for i, pr := range g.Prompts {
-				for j := range pr.GreedyIDs {
-					if got[i][j] != pr.GreedyIDs[j] {
-						t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
-							len(pr.PromptIDs), j, got[i][j], pr.GreedyIDs[j], pr.MinMargin, got[i], pr.GreedyIDs)
-						break
-					}
-				}
-			}
-		})
+		}
 	}
 }
 

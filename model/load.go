@@ -56,6 +56,12 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
+	if opts.TensorParallel < 0 {
+		return nil, fmt.Errorf("model: load: tensor parallel size %d must be at least 1", opts.TensorParallel)
+	}
+	if opts.TensorParallel > 1 {
+		return loadParallel(ctx, cfg, get, opts, newBackend, deferKV)
+	}
 	shape, err := shapeOf(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)

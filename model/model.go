@@ -76,6 +76,12 @@ type Options struct {
 	// SharedPrefixAlways runs the shared-prefix algorithm wherever two decodes share a page. Off and
 	// Always exist for tests and benchmarks that compare the two paths.
 	SharedPrefix string
+	// TensorParallel, when above 1, shards the model over that many ranks Megatron's way (column-parallel
+	// Q/K/V and gate/up, row-parallel O and down, the vocabulary split for the embedding and the LM
+	// head), each rank with its own KV pages for its heads, run in process over the CPU backend; see
+	// parallel. It must divide the attention heads, and divide or be a multiple of the KV heads. 0 and 1
+	// run the model whole.
+	TensorParallel int
 }
 
 // The values of Options.SharedPrefix.
@@ -160,6 +166,9 @@ type Model struct {
 	picks, fed []int32
 	// pending is set between Begin and its Pick's Commit: no other step may begin then.
 	pending bool
+	// par, when not nil, holds the ranks of a tensor-parallel model (Options.TensorParallel), which
+	// run every step; the Model itself then has no backend.
+	par *parallel
 }
 
 // Config returns the model's configuration. The caller must not modify it.
@@ -199,6 +208,9 @@ func headDim(cfg *weights.Config) int {
 // any more.
 func (m *Model) Forward(s *Step) ([][]float32, error) {
 	m.numPicks = 0
+	if m.par != nil {
+		return m.forwardParallel(s)
+	}
 	logits, err := m.forward(s)
 	if err != nil {
 		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
@@ -668,6 +680,9 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.par != nil {
+		return m.par.close()
+	}
 	if err := m.backend.Close(); err != nil {
 		return fmt.Errorf("model: close: %w", err)
 	}

@@ -36,6 +36,7 @@ type benchModelFlags struct {
 	quantization     string
 	kvCacheDType     string
 	sharedPrefix     string
+	tensorParallel   int
 }
 
 func (f *benchModelFlags) register(fs *pflag.FlagSet) {
@@ -51,6 +52,7 @@ func (f *benchModelFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.quantization, "quantization", "", "fp8: the layers' matrices as FP8 (e4m3) products, quantized at load")
 	fs.StringVar(&f.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto or fp8 (e4m3)")
 	fs.StringVar(&f.sharedPrefix, "shared-prefix", "auto", "decode attention over pages that sequences share: auto, off or always")
+	fs.IntVar(&f.tensorParallel, "tensor-parallel-size", 1, "shard the model over this many ranks (must divide the attention heads); CPU only until the NCCL communicator is built")
 }
 
 // spec checks the model flags and returns the load spec (without its KV size).
@@ -69,6 +71,12 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	default:
 		return bench.ModelSpec{}, fmt.Errorf("--shared-prefix %q: supported: auto, off, always", f.sharedPrefix)
 	}
+	if f.tensorParallel < 1 {
+		return bench.ModelSpec{}, fmt.Errorf("--tensor-parallel-size %d must be at least 1", f.tensorParallel)
+	}
+	if err := checkTensorParallel(f.tensorParallel, f.device); err != nil {
+		return bench.ModelSpec{}, err
+	}
 	dir := ""
 	if f.modelDir != "" { // a model name becomes a folder where every command's does
 		var err error
@@ -78,7 +86,8 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	}
 	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr),
-		Quantization: f.quantization, KVCacheDType: f.kvCacheDType, SharedPrefix: shared}, nil
+		Quantization: f.quantization, KVCacheDType: f.kvCacheDType, SharedPrefix: shared,
+		TensorParallel: f.tensorParallel}, nil
 }
 
 // profile starts the CPU profile --cpuprofile asks for and returns the function that ends it (a no-op
@@ -460,7 +469,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 // or --model): a server given by --url has its own configuration, so they are refused with it.
 var inProcessServeFlags = []string{"max-batched-tokens", "max-num-seqs", "kv-blocks", "long-prefill-token-threshold",
 	"random-weights", "device", "page-size", "verbose", "cpuprofile", "no-pipelining", "quantization", "kv-cache-dtype",
-	"shared-prefix"}
+	"shared-prefix", "tensor-parallel-size"}
 
 // changedFlags returns the flags of names that the command line set, as "--a, --b" (empty when none).
 func changedFlags(fs *pflag.FlagSet, names []string) string {

@@ -295,7 +295,8 @@ func TestBenchServeInProcess(t *testing.T) {
 		t.Errorf("--max-batched-tokens for a server: exit %d, %q", code, errb.String())
 	}
 	for _, args := range [][]string{{"--quantization", "fp8"}, {"--device", "cuda"}, {"--kv-cache-dtype", "fp8"},
-		{"--page-size", "32"}, {"--no-pipelining"}, {"--random-weights"}, {"--cpuprofile", "x.prof"}} {
+		{"--page-size", "32"}, {"--no-pipelining"}, {"--random-weights"}, {"--cpuprofile", "x.prof"},
+		{"--tensor-parallel-size", "2"}} {
 		errb.Reset()
 		if code := run(append([]string{"bench", "serve", "--url", "http://127.0.0.1:1"}, args...), &out, &errb); code != 2 ||
 			!strings.Contains(errb.String(), args[0]+" configure an engine in process") {

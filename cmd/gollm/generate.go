@@ -50,7 +50,7 @@ type generateOptions struct {
 	repetitionPenalty, presencePenalty, frequencyPenalty float64
 
 	maxNumSeqs, maxBatchedTokens, kvBlocks, pageSize, maxModelLen int
-	longPrefillThreshold                                          int
+	longPrefillThreshold, tensorParallel                          int
 	noPrefixCache, noPipelining, skipWeightCheck                  bool
 	device, quantization, kvCacheDType, sharedPrefix              string
 }
@@ -83,6 +83,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.StringVar(&o.quantization, "quantization", "", "fp8: run the Linear layers as FP8 (e4m3) products, quantizing a float checkpoint at load (one scale per output row; the LM head kept); FP8 checkpoints run as FP8 without it")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto (the device's) or fp8 (e4m3 with the checkpoint's per-layer k/v scales, else 1.0)")
 	fs.StringVar(&o.sharedPrefix, "shared-prefix", "auto", "decode attention over prompt pages that running requests share: auto (read once for all of them where that pays), off or always (to compare the two in benchmarks)")
+	fs.IntVar(&o.tensorParallel, "tensor-parallel-size", 1, "shard the model over this many ranks (must divide the attention heads); CPU only until the NCCL communicator is built")
 }
 
 // checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
@@ -94,7 +95,7 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 		min   int
 	}{{"kv-blocks", o.kvBlocks, 0}, {"page-size", o.pageSize, 1}, {"max-num-seqs", o.maxNumSeqs, 1},
 		{"max-batched-tokens", o.maxBatchedTokens, 1}, {"max-model-len", o.maxModelLen, 0},
-		{"long-prefill-token-threshold", o.longPrefillThreshold, 0}} {
+		{"long-prefill-token-threshold", o.longPrefillThreshold, 0}, {"tensor-parallel-size", o.tensorParallel, 1}} {
 		if f.value < f.min {
 			return fmt.Errorf("--%s %d must be at least %d", f.name, f.value, f.min)
 		}
@@ -124,6 +125,14 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 		fmt.Fprintln(stderr, notice)
 	}
 	o.device = device
+	return checkTensorParallel(o.tensorParallel, device)
+}
+
+// checkTensorParallel refuses --tensor-parallel-size above 1 where the model would not run sharded.
+func checkTensorParallel(size int, device string) error {
+	if size > 1 && device != model.DeviceCPU {
+		return fmt.Errorf("--tensor-parallel-size %d on %s: tensor parallelism runs on the CPU backend only until the NCCL communicator is built", size, device)
+	}
 	return nil
 }
 
@@ -148,7 +157,8 @@ func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Conf
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, LongPrefillTokenThreshold: o.longPrefillThreshold,
 		DisablePrefixCache: o.noPrefixCache,
 		DisablePipelining:  o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
-		Quantization: o.quantization, KVCacheDType: o.kvCacheDType, SharedPrefix: o.modelSharedPrefix()}
+		Quantization: o.quantization, KVCacheDType: o.kvCacheDType, SharedPrefix: o.modelSharedPrefix(),
+		TensorParallel: o.tensorParallel}
 }
 
 // modelSharedPrefix is --shared-prefix as model.Options.SharedPrefix ("auto" is its zero value).

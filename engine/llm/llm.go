@@ -86,6 +86,9 @@ type Config struct {
 	// share once where it pays, "off" never, "always" wherever it can (for benchmarks comparing the
 	// paths).
 	SharedPrefix string
+	// TensorParallel is model.Options.TensorParallel: the ranks the model is sharded over (0 or 1:
+	// whole; more runs on the CPU only until the NCCL communicator is built).
+	TensorParallel int
 }
 
 // check refuses values out of range before anything loads.
@@ -94,7 +97,8 @@ func (c *Config) check() error {
 		name  string
 		value int
 	}{{"KVBlocks", c.KVBlocks}, {"PageSize", c.PageSize}, {"MaxModelLen", c.MaxModelLen}, {"MaxNumSeqs", c.MaxNumSeqs},
-		{"MaxBatchedTokens", c.MaxBatchedTokens}, {"LongPrefillTokenThreshold", c.LongPrefillTokenThreshold}} {
+		{"MaxBatchedTokens", c.MaxBatchedTokens}, {"LongPrefillTokenThreshold", c.LongPrefillTokenThreshold},
+		{"TensorParallel", c.TensorParallel}} {
 		if f.value < 0 {
 			return fmt.Errorf("llm: config: %s %d must not be negative", f.name, f.value)
 		}
@@ -276,13 +280,19 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 		if numBlocks, err = cpuKVBlocks(mc, cfg.PageSize, cfg.MaxNumSeqs, cfg.MaxModelLen, availableMemory(), cfg.Quantization, cfg.KVCacheDType); err != nil {
 			return nil, err
 		}
+		// Ranks with fewer KV heads than their count each hold a copy of a KV head: the pages cost
+		// that many times more.
+		if copies := cfg.TensorParallel / max(1, mc.NumKeyValueHeads); copies > 1 {
+			numBlocks = max(1, numBlocks/copies)
+		}
 	} // on a GPU, 0 sizes the pool from the device's free memory
 	// A step's logits rows: one per running sequence, and the prompt rows of prompt-logprobs requests.
 	logitRows := cfg.MaxNumSeqs + min(engine.DefaultMaxPromptLogitRows, cfg.MaxBatchedTokens)
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
 		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck,
-		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: sharedPrefixOption(cfg.SharedPrefix), Logger: log})
+		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: sharedPrefixOption(cfg.SharedPrefix), Logger: log,
+		TensorParallel: cfg.TensorParallel})
 	if err != nil {
 		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
 			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)

@@ -41,6 +41,9 @@ type ModelSpec struct {
 	Quantization, KVCacheDType string
 	// SharedPrefix is model.Options.SharedPrefix: "" (auto), "off" or "always".
 	SharedPrefix string
+	// TensorParallel is model.Options.TensorParallel: the ranks the model is sharded over (0 or 1:
+	// whole).
+	TensorParallel int
 }
 
 // Model is what the drivers need from a loaded model: the engine's view of it, and Close.
@@ -123,7 +126,7 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 	}
 	opts := model.Options{NumBlocks: spec.NumBlocks * len(model.KVLayoutOf(cfg).Windows), BlockSize: spec.BlockSize,
 		Progress: spec.Progress, Device: dev.Name, Quantization: spec.Quantization, KVCacheDType: spec.KVCacheDType,
-		SharedPrefix: spec.SharedPrefix}
+		SharedPrefix: spec.SharedPrefix, TensorParallel: spec.TensorParallel}
 	lm := &LoadedModel{Name: name, Device: dev, RandomWeights: spec.Config != "" || spec.RandomWeights}
 	if lm.RandomWeights {
 		lm.Config = cfg

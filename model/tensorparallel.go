@@ -1,0 +1,367 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gollm/gollm/model/tp"
+	"github.com/gollm/gollm/weights"
+)
+
+// Tensor parallelism (Options.TensorParallel) shards one model over ranks Megatron's way: each rank is
+// a Model of its own over the same Step, built from a shard of every weight (shardGetter) on a backend
+// wrapped by tpBackend, which runs the collectives the sharding needs:
+//
+//   - Q/K/V and gate/up are column-parallel: a rank holds the rows of its query heads, of the KV heads
+//     those heads read (split across ranks, or replicated when there are fewer KV heads than ranks) and
+//     its slice of the MLP's intermediate features, with their biases; q/k norms are per head and
+//     replicated. Attention then runs on a rank's own heads, over its own KV pages: block tables and the
+//     scheduler stay single.
+//   - O and down are row-parallel: a rank holds the columns of its heads and features, its product is a
+//     partial sum, and tpBackend all-reduces it before it joins the residual stream (a bias only on rank
+//     0). The residual stream and every norm are replicated.
+//   - The embedding and the LM head are sharded over the vocabulary: a rank holds ceil(V/size) rows
+//     (zero rows past V) and one zero row more that stands for every token outside its range, so that
+//     its embedding of the step is its share of the sum, all-reduced; its logits are its slice of the
+//     vocabulary, all-gathered.
+//
+// The ranks run on goroutines with the in-process communicator (model/tp) over the CPU backend. A rank
+// that fails aborts the group: every rank's collectives fail, and the model fails every later step.
+
+// errTPCPUOnly refuses tensor parallelism on another device.
+var errTPCPUOnly = errors.New("tensor parallelism runs on the CPU backend only until the NCCL communicator is built")
+
+// parallel is a Model's ranks under tensor parallelism.
+type parallel struct {
+	ranks  []*Model
+	comms  []tp.Communicator
+	vocab  int // the whole vocabulary
+	shardV int // the vocabulary rows of a rank's shard, ceil(vocab/size)
+	steps  []Step
+	err    error // the failure that ended the group, returned by every later step
+}
+
+// tpPlan is how a model's heads and features split over size ranks.
+type tpPlan struct {
+	size              int
+	heads, kvHeads    int // per rank
+	headDim           int
+	inter, interStart []int // each rank's count of intermediate features, and its first
+	shardV, vocab     int
+	qGroup            int // query heads per KV head in the whole model
+	replicateKV       bool
+}
+
+// planTP checks that cfg can be split over size ranks and returns the split.
+func planTP(cfg *weights.Config, size int) (*tpPlan, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("tensor parallel size %d must be at least 1", size)
+	}
+	hq, hkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	if hq <= 0 || hkv <= 0 || hq%hkv != 0 {
+		return nil, fmt.Errorf("config: %d attention heads, %d key/value heads", hq, hkv)
+	}
+	if hq%size != 0 {
+		return nil, fmt.Errorf("tensor parallel size %d does not divide the %d attention heads", size, hq)
+	}
+	if hkv%size != 0 && size%hkv != 0 {
+		return nil, fmt.Errorf("tensor parallel size %d neither divides the %d key/value heads nor is a multiple of them", size, hkv)
+	}
+	if cfg.IntermediateSize < size || cfg.VocabSize < size {
+		return nil, fmt.Errorf("tensor parallel size %d exceeds the %d intermediate features or the %d tokens", size, cfg.IntermediateSize, cfg.VocabSize)
+	}
+	p := &tpPlan{size: size, heads: hq / size, kvHeads: max(1, hkv/size), headDim: headDim(cfg),
+		shardV: (cfg.VocabSize + size - 1) / size, vocab: cfg.VocabSize, qGroup: hq / hkv, replicateKV: hkv < size}
+	for r := range size {
+		start, end := r*cfg.IntermediateSize/size, (r+1)*cfg.IntermediateSize/size
+		p.interStart = append(p.interStart, start)
+		p.inter = append(p.inter, end-start)
+	}
+	return p, nil
+}
+
+// rankConfig is rank r's model: its heads, its features, its vocabulary shard and the zero row.
+func (p *tpPlan) rankConfig(cfg *weights.Config, r int) *weights.Config {
+	c := *cfg
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = p.heads, p.kvHeads, p.headDim
+	c.IntermediateSize = p.inter[r]
+	c.VocabSize = p.shardV + 1
+	return &c
+}
+
+// kvStart is the first KV head rank r holds.
+func (p *tpPlan) kvStart(r int) int {
+	if p.replicateKV {
+		return r * p.heads / p.qGroup
+	}
+	return r * p.kvHeads
+}
+
+// shardGetter returns rank r's view of get: every tensor cut to the rank's shard (see parallel).
+func (p *tpPlan) shardGetter(cfg *weights.Config, get tensorGetter, r int) tensorGetter {
+	d := p.headDim
+	embedName, headName := cfg.Tensor("embed_tokens.weight"), cfg.LMHeadTensor()
+	return func(name string) (*weights.Tensor, error) {
+		t, err := get(name)
+		if err != nil {
+			return nil, err
+		}
+		if t.DType == weights.DTypeF8E4M3 || t.DType.Size() == 0 {
+			return nil, fmt.Errorf("tensor %q: tensor parallelism does not shard %v tensors", name, t.DType)
+		}
+		module := name
+		if i := strings.LastIndex(name, ".mlp."); i >= 0 {
+			module = name[i+1:]
+		} else if i := strings.LastIndex(name, ".self_attn."); i >= 0 {
+			module = name[i+1:]
+		}
+		bias := strings.HasSuffix(name, ".bias")
+		switch {
+		case name == embedName || name == headName:
+			lo := r * p.shardV
+			hi := min(p.vocab, lo+p.shardV)
+			return sliceRows(t, lo, hi, p.shardV+1)
+		case strings.HasPrefix(module, "self_attn.q_proj."):
+			return sliceRows(t, r*p.heads*d, (r+1)*p.heads*d, p.heads*d)
+		case strings.HasPrefix(module, "self_attn.k_proj."), strings.HasPrefix(module, "self_attn.v_proj."):
+			lo := p.kvStart(r) * d
+			return sliceRows(t, lo, lo+p.kvHeads*d, p.kvHeads*d)
+		case strings.HasPrefix(module, "mlp.gate_proj."), strings.HasPrefix(module, "mlp.up_proj."):
+			lo := p.interStart[r]
+			return sliceRows(t, lo, lo+p.inter[r], p.inter[r])
+		case module == "self_attn.o_proj.weight":
+			return sliceCols(t, r*p.heads*d, (r+1)*p.heads*d)
+		case module == "mlp.down_proj.weight":
+			return sliceCols(t, p.interStart[r], p.interStart[r]+p.inter[r])
+		case bias && (module == "self_attn.o_proj.bias" || module == "mlp.down_proj.bias"):
+			if r == 0 { // a row-parallel product's bias is added once, before the all-reduce
+				return t, nil
+			}
+			return sliceRows(t, 0, 0, t.Shape[0])
+		}
+		return t, nil // norms: replicated
+	}
+}
+
+// sliceRows returns rows [lo, hi) of t followed by zero rows up to rows in all.
+func sliceRows(t *weights.Tensor, lo, hi, rows int) (*weights.Tensor, error) {
+	if len(t.Shape) < 1 || hi > t.Shape[0] || lo > hi || rows < hi-lo {
+		return nil, fmt.Errorf("tensor %q: shape %v has no rows [%d, %d)", t.Name, t.Shape, lo, hi)
+	}
+	rowBytes := t.DType.Size()
+	for _, dim := range t.Shape[1:] {
+		rowBytes *= dim
+	}
+	data := make([]byte, rows*rowBytes) // zero in every float dtype
+	copy(data, t.Data[lo*rowBytes:hi*rowBytes])
+	return &weights.Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{rows}, t.Shape[1:]...), Data: data}, nil
+}
+
+// sliceCols returns columns [lo, hi) of the matrix t.
+func sliceCols(t *weights.Tensor, lo, hi int) (*weights.Tensor, error) {
+	if len(t.Shape) != 2 || hi > t.Shape[1] || lo > hi {
+		return nil, fmt.Errorf("tensor %q: shape %v has no columns [%d, %d)", t.Name, t.Shape, lo, hi)
+	}
+	es, cols := t.DType.Size(), t.Shape[1]
+	data := make([]byte, 0, t.Shape[0]*(hi-lo)*es)
+	for row := range t.Shape[0] {
+		data = append(data, t.Data[(row*cols+lo)*es:(row*cols+hi)*es]...)
+	}
+	return &weights.Tensor{Name: t.Name, DType: t.DType, Shape: []int{t.Shape[0], hi - lo}, Data: data}, nil
+}
+
+// loadParallel builds the ranks of a tensor-parallel model and the Model that drives them.
+func loadParallel(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc, deferKV bool) (*Model, error) {
+	p, err := planTP(cfg, opts.TensorParallel)
+	if err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
+	if deferKV || opts.Device == DeviceCUDA || (opts.Device == DeviceAuto && cudaUsable() == nil) {
+		return nil, fmt.Errorf("model: load: %w", errTPCPUOnly)
+	}
+	if UsesFP8Weights(cfg, opts.Quantization) {
+		return nil, fmt.Errorf("model: load: tensor parallelism does not shard FP8 weights yet")
+	}
+	shape, err := shapeOf(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
+	comms, err := tp.NewInProcess(p.size)
+	if err != nil {
+		return nil, fmt.Errorf("model: load: %w", err)
+	}
+	par := &parallel{comms: comms, vocab: cfg.VocabSize, shardV: p.shardV, steps: make([]Step, p.size)}
+	progress := opts.Progress
+	for r := range p.size {
+		rankOpts := opts
+		rankOpts.TensorParallel, rankOpts.Progress = 1, nil
+		if r == 0 {
+			rankOpts.Progress = progress // reports rank 0's shard
+		}
+		comm := comms[r]
+		wrapped := func(s Shape) (Backend, error) {
+			b, err := newBackend(s)
+			if err != nil {
+				return nil, err
+			}
+			return &tpBackend{Backend: b, comm: comm}, nil
+		}
+		m, err := loadContext(ctx, p.rankConfig(cfg, r), p.shardGetter(cfg, get, r), rankOpts, wrapped, false)
+		if err != nil {
+			for _, done := range par.ranks {
+				done.Close()
+			}
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+		par.ranks = append(par.ranks, m)
+	}
+	return &Model{cfg: cfg, shape: shape, eps: float32(cfg.RMSNormEps), par: par}, nil
+}
+
+// forwardParallel is Forward on a tensor-parallel model: every rank runs the step, the logits come
+// from their all-gather.
+func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
+	if m.closed {
+		return nil, fmt.Errorf("model: forward: %w", ErrClosed)
+	}
+	if m.pending {
+		return nil, fmt.Errorf("model: forward: %w: the step before was begun and its pick not committed", ErrInvalidStep)
+	}
+	if err := m.validate(s); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	par := m.par
+	if par.err != nil {
+		return nil, fmt.Errorf("model: forward: %w", par.err)
+	}
+	numRows, size := len(s.LogitRows), len(par.ranks)
+	out := make([][]float32, numRows)
+	for i := range out {
+		out[i] = make([]float32, par.vocab)
+	}
+	err := tp.Run(par.comms, func(c tp.Communicator) error {
+		r := c.Rank()
+		// The rank's step: each token as its row of the rank's vocabulary shard, or the zero row.
+		step := &par.steps[r]
+		*step = *s
+		lo := int32(r * par.shardV)
+		step.Tokens = make([]int32, len(s.Tokens))
+		for i, tok := range s.Tokens {
+			step.Tokens[i] = int32(par.shardV)
+			if tok >= lo && tok < lo+int32(par.shardV) {
+				step.Tokens[i] = tok - lo
+			}
+		}
+		rows, err := par.ranks[r].Forward(step)
+		if err != nil {
+			return err
+		}
+		local := make([]float32, numRows*par.shardV)
+		for i, row := range rows {
+			copy(local[i*par.shardV:], row[:par.shardV])
+		}
+		all := make([]float32, size*len(local))
+		if err := c.AllGather(all, local); err != nil {
+			return err
+		}
+		if r == 0 {
+			for src := range size {
+				for i := range out {
+					from := all[src*len(local)+i*par.shardV:][:par.shardV]
+					copy(out[i][src*par.shardV:], from[:min(par.shardV, par.vocab-src*par.shardV)])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		par.err = err
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	return out, nil
+}
+
+// closeParallel closes every rank.
+func (par *parallel) close() error {
+	var errs []error
+	for _, m := range par.ranks {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// tpBackend is a rank's backend: the device's own, with the collectives of the sharding after the ops
+// whose results are partial (see parallel). It reads activations as host float32 slices, which only the
+// CPU backend gives.
+type tpBackend struct {
+	Backend
+	comm tp.Communicator
+	err  error // the first collective's failure; reported by CopyToHost
+}
+
+// rowParallel marks the Weight of a row-parallel product (o_proj, down_proj), whose output MatMul
+// all-reduces.
+type rowParallel struct{ w Weight }
+
+func (b *tpBackend) Upload(t *weights.Tensor) (Weight, error) {
+	w, err := b.Backend.Upload(t)
+	if err != nil {
+		return w, err
+	}
+	if strings.HasSuffix(t.Name, "self_attn.o_proj.weight") || strings.HasSuffix(t.Name, "mlp.down_proj.weight") {
+		return Weight{Rows: w.Rows, Cols: w.Cols, Data: rowParallel{w}}, nil
+	}
+	return w, nil
+}
+
+func (b *tpBackend) UploadFP8(w *FP8Weight) (Weight, error) {
+	return Weight{}, errors.New("tensor parallelism does not shard FP8 weights yet")
+}
+
+func (b *tpBackend) NewTensor(rows, cols int) (Tensor, error) {
+	t, err := b.Backend.NewTensor(rows, cols)
+	if err == nil {
+		if _, ok := t.Data.([]float32); !ok {
+			return Tensor{}, errTPCPUOnly
+		}
+	}
+	return t, err
+}
+
+func (b *tpBackend) BeginStep(s *Step) error {
+	b.err = nil
+	return b.Backend.BeginStep(s)
+}
+
+func (b *tpBackend) Embed(dst Tensor, table Weight) {
+	b.Backend.Embed(dst, table)
+	b.allReduce(dst)
+}
+
+func (b *tpBackend) MatMul(dst, x Tensor, w Weight) {
+	rp, ok := w.Data.(rowParallel)
+	if !ok {
+		b.Backend.MatMul(dst, x, w)
+		return
+	}
+	inner := rp.w
+	inner.Bias = w.Bias
+	b.Backend.MatMul(dst, x, inner)
+	b.allReduce(dst)
+}
+
+// allReduce sums t over the ranks; after a failure it does nothing more and the step fails at its end.
+func (b *tpBackend) allReduce(t Tensor) {
+	if b.err == nil {
+		b.err = b.comm.AllReduceSum(f32(t))
+	}
+}
+
+func (b *tpBackend) CopyToHost(dst [][]float32, src Tensor) error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.Backend.CopyToHost(dst, src)
+}
