@@ -20,13 +20,16 @@ var ErrKVTooLarge = errors.New("KV cache does not fit in memory")
 
 // HostMemoryAvailable returns the memory the kernel estimates is available for new allocations
 // without swapping (MemAvailable in /proc/meminfo), and false where it cannot be read (not Linux).
-func HostMemoryAvailable() (int64, bool) {
+func HostMemoryAvailable() (int64, bool) { return meminfo("MemAvailable") }
+
+// meminfo is /proc/meminfo's field name in bytes, and false where it cannot be read.
+func meminfo(name string) (int64, bool) {
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, false
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+		if rest, ok := strings.CutPrefix(line, name+":"); ok {
 			f := strings.Fields(rest)
 			if len(f) == 2 && f[1] == "kB" {
 				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && kb >= 0 {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -29,7 +27,7 @@ func TestKVTooLarge(t *testing.T) {
 	}
 	// One page past the host's whole memory, not past what is available when the test starts: that
 	// grows when other processes (the other test packages) end, and a pool that then fit would take it.
-	if total, ok := hostMemoryTotal(); ok {
+	if total, ok := meminfo("MemTotal"); ok {
 		tests = append(tests, struct {
 			name      string
 			numBlocks int
@@ -100,23 +98,4 @@ func TestHostMemoryAvailable(t *testing.T) {
 	if avail <= 0 {
 		t.Errorf("MemAvailable %d", avail)
 	}
-}
-
-// hostMemoryTotal is /proc/meminfo's MemTotal in bytes, and false where there is none.
-func hostMemoryTotal() (int64, bool) {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || f[1] != "kB" {
-				return 0, false
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
 }
