@@ -64,9 +64,9 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 		}
 	}
 	switch opts.SharedPrefix {
-	case SharedPrefixAuto, SharedPrefixOff, SharedPrefixAlways:
+	case SharedPrefixAuto, "auto", SharedPrefixOff, SharedPrefixAlways:
 	default:
-		return nil, false, fmt.Errorf("shared prefix %q (\"\", %q or %q)", opts.SharedPrefix, SharedPrefixOff, SharedPrefixAlways)
+		return nil, false, fmt.Errorf("shared prefix %q (\"\" or \"auto\", %q or %q)", opts.SharedPrefix, SharedPrefixOff, SharedPrefixAlways)
 	}
 	switch device {
 	case "", DeviceCPU:

@@ -69,7 +69,7 @@ type Options struct {
 	// Logger receives the loader's warnings; nil means slog.Default().
 	Logger *slog.Logger
 	// SharedPrefix selects how decode attention treats sequences whose block tables begin with the same
-	// pages (n > 1 choices of one prompt, requests behind one preamble): SharedPrefixAuto ("") reads
+	// pages (n > 1 choices of one prompt, requests behind one preamble): SharedPrefixAuto ("", or "auto") reads
 	// the shared pages once for the group where the GPU dispatcher's cost model says it pays
 	// (attention.DecideShared; the CPU, whose decode is bound by its products, runs the plain kernels);
 	// SharedPrefixOff always runs the plain kernels;
@@ -84,7 +84,7 @@ type Options struct {
 	TensorParallel int
 }
 
-// The values of Options.SharedPrefix.
+// The values of Options.SharedPrefix ("auto" is SharedPrefixAuto too, as the commands spell it).
 const (
 	SharedPrefixAuto   = ""
 	SharedPrefixOff    = "off"

@@ -63,11 +63,8 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	if f.pageSize <= 0 {
 		return bench.ModelSpec{}, fmt.Errorf("--page-size %d must be positive", f.pageSize)
 	}
-	shared := f.sharedPrefix
-	switch shared {
-	case "auto":
-		shared = model.SharedPrefixAuto
-	case model.SharedPrefixOff, model.SharedPrefixAlways:
+	switch f.sharedPrefix {
+	case "auto", model.SharedPrefixOff, model.SharedPrefixAlways:
 	default:
 		return bench.ModelSpec{}, fmt.Errorf("--shared-prefix %q: supported: auto, off, always", f.sharedPrefix)
 	}
@@ -86,7 +83,7 @@ func (f *benchModelFlags) spec(stderr io.Writer) (bench.ModelSpec, error) {
 	}
 	return bench.ModelSpec{Config: f.config, Dir: dir, RandomWeights: f.randomWeights, Seed: f.seed,
 		Device: f.device, BlockSize: f.pageSize, Progress: loadProgress(stderr),
-		Quantization: f.quantization, KVCacheDType: f.kvCacheDType, SharedPrefix: shared,
+		Quantization: f.quantization, KVCacheDType: f.kvCacheDType, SharedPrefix: f.sharedPrefix,
 		TensorParallel: f.tensorParallel}, nil
 }
 

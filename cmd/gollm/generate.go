@@ -157,16 +157,8 @@ func (o *generateOptions) llmConfig(log *slog.Logger, stderr io.Writer) llm.Conf
 		MaxNumSeqs: o.maxNumSeqs, MaxBatchedTokens: o.maxBatchedTokens, LongPrefillTokenThreshold: o.longPrefillThreshold,
 		DisablePrefixCache: o.noPrefixCache,
 		DisablePipelining:  o.noPipelining, Logger: log, Progress: loadProgress(stderr), SkipWeightCheck: o.skipWeightCheck,
-		Quantization: o.quantization, KVCacheDType: o.kvCacheDType, SharedPrefix: o.modelSharedPrefix(),
+		Quantization: o.quantization, KVCacheDType: o.kvCacheDType, SharedPrefix: o.sharedPrefix,
 		TensorParallel: o.tensorParallel}
-}
-
-// modelSharedPrefix is --shared-prefix as model.Options.SharedPrefix ("auto" is its zero value).
-func (o *generateOptions) modelSharedPrefix() string {
-	if o.sharedPrefix == "auto" {
-		return model.SharedPrefixAuto
-	}
-	return o.sharedPrefix
 }
 
 // checkSamplingFlags refuses the sampling flags given that are out of range, before the model loads

@@ -291,7 +291,7 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 	mod, err := model.LoadContext(ctx, folder, model.Options{Device: device, DType: cfg.DType, NumBlocks: numBlocks,
 		BlockSize: cfg.PageSize, MemoryUtilization: cfg.MemoryUtilization, Progress: cfg.Progress,
 		MaxStepTokens: cfg.MaxBatchedTokens, MaxLogitRows: logitRows, SkipWeightCheck: cfg.SkipWeightCheck,
-		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: sharedPrefixOption(cfg.SharedPrefix), Logger: log,
+		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: cfg.SharedPrefix, Logger: log,
 		TensorParallel: cfg.TensorParallel})
 	if err != nil {
 		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
@@ -410,12 +410,4 @@ func (m *Model) ChatTemplate() (*chattemplate.Template, error) {
 		return nil, m.templateErr
 	}
 	return m.template, nil
-}
-
-// sharedPrefixOption is Config.SharedPrefix as model.Options takes it: "auto" is its empty value.
-func sharedPrefixOption(v string) string {
-	if v == "auto" {
-		return model.SharedPrefixAuto
-	}
-	return v
 }
