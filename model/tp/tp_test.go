@@ -50,13 +50,15 @@ func TestAllReduceSum(t *testing.T) {
 					if err := c.AllReduceSum(x); err != nil {
 						return err
 					}
-					for i := range x {
-						var want float32
-						for r := range tc.size {
-							want += rankVector(r, k, tc.n)[i]
+					want := make([]float32, tc.n)
+					for r := range tc.size {
+						for i, v := range rankVector(r, k, tc.n) {
+							want[i] += v
 						}
-						if x[i] != want {
-							return fmt.Errorf("round %d: x[%d] = %v, want %v", k, i, x[i], want)
+					}
+					for i := range x {
+						if x[i] != want[i] {
+							return fmt.Errorf("round %d: x[%d] = %v, want %v", k, i, x[i], want[i])
 						}
 					}
 				}
