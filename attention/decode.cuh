@@ -54,6 +54,7 @@ struct DecodeParams {
 	const int *positions;     // DECODE_FLAG_ROPE: [batch] the newest token's position (its rotation angle)
 	const int *slots;         // DECODE_FLAG_ROPE: [batch] its cache slot (block id · block size + offset); < 0: none
 	const float *inv_freq;    // DECODE_FLAG_ROPE: [head_dim/2]
+	const float *rope_bias;   // DECODE_FLAG_ROPE: [qkv_cols] the Q/K/V product's bias, added before the rotation; null: none
 	float scale_log2;         // softmax scale · log2(e)
 	int num_heads;
 	int num_kv_heads;
@@ -585,27 +586,31 @@ __device__ __forceinline__ void rope_prepare_row(const DecodeParams &p, int seq,
 	constexpr int PER = (MAXH + HSTEP - 1) / HSTEP;    // heads per thread at most
 	const int i = tid % HALF, g0 = tid / HALF;
 	const float *row = p.rope_qkv + (long long)seq * p.qkv_cols;
-	const float *qr = row + ((long long)kvh * p.group + head0) * D;
 	const int pos = p.positions[seq];
 	const float freq = p.inv_freq[i];
+	// The Q/K/V product's bias (Qwen2's), where there is one, is added as the row is read, so the product
+	// needs no kernel of its own for it; the bias has the row's columns.
+	const float *bias = p.rope_bias;
+	const long long qoff = ((long long)kvh * p.group + head0) * D;
+	const float *qr = row + qoff;
 	float qa[PER], qb[PER];
 #pragma unroll
 	for (int k = 0; k < PER; k++) {
 		const int g = g0 + k * HSTEP;
-		qa[k] = g < heads ? qr[g * D + i] : 0.f;
-		qb[k] = g < heads ? qr[g * D + i + HALF] : 0.f;
+		qa[k] = g < heads ? qr[g * D + i] + (bias ? bias[qoff + g * D + i] : 0.f) : 0.f;
+		qb[k] = g < heads ? qr[g * D + i + HALF] + (bias ? bias[qoff + g * D + i + HALF] : 0.f) : 0.f;
 	}
 	long long slot = -1;
 	float ka = 0.f, kb = 0.f, vv = 0.f;
 	if (holder) {
 		if (store) slot = p.slots[seq];
-		const float *kr = row + ((long long)p.num_heads + kvh) * D;
-		const float *vr = row + ((long long)p.num_heads + p.num_kv_heads + kvh) * D;
+		const long long koff = ((long long)p.num_heads + kvh) * D, voff = ((long long)p.num_heads + p.num_kv_heads + kvh) * D;
+		const float *kr = row + koff, *vr = row + voff;
 		if (tid < HALF) {
-			ka = kr[i];
-			kb = kr[i + HALF];
+			ka = kr[i] + (bias ? bias[koff + i] : 0.f);
+			kb = kr[i + HALF] + (bias ? bias[koff + i + HALF] : 0.f);
 		}
-		if (tid < D) vv = vr[tid];
+		if (tid < D) vv = vr[tid] + (bias ? bias[voff + tid] : 0.f);
 	}
 	double s, c;
 	sincos((double)(freq * (float)pos), &s, &c);

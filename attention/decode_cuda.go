@@ -66,7 +66,10 @@ type CUDARoPE struct {
 	// row, nothing stored).
 	Positions, Slots cuda.DevicePtr
 	// InvFreq is float32 [HeadDim/2].
-	InvFreq          cuda.DevicePtr
+	InvFreq cuda.DevicePtr
+	// Bias, when set, is float32 [QKVCols], the Q/K/V product's bias, which QKV does not include yet: it is
+	// added to each row before the rotation (and so into the stored key and value).
+	Bias             cuda.DevicePtr
 	AttentionScaling float32
 }
 
@@ -82,7 +85,7 @@ func launch[P any](a *CUDADecodeArgs, f *cuda.Function, grid, block cuda.Dim3, s
 type decodeParams struct {
 	Out, Q, KCache, VCache, BlockTables, ContextLens cuda.DevicePtr
 	PartM, PartL, PartAcc, Counters                  cuda.DevicePtr
-	RoPEQKV, Positions, Slots, InvFreq               cuda.DevicePtr
+	RoPEQKV, Positions, Slots, InvFreq, RoPEBias     cuda.DevicePtr
 	ScaleLog2                                        float32
 	NumHeads, NumKVHeads, MaxBlocks, Log2BlockSize   int32
 	PartitionTokens, NumPartitions, Group, Flags     int32
@@ -404,7 +407,7 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, d DecodeDecision) decodeParams {
 		rope = *a.RoPE
 	}
 	return decodeParams{
-		RoPEQKV: rope.QKV, Positions: rope.Positions, Slots: rope.Slots, InvFreq: rope.InvFreq,
+		RoPEQKV: rope.QKV, Positions: rope.Positions, Slots: rope.Slots, InvFreq: rope.InvFreq, RoPEBias: rope.Bias,
 		RoPEScaling: rope.AttentionScaling, QKVCols: int32(rope.QKVCols),
 		Flags: flags,
 		Out:   a.Out, Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,8 +44,9 @@ func ropeRotate(x []float32, invFreq []float32, pos int32, scaling float32) []fl
 // newRoPECase builds the batch: random cache and Q/K/V rows; the host copy of the cache gets each
 // sequence's rotated newest key and its value (the padding sequence's too: the kernels attend to the new
 // row whether or not they store it; on the device its uploaded row must stay), the host queries are the
-// rotated ones rounded to the dtype, and the float64 reference is computed from them.
-func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, window int, scaling float32) *ropeCase {
+// rotated ones rounded to the dtype, and the float64 reference is computed from them. With bias, the
+// Q/K/V rows come without a random bias (CUDARoPE.Bias) that the kernels must add before rotating.
+func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, group, kvHeads, headDim, window int, scaling float32, bias bool) *ropeCase {
 	t.Helper()
 	const blockSize = 16
 	lens := raggedLens(rng, blockSize)
@@ -54,6 +56,13 @@ func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, 
 	qkv := make([]float32, len(lens)*cols)
 	for i := range qkv {
 		qkv[i] = (rng.Float32()*2 - 1) * 3
+	}
+	var b []float32
+	if bias {
+		b = make([]float32, cols)
+		for i := range b {
+			b[i] = rng.Float32()*4 - 2
+		}
 	}
 	invFreq := make([]float32, d/2)
 	for i := range invFreq {
@@ -67,7 +76,10 @@ func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, 
 		positions[s] = pos
 		slot := c.tables[s][int(pos)/blockSize]*blockSize + pos%blockSize
 		c.slots[s] = slot
-		row := qkv[s*cols:][:cols]
+		row := slices.Clone(qkv[s*cols:][:cols])
+		for i := range b {
+			row[i] += b[i]
+		}
 		for h := range hq {
 			copy(c.q[(s*hq+h)*d:][:d], ropeRotate(row[h*d:][:d], invFreq, pos, scaling))
 		}
@@ -94,6 +106,9 @@ func newRoPECase(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec, 
 		QKV: c.upload(t, cuda.Bytes(qkv)), QKVCols: cols,
 		Positions: c.upload(t, cuda.Bytes(positions)), Slots: c.upload(t, cuda.Bytes(c.slots)),
 		InvFreq: c.upload(t, cuda.Bytes(invFreq)), AttentionScaling: scaling,
+	}
+	if bias {
+		c.rope.Bias = c.upload(t, cuda.Bytes(b))
 	}
 	return c
 }
@@ -178,14 +193,16 @@ func TestCUDADecodeRoPE(t *testing.T) {
 				// A sliding window of 21 (Mistral's layers fold the rotation too): the pages before each
 				// window are −1 in the tables, the newest row still patched in.
 				for _, window := range []int{0, 21} {
-					t.Run(fmt.Sprintf("%s/d%d/g%d/w%d", codec.name, headDim, group, window), func(t *testing.T) {
+					// The Q/K/V product's bias (Qwen2's) added by the kernels on every other case.
+					bias := (group+window)%2 == 0
+					t.Run(fmt.Sprintf("%s/d%d/g%d/w%d/bias=%v", codec.name, headDim, group, window, bias), func(t *testing.T) {
 						t.Parallel()
 						rng := rand.New(rand.NewPCG(uint64(headDim*100+group), uint64(codec.typ)+7))
 						scaling := float32(1)
 						if group%2 == 0 {
 							scaling = 1.125 // an attention_scaling other than one (YaRN-style), exactly representable
 						}
-						c := newRoPECase(t, k, rng, codec, group, 2, headDim, window, scaling)
+						c := newRoPECase(t, k, rng, codec, group, 2, headDim, window, scaling, bias)
 						runRoPEVariants(t, k, c)
 					})
 				}

@@ -334,6 +334,9 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
 				Positions: b.metaPtr(st.offPos), Slots: b.layerSlots(a.layer),
 				InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling}
+			if p.ropeBias >= 0 {
+				args.RoPE.Bias = b.args[p.ropeBias].bias.ptr
+			}
 		}
 		return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
 	}

@@ -394,6 +394,10 @@ type opLinks struct {
 	// Norm, SwiGLU: fp8Into is the FP8 product after it whose input it writes quantized (-1: none);
 	// MatMul: fp8From is that producer (-1: none), so the product quantizes nothing itself.
 	fp8Into, fp8From int
+	// MatMul: biasRoPE is the RoPE op right after it on its output, at its rows, when the product has a
+	// bias (16-bit weights): decode attention that rotates adds the bias too (opPlan.bias). RoPE,
+	// Attention: biasFrom is that product (-1: none).
+	biasRoPE, biasFrom int
 }
 
 // fuseTarget is the product op i fuses into, or -1: the op before it, a MatMul into the tensor op i
@@ -432,10 +436,11 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	links = make([]opLinks, len(ops))
 	attnOut := tensorID(0)
 	ropeOf := map[tensorID]int{} // the product a RoPE op fused into, by the Q/K/V tensor
+	biasOf := map[tensorID]int{} // the biased product right before a RoPE op, by the Q/K/V tensor
 	for i := range ops {
 		op, l := &ops[i], &links[i]
 		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1, preNorm: -1, intoNorm: -1,
-			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1}
+			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1, biasRoPE: -1, biasFrom: -1}
 		var prev *stepOp
 		if i > 0 && ops[i-1].rows == op.rows && !f.tune.NoFuse {
 			prev = &ops[i-1]
@@ -483,6 +488,10 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 				links[l.target].mode = gemvRoPE
 			}
 			ropeOf[op.src] = l.target
+			if prev != nil && prev.kind == opMatMul && prev.dst == op.src && prev.bias && !prev.fp8 {
+				l.biasFrom, links[i-1].biasRoPE = i-1, i
+				biasOf[op.src] = i - 1
+			}
 			if prev != nil && prev.kind == opQKNorm && prev.dst == op.src {
 				l.qkNorm = i - 1
 				links[i-1].intoRoPE = i
@@ -491,6 +500,9 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 			l.target = -1
 			if t, ok := ropeOf[op.src]; ok {
 				l.target = t
+			}
+			if t, ok := biasOf[op.src]; ok {
+				l.biasFrom = t
 			}
 			attnOut = op.dst
 		case opSwiGLU:
@@ -540,6 +552,9 @@ type opPlan struct {
 	attn   attention.DecodeDecision
 	// shared: the layer's decode runs the shared-prefix algorithm (stepShape.shared), not attn.
 	shared bool
+	// ropeBias: where attn.RoPE, the Q/K/V product whose bias the rotation adds (its own plan then adds
+	// none); -1: none.
+	ropeBias int
 	// Argmax: where its partial maxima come from.
 	argmax argmaxSource
 	// MatMul: bias, a kernel adds the weight's bias after the product (an FP8 product adds its own).
@@ -707,7 +722,7 @@ func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
 	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
-		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0}
+		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0, ropeBias: -1}
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -734,6 +749,9 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 		}
 	case opMatMul:
 		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias && !op.fp8
+		if r := l.biasRoPE; plan.bias && r >= 0 && p.ropeInAttention(p.links[r].target, rows, p.ops[r].window) {
+			plan.bias = false // decode attention adds it as it rotates
+		}
 		if plan.mm.path == pathGemv {
 			if p.normFolds(l.normOut, rows) {
 				plan.foldOut = l.normOut
@@ -759,6 +777,9 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			plan.decode = true
 			plan.attn, plan.err = p.attention(rows, p.ropeInAttention(l.target, rows, op.window), op.window)
 			plan.shared = p.st.shared && op.window == 0
+			if plan.attn.RoPE && !plan.shared {
+				plan.ropeBias = l.biasFrom
+			}
 		}
 	case opSwiGLU:
 		plan.skip = p.fused(l.target, gemvSwiGLU, rows)

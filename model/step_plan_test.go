@@ -229,7 +229,11 @@ func describe(ops []stepOp, plans []opPlan, i int, f *stepFacts) string {
 		if !p.decode {
 			return "prefill"
 		}
-		return fmt.Sprintf("%s %v %dx%d", p.attn.Kernel.Name, p.attn.Plan.Kernel, p.attn.Plan.NumPartitions, p.attn.Plan.PartitionTokens)
+		d := fmt.Sprintf("%s %v %dx%d", p.attn.Kernel.Name, p.attn.Plan.Kernel, p.attn.Plan.NumPartitions, p.attn.Plan.PartitionTokens)
+		if p.ropeBias >= 0 {
+			d += " bias"
+		}
+		return d
 	case opQKNorm:
 		if p.skip {
 			return "into rope"
@@ -306,8 +310,9 @@ func TestPlanStep(t *testing.T) {
 // TestPlanStepFamilies is TestPlanStep's oracle for the families' parts on the H200: Qwen3-8B, Qwen2.5-7B,
 // Gemma-3-12B and Mistral-7B-v0.1, decode steps run as graphs of context cap 2048 unless stated, and
 // prefill steps of 300 tokens. The q/k norms are a kernel after the Q/K/V product where decode attention
-// folds the rotation (the product then fuses none), else the RoPE kernel runs them; the q/k/v biases a
-// kernel after the product (which takes no epilogue); Gemma's sublayer-output norms run in the norm after
+// folds the rotation (the product then fuses none), else the RoPE kernel runs them; the q/k/v biases
+// added by decode attention where it rotates, else by a kernel after the product (which takes no
+// epilogue); Gemma's sublayer-output norms run in the norm after
 // them (NormAddRMSNorm; no norm folds); GeGLU the skinny product's epilogue, else a kernel; the soft cap
 // a kernel before the argmax (which reads the capped logits); head_dim 256 its narrow decode kernels,
 // without the rotation; sliding layers are planned on the tokens they read (Mistral at context 16384
@@ -324,8 +329,9 @@ func TestPlanStepFamilies(t *testing.T) {
 		{"h200", "qwen3-8b", 1, map[string]string{"qkv": "gemv plain normIn", "qknorm": "kernel", "rope": "attention", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 16x128", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "swiglu": "fused", "down": "gemv plain accumulate normOut", "norm0": "folded", "post0": "folded", "norm1": "folded", "final": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 0},
 		{"h200", "qwen3-8b", 64, map[string]string{"qkv": "cublas", "qknorm": "kernel", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0", "o": "cublas accumulate split-rows 2", "gateup": "gemm swiglu", "swiglu": "fused", "down": "cublas accumulate split-rows 2", "norm0": "no add", "post0": "add none", "norm1": "add none", "final": "add none", "lmhead": "gemm argmax", "argmax": "gemm 594"}, 0},
 		{"h200", "qwen3-8b", -300, map[string]string{"qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "prefill", "lmhead": "gemv argmax", "argmax": "gemv"}, 0},
-		{"h200", "qwen2.5-7b", 1, map[string]string{"qkv": "gemv plain normIn bias", "rope": "attention", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 32x64", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "norm0": "folded", "post0": "folded", "final": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 0},
-		{"h200", "qwen2.5-7b", 64, map[string]string{"qkv": "cublas bias", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0", "o": "cublas accumulate split-k 2", "post0": "add 2 partials", "gateup": "cublas", "swiglu": "kernel", "down": "cublas accumulate split-k 2", "norm1": "add 2 partials", "lmhead": "gemm argmax", "argmax": "gemm 594"}, 0},
+		{"h200", "qwen2.5-7b", 1, map[string]string{"qkv": "gemv plain normIn", "rope": "attention", "attention": "DecodeSplitK_mma_bf16_d128_n8 split-k 32x64 bias", "o": "gemv plain accumulate normOut", "gateup": "gemv swiglu normIn", "down": "gemv plain accumulate normOut", "norm0": "folded", "post0": "folded", "final": "folded", "lmhead": "gemv argmax normIn", "argmax": "gemv"}, 0},
+		{"h200", "qwen2.5-7b", 64, map[string]string{"qkv": "cublas", "rope": "attention", "attention": "DecodeGrouped_mma_bf16_d128_n8 grouped 1x0 bias", "o": "cublas accumulate split-k 2", "post0": "add 2 partials", "gateup": "cublas", "swiglu": "kernel", "down": "cublas accumulate split-k 2", "norm1": "add 2 partials", "lmhead": "gemm argmax", "argmax": "gemm 594"}, 0},
+		{"h200", "qwen2.5-7b", -300, map[string]string{"qkv": "cublas bias", "rope": "kernel", "attention": "prefill"}, 0},
 		{"h200", "gemma3-12b", 1, map[string]string{"norm0": "no add", "qkv": "gemv plain", "qknorm": "into rope", "rope": "kernel qknorm", "ropeFull": "kernel qknorm", "attention": "DecodeSplitK_mma_bf16_d256_n8 split-k 9x128", "attentionFull": "DecodeSplitK_mma_bf16_d256_n8 split-k 16x128", "o": "gemv plain", "attnOutNorm": "into the next norm", "post0": "norm add", "gateup": "gemv geglu", "swiglu": "fused", "down": "gemv plain", "mlpOutNorm": "into the next norm", "norm1": "norm add", "final": "norm add", "lmhead": "gemv plain", "softcap": "kernel", "argmax": "chunks"}, 0},
 		{"h200", "gemma3-12b", 64, map[string]string{"norm0": "no add", "qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "DecodeGrouped_mma_bf16_d256_n8 grouped 1x0", "attentionFull": "DecodeGrouped_mma_bf16_d256_n8 grouped 1x0", "o": "cublas", "attnOutNorm": "into the next norm", "post0": "norm add", "gateup": "gemm plain", "swiglu": "kernel", "down": "cublas", "mlpOutNorm": "into the next norm", "norm1": "norm add", "final": "norm add", "lmhead": "gemm plain", "softcap": "kernel", "argmax": "chunks"}, 0},
 		{"h200", "gemma3-12b", -300, map[string]string{"qkv": "cublas", "qknorm": "into rope", "rope": "kernel qknorm", "attention": "prefill", "attnOutNorm": "into the next norm", "post0": "norm add", "swiglu": "kernel", "lmhead": "gemv plain", "softcap": "kernel", "argmax": "chunks"}, 0},
@@ -371,6 +377,24 @@ func checkPlanStep(t *testing.T, device string, m planModel, rows, ctx int, want
 	for i, p := range plans {
 		if p.err != nil {
 			t.Errorf("op %d (%v): %v", i, ops[i].kind, p.err)
+		}
+	}
+	// A product's bias is added once: by its own kernel or by the decode attention that rotates its output.
+	added := map[int]int{}
+	for i, p := range plans {
+		if ops[i].kind == opMatMul && p.bias {
+			added[i]++
+		}
+		if ops[i].kind == opAttention && p.ropeBias >= 0 {
+			if !p.attn.RoPE || ops[p.ropeBias].kind != opMatMul || !ops[p.ropeBias].bias {
+				t.Errorf("op %d: attention adds op %d's bias without rotating it", i, p.ropeBias)
+			}
+			added[p.ropeBias]++
+		}
+	}
+	for i, op := range ops {
+		if op.kind == opMatMul && op.bias && !op.fp8 && added[i] != 1 {
+			t.Errorf("op %d: bias added %d times", i, added[i])
 		}
 	}
 	// Every layer's attention runs as the first layer's of its window.
