@@ -32,15 +32,16 @@ type inflightPick struct {
 // (the decode graph where it can) — unless QueueAsync already did — then the pick of every row of src
 // as planPick says: the argmax (fused into the LM head's product where it can, part of the graph) when
 // params is nil; else the sampling kernel (kernels/sample.cu, the twin of sampleRowCPU; outside the
-// graph, since its arguments change every step), which reads each masked row's bitset where it reads the
-// row's logits (the twin of MaskLogits, then sampleRowCPU; the bitsets go up on stream up, in one copy:
-// mask_cuda.go) — into the slot's ids on the device, where the next step's InputFrom rows read them. The copy of the len(dst)
-// ids into the slot's page-locked memory runs on stream down after the slot's picked event, so that the
-// next step's kernels start as soon as this step's end instead of after a device-to-host copy
-// (BenchmarkCUDAStepBoundary times it); the slot's done event follows the copy. The slot's ids are not
-// written again before that copy has run: the step after next, which reuses the slot, is queued only
-// once the host has waited for done (settle). PickAsync returns without waiting; wait blocks on done
-// and copies the ids into dst. With both slots in flight, the older step is waited for first.
+// graph, since its arguments change every step), which reads each masked row's bitset where it reads
+// the row's logits (the twin of MaskLogits, then sampleRowCPU; the bitsets go up on stream up, in one
+// copy: mask_cuda.go) — into the slot's ids on the device, where the next step's InputFrom rows read
+// them. The copy of the len(dst) ids into the slot's page-locked memory runs on stream down after the
+// slot's picked event, so that the next step's kernels start as soon as this step's end instead of
+// after a device-to-host copy (BenchmarkCUDAStepBoundary times it); the slot's done event follows the
+// copy. The slot's ids are not written again before that copy has run: the step after next, which
+// reuses the slot, is queued only once the host has waited for done (settle). PickAsync returns without
+// waiting; wait blocks on done and copies the ids into dst. With both slots in flight, the older step
+// is waited for first.
 func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
 	queued := b.queued
 	b.queued = false
