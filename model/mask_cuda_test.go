@@ -242,7 +242,7 @@ func BenchmarkCUDAMaskedPick(bm *testing.B) {
 		if err := dev.CopyToDevice(tensorOf(logits).ptr, cuda.Bytes(slices.Concat(rows...))); err != nil {
 			bm.Fatal(err)
 		}
-		masks := map[string][][]uint64{"": nil, "+mask": make([][]uint64, nrows), "+sparse": make([][]uint64, nrows)}
+		masks := map[string][][]uint64{"+mask": make([][]uint64, nrows), "+sparse": make([][]uint64, nrows)}
 		for r := range nrows {
 			masks["+mask"][r] = randomMask(rng, cols, 0.5, 0)
 			masks["+sparse"][r] = randomMask(rng, cols, 300.0/cols, 0)
