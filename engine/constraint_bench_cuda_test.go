@@ -65,9 +65,11 @@ func (v *synthVocab) Decode(ids []int32, _ bool) string {
 // BenchmarkCUDAConstrainedStep is BenchmarkConstrainedStep on the GPU: a Llama-3.2-1B-shaped model with
 // random bfloat16 weights, 64 tokens per request at temperature 1, at batch 1 and 64, without a
 // constraint ("none"), with a JSON Schema constraint on every request ("constraint": masks computed on
-// the host while the step's forward runs, uploaded and applied by MaskRows before the pick, pipelined),
-// and both with the draws on the host ("host", "constraint-host": a zero logit bias, the path of a
-// request with logprobs). Reports ms per engine step; "constraint" should stay within 5% of "none".
+// the host while the step's forward runs, uploaded in one copy and read by the sampling kernel beside
+// the logits, pipelined), and both with the draws on the host ("host", "constraint-host": a zero logit
+// bias, the path of a request with logprobs). Reports the decode step (step-ms: the median interval
+// between two tokens of the batch) and its phases (benchConstrainedSteps); "constraint" should stay
+// within 5% of "none".
 //
 //	go test -tags cuda -run XXX -bench CUDAConstrainedStep -benchtime 5x ./engine
 func BenchmarkCUDAConstrainedStep(b *testing.B) {

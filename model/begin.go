@@ -106,3 +106,33 @@ func (p *Pick) Commit(params []SampleParams) error {
 	}
 	return err
 }
+
+// PickHooks wrap the calls of a Pick (WrapPick), for a wrapper of a model that times what the engine
+// runs (benchmarks). Commit, when set, is called with the wrapped pick's own commit under the caller's
+// parameters and returns what it returns; Wait likewise with its wait. The engine never sets them.
+type PickHooks struct {
+	Commit func(commit func() error) error
+	Wait   func(wait func() ([]int32, error)) ([]int32, error)
+}
+
+// WrapPick returns a Pick that behaves as p (Commit, once, for a step Begin queued; Wait, whose ids and
+// error are p's) with its calls passed through h. p's own calls are not to be made after this.
+func WrapPick(p *Pick, h PickHooks) *Pick {
+	wait := p.Wait
+	if h.Wait != nil {
+		wait = func() ([]int32, error) { return h.Wait(p.Wait) }
+	}
+	q := &Pick{rows: p.rows}
+	if p.commit == nil {
+		q.wait = wait
+		return q
+	}
+	q.commit = func(params []SampleParams) (func() ([]int32, error), error) {
+		commit := func() error { return p.Commit(params) }
+		if h.Commit == nil {
+			return wait, commit()
+		}
+		return wait, h.Commit(commit)
+	}
+	return q
+}

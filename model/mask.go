@@ -6,15 +6,15 @@ import (
 )
 
 // Masked picks (structured output): a row whose SampleParams.Mask is set picks among the tokens the
-// mask allows. The mask is applied to the logits before the pick, by MaskLogits on the host and by the
-// MaskRows kernel (kernels/mask.cu) on the device, with one rule: a logit the mask leaves out becomes
-// −∞ unless it is NaN or +Inf, so that a row whose model numbers broke is still picked as
-// NonFinitePick whatever the mask says (the engine's host sampler checks the raw row first, to the
-// same effect).
+// mask allows. On the host MaskLogits applies the mask to the logits before the pick; on the device the
+// sampling kernel (kernels/sample.cu) reads the mask where it reads the logits, to the same effect and
+// without writing them. One rule for both: a logit the mask leaves out counts as −∞ unless it is NaN or
+// +Inf, so that a row whose model numbers broke is still picked as NonFinitePick whatever the mask
+// says (the engine's host sampler checks the raw row first, to the same effect).
 
 // MaskLogits sets to −∞ the logits of x whose tokens mask leaves out (bit id%64 of mask[id/64] clear;
-// ids past the mask are left out too), NaN and +Inf excepted. It is the CPU twin of the MaskRows
-// kernel, and what the engine's host sampler applies.
+// ids past the mask are left out too), NaN and +Inf excepted. It is the CPU twin of the device pick's
+// masked reads (kernels/sample.cu), and what the engine's host sampler applies.
 func MaskLogits(x []float32, mask []uint64) {
 	inf := float32(math.Inf(-1))
 	for w, bits := range mask {
@@ -51,8 +51,9 @@ const (
 	pickArgmax pickKind = iota
 	// pickSample: the sampling kernel over every row (greedy rows take its argmax).
 	pickSample
-	// pickMasked: the mask kernel over the masked rows, then the sampling kernel over every row. The
-	// argmax is never fused into the LM head then: the mask must come between the logits and the pick.
+	// pickMasked: the sampling kernel over every row, the masked rows' bitsets read beside their logits.
+	// The argmax is never fused into the LM head then: the mask must come between the logits and the
+	// pick.
 	pickMasked
 )
 

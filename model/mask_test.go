@@ -190,3 +190,70 @@ func TestBeginCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestWrapPick checks that a wrapped Pick keeps Begin's and Start's contract (Commit once, Wait
+// committing an uncommitted pick, a failed Commit failing Wait) and passes each call through its hooks
+// once.
+func TestWrapPick(t *testing.T) {
+	m, cfg := tinyCPUModel(t)
+	p := newPager(64, 4, newRand(5))
+	prompt := randomTokens(newRand(6), 5, cfg.VocabSize)
+	want, err := m.ForwardGreedy(p.step(chunk{0, prompt}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		name    string
+		begin   bool
+		commit  []SampleParams // nil: Wait without Commit
+		commits int            // Commit hook calls expected
+		fails   bool           // Commit and Wait fail
+	}{
+		{name: "started"},
+		{name: "begun, committed", begin: true, commit: []SampleParams{{}}, commits: 1},
+		{name: "begun, waited", begin: true, commits: 1},
+		{name: "begun, short mask", begin: true, commit: []SampleParams{{Mask: []uint64{1}}}, commits: 1, fails: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := p.step(chunk{1 + i, prompt})
+			var inner *Pick
+			if c.begin {
+				inner, err = m.Begin(st)
+			} else {
+				inner, err = m.Start(st, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var commits, waits int
+			pick := WrapPick(inner, PickHooks{
+				Commit: func(commit func() error) error { commits++; return commit() },
+				Wait:   func(wait func() ([]int32, error)) ([]int32, error) { waits++; return wait() },
+			})
+			if c.commit != nil {
+				if err := pick.Commit(c.commit); (err != nil) != c.fails {
+					t.Errorf("Commit: %v, want failure %v", err, c.fails)
+				}
+				if err := pick.Commit(c.commit); err == nil {
+					t.Error("a second Commit succeeded")
+				}
+			}
+			for range 2 {
+				ids, err := pick.Wait()
+				if c.fails {
+					if err == nil {
+						t.Error("Wait after a failed Commit succeeded")
+					}
+				} else if err != nil || !slices.Equal(ids, want) {
+					t.Errorf("Wait = %v, %v; want %v", ids, err, want)
+				}
+			}
+			if commits != c.commits || waits != 1 {
+				t.Errorf("hooks: %d commits, %d waits; want %d and 1", commits, waits, c.commits)
+			}
+			if _, err := m.ForwardGreedy(p.step(chunk{10 + i, prompt})); err != nil {
+				t.Errorf("a step after the pick ended: %v", err)
+			}
+		})
+	}
+}

@@ -32,15 +32,16 @@ type inflightPick struct {
 // (the decode graph where it can) — unless QueueAsync already did — then the pick of every row of src
 // as planPick says: the argmax (fused into the LM head's product where it can, part of the graph) when
 // params is nil; else the sampling kernel (kernels/sample.cu, the twin of sampleRowCPU; outside the
-// graph, since its arguments change every step), after MaskRows (kernels/mask.cu, the twin of
-// MaskLogits) over the rows with a mask, whose bitsets go up on stream up (mask_cuda.go) — into the
-// slot's ids on the device, where the next step's InputFrom rows read them. The copy of the len(dst)
-// ids into the slot's page-locked memory runs on stream down after the slot's picked event, so that the
-// next step's kernels start as soon as this step's end instead of after a device-to-host copy
-// (BenchmarkCUDAStepBoundary times it); the slot's done event follows the copy. The slot's ids are not
-// written again before that copy has run: the step after next, which reuses the slot, is queued only
-// once the host has waited for done (settle). PickAsync returns without waiting; wait blocks on done
-// and copies the ids into dst. With both slots in flight, the older step is waited for first.
+// graph, since its arguments change every step), which reads each masked row's bitset where it reads
+// the row's logits (the twin of MaskLogits, then sampleRowCPU; the bitsets go up on stream up, in one
+// copy: mask_cuda.go) — into the slot's ids on the device, where the next step's InputFrom rows read
+// them. The copy of the len(dst) ids into the slot's page-locked memory runs on stream down after the
+// slot's picked event, so that the next step's kernels start as soon as this step's end instead of
+// after a device-to-host copy (BenchmarkCUDAStepBoundary times it); the slot's done event follows the
+// copy. The slot's ids are not written again before that copy has run: the step after next, which
+// reuses the slot, is queued only once the host has waited for done (settle). PickAsync returns without
+// waiting; wait blocks on done and copies the ids into dst. With both slots in flight, the older step
+// is waited for first.
 func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) (func() error, error) {
 	queued := b.queued
 	b.queued = false
@@ -92,10 +93,10 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
-	var masked, maskBytes int
+	var maskBytes int
 	if kind == pickMasked {
 		var err error
-		if masked, maskBytes, err = b.stageMasks(k, params, src.Cols); err != nil {
+		if maskBytes, err = b.stageMasks(k, params, rows, src.Cols); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
 		}
 	}
@@ -109,7 +110,7 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 			}
 		}
 		if err == nil {
-			err = b.queueMasks(k, masked, maskBytes, t, src.Cols)
+			err = b.queueMasks(k, maskBytes)
 		}
 		if err == nil && rows != nil {
 			args := slot.sample[:len(rows)*int(unsafe.Sizeof(sampleRow{}))]
@@ -117,9 +118,9 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 			err = b.dev.CopyToDeviceAsync(b.sampleArgs, args, b.stream)
 			if err == nil {
 				p := struct {
-					Out, Kept, Logits, Args cuda.DevicePtr
-					Cols                    int32
-				}{b.idsAt(k), b.sampleKept, t.ptr, b.sampleArgs, int32(src.Cols)}
+					Out, Kept, Logits, Args, Masks cuda.DevicePtr
+					Cols, Words                    int32
+				}{b.idsAt(k), b.sampleKept, t.ptr, b.sampleArgs, b.maskDev[k], int32(src.Cols), int32(maskWords(src.Cols))}
 				err = cuda.Launch(b.fn.sample, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: sampleThreads}, 0, b.stream, &p)
 			}
 		}
@@ -153,7 +154,7 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 // QueueAsync issues the recorded step (the metadata upload and the ops up to src, as PickAsync does)
 // without its pick and returns at once; the step's PickAsync follows before any other step begins
 // (Model.Begin), and queues only the pick, into the same ring slot. No argmax op is recorded: the pick
-// runs on the sampling kernel (with MaskRows before it for the rows with a mask).
+// runs on the sampling kernel (which folds in the masks of the rows that have one).
 func (b *cudaBackend) QueueAsync(rows int, src Tensor) error {
 	defer func() { b.ops, b.args = b.ops[:0], b.args[:0] }()
 	switch {

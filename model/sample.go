@@ -58,6 +58,9 @@ type sampleRow struct {
 	TopK  int32   // 0 = off
 	TopP  float32 // off unless in (0, 1)
 	U     float32 // the draw's uniform in [0, 1)
+	// Mask is 1 + the index of the row's bitset among the step's masks on the device (the CUDA
+	// backend's stageMasks), 0 when the row has none. The CPU twin masks the row itself (MaskLogits).
+	Mask int32
 }
 
 // prepareSample turns parameters into the row arguments both the kernel and sampleRowCPU use.

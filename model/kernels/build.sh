@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu mask.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
+SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
 SM90_SOURCE=gemm_sm90.cu
 HEADERS=(common.cuh)
 ARCHS="80 86 89 90"

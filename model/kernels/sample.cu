@@ -3,10 +3,18 @@
 // (a counter-based hash of the request's seed and output index, model/sample.go). It is the twin of
 // sampleRowCPU in ../sample.go; read that first, the steps and their order are the same.
 //
+// A row may have a mask (structured output, ../mask_cuda.go): a bitset of the tokens its constraint
+// allows. The mask is folded into the reads of the row: the pick runs on the row as MaskLogits
+// (../mask.go) would leave it, every token the mask leaves out −∞ except NaN and +∞, which stay. So the
+// first pass reads every logit (a NaN or +∞ anywhere, allowed or not, makes the row NonFinitePick) and
+// takes the max over the allowed ones; every later pass skips the tokens the mask leaves out without
+// reading them (a −∞ is never eligible, and never beats the argmax's start), so that a mask allowing
+// few tokens makes those passes cheap. The logits are never written.
+//
 // SampleRows: grid (rows), 1024 threads, one block per row, no sort of the vocabulary:
-//   1. max of the row; a row holding NaN or +∞ names no token: out = −1 (model.NonFinitePick, the CPU
-//      twin's rule), kept 0; greedy rows (invT 0) and rows of −∞ take the argmax, the lowest index on
-//      ties;
+//   1. max of the row (of its allowed tokens); a row holding NaN or +∞ names no token: out = −1
+//      (model.NonFinitePick, the CPU twin's rule), kept 0; greedy rows (invT 0) and rows of −∞ take the
+//      argmax, the lowest index on ties;
 //   2. a token is eligible when (x − max)·invT ≥ floor (floor = ln min_p, or the float underflow limit);
 //      the eligible tokens are the best of the row, so every filter keeps a best-first prefix of the order
 //      (value descending, index ascending), described by a cut (key, need): every eligible token with a
@@ -28,6 +36,7 @@ struct SampleRowArgs {
 	int topK;    // 0 = off
 	float topP;  // off unless in (0, 1)
 	float u;     // the row's uniform in [0, 1)
+	int mask;    // 1 + the index of the row's bitset in SampleParams.masks; 0 = unmasked
 };
 
 struct SampleParams {
@@ -35,7 +44,19 @@ struct SampleParams {
 	int *kept;                 // [rows] how many tokens the draw chose from (tests); may be null
 	const float *logits;       // [rows][cols]
 	const SampleRowArgs *args; // [rows]
+	const unsigned long long *masks; // [masked rows][words] bit t%64 of word t/64: token t allowed
 	int cols;
+	int words;
+};
+
+// RowMask is a row's mask in the kernel: its bitset, or null when every token is allowed.
+struct RowMask {
+	const unsigned long long *bits;
+	// allows reports whether token i is allowed. The 32 lanes of a warp reading neighbouring tokens read
+	// the same word: one load, cached.
+	__device__ __forceinline__ bool allows(int i) const {
+		return !bits || ((__ldg(bits + (i >> 6)) >> (i & 63)) & 1ull);
+	}
 };
 
 // sample_key maps a float to an unsigned key of the same order (−0 just below +0; NaN is never asked).
@@ -98,12 +119,14 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 	const int row = blockIdx.x, n = p.cols, tid = threadIdx.x, nt = blockDim.x;
 	const float *x = p.logits + (long long)row * n;
 	const SampleRowArgs a = p.args[row];
+	const RowMask mk{a.mask > 0 ? p.masks + (long long)(a.mask - 1) * p.words : nullptr};
 
 	float mx = -INFINITY;
 	bool bad = false;
 	for (int i = tid; i < n; i += nt) {
-		bad |= !(x[i] < INFINITY); // NaN or +∞
-		mx = fmaxf(mx, x[i]);
+		const float v = x[i];
+		bad |= !(v < INFINITY); // NaN or +∞, allowed or not
+		if (mk.allows(i)) mx = fmaxf(mx, v);
 	}
 	if (__syncthreads_or(bad)) {
 		if (tid == 0) {
@@ -117,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 		float v = -INFINITY;
 		int idx = 0x7fffffff;
 		for (int i = tid; i < n; i += nt)
-			if (x[i] > v) {
+			if (mk.allows(i) && x[i] > v) {
 				v = x[i];
 				idx = i;
 			}
@@ -136,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 	unsigned cutKey = 0;
 	int need = 0x7fffffff;
 	int count = 0;
-	for (int i = tid; i < n; i += nt) count += eligible(x[i]);
+	for (int i = tid; i < n; i += nt) count += mk.allows(i) && eligible(x[i]);
 	const int nE = block_sum_int(count, is);
 	const unsigned maxKey = sample_key(mx);
 
@@ -146,6 +169,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 			const unsigned mid = lo + (hi - lo + 1) / 2;
 			int c = 0;
 			for (int i = tid; i < n; i += nt) {
+				if (!mk.allows(i)) continue;
 				const float v = x[i];
 				c += eligible(v) && sample_key(v) >= mid;
 			}
@@ -154,6 +178,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 		}
 		int c = 0;
 		for (int i = tid; i < n; i += nt) {
+			if (!mk.allows(i)) continue;
 			const float v = x[i];
 			c += eligible(v) && sample_key(v) > lo;
 		}
@@ -166,6 +191,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 		float above = 0.f;
 		int eq = 0;
 		for (int i = tid; i < n; i += nt) {
+			if (!mk.allows(i)) continue;
 			const float v = x[i];
 			if (!eligible(v)) continue;
 			const unsigned k = sample_key(v);
@@ -182,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 			const unsigned mid = lo + (hi - lo) / 2;
 			float m = 0.f;
 			for (int i = tid; i < n; i += nt) {
+				if (!mk.allows(i)) continue;
 				const float v = x[i];
 				if (eligible(v) && sample_key(v) > mid) m += expf((v - mx) * invT);
 			}
@@ -191,6 +218,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 		float m = 0.f;
 		int ties = 0;
 		for (int i = tid; i < n; i += nt) {
+			if (!mk.allows(i)) continue;
 			const float v = x[i];
 			if (!eligible(v)) continue;
 			const unsigned k = sample_key(v);
@@ -213,6 +241,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 	float above = 0.f;
 	int last = -1;
 	for (int i = s0; i < s1; i++) {
+		if (!mk.allows(i)) continue;
 		const float v = x[i];
 		if (!eligible(v)) continue;
 		const unsigned k = sample_key(v);
@@ -235,6 +264,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 		float cum = start;
 		int tie = tieOff, choice = -1;
 		for (int i = s0; i < s1; i++) {
+			if (!mk.allows(i)) continue;
 			const float v = x[i];
 			if (!eligible(v)) continue;
 			const unsigned k = sample_key(v);
@@ -252,6 +282,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) SampleRows(const Sa
 	if (myTies > 0) {
 		int tie = tieOff;
 		for (int i = s0; i < s1; i++) {
+			if (!mk.allows(i)) continue;
 			const float v = x[i];
 			if (eligible(v) && sample_key(v) == cutKey && tie++ < need) last = max(last, i);
 		}

@@ -693,28 +693,37 @@ PY
 section_constraints() {
 	local d=$out/constraints
 	mkdir -p "$d"
-	# The masked pick against its CPU twin on rows of 128256 logits (one token allowed, 0.1%, half, all
-	# but the best, unmasked, a NaN the mask leaves out; greedy and sampled), pipelined picks with masks
+	# The masked pick (the sampling kernel reading the masks beside the logits) against its CPU twin on
+	# rows of 128256 logits (one token allowed, 0.1%, half, all but the best, first and last words,
+	# unmasked, a NaN or +Inf the mask leaves out; greedy and sampled; picks and kept sets) and on
+	# hand-made rows (ties through the cuts, a partial last word, −∞), pipelined picks with masks
 	# committed after the step began, sampling; constrained requests picked on the device give the
 	# tokens of the same requests drawn on the host.
-	gotest "$d" model-masked model '^(TestCUDAMaskedPickMatchesTwin|TestCUDAPipelinedPicks|TestCUDASampleMatchesTwin|TestCUDASampleTies)$' 120
+	gotest "$d" model-masked model '^(TestCUDAMaskedPickMatchesTwin|TestCUDAMaskedPickTies|TestCUDAPipelinedPicks|TestCUDASampleMatchesTwin|TestCUDASampleTies)$' 120
 	gotest "$d" engine-constraint engine '^TestCUDAConstraintMatchesHost$' 60
-	# The pick of 1 and 64 rows with and without masks; the engine's step on a Llama-3.2-1B-shaped model
-	# at batch 1 and 64 with and without a JSON Schema constraint on every request (target: constraint
-	# within 5% of none).
+	# The pick of 1 and 64 rows without masks, with dense and with sparse ones; the engine's decode step
+	# (step-ms: the median interval between two tokens of the batch) on a Llama-3.2-1B-shaped model at
+	# batch 1 and 64 with and without a JSON Schema constraint on every request (target: constraint
+	# within 5% of none), and its phases (wait, host, begin, commit, masks: docs/bench/constraint.md).
 	gobench "$d" masked-pick model '^BenchmarkCUDAMaskedPick$' 300x 60
 	gobench "$d" constrained-step engine '^BenchmarkCUDAConstrainedStep$' 3x 240
 	awk '/^BenchmarkCUDAConstrainedStep/ {
 		split($1, p, "/"); b = p[2]; m = p[3]; sub(/-[0-9]+$/, "", m)
-		for (i = 1; i < NF; i++) if ($(i+1) == "ms/step") ms[b, m] = $i
+		for (i = 1; i < NF; i++) v[b, m, $(i+1)] = $i
 		bs[b] = 1
 	} END {
 		for (b in bs) {
-			r = ms[b, "none"] ? ms[b, "constraint"] / ms[b, "none"] : 0
-			printf "%s: none %s ms, constraint %s ms (%.3f%s), host %s ms, constraint-host %s ms\n", b, ms[b, "none"],
-				ms[b, "constraint"], r, (r > 1.05 ? ", over 1.05" : ""), ms[b, "host"], ms[b, "constraint-host"]
+			r = v[b, "none", "step-ms"] ? v[b, "constraint", "step-ms"] / v[b, "none", "step-ms"] : 0
+			printf "%s: step none %s ms, constraint %s ms (%.3f%s), host %s ms, constraint-host %s ms\n", b,
+				v[b, "none", "step-ms"], v[b, "constraint", "step-ms"], r, (r > 1.05 ? ", over 1.05" : ""),
+				v[b, "host", "step-ms"], v[b, "constraint-host", "step-ms"]
+			split("none constraint", ms, " ")
+			for (k = 1; k <= 2; k++)
+				printf "  %s %s: wait %s, host %s, begin %s, commit %s, masks %s ms; elapsed/steps %s ms\n", b, ms[k],
+					v[b, ms[k], "wait-ms"], v[b, ms[k], "host-ms"], v[b, ms[k], "begin-ms"], v[b, ms[k], "commit-ms"],
+					v[b, ms[k], "masks-ms"], v[b, ms[k], "ms/step"]
 		}
-	}' "$d/constrained-step.log" | sort -t= -k2 -n | tee -a "$out/summary.txt"
+	}' "$d/constrained-step.log" | sort -s -t= -k2,2n | tee -a "$out/summary.txt"
 }
 
 section_hardening() {
