@@ -1,12 +1,13 @@
-// Shared-prefix (cascade) decode attention: the two kernels it adds to the split-k kernels it runs twice.
-// A step's groups of sequences that share their first pages are packed into virtual sequences of up to
-// `members` members each (SharedLayout, shared.go); the prefix pass is the split-k partition kernel run on
-// the virtual sequences, whose query heads of KV head h are the members' G heads of h one after another
-// (members·G rows: the 64-row mma head tile at G = 4 and 16 members), so each program reads a partition of
-// the shared pages once for every member; the suffix pass is the split-k partition kernel run on every
-// sequence's own pages (block tables from the end of its shared prefix); the merge combines a sequence's
-// prefix and suffix partials by log-sum-exp (PartialRun, decode.cuh: the split-k reduce's own code).
-// Launched by CUDAKernels.DecodeShared (shared_cuda.go); the CPU twin is DecodeShared (shared.go).
+// Shared-prefix (cascade) decode attention: the kernels it adds to the split-k kernels it runs for the
+// suffixes. A step's groups of sequences that share their first pages are packed into virtual sequences
+// of up to `members` members each (SharedLayout, shared.go), whose query rows of KV head h are the
+// members' G heads of h one after another (members·G rows: 128 at G = 4 and 32 members). The prefix pass
+// is SharedPrefix (below; the split-k partition kernel run on the virtual sequences for the shapes it
+// does not cover), which reads a partition of the shared pages once for all those rows; the suffix pass
+// is the split-k partition kernel run on every sequence's own pages (block tables from the end of its
+// shared prefix); the merge combines a sequence's prefix and suffix partials by log-sum-exp (PartialRun,
+// decode.cuh: the split-k reduce's own code). Launched by CUDAKernels.DecodeShared (shared_cuda.go); the
+// CPU twin is DecodeShared (shared.go).
 //
 //   SharedGather:             grid (virtual·members, num_heads), row_bytes/16 threads: the virtual
 //                             sequences' queries, [virtual][num_kv_heads][members][G][head_dim], copied
@@ -78,6 +79,289 @@ template <typename T, int D> __device__ __forceinline__ void shared_merge(const 
 	run_sum<D>(suffix, mx, d, l, a);
 	reinterpret_cast<T *>(p.out)[((long long)seq * p.num_heads + hq) * D + d] = Elem<T>::from_float(a / l);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The prefix kernel: SharedPrefix_<dtype>_d<D> (bf16/fp16, head_dim 64 and 128; other shapes run the
+// prefix pass on the split-k partition kernel). A group's shared pages are as much arithmetic as bytes
+// once they are read once (tens of query rows per key), so this is a dense attention kernel, tiled for
+// the tensor cores rather than for decode's few rows:
+//
+//   grid (virtual · row_blocks, num_kv_heads, prefix_partitions), PREFIX_THREADS threads; a program
+//   serves PREFIX_ROWS query rows (members·G rows of one virtual sequence and KV head, row block
+//   blockIdx.x % row_blocks) over one partition of the shared pages, and writes the split-k partial
+//   (m, l, acc) of every row, in the layout shared_merge reads.
+//   Warp w owns rows w·32 .. w·32+31 (two m16 tiles); a warp whose rows are all past the virtual
+//   sequence's rows only copies. Q (the rows, [ROWS][D]) is copied into shared memory once and read
+//   as mma A fragments with ldmatrix at every k-step, so each K fragment serves both m-tiles and each Q
+//   fragment a whole tile of keys. K/V tiles of PREFIX_TILE tokens are gathered page by page through
+//   the virtual sequence's block table with cp.async (TileLoader), PREFIX_STAGES deep, into
+//   XOR-swizzled rows (conflict-free ldmatrix). Per tile: S = Q·Kᵀ (mma.sync m16n8k16, fp32), the
+//   online softmax of each row in registers (log2 units, the scale folded into the exponent), and
+//   acc += P·V with P re-packed from the score accumulators as the A operand and V read with
+//   ldmatrix.trans. The partial's m and l are in log2 units, acc unnormalised: the split-k convention.
+//
+// Rows are members·G of a virtual sequence; a virtual sequence of more rows than PREFIX_ROWS takes
+// several row blocks (the same pages, read by neighbouring programs, so from L2 after the first).
+
+#define PREFIX_WARPS 4
+#define PREFIX_MT 2 // m16 tiles per warp
+#define PREFIX_ROWS (PREFIX_WARPS * PREFIX_MT * 16)
+#define PREFIX_THREADS (PREFIX_WARPS * DECODE_WARP)
+#define PREFIX_TILE 64
+#define PREFIX_STAGES 2
+#define PREFIX_KEYS 32 // keys of one softmax step: S of two m-tiles × 32 keys beside acc fits the registers
+
+template <typename T, int D> struct PrefixShape {
+	using L = TileLoader<T, D, PREFIX_TILE, PREFIX_THREADS>;
+	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
+	static constexpr int Q_BYTES = PREFIX_ROWS * ROW_CHUNKS * 16;
+	static constexpr int PIPE_BYTES = PREFIX_STAGES * L::STAGE_BYTES;
+	static constexpr int ROW_BYTES = ROW_CHUNKS * 16;
+	// The stages, then Q, from a 1024-byte boundary (+1024 bytes of slack): rows then start ROW_BYTES
+	// aligned, so that a lane's swizzled ldmatrix address at k-step kk is its k-step-0 address XOR kk·32.
+	static constexpr int SMEM = PIPE_BYTES + Q_BYTES + 1024;
+	static_assert(ROW_CHUNKS == 8 || ROW_CHUNKS == 16, "rows of 8 or 16 chunks (the XOR addressing)");
+	static_assert((PREFIX_ROWS * ROW_CHUNKS) % PREFIX_THREADS == 0, "threads divide Q's chunks");
+};
+
+template <typename T, int D> __device__ __forceinline__ void shared_prefix(const DecodeParams &p) {
+	using Sh = PrefixShape<T, D>;
+	using L = typename Sh::L;
+	constexpr int KSTEPS = D / 16;            // k-steps of Q·Kᵀ
+	constexpr int NT = PREFIX_KEYS / 8;       // n-tiles (8 keys) of S
+	constexpr int DT = D / 8;                 // n-tiles (8 elements) of acc
+	constexpr int RC = Sh::ROW_CHUNKS;
+
+	extern __shared__ __align__(128) uint8_t smem_raw[];
+	__shared__ int sids[PREFIX_STAGES][L::MAX_PAGES];
+	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+
+	decode_pdl_enter();
+	const int rows = p.group; // members·G rows of a virtual sequence and KV head
+	const int row_blocks = (rows + PREFIX_ROWS - 1) / PREFIX_ROWS;
+	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
+	const int kvh = blockIdx.y, part = blockIdx.z;
+	const int start = part * p.partition_tokens;
+	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
+	if (start >= end) return; // an empty partition: the merge does not read it
+
+	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
+	const int lbs = p.log2_block_size;
+	const int *table = p.block_tables + (long long)v * p.max_blocks;
+	const uint64_t pf = copy_policy(p.flags);
+	const T *kc = reinterpret_cast<const T *>(p.k_cache);
+	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const long long row_stride = (long long)p.num_kv_heads * D;
+	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
+	const int row0 = rb * PREFIX_ROWS;                  // the block's first row of the virtual sequence
+	const int nrows = min(PREFIX_ROWS, rows - row0);    // rows of this block
+	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
+
+	// Prologue: the first tile's block ids, Q and the first STAGES-1 tiles, one commit group each (Q
+	// rides with tile 0).
+	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
+	{
+		const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES);
+		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
+#pragma unroll
+		for (int i = 0; i < PREFIX_ROWS * RC / PREFIX_THREADS; i++) {
+			const int c = tid + i * PREFIX_THREADS;
+			const int r = c / RC, chunk = c % RC;
+			const bool valid = r < nrows;
+			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
+		}
+	}
+	__syncthreads(); // tile 0's ids
+#pragma unroll
+	for (int s = 0; s < PREFIX_STAGES - 1; s++) {
+		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
+		if (s > 0) __syncthreads();
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
+	int next_id = L::load_id(table, start + (PREFIX_STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+
+	// Rows of lane: m-tile mt's rows w·32 + mt·16 + r0 and + 8; columns c0, c0+1 of each n-tile.
+	const int r0 = lane / 4, c0 = (lane % 4) * 2;
+	// ldmatrix lane roles: matrix lane/8, row lane%8.
+	const int mi = lane / 8, mr = lane % 8;
+	const bool active = warp * PREFIX_MT * 16 < nrows; // else only copies
+	// Lane offsets of the ldmatrix reads at k-step 0 (see PrefixShape): Q's A fragments and V's
+	// transposed B fragments take matrix rows (mi%2)·8 + mr and chunk mi/2, K's B fragments rows
+	// (mi/2)·8 + mr and chunk mi%2, each chunk swizzled by the row (mr).
+	constexpr int RB = Sh::ROW_BYTES;
+	const uint32_t off_a = ((mi % 2) * 8 + mr) * RB + (((mi / 2) ^ mr) * 16);
+	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
+	const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES) + warp * PREFIX_MT * 16 * RB + off_a;
+	const float scale = p.scale_log2;
+
+	float acc[PREFIX_MT][DT][4];
+	float m[PREFIX_MT][2], l[PREFIX_MT][2];
+#pragma unroll
+	for (int mt = 0; mt < PREFIX_MT; mt++) {
+#pragma unroll
+		for (int n = 0; n < DT; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+		m[mt][0] = m[mt][1] = -INFINITY;
+		l[mt][0] = l[mt][1] = 0.f;
+	}
+
+	for (int j = 0; j < ntiles; j++) {
+		if (tid < L::MAX_PAGES) sids[(j + PREFIX_STAGES - 1) % PREFIX_STAGES][tid] = next_id;
+		cp_async_wait<PREFIX_STAGES - 2>();
+		__syncthreads(); // tile j (and Q) landed; tile j-1's stage is free; the ids above are visible
+		{
+			const int jn = j + PREFIX_STAGES - 1;
+			if (jn < ntiles)
+				L::issue(smem + (jn % PREFIX_STAGES) * L::STAGE_BYTES, sids[jn % PREFIX_STAGES], kc, vc,
+				         start + jn * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
+		}
+		if (!active) continue;
+		const uint32_t ks = smem_addr(smem + (j % PREFIX_STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+#pragma unroll 1
+		for (int k0 = 0; k0 < PREFIX_TILE; k0 += PREFIX_KEYS) {
+		const int t0 = start + j * PREFIX_TILE + k0;
+		if (t0 >= end) break;
+
+		// S = Q·Kᵀ: PREFIX_MT × NT fragments of 16 rows × 8 keys.
+		float s[PREFIX_MT][NT][4];
+#pragma unroll
+		for (int mt = 0; mt < PREFIX_MT; mt++)
+#pragma unroll
+			for (int n = 0; n < NT; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+		for (int kk = 0; kk < KSTEPS; kk++) {
+			uint32_t qa[PREFIX_MT][4];
+#pragma unroll
+			for (int mt = 0; mt < PREFIX_MT; mt++) {
+				// A: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+				ldmatrix_x4((qs + mt * 16 * RB) ^ (kk * 32), qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+			}
+#pragma unroll
+			for (int np = 0; np < NT / 2; np++) {
+				// B: keys np·16 .. +7 (k 0-7, 8-15), then keys np·16+8 .. +15.
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4((ks + (k0 + np * 16) * RB + off_k) ^ (kk * 32), b0, b1, b2, b3);
+#pragma unroll
+				for (int mt = 0; mt < PREFIX_MT; mt++) {
+					mma16816<T>(s[mt][2 * np], qa[mt], b0, b1);
+					mma16816<T>(s[mt][2 * np + 1], qa[mt], b2, b3);
+				}
+			}
+		}
+		// Keys past the partition's end (the last tile's) are masked.
+		if (t0 + PREFIX_KEYS > end) {
+#pragma unroll
+			for (int n = 0; n < NT; n++)
+#pragma unroll
+				for (int e = 0; e < 2; e++)
+					if (t0 + n * 8 + c0 + e >= end) {
+#pragma unroll
+						for (int mt = 0; mt < PREFIX_MT; mt++) s[mt][n][e] = s[mt][n][2 + e] = -INFINITY;
+					}
+		}
+
+		// Online softmax of rows r0 (elements 0, 1) and r0+8 (2, 3) of each m-tile: every tile holds a
+		// key of the range, so the new maximum is finite and a row's first rescale multiplies by 0.
+#pragma unroll
+		for (int mt = 0; mt < PREFIX_MT; mt++) {
+			float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
+				mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
+			}
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+			const float mn0 = fmaxf(m[mt][0], mx0 * scale), mn1 = fmaxf(m[mt][1], mx1 * scale);
+			const float al0 = exp2f(m[mt][0] - mn0), al1 = exp2f(m[mt][1] - mn1);
+			m[mt][0] = mn0;
+			m[mt][1] = mn1;
+			float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				s[mt][n][0] = exp2f(fmaf(s[mt][n][0], scale, -mn0));
+				s[mt][n][1] = exp2f(fmaf(s[mt][n][1], scale, -mn0));
+				s[mt][n][2] = exp2f(fmaf(s[mt][n][2], scale, -mn1));
+				s[mt][n][3] = exp2f(fmaf(s[mt][n][3], scale, -mn1));
+				ps0 += s[mt][n][0] + s[mt][n][1];
+				ps1 += s[mt][n][2] + s[mt][n][3];
+			}
+			l[mt][0] = l[mt][0] * al0 + ps0;
+			l[mt][1] = l[mt][1] * al1 + ps1;
+#pragma unroll
+			for (int n = 0; n < DT; n++) {
+				acc[mt][n][0] *= al0;
+				acc[mt][n][1] *= al0;
+				acc[mt][n][2] *= al1;
+				acc[mt][n][3] *= al1;
+			}
+		}
+
+		// acc += P·V, 16 keys at a time: P's A fragment is two n-tiles of S, packed; V's B fragments come
+		// transposed from ldmatrix.trans (keys as k, elements as n) and serve both m-tiles.
+#pragma unroll
+		for (int kt = 0; kt < PREFIX_KEYS / 16; kt++) {
+			uint32_t pa[PREFIX_MT][4];
+#pragma unroll
+			for (int mt = 0; mt < PREFIX_MT; mt++) {
+				pa[mt][0] = Elem<T>::pack(s[mt][2 * kt][0], s[mt][2 * kt][1]);
+				pa[mt][1] = Elem<T>::pack(s[mt][2 * kt][2], s[mt][2 * kt][3]);
+				pa[mt][2] = Elem<T>::pack(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
+				pa[mt][3] = Elem<T>::pack(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
+			}
+			const uint32_t vrow = vs + (k0 + kt * 16) * RB + off_a;
+#pragma unroll
+			for (int dp = 0; dp < D / 16; dp++) {
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4_trans(vrow ^ (dp * 32), b0, b1, b2, b3);
+#pragma unroll
+				for (int mt = 0; mt < PREFIX_MT; mt++) {
+					mma16816<T>(acc[mt][2 * dp], pa[mt], b0, b1);
+					mma16816<T>(acc[mt][2 * dp + 1], pa[mt], b2, b3);
+				}
+			}
+		}
+		}
+	}
+	cp_async_wait<0>();
+	if (!active) return;
+
+	// The partials of the block's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
+	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+#pragma unroll
+	for (int mt = 0; mt < PREFIX_MT; mt++) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float sum = l[mt][h];
+			sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+			const int r = warp * PREFIX_MT * 16 + mt * 16 + h * 8 + r0;
+			if (r >= nrows) continue;
+			const long long at = base + r;
+			if (lane % 4 == 0) p.part_m[at] = m[mt][h], p.part_l[at] = sum;
+			float *o = p.part_acc + at * D + c0;
+#pragma unroll
+			for (int n = 0; n < DT; n++)
+				*reinterpret_cast<float2 *>(o + n * 8) = make_float2(acc[mt][n][2 * h], acc[mt][n][2 * h + 1]);
+		}
+	}
+}
+
+#define SHARED_PREFIX(T, TN, D)                                                                               \
+	extern "C" __global__ void __launch_bounds__(PREFIX_THREADS, 2) SharedPrefix_##TN##_d##D(const DecodeParams p) { \
+		shared_prefix<T, D>(p);                                                                           \
+	}                                                                                                         \
+	extern "C" __device__ int SharedPrefix_##TN##_d##D##_smem = PrefixShape<T, D>::SMEM;
+
+SHARED_PREFIX(__nv_bfloat16, bf16, 64)
+SHARED_PREFIX(__nv_bfloat16, bf16, 128)
+SHARED_PREFIX(__half, fp16, 64)
+SHARED_PREFIX(__half, fp16, 128)
 
 #define SHARED_MERGE(T, TN, D)                                                                                \
 	extern "C" __global__ void __launch_bounds__(D) SharedMerge_##TN##_d##D(const SharedParams p) {            \

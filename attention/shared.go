@@ -492,11 +492,28 @@ type SharedDecision struct {
 	Plan   SharedPlan
 }
 
+// The GPU prefix kernel's shape (shared.cu: PREFIX_ROWS, PREFIX_THREADS): query rows and threads of a
+// program.
+const (
+	sharedPrefixRows    = 128
+	sharedPrefixThreads = 128
+)
+
+// sharedPrefixKernel reports whether shared.cu's prefix kernel covers dtype dt at head dimension d
+// (bf16 and fp16 at 64 and 128); other calls run the prefix pass on the split-k partition kernel.
+func sharedPrefixKernel(dt DType, d int) bool {
+	return (dt == BF16 || dt == FP16) && (d == 64 || d == 128)
+}
+
 // SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
-// at head dimension headDim: as many as fill the mma kernels' largest head tile (64 rows; 8 at head_dim
+// at head dimension headDim in dtype dt: as many as fill the prefix kernel's rows (sharedPrefixRows)
+// where it covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
 // 256, where the mma kernels have the narrow tile alone).
-func SharedMembersFor(g, headDim int) int {
-	if headDim == wideHeadDim {
+func SharedMembersFor(dt DType, g, headDim int) int {
+	switch {
+	case sharedPrefixKernel(dt, headDim):
+		return max(1, sharedPrefixRows/max(1, g))
+	case headDim == wideHeadDim:
 		return max(1, cudaNarrowRows/max(1, g))
 	}
 	return SharedMembers(g)
@@ -527,13 +544,16 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	if err != nil {
 		return SharedDecision{}
 	}
-	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(group, c.HeadDim)))
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(c.DType, group, c.HeadDim)))
 	if l.Virtual() == 0 {
 		return SharedDecision{}
 	}
 	tile := max(cudaTileTokens, c.BlockSize)
 	longestShared := longestContext(l.VirtualLens)
 	units := l.Virtual() * c.NumKVHeads
+	if sharedPrefixKernel(c.DType, c.HeadDim) {
+		units *= ceilDiv(l.Members*group, sharedPrefixRows) // the prefix kernel's row blocks
+	}
 	parts := min(maxSplitPartitions, max(1, ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)))
 	plan := SharedPlan{PrefixPartitionTokens: max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longestShared, parts), tile))}
 

@@ -4,6 +4,8 @@ package attention
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -30,11 +32,15 @@ type sharedParams struct {
 	SuffixPartitionTokens, SuffixPartitions        int32
 }
 
-// sharedGatherKernel and sharedMergeKernelName are shared.cu's entry points.
+// sharedGatherKernel, sharedMergeKernelName and sharedPrefixKernelName are shared.cu's entry points.
 const sharedGatherKernel = "SharedGather"
 
 func sharedMergeKernelName(dt DType, d int) string {
 	return fmt.Sprintf("SharedMerge_%s_d%d", dt.name(), d)
+}
+
+func sharedPrefixKernelName(dt DType, d int) string {
+	return fmt.Sprintf("SharedPrefix_%s_d%d", dt.name(), d)
 }
 
 // loadShared looks up shared.cu's kernels.
@@ -55,6 +61,15 @@ func (k *CUDAKernels) loadShared() error {
 		}
 		k.kernels[name] = &cudaKernel{fn: fn}
 	}
+	for _, dt := range []DType{BF16, FP16} {
+		for _, d := range cudaHeadDims {
+			if sharedPrefixKernel(dt, d) {
+				if err := k.prepare(sharedPrefixKernelName(dt, d), sharedPrefixThreads); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -65,7 +80,8 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 }
 
 // DecodeShared queues the shared-prefix algorithm for call a on stream s (see shared.cu): the queries'
-// gather, the prefix pass (the split-k partition kernel over the virtual sequences), the suffix pass
+// gather, the prefix pass (shared.cu's prefix kernel where sharedPrefixKernel covers the call, else the
+// split-k partition kernel, over the virtual sequences), the suffix pass
 // (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
 // writes a.Out. sh holds the layout and plan (DecideShared's) and their device arrays; workspace must be
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window. The kernels are
@@ -109,11 +125,18 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
-	pt := t
-	pt.NoEvictFirst = true
-	pd, err := k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, pt)
-	if err != nil {
-		return fmt.Errorf("attention: shared-prefix pass: %w", err)
+	prefixKernel := k.kernels[sharedPrefixKernelName(dt, a.HeadDim)]
+	var pd DecodeDecision
+	if prefixKernel != nil {
+		parts, _ := sh.Plan.partitions(l)
+		pd.Plan = DecodePlan{Kernel: SplitK, PartitionTokens: sh.Plan.PrefixPartitionTokens, NumPartitions: parts}
+	} else {
+		pt := t
+		pt.NoEvictFirst = true
+		var err error
+		if pd, err = k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, pt); err != nil {
+			return fmt.Errorf("attention: shared-prefix pass: %w", err)
+		}
 	}
 	suffix := *a
 	suffix.Dependent = false
@@ -141,7 +164,12 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	if err := cuda.Launch(gather.fn, cuda.Dim3{X: l.Virtual() * l.Members, Y: a.NumHeads}, cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: shared-prefix gather: %w", err)
 	}
-	if err := k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL); err != nil {
+	if prefixKernel != nil {
+		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, p.PreAcc, p.PreM, p.PreL)
+	} else {
+		err = k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL)
+	}
+	if err != nil {
 		return fmt.Errorf("attention: shared-prefix pass: %w", err)
 	}
 	if err := k.runPartitions(s, &suffix, sd, p.SufAcc, p.SufM, p.SufL); err != nil {
@@ -151,6 +179,25 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 		return fmt.Errorf("attention: shared-prefix merge: %w", err)
 	}
 	return nil
+}
+
+// runPrefix queues shared.cu's prefix kernel kern for the virtual call a (its queries the gathered
+// ones, its sequences the virtual sequences, its query heads their rows per KV head times the KV heads),
+// partitioned as plan says, its partials to (acc, m, l) in the split-k layout.
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
+	rows := a.NumHeads / a.NumKVHeads
+	p := decodeParams{
+		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
+		PartM: m, PartL: l, PartAcc: acc,
+		ScaleLog2:  float32(float64(a.Scale) * math.Log2E),
+		NumHeads:   int32(a.NumHeads),
+		NumKVHeads: int32(a.NumKVHeads),
+		MaxBlocks:  int32(a.MaxBlocks), Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
+		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
+		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
+	}
+	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, sharedPrefixRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
+	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 }
 
 // runPartitions queues the split-k partition kernel of decision d (split-k, reduce-kernel merge) for

@@ -94,12 +94,16 @@ func (c *gpuDecodeCase) sharedArgs(t *testing.T, l *SharedLayout, plan SharedPla
 // (DecodeShared over the same rounded values): bf16, fp16 and fp32, head_dim 64, 128 and 256, groups of
 // 1 to 64 sequences, prefixes of 1 page, a page and a few tokens and long, ragged suffixes, several
 // groups and sequences in no group, prefix and suffix partitions from one tile to longer than every
-// context, output and workspace poisoned with NaN.
+// context, output and workspace poisoned with NaN. The prefix kernel's tiling edges: virtual sequences
+// whose rows (members·G) are not a multiple of a warp's 32 or of a program's 128 rows (G = 3, odd
+// members, more members than one program's rows), prefixes and partitions that end inside a 64-token
+// tile. The CPU twin is compared at the dispatcher's member count (SharedMembersFor).
 func TestCUDADecodeShared(t *testing.T) {
 	k := gpuKernels(t)
 	for _, codec := range codecs {
 		for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{
 			{4, 2, 128, 16}, {1, 2, 64, 8}, {8, 1, 128, 32}, {4, 2, 64, 16}, {2, 2, 256, 16},
+			{3, 2, 128, 16}, {5, 1, 64, 8},
 		} {
 			if sh.headDim == wideHeadDim && codec.typ == cuda.Float32 {
 				continue
@@ -115,6 +119,7 @@ func TestCUDADecodeShared(t *testing.T) {
 					{"two, one page", []sharedSpec{{pages: 1, suffix: []int{1, 1}}}},
 					{"page and a few tokens", []sharedSpec{{pages: 1, suffix: []int{2, 5, bs - 1, bs, bs + 1}}}},
 					{"64 members, long", []sharedSpec{{pages: 4096 / bs, suffix: suffixes(rng, 64, bs)}}},
+					{"45 members, prefix inside a tile", []sharedSpec{{pages: 37, suffix: suffixes(rng, 45, bs)}}},
 					{"groups and loners", []sharedSpec{
 						{pages: 5, suffix: suffixes(rng, 9, bs)},
 						{pages: 0, suffix: []int{7, 3 * bs}},
@@ -129,8 +134,13 @@ func TestCUDADecodeShared(t *testing.T) {
 							t.Fatal("no shared groups found")
 						}
 						g := sh.group
-						for _, plan := range []SharedPlan{{64, 64}, {roundUp(3*64, bs), 128}, {1 << 16, 1 << 16}} {
-							for _, members := range []int{1, SharedMembersFor(g, sh.headDim)} {
+						fit := SharedMembersFor(dtypeOf(codec.typ), g, sh.headDim)
+						memberSets := []int{1, fit}
+						if sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
+							memberSets = append(memberSets, 3, 2*fit+1) // odd rows; several row blocks
+						}
+						for _, plan := range []SharedPlan{{64, 64}, {roundUp(3*64, bs), 128}, {roundUp(80, bs), 64}, {1 << 16, 1 << 16}} {
+							for _, members := range memberSets {
 								l := NewSharedLayout(c.lens, groups, bs, members)
 								args := c.sharedArgs(t, l, plan)
 								bytes := SharedWorkspaceBytes(l, plan, c.numHeads, c.kvHeads, c.headDim, codec.size)
@@ -144,6 +154,9 @@ func TestCUDADecodeShared(t *testing.T) {
 								what := fmt.Sprintf("members %d plan %+v", members, plan)
 								if e := relErr(got, c.ref); !(e < codec.tol) {
 									t.Fatalf("%s: relative error %.3g against the reference, want < %g", what, e, codec.tol)
+								}
+								if members != fit {
+									continue // the twin's own layouts are TestDecodeShared's
 								}
 								twin := make([]float32, len(c.q))
 								DecodeShared(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens, groups, members, plan)

@@ -306,8 +306,8 @@ func TestDecideShared(t *testing.T) {
 			if programs < dev.SMs && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
 				t.Fatalf("plan %+v: %d prefix programs for %d SMs", p, programs, dev.SMs)
 			}
-			if want := min(16, tc.members); d.Layout.Members != want {
-				t.Fatalf("%d members a virtual sequence, want %d (at most 64 rows at G = 4)", d.Layout.Members, want)
+			if want := min(32, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's 128 rows at G = 4)", d.Layout.Members, want)
 			}
 			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
 		})
