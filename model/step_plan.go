@@ -282,14 +282,19 @@ func (p matmulPath) String() string {
 	return [...]string{"gemv", "gemm", "cublas", "fp8", "fp8-cublaslt"}[p]
 }
 
+// fp8KernelMaxRows is the most token rows an FP8 product runs on the FP8 kernel by default (fp8Path).
+// The kernel streams the weights once for all its rows but converts and multiplies on CUDA cores; past
+// a handful of rows cuBLASLt's e4m3 GEMM, on the tensor cores, is the faster of the two even with the
+// scaling pass it needs (docs/bench/fp8-h200.md).
+const fp8KernelMaxRows = 8
+
 // fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
-// loaded, from FP8LtRows rows on (gemvMaxTokens+1 by default: the FP8 kernel streams the weights of a
-// decode step, the GEMM's tensor cores win at prefill sizes), and out a multiple of 4 (its output's
-// rows 16-byte aligned); the FP8 kernel otherwise.
+// loaded, from FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its
+// output's rows 16-byte aligned); the FP8 kernel otherwise.
 func (f *stepFacts) fp8Path(rows, out int) matmulPath {
 	least := f.tune.FP8LtRows
 	if least == 0 {
-		least = gemvMaxTokens + 1
+		least = fp8KernelMaxRows + 1
 	}
 	if f.fp8Lt && least > 0 && rows >= least && out%4 == 0 {
 		return pathFP8Lt

@@ -555,7 +555,7 @@ func TestSplitOf(t *testing.T) {
 
 // TestPlanFP8 plans Llama-3-8B's and Qwen2.5's steps with FP8 Linear layers (the LM head in bfloat16, as
 // Load keeps it) at decode and prefill sizes: every FP8 product runs the FP8 kernels at its rows (its
-// own kernel up to 64 rows, cuBLASLt beyond), adds its own bias and takes no epilogue, accumulation,
+// own kernel up to fp8KernelMaxRows rows, cuBLASLt beyond), adds its own bias and takes no epilogue, accumulation,
 // split or folded norm, so the ops around it (norms, RoPE, SwiGLU) run kernels of their own; the input
 // norms and SwiGLU write the Q/K/V, gate/up and down products' inputs quantized (O's comes from
 // attention: the product quantizes it), unless FP8NoFuse; the LM head keeps its bfloat16 plan (the
@@ -586,7 +586,7 @@ func TestPlanFP8(t *testing.T) {
 					switch {
 					case op.kind == opMatMul && op.fp8:
 						want := pathFP8
-						if rows > gemvMaxTokens {
+						if rows > fp8KernelMaxRows {
 							want = pathFP8Lt
 						}
 						if p.mm.path != want || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {
