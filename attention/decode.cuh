@@ -35,6 +35,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 // DecodeParams is the one by-value parameter of every kernel here; decode_cuda.go mirrors it field by
@@ -70,6 +71,8 @@ struct DecodeParams {
 	float rope_scaling;       // DECODE_FLAG_ROPE: cos and sin are multiplied by it (attention_scaling)
 	int qkv_cols;             // DECODE_FLAG_ROPE: row stride of rope_qkv
 	int window;               // sliding window (> 0): the newest query attends to its last window positions
+	float k_scale;            // FP8 KV (the E4M3Code kernels): a stored K code c reads back as float(c) · k_scale
+	float v_scale;            // and a V code as float(c) · v_scale; unused by the others
 };
 
 // DECODE_FLAG_HEADS_FAST orders the grid (KV head, sequence, partition) instead of (sequence, KV head,
@@ -149,6 +152,40 @@ template <> struct Elem<__half> {
 template <> struct Elem<float> {
 	static __device__ __forceinline__ float to_float(float x) { return x; }
 	static __device__ __forceinline__ float from_float(float x) { return x; }
+};
+
+// E4M3Code is the KV element type of an FP8 KV cache: an OCP e4m3 code, one byte (model.KVCacheFP8). The
+// FMA kernels take it as their KV template parameter (decode_fma); the mma and persistent kernels do
+// not (the dispatcher runs FP8 pages on the FMA path).
+typedef uint8_t E4M3Code;
+
+// E4M3Load converts a lane's V consecutive e4m3 codes (V bytes, V-byte aligned) to float, exactly:
+// every e4m3 value is an f16 value (cvt.rn.f16x2.e4m3x2 on compute capability 8.9 and newer, which the
+// backend requires for an FP8 KV cache). NaN codes stay NaN.
+template <int V> struct E4M3Load {
+	static __device__ __forceinline__ float2 pair(unsigned short c) {
+		const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)c, __NV_E4M3));
+		return __half22float2(h);
+	}
+	static __device__ __forceinline__ void load(const uint8_t *p, float (&x)[V]) {
+		static_assert(V == 2 || V == 4 || V == 8, "2, 4 or 8 codes a lane");
+		unsigned short c[V / 2];
+		if constexpr (V == 2) {
+			c[0] = *reinterpret_cast<const unsigned short *>(p);
+		} else if constexpr (V == 4) {
+			const uint32_t w = *reinterpret_cast<const uint32_t *>(p);
+			c[0] = (unsigned short)w, c[1] = (unsigned short)(w >> 16);
+		} else {
+			const uint2 w = *reinterpret_cast<const uint2 *>(p);
+			c[0] = (unsigned short)w.x, c[1] = (unsigned short)(w.x >> 16);
+			c[2] = (unsigned short)w.y, c[3] = (unsigned short)(w.y >> 16);
+		}
+#pragma unroll
+		for (int i = 0; i < V / 2; i++) {
+			const float2 f = pair(c[i]);
+			x[2 * i] = f.x, x[2 * i + 1] = f.y;
+		}
+	}
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -1127,12 +1164,18 @@ template <typename T> struct VecLoad<T, 4> {
 	}
 };
 
-template <typename T, int D, int GC, bool SPLIT>
+// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8), whose codes are read back as
+// float(code) · scale: K's scale folded into the queries (q · (c·ks) = (q·ks) · c up to float
+// rounding), V's applied to each value as it is loaded. F8 has no RoPE path (the dispatcher never
+// asks it for one: the RoPE kernel quantizes the newest row into the pages before this kernel reads
+// it). A template parameter, so that the 16-bit and float32 kernels are compiled as before.
+template <typename T, int D, int GC, bool SPLIT, typename KV = T>
 __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	using S = FmaShape<D, GC>;
 	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, TOK = S::TOKENS, V = S::V;
-	using L = TileLoader<T, D, TILE, THREADS>;
-	static_assert(V * (int)sizeof(T) <= 16 && (V * (int)sizeof(T)) % 4 == 0, "lane vector within one chunk");
+	constexpr bool F8 = sizeof(KV) == 1;
+	using L = TileLoader<KV, D, TILE, THREADS>;
+	static_assert(V * (int)sizeof(KV) <= 16 && (V * (int)sizeof(KV)) % (F8 ? 2 : 4) == 0, "lane vector within one chunk");
 
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ int sids[DECODE_STAGES][L::MAX_PAGES];
@@ -1160,8 +1203,8 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 		for (int s = 0; s < DECODE_STAGES - 1; s++) first_ids[s] = L::load_id(table, start + s * TILE, end, lbs, tid);
 	}
 
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const KV *kc = reinterpret_cast<const KV *>(p.k_cache);
+	const KV *vc = reinterpret_cast<const KV *>(p.v_cache);
 	const long long row_stride = (long long)p.num_kv_heads * D;
 	const int ntiles = (end - start + TILE - 1) / TILE;
 
@@ -1173,30 +1216,32 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 	// head chunk's program of the partition holding the newest row patches it in from rope_kv, the first
 	// one also stores it.
 	T *rope_q = reinterpret_cast<T *>(smem + (DECODE_STAGES - 1) * L::STAGE_BYTES);
-	static_assert(GC * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	static_assert(F8 || GC * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
 	__shared__ __align__(16) T rope_kv[2 * D];
-	const bool rope = p.flags & DECODE_FLAG_ROPE;
+	const bool rope = !F8 && (p.flags & DECODE_FLAG_ROPE);
 	const int newest = ctx - 1;
 	const bool holds = rope && start <= newest && newest < end;
 	const int copy_end = rope ? min(end, newest) : end;
 	const int patch_tile = holds ? (newest - start) / TILE : -1;
 	decode_prologue<L, DECODE_STAGES, TILE>(p, smem, sids, kc, vc, start, copy_end, rope ? INT_MAX : newest, ntiles,
 	                                        lbs, row_stride, kvh, tid, pf, [&] {
-		                                        if (rope)
-			                                        rope_prepare<T, D, THREADS, GC>(p, seq, kvh, head0, heads, holds,
-			                                                                        chunk == 0, rope_q, rope_kv, tid);
+		                                        if constexpr (!F8)
+			                                        if (rope)
+				                                        rope_prepare<T, D, THREADS, GC>(p, seq, kvh, head0, heads, holds,
+				                                                                        chunk == 0, rope_q, rope_kv, tid);
 	                                        });
 	int next_id = L::load_id(table, start + (DECODE_STAGES - 1) * TILE, end, lbs, tid);
 
-	// Queries, pre-multiplied by the scale (in log2 units), fp32.
+	// Queries, pre-multiplied by the scale (in log2 units; with F8 also by K's scale), fp32.
 	float q[GC][V];
 	{
+		const float qscale = F8 ? p.scale_log2 * p.k_scale : p.scale_log2;
 		auto load = [&](const T *qg) { // one copy for each memory space, as in the mma path
 #pragma unroll
 			for (int g = 0; g < GC; g++)
 #pragma unroll
 				for (int v = 0; v < V; v++)
-					q[g][v] = g < heads ? Elem<T>::to_float(qg[(long long)g * D + lane * V + v]) * p.scale_log2 : 0.f;
+					q[g][v] = g < heads ? Elem<T>::to_float(qg[(long long)g * D + lane * V + v]) * qscale : 0.f;
 		};
 		if (rope)
 			load(rope_q);
@@ -1212,7 +1257,7 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 		for (int v = 0; v < V; v++) acc[g][v] = 0.f;
 	}
 	// Byte offset of this lane's vector inside a row, before the swizzle.
-	const int lane_byte = lane * V * (int)sizeof(T);
+	const int lane_byte = lane * V * (int)sizeof(KV);
 
 	for (int j = 0; j < ntiles; j++) {
 		if (tid < L::MAX_PAGES) sids[(j + DECODE_STAGES - 1) % DECODE_STAGES][tid] = next_id;
@@ -1226,10 +1271,11 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 			cp_async_commit();
 			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
-		if (j == patch_tile) {
-			patch_row<L, T, THREADS>(smem + (j % DECODE_STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
-			__syncthreads();
-		}
+		if constexpr (!F8)
+			if (j == patch_tile) {
+				patch_row<L, T, THREADS>(smem + (j % DECODE_STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
+				__syncthreads();
+			}
 		const uint8_t *ks = smem + (j % DECODE_STAGES) * L::STAGE_BYTES, *vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * TOK;
 
@@ -1239,7 +1285,10 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 			const int row = slice * TOK + t;
 			const uint8_t *src = ks + (row * L::ROW_CHUNKS + L::swizzle(row, lane_byte / 16)) * 16 + lane_byte % 16;
 			float k[V];
-			VecLoad<T, V>::load(src, k);
+			if constexpr (F8)
+				E4M3Load<V>::load(src, k);
+			else
+				VecLoad<T, V>::load(src, k);
 #pragma unroll
 			for (int g = 0; g < GC; g++) {
 				float d = 0.f;
@@ -1282,7 +1331,13 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 			const int row = slice * TOK + t;
 			const uint8_t *src = vs + (row * L::ROW_CHUNKS + L::swizzle(row, lane_byte / 16)) * 16 + lane_byte % 16;
 			float x[V];
-			VecLoad<T, V>::load(src, x);
+			if constexpr (F8) {
+				E4M3Load<V>::load(src, x);
+#pragma unroll
+				for (int v = 0; v < V; v++) x[v] *= p.v_scale;
+			} else {
+				VecLoad<T, V>::load(src, x);
+			}
 #pragma unroll
 			for (int g = 0; g < GC; g++)
 #pragma unroll
@@ -1309,9 +1364,9 @@ __device__ __forceinline__ void decode_fma(const DecodeParams &p) {
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, GC, SLICES>)), tid);
 }
 
-template <typename T, int D, int GC> constexpr int fma_smem_bytes() {
+template <typename T, int D, int GC, typename KV = T> constexpr int fma_smem_bytes() {
 	using S = FmaShape<D, GC>;
-	using L = TileLoader<T, D, S::TILE, S::THREADS>;
+	using L = TileLoader<KV, D, S::TILE, S::THREADS>;
 	constexpr int pipe = DECODE_STAGES * L::STAGE_BYTES;
 	constexpr int merge = (int)sizeof(MergeSmem<D, GC, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;

@@ -19,8 +19,14 @@ type CUDADecodeArgs struct {
 	// Out and Q are [Batch][NumHeads][HeadDim] of DType; the G = NumHeads/NumKVHeads query heads of KV
 	// head h are heads h·G … h·G+G−1.
 	Out, Q cuda.DevicePtr
-	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType.
+	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType, or of e4m3 codes with
+	// KVFP8.
 	KCache, VCache cuda.DevicePtr
+	// KVFP8: the pages hold OCP FP8 e4m3 codes, one byte an element, a K code c standing for float(c) ·
+	// KScale and a V code for float(c) · VScale (the CPU Cache's FP8 arithmetic; finite positive scales).
+	// Q and Out stay of DType. Such a call runs the FMA kernels and takes no RoPE (DecodeCall.KVFP8).
+	KVFP8          bool
+	KScale, VScale float32
 	// BlockTables is int32 [Batch][MaxBlocks]; only the first ⌈ContextLens[s]/BlockSize⌉ of row s are read
 	// (with a Window, only those from the page of the newest query's first key on: the entries before it
 	// may be anything, −1 for pages given back).
@@ -93,6 +99,7 @@ type decodeParams struct {
 	RoPEScaling                                      float32
 	QKVCols                                          int32
 	Window                                           int32
+	KScale, VScale                                   float32
 }
 
 // The DECODE_FLAG_* switches of decode.cuh.
@@ -255,7 +262,8 @@ func (k *CUDAKernels) programsPerSM(d DecodeKernel) int {
 // Call returns a's shape as the dispatcher sees it, with the kernels' tuning.
 func (a *CUDADecodeArgs) Call(t CUDATuning) DecodeCall {
 	c := DecodeCall{ContextLens: a.HostContextLens, MaxBlocks: a.MaxBlocks, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads,
-		HeadDim: a.HeadDim, BlockSize: a.BlockSize, DType: dtypeOf(a.DType), Window: a.Window, Dependent: a.Dependent, Tuning: t}
+		HeadDim: a.HeadDim, BlockSize: a.BlockSize, DType: dtypeOf(a.DType), KVFP8: a.KVFP8, Window: a.Window, Dependent: a.Dependent,
+		Tuning: t}
 	if r := a.RoPE; r != nil {
 		c.RoPE = &DecodeRoPE{QKVCols: r.QKVCols, NilPointer: r.QKV == 0 || r.Positions == 0 || r.Slots == 0 || r.InvFreq == 0}
 	}
@@ -347,6 +355,12 @@ func (k *CUDAKernels) Run(s *cuda.Stream, a *CUDADecodeArgs, d DecodeDecision, w
 	if kern == nil {
 		return fmt.Errorf("attention: kernel %s not loaded", d.Kernel.Name)
 	}
+	if d.Kernel.KVFP8 != a.KVFP8 {
+		return fmt.Errorf("attention: kernel %s for a call with FP8 KV %v", d.Kernel.Name, a.KVFP8)
+	}
+	if a.KVFP8 && !(a.KScale > 0 && a.VScale > 0 && a.KScale <= math.MaxFloat32 && a.VScale <= math.MaxFloat32) {
+		return fmt.Errorf("attention: FP8 KV scales %v, %v: want finite and positive", a.KScale, a.VScale)
+	}
 	p := k.params(a, d)
 	grid := cuda.Dim3{X: d.Grid[0], Y: d.Grid[1], Z: d.Grid[2]}
 	if d.Plan.Kernel == Grouped {
@@ -423,6 +437,8 @@ func (k *CUDAKernels) params(a *CUDADecodeArgs, d DecodeDecision) decodeParams {
 		MergeChunk:      int32(d.MergeChunk),
 		MergeChunks:     int32(d.MergeChunks),
 		Window:          int32(max(0, a.Window)),
+		KScale:          a.KScale,
+		VScale:          a.VScale,
 	}
 }
 

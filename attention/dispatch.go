@@ -189,8 +189,10 @@ type DecodeKernel struct {
 	// head) items.
 	Persistent bool
 	// Path is the arithmetic (PathMMA or PathFMA).
-	Path    CUDAPath
-	DType   DType
+	Path  CUDAPath
+	DType DType
+	// KVFP8: the kernel reads FP8 e4m3 pages (DecodeCall.KVFP8; FMA kernels only).
+	KVFP8   bool
 	HeadDim int
 	// Rows is how many query heads one program serves (its head tile); Threads its block size.
 	Rows, Threads int
@@ -201,6 +203,11 @@ var (
 	cudaMmaTiles  = []int{1, 2, 4}
 	cudaFmaGroups = []int{1, 2, 4, 8}
 )
+
+// cudaFP8Group is the one head chunk of the FMA kernels over FP8 pages (the _e4m3_d<D>_g8 entry
+// points, 16-bit dtypes only): smaller groups leave heads of the chunk unused, larger ones take several
+// chunks. One size keeps the fat binary small.
+const cudaFP8Group = 8
 
 // wideHeadDim is the head size whose kernels differ (Gemma 3's 256): 16-bit dtypes only, the mma path
 // only on the narrow tile, with two warp slices (a 32-token tile: three stages of K and V in 96 KiB of
@@ -222,10 +229,15 @@ func mmaKernel(alg Kernel, dt DType, d, mt int) DecodeKernel {
 	return k
 }
 
-// fmaKernel is the FMA entry point of alg for groups of up to gc heads.
-func fmaKernel(alg Kernel, dt DType, d, gc int) DecodeKernel {
-	return DecodeKernel{Name: fmt.Sprintf("%s_fma_%s_d%d_g%d", kindName(alg), dt.name(), d, gc), Kernel: alg, Path: PathFMA,
-		DType: dt, HeadDim: d, Rows: gc, Threads: 4 * 32}
+// fmaKernel is the FMA entry point of alg for groups of up to gc heads, over FP8 e4m3 pages with kvFP8
+// (the _e4m3 entry points).
+func fmaKernel(alg Kernel, dt DType, d, gc int, kvFP8 bool) DecodeKernel {
+	kv := ""
+	if kvFP8 {
+		kv = "_e4m3"
+	}
+	return DecodeKernel{Name: fmt.Sprintf("%s_fma_%s%s_d%d_g%d", kindName(alg), dt.name(), kv, d, gc), Kernel: alg, Path: PathFMA,
+		DType: dt, KVFP8: kvFP8, HeadDim: d, Rows: gc, Threads: 4 * 32}
 }
 
 // narrowTile reports whether a group of group heads takes the narrow mma kernels.
@@ -281,7 +293,10 @@ func decodeKernels() []DecodeKernel {
 					}
 				}
 				for _, gc := range cudaFmaGroups {
-					ks = append(ks, fmaKernel(alg, dt, d, gc))
+					ks = append(ks, fmaKernel(alg, dt, d, gc, false))
+				}
+				if dt != FP32 {
+					ks = append(ks, fmaKernel(alg, dt, d, cudaFP8Group, true))
 				}
 			}
 		}
@@ -306,6 +321,11 @@ type DecodeCall struct {
 	MaxBlocks                                int
 	NumHeads, NumKVHeads, HeadDim, BlockSize int
 	DType                                    DType
+	// KVFP8: the pages hold FP8 e4m3 codes, one byte an element (CUDADecodeArgs.KVFP8), while the queries
+	// and the output are of DType (bf16 or fp16). Such a call runs the FMA kernels (their _e4m3_g8 entry
+	// points), never the mma, persistent or shared-prefix ones, and does no RoPE (the RoPE kernel
+	// quantizes the newest row into the pages); its plan counts one byte an element.
+	KVFP8 bool
 	// Window, when positive, is the layer's sliding window (CUDADecodeArgs.Window): the call reads the
 	// pages from its newest query's first key on, and is planned on those tokens (ReadLens).
 	Window int
@@ -405,7 +425,7 @@ func Decide(c DecodeCall, dev DecodeDevice) (DecodeDecision, error) {
 		return DecodeDecision{}, err
 	}
 	d := DecodeDecision{Plan: plan, HeadsFast: !t.SequenceMajor, EarlyPrologue: c.Dependent && !t.LatePrologue,
-		RoPE: c.RoPE != nil, FoldsRoPE: c.HeadDim != wideHeadDim && !c.persistentEligible(autoGrouped, dev), diag: t.diag}
+		RoPE: c.RoPE != nil, FoldsRoPE: c.HeadDim != wideHeadDim && !c.KVFP8 && !c.persistentEligible(autoGrouped, dev), diag: t.diag}
 	batch := len(c.ContextLens)
 	if plan.Kernel == Grouped {
 		d.Kernel, d.Grid = grouped, c.grid(grouped, 1)
@@ -469,6 +489,10 @@ func (c *DecodeCall) check() (int, error) {
 		return 0, fmt.Errorf("%w: head_dim %d in fp32 (16-bit dtypes only)", ErrUnsupported, c.HeadDim)
 	case c.HeadDim == wideHeadDim && c.RoPE != nil:
 		return 0, fmt.Errorf("%w: RoPE at head_dim %d (its kernels' blocks are smaller than a head)", ErrUnsupported, c.HeadDim)
+	case c.KVFP8 && c.DType == FP32:
+		return 0, fmt.Errorf("%w: FP8 KV pages with fp32 queries (16-bit dtypes only)", ErrUnsupported)
+	case c.KVFP8 && c.RoPE != nil:
+		return 0, fmt.Errorf("%w: RoPE over FP8 KV pages (the RoPE kernel writes them)", ErrUnsupported)
 	case c.Window < 0:
 		return 0, fmt.Errorf("attention: window %d", c.Window)
 	case c.BlockSize < 8 || c.BlockSize > 64 || c.BlockSize&(c.BlockSize-1) != 0:
@@ -504,13 +528,16 @@ func (c *DecodeCall) check() (int, error) {
 func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel, err error) {
 	if path == PathAuto {
 		path = PathMMA
-		// The wide head's mma kernels are the narrow tile's alone.
-		if c.DType == FP32 || group > 64 || c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
+		// The wide head's mma kernels are the narrow tile's alone; FP8 pages have FMA kernels only.
+		if c.DType == FP32 || c.KVFP8 || group > 64 || c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
 			path = PathFMA
 		}
 	}
 	switch path {
 	case PathMMA:
+		if c.KVFP8 {
+			return grouped, split, fmt.Errorf("%w: the mma path has no FP8 KV pages", ErrUnsupported)
+		}
 		if c.DType == FP32 {
 			return grouped, split, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
 		}
@@ -540,7 +567,10 @@ func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel
 				break
 			}
 		}
-		return fmaKernel(Grouped, c.DType, c.HeadDim, gc), fmaKernel(SplitK, c.DType, c.HeadDim, gc), nil
+		if c.KVFP8 {
+			gc = cudaFP8Group
+		}
+		return fmaKernel(Grouped, c.DType, c.HeadDim, gc, c.KVFP8), fmaKernel(SplitK, c.DType, c.HeadDim, gc, c.KVFP8), nil
 	}
 	return grouped, split, fmt.Errorf("attention: unknown path %v", path)
 }
@@ -559,7 +589,7 @@ func (c *DecodeCall) plan(dev DecodeDevice, grouped, split DecodeKernel) (Decode
 	default:
 		g := gpuSize{sms: dev.SMs, groupedPerSM: dev.ProgramsPerSM(grouped), splitPerSM: dev.ProgramsPerSM(split),
 			bw: bandwidthScale(dev.PeakBandwidth)}
-		in := gpuPlanInput(c.ContextLens, c.NumHeads, c.NumKVHeads, c.HeadDim, c.DType.Size(), c.BlockSize, g)
+		in := gpuPlanInput(c.ContextLens, c.NumHeads, c.NumKVHeads, c.HeadDim, c.KVElementBytes(), c.BlockSize, g)
 		if c.Graph == nil {
 			plan = gpuPlan(in, g)
 		} else {
@@ -648,7 +678,16 @@ func (c *DecodeCall) persistentPrograms(k DecodeKernel, dev DecodeDevice) (Decod
 func (c *DecodeCall) evictFirst(dev DecodeDevice, programs int) bool {
 	t := c.Tuning
 	return !t.NoEvictFirst && fillsWave(float64(programs), float64(dev.SMs)) &&
-		(t.EvictFirstLarge || !largeStream(c.ContextLens, c.NumKVHeads, c.HeadDim, c.DType.Size(), dev.L2Bytes, dev.PeakBandwidth))
+		(t.EvictFirstLarge || !largeStream(c.ContextLens, c.NumKVHeads, c.HeadDim, c.KVElementBytes(), dev.L2Bytes, dev.PeakBandwidth))
+}
+
+// KVElementBytes is the bytes of one stored K or V element of the call's pages: 1 with KVFP8, else
+// DType's size. The plan sizes the K/V stream by it.
+func (c *DecodeCall) KVElementBytes() int {
+	if c.KVFP8 {
+		return 1
+	}
+	return c.DType.Size()
 }
 
 // mergeChunk is the fused merge's first-level chunk for parts partitions: all of them (one level) up to

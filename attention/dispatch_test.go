@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -198,8 +199,8 @@ func TestDecideForced(t *testing.T) {
 }
 
 // TestDecideKernels checks that every kernel Decide picks is one CUDAKernels loads, over the oracle's
-// shapes and a sweep of group sizes, head_dims, dtypes and paths, and that the kernel list names each
-// entry point once.
+// shapes and a sweep of group sizes, head_dims, dtypes, paths and KV page types (FP8 pages: the FMA
+// path's _e4m3 kernels only), and that the kernel list names each entry point once.
 func TestDecideKernels(t *testing.T) {
 	var names []string
 	for _, k := range decodeKernels() {
@@ -210,39 +211,47 @@ func TestDecideKernels(t *testing.T) {
 	if len(slices.Compact(sorted)) != len(names) {
 		t.Fatalf("decodeKernels names an entry point twice")
 	}
-	if len(names) != 108 {
-		t.Errorf("%d kernels, want 108 (the fat binary's 116, less its 8 reduce kernels)", len(names))
+	if len(names) != 120 {
+		t.Errorf("%d kernels, want 120 (the fat binary's 128, less its 8 reduce kernels)", len(names))
 	}
 	dev := dispatchDevice("h100")
-	for _, dt := range []DType{BF16, FP16, FP32} {
-		for _, d := range []int{64, 128, 256} {
-			for _, kv := range []int{1, 2, 8} {
-				for _, group := range []int{1, 3, 4, 8, 9, 16, 17, 32, 33, 64, 65, 96} {
-					for _, path := range []CUDAPath{PathAuto, PathMMA, PathFMA} {
-						for _, batch := range []int{1, 300} {
-							lens := make([]int32, batch)
-							for i := range lens {
-								lens[i] = 256
-							}
-							c := DecodeCall{ContextLens: lens, MaxBlocks: 16, NumHeads: kv * group, NumKVHeads: kv, HeadDim: d,
-								BlockSize: 16, DType: dt, Path: path}
-							for _, force := range []*ForcedPlan{nil, {Kernel: Grouped}, {Kernel: SplitK, PartitionTokens: 64}} {
-								c.Force = force
-								got, err := Decide(c, dev)
-								if err != nil {
-									// Unsupported: fp32 and groups past 64 on the mma path; at head_dim 256, fp32 on any path
-									// and groups past 8 on the mma path.
-									wide := d == 256 && (dt == FP32 || path == PathMMA && group > 8)
-									if !errors.Is(err, ErrUnsupported) || !wide && (path != PathMMA || dt != FP32 && group <= 64) {
-										t.Errorf("%v d%d G%d %v: %v", dt, d, group, path, err)
+	for _, kvFP8 := range []bool{false, true} {
+		for _, dt := range []DType{BF16, FP16, FP32} {
+			for _, d := range []int{64, 128, 256} {
+				for _, kv := range []int{1, 2, 8} {
+					for _, group := range []int{1, 3, 4, 8, 9, 16, 17, 32, 33, 64, 65, 96} {
+						for _, path := range []CUDAPath{PathAuto, PathMMA, PathFMA} {
+							for _, batch := range []int{1, 300} {
+								lens := make([]int32, batch)
+								for i := range lens {
+									lens[i] = 256
+								}
+								c := DecodeCall{ContextLens: lens, MaxBlocks: 16, NumHeads: kv * group, NumKVHeads: kv, HeadDim: d,
+									BlockSize: 16, DType: dt, Path: path, KVFP8: kvFP8}
+								for _, force := range []*ForcedPlan{nil, {Kernel: Grouped}, {Kernel: SplitK, PartitionTokens: 64}} {
+									c.Force = force
+									got, err := Decide(c, dev)
+									if err != nil {
+										// Unsupported: fp32 and groups past 64 on the mma path; at head_dim 256, fp32 on any path
+										// and groups past 8 on the mma path.
+										// FP8 pages: no fp32, no mma path.
+										wide := d == 256 && (dt == FP32 || path == PathMMA && group > 8)
+										fp8 := kvFP8 && (dt == FP32 || path == PathMMA)
+										if !errors.Is(err, ErrUnsupported) || !wide && !fp8 && (path != PathMMA || dt != FP32 && group <= 64) {
+											t.Errorf("%v d%d G%d %v: %v", dt, d, group, path, err)
+										}
+										continue
 									}
-									continue
-								}
-								if !slices.Contains(names, got.Kernel.Name) {
-									t.Errorf("%v d%d G%d %v: kernel %s is not loaded", dt, d, group, path, got.Kernel.Name)
-								}
-								if got.Kernel.Rows < min(group, 16) && got.Kernel.Path == PathMMA {
-									t.Errorf("%v d%d G%d: head tile of %d rows", dt, d, group, got.Kernel.Rows)
+									if !slices.Contains(names, got.Kernel.Name) {
+										t.Errorf("%v d%d G%d %v: kernel %s is not loaded", dt, d, group, path, got.Kernel.Name)
+									}
+									if got.Kernel.Rows < min(group, 16) && got.Kernel.Path == PathMMA {
+										t.Errorf("%v d%d G%d: head tile of %d rows", dt, d, group, got.Kernel.Rows)
+									}
+									if got.Kernel.KVFP8 != kvFP8 || kvFP8 && (got.Kernel.Path != PathFMA || got.Kernel.Persistent ||
+										!strings.Contains(got.Kernel.Name, "_e4m3_")) {
+										t.Errorf("%v d%d G%d FP8 KV %v: kernel %+v", dt, d, group, kvFP8, got.Kernel)
+									}
 								}
 							}
 						}

@@ -57,6 +57,23 @@ DECODE_GROUPED_ALL_FMA(__half, fp16, 256)
 DECODE_GROUPED_ALL_FMA(float, fp32, 64)
 DECODE_GROUPED_ALL_FMA(float, fp32, 128)
 
+// FP8 KV pages (E4M3Code, model.KVCacheFP8) on the FMA path, 16-bit queries and output, one head chunk
+// size (GC = 8: smaller groups mask the unused heads, larger ones loop): DecodeGrouped_fma_<dtype>_e4m3_d<head_dim>_g8.
+// One size, not four, keeps the fat binary (embedded in every binary, carried to the GPU machine) small.
+#define DECODE_GROUPED_FMA_E4M3(T, TN, D, GC)                                                                 \
+	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
+	    DecodeGrouped_fma_##TN##_e4m3_d##D##_g##GC(const DecodeParams p) {                                  \
+		decode_fma<T, D, GC, false, E4M3Code>(p);                                                     \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_fma_##TN##_e4m3_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC, E4M3Code>();
+
+DECODE_GROUPED_FMA_E4M3(__nv_bfloat16, bf16, 64, 8)
+DECODE_GROUPED_FMA_E4M3(__nv_bfloat16, bf16, 128, 8)
+DECODE_GROUPED_FMA_E4M3(__nv_bfloat16, bf16, 256, 8)
+DECODE_GROUPED_FMA_E4M3(__half, fp16, 64, 8)
+DECODE_GROUPED_FMA_E4M3(__half, fp16, 128, 8)
+DECODE_GROUPED_FMA_E4M3(__half, fp16, 256, 8)
+
 // The persistent grouped kernel (decode_mma_persistent): grid min(items, SMs × programs per SM), groups
 // of up to 16 heads (up to 8 on the narrow tile). Entry points DecodeGroupedPersistent_mma_<dtype>_d<head_dim>
 // and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8.

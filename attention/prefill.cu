@@ -29,6 +29,7 @@
 // those.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "common.cuh" // ../model/kernels: Mma, pack2 (build.sh compiles this file with the model's kernels)
@@ -53,6 +54,8 @@ struct PrefillParams {
 	int group;
 	int heads_per_item;
 	int window; // > 0: a sliding window, the row at position p attends to keys [p − window + 1, p]
+	float k_scale; // FP8 KV (the _e4m3 kernels): a K code c reads back as float(c) · k_scale
+	float v_scale; // and a V code as float(c) · v_scale; unused by the others
 };
 
 template <typename T> struct PrefillElem;
@@ -69,12 +72,29 @@ template <> struct PrefillElem<__half> {
 	static __device__ __forceinline__ __half store(float x) { return __float2half_rn(x); }
 };
 
+// PrefillKV reads one stored K or V element as float: a T of the compute dtype as it is, or (KV =
+// PrefillE4M3, an FP8 KV cache) an e4m3 code as float(code) · scale, the float product the CPU's Cache
+// computes (exact conversion through f16, then one IEEE multiplication), so that both read the same
+// values.
+struct PrefillE4M3 {
+	unsigned char bits;
+};
+template <typename KV> struct PrefillKV {
+	static __device__ __forceinline__ float load(KV x, float) { return PrefillElem<KV>::load(x); }
+};
+template <> struct PrefillKV<PrefillE4M3> {
+	static __device__ __forceinline__ float load(PrefillE4M3 x, float scale) {
+		return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)x.bits, __NV_E4M3))) * scale;
+	}
+};
+
 // prefill_smem_floats is the dynamic shared memory of one program, in floats.
 __host__ __device__ constexpr int prefill_smem_floats(int d) {
 	return PREFILL_VECTORS * (d + 1) + PREFILL_TILE * (d + 1) + PREFILL_TILE * d + PREFILL_VECTORS * (PREFILL_TILE + 1);
 }
 
-template <typename T, int D> __device__ __forceinline__ void prefill_attention(const PrefillParams &p) {
+// KV is the pages' element type: T, or PrefillE4M3 for an FP8 KV cache (the _e4m3 entry points).
+template <typename T, int D, typename KV = T> __device__ __forceinline__ void prefill_attention(const PrefillParams &p) {
 	constexpr int HALF = D / 2;
 	constexpr int KEYS = PREFILL_TILE / 2; // keys per thread per tile
 	extern __shared__ float smem[];
@@ -110,8 +130,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 	const int key_end = p.positions[row0 + nrows - 1] + 1;
 	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
 	const int *table = p.block_tables + (long long)seq * p.max_blocks;
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const KV *kc = reinterpret_cast<const KV *>(p.k_cache);
+	const KV *vc = reinterpret_cast<const KV *>(p.v_cache);
 	const long long kv_row = (long long)p.num_kv_heads * D;
 
 	float acc[HALF];
@@ -128,8 +148,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 			if (key >= kstart && key < key_end) {
 				const long long slot = (long long)table[key / p.block_size] * p.block_size + key % p.block_size;
 				const long long at = slot * kv_row + (long long)kvh * D + d;
-				kx = PrefillElem<T>::load(kc[at]);
-				vx = PrefillElem<T>::load(vc[at]);
+				kx = PrefillKV<KV>::load(kc[at], p.k_scale);
+				vx = PrefillKV<KV>::load(vc[at], p.v_scale);
 			}
 			sk[kk * (D + 1) + d] = kx;
 			sv[kk * D + d] = vx;
@@ -207,6 +227,23 @@ template <typename T, int D> __device__ __forceinline__ void prefill_attention(c
 PREFILL_ATTENTION_ALL(float, f32)
 PREFILL_ATTENTION_ALL(__nv_bfloat16, bf16)
 PREFILL_ATTENTION_ALL(__half, f16)
+
+// Over FP8 KV pages: PrefillAttention_<dtype>_e4m3_d<head_dim> (the FMA kernel; no tensor-core twin).
+#define PREFILL_ATTENTION_E4M3(T, TN, D)                                                                      \
+	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttention_##TN##_e4m3_d##D(const PrefillParams p) { \
+		prefill_attention<T, D, PrefillE4M3>(p);                                                          \
+	}
+#define PREFILL_ATTENTION_E4M3_ALL(T, TN)                                                                     \
+	PREFILL_ATTENTION_E4M3(T, TN, 8)                                                                      \
+	PREFILL_ATTENTION_E4M3(T, TN, 16)                                                                     \
+	PREFILL_ATTENTION_E4M3(T, TN, 32)                                                                     \
+	PREFILL_ATTENTION_E4M3(T, TN, 64)                                                                     \
+	PREFILL_ATTENTION_E4M3(T, TN, 128)                                                                    \
+	PREFILL_ATTENTION_E4M3(T, TN, 256)
+
+PREFILL_ATTENTION_E4M3_ALL(float, f32)
+PREFILL_ATTENTION_E4M3_ALL(__nv_bfloat16, bf16)
+PREFILL_ATTENTION_E4M3_ALL(__half, f16)
 
 // ---------------------------------------------------------------------------------------------------
 // Tensor-core path (16-bit dtypes, D = 64 or 128): the same work items and grid, FlashAttention-2 style.

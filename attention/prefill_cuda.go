@@ -4,6 +4,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -32,6 +33,7 @@ type prefillParams struct {
 	NumHeads, NumKVHeads, MaxBlocks, BlockSize            int32
 	Group, HeadsPerItem                                   int32
 	Window                                                int32
+	KScale, VScale                                        float32
 }
 
 // prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D>,
@@ -44,8 +46,8 @@ func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
 
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
-	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>"
-	mma     map[string]*cuda.Function // the tensor-core kernels, by the same key
+	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
+	mma     map[string]*cuda.Function // the tensor-core kernels, by "<dtype>_d<head_dim>"
 }
 
 // LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
@@ -70,20 +72,22 @@ func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 	}
 	for _, dt := range []cuda.DataType{cuda.Float32, cuda.BFloat16, cuda.Float16} {
 		tn, _ := prefillTypeName(dt)
-		for _, d := range prefillHeadDims {
-			name := fmt.Sprintf("PrefillAttention_%s_d%d", tn, d)
-			fn, err := mod.Function(name)
-			if err != nil {
-				return nil, fmt.Errorf("attention: prefill: %w", err)
+		for _, kv := range []string{"", "_e4m3"} {
+			for _, d := range prefillHeadDims {
+				key := fmt.Sprintf("%s%s_d%d", tn, kv, d)
+				fn, err := mod.Function("PrefillAttention_" + key)
+				if err != nil {
+					return nil, fmt.Errorf("attention: prefill: %w", err)
+				}
+				shared := prefillSharedBytes(d)
+				if shared > sharedOptin {
+					continue
+				}
+				if err := fn.SetMaxDynamicShared(shared); err != nil {
+					return nil, fmt.Errorf("attention: prefill: %w", err)
+				}
+				p.kernels[key] = fn
 			}
-			shared := prefillSharedBytes(d)
-			if shared > sharedOptin {
-				continue
-			}
-			if err := fn.SetMaxDynamicShared(shared); err != nil {
-				return nil, fmt.Errorf("attention: prefill: %w", err)
-			}
-			p.kernels[fmt.Sprintf("%s_d%d", tn, d)] = fn
 		}
 	}
 	return p, nil
@@ -109,6 +113,17 @@ func (p *CUDAPrefill) Supports(headDim int, dtype cuda.DataType) bool {
 		return false
 	}
 	_, ok = p.kernels[fmt.Sprintf("%s_d%d", tn, headDim)]
+	return ok
+}
+
+// SupportsFP8 reports whether Attend has a kernel for headDim and dtype over FP8 e4m3 pages
+// (CUDAPrefillArgs.KVFP8).
+func (p *CUDAPrefill) SupportsFP8(headDim int, dtype cuda.DataType) bool {
+	tn, ok := prefillTypeName(dtype)
+	if !ok {
+		return false
+	}
+	_, ok = p.kernels[fmt.Sprintf("%s_e4m3_d%d", tn, headDim)]
 	return ok
 }
 
@@ -140,9 +155,14 @@ type CUDAPrefillArgs struct {
 	// Out and Q are [rows][NumHeads·HeadDim] of DType (Q rotated); the G = NumHeads/NumKVHeads query heads
 	// of KV head h are heads h·G … h·G+G−1.
 	Out, Q cuda.DevicePtr
-	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType, holding every key the
-	// rows attend to (this step's included).
+	// KCache and VCache are [num_blocks][BlockSize][NumKVHeads][HeadDim] of DType, or of e4m3 codes with
+	// KVFP8, holding every key the rows attend to (this step's included).
 	KCache, VCache cuda.DevicePtr
+	// KVFP8: the pages hold OCP FP8 e4m3 codes, a K code c read as float32(c) · KScale and a V code as
+	// float32(c) · VScale (one float32 product: the CPU Cache's values exactly); Q and Out stay of DType.
+	// Such a call runs the FMA kernel (PrefillAttention_<dtype>_e4m3_d<D>), never the tensor-core one.
+	KVFP8          bool
+	KScale, VScale float32
 	// BlockTables is int32 [sequences][MaxBlocks]; Positions int32 [rows], each row's position in its
 	// sequence (a row attends to keys 0 … its position).
 	BlockTables, Positions cuda.DevicePtr
@@ -168,7 +188,14 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	if !ok {
 		return fmt.Errorf("%w: prefill dtype %d", ErrUnsupported, a.DType)
 	}
-	fn, ok := p.kernels[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]
+	kv := ""
+	if a.KVFP8 {
+		kv = "_e4m3"
+		if !(a.KScale > 0 && a.VScale > 0 && a.KScale <= math.MaxFloat32 && a.VScale <= math.MaxFloat32) {
+			return fmt.Errorf("attention: prefill: FP8 KV scales %v, %v: want finite and positive", a.KScale, a.VScale)
+		}
+	}
+	fn, ok := p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	if !ok {
 		return fmt.Errorf("%w: prefill head_dim %d (%v)", ErrUnsupported, a.HeadDim, prefillHeadDims)
 	}
@@ -187,9 +214,10 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), MaxBlocks: int32(a.MaxBlocks),
 		BlockSize: int32(a.BlockSize), Group: int32(group), HeadsPerItem: int32(PrefillHeadsPerItem(group)),
 		Window: int32(max(0, a.Window)),
+		KScale: a.KScale, VScale: a.VScale,
 	}
 	shared := prefillSharedBytes(a.HeadDim)
-	if mma, ok := p.mma[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]; ok && !a.FMA {
+	if mma, ok := p.mma[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]; ok && !a.FMA && !a.KVFP8 {
 		fn, shared = mma, prefillMMASharedBytes(a.HeadDim)
 	}
 	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}

@@ -135,7 +135,7 @@ func TestCUDAPrefill(t *testing.T) {
 					for _, fma := range paths {
 						name := fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma)
 						t.Run(name, func(t *testing.T) {
-							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0)
+							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0, nil)
 						})
 					}
 				}
@@ -161,7 +161,7 @@ func TestCUDAPrefillWindow(t *testing.T) {
 				for _, fma := range paths {
 					name := fmt.Sprintf("%s/d%d/w%d/fma=%v", cd.name, headDim, window, fma)
 					t.Run(name, func(t *testing.T) {
-						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, fma, window)
+						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, fma, window, nil)
 					})
 				}
 			}
@@ -178,14 +178,17 @@ func TestCUDAPrefillLongContext(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	seqs := [][2]int{{131071, 16}, {32768, 40}, {8192, 1}}
-	runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, false, 0)
+	runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, false, 0, nil)
 }
 
 // runPrefillCase builds seqs (as prefillSeqs) in a cache of random pages (2 KV heads of group query heads; with a
 // window, the table entries of the pages before each sequence's first row's window −1), runs the prefill
 // kernel (the FMA one when fma) and checks it against densePrefillReference, as a whole and row by row.
+// With fp8 (a K and a V scale) the pages are FP8 e4m3 codes of the random values (CUDAPrefillArgs.KVFP8),
+// the reference is computed over what they read back (float32(code) · scale), and the output is also
+// checked against the CPU twin's FP8 attention (Attend over an FP8 Cache with those scales).
 func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.Rand, cd prefillCodec, seqs [][2]int,
-	headDim, blockSize, group int, fma bool, window int) {
+	headDim, blockSize, group int, fma bool, window int, fp8 []float32) {
 	t.Helper()
 	const kvHeads = 2
 	numHeads := group * kvHeads
@@ -232,7 +235,20 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 		cd.decode(x, out)
 		return out
 	}
-	kBytes, vBytes := round(c.K), round(c.V)
+	var kBytes, vBytes []byte
+	var c8 *Cache
+	if fp8 != nil {
+		c8 = NewFP8Cache(numBlocks, blockSize, kvHeads, headDim).WithScales(fp8[0], fp8[1])
+		for i := range c.K {
+			c8.K8[i] = dtype.F32ToE4M3Sat(c.K[i] / fp8[0])
+			c8.V8[i] = dtype.F32ToE4M3Sat(c.V[i] / fp8[1])
+			c.K[i] = dtype.E4M3ToF32(c8.K8[i]) * fp8[0]
+			c.V[i] = dtype.E4M3ToF32(c8.V8[i]) * fp8[1]
+		}
+		kBytes, vBytes = c8.K8, c8.V8
+	} else {
+		kBytes, vBytes = round(c.K), round(c.V)
+	}
 	rows := int(b.QueryStart[len(b.QueryStart)-1])
 	q := make([]float32, rows*numHeads*headDim)
 	for i := range q {
@@ -273,6 +289,9 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 		NumHeads: numHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		DType: cd.typ, Scale: scale, Window: window, FMA: fma,
 	}
+	if fp8 != nil {
+		args.KVFP8, args.KScale, args.VScale = true, fp8[0], fp8[1]
+	}
 	if err := pre.Attend(nil, args); err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +312,20 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 	}
 	if e := math.Sqrt(num / den); !(e < cd.tol) {
 		t.Fatalf("relative error %.3g (tolerance %g)", e, cd.tol)
+	}
+	if c8 != nil {
+		twin := make([]float32, len(q))
+		Attend(twin, q, numHeads, scale, c8, b)
+		twin64 := make([]float64, len(twin))
+		for i, x := range twin {
+			twin64[i] = float64(x)
+		}
+		if e := relErr(twin, ref); !(e < 1e-5) {
+			t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
+		}
+		if e := relErr(got, twin64); !(e < cd.tol) {
+			t.Fatalf("relative error vs the CPU twin's FP8 attention %.3g (tolerance %g)", e, cd.tol)
+		}
 	}
 	// Row by row too: a wrong mask shows in a few rows only.
 	for r := range rows {

@@ -537,7 +537,8 @@ func SharedMembersFor(dt DType, g, headDim int) int {
 // maxSplitPartitions of them; the suffix
 // pass takes the split the plain planner gives the suffixes (one partition where it would not split).
 func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDecision {
-	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph != nil || c.Force != nil {
+	// FP8 KV pages: the shared-prefix kernels read pages of DType only.
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph != nil || c.Force != nil || c.KVFP8 {
 		return SharedDecision{}
 	}
 	group, err := c.check()

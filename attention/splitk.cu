@@ -59,6 +59,23 @@ DECODE_SPLITK_ALL_FMA(__half, fp16, 256)
 DECODE_SPLITK_ALL_FMA(float, fp32, 64)
 DECODE_SPLITK_ALL_FMA(float, fp32, 128)
 
+// FP8 KV pages (E4M3Code, model.KVCacheFP8) on the FMA path, 16-bit queries and output, one head chunk
+// size (GC = 8: smaller groups mask the unused heads, larger ones loop): DecodeSplitK_fma_<dtype>_e4m3_d<head_dim>_g8.
+// One size, not four, keeps the fat binary (embedded in every binary, carried to the GPU machine) small.
+#define DECODE_SPLITK_FMA_E4M3(T, TN, D, GC)                                                                 \
+	extern "C" __global__ void __launch_bounds__(FmaShape<D, GC>::THREADS)                                  \
+	    DecodeSplitK_fma_##TN##_e4m3_d##D##_g##GC(const DecodeParams p) {                                  \
+		decode_fma<T, D, GC, true, E4M3Code>(p);                                                     \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeSplitK_fma_##TN##_e4m3_d##D##_g##GC##_smem = fma_smem_bytes<T, D, GC, E4M3Code>();
+
+DECODE_SPLITK_FMA_E4M3(__nv_bfloat16, bf16, 64, 8)
+DECODE_SPLITK_FMA_E4M3(__nv_bfloat16, bf16, 128, 8)
+DECODE_SPLITK_FMA_E4M3(__nv_bfloat16, bf16, 256, 8)
+DECODE_SPLITK_FMA_E4M3(__half, fp16, 64, 8)
+DECODE_SPLITK_FMA_E4M3(__half, fp16, 128, 8)
+DECODE_SPLITK_FMA_E4M3(__half, fp16, 256, 8)
+
 // splitk_reduce: one program per (sequence, query head), thread d owns output element d.
 template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const DecodeParams &p) {
 	decode_pdl_enter();

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
@@ -67,7 +68,11 @@ type cudaBackend struct {
 	dtype      cuda.DataType
 	elem       int  // bytes per element of dtype
 	decodeFits bool // the decode kernels cover this head size, page size and dtype
-	tune       gemvTuning
+	// kvFP8: the KV pages hold e4m3 codes (Shape.KVCacheDType KVCacheFP8, see fp8_cuda.go); kvElem is a
+	// stored K or V element's bytes (KVElementBytes: 1 with kvFP8, else elem).
+	kvFP8  bool
+	kvElem int
+	tune   gemvTuning
 	// embedScale is Shape.EmbedScale rounded to the compute dtype (0: none).
 	embedScale float32
 
@@ -91,7 +96,7 @@ type cudaMemory struct {
 	// invFreq is Shape.RopeInvFreq, localInvFreq Shape.LocalRopeInvFreq (0 without one).
 	invFreq, localInvFreq cuda.DevicePtr
 	// kCache and vCache are the page arrays (Shape.NumKVSlots: a layer's is its LayerShape.KVSlot), each
-	// [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype.
+	// [NumBlocks][BlockSize][NumKVHeads][HeadDim] of dtype, or of e4m3 codes with kvFP8.
 	kCache  []cuda.DevicePtr
 	vCache  []cuda.DevicePtr
 	splitWS cuda.DevicePtr
@@ -137,8 +142,10 @@ type cudaStats struct {
 // cudaFunctions are the model's kernels for the compute dtype.
 type cudaFunctions struct {
 	embed, addRMSNorm, rope, swiglu, gather *cuda.Function
-	argmaxChunks, argmaxPartials            *cuda.Function
-	sample                                  *cuda.Function // SampleRows (kernels/sample.cu)
+	// ropeE4M3 is the RoPE kernel that writes FP8 KV pages (RoPEWriteKV_<dtype>_e4m3), loaded with kvFP8.
+	ropeE4M3                     *cuda.Function
+	argmaxChunks, argmaxPartials *cuda.Function
+	sample                       *cuda.Function // SampleRows (kernels/sample.cu)
 	// The families' ops: GeGLU, the sublayer-output norms (NormAddRMSNorm), and on float32 values the
 	// q/k norms, the products' biases and the logits' soft cap.
 	geglu, normAdd, qkNorm, bias, softcap *cuda.Function
@@ -199,6 +206,22 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if b.dtype, b.elem, tn, err = computeDType(cfg.dtype); err != nil {
 		return nil, err
 	}
+	b.kvElem = b.elem
+	switch shape.KVCacheDType {
+	case "":
+	case KVCacheFP8:
+		if len(shape.KVScales) != shape.NumLayers {
+			return nil, fmt.Errorf("cuda backend: fp8 KV cache: %d scales for %d layers", len(shape.KVScales), shape.NumLayers)
+		}
+		for l, sc := range shape.KVScales {
+			if !(sc.K > 0 && sc.V > 0) || math.IsInf(float64(sc.K), 0) || math.IsInf(float64(sc.V), 0) {
+				return nil, fmt.Errorf("cuda backend: fp8 KV cache: layer %d: scales %+v", l, sc)
+			}
+		}
+		b.kvFP8, b.kvElem = true, 1
+	default:
+		return nil, fmt.Errorf("cuda backend: KV cache dtype %q", shape.KVCacheDType)
+	}
 	if b.dev == nil {
 		if b.dev, err = cuda.Open(0); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
@@ -211,8 +234,18 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 			b.Close()
 		}
 	}()
+	if b.kvFP8 {
+		if m := fp8KVMissing(b.dev.Info()); m != "" {
+			return nil, fmt.Errorf("cuda backend: %s: %w", m, weights.ErrUnsupported)
+		}
+	}
 	if b.mod, err = b.dev.LoadModule(kernels.Fatbin); err != nil {
 		return nil, fmt.Errorf("cuda backend: model kernels: %w", err)
+	}
+	if b.kvFP8 {
+		if b.fn.ropeE4M3, err = b.mod.Function("RoPEWriteKV_" + tn + "_e4m3"); err != nil {
+			return nil, fmt.Errorf("cuda backend: %w", err)
+		}
 	}
 	for _, k := range []struct {
 		dst  **cuda.Function
@@ -246,13 +279,14 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
-	if !b.pre.Supports(shape.HeadDim, b.dtype) {
+	if !b.pre.Supports(shape.HeadDim, b.dtype) || b.kvFP8 && !b.pre.SupportsFP8(shape.HeadDim, b.dtype) {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
 	bs := shape.BlockSize
 	// The decode kernels: head sizes 64 and 128, and 256 in 16-bit dtypes (attention.Decide's check).
+	// Over FP8 pages, 16-bit dtypes only (float32 decode steps then run the prefill kernel).
 	b.decodeFits = (shape.HeadDim == 64 || shape.HeadDim == 128 || shape.HeadDim == 256 && b.dtype != cuda.Float32) &&
-		bs >= 8 && bs <= 64 && bs&(bs-1) == 0
+		bs >= 8 && bs <= 64 && bs&(bs-1) == 0 && !(b.kvFP8 && b.dtype == cuda.Float32)
 	if b.decodeFits {
 		if b.decode, err = attention.LoadCUDAKernels(b.dev); err != nil {
 			return nil, fmt.Errorf("cuda backend: %w", err)
@@ -336,13 +370,14 @@ func roundTo(t cuda.DataType, x float32) float32 {
 // without KV groups).
 func (b *cudaBackend) kvBytesPerBlock() int64 {
 	s := &b.shape
-	return 2 * int64(s.NumKVSlots()) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+	return 2 * int64(s.NumKVSlots()) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.kvElem)
 }
 
 // allocateKV allocates numBlocks pages of K and V in each page array (Shape.NumKVSlots).
 func (b *cudaBackend) allocateKV(numBlocks int) error {
 	s := &b.shape
-	perLayer := int64(numBlocks) * int64(s.BlockSize) * int64(s.NumKVHeads) * int64(s.HeadDim) * int64(b.elem)
+	// Rounded up to whole 4-byte words (one-byte FP8 pages of an odd size): the zero fill's unit.
+	perLayer := (int64(numBlocks)*int64(s.BlockSize)*int64(s.NumKVHeads)*int64(s.HeadDim)*int64(b.kvElem) + 3) &^ 3
 	b.kCache = make([]cuda.DevicePtr, s.NumKVSlots())
 	b.vCache = make([]cuda.DevicePtr, s.NumKVSlots())
 	for l := range s.NumKVSlots() {

@@ -59,7 +59,8 @@
 // warning), a byte an element (see attention.Cache for the arithmetic). The CPU backend computes all of
 // it and is the reference the GPU kernels must match. The CUDA backend runs FP8 weights on compute
 // capability 8.9 or newer (fp8_cuda.go: its own weight-streaming kernel at decode sizes, cuBLASLt's e4m3
-// GEMM for prefill) and refuses an FP8 KV cache at load. scripts/goldens/make_fp8_goldens.py writes
+// GEMM for prefill) and an FP8 KV cache there too (e4m3 pages written by the RoPE kernel, read by the
+// decode and prefill kernels' e4m3 entry points; fp8_cuda.go). scripts/goldens/make_fp8_goldens.py writes
 // PyTorch's teacher-forced references (testdata/golden_fp8, TestFP8Golden).
 //
 // The golden tests compare greedy continuations and logits with HF transformers on tiny random

@@ -24,7 +24,8 @@ func (b *cudaBackend) facts() stepFacts {
 		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
 		decodeKernels: b.decodeFits && b.decode != nil,
 		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,
-		tune: b.tune}
+		kvFP8: b.kvFP8,
+		tune:  b.tune}
 	if f.decodeKernels {
 		f.attn, f.attnTuning = b.decode.Facts(), b.decode.Tuning
 		f.attnDType = attention.BF16
@@ -292,6 +293,15 @@ func (b *cudaBackend) layerTables(l int) cuda.DevicePtr {
 	return b.metaPtr(b.st.tablesOff(b.shape.Layer(l).KVGroup))
 }
 
+// layerKVScales returns layer l's K and V scales of an FP8 KV cache (0, 0 without one).
+func (b *cudaBackend) layerKVScales(l int) (k, v float32) {
+	if !b.kvFP8 {
+		return 0, 0
+	}
+	s := b.shape.KVScales[l]
+	return s.K, s.V
+}
+
 func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 	sh, rows := &b.shape, p.rows
 	k, v := b.layerKV(a.layer)
@@ -301,6 +311,7 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 		NumHeads, NumKVHeads, HeadDim, QKVCols               int32
 		QNorm, KNorm                                         cuda.DevicePtr
 		Eps                                                  float32
+		KScale, VScale                                       float32
 	}{QKV: a.x.ptr, QOut: a.x.qRot, KCache: k, VCache: v, Positions: b.metaPtr(b.st.offPos), Slots: b.layerSlots(a.layer),
 		InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling, NumHeads: int32(sh.NumHeads),
 		NumKVHeads: int32(sh.NumKVHeads), HeadDim: int32(sh.HeadDim), QKVCols: int32(sh.QKVCols())}
@@ -310,17 +321,23 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 	}
 	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
 	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
-	return launchDependent(b, b.fn.rope, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: threads}, 0, &params)
+	fn := b.fn.rope
+	if b.kvFP8 {
+		fn = b.fn.ropeE4M3
+		params.KScale, params.VScale = b.layerKVScales(a.layer)
+	}
+	return launchDependent(b, fn, cuda.Dim3{X: rows, Y: groups}, cuda.Dim3{X: threads}, 0, &params)
 }
 
 func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 	sh, st := &b.shape, &b.st
 	d, q := a.d, a.x
 	k, v := b.layerKV(a.layer)
+	ks, vs := b.layerKVScales(a.layer)
 	window := sh.Layer(a.layer).Window
 	if p.decode {
 		args := attention.CUDADecodeArgs{
-			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,
 			BlockTables: b.layerTables(a.layer), ContextLens: b.metaPtr(st.offCtx),
 			HostContextLens: b.attnLens(p.rows), MaxBlocks: st.stride,
 			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
@@ -345,7 +362,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 		items = st.paddedItems
 	}
 	return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
-		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v,
+		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,
 		BlockTables: b.layerTables(a.layer), Positions: b.metaPtr(st.offPos),
 		Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
 		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,

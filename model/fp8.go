@@ -84,8 +84,8 @@ func (w *FP8Weight) check() error {
 	return nil
 }
 
-// fp8Checker is implemented by backends that run only part of FP8 (the CUDA backend: FP8 weights on
-// compute capability 8.9 or newer, no FP8 KV cache yet): load asks it, before uploading any weight,
+// fp8Checker is implemented by backends that run FP8 on some devices only (the CUDA backend: FP8 weights
+// and an FP8 KV cache on compute capability 8.9 or newer): load asks it, before uploading any weight,
 // whether it runs FP8 weights (when the model has them) and the KV pages of s, and refuses the model
 // with its error.
 type fp8Checker interface {

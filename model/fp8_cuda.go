@@ -18,8 +18,14 @@ import (
 // quantizes the input rows to e4m3 with their scales (static, or per row as FP8Weight defines), the
 // other streams the weight codes through the tensor cores and applies s[r]·sw[o] and the bias in its
 // epilogue. The plan fuses nothing into these products (stepOp.fp8). FP8 weights need compute
-// capability 8.9 or newer (Ada, Hopper: the e4m3 conversions in hardware). An FP8 KV cache is not
-// stored by this backend yet: it refuses one at load, and the CPU backend runs it.
+// capability 8.9 or newer (Ada, Hopper: the e4m3 conversions in hardware).
+//
+// An FP8 KV cache (Shape.KVCacheDType KVCacheFP8) keeps its pages as e4m3 codes, one byte an element:
+// the RoPE kernel (RoPEWriteKV_<dtype>_e4m3) stores e4m3(x / scale) with the layer's KVScales, the decode
+// kernels (their FMA _e4m3 entry points) and the prefill kernel (PrefillAttention_<dtype>_e4m3) read
+// float(code) · scale. The plan then fuses no RoPE into the Q/K/V product or decode attention (their
+// epilogues write compute-dtype pages) and never takes the shared-prefix path. It needs compute
+// capability 8.9 or newer too (the conversions in hardware; the kernels are tested there only).
 
 // fp8MinComputeCapability is the least compute capability (major·10 + minor) that runs FP8 weights.
 const fp8MinComputeCapability = 89
@@ -87,7 +93,9 @@ func (b *cudaBackend) checkFP8(fp8Weights bool, s Shape) error {
 		}
 	}
 	if s.KVCacheDType == KVCacheFP8 {
-		missing = append(missing, "fp8 KV cache: not supported on CUDA yet; --device cpu runs it")
+		if m := fp8KVMissing(b.dev.Info()); m != "" {
+			missing = append(missing, m)
+		}
 	}
 	if len(missing) == 0 {
 		return nil
@@ -101,6 +109,15 @@ func fp8WeightsMissing(info cuda.Info) string {
 		return ""
 	}
 	return fmt.Sprintf("fp8 weights: need compute capability 8.9 or newer (e4m3 conversions in hardware: Ada, Hopper), %s is %d.%d; --device cpu runs them",
+		info.Name, info.Major, info.Minor)
+}
+
+// fp8KVMissing says why a device of info cannot hold an FP8 KV cache ("" when it can).
+func fp8KVMissing(info cuda.Info) string {
+	if info.Major*10+info.Minor >= fp8MinComputeCapability {
+		return ""
+	}
+	return fmt.Sprintf("fp8 KV cache: needs compute capability 8.9 or newer (e4m3 conversions in hardware: Ada, Hopper), %s is %d.%d; --device cpu runs it",
 		info.Name, info.Major, info.Minor)
 }
 

@@ -16,17 +16,12 @@ import (
 	"github.com/gollm/gollm/weights/weightstest"
 )
 
-// TestCUDAFP8Refused checks what the CUDA backend refuses without a device: an FP8 KV cache (naming it
-// and the CPU's flag), and FP8 weights on a GPU older than compute capability 8.9 (naming the GPU).
+// TestCUDAFP8Refused checks what the CUDA backend refuses without a device: FP8 weights on a GPU older
+// than compute capability 8.9 (naming the GPU). An FP8 KV cache: TestCUDAFP8KVRefusedBelow89.
 func TestCUDAFP8Refused(t *testing.T) {
 	b := &cudaBackend{}
 	if err := b.checkFP8(false, Shape{}); err != nil {
 		t.Fatalf("no FP8: %v", err)
-	}
-	err := b.checkFP8(false, Shape{KVCacheDType: KVCacheFP8})
-	if err == nil || !errors.Is(err, weights.ErrUnsupported) ||
-		!strings.Contains(err.Error(), "fp8 KV cache: not supported on CUDA yet; --device cpu runs it") {
-		t.Fatalf("FP8 KV cache: error %v", err)
 	}
 	for _, tc := range []struct {
 		info cuda.Info
@@ -49,19 +44,30 @@ func TestCUDAFP8Refused(t *testing.T) {
 	}
 }
 
-// TestCUDAFP8KVLoadRefused loads a float checkpoint with an FP8 KV cache on the GPU: Load refuses it
-// before any weight is uploaded, naming what is missing.
-func TestCUDAFP8KVLoadRefused(t *testing.T) {
-	gpuDevice(t)
+// TestCUDAFP8KVLoad loads a float checkpoint with an FP8 KV cache on the GPU: on compute capability 8.9
+// or newer it loads with one-byte pages; below, Load refuses it before any weight is uploaded, naming
+// what is missing.
+func TestCUDAFP8KVLoad(t *testing.T) {
+	dev := gpuDevice(t)
 	dir := t.TempDir()
 	weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 1)
 	opts := Options{KVCacheDType: KVCacheFP8, Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16}
 	m, err := Load(openFolder(t, dir), opts)
+	if missing := fp8KVMissing(dev.Info()); missing == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Shape().KVCacheDType != KVCacheFP8 {
+			t.Errorf("KV cache dtype %q", m.Shape().KVCacheDType)
+		}
+		m.Close()
+		return
+	}
 	if err == nil {
 		m.Close()
 		t.Fatal("loaded")
 	}
-	if want := "fp8 KV cache: not supported on CUDA yet; --device cpu runs it"; !errors.Is(err, weights.ErrUnsupported) ||
+	if want := "fp8 KV cache: needs compute capability 8.9"; !errors.Is(err, weights.ErrUnsupported) ||
 		!strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q, want one saying %q", err, want)
 	}

@@ -180,6 +180,9 @@ func (b *cudaBackend) launchGemv(y, x *cudaTensor, w *cudaWeight, out, in, rows 
 		tiles = inter / 8
 		p.Aux0, p.GroupTiles, p.GroupStride, p.PairOffset = e.act.ptr, int32(tiles), 0, int32(inter)
 	case gemvRoPE:
+		if b.kvFP8 { // the plan never fuses it (fuseTarget): the epilogue stores compute-dtype pages
+			return fmt.Errorf("cuda backend: RoPE epilogue over FP8 KV pages")
+		}
 		d := sh.HeadDim
 		k, v := b.layerKV(e.layer)
 		p.Aux0, p.Aux1, p.Aux2 = y.qRot, k, v

@@ -240,7 +240,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 // step to step, a graph's grids do not.
 func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecision {
 	f := b.facts()
-	if b.cfg.sharedPrefix == SharedPrefixOff || !f.decodeKernels {
+	if b.cfg.sharedPrefix == SharedPrefixOff || !f.decodeKernels || f.kvFP8 { // shared.cu reads compute-dtype pages
 		return nil
 	}
 	for l := range b.shape.NumLayers {
@@ -254,7 +254,7 @@ func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecis
 		return nil
 	}
 	c := attention.DecodeCall{ContextLens: s.ContextLens, MaxBlocks: stride, NumHeads: f.numHeads,
-		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Tuning: f.attnTuning,
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, KVFP8: f.kvFP8, Tuning: f.attnTuning,
 		LosesGraph: !b.cfg.noGraphs && !b.graphsOff && len(s.Tokens) <= maxGraphBatch}
 	d := attention.DecideShared(c, groups, f.attn)
 	if d.Layout == nil || !d.Use && b.cfg.sharedPrefix != SharedPrefixAlways ||

@@ -192,7 +192,10 @@ type stepFacts struct {
 	attnTuning                      attention.CUDATuning
 	numHeads, numKVHeads, blockSize int
 	attnDType                       attention.DType
-	tune                            gemvTuning
+	// kvFP8: the KV pages hold e4m3 codes (an FP8 KV cache): only the RoPE kernel writes them (no RoPE
+	// epilogue of the Q/K/V product or of decode attention) and decode attention runs its FMA kernels.
+	kvFP8 bool
+	tune  gemvTuning
 }
 
 // stepShape is what the plan knows of the step: whether it is a decode step (one query row a
@@ -420,7 +423,7 @@ func fuseTarget(ops []stepOp, i int, f *stepFacts) int {
 	}
 	switch op.kind {
 	case opRoPE:
-		if f.headDim%16 == 0 {
+		if f.headDim%16 == 0 && !f.kvFP8 { // the epilogue stores compute-dtype pages
 			return i - 1
 		}
 	case opSwiGLU, opGeGLU:
@@ -689,8 +692,8 @@ func (p *stepPlanner) attention(rows int, rope bool, window int) (attention.Deco
 	}
 	f, st := p.f, p.st
 	c := attention.DecodeCall{ContextLens: st.contextLens, MaxBlocks: st.stride, NumHeads: f.numHeads,
-		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, Window: window,
-		Dependent: st.pdl, WorkspaceBytes: splitWorkspaceBytes, Tuning: f.attnTuning}
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, KVFP8: f.kvFP8,
+		Window: window, Dependent: st.pdl, WorkspaceBytes: splitWorkspaceBytes, Tuning: f.attnTuning}
 	if st.graph {
 		c.ContextLens = make([]int32, rows)
 		for i := range c.ContextLens {

@@ -10,6 +10,13 @@
 // With q_norm set (Qwen3's and Gemma 3's q/k norms, Backend.QKNorm, fused here where the rotation runs as
 // this kernel) every q and k head is first RMS-normalised: x = w · (x · 1/sqrt(mean(x²) + eps)), w = q_norm
 // for a query head and k_norm for a key head, as the QKNorm kernel (qknorm.cu) would have left it.
+//
+// RoPEWriteKV_<dtype>_e4m3 writes the caches as OCP FP8 e4m3 codes instead (model.KVCacheFP8): each
+// element of the rotated k (float, not rounded to T first) and of v is stored as e4m3(x / k_scale) and
+// e4m3(x / v_scale), an IEEE division then a saturating conversion (±448, NaN kept NaN: the CPU Cache's
+// dtype.F32ToE4M3Sat), no clamp before it. q_out stays T.
+#include <cuda_fp8.h>
+
 #include "common.cuh"
 
 // ROPE_HEADS is the heads (q, k or v) one block of a row covers: grid (rows, ⌈(Hq + 2·Hkv) / ROPE_HEADS⌉).
@@ -31,9 +38,25 @@ struct RoPEParams {
 	const float *q_norm;   // [head_dim], or null: no q/k norms
 	const float *k_norm;   // [head_dim]
 	float eps;
+	float k_scale;         // the _e4m3 kernels: the layer's K and V scales of an FP8 KV cache
+	float v_scale;
 };
 
-template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
+// KVStore stores one K or V element: as T, or with F8 as the e4m3 code of x / scale.
+template <typename T, bool F8> struct KVStore {
+	typedef T type;
+	static __device__ __forceinline__ T store(float x, float) { return Num<T>::store(x); }
+};
+template <typename T> struct KVStore<T, true> {
+	typedef __nv_fp8_storage_t type;
+	static __device__ __forceinline__ __nv_fp8_storage_t store(float x, float scale) {
+		return __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
+	}
+};
+
+template <typename T, bool F8 = false> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
+	typedef KVStore<T, F8> KVS;
+	typedef typename KVS::type KV;
 	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
 	__shared__ float inv_rms[ROPE_HEADS]; // q/k norms: 1/rms of each rotated head of the block
 	const long long row = blockIdx.x;
@@ -47,8 +70,8 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 	pdl_launch_dependents();
 	const int pos = p.positions[row];
 	const long long slot = p.slots[row];
-	T *k_dst = reinterpret_cast<T *>(p.k_cache) + slot * kv_row;
-	T *v_dst = reinterpret_cast<T *>(p.v_cache) + slot * kv_row;
+	KV *k_dst = reinterpret_cast<KV *>(p.k_cache) + slot * kv_row;
+	KV *v_dst = reinterpret_cast<KV *>(p.v_cache) + slot * kv_row;
 	if (h0 < rotated) {
 		if (p.q_norm) { // a warp a head: its sum of squares
 			const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -90,20 +113,26 @@ template <typename T> __device__ __forceinline__ void rope_write_kv(const RoPEPa
 				q_out[h * p.head_dim + i + half] = hi;
 			} else if (slot >= 0) {
 				const int kh = h - p.num_heads;
-				k_dst[kh * p.head_dim + i] = lo;
-				k_dst[kh * p.head_dim + i + half] = hi;
+				if constexpr (F8) {
+					k_dst[kh * p.head_dim + i] = KVS::store(rlo, p.k_scale);
+					k_dst[kh * p.head_dim + i + half] = KVS::store(rhi, p.k_scale);
+				} else {
+					k_dst[kh * p.head_dim + i] = lo;
+					k_dst[kh * p.head_dim + i + half] = hi;
+				}
 			}
 		}
 	}
 	const int v0 = max(h0, rotated);
 	if (slot >= 0 && v0 < h1) {
 		const float *v = qkv + (long long)v0 * p.head_dim;
-		T *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
+		KV *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
 		const int n = (h1 - v0) * p.head_dim;
-		for (int j = threadIdx.x; j < n; j += blockDim.x) vd[j] = Num<T>::store(v[j]);
+		for (int j = threadIdx.x; j < n; j += blockDim.x) vd[j] = KVS::store(v[j], p.v_scale);
 	}
 }
 
 #define ROPE_WRITE_KV(T, TN)                                                                                  \
-	extern "C" __global__ void RoPEWriteKV_##TN(const RoPEParams p) { rope_write_kv<T>(p); }
+	extern "C" __global__ void RoPEWriteKV_##TN(const RoPEParams p) { rope_write_kv<T>(p); }                \
+	extern "C" __global__ void RoPEWriteKV_##TN##_e4m3(const RoPEParams p) { rope_write_kv<T, true>(p); }
 FOR_EACH_TYPE(ROPE_WRITE_KV)

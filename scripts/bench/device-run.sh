@@ -363,10 +363,13 @@ section_fp8() {
 	mkdir -p "$d"
 	gotest "$d" model-fp8 model '^(TestCUDAFP8.*|TestFP8Golden.*|TestPlanFP8)$' 200
 	gotest "$d" cuda-lt internal/cuda '^TestMatmulE4M3$' 60
+	gotest "$d" attention-fp8kv attention '^(TestCUDADecodeFP8KV|TestCUDAPrefillFP8KV)$' 400
+	gotest "$d" engine-fp8kv engine '^TestCUDAConcurrentFP8KV$' 200
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
-	for q in bf16 fp8; do
+	for q in bf16 fp8 fp8kv; do
 		extra=()
 		[ "$q" = fp8 ] && extra=(--quantization fp8)
+		[ "$q" = fp8kv ] && extra=(--quantization fp8 --kv-cache-dtype fp8)
 		timeout 150 "$bin/gollm" bench latency --config llama3-8b --device cuda --random-weights --batch 1,64 \
 			--input-len 1024 --output-len 128 "${extra[@]}" --json >"$d/latency-$q.jsonl" 2>"$d/latency-$q.log"
 		stamp "fp8 bench latency llama3-8b $q" $?

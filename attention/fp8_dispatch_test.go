@@ -1,0 +1,101 @@
+package attention
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestDecideFP8KV checks the dispatcher's rules for FP8 KV pages (DecodeCall.KVFP8): the FMA path's
+// _e4m3 kernels on the auto path, ErrUnsupported on the mma path and with RoPE, no RoPE folded into
+// attention (FoldsRoPE false where the same call over bf16 pages folds it), and a plan sized by one
+// byte an element: for every shape of a sweep the plan is the planner's on one-byte elements, and for
+// some shapes that differs from the plan over two-byte elements (else the test could not tell).
+func TestDecideFP8KV(t *testing.T) {
+	dev := dispatchDevice("h200")
+	differs := 0
+	for _, d := range []int{64, 128, 256} {
+		for _, batch := range []int{1, 4, 32, 256} {
+			for _, ctx := range []int{100, 1024, 8192, 32768} {
+				name := fmt.Sprintf("d%d_b%d_ctx%d", d, batch, ctx)
+				lens := make([]int32, batch)
+				for i := range lens {
+					lens[i] = int32(ctx - i%5)
+				}
+				c := DecodeCall{ContextLens: lens, MaxBlocks: ceilDiv(ctx, 16), NumHeads: 32, NumKVHeads: 8, HeadDim: d, BlockSize: 16,
+					DType: BF16, KVFP8: true}
+				got, err := Decide(c, dev)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				k := got.Kernel
+				if !k.KVFP8 || k.Path != PathFMA || k.Persistent || !strings.Contains(k.Name, "_bf16_e4m3_d") {
+					t.Errorf("%s: kernel %+v, want an FMA _e4m3 kernel", name, k)
+				}
+				if got.FoldsRoPE || got.RoPE {
+					t.Errorf("%s: folds RoPE", name)
+				}
+				grouped, split, _ := c.tile(PathAuto, 4)
+				g := gpuSize{sms: dev.SMs, groupedPerSM: dev.ProgramsPerSM(grouped), splitPerSM: dev.ProgramsPerSM(split),
+					bw: bandwidthScale(dev.PeakBandwidth)}
+				want := gpuPlan(gpuPlanInput(lens, 32, 8, d, 1, 16, g), g)
+				if want.Kernel == SplitK {
+					want.NumPartitions = ceilDiv(int(longestContext(lens)), want.PartitionTokens)
+				}
+				if got.Plan != want {
+					t.Errorf("%s: plan %+v, want %+v (one byte an element)", name, got.Plan, want)
+				}
+				if gpuPlan(gpuPlanInput(lens, 32, 8, d, 2, 16, g), g).PartitionTokens != want.PartitionTokens {
+					differs++
+				}
+
+				mma := c
+				mma.Path = PathMMA
+				if _, err := Decide(mma, dev); !errors.Is(err, ErrUnsupported) {
+					t.Errorf("%s: mma path: %v, want ErrUnsupported", name, err)
+				}
+				if d != wideHeadDim {
+					rope := c
+					rope.RoPE = &DecodeRoPE{QKVCols: 48 * d}
+					if _, err := Decide(rope, dev); !errors.Is(err, ErrUnsupported) {
+						t.Errorf("%s: RoPE: %v, want ErrUnsupported", name, err)
+					}
+				}
+			}
+		}
+	}
+	if differs == 0 {
+		t.Error("no shape's plan depends on the element size: the sweep cannot tell one byte from two")
+	}
+	// A call that folds RoPE over bf16 pages does not over FP8 ones.
+	c := DecodeCall{ContextLens: []int32{4000}, MaxBlocks: 256, NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
+	plain, err := Decide(c, dev)
+	if err != nil || !plain.FoldsRoPE {
+		t.Fatalf("bf16 pages: FoldsRoPE %v, %v; the case needs a call that folds it", plain.FoldsRoPE, err)
+	}
+	c.KVFP8 = true
+	if d, err := Decide(c, dev); err != nil || d.FoldsRoPE {
+		t.Errorf("FP8 pages: FoldsRoPE %v, %v", d.FoldsRoPE, err)
+	}
+}
+
+// TestDecideSharedFP8KV: the shared-prefix path reads compute-dtype pages only, so a call over FP8 pages
+// never takes it, where the same call over bf16 pages does.
+func TestDecideSharedFP8KV(t *testing.T) {
+	dev := dispatchDevice("h200")
+	c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
+	g := SharedGroup{Pages: 4096 / 16}
+	for i := range 64 {
+		c.ContextLens = append(c.ContextLens, int32(4096+128+i%7))
+		g.Seqs = append(g.Seqs, int32(i))
+	}
+	c.MaxBlocks = ceilDiv(4096+128+7, 16)
+	if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Layout == nil {
+		t.Fatalf("bf16 pages: Use %v; the case needs a call that takes the shared path", d.Use)
+	}
+	c.KVFP8 = true
+	if d := DecideShared(c, []SharedGroup{g}, dev); d.Use || d.Layout != nil {
+		t.Errorf("FP8 pages: Use %v, layout %v", d.Use, d.Layout != nil)
+	}
+}
