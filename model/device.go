@@ -85,6 +85,11 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 		if err := cudaUsable(); err != nil {
 			return nil, false, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
 		}
+		// The GPU's shared-prefix kernels read 16-bit pages: over FP8 ones "always" could not be honoured.
+		if kv, _ := parseKVCacheDType(opts.KVCacheDType); kv == KVCacheFP8 && opts.SharedPrefix == SharedPrefixAlways {
+			return nil, false, fmt.Errorf("shared prefix %q: the GPU's shared-prefix decode does not read an FP8 KV cache (use %q or %q)",
+				SharedPrefixAlways, "auto", SharedPrefixOff)
+		}
 		newBackend, err := newCUDABackendFor(cfg, opts)
 		return newBackend, opts.NumBlocks > 0, err
 	}

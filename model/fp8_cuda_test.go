@@ -99,8 +99,8 @@ func sameFloat(a, b float32) bool {
 // warps) and a prefill size, ragged and aligned k and n (the padded layout), per-channel and
 // per-tensor weight scales, dynamic and static input scales (static ones saturating), with and without
 // a bias, a row of zeros and a row holding a NaN (its outputs NaN, the other rows untouched), in the
-// compute dtypes bfloat16 and float32 (the input's dtype), on the FP8 kernel and, from 64 rows, on
-// cuBLASLt with ScaleE4M3. The quantized input rows must equal the CPU backend's (quantizeRows) code
+// compute dtypes bfloat16 and float32 (the input's dtype), on the FP8 kernel and, past
+// fp8KernelMaxRows rows (where the plan sends them), on cuBLASLt with ScaleE4M3. The quantized input rows must equal the CPU backend's (quantizeRows) code
 // for code and scale for scale; the products may differ from the float64 sum by float32 rounding of a
 // sum of k terms (2^-14 of Σ|terms|) on the FP8 kernel, and on cuBLASLt by cuda.LtE4M3Tolerance (2^-8
 // of Σ|terms|: its tensor cores keep about 13 bits of a partial sum). Either still fails on a wrong
@@ -133,7 +133,7 @@ func TestCUDAFP8MatMul(t *testing.T) {
 					bias      bool
 				}{{false, 0, false}, {true, 0, true}, {false, 0.01, true}, {true, 0.01, false}} {
 					for _, path := range []matmulPath{pathFP8, pathFP8Lt} {
-						if path == pathFP8Lt && (rows < 64 || b.fp8.lt == nil) {
+						if path == pathFP8Lt && (rows <= fp8KernelMaxRows || b.fp8.lt == nil) {
 							continue
 						}
 						name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,

@@ -265,3 +265,16 @@ func TestCUDAFP8KVRefusedBelow89(t *testing.T) {
 		t.Errorf("FP8 KV on %s: %v, want ErrUnsupported", dev.Info().Name, err)
 	}
 }
+
+// TestCUDAFP8KVRefusesSharedAlways: --shared-prefix always cannot be honoured over FP8 pages on the GPU
+// (its shared-prefix kernels read 16-bit pages), so the load refuses it by name instead of running the
+// plain kernels in its place.
+func TestCUDAFP8KVRefusesSharedAlways(t *testing.T) {
+	gpuDevice(t)
+	cfg := cudaReferenceConfig(128)
+	_, err := LoadRandom(cfg, 1, Options{Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16, KVCacheDType: KVCacheFP8,
+		SharedPrefix: SharedPrefixAlways}, nil)
+	if err == nil || !strings.Contains(err.Error(), "FP8 KV cache") || !strings.Contains(err.Error(), SharedPrefixAlways) {
+		t.Fatalf("load with an FP8 KV cache and shared prefix always: %v, want a refusal naming both", err)
+	}
+}

@@ -159,7 +159,8 @@ type stepOp struct {
 	// in the gate/up width; Argmax: in is the logits' width.
 	out, in int
 	// bias: a MatMul whose weight has a bias, which a kernel of its own adds after the product (the
-	// product then takes no epilogue, no accumulation and no norm after it).
+	// product then takes no epilogue, no accumulation and no norm after it), or decode attention as it
+	// rotates the product's output (opPlan.ropeBias).
 	bias bool
 	// fp8: a MatMul with an FP8 weight (UploadFP8), which runs the FP8 product (fp8Path): its input
 	// quantized by the op that produces it or by a kernel of its own, its bias added by the product,
@@ -496,6 +497,7 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 				links[l.target].mode = gemvRoPE
 			}
 			ropeOf[op.src] = l.target
+			delete(biasOf, op.src)
 			if prev != nil && prev.kind == opMatMul && prev.dst == op.src && prev.bias && !prev.fp8 {
 				l.biasFrom, links[i-1].biasRoPE = i-1, i
 				biasOf[op.src] = i - 1

@@ -565,7 +565,7 @@ func TestPlanFP8(t *testing.T) {
 		for _, tc := range []struct {
 			rows   int
 			noFuse bool
-		}{{1, false}, {8, false}, {16, false}, {64, false}, {512, false}, {1, true}, {512, true}} {
+		}{{1, false}, {8, false}, {9, false}, {16, false}, {64, false}, {512, false}, {1, true}, {512, true}} {
 			rows := tc.rows
 			t.Run(fmt.Sprintf("%s/%d/nofuse=%v", m.name, rows, tc.noFuse), func(t *testing.T) {
 				ops, at := recordedStep(m, rows, false)

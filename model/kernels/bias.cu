@@ -1,4 +1,6 @@
-// The bias of a matrix product (Weight.Bias: Qwen2's q, k and v projections), added after the product:
+// The bias of a matrix product (Weight.Bias: Qwen2's q, k and v projections), added after the product
+// (where decode attention rotates the product's output, it adds the bias itself and this kernel does not
+// run):
 // y[r][c] += bias[c] over y [rows][cols] (float, the product's output). A grid-stride loop over rows ·
 // cols elements, 256 threads a block.
 #include "common.cuh"
