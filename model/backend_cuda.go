@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
@@ -207,20 +206,10 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, err
 	}
 	b.kvElem = b.elem
-	switch shape.KVCacheDType {
-	case "":
-	case KVCacheFP8:
-		if len(shape.KVScales) != shape.NumLayers {
-			return nil, fmt.Errorf("cuda backend: fp8 KV cache: %d scales for %d layers", len(shape.KVScales), shape.NumLayers)
-		}
-		for l, sc := range shape.KVScales {
-			if !(sc.K > 0 && sc.V > 0) || math.IsInf(float64(sc.K), 0) || math.IsInf(float64(sc.V), 0) {
-				return nil, fmt.Errorf("cuda backend: fp8 KV cache: layer %d: scales %+v", l, sc)
-			}
-		}
-		b.kvFP8, b.kvElem = true, 1
-	default:
-		return nil, fmt.Errorf("cuda backend: KV cache dtype %q", shape.KVCacheDType)
+	if b.kvFP8, err = shape.kvFP8(); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	} else if b.kvFP8 {
+		b.kvElem = 1
 	}
 	if b.dev == nil {
 		if b.dev, err = cuda.Open(0); err != nil {

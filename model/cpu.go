@@ -54,21 +54,9 @@ func NewCPUBackend(shape Shape) (Backend, error) {
 			return nil, fmt.Errorf("cpu backend: layer %d: invalid %+v", l, ls)
 		}
 	}
-	fp8 := false
-	switch shape.KVCacheDType {
-	case "":
-	case KVCacheFP8:
-		if len(shape.KVScales) != shape.NumLayers {
-			return nil, fmt.Errorf("cpu backend: fp8 KV cache: %d scales for %d layers", len(shape.KVScales), shape.NumLayers)
-		}
-		for l, sc := range shape.KVScales {
-			if !(sc.K > 0 && sc.V > 0) || math.IsInf(float64(sc.K), 0) || math.IsInf(float64(sc.V), 0) {
-				return nil, fmt.Errorf("cpu backend: fp8 KV cache: layer %d: scales %+v", l, sc)
-			}
-		}
-		fp8 = true
-	default:
-		return nil, fmt.Errorf("cpu backend: KV cache dtype %q", shape.KVCacheDType)
+	fp8, err := shape.kvFP8()
+	if err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
 	}
 	if err := checkHostKV(shape, 0); err != nil {
 		return nil, fmt.Errorf("cpu backend: %w", err)

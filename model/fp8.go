@@ -355,3 +355,23 @@ func matMulFP8(dst, xq, sx []float32, w *fp8Matrix, rows, in, out, workers int) 
 		}
 	})
 }
+
+// kvFP8 reports whether s's KV pages are FP8 (KVCacheDType), after checking their scales: one pair a
+// layer, each positive and finite. Any other KV dtype is an error.
+func (s *Shape) kvFP8() (bool, error) {
+	switch s.KVCacheDType {
+	case "":
+		return false, nil
+	case KVCacheFP8:
+		if len(s.KVScales) != s.NumLayers {
+			return false, fmt.Errorf("fp8 KV cache: %d scales for %d layers", len(s.KVScales), s.NumLayers)
+		}
+		for l, sc := range s.KVScales {
+			if !(sc.K > 0 && sc.V > 0) || math.IsInf(float64(sc.K), 0) || math.IsInf(float64(sc.V), 0) {
+				return false, fmt.Errorf("fp8 KV cache: layer %d: scales %+v", l, sc)
+			}
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("KV cache dtype %q", s.KVCacheDType)
+}
