@@ -177,6 +177,14 @@ func TestCUDAConcurrentBF16(t *testing.T) {
 	e := newEngine(t, m, Config{MaxNumSeqs: 12, MaxNumBatchedTokens: 48})
 	got := runConcurrent(t, e, reqs)
 	closeAndCheckPool(t, e)
+	checkNearTies(t, got, want)
+}
+
+// checkNearTies compares requests run together (got) with the same requests run alone (want): where their
+// tokens part, the run alone must have had a near-tie there (its top two log-probabilities within 0.05),
+// which a batch's other summation order may break the other way; at most three requests may part.
+func checkNearTies(t *testing.T, got, want []result) {
+	t.Helper()
 	differ := 0
 	for i := range want {
 		if slices.Equal(got[i].ids, want[i].ids) {

@@ -3,7 +3,6 @@
 package engine
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/gollm/gollm/model"
@@ -43,33 +42,12 @@ func TestCUDAConcurrentFP8KV(t *testing.T) {
 			e := newEngine(t, m, Config{MaxNumSeqs: 12, MaxNumBatchedTokens: 48})
 			got := runConcurrent(t, e, reqs)
 			closeAndCheckPool(t, e)
-			differ := 0
 			for i := range want {
 				if len(got[i].ids) != reqs[i].MaxTokens {
 					t.Errorf("request %d: %d tokens, want %d", i, len(got[i].ids), reqs[i].MaxTokens)
 				}
-				if slices.Equal(got[i].ids, want[i].ids) {
-					continue
-				}
-				differ++
-				k := 0
-				for k < min(len(got[i].ids), len(want[i].ids)) && got[i].ids[k] == want[i].ids[k] {
-					k++
-				}
-				if k >= len(want[i].logprobs) || len(want[i].logprobs[k].Top) < 2 {
-					t.Errorf("request %d: got %v, alone %v; no logprobs at token %d", i, got[i].ids, want[i].ids, k)
-					continue
-				}
-				top := want[i].logprobs[k].Top
-				if gap := top[0].Logprob - top[1].Logprob; gap >= 0.05 {
-					t.Errorf("request %d: got %v, alone %v; first difference at token %d, where the top-2 gap alone is %.3g",
-						i, got[i].ids, want[i].ids, k, gap)
-				}
 			}
-			if differ > 3 {
-				t.Errorf("%d of %d requests differ from their runs alone", differ, len(want))
-			}
-			t.Logf("%d of %d requests differ from their runs alone (near-ties only)", differ, len(want))
+			checkNearTies(t, got, want)
 		})
 	}
 }
