@@ -172,6 +172,9 @@ type CUDATuning struct {
 	// EvictFirstLarge keeps evict_first on streams of largeStreamL2s L2 sizes or more where largeStream
 	// would give them evict_normal (benchmarks' switch); a grid of few programs still drops it.
 	EvictFirstLarge bool
+	// SharedPrefix picks the prefix kernel of the shared-prefix path (DecodeShared) where shared.cu has
+	// one for the call; the zero value is the default.
+	SharedPrefix SharedPrefixVariant
 
 	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
 	persistPrograms int

@@ -363,6 +363,269 @@ SHARED_PREFIX(__nv_bfloat16, bf16, 128)
 SHARED_PREFIX(__half, fp16, 64)
 SHARED_PREFIX(__half, fp16, 128)
 
+// ---------------------------------------------------------------------------------------------------
+// The prefix kernels of 16 rows a warp: SharedPrefixR16*_<dtype>_d<D> (entry points below; R16 is the
+// default, CUDATuning.SharedPrefix picks another or SharedPrefix above). Same grid and partials as
+// SharedPrefix, with ROWS rows a program; what differs is the work of a warp:
+//
+//   Warp w of ROWS/16 owns the one m16 tile of rows w·16 .. w·16+15: a thread holds acc (D/8 n-tiles)
+//   and S of one softmax step (KEYS/8 n-tiles) of one m-tile, half of SharedPrefix's. With QREG, Q's A
+//   fragments of every k-step stay in registers too (a program an SM, all of its registers), read from
+//   shared memory once before the loop; Q is then copied into the last stage, which the prologue leaves
+//   free and the loop fills only after its first barrier, so the stages take all the shared memory.
+//   Without QREG, Q keeps its own region and is read by ldmatrix at every k-step (fewer registers: two
+//   programs an SM, or 256 rows a program, each K/V tile serving them all).
+//   Per softmax step: S = Q·Kᵀ over KEYS keys, one maximum, one rescale of acc and l (skipped by the
+//   warp when no row's maximum grew), acc += P·V.
+
+template <typename T, int D, int ROWS, int STAGES, bool QREG> struct Prefix16Shape {
+	static constexpr int THREADS = ROWS / 16 * DECODE_WARP; // a warp a m16 tile
+	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
+	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
+	static constexpr int ROW_BYTES = ROW_CHUNKS * 16;
+	static constexpr int Q_BYTES = ROWS * ROW_BYTES;
+	// The stages (then Q where it stays in shared memory) from a 1024-byte boundary (+1024 bytes of
+	// slack): see PrefixShape.
+	static constexpr int SMEM = STAGES * L::STAGE_BYTES + (QREG ? 0 : Q_BYTES) + 1024;
+	static_assert(ROW_CHUNKS == 8 || ROW_CHUNKS == 16, "rows of 8 or 16 chunks (the XOR addressing)");
+	static_assert(!QREG || Q_BYTES <= L::STAGE_BYTES, "Q fits a stage");
+	static_assert((ROWS * ROW_CHUNKS) % THREADS == 0, "threads divide Q's chunks");
+	static_assert(STAGES >= 2, "Q rides in the last stage, which the prologue leaves free");
+};
+
+template <typename T, int D, int ROWS, int STAGES, int KEYS, bool QREG>
+__device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
+	using Sh = Prefix16Shape<T, D, ROWS, STAGES, QREG>;
+	using L = typename Sh::L;
+	static_assert(PREFIX_TILE % KEYS == 0 && KEYS % 16 == 0, "softmax steps of whole k16 slices of a tile");
+	constexpr int THREADS = Sh::THREADS;
+	constexpr int KSTEPS = D / 16;       // k-steps of Q·Kᵀ
+	constexpr int NT = KEYS / 8;         // n-tiles (8 keys) of S
+	constexpr int DT = D / 8;            // n-tiles (8 elements) of acc
+	constexpr int RC = Sh::ROW_CHUNKS;
+	constexpr int RB = Sh::ROW_BYTES;
+
+	extern __shared__ __align__(128) uint8_t smem_raw[];
+	__shared__ int sids[STAGES][L::MAX_PAGES];
+	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+
+	decode_pdl_enter();
+	const int rows = p.group; // members·G rows of a virtual sequence and KV head
+	const int row_blocks = (rows + ROWS - 1) / ROWS;
+	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
+	const int kvh = blockIdx.y, part = blockIdx.z;
+	const int start = part * p.partition_tokens;
+	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
+	if (start >= end) return; // an empty partition: the merge does not read it
+
+	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
+	const int lbs = p.log2_block_size;
+	const int *table = p.block_tables + (long long)v * p.max_blocks;
+	const uint64_t pf = copy_policy(p.flags);
+	const T *kc = reinterpret_cast<const T *>(p.k_cache);
+	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const long long row_stride = (long long)p.num_kv_heads * D;
+	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
+	const int row0 = rb * ROWS;                  // the block's first row of the virtual sequence
+	const int nrows = min(ROWS, rows - row0);    // rows of this block
+	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
+	uint8_t *qstage = smem + (QREG ? STAGES - 1 : STAGES) * L::STAGE_BYTES;
+
+	// Prologue: the first tile's block ids, Q (into the last stage) and the first STAGES-1 tiles, one
+	// commit group each (Q rides with tile 0). Rows past nrows are zero-filled.
+	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
+	{
+		const uint32_t qs = smem_addr(qstage);
+		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
+#pragma unroll
+		for (int i = 0; i < ROWS * RC / THREADS; i++) {
+			const int c = tid + i * THREADS;
+			const int r = c / RC, chunk = c % RC;
+			const bool valid = r < nrows;
+			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
+		}
+	}
+	__syncthreads(); // tile 0's ids
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
+		if (s > 0) __syncthreads();
+		if (s < ntiles)
+			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
+		cp_async_commit();
+	}
+	int next_id = L::load_id(table, start + (STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+
+	// Rows of lane: r0 and r0+8 of the warp's m-tile; columns c0, c0+1 of each n-tile.
+	const int r0 = lane / 4, c0 = (lane % 4) * 2;
+	// ldmatrix lane roles: matrix lane/8, row lane%8; offsets at k-step 0 as in shared_prefix.
+	const int mi = lane / 8, mr = lane % 8;
+	const bool active = warp * 16 < nrows; // else only copies
+	const uint32_t off_a = ((mi % 2) * 8 + mr) * RB + (((mi / 2) ^ mr) * 16);
+	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
+	const float scale = p.scale_log2;
+
+	// Q's A fragments: with QREG in registers, read once before the loop (group 0, Q and tile 0, has
+	// landed for every thread after the barrier; the loop's first barrier comes before anything is
+	// copied into the last stage); else read from shared memory at every k-step.
+	const uint32_t qs = smem_addr(qstage) + warp * 16 * RB + off_a;
+	uint32_t qa[QREG ? KSTEPS : 1][4];
+	if constexpr (QREG) {
+		cp_async_wait<STAGES - 2>();
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qs ^ (kk * 32), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
+	}
+
+	float acc[DT][4];
+#pragma unroll
+	for (int n = 0; n < DT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+	for (int j = 0; j < ntiles; j++) {
+		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		cp_async_wait<STAGES - 2>();
+		__syncthreads(); // tile j landed; tile j-1's stage (and Q's at j = 0) is free; the ids above are visible
+		{
+			const int jn = j + STAGES - 1;
+			if (jn < ntiles)
+				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc, start + jn * PREFIX_TILE,
+				         end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
+		}
+		if (!active) continue;
+		const uint32_t ks = smem_addr(smem + (j % STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+#pragma unroll
+		for (int k0 = 0; k0 < PREFIX_TILE; k0 += KEYS) {
+		const int t0 = start + j * PREFIX_TILE + k0;
+		if (t0 >= end) break;
+
+		// S = Q·Kᵀ: NT fragments of 16 rows × 8 keys.
+		float s[NT][4];
+#pragma unroll
+		for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+		for (int kk = 0; kk < KSTEPS; kk++) {
+			const int qk = QREG ? kk : 0;
+			if constexpr (!QREG) ldmatrix_x4(qs ^ (kk * 32), qa[0][0], qa[0][1], qa[0][2], qa[0][3]);
+#pragma unroll
+			for (int np = 0; np < NT / 2; np++) {
+				// B: keys np·16 .. +7 (k 0-7, 8-15), then keys np·16+8 .. +15.
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4((ks + (k0 + np * 16) * RB + off_k) ^ (kk * 32), b0, b1, b2, b3);
+				mma16816<T>(s[2 * np], qa[qk], b0, b1);
+				mma16816<T>(s[2 * np + 1], qa[qk], b2, b3);
+			}
+		}
+		// Keys past the partition's end (the last tile's) are masked.
+		if (t0 + KEYS > end) {
+#pragma unroll
+			for (int n = 0; n < NT; n++)
+#pragma unroll
+				for (int e = 0; e < 2; e++)
+					if (t0 + n * 8 + c0 + e >= end) s[n][e] = s[n][2 + e] = -INFINITY;
+		}
+
+		// Online softmax of rows r0 (elements 0, 1) and r0+8 (2, 3): every step holds a key of the range,
+		// so the new maximum is finite and a row's first rescale multiplies by 0.
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+			mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0 * scale), mn1 = fmaxf(m1, mx1 * scale);
+		// acc and l are rescaled only where some row of the warp has a new maximum (the factor is
+		// exactly 1 elsewhere): after the first steps a row's maximum rarely grows.
+		if (__any_sync(0xffffffffu, mn0 != m0 || mn1 != m1)) {
+			const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
+			l0 *= al0;
+			l1 *= al1;
+#pragma unroll
+			for (int n = 0; n < DT; n++) {
+				acc[n][0] *= al0;
+				acc[n][1] *= al0;
+				acc[n][2] *= al1;
+				acc[n][3] *= al1;
+			}
+			m0 = mn0;
+			m1 = mn1;
+		}
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			s[n][0] = exp2f(fmaf(s[n][0], scale, -m0));
+			s[n][1] = exp2f(fmaf(s[n][1], scale, -m0));
+			s[n][2] = exp2f(fmaf(s[n][2], scale, -m1));
+			s[n][3] = exp2f(fmaf(s[n][3], scale, -m1));
+			l0 += s[n][0] + s[n][1];
+			l1 += s[n][2] + s[n][3];
+		}
+
+		// acc += P·V, 16 keys at a time: P's A fragment is two n-tiles of S, packed; V's B fragments come
+		// transposed from ldmatrix.trans (keys as k, elements as n).
+#pragma unroll
+		for (int kt = 0; kt < KEYS / 16; kt++) {
+			uint32_t pa[4];
+			pa[0] = Elem<T>::pack(s[2 * kt][0], s[2 * kt][1]);
+			pa[1] = Elem<T>::pack(s[2 * kt][2], s[2 * kt][3]);
+			pa[2] = Elem<T>::pack(s[2 * kt + 1][0], s[2 * kt + 1][1]);
+			pa[3] = Elem<T>::pack(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+			const uint32_t vrow = vs + (k0 + kt * 16) * RB + off_a;
+#pragma unroll
+			for (int dp = 0; dp < D / 16; dp++) {
+				uint32_t b0, b1, b2, b3;
+				ldmatrix_x4_trans(vrow ^ (dp * 32), b0, b1, b2, b3);
+				mma16816<T>(acc[2 * dp], pa, b0, b1);
+				mma16816<T>(acc[2 * dp + 1], pa, b2, b3);
+			}
+		}
+		}
+	}
+	cp_async_wait<0>();
+	if (!active) return;
+
+	// The partials of the warp's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
+	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		float sum = h ? l1 : l0;
+		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+		sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+		const int r = warp * 16 + h * 8 + r0;
+		if (r >= nrows) continue;
+		const long long at = base + r;
+		if (lane % 4 == 0) p.part_m[at] = h ? m1 : m0, p.part_l[at] = sum;
+		float *o = p.part_acc + at * D + c0;
+#pragma unroll
+		for (int n = 0; n < DT; n++) *reinterpret_cast<float2 *>(o + n * 8) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+	}
+}
+
+// Entry points: NAME_<dtype>_d<D> with ROWS rows a program, STAGES stages, softmax steps of KEYS keys,
+// Q in registers or not, at least BLOCKS programs an SM (the register budget). R16 is the default; the
+// others are CUDATuning.SharedPrefix's variants (shared.go: SharedPrefixVariant).
+#define SHARED_PREFIX16(NAME, T, TN, D, ROWS, STAGES, KEYS, QREG, BLOCKS)                                   \
+	extern "C" __global__ void __launch_bounds__(ROWS * 2, BLOCKS) NAME##_##TN##_d##D(const DecodeParams p) { \
+		shared_prefix16<T, D, ROWS, STAGES, KEYS, QREG>(p);                                               \
+	}                                                                                                         \
+	extern "C" __device__ int NAME##_##TN##_d##D##_smem = Prefix16Shape<T, D, ROWS, STAGES, QREG>::SMEM;
+
+#define SHARED_PREFIX16_ALL(NAME, ROWS, STAGES, KEYS, QREG, BLOCKS)                                       \
+	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                     \
+	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)                    \
+	SHARED_PREFIX16(NAME, __half, fp16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                            \
+	SHARED_PREFIX16(NAME, __half, fp16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)
+
+SHARED_PREFIX16_ALL(SharedPrefixR16, 128, 4, 64, true, 1)
+SHARED_PREFIX16_ALL(SharedPrefixR16S, 128, 2, 32, false, 2)
+SHARED_PREFIX16_ALL(SharedPrefixR16K, 128, 3, 32, true, 2)
+SHARED_PREFIX16_ALL(SharedPrefixR16W, 256, 3, 32, false, 1)
+
 #define SHARED_MERGE(T, TN, D)                                                                                \
 	extern "C" __global__ void __launch_bounds__(D) SharedMerge_##TN##_d##D(const SharedParams p) {            \
 		shared_merge<T, D>(p);                                                                            \

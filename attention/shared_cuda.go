@@ -39,8 +39,9 @@ func sharedMergeKernelName(dt DType, d int) string {
 	return fmt.Sprintf("SharedMerge_%s_d%d", dt.name(), d)
 }
 
-func sharedPrefixKernelName(dt DType, d int) string {
-	return fmt.Sprintf("SharedPrefix_%s_d%d", dt.name(), d)
+func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int) string {
+	name, _, _ := v.kernel()
+	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
 }
 
 // loadShared looks up shared.cu's kernels.
@@ -63,8 +64,14 @@ func (k *CUDAKernels) loadShared() error {
 	}
 	for _, dt := range []DType{BF16, FP16} {
 		for _, d := range cudaHeadDims {
-			if sharedPrefixKernel(dt, d) {
-				if err := k.prepare(sharedPrefixKernelName(dt, d), sharedPrefixThreads); err != nil {
+			if !sharedPrefixKernel(dt, d) {
+				continue
+			}
+			// A variant whose shared memory the device does not have (a program of more than 99 KiB on
+			// sm_86/sm_89) is left out; DecodeShared then runs SharedPrefixW32, which every device has.
+			for v := range numSharedPrefixVariants {
+				_, threads, _ := v.kernel()
+				if err := k.prepare(sharedPrefixKernelName(v, dt, d), threads); err != nil && v == SharedPrefixW32 {
 					return err
 				}
 			}
@@ -87,6 +94,11 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window. The kernels are
 // launched without programmatic dependent launch (each waits for the one before it).
 func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64) error {
+	return k.decodeShared(s, a, sh, workspace, workspaceBytes, k.Tuning)
+}
+
+// decodeShared is DecodeShared with the switches of tuning (tests pass theirs, leaving k.Tuning alone).
+func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64, tuning CUDATuning) error {
 	l := sh.Layout
 	dt := dtypeOf(a.DType)
 	switch {
@@ -116,7 +128,7 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// bound on partitions (a.MaxBlocks·BlockSize) wants it written.
 	tableTokens := a.MaxBlocks * a.BlockSize
 	prefixPart, suffixPart := min(sh.Plan.PrefixPartitionTokens, tableTokens), min(sh.Plan.SuffixPartitionTokens, tableTokens)
-	t := k.Tuning
+	t := tuning
 	t.SplitKReduceKernel = true // the passes leave their partials; the merge is shared.cu's
 	prefix := *a
 	prefix.Q, prefix.Out, prefix.Dependent = vq, 0, false
@@ -125,7 +137,12 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
-	prefixKernel := k.kernels[sharedPrefixKernelName(dt, a.HeadDim)]
+	variant := t.SharedPrefix
+	prefixKernel := k.kernels[sharedPrefixKernelName(variant, dt, a.HeadDim)]
+	if prefixKernel == nil {
+		variant = SharedPrefixW32
+		prefixKernel = k.kernels[sharedPrefixKernelName(variant, dt, a.HeadDim)]
+	}
 	var pd DecodeDecision
 	if prefixKernel != nil {
 		parts, _ := sh.Plan.partitions(l)
@@ -165,7 +182,7 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 		return fmt.Errorf("attention: shared-prefix gather: %w", err)
 	}
 	if prefixKernel != nil {
-		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, p.PreAcc, p.PreM, p.PreL)
+		err = k.runPrefix(s, &prefix, prefixKernel, variant.rows(), pd.Plan, p.PreAcc, p.PreM, p.PreL)
 	} else {
 		err = k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL)
 	}
@@ -183,8 +200,9 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 
 // runPrefix queues shared.cu's prefix kernel kern for the virtual call a (its queries the gathered
 // ones, its sequences the virtual sequences, its query heads their rows per KV head times the KV heads),
-// partitioned as plan says, its partials to (acc, m, l) in the split-k layout.
-func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
+// partitioned as plan says, its partials to (acc, m, l) in the split-k layout; a program serves
+// programRows rows (the kernel's).
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, programRows int, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
 	rows := a.NumHeads / a.NumKVHeads
 	p := decodeParams{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
@@ -196,7 +214,7 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
 		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
 	}
-	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, sharedPrefixRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
+	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, programRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
 	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 }
 

@@ -25,7 +25,8 @@ const sharedTensorFLOPS = 989e12
 // copies totalling 4× L2. One line per shape: plain_us, shared_us, bound_us (the unique K/V bytes, the
 // prefix once and every suffix, over sharedCopyBandwidth), flop_us (the products at the tensor cores'
 // peak: at 16k tokens about three quarters of bound_us, so the shared call is as much compute as copy),
-// shared/bound and plain/shared. Run it with
+// shared/bound and plain/shared, and shared_<variant>_us: the shared call on each prefix kernel
+// (SharedPrefixVariant). Run it with
 // -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
 // plain/shared, and the measured values, are in docs/bench/shared-prefix-h200.md.
 func BenchmarkCUDADecodeShared(b *testing.B) {
@@ -53,18 +54,43 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The shared call on each prefix kernel (CUDATuning.SharedPrefix; shared_us is k.Tuning's), each
+		// with DecideShared's layout for it (the members of its program's rows).
+		in.bufs.Free()
+		variants := make([]float64, numSharedPrefixVariants)
+		tuning := k.Tuning
+		for v := range numSharedPrefixVariants {
+			k.Tuning.SharedPrefix = v
+			vin, err := newSharedBenchInputs(k, 64, prefix, 128)
+			if err == nil && !vin.decision.Use {
+				vin.bufs.Free()
+				err = fmt.Errorf("DecideShared does not take the shared path")
+			}
+			if err == nil {
+				variants[v], err = t.Median(vin.copies, func(c int) error {
+					return k.DecodeShared(nil, &vin.args[c], vin.shared[c], vin.sws, vin.swsBytes)
+				})
+				vin.bufs.Free()
+			}
+			k.Tuning = tuning
+			if err != nil {
+				b.Fatalf("%s, prefix kernel %v: %v", name, v, err)
+			}
+		}
 		bound := in.uniqueBytes / sharedCopyBandwidth * 1e6
 		flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
 		b.Run(name, func(b *testing.B) {
 			b.ReportMetric(plain, "plain_us")
 			b.ReportMetric(shared, "shared_us")
+			for v, us := range variants {
+				b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
+			}
 			b.ReportMetric(bound, "bound_us")
 			b.ReportMetric(flops, "flop_us")
 			b.ReportMetric(shared/bound, "shared/bound")
 			b.ReportMetric(plain/shared, "plain/shared")
 			b.ReportMetric(0, "ns/op")
 		})
-		in.bufs.Free()
 	}
 }
 

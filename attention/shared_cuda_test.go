@@ -94,10 +94,11 @@ func (c *gpuDecodeCase) sharedArgs(t *testing.T, l *SharedLayout, plan SharedPla
 // (DecodeShared over the same rounded values): bf16, fp16 and fp32, head_dim 64, 128 and 256, groups of
 // 1 to 64 sequences, prefixes of 1 page, a page and a few tokens and long, ragged suffixes, several
 // groups and sequences in no group, prefix and suffix partitions from one tile to longer than every
-// context, output and workspace poisoned with NaN. The prefix kernel's tiling edges: virtual sequences
-// whose rows (members·G) are not a multiple of a warp's 32 or of a program's 128 rows (G = 3, odd
-// members, more members than one program's rows), prefixes and partitions that end inside a 64-token
-// tile. The CPU twin is compared at the dispatcher's member count (SharedMembersFor).
+// context, output and workspace poisoned with NaN. Every prefix kernel (SharedPrefixVariant) at its
+// tiling edges: virtual sequences whose rows (members·G) are not a multiple of a warp's 16 or 32 or of
+// a program's 128 rows (G = 3, odd members, more members than one program's rows), prefixes and
+// partitions that end inside a 64-token tile or a 32-key softmax step. The CPU twin is compared at the
+// dispatcher's member count (SharedMembersFor).
 func TestCUDADecodeShared(t *testing.T) {
 	k := gpuKernels(t)
 	for _, codec := range codecs {
@@ -136,8 +137,13 @@ func TestCUDADecodeShared(t *testing.T) {
 						g := sh.group
 						fit := SharedMembersFor(dtypeOf(codec.typ), g, sh.headDim)
 						memberSets := []int{1, fit}
+						variants := []SharedPrefixVariant{SharedPrefixR16}
 						if sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
 							memberSets = append(memberSets, 3, 2*fit+1) // odd rows; several row blocks
+							variants = nil
+							for v := range numSharedPrefixVariants {
+								variants = append(variants, v)
+							}
 						}
 						for _, plan := range []SharedPlan{{64, 64}, {roundUp(3*64, bs), 128}, {roundUp(80, bs), 64}, {1 << 16, 1 << 16}} {
 							for _, members := range memberSets {
@@ -145,23 +151,32 @@ func TestCUDADecodeShared(t *testing.T) {
 								args := c.sharedArgs(t, l, plan)
 								bytes := SharedWorkspaceBytes(l, plan, c.numHeads, c.kvHeads, c.headDim, codec.size)
 								ws := c.alloc(t, bytes)
-								poison(t, c.dev, ws, bytes)
-								c.poisonOut(t)
-								if err := k.DecodeShared(nil, c.args(), args, ws, bytes); err != nil {
-									t.Fatal(err)
+								var twin []float32
+								if members == fit {
+									twin = make([]float32, len(c.q))
+									DecodeShared(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens, groups, members, plan)
 								}
-								got := c.output(t)
-								what := fmt.Sprintf("members %d plan %+v", members, plan)
-								if e := relErr(got, c.ref); !(e < codec.tol) {
-									t.Fatalf("%s: relative error %.3g against the reference, want < %g", what, e, codec.tol)
-								}
-								if members != fit {
-									continue // the twin's own layouts are TestDecodeShared's
-								}
-								twin := make([]float32, len(c.q))
-								DecodeShared(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens, groups, members, plan)
-								if e := relErr(got, toFloat64(twin)); !(e < codec.tol) {
-									t.Fatalf("%s: relative error %.3g against the CPU twin, want < %g", what, e, codec.tol)
+								for _, v := range variants {
+									if v != SharedPrefixR16 && k.kernels[sharedPrefixKernelName(v, dtypeOf(codec.typ), c.headDim)] == nil {
+										t.Logf("prefix kernel %v not loaded (the device's shared memory)", v)
+										continue
+									}
+									poison(t, c.dev, ws, bytes)
+									c.poisonOut(t)
+									if err := k.decodeShared(nil, c.args(), args, ws, bytes, CUDATuning{SharedPrefix: v}); err != nil {
+										t.Fatal(err)
+									}
+									got := c.output(t)
+									what := fmt.Sprintf("prefix kernel %v members %d plan %+v", v, members, plan)
+									if e := relErr(got, c.ref); !(e < codec.tol) {
+										t.Fatalf("%s: relative error %.3g against the reference, want < %g", what, e, codec.tol)
+									}
+									if twin == nil {
+										continue // the twin's own layouts are TestDecodeShared's
+									}
+									if e := relErr(got, toFloat64(twin)); !(e < codec.tol) {
+										t.Fatalf("%s: relative error %.3g against the CPU twin, want < %g", what, e, codec.tol)
+									}
 								}
 							}
 						}

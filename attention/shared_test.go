@@ -277,6 +277,12 @@ func TestDecideShared(t *testing.T) {
 		{"64 behind 4k", 64, 4096, 128, 0, nil, true},
 		{"64 behind 16k", 64, 16384, 128, 0, nil, true},
 		{"64 behind 64k", 64, 65536, 128, 0, nil, true},
+		{"64 behind 16k, 256-row prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
+			c.Tuning.SharedPrefix = SharedPrefixR16W
+		}, true},
+		{"64 behind 16k, W32 prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
+			c.Tuning.SharedPrefix = SharedPrefixW32
+		}, true},
 		{"8 behind 2k and loners", 8, 2048, 128, 8, nil, true},
 		{"8 behind 256", 8, 256, 128, 0, nil, false},
 		{"2 behind a page", 2, 16, 300, 0, nil, false},
@@ -302,12 +308,22 @@ func TestDecideShared(t *testing.T) {
 				t.Fatalf("plan %+v: partitions not whole tiles and pages", p)
 			}
 			prefixParts, _ := p.partitions(d.Layout)
+			// The prefix kernel's programs make one wave of its programs an SM: no more, and at least half
+			// of it where more partitions could be had.
 			programs := d.Layout.Virtual() * 8 * prefixParts
-			if programs < dev.SMs && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
-				t.Fatalf("plan %+v: %d prefix programs for %d SMs", p, programs, dev.SMs)
+			slots := c.Tuning.SharedPrefix.programsPerSM() * dev.SMs
+			if programs > slots && prefixParts > 1 {
+				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
 			}
-			if want := min(32, tc.members); d.Layout.Members != want {
-				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's 128 rows at G = 4)", d.Layout.Members, want)
+			if 2*programs <= slots && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
+				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
+			}
+			rows := 128 // the prefix kernel's rows a program
+			if c.Tuning.SharedPrefix == SharedPrefixR16W {
+				rows = 256
+			}
+			if want := min(rows/4, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's %d rows at G = 4)", d.Layout.Members, want, rows)
 			}
 			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
 		})

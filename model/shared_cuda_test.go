@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -129,7 +130,8 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 // BenchmarkCUDADecodeSharedStep times Llama-3-8B's decode step (random bf16 weights) at batch 64 whose
 // sequences share a prefix of 16384 tokens (1024 pages of 16) and have 128 tokens of their own: with
 // the shared-prefix decode (SharedPrefixAlways: eager steps), and without it (SharedPrefixOff: the plain
-// kernels, in the bucket's CUDA graph, and eagerly), the same steps on one model. ms/step each, and
+// kernels, in the bucket's CUDA graph, and eagerly), the same steps on one model, and the shared step
+// on each other prefix kernel (shared-<variant>: attention.CUDATuning.SharedPrefix). ms/step each, and
 // plain/shared. The K/V pages hold zeros (the time does not depend on their values).
 func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 	dev := gpuDevice(b)
@@ -167,13 +169,24 @@ func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 		s.LogitRows = append(s.LogitRows, int32(seq))
 	}
 	times := map[string]float64{}
-	for _, v := range []struct {
+	type variant struct {
 		name, shared string
 		eager        bool
-	}{{"shared", SharedPrefixAlways, false}, {"plain-graph", SharedPrefixOff, false}, {"plain-eager", SharedPrefixOff, true}} {
+		prefix       attention.SharedPrefixVariant
+	}
+	variants := []variant{{"shared", SharedPrefixAlways, false, 0}, {"plain-graph", SharedPrefixOff, false, 0}, {"plain-eager", SharedPrefixOff, true, 0}}
+	for _, pv := range []attention.SharedPrefixVariant{attention.SharedPrefixR16S, attention.SharedPrefixR16K, attention.SharedPrefixR16W, attention.SharedPrefixW32} {
+		variants = append(variants, variant{"shared-" + pv.String(), SharedPrefixAlways, false, pv})
+	}
+	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
 			backend.cfg.sharedPrefix, backend.graphsOff = v.shared, v.eager
-			defer func() { backend.cfg.sharedPrefix, backend.graphsOff = SharedPrefixAuto, false }()
+			tuning := backend.decode.Tuning
+			backend.decode.Tuning.SharedPrefix = v.prefix
+			defer func() {
+				backend.cfg.sharedPrefix, backend.graphsOff = SharedPrefixAuto, false
+				backend.decode.Tuning = tuning
+			}()
 			for range 4 {
 				if _, err := m.ForwardGreedy(s); err != nil {
 					b.Fatal(err)

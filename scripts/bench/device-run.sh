@@ -629,11 +629,11 @@ prefix_serve() {
 section_prefix() {
 	local d=$out/prefix i
 	mkdir -p "$d"
-	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestSharedLayout|TestDecideShared.*|TestDecode)$' 150
+	gotest "$d" attention-shared attention '^(TestCUDADecodeKernels|TestCUDADecodeShared|TestDecodeShared|TestAttendShared|TestFindSharedGroups|TestSharedLayout|TestDecideShared.*|TestDecode)$' 300
 	gotest "$d" model-shared model '^TestCUDASharedPrefixMatchesCPU$' 90
 	gotest "$d" engine-shared engine '^(TestCUDASharedPrefixGreedyIdentical|TestSharedPrefixGreedyIdentical)$' 60
-	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 90
-	gobench "$d" shared-step model '^BenchmarkCUDADecodeSharedStep$' 20x 120
+	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 240
+	gobench "$d" shared-step model '^BenchmarkCUDADecodeSharedStep$' 20x 300
 	prefix_serve "$d"
 	for i in "${!builds[@]}"; do
 		timeout 150 "${builds[$i]}/gollm" bench attention --commit "$(head -1 "${builds[$i]}/COMMIT")" \
@@ -655,6 +655,9 @@ for line in open(os.path.join(raw, "shared-bench.log")):
             ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
     print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} {v.get('flop_us', 0):>8.1f} "
           f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
+    variants = {re.match(r"shared_(.+)_us", k).group(1): x for k, x in v.items() if re.match(r"shared_(.+)_us", k)}
+    if variants:
+        print("        prefix kernels: " + ", ".join(f"{name} {x:.1f} us" for name, x in variants.items()))
 step = {}
 for line in open(os.path.join(raw, "shared-step.log")) if os.path.exists(os.path.join(raw, "shared-step.log")) else []:
     m = re.match(r"BenchmarkCUDADecodeSharedStep/(\S+?)(-\d+)?\s+\d+\s+(.*)", line)
