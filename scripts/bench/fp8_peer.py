@@ -162,7 +162,13 @@ def main():
             t0 = time.time()
             m = Decoder(args, dtype, batch, dev)
             fn, compiled = m.step, False
-            if not args.no_compile:
+            # The step writes the new K/V rows into the caches in place: marked as static addresses,
+            # the compiled step keeps its CUDA graphs (unmarked, inductor skips them for mutated inputs
+            # and the step runs eagerly, launch by launch).
+            if hasattr(torch._dynamo, "mark_static_address"):
+                for l in m.layers:
+                    torch._dynamo.mark_static_address(l["k"])
+                    torch._dynamo.mark_static_address(l["v"])
                 try:
                     fn = torch.compile(m.step, mode="reduce-overhead", fullgraph=False)
                     compiled = True
