@@ -408,6 +408,12 @@ func (e *Engine) Add(ctx context.Context, req Request) (*Stream, error) {
 		e.drop(r)
 		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, ErrClosed)
 	}
+	// A context done already never reaches the loop: in the select below a ready channel would win half
+	// the time, and the request could run to its end before its cancellation came round.
+	if err := ctx.Err(); err != nil {
+		e.drop(r)
+		return nil, fmt.Errorf("engine: add request %s: %w", r.stream.id, err)
+	}
 	select {
 	case e.addCh <- r:
 		return r.stream, nil
