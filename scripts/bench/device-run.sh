@@ -59,6 +59,7 @@
 #               Passing: the tests,
 #               shared ≤ 1.2× the bound at every prefix and ≥ 10× faster than plain at 16k, the grid
 #               within 1% of main's (BASE, or attention-h200.md's table)
+#   prefixserve the prefix section's serve comparison alone (prefix_serve) and its table
 #   memcheck    compute-sanitizer memcheck over the decode step's kernels, each pattern required to run
 #               tests (a memcheck that ran nothing is a failure)
 #   longctx     long prompts on Llama-3.1-8B's shape (docs/bench/prefill-h200.md), in order: gollm bench
@@ -72,7 +73,8 @@
 #               serve in process on a mix of 1 in 10 prompts of 32768 tokens among 256-1024-token ones at
 #               LC_CHUNKS (default 2048,8192) tokens a step, each prompt's chunk capped at LC_THRESHOLD
 #               when set (TTFT and ITL p50/p90/p99 per class); then a
-#               table with the gaps to the peer and the issue's targets. LC_BUDGET (default 540 s)
+#               table with the gaps to the peer and the issue's targets. LC_STEPS picks steps (default
+#               "latency peer prefill tests throughput serve"). LC_BUDGET (default 540 s)
 #               bounds the section: a step that would start past it is skipped
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
@@ -498,9 +500,14 @@ if os.path.exists(path):
 PY
 }
 
-# lc_room LIMIT WHAT: whether a step of up to LIMIT seconds still fits the longctx section's budget
-# (lc_start, lc_budget); a step that does not is skipped, and the call fails.
+# lc_room LIMIT WHAT STEP: whether STEP is one of LC_STEPS (default all: latency peer prefill tests
+# throughput serve) and a step of up to LIMIT seconds still fits the longctx section's budget (lc_start,
+# lc_budget); a step past the budget is skipped, and the call fails.
 lc_room() {
+	case " ${LC_STEPS:-latency peer prefill tests throughput serve} " in
+	*" $3 "*) ;;
+	*) return 1 ;;
+	esac
 	[ $((SECONDS - lc_start + $1)) -le "$lc_budget" ] && return 0
 	stamp "longctx: skipped $2 (budget ${lc_budget}s)" 1
 	return 1
@@ -512,38 +519,38 @@ section_longctx() {
 	# Time to first token of one prompt (batch 1), one load for the three lengths: a warm-up iteration
 	# then a measured one each (the 128k prefill runs twice). 131071 prompt tokens and the one generated fill
 	# the 131072-token context: a prompt of the whole context leaves no room for a token (engine.ErrPromptTooLong).
-	if lc_room 220 "bench latency"; then
+	if lc_room 220 "bench latency" latency; then
 		timeout 220 "$bin/gollm" bench latency --config llama3.1-8b --device cuda --batch 1 --input-len 8192,32768,131071 \
 			--output-len 1 --warmup 1 --iters 1 --max-batched-tokens "${LC_CHUNK:-8192}" --json >"$d/latency.jsonl" 2>"$d/latency.log"
 		stamp "longctx bench latency llama3.1-8b (chunk ${LC_CHUNK:-8192})" $?
 	fi
 	# The peer: the same model's prefill in PyTorch (cuBLAS, SDPA's flash kernel), and SDPA alone.
-	if lc_room 150 "prefill_peer.py"; then
+	if lc_room 150 "prefill_peer.py" peer; then
 		PYTHONUNBUFFERED=1 timeout 150 python3 scripts/bench/prefill_peer.py --lens 8192,32768,131071 --iters 3 \
 			--json "$d/peer.jsonl" >"$d/peer.txt" 2>&1
 		stamp "longctx prefill_peer.py" $?
 	fi
 	# The prefill attention kernel alone at 8k and 32k.
-	if lc_room 60 "BenchmarkCUDAPrefill"; then
+	if lc_room 60 "BenchmarkCUDAPrefill" prefill; then
 		(cd "$root/attention" && timeout 60 "$bin/attention.test" -test.run '^$' -test.benchtime 1x \
 			-test.bench 'CUDAPrefill/d128-hq32-hkv8-L(8192|32768)$') >"$d/prefill.txt" 2>&1
 		stamp "longctx BenchmarkCUDAPrefill 8k, 32k" $?
 	fi
 	# Correctness at long contexts: the kernel on a 128k prompt's last rows; the model's memory bound.
-	if lc_room 100 "TestCUDAPrefillLongContext"; then
+	if lc_room 100 "TestCUDAPrefillLongContext" tests; then
 		gotest "$d" prefill-long attention '^TestCUDAPrefillLongContext$' 90
 	fi
-	if lc_room 70 "TestCUDALongPromptBoundedMemory"; then
+	if lc_room 70 "TestCUDALongPromptBoundedMemory" tests; then
 		gotest "$d" bounded model '^TestCUDALongPromptBoundedMemory$' 60
 	fi
 	# Throughput with 1024-token prompts against its compute roofline.
-	if lc_room 120 "bench throughput"; then
+	if lc_room 120 "bench throughput" throughput; then
 		timeout 120 "$bin/gollm" bench throughput --device cuda --config llama3-8b --num-prompts 512 --input-len 1024 \
 			--output-len 128 --max-num-seqs 256 --max-batched-tokens 8192 --json >"$d/throughput.json" 2>"$d/throughput.log"
 		stamp "longctx bench throughput 8b 1024 in" $?
 	fi
 	# The chunk's trade-off: long prompts delay the short ones (TTFT) and stretch the decodes' steps (ITL).
-	if lc_room 200 "bench serve (mixed)"; then
+	if lc_room 200 "bench serve (mixed)" serve; then
 		timeout 200 "$bin/gollm" bench serve --config llama3.1-8b --device cuda --concurrency 16 --num-prompts 80 \
 			--input-len 256:1024 --output-len 128 --long-fraction 0.1 --long-input-len 32768 \
 			--max-batched-tokens "${LC_CHUNKS:-2048,8192}" ${LC_THRESHOLD:+--long-prefill-token-threshold "$LC_THRESHOLD"} \
@@ -640,12 +647,25 @@ section_prefix() {
 			--json "$d/attention-${tags[$i]}.json" >"$d/attention-${tags[$i]}.txt" 2>"$d/attention-${tags[$i]}.log"
 		stamp "prefix bench attention (the standard grid) ${tags[$i]}" $?
 	done
-	python3 - "$d" <<'PY' | tee -a "$out/summary.txt"
+	prefix_report "$d"
+}
+
+# section_prefixserve: the prefix section's serve comparison alone (prefix_serve), with its table.
+section_prefixserve() {
+	local d=$out/prefix
+	mkdir -p "$d"
+	prefix_serve "$d"
+	prefix_report "$d"
+}
+
+# prefix_report DIR: the prefix section's tables from what DIR holds (a part not run prints nothing).
+prefix_report() {
+	python3 - "$1" <<'PY' | tee -a "$out/summary.txt"
 import json, os, re, sys
 raw = sys.argv[1]
 print("\n== shared-prefix decode attention (Llama-3-8B heads, bf16, page 16, 64 sequences, 128-token suffixes)")
 print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'flop us':>8} {'shared/bound':>13} {'plain/shared':>13}")
-for line in open(os.path.join(raw, "shared-bench.log")):
+for line in open(os.path.join(raw, "shared-bench.log")) if os.path.exists(os.path.join(raw, "shared-bench.log")) else []:
     m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128\S*\s+\d+\s+(.*)", line)
     if not m:
         continue
