@@ -51,9 +51,10 @@ type fp8State struct {
 	// ScaleE4M3 does not run.
 	lt       *cuda.BLASLt
 	ltScaled bool
-	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales.
-	codes, scales       cuda.DevicePtr
-	codesCap, scalesCap int64
+	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales, x16 the
+	// codes' f16 values for up to 8 rows (x16Cap bytes: fp8ReadsX16).
+	codes, scales, x16          cuda.DevicePtr
+	codesCap, scalesCap, x16Cap int64
 }
 
 // fp8Params and fp8QuantizeParams mirror MatMulE4M3Params and QuantizeE4M3Params of kernels/fp8.cu.
@@ -72,15 +73,15 @@ type fp8ScaleParams struct {
 
 // fp8FusedParams mirrors FusedE4M3Params of kernels/fp8.cu.
 type fp8FusedParams struct {
-	Codes, Scales, Residual, Add, Weight cuda.DevicePtr
-	Eps, InputScale, MinScale            float32
-	Cols, KP                             int32
+	Codes, X16, Scales, Residual, Add, Weight cuda.DevicePtr
+	Eps, InputScale, MinScale                 float32
+	Cols, KP                                  int32
 }
 
 type fp8QuantizeParams struct {
-	Codes, Scales, X     cuda.DevicePtr
-	InputScale, MinScale float32
-	K, KP                int32
+	Codes, X16, Scales, X cuda.DevicePtr
+	InputScale, MinScale  float32
+	K, KP                 int32
 }
 
 // checkFP8 returns an error naming the FP8 features a model with fp8Weights and the KV pages of s needs
@@ -261,20 +262,20 @@ func (b *cudaBackend) UploadFP8(w *FP8Weight) (Weight, error) {
 	return Weight{Rows: w.Rows, Cols: w.Cols, Data: cw}, nil
 }
 
-// ensureFP8Workspace grows the quantized input rows' workspace to rows rows of colsPad codes.
+// ensureFP8Workspace grows the quantized input rows' workspace to rows rows of colsPad codes (and their
+// f16 values for up to 8 of them).
 func (b *cudaBackend) ensureFP8Workspace(rows, colsPad int) error {
-	codes, scales := int64(rows)*int64(colsPad), 4*int64(rows)
-	if codes <= b.fp8.codesCap && scales <= b.fp8.scalesCap {
+	codes, scales, x16 := int64(rows)*int64(colsPad), 4*int64(rows), 2*int64(min(rows, 8))*int64(colsPad)
+	if codes <= b.fp8.codesCap && scales <= b.fp8.scalesCap && x16 <= b.fp8.x16Cap {
 		return nil
 	}
 	if err := b.dropGraphs(); err != nil { // they hold the old workspace's addresses
 		return err
 	}
-	codes, scales = max(codes, b.fp8.codesCap), max(scales, b.fp8.scalesCap)
-	if err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales)); err != nil {
+	codes, scales, x16 = max(codes, b.fp8.codesCap), max(scales, b.fp8.scalesCap), max(x16, b.fp8.x16Cap)
+	if err := b.freeFP8Workspace(); err != nil {
 		return err
 	}
-	b.fp8.codes, b.fp8.scales, b.fp8.codesCap, b.fp8.scalesCap = 0, 0, 0, 0
 	var err error
 	if b.fp8.codes, err = b.dev.Alloc(codes); err != nil {
 		return err
@@ -282,18 +283,27 @@ func (b *cudaBackend) ensureFP8Workspace(rows, colsPad int) error {
 	if b.fp8.scales, err = b.dev.Alloc(scales); err != nil {
 		return err
 	}
-	b.fp8.codesCap, b.fp8.scalesCap = codes, scales
+	if b.fp8.x16, err = b.dev.Alloc(x16); err != nil {
+		return err
+	}
+	b.fp8.codesCap, b.fp8.scalesCap, b.fp8.x16Cap = codes, scales, x16
 	return nil
+}
+
+// freeFP8Workspace frees the quantized input rows' workspace.
+func (b *cudaBackend) freeFP8Workspace() error {
+	err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales), b.dev.Free(b.fp8.x16))
+	b.fp8.codes, b.fp8.scales, b.fp8.x16, b.fp8.codesCap, b.fp8.scalesCap, b.fp8.x16Cap = 0, 0, 0, 0, 0, 0
+	return err
 }
 
 // freeFP8 frees the FP8 workspace and cuBLASLt (Close).
 func (b *cudaBackend) freeFP8() error {
-	err := errors.Join(b.dev.Free(b.fp8.codes), b.dev.Free(b.fp8.scales))
+	err := b.freeFP8Workspace()
 	if b.fp8.lt != nil {
 		err = errors.Join(err, b.fp8.lt.Destroy())
 		b.fp8.lt = nil
 	}
-	b.fp8.codes, b.fp8.scales, b.fp8.codesCap, b.fp8.scalesCap = 0, 0, 0, 0
 	return err
 }
 
@@ -309,15 +319,17 @@ func (b *cudaBackend) recordFP8(op stepOp, a opArgs) {
 	if a.bias != nil {
 		bias = uint64(a.bias.ptr)
 	}
-	b.record(op, a, uint64(a.w.ptr), uint64(f.scales), bias, uint64(b.fp8.codes), uint64(b.fp8.scales))
+	b.record(op, a, uint64(a.w.ptr), uint64(f.scales), bias, uint64(b.fp8.codes), uint64(b.fp8.scales), uint64(b.fp8.x16))
 }
 
 // fp8Split is the number of warps that share each 16-row tile's k-blocks (1, 2, 4 or 8) in a product of
 // tiles tiles, chunks chunks of token rows and kBlocks 64-column k-blocks: enough warps to fill the
-// device (16 warps an SM in all), each keeping at least four k-blocks (a full unrolled step).
+// device several times over (64 warps an SM in all), each keeping at least eight k-blocks (two full
+// unrolled steps). Short warp loops win over long ones here: a warp waits for each step's loads before
+// its mma, and more warps keep more loads in flight (BenchmarkCUDAFP8MatMul, docs/bench/fp8-h200.md).
 func fp8Split(tiles, chunks, kBlocks, sms int) int {
 	ks := 1
-	for ks < 8 && tiles*chunks*ks < 16*sms && kBlocks >= 8*ks {
+	for ks < 8 && tiles*chunks*ks < 64*sms && kBlocks >= 8*ks {
 		ks *= 2
 	}
 	return ks
@@ -326,9 +338,13 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
+	x16 := fp8ReadsX16(p.mm.path, rows)
 	if !p.fp8Quantized { // else the op before it wrote the quantized rows (runFusedE4M3)
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
 			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
+		if x16 {
+			q.X16 = b.fp8.x16
+		}
 		if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
 			return err
 		}
@@ -376,6 +392,9 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	rb := 8 / ks
 	params := fp8Params{Y: a.d.ptr, XQ: b.fp8.codes, W: a.w.ptr, SX: b.fp8.scales, SW: f.scales,
 		M: int32(rows), N: int32(op.out), KP: int32(f.colsPad), KS: int32(ks), Tiles: int32(tiles)}
+	if x16 {
+		params.XQ = b.fp8.x16
+	}
 	if a.bias != nil {
 		params.Bias = a.bias.ptr
 	}
@@ -388,6 +407,9 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 	f := b.args[p.fp8Out].w.fp8
 	params := fp8FusedParams{Codes: b.fp8.codes, Scales: b.fp8.scales, InputScale: f.inputScale, MinScale: fp8MinScale,
 		KP: int32(f.colsPad)}
+	if p.fp8X16 {
+		params.X16 = b.fp8.x16
+	}
 	fn := b.fp8.norm
 	if op.kind == opNorm {
 		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)

@@ -14,6 +14,7 @@ import (
 	"github.com/gollm/gollm/internal/dtype"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
+	"github.com/x448/float16"
 )
 
 // TestCUDAFP8Refused checks what the CUDA backend refuses without a device: FP8 weights on a GPU older
@@ -227,6 +228,10 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 		}
 	}
 
+	if fp8ReadsX16(path, rows) {
+		checkX16(t, b, codes, rows, kp)
+	}
+
 	ref, bound := fp8Product(x, rows, k, w)
 	for r := range rows {
 		for o := range n {
@@ -248,6 +253,22 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 			if !(math.Abs(g-want) <= tol) {
 				t.Fatalf("row %d output %d: %v, want %v (tolerance %.3g)", r, o, g, want, tol)
 			}
+		}
+	}
+}
+
+// checkX16 checks the f16 values the quantizing kernel wrote beside the codes of rows rows of kp (the FP8
+// kernel's input at up to 8 rows, fp8ReadsX16): each the value of its code, exactly (NaN for NaN).
+func checkX16(t *testing.T, b *cudaBackend, codes []byte, rows, kp int) {
+	t.Helper()
+	raw := make([]byte, 2*rows*kp)
+	if err := b.dev.CopyFromDevice(raw, b.fp8.x16); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range codes[:rows*kp] {
+		h := float16.Frombits(uint16(raw[2*i]) | uint16(raw[2*i+1])<<8).Float32()
+		if !sameFloat(h, dtype.E4M3ToF32(c)) {
+			t.Fatalf("row %d column %d: f16 value %v, code %#x is %v", i/kp, i%kp, h, c, dtype.E4M3ToF32(c))
 		}
 	}
 }
@@ -573,7 +594,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 							}
 						}
 					}
-					if err := b.runFusedE4M3(op, a, &opPlan{rows: rows, fp8Out: 0}); err != nil {
+					if err := b.runFusedE4M3(op, a, &opPlan{rows: rows, fp8Out: 0, fp8X16: true}); err != nil {
 						t.Fatal(err)
 					}
 					if err := b.stream.Synchronize(); err != nil {
@@ -584,6 +605,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 					if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
 						t.Fatal(err)
 					}
+					checkX16(t, b, codes, rows, kp)
 					if newRes != nil {
 						got := syncAndRead(t, b, res.ptr, rows*cols)
 						for i := range got {

@@ -292,6 +292,10 @@ func (p matmulPath) String() string {
 // scaling pass it needs (docs/bench/fp8-h200.md).
 const fp8KernelMaxRows = 8
 
+// fp8ReadsX16 reports whether an FP8 product on path at rows token rows reads its input as f16 values
+// (the FP8 kernel's single token tile, kernels/fp8.cu) rather than as e4m3 codes.
+func fp8ReadsX16(path matmulPath, rows int) bool { return path == pathFP8 && rows <= 8 }
+
 // fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
 // loaded, from FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its
 // output's rows 16-byte aligned); the FP8 kernel otherwise.
@@ -574,6 +578,9 @@ type opPlan struct {
 	// quantized already.
 	fp8Out       int
 	fp8Quantized bool
+	// Norm, SwiGLU with fp8Out: fp8X16, the product reads its input as f16 values (fp8ReadsX16), which
+	// this op writes beside the codes.
+	fp8X16 bool
 	// Norm: inPlace, it normalises a sublayer's output in place (float, NormAddRMSNorm without a
 	// residual); preNorm, it first normalises its addend in place as the in-place norm op preNorm would
 	// have (NormAddRMSNorm; that op is skipped); -1 none.
@@ -733,6 +740,9 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
 	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
 		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0, ropeBias: -1}
+	if l.fp8Into >= 0 {
+		plan.fp8X16 = fp8ReadsX16(p.mm(l.fp8Into, rows).path, rows)
+	}
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {

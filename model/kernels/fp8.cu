@@ -21,7 +21,9 @@
 // from the CPU's. The layout is the skinny product's (gemv.cu): a warp owns a tile of 16 weight rows
 // (the A operand) × 8·NT token rows (B); lane (g, c) (g = lane/4, c = lane%4) loads, per 64-column
 // k-block, the 16 codes 16c..16c+15 of weight rows lo = 16·tile + g and hi = lo + 8 and of its token
-// rows (one 16-byte load each: half the bytes of bf16 for the same columns), and feeds codes
+// rows (one 16-byte load each: half the bytes of bf16 for the same columns; with one token tile the
+// token rows' f16 values instead, two loads, which QuantizeE4M3 or the fused producer wrote beside the
+// codes: the conversions then are the weights' alone), and feeds codes
 // 16c+4s..16c+4s+3 to the fragment slots of logical k {2c, 2c+1, 2c+8, 2c+9} of the s-th of four mma
 // (A and B permuted alike, so each mma sums 16 distinct columns). U k-blocks are loaded before their
 // mma (bytes in flight). A block is 8 warps: rb = 8/ks tiles, each split over k between ks warps whose
@@ -32,8 +34,15 @@
 
 #include "common.cuh"
 
+// e4m3_to_f16 is the value of one code as f16 (exact).
+__device__ __forceinline__ __half e4m3_to_f16(unsigned char c) {
+	__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
+	return __half(h);
+}
+
 struct QuantizeE4M3Params {
 	unsigned char *codes; // [m][kp] e4m3
+	__half *x16;          // [m][kp]: the codes' values in f16 (exact), for MatMulE4M3_nt1; or null
 	float *scales;        // [m]
 	const void *x;        // [m][k] of T
 	float input_scale;    // > 0: static; 0: per row
@@ -76,6 +85,7 @@ template <typename T> __device__ __forceinline__ void quantize_e4m3(const Quanti
 		unsigned char c = 0;
 		if (i < p.k) c = __nv_cvt_float_to_fp8(__fdiv_rn(Num<T>::load(x[i]), s), __NV_SATFINITE, __NV_E4M3);
 		q[i] = c;
+		if (p.x16 != nullptr) p.x16[(long long)r * p.kp + i] = e4m3_to_f16(c);
 	}
 	if (threadIdx.x == 0) p.scales[r] = s;
 }
@@ -88,7 +98,7 @@ FP8_QUANTIZE(f16, __half)
 
 struct MatMulE4M3Params {
 	float *y;             // [m][n]
-	const void *xq;       // [m][kp] e4m3 (QuantizeE4M3's codes)
+	const void *xq;       // [m][kp] e4m3 (QuantizeE4M3's codes); for NT = 1 their f16 values (x16)
 	const void *w;        // [np][kp] e4m3, np = n rounded up to 16
 	const float *sx;      // [m] the input rows' scales
 	const float *sw;      // [np] the weight rows' scales
@@ -108,8 +118,8 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t v, uint32_t &lo, uint32
 
 // fp8_mma adds the products of one k-block (a lane's 16 codes of rows lo and hi, and of each token tile)
 // to acc.
-template <int NT>
-__device__ __forceinline__ void fp8_mma(float (&acc)[NT][4], const uint4 &wl, const uint4 &wh, const uint4 (&xv)[NT]) {
+template <int NT, bool X16>
+__device__ __forceinline__ void fp8_mma(float (&acc)[NT][4], const uint4 &wl, const uint4 &wh, const uint4 (&xv)[NT][X16 ? 2 : 1]) {
 	const uint32_t lw[4] = {wl.x, wl.y, wl.z, wl.w}, hw[4] = {wh.x, wh.y, wh.z, wh.w};
 #pragma unroll
 	for (int s = 0; s < 4; s++) {
@@ -118,9 +128,15 @@ __device__ __forceinline__ void fp8_mma(float (&acc)[NT][4], const uint4 &wl, co
 		e4m3x4_to_f16x2(hw[s], h0, h1);
 #pragma unroll
 		for (int j = 0; j < NT; j++) {
-			const uint32_t xs = s == 0 ? xv[j].x : s == 1 ? xv[j].y : s == 2 ? xv[j].z : xv[j].w;
 			uint32_t b0, b1;
-			e4m3x4_to_f16x2(xs, b0, b1);
+			if (X16) { // halves 4s..4s+3 of the lane's 16
+				const uint4 &v = xv[j][X16 ? s >> 1 : 0];
+				b0 = s & 1 ? v.z : v.x;
+				b1 = s & 1 ? v.w : v.y;
+			} else {
+				const uint32_t xs = s == 0 ? xv[j][0].x : s == 1 ? xv[j][0].y : s == 2 ? xv[j][0].z : xv[j][0].w;
+				e4m3x4_to_f16x2(xs, b0, b1);
+			}
 			Mma<__half>::run(acc[j], l0, h0, l1, h1, b0, b1);
 		}
 	}
@@ -135,6 +151,10 @@ __device__ __forceinline__ uint4 fp8_load_stream(const void *p) {
 }
 
 template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p) {
+	// One token tile reads the input as f16 values (QuantizeE4M3's x16): converting the codes in every
+	// warp that reads them (each weight tile's) costs as much issue time as the weights' own conversions.
+	constexpr bool X16 = NT == 1;
+	constexpr int XW = X16 ? 2 : 1; // 16-byte loads of a lane's 16 input columns
 	__shared__ float red[8 * NT * 4 * 32]; // [warp][NT][4][32], when ks > 1
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int rb = 8 / p.ks;
@@ -151,7 +171,7 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 	const unsigned char *whi = w + (long long)hi * p.kp + 16 * c;
 	const unsigned char *xr[NT];
 #pragma unroll
-	for (int j = 0; j < NT; j++) xr[j] = x + (long long)min(row0 + 8 * j + g, p.m - 1) * p.kp + 16 * c;
+	for (int j = 0; j < NT; j++) xr[j] = x + ((long long)min(row0 + 8 * j + g, p.m - 1) * p.kp + 16 * c) * XW;
 
 	float acc[NT][4];
 #pragma unroll
@@ -183,23 +203,36 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 				wh[u] = fp8_load_stream(whi + off);
 			}
 		}
-		uint4 xv[U][NT];
+		if constexpr (X16) { // each k-block's input just before its mma: fewer registers, more warps an SM
 #pragma unroll
-		for (int u = 0; u < U; u++)
+			for (int u = 0; u < U; u++) {
+				uint4 xv[1][2];
 #pragma unroll
-			for (int j = 0; j < NT; j++)
-				xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64));
+				for (int h = 0; h < 2; h++)
+					xv[0][h] = __ldg(reinterpret_cast<const uint4 *>(xr[0] + (long long)(kb + u * p.ks) * 128) + h);
+				fp8_mma<NT, X16>(acc, wl[u], wh[u], xv);
+			}
+		} else {
+			uint4 xv[U][NT][XW];
 #pragma unroll
-		for (int u = 0; u < U; u++) fp8_mma<NT>(acc, wl[u], wh[u], xv[u]);
+			for (int u = 0; u < U; u++)
+#pragma unroll
+				for (int j = 0; j < NT; j++)
+					xv[u][j][0] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64));
+#pragma unroll
+			for (int u = 0; u < U; u++) fp8_mma<NT, X16>(acc, wl[u], wh[u], xv[u]);
+		}
 		full = kb + U * p.ks + (U - 1) * p.ks < blocks;
 	}
 	for (; kb < blocks; kb += p.ks) { // the rest, one at a time
 		const long long off = (long long)kb * 64;
 		const uint4 wl = fp8_load_stream(wlo + off), wh = fp8_load_stream(whi + off);
-		uint4 xv[NT];
+		uint4 xv[NT][XW];
 #pragma unroll
-		for (int j = 0; j < NT; j++) xv[j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + off));
-		fp8_mma<NT>(acc, wl, wh, xv);
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int h = 0; h < XW; h++) xv[j][h] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + off * XW) + h);
+		fp8_mma<NT, X16>(acc, wl, wh, xv);
 	}
 	pdl_launch_dependents();
 	if (p.ks > 1) {
@@ -245,7 +278,8 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 	extern "C" __global__ void __launch_bounds__(256) MatMulE4M3_nt##NT(const MatMulE4M3Params p) {        \
 		matmul_e4m3<NT, U>(p);                                                                             \
 	}
-FP8_MATMUL(1, 4)
+// One token tile: three blocks an SM (80 registers a thread), as many loads in flight as the registers allow.
+extern "C" __global__ void __launch_bounds__(256, 3) MatMulE4M3_nt1(const MatMulE4M3Params p) { matmul_e4m3<1, 4>(p); }
 FP8_MATMUL(2, 4)
 FP8_MATMUL(4, 2)
 FP8_MATMUL(8, 1)
@@ -285,6 +319,7 @@ extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
 // picks its arithmetic, as there).
 struct FusedE4M3Params {
 	unsigned char *codes; // [rows][kp]
+	__half *x16;          // [rows][kp]: the codes' f16 values (QuantizeE4M3Params), or null
 	float *scales;        // [rows]
 	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols]
 	const float *add;     // NormE4M3: [rows][cols], or null
@@ -329,6 +364,7 @@ template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3
 		unsigned char c = 0;
 		if (i < p.cols) c = __nv_cvt_float_to_fp8(__fdiv_rn(value(i, false), s), __NV_SATFINITE, __NV_E4M3);
 		q[i] = c;
+		if (p.x16 != nullptr) p.x16[row * p.kp + i] = e4m3_to_f16(c);
 	}
 	if (threadIdx.x == 0) p.scales[row] = s;
 }
