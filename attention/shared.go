@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 )
 
 // Shared-prefix decode attention (cascade attention): decode sequences whose block tables begin with the
@@ -493,70 +492,49 @@ type SharedDecision struct {
 	Plan   SharedPlan
 }
 
-// SharedPrefixVariant names one of shared.cu's GPU prefix kernels (CUDATuning.SharedPrefix). All write
-// the same partials; they differ in the rows of a program, how the rows are split among warps and how
-// deep the K/V pipeline is.
+// SharedPrefixVariant names one of shared.cu's GPU prefix kernels (CUDATuning.SharedPrefix). Both
+// write the same partials of sharedPrefixRows rows a program; they differ in how the rows are split
+// among warps and how deep the K/V pipeline is.
 type SharedPrefixVariant int
 
 const (
-	// SharedPrefixR16: 128 rows a program, 8 warps of 16, Q in registers, 4 stages, softmax steps of
-	// 64 keys, one program an SM (the default).
+	// SharedPrefixR16: 8 warps of 16 rows, Q in registers, 4 stages, softmax steps of 64 keys, one
+	// program an SM (the default).
 	SharedPrefixR16 SharedPrefixVariant = iota
-	// SharedPrefixR16S: 128 rows a program, 8 warps of 16, Q read from shared memory at every k-step,
-	// 2 stages, softmax steps of 32 keys, two programs an SM.
-	SharedPrefixR16S
-	// SharedPrefixR16K: 128 rows a program, 8 warps of 16, Q in registers, 3 stages, softmax steps of
-	// 32 keys, two programs an SM (the register budget spills a little at head_dim 128).
-	SharedPrefixR16K
-	// SharedPrefixR16W: 256 rows a program (a virtual sequence of twice the members, each page read
-	// once for them all), 16 warps of 16, Q read from shared memory, 3 stages, softmax steps of 32
-	// keys, one program an SM.
-	SharedPrefixR16W
-	// SharedPrefixW32: 128 rows a program, 4 warps of 32 (two m-tiles), Q from shared memory, 2
-	// stages, two programs an SM.
+	// SharedPrefixW32: 4 warps of 32 rows (two m-tiles), Q from shared memory, 2 stages, two programs
+	// an SM; it runs where a device's shared memory cannot hold a program of R16.
 	SharedPrefixW32
 	numSharedPrefixVariants
 )
 
-// kernel is the variant's entry point prefix (shared.cu), block size and rows a program.
-func (v SharedPrefixVariant) kernel() (name string, threads, rows int) {
-	switch v {
-	case SharedPrefixR16S:
-		return "SharedPrefixR16S", 256, 128
-	case SharedPrefixR16K:
-		return "SharedPrefixR16K", 256, 128
-	case SharedPrefixR16W:
-		return "SharedPrefixR16W", 512, 256
-	case SharedPrefixW32:
-		return "SharedPrefix", 128, 128
+// sharedPrefixRows is the query rows of one program of either prefix kernel.
+const sharedPrefixRows = 128
+
+// kernel is the variant's entry point prefix (shared.cu) and block size.
+func (v SharedPrefixVariant) kernel() (name string, threads int) {
+	if v == SharedPrefixW32 {
+		return "SharedPrefix", 128
 	}
-	return "SharedPrefixR16", 256, 128
+	return "SharedPrefixR16", 256
 }
 
 // programsPerSM is the variant's programs an SM on an H100 or H200 (its registers and shared memory).
 func (v SharedPrefixVariant) programsPerSM() int {
-	if v == SharedPrefixR16 || v == SharedPrefixR16W {
-		return 1
+	if v == SharedPrefixW32 {
+		return 2
 	}
-	return 2
-}
-
-// rows is the query rows of one program of the variant's kernel.
-func (v SharedPrefixVariant) rows() int {
-	_, _, rows := v.kernel()
-	return rows
+	return 1
 }
 
 // String is the variant's name in benchmarks.
 func (v SharedPrefixVariant) String() string {
-	if v < 0 || v >= numSharedPrefixVariants {
-		return fmt.Sprintf("SharedPrefixVariant(%d)", int(v))
-	}
-	if v == SharedPrefixW32 {
+	switch v {
+	case SharedPrefixR16:
+		return "R16"
+	case SharedPrefixW32:
 		return "W32"
 	}
-	name, _, _ := v.kernel()
-	return strings.TrimPrefix(name, "SharedPrefix")
+	return fmt.Sprintf("SharedPrefixVariant(%d)", int(v))
 }
 
 // sharedPrefixKernel reports whether shared.cu's prefix kernel covers dtype dt at head dimension d
@@ -566,18 +544,13 @@ func sharedPrefixKernel(dt DType, d int) bool {
 }
 
 // SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
-// at head dimension headDim in dtype dt: as many as fill the default prefix kernel's rows
-// (SharedPrefixR16) where it covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
+// at head dimension headDim in dtype dt: as many as fill a prefix kernel's rows (sharedPrefixRows)
+// where one covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
 // 256, where the mma kernels have the narrow tile alone).
 func SharedMembersFor(dt DType, g, headDim int) int {
-	return sharedMembersFor(dt, g, headDim, SharedPrefixR16)
-}
-
-// sharedMembersFor is SharedMembersFor for prefix kernel v.
-func sharedMembersFor(dt DType, g, headDim int, v SharedPrefixVariant) int {
 	switch {
 	case sharedPrefixKernel(dt, headDim):
-		return max(1, v.rows()/max(1, g))
+		return max(1, sharedPrefixRows/max(1, g))
 	case headDim == wideHeadDim:
 		return max(1, cudaNarrowRows/max(1, g))
 	}
@@ -612,7 +585,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	if err != nil {
 		return SharedDecision{}
 	}
-	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, sharedMembersFor(c.DType, group, c.HeadDim, c.Tuning.SharedPrefix)))
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(c.DType, group, c.HeadDim)))
 	if l.Virtual() == 0 {
 		return SharedDecision{}
 	}
@@ -621,7 +594,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	units := l.Virtual() * c.NumKVHeads
 	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
 	if v := c.Tuning.SharedPrefix; sharedPrefixKernel(c.DType, c.HeadDim) {
-		units *= ceilDiv(l.Members*group, v.rows()) // the prefix kernel's row blocks
+		units *= ceilDiv(l.Members*group, sharedPrefixRows) // the prefix kernel's row blocks
 		parts = v.programsPerSM() * max(1, dev.SMs) / units
 	}
 	parts = min(maxSplitPartitions, max(1, parts))

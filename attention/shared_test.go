@@ -277,9 +277,6 @@ func TestDecideShared(t *testing.T) {
 		{"64 behind 4k", 64, 4096, 128, 0, nil, true},
 		{"64 behind 16k", 64, 16384, 128, 0, nil, true},
 		{"64 behind 64k", 64, 65536, 128, 0, nil, true},
-		{"64 behind 16k, 256-row prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
-			c.Tuning.SharedPrefix = SharedPrefixR16W
-		}, true},
 		{"64 behind 16k, W32 prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
 			c.Tuning.SharedPrefix = SharedPrefixW32
 		}, true},
@@ -318,12 +315,8 @@ func TestDecideShared(t *testing.T) {
 			if 2*programs <= slots && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
 				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
 			}
-			rows := 128 // the prefix kernel's rows a program
-			if c.Tuning.SharedPrefix == SharedPrefixR16W {
-				rows = 256
-			}
-			if want := min(rows/4, tc.members); d.Layout.Members != want {
-				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's %d rows at G = 4)", d.Layout.Members, want, rows)
+			if want := min(sharedPrefixRows/4, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's %d rows at G = 4)", d.Layout.Members, want, sharedPrefixRows)
 			}
 			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
 		})
