@@ -23,6 +23,15 @@ func TestCUDAFP8Refused(t *testing.T) {
 	if err := b.checkFP8(false, Shape{}); err != nil {
 		t.Fatalf("no FP8: %v", err)
 	}
+	checkFP8Gate(t, fp8WeightsMissing, "fp8 weights")
+}
+
+// checkFP8Gate checks an FP8 gate (fp8WeightsMissing, fp8KVMissing) on GPUs on either side of compute
+// capability 8.9, the first with the e4m3 conversions in hardware: it passes those at 8.9 or newer
+// ("") and refuses the others with a message that names what (the refused feature), the need, the GPU
+// and the CPU's flag.
+func checkFP8Gate(t *testing.T, missing func(cuda.Info) string, what string) {
+	t.Helper()
 	for _, tc := range []struct {
 		info cuda.Info
 		ok   bool
@@ -33,13 +42,13 @@ func TestCUDAFP8Refused(t *testing.T) {
 		{cuda.Info{Name: "NVIDIA H200", Major: 9, Minor: 0}, true},
 		{cuda.Info{Name: "NVIDIA B200", Major: 10, Minor: 0}, true},
 	} {
-		m := fp8WeightsMissing(tc.info)
+		m := missing(tc.info)
 		if tc.ok != (m == "") {
 			t.Errorf("%s (%d.%d): %q", tc.info.Name, tc.info.Major, tc.info.Minor, m)
 		}
 		if !tc.ok && (!strings.Contains(m, "compute capability 8.9") || !strings.Contains(m, tc.info.Name) ||
-			!strings.Contains(m, "--device cpu")) {
-			t.Errorf("%s: %q does not name the need, the GPU and the CPU's flag", tc.info.Name, m)
+			!strings.Contains(m, "--device cpu") || !strings.Contains(m, what)) {
+			t.Errorf("%s: %q does not name %s, the need, the GPU and the CPU's flag", tc.info.Name, m, what)
 		}
 	}
 }
