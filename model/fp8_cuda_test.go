@@ -365,30 +365,7 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 	for range 3 {
 		plan = append(plan, append([]chunk(nil), all...))
 	}
-	var worst float64
-	for i, chunks := range plan {
-		for j := range chunks {
-			if chunks[j].tokens == nil {
-				chunks[j].tokens = randomTokens(rng, 1, vocab)
-			}
-		}
-		want, err := cpu.Forward(pc.step(chunks...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := gpu.Forward(pg.step(chunks...))
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		for j := range want {
-			e := relErr(got[j], want[j])
-			worst = max(worst, e)
-			if !(e <= tol) {
-				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
-			}
-		}
-	}
-	t.Logf("largest relative error %.3g (tolerance %g)", worst, tol)
+	matchSteps(t, cpu, gpu, pc, pg, plan, rng, vocab, tol)
 }
 
 // fp8PeakBandwidth is the H200's memory bandwidth (4.27 TB/s, as measured by a device copy), the
