@@ -2,12 +2,12 @@
 // suffixes. A step's groups of sequences that share their first pages are packed into virtual sequences
 // of up to `members` members each (SharedLayout, shared.go), whose query rows of KV head h are the
 // members' G heads of h one after another (members·G rows: 128 at G = 4 and 32 members). The prefix pass
-// is SharedPrefix (below; the split-k partition kernel run on the virtual sequences for the shapes it
-// does not cover), which reads a partition of the shared pages once for all those rows; the suffix pass
-// is the split-k partition kernel run on every sequence's own pages (block tables from the end of its
-// shared prefix); the merge combines a sequence's prefix and suffix partials by log-sum-exp (PartialRun,
-// decode.cuh: the split-k reduce's own code). Launched by CUDAKernels.DecodeShared (shared_cuda.go); the
-// CPU twin is DecodeShared (shared.go).
+// is a prefix kernel (SharedPrefixR16 or SharedPrefix, below; the split-k partition kernel run on the
+// virtual sequences for the shapes they do not cover), which reads a partition of the shared pages once
+// for all those rows; the suffix pass is the split-k partition kernel run on every sequence's own pages
+// (block tables from the end of its shared prefix); the merge combines a sequence's prefix and suffix
+// partials by log-sum-exp (PartialRun, decode.cuh: the split-k reduce's own code). Launched by
+// CUDAKernels.DecodeShared (shared_cuda.go); the CPU twin is DecodeShared (shared.go).
 //
 //   SharedGather:             grid (virtual·members, num_heads), row_bytes/16 threads: the virtual
 //                             sequences' queries, [virtual][num_kv_heads][members][G][head_dim], copied
@@ -364,38 +364,36 @@ SHARED_PREFIX(__half, fp16, 64)
 SHARED_PREFIX(__half, fp16, 128)
 
 // ---------------------------------------------------------------------------------------------------
-// The prefix kernels of 16 rows a warp: SharedPrefixR16*_<dtype>_d<D> (entry points below; R16 is the
-// default, CUDATuning.SharedPrefix picks another or SharedPrefix above). Same grid and partials as
-// SharedPrefix, with ROWS rows a program; what differs is the work of a warp:
+// The prefix kernel of 16 rows a warp: SharedPrefixR16_<dtype>_d<D> (entry points below), the default;
+// SharedPrefix above runs where a device's shared memory cannot hold its program, or where
+// CUDATuning.SharedPrefix asks for it. Same grid and partials as SharedPrefix, with ROWS rows a program;
+// what differs is the work of a warp:
 //
 //   Warp w of ROWS/16 owns the one m16 tile of rows w·16 .. w·16+15: a thread holds acc (D/8 n-tiles)
-//   and S of one softmax step (KEYS/8 n-tiles) of one m-tile, half of SharedPrefix's. With QREG, Q's A
-//   fragments of every k-step stay in registers too (a program an SM, all of its registers), read from
-//   shared memory once before the loop; Q is then copied into the last stage, which the prologue leaves
-//   free and the loop fills only after its first barrier, so the stages take all the shared memory.
-//   Without QREG, Q keeps its own region and is read by ldmatrix at every k-step (fewer registers: two
-//   programs an SM, or 256 rows a program, each K/V tile serving them all).
+//   and S of one softmax step (KEYS/8 n-tiles) of one m-tile, half of SharedPrefix's. Q's A fragments
+//   of every k-step stay in registers too (a program an SM, all of its registers), read from shared
+//   memory once before the loop; Q is copied into the last stage, which the prologue leaves free and
+//   the loop fills only after its first barrier, so the stages take all the shared memory.
 //   Per softmax step: S = Q·Kᵀ over KEYS keys, one maximum, one rescale of acc and l (skipped by the
 //   warp when no row's maximum grew), acc += P·V.
 
-template <typename T, int D, int ROWS, int STAGES, bool QREG> struct Prefix16Shape {
+template <typename T, int D, int ROWS, int STAGES> struct Prefix16Shape {
 	static constexpr int THREADS = ROWS / 16 * DECODE_WARP; // a warp a m16 tile
 	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
 	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
 	static constexpr int ROW_BYTES = ROW_CHUNKS * 16;
 	static constexpr int Q_BYTES = ROWS * ROW_BYTES;
-	// The stages (then Q where it stays in shared memory) from a 1024-byte boundary (+1024 bytes of
-	// slack): see PrefixShape.
-	static constexpr int SMEM = STAGES * L::STAGE_BYTES + (QREG ? 0 : Q_BYTES) + 1024;
+	// The stages from a 1024-byte boundary (+1024 bytes of slack): see PrefixShape.
+	static constexpr int SMEM = STAGES * L::STAGE_BYTES + 1024;
 	static_assert(ROW_CHUNKS == 8 || ROW_CHUNKS == 16, "rows of 8 or 16 chunks (the XOR addressing)");
-	static_assert(!QREG || Q_BYTES <= L::STAGE_BYTES, "Q fits a stage");
+	static_assert(Q_BYTES <= L::STAGE_BYTES, "Q fits a stage");
 	static_assert((ROWS * ROW_CHUNKS) % THREADS == 0, "threads divide Q's chunks");
 	static_assert(STAGES >= 2, "Q rides in the last stage, which the prologue leaves free");
 };
 
-template <typename T, int D, int ROWS, int STAGES, int KEYS, bool QREG>
+template <typename T, int D, int ROWS, int STAGES, int KEYS>
 __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
-	using Sh = Prefix16Shape<T, D, ROWS, STAGES, QREG>;
+	using Sh = Prefix16Shape<T, D, ROWS, STAGES>;
 	using L = typename Sh::L;
 	static_assert(PREFIX_TILE % KEYS == 0 && KEYS % 16 == 0, "softmax steps of whole k16 slices of a tile");
 	constexpr int THREADS = Sh::THREADS;
@@ -429,7 +427,7 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	const int row0 = rb * ROWS;                  // the block's first row of the virtual sequence
 	const int nrows = min(ROWS, rows - row0);    // rows of this block
 	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
-	uint8_t *qstage = smem + (QREG ? STAGES - 1 : STAGES) * L::STAGE_BYTES;
+	uint8_t *qstage = smem + (STAGES - 1) * L::STAGE_BYTES;
 
 	// Prologue: the first tile's block ids, Q (into the last stage) and the first STAGES-1 tiles, one
 	// commit group each (Q rides with tile 0). Rows past nrows are zero-filled.
@@ -465,17 +463,15 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
 	const float scale = p.scale_log2;
 
-	// Q's A fragments: with QREG in registers, read once before the loop (group 0, Q and tile 0, has
-	// landed for every thread after the barrier; the loop's first barrier comes before anything is
-	// copied into the last stage); else read from shared memory at every k-step.
+	// Q's A fragments, in registers, read once before the loop (group 0, Q and tile 0, has landed for
+	// every thread after the barrier; the loop's first barrier comes before anything is copied into the
+	// last stage).
 	const uint32_t qs = smem_addr(qstage) + warp * 16 * RB + off_a;
-	uint32_t qa[QREG ? KSTEPS : 1][4];
-	if constexpr (QREG) {
-		cp_async_wait<STAGES - 2>();
-		__syncthreads();
+	uint32_t qa[KSTEPS][4];
+	cp_async_wait<STAGES - 2>();
+	__syncthreads();
 #pragma unroll
-		for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qs ^ (kk * 32), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
-	}
+	for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qs ^ (kk * 32), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
 
 	float acc[DT][4];
 #pragma unroll
@@ -507,15 +503,13 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 		for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
 		for (int kk = 0; kk < KSTEPS; kk++) {
-			const int qk = QREG ? kk : 0;
-			if constexpr (!QREG) ldmatrix_x4(qs ^ (kk * 32), qa[0][0], qa[0][1], qa[0][2], qa[0][3]);
 #pragma unroll
 			for (int np = 0; np < NT / 2; np++) {
 				// B: keys np·16 .. +7 (k 0-7, 8-15), then keys np·16+8 .. +15.
 				uint32_t b0, b1, b2, b3;
 				ldmatrix_x4((ks + (k0 + np * 16) * RB + off_k) ^ (kk * 32), b0, b1, b2, b3);
-				mma16816<T>(s[2 * np], qa[qk], b0, b1);
-				mma16816<T>(s[2 * np + 1], qa[qk], b2, b3);
+				mma16816<T>(s[2 * np], qa[kk], b0, b1);
+				mma16816<T>(s[2 * np + 1], qa[kk], b2, b3);
 			}
 		}
 		// Keys past the partition's end (the last tile's) are masked.
@@ -606,25 +600,18 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	}
 }
 
-// Entry points: NAME_<dtype>_d<D> with ROWS rows a program, STAGES stages, softmax steps of KEYS keys,
-// Q in registers or not, at least BLOCKS programs an SM (the register budget). R16 is the default; the
-// others are CUDATuning.SharedPrefix's variants (shared.go: SharedPrefixVariant).
-#define SHARED_PREFIX16(NAME, T, TN, D, ROWS, STAGES, KEYS, QREG, BLOCKS)                                   \
-	extern "C" __global__ void __launch_bounds__(ROWS * 2, BLOCKS) NAME##_##TN##_d##D(const DecodeParams p) { \
-		shared_prefix16<T, D, ROWS, STAGES, KEYS, QREG>(p);                                               \
+// Entry points: SharedPrefixR16_<dtype>_d<D>, 128 rows a program, 4 stages, softmax steps of 64 keys,
+// one program an SM (the register budget).
+#define SHARED_PREFIX16(T, TN, D)                                                                             \
+	extern "C" __global__ void __launch_bounds__(256, 1) SharedPrefixR16_##TN##_d##D(const DecodeParams p) { \
+		shared_prefix16<T, D, 128, 4, 64>(p);                                                             \
 	}                                                                                                         \
-	extern "C" __device__ int NAME##_##TN##_d##D##_smem = Prefix16Shape<T, D, ROWS, STAGES, QREG>::SMEM;
+	extern "C" __device__ int SharedPrefixR16_##TN##_d##D##_smem = Prefix16Shape<T, D, 128, 4>::SMEM;
 
-#define SHARED_PREFIX16_ALL(NAME, ROWS, STAGES, KEYS, QREG, BLOCKS)                                       \
-	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                     \
-	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)                    \
-	SHARED_PREFIX16(NAME, __half, fp16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                            \
-	SHARED_PREFIX16(NAME, __half, fp16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)
-
-SHARED_PREFIX16_ALL(SharedPrefixR16, 128, 4, 64, true, 1)
-SHARED_PREFIX16_ALL(SharedPrefixR16S, 128, 2, 32, false, 2)
-SHARED_PREFIX16_ALL(SharedPrefixR16K, 128, 3, 32, true, 2)
-SHARED_PREFIX16_ALL(SharedPrefixR16W, 256, 3, 32, false, 1)
+SHARED_PREFIX16(__nv_bfloat16, bf16, 64)
+SHARED_PREFIX16(__nv_bfloat16, bf16, 128)
+SHARED_PREFIX16(__half, fp16, 64)
+SHARED_PREFIX16(__half, fp16, 128)
 
 #define SHARED_MERGE(T, TN, D)                                                                                \
 	extern "C" __global__ void __launch_bounds__(D) SharedMerge_##TN##_d##D(const SharedParams p) {            \
