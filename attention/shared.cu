@@ -111,6 +111,110 @@ template <typename T, int D> __device__ __forceinline__ void shared_merge(const 
 #define PREFIX_STAGES 2
 #define PREFIX_KEYS 32 // keys of one softmax step: S of two m-tiles × 32 keys beside acc fits the registers
 
+// PrefixProgram is what both prefix kernels (SharedPrefix, SharedPrefixR16) do around their arithmetic,
+// for a program of THREADS threads that serves ROWS rows: where it works (the virtual sequence, row
+// block, KV head and partition of its block index) and its K/V pipeline of STAGES stages of PREFIX_TILE
+// tokens. A kernel calls place, returns on an empty partition, then calls setup and prologue, and
+// advance at every tile. Every step is inlined into the kernel, which compiles as if written out there.
+template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixProgram {
+	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
+	uint8_t *smem;             // the dynamic shared memory from a 1024-byte boundary: the stages first
+	int (*sids)[L::MAX_PAGES]; // [STAGES]: the block ids of each stage's pages (the kernel's __shared__)
+	int rows;                  // members·G rows of a virtual sequence and KV head
+	int v, rb, kvh, part;      // virtual sequence, row block, KV head, partition
+	int start, end, ntiles;    // the partition's tokens [start, end) and its tiles
+	int tid, lane, warp, lbs;
+	int row0, nrows;           // the block's first row of the virtual sequence, and its rows
+	long long slot0;           // (virtual, KV head)
+	const int *table;          // the virtual sequence's block table
+	const T *kc, *vc;
+	long long row_stride;
+	uint64_t pf;
+	int next_id; // the block id this thread loads for the next tile to queue
+
+	// place waits for the kernel before (PDL) and finds the program's virtual sequence, row block, KV
+	// head and tokens [start, end), empty for a partition past the sequence's shared tokens (the program
+	// then does nothing: the merge does not read it). The kernel, not place, returns there: an exit
+	// inside the helper compiles to other code (a branch merged after the call).
+	__device__ __forceinline__ void place(const DecodeParams &p, uint8_t *smem_raw, int (*ids)[L::MAX_PAGES]) {
+		smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+		sids = ids;
+		decode_pdl_enter();
+		rows = p.group;
+		const int row_blocks = (rows + ROWS - 1) / ROWS;
+		v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
+		kvh = blockIdx.y, part = blockIdx.z;
+		start = part * p.partition_tokens;
+		end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
+	}
+
+	// setup reads the rest of a non-empty partition's parameters.
+	__device__ __forceinline__ void setup(const DecodeParams &p) {
+		tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
+		lbs = p.log2_block_size;
+		table = p.block_tables + (long long)v * p.max_blocks;
+		pf = copy_policy(p.flags);
+		kc = reinterpret_cast<const T *>(p.k_cache);
+		vc = reinterpret_cast<const T *>(p.v_cache);
+		row_stride = (long long)p.num_kv_heads * D;
+		ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
+		row0 = rb * ROWS;
+		nrows = min(ROWS, rows - row0);
+		slot0 = (long long)v * p.num_kv_heads + kvh;
+	}
+
+	// prologue queues the first tile's block ids, Q's rows into qstage ([ROWS] swizzled rows; rows past
+	// nrows zero-filled) and the first STAGES-1 tiles, one commit group each (Q rides with tile 0).
+	__device__ __forceinline__ void prologue(const DecodeParams &p, uint8_t *qstage) {
+		constexpr int RC = L::ROW_CHUNKS;
+		if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
+		{
+			const uint32_t qs = smem_addr(qstage);
+			const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
+#pragma unroll
+			for (int i = 0; i < ROWS * RC / THREADS; i++) {
+				const int c = tid + i * THREADS;
+				const int r = c / RC, chunk = c % RC;
+				const bool valid = r < nrows;
+				cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
+			}
+		}
+		__syncthreads(); // tile 0's ids
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++) {
+			if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
+			if (s > 0) __syncthreads();
+			if (s < ntiles)
+				L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+		}
+		next_id = L::load_id(table, start + (STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	}
+
+	// advance waits, behind a barrier, for tile j (and what rode with it: Q with tile 0), and queues tile
+	// j+STAGES-1 into the stage of tile j-1, which every thread is then done with (at j = 0 the last
+	// stage, which holds no tile: at most SharedPrefixR16's Q, read into registers before the loop).
+	__device__ __forceinline__ void advance(int j) {
+		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		cp_async_wait<STAGES - 2>();
+		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
+		const int jn = j + STAGES - 1;
+		if (jn < ntiles)
+			L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc, start + jn * PREFIX_TILE, end, lbs,
+			         row_stride, kvh, tid, pf);
+		cp_async_commit();
+		next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
+	}
+
+	// stage is the shared-memory address of tile j's stage (its K tile; V follows at L::TILE_BYTES).
+	__device__ __forceinline__ uint32_t stage(int j) const { return smem_addr(smem + (j % STAGES) * L::STAGE_BYTES); }
+
+	// partial is the index of the (m, l) partial of the block's first row: [virtual][kv][partition][rows].
+	__device__ __forceinline__ long long partial(const DecodeParams &p) const {
+		return (slot0 * p.num_partitions + part) * rows + row0;
+	}
+};
+
 template <typename T, int D> struct PrefixShape {
 	using L = TileLoader<T, D, PREFIX_TILE, PREFIX_THREADS>;
 	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
@@ -130,57 +234,16 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	constexpr int KSTEPS = D / 16;            // k-steps of Q·Kᵀ
 	constexpr int NT = PREFIX_KEYS / 8;       // n-tiles (8 keys) of S
 	constexpr int DT = D / 8;                 // n-tiles (8 elements) of acc
-	constexpr int RC = Sh::ROW_CHUNKS;
 
 	extern __shared__ __align__(128) uint8_t smem_raw[];
 	__shared__ int sids[PREFIX_STAGES][L::MAX_PAGES];
-	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-	decode_pdl_enter();
-	const int rows = p.group; // members·G rows of a virtual sequence and KV head
-	const int row_blocks = (rows + PREFIX_ROWS - 1) / PREFIX_ROWS;
-	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
-	const int kvh = blockIdx.y, part = blockIdx.z;
-	const int start = part * p.partition_tokens;
-	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
-	if (start >= end) return; // an empty partition: the merge does not read it
-
-	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
-	const int lbs = p.log2_block_size;
-	const int *table = p.block_tables + (long long)v * p.max_blocks;
-	const uint64_t pf = copy_policy(p.flags);
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
-	const long long row_stride = (long long)p.num_kv_heads * D;
-	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
-	const int row0 = rb * PREFIX_ROWS;                  // the block's first row of the virtual sequence
-	const int nrows = min(PREFIX_ROWS, rows - row0);    // rows of this block
-	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
-
-	// Prologue: the first tile's block ids, Q and the first STAGES-1 tiles, one commit group each (Q
-	// rides with tile 0).
-	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
-	{
-		const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES);
-		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
-#pragma unroll
-		for (int i = 0; i < PREFIX_ROWS * RC / PREFIX_THREADS; i++) {
-			const int c = tid + i * PREFIX_THREADS;
-			const int r = c / RC, chunk = c % RC;
-			const bool valid = r < nrows;
-			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
-		}
-	}
-	__syncthreads(); // tile 0's ids
-#pragma unroll
-	for (int s = 0; s < PREFIX_STAGES - 1; s++) {
-		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
-		if (s > 0) __syncthreads();
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
-	int next_id = L::load_id(table, start + (PREFIX_STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	PrefixProgram<T, D, PREFIX_ROWS, PREFIX_THREADS, PREFIX_STAGES> pg;
+	pg.place(p, smem_raw, sids);
+	if (pg.start >= pg.end) return; // an empty partition: the merge does not read it
+	pg.setup(p);
+	uint8_t *qstage = pg.smem + Sh::PIPE_BYTES; // Q after the stages
+	pg.prologue(p, qstage);
+	const int lane = pg.lane, warp = pg.warp, start = pg.start, end = pg.end, nrows = pg.nrows;
 
 	// Rows of lane: m-tile mt's rows w·32 + mt·16 + r0 and + 8; columns c0, c0+1 of each n-tile.
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
@@ -193,7 +256,7 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	constexpr int RB = Sh::ROW_BYTES;
 	const uint32_t off_a = ((mi % 2) * 8 + mr) * RB + (((mi / 2) ^ mr) * 16);
 	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
-	const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES) + warp * PREFIX_MT * 16 * RB + off_a;
+	const uint32_t qs = smem_addr(qstage) + warp * PREFIX_MT * 16 * RB + off_a;
 	const float scale = p.scale_log2;
 
 	float acc[PREFIX_MT][DT][4];
@@ -206,20 +269,10 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 		l[mt][0] = l[mt][1] = 0.f;
 	}
 
-	for (int j = 0; j < ntiles; j++) {
-		if (tid < L::MAX_PAGES) sids[(j + PREFIX_STAGES - 1) % PREFIX_STAGES][tid] = next_id;
-		cp_async_wait<PREFIX_STAGES - 2>();
-		__syncthreads(); // tile j (and Q) landed; tile j-1's stage is free; the ids above are visible
-		{
-			const int jn = j + PREFIX_STAGES - 1;
-			if (jn < ntiles)
-				L::issue(smem + (jn % PREFIX_STAGES) * L::STAGE_BYTES, sids[jn % PREFIX_STAGES], kc, vc,
-				         start + jn * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
-		}
+	for (int j = 0; j < pg.ntiles; j++) {
+		pg.advance(j); // tile j and, at j = 0, Q landed
 		if (!active) continue;
-		const uint32_t ks = smem_addr(smem + (j % PREFIX_STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+		const uint32_t ks = pg.stage(j), vs = ks + L::TILE_BYTES;
 #pragma unroll 1
 		for (int k0 = 0; k0 < PREFIX_TILE; k0 += PREFIX_KEYS) {
 		const int t0 = start + j * PREFIX_TILE + k0;
@@ -332,7 +385,7 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	if (!active) return;
 
 	// The partials of the block's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
-	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+	const long long base = pg.partial(p);
 #pragma unroll
 	for (int mt = 0; mt < PREFIX_MT; mt++) {
 #pragma unroll
@@ -400,59 +453,17 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	constexpr int KSTEPS = D / 16;       // k-steps of Q·Kᵀ
 	constexpr int NT = KEYS / 8;         // n-tiles (8 keys) of S
 	constexpr int DT = D / 8;            // n-tiles (8 elements) of acc
-	constexpr int RC = Sh::ROW_CHUNKS;
 	constexpr int RB = Sh::ROW_BYTES;
 
 	extern __shared__ __align__(128) uint8_t smem_raw[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
-	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-	decode_pdl_enter();
-	const int rows = p.group; // members·G rows of a virtual sequence and KV head
-	const int row_blocks = (rows + ROWS - 1) / ROWS;
-	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
-	const int kvh = blockIdx.y, part = blockIdx.z;
-	const int start = part * p.partition_tokens;
-	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
-	if (start >= end) return; // an empty partition: the merge does not read it
-
-	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
-	const int lbs = p.log2_block_size;
-	const int *table = p.block_tables + (long long)v * p.max_blocks;
-	const uint64_t pf = copy_policy(p.flags);
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
-	const long long row_stride = (long long)p.num_kv_heads * D;
-	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
-	const int row0 = rb * ROWS;                  // the block's first row of the virtual sequence
-	const int nrows = min(ROWS, rows - row0);    // rows of this block
-	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
-	uint8_t *qstage = smem + (STAGES - 1) * L::STAGE_BYTES;
-
-	// Prologue: the first tile's block ids, Q (into the last stage) and the first STAGES-1 tiles, one
-	// commit group each (Q rides with tile 0). Rows past nrows are zero-filled.
-	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
-	{
-		const uint32_t qs = smem_addr(qstage);
-		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
-#pragma unroll
-		for (int i = 0; i < ROWS * RC / THREADS; i++) {
-			const int c = tid + i * THREADS;
-			const int r = c / RC, chunk = c % RC;
-			const bool valid = r < nrows;
-			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
-		}
-	}
-	__syncthreads(); // tile 0's ids
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++) {
-		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
-		if (s > 0) __syncthreads();
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
-	int next_id = L::load_id(table, start + (STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	PrefixProgram<T, D, ROWS, THREADS, STAGES> pg;
+	pg.place(p, smem_raw, sids);
+	if (pg.start >= pg.end) return; // an empty partition: the merge does not read it
+	pg.setup(p);
+	uint8_t *qstage = pg.smem + (STAGES - 1) * L::STAGE_BYTES;
+	pg.prologue(p, qstage); // Q in the last stage, which the prologue leaves free
+	const int lane = pg.lane, warp = pg.warp, start = pg.start, end = pg.end, nrows = pg.nrows;
 
 	// Rows of lane: r0 and r0+8 of the warp's m-tile; columns c0, c0+1 of each n-tile.
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
@@ -478,20 +489,10 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	for (int n = 0; n < DT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-	for (int j = 0; j < ntiles; j++) {
-		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
-		cp_async_wait<STAGES - 2>();
-		__syncthreads(); // tile j landed; tile j-1's stage (and Q's at j = 0) is free; the ids above are visible
-		{
-			const int jn = j + STAGES - 1;
-			if (jn < ntiles)
-				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc, start + jn * PREFIX_TILE,
-				         end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
-		}
+	for (int j = 0; j < pg.ntiles; j++) {
+		pg.advance(j); // at j = 0 into Q's stage: Q is in registers by then
 		if (!active) continue;
-		const uint32_t ks = smem_addr(smem + (j % STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+		const uint32_t ks = pg.stage(j), vs = ks + L::TILE_BYTES;
 #pragma unroll
 		for (int k0 = 0; k0 < PREFIX_TILE; k0 += KEYS) {
 		const int t0 = start + j * PREFIX_TILE + k0;
@@ -584,7 +585,7 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	if (!active) return;
 
 	// The partials of the warp's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
-	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+	const long long base = pg.partial(p);
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		float sum = h ? l1 : l0;
