@@ -70,6 +70,8 @@ type cudaBackend struct {
 	// windowed: some layer has a sliding window, so no decode step takes the shared-prefix path
 	// (sharedDecision), whose queries must read the whole shared prefix.
 	windowed bool
+	// grouper finds the decode steps' shared groups (sharedDecision), its scratch kept from step to step.
+	grouper attention.SharedGrouper
 	// kvFP8: the KV pages hold e4m3 codes (Shape.KVCacheDType KVCacheFP8, see fp8_cuda.go); kvElem is a
 	// stored K or V element's bytes (KVElementBytes: 1 with kvFP8, else elem).
 	kvFP8  bool

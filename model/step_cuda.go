@@ -244,7 +244,7 @@ func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecis
 		return nil
 	}
 	batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
-	groups := attention.FindSharedGroups(&batch, b.shape.BlockSize)
+	groups := b.grouper.Find(&batch, b.shape.BlockSize)
 	if len(groups) == 0 {
 		return nil
 	}
