@@ -368,20 +368,22 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 	matchSteps(t, cpu, gpu, pc, pg, plan, rng, vocab, tol)
 }
 
-// fp8PeakBandwidth is the H200's memory bandwidth (4.27 TB/s, as measured by a device copy), the
-// yardstick of the FP8 weight stream.
-const fp8PeakBandwidth = 4.27e12
-
 // BenchmarkCUDAFP8MatMul times Llama-3-8B's FP8 products: at 1-64 rows the weight-streaming kernel alone
-// (matmul-us, and GB/s of weight bytes with its share of 4.27 TB/s) and with the input's quantization
-// (step-us: the two launches the step runs), beside the bfloat16 product of the same shape as the step
-// plans it (bf16-us: the skinny kernel at 1-8 rows, cuBLAS above); at 1024 rows (prefill) cuBLASLt's
-// e4m3 GEMM with its epilogue (lt-us, TFLOP/s), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8 the
-// speed-up. Weights rotate among copies of at least 256 MB (L2 is 50 MB).
+// (matmul-us, and GB/s of weight bytes with its share of the device-to-device copy bandwidth, measured at
+// the start as gollm bench measures it: %copy-bw) and with the input's quantization (step-us: the two
+// launches the step runs), beside the bfloat16 product of the same shape as the step plans it (bf16-us:
+// the skinny kernel at 1-8 rows, cuBLAS above); at 1024 rows (prefill) cuBLASLt's e4m3 GEMM with its
+// epilogue (lt-us, TFLOP/s), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8 the speed-up. Weights
+// rotate among copies of at least 256 MB (L2 is 50 MB).
 //
 //	go test -tags cuda -run XXX -bench CUDAFP8MatMul -benchtime 1x ./model
 func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
+	bw, err := b.dev.CopyBandwidth(1 << 30)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	bb.Logf("copy bandwidth %.2f TB/s", bw/1e12)
 	rng := rand.New(rand.NewPCG(5, 7))
 	const prefill = 1024
 	for _, sh := range gemvBenchShapes {
@@ -463,7 +465,7 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 				bb.ReportMetric(quantUS, "quant-us")
 				bb.ReportMetric(mmUS, "matmul-us")
 				bb.ReportMetric(float64(bytes)/(mmUS*1e-6)/1e9, "GB/s")
-				bb.ReportMetric(100*float64(bytes)/(mmUS*1e-6)/fp8PeakBandwidth, "%4.27TB/s")
+				bb.ReportMetric(100*float64(bytes)/(mmUS*1e-6)/bw, "%copy-bw")
 				bb.ReportMetric(bf16US, "bf16-us")
 				if m == prefill {
 					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
