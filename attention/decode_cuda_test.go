@@ -367,18 +367,52 @@ func TestCUDADecodeOddRows(t *testing.T) {
 	}
 }
 
-// runKernelVariants checks every kernel and path on case c against the reference and the CPU twin.
-func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
-	t.Helper()
+// cpuTwin returns the CPU twin's attention (Attend) of case c over cache: one query row a sequence.
+func (c *gpuDecodeCase) cpuTwin(cache *Cache) []float32 {
 	twin := make([]float32, len(c.q))
 	starts := make([]int32, len(c.lens)+1)
 	for s := range c.lens {
 		starts[s+1] = int32(s + 1)
 	}
-	Attend(twin, c.q, c.numHeads, c.scale, c.cache, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
+	Attend(twin, c.q, c.numHeads, c.scale, cache, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
+	return twin
+}
+
+// checkedTwin is cpuTwin, checked against the float64 reference first (a twin that misses it puts the
+// reference itself in question).
+func (c *gpuDecodeCase) checkedTwin(t *testing.T, cache *Cache) []float32 {
+	t.Helper()
+	twin := c.cpuTwin(cache)
 	if e := relErr(twin, c.ref); e > 1e-5 {
-		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
+		t.Fatalf("CPU twin vs reference: %.3g", e)
 	}
+	return twin
+}
+
+// splitWorkspace allocates a split-k workspace for case c at partitions of two pages or more.
+func (c *gpuDecodeCase) splitWorkspace(t *testing.T) (cuda.DevicePtr, int64) {
+	t.Helper()
+	bytes := SplitKWorkspaceBytes(len(c.lens), c.numHeads, c.headDim, ceilDiv(longestContext(c.lens), 2*c.blockSize))
+	return c.alloc(t, bytes), bytes
+}
+
+// checkOutput checks the device output of case c against the float64 reference and against twin (what
+// names the call, twinName the twin) within the dtype's tolerance; a miss is an error, not fatal.
+func (c *gpuDecodeCase) checkOutput(t *testing.T, what string, twin []float64, twinName string) {
+	t.Helper()
+	out := c.output(t)
+	if e := relErr(out, c.ref); !(e < c.codec.tol) {
+		t.Errorf("%s: relative error vs float64 reference %.3g (limit %g)", what, e, c.codec.tol)
+	}
+	if e := relErr(out, twin); !(e < c.codec.tol) {
+		t.Errorf("%s: relative error vs %s %.3g (limit %g)", what, twinName, e, c.codec.tol)
+	}
+}
+
+// runKernelVariants checks every kernel and path on case c against the reference and the CPU twin.
+func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
+	t.Helper()
+	twin := toFloat64(c.checkedTwin(t, c.cache))
 	// Groups that take the narrow kernels (narrowTile) run the mma path twice: on them (the default) and
 	// on the 16-row head tile (CUDATuning.NoNarrow, passed with every call: k is shared by parallel
 	// subtests, so its Tuning is never changed here).
@@ -399,26 +433,11 @@ func runKernelVariants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase) {
 	if c.codec.typ == cuda.Float32 {
 		paths = []pathCase{{PathFMA, false}}
 	}
-	maxLen := 0
-	for _, n := range c.lens {
-		maxLen = max(maxLen, int(n))
-	}
 	partitions := []int{2 * c.blockSize, 256}
-	wsBytes := SplitKWorkspaceBytes(len(c.lens), c.numHeads, c.headDim, ceilDiv(maxLen, 2*c.blockSize))
-	ws := c.alloc(t, wsBytes)
-	twinF64 := make([]float64, len(twin))
-	for i, x := range twin {
-		twinF64[i] = float64(x)
-	}
+	ws, wsBytes := c.splitWorkspace(t)
 	check := func(what string) {
 		t.Helper()
-		out := c.output(t)
-		if e := relErr(out, c.ref); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs float64 reference %.3g (limit %g)", what, e, c.codec.tol)
-		}
-		if e := relErr(out, twinF64); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs CPU twin %.3g (limit %g)", what, e, c.codec.tol)
-		}
+		c.checkOutput(t, what, twin, "CPU twin")
 	}
 	defer checkCountersZero(t, k)
 	for _, pc := range paths {

@@ -96,38 +96,15 @@ func TestCUDADecodeFP8KV(t *testing.T) {
 
 func runFP8Variants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, f8 *Cache) {
 	t.Helper()
-	twin := make([]float32, len(c.q))
-	starts := make([]int32, len(c.lens)+1)
-	for s := range c.lens {
-		starts[s+1] = int32(s + 1)
-	}
-	Attend(twin, c.q, c.numHeads, c.scale, f8, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
-	if e := relErr(twin, c.ref); e > 1e-5 {
-		t.Fatalf("CPU twin vs reference: %.3g", e) // the reference itself is in question
-	}
-	twin64 := make([]float64, len(twin))
-	for i, x := range twin {
-		twin64[i] = float64(x)
-	}
+	twin := toFloat64(c.checkedTwin(t, f8))
 	check := func(what string) {
 		t.Helper()
-		out := c.output(t)
-		if e := relErr(out, c.ref); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs float64 reference %.3g (limit %g)", what, e, c.codec.tol)
-		}
-		if e := relErr(out, twin64); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs the CPU twin's FP8 attention %.3g (limit %g)", what, e, c.codec.tol)
-		}
+		c.checkOutput(t, what, twin, "the CPU twin's FP8 attention")
 	}
 	defer checkCountersZero(t, k)
 	a := c.fp8Args(fp8TestKScale, fp8TestVScale)
-	maxLen := 0
-	for _, n := range c.lens {
-		maxLen = max(maxLen, int(n))
-	}
 	partitions := []int{2 * c.blockSize, 256}
-	wsBytes := SplitKWorkspaceBytes(len(c.lens), c.numHeads, c.headDim, ceilDiv(maxLen, 2*c.blockSize))
-	ws := c.alloc(t, wsBytes)
+	ws, wsBytes := c.splitWorkspace(t)
 
 	for _, path := range []CUDAPath{PathAuto, PathFMA} {
 		c.poisonOut(t)

@@ -213,22 +213,8 @@ func TestCUDADecodeRoPE(t *testing.T) {
 
 func runRoPEVariants(t *testing.T, k *CUDAKernels, c *ropeCase) {
 	t.Helper()
-	twin := make([]float32, len(c.q))
-	starts := make([]int32, len(c.lens)+1)
-	for s := range c.lens {
-		starts[s+1] = int32(s + 1)
-	}
-	Attend(twin, c.q, c.numHeads, c.scale, c.cache, &Batch{QueryStart: starts, ContextLens: c.lens, BlockTables: c.tables, Window: c.window})
-	twinF64 := make([]float64, len(twin))
-	for i, x := range twin {
-		twinF64[i] = float64(x)
-	}
-	maxLen := 0
-	for _, n := range c.lens {
-		maxLen = max(maxLen, int(n))
-	}
-	wsBytes := SplitKWorkspaceBytes(len(c.lens), c.numHeads, c.headDim, ceilDiv(maxLen, 2*c.blockSize))
-	ws := c.alloc(t, wsBytes)
+	twin := toFloat64(c.cpuTwin(c.cache))
+	ws, wsBytes := c.splitWorkspace(t)
 	paths := []CUDAPath{PathMMA, PathFMA}
 	if c.codec.typ == cuda.Float32 {
 		paths = []CUDAPath{PathFMA}
@@ -246,13 +232,7 @@ func runRoPEVariants(t *testing.T, k *CUDAKernels, c *ropeCase) {
 		if err := call(a); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		out := c.output(t)
-		if e := relErr(out, c.ref); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs float64 reference %.3g (limit %g)", what, e, c.codec.tol)
-		}
-		if e := relErr(out, twinF64); !(e < c.codec.tol) {
-			t.Errorf("%s: relative error vs CPU twin %.3g (limit %g)", what, e, c.codec.tol)
-		}
+		c.checkOutput(t, what, twin, "CPU twin")
 		c.checkRows(t, what)
 	}
 	info := k.dev.Info()

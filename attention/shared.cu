@@ -2,12 +2,12 @@
 // suffixes. A step's groups of sequences that share their first pages are packed into virtual sequences
 // of up to `members` members each (SharedLayout, shared.go), whose query rows of KV head h are the
 // members' G heads of h one after another (members·G rows: 128 at G = 4 and 32 members). The prefix pass
-// is SharedPrefix (below; the split-k partition kernel run on the virtual sequences for the shapes it
-// does not cover), which reads a partition of the shared pages once for all those rows; the suffix pass
-// is the split-k partition kernel run on every sequence's own pages (block tables from the end of its
-// shared prefix); the merge combines a sequence's prefix and suffix partials by log-sum-exp (PartialRun,
-// decode.cuh: the split-k reduce's own code). Launched by CUDAKernels.DecodeShared (shared_cuda.go); the
-// CPU twin is DecodeShared (shared.go).
+// is a prefix kernel (SharedPrefixR16 or SharedPrefix, below; the split-k partition kernel run on the
+// virtual sequences for the shapes they do not cover), which reads a partition of the shared pages once
+// for all those rows; the suffix pass is the split-k partition kernel run on every sequence's own pages
+// (block tables from the end of its shared prefix); the merge combines a sequence's prefix and suffix
+// partials by log-sum-exp (PartialRun, decode.cuh: the split-k reduce's own code). Launched by
+// CUDAKernels.DecodeShared (shared_cuda.go); the CPU twin is DecodeShared (shared.go).
 //
 //   SharedGather:             grid (virtual·members, num_heads), row_bytes/16 threads: the virtual
 //                             sequences' queries, [virtual][num_kv_heads][members][G][head_dim], copied
@@ -111,6 +111,110 @@ template <typename T, int D> __device__ __forceinline__ void shared_merge(const 
 #define PREFIX_STAGES 2
 #define PREFIX_KEYS 32 // keys of one softmax step: S of two m-tiles × 32 keys beside acc fits the registers
 
+// PrefixProgram is what both prefix kernels (SharedPrefix, SharedPrefixR16) do around their arithmetic,
+// for a program of THREADS threads that serves ROWS rows: where it works (the virtual sequence, row
+// block, KV head and partition of its block index) and its K/V pipeline of STAGES stages of PREFIX_TILE
+// tokens. A kernel calls place, returns on an empty partition, then calls setup and prologue, and
+// advance at every tile. Every step is inlined into the kernel, which compiles as if written out there.
+template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixProgram {
+	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
+	uint8_t *smem;             // the dynamic shared memory from a 1024-byte boundary: the stages first
+	int (*sids)[L::MAX_PAGES]; // [STAGES]: the block ids of each stage's pages (the kernel's __shared__)
+	int rows;                  // members·G rows of a virtual sequence and KV head
+	int v, rb, kvh, part;      // virtual sequence, row block, KV head, partition
+	int start, end, ntiles;    // the partition's tokens [start, end) and its tiles
+	int tid, lane, warp, lbs;
+	int row0, nrows;           // the block's first row of the virtual sequence, and its rows
+	long long slot0;           // (virtual, KV head)
+	const int *table;          // the virtual sequence's block table
+	const T *kc, *vc;
+	long long row_stride;
+	uint64_t pf;
+	int next_id; // the block id this thread loads for the next tile to queue
+
+	// place waits for the kernel before (PDL) and finds the program's virtual sequence, row block, KV
+	// head and tokens [start, end), empty for a partition past the sequence's shared tokens (the program
+	// then does nothing: the merge does not read it). The kernel, not place, returns there: an exit
+	// inside the helper compiles to other code (a branch merged after the call).
+	__device__ __forceinline__ void place(const DecodeParams &p, uint8_t *smem_raw, int (*ids)[L::MAX_PAGES]) {
+		smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+		sids = ids;
+		decode_pdl_enter();
+		rows = p.group;
+		const int row_blocks = (rows + ROWS - 1) / ROWS;
+		v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
+		kvh = blockIdx.y, part = blockIdx.z;
+		start = part * p.partition_tokens;
+		end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
+	}
+
+	// setup reads the rest of a non-empty partition's parameters.
+	__device__ __forceinline__ void setup(const DecodeParams &p) {
+		tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
+		lbs = p.log2_block_size;
+		table = p.block_tables + (long long)v * p.max_blocks;
+		pf = copy_policy(p.flags);
+		kc = reinterpret_cast<const T *>(p.k_cache);
+		vc = reinterpret_cast<const T *>(p.v_cache);
+		row_stride = (long long)p.num_kv_heads * D;
+		ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
+		row0 = rb * ROWS;
+		nrows = min(ROWS, rows - row0);
+		slot0 = (long long)v * p.num_kv_heads + kvh;
+	}
+
+	// prologue queues the first tile's block ids, Q's rows into qstage ([ROWS] swizzled rows; rows past
+	// nrows zero-filled) and the first STAGES-1 tiles, one commit group each (Q rides with tile 0).
+	__device__ __forceinline__ void prologue(const DecodeParams &p, uint8_t *qstage) {
+		constexpr int RC = L::ROW_CHUNKS;
+		if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
+		{
+			const uint32_t qs = smem_addr(qstage);
+			const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
+#pragma unroll
+			for (int i = 0; i < ROWS * RC / THREADS; i++) {
+				const int c = tid + i * THREADS;
+				const int r = c / RC, chunk = c % RC;
+				const bool valid = r < nrows;
+				cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
+			}
+		}
+		__syncthreads(); // tile 0's ids
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++) {
+			if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
+			if (s > 0) __syncthreads();
+			if (s < ntiles)
+				L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
+			cp_async_commit();
+		}
+		next_id = L::load_id(table, start + (STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	}
+
+	// advance waits, behind a barrier, for tile j (and what rode with it: Q with tile 0), and queues tile
+	// j+STAGES-1 into the stage of tile j-1, which every thread is then done with (at j = 0 the last
+	// stage, which holds no tile: at most SharedPrefixR16's Q, read into registers before the loop).
+	__device__ __forceinline__ void advance(int j) {
+		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		cp_async_wait<STAGES - 2>();
+		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
+		const int jn = j + STAGES - 1;
+		if (jn < ntiles)
+			L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc, start + jn * PREFIX_TILE, end, lbs,
+			         row_stride, kvh, tid, pf);
+		cp_async_commit();
+		next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
+	}
+
+	// stage is the shared-memory address of tile j's stage (its K tile; V follows at L::TILE_BYTES).
+	__device__ __forceinline__ uint32_t stage(int j) const { return smem_addr(smem + (j % STAGES) * L::STAGE_BYTES); }
+
+	// partial is the index of the (m, l) partial of the block's first row: [virtual][kv][partition][rows].
+	__device__ __forceinline__ long long partial(const DecodeParams &p) const {
+		return (slot0 * p.num_partitions + part) * rows + row0;
+	}
+};
+
 template <typename T, int D> struct PrefixShape {
 	using L = TileLoader<T, D, PREFIX_TILE, PREFIX_THREADS>;
 	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
@@ -130,57 +234,16 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	constexpr int KSTEPS = D / 16;            // k-steps of Q·Kᵀ
 	constexpr int NT = PREFIX_KEYS / 8;       // n-tiles (8 keys) of S
 	constexpr int DT = D / 8;                 // n-tiles (8 elements) of acc
-	constexpr int RC = Sh::ROW_CHUNKS;
 
 	extern __shared__ __align__(128) uint8_t smem_raw[];
 	__shared__ int sids[PREFIX_STAGES][L::MAX_PAGES];
-	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-	decode_pdl_enter();
-	const int rows = p.group; // members·G rows of a virtual sequence and KV head
-	const int row_blocks = (rows + PREFIX_ROWS - 1) / PREFIX_ROWS;
-	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
-	const int kvh = blockIdx.y, part = blockIdx.z;
-	const int start = part * p.partition_tokens;
-	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
-	if (start >= end) return; // an empty partition: the merge does not read it
-
-	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
-	const int lbs = p.log2_block_size;
-	const int *table = p.block_tables + (long long)v * p.max_blocks;
-	const uint64_t pf = copy_policy(p.flags);
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
-	const long long row_stride = (long long)p.num_kv_heads * D;
-	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
-	const int row0 = rb * PREFIX_ROWS;                  // the block's first row of the virtual sequence
-	const int nrows = min(PREFIX_ROWS, rows - row0);    // rows of this block
-	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
-
-	// Prologue: the first tile's block ids, Q and the first STAGES-1 tiles, one commit group each (Q
-	// rides with tile 0).
-	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
-	{
-		const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES);
-		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
-#pragma unroll
-		for (int i = 0; i < PREFIX_ROWS * RC / PREFIX_THREADS; i++) {
-			const int c = tid + i * PREFIX_THREADS;
-			const int r = c / RC, chunk = c % RC;
-			const bool valid = r < nrows;
-			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
-		}
-	}
-	__syncthreads(); // tile 0's ids
-#pragma unroll
-	for (int s = 0; s < PREFIX_STAGES - 1; s++) {
-		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
-		if (s > 0) __syncthreads();
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
-	int next_id = L::load_id(table, start + (PREFIX_STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	PrefixProgram<T, D, PREFIX_ROWS, PREFIX_THREADS, PREFIX_STAGES> pg;
+	pg.place(p, smem_raw, sids);
+	if (pg.start >= pg.end) return; // an empty partition: the merge does not read it
+	pg.setup(p);
+	uint8_t *qstage = pg.smem + Sh::PIPE_BYTES; // Q after the stages
+	pg.prologue(p, qstage);
+	const int lane = pg.lane, warp = pg.warp, start = pg.start, end = pg.end, nrows = pg.nrows;
 
 	// Rows of lane: m-tile mt's rows w·32 + mt·16 + r0 and + 8; columns c0, c0+1 of each n-tile.
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
@@ -193,7 +256,7 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	constexpr int RB = Sh::ROW_BYTES;
 	const uint32_t off_a = ((mi % 2) * 8 + mr) * RB + (((mi / 2) ^ mr) * 16);
 	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
-	const uint32_t qs = smem_addr(smem + Sh::PIPE_BYTES) + warp * PREFIX_MT * 16 * RB + off_a;
+	const uint32_t qs = smem_addr(qstage) + warp * PREFIX_MT * 16 * RB + off_a;
 	const float scale = p.scale_log2;
 
 	float acc[PREFIX_MT][DT][4];
@@ -206,20 +269,10 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 		l[mt][0] = l[mt][1] = 0.f;
 	}
 
-	for (int j = 0; j < ntiles; j++) {
-		if (tid < L::MAX_PAGES) sids[(j + PREFIX_STAGES - 1) % PREFIX_STAGES][tid] = next_id;
-		cp_async_wait<PREFIX_STAGES - 2>();
-		__syncthreads(); // tile j (and Q) landed; tile j-1's stage is free; the ids above are visible
-		{
-			const int jn = j + PREFIX_STAGES - 1;
-			if (jn < ntiles)
-				L::issue(smem + (jn % PREFIX_STAGES) * L::STAGE_BYTES, sids[jn % PREFIX_STAGES], kc, vc,
-				         start + jn * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
-		}
+	for (int j = 0; j < pg.ntiles; j++) {
+		pg.advance(j); // tile j and, at j = 0, Q landed
 		if (!active) continue;
-		const uint32_t ks = smem_addr(smem + (j % PREFIX_STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+		const uint32_t ks = pg.stage(j), vs = ks + L::TILE_BYTES;
 #pragma unroll 1
 		for (int k0 = 0; k0 < PREFIX_TILE; k0 += PREFIX_KEYS) {
 		const int t0 = start + j * PREFIX_TILE + k0;
@@ -332,7 +385,7 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	if (!active) return;
 
 	// The partials of the block's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
-	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+	const long long base = pg.partial(p);
 #pragma unroll
 	for (int mt = 0; mt < PREFIX_MT; mt++) {
 #pragma unroll
@@ -364,97 +417,53 @@ SHARED_PREFIX(__half, fp16, 64)
 SHARED_PREFIX(__half, fp16, 128)
 
 // ---------------------------------------------------------------------------------------------------
-// The prefix kernels of 16 rows a warp: SharedPrefixR16*_<dtype>_d<D> (entry points below; R16 is the
-// default, CUDATuning.SharedPrefix picks another or SharedPrefix above). Same grid and partials as
-// SharedPrefix, with ROWS rows a program; what differs is the work of a warp:
+// The prefix kernel of 16 rows a warp: SharedPrefixR16_<dtype>_d<D> (entry points below), the default;
+// SharedPrefix above runs where a device's shared memory cannot hold its program, or where
+// CUDATuning.SharedPrefix asks for it. Same grid and partials as SharedPrefix, with ROWS rows a program;
+// what differs is the work of a warp:
 //
 //   Warp w of ROWS/16 owns the one m16 tile of rows w·16 .. w·16+15: a thread holds acc (D/8 n-tiles)
-//   and S of one softmax step (KEYS/8 n-tiles) of one m-tile, half of SharedPrefix's. With QREG, Q's A
-//   fragments of every k-step stay in registers too (a program an SM, all of its registers), read from
-//   shared memory once before the loop; Q is then copied into the last stage, which the prologue leaves
-//   free and the loop fills only after its first barrier, so the stages take all the shared memory.
-//   Without QREG, Q keeps its own region and is read by ldmatrix at every k-step (fewer registers: two
-//   programs an SM, or 256 rows a program, each K/V tile serving them all).
+//   and S of one softmax step (KEYS/8 n-tiles) of one m-tile, half of SharedPrefix's. Q's A fragments
+//   of every k-step stay in registers too (a program an SM, all of its registers), read from shared
+//   memory once before the loop; Q is copied into the last stage, which the prologue leaves free and
+//   the loop fills only after its first barrier, so the stages take all the shared memory.
 //   Per softmax step: S = Q·Kᵀ over KEYS keys, one maximum, one rescale of acc and l (skipped by the
 //   warp when no row's maximum grew), acc += P·V.
 
-template <typename T, int D, int ROWS, int STAGES, bool QREG> struct Prefix16Shape {
+template <typename T, int D, int ROWS, int STAGES> struct Prefix16Shape {
 	static constexpr int THREADS = ROWS / 16 * DECODE_WARP; // a warp a m16 tile
 	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
 	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
 	static constexpr int ROW_BYTES = ROW_CHUNKS * 16;
 	static constexpr int Q_BYTES = ROWS * ROW_BYTES;
-	// The stages (then Q where it stays in shared memory) from a 1024-byte boundary (+1024 bytes of
-	// slack): see PrefixShape.
-	static constexpr int SMEM = STAGES * L::STAGE_BYTES + (QREG ? 0 : Q_BYTES) + 1024;
+	// The stages from a 1024-byte boundary (+1024 bytes of slack): see PrefixShape.
+	static constexpr int SMEM = STAGES * L::STAGE_BYTES + 1024;
 	static_assert(ROW_CHUNKS == 8 || ROW_CHUNKS == 16, "rows of 8 or 16 chunks (the XOR addressing)");
-	static_assert(!QREG || Q_BYTES <= L::STAGE_BYTES, "Q fits a stage");
+	static_assert(Q_BYTES <= L::STAGE_BYTES, "Q fits a stage");
 	static_assert((ROWS * ROW_CHUNKS) % THREADS == 0, "threads divide Q's chunks");
 	static_assert(STAGES >= 2, "Q rides in the last stage, which the prologue leaves free");
 };
 
-template <typename T, int D, int ROWS, int STAGES, int KEYS, bool QREG>
+template <typename T, int D, int ROWS, int STAGES, int KEYS>
 __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
-	using Sh = Prefix16Shape<T, D, ROWS, STAGES, QREG>;
+	using Sh = Prefix16Shape<T, D, ROWS, STAGES>;
 	using L = typename Sh::L;
 	static_assert(PREFIX_TILE % KEYS == 0 && KEYS % 16 == 0, "softmax steps of whole k16 slices of a tile");
 	constexpr int THREADS = Sh::THREADS;
 	constexpr int KSTEPS = D / 16;       // k-steps of Q·Kᵀ
 	constexpr int NT = KEYS / 8;         // n-tiles (8 keys) of S
 	constexpr int DT = D / 8;            // n-tiles (8 elements) of acc
-	constexpr int RC = Sh::ROW_CHUNKS;
 	constexpr int RB = Sh::ROW_BYTES;
 
 	extern __shared__ __align__(128) uint8_t smem_raw[];
 	__shared__ int sids[STAGES][L::MAX_PAGES];
-	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-	decode_pdl_enter();
-	const int rows = p.group; // members·G rows of a virtual sequence and KV head
-	const int row_blocks = (rows + ROWS - 1) / ROWS;
-	const int v = blockIdx.x / row_blocks, rb = blockIdx.x % row_blocks;
-	const int kvh = blockIdx.y, part = blockIdx.z;
-	const int start = part * p.partition_tokens;
-	const int end = min(start + p.partition_tokens, __ldg(p.context_lens + v));
-	if (start >= end) return; // an empty partition: the merge does not read it
-
-	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
-	const int lbs = p.log2_block_size;
-	const int *table = p.block_tables + (long long)v * p.max_blocks;
-	const uint64_t pf = copy_policy(p.flags);
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
-	const long long row_stride = (long long)p.num_kv_heads * D;
-	const int ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
-	const int row0 = rb * ROWS;                  // the block's first row of the virtual sequence
-	const int nrows = min(ROWS, rows - row0);    // rows of this block
-	const long long slot0 = (long long)v * p.num_kv_heads + kvh; // (virtual, KV head)
-	uint8_t *qstage = smem + (QREG ? STAGES - 1 : STAGES) * L::STAGE_BYTES;
-
-	// Prologue: the first tile's block ids, Q (into the last stage) and the first STAGES-1 tiles, one
-	// commit group each (Q rides with tile 0). Rows past nrows are zero-filled.
-	if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
-	{
-		const uint32_t qs = smem_addr(qstage);
-		const uint8_t *qg = static_cast<const uint8_t *>(p.q) + (slot0 * rows + row0) * (long long)(D * sizeof(T));
-#pragma unroll
-		for (int i = 0; i < ROWS * RC / THREADS; i++) {
-			const int c = tid + i * THREADS;
-			const int r = c / RC, chunk = c % RC;
-			const bool valid = r < nrows;
-			cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
-		}
-	}
-	__syncthreads(); // tile 0's ids
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++) {
-		if (s > 0 && tid < L::MAX_PAGES) sids[s][tid] = L::load_id(table, start + s * PREFIX_TILE, end, lbs, tid);
-		if (s > 0) __syncthreads();
-		if (s < ntiles)
-			L::issue(smem + s * L::STAGE_BYTES, sids[s], kc, vc, start + s * PREFIX_TILE, end, lbs, row_stride, kvh, tid, pf);
-		cp_async_commit();
-	}
-	int next_id = L::load_id(table, start + (STAGES - 1) * PREFIX_TILE, end, lbs, tid);
+	PrefixProgram<T, D, ROWS, THREADS, STAGES> pg;
+	pg.place(p, smem_raw, sids);
+	if (pg.start >= pg.end) return; // an empty partition: the merge does not read it
+	pg.setup(p);
+	uint8_t *qstage = pg.smem + (STAGES - 1) * L::STAGE_BYTES;
+	pg.prologue(p, qstage); // Q in the last stage, which the prologue leaves free
+	const int lane = pg.lane, warp = pg.warp, start = pg.start, end = pg.end, nrows = pg.nrows;
 
 	// Rows of lane: r0 and r0+8 of the warp's m-tile; columns c0, c0+1 of each n-tile.
 	const int r0 = lane / 4, c0 = (lane % 4) * 2;
@@ -465,37 +474,25 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
 	const float scale = p.scale_log2;
 
-	// Q's A fragments: with QREG in registers, read once before the loop (group 0, Q and tile 0, has
-	// landed for every thread after the barrier; the loop's first barrier comes before anything is
-	// copied into the last stage); else read from shared memory at every k-step.
+	// Q's A fragments, in registers, read once before the loop (group 0, Q and tile 0, has landed for
+	// every thread after the barrier; the loop's first barrier comes before anything is copied into the
+	// last stage).
 	const uint32_t qs = smem_addr(qstage) + warp * 16 * RB + off_a;
-	uint32_t qa[QREG ? KSTEPS : 1][4];
-	if constexpr (QREG) {
-		cp_async_wait<STAGES - 2>();
-		__syncthreads();
+	uint32_t qa[KSTEPS][4];
+	cp_async_wait<STAGES - 2>();
+	__syncthreads();
 #pragma unroll
-		for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qs ^ (kk * 32), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
-	}
+	for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qs ^ (kk * 32), qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
 
 	float acc[DT][4];
 #pragma unroll
 	for (int n = 0; n < DT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-	for (int j = 0; j < ntiles; j++) {
-		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
-		cp_async_wait<STAGES - 2>();
-		__syncthreads(); // tile j landed; tile j-1's stage (and Q's at j = 0) is free; the ids above are visible
-		{
-			const int jn = j + STAGES - 1;
-			if (jn < ntiles)
-				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc, start + jn * PREFIX_TILE,
-				         end, lbs, row_stride, kvh, tid, pf);
-			cp_async_commit();
-			next_id = L::load_id(table, start + (jn + 1) * PREFIX_TILE, end, lbs, tid);
-		}
+	for (int j = 0; j < pg.ntiles; j++) {
+		pg.advance(j); // at j = 0 into Q's stage: Q is in registers by then
 		if (!active) continue;
-		const uint32_t ks = smem_addr(smem + (j % STAGES) * L::STAGE_BYTES), vs = ks + L::TILE_BYTES;
+		const uint32_t ks = pg.stage(j), vs = ks + L::TILE_BYTES;
 #pragma unroll
 		for (int k0 = 0; k0 < PREFIX_TILE; k0 += KEYS) {
 		const int t0 = start + j * PREFIX_TILE + k0;
@@ -507,15 +504,13 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 		for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
 		for (int kk = 0; kk < KSTEPS; kk++) {
-			const int qk = QREG ? kk : 0;
-			if constexpr (!QREG) ldmatrix_x4(qs ^ (kk * 32), qa[0][0], qa[0][1], qa[0][2], qa[0][3]);
 #pragma unroll
 			for (int np = 0; np < NT / 2; np++) {
 				// B: keys np·16 .. +7 (k 0-7, 8-15), then keys np·16+8 .. +15.
 				uint32_t b0, b1, b2, b3;
 				ldmatrix_x4((ks + (k0 + np * 16) * RB + off_k) ^ (kk * 32), b0, b1, b2, b3);
-				mma16816<T>(s[2 * np], qa[qk], b0, b1);
-				mma16816<T>(s[2 * np + 1], qa[qk], b2, b3);
+				mma16816<T>(s[2 * np], qa[kk], b0, b1);
+				mma16816<T>(s[2 * np + 1], qa[kk], b2, b3);
 			}
 		}
 		// Keys past the partition's end (the last tile's) are masked.
@@ -590,7 +585,7 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	if (!active) return;
 
 	// The partials of the warp's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
-	const long long base = (slot0 * p.num_partitions + part) * rows + row0;
+	const long long base = pg.partial(p);
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		float sum = h ? l1 : l0;
@@ -606,25 +601,18 @@ __device__ __forceinline__ void shared_prefix16(const DecodeParams &p) {
 	}
 }
 
-// Entry points: NAME_<dtype>_d<D> with ROWS rows a program, STAGES stages, softmax steps of KEYS keys,
-// Q in registers or not, at least BLOCKS programs an SM (the register budget). R16 is the default; the
-// others are CUDATuning.SharedPrefix's variants (shared.go: SharedPrefixVariant).
-#define SHARED_PREFIX16(NAME, T, TN, D, ROWS, STAGES, KEYS, QREG, BLOCKS)                                   \
-	extern "C" __global__ void __launch_bounds__(ROWS * 2, BLOCKS) NAME##_##TN##_d##D(const DecodeParams p) { \
-		shared_prefix16<T, D, ROWS, STAGES, KEYS, QREG>(p);                                               \
+// Entry points: SharedPrefixR16_<dtype>_d<D>, 128 rows a program, 4 stages, softmax steps of 64 keys,
+// one program an SM (the register budget).
+#define SHARED_PREFIX16(T, TN, D)                                                                             \
+	extern "C" __global__ void __launch_bounds__(256, 1) SharedPrefixR16_##TN##_d##D(const DecodeParams p) { \
+		shared_prefix16<T, D, 128, 4, 64>(p);                                                             \
 	}                                                                                                         \
-	extern "C" __device__ int NAME##_##TN##_d##D##_smem = Prefix16Shape<T, D, ROWS, STAGES, QREG>::SMEM;
+	extern "C" __device__ int SharedPrefixR16_##TN##_d##D##_smem = Prefix16Shape<T, D, 128, 4>::SMEM;
 
-#define SHARED_PREFIX16_ALL(NAME, ROWS, STAGES, KEYS, QREG, BLOCKS)                                       \
-	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                     \
-	SHARED_PREFIX16(NAME, __nv_bfloat16, bf16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)                    \
-	SHARED_PREFIX16(NAME, __half, fp16, 64, ROWS, STAGES, KEYS, QREG, BLOCKS)                            \
-	SHARED_PREFIX16(NAME, __half, fp16, 128, ROWS, STAGES, KEYS, QREG, BLOCKS)
-
-SHARED_PREFIX16_ALL(SharedPrefixR16, 128, 4, 64, true, 1)
-SHARED_PREFIX16_ALL(SharedPrefixR16S, 128, 2, 32, false, 2)
-SHARED_PREFIX16_ALL(SharedPrefixR16K, 128, 3, 32, true, 2)
-SHARED_PREFIX16_ALL(SharedPrefixR16W, 256, 3, 32, false, 1)
+SHARED_PREFIX16(__nv_bfloat16, bf16, 64)
+SHARED_PREFIX16(__nv_bfloat16, bf16, 128)
+SHARED_PREFIX16(__half, fp16, 64)
+SHARED_PREFIX16(__half, fp16, 128)
 
 #define SHARED_MERGE(T, TN, D)                                                                                \
 	extern "C" __global__ void __launch_bounds__(D) SharedMerge_##TN##_d##D(const SharedParams p) {            \

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 )
 
 // Shared-prefix decode attention (cascade attention): decode sequences whose block tables begin with the
@@ -40,53 +39,81 @@ type SharedGroup struct {
 // FindSharedGroups returns the groups of b's decode sequences (one query row) whose block tables begin
 // with the same physical pages, each with the longest common run of full pages that ends before its
 // members' newest tokens; every sequence is in at most one group, and groups have two members or
-// more. Sequences are bucketed by their first block id (a map), and a bucket is extended page by page
-// while its members agree, split where they part: the cost is the pages its members share, never a
-// comparison of every pair of sequences. It returns nil for a batch with a sliding window (its queries
-// read no common prefix) or without two sequences sharing a page.
+// more. Sequences are bucketed by their first block id, and a bucket is extended page by page while its
+// members agree, split where they part: the cost is the pages its members share, never a comparison of
+// every pair of sequences. It returns nil for a batch with a sliding window (its queries read no common
+// prefix) or without two sequences sharing a page. It is safe for concurrent use; a caller that groups
+// every step keeps a SharedGrouper instead, which reuses its scratch from one step to the next.
 func FindSharedGroups(b *Batch, blockSize int) []SharedGroup {
+	var g SharedGrouper
+	return g.Find(b, blockSize)
+}
+
+// SharedGrouper is FindSharedGroups with scratch that outlives a call (the sequences' limits, and each
+// depth of the splits' buckets), cleared and reused, so that a step allocates only the groups it
+// returns: nothing where no two sequences share a page. The zero value is ready. It is not safe for
+// concurrent use: each caller that groups steps owns one.
+type SharedGrouper struct {
+	limits []int          // [sequence]: the pages it may share (0 for a prefill sequence)
+	decode []int32        // the decode sequences
+	splits []*sharedSplit // [depth]: the scratch of the splits that depth deep; 0 the batch's by first page
+}
+
+// sharedSplit lays a set of sequences out by their page k: bucket by bucket in order of first
+// appearance, in the set's order within a bucket.
+type sharedSplit struct {
+	bucket map[int32]int32 // page → bucket
+	of     []int32         // [member]: its bucket, or −1 without a page k
+	starts []int32         // [bucket+1]: where each bucket begins in member, and the end
+	fill   []int32         // [bucket]: where its next member goes
+	member []int32
+	rest   []int32 // extend's members left over
+}
+
+// Find is FindSharedGroups(b, blockSize). The groups it returns hold none of g's scratch: they stay
+// valid after the next call.
+func (g *SharedGrouper) Find(b *Batch, blockSize int) []SharedGroup {
 	if b.Window > 0 || blockSize <= 0 {
 		return nil
 	}
-	limits := make([]int, len(b.ContextLens)) // the pages a sequence may share
-	var order []int32                         // first blocks in order of first appearance
-	buckets := map[int32][]int32{}
+	g.limits = resized(g.limits, len(b.ContextLens))
+	g.decode = g.decode[:0]
 	for s, n := range b.ContextLens {
-		if b.QueryStart[s+1]-b.QueryStart[s] != 1 {
-			continue
+		g.limits[s] = 0
+		if b.QueryStart[s+1]-b.QueryStart[s] == 1 {
+			g.limits[s] = min(int(n-1)/blockSize, len(b.BlockTables[s]))
+			g.decode = append(g.decode, int32(s))
 		}
-		limits[s] = min(int(n-1)/blockSize, len(b.BlockTables[s]))
-		if limits[s] < 1 {
-			continue
-		}
-		first := b.BlockTables[s][0]
-		if first < 0 {
-			continue // a page given back (a sliding group's table) is no one's to share
-		}
-		if _, ok := buckets[first]; !ok {
-			order = append(order, first)
-		}
-		buckets[first] = append(buckets[first], int32(s))
 	}
 	var groups []SharedGroup
-	for _, first := range order {
-		if members := buckets[first]; len(members) > 1 {
-			extendGroup(&groups, b.BlockTables, limits, members, 1)
+	top := g.split(0)
+	for i := range top.split(b.BlockTables, g.limits, g.decode, 0) {
+		if members := top.members(i); len(members) > 1 {
+			g.extend(&groups, b.BlockTables, members, 1, 1)
 		}
 	}
 	return groups
 }
 
-// extendGroup adds to groups the groups of members, which share their first k pages: it extends the
-// run while every member has the same next page; where they part, each set of two or more members that
-// agree on the next page goes on alone, and the members left over (alone on their page, at the end of
-// what they may share, or left over by such a set) make a group of the pages shared so far when there
-// are two or more of them. It returns the one member left over, if any, to its caller's leftovers.
-func extendGroup(groups *[]SharedGroup, tables [][]int32, limits []int, members []int32, k int) []int32 {
+// split returns the scratch of the splits depth deep.
+func (g *SharedGrouper) split(depth int) *sharedSplit {
+	for len(g.splits) <= depth {
+		g.splits = append(g.splits, &sharedSplit{})
+	}
+	return g.splits[depth]
+}
+
+// extend adds to groups the groups of members, which share their first k pages and are depth splits
+// deep: it extends the run while every member has the same next page; where they part, each set of two
+// or more members that agree on the next page goes on alone, and the members left over (alone on their
+// page, at the end of what they may share, or left over by such a set) make a group of the pages shared
+// so far when there are two or more of them. It returns the one member left over, or −1, to its
+// caller's leftovers.
+func (g *SharedGrouper) extend(groups *[]SharedGroup, tables [][]int32, members []int32, k, depth int) int32 {
 	for {
 		common := true
 		for _, s := range members {
-			if k >= limits[s] || tables[s][k] != tables[members[0]][k] || tables[s][k] < 0 {
+			if k >= g.limits[s] || tables[s][k] != tables[members[0]][k] || tables[s][k] < 0 {
 				common = false
 				break
 			}
@@ -96,36 +123,84 @@ func extendGroup(groups *[]SharedGroup, tables [][]int32, limits []int, members 
 		}
 		k++
 	}
-	var next, rest []int32
-	buckets := map[int32][]int32{}
-	for _, s := range members {
-		if k >= limits[s] {
+	sp := g.split(depth)
+	buckets := sp.split(tables, g.limits, members, k)
+	rest := sp.rest[:0]
+	for j, s := range members {
+		if sp.of[j] < 0 {
 			rest = append(rest, s)
-			continue
 		}
-		blk := tables[s][k]
-		if blk < 0 {
-			rest = append(rest, s)
-			continue
-		}
-		if _, ok := buckets[blk]; !ok {
-			next = append(next, blk)
-		}
-		buckets[blk] = append(buckets[blk], s)
 	}
-	for _, blk := range next {
-		if sub := buckets[blk]; len(sub) > 1 {
-			rest = append(rest, extendGroup(groups, tables, limits, sub, k+1)...)
+	for i := range buckets {
+		if sub := sp.members(i); len(sub) > 1 {
+			if s := g.extend(groups, tables, sub, k+1, depth+1); s >= 0 {
+				rest = append(rest, s)
+			}
 		} else {
-			rest = append(rest, sub...)
+			rest = append(rest, sub[0])
 		}
 	}
-	if len(rest) < 2 {
-		return rest
+	sp.rest = rest
+	switch len(rest) {
+	case 0:
+		return -1
+	case 1:
+		return rest[0]
 	}
-	slices.Sort(rest)
-	*groups = append(*groups, SharedGroup{Seqs: rest, Pages: k})
-	return nil
+	seqs := slices.Clone(rest)
+	slices.Sort(seqs)
+	*groups = append(*groups, SharedGroup{Seqs: seqs, Pages: k})
+	return -1
+}
+
+// split lays members out by their page k (tables[s][k]); a member without one (k at its limit, or a
+// page given back: −1) is in no bucket. It returns the number of buckets.
+func (sp *sharedSplit) split(tables [][]int32, limits []int, members []int32, k int) int {
+	if sp.bucket == nil {
+		sp.bucket = map[int32]int32{}
+	}
+	clear(sp.bucket)
+	sp.of = resized(sp.of, len(members))
+	sp.starts = append(sp.starts[:0], 0)
+	for j, s := range members {
+		sp.of[j] = -1
+		if k >= limits[s] || tables[s][k] < 0 {
+			continue
+		}
+		i, ok := sp.bucket[tables[s][k]]
+		if !ok {
+			i = int32(len(sp.starts) - 1)
+			sp.bucket[tables[s][k]] = i
+			sp.starts = append(sp.starts, 0)
+		}
+		sp.of[j] = i
+		sp.starts[i+1]++ // counts first, then their running sums
+	}
+	buckets := len(sp.starts) - 1
+	for i := range buckets {
+		sp.starts[i+1] += sp.starts[i]
+	}
+	sp.member = resized(sp.member, int(sp.starts[buckets]))
+	sp.fill = append(sp.fill[:0], sp.starts[:buckets]...)
+	for j, i := range sp.of {
+		if i >= 0 {
+			sp.member[sp.fill[i]] = members[j]
+			sp.fill[i]++
+		}
+	}
+	return buckets
+}
+
+// members returns bucket i's members.
+func (sp *sharedSplit) members(i int) []int32 { return sp.member[sp.starts[i]:sp.starts[i+1]] }
+
+// resized returns s with length n, reusing its array when it is large enough (the contents are the
+// caller's to set).
+func resized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // SharedLayout is the work of one shared-prefix decode step as plain arrays: what the prefix pass's
@@ -493,70 +568,49 @@ type SharedDecision struct {
 	Plan   SharedPlan
 }
 
-// SharedPrefixVariant names one of shared.cu's GPU prefix kernels (CUDATuning.SharedPrefix). All write
-// the same partials; they differ in the rows of a program, how the rows are split among warps and how
-// deep the K/V pipeline is.
+// SharedPrefixVariant names one of shared.cu's GPU prefix kernels (CUDATuning.SharedPrefix). Both
+// write the same partials of sharedPrefixRows rows a program; they differ in how the rows are split
+// among warps and how deep the K/V pipeline is.
 type SharedPrefixVariant int
 
 const (
-	// SharedPrefixR16: 128 rows a program, 8 warps of 16, Q in registers, 4 stages, softmax steps of
-	// 64 keys, one program an SM (the default).
+	// SharedPrefixR16: 8 warps of 16 rows, Q in registers, 4 stages, softmax steps of 64 keys, one
+	// program an SM (the default).
 	SharedPrefixR16 SharedPrefixVariant = iota
-	// SharedPrefixR16S: 128 rows a program, 8 warps of 16, Q read from shared memory at every k-step,
-	// 2 stages, softmax steps of 32 keys, two programs an SM.
-	SharedPrefixR16S
-	// SharedPrefixR16K: 128 rows a program, 8 warps of 16, Q in registers, 3 stages, softmax steps of
-	// 32 keys, two programs an SM (the register budget spills a little at head_dim 128).
-	SharedPrefixR16K
-	// SharedPrefixR16W: 256 rows a program (a virtual sequence of twice the members, each page read
-	// once for them all), 16 warps of 16, Q read from shared memory, 3 stages, softmax steps of 32
-	// keys, one program an SM.
-	SharedPrefixR16W
-	// SharedPrefixW32: 128 rows a program, 4 warps of 32 (two m-tiles), Q from shared memory, 2
-	// stages, two programs an SM.
+	// SharedPrefixW32: 4 warps of 32 rows (two m-tiles), Q from shared memory, 2 stages, two programs
+	// an SM; it runs where a device's shared memory cannot hold a program of R16.
 	SharedPrefixW32
 	numSharedPrefixVariants
 )
 
-// kernel is the variant's entry point prefix (shared.cu), block size and rows a program.
-func (v SharedPrefixVariant) kernel() (name string, threads, rows int) {
-	switch v {
-	case SharedPrefixR16S:
-		return "SharedPrefixR16S", 256, 128
-	case SharedPrefixR16K:
-		return "SharedPrefixR16K", 256, 128
-	case SharedPrefixR16W:
-		return "SharedPrefixR16W", 512, 256
-	case SharedPrefixW32:
-		return "SharedPrefix", 128, 128
+// sharedPrefixRows is the query rows of one program of either prefix kernel.
+const sharedPrefixRows = 128
+
+// kernel is the variant's entry point prefix (shared.cu) and block size.
+func (v SharedPrefixVariant) kernel() (name string, threads int) {
+	if v == SharedPrefixW32 {
+		return "SharedPrefix", 128
 	}
-	return "SharedPrefixR16", 256, 128
+	return "SharedPrefixR16", 256
 }
 
 // programsPerSM is the variant's programs an SM on an H100 or H200 (its registers and shared memory).
 func (v SharedPrefixVariant) programsPerSM() int {
-	if v == SharedPrefixR16 || v == SharedPrefixR16W {
-		return 1
+	if v == SharedPrefixW32 {
+		return 2
 	}
-	return 2
-}
-
-// rows is the query rows of one program of the variant's kernel.
-func (v SharedPrefixVariant) rows() int {
-	_, _, rows := v.kernel()
-	return rows
+	return 1
 }
 
 // String is the variant's name in benchmarks.
 func (v SharedPrefixVariant) String() string {
-	if v < 0 || v >= numSharedPrefixVariants {
-		return fmt.Sprintf("SharedPrefixVariant(%d)", int(v))
-	}
-	if v == SharedPrefixW32 {
+	switch v {
+	case SharedPrefixR16:
+		return "R16"
+	case SharedPrefixW32:
 		return "W32"
 	}
-	name, _, _ := v.kernel()
-	return strings.TrimPrefix(name, "SharedPrefix")
+	return fmt.Sprintf("SharedPrefixVariant(%d)", int(v))
 }
 
 // sharedPrefixKernel reports whether shared.cu's prefix kernel covers dtype dt at head dimension d
@@ -566,18 +620,13 @@ func sharedPrefixKernel(dt DType, d int) bool {
 }
 
 // SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
-// at head dimension headDim in dtype dt: as many as fill the default prefix kernel's rows
-// (SharedPrefixR16) where it covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
+// at head dimension headDim in dtype dt: as many as fill a prefix kernel's rows (sharedPrefixRows)
+// where one covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
 // 256, where the mma kernels have the narrow tile alone).
 func SharedMembersFor(dt DType, g, headDim int) int {
-	return sharedMembersFor(dt, g, headDim, SharedPrefixR16)
-}
-
-// sharedMembersFor is SharedMembersFor for prefix kernel v.
-func sharedMembersFor(dt DType, g, headDim int, v SharedPrefixVariant) int {
 	switch {
 	case sharedPrefixKernel(dt, headDim):
-		return max(1, v.rows()/max(1, g))
+		return max(1, sharedPrefixRows/max(1, g))
 	case headDim == wideHeadDim:
 		return max(1, cudaNarrowRows/max(1, g))
 	}
@@ -612,7 +661,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	if err != nil {
 		return SharedDecision{}
 	}
-	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, sharedMembersFor(c.DType, group, c.HeadDim, c.Tuning.SharedPrefix)))
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(c.DType, group, c.HeadDim)))
 	if l.Virtual() == 0 {
 		return SharedDecision{}
 	}
@@ -621,7 +670,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	units := l.Virtual() * c.NumKVHeads
 	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
 	if v := c.Tuning.SharedPrefix; sharedPrefixKernel(c.DType, c.HeadDim) {
-		units *= ceilDiv(l.Members*group, v.rows()) // the prefix kernel's row blocks
+		units *= ceilDiv(l.Members*group, sharedPrefixRows) // the prefix kernel's row blocks
 		parts = v.programsPerSM() * max(1, dev.SMs) / units
 	}
 	parts = min(maxSplitPartitions, max(1, parts))

@@ -40,7 +40,7 @@ func sharedMergeKernelName(dt DType, d int) string {
 }
 
 func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int) string {
-	name, _, _ := v.kernel()
+	name, _ := v.kernel()
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
 }
 
@@ -67,10 +67,10 @@ func (k *CUDAKernels) loadShared() error {
 			if !sharedPrefixKernel(dt, d) {
 				continue
 			}
-			// A variant whose shared memory the device does not have (a program of more than 99 KiB on
-			// sm_86/sm_89) is left out; DecodeShared then runs SharedPrefixW32, which every device has.
+			// R16, whose shared memory the device may not have (a program of more than 99 KiB on
+			// sm_86/sm_89), is left out there; DecodeShared then runs SharedPrefixW32, which every device has.
 			for v := range numSharedPrefixVariants {
-				_, threads, _ := v.kernel()
+				_, threads := v.kernel()
 				if err := k.prepare(sharedPrefixKernelName(v, dt, d), threads); err != nil && v == SharedPrefixW32 {
 					return err
 				}
@@ -137,11 +137,9 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
-	variant := t.SharedPrefix
-	prefixKernel := k.kernels[sharedPrefixKernelName(variant, dt, a.HeadDim)]
+	prefixKernel := k.kernels[sharedPrefixKernelName(t.SharedPrefix, dt, a.HeadDim)]
 	if prefixKernel == nil {
-		variant = SharedPrefixW32
-		prefixKernel = k.kernels[sharedPrefixKernelName(variant, dt, a.HeadDim)]
+		prefixKernel = k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim)]
 	}
 	var pd DecodeDecision
 	if prefixKernel != nil {
@@ -182,7 +180,7 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 		return fmt.Errorf("attention: shared-prefix gather: %w", err)
 	}
 	if prefixKernel != nil {
-		err = k.runPrefix(s, &prefix, prefixKernel, variant.rows(), pd.Plan, p.PreAcc, p.PreM, p.PreL)
+		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, p.PreAcc, p.PreM, p.PreL)
 	} else {
 		err = k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL)
 	}
@@ -201,8 +199,8 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 // runPrefix queues shared.cu's prefix kernel kern for the virtual call a (its queries the gathered
 // ones, its sequences the virtual sequences, its query heads their rows per KV head times the KV heads),
 // partitioned as plan says, its partials to (acc, m, l) in the split-k layout; a program serves
-// programRows rows (the kernel's).
-func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, programRows int, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
+// sharedPrefixRows rows.
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
 	rows := a.NumHeads / a.NumKVHeads
 	p := decodeParams{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
@@ -214,7 +212,7 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
 		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
 	}
-	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, programRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
+	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, sharedPrefixRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
 	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 }
 

@@ -10,10 +10,6 @@ import (
 	"github.com/gollm/gollm/internal/cuda"
 )
 
-// sharedCopyBandwidth is the H200's measured device-to-device copy bandwidth (bytes/s), the bound the
-// shared-prefix benchmark divides the unique K/V bytes by (docs/bench/shared-prefix-h200.md).
-const sharedCopyBandwidth = 4.27e12
-
 // sharedTensorFLOPS is the H200's dense bf16 tensor-core peak (FLOP/s, 989 TFLOPS): once the K/V are read
 // once, a large group's Q·Kᵀ and P·V (4·batch·heads·context·head_dim FLOPs) take about as long.
 const sharedTensorFLOPS = 989e12
@@ -23,14 +19,18 @@ const sharedTensorFLOPS = 989e12
 // have 128 tokens of their own: the plain call (Decode, the dispatcher's kernel) and the shared-prefix
 // call (DecodeShared with DecideShared's plan) in the same run, pages permuted, inputs rotated among
 // copies totalling 4× L2. One line per shape: plain_us, shared_us, bound_us (the unique K/V bytes, the
-// prefix once and every suffix, over sharedCopyBandwidth), flop_us (the products at the tensor cores'
-// peak: at 16k tokens about three quarters of bound_us, so the shared call is as much compute as copy),
-// shared/bound and plain/shared, and shared_<variant>_us: the shared call on each prefix kernel
-// (SharedPrefixVariant). Run it with
-// -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
+// prefix once and every suffix, over copy_TB/s: the device-to-device copy bandwidth, measured at the
+// start as gollm bench measures it), flop_us (the products at the tensor cores' peak: at 16k tokens
+// about three quarters of bound_us, so the shared call is as much compute as copy), shared/bound and
+// plain/shared, and shared_<variant>_us: the shared call on each prefix kernel (SharedPrefixVariant).
+// Run it with -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
 // plain/shared, and the measured values, are in docs/bench/shared-prefix-h200.md.
 func BenchmarkCUDADecodeShared(b *testing.B) {
 	k, t := benchTimer(b)
+	bw, err := k.Device().CopyBandwidth(1 << 30)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, prefix := range []int{4096, 16384, 65536} {
 		in, err := newSharedBenchInputs(k, 64, prefix, 128)
 		if err != nil {
@@ -77,7 +77,7 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 				b.Fatalf("%s, prefix kernel %v: %v", name, v, err)
 			}
 		}
-		bound := in.uniqueBytes / sharedCopyBandwidth * 1e6
+		bound := in.uniqueBytes / bw * 1e6
 		flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
 		b.Run(name, func(b *testing.B) {
 			b.ReportMetric(plain, "plain_us")
@@ -86,6 +86,7 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 				b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
 			}
 			b.ReportMetric(bound, "bound_us")
+			b.ReportMetric(bw/1e12, "copy_TB/s")
 			b.ReportMetric(flops, "flop_us")
 			b.ReportMetric(shared/bound, "shared/bound")
 			b.ReportMetric(plain/shared, "plain/shared")

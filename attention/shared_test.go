@@ -248,6 +248,79 @@ func TestFindSharedGroups(t *testing.T) {
 	}
 }
 
+// randomSharingBatch is a batch of up to 40 sequences whose tables draw their first pages from a few
+// prefixes that part at random pages: decode and prefill rows, contexts that end on or inside a page,
+// tables whose first page was given back (−1).
+func randomSharingBatch(rng *rand.Rand, blockSize int) Batch {
+	n := 1 + rng.IntN(40)
+	prefixes := make([][]int32, 1+rng.IntN(4))
+	next := int32(0)
+	for i := range prefixes {
+		for range 1 + rng.IntN(6) {
+			prefixes[i] = append(prefixes[i], next)
+			next++
+		}
+	}
+	b := Batch{QueryStart: []int32{0}}
+	for range n {
+		prefix := prefixes[rng.IntN(len(prefixes))]
+		table := slices.Clone(prefix[:1+rng.IntN(len(prefix))])
+		for range rng.IntN(4) {
+			if rng.IntN(2) == 0 {
+				table = append(table, int32(rng.IntN(3))) // pages that other tables may hold at this index
+			} else {
+				table = append(table, next)
+				next++
+			}
+		}
+		if rng.IntN(10) == 0 {
+			table[0] = -1
+		}
+		ctx := (len(table)-1)*blockSize + 1 + rng.IntN(blockSize)
+		rows := int32(1)
+		if rng.IntN(6) == 0 {
+			rows = 2
+		}
+		b.QueryStart = append(b.QueryStart, b.QueryStart[len(b.QueryStart)-1]+rows)
+		b.ContextLens = append(b.ContextLens, int32(ctx))
+		b.BlockTables = append(b.BlockTables, table)
+	}
+	return b
+}
+
+// TestSharedGrouper: one SharedGrouper reused over batches of growing and shrinking size finds what
+// FindSharedGroups finds afresh, leaves the groups of its earlier calls as they were, and allocates
+// nothing for a batch in which no two sequences share a page.
+func TestSharedGrouper(t *testing.T) {
+	const bs = 4
+	rng := rand.New(rand.NewPCG(3, 5))
+	var g SharedGrouper
+	var earlier [][]SharedGroup
+	var earlierText []string
+	found := 0
+	for i := range 500 {
+		b := randomSharingBatch(rng, bs)
+		got := g.Find(&b, bs)
+		if want := FindSharedGroups(&b, bs); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("batch %d: SharedGrouper.Find = %v, FindSharedGroups = %v", i, got, want)
+		}
+		found += len(got)
+		earlier, earlierText = append(earlier, got), append(earlierText, fmt.Sprint(got))
+	}
+	if found == 0 {
+		t.Fatal("no batch had a group")
+	}
+	for i, groups := range earlier {
+		if fmt.Sprint(groups) != earlierText[i] {
+			t.Fatalf("batch %d's groups changed from %s to %v", i, earlierText[i], groups)
+		}
+	}
+	lone := Batch{QueryStart: []int32{0, 1, 2, 3}, ContextLens: []int32{9, 9, 9}, BlockTables: [][]int32{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}}
+	if allocs := testing.AllocsPerRun(100, func() { g.Find(&lone, bs) }); allocs != 0 {
+		t.Errorf("%v allocations a batch that shares nothing, want 0", allocs)
+	}
+}
+
 // TestDecideShared checks the GPU dispatcher's choice on an H200 at Llama-3-8B's heads (32 query heads, 8
 // KV heads, head_dim 128, bf16, pages of 16): the shared path for 64 sequences behind 4k, 16k and 64k
 // tokens and for 8 behind 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
@@ -277,9 +350,6 @@ func TestDecideShared(t *testing.T) {
 		{"64 behind 4k", 64, 4096, 128, 0, nil, true},
 		{"64 behind 16k", 64, 16384, 128, 0, nil, true},
 		{"64 behind 64k", 64, 65536, 128, 0, nil, true},
-		{"64 behind 16k, 256-row prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
-			c.Tuning.SharedPrefix = SharedPrefixR16W
-		}, true},
 		{"64 behind 16k, W32 prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
 			c.Tuning.SharedPrefix = SharedPrefixW32
 		}, true},
@@ -318,12 +388,8 @@ func TestDecideShared(t *testing.T) {
 			if 2*programs <= slots && prefixParts < maxSplitPartitions && p.PrefixPartitionTokens > DefaultMinPartitionTokens {
 				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
 			}
-			rows := 128 // the prefix kernel's rows a program
-			if c.Tuning.SharedPrefix == SharedPrefixR16W {
-				rows = 256
-			}
-			if want := min(rows/4, tc.members); d.Layout.Members != want {
-				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's %d rows at G = 4)", d.Layout.Members, want, rows)
+			if want := min(sharedPrefixRows/4, tc.members); d.Layout.Members != want {
+				t.Fatalf("%d members a virtual sequence, want %d (at most the prefix kernel's %d rows at G = 4)", d.Layout.Members, want, sharedPrefixRows)
 			}
 			t.Logf("plan %+v, %d virtual sequences, %d prefix partitions", p, d.Layout.Virtual(), prefixParts)
 		})

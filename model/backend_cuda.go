@@ -67,6 +67,11 @@ type cudaBackend struct {
 	dtype      cuda.DataType
 	elem       int  // bytes per element of dtype
 	decodeFits bool // the decode kernels cover this head size, page size and dtype
+	// windowed: some layer has a sliding window, so no decode step takes the shared-prefix path
+	// (sharedDecision), whose queries must read the whole shared prefix.
+	windowed bool
+	// grouper finds the decode steps' shared groups (sharedDecision), its scratch kept from step to step.
+	grouper attention.SharedGrouper
 	// kvFP8: the KV pages hold e4m3 codes (Shape.KVCacheDType KVCacheFP8, see fp8_cuda.go); kvElem is a
 	// stored K or V element's bytes (KVElementBytes: 1 with kvFP8, else elem).
 	kvFP8  bool
@@ -200,6 +205,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		}
 	}
 	b := &cudaBackend{shape: shape, cfg: cfg, dev: cfg.dev}
+	for l := range shape.NumLayers {
+		b.windowed = b.windowed || shape.Layer(l).Window > 0
+	}
 	b.graphs = map[graphKey]*graphEntry{}
 	var tn string
 	if b.dtype, b.elem, tn, err = computeDType(cfg.dtype); err != nil {

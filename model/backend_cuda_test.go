@@ -5,14 +5,15 @@ package model
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/gollm/gollm/attention"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 )
@@ -437,30 +438,7 @@ func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DT
 	for range 3 {
 		plan = append(plan, slices.Clone(all))
 	}
-	worst := 0.0 // the largest relative error of any step, logged: how close a case runs to tol
-	for i, chunks := range plan {
-		for j := range chunks {
-			if chunks[j].tokens == nil {
-				chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
-			}
-		}
-		want, err := cpu.Forward(pc.step(chunks...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := gpu.Forward(pg.step(chunks...))
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		for j := range want {
-			e := relErr(got[j], want[j])
-			if !(e <= tol) {
-				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
-			}
-			worst = max(worst, e)
-		}
-	}
-	t.Logf("largest relative error %.3g (tolerance %g)", worst, tol)
+	matchSteps(t, cpu, gpu, pc, pg, plan, rng, cfg.VocabSize, tol)
 	// A step with no logits still stores its K and V.
 	s := pg.step(chunk{0, []int32{5}})
 	s.LogitRows = nil
@@ -473,6 +451,37 @@ func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DT
 		t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
 	}
 	return st
+}
+
+// matchSteps runs plan's steps on cpu and gpu (pc and pg their pagers; a chunk without tokens decodes
+// one of rng's) and compares every logits row: a relative error above tol is an error. It logs the
+// largest, how close the case runs to tol.
+func matchSteps(t *testing.T, cpu, gpu *Model, pc, pg *pager, plan [][]chunk, rng *rand.Rand, vocab int, tol float64) {
+	t.Helper()
+	var worst float64
+	for i, chunks := range plan {
+		for j := range chunks {
+			if chunks[j].tokens == nil {
+				chunks[j].tokens = randomTokens(rng, 1, vocab)
+			}
+		}
+		want, err := cpu.Forward(pc.step(chunks...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gpu.Forward(pg.step(chunks...))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for j := range want {
+			e := relErr(got[j], want[j])
+			worst = max(worst, e)
+			if !(e <= tol) {
+				t.Errorf("step %d, sequence %d: relative error %.3g > %g", i, chunks[j].seq, e, tol)
+			}
+		}
+	}
+	t.Logf("largest relative error %.3g (tolerance %g)", worst, tol)
 }
 
 // TestCUDAFamiliesMatchCPU is matchCPU for the families' parts on random models: a Mistral whose every

@@ -33,6 +33,9 @@ type cpuBackend struct {
 	slots    [][]int32         // per KV group: the K/V slot of each token row
 	cos, sin [2][]float32      // [T][D/2] rotary factors of each token's position: RopeInvFreq's, LocalRopeInvFreq's
 	k, v, q  []float32         // scratch: [T][Hkv*D], [T][Hkv*D], [T][Hq*D]
+
+	// grouper finds the steps' shared groups (SharedPrefixAlways), its scratch kept from step to step.
+	grouper attention.SharedGrouper
 }
 
 // NewCPUBackend returns the pure-Go backend for shape. It allocates the KV cache at once: NumKVSlots (the
@@ -136,7 +139,7 @@ func (b *cpuBackend) BeginStep(s *Step) error {
 		}
 		batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: tables}
 		if b.sharedPrefix == SharedPrefixAlways { // auto: the CPU gains nothing by it (attention.Batch.Shared)
-			batch.Shared = attention.FindSharedGroups(&batch, sh.BlockSize)
+			batch.Shared = b.grouper.Find(&batch, sh.BlockSize)
 		}
 		b.batches = append(b.batches, batch)
 		if g == 0 {

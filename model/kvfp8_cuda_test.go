@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
 )
@@ -238,24 +237,7 @@ func TestCUDAFP8KVPages(t *testing.T) {
 // naming the need, the GPU and the CPU's flag; checkFP8 passes an FP8 KV cache on this GPU when it has
 // them.
 func TestCUDAFP8KVRefusedBelow89(t *testing.T) {
-	for _, tc := range []struct {
-		info cuda.Info
-		ok   bool
-	}{
-		{cuda.Info{Name: "NVIDIA A100", Major: 8, Minor: 0}, false},
-		{cuda.Info{Name: "NVIDIA A10", Major: 8, Minor: 6}, false},
-		{cuda.Info{Name: "NVIDIA L4", Major: 8, Minor: 9}, true},
-		{cuda.Info{Name: "NVIDIA H200", Major: 9, Minor: 0}, true},
-	} {
-		m := fp8KVMissing(tc.info)
-		if tc.ok != (m == "") {
-			t.Errorf("%s: %q", tc.info.Name, m)
-		}
-		if !tc.ok && (!strings.Contains(m, "compute capability 8.9") || !strings.Contains(m, tc.info.Name) ||
-			!strings.Contains(m, "--device cpu") || !strings.Contains(m, "fp8 KV cache")) {
-			t.Errorf("%s: %q does not name the need, the GPU and the CPU's flag", tc.info.Name, m)
-		}
-	}
+	checkFP8Gate(t, fp8KVMissing, "fp8 KV cache")
 	dev := gpuDevice(t)
 	b := &cudaBackend{dev: dev}
 	err := b.checkFP8(false, Shape{KVCacheDType: KVCacheFP8})

@@ -131,7 +131,7 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 // sequences share a prefix of 16384 tokens (1024 pages of 16) and have 128 tokens of their own: with
 // the shared-prefix decode (SharedPrefixAlways: eager steps), and without it (SharedPrefixOff: the plain
 // kernels, in the bucket's CUDA graph, and eagerly), the same steps on one model, and the shared step
-// on each other prefix kernel (shared-<variant>: attention.CUDATuning.SharedPrefix). ms/step each, and
+// on the other prefix kernel (shared-W32: attention.CUDATuning.SharedPrefix). ms/step each, and
 // plain/shared. The K/V pages hold zeros (the time does not depend on their values).
 func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 	dev := gpuDevice(b)
@@ -175,9 +175,7 @@ func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 		prefix       attention.SharedPrefixVariant
 	}
 	variants := []variant{{"shared", SharedPrefixAlways, false, 0}, {"plain-graph", SharedPrefixOff, false, 0}, {"plain-eager", SharedPrefixOff, true, 0}}
-	for _, pv := range []attention.SharedPrefixVariant{attention.SharedPrefixR16S, attention.SharedPrefixR16K, attention.SharedPrefixR16W, attention.SharedPrefixW32} {
-		variants = append(variants, variant{"shared-" + pv.String(), SharedPrefixAlways, false, pv})
-	}
+	variants = append(variants, variant{"shared-" + attention.SharedPrefixW32.String(), SharedPrefixAlways, false, attention.SharedPrefixW32})
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
 			backend.cfg.sharedPrefix, backend.graphsOff = v.shared, v.eager

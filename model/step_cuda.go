@@ -240,16 +240,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 // step to step, a graph's grids do not.
 func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecision {
 	f := b.facts()
-	if b.cfg.sharedPrefix == SharedPrefixOff || !f.decodeKernels || f.kvFP8 { // shared.cu reads compute-dtype pages
+	if b.cfg.sharedPrefix == SharedPrefixOff || b.windowed || !f.decodeKernels || f.kvFP8 { // shared.cu reads compute-dtype pages
 		return nil
 	}
-	for l := range b.shape.NumLayers {
-		if b.shape.Layer(l).Window > 0 {
-			return nil
-		}
-	}
 	batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
-	groups := attention.FindSharedGroups(&batch, b.shape.BlockSize)
+	groups := b.grouper.Find(&batch, b.shape.BlockSize)
 	if len(groups) == 0 {
 		return nil
 	}

@@ -50,8 +50,8 @@
 #               reduce shares its merge, the model's logits and the engine's tokens with and without the
 #               shared path), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
 #               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
-#               K/V bytes over 4.27 TB/s), and the standard grid (gollm bench attention, BASE's too when
-#               set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
+#               K/V bytes over the copy bandwidth it measures), and the standard grid (gollm bench
+#               attention, BASE's too when set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
 #               batch 64 behind 16k shared tokens, shared and plain); gollm bench serve in process with
 #               --shared-prefix off and auto at concurrency 64 behind one system prompt of 4096 tokens
 #               (SERVE_CONFIG's shape, default llama3-8b, or SERVE_MODEL's folder):
@@ -78,11 +78,11 @@
 #               bounds the section: a step that would start past it is skipped
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
-#               stream against 4.27 TB/s; prefill TFLOP/s), gollm bench latency of llama3-8b (random
-#               weights, prompt 1024, 128 out, batch 1 and 64) in bf16 and with --quantization fp8, and
-#               scripts/bench/fp8_peer.py (torch, e4m3 weights through _scaled_mm); then a table with the
-#               gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1; prefill of 1024 tokens ≥ 1.6× bf16's
-#               speed (docs/bench/fp8-h200.md)
+#               stream against the copy bandwidth it measures; prefill TFLOP/s), gollm bench latency of
+#               llama3-8b (random weights, prompt 1024, 128 out, batch 1 and 64) in bf16 and with
+#               --quantization fp8, and scripts/bench/fp8_peer.py (torch, e4m3 weights through
+#               _scaled_mm); then a table with the gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1;
+#               prefill of 1024 tokens ≥ 1.6× bf16's speed (docs/bench/fp8-h200.md)
 #
 # Environment:
 #   BIN     the build to run (default gpu/bench; BIN.tar.xz, if carried, is unpacked over it first)
