@@ -168,6 +168,9 @@ func serve(ctx context.Context, o *serveOptions, tpl *chattemplate.Template, std
 		AllowedOrigins:     o.allowedOrigins,
 		ChatTemplate:       tpl,
 		ToolCallParser:     o.toolCallParser,
+		// Printed only once the loaded server answers: a client that waits for this line and then
+		// probes /health gets 200, not the loading 503.
+		Ready: func() { fmt.Fprintf(stderr, "gollm serve: ready on http://%s\n", ln.Addr()) },
 	}
 	fmt.Fprintf(stderr, "gollm serve: listening on http://%s (loading the model)\n", ln.Addr())
 	var m *llm.Model
@@ -202,7 +205,6 @@ func serve(ctx context.Context, o *serveOptions, tpl *chattemplate.Template, std
 		}
 		log.Info("serving", "url", "http://"+ln.Addr().String(), "model", m.Name(), "max_model_len", m.MaxModelLen(),
 			"api_key", o.apiKey != "")
-		fmt.Fprintf(stderr, "gollm serve: ready on http://%s\n", ln.Addr())
 		return srv, nil
 	})
 	if err != nil {

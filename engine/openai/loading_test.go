@@ -10,8 +10,9 @@ import (
 )
 
 // TestServeLoading: the port answers at once, 503 on /health and on every route while the model
-// loads; the loaded server then serves; an interrupt while loading stops cleanly, and a failed load
-// is returned; the listener is closed in every case.
+// loads; the loaded server then serves, and Config.Ready is called once it does (a /health right after
+// it answers 200); an interrupt while loading stops cleanly, and a failed load is returned, neither
+// calling Ready; the listener is closed in every case.
 func TestServeLoading(t *testing.T) {
 	tests := []struct {
 		name string
@@ -27,6 +28,8 @@ func TestServeLoading(t *testing.T) {
 			cfg := templateConfig(t)
 			cfg.ModelName = "m"
 			cfg.Logger = quietLogger()
+			ready := make(chan struct{}, 2)
+			cfg.Ready = func() { ready <- struct{}{} }
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +79,14 @@ func TestServeLoading(t *testing.T) {
 				}
 			default:
 				close(release)
-				waitFor(t, func() bool { status, _, _ := call(t, "GET", url+"/health", "", ""); return status == 200 })
+				select {
+				case <-ready:
+				case <-time.After(time.Minute):
+					t.Fatal("Ready not called")
+				}
+				if status, _, body := call(t, "GET", url+"/health", "", ""); status != 200 {
+					t.Errorf("/health once Ready was called: %d %s", status, body)
+				}
 				if status, _, body := call(t, "POST", url+"/v1/completions", "", `{"prompt":"a","max_tokens":2}`); status != 200 {
 					t.Errorf("completion once loaded: %d %s", status, body)
 				}
@@ -84,6 +94,9 @@ func TestServeLoading(t *testing.T) {
 				if err := <-served; err != nil {
 					t.Errorf("ServeLoading: %v", err)
 				}
+			}
+			if n := len(ready); n != 0 {
+				t.Errorf("Ready called %d more times", n)
 			}
 			if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 				c.Close()

@@ -107,6 +107,9 @@ type Config struct {
 	ToolCallParser string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Ready, when set, is called once from Serve and ServeLoading as soon as the loaded server answers
+	// requests (with ServeLoading, after load returned it: a request before that gets 503).
+	Ready func()
 }
 
 // withDefaults returns cfg with its zero limits set to the defaults.
@@ -485,6 +488,9 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration, cfg Config
 			return err
 		}
 		current.Store(s)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready()
 	}
 	select {
 	case err := <-errCh:
