@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/gputest"
 )
 
 // These tests run the CUDA kernels on the device (go test -tags cuda ./attention/ on a machine with a
@@ -34,12 +34,7 @@ func gpuKernels(t testing.TB) *CUDAKernels {
 		}
 		testGPU.k, testGPU.err = LoadCUDAKernels(dev)
 	})
-	if testGPU.err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatalf("GPU: %v", testGPU.err)
-		}
-		t.Skipf("no GPU: %v", testGPU.err)
-	}
+	gputest.Require(t, testGPU.err)
 	return testGPU.k
 }
 

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/gputest"
 	"github.com/gollm/gollm/model/kernels"
 )
 
@@ -39,12 +39,7 @@ func gpuPrefill(t testing.TB) (*cuda.Device, *CUDAPrefill) {
 		testPrefill.dev = dev
 		testPrefill.pre, testPrefill.err = LoadCUDAPrefill(mod, dev.Info().SharedPerBlockOptin)
 	})
-	if testPrefill.err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatalf("GPU: %v", testPrefill.err)
-		}
-		t.Skipf("no GPU: %v", testPrefill.err)
-	}
+	gputest.Require(t, testPrefill.err)
 	return testPrefill.dev, testPrefill.pre
 }
 

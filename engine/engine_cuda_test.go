@@ -5,11 +5,11 @@ package engine
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/gollm/gollm/internal/gputest"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
@@ -49,12 +49,8 @@ var cudaHead64Config = map[string]any{
 // requireGPU skips the test when no GPU can be used (fails instead when GOLLM_REQUIRE_GPU=1).
 func requireGPU(t *testing.T) {
 	t.Helper()
-	if _, _, err := model.ResolveDevice(model.DeviceCUDA); err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatalf("GPU: %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
+	_, _, err := model.ResolveDevice(model.DeviceCUDA)
+	gputest.Require(t, err)
 }
 
 // loadCUDAModel loads the checkpoint in dir on the GPU in compute dtype dt with a KV pool of numBlocks

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/internal/gputest"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -31,12 +32,7 @@ var testGPU struct {
 func gpuDevice(t testing.TB) *cuda.Device {
 	t.Helper()
 	testGPU.once.Do(func() { testGPU.dev, testGPU.err = cuda.Open(0) })
-	if testGPU.err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatalf("GPU: %v", testGPU.err)
-		}
-		t.Skipf("no GPU: %v", testGPU.err)
-	}
+	gputest.Require(t, testGPU.err)
 	return testGPU.dev
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +16,29 @@ import (
 	"github.com/gollm/gollm/weights"
 )
 
-// copyBandwidth is the H100's measured device-to-device copy bandwidth (bytes read + written per second,
-// ../../shared/docs/gpu.md): the ceiling a decode step, which must read every weight once, is judged by.
-const copyBandwidth = 3.03e12
+var benchCopy struct {
+	once sync.Once
+	bw   float64
+	err  error
+}
+
+// copyBandwidth is GPU 0's device-to-device copy bandwidth (bytes read plus written per second), measured
+// once per process as gollm bench measures it (cuda.Device.CopyBandwidth of 1 GiB) and logged on the
+// first t that asks: the ceiling a decode step, which must read every weight once, and a weight-streaming
+// product are judged by. Measured, not written in, so that the floors and %BW hold on any GPU.
+func copyBandwidth(t testing.TB) float64 {
+	t.Helper()
+	dev := gpuDevice(t)
+	benchCopy.once.Do(func() {
+		if benchCopy.bw, benchCopy.err = dev.CopyBandwidth(1 << 30); benchCopy.err == nil {
+			t.Logf("copy bandwidth %.2f TB/s", benchCopy.bw/1e12)
+		}
+	})
+	if benchCopy.err != nil {
+		t.Fatalf("copy bandwidth: %v", benchCopy.err)
+	}
+	return benchCopy.bw
+}
 
 // llama32_1B and llama3_8B are the shapes of Llama-3.2-1B and Meta-Llama-3-8B (bfloat16).
 func llama32_1B() *weights.Config {
@@ -146,9 +167,10 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // graph, in each of decodeVariants. The KV pages hold zeros (the speed does not depend on their values).
 // Metrics: ms/step (wall time of ForwardGreedy, host work, copies and all), gpu-ms/step (the step's graph
 // replayed back to back, timed with events: the device's share), host-ms/step (the difference),
-// weights-floor-ms (the weights' bytes at the copy bandwidth), floor-ms (weights and KV), and %floor =
-// floor-ms / ms/step. Each sub-benchmark then logs a per-op profile of one more step (stepProfile: op by
-// op with events between, so each op carries about 2 µs of launch gap a graph does not have). The
+// weights-floor-ms (the weights' bytes at the copy bandwidth, copy_TB/s: measured at the start, see
+// copyBandwidth), floor-ms (weights and KV), and %floor = floor-ms / ms/step. Each sub-benchmark then
+// logs a per-op profile of one more step (stepProfile: op by op with events between, so each op carries
+// about 2 µs of launch gap a graph does not have; %BW is against the same copy bandwidth). The
 // prefill sub-benchmark times one 1024-token prompt and logs its per-op profile. GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
@@ -159,6 +181,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 //	go test -tags cuda -run XXX -bench CUDADecode ./model
 func BenchmarkCUDADecode(b *testing.B) {
 	dev := gpuDevice(b)
+	bw := copyBandwidth(b)
 	const blockSize = 1024 / 64
 	context := benchContext(b, 1024)
 	if p := os.Getenv("GOLLM_BENCH_POOL"); p != "" && p != "full" {
@@ -218,7 +241,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
-					summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
+					summarize(prof.Ops, 1, cfg.DType.Size()), bw))
 			})
 			for _, batch := range benchBatches(b, maxBatch) {
 				s := &Step{QueryStart: []int32{0}}
@@ -317,8 +340,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						wFloor := float64(decodeWeightBytes(cfg, opts.Quantization)) / copyBandwidth * 1e3
-						floor := float64(decodeWeightBytes(cfg, opts.Quantization)+decodeKVBytes(cfg, batch, context)) / copyBandwidth * 1e3
+						wFloor := float64(decodeWeightBytes(cfg, opts.Quantization)) / bw * 1e3
+						floor := float64(decodeWeightBytes(cfg, opts.Quantization)+decodeKVBytes(cfg, batch, context)) / bw * 1e3
 						b.ReportMetric(gpuMS, "gpu-ms/step")
 						b.ReportMetric(pipeMS, "pipe-ms/step")
 						b.ReportMetric(ms-gpuMS, "host-ms/step")
@@ -326,10 +349,11 @@ func BenchmarkCUDADecode(b *testing.B) {
 						b.ReportMetric(wFloor, "weights-floor-ms")
 						b.ReportMetric(floor, "floor-ms")
 						b.ReportMetric(100*floor/ms, "%floor")
+						b.ReportMetric(bw/1e12, "copy_TB/s")
 						b.ReportMetric(float64(batch)/ms*1e3, "tok/s")
 						b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
 						b.Logf("\n%s", formatProfile(fmt.Sprintf("%s batch %d %s (graph %.3f ms, wall %.3f ms)", mc.name, batch,
-							v.name, gpuMS, ms), summarize(prof.Ops, 1, cfg.DType.Size()), copyBandwidth))
+							v.name, gpuMS, ms), summarize(prof.Ops, 1, cfg.DType.Size()), bw))
 					})
 				}
 			}

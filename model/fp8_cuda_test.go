@@ -400,11 +400,7 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 //	go test -tags cuda -run XXX -bench CUDAFP8MatMul -benchtime 1x ./model
 func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
-	bw, err := b.dev.CopyBandwidth(1 << 30)
-	if err != nil {
-		bb.Fatal(err)
-	}
-	bb.Logf("copy bandwidth %.2f TB/s", bw/1e12)
+	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(5, 7))
 	const prefill = 1024
 	for _, sh := range gemvBenchShapes {

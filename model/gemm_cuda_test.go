@@ -315,11 +315,12 @@ func TestCUDAGemmServes(t *testing.T) {
 // BenchmarkCUDAGemm times the decode products of Llama-3.2-1B and Llama-3-8B (bf16) at 16, 32 and 64
 // token rows: cuBLAS GemmEx, the skinny GEMM as planned, and the best launch shape of a sweep over
 // warps a block × k split. Weights rotate among copies totalling ≥ 256 MB (L2 is 50 MB). %BW is weight
-// bytes / time / the copy bandwidth.
+// bytes / time / the copy bandwidth (copyBandwidth: measured).
 //
 //	go test -tags cuda -run XXX -bench CUDAGemm -benchtime 1x ./model
 func BenchmarkCUDAGemm(bb *testing.B) {
 	b := newGemmBackend(bb, weights.DTypeBF16)
+	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(5, 7))
 	for _, sh := range gemvBenchShapes {
 		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
@@ -329,7 +330,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 		for _, m := range []int{16, 32, 64} {
 			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
 				const reps = 100
-				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / bw }
 				gemm := func(warps, ks, stages, flags int) (float64, error) {
 					b.tune = defaultGemvTuning
 					b.tune.Gemm, b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages, b.tune.GemmFlags = true, warps, ks, stages, flags
@@ -401,6 +402,7 @@ func BenchmarkCUDAGemm(bb *testing.B) {
 //	go test -tags cuda -run XXX -bench CUDAGemmDiag -benchtime 1x -v ./model
 func BenchmarkCUDAGemmDiag(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
+	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(5, 8))
 	for _, sh := range []struct {
 		name   string
@@ -431,7 +433,7 @@ func BenchmarkCUDAGemmDiag(bb *testing.B) {
 				if err != nil {
 					bb.Fatal(err)
 				}
-				line += fmt.Sprintf(" flags%d %.1fµs (%.0f%%)", diag, us, 100*float64(bytes)/(us*1e-6)/copyBandwidth)
+				line += fmt.Sprintf(" flags%d %.1fµs (%.0f%%)", diag, us, 100*float64(bytes)/(us*1e-6)/bw)
 			}
 			bb.Log(line)
 		}
@@ -484,6 +486,7 @@ func BenchmarkCUDAGemmWave(bb *testing.B) {
 //	go test -tags cuda -run XXX -bench CUDAGemmSplit -benchtime 1x -v ./model
 func BenchmarkCUDAGemmSplit(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
+	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(5, 9))
 	for _, sh := range gemvBenchShapes {
 		if sh.n > 8192 { // gate/up and the LM head run on the skinny GEMM
@@ -495,7 +498,7 @@ func BenchmarkCUDAGemmSplit(bb *testing.B) {
 		for _, m := range []int{16, 32, 64} {
 			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
 				const reps = 100
-				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / bw }
 				var cublasUS float64
 				var err error
 				line := ""

@@ -668,11 +668,12 @@ func cublasMicros(b *cudaBackend, reps int, ws []*cudaWeight, x, y *cudaTensor, 
 // BenchmarkCUDAGemv times the decode products of Llama-3.2-1B and Llama-3-8B (bf16) at 1 to 64 token
 // rows: cuBLAS GemmEx, the skinny kernel as planned, and the best launch shape of a sweep over rb × ks.
 // Weights rotate among copies totalling ≥ 256 MB (L2 is 50 MB). %BW is weight bytes / time / the copy
-// bandwidth.
+// bandwidth (copyBandwidth: measured).
 //
 //	go test -tags cuda -run XXX -bench CUDAGemv -benchtime 1x ./model
 func BenchmarkCUDAGemv(bb *testing.B) {
 	b := newGemvBackend(bb, weights.DTypeBF16)
+	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, sh := range gemvBenchShapes {
 		ws, bytes := rotatingWeights(bb, b, sh.n, sh.k, rng)
@@ -682,7 +683,7 @@ func BenchmarkCUDAGemv(bb *testing.B) {
 		for _, m := range []int{1, 8, 16, 64} {
 			bb.Run(fmt.Sprintf("%s-%dx%d/m=%d", sh.name, sh.n, sh.k, m), func(bb *testing.B) {
 				reps := 100
-				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / copyBandwidth }
+				pct := func(us float64) float64 { return 100 * float64(bytes) / (us * 1e-6) / bw }
 				var cublasUS, gemvUS float64
 				var err error
 				for bb.Loop() {

@@ -5,10 +5,10 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/gputest"
 )
 
 // TestMatmulE4M3 checks cuBLASLt's FP8 product (on compute capability 8.9 or newer) against the float64
@@ -28,12 +28,7 @@ func TestMatmulE4M3(t *testing.T) {
 	}
 	defer blas.Destroy()
 	lt, err := d.LoadBLASLt(blas)
-	if err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	gputest.Require(t, err)
 	defer lt.Destroy()
 	path, version := lt.Library()
 	t.Logf("cuBLASLt %s version %d", path, version)

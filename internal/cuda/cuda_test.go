@@ -6,13 +6,13 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/gputest"
 	"gorgonia.org/cu"
 )
 
@@ -20,12 +20,7 @@ import (
 func openDevice(t *testing.T) *Device {
 	t.Helper()
 	d, err := Open(0)
-	if err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatalf("open GPU 0: %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
+	gputest.Require(t, err)
 	t.Cleanup(func() {
 		if err := d.Close(); err != nil {
 			t.Errorf("close: %v", err)
@@ -362,12 +357,7 @@ func TestClosed(t *testing.T) {
 func TestGemmEx(t *testing.T) {
 	d := openDevice(t)
 	b, err := d.LoadBLAS()
-	if err != nil {
-		if os.Getenv("GOLLM_REQUIRE_GPU") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	gputest.Require(t, err)
 	defer b.Destroy()
 	path, version := b.Library()
 	t.Logf("cuBLAS %s version %d", path, version)
