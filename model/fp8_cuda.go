@@ -52,7 +52,7 @@ type fp8State struct {
 	lt       *cuda.BLASLt
 	ltScaled bool
 	// codes holds up to codesCap bytes of quantized input rows, scales scalesCap rows' scales, x16 the
-	// codes' f16 values for up to 8 rows (x16Cap bytes: fp8ReadsX16).
+	// codes' f16 values for up to fp8TileRows rows (x16Cap bytes: fp8ReadsX16).
 	codes, scales, x16          cuda.DevicePtr
 	codesCap, scalesCap, x16Cap int64
 }
@@ -263,9 +263,9 @@ func (b *cudaBackend) UploadFP8(w *FP8Weight) (Weight, error) {
 }
 
 // ensureFP8Workspace grows the quantized input rows' workspace to rows rows of colsPad codes (and their
-// f16 values for up to 8 of them).
+// f16 values for up to fp8TileRows of them).
 func (b *cudaBackend) ensureFP8Workspace(rows, colsPad int) error {
-	codes, scales, x16 := int64(rows)*int64(colsPad), 4*int64(rows), 2*int64(min(rows, 8))*int64(colsPad)
+	codes, scales, x16 := int64(rows)*int64(colsPad), 4*int64(rows), 2*int64(min(rows, fp8TileRows))*int64(colsPad)
 	if codes <= b.fp8.codesCap && scales <= b.fp8.scalesCap && x16 <= b.fp8.x16Cap {
 		return nil
 	}
@@ -377,16 +377,16 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		// cuBLASLt's kernel is not launched as a dependent: this one waits for it the ordinary way.
 		return cuda.Launch(b.fp8.scale, cuda.Dim3{X: int(min((total+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &s)
 	}
-	nt := 3 // token tiles of 8: 1, 2, 4 or 8 per block
+	nt := 3 // token tiles of fp8TileRows: 1, 2, 4 or 8 per block
 	switch {
-	case rows <= 8:
+	case rows <= fp8TileRows:
 		nt = 0
-	case rows <= 16:
+	case rows <= 2*fp8TileRows:
 		nt = 1
-	case rows <= 32:
+	case rows <= 4*fp8TileRows:
 		nt = 2
 	}
-	chunks := (rows + 8<<nt - 1) / (8 << nt)
+	chunks := (rows + fp8TileRows<<nt - 1) / (fp8TileRows << nt)
 	tiles := f.rowsPad / 16
 	ks := fp8Split(tiles, chunks, f.colsPad/64, b.dev.Info().NumSMs)
 	rb := 8 / ks

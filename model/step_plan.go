@@ -292,9 +292,13 @@ func (p matmulPath) String() string {
 // scaling pass it needs (docs/bench/fp8-h200.md).
 const fp8KernelMaxRows = 8
 
+// fp8TileRows is the token rows of one tile of the FP8 kernel (kernels/fp8.cu, MatMulE4M3_nt1): up to
+// that many rows it runs one tile, whose input it reads as f16 values.
+const fp8TileRows = 8
+
 // fp8ReadsX16 reports whether an FP8 product on path at rows token rows reads its input as f16 values
-// (the FP8 kernel's single token tile, kernels/fp8.cu) rather than as e4m3 codes.
-func fp8ReadsX16(path matmulPath, rows int) bool { return path == pathFP8 && rows <= 8 }
+// (the FP8 kernel's single token tile) rather than as e4m3 codes.
+func fp8ReadsX16(path matmulPath, rows int) bool { return path == pathFP8 && rows <= fp8TileRows }
 
 // fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
 // loaded, from FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its

@@ -129,8 +129,8 @@ __device__ __forceinline__ void fp8_mma(float (&acc)[NT][4], const uint4 &wl, co
 #pragma unroll
 		for (int j = 0; j < NT; j++) {
 			uint32_t b0, b1;
-			if (X16) { // halves 4s..4s+3 of the lane's 16
-				const uint4 &v = xv[j][X16 ? s >> 1 : 0];
+			if constexpr (X16) { // halves 4s..4s+3 of the lane's 16
+				const uint4 &v = xv[j][s >> 1];
 				b0 = s & 1 ? v.z : v.x;
 				b1 = s & 1 ? v.w : v.y;
 			} else {
@@ -209,7 +209,7 @@ template <int NT, int U> __device__ __forceinline__ void matmul_e4m3(const MatMu
 				uint4 xv[1][2];
 #pragma unroll
 				for (int h = 0; h < 2; h++)
-					xv[0][h] = __ldg(reinterpret_cast<const uint4 *>(xr[0] + (long long)(kb + u * p.ks) * 128) + h);
+					xv[0][h] = __ldg(reinterpret_cast<const uint4 *>(xr[0] + (long long)(kb + u * p.ks) * 64 * XW) + h);
 				fp8_mma<NT, X16>(acc, wl[u], wh[u], xv);
 			}
 		} else {
