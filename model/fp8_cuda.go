@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/model/kernels"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -43,7 +44,11 @@ type cudaFP8 struct {
 type fp8State struct {
 	quantize *cuda.Function
 	matmul   [4]*cuda.Function // by token tiles: 1, 2, 4, 8
-	scale    *cuda.Function    // ScaleE4M3: the epilogue of cuBLASLt's product
+	// mma is MatMulE4M3mma_nt1 (kernels/fp8_sm90.cu, module mmaMod): the product at up to 8 rows on
+	// Hopper's e4m3 mma.sync, in place of matmul[0]; nil elsewhere, or where the driver did not load it.
+	mma    *cuda.Function
+	mmaMod *cuda.Module
+	scale  *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
 	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
 	norm, swiglu *cuda.Function
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
@@ -156,7 +161,26 @@ func (b *cudaBackend) loadFP8() error {
 		}
 		b.fp8.lt = nil
 	}
+	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 {
+		if err := b.loadFP8MMA(); err != nil {
+			slog.Warn("cuda backend: no e4m3 mma kernel; FP8 products of up to 8 rows convert their codes to f16", "err", err)
+		}
+	}
 	b.fp8.quantize = q
+	return nil
+}
+
+// loadFP8MMA loads the Hopper FP8 product (kernels.FP8SM90PTX), compiled by the driver.
+func (b *cudaBackend) loadFP8MMA() error {
+	mod, err := b.dev.LoadModule(kernels.FP8SM90PTX)
+	if err != nil {
+		return err
+	}
+	f, err := mod.Function("MatMulE4M3mma_nt1")
+	if err != nil {
+		return errors.Join(err, mod.Unload())
+	}
+	b.fp8.mma, b.fp8.mmaMod = f, mod
 	return nil
 }
 
@@ -300,6 +324,10 @@ func (b *cudaBackend) freeFP8Workspace() error {
 // freeFP8 frees the FP8 workspace and cuBLASLt (Close).
 func (b *cudaBackend) freeFP8() error {
 	err := b.freeFP8Workspace()
+	if b.fp8.mmaMod != nil {
+		err = errors.Join(err, b.fp8.mmaMod.Unload())
+		b.fp8.mma, b.fp8.mmaMod = nil, nil
+	}
 	if b.fp8.lt != nil {
 		err = errors.Join(err, b.fp8.lt.Destroy())
 		b.fp8.lt = nil
@@ -338,8 +366,8 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
-	x16 := fp8ReadsX16(p.mm.path, rows)
-	if !p.fp8Quantized { // else the op before it wrote the quantized rows (runFusedE4M3)
+	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma == nil // stepFacts.fp8ReadsX16
+	if !p.fp8Quantized {                                                   // else the op before it wrote the quantized rows (runFusedE4M3)
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
 			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
 		if x16 {
@@ -398,7 +426,11 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	if a.bias != nil {
 		params.Bias = a.bias.ptr
 	}
-	return launchDependent(b, b.fp8.matmul[nt], cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
+	fn := b.fp8.matmul[nt]
+	if nt == 0 && b.fp8.mma != nil {
+		fn = b.fp8.mma
+	}
+	return launchDependent(b, fn, cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
 }
 
 // runFusedE4M3 queues a norm or SwiGLU op that writes its output quantized for the FP8 product p.fp8Out

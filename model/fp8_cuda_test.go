@@ -112,8 +112,9 @@ func sameFloat(a, b float32) bool {
 // compute dtypes bfloat16 and float32 (the input's dtype), on the FP8 kernel and, past
 // fp8KernelMaxRows rows (where the plan sends them), on cuBLASLt with ScaleE4M3. The quantized input rows must equal the CPU backend's (quantizeRows) code
 // for code and scale for scale; the products may differ from the float64 sum by float32 rounding of a
-// sum of k terms (2^-14 of Σ|terms|) on the FP8 kernel, and on cuBLASLt by cuda.LtE4M3Tolerance (2^-8
-// of Σ|terms|: its tensor cores keep about 13 bits of a partial sum). Either still fails on a wrong
+// sum of k terms (2^-14 of Σ|terms|) on the FP8 kernel, and on cuBLASLt and Hopper's e4m3 mma kernel (up
+// to 8 rows, kernels/fp8_sm90.cu) by cuda.LtE4M3Tolerance (2^-8 of Σ|terms|: the tensor cores keep about
+// 13 bits of a partial sum). Either still fails on a wrong
 // scale or operand: an output of random-sign terms is about Σ|terms|/√k (1/40 of it at k = 1000, six
 // times 2^-8), and the test's rows' scales differ by factors of 30 to 3000, so a scale missing, taken
 // from another row or applied twice moves an output by a multiple of itself.
@@ -131,7 +132,9 @@ func TestCUDAFP8MatMul(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v", dt, b.fp8.lt != nil, b.fp8.ltScaled)
+		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v, e4m3 mma kernel %v", dt, b.fp8.lt != nil,
+			b.fp8.ltScaled, b.fp8.mma != nil)
+		mma := b.fp8.mma
 		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
 			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
 				if rows == 200 && sh.n != 100 {
@@ -146,11 +149,23 @@ func TestCUDAFP8MatMul(t *testing.T) {
 						if path == pathFP8Lt && (rows <= fp8KernelMaxRows || b.fp8.lt == nil) {
 							continue
 						}
-						name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,
-							tc.static, tc.bias, path)
-						t.Run(name, func(t *testing.T) {
-							checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias, path)
-						})
+						// Up to 8 rows on Hopper: the e4m3 mma kernel, then the f16 one the other GPUs run.
+						kernels := []*cuda.Function{mma}
+						if mma != nil && path == pathFP8 && rows <= 8 {
+							kernels = append(kernels, nil)
+						}
+						for _, kernel := range kernels {
+							b.fp8.mma = kernel
+							name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,
+								tc.static, tc.bias, path)
+							if kernel != nil && path == pathFP8 && rows <= 8 {
+								name += "/mma"
+							}
+							t.Run(name, func(t *testing.T) {
+								checkFP8Product(t, b, dt, rng, rows, sh.n, sh.k, tc.perTensor, tc.static, tc.bias, path)
+							})
+						}
+						b.fp8.mma = mma
 					}
 				}
 			}
@@ -237,7 +252,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 		}
 	}
 
-	if fp8ReadsX16(path, rows) {
+	if f := b.facts(); f.fp8ReadsX16(path, rows) {
 		checkX16(t, b, codes, rows, kp)
 	}
 
@@ -252,7 +267,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 				continue
 			}
 			tol := bound[r][o] * 0x1p-14
-			if path == pathFP8Lt { // the tensor cores' partial sums, promoted to float32 by cuBLASLt
+			if path == pathFP8Lt || rows <= 8 && b.fp8.mma != nil { // e4m3 tensor-core partial sums
 				tol = bound[r][o] * cuda.LtE4M3Tolerance
 			}
 			if bias != nil {
@@ -446,7 +461,7 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 						return b.runFP8(op, &opArgs{d: y, x: x, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}})
 					}
 				}
-				var stepUS, bf16US, ltUS float64
+				var stepUS, bf16US, ltUS, cvtUS float64
 				var err error
 				for bb.Loop() {
 					if stepUS, err = deviceMicros(b, reps, run(pathFP8)); err != nil {
@@ -467,6 +482,14 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 							bb.Fatal(err)
 						}
 					}
+					if mma := b.fp8.mma; mma != nil && m <= 8 { // the f16 kernel the other GPUs run
+						b.fp8.mma = nil
+						cvtUS, err = deviceMicros(b, reps, run(pathFP8))
+						b.fp8.mma = mma
+						if err != nil {
+							bb.Fatal(err)
+						}
+					}
 				}
 				// The product alone: the quantization of the same rows timed by itself and taken off.
 				quantUS, err := deviceMicros(b, reps, func(int) error {
@@ -484,6 +507,9 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 				bb.ReportMetric(float64(bytes)/(mmUS*1e-6)/1e9, "GB/s")
 				bb.ReportMetric(100*float64(bytes)/(mmUS*1e-6)/bw, "%copy-bw")
 				bb.ReportMetric(bf16US, "bf16-us")
+				if cvtUS > 0 {
+					bb.ReportMetric(cvtUS, "f16kernel-step-us")
+				}
 				if m == prefill {
 					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
 					bb.ReportMetric(flops/(stepUS*1e-6)/1e12, "kernel-TFLOP/s")

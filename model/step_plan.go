@@ -182,6 +182,9 @@ type stepFacts struct {
 	gemv, gemm, gemmSwiGLU bool
 	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer).
 	fp8Lt bool
+	// fp8MMA: the FP8 kernel at up to 8 rows runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads
+	// the input's codes, not their f16 values.
+	fp8MMA bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
 	normFold  bool
@@ -297,8 +300,10 @@ const fp8KernelMaxRows = 8
 const fp8TileRows = 8
 
 // fp8ReadsX16 reports whether an FP8 product on path at rows token rows reads its input as f16 values
-// (the FP8 kernel's single token tile) rather than as e4m3 codes.
-func fp8ReadsX16(path matmulPath, rows int) bool { return path == pathFP8 && rows <= fp8TileRows }
+// (the FP8 kernel's single token tile, kernels/fp8.cu) rather than as e4m3 codes.
+func (f *stepFacts) fp8ReadsX16(path matmulPath, rows int) bool {
+	return path == pathFP8 && rows <= fp8TileRows && !f.fp8MMA
+}
 
 // fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
 // loaded, from FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its
@@ -745,7 +750,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
 		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0, ropeBias: -1}
 	if l.fp8Into >= 0 {
-		plan.fp8X16 = fp8ReadsX16(p.mm(l.fp8Into, rows).path, rows)
+		plan.fp8X16 = f.fp8ReadsX16(p.mm(l.fp8Into, rows).path, rows)
 	}
 	switch op.kind {
 	case opEmbed:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # build.sh — compiles the model's CUDA kernels (the *.cu files here and ../../attention/prefill.cu, the
 # prefill attention kernel that package attention owns but the model's fat binary carries) into ONE fat
-# binary, model.fatbin, and the Hopper skinny GEMM (gemm_sm90.cu) into gemm_sm90.ptx, both embedded by
-# kernels_cuda.go, and stamps the sources' hash beside them (model.fatbin.sha256) so that CI can check
+# binary, model.fatbin, the Hopper skinny GEMM (gemm_sm90.cu) into gemm_sm90.ptx and the Hopper FP8
+# product (fp8_sm90.cu) into fp8_sm90.ptx, all embedded by kernels_cuda.go, and stamps the sources' hash beside them (model.fatbin.sha256) so that CI can check
 # that the committed binaries were built from the committed sources (.ci/after.d/55-model-cuda.sh).
 #
 # model.fatbin: SASS for sm_80, sm_86, sm_89 and sm_90 plus compute_80 PTX (any newer GPU JIT-compiles
@@ -10,9 +10,10 @@
 # toolchain here"). gemm_sm90.ptx: gemm_sm90.cu needs PTX ISA 8.0 and target sm_90a (tensor copies,
 # mbarrier transaction counts, wgmma), which nvcc 11.8's ptxas cannot compile; its front end passes the
 # inline PTX through, so the kernel is compiled to PTX for compute_90, the PTX's version and target are
-# raised, and the driver (CUDA 12 or newer) compiles it at load.
+# raised, and the driver (CUDA 12 or newer) compiles it at load. fp8_sm90.ptx: the same route for the e4m3
+# mma.sync (PTX ISA 8.4, target sm_90).
 #
-#   build.sh               build model.fatbin, gemm_sm90.ptx and the stamp (go generate ./model/kernels)
+#   build.sh               build model.fatbin, the two PTX files and the stamp (go generate ./model/kernels)
 #   build.sh --stamp       print the stamp of the sources as they are now
 #   build.sh --check DIR   compile the sources into DIR (proves they compile) and fail when the committed
 #                          PTX or stamp differs from the sources' (CI)
@@ -23,13 +24,15 @@ cd "$(dirname "$0")"
 
 SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
 SM90_SOURCE=gemm_sm90.cu
-HEADERS=(common.cuh)
+FP8_SM90_SOURCE=fp8_sm90.cu
+HEADERS=(common.cuh fp8.cuh)
 ARCHS="80 86 89 90"
 
 stamp() {
 	echo "$(cat "${HEADERS[@]}" "${SOURCES[@]}" | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} ${SOURCES[*]}"
 	echo "archs: $ARCHS + compute_80 PTX"
 	echo "$(cat "${HEADERS[@]}" $SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $SM90_SOURCE (gemm_sm90.ptx)"
+	echo "$(cat "${HEADERS[@]}" $FP8_SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $FP8_SM90_SOURCE (fp8_sm90.ptx)"
 }
 
 compile() { # compile OUT.fatbin
@@ -42,12 +45,12 @@ compile() { # compile OUT.fatbin
 	rm -rf "$tmp"
 }
 
-compile_sm90() { # compile_sm90 OUT.ptx (NUL-terminated, for the driver's module loader)
-	local out=$1 nvcc=${NVCC:-nvcc} tmp
+compile_sm90() { # compile_sm90 SOURCE OUT.ptx VERSION TARGET (NUL-terminated, for the driver's module loader)
+	local src=$1 out=$2 nvcc=${NVCC:-nvcc} tmp
 	tmp=$(mktemp -d)
-	"$nvcc" -std=c++17 -O3 -ptx -arch=compute_90 -I"$(pwd)" -o "$tmp/g.ptx" $SM90_SOURCE
-	grep -q '^\.version 7\.8$' "$tmp/g.ptx" || { echo "build.sh: $SM90_SOURCE: expected PTX ISA 7.8 from nvcc" >&2; exit 1; }
-	sed -e 's/^\.version 7\.8$/.version 8.0/' -e 's/^\.target sm_90$/.target sm_90a/' "$tmp/g.ptx" >"$out"
+	"$nvcc" -std=c++17 -O3 -ptx -arch=compute_90 -I"$(pwd)" -o "$tmp/g.ptx" "$src"
+	grep -q '^\.version 7\.8$' "$tmp/g.ptx" || { echo "build.sh: $src: expected PTX ISA 7.8 from nvcc" >&2; exit 1; }
+	sed -e "s/^\.version 7\.8\$/.version $3/" -e "s/^\.target sm_90\$/.target $4/" "$tmp/g.ptx" >"$out"
 	printf '\0' >>"$out"
 	rm -rf "$tmp"
 }
@@ -60,11 +63,14 @@ case "${1:-}" in
 	dir=${2:?usage: build.sh --check DIR}
 	mkdir -p "$dir"
 	compile "$dir/model.fatbin"
-	compile_sm90 "$dir/gemm_sm90.ptx"
-	if ! cmp -s "$dir/gemm_sm90.ptx" gemm_sm90.ptx; then
-		echo "model/kernels: gemm_sm90.ptx is not what gemm_sm90.cu compiles to: run go generate ./model/kernels and commit it" >&2
-		exit 1
-	fi
+	compile_sm90 $SM90_SOURCE "$dir/gemm_sm90.ptx" 8.0 sm_90a
+	compile_sm90 $FP8_SM90_SOURCE "$dir/fp8_sm90.ptx" 8.4 sm_90
+	for f in gemm_sm90 fp8_sm90; do
+		if ! cmp -s "$dir/$f.ptx" $f.ptx; then
+			echo "model/kernels: $f.ptx is not what $f.cu compiles to: run go generate ./model/kernels and commit it" >&2
+			exit 1
+		fi
+	done
 	if ! diff <(stamp) model.fatbin.sha256; then
 		echo "model/kernels: model.fatbin.sha256 does not match the sources: run go generate ./model/kernels and commit model.fatbin" >&2
 		exit 1
@@ -73,11 +79,13 @@ case "${1:-}" in
 	;;
 "")
 	compile model.fatbin.tmp
-	compile_sm90 gemm_sm90.ptx.tmp
+	compile_sm90 $SM90_SOURCE gemm_sm90.ptx.tmp 8.0 sm_90a
+	compile_sm90 $FP8_SM90_SOURCE fp8_sm90.ptx.tmp 8.4 sm_90
 	mv model.fatbin.tmp model.fatbin
 	mv gemm_sm90.ptx.tmp gemm_sm90.ptx
+	mv fp8_sm90.ptx.tmp fp8_sm90.ptx
 	stamp >model.fatbin.sha256
-	echo "model.fatbin: $(wc -c <model.fatbin) bytes, gemm_sm90.ptx: $(wc -c <gemm_sm90.ptx) bytes; $(head -1 model.fatbin.sha256)"
+	echo "model.fatbin: $(wc -c <model.fatbin) bytes, gemm_sm90.ptx: $(wc -c <gemm_sm90.ptx) bytes, fp8_sm90.ptx: $(wc -c <fp8_sm90.ptx) bytes; $(head -1 model.fatbin.sha256)"
 	;;
 *)
 	echo "usage: build.sh [--stamp | --check DIR]" >&2

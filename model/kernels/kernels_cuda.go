@@ -16,3 +16,9 @@ var Fatbin []byte
 //
 //go:embed gemm_sm90.ptx
 var GemmSM90PTX []byte
+
+// FP8SM90PTX is fp8_sm90.ptx: the FP8 product on Hopper's e4m3 mma.sync (MatMulE4M3mma_nt1) as PTX ISA
+// 8.4 for sm_90, compiled by the driver at load, NUL-terminated for cuda.Device.LoadModule.
+//
+//go:embed fp8_sm90.ptx
+var FP8SM90PTX []byte
