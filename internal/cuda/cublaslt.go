@@ -79,12 +79,12 @@ static inline int gollm_lt_create(gollm_lt *b, void **h) { return b->create(h); 
 static inline int gollm_lt_destroy(gollm_lt *b, void *h) { return b->destroy(h); }
 static inline size_t gollm_lt_version(gollm_lt *b) { return b->version(); }
 
-// The FP8 plan: D (m×n, float32, column-major, ld ldd) = op(A)·B with A stored k×m (transposed: the
-// row-major [m][k] of a Linear weight) and B k×n, both e4m3 (CUDA_R_8F_E4M3 = 28), float32 compute and
-// scale (CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0), fast accumulation off (CUBLASLT_MATMUL_DESC_FAST_ACCUM =
-// 25, int8_t 0, cuBLASLt's default, set so that no default can change it: the tensor cores' partial sums,
-// which keep about 13 fraction bits, are promoted to float32 periodically rather than carried over all
-// of k). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
+// The FP8 plan: D (m×n, column-major, ld ldd, of dtype_d: float32 in the products, CUDA_R_32F = 0, or
+// bfloat16, 14) = op(A)·B with A stored k×m (transposed: the row-major [m][k] of a Linear weight) and B
+// k×n, both e4m3 (CUDA_R_8F_E4M3 = 28), float32 compute and scale (CUBLAS_COMPUTE_32F = 68), fast
+// accumulation as asked (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25, int8_t; off in the products, cuBLASLt's
+// default, set so that no default can change it: the tensor cores' partial sums, which keep about 13
+// fraction bits, are promoted to float32 periodically rather than carried over all of k). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
 typedef struct {
 	void *desc, *a, *b, *d, *pref;
 	gollm_lt_heuristic h;
@@ -102,9 +102,8 @@ static inline void gollm_lt_plan_free(gollm_lt *b, gollm_lt_plan *p) {
 // status. With scaled, A and B are scaled by vectors (CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31, B = 32,
 // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3: one float a row of op(A), one a column of B).
 static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int m, int n, int k, int lda, int ldb,
-		int ldd, uint64_t workspace, int scaled, int *status) {
+		int ldd, uint64_t workspace, int scaled, int dtype_d, int8_t fast, int *status) {
 	int st, trans = 1, notrans = 0, found = 0, outer = 3;
-	int8_t fast = 0;
 	if ((st = b->desc_create(&p->desc, 68, 0))) { *status = st; return 1; }
 	if ((st = b->desc_set(p->desc, 3, &trans, sizeof trans))) { *status = st; return 2; }
 	if ((st = b->desc_set(p->desc, 4, &notrans, sizeof notrans))) { *status = st; return 2; }
@@ -115,7 +114,7 @@ static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int
 	}
 	if ((st = b->layout_create(&p->a, 28, k, m, lda))) { *status = st; return 3; }
 	if ((st = b->layout_create(&p->b, 28, k, n, ldb))) { *status = st; return 3; }
-	if ((st = b->layout_create(&p->d, 0, m, n, ldd))) { *status = st; return 3; }
+	if ((st = b->layout_create(&p->d, dtype_d, m, n, ldd))) { *status = st; return 3; }
 	if ((st = b->pref_create(&p->pref))) { *status = st; return 4; }
 	if ((st = b->pref_set(p->pref, 1, &workspace, sizeof workspace))) { *status = st; return 5; }
 	if ((st = b->heuristic(h, p->desc, p->a, p->b, p->d, p->d, p->pref, 1, &p->h, &found))) { *status = st; return 6; }
@@ -177,6 +176,16 @@ type BLASLt struct {
 type ltShape struct {
 	m, n, k, lda, ldb, ldd int
 	scaled                 bool
+	form                   ltForm
+}
+
+// ltForm is what a plan asks of cuBLASLt beyond its shape: the output's type (float32, the products'
+// own, unless out16 names bfloat16) and fast accumulation (the tensor cores' partial sums carried over
+// all of k instead of promoted to float32 as they go). The products use the zero form; the others are
+// measured against it (BenchmarkLtE4M3Forms).
+type ltForm struct {
+	out16 bool
+	fast  bool
 }
 
 // LoadBLASLt loads cuBLASLt with dlopen (GOLLM_CUBLASLT names a file to try first, then the folder of
@@ -262,10 +271,21 @@ func (b *BLASLt) MatmulE4M3(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb
 // the mode returns an error).
 func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int,
 	sa, sb DevicePtr, s *Stream) error {
-	key := ltShape{m, n, k, lda, ldb, ldd, sa != 0}
-	scaled := C.int(0)
+	return b.matmulE4M3Form(ltForm{}, m, n, k, a, lda, bm, ldb, d, ldd, sa, sb, s)
+}
+
+func (b *BLASLt) matmulE4M3Form(form ltForm, m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int,
+	sa, sb DevicePtr, s *Stream) error {
+	key := ltShape{m, n, k, lda, ldb, ldd, sa != 0, form}
+	scaled, dtypeD, fast := C.int(0), C.int(Float32), C.int8_t(0)
 	if key.scaled {
 		scaled = 1
+	}
+	if form.out16 {
+		dtypeD = C.int(BFloat16)
+	}
+	if form.fast {
+		fast = 1
 	}
 	return b.dev.Do(func() error {
 		p, ok := b.plans[key]
@@ -273,7 +293,7 @@ func (b *BLASLt) MatmulE4M3Scaled(m, n, k int, a DevicePtr, lda int, bm DevicePt
 			p = (*C.gollm_lt_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_lt_plan{}))))
 			var status C.int
 			if step := C.gollm_lt_plan_make(b.lib, b.handle, p, C.int(m), C.int(n), C.int(k), C.int(lda), C.int(ldb),
-				C.int(ldd), C.uint64_t(ltWorkspaceBytes), scaled, &status); step != 0 {
+				C.int(ldd), C.uint64_t(ltWorkspaceBytes), scaled, dtypeD, fast, &status); step != 0 {
 				C.gollm_lt_plan_free(b.lib, p)
 				C.free(unsafe.Pointer(p))
 				what := [...]string{"", "descriptor", "transposes and accumulation", "layouts", "preference", "workspace", "heuristic", "no algorithm",

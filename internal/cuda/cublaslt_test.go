@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -88,4 +89,118 @@ func allocBytes(t *testing.T, d *Device, b []byte) DevicePtr {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// BenchmarkLtE4M3Forms times cuBLASLt's e4m3 GEMM on random operands in each form (ltForm: float32 or bfloat16 output, fast
+// accumulation or not) with and without outer-vector scales, at Llama-3-8B's products (Y[m][n] =
+// X[m][k]·W[n][k]ᵀ) at 64 and 1024 rows, beside cuBLAS's bfloat16 GemmEx of the same shape with a
+// float32 output (what a bf16 model's prefill runs): us, TFLOP/s and bf16/fp8. A form the library
+// refuses reports refused=1 and no time.
+//
+//	go test -tags cuda -run XXX -bench LtE4M3Forms -benchtime 1x ./internal/cuda
+func BenchmarkLtE4M3Forms(bb *testing.B) {
+	d := openDevice(bb)
+	if info := d.Info(); info.Major*10+info.Minor < 89 {
+		bb.Skipf("%s (%d.%d) has no FP8 tensor cores", info.Name, info.Major, info.Minor)
+	}
+	blas, err := d.LoadBLAS()
+	if err != nil {
+		bb.Fatal(err)
+	}
+	defer blas.Destroy()
+	lt, err := d.LoadBLASLt(blas)
+	gputest.Require(bb, err)
+	defer lt.Destroy()
+	timer, err := d.NewTimer(20, 3, 20_000)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	defer timer.Close()
+	alloc := func(n int64) DevicePtr {
+		p, err := d.Alloc(n)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		bb.Cleanup(func() { d.Free(p) })
+		return p
+	}
+	const maxM = 1024
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range []struct {
+		name string
+		n, k int
+	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
+		w, x := alloc(int64(sh.n*sh.k)), alloc(int64(maxM*sh.k))
+		w16, x16 := alloc(int64(2*sh.n*sh.k)), alloc(int64(2*maxM*sh.k))
+		y := alloc(int64(4 * maxM * sh.n))
+		sa, sb := alloc(int64(4*sh.n)), alloc(int64(4*maxM))
+		// Random operands, as a model's: the tensor cores' power, and with it the clock, depends on the data.
+		for _, p := range []struct {
+			ptr  DevicePtr
+			n    int
+			bf16 bool
+		}{{w, sh.n * sh.k, false}, {x, maxM * sh.k, false}, {w16, sh.n * sh.k, true}, {x16, maxM * sh.k, true}} {
+			b := make([]byte, p.n)
+			if p.bf16 {
+				b = make([]byte, 2*p.n)
+				for i := range p.n {
+					h := math.Float32bits(float32(rng.NormFloat64())) >> 16
+					b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+				}
+			} else {
+				for i := range b {
+					b[i] = byte(rng.IntN(256)) & 0xbf // finite, moderate
+				}
+			}
+			if err := d.CopyToDevice(p.ptr, b); err != nil {
+				bb.Fatal(err)
+			}
+		}
+		for _, p := range []struct {
+			ptr DevicePtr
+			n   int64
+		}{{sa, int64(sh.n)}, {sb, maxM}} {
+			if err := d.Fill32(p.ptr, math.Float32bits(1), p.n, nil); err != nil {
+				bb.Fatal(err)
+			}
+		}
+		for _, m := range []int{64, maxM} {
+			flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
+			bf16, err := timer.Median(1, func(int) error {
+				return blas.GemmEx(Trans, NoTrans, sh.n, m, sh.k, 1, w16, BFloat16, sh.k, x16, BFloat16, sh.k, 0, y, Float32, sh.n)
+			})
+			if err != nil {
+				bb.Fatal(err)
+			}
+			for _, form := range []ltForm{{}, {fast: true}, {out16: true}, {out16: true, fast: true}} {
+				for _, scaled := range []bool{false, true} {
+					var psa, psb DevicePtr
+					if scaled {
+						psa, psb = sa, sb
+					}
+					name := fmt.Sprintf("%s-%dx%d/m=%d/out16=%v/fast=%v/scaled=%v", sh.name, sh.n, sh.k, m, form.out16, form.fast, scaled)
+					bb.Run(name, func(bb *testing.B) {
+						run := func(int) error {
+							return lt.matmulE4M3Form(form, sh.n, m, sh.k, w, sh.k, x, sh.k, y, sh.n, psa, psb, nil)
+						}
+						if err := run(0); err != nil {
+							bb.Logf("refused: %v", err)
+							bb.ReportMetric(1, "refused")
+							return
+						}
+						var us float64
+						for bb.Loop() {
+							if us, err = timer.Median(1, run); err != nil {
+								bb.Fatal(err)
+							}
+						}
+						bb.ReportMetric(us, "us")
+						bb.ReportMetric(flops/(us*1e-6)/1e12, "TFLOP/s")
+						bb.ReportMetric(bf16, "bf16-us")
+						bb.ReportMetric(bf16/us, "bf16/fp8")
+					})
+				}
+			}
+		}
+	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // openDevice opens GPU 0, or skips the test when there is none (fails when GOLLM_REQUIRE_GPU=1).
-func openDevice(t *testing.T) *Device {
+func openDevice(t testing.TB) *Device {
 	t.Helper()
 	d, err := Open(0)
 	gputest.Require(t, err)
