@@ -21,7 +21,7 @@ func (b *cudaBackend) facts() stepFacts {
 		gemm:       b.gemm != nil,
 		gemmSwiGLU: b.gemm != nil && b.gemm.swiglu,
 		fp8Lt:      b.fp8.lt != nil,
-		fp8MMA:     b.fp8.mma != nil,
+		fp8MMA:     b.fp8.mma[0] != nil,
 		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
 		decodeKernels: b.decodeFits && b.decode != nil,
 		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,

@@ -44,9 +44,10 @@ type cudaFP8 struct {
 type fp8State struct {
 	quantize *cuda.Function
 	matmul   [4]*cuda.Function // by token tiles: 1, 2, 4, 8
-	// mma is MatMulE4M3mma_nt1 (kernels/fp8_sm90.cu, module mmaMod): the product at up to 8 rows on
-	// Hopper's e4m3 mma.sync, in place of matmul[0]; nil elsewhere, or where the driver did not load it.
-	mma    *cuda.Function
+	// mma is MatMulE4M3mma_nt<NT> (kernels/fp8_sm90.cu, module mmaMod), by token tiles as matmul: the
+	// product on Hopper's e4m3 mma.sync, in place of matmul; nil elsewhere, or where the driver did not
+	// load it.
+	mma    [4]*cuda.Function
 	mmaMod *cuda.Module
 	scale  *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
 	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
@@ -72,8 +73,18 @@ type fp8Params struct {
 
 type fp8ScaleParams struct {
 	Y, SX, SW, Bias cuda.DevicePtr
-	Total           int64
-	N               int32
+	M, N            int32
+}
+
+// launchScaleE4M3 queues ScaleE4M3 over rows rows of n (a multiple of 4) outputs: grid x the columns,
+// four a thread, y the rows (a block scales every gridDim.y-th).
+func (b *cudaBackend) launchScaleE4M3(s fp8ScaleParams) error {
+	if s.N%4 != 0 || (s.Y|s.SW|s.Bias)%16 != 0 {
+		return fmt.Errorf("cuda backend: fp8 scaling pass over %d columns at %#x (scales %#x, bias %#x): not 16-byte aligned",
+			s.N, s.Y, s.SW, s.Bias)
+	}
+	grid := cuda.Dim3{X: (int(s.N)/4 + 255) / 256, Y: min(int(s.M), 65535)}
+	return cuda.Launch(b.fp8.scale, grid, cuda.Dim3{X: 256}, 0, b.stream, &s)
 }
 
 // fp8FusedParams mirrors FusedE4M3Params of kernels/fp8.cu.
@@ -176,11 +187,13 @@ func (b *cudaBackend) loadFP8MMA() error {
 	if err != nil {
 		return err
 	}
-	f, err := mod.Function("MatMulE4M3mma_nt1")
-	if err != nil {
-		return errors.Join(err, mod.Unload())
+	var fns [4]*cuda.Function
+	for i, nt := range []int{1, 2, 4, 8} {
+		if fns[i], err = mod.Function(fmt.Sprintf("MatMulE4M3mma_nt%d", nt)); err != nil {
+			return errors.Join(err, mod.Unload())
+		}
 	}
-	b.fp8.mma, b.fp8.mmaMod = f, mod
+	b.fp8.mma, b.fp8.mmaMod = fns, mod
 	return nil
 }
 
@@ -326,7 +339,7 @@ func (b *cudaBackend) freeFP8() error {
 	err := b.freeFP8Workspace()
 	if b.fp8.mmaMod != nil {
 		err = errors.Join(err, b.fp8.mmaMod.Unload())
-		b.fp8.mma, b.fp8.mmaMod = nil, nil
+		b.fp8.mma, b.fp8.mmaMod = [4]*cuda.Function{}, nil
 	}
 	if b.fp8.lt != nil {
 		err = errors.Join(err, b.fp8.lt.Destroy())
@@ -366,8 +379,8 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
-	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma == nil // stepFacts.fp8ReadsX16
-	if !p.fp8Quantized {                                                   // else the op before it wrote the quantized rows (runFusedE4M3)
+	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma[0] == nil // stepFacts.fp8ReadsX16
+	if !p.fp8Quantized {                                                      // else the op before it wrote the quantized rows (runFusedE4M3)
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
 			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
 		if x16 {
@@ -397,13 +410,12 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 			b.stream); err != nil {
 			return err
 		}
-		total := int64(rows) * int64(op.out)
-		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, Total: total, N: int32(op.out)}
+		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, M: int32(rows), N: int32(op.out)}
 		if a.bias != nil {
 			s.Bias = a.bias.ptr
 		}
 		// cuBLASLt's kernel is not launched as a dependent: this one waits for it the ordinary way.
-		return cuda.Launch(b.fp8.scale, cuda.Dim3{X: int(min((total+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &s)
+		return b.launchScaleE4M3(s)
 	}
 	nt := 3 // token tiles of fp8TileRows: 1, 2, 4 or 8 per block
 	switch {
@@ -427,8 +439,8 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		params.Bias = a.bias.ptr
 	}
 	fn := b.fp8.matmul[nt]
-	if nt == 0 && b.fp8.mma != nil {
-		fn = b.fp8.mma
+	if b.fp8.mma[nt] != nil {
+		fn = b.fp8.mma[nt]
 	}
 	return launchDependent(b, fn, cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
 }

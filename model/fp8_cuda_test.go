@@ -133,7 +133,7 @@ func TestCUDAFP8MatMul(t *testing.T) {
 			}
 		}
 		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v, e4m3 mma kernel %v", dt, b.fp8.lt != nil,
-			b.fp8.ltScaled, b.fp8.mma != nil)
+			b.fp8.ltScaled, b.fp8.mma[0] != nil)
 		mma := b.fp8.mma
 		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
 			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
@@ -149,16 +149,16 @@ func TestCUDAFP8MatMul(t *testing.T) {
 						if path == pathFP8Lt && (rows <= fp8KernelMaxRows || b.fp8.lt == nil) {
 							continue
 						}
-						// Up to 8 rows on Hopper: the e4m3 mma kernel, then the f16 one the other GPUs run.
-						kernels := []*cuda.Function{mma}
-						if mma != nil && path == pathFP8 && rows <= 8 {
-							kernels = append(kernels, nil)
+						// On Hopper: the e4m3 mma kernel, then the f16 one the other GPUs run.
+						kernels := [][4]*cuda.Function{mma}
+						if mma[0] != nil && path == pathFP8 {
+							kernels = append(kernels, [4]*cuda.Function{})
 						}
 						for _, kernel := range kernels {
 							b.fp8.mma = kernel
 							name := fmt.Sprintf("%v/n%d_k%d/rows%d/tensor=%v_static=%v_bias=%v/%v", dt, sh.n, sh.k, rows, tc.perTensor,
 								tc.static, tc.bias, path)
-							if kernel != nil && path == pathFP8 && rows <= 8 {
+							if kernel[0] != nil && path == pathFP8 {
 								name += "/mma"
 							}
 							t.Run(name, func(t *testing.T) {
@@ -267,7 +267,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 				continue
 			}
 			tol := bound[r][o] * 0x1p-14
-			if path == pathFP8Lt || rows <= 8 && b.fp8.mma != nil { // e4m3 tensor-core partial sums
+			if path == pathFP8Lt || b.fp8.mma[0] != nil { // e4m3 tensor-core partial sums
 				tol = bound[r][o] * cuda.LtE4M3Tolerance
 			}
 			if bias != nil {
@@ -408,9 +408,12 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 // (matmul-us, and GB/s of weight bytes with its share of the device-to-device copy bandwidth, measured at
 // the start as gollm bench measures it: %copy-bw) and with the input's quantization (step-us: the two
 // launches the step runs), beside the bfloat16 product of the same shape as the step plans it (bf16-us:
-// the skinny kernel at 1-8 rows, cuBLAS above); at 1024 rows (prefill) cuBLASLt's e4m3 GEMM with its
-// epilogue (lt-us, TFLOP/s), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8 the speed-up. Weights
-// rotate among copies of at least 256 MB (L2 is 50 MB).
+// the skinny kernel at 1-8 rows, cuBLAS above); where the e4m3 mma kernel runs (Hopper), the f16 kernel
+// the other GPUs run (f16kernel-step-us); from 9 rows cuBLASLt's path (lt-step-us: quantization, GEMM,
+// scaling pass); at one row the kernel on the same weights every time (l2hot-step-us: from L2, where
+// they fit, which bounds what reading them sooner could gain); at 1024 rows (prefill) cuBLASLt's path
+// (lt-us, TFLOP/s) and its parts (ltgemm-us, scale-us), the FP8 kernel, and bf16 cuBLAS, with bf16/fp8
+// the speed-up. Weights rotate among copies of at least 256 MB (L2 is 50 MB).
 //
 //	go test -tags cuda -run XXX -bench CUDAFP8MatMul -benchtime 1x ./model
 func BenchmarkCUDAFP8MatMul(bb *testing.B) {
@@ -461,11 +464,16 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 						return b.runFP8(op, &opArgs{d: y, x: x, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}})
 					}
 				}
-				var stepUS, bf16US, ltUS, cvtUS float64
+				var stepUS, bf16US, ltUS, cvtUS, gemmUS, scaleUS, hotUS float64
 				var err error
 				for bb.Loop() {
 					if stepUS, err = deviceMicros(b, reps, run(pathFP8)); err != nil {
 						bb.Fatal(err)
+					}
+					if m == 1 { // the same weights every time: read from L2 where they fit (50 MB on the H100 and H200)
+						if hotUS, err = deviceMicros(b, reps, func(int) error { return run(pathFP8)(0) }); err != nil {
+							bb.Fatal(err)
+						}
 					}
 					bf16 := func(i int) error {
 						return b.blas.GemmEx(cuda.Trans, cuda.NoTrans, sh.n, m, sh.k, 1, bws[i%len(bws)].ptr, b.dtype, sh.k, x.ptr,
@@ -477,16 +485,29 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 					if bf16US, err = deviceMicros(b, reps, bf16); err != nil {
 						bb.Fatal(err)
 					}
-					if m == prefill && b.fp8.lt != nil {
+					if m > fp8KernelMaxRows && b.fp8.lt != nil {
 						if ltUS, err = deviceMicros(b, reps, run(pathFP8Lt)); err != nil {
 							bb.Fatal(err)
 						}
 					}
-					if mma := b.fp8.mma; mma != nil && m <= 8 { // the f16 kernel the other GPUs run
-						b.fp8.mma = nil
+					if mma := b.fp8.mma; mma[0] != nil && m < prefill { // the f16 kernel the other GPUs run
+						b.fp8.mma = [4]*cuda.Function{}
 						cvtUS, err = deviceMicros(b, reps, run(pathFP8))
 						b.fp8.mma = mma
 						if err != nil {
+							bb.Fatal(err)
+						}
+					}
+					if m == prefill && b.fp8.lt != nil { // its parts: the GEMM, then the scaling pass
+						f := ws[0].fp8
+						if gemmUS, err = deviceMicros(b, reps, func(i int) error {
+							return b.fp8.lt.MatmulE4M3(sh.n, m, f.colsPad, ws[i%len(ws)].ptr, f.colsPad, b.fp8.codes, f.colsPad, y.ptr, sh.n, b.stream)
+						}); err != nil {
+							bb.Fatal(err)
+						}
+						if scaleUS, err = deviceMicros(b, reps, func(int) error {
+							return b.launchScaleE4M3(fp8ScaleParams{Y: y.ptr, SX: b.fp8.scales, SW: f.scales, M: int32(m), N: int32(sh.n)})
+						}); err != nil {
 							bb.Fatal(err)
 						}
 					}
@@ -510,6 +531,12 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 				if cvtUS > 0 {
 					bb.ReportMetric(cvtUS, "f16kernel-step-us")
 				}
+				if hotUS > 0 {
+					bb.ReportMetric(hotUS, "l2hot-step-us")
+				}
+				if ltUS > 0 && m < prefill {
+					bb.ReportMetric(ltUS, "lt-step-us")
+				}
 				if m == prefill {
 					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
 					bb.ReportMetric(flops/(stepUS*1e-6)/1e12, "kernel-TFLOP/s")
@@ -517,6 +544,8 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 						bb.ReportMetric(ltUS, "lt-us")
 						bb.ReportMetric(flops/(ltUS*1e-6)/1e12, "lt-TFLOP/s")
 						bb.ReportMetric(bf16US/ltUS, "bf16/fp8")
+						bb.ReportMetric(gemmUS, "ltgemm-us")
+						bb.ReportMetric(scaleUS, "scale-us")
 					}
 				} else {
 					bb.ReportMetric(bf16US/stepUS, "bf16/fp8")

@@ -112,23 +112,32 @@ FP8_MATMUL(8, 1)
 
 // ScaleE4M3: the epilogue of an FP8 product that cuBLASLt computed unscaled into y (acc, float32; a
 // cuBLASLt with outer-vector scales applies them itself):
-// y[r][o] = acc[r][o] · (sx[r] · sw[o]) (+ bias[o]), as MatMulE4M3's epilogue.
+// y[r][o] = acc[r][o] · (sx[r] · sw[o]) (+ bias[o]), as MatMulE4M3's epilogue. Block (x, y) scales 4·256
+// columns of rows y, y + gridDim.y, … four at a time: n is a multiple of 4 (fp8Path), and no element's
+// row needs a division (64-bit, in a loop over every element, it made this pass cost as much as the GEMM
+// before it at prefill sizes).
 struct ScaleE4M3Params {
 	float *y;          // [m][n]
 	const float *sx;   // [m]
 	const float *sw;   // [n] (or more)
 	const float *bias; // [n], or null
-	long long total;   // m · n
-	int n;
+	int m, n;
 };
 
 extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
 	pdl_wait();
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total; i += (long long)gridDim.x * blockDim.x) {
-		const int r = (int)(i / p.n), o = (int)(i - (long long)r * p.n);
-		float v = p.y[i] * (p.sx[r] * p.sw[o]);
-		if (p.bias != nullptr) v += p.bias[o];
-		p.y[i] = v;
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (4 * c < p.n) {
+		const float4 w = reinterpret_cast<const float4 *>(p.sw)[c];
+		const float4 b = p.bias != nullptr ? reinterpret_cast<const float4 *>(p.bias)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+		for (int r = blockIdx.y; r < p.m; r += gridDim.y) {
+			const float sx = p.sx[r];
+			float4 *y = reinterpret_cast<float4 *>(p.y + (long long)r * p.n) + c;
+			float4 v = *y;
+			v.x *= sx * w.x, v.y *= sx * w.y, v.z *= sx * w.z, v.w *= sx * w.w;
+			if (p.bias != nullptr) v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+			*y = v;
+		}
 	}
 	pdl_launch_dependents();
 }

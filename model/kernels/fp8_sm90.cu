@@ -1,4 +1,4 @@
-// The FP8 product at up to 8 token rows on Hopper with the tensor cores' own e4m3 instruction,
+// The FP8 product at up to 64 token rows on Hopper with the tensor cores' own e4m3 instruction,
 // mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32: fp8.cu's MatMulE4M3_nt1 with no conversion at all. There
 // the f16 conversions of the weight codes (one instruction for two codes, sixteen a lane per k-block)
 // hold the product below the copy bandwidth: the stream waits on issue, not on memory. nvcc 11.8 does
@@ -40,6 +40,15 @@ struct E4M3Mma {
 	}
 };
 
+// One token tile: three blocks an SM, as fp8.cu's MatMulE4M3_nt1; 2-8 tiles (9-64 rows) with fp8.cu's
+// unrolling for the same tiles, their inputs e4m3 codes as the weights' (no f16 conversion anywhere).
 extern "C" __global__ void __launch_bounds__(256, 3) MatMulE4M3mma_nt1(const MatMulE4M3Params p) {
 	matmul_e4m3<1, 4, E4M3Mma>(p);
 }
+#define FP8_MMA(NT, U)                                                                                        \
+	extern "C" __global__ void __launch_bounds__(256) MatMulE4M3mma_nt##NT(const MatMulE4M3Params p) {     \
+		matmul_e4m3<NT, U, E4M3Mma>(p);                                                                    \
+	}
+FP8_MMA(2, 4)
+FP8_MMA(4, 2)
+FP8_MMA(8, 1)
