@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gollm/gollm/engine/constraint"
+	"github.com/gollm/gollm/internal/gputest"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights"
 )
@@ -73,9 +74,8 @@ func (v *synthVocab) Decode(ids []int32, _ bool) string {
 //
 //	go test -tags cuda -run XXX -bench CUDAConstrainedStep -benchtime 5x ./engine
 func BenchmarkCUDAConstrainedStep(b *testing.B) {
-	if _, _, err := model.ResolveDevice(model.DeviceCUDA); err != nil {
-		b.Skipf("no GPU: %v", err)
-	}
+	_, _, err := model.ResolveDevice(model.DeviceCUDA)
+	gputest.Require(b, err)
 	cfg, err := weights.ParseConfig([]byte(llama32_1B))
 	if err != nil {
 		b.Fatal(err)

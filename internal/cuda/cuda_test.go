@@ -338,9 +338,7 @@ func TestConcurrentCallers(t *testing.T) {
 
 func TestClosed(t *testing.T) {
 	d, err := Open(0)
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
+	gputest.Require(t, err)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
