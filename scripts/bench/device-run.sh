@@ -78,7 +78,9 @@
 #               bounds the section: a step that would start past it is skipped
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
-#               stream against the copy bandwidth it measures; prefill TFLOP/s), gollm bench latency of
+#               stream against the copy bandwidth it measures; prefill TFLOP/s and its parts),
+#               BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDADecode's FP8
+#               step at batch 1 with its per-op profile (decode-profile.txt), gollm bench latency of
 #               llama3-8b (random weights, prompt 1024, 128 out, batch 1 and 64) in bf16 and with
 #               --quantization fp8, and scripts/bench/fp8_peer.py (torch, e4m3 weights through
 #               _scaled_mm); then a table with the gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1;
@@ -368,6 +370,12 @@ section_fp8() {
 	gotest "$d" attention-fp8kv attention '^(TestCUDADecodeFP8KV|TestCUDAPrefillFP8KV)$' 400
 	gotest "$d" engine-fp8kv engine '^TestCUDAConcurrentFP8KV$' 200
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
+	gobench "$d" lt-forms internal/cuda 'LtE4M3Forms/.*/m=1024/' 1x 100
+	# The step's per-op profile (logged by the benchmark: -test.v).
+	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
+		timeout 100 "$bin/model.test" -test.run XXX -test.bench 'CUDADecode/.*/^batch=1$/^default$' -test.benchtime 20x -test.v) \
+		>"$d/decode-profile.txt" 2>&1
+	stamp "fp8 BenchmarkCUDADecode profile (batch 1)" $?
 	for q in bf16 fp8 fp8kv; do
 		extra=()
 		[ "$q" = fp8 ] && extra=(--quantization fp8)
