@@ -6,14 +6,17 @@ as gollm's --quantization fp8), its input quantized per token at run time (max|x
 1/(448*512), saturated to +-448) and multiplied by torch._scaled_mm with row-wise scales (bf16 out);
 embeddings and the LM head stay bf16; RMSNorm, RoPE, SwiGLU in bf16; attention is SDPA over a static
 contiguous bf16 KV cache (GQA, 32 query heads, 8 KV heads, head_dim 128). The step is compiled with
-torch.compile(mode="reduce-overhead") (CUDA graphs) where it compiles, and timed with CUDA events at a
-fixed context (default 1088: a 1024-token prompt halfway through 128 new tokens, gollm bench latency's
-mean), one new token per sequence, greedy. Random weights, N(0, 0.02^2) as transformers initialises.
+torch.compile (inductor's fused kernels, without its own CUDA graphs) and then captured whole in one
+CUDA graph by hand (torch.cuda.graph, as vLLM captures its decode steps: the in-place KV writes that
+kept torch.compile's "reduce-overhead" graphs off do not matter to a manual capture), and timed with
+CUDA events at a fixed context (default 1088: a 1024-token prompt halfway through 128 new tokens, gollm
+bench latency's mean), one new token per sequence, greedy. Each step falls back to the uncaptured or
+eager form when a stage fails, and says so. Random weights, N(0, 0.02^2) as transformers initialises.
 
 Run on the device (torch only; no internet needed):
     python3 scripts/bench/fp8_peer.py [--batches 1,64] [--context 1088] [--dtypes fp8,bf16] [--json OUT]
-Prints one line per (dtype, batch): step ms (median of --iters steps after --warmup), and the step's
-weight-bytes roofline at 4.27 TB/s.
+Prints one line per (dtype, batch): step ms (median of --iters steps after --warmup), how it ran, and
+the step's roofline (weights and KV bytes over the copy bandwidth measured first, as gollm bench does).
 """
 import argparse
 import json
@@ -25,7 +28,45 @@ import torch.nn.functional as F
 
 E4M3_MAX = 448.0
 MIN_SCALE = 1.0 / (448.0 * 512.0)
-PEAK = 4.27e12  # the H200's copy bandwidth, bytes/s
+
+
+def copy_bandwidth(dev, n=1 << 30):
+    """(bytes read + bytes written) per second of a device-to-device copy of n bytes: the median of 20."""
+    a = torch.empty(n, dtype=torch.uint8, device=dev)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    del a, b
+    return 2 * n / (times[len(times) // 2] * 1e-3)
+
+
+def capture(fn, tokens, warmup):
+    """fn(tokens) as one CUDA graph: warmed up on a side stream, captured, then replayed on each call."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(tokens)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn(tokens)
+
+    def replay(_):
+        g.replay()
+        return out
+
+    return replay
 
 
 def quantize_rows(w):
@@ -156,36 +197,31 @@ def main():
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     probe_scaled_mm(dev)
+    bw = copy_bandwidth(dev)
+    print(f"# copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     results = []
     for dtype in args.dtypes.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
             t0 = time.time()
             m = Decoder(args, dtype, batch, dev)
-            fn, compiled = m.step, False
-            # The step writes the new K/V rows into the caches in place: marked as static addresses,
-            # the compiled step keeps its CUDA graphs (unmarked, inductor skips them for mutated inputs
-            # and the step runs eagerly, launch by launch).
-            if hasattr(torch._dynamo, "mark_static_address"):
-                for l in m.layers:
-                    torch._dynamo.mark_static_address(l["k"])
-                    torch._dynamo.mark_static_address(l["v"])
-                try:
-                    fn = torch.compile(m.step, mode="reduce-overhead", fullgraph=False)
-                    compiled = True
-                except Exception as e:  # noqa: BLE001 - any compile failure falls back to eager
-                    print(f"# torch.compile unavailable ({e}); eager", file=sys.stderr)
             tokens = torch.randint(0, args.vocab, (batch,), device=dev)
+            fn, how = m.step, "eager"
             with torch.no_grad():
+                if not args.no_compile:
+                    try:
+                        compiled = torch.compile(m.step, fullgraph=False)
+                        for _ in range(args.warmup):
+                            compiled(tokens)
+                        fn, how = compiled, "compiled"
+                    except Exception as e:  # noqa: BLE001 - any compile failure falls back to eager
+                        print(f"# torch.compile failed ({str(e).splitlines()[0]}); eager", file=sys.stderr)
                 try:
-                    for _ in range(args.warmup):
-                        fn(tokens)
-                except Exception as e:  # noqa: BLE001
-                    if not compiled:
-                        raise
-                    print(f"# compiled step failed ({str(e).splitlines()[0]}); eager", file=sys.stderr)
-                    fn, compiled = m.step, False
-                    for _ in range(args.warmup):
-                        fn(tokens)
+                    fn, how = capture(fn, tokens, args.warmup), how + "+graph"
+                except Exception as e:  # noqa: BLE001 - a capture failure falls back to launches
+                    print(f"# CUDA graph capture failed ({str(e).splitlines()[0]}); {how}, uncaptured", file=sys.stderr)
+                    torch.cuda.synchronize()
+                for _ in range(args.warmup):
+                    fn(tokens)
                 torch.cuda.synchronize()
                 times = []
                 for _ in range(args.iters):
@@ -198,13 +234,13 @@ def main():
             times.sort()
             ms = times[len(times) // 2]
             kv = 2 * args.layers * batch * args.kv_heads * (args.context + 1) * args.head_dim * 2
-            roof = (m.weight_bytes + kv) / PEAK * 1e3
-            r = dict(dtype=dtype, batch=batch, context=args.context, step_ms=ms, roofline_ms=roof,
-                     compiled=compiled, setup_s=time.time() - t0, torch=torch.__version__,
+            roof = (m.weight_bytes + kv) / bw * 1e3
+            r = dict(dtype=dtype, batch=batch, context=args.context, step_ms=ms, roofline_ms=roof, copy_tb_s=bw / 1e12,
+                     how=how, setup_s=time.time() - t0, torch=torch.__version__,
                      device=torch.cuda.get_device_name())
             results.append(r)
             print(f"torch {dtype:<4} batch {batch:<3} context {args.context}: step {ms:.3f} ms "
-                  f"(roofline {roof:.3f} ms, {100 * roof / ms:.0f}%){'' if compiled else ' eager'}", flush=True)
+                  f"(roofline {roof:.3f} ms, {100 * roof / ms:.0f}%; {how})", flush=True)
             del m, fn
             torch._dynamo.reset()
             torch.cuda.empty_cache()
