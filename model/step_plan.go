@@ -182,8 +182,8 @@ type stepFacts struct {
 	gemv, gemm, gemmSwiGLU bool
 	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer).
 	fp8Lt bool
-	// fp8MMA: the FP8 kernel at up to 8 rows runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads
-	// the input's codes, not their f16 values.
+	// fp8MMA: the FP8 kernel runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads the input's
+	// codes, not their f16 values.
 	fp8MMA bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
@@ -290,9 +290,9 @@ func (p matmulPath) String() string {
 }
 
 // fp8KernelMaxRows is the most token rows an FP8 product runs on the FP8 kernel by default (fp8Path).
-// The kernel streams the weights once for all its rows but converts and multiplies on CUDA cores; past
-// a handful of rows cuBLASLt's e4m3 GEMM, on the tensor cores, is the faster of the two even with the
-// scaling pass it needs (docs/bench/fp8-h200.md).
+// The kernel streams the weights once for all its rows, but each warp reads every one of its token rows
+// again (and, off Hopper, converts them); past a handful of rows cuBLASLt's e4m3 GEMM is the faster of
+// the two even with the scaling pass it needs, on Hopper's e4m3 mma too (docs/bench/fp8-h200.md).
 const fp8KernelMaxRows = 8
 
 // fp8TileRows is the token rows of one tile of the FP8 kernel (kernels/fp8.cu, MatMulE4M3_nt1): up to

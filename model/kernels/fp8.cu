@@ -29,7 +29,8 @@
 // mma (bytes in flight). A block is 8 warps: rb = 8/ks tiles, each split over k between ks warps whose
 // partial tiles the first sums through shared memory before the epilogue. Grid: x the chunks of 8·NT
 // token rows (fastest, so the blocks of one weight tile run together and read its bytes once from
-// memory), y the groups of rb tiles.
+// memory), y the groups of rb tiles. On Hopper the same layout runs on e4m3 mma with no conversion
+// (fp8_sm90.cu, MatMulE4M3mma_nt<NT>), which the backend loads in their place.
 #include <cuda_fp8.h>
 
 #include "common.cuh"
