@@ -174,7 +174,7 @@ func (b *cudaBackend) loadFP8() error {
 	}
 	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 {
 		if err := b.loadFP8MMA(); err != nil {
-			slog.Warn("cuda backend: no e4m3 mma kernel; FP8 products of up to 8 rows convert their codes to f16", "err", err)
+			slog.Warn("cuda backend: no e4m3 mma kernel; the FP8 kernel converts its codes to f16", "err", err)
 		}
 	}
 	b.fp8.quantize = q
@@ -379,8 +379,10 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
-	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma[0] == nil // stepFacts.fp8ReadsX16
-	if !p.fp8Quantized {                                                      // else the op before it wrote the quantized rows (runFusedE4M3)
+	// The input as f16 values beside its codes: stepFacts.fp8ReadsX16.
+	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma[0] == nil
+	// Quantized here unless the op before it wrote the quantized rows (runFusedE4M3).
+	if !p.fp8Quantized {
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
 			MinScale: fp8MinScale, K: int32(op.in), KP: int32(f.colsPad)}
 		if x16 {
