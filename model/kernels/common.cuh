@@ -94,6 +94,16 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // Mma<T>::run is mma.sync.m16n8k16 with fp32 accumulators for a 16-bit T: d += A·B, A in a0..a3 and B in
 // b0, b1 as PTX lays the fragments out. The skinny product (gemv.cu) and the tensor-core prefill
 // attention (../../attention/prefill.cu) use it.
+// load_stream is a 16-byte load of bytes read once (weights streamed by a product): through the
+// non-coherent path, not allocated in L1.
+__device__ __forceinline__ uint4 load_stream(const void *p) {
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	             : "l"(p));
+	return v;
+}
+
 template <typename T> struct Mma;
 template <> struct Mma<__nv_bfloat16> {
 	static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,

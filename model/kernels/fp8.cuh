@@ -58,14 +58,6 @@ struct CvtMma {
 	}
 };
 
-__device__ __forceinline__ uint4 fp8_load_stream(const void *p) {
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	             : "l"(p));
-	return v;
-}
-
 template <int NT, int U, typename MMA> __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p) {
 	// One token tile reads the input as f16 values (QuantizeE4M3's x16): converting the codes in every
 	// warp that reads them (each weight tile's) costs as much issue time as the weights' own conversions.
@@ -105,8 +97,8 @@ template <int NT, int U, typename MMA> __device__ __forceinline__ void matmul_e4
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const long long off = (long long)(kb + u * p.ks) * 64;
-			wl[u] = fp8_load_stream(wlo + off);
-			wh[u] = fp8_load_stream(whi + off);
+			wl[u] = load_stream(wlo + off);
+			wh[u] = load_stream(whi + off);
 		}
 	}
 	pdl_wait();
@@ -115,8 +107,8 @@ template <int NT, int U, typename MMA> __device__ __forceinline__ void matmul_e4
 #pragma unroll
 			for (int u = 0; u < U; u++) {
 				const long long off = (long long)(kb + u * p.ks) * 64;
-				wl[u] = fp8_load_stream(wlo + off);
-				wh[u] = fp8_load_stream(whi + off);
+				wl[u] = load_stream(wlo + off);
+				wh[u] = load_stream(whi + off);
 			}
 		}
 		if constexpr (X16) { // each k-block's input just before its mma: fewer registers, more warps an SM
@@ -142,7 +134,7 @@ template <int NT, int U, typename MMA> __device__ __forceinline__ void matmul_e4
 	}
 	for (; kb < blocks; kb += p.ks) { // the rest, one at a time
 		const long long off = (long long)kb * 64;
-		const uint4 wl = fp8_load_stream(wlo + off), wh = fp8_load_stream(whi + off);
+		const uint4 wl = load_stream(wlo + off), wh = load_stream(whi + off);
 		uint4 xv[NT][XW];
 #pragma unroll
 		for (int j = 0; j < NT; j++)

@@ -90,14 +90,6 @@ struct GemvParams {
 	int late_trigger;
 };
 
-__device__ __forceinline__ uint4 load_stream(const void *p) {
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	             : "l"(p));
-	return v;
-}
-
 __device__ __forceinline__ uint4 load_cached(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
 
 // One 64-element k-block of a lane: weight rows lo and hi, two 32-element halves; activations of NT
