@@ -19,18 +19,7 @@ import (
 // is of the size of the element itself, about Σ|p|/√k for products of random sign (1/32 of Σ|p| at
 // k = 1024), eight times the tolerance or more, and every element is checked.
 func TestMatmulE4M3(t *testing.T) {
-	d := openDevice(t)
-	if info := d.Info(); info.Major*10+info.Minor < 89 {
-		t.Skipf("%s (%d.%d) has no FP8 tensor cores", info.Name, info.Major, info.Minor)
-	}
-	blas, err := d.LoadBLAS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blas.Destroy()
-	lt, err := d.LoadBLASLt(blas)
-	gputest.Require(t, err)
-	defer lt.Destroy()
+	d, _, lt := openLt(t)
 	path, version := lt.Library()
 	t.Logf("cuBLASLt %s version %d", path, version)
 	s, err := d.NewStream()
@@ -78,6 +67,25 @@ func TestMatmulE4M3(t *testing.T) {
 	}
 }
 
+// openLt opens the GPU, cuBLAS and cuBLASLt for an FP8 test (skipped below compute capability 8.9),
+// released when t ends.
+func openLt(t testing.TB) (*Device, *BLAS, *BLASLt) {
+	t.Helper()
+	d := openDevice(t)
+	if info := d.Info(); info.Major*10+info.Minor < 89 {
+		t.Skipf("%s (%d.%d) has no FP8 tensor cores", info.Name, info.Major, info.Minor)
+	}
+	blas, err := d.LoadBLAS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blas.Destroy() })
+	lt, err := d.LoadBLASLt(blas)
+	gputest.Require(t, err)
+	t.Cleanup(func() { lt.Destroy() })
+	return d, blas, lt
+}
+
 func allocBytes(t *testing.T, d *Device, b []byte) DevicePtr {
 	t.Helper()
 	p, err := d.Alloc(int64(len(b)))
@@ -99,18 +107,7 @@ func allocBytes(t *testing.T, d *Device, b []byte) DevicePtr {
 //
 //	go test -tags cuda -run XXX -bench LtE4M3Forms -benchtime 1x ./internal/cuda
 func BenchmarkLtE4M3Forms(bb *testing.B) {
-	d := openDevice(bb)
-	if info := d.Info(); info.Major*10+info.Minor < 89 {
-		bb.Skipf("%s (%d.%d) has no FP8 tensor cores", info.Name, info.Major, info.Minor)
-	}
-	blas, err := d.LoadBLAS()
-	if err != nil {
-		bb.Fatal(err)
-	}
-	defer blas.Destroy()
-	lt, err := d.LoadBLASLt(blas)
-	gputest.Require(bb, err)
-	defer lt.Destroy()
+	d, blas, lt := openLt(bb)
 	timer, err := d.NewTimer(20, 3, 20_000)
 	if err != nil {
 		bb.Fatal(err)
