@@ -379,8 +379,7 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 // runFP8 queues an FP8 product (and its bias) at p.rows rows.
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
-	// The input as f16 values beside its codes: stepFacts.fp8ReadsX16.
-	x16 := p.mm.path == pathFP8 && rows <= fp8TileRows && b.fp8.mma[0] == nil
+	x16 := readsX16(p.mm.path, rows, b.fp8.mma[0] != nil)
 	// Quantized here unless the op before it wrote the quantized rows (runFusedE4M3).
 	if !p.fp8Quantized {
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,

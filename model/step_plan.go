@@ -302,7 +302,13 @@ const fp8TileRows = 8
 // fp8ReadsX16 reports whether an FP8 product on path at rows token rows reads its input as f16 values
 // (the FP8 kernel's single token tile, kernels/fp8.cu) rather than as e4m3 codes.
 func (f *stepFacts) fp8ReadsX16(path matmulPath, rows int) bool {
-	return path == pathFP8 && rows <= fp8TileRows && !f.fp8MMA
+	return readsX16(path, rows, f.fp8MMA)
+}
+
+// readsX16 is fp8ReadsX16's rule, given whether the kernel runs on Hopper's e4m3 mma (which reads
+// codes): the planner asks it through the step's facts, runFP8 with the backend's loaded kernels.
+func readsX16(path matmulPath, rows int, mma bool) bool {
+	return path == pathFP8 && rows <= fp8TileRows && !mma
 }
 
 // fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
