@@ -38,6 +38,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 // DecodeParams is the one by-value parameter of every kernel here; decode_cuda.go mirrors it field by
 // field (decodeParams). Pointers first, then 4-byte fields, so the layouts agree without padding rules.
 struct DecodeParams {
@@ -917,11 +919,52 @@ __device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice,
 	}
 }
 
-template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4>
+// e4m3_to_t16 converts two e4m3 codes (c, lowest byte first) to a pair of T (bf16 or f16), exactly:
+// every e4m3 value is an f16 value and a bf16 value.
+template <typename T> __device__ __forceinline__ uint32_t e4m3_to_t16(unsigned short c) {
+	const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)c, __NV_E4M3);
+	if constexpr (std::is_same<T, __half>::value) {
+		return (uint32_t)h.x | ((uint32_t)h.y << 16);
+	} else {
+		const float2 f = __half22float2(__half2(h));
+		return Elem<T>::pack(f.x, f.y);
+	}
+}
+
+// convert_tile writes a stage of e4m3 K and V rows (LC's layout: 16 codes a chunk) as T rows in L's
+// layout (8 a chunk, swizzled as the mma tiles read them) at conv: the FP8 pages' tile, ready for the
+// unchanged mma_tile. Thread tid converts chunks tid, tid + THREADS, … of K and then of V.
+template <typename T, typename LC, typename L, int THREADS>
+__device__ __forceinline__ void convert_tile(const uint8_t *stage, uint8_t *conv, int tid) {
+	static_assert(L::ROW_CHUNKS == 2 * LC::ROW_CHUNKS, "a code chunk is two T chunks");
+#pragma unroll
+	for (int i = tid; i < 2 * LC::TILE_CHUNKS; i += THREADS) {
+		const int which = i / LC::TILE_CHUNKS, c = i % LC::TILE_CHUNKS;
+		const int row = c / LC::ROW_CHUNKS, ch = c % LC::ROW_CHUNKS;
+		const uint4 v = *reinterpret_cast<const uint4 *>(stage + which * LC::TILE_BYTES +
+		                                                 (row * LC::ROW_CHUNKS + LC::swizzle(row, ch)) * 16);
+		const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+		uint8_t *dst = conv + which * L::TILE_BYTES + row * L::ROW_CHUNKS * 16;
+		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch) * 16) =
+		    make_uint4(e4m3_to_t16<T>(w[0] & 0xffffu), e4m3_to_t16<T>(w[0] >> 16), e4m3_to_t16<T>(w[1] & 0xffffu),
+		               e4m3_to_t16<T>(w[1] >> 16));
+		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch + 1) * 16) =
+		    make_uint4(e4m3_to_t16<T>(w[2] & 0xffffu), e4m3_to_t16<T>(w[2] >> 16), e4m3_to_t16<T>(w[3] & 0xffffu),
+		               e4m3_to_t16<T>(w[3] >> 16));
+	}
+}
+
+// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8). With F8 the stages hold the
+// codes (LC, half the bytes of T rows); each landed tile is converted into one T tile after the stages
+// (convert_tile) that the mma tiles read; K's scale is folded into the scores' scale and V's into the
+// accumulators at the end; there is no RoPE path (the dispatcher never asks for it over FP8 pages).
+template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	using S = MmaShape<D, MT, SLICES_>;
 	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, ROWS = S::ROWS;
-	using L = TileLoader<T, D, TILE, THREADS>;
+	using L = TileLoader<T, D, TILE, THREADS>;   // the mma tiles' layout
+	using LC = TileLoader<KV, D, TILE, THREADS>; // the stages' (L itself unless F8)
+	constexpr bool F8 = sizeof(KV) == 1;
 	constexpr bool NARROW = MT == 0; // mma_tile_n8
 	constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
 	constexpr int NTILES = NARROW ? D / 16 : D / 8; // acc's fragments: m-tiles of accᵀ (narrow), n-tiles of acc
@@ -948,17 +991,17 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	const int start0 = SPLIT ? part * p.partition_tokens : 0;
 	int first_ids[STAGES - 1];
 #pragma unroll
-	for (int s = 0; s < STAGES - 1; s++) first_ids[s] = L::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
+	for (int s = 0; s < STAGES - 1; s++) first_ids[s] = LC::load_id_early(table, start0 + s * TILE, p.max_blocks, lbs, tid);
 	int start, end, lo;
 	const int ctx = token_range(p, seq, part, SPLIT, start, end, lo);
 	if (start >= end) return; // an empty partition: the reduce does not read it
 	if (p.window > 0) { // the range starts at the window's page, not where the early loads assumed
 #pragma unroll
-		for (int s = 0; s < STAGES - 1; s++) first_ids[s] = L::load_id(table, start + s * TILE, end, lbs, tid);
+		for (int s = 0; s < STAGES - 1; s++) first_ids[s] = LC::load_id(table, start + s * TILE, end, lbs, tid);
 	}
 
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const KV *kc = reinterpret_cast<const KV *>(p.k_cache);
+	const KV *vc = reinterpret_cast<const KV *>(p.v_cache);
 	const long long row_stride = (long long)p.num_kv_heads * D;
 	const int ntiles = (end - start + TILE - 1) / TILE;
 
@@ -970,21 +1013,22 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	// prologue leaves free and the loop fills only after its first barrier.
 	// The program holding the newest row copies its tiles without it and patches it in from rope_kv, so
 	// no copy waits for the rotation.
-	T *rope_q = reinterpret_cast<T *>(smem + (STAGES - 1) * L::STAGE_BYTES);
-	static_assert(ROWS * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
+	T *rope_q = reinterpret_cast<T *>(smem + (STAGES - 1) * LC::STAGE_BYTES);
+	static_assert(F8 || ROWS * D * (int)sizeof(T) <= L::STAGE_BYTES, "rotated queries fit a stage");
 	__shared__ __align__(16) T rope_kv[2 * D];
-	const bool rope = p.flags & DECODE_FLAG_ROPE;
+	const bool rope = !F8 && (p.flags & DECODE_FLAG_ROPE);
 	const int newest = ctx - 1;
 	const bool holds = rope && start <= newest && newest < end;
 	const int copy_end = rope ? min(end, newest) : end;
 	const int patch_tile = holds ? (newest - start) / TILE : -1;
-	decode_prologue<L, STAGES, TILE>(p, smem, sids, kc, vc, start, copy_end, rope ? INT_MAX : newest, ntiles, lbs,
+	decode_prologue<LC, STAGES, TILE>(p, smem, sids, kc, vc, start, copy_end, rope ? INT_MAX : newest, ntiles, lbs,
 	                                 row_stride, kvh, tid, pf, [&] {
 		                                 if (rope)
 			                                 rope_prepare<T, D, THREADS, ROWS>(p, seq, kvh, 0, min(p.group, ROWS), holds,
 			                                                                   true, rope_q, rope_kv, tid);
 	                                 });
-	int next_id = L::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
+	int next_id = LC::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
+	uint8_t *conv = smem + STAGES * LC::STAGE_BYTES; // F8: the converted tile
 
 	// Q fragments: the A operand (row-major 16×16 per k-step: rows r0 = lane/4 and r0+8 of this head
 	// tile), or with the narrow tile the B operand (Qᵀ, 16×8 per k-step: head r0, columns c0, c0+1 and
@@ -1025,30 +1069,38 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	const int mi = lane / 8, mr = lane % 8;
 
 	for (int j = 0; j < ntiles; j++) {
-		if (tid < L::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
+		if (tid < LC::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
 		cp_async_wait<STAGES - 2>();
-		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
+		__syncthreads(); // tile j landed; tile j-1's stage (and F8's converted tile) is free; the ids above are visible
 		{
 			int jn = j + STAGES - 1;
 			if (jn < ntiles)
-				L::issue(smem + (jn % STAGES) * L::STAGE_BYTES, sids[jn % STAGES], kc, vc,
-				         start + jn * TILE, copy_end, lbs, row_stride, kvh, tid, pf);
+				LC::issue(smem + (jn % STAGES) * LC::STAGE_BYTES, sids[jn % STAGES], kc, vc,
+				          start + jn * TILE, copy_end, lbs, row_stride, kvh, tid, pf);
 			cp_async_commit();
-			next_id = L::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
+			next_id = LC::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
-		if (j == patch_tile) {
+		if constexpr (F8) {
+			convert_tile<T, LC, L, THREADS>(smem + (j % STAGES) * LC::STAGE_BYTES, conv, tid);
+			__syncthreads();
+		} else if (j == patch_tile) {
 			patch_row<L, T, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
 			__syncthreads();
 		}
 
-		const uint8_t *stage = smem + (j % STAGES) * L::STAGE_BYTES;
+		const uint8_t *stage = F8 ? conv : smem + (j % STAGES) * L::STAGE_BYTES;
+
 		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
 		if constexpr (NARROW)
-			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, F8 ? p.scale_log2 * p.k_scale : p.scale_log2, qa, acc, m0, m1, l0, l1);
 		else
-			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, F8 ? p.scale_log2 * p.k_scale : p.scale_log2, qa, acc, m0, m1, l0, l1);
+	}
+	if constexpr (F8) { // V's scale, once: acc = Σ p·code, the values being code · v_scale
+#pragma unroll
+		for (int n = 0; n < NTILES; n++) acc[n][0] *= p.v_scale, acc[n][1] *= p.v_scale, acc[n][2] *= p.v_scale, acc[n][3] *= p.v_scale;
 	}
 
 	// Merge the SLICES warps of each head tile.
@@ -1108,10 +1160,11 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, ROWS, SLICES>)), tid);
 }
 
-template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4> constexpr int mma_smem_bytes() {
+template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T> constexpr int mma_smem_bytes() {
 	using S = MmaShape<D, MT, SLICES_>;
 	using L = TileLoader<T, D, S::TILE, S::THREADS>;
-	constexpr int pipe = STAGES * L::STAGE_BYTES;
+	using LC = TileLoader<KV, D, S::TILE, S::THREADS>;
+	constexpr int pipe = STAGES * LC::STAGE_BYTES + (sizeof(KV) == 1 ? L::STAGE_BYTES : 0);
 	constexpr int merge = (int)sizeof(MergeSmem<D, S::ROWS, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;
 }

@@ -194,7 +194,8 @@ type DecodeKernel struct {
 	// Path is the arithmetic (PathMMA or PathFMA).
 	Path  CUDAPath
 	DType DType
-	// KVFP8: the kernel reads FP8 e4m3 pages (DecodeCall.KVFP8; FMA kernels only).
+	// KVFP8: the kernel reads FP8 e4m3 pages (DecodeCall.KVFP8; the FMA kernels, and the narrow mma
+	// tile's at head_dim 64 and 128).
 	KVFP8   bool
 	HeadDim int
 	// Rows is how many query heads one program serves (its head tile); Threads its block size.
@@ -212,6 +213,13 @@ var (
 // chunks. One size keeps the fat binary small.
 const cudaFP8Group = 8
 
+// fp8MMA reports whether FP8 pages of head_dim d have mma kernels for a group of group heads: the narrow
+// tile at head_dim 64 and 128 (groups of up to 8 heads, every published GQA model's but the widest);
+// others take the FMA kernels.
+func fp8MMA(d, group int, t CUDATuning) bool {
+	return d != wideHeadDim && narrowTile(group) && !t.NoNarrow
+}
+
 // wideHeadDim is the head size whose kernels differ (Gemma 3's 256): 16-bit dtypes only, the mma path
 // only on the narrow tile, with two warp slices (a 32-token tile: three stages of K and V in 96 KiB of
 // shared memory), no persistent twin, and no RoPE path (a block of 64 or 128 threads is smaller than a
@@ -220,6 +228,12 @@ const wideHeadDim = 256
 
 // mmaKernel is the mma entry point of alg with a head tile of mt·16 rows (mt 0: the narrow 8-row tile).
 func mmaKernel(alg Kernel, dt DType, d, mt int) DecodeKernel {
+	return mmaKernelKV(alg, dt, d, mt, false)
+}
+
+// mmaKernelKV is mmaKernel over FP8 e4m3 pages with kvFP8 (the _e4m3 entry points: the narrow tile at
+// head_dim 64 and 128 alone, fp8MMA).
+func mmaKernelKV(alg Kernel, dt DType, d, mt int, kvFP8 bool) DecodeKernel {
 	k := DecodeKernel{Kernel: alg, Path: PathMMA, DType: dt, HeadDim: d, Rows: cudaNarrowRows, Threads: 4 * 32}
 	if d == wideHeadDim {
 		k.Threads = 2 * 32 // two warp slices
@@ -228,7 +242,11 @@ func mmaKernel(alg Kernel, dt DType, d, mt int) DecodeKernel {
 	if mt > 0 {
 		k.Rows, k.Threads, suffix = 16*mt, 4*mt*32, fmt.Sprintf("m%d", mt)
 	}
-	k.Name = fmt.Sprintf("%s_mma_%s_d%d_%s", kindName(alg), dt.name(), d, suffix)
+	kv := ""
+	if kvFP8 {
+		kv = "_e4m3"
+	}
+	k.Name, k.KVFP8 = fmt.Sprintf("%s_mma_%s%s_d%d_%s", kindName(alg), dt.name(), kv, d, suffix), kvFP8
 	return k
 }
 
@@ -249,7 +267,7 @@ func narrowTile(group int) bool { return group <= cudaNarrowRows }
 // persistentTwin is the persistent grouped kernel of a grouped mma kernel's head tile: the 16-row tile
 // (m1) and the narrow one (n8) have one; ok is false for every other kernel.
 func persistentTwin(k DecodeKernel) (twin DecodeKernel, ok bool) {
-	if k.Kernel != Grouped || k.Persistent || k.Path != PathMMA || k.Rows > 16 || k.HeadDim == wideHeadDim {
+	if k.Kernel != Grouped || k.Persistent || k.Path != PathMMA || k.Rows > 16 || k.HeadDim == wideHeadDim || k.KVFP8 {
 		return DecodeKernel{}, false
 	}
 	name := fmt.Sprintf("DecodeGroupedPersistent_mma_%s_d%d", k.DType.name(), k.HeadDim)
@@ -300,6 +318,9 @@ func decodeKernels() []DecodeKernel {
 				}
 				if dt != FP32 {
 					ks = append(ks, fmaKernel(alg, dt, d, cudaFP8Group, true))
+					if d != wideHeadDim {
+						ks = append(ks, mmaKernelKV(alg, dt, d, 0, true))
+					}
 				}
 			}
 		}
@@ -531,15 +552,21 @@ func (c *DecodeCall) check() (int, error) {
 func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel, err error) {
 	if path == PathAuto {
 		path = PathMMA
-		// The wide head's mma kernels are the narrow tile's alone; FP8 pages have FMA kernels only.
-		if c.DType == FP32 || c.KVFP8 || group > 64 || c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
+		// The wide head's mma kernels are the narrow tile's alone; FP8 pages have the narrow tile's at
+		// head_dim 64 and 128 (fp8MMA).
+		if c.DType == FP32 || c.KVFP8 && !fp8MMA(c.HeadDim, group, c.Tuning) || group > 64 ||
+			c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
 			path = PathFMA
 		}
 	}
 	switch path {
 	case PathMMA:
 		if c.KVFP8 {
-			return grouped, split, fmt.Errorf("%w: the mma path has no FP8 KV pages", ErrUnsupported)
+			if !fp8MMA(c.HeadDim, group, c.Tuning) {
+				return grouped, split, fmt.Errorf("%w: the mma path over FP8 KV pages takes groups of up to %d heads at head_dim 64 and 128",
+					ErrUnsupported, cudaNarrowRows)
+			}
+			return mmaKernelKV(Grouped, c.DType, c.HeadDim, 0, true), mmaKernelKV(SplitK, c.DType, c.HeadDim, 0, true), nil
 		}
 		if c.DType == FP32 {
 			return grouped, split, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)

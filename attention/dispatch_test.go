@@ -200,7 +200,8 @@ func TestDecideForced(t *testing.T) {
 
 // TestDecideKernels checks that every kernel Decide picks is one CUDAKernels loads, over the oracle's
 // shapes and a sweep of group sizes, head_dims, dtypes, paths and KV page types (FP8 pages: the FMA
-// path's _e4m3 kernels only), and that the kernel list names each entry point once.
+// path's _e4m3 kernels, and the narrow mma tile's at head_dim 64 and 128), and that the kernel list
+// names each entry point once.
 func TestDecideKernels(t *testing.T) {
 	var names []string
 	for _, k := range decodeKernels() {
@@ -211,8 +212,8 @@ func TestDecideKernels(t *testing.T) {
 	if len(slices.Compact(sorted)) != len(names) {
 		t.Fatalf("decodeKernels names an entry point twice")
 	}
-	if len(names) != 120 {
-		t.Errorf("%d kernels, want 120 (the fat binary's 128, less its 8 reduce kernels)", len(names))
+	if len(names) != 128 {
+		t.Errorf("%d kernels, want 128 (the fat binary's 136, less its 8 reduce kernels)", len(names))
 	}
 	dev := dispatchDevice("h100")
 	for _, kvFP8 := range []bool{false, true} {
@@ -234,9 +235,9 @@ func TestDecideKernels(t *testing.T) {
 									if err != nil {
 										// Unsupported: fp32 and groups past 64 on the mma path; at head_dim 256, fp32 on any path
 										// and groups past 8 on the mma path.
-										// FP8 pages: no fp32, no mma path.
+										// FP8 pages: no fp32; on the mma path the narrow tile at head_dim 64 and 128 only.
 										wide := d == 256 && (dt == FP32 || path == PathMMA && group > 8)
-										fp8 := kvFP8 && (dt == FP32 || path == PathMMA)
+										fp8 := kvFP8 && (dt == FP32 || path == PathMMA && (d == 256 || group > 8))
 										if !errors.Is(err, ErrUnsupported) || !wide && !fp8 && (path != PathMMA || dt != FP32 && group <= 64) {
 											t.Errorf("%v d%d G%d %v: %v", dt, d, group, path, err)
 										}
@@ -248,7 +249,8 @@ func TestDecideKernels(t *testing.T) {
 									if got.Kernel.Rows < min(group, 16) && got.Kernel.Path == PathMMA {
 										t.Errorf("%v d%d G%d: head tile of %d rows", dt, d, group, got.Kernel.Rows)
 									}
-									if got.Kernel.KVFP8 != kvFP8 || kvFP8 && (got.Kernel.Path != PathFMA || got.Kernel.Persistent ||
+									fp8MMA := got.Kernel.Path == PathMMA && got.Kernel.Rows == 8 && d != 256 && group <= 8
+									if got.Kernel.KVFP8 != kvFP8 || kvFP8 && (got.Kernel.Path != PathFMA && !fp8MMA || got.Kernel.Persistent ||
 										!strings.Contains(got.Kernel.Name, "_e4m3_")) {
 										t.Errorf("%v d%d G%d FP8 KV %v: kernel %+v", dt, d, group, kvFP8, got.Kernel)
 									}

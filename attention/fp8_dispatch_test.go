@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestDecideFP8KV checks the dispatcher's rules for FP8 KV pages (DecodeCall.KVFP8): the FMA path's
-// _e4m3 kernels on the auto path, ErrUnsupported on the mma path and with RoPE, no RoPE folded into
+// TestDecideFP8KV checks the dispatcher's rules for FP8 KV pages (DecodeCall.KVFP8): on the auto path
+// the narrow mma tile's _e4m3 kernels at head_dim 64 and 128 and the FMA path's at 256 (where the mma
+// path is ErrUnsupported), never the persistent kernel, ErrUnsupported with RoPE, no RoPE folded into
 // attention (FoldsRoPE false where the same call over bf16 pages folds it), and a plan sized by one
 // byte an element: for every shape of a sweep the plan is the planner's on one-byte elements, and for
 // some shapes that differs from the plan over two-byte elements (else the test could not tell).
@@ -16,8 +17,8 @@ func TestDecideFP8KV(t *testing.T) {
 	dev := dispatchDevice("h200")
 	differs := 0
 	for _, d := range []int{64, 128, 256} {
-		for _, batch := range []int{1, 4, 32, 256} {
-			for _, ctx := range []int{100, 1024, 8192, 32768} {
+		for _, batch := range []int{1, 2, 4, 8, 32, 64, 256} {
+			for _, ctx := range []int{100, 1024, 2048, 4096, 8192, 16384, 32768} {
 				name := fmt.Sprintf("d%d_b%d_ctx%d", d, batch, ctx)
 				lens := make([]int32, batch)
 				for i := range lens {
@@ -30,30 +31,47 @@ func TestDecideFP8KV(t *testing.T) {
 					t.Fatalf("%s: %v", name, err)
 				}
 				k := got.Kernel
-				if !k.KVFP8 || k.Path != PathFMA || k.Persistent || !strings.Contains(k.Name, "_bf16_e4m3_d") {
-					t.Errorf("%s: kernel %+v, want an FMA _e4m3 kernel", name, k)
+				path := PathMMA
+				if d == wideHeadDim {
+					path = PathFMA
+				}
+				if !k.KVFP8 || k.Path != path || k.Persistent || !strings.Contains(k.Name, "_bf16_e4m3_d") {
+					t.Errorf("%s: kernel %+v, want an %v _e4m3 kernel", name, k, path)
 				}
 				if got.FoldsRoPE || got.RoPE {
 					t.Errorf("%s: folds RoPE", name)
 				}
-				grouped, split, _ := c.tile(PathAuto, 4)
-				g := gpuSize{sms: dev.SMs, groupedPerSM: dev.ProgramsPerSM(grouped), splitPerSM: dev.ProgramsPerSM(split),
-					bw: bandwidthScale(dev.PeakBandwidth)}
-				want := gpuPlan(gpuPlanInput(lens, 32, 8, d, 1, 16, g), g)
-				if want.Kernel == SplitK {
-					want.NumPartitions = ceilDiv(int(longestContext(lens)), want.PartitionTokens)
-				}
-				if got.Plan != want {
-					t.Errorf("%s: plan %+v, want %+v (one byte an element)", name, got.Plan, want)
-				}
-				if gpuPlan(gpuPlanInput(lens, 32, 8, d, 2, 16, g), g).PartitionTokens != want.PartitionTokens {
-					differs++
+				// The plan on one-byte elements, on the auto path's kernels (the mma tile's 64 tokens hide
+				// the element size from every plan of this sweep; the FMA kernels', with NoNarrow, do not).
+				for _, noNarrow := range []bool{false, true} {
+					call := c
+					call.Tuning.NoNarrow = noNarrow
+					d2, err := Decide(call, dev)
+					if err != nil {
+						t.Fatalf("%s: NoNarrow %v: %v", name, noNarrow, err)
+					}
+					if noNarrow && d2.Kernel.Path != PathFMA {
+						t.Errorf("%s: NoNarrow: kernel %s, want the FMA path", name, d2.Kernel.Name)
+					}
+					grouped, split, _ := call.tile(PathAuto, 4)
+					g := gpuSize{sms: dev.SMs, groupedPerSM: dev.ProgramsPerSM(grouped), splitPerSM: dev.ProgramsPerSM(split),
+						bw: bandwidthScale(dev.PeakBandwidth)}
+					want := gpuPlan(gpuPlanInput(lens, 32, 8, d, 1, 16, g), g)
+					if want.Kernel == SplitK {
+						want.NumPartitions = ceilDiv(int(longestContext(lens)), want.PartitionTokens)
+					}
+					if d2.Plan != want {
+						t.Errorf("%s: NoNarrow %v: plan %+v, want %+v (one byte an element)", name, noNarrow, d2.Plan, want)
+					}
+					if gpuPlan(gpuPlanInput(lens, 32, 8, d, 2, 16, g), g).PartitionTokens != want.PartitionTokens {
+						differs++
+					}
 				}
 
 				mma := c
 				mma.Path = PathMMA
-				if _, err := Decide(mma, dev); !errors.Is(err, ErrUnsupported) {
-					t.Errorf("%s: mma path: %v, want ErrUnsupported", name, err)
+				if _, err := Decide(mma, dev); d == wideHeadDim && !errors.Is(err, ErrUnsupported) || d != wideHeadDim && err != nil {
+					t.Errorf("%s: mma path: %v", name, err)
 				}
 				if d != wideHeadDim {
 					rope := c

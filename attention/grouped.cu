@@ -74,6 +74,21 @@ DECODE_GROUPED_FMA_E4M3(__half, fp16, 64, 8)
 DECODE_GROUPED_FMA_E4M3(__half, fp16, 128, 8)
 DECODE_GROUPED_FMA_E4M3(__half, fp16, 256, 8)
 
+// FP8 KV pages on the mma path, the narrow tile (groups of up to 8 heads), head_dim 64 and 128: the
+// stages hold the codes and each tile is converted to T before its mma (decode_mma's KV):
+// DecodeGrouped_mma_<dtype>_e4m3_d<head_dim>_n8.
+#define DECODE_GROUPED_MMA_E4M3(T, TN, D)                                                                       \
+	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                   \
+	    DecodeGrouped_mma_##TN##_e4m3_d##D##_n8(const DecodeParams p) {                                      \
+		decode_mma<T, D, 0, false, DECODE_STAGES, 4, E4M3Code>(p);                                      \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_e4m3_d##D##_n8_smem =                                 \
+	    mma_smem_bytes<T, D, 0, DECODE_STAGES, 4, E4M3Code>();
+DECODE_GROUPED_MMA_E4M3(__nv_bfloat16, bf16, 64)
+DECODE_GROUPED_MMA_E4M3(__nv_bfloat16, bf16, 128)
+DECODE_GROUPED_MMA_E4M3(__half, fp16, 64)
+DECODE_GROUPED_MMA_E4M3(__half, fp16, 128)
+
 // The persistent grouped kernel (decode_mma_persistent): grid min(items, SMs × programs per SM), groups
 // of up to 16 heads (up to 8 on the narrow tile). Entry points DecodeGroupedPersistent_mma_<dtype>_d<head_dim>
 // and DecodeGroupedPersistent_mma_<dtype>_d<head_dim>_n8.

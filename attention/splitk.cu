@@ -76,6 +76,21 @@ DECODE_SPLITK_FMA_E4M3(__half, fp16, 64, 8)
 DECODE_SPLITK_FMA_E4M3(__half, fp16, 128, 8)
 DECODE_SPLITK_FMA_E4M3(__half, fp16, 256, 8)
 
+// FP8 KV pages on the mma path, the narrow tile (groups of up to 8 heads), head_dim 64 and 128: the
+// stages hold the codes and each tile is converted to T before its mma (decode_mma's KV):
+// DecodeSplitK_mma_<dtype>_e4m3_d<head_dim>_n8.
+#define DECODE_SPLITK_MMA_E4M3(T, TN, D)                                                                       \
+	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                   \
+	    DecodeSplitK_mma_##TN##_e4m3_d##D##_n8(const DecodeParams p) {                                      \
+		decode_mma<T, D, 0, true, DECODE_STAGES, 4, E4M3Code>(p);                                      \
+	}                                                                                                     \
+	extern "C" __device__ int DecodeSplitK_mma_##TN##_e4m3_d##D##_n8_smem =                                 \
+	    mma_smem_bytes<T, D, 0, DECODE_STAGES, 4, E4M3Code>();
+DECODE_SPLITK_MMA_E4M3(__nv_bfloat16, bf16, 64)
+DECODE_SPLITK_MMA_E4M3(__nv_bfloat16, bf16, 128)
+DECODE_SPLITK_MMA_E4M3(__half, fp16, 64)
+DECODE_SPLITK_MMA_E4M3(__half, fp16, 128)
+
 // splitk_reduce: one program per (sequence, query head), thread d owns output element d.
 template <typename T, int D> __device__ __forceinline__ void splitk_reduce(const DecodeParams &p) {
 	decode_pdl_enter();

@@ -12,7 +12,7 @@ import (
 
 // TestCUDAConcurrentFP8KV runs TestCUDAConcurrentBF16's requests on the head-64 model with an FP8 KV
 // cache (--kv-cache-dtype fp8) in float32 and in bfloat16: the engine serves them to the end over the
-// GPU's e4m3 pages (the RoPE kernel quantizing, the decode kernels' FMA _e4m3 entry points and the
+// GPU's e4m3 pages (the RoPE kernel quantizing, the decode kernels' _e4m3 entry points and the
 // prefill kernel reading), the pool holds every block again afterwards, and batching changes a
 // request's tokens only at near-ties: batching changes which kernel computes a token's products, so a
 // K or V element may round to a neighbouring e4m3 code; a request may differ from its run alone only

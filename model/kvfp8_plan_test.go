@@ -8,7 +8,7 @@ import (
 
 // TestPlanFP8KV: with an FP8 KV cache (stepFacts.kvFP8) only the RoPE kernel writes the pages, so every
 // RoPE op runs (no Q/K/V product's RoPE epilogue, no rotation in decode attention), and decode attention
-// runs the FMA kernels over e4m3 pages; over bf16 pages the same steps fuse the rotation somewhere (the
+// runs its _e4m3 kernels; over bf16 pages the same steps fuse the rotation somewhere (the
 // case the rule changes). Decode steps of 1, 8 and 32 rows, eager and graphs, and a prefill step.
 func TestPlanFP8KV(t *testing.T) {
 	for _, m := range []planModel{planLlama3_8B, planLlama32_1B, planQwen3_8B, planGemma3_12B} {

@@ -197,7 +197,7 @@ type stepFacts struct {
 	numHeads, numKVHeads, blockSize int
 	attnDType                       attention.DType
 	// kvFP8: the KV pages hold e4m3 codes (an FP8 KV cache): only the RoPE kernel writes them (no RoPE
-	// epilogue of the Q/K/V product or of decode attention) and decode attention runs its FMA kernels.
+	// epilogue of the Q/K/V product or of decode attention) and decode attention runs its _e4m3 kernels.
 	kvFP8 bool
 	tune  gemvTuning
 }
