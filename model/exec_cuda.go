@@ -22,6 +22,7 @@ func (b *cudaBackend) facts() stepFacts {
 		gemmSwiGLU: b.gemm != nil && b.gemm.swiglu,
 		fp8Lt:      b.fp8.lt != nil,
 		fp8MMA:     b.fp8.mma[0] != nil,
+		fp8Gemm:    b.fp8.gemm[0] != nil,
 		normFold:   b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),
 		decodeKernels: b.decodeFits && b.decode != nil,
 		numHeads:      sh.NumHeads, numKVHeads: sh.NumKVHeads, blockSize: sh.BlockSize,
@@ -194,7 +195,7 @@ func (b *cudaBackend) normSlot(i int) cuda.DevicePtr {
 }
 
 func (b *cudaBackend) runMatMul(op *stepOp, a *opArgs, p *opPlan) error {
-	if p.mm.path == pathFP8 || p.mm.path == pathFP8Lt {
+	if p.mm.path.fp8() {
 		return b.runFP8(op, a, p)
 	}
 	if err := b.runProduct(op, a, p); err != nil || !p.bias {

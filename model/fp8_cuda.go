@@ -49,7 +49,13 @@ type fp8State struct {
 	// load it.
 	mma    [4]*cuda.Function
 	mmaMod *cuda.Module
-	scale  *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
+	// gemm is GemmBulk_e4m3_nt<NT> (kernels/gemm_sm90.cu, module gemmMod), by 16-token tiles (1 … 4): the
+	// products of 9-64 rows on Hopper's e4m3 wgmma (pathFP8Gemm); nil elsewhere, or where the driver did
+	// not load it. gemmShare is the shared memory a block may have.
+	gemm      [4]*cuda.Function
+	gemmMod   *cuda.Module
+	gemmShare int
+	scale     *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
 	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
 	norm, swiglu *cuda.Function
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
@@ -176,6 +182,9 @@ func (b *cudaBackend) loadFP8() error {
 		if err := b.loadFP8MMA(); err != nil {
 			slog.Warn("cuda backend: no e4m3 mma kernel; the FP8 kernel converts its codes to f16", "err", err)
 		}
+		if err := b.loadFP8Gemm(); err != nil {
+			slog.Warn("cuda backend: no e4m3 skinny GEMM; FP8 products of 9-64 rows run on cuBLASLt", "err", err)
+		}
 	}
 	b.fp8.quantize = q
 	return nil
@@ -194,6 +203,28 @@ func (b *cudaBackend) loadFP8MMA() error {
 		}
 	}
 	b.fp8.mma, b.fp8.mmaMod = fns, mod
+	return nil
+}
+
+// loadFP8Gemm loads the skinny GEMM's e4m3 entry points (kernels.GemmSM90PTX, compiled by the driver;
+// its own module: the 16-bit GEMM's exists only for 16-bit compute dtypes).
+func (b *cudaBackend) loadFP8Gemm() error {
+	mod, err := b.dev.LoadModule(kernels.GemmSM90PTX)
+	if err != nil {
+		return err
+	}
+	share := b.dev.Info().SharedPerBlockOptin
+	var fns [4]*cuda.Function
+	for i := range fns {
+		fns[i], err = mod.Function(fmt.Sprintf("GemmBulk_e4m3_nt%d", i+1))
+		if err == nil {
+			err = fns[i].SetMaxDynamicShared(share)
+		}
+		if err != nil {
+			return errors.Join(err, mod.Unload())
+		}
+	}
+	b.fp8.gemm, b.fp8.gemmMod, b.fp8.gemmShare = fns, mod, share
 	return nil
 }
 
@@ -341,6 +372,10 @@ func (b *cudaBackend) freeFP8() error {
 		err = errors.Join(err, b.fp8.mmaMod.Unload())
 		b.fp8.mma, b.fp8.mmaMod = [4]*cuda.Function{}, nil
 	}
+	if b.fp8.gemmMod != nil {
+		err = errors.Join(err, b.fp8.gemmMod.Unload())
+		b.fp8.gemm, b.fp8.gemmMod = [4]*cuda.Function{}, nil
+	}
 	if b.fp8.lt != nil {
 		err = errors.Join(err, b.fp8.lt.Destroy())
 		b.fp8.lt = nil
@@ -418,6 +453,9 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		// cuBLASLt's kernel is not launched as a dependent: this one waits for it the ordinary way.
 		return b.launchScaleE4M3(s)
 	}
+	if p.mm.path == pathFP8Gemm {
+		return b.launchFP8Gemm(op, a, rows)
+	}
 	nt := 3 // token tiles of fp8TileRows: 1, 2, 4 or 8 per block
 	switch {
 	case rows <= fp8TileRows:
@@ -465,4 +503,39 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		fn, params.Residual, params.Cols = b.fp8.swiglu, a.x.ptr, int32(op.out)
 	}
 	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(int(params.Cols))}, 0, &params)
+}
+
+// launchFP8Gemm queues the FP8 product of rows (at most gemvMaxTokens) token rows, their codes and scales
+// in the workspace, on the skinny GEMM's e4m3 entry point (kernels/gemm_sm90.cu): y = (xq · wᵀ)·sx·sw +
+// bias, shaped by planFP8Gemm over chunks of 128 codes.
+func (b *cudaBackend) launchFP8Gemm(op *stepOp, a *opArgs, rows int) error {
+	f := a.w.fp8
+	nt := (rows + 15) / 16
+	if nt < 1 || nt > len(b.fp8.gemm) || b.fp8.gemm[nt-1] == nil {
+		return fmt.Errorf("cuda backend: FP8 skinny GEMM of %d rows: not loaded or too many rows", rows)
+	}
+	facts := b.facts()
+	plan, most := facts.fp8GemmPlan(op.out, f.colsPad)
+	stages := gemmStages(plan.wg, nt, most, b.fp8.gemmShare)
+	if stages == 0 {
+		return fmt.Errorf("cuda backend: FP8 skinny GEMM: %d warpgroups × %d token tiles do not fit %d bytes of shared memory",
+			plan.wg, nt, b.fp8.gemmShare)
+	}
+	kp := int64(f.colsPad)
+	wmap, err := b.dev.EncodeTiled(cuda.E4M3, a.w.ptr, []int64{kp, int64(f.rowsPad)}, []int64{kp}, []int{fp8GemmChunk, 64 * plan.wg})
+	if err != nil {
+		return err
+	}
+	xmap, err := b.dev.EncodeTiled(cuda.E4M3, b.fp8.codes, []int64{kp, int64(rows)}, []int64{kp}, []int{fp8GemmChunk, 16 * nt})
+	if err != nil {
+		return err
+	}
+	p := gemmParams{WMap: wmap, XMap: xmap, Y: a.d.ptr, M: int32(rows), N: int32(op.out), K: int32(f.colsPad),
+		Stages: int32(stages), Flags: int32(b.tune.GemmFlags), SX: b.fp8.scales, SW: f.scales}
+	if a.bias != nil {
+		p.Bias = a.bias.ptr
+	}
+	grid := cuda.Dim3{X: gemmBlocks(op.out, plan), Y: plan.ks}
+	return cuda.LaunchCluster(b.fp8.gemm[nt-1], grid, cuda.Dim3{X: 128*plan.wg + 32}, cuda.Dim3{X: 1, Y: plan.ks},
+		1024+stages*(gemmSlot(plan.wg, nt)+16), b.stream, b.usePDL(), &p)
 }

@@ -132,8 +132,12 @@ func TestCUDAFP8MatMul(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v, e4m3 mma kernel %v", dt, b.fp8.lt != nil,
-			b.fp8.ltScaled, b.fp8.mma[0] != nil)
+		t.Logf("%v: cuBLASLt loaded %v, its outer-vector scales used %v, e4m3 mma kernel %v, e4m3 GEMM %v", dt,
+			b.fp8.lt != nil, b.fp8.ltScaled, b.fp8.mma[0] != nil, b.fp8.gemm[0] != nil)
+		if info := dev.Info(); info.Major == 9 && info.Minor == 0 && (b.fp8.mma[0] == nil || b.fp8.gemm[0] == nil) {
+			t.Fatalf("compute capability 9.0 without the e4m3 mma kernel (%v) or the e4m3 GEMM (%v)",
+				b.fp8.mma[0] != nil, b.fp8.gemm[0] != nil)
+		}
 		mma := b.fp8.mma
 		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
 			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
@@ -145,8 +149,9 @@ func TestCUDAFP8MatMul(t *testing.T) {
 					static    float32
 					bias      bool
 				}{{false, 0, false}, {true, 0, true}, {false, 0.01, true}, {true, 0.01, false}} {
-					for _, path := range []matmulPath{pathFP8, pathFP8Lt} {
-						if path == pathFP8Lt && (rows <= fp8KernelMaxRows || b.fp8.lt == nil) {
+					for _, path := range []matmulPath{pathFP8, pathFP8Lt, pathFP8Gemm} {
+						if path == pathFP8Lt && (rows <= fp8KernelMaxRows || b.fp8.lt == nil) ||
+							path == pathFP8Gemm && (rows > gemvMaxTokens || b.fp8.gemm[0] == nil) {
 							continue
 						}
 						// On Hopper: the e4m3 mma kernel, then the f16 one the other GPUs run.
@@ -168,6 +173,40 @@ func TestCUDAFP8MatMul(t *testing.T) {
 						b.fp8.mma = mma
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestCUDAFP8GemmShapes runs the skinny GEMM's e4m3 kernel (pathFP8Gemm) at launch shapes the small
+// products of TestCUDAFP8MatMul never plan: blocks of 1, 2 and 4 warpgroups, k split over clusters of up
+// to 8 blocks (the partial tiles summed through distributed shared memory), ragged rows and columns,
+// against the float64 reference as there.
+func TestCUDAFP8GemmShapes(t *testing.T) {
+	dev := gpuDevice(t)
+	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeBF16, dev: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.loadFP8(); err != nil {
+		t.Fatal(err)
+	}
+	if b.fp8.gemm[0] == nil {
+		if info := dev.Info(); info.Major == 9 && info.Minor == 0 {
+			t.Fatal("compute capability 9.0 without the e4m3 GEMM")
+		}
+		t.Skipf("no e4m3 GEMM on %s (Hopper only)", dev.Info().Name)
+	}
+	rng := rand.New(rand.NewPCG(44, 9))
+	for _, sh := range []struct{ n, k int }{{500, 2048}, {1024, 960}} {
+		for _, launch := range []gemmShape{{1, 1}, {2, 2}, {4, 8}, {1, 8}, {3, 3}} {
+			for _, rows := range []int{9, 33, 64} {
+				t.Run(fmt.Sprintf("n%d_k%d/wg%d_ks%d/rows%d", sh.n, sh.k, launch.wg, launch.ks, rows), func(t *testing.T) {
+					b.tune.GemmWarps, b.tune.GemmKS = launch.wg, launch.ks
+					defer func() { b.tune.GemmWarps, b.tune.GemmKS = 0, 0 }()
+					checkFP8Product(t, b, weights.DTypeBF16, rng, rows, sh.n, sh.k, false, 0, true, pathFP8Gemm)
+				})
 			}
 		}
 	}
@@ -267,7 +306,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 				continue
 			}
 			tol := bound[r][o] * 0x1p-14
-			if path == pathFP8Lt || b.fp8.mma[0] != nil { // e4m3 tensor-core partial sums
+			if path == pathFP8Lt || path == pathFP8Gemm || b.fp8.mma[0] != nil { // e4m3 tensor-core partial sums
 				tol = bound[r][o] * cuda.LtE4M3Tolerance
 			}
 			if bias != nil {
@@ -464,7 +503,7 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 						return b.runFP8(op, &opArgs{d: y, x: x, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}})
 					}
 				}
-				var stepUS, bf16US, ltUS, cvtUS, gemmUS, scaleUS, hotUS float64
+				var stepUS, bf16US, ltUS, cvtUS, gemmUS, scaleUS, hotUS, wgmmaUS float64
 				var err error
 				for bb.Loop() {
 					if stepUS, err = deviceMicros(b, reps, run(pathFP8)); err != nil {
@@ -487,6 +526,11 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 					}
 					if m > fp8KernelMaxRows && b.fp8.lt != nil {
 						if ltUS, err = deviceMicros(b, reps, run(pathFP8Lt)); err != nil {
+							bb.Fatal(err)
+						}
+					}
+					if m > fp8KernelMaxRows && m <= gemvMaxTokens && b.fp8.gemm[0] != nil { // the skinny GEMM's e4m3 kernel
+						if wgmmaUS, err = deviceMicros(b, reps, run(pathFP8Gemm)); err != nil {
 							bb.Fatal(err)
 						}
 					}
@@ -536,6 +580,10 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 				}
 				if ltUS > 0 && m < prefill {
 					bb.ReportMetric(ltUS, "lt-step-us")
+				}
+				if wgmmaUS > 0 {
+					bb.ReportMetric(wgmmaUS, "gemm-step-us")
+					bb.ReportMetric(100*float64(bytes)/((wgmmaUS-quantUS)*1e-6)/bw, "gemm-%copy-bw")
 				}
 				if m == prefill {
 					flops := 2 * float64(m) * float64(sh.n) * float64(sh.k)
@@ -683,6 +731,92 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 						}
 					}
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkCUDAFP8GemmShapes sweeps the skinny GEMM's e4m3 kernel (pathFP8Gemm) over launch shapes
+// (warpgroups a block, k split, ring slots) for Llama-3-8B's FP8 products at 16 and 64 rows, input
+// already quantized: the product's µs and share of the copy bandwidth per shape, the planned shape's,
+// and cuBLASLt's GEMM with its scaling pass beside them (docs/bench/fp8-h200.md).
+func BenchmarkCUDAFP8GemmShapes(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeBF16)
+	if err := b.loadFP8(); err != nil {
+		bb.Fatal(err)
+	}
+	if b.fp8.gemm[0] == nil {
+		bb.Skip("no e4m3 GEMM (Hopper only)")
+	}
+	bw := copyBandwidth(bb)
+	rng := rand.New(rand.NewPCG(5, 8))
+	for _, sh := range gemvBenchShapes {
+		if !strings.HasPrefix(sh.name, "8b-") || sh.name == "8b-lmhead" {
+			continue
+		}
+		bytes := int64(sh.n) * int64(sh.k)
+		fw := &FP8Weight{Name: sh.name, Rows: sh.n, Cols: sh.k, Codes: make([]byte, bytes), Scales: make([]float32, sh.n)}
+		for i := range fw.Codes {
+			fw.Codes[i] = byte(rng.IntN(256)) & 0xbf
+		}
+		for i := range fw.Scales {
+			fw.Scales[i] = 0.01
+		}
+		ws := make([]*cudaWeight, int(max(2, (256<<20+bytes-1)/bytes)))
+		for i := range ws {
+			w, err := b.UploadFP8(fw)
+			if err != nil {
+				bb.Fatal(err)
+			}
+			ws[i] = w.Data.(*cudaWeight)
+		}
+		const rows = 64
+		y := newDeviceTensor(bb, b, rows, sh.n)
+		if err := b.ensureFP8Workspace(rows, ws[0].fp8.colsPad); err != nil {
+			bb.Fatal(err)
+		}
+		op := &stepOp{kind: opMatMul, out: sh.n, in: sh.k, fp8: true}
+		for _, m := range []int{16, rows} {
+			run := func(path matmulPath) func(i int) error {
+				return func(i int) error {
+					return b.runFP8(op, &opArgs{d: y, x: y, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}, fp8Quantized: true})
+				}
+			}
+			measure := func(bb *testing.B, path matmulPath) float64 {
+				us, err := deviceMicros(b, 50, run(path))
+				if err != nil {
+					bb.Fatal(err)
+				}
+				bb.ReportMetric(us, "us")
+				bb.ReportMetric(100*float64(bytes)/(us*1e-6)/bw, "%copy-bw")
+				return us
+			}
+			var ltUS float64
+			bb.Run(fmt.Sprintf("%s/m=%d/cublaslt", sh.name, m), func(bb *testing.B) {
+				for bb.Loop() {
+					ltUS = measure(bb, pathFP8Lt)
+				}
+			})
+			f := b.facts()
+			planned, stages := f.fp8GemmPlan(sh.n, ws[0].fp8.colsPad)
+			bb.Run(fmt.Sprintf("%s/m=%d/planned-wg%d-ks%d-st%d", sh.name, m, planned.wg, planned.ks, stages), func(bb *testing.B) {
+				for bb.Loop() {
+					us := measure(bb, pathFP8Gemm)
+					bb.ReportMetric(ltUS/us, "lt/gemm")
+				}
+			})
+			for _, wg := range []int{1, 2, 4} {
+				for _, ks := range []int{1, 2, 4, 8} {
+					for _, stages := range []int{2, 3, 4, 8} {
+						bb.Run(fmt.Sprintf("%s/m=%d/wg%d-ks%d-st%d", sh.name, m, wg, ks, stages), func(bb *testing.B) {
+							b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages = wg, ks, stages
+							defer func() { b.tune.GemmWarps, b.tune.GemmKS, b.tune.GemmStages = 0, 0, 0 }()
+							for bb.Loop() {
+								measure(bb, pathFP8Gemm)
+							}
+						})
+					}
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ package model
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/model/kernels"
@@ -15,16 +16,18 @@ import (
 // memory; the warps that multiply never load from global memory.
 
 // gemmParams mirrors GemmParams in kernels/gemm_sm90.cu field for field (the tensor maps at offsets 0 and
-// 128; the kernel's parameter is 320 bytes, 64-byte aligned).
+// 128; the kernel's parameter is 320 bytes, 64-byte aligned). SX, SW and Bias serve FP8 weights only.
 type gemmParams struct {
-	WMap, XMap cuda.TensorMap
-	Y, Act     cuda.DevicePtr
-	M, N, K    int32
-	Accumulate int32
-	Stages     int32
-	Flags      int32
-	_          [6]int32
+	WMap, XMap   cuda.TensorMap
+	Y, Act       cuda.DevicePtr
+	M, N, K      int32
+	Accumulate   int32
+	Stages       int32
+	Flags        int32
+	SX, SW, Bias cuda.DevicePtr
 }
+
+var _ [320]byte = [unsafe.Sizeof(gemmParams{})]byte{} // the kernel's parameter size
 
 // gemmParams.Flags' bits for the SwiGLU and argmax epilogues.
 const (

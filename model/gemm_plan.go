@@ -15,6 +15,10 @@ const (
 	gemmMaxGroups  = 4
 )
 
+// fp8GemmChunk is the k elements (e4m3 codes) of one ring slot of the skinny GEMM's FP8 kernel: a tile
+// row of gemmPitch bytes.
+const fp8GemmChunk = gemmPitch
+
 // gemmSlot is a ring slot's bytes for wg consumer warpgroups and nt token tiles.
 func gemmSlot(wg, nt int) int { return (64*wg + 16*nt) * gemmPitch }
 
@@ -72,6 +76,24 @@ func planGemm(n, chunks, sms int) gemmShape {
 func planSwiGLU(plan gemmShape) gemmShape {
 	return gemmShape{wg: min(gemmMaxGroups, (plan.wg+1)/2*2), ks: 1}
 }
+
+// planFP8Gemm shapes an FP8 product of n rows and chunks k-chunks (of fp8GemmChunk codes) on sms SMs, at
+// up to fp8GemmMaxRows token rows: blocks of one warpgroup (64 weight rows; small blocks let several
+// share an SM), k split in two, four or eight until the blocks outnumber the SMs (each split walking at
+// least gemmMinSteps chunks). The fastest shapes of BenchmarkCUDAFP8GemmShapes's sweep for Llama-3-8B's
+// products at 16 rows on the H200, or within 7% of them (docs/bench/fp8-h200.md).
+func planFP8Gemm(n, chunks, sms int) gemmShape {
+	tiles := (n + 63) / 64
+	ks := 1
+	for ks < gemmMaxCluster && tiles*ks < sms && chunks/(2*ks) >= gemmMinSteps {
+		ks *= 2
+	}
+	return gemmShape{wg: 1, ks: ks}
+}
+
+// fp8GemmStages is the ring's slots of an FP8 product's blocks: four, so that a few blocks share an SM
+// (BenchmarkCUDAFP8GemmShapes).
+const fp8GemmStages = 4
 
 // gemmMinSteps is the fewest k chunks a block of a split product walks.
 const gemmMinSteps = 8

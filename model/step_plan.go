@@ -103,6 +103,9 @@ type gemvTuning struct {
 	// FP8NoFuse keeps an FP8 product's input quantization a kernel of its own (QuantizeE4M3) instead of
 	// fusing it into the norm or SwiGLU that produces the input (linkOps).
 	FP8NoFuse bool
+	// FP8NoGemm keeps FP8 products of 9-64 rows off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt
+	// then, as on GPUs without it.
+	FP8NoGemm bool
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -185,6 +188,8 @@ type stepFacts struct {
 	// fp8MMA: the FP8 kernel runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads the input's
 	// codes, not their f16 values.
 	fp8MMA bool
+	// fp8Gemm: the skinny GEMM's e4m3 kernel is loaded (Hopper: kernels/gemm_sm90.cu).
+	fp8Gemm bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
 	normFold  bool
@@ -278,15 +283,19 @@ func swigluFits(out int) bool { return out%16 == 0 }
 type matmulPath uint8
 
 const (
-	pathGemv   matmulPath = iota // the skinny product (kernels/gemv.cu): up to MaxTokens rows, 16-bit weights
-	pathGemm                     // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
-	pathCuBLAS                   // cuBLAS GemmEx: everything else
-	pathFP8                      // an FP8 weight's product (kernels/fp8.cu)
-	pathFP8Lt                    // an FP8 weight's product on cuBLASLt's e4m3 GEMM (fp8_cuda.go)
+	pathGemv    matmulPath = iota // the skinny product (kernels/gemv.cu): up to MaxTokens rows, 16-bit weights
+	pathGemm                      // the skinny GEMM (kernels/gemm_sm90.cu): up to gemvMaxTokens rows, large products
+	pathCuBLAS                    // cuBLAS GemmEx: everything else
+	pathFP8                       // an FP8 weight's product (kernels/fp8.cu)
+	pathFP8Lt                     // an FP8 weight's product on cuBLASLt's e4m3 GEMM (fp8_cuda.go)
+	pathFP8Gemm                   // an FP8 weight's product on the skinny GEMM's e4m3 kernel (kernels/gemm_sm90.cu)
 )
 
+// fp8 reports whether the path is an FP8 weight's (runFP8 runs it).
+func (p matmulPath) fp8() bool { return p == pathFP8 || p == pathFP8Lt || p == pathFP8Gemm }
+
 func (p matmulPath) String() string {
-	return [...]string{"gemv", "gemm", "cublas", "fp8", "fp8-cublaslt"}[p]
+	return [...]string{"gemv", "gemm", "cublas", "fp8", "fp8-cublaslt", "fp8-gemm"}[p]
 }
 
 // fp8KernelMaxRows is the most token rows an FP8 product runs on the FP8 kernel by default (fp8Path).
@@ -311,10 +320,21 @@ func readsX16(path matmulPath, rows int, mma bool) bool {
 	return path == pathFP8 && rows <= fp8TileRows && !mma
 }
 
-// fp8Path is the path of an FP8 product of out rows at rows token rows: cuBLASLt's GEMM where it is
-// loaded, from FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its
-// output's rows 16-byte aligned); the FP8 kernel otherwise.
+// fp8GemmMaxRows is the most token rows an FP8 product runs on the skinny GEMM's e4m3 kernel (fp8Path):
+// one tile of 16. At 16 rows it is faster than cuBLASLt with its scaling pass for each of Llama-3-8B's
+// products; at 64 it is slower for all but gate/up: its blocks of 64 weight rows read as many bytes of
+// activations as of weights there (BenchmarkCUDAFP8GemmShapes, docs/bench/fp8-h200.md).
+const fp8GemmMaxRows = 16
+
+// fp8Path is the path of an FP8 product of out rows at rows token rows: past fp8KernelMaxRows rows, the
+// skinny GEMM's e4m3 kernel up to fp8GemmMaxRows rows where it is loaded (it streams the weights once
+// through the copy engine and needs no scaling pass); cuBLASLt's GEMM where it is loaded, from
+// FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its output's rows
+// 16-byte aligned); the FP8 kernel otherwise.
 func (f *stepFacts) fp8Path(rows, out int) matmulPath {
+	if f.fp8Gemm && !f.tune.FP8NoGemm && rows > fp8KernelMaxRows && rows <= fp8GemmMaxRows {
+		return pathFP8Gemm
+	}
 	least := f.tune.FP8LtRows
 	if least == 0 {
 		least = fp8KernelMaxRows + 1
@@ -323,6 +343,20 @@ func (f *stepFacts) fp8Path(rows, out int) matmulPath {
 		return pathFP8Lt
 	}
 	return pathFP8
+}
+
+// fp8GemmPlan is the skinny GEMM's launch shape of an FP8 product of out rows over kp columns (codes),
+// and its ring's slots: planFP8Gemm's, or the one the tuning forces.
+func (f *stepFacts) fp8GemmPlan(out, kp int) (gemmShape, int) {
+	chunks := (kp + fp8GemmChunk - 1) / fp8GemmChunk
+	stages := f.tune.GemmStages
+	if stages <= 0 {
+		stages = fp8GemmStages
+	}
+	if f.gemmForced() {
+		return gemmShape{wg: f.tune.GemmWarps, ks: max(1, min(f.tune.GemmKS, chunks))}, stages
+	}
+	return planFP8Gemm(out, chunks, f.sms), stages
 }
 
 // productSplit is how a product on cuBLAS is split into parts computed by one strided-batched call.
@@ -853,7 +887,7 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 		on   bool
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
-		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}} {
+		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}

@@ -555,7 +555,8 @@ func TestSplitOf(t *testing.T) {
 
 // TestPlanFP8 plans Llama-3-8B's and Qwen2.5's steps with FP8 Linear layers (the LM head in bfloat16, as
 // Load keeps it) at decode and prefill sizes: every FP8 product runs the FP8 kernels at its rows (its
-// own kernel up to fp8KernelMaxRows rows, cuBLASLt beyond), adds its own bias and takes no epilogue, accumulation,
+// own kernel up to fp8KernelMaxRows rows; beyond, the skinny GEMM's e4m3 kernel up to fp8GemmMaxRows rows
+// where it is loaded and not tuned off, cuBLASLt otherwise), adds its own bias and takes no epilogue, accumulation,
 // split or folded norm, so the ops around it (norms, RoPE, SwiGLU) run kernels of their own; the input
 // norms and SwiGLU write the Q/K/V, gate/up and down products' inputs quantized (O's comes from
 // attention: the product quantizes it), unless FP8NoFuse; the LM head keeps its bfloat16 plan (the
@@ -563,11 +564,14 @@ func TestSplitOf(t *testing.T) {
 func TestPlanFP8(t *testing.T) {
 	for _, m := range []planModel{planLlama3_8B, planQwen25_7B} {
 		for _, tc := range []struct {
-			rows   int
-			noFuse bool
-		}{{1, false}, {8, false}, {9, false}, {16, false}, {64, false}, {512, false}, {1, true}, {512, true}} {
+			rows            int
+			noFuse          bool
+			gemm, gemmTuned bool // the e4m3 GEMM loaded; tuned off (FP8NoGemm)
+		}{{1, false, true, false}, {8, false, true, false}, {9, false, false, false}, {9, false, true, false},
+			{16, false, true, false}, {16, false, true, true}, {64, false, false, false}, {64, false, true, false},
+			{65, false, true, false}, {512, false, true, false}, {1, true, false, false}, {512, true, false, false}} {
 			rows := tc.rows
-			t.Run(fmt.Sprintf("%s/%d/nofuse=%v", m.name, rows, tc.noFuse), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%d/nofuse=%v/gemm=%v,off=%v", m.name, rows, tc.noFuse, tc.gemm, tc.gemmTuned), func(t *testing.T) {
 				ops, at := recordedStep(m, rows, false)
 				for i := range ops {
 					if ops[i].kind == opMatMul && i != at["lmhead"] {
@@ -576,6 +580,7 @@ func TestPlanFP8(t *testing.T) {
 				}
 				f := planFacts("h200", m)
 				f.fp8Lt, f.tune.FP8NoFuse = true, tc.noFuse
+				f.fp8Gemm, f.tune.FP8NoGemm = tc.gemm, tc.gemmTuned
 				st := stepShape{decode: rows <= 64, graph: rows <= 64, contextCap: 2048, stride: 128, pdl: rows <= 8}
 				plans := planStep(ops, 0, &f, &st)
 				for i, p := range plans {
@@ -586,7 +591,10 @@ func TestPlanFP8(t *testing.T) {
 					switch {
 					case op.kind == opMatMul && op.fp8:
 						want := pathFP8
-						if rows > fp8KernelMaxRows {
+						switch {
+						case rows > fp8KernelMaxRows && rows <= fp8GemmMaxRows && tc.gemm && !tc.gemmTuned:
+							want = pathFP8Gemm
+						case rows > fp8KernelMaxRows:
 							want = pathFP8Lt
 						}
 						if p.mm.path != want || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {

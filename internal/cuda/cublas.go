@@ -87,6 +87,9 @@ const (
 	Float32  DataType = 0  // CUDA_R_32F
 	Float16  DataType = 2  // CUDA_R_16F
 	BFloat16 DataType = 14 // CUDA_R_16BF
+	// E4M3 is an FP8 code (CUDA_R_8F_E4M3): GemmEx does not take it; tensor maps (EncodeTiled) and
+	// cuBLASLt's e4m3 GEMM do.
+	E4M3 DataType = 28
 )
 
 // Op says whether GemmEx uses a matrix as stored or transposed (cublasOperation_t).

@@ -8,7 +8,7 @@ package cuda
 #include <string.h>
 
 // cuTensorMapEncodeTiled (driver API of CUDA 12 and newer; cuda.h 11.8 here does not declare it), resolved
-// from the driver library at run time. The enums are plain ints: CUtensorMapDataType (FLOAT16 6,
+// from the driver library at run time. The enums are plain ints: CUtensorMapDataType (UINT8 0, FLOAT16 6,
 // BFLOAT16 9), CUtensorMapInterleave (NONE 0), CUtensorMapSwizzle (128B 3), CUtensorMapL2promotion
 // (L2_256B 3), CUtensorMapFloatOOBfill (NONE 0).
 typedef int (*gollm_tmap_encode_t)(void *map, int dtype, uint32_t rank, void *addr, const uint64_t *dims,
@@ -47,10 +47,11 @@ type TensorMap [128]byte
 
 var tmapBind = sync.OnceValue(func() bool { return C.gollm_tmap_bind() != 0 })
 
-// EncodeTiled describes a tensor of dt (Float16 or BFloat16) at base for the Hopper copy engine: dims
-// are its sizes (each ≤ 2³²), innermost (contiguous) first, strides the bytes between consecutive indices
-// of dims 1 … (multiples of 16, < 2⁴⁰), box the tile one copy reads, with the 128-byte swizzle (an
-// innermost box row of 128 bytes: box[0] · 2 = 128; every box side ≤ 256). A box running past the
+// EncodeTiled describes a tensor of dt (Float16, BFloat16, or E4M3: bytes) at base for the Hopper copy
+// engine: dims are its sizes (each ≤ 2³²), innermost (contiguous) first, strides the bytes between
+// consecutive indices of dims 1 … (multiples of 16, < 2⁴⁰), box the tile one copy reads, with the
+// 128-byte swizzle (an innermost box row of 128 bytes: box[0] elements of 2 bytes, or of 1 for E4M3;
+// every box side ≤ 256). A box running past the
 // tensor's edges is filled with zeros. Ranks 2 … 5. Needs a driver of CUDA 12 or newer and compute
 // capability 9.0 to use.
 //
@@ -74,16 +75,19 @@ func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) 
 		return m, errors.New("cuda: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer)")
 	}
 	var code C.int
+	size := 2 // bytes an element
 	switch dt {
 	case Float16:
 		code = 6
 	case BFloat16:
 		code = 9
+	case E4M3:
+		code, size = 0, 1
 	default:
 		return m, fmt.Errorf("cuda: tensor map of %v", dt)
 	}
 	rank := len(dims)
-	bad := rank < 2 || rank > 5 || len(strides) != rank-1 || len(box) != rank || box[0]*2 != 128 || uint64(base)%16 != 0
+	bad := rank < 2 || rank > 5 || len(strides) != rank-1 || len(box) != rank || box[0]*size != 128 || uint64(base)%16 != 0
 	var cd, cs [5]C.uint64_t
 	var cb [5]C.uint32_t
 	for i := 0; !bad && i < rank; i++ {

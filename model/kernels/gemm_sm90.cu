@@ -1,5 +1,7 @@
 // Skinny GEMM for decode steps of 9-64 token rows on the H100 (sm_90, PTX ISA 8.0): y[m][row] (+)=
-// Σ_k x[m][k] · w[row][k], w [n][k] and x [m][k] of T, y float. Bound by reading w once.
+// Σ_k x[m][k] · w[row][k], w [n][k] and x [m][k] of T, y float. Bound by reading w once. T is bf16, f16,
+// or E4M3 (FP8 weights: e4m3 codes of w and of the quantized input rows, y[m][row] = Σ · sx[m] · sw[row]
+// + bias[row]; see "FP8" below).
 //
 // Why this design (docs/bench/gemm-h100.md): copies through cp.async (LDGSTS) top out at 2.2-2.4 TB/s on
 // the H100, weights loaded straight into registers leave the mma in the loads' warps, unhidden, and 1-D
@@ -30,6 +32,15 @@
 // sums fragments f ≡ r (mod ks) over the cluster's blocks through distributed shared memory in the fixed
 // order 0 … ks-1 (deterministic) and writes them.
 //
+// FP8 (T = E4M3): a ring slot's rows are the same 128 bytes, 128 codes, and each wgmma (k32) takes the
+// same 32 bytes of a row as the 16-bit k16 one, so the ring, the tensor maps' boxes in bytes and the
+// descriptors do not change. The tensor cores add an e4m3 wgmma's products with a limited alignment
+// precision (about 13 fraction bits of the largest, as cuBLASLt's e4m3 GEMM and fp8_sm90.cu's mma), so
+// each chunk's four wgmma accumulate into a fresh register tile that is then added in float32 to the
+// thread's sums (DeepSeek-V3's promotion, every 128 columns). The scales and the bias apply once, where
+// the sums leave (k split included); the FP8 product neither accumulates nor runs an epilogue of SwiGLU
+// or argmax (its input rows are quantized by the op before it, which needs whole rows).
+//
 // This file needs PTX ISA 8.0 (cp.async.bulk.tensor, mbarrier expect_tx), newer than nvcc 11.8 emits:
 // build.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
 // load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled).
@@ -41,8 +52,8 @@ struct __align__(64) TmaDesc {
 };
 
 struct GemmParams {
-	TmaDesc wmap;   // w [n][k] of T, box 64 × 64·WG, 128-byte swizzle (SwiGLU: 4-D, box 64 × 8 × 2 × 4·WG)
-	TmaDesc xmap;   // x [m][k] of T, box 64 × 16·NT, 128-byte swizzle
+	TmaDesc wmap;   // w [n][k] of T, box 128 bytes × 64·WG, 128-byte swizzle (SwiGLU: 4-D, box 64 × 8 × 2 × 4·WG)
+	TmaDesc xmap;   // x [m][k] of T, box 128 bytes × 16·NT, 128-byte swizzle
 	float *y;       // [m][n]; argmax: the partial maxima [m][gridDim.x]
 	void *act;      // SwiGLU: [m][n/2] of T, written instead of y; argmax: their rows, int [m][gridDim.x]
 	int m, n, k;
@@ -51,9 +62,18 @@ struct GemmParams {
 	int flags;      // 8: weights' L2 policy evict_first; 16: SwiGLU epilogue; 32: argmax epilogue
 	                // (k whole, not accumulating); diagnostics (wrong results):
 	                // 1 no activation copies, 2 no mma, 4 no k-split sum, 1024 no output written
+	const float *sx;   // E4M3: [m] the input rows' scales
+	const float *sw;   // E4M3: [≥ n] the weight rows' scales
+	const float *bias; // E4M3: [n], or null
 };
 
-constexpr int GB_CHUNK = 64; // k elements a ring slot: one 128-byte row
+// E4M3 is the element type of FP8 operands: one e4m3 code.
+struct E4M3 {
+	unsigned char code;
+};
+
+constexpr int GB_ROW = 128;  // bytes of a ring slot's tile row (the 128-byte swizzle's)
+constexpr int GB_CHUNK = 64; // k elements a ring slot of 16-bit operands (one 128-byte row); E4M3: 128
 constexpr int GB_MAX_CLUSTER = 8;
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
@@ -151,6 +171,41 @@ template <> struct Wgmma<T, 4> { \
 WGMMA(__nv_bfloat16, "bf16")
 WGMMA(__half, "f16")
 
+// Wgmma<E4M3, NT>::run is d += A·B of e4m3 operands, k 32 (the 32 bytes a 16-bit k16 step reads), in the
+// same layout. Both operands are K-major, the only form e4m3 has (no transpose immediates).
+template <> struct Wgmma<E4M3, 1> {
+	static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<E4M3, 2> {
+	static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<E4M3, 3> {
+	static __device__ __forceinline__ void run(float (&d)[24], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, p, 1, 1;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+		             : "l"(a), "l"(b));
+	}
+};
+template <> struct Wgmma<E4M3, 4> {
+	static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b) {
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+		             "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}"
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		             : "l"(a), "l"(b));
+	}
+};
+
 __device__ __forceinline__ unsigned gb_cluster_rank() {
 	unsigned r;
 	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -182,13 +237,16 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	const int rows = 16 * cw, row0 = rows * blockIdx.x;
 	const int stages = p.stages;
 	const unsigned ks = gb_cluster_size(), rank = gb_cluster_rank();
-	const int chunks = p.k / GB_CHUNK;
+	constexpr bool F8 = sizeof(T) == 1;
+	constexpr int CHUNK = GB_ROW / sizeof(T); // k elements a slot
+	// E4M3: k need not fill the last chunk (the copy engine zero-fills past the tensors' edges).
+	const int chunks = F8 ? (p.k + CHUNK - 1) / CHUNK : p.k / CHUNK;
 	const int c0 = (int)(rank * chunks / ks), steps = (int)((rank + 1) * chunks / ks) - c0;
 
 	// A slot: the weight tile (rows × 128 bytes), then the activation tile (16·NT × 128 bytes); the swizzle
 	// repeats every 1024 bytes, and every tile starts on such a boundary.
 	const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(gb_smem) + 1023) & ~1023u;
-	const uint32_t w_bytes = rows * 2 * GB_CHUNK, slot_bytes = w_bytes + 16 * NT * 2 * GB_CHUNK;
+	const uint32_t w_bytes = rows * GB_ROW, slot_bytes = w_bytes + 16 * NT * GB_ROW;
 	const uint32_t bars = smem + stages * slot_bytes; // full[stages], then empty[stages]
 	auto full = [&](int s) { return bars + 8 * s; };
 	auto empty = [&](int s) { return bars + 8 * (stages + s); };
@@ -207,7 +265,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	if (warp == cw) { // the producer: one thread
 		if (lane == 0) {
 			const bool no_x = p.flags & 1;
-			const unsigned bytes = slot_bytes - (no_x ? 16 * NT * 2 * GB_CHUNK : 0);
+			const unsigned bytes = slot_bytes - (no_x ? 16 * NT * GB_ROW : 0);
 			uint64_t policy = 0;
 			if (p.flags & 8) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 			// SwiGLU: the block's tile is the groups [cw·blockIdx.x, +cw) of 8 gate rows and their 8 up rows.
@@ -217,14 +275,14 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 				const uint32_t dst = smem + s * slot_bytes;
 				mbar_expect(full(s), bytes);
 				if (swiglu)
-					tma_load4d(dst, &p.wmap, (c0 + i) * GB_CHUNK, cw * blockIdx.x, full(s), policy, hint);
+					tma_load4d(dst, &p.wmap, (c0 + i) * CHUNK, cw * blockIdx.x, full(s), policy, hint);
 				else if (hint)
-					tma_load2d_hint(dst, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s), policy);
+					tma_load2d_hint(dst, &p.wmap, (c0 + i) * CHUNK, row0, full(s), policy);
 				else
-					tma_load2d(dst, &p.wmap, (c0 + i) * GB_CHUNK, row0, full(s));
+					tma_load2d(dst, &p.wmap, (c0 + i) * CHUNK, row0, full(s));
 			};
 			auto acts = [&](int i) {
-				if (!no_x) tma_load2d(smem + (i % stages) * slot_bytes + w_bytes, &p.xmap, (c0 + i) * GB_CHUNK, 0, full(i % stages));
+				if (!no_x) tma_load2d(smem + (i % stages) * slot_bytes + w_bytes, &p.xmap, (c0 + i) * CHUNK, 0, full(i % stages));
 			};
 			const int first = min(stages, steps);
 			for (int i = 0; i < first; i++) weights(i);
@@ -245,12 +303,26 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			mbar_wait(full(s), (i / stages) & 1);
 			const uint32_t slot = smem + s * slot_bytes;
 			if (!(p.flags & 2)) {
-				wgmma_fence();
+				if constexpr (F8) { // the chunk's sums in a fresh tile, then promoted (see the head)
+					float t[8 * NT];
 #pragma unroll
-				for (int kk = 0; kk < GB_CHUNK / 16; kk++)
-					Wgmma<T, NT>::run(acc, gmma_desc(slot + a_tile + 32 * kk), gmma_desc(slot + w_bytes + 32 * kk));
-				wgmma_commit();
-				wgmma_wait0();
+					for (int e = 0; e < 8 * NT; e++) t[e] = 0.f;
+					wgmma_fence();
+#pragma unroll
+					for (int kk = 0; kk < GB_ROW / 32; kk++)
+						Wgmma<T, NT>::run(t, gmma_desc(slot + a_tile + 32 * kk), gmma_desc(slot + w_bytes + 32 * kk));
+					wgmma_commit();
+					wgmma_wait0();
+#pragma unroll
+					for (int e = 0; e < 8 * NT; e++) acc[e] += t[e];
+				} else {
+					wgmma_fence();
+#pragma unroll
+					for (int kk = 0; kk < GB_CHUNK / 16; kk++)
+						Wgmma<T, NT>::run(acc, gmma_desc(slot + a_tile + 32 * kk), gmma_desc(slot + w_bytes + 32 * kk));
+					wgmma_commit();
+					wgmma_wait0();
+				}
 			}
 			__syncwarp();
 			if (lane == 0) mbar_arrive(empty(s));
@@ -261,11 +333,20 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	// Fragment f (0 … 2·NT-1) of a consumer thread: acc[4f … 4f+3], rows row0 + 16·warp + lane/4 (e = 0, 1)
 	// and + 8 (e = 2, 3), tokens 8f + 2·(lane % 4) + (e & 1).
 	constexpr int FRAGS = 2 * NT;
+	// out is the output of the sum v of token tok and row row (in range): E4M3's scaled, plus its bias.
+	auto out = [&](int tok, int row, float v) {
+		if constexpr (F8) {
+			v *= p.sx[tok] * p.sw[row];
+			if (p.bias != nullptr) v += p.bias[row];
+		}
+		return v;
+	};
 	auto put = [&](int f, int e, float v) {
 		const int row = row0 + 16 * warp + (lane >> 2) + (e >= 2 ? 8 : 0);
 		const int tok = 8 * f + 2 * (lane & 3) + (e & 1);
 		if (tok < p.m && row < p.n && !(p.flags & 1024)) {
 			float *dst = p.y + (long long)tok * p.n + row;
+			v = out(tok, row, v);
 			*dst = p.accumulate ? *dst + v : v;
 		}
 	};
@@ -301,7 +382,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 			}
 		}
 	};
-	if (p.flags & 16) { // SwiGLU (k whole): warp w's rows are gate rows 8·w + lane/4 (e < 2) and their up rows
+	if constexpr (!F8) if (p.flags & 16) { // SwiGLU (k whole): warp w's rows are gate rows 8·w + lane/4 (e < 2) and their up rows
 		__syncthreads(); // every warpgroup is done with the ring: it carries the act tile [16·NT][pitch] now
 		const int half = rows / 2, pitch = half + 8;
 		T *tile = reinterpret_cast<T *>(gb_smem + (smem - (uint32_t)__cvta_generic_to_shared(gb_smem)));
@@ -326,11 +407,14 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 #pragma unroll
 			for (int e = 0; e < 8 * NT; e++) {
 				const int r = 16 * warp + (lane >> 2) + ((e & 2) ? 8 : 0), tok = 8 * (e / 4) + 2 * (lane & 3) + (e & 1);
-				tile[tok * pitch + r] = acc[e];
+				if constexpr (F8) // scales read in range: the tile's rows and tokens past the product's are never written out
+					tile[tok * pitch + r] = out(min(tok, p.m - 1), min(row0 + r, p.n - 1), acc[e]);
+				else
+					tile[tok * pitch + r] = acc[e];
 			}
 		}
 		__syncthreads();
-		if (p.flags & 32) { // argmax: a warp a token scans the block's rows (ascending within a lane)
+		if constexpr (!F8) if (p.flags & 32) { // argmax: a warp a token scans the block's rows (ascending within a lane)
 			for (int tok = warp; tok < p.m; tok += cw + 1) {
 				float v = -INFINITY;
 				int i = 0x7fffffff;
@@ -387,7 +471,7 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 	gb_cluster_sync(); // no block leaves while another still reads its shared memory
 }
 
-// Entry points GemmBulk_<dtype>_nt<NT> for up to 16, 32, 48 and 64 token rows; blocks of 1-4 warpgroups
+// Entry points GemmBulk_<dtype>_nt<NT> (dtype bf16, f16 or e4m3) for up to 16, 32, 48 and 64 token rows; blocks of 1-4 warpgroups
 // and the producer warp.
 #define GEMM_BULK(T, TN, NT)                                                                                  \
 	extern "C" __global__ void __launch_bounds__(544, 1) GemmBulk_##TN##_nt##NT(const __grid_constant__ GemmParams p) { \
@@ -396,3 +480,4 @@ template <typename T, int NT> __device__ __forceinline__ void gemm_bulk(const Ge
 #define GEMM_BULK_ALL(T, TN) GEMM_BULK(T, TN, 1) GEMM_BULK(T, TN, 2) GEMM_BULK(T, TN, 3) GEMM_BULK(T, TN, 4)
 GEMM_BULK_ALL(__nv_bfloat16, bf16)
 GEMM_BULK_ALL(__half, f16)
+GEMM_BULK_ALL(E4M3, e4m3)
