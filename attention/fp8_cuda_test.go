@@ -176,12 +176,13 @@ func runFP8Variants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, f8 *Cache) {
 	}
 }
 
-// TestCUDAPrefillFP8KV runs the prefill kernel over FP8 pages (PrefillAttention_<dtype>_e4m3_d<D>: chunks
+// TestCUDAPrefillFP8KV runs the prefill kernels over FP8 pages (the tensor-core kernel,
+// PrefillAttentionMMA_<dtype>_e4m3_d<D>, and the FMA one, PrefillAttention_<dtype>_e4m3_d<D>: chunks
 // with cached FP8 prefixes, a whole prompt, a single row; windows too) against the float64 reference
 // over the values the codes read back and against the CPU twin's FP8 attention, within the dtype's
-// tolerance of the plain kernels (the kernel reads float32(code) · scale, the CPU's very values; see
-// TestCUDADecodeFP8KV): bf16, fp16 and fp32, head sizes 64, 128 and 256, pages 16 and 32, groups 1, 4
-// and 8, and head sizes 8 and 32 at one shape.
+// tolerance of the plain kernels (the kernels read float32(code) · scale, the CPU's very values; see
+// TestCUDADecodeFP8KV): bf16, fp16 and fp32 (FMA only), head sizes 64, 128 and 256, pages 16 and 32,
+// groups 1, 4 and 8, and head sizes 8 and 32 at one shape.
 func TestCUDAPrefillFP8KV(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	if info := dev.Info(); info.Major*10+info.Minor < 89 {
@@ -190,19 +191,25 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	scales := []float32{fp8TestKScale, fp8TestVScale}
 	for _, cd := range prefillCodecs {
-		for _, headDim := range []int{64, 128, 256} {
-			for _, blockSize := range []int{16, 32} {
-				for _, group := range []int{1, 4, 8} {
-					t.Run(fmt.Sprintf("%s/d%d/page%d/group%d", cd.name, headDim, blockSize, group), func(t *testing.T) {
-						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, false, 0, scales)
-					})
+		paths := []bool{false, true} // tensor-core (where it serves), FMA
+		if cd.size == 4 {
+			paths = []bool{true}
+		}
+		for _, fma := range paths {
+			for _, headDim := range []int{64, 128, 256} {
+				for _, blockSize := range []int{16, 32} {
+					for _, group := range []int{1, 4, 8} {
+						t.Run(fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma), func(t *testing.T) {
+							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0, scales)
+						})
+					}
 				}
 			}
-		}
-		for _, window := range []int{1, 21, 130} {
-			t.Run(fmt.Sprintf("%s/d128/w%d", cd.name, window), func(t *testing.T) {
-				runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, 128, 16, 4, false, window, scales)
-			})
+			for _, window := range []int{1, 21, 130} {
+				t.Run(fmt.Sprintf("%s/d128/w%d/fma=%v", cd.name, window, fma), func(t *testing.T) {
+					runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, 128, 16, 4, fma, window, scales)
+				})
+			}
 		}
 		for _, headDim := range []int{8, 32} {
 			t.Run(fmt.Sprintf("%s/d%d", cd.name, headDim), func(t *testing.T) {

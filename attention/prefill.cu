@@ -23,14 +23,16 @@
 // Shared memory (dynamic): q [64][D+1], K [32][D+1], V [32][D], P [64][33] floats (74 KB at D = 128);
 // the +1 pads keep the pair-strided reads of q and K conflict-free. Head sizes 8 to 256 (137 KB at 256: the
 // GPUs whose shared memory cannot hold it lack that size).
-// This FMA kernel serves float32 and the head sizes below 64; 16-bit dtypes at head sizes 64 and 128 run
-// the tensor-core kernel at the end of this file (the FMA kernel took most of a long prompt's prefill:
+// This FMA kernel serves float32 and the head sizes below 64; 16-bit dtypes at head sizes 64, 128 and 256
+// (over 16-bit or FP8 pages) run the tensor-core kernel at the end of this file (the FMA kernel took most of a long prompt's prefill:
 // docs/bench/prefill-h100.md). Decode steps with a head size the decode kernels cover go to
 // those.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "common.cuh" // ../model/kernels: Mma, pack2 (build.sh compiles this file with the model's kernels)
 
@@ -228,7 +230,8 @@ PREFILL_ATTENTION_ALL(float, f32)
 PREFILL_ATTENTION_ALL(__nv_bfloat16, bf16)
 PREFILL_ATTENTION_ALL(__half, f16)
 
-// Over FP8 KV pages: PrefillAttention_<dtype>_e4m3_d<head_dim> (the FMA kernel; no tensor-core twin).
+// Over FP8 KV pages: PrefillAttention_<dtype>_e4m3_d<head_dim> (the FMA kernel: float32, the head sizes
+// below 64; the tensor-core kernel's _e4m3 entry points serve the others).
 #define PREFILL_ATTENTION_E4M3(T, TN, D)                                                                      \
 	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttention_##TN##_e4m3_d##D(const PrefillParams p) { \
 		prefill_attention<T, D, PrefillE4M3>(p);                                                          \
@@ -254,8 +257,26 @@ PREFILL_ATTENTION_E4M3_ALL(__half, f16)
 // fp32), masks it causally per row, updates its rows' running max and sum (log2 units, exp2f), turns P
 // into A fragments without shared memory and adds P·V (ldmatrix.trans) into a 16 × D fp32 accumulator.
 // The dynamic shared memory is two K and two V tiles: 64 KiB at D = 128, 128 KiB at D = 256 (Gemma 3).
+//
+// Over FP8 pages (KV = PrefillE4M3, the _e4m3 entry points) the copies bring the tiles' e4m3 codes (16 a
+// chunk) into two code buffers instead, and once a tile has landed the block converts it into one K and
+// one V tile of T in the swizzled layout (every e4m3 value is a bf16 and an f16 value: exact), which the
+// unchanged mma loop reads; K's scale is folded into the scores' scale and V's applied to the sums at the
+// end, so the products are the CPU twin's float32(code) · scale up to the 16-bit rounding of P that the
+// plain kernel has too. Shared memory: the same bytes (one T tile pair, two code tile pairs).
 
 #define PMMA_TILE 64
+
+// pmma_e4m3x2 is the pair of T (bf16 or f16) of two e4m3 codes (c, lowest byte first), exactly.
+template <typename T> __device__ __forceinline__ uint32_t pmma_e4m3x2(uint32_t c) {
+	const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xffffu), __NV_E4M3);
+	if constexpr (std::is_same<T, __half>::value) {
+		return (uint32_t)h.x | ((uint32_t)h.y << 16);
+	} else {
+		const float2 f = __half22float2(__half2(h));
+		return pack2<T>(f.x, f.y);
+	}
+}
 
 __device__ __forceinline__ void pmma_cp16(void *dst, const void *src, bool valid) {
 	const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
@@ -281,11 +302,16 @@ template <int D> __device__ __forceinline__ int pmma_offset(int tok, int ch) {
 	return tok * D * 2 + ((ch ^ (tok & 7)) << 4);
 }
 
-template <typename T, int D> __device__ __forceinline__ void prefill_mma(const PrefillParams &p) {
-	constexpr int CH = D / 8;                         // 16-byte chunks of a row
+template <typename T, int D, typename KV = T> __device__ __forceinline__ void prefill_mma(const PrefillParams &p) {
+	constexpr bool F8 = sizeof(KV) == 1;
+	constexpr int CH = D / 8;                         // 16-byte chunks of a row of T
+	constexpr int CH8 = D / 16;                       // F8: 16-byte chunks of a row of codes
 	constexpr int TILE_BYTES = PMMA_TILE * D * 2;
-	extern __shared__ __align__(16) unsigned char pmma_smem[]; // K[2][64][D], V[2][64][D] of T
-	unsigned char *sk = pmma_smem, *sv = pmma_smem + 2 * TILE_BYTES;
+	constexpr int CODE_BYTES = PMMA_TILE * D;        // F8: a tile of codes
+	// K[2][64][D], V[2][64][D] of T; F8: K[64][D], V[64][D] of T, then codes K[2][64][D], V[2][64][D].
+	extern __shared__ __align__(16) unsigned char pmma_smem[];
+	unsigned char *sk = pmma_smem, *sv = pmma_smem + (F8 ? 1 : 2) * TILE_BYTES;
+	unsigned char *ck = pmma_smem + 2 * TILE_BYTES, *cv = ck + 2 * CODE_BYTES;
 
 	const int *item = p.items + 4 * blockIdx.x;
 	const int seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3];
@@ -322,22 +348,49 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
 	const int tiles = (key_end + PMMA_TILE - 1) / PMMA_TILE;
 	const int *table = p.block_tables + (long long)seq * p.max_blocks;
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
+	const KV *kc = reinterpret_cast<const KV *>(p.k_cache);
+	const KV *vc = reinterpret_cast<const KV *>(p.v_cache);
 	auto load_tile = [&](int t) {
-		unsigned char *dk = sk + (t & 1) * TILE_BYTES, *dv = sv + (t & 1) * TILE_BYTES;
-		for (int i = tid; i < PMMA_TILE * CH; i += PREFILL_THREADS) {
-			const int tok = i / CH, ch = i - tok * CH;
-			const int key = t * PMMA_TILE + tok;
-			const int kcl = max(kstart, min(key, key_end - 1));
-			const long long slot = (long long)table[kcl / p.block_size] * p.block_size + kcl % p.block_size;
-			const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
-			const int so = pmma_offset<D>(tok, ch);
-			const bool in = key >= kstart && key < key_end;
-			pmma_cp16(dk + so, kc + at, in);
-			pmma_cp16(dv + so, vc + at, in);
+		if constexpr (F8) { // codes, unswizzled: convert_tile lays them out
+			for (int i = tid; i < PMMA_TILE * CH8; i += PREFILL_THREADS) {
+				const int tok = i / CH8, ch = i - tok * CH8;
+				const int key = t * PMMA_TILE + tok;
+				const int kcl = max(kstart, min(key, key_end - 1));
+				const long long slot = (long long)table[kcl / p.block_size] * p.block_size + kcl % p.block_size;
+				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 16;
+				const int so = (t & 1) * CODE_BYTES + tok * D + ch * 16;
+				const bool in = key >= kstart && key < key_end;
+				pmma_cp16(ck + so, kc + at, in);
+				pmma_cp16(cv + so, vc + at, in);
+			}
+		} else {
+			unsigned char *dk = sk + (t & 1) * TILE_BYTES, *dv = sv + (t & 1) * TILE_BYTES;
+			for (int i = tid; i < PMMA_TILE * CH; i += PREFILL_THREADS) {
+				const int tok = i / CH, ch = i - tok * CH;
+				const int key = t * PMMA_TILE + tok;
+				const int kcl = max(kstart, min(key, key_end - 1));
+				const long long slot = (long long)table[kcl / p.block_size] * p.block_size + kcl % p.block_size;
+				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
+				const int so = pmma_offset<D>(tok, ch);
+				const bool in = key >= kstart && key < key_end;
+				pmma_cp16(dk + so, kc + at, in);
+				pmma_cp16(dv + so, vc + at, in);
+			}
 		}
 		asm volatile("cp.async.commit_group;" ::: "memory");
+	};
+	// F8: tile t's codes (landed) as the K and V tiles of T.
+	auto convert_tile = [&](int t) {
+		for (int i = tid; i < 2 * PMMA_TILE * CH8; i += PREFILL_THREADS) {
+			const int which = i / (PMMA_TILE * CH8), c = i - which * (PMMA_TILE * CH8);
+			const int tok = c / CH8, ch = c - tok * CH8;
+			const uint4 v = *reinterpret_cast<const uint4 *>((which ? cv : ck) + (t & 1) * CODE_BYTES + tok * D + ch * 16);
+			unsigned char *dst = which ? sv : sk;
+			*reinterpret_cast<uint4 *>(dst + pmma_offset<D>(tok, 2 * ch)) =
+			    make_uint4(pmma_e4m3x2<T>(v.x), pmma_e4m3x2<T>(v.x >> 16), pmma_e4m3x2<T>(v.y), pmma_e4m3x2<T>(v.y >> 16));
+			*reinterpret_cast<uint4 *>(dst + pmma_offset<D>(tok, 2 * ch + 1)) =
+			    make_uint4(pmma_e4m3x2<T>(v.z), pmma_e4m3x2<T>(v.z >> 16), pmma_e4m3x2<T>(v.w), pmma_e4m3x2<T>(v.w >> 16));
+		}
 	};
 
 	float o[D / 8][4];
@@ -346,7 +399,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 #pragma unroll
 		for (int e = 0; e < 4; e++) o[dn][e] = 0.f;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-	const float scale_log2 = p.scale * 1.4426950408889634f;
+	const float scale_log2 = p.scale * 1.4426950408889634f * (F8 ? p.k_scale : 1.f);
 
 	const int t_first = kstart / PMMA_TILE;
 	load_tile(t_first);
@@ -358,7 +411,11 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 			asm volatile("cp.async.wait_group 0;" ::: "memory");
 		}
 		__syncthreads();
-		const unsigned char *ks = sk + (t & 1) * TILE_BYTES, *vs = sv + (t & 1) * TILE_BYTES;
+		if constexpr (F8) {
+			convert_tile(t);
+			__syncthreads();
+		}
+		const unsigned char *ks = sk + (F8 ? 0 : (t & 1) * TILE_BYTES), *vs = sv + (F8 ? 0 : (t & 1) * TILE_BYTES);
 
 		// S = q · Kᵀ for 8 tiles of 8 keys.
 		float s[8][4];
@@ -427,7 +484,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 				Mma<T>::run(o[dn + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
 			}
 		}
-		__syncthreads(); // this buffer is refilled by the load two tiles on
+		__syncthreads(); // this buffer is refilled by the load two tiles on (F8: the T tiles by the next convert)
 	}
 
 	T *out = reinterpret_cast<T *>(p.out);
@@ -436,7 +493,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_mma(const P
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
 		if (!valid[i]) continue;
-		const float inv = 1.f / l[i];
+		const float inv = (F8 ? p.v_scale : 1.f) / l[i];
 		uint32_t *dst = reinterpret_cast<uint32_t *>(out + off[i]);
 #pragma unroll
 		for (int dn = 0; dn < D / 8; dn++)
@@ -454,3 +511,15 @@ PREFILL_MMA(__half, f16, 64)
 PREFILL_MMA(__half, f16, 128)
 PREFILL_MMA(__nv_bfloat16, bf16, 256)
 PREFILL_MMA(__half, f16, 256)
+
+// Over FP8 pages: PrefillAttentionMMA_<dtype>_e4m3_d<head_dim>.
+#define PREFILL_MMA_E4M3(T, TN, D)                                                                            \
+	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttentionMMA_##TN##_e4m3_d##D(const PrefillParams p) { \
+		prefill_mma<T, D, PrefillE4M3>(p);                                                                \
+	}
+PREFILL_MMA_E4M3(__nv_bfloat16, bf16, 64)
+PREFILL_MMA_E4M3(__nv_bfloat16, bf16, 128)
+PREFILL_MMA_E4M3(__nv_bfloat16, bf16, 256)
+PREFILL_MMA_E4M3(__half, f16, 64)
+PREFILL_MMA_E4M3(__half, f16, 128)
+PREFILL_MMA_E4M3(__half, f16, 256)

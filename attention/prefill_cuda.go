@@ -36,18 +36,18 @@ type prefillParams struct {
 	KScale, VScale                                        float32
 }
 
-// prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D>,
-// 16-bit dtypes), which Attend uses where they exist.
+// prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D> and,
+// over FP8 pages, PrefillAttentionMMA_<dtype>_e4m3_d<D>; 16-bit dtypes), which Attend uses where they exist.
 var prefillMMAHeadDims = []int{64, 128, 256}
 
 // prefillMMASharedBytes is the tensor-core kernel's dynamic shared memory: two K and two V tiles of 64
-// keys.
+// keys (over FP8 pages the same bytes: one K and one V tile, two of each of their codes).
 func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
 
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
 	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
-	mma     map[string]*cuda.Function // the tensor-core kernels, by "<dtype>_d<head_dim>"
+	mma     map[string]*cuda.Function // the tensor-core kernels, keyed as kernels
 }
 
 // LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
@@ -57,16 +57,19 @@ type CUDAPrefill struct {
 func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}, mma: map[string]*cuda.Function{}}
 	for _, tn := range []string{"bf16", "f16"} {
-		for _, d := range prefillMMAHeadDims {
-			fn, err := mod.Function(fmt.Sprintf("PrefillAttentionMMA_%s_d%d", tn, d))
-			if err != nil {
-				return nil, fmt.Errorf("attention: prefill: %w", err)
-			}
-			if shared := prefillMMASharedBytes(d); shared <= sharedOptin {
-				if err := fn.SetMaxDynamicShared(shared); err != nil {
+		for _, kv := range []string{"", "_e4m3"} {
+			for _, d := range prefillMMAHeadDims {
+				key := fmt.Sprintf("%s%s_d%d", tn, kv, d)
+				fn, err := mod.Function("PrefillAttentionMMA_" + key)
+				if err != nil {
 					return nil, fmt.Errorf("attention: prefill: %w", err)
 				}
-				p.mma[fmt.Sprintf("%s_d%d", tn, d)] = fn
+				if shared := prefillMMASharedBytes(d); shared <= sharedOptin {
+					if err := fn.SetMaxDynamicShared(shared); err != nil {
+						return nil, fmt.Errorf("attention: prefill: %w", err)
+					}
+					p.mma[key] = fn
+				}
 			}
 		}
 	}
@@ -160,7 +163,8 @@ type CUDAPrefillArgs struct {
 	KCache, VCache cuda.DevicePtr
 	// KVFP8: the pages hold OCP FP8 e4m3 codes, a K code c read as float32(c) · KScale and a V code as
 	// float32(c) · VScale (one float32 product: the CPU Cache's values exactly); Q and Out stay of DType.
-	// Such a call runs the FMA kernel (PrefillAttention_<dtype>_e4m3_d<D>), never the tensor-core one.
+	// Such a call runs PrefillAttentionMMA_<dtype>_e4m3_d<D> (16-bit dtypes, head sizes 64, 128, 256: the
+	// tile's codes converted to DType, exactly) or the FMA kernel PrefillAttention_<dtype>_e4m3_d<D>.
 	KVFP8          bool
 	KScale, VScale float32
 	// BlockTables is int32 [sequences][MaxBlocks]; Positions int32 [rows], each row's position in its
@@ -182,7 +186,8 @@ type CUDAPrefillArgs struct {
 }
 
 // Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads; the tensor-core
-// kernel for 16-bit dtypes at head sizes 64, 128 and 256 (unless a.FMA), else the FMA kernel.
+// kernel for 16-bit dtypes at head sizes 64, 128 and 256, over 16-bit or FP8 pages (unless a.FMA), else
+// the FMA kernel.
 func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	tn, ok := prefillTypeName(a.DType)
 	if !ok {
@@ -217,7 +222,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		KScale: a.KScale, VScale: a.VScale,
 	}
 	shared := prefillSharedBytes(a.HeadDim)
-	if mma, ok := p.mma[fmt.Sprintf("%s_d%d", tn, a.HeadDim)]; ok && !a.FMA && !a.KVFP8 {
+	if mma, ok := p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]; ok && !a.FMA {
 		fn, shared = mma, prefillMMASharedBytes(a.HeadDim)
 	}
 	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}

@@ -23,8 +23,8 @@ import (
 //
 // An FP8 KV cache (Shape.KVCacheDType KVCacheFP8) keeps its pages as e4m3 codes, one byte an element:
 // the RoPE kernel (RoPEWriteKV_<dtype>_e4m3) stores e4m3(x / scale) with the layer's KVScales, the decode
-// kernels (their FMA _e4m3 entry points) and the prefill kernel (PrefillAttention_<dtype>_e4m3) read
-// float(code) · scale. The plan then fuses no RoPE into the Q/K/V product or decode attention (their
+// kernels and the prefill kernels (their _e4m3 entry points: on the tensor cores, the codes converted to
+// the compute dtype exactly, where one serves the call; FMA otherwise) read float(code) · scale. The plan then fuses no RoPE into the Q/K/V product or decode attention (their
 // epilogues write compute-dtype pages) and never takes the shared-prefix path. It needs compute
 // capability 8.9 or newer too (the conversions in hardware; the kernels are tested there only).
 
