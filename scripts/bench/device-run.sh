@@ -79,10 +79,12 @@
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
 #               stream against the copy bandwidth it measures; prefill TFLOP/s and its parts),
-#               BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDADecode's FP8
-#               step at batch 1 with its per-op profile (decode-profile.txt), gollm bench latency of
-#               llama3-8b (random weights, prompt 1024, 128 out, batch 1 and 64) in bf16 and with
-#               --quantization fp8, and scripts/bench/fp8_peer.py (torch, e4m3 weights through
+#               BenchmarkCUDAFP8GemmShapes (the e4m3 GEMM's launch shapes at 16 and 64 rows beside
+#               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDADecode's
+#               FP8 step at batch 1 with its per-op profile (decode-profile.txt) and at batch 16 with
+#               and without the e4m3 GEMM (default, fp8-lt), gollm bench latency of llama3-8b (random
+#               weights, prompt 1024, 128 out, batch 1, 16 and 64) in bf16, with --quantization fp8 and
+#               with an FP8 KV cache too, and scripts/bench/fp8_peer.py (torch, e4m3 weights through
 #               _scaled_mm); then a table with the gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1;
 #               prefill of 1024 tokens ≥ 1.6× bf16's speed (docs/bench/fp8-h200.md)
 #
@@ -370,17 +372,22 @@ section_fp8() {
 	gotest "$d" attention-fp8kv attention '^(TestCUDADecodeFP8KV|TestCUDAPrefillFP8KV)$' 400
 	gotest "$d" engine-fp8kv engine '^TestCUDAConcurrentFP8KV$' 200
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
+	gobench "$d" fp8-gemm-shapes model '^BenchmarkCUDAFP8GemmShapes$' 1x 120
 	gobench "$d" lt-forms internal/cuda 'LtE4M3Forms/.*/m=1024/' 1x 100
 	# The step's per-op profile (logged by the benchmark: -test.v).
 	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
 		timeout 100 "$bin/model.test" -test.run XXX -test.bench 'CUDADecode/.*/^batch=1$/^default$' -test.benchtime 20x -test.v) \
 		>"$d/decode-profile.txt" 2>&1
 	stamp "fp8 BenchmarkCUDADecode profile (batch 1)" $?
+	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=16 GOLLM_BENCH_QUANTIZATION=fp8 \
+		timeout 100 "$bin/model.test" -test.run XXX -test.bench '^BenchmarkCUDADecode$/.*/^batch=16$/^(default|fp8-lt)$' -test.benchtime 1x) \
+		>"$d/decode-b16.txt" 2>&1
+	stamp "fp8 BenchmarkCUDADecode batch 16, e4m3 GEMM and cuBLASLt" $?
 	for q in bf16 fp8 fp8kv; do
 		extra=()
 		[ "$q" = fp8 ] && extra=(--quantization fp8)
 		[ "$q" = fp8kv ] && extra=(--quantization fp8 --kv-cache-dtype fp8)
-		timeout 150 "$bin/gollm" bench latency --config llama3-8b --device cuda --random-weights --batch 1,64 \
+		timeout 150 "$bin/gollm" bench latency --config llama3-8b --device cuda --random-weights --batch 1,16,64 \
 			--input-len 1024 --output-len 128 "${extra[@]}" --json >"$d/latency-$q.jsonl" 2>"$d/latency-$q.log"
 		stamp "fp8 bench latency llama3-8b $q" $?
 	done
