@@ -737,7 +737,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 }
 
 // BenchmarkCUDAFP8GemmShapes sweeps the skinny GEMM's e4m3 kernel (pathFP8Gemm) over launch shapes
-// (warpgroups a block, k split, ring slots) for Llama-3-8B's FP8 products at 16 and 64 rows, input
+// (warpgroups a block, k split, ring slots) for Llama-3-8B's FP8 products at 16, 32 and 64 rows, input
 // already quantized: the product's µs and share of the copy bandwidth per shape, the planned shape's,
 // and cuBLASLt's GEMM with its scaling pass beside them (docs/bench/fp8-h200.md).
 func BenchmarkCUDAFP8GemmShapes(bb *testing.B) {
@@ -776,7 +776,7 @@ func BenchmarkCUDAFP8GemmShapes(bb *testing.B) {
 			bb.Fatal(err)
 		}
 		op := &stepOp{kind: opMatMul, out: sh.n, in: sh.k, fp8: true}
-		for _, m := range []int{16, rows} {
+		for _, m := range []int{16, 32, rows} {
 			run := func(path matmulPath) func(i int) error {
 				return func(i int) error {
 					return b.runFP8(op, &opArgs{d: y, x: y, w: ws[i%len(ws)]}, &opPlan{rows: m, mm: matmulPlan{path: path}, fp8Quantized: true})

@@ -103,9 +103,11 @@ type gemvTuning struct {
 	// FP8NoFuse keeps an FP8 product's input quantization a kernel of its own (QuantizeE4M3) instead of
 	// fusing it into the norm or SwiGLU that produces the input (linkOps).
 	FP8NoFuse bool
-	// FP8NoGemm keeps FP8 products of 9-64 rows off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt
-	// then, as on GPUs without it.
-	FP8NoGemm bool
+	// FP8NoGemm keeps FP8 products off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt then, as on
+	// GPUs without it. FP8GemmRows, when positive, is the most rows it takes (fp8GemmMaxRows by default,
+	// at most gemvMaxTokens).
+	FP8NoGemm   bool
+	FP8GemmRows int
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -332,7 +334,11 @@ const fp8GemmMaxRows = 16
 // FP8LtRows rows on (fp8KernelMaxRows+1 by default), and out a multiple of 4 (its output's rows
 // 16-byte aligned); the FP8 kernel otherwise.
 func (f *stepFacts) fp8Path(rows, out int) matmulPath {
-	if f.fp8Gemm && !f.tune.FP8NoGemm && rows > fp8KernelMaxRows && rows <= fp8GemmMaxRows {
+	most := fp8GemmMaxRows
+	if f.tune.FP8GemmRows > 0 {
+		most = min(f.tune.FP8GemmRows, gemvMaxTokens)
+	}
+	if f.fp8Gemm && !f.tune.FP8NoGemm && rows > fp8KernelMaxRows && rows <= most {
 		return pathFP8Gemm
 	}
 	least := f.tune.FP8LtRows
@@ -880,7 +886,7 @@ func (p *stepPlanner) slots(plan *opPlan) {
 // hash mixes the tuning into a graph signature: it picks the launches a graph holds.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
-		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows} {
+		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows} {
 		h = fnvWord(h, uint64(w))
 	}
 	for _, f := range []struct {

@@ -569,7 +569,8 @@ func TestPlanFP8(t *testing.T) {
 			gemm, gemmTuned bool // the e4m3 GEMM loaded; tuned off (FP8NoGemm)
 		}{{1, false, true, false}, {8, false, true, false}, {9, false, false, false}, {9, false, true, false},
 			{16, false, true, false}, {16, false, true, true}, {64, false, false, false}, {64, false, true, false},
-			{65, false, true, false}, {512, false, true, false}, {1, true, false, false}, {512, true, false, false}} {
+			{65, false, true, false}, {512, false, true, false}, {1, true, false, false}, {512, true, false, false},
+			{32, false, true, false}} {
 			rows := tc.rows
 			t.Run(fmt.Sprintf("%s/%d/nofuse=%v/gemm=%v,off=%v", m.name, rows, tc.noFuse, tc.gemm, tc.gemmTuned), func(t *testing.T) {
 				ops, at := recordedStep(m, rows, false)
@@ -686,6 +687,28 @@ func TestPlanStepShared(t *testing.T) {
 					t.Errorf("%d of %d layers rotate in attention, want all (the case the shared path changes)", rotated, m.layers)
 				}
 			})
+		}
+	}
+}
+
+// TestFP8PathRows: which path an FP8 product takes by its rows, where cuBLASLt and the e4m3 GEMM are
+// loaded: the FP8 kernel up to fp8KernelMaxRows, the GEMM up to fp8GemmMaxRows (FP8GemmRows moves the
+// line, never past gemvMaxTokens; FP8NoGemm takes it away), cuBLASLt beyond.
+func TestFP8PathRows(t *testing.T) {
+	for _, tc := range []struct {
+		gemmRows int
+		noGemm   bool
+		rows     int
+		want     matmulPath
+	}{
+		{0, false, 8, pathFP8}, {0, false, 9, pathFP8Gemm}, {0, false, 16, pathFP8Gemm}, {0, false, 17, pathFP8Lt},
+		{32, false, 32, pathFP8Gemm}, {32, false, 33, pathFP8Lt}, {100, false, 64, pathFP8Gemm},
+		{100, false, 65, pathFP8Lt}, {0, true, 16, pathFP8Lt}, {64, true, 32, pathFP8Lt},
+	} {
+		f := stepFacts{fp8Lt: true, fp8Gemm: true, sms: 132}
+		f.tune.FP8GemmRows, f.tune.FP8NoGemm = tc.gemmRows, tc.noGemm
+		if got := f.fp8Path(tc.rows, 4096); got != tc.want {
+			t.Errorf("FP8GemmRows %d, FP8NoGemm %v, %d rows: %v, want %v", tc.gemmRows, tc.noGemm, tc.rows, got, tc.want)
 		}
 	}
 }
