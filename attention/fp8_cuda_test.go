@@ -191,29 +191,29 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	scales := []float32{fp8TestKScale, fp8TestVScale}
 	for _, cd := range prefillCodecs {
-		paths := []bool{false, true} // tensor-core (where it serves), FMA
+		paths := []PrefillKernel{PrefillAuto, PrefillFMA} // tensor-core (where it serves), FMA
 		if cd.size == 4 {
-			paths = []bool{true}
+			paths = []PrefillKernel{PrefillFMA}
 		}
-		for _, fma := range paths {
+		for _, kernel := range paths {
 			for _, headDim := range []int{64, 128, 256} {
 				for _, blockSize := range []int{16, 32} {
 					for _, group := range []int{1, 4, 8} {
-						t.Run(fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma), func(t *testing.T) {
-							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0, scales)
+						t.Run(fmt.Sprintf("%s/d%d/page%d/group%d/%v", cd.name, headDim, blockSize, group, kernel), func(t *testing.T) {
+							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, kernel, 0, scales)
 						})
 					}
 				}
 			}
 			for _, window := range []int{1, 21, 130} {
-				t.Run(fmt.Sprintf("%s/d128/w%d/fma=%v", cd.name, window, fma), func(t *testing.T) {
-					runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, 128, 16, 4, fma, window, scales)
+				t.Run(fmt.Sprintf("%s/d128/w%d/%v", cd.name, window, kernel), func(t *testing.T) {
+					runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, 128, 16, 4, kernel, window, scales)
 				})
 			}
 		}
 		for _, headDim := range []int{8, 32} {
 			t.Run(fmt.Sprintf("%s/d%d", cd.name, headDim), func(t *testing.T) {
-				runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, false, 0, scales)
+				runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, PrefillAuto, 0, scales)
 			})
 		}
 	}

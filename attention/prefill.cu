@@ -35,30 +35,11 @@
 #include <type_traits>
 
 #include "common.cuh" // ../model/kernels: Mma, pack2 (build.sh compiles this file with the model's kernels)
+#include "prefill.cuh"
 
 #define PREFILL_THREADS 128
 #define PREFILL_VECTORS 64
 #define PREFILL_TILE 32
-
-struct PrefillParams {
-	void *out;                // [rows][num_heads·head_dim] of T
-	const void *q;            // [rows][num_heads·head_dim] of T (rotated)
-	const void *k_cache;      // [num_blocks][block_size][num_kv_heads][head_dim] of T
-	const void *v_cache;
-	const int *block_tables;  // [seqs][max_blocks]
-	const int *positions;     // [rows]
-	const int *items;         // [num_items][4]: seq, first row, rows, first head of the group
-	float scale;
-	int num_heads;
-	int num_kv_heads;
-	int max_blocks;
-	int block_size;
-	int group;
-	int heads_per_item;
-	int window; // > 0: a sliding window, the row at position p attends to keys [p − window + 1, p]
-	float k_scale; // FP8 KV (the _e4m3 kernels): a K code c reads back as float(c) · k_scale
-	float v_scale; // and a V code as float(c) · v_scale; unused by the others
-};
 
 template <typename T> struct PrefillElem;
 template <> struct PrefillElem<float> {
@@ -446,14 +427,7 @@ template <typename T, int D, typename KV = T> __device__ __forceinline__ void pr
 				mx[e >> 1] = fmaxf(mx[e >> 1], x);
 			}
 		float base[2], alpha[2], rs[2] = {0.f, 0.f};
-#pragma unroll
-		for (int i = 0; i < 2; i++) {
-			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-			mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-			base[i] = mx[i] == -INFINITY ? 0.f : mx[i]; // a row with no key yet (padding) stays at zero
-			alpha[i] = exp2f(m[i] - base[i]);
-			m[i] = mx[i];
-		}
+		prefill_rows_max(mx, m, base, alpha);
 #pragma unroll
 		for (int j = 0; j < 8; j++)
 #pragma unroll

@@ -14,8 +14,50 @@ import (
 // fat binary (../model/kernels), not attention.fatbin, so the caller hands LoadCUDAPrefill the module
 // that holds them.
 
-// prefillVectors is PREFILL_VECTORS of prefill.cu: (row, head) query vectors per program.
+// prefillVectors is PREFILL_VECTORS of prefill.cu: (row, head) query vectors per program of its kernels.
 const prefillVectors = 64
+
+// PrefillSM90Vectors is the query vectors of a work item of the Hopper kernel (prefill_sm90.cu): 64 for
+// each of its two consumer warpgroups.
+const PrefillSM90Vectors = 128
+
+// PrefillKernel names one of the prefill attention kernels. The zero value, PrefillAuto, is the fastest
+// one loaded for the call's shape (CUDAPrefill.Kernel).
+type PrefillKernel int
+
+const (
+	// PrefillAuto picks CUDAPrefill.Kernel's choice.
+	PrefillAuto PrefillKernel = iota
+	// PrefillFMA is prefill.cu's FMA kernel: every dtype and head size, the reference on the GPU.
+	PrefillFMA
+	// PrefillMMA is prefill.cu's tensor-core kernel (mma.sync): 16-bit dtypes, head sizes 64, 128, 256,
+	// over 16-bit or FP8 pages.
+	PrefillMMA
+	// PrefillSM90 is prefill_sm90.cu's Hopper kernel (wgmma): 16-bit dtypes, head sizes 64 and 128, over
+	// 16-bit pages, on sm_90 where the driver compiles its PTX.
+	PrefillSM90
+)
+
+// String is the kernel's name in test and benchmark names.
+func (k PrefillKernel) String() string {
+	switch k {
+	case PrefillFMA:
+		return "fma"
+	case PrefillMMA:
+		return "mma"
+	case PrefillSM90:
+		return "sm90"
+	}
+	return "auto"
+}
+
+// Vectors is the query vectors per work item the kernel's items are cut for (PrefillItems).
+func (k PrefillKernel) Vectors() int {
+	if k == PrefillSM90 {
+		return PrefillSM90Vectors
+	}
+	return prefillVectors
+}
 
 // prefillSharedBytes mirrors prefill_smem_floats of prefill.cu (q, K, V and P tiles, float).
 func prefillSharedBytes(headDim int) int {
@@ -44,10 +86,18 @@ var prefillMMAHeadDims = []int{64, 128, 256}
 // keys (over FP8 pages the same bytes: one K and one V tile, two of each of their codes).
 func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
 
+// prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D>).
+var prefillSM90HeadDims = []int{64, 128}
+
+// prefillSM90SharedBytes is the Hopper kernel's dynamic shared memory: two q tiles of 64 vectors, two
+// stages of a K and a V tile of 128 keys, and 1 KiB to align them (prefill_sm90.cu).
+func prefillSM90SharedBytes(headDim int) int { return 2*64*headDim*2 + 2*2*128*headDim*2 + 1024 }
+
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
 	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
 	mma     map[string]*cuda.Function // the tensor-core kernels, keyed as kernels
+	sm90    map[string]*cuda.Function // the Hopper kernels (LoadSM90), by "<dtype>_d<head_dim>"
 }
 
 // LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
@@ -55,7 +105,7 @@ type CUDAPrefill struct {
 // memory than the device allows (sharedOptin, cuda.Info.SharedPerBlockOptin) is left out: Attend
 // reports it as ErrUnsupported.
 func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
-	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}, mma: map[string]*cuda.Function{}}
+	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}, mma: map[string]*cuda.Function{}, sm90: map[string]*cuda.Function{}}
 	for _, tn := range []string{"bf16", "f16"} {
 		for _, kv := range []string{"", "_e4m3"} {
 			for _, d := range prefillMMAHeadDims {
@@ -94,6 +144,66 @@ func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 		}
 	}
 	return p, nil
+}
+
+// LoadSM90 adds the Hopper kernels (PrefillAttentionSM90_<dtype>_d<head_dim>) from mod, the module of
+// prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads. Kernel then
+// prefers them where they serve.
+func (p *CUDAPrefill) LoadSM90(mod *cuda.Module, sharedOptin int) error {
+	found := map[string]*cuda.Function{}
+	for _, tn := range []string{"bf16", "f16"} {
+		for _, d := range prefillSM90HeadDims {
+			key := fmt.Sprintf("%s_d%d", tn, d)
+			fn, err := mod.Function("PrefillAttentionSM90_" + key)
+			if err != nil {
+				return fmt.Errorf("attention: prefill: %w", err)
+			}
+			shared := prefillSM90SharedBytes(d)
+			if shared > sharedOptin {
+				continue
+			}
+			if err := fn.SetMaxDynamicShared(shared); err != nil {
+				return fmt.Errorf("attention: prefill: %w", err)
+			}
+			found[key] = fn
+		}
+	}
+	p.sm90 = found
+	return nil
+}
+
+// Kernel is the kernel a call of this shape runs under PrefillAuto: the Hopper kernel where it is loaded
+// for it, else the tensor-core kernel, else the FMA kernel. Its Vectors are what the call's work items
+// must be cut for.
+func (p *CUDAPrefill) Kernel(headDim int, dtype cuda.DataType, kvFP8 bool) PrefillKernel {
+	ks := p.Kernels(headDim, dtype, kvFP8)
+	if len(ks) == 0 {
+		return PrefillFMA
+	}
+	return ks[0]
+}
+
+// Kernels lists the kernels loaded for a call of this shape, fastest first (tests run each).
+func (p *CUDAPrefill) Kernels(headDim int, dtype cuda.DataType, kvFP8 bool) []PrefillKernel {
+	tn, ok := prefillTypeName(dtype)
+	if !ok {
+		return nil
+	}
+	kv := ""
+	if kvFP8 {
+		kv = "_e4m3"
+	}
+	var ks []PrefillKernel
+	if _, ok := p.sm90[fmt.Sprintf("%s_d%d", tn, headDim)]; ok && !kvFP8 {
+		ks = append(ks, PrefillSM90)
+	}
+	if _, ok := p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, headDim)]; ok {
+		ks = append(ks, PrefillMMA)
+	}
+	if _, ok := p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, headDim)]; ok {
+		ks = append(ks, PrefillFMA)
+	}
+	return ks
 }
 
 // prefillTypeName is the dtype's suffix in prefill.cu's entry points.
@@ -137,10 +247,11 @@ func PrefillHeadsPerItem(group int) int { return min(group, prefillVectors) }
 // PrefillItems appends to dst the work items of a step whose sequence s owns query rows
 // [queryStart[s], queryStart[s+1]), for a group of group query heads per KV head, and returns the
 // extended slice: four int32 per item (sequence, first row, rows, first head of the group), each item
-// holding at most 64 (row, head) vectors of consecutive rows of one sequence.
-func PrefillItems(dst []int32, queryStart []int32, group int) []int32 {
+// holding at most vectors (row, head) vectors of consecutive rows of one sequence: the Vectors of the
+// kernel that runs them (64, or PrefillSM90Vectors).
+func PrefillItems(dst []int32, queryStart []int32, group, vectors int) []int32 {
 	hpi := PrefillHeadsPerItem(group)
-	rowsPer := int32(prefillVectors / hpi)
+	rowsPer := int32(vectors / hpi)
 	for s := 0; s+1 < len(queryStart); s++ {
 		for r0 := queryStart[s]; r0 < queryStart[s+1]; r0 += rowsPer {
 			rows := min(rowsPer, queryStart[s+1]-r0)
@@ -181,13 +292,15 @@ type CUDAPrefillArgs struct {
 	// Window, when positive, is a sliding window: the row at position p attends to keys [p−Window+1, p]
 	// only; the pages before its first row's window are never read (Batch.Window).
 	Window int
-	// FMA runs the FMA kernel even where a tensor-core kernel serves (tests compare the two).
-	FMA bool
+	// Kernel forces one kernel (tests compare them); PrefillAuto runs Kernel's choice. Items must be cut
+	// for its Vectors.
+	Kernel PrefillKernel
 }
 
-// Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads), 128 threads; the tensor-core
-// kernel for 16-bit dtypes at head sizes 64, 128 and 256, over 16-bit or FP8 pages (unless a.FMA), else
-// the FMA kernel.
+// Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads); a.Kernel, or under
+// PrefillAuto the Hopper kernel (256 threads) where it is loaded for the shape, else the tensor-core kernel
+// for 16-bit dtypes at head sizes 64, 128 and 256 over 16-bit or FP8 pages, else the FMA kernel (128
+// threads each).
 func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	tn, ok := prefillTypeName(a.DType)
 	if !ok {
@@ -200,13 +313,31 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 			return fmt.Errorf("attention: prefill: FP8 KV scales %v, %v: want finite and positive", a.KScale, a.VScale)
 		}
 	}
-	fn, ok := p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
-	if !ok {
+	if _, ok := p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]; !ok {
 		return fmt.Errorf("%w: prefill head_dim %d (%v)", ErrUnsupported, a.HeadDim, prefillHeadDims)
 	}
 	if a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 || a.BlockSize <= 0 {
 		return fmt.Errorf("attention: prefill: %d query heads for %d KV heads, block size %d", a.NumHeads,
 			a.NumKVHeads, a.BlockSize)
+	}
+	kernel := a.Kernel
+	if kernel == PrefillAuto {
+		kernel = p.Kernel(a.HeadDim, a.DType, a.KVFP8)
+	}
+	var fn *cuda.Function
+	shared, threads := 0, 128
+	switch kernel {
+	case PrefillSM90:
+		if !a.KVFP8 {
+			fn, shared, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90SharedBytes(a.HeadDim), 256
+		}
+	case PrefillMMA:
+		fn, shared = p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillMMASharedBytes(a.HeadDim)
+	case PrefillFMA:
+		fn, shared = p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillSharedBytes(a.HeadDim)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: prefill kernel %v for %s%s head_dim %d", ErrUnsupported, kernel, tn, kv, a.HeadDim)
 	}
 	if a.NumItems == 0 {
 		return nil
@@ -221,12 +352,8 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		Window: int32(max(0, a.Window)),
 		KScale: a.KScale, VScale: a.VScale,
 	}
-	shared := prefillSharedBytes(a.HeadDim)
-	if mma, ok := p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]; ok && !a.FMA {
-		fn, shared = mma, prefillMMASharedBytes(a.HeadDim)
-	}
 	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}
-	if err := cuda.Launch(fn, grid, cuda.Dim3{X: 128}, shared, s, &params); err != nil {
+	if err := cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &params); err != nil {
 		return fmt.Errorf("attention: prefill: %w", err)
 	}
 	return nil

@@ -37,9 +37,22 @@ func gpuPrefill(t testing.TB) (*cuda.Device, *CUDAPrefill) {
 			return
 		}
 		testPrefill.dev = dev
-		testPrefill.pre, testPrefill.err = LoadCUDAPrefill(mod, dev.Info().SharedPerBlockOptin)
+		info := dev.Info()
+		if testPrefill.pre, testPrefill.err = LoadCUDAPrefill(mod, info.SharedPerBlockOptin); testPrefill.err != nil {
+			return
+		}
+		if info.Major == 9 && info.Minor == 0 { // the Hopper kernels, as the model's backend loads them
+			sm90, err := dev.LoadModule(kernels.PrefillSM90PTX)
+			if err == nil {
+				err = testPrefill.pre.LoadSM90(sm90, info.SharedPerBlockOptin)
+			}
+			testPrefill.err = err
+		}
 	})
 	gputest.Require(t, testPrefill.err)
+	if info := testPrefill.dev.Info(); info.Major == 9 && info.Minor == 0 && len(testPrefill.pre.sm90) == 0 {
+		t.Fatal("an sm_90 GPU without the Hopper prefill kernels")
+	}
 	return testPrefill.dev, testPrefill.pre
 }
 
@@ -123,14 +136,10 @@ func TestCUDAPrefill(t *testing.T) {
 		for _, headDim := range []int{64, 128, 256} {
 			for _, blockSize := range []int{16, 32} {
 				for _, group := range []int{1, 4, 8} {
-					paths := []bool{false, true} // tensor-core (where it serves), FMA
-					if cd.size == 4 {
-						paths = []bool{true}
-					}
-					for _, fma := range paths {
-						name := fmt.Sprintf("%s/d%d/page%d/group%d/fma=%v", cd.name, headDim, blockSize, group, fma)
+					for _, kernel := range pre.Kernels(headDim, cd.typ, false) {
+						name := fmt.Sprintf("%s/d%d/page%d/group%d/%v", cd.name, headDim, blockSize, group, kernel)
 						t.Run(name, func(t *testing.T) {
-							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, fma, 0, nil)
+							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, kernel, 0, nil)
 						})
 					}
 				}
@@ -149,14 +158,10 @@ func TestCUDAPrefillWindow(t *testing.T) {
 	for _, cd := range prefillCodecs {
 		for _, headDim := range []int{64, 128, 256} {
 			for _, window := range []int{1, 16, 21, 64, 130, 1000} {
-				paths := []bool{false, true}
-				if cd.size == 4 {
-					paths = []bool{true}
-				}
-				for _, fma := range paths {
-					name := fmt.Sprintf("%s/d%d/w%d/fma=%v", cd.name, headDim, window, fma)
+				for _, kernel := range pre.Kernels(headDim, cd.typ, false) {
+					name := fmt.Sprintf("%s/d%d/w%d/%v", cd.name, headDim, window, kernel)
 					t.Run(name, func(t *testing.T) {
-						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, fma, window, nil)
+						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, kernel, window, nil)
 					})
 				}
 			}
@@ -164,7 +169,7 @@ func TestCUDAPrefillWindow(t *testing.T) {
 	}
 }
 
-// TestCUDAPrefillLongContext runs the tensor-core prefill kernel on the last rows of long prompts, Llama's
+// TestCUDAPrefillLongContext runs the tensor-core prefill kernels (the Hopper one where loaded) on the last rows of long prompts, Llama's
 // heads at bf16 (head size 128, group 4): 16 rows at the end of a 131071-token context (a chunk attending to a
 // cached prefix of 131055 tokens, over 8192 scattered pages), 40 rows at the end of 32768, and a single
 // row at 8192, against the float64 reference: positions, block tables and the online softmax over
@@ -173,17 +178,23 @@ func TestCUDAPrefillLongContext(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	seqs := [][2]int{{131071, 16}, {32768, 40}, {8192, 1}}
-	runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, false, 0, nil)
+	for _, kernel := range pre.Kernels(128, cuda.BFloat16, false) {
+		if kernel != PrefillFMA {
+			t.Run(kernel.String(), func(t *testing.T) {
+				runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, kernel, 0, nil)
+			})
+		}
+	}
 }
 
 // runPrefillCase builds seqs (as prefillSeqs) in a cache of random pages (2 KV heads of group query heads; with a
 // window, the table entries of the pages before each sequence's first row's window −1), runs the prefill
-// kernel (the FMA one when fma) and checks it against densePrefillReference, as a whole and row by row.
+// kernel (kernel; PrefillAuto: Kernel's choice) and checks it against densePrefillReference, as a whole and row by row.
 // With fp8 (a K and a V scale) the pages are FP8 e4m3 codes of the random values (CUDAPrefillArgs.KVFP8),
 // the reference is computed over what they read back (float32(code) · scale), and the output is also
 // checked against the CPU twin's FP8 attention (Attend over an FP8 Cache with those scales).
 func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.Rand, cd prefillCodec, seqs [][2]int,
-	headDim, blockSize, group int, fma bool, window int, fp8 []float32) {
+	headDim, blockSize, group int, kernel PrefillKernel, window int, fp8 []float32) {
 	t.Helper()
 	const kvHeads = 2
 	numHeads := group * kvHeads
@@ -260,7 +271,11 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 		}
 		copy(row, table)
 	}
-	items := PrefillItems(nil, b.QueryStart, group)
+	vectors := kernel.Vectors()
+	if kernel == PrefillAuto {
+		vectors = pre.Kernel(headDim, cd.typ, fp8 != nil).Vectors()
+	}
+	items := PrefillItems(nil, b.QueryStart, group, vectors)
 
 	upload := func(data []byte) cuda.DevicePtr {
 		p, err := dev.Alloc(int64(max(4, len(data))))
@@ -282,7 +297,7 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 		BlockTables: upload(cuda.Bytes(flat)), Positions: upload(cuda.Bytes(positions)),
 		Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: maxBlocks,
 		NumHeads: numHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
-		DType: cd.typ, Scale: scale, Window: window, FMA: fma,
+		DType: cd.typ, Scale: scale, Window: window, Kernel: kernel,
 	}
 	if fp8 != nil {
 		args.KVFP8, args.KScale, args.VScale = true, fp8[0], fp8[1]
@@ -400,7 +415,6 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 				positions[i] = int32(i)
 			}
 			group := sh.numHeads / sh.kvHeads
-			items := PrefillItems(nil, []int32{0, int32(sh.tokens)}, group)
 			var ptrs []cuda.DevicePtr
 			upload := func(data []byte) cuda.DevicePtr {
 				p, err := dev.Alloc(int64(len(data)))
@@ -421,27 +435,23 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 			args := &CUDAPrefillArgs{
 				Out: upload(make([]byte, 2*qElems)), Q: upload(rnd(qElems)), KCache: upload(rnd(kvElems)),
 				VCache: upload(rnd(kvElems)), BlockTables: upload(cuda.Bytes(table)), Positions: upload(cuda.Bytes(positions)),
-				Items: upload(cuda.Bytes(items)), NumItems: len(items) / 4, MaxBlocks: blocks, NumHeads: sh.numHeads,
+				MaxBlocks: blocks, NumHeads: sh.numHeads,
 				NumKVHeads: sh.kvHeads, HeadDim: sh.headDim, BlockSize: sh.bsz, DType: cuda.BFloat16,
 				Scale: float32(1 / math.Sqrt(float64(sh.headDim))), Window: sh.window,
 			}
 			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
-			kernels := []bool{false, true}
-			if sh.mmaOnly {
-				kernels = kernels[:1]
-			}
-			for _, fma := range kernels {
-				args.FMA = fma
+			for _, kernel := range pre.Kernels(sh.headDim, cuda.BFloat16, false) {
+				if kernel == PrefillFMA && sh.mmaOnly {
+					continue
+				}
+				items := PrefillItems(nil, []int32{0, int32(sh.tokens)}, group, kernel.Vectors())
+				args.Kernel, args.Items, args.NumItems = kernel, upload(cuda.Bytes(items)), len(items)/4
 				us, err := timer.Median(1, func(int) error { return pre.Attend(nil, args) })
 				if err != nil {
 					b.Fatal(err)
 				}
-				kernel := "mma"
-				if fma {
-					kernel = "fma"
-				}
-				b.ReportMetric(us, kernel+"-us")
-				b.ReportMetric(flops/(us*1e-6)/1e12, kernel+"-TFLOP/s")
+				b.ReportMetric(us, kernel.String()+"-us")
+				b.ReportMetric(flops/(us*1e-6)/1e12, kernel.String()+"-TFLOP/s")
 			}
 		})
 	}

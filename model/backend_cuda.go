@@ -63,6 +63,8 @@ type cudaBackend struct {
 	gemm   *gemmKernels           // nil: every product the skinny kernel leaves goes to cuBLAS
 	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
 	pre    *attention.CUDAPrefill
+	// preKernel is the prefill kernel every prefill call runs; the step's work items are cut for it.
+	preKernel attention.PrefillKernel
 
 	dtype      cuda.DataType
 	elem       int  // bytes per element of dtype
@@ -279,6 +281,18 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if !b.pre.Supports(shape.HeadDim, b.dtype) || b.kvFP8 && !b.pre.SupportsFP8(shape.HeadDim, b.dtype) {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
+	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 && b.dtype != cuda.Float32 && !b.kvFP8 {
+		// The Hopper prefill kernel: a driver that cannot compile its PTX (older than CUDA 12) keeps the
+		// mma.sync kernel.
+		mod, err := b.dev.LoadModule(kernels.PrefillSM90PTX)
+		if err == nil {
+			err = b.pre.LoadSM90(mod, info.SharedPerBlockOptin)
+		}
+		if err != nil {
+			slog.Warn("cuda backend: no Hopper prefill attention; prefill stays on the mma.sync kernel", "err", err)
+		}
+	}
+	b.preKernel = b.pre.Kernel(shape.HeadDim, b.dtype, b.kvFP8)
 	bs := shape.BlockSize
 	// The decode kernels: head sizes 64 and 128, and 256 in 16-bit dtypes (attention.Decide's check).
 	// Over FP8 pages, 16-bit dtypes only (float32 decode steps then run the prefill kernel).

@@ -368,7 +368,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 		BlockTables: b.layerTables(a.layer), Positions: b.metaPtr(st.offPos),
 		Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
 		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
-		DType: b.dtype, Scale: sh.Scale(), Window: window,
+		DType: b.dtype, Scale: sh.Scale(), Window: window, Kernel: b.preKernel,
 	})
 }
 

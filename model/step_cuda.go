@@ -181,7 +181,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	st.offLogits = len(h)
 	pad(s.LogitRows, numLogitRows, 0)
 	st.offItems = len(h)
-	h = attention.PrefillItems(h, s.QueryStart, b.shape.NumHeads/b.shape.NumKVHeads)
+	h = attention.PrefillItems(h, s.QueryStart, b.shape.NumHeads/b.shape.NumKVHeads, b.preKernel.Vectors())
 	st.items = (len(h) - st.offItems) / 4
 	if st.seqs > numSeqs { // the padding sequences' items: one row each, rows numTokens, numTokens+1, …
 		padStarts := make([]int32, 0, st.seqs-numSeqs+1)
@@ -189,7 +189,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 			padStarts = append(padStarts, int32(r))
 		}
 		first := len(h)
-		h = attention.PrefillItems(h, padStarts, b.shape.NumHeads/b.shape.NumKVHeads)
+		h = attention.PrefillItems(h, padStarts, b.shape.NumHeads/b.shape.NumKVHeads, b.preKernel.Vectors())
 		for i := first; i < len(h); i += 4 {
 			h[i] += int32(numSeqs) // sequence ids of the padding
 		}

@@ -11,7 +11,8 @@
 # mbarrier transaction counts, wgmma), which nvcc 11.8's ptxas cannot compile; its front end passes the
 # inline PTX through, so the kernel is compiled to PTX for compute_90, the PTX's version and target are
 # raised, and the driver (CUDA 12 or newer) compiles it at load. fp8_sm90.ptx: the same route for the e4m3
-# mma.sync (PTX ISA 8.4, target sm_90).
+# mma.sync (PTX ISA 8.4, target sm_90). prefill_sm90.ptx: ../../attention/prefill_sm90.cu, the Hopper prefill
+# attention (wgmma), by the GEMM's route (PTX ISA 8.0, target sm_90a).
 #
 #   build.sh               build model.fatbin, the two PTX files and the stamp (go generate ./model/kernels)
 #   build.sh --stamp       print the stamp of the sources as they are now
@@ -25,7 +26,8 @@ cd "$(dirname "$0")"
 SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
 SM90_SOURCE=gemm_sm90.cu
 FP8_SM90_SOURCE=fp8_sm90.cu
-HEADERS=(common.cuh fp8.cuh)
+PREFILL_SM90_SOURCE=../../attention/prefill_sm90.cu
+HEADERS=(common.cuh fp8.cuh ../../attention/prefill.cuh)
 ARCHS="80 86 89 90"
 
 stamp() {
@@ -33,6 +35,7 @@ stamp() {
 	echo "archs: $ARCHS + compute_80 PTX"
 	echo "$(cat "${HEADERS[@]}" $SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $SM90_SOURCE (gemm_sm90.ptx)"
 	echo "$(cat "${HEADERS[@]}" $FP8_SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $FP8_SM90_SOURCE (fp8_sm90.ptx)"
+	echo "$(cat "${HEADERS[@]}" $PREFILL_SM90_SOURCE | sha256sum | cut -d' ' -f1)  ${HEADERS[*]} $PREFILL_SM90_SOURCE (prefill_sm90.ptx)"
 }
 
 compile() { # compile OUT.fatbin
@@ -65,9 +68,10 @@ case "${1:-}" in
 	compile "$dir/model.fatbin"
 	compile_sm90 $SM90_SOURCE "$dir/gemm_sm90.ptx" 8.0 sm_90a
 	compile_sm90 $FP8_SM90_SOURCE "$dir/fp8_sm90.ptx" 8.4 sm_90
-	for f in gemm_sm90 fp8_sm90; do
+	compile_sm90 $PREFILL_SM90_SOURCE "$dir/prefill_sm90.ptx" 8.0 sm_90a
+	for f in gemm_sm90 fp8_sm90 prefill_sm90; do
 		if ! cmp -s "$dir/$f.ptx" $f.ptx; then
-			echo "model/kernels: $f.ptx is not what $f.cu compiles to: run go generate ./model/kernels and commit it" >&2
+			echo "model/kernels: $f.ptx is not what its source compiles to: run go generate ./model/kernels and commit it" >&2
 			exit 1
 		fi
 	done
@@ -81,11 +85,13 @@ case "${1:-}" in
 	compile model.fatbin.tmp
 	compile_sm90 $SM90_SOURCE gemm_sm90.ptx.tmp 8.0 sm_90a
 	compile_sm90 $FP8_SM90_SOURCE fp8_sm90.ptx.tmp 8.4 sm_90
+	compile_sm90 $PREFILL_SM90_SOURCE prefill_sm90.ptx.tmp 8.0 sm_90a
 	mv model.fatbin.tmp model.fatbin
 	mv gemm_sm90.ptx.tmp gemm_sm90.ptx
 	mv fp8_sm90.ptx.tmp fp8_sm90.ptx
+	mv prefill_sm90.ptx.tmp prefill_sm90.ptx
 	stamp >model.fatbin.sha256
-	echo "model.fatbin: $(wc -c <model.fatbin) bytes, gemm_sm90.ptx: $(wc -c <gemm_sm90.ptx) bytes, fp8_sm90.ptx: $(wc -c <fp8_sm90.ptx) bytes; $(head -1 model.fatbin.sha256)"
+	echo "model.fatbin: $(wc -c <model.fatbin) bytes, gemm_sm90.ptx: $(wc -c <gemm_sm90.ptx) bytes, fp8_sm90.ptx: $(wc -c <fp8_sm90.ptx) bytes, prefill_sm90.ptx: $(wc -c <prefill_sm90.ptx) bytes; $(head -1 model.fatbin.sha256)"
 	;;
 *)
 	echo "usage: build.sh [--stamp | --check DIR]" >&2

@@ -22,3 +22,10 @@ var GemmSM90PTX []byte
 //
 //go:embed fp8_sm90.ptx
 var FP8SM90PTX []byte
+
+// PrefillSM90PTX is prefill_sm90.ptx: the Hopper prefill attention of ../../attention/prefill_sm90.cu
+// (wgmma) as PTX ISA 8.0 for sm_90a, compiled by the driver at load, NUL-terminated for
+// cuda.Device.LoadModule.
+//
+//go:embed prefill_sm90.ptx
+var PrefillSM90PTX []byte
