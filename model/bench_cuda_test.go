@@ -371,7 +371,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 // GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64), the RoPE kernel instead of
 // decode attention rotating (no-attn-rope), FP8 products of 9-16 rows on cuBLASLt instead of the GEMM's
 // e4m3 kernel (fp8-lt, with GOLLM_BENCH_QUANTIZATION=fp8) or all of 9-64 on the GEMM (fp8-gemm64), the O and down products whole (no-split), in k halves or
-// quarters (k-split, split4) or in halves of their output rows (split-rows) whatever the model's size.
+// quarters (k-split, split4) or in halves of their output rows (split-rows) whatever the model's size,
+// and the one-token-tile products with k splits of up to 16 (the plan before gemvMaxKS) or 4 (ks16, ks4).
 // The skip and attn variants are the default with one change.
 var decodeVariants = []struct {
 	name string
@@ -392,6 +393,8 @@ var decodeVariants = []struct {
 	{"no-attn-rope", tweak(func(t *gemvTuning) { t.NoAttnRoPE = true }), attention.CUDATuning{}},
 	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
 	{"fp8-lt", tweak(func(t *gemvTuning) { t.FP8NoGemm = true }), attention.CUDATuning{}},
+	{"ks16", tweak(func(t *gemvTuning) { t.MaxKS = 16 }), attention.CUDATuning{}},
+	{"ks4", tweak(func(t *gemvTuning) { t.MaxKS = 4 }), attention.CUDATuning{}},
 	{"fp8-gemm64", tweak(func(t *gemvTuning) { t.FP8GemmRows = 64 }), attention.CUDATuning{}},
 	{"split4", tweak(func(t *gemvTuning) { t.SplitK = 4 }), attention.CUDATuning{}},
 	{"k-split", tweak(func(t *gemvTuning) { t.SplitK = 2 }), attention.CUDATuning{}},

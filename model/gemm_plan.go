@@ -125,12 +125,18 @@ type gemvShape struct{ rb, ks int }
 // token tile: 25 warps; a little less for the larger tiles).
 const gemvWaveWarps = 24
 
+// gemvMaxKS is the largest k split planGemv gives a row tile: splits of 16 (which gate/up and the LM head
+// of the 8B models got) ran their decode steps slightly slower on the H200 and gate/up alone slower
+// (docs/bench/gemm-h200.md).
+const gemvMaxKS = 8
+
 // planGemv shapes a launch over tiles row tiles and kBlocks blocks of 64 along k on sms SMs, at most
 // maxWarps warps a block: one row tile a block (rb = 1), split along k over ks warps, ks a power of two
-// up to 16 that leaves each warp at least 4 k-blocks. When that grid is between one and four waves of
-// the GPU, ks shrinks until it fits in one (a second, partial wave costs more than the shorter k-loops
-// win); beyond four waves the tail is small. BenchmarkCUDAGemv's sweep found it near the best shape at
-// one to eight tokens for every decode product of Llama-3.2-1B and Llama-3-8B (docs/bench/e2e-h100.md).
+// up to gemvMaxKS (t.MaxKS when positive) that leaves each warp at least 4 k-blocks. When that grid is
+// between one and four waves of the GPU, ks shrinks until it fits in one (a second, partial wave costs
+// more than the shorter k-loops win); beyond four waves the tail is small. BenchmarkCUDAGemv's sweep
+// found it near the best shape at one to eight tokens for every decode product of Llama-3.2-1B and
+// Llama-3-8B (docs/bench/e2e-h100.md).
 func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
 	if t.RB > 0 && t.KS > 0 && t.RB*t.KS <= maxWarps {
 		return gemvShape{rb: t.RB, ks: min(t.KS, max(1, kBlocks))}
@@ -139,8 +145,12 @@ func planGemv(tiles, kBlocks, sms, maxWarps int, t gemvTuning) gemvShape {
 	if t.Plan > 0 {
 		perWarp = 2
 	}
+	maxKS := gemvMaxKS
+	if t.MaxKS > 0 {
+		maxKS = t.MaxKS
+	}
 	ks := 1
-	for ks < 16 && ks*2 <= maxWarps && ks*2*perWarp <= kBlocks {
+	for ks < maxKS && ks*2 <= maxWarps && ks*2*perWarp <= kBlocks {
 		ks *= 2
 	}
 	wave := sms * gemvWaveWarps

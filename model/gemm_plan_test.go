@@ -97,3 +97,33 @@ func TestPlanFP8Gemm(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanGemv checks the one-token-tile launch shapes on an H200 (132 SMs, 16 warps a block) for the
+// decode products of Llama-3-8B and Llama-3.2-1B: every split at most gemvMaxKS, the O product's rule
+// (Plan 1) shrunk into one wave, a short k, a tiny product, and MaxKS's override.
+func TestPlanGemv(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		tiles, kBlocks int
+		tune           gemvTuning
+		want           gemvShape
+	}{
+		{"8b-gateup", 28672 / 16, 64, gemvTuning{}, gemvShape{1, 8}},
+		{"8b-lmhead", 128256 / 16, 64, gemvTuning{}, gemvShape{1, 8}},
+		{"8b-qkv", 6144 / 16, 64, gemvTuning{}, gemvShape{1, 8}},
+		{"8b-o", 4096 / 16, 64, gemvTuning{Plan: 1}, gemvShape{1, 8}},
+		{"8b-down", 4096 / 16, 224, gemvTuning{}, gemvShape{1, 8}},
+		// 1024 tiles × 8 warps pass one wave and stay within four: shrunk into one.
+		{"1b-gateup", 16384 / 16, 32, gemvTuning{}, gemvShape{1, 2}},
+		{"short-k", 100, 12, gemvTuning{}, gemvShape{1, 2}},
+		{"tiny", 3, 1, gemvTuning{}, gemvShape{1, 1}},
+		{"8b-gateup MaxKS 16", 28672 / 16, 64, gemvTuning{MaxKS: 16}, gemvShape{1, 16}},
+		// 384 tiles × 16 warps pass one wave of 132 × 24 warps: back to 8.
+		{"8b-qkv MaxKS 16", 6144 / 16, 64, gemvTuning{MaxKS: 16}, gemvShape{1, 8}},
+		{"forced", 1792, 64, gemvTuning{RB: 2, KS: 4}, gemvShape{2, 4}},
+	} {
+		if got := planGemv(c.tiles, c.kBlocks, 132, 16, c.tune); got != c.want {
+			t.Errorf("%s: planGemv(%d, %d, 132, 16, %+v) = %+v, want %+v", c.name, c.tiles, c.kBlocks, c.tune, got, c.want)
+		}
+	}
+}

@@ -69,8 +69,10 @@ type gemvTuning struct {
 	PDL       bool
 	Pipe      int
 	// Plan picks planGemv's rule: 0 at least four k-blocks a warp, 1 at least two (each warp one step),
-	// 2 at least two and no shrinking to one wave.
-	Plan int
+	// 2 at least two and no shrinking to one wave; MaxKS, when positive, replaces gemvMaxKS (its largest
+	// k split).
+	Plan  int
+	MaxKS int
 	// Gemm sends products of MaxTokens+1 … gemvMaxTokens rows to the skinny GEMM (kernels/gemm_sm90.cu)
 	// instead of cuBLAS; GemmWarps (warpgroups) and GemmKS, when positive, force its launch shape
 	// (planGemm), GemmStages its ring's most slots; GemmFlags is gemmParams.Flags (L2 policy, the
