@@ -217,7 +217,7 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 			})
 		}
 	}
-	if !pre.SupportsFP8(128, cuda.BFloat16) || pre.SupportsFP8(128, cuda.DataType(99)) {
-		t.Error("SupportsFP8")
+	if len(pre.Kernels(128, cuda.BFloat16, true)) == 0 || len(pre.Kernels(128, cuda.DataType(99), true)) != 0 {
+		t.Error("Kernels over FP8 pages")
 	}
 }

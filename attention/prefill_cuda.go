@@ -183,7 +183,8 @@ func (p *CUDAPrefill) Kernel(headDim int, dtype cuda.DataType, kvFP8 bool) Prefi
 	return ks[0]
 }
 
-// Kernels lists the kernels loaded for a call of this shape, fastest first (tests run each).
+// Kernels lists the kernels loaded for a call of this shape, fastest first (tests run each); none when
+// Attend has no kernel for it.
 func (p *CUDAPrefill) Kernels(headDim int, dtype cuda.DataType, kvFP8 bool) []PrefillKernel {
 	tn, ok := prefillTypeName(dtype)
 	if !ok {
@@ -217,27 +218,6 @@ func prefillTypeName(t cuda.DataType) (string, bool) {
 		return "f16", true
 	}
 	return "", false
-}
-
-// Supports reports whether Attend has a kernel for headDim and dtype.
-func (p *CUDAPrefill) Supports(headDim int, dtype cuda.DataType) bool {
-	tn, ok := prefillTypeName(dtype)
-	if !ok {
-		return false
-	}
-	_, ok = p.kernels[fmt.Sprintf("%s_d%d", tn, headDim)]
-	return ok
-}
-
-// SupportsFP8 reports whether Attend has a kernel for headDim and dtype over FP8 e4m3 pages
-// (CUDAPrefillArgs.KVFP8).
-func (p *CUDAPrefill) SupportsFP8(headDim int, dtype cuda.DataType) bool {
-	tn, ok := prefillTypeName(dtype)
-	if !ok {
-		return false
-	}
-	_, ok = p.kernels[fmt.Sprintf("%s_e4m3_d%d", tn, headDim)]
-	return ok
 }
 
 // PrefillHeadsPerItem is the number of a group's query heads one prefill work item covers: the whole
