@@ -20,9 +20,16 @@ func TestDeviceLost(t *testing.T) {
 	m := newPickingModel(vocab, 4, 64)
 	e := newEngine(t, m, Config{MaxNumSeqs: 1})
 	lost := fmt.Errorf("cuda backend: step: %w: illegal address", model.ErrDeviceLost)
-	waits := 0
+	// The loss comes on the fourth wait, once B is queued: however far the loop ran A meanwhile, B is
+	// then a request in flight, not one added after the failure. Add never waits for the loop (its
+	// channel is buffered), so the hook may hold the loop until then.
+	waits, queued := 0, make(chan struct{})
 	m.setOnWait(func(pickWait) error {
 		if waits++; waits == 4 {
+			select {
+			case <-queued:
+			case <-time.After(time.Minute):
+			}
 			return lost
 		}
 		return nil
@@ -32,6 +39,7 @@ func TestDeviceLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting, err := e.Add(context.Background(), Request{ID: "B", PromptIDs: chain(60, 2, vocab), MaxTokens: 5, IgnoreEOS: true})
+	close(queued)
 	if err != nil {
 		t.Fatal(err)
 	}
