@@ -278,7 +278,8 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if b.pre, err = attention.LoadCUDAPrefill(b.mod, b.dev.Info().SharedPerBlockOptin); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
-	if len(b.pre.Kernels(shape.HeadDim, b.dtype, false)) == 0 || b.kvFP8 && len(b.pre.Kernels(shape.HeadDim, b.dtype, true)) == 0 {
+	// Every prefill call reads the backend's own pages (b.kvFP8): a kernel over them is all it needs.
+	if len(b.pre.Kernels(shape.HeadDim, b.dtype, b.kvFP8)) == 0 {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
 	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 && b.dtype != cuda.Float32 && !b.kvFP8 {
