@@ -89,9 +89,19 @@ func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
 // prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D>).
 var prefillSM90HeadDims = []int{64, 128}
 
-// prefillSM90SharedBytes is the Hopper kernel's dynamic shared memory: two q tiles of 64 vectors, two
-// stages of a K and a V tile of 128 keys, and 1 KiB to align them (prefill_sm90.cu).
-func prefillSM90SharedBytes(headDim int) int { return 2*64*headDim*2 + 2*2*128*headDim*2 + 1024 }
+// prefillSM90Threads is the Hopper kernel's block: a producer and two consumer warpgroups.
+const prefillSM90Threads = 384
+
+// prefillSM90SharedBytes is the Hopper kernel's dynamic shared memory (prefill_sm90.cu): two q tiles of
+// 64 vectors, the ring's stages (PH_STAGES: 3 at head size 128, 4 at 64) of a K and a V tile of 128 keys,
+// 1 KiB to align them and the stages' two 8-byte barriers.
+func prefillSM90SharedBytes(headDim int) int {
+	stages := 4
+	if headDim == 128 {
+		stages = 3
+	}
+	return 2*64*headDim*2 + stages*2*128*headDim*2 + 1024 + 16*stages
+}
 
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
@@ -278,7 +288,7 @@ type CUDAPrefillArgs struct {
 }
 
 // Attend queues the prefill kernel on stream s: grid (NumItems, NumKVHeads); a.Kernel, or under
-// PrefillAuto the Hopper kernel (256 threads) where it is loaded for the shape, else the tensor-core kernel
+// PrefillAuto the Hopper kernel (prefillSM90Threads) where it is loaded for the shape, else the tensor-core kernel
 // for 16-bit dtypes at head sizes 64, 128 and 256 over 16-bit or FP8 pages, else the FMA kernel (128
 // threads each).
 func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
@@ -309,7 +319,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	switch kernel {
 	case PrefillSM90:
 		if !a.KVFP8 {
-			fn, shared, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90SharedBytes(a.HeadDim), 256
+			fn, shared, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90SharedBytes(a.HeadDim), prefillSM90Threads
 		}
 	case PrefillMMA:
 		fn, shared = p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillMMASharedBytes(a.HeadDim)

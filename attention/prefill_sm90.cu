@@ -1,37 +1,56 @@
 // Causal prefill attention on Hopper's asynchronous tensor cores (wgmma, sm_90a): the same work as
 // prefill.cu's tensor-core kernel (query rows of one sequence over the paged cache, causal, a sliding
-// window, 16-bit dtypes, head sizes 64 and 128), with FlashAttention-3's products. Launched by
-// CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX; the
-// mma.sync kernel of prefill.cu serves every other GPU, FP8 pages and head size 256.
+// window, 16-bit dtypes, head sizes 64 and 128), in FlashAttention-3's warp-specialized structure.
+// Launched by CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX;
+// the mma.sync kernel of prefill.cu serves every other GPU, FP8 pages and head size 256.
 //
 // Work items: PrefillItems cut for 128 vectors (PrefillSM90Vectors), a vector being one (row, query head)
-// of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 256 threads: two consumer
-// warpgroups, warpgroup w owning the item's vectors [64w, 64w + 64) as the 64 rows of its wgmma tiles.
+// of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups:
 //
-// Shared memory (1024-byte aligned, every tile in the 128-byte swizzle that wgmma's descriptors read: a
+//   - warpgroup 0, the producer, gives up registers (setmaxnreg) and copies the item's K/V tiles of
+//     PH_TILE keys through the block table into a ring of stages with 16-byte cp.async (zero-filled
+//     outside the item's keys): it waits for a stage's empty barrier, looks up the tile's pages first (all
+//     loads in flight at once: a page lookup per copy, waited for one by one, made the copies the kernel's
+//     bound), queues the copies, and once a tile's copies have landed fences them for the tensor cores
+//     (the async proxy) and arrives on the stage's full barrier;
+//   - warpgroups 1 and 2, the consumers, take the registers, each owning 64 of the item's vectors as the
+//     rows of its wgmma tiles (warpgroup 1 + w: vectors [64w, 64w + 64)). Per tile a consumer waits for the
+//     full barrier, computes S = q·Kᵀ (m64n128k16, both operands K-major from shared memory), masks it
+//     (only on tiles that cross a row's diagonal or its window's start), runs the online softmax on its
+//     rows in registers (log2 units, exp2f, as prefill.cu), turns P into bf16/f16 A fragments in registers,
+//     adds P·V (m64nDk16, A from registers, V read N-major from the same [key][d] tile: the transposed B
+//     operand of 16-bit wgmma, so V needs no transpose pass) and arrives on the stage's empty barrier.
+//     The two take turns at issuing S (two named barriers, FlashAttention-3's ping-pong), so that one's
+//     softmax runs beside the other's products. A consumer whose rows end before a tile, or that has no
+//     vectors, skips the tile's products but still takes its turn and releases the stage.
+//
+// Shared memory (1024-byte aligned; every tile in the 128-byte swizzle that wgmma's descriptors read: a
 // tile of R rows × D elements is D/64 column blocks of R rows × 128 bytes, row r's 16-byte chunk c stored
-// at chunk c ^ (r mod 8)): the two warpgroups' q tiles [64][D], then two stages of a K tile and a V tile
-// of PH_TILE keys. Every thread copies its share of a tile with 16-byte cp.async through the block table
-// (zero-filled past the last key); tile t + 1's copies go out before tile t's products.
+// at chunk c ^ (r mod 8)): the two consumers' q tiles [64][D], PH_STAGES stages of a K and a V tile, then
+// the stages' full and empty barriers. prefillSM90SharedBytes (prefill_cuda.go) mirrors it.
 //
-// Per tile a warpgroup computes S = q·Kᵀ (m64n128k16, both operands K-major from shared memory), masks it
-// (only on tiles that cross a row's diagonal or its window's start), runs the online softmax on its rows in
-// registers (log2 units, exp2f, as prefill.cu), turns P into bf16/f16 A fragments in registers and adds
-// P·V (m64nDk16, A from registers, V read N-major from the same [key][d] tile: the transposed B operand of
-// 16-bit wgmma, so V needs no transpose pass). A warpgroup whose rows end before a tile, or whose item
-// has no vectors left for it, skips that tile's products.
-//
-// This file needs PTX ISA 8.0 and target sm_90a (wgmma), newer than nvcc 11.8 emits: build.sh compiles it
-// to PTX for compute_90 and raises the version, as gemm_sm90.cu; the driver compiles it at load.
+// This file needs PTX ISA 8.0 and target sm_90a (wgmma, setmaxnreg), newer than nvcc 11.8 emits:
+// build.sh compiles it to PTX for compute_90 and raises the version, as gemm_sm90.cu; the driver compiles
+// it at load.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common.cuh" // ../model/kernels: pack2
 #include "prefill.cuh"
+#include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences
 
-#define PH_THREADS 256
+#define PH_THREADS 384
 #define PH_TILE 128
+// PH_STAGES is the ring's depth at head size D: as many as fit beside the q tiles in the 227 KiB a block
+// may take (3 at 128: 225 KiB).
+#define PH_STAGES(D) ((D) == 128 ? 3 : 4)
+// Registers a thread: the producer's after it gives some up, the consumers' after they take them (the
+// block starts with 168 each, 65536 / 384: 128·56 + 256·224 ≤ 65536).
+#define PH_PRODUCER_REGS 56
+#define PH_CONSUMER_REGS 224
 
 // ph_off is the byte offset of 16-byte chunk ch of row r in a swizzled tile of ROWS rows.
 template <int ROWS> __device__ __forceinline__ uint32_t ph_off(int r, int ch) {
@@ -50,19 +69,13 @@ __device__ __forceinline__ void ph_cp16(uint32_t dst, const void *src, bool vali
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// PhWgmma<T>: ssN is d (+)= A·B of m64nNk16 with A and B K-major in shared memory (sd = 0: d = A·B); rsN
-// is d += A·B with A in registers (the m64k16 fragment: mma.sync's m16k16 A layout, warp w of the
+// PhWgmma<T>: ss128 is d (+)= A·B of m64n128k16 with A and B K-major in shared memory (sd = 0: d = A·B);
+// rsN is d += A·B with A in registers (the m64k16 fragment: mma.sync's m16k16 A layout, warp w of the
 // warpgroup holding rows 16w…16w+15) and B N-major in shared memory. Accumulators in the m64nN layout:
 // d[4j + e] holds row 16·warp + lane/4 (+ 8 for e ≥ 2) and column 8j + 2·(lane % 4) + (e & 1).
 template <typename T> struct PhWgmma;
 #define PH_WGMMA(T, TN) \
 template <> struct PhWgmma<T> { \
-	static __device__ __forceinline__ void ss64(float (&d)[32], uint64_t a, uint64_t b, int sd) { \
-		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t" \
-		             "wgmma.mma_async.sync.aligned.m64n64k16.f32." TN "." TN " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}" \
-		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-		             : "l"(a), "l"(b), "r"(sd)); \
-	} \
 	static __device__ __forceinline__ void ss128(float (&d)[64], uint64_t a, uint64_t b, int sd) { \
 		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t" \
 		             "wgmma.mma_async.sync.aligned.m64n128k16.f32." TN "." TN " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}" \
@@ -85,10 +98,6 @@ template <> struct PhWgmma<T> { \
 PH_WGMMA(__nv_bfloat16, "bf16")
 PH_WGMMA(__half, "f16")
 
-__device__ __forceinline__ void ph_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void ph_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void ph_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-
 // ph_pin keeps the compiler from moving reads or writes of accumulators across the wgmma wait before it:
 // the registers change when the asynchronous products land, which the asm statements do not declare.
 template <int N> __device__ __forceinline__ void ph_pin(float (&x)[N]) {
@@ -96,154 +105,242 @@ template <int N> __device__ __forceinline__ void ph_pin(float (&x)[N]) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(x[i])::"memory");
 }
 
+
+template <int N> __device__ __forceinline__ void ph_pin(uint32_t (&x)[N][4]) {
+#pragma unroll
+	for (int i = 0; i < N; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) asm volatile("" : "+r"(x[i][e])::"memory");
+}
+
+// ph_turn_wait and ph_turn_pass are the consumers' turns at issuing S: named barriers 1 and 2 (one per
+// consumer, 256 threads: the waiting warpgroup's sync and the other's arrive).
+__device__ __forceinline__ void ph_turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+
 template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const PrefillParams &p) {
-	constexpr int CH = D / 8;                        // 16-byte chunks of a row
-	constexpr int Q_BYTES = 64 * D * 2;              // one warpgroup's q tile
-	constexpr int KV_BYTES = PH_TILE * D * 2;        // one K or V tile
-	constexpr int ND = D / 2;                        // O accumulators a thread
+	constexpr int ST = PH_STAGES(D);
+	constexpr int CH = D / 8;                 // 16-byte chunks of a row
+	constexpr int Q_BYTES = 64 * D * 2;       // one consumer's q tile
+	constexpr int KV_BYTES = PH_TILE * D * 2; // one K or V tile
+	constexpr int ND = D / 2;                 // O accumulators a thread
 	extern __shared__ __align__(1024) unsigned char ph_smem[];
 	const uint32_t base = ((uint32_t)__cvta_generic_to_shared(ph_smem) + 1023) & ~1023u;
-	const uint32_t sq = base, skv = base + 2 * Q_BYTES; // stage s: K at skv + 2s·KV_BYTES, V after it
+	const uint32_t sq = base, skv = base + 2 * Q_BYTES, bars = skv + ST * 2 * KV_BYTES;
+	auto full = [&](int s) { return bars + 8 * s; };
+	auto empty = [&](int s) { return bars + 8 * (ST + s); };
 
 	const int *item = p.items + 4 * blockIdx.x;
 	const int seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3];
 	const int kvh = blockIdx.y, hpi = p.heads_per_item;
-	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, gq = lane >> 2, cq = lane & 3;
+	const int tid = threadIdx.x;
+	const int key_end = p.positions[row0 + nrows - 1] + 1;
+	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
+	const int tiles = (key_end + PH_TILE - 1) / PH_TILE;
+	const int t_first = kstart / PH_TILE;
+
+	if (tid == 0) {
+#pragma unroll
+		for (int s = 0; s < ST; s++) {
+			mbar_init(full(s), 128);  // each producer thread, once its copies of the tile have landed
+			mbar_init(empty(s), 256); // each consumer thread, once it is done with the tile
+		}
+	}
+	__syncthreads();
+
+	// The warpgroup, made warp-uniform for the compiler (lane 0's): setmaxnreg must be.
+	const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+	if (wg == 0) {
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PH_PRODUCER_REGS) : "memory");
+		const int *table = p.block_tables + (long long)seq * p.max_blocks;
+		const T *kc = reinterpret_cast<const T *>(p.k_cache);
+		const T *vc = reinterpret_cast<const T *>(p.v_cache);
+		constexpr int PER = PH_TILE * CH / 128; // chunks a thread copies a tile: rows tid / CH + (128 / CH)·k
+		int n = 0, s = 0, ph = 0;
+		for (int t = t_first; t < tiles; t++, n++) {
+			if (n >= ST) mbar_wait(empty(s), ph ^ 1);
+			const uint32_t dk = skv + s * 2 * KV_BYTES, dv = dk + KV_BYTES;
+			int pg[PER];
+#pragma unroll
+			for (int k = 0; k < PER; k++) {
+				const int key = t * PH_TILE + tid / CH + (128 / CH) * k;
+				pg[k] = table[max(kstart, min(key, key_end - 1)) / p.block_size];
+			}
+#pragma unroll
+			for (int k = 0; k < PER; k++) {
+				const int tok = tid / CH + (128 / CH) * k, ch = tid % CH;
+				const int key = t * PH_TILE + tok;
+				const int kcl = max(kstart, min(key, key_end - 1));
+				const long long slot = (long long)pg[k] * p.block_size + kcl % p.block_size;
+				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
+				const bool in = key >= kstart && key < key_end;
+				const uint32_t so = ph_off<PH_TILE>(tok, ch);
+				ph_cp16(dk + so, kc + at, in);
+				ph_cp16(dv + so, vc + at, in);
+			}
+			asm volatile("cp.async.commit_group;" ::: "memory");
+			if (n > 0) { // the previous tile's copies have landed: hand it over
+				asm volatile("cp.async.wait_group 1;" ::: "memory");
+				asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+				mbar_arrive(full(s == 0 ? ST - 1 : s - 1));
+			}
+			if (++s == ST) s = 0, ph ^= 1;
+		}
+		if (n > 0) {
+			asm volatile("cp.async.wait_group 0;" ::: "memory");
+			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+			mbar_arrive(full(s == 0 ? ST - 1 : s - 1));
+		}
+		return;
+	}
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(PH_CONSUMER_REGS) : "memory");
+
+	const int c = wg - 1, lt = tid & 127, warp = lt >> 5, lane = tid & 31, gq = lane >> 2, cq = lane & 3;
 	const long long qstride = (long long)p.num_heads * D;
 	const T *qg = reinterpret_cast<const T *>(p.q);
-
-	// q of the item's 128 vectors into the two q tiles (zero rows for vectors past the item).
-	for (int i = tid; i < 128 * CH; i += PH_THREADS) {
-		const int v = i / CH, ch = i - v * CH, r = v / hpi, g = g0 + v % hpi;
+	const uint32_t qt = sq + c * Q_BYTES;
+	// The consumer's q tile (zero rows for vectors past the item), then a barrier of its own (id 3 + c).
+	for (int i = lt; i < 64 * CH; i += 128) {
+		const int v = 64 * c + i / CH, ch = i % CH, r = v / hpi, g = g0 + v % hpi;
 		const bool in = r < nrows && g < p.group;
 		const long long at = in ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D + ch * 8 : 0;
-		ph_cp16(sq + (v >> 6) * Q_BYTES + ph_off<64>(v & 63, ch), qg + at, in);
+		ph_cp16(qt + ph_off<64>(v & 63, ch), qg + at, in);
 	}
+	asm volatile("cp.async.commit_group;" ::: "memory");
+	asm volatile("cp.async.wait_group 0;" ::: "memory");
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+	asm volatile("bar.sync %0, 128;" ::"r"(3 + c) : "memory");
 
-	// This warpgroup's rows: the thread's two (vectors 64·wg + 16·warp + gq, and + 8), and the span of
-	// the warpgroup's rows (rows of one sequence are in position order).
+	// This consumer's rows: the thread's two (vectors 64·c + 16·warp + gq, and + 8), and the span of the
+	// consumer's rows (rows of one sequence are in position order), which gives its tiles [ta, tb].
 	bool valid[2];
 	int pos[2], lo[2];
 	long long off[2];
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const int v = 64 * wg + 16 * warp + gq + 8 * i, r = v / hpi, g = g0 + v % hpi;
+		const int v = 64 * c + 16 * warp + gq + 8 * i, r = v / hpi, g = g0 + v % hpi;
 		valid[i] = r < nrows && g < p.group;
 		pos[i] = valid[i] ? p.positions[row0 + r] : -1;
 		lo[i] = p.window > 0 ? max(0, pos[i] - p.window + 1) : 0;
 		off[i] = valid[i] ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D : 0;
 	}
-	const int wr0 = (64 * wg) / hpi;                          // the warpgroup's first row
-	const bool wg_live = wr0 < nrows;                         // it has vectors at all
-	const int wr1 = min(nrows, (64 * wg + 63) / hpi + 1) - 1; // its last row
-	const int wpos0 = wg_live ? p.positions[row0 + wr0] : 0, wpos1 = wg_live ? p.positions[row0 + wr1] : -1;
-	const int wlo1 = p.window > 0 ? max(0, wpos1 - p.window + 1) : 0; // the latest first key of its rows
-
-	const int key_end = p.positions[row0 + nrows - 1] + 1;
-	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
-	const int tiles = (key_end + PH_TILE - 1) / PH_TILE;
-	const int *table = p.block_tables + (long long)seq * p.max_blocks;
-	const T *kc = reinterpret_cast<const T *>(p.k_cache);
-	const T *vc = reinterpret_cast<const T *>(p.v_cache);
-	auto load_tile = [&](int t) {
-		const uint32_t dk = skv + (t & 1) * 2 * KV_BYTES, dv = dk + KV_BYTES;
-		for (int i = tid; i < PH_TILE * CH; i += PH_THREADS) {
-			const int tok = i / CH, ch = i - tok * CH;
-			const int key = t * PH_TILE + tok;
-			const int kcl = max(kstart, min(key, key_end - 1));
-			const long long slot = (long long)table[kcl / p.block_size] * p.block_size + kcl % p.block_size;
-			const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
-			const bool in = key >= kstart && key < key_end;
-			const uint32_t so = ph_off<PH_TILE>(tok, ch);
-			ph_cp16(dk + so, kc + at, in);
-			ph_cp16(dv + so, vc + at, in);
-		}
-		asm volatile("cp.async.commit_group;" ::: "memory");
-	};
+	const int wr0 = (64 * c) / hpi;                          // the consumer's first row
+	const bool live = wr0 < nrows;                           // it has vectors at all
+	const int wr1 = min(nrows, (64 * c + 63) / hpi + 1) - 1; // its last row
+	const int wpos0 = live ? p.positions[row0 + wr0] : 0, wpos1 = live ? p.positions[row0 + wr1] : -1;
+	const int wlo0 = p.window > 0 ? max(0, wpos0 - p.window + 1) : 0; // the earliest first key of its rows
+	const int wlo1 = p.window > 0 ? max(0, wpos1 - p.window + 1) : 0; // the latest
+	const int ta = max(t_first, wlo0 / PH_TILE), tb = live ? min(tiles - 1, wpos1 / PH_TILE) : -1;
 
 	float o[ND];
 #pragma unroll
 	for (int e = 0; e < ND; e++) o[e] = 0.f;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 	const float scale_log2 = p.scale * 1.4426950408889634f;
-	const uint32_t qt = sq + wg * Q_BYTES;
 
-	const int t_first = kstart / PH_TILE;
-	load_tile(t_first); // with the q copies: one group
-	for (int t = t_first; t < tiles; t++) {
-		if (t + 1 < tiles) {
-			load_tile(t + 1);
-			asm volatile("cp.async.wait_group 1;" ::: "memory");
-		} else {
-			asm volatile("cp.async.wait_group 0;" ::: "memory");
-		}
-		// The tile's copies (generic proxy) made visible to the tensor cores' reads (async proxy).
-		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-		__syncthreads();
+	// softmax turns tile t's scores s into P (pc) and the factor alpha of the rows' earlier sums, updating
+	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start.
+	auto softmax = [&](float (&s)[64], int t, uint32_t (&pc)[PH_TILE / 16][4], float (&alpha)[2], auto masked) {
+		constexpr bool MASK = decltype(masked)::value;
 		const int t0 = t * PH_TILE;
-		// The warpgroup skips a tile wholly after its last row or wholly before its rows' windows.
-		if (wg_live && t0 <= wpos1 && !(p.window > 0 && t0 + PH_TILE <= max(0, wpos0 - p.window + 1))) {
-			const uint32_t kt = skv + (t & 1) * 2 * KV_BYTES, vt = kt + KV_BYTES;
-			float s[64];
-			ph_fence();
+		float mx[2] = {m[0], m[1]};
 #pragma unroll
-			for (int kk = 0; kk < D / 16; kk++) {
-				const uint32_t koff = (kk >> 2) * 64 * 128 + (kk & 3) * 32;
-				const uint32_t kofk = (kk >> 2) * PH_TILE * 128 + (kk & 3) * 32;
-				PhWgmma<T>::ss128(s, ph_desc(qt + koff, 16), ph_desc(kt + kofk, 16), kk > 0);
-			}
-			ph_commit();
-			ph_wait0();
-			ph_pin(s);
-
-			// Mask only a tile that reaches past the warpgroup's first row or before its last row's window.
-			const bool mask = t0 + PH_TILE - 1 > wpos0 || (p.window > 0 && t0 < wlo1);
-			float mx[2] = {m[0], m[1]};
+		for (int j = 0; j < 16; j++)
 #pragma unroll
-			for (int j = 0; j < 16; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					float x = s[4 * j + e] * scale_log2;
-					if (mask) {
-						const int key = t0 + 8 * j + 2 * cq + (e & 1);
-						if (key > pos[e >> 1] || key < lo[e >> 1]) x = -INFINITY;
-					}
-					s[4 * j + e] = x;
-					mx[e >> 1] = fmaxf(mx[e >> 1], x);
+			for (int e = 0; e < 4; e++) {
+				float x = s[4 * j + e] * scale_log2;
+				if (MASK) {
+					const int key = t0 + 8 * j + 2 * cq + (e & 1);
+					if (key > pos[e >> 1] || key < lo[e >> 1]) x = -INFINITY;
 				}
-			float b[2], alpha[2], rs[2] = {0.f, 0.f};
-			prefill_rows_max(mx, m, b, alpha);
-			uint32_t a[PH_TILE / 16][4];
-#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const float p0 = exp2f(s[4 * j] - b[0]), p1 = exp2f(s[4 * j + 1] - b[0]);
-				const float p2 = exp2f(s[4 * j + 2] - b[1]), p3 = exp2f(s[4 * j + 3] - b[1]);
-				rs[0] += p0 + p1;
-				rs[1] += p2 + p3;
-				a[j >> 1][2 * (j & 1)] = pack2<T>(p0, p1);
-				a[j >> 1][2 * (j & 1) + 1] = pack2<T>(p2, p3);
+				s[4 * j + e] = x;
+				mx[e >> 1] = fmaxf(mx[e >> 1], x);
 			}
+		float b[2], rs[2] = {0.f, 0.f};
+		prefill_rows_max(mx, m, b, alpha);
 #pragma unroll
-			for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + rs[i];
-#pragma unroll
-			for (int e = 0; e < ND; e++) o[e] *= alpha[(e >> 1) & 1];
-			ph_pin(o);
-
-			ph_fence();
-#pragma unroll
-			for (int kk = 0; kk < PH_TILE / 16; kk++) {
-				const uint64_t vd = ph_desc(vt + kk * 16 * 128, PH_TILE * 128);
-				if constexpr (D == 64)
-					PhWgmma<T>::rs64(o, a[kk], vd);
-				else
-					PhWgmma<T>::rs128(o, a[kk], vd);
-			}
-			ph_commit();
-			ph_wait0();
-			ph_pin(o);
+		for (int j = 0; j < 16; j++) {
+			const float p0 = exp2f(s[4 * j] - b[0]), p1 = exp2f(s[4 * j + 1] - b[0]);
+			const float p2 = exp2f(s[4 * j + 2] - b[1]), p3 = exp2f(s[4 * j + 3] - b[1]);
+			rs[0] += p0 + p1;
+			rs[1] += p2 + p3;
+			pc[j >> 1][2 * (j & 1)] = pack2<T>(p0, p1);
+			pc[j >> 1][2 * (j & 1) + 1] = pack2<T>(p2, p3);
 		}
-		__syncthreads(); // this stage is refilled by the copies of tile t + 2
+#pragma unroll
+		for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + rs[i];
+	};
+	auto tile_softmax = [&](float (&s)[64], int t, uint32_t (&pc)[PH_TILE / 16][4], float (&alpha)[2]) {
+		const int t0 = t * PH_TILE;
+		if (t0 + PH_TILE - 1 > wpos0 || (p.window > 0 && t0 < wlo1))
+			softmax(s, t, pc, alpha, std::true_type{});
+		else
+			softmax(s, t, pc, alpha, std::false_type{});
+	};
+	// S = q·Kᵀ of the tile in stage, issued on the consumer's turn.
+	auto issue_s = [&](float (&sc)[64], int stage) {
+		const uint32_t kt = skv + stage * 2 * KV_BYTES;
+		ph_turn_wait(1 + c);
+		wgmma_fence();
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const uint32_t koff = (kk >> 2) * 64 * 128 + (kk & 3) * 32;
+			const uint32_t kofk = (kk >> 2) * PH_TILE * 128 + (kk & 3) * 32;
+			PhWgmma<T>::ss128(sc, ph_desc(qt + koff, 16), ph_desc(kt + kofk, 16), kk > 0);
+		}
+		wgmma_commit();
+		ph_turn_pass(2 - c);
+		wgmma_wait0();
+		ph_pin(sc);
+	};
+	// O += P·V of the tile in stage, then the stage's release.
+	auto add_pv = [&](uint32_t (&pp)[PH_TILE / 16][4], int stage) {
+		const uint32_t vt = skv + stage * 2 * KV_BYTES + KV_BYTES;
+		ph_pin(o);
+		wgmma_fence();
+#pragma unroll
+		for (int kk = 0; kk < PH_TILE / 16; kk++) {
+			const uint64_t vd = ph_desc(vt + kk * 16 * 128, PH_TILE * 128);
+			if constexpr (D == 64)
+				PhWgmma<T>::rs64(o, pp[kk], vd);
+			else
+				PhWgmma<T>::rs128(o, pp[kk], vd);
+		}
+		wgmma_commit();
+		wgmma_wait0();
+		ph_pin(o);
+		ph_pin(pp);
+		mbar_arrive(empty(stage));
+	};
+
+	if (c == 1) ph_turn_pass(1); // consumer 0 takes the first turn
+	int s = 0, ph = 0;
+	auto advance = [&]() {
+		if (++s == ST) s = 0, ph ^= 1;
+	};
+	auto skip = [&]() { // a tile this consumer has no rows for: its turn and the stage's release
+		mbar_wait(full(s), ph);
+		ph_turn_wait(1 + c);
+		ph_turn_pass(2 - c);
+		mbar_arrive(empty(s));
+		advance();
+	};
+	int t = t_first;
+	for (; t < tiles && t < ta; t++) skip();
+	for (; t <= tb; t++) { // tb < tiles
+		mbar_wait(full(s), ph);
+		float sc[64];
+		issue_s(sc, s);
+		uint32_t pp[PH_TILE / 16][4];
+		float alpha[2];
+		tile_softmax(sc, t, pp, alpha);
+#pragma unroll
+		for (int e = 0; e < ND; e++) o[e] *= alpha[(e >> 1) & 1]; // 0 on the first tile, where O is 0
+		add_pv(pp, s);
+		advance();
 	}
+	for (; t < tiles; t++) skip();
+	if (c == 0) ph_turn_wait(1); // consumer 1's last pass
 
 	T *out = reinterpret_cast<T *>(p.out);
 #pragma unroll

@@ -27,7 +27,7 @@ SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu r
 SM90_SOURCE=gemm_sm90.cu
 FP8_SM90_SOURCE=fp8_sm90.cu
 PREFILL_SM90_SOURCE=../../attention/prefill_sm90.cu
-HEADERS=(common.cuh fp8.cuh ../../attention/prefill.cuh)
+HEADERS=(common.cuh fp8.cuh sm90.cuh ../../attention/prefill.cuh)
 ARCHS="80 86 89 90"
 
 stamp() {

@@ -45,6 +45,7 @@
 // build.sh compiles it to PTX for compute_90 and raises the PTX's version; the driver compiles it at
 // load (PTX target sm_90a: wgmma). The tensor maps are encoded on the host (cuda.Device.EncodeTiled).
 #include "common.cuh"
+#include "sm90.cuh"
 
 // TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -76,23 +77,6 @@ constexpr int GB_ROW = 128;  // bytes of a ring slot's tile row (the 128-byte sw
 constexpr int GB_CHUNK = 64; // k elements a ring slot of 16-bit operands (one 128-byte row); E4M3: 128
 constexpr int GB_MAX_CLUSTER = 8;
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-	asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
-	asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-	asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-	asm volatile("{\n\t.reg .pred p;\n"
-	             "GB_WAIT:\n\t"
-	             "mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n\t"
-	             "@!p bra GB_WAIT;\n}" ::"r"(bar),
-	             "r"(parity)
-	             : "memory");
-}
 // tma_load2d queues the copy of the tile at (column c, row r) of the tensor map at desc (a kernel
 // parameter's generic address) into shared dst, completing on bar.
 __device__ __forceinline__ void tma_load2d(uint32_t dst, const TmaDesc *desc, int c, int r, uint32_t bar) {
@@ -126,9 +110,6 @@ __device__ __forceinline__ void tma_load4d(uint32_t dst, const TmaDesc *desc, in
 __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr) {
 	return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
 // Wgmma<T, NT>::run is d += A·B for a 64-row A (descriptor a) and a 16·NT-column B (descriptor b), k 16,
 // fp32 accumulators in the m64nN layout: d[4i + e] holds row 16·warp + lane/4 (+ 8 for e ≥ 2) and column
