@@ -51,6 +51,10 @@
 // block starts with 168 each, 65536 / 384: 128·56 + 256·224 ≤ 65536).
 #define PH_PRODUCER_REGS 56
 #define PH_CONSUMER_REGS 224
+// setmaxnreg.inc waits until the registers it asks for are free: asking for more than the block holds (the
+// launch bounds' share, 168 a thread at 384) would hang the consumers.
+static_assert(128 * PH_PRODUCER_REGS + 256 * PH_CONSUMER_REGS <= PH_THREADS * ((65536 / PH_THREADS) & ~7),
+              "the warpgroups' registers exceed the block's");
 
 // ph_off is the byte offset of 16-byte chunk ch of row r in a swizzled tile of ROWS rows.
 template <int ROWS> __device__ __forceinline__ uint32_t ph_off(int r, int ch) {
