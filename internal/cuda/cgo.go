@@ -6,12 +6,18 @@ package cuda
 
 /*
 #cgo LDFLAGS: -lcuda -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
 #include "gollm_cuda.h"
+
+static inline void *gollm_open_library(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
+static inline const char *gollm_library_error(void) { const char *e = dlerror(); return e ? e : "unknown"; }
 */
 import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -44,3 +50,19 @@ var (
 
 func cFunction(f cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&f)) }
 func cStream(s cu.Stream) C.CUstream       { return *(*C.CUstream)(unsafe.Pointer(&s)) }
+
+// openLibrary dlopens the first of candidates that loads (a soname through the loader's search path, or
+// a path) and returns its handle and name; the error lists why each failed, wrapping notFound.
+func openLibrary(candidates []string, notFound error) (unsafe.Pointer, string, error) {
+	var tried []string
+	for _, name := range candidates {
+		cname := C.CString(name)
+		h := C.gollm_open_library(cname)
+		C.free(unsafe.Pointer(cname))
+		if h != nil {
+			return h, name, nil
+		}
+		tried = append(tried, name+": "+C.GoString(C.gollm_library_error()))
+	}
+	return nil, "", fmt.Errorf("%w (tried %s)", notFound, strings.Join(tried, "; "))
+}

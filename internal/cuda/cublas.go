@@ -29,8 +29,6 @@ typedef struct {
 	gollm_cublas_gemm_strided_batched_ex_t gemm_strided_batched_ex;
 } gollm_cublas;
 
-static inline void *gollm_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
-static inline const char *gollm_dlerror(void) { const char *e = dlerror(); return e ? e : "unknown"; }
 
 // gollm_cublas_bind resolves the symbols; it returns the name of the first missing one, or NULL.
 static inline const char *gollm_cublas_bind(gollm_cublas *b) {
@@ -72,7 +70,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"unsafe"
 )
 
@@ -125,28 +122,18 @@ func (d *Device) LoadBLAS() (*BLAS, error) {
 	if p := os.Getenv("GOLLM_CUBLAS"); p != "" {
 		candidates = append([]string{p}, candidates...)
 	}
+	handle, path, err := openLibrary(candidates, ErrNoCUBLAS)
+	if err != nil {
+		return nil, err
+	}
 	lib := (*C.gollm_cublas)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_cublas{}))))
-	var tried []string
-	b := &BLAS{dev: d, lib: lib}
-	for _, name := range candidates {
-		cname := C.CString(name)
-		lib.lib = C.gollm_dlopen(cname)
-		C.free(unsafe.Pointer(cname))
-		if lib.lib != nil {
-			b.path = name
-			break
-		}
-		tried = append(tried, name+": "+C.GoString(C.gollm_dlerror()))
-	}
-	if lib.lib == nil {
-		C.free(unsafe.Pointer(lib))
-		return nil, fmt.Errorf("%w (tried %s)", ErrNoCUBLAS, strings.Join(tried, "; "))
-	}
+	lib.lib = handle
+	b := &BLAS{dev: d, lib: lib, path: path}
 	if missing := C.gollm_cublas_bind(lib); missing != nil {
 		C.free(unsafe.Pointer(lib))
 		return nil, fmt.Errorf("cuda: %s: missing symbol %s", b.path, C.GoString(missing))
 	}
-	err := d.Do(func() error {
+	err = d.Do(func() error {
 		if st := C.gollm_cublas_create(lib, &b.handle); st != 0 {
 			return fmt.Errorf("cublasCreate: status %d", int(st))
 		}

@@ -52,8 +52,6 @@ typedef struct {
 	gollm_lt_matmul_t matmul;
 } gollm_lt;
 
-static inline void *gollm_lt_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
-static inline const char *gollm_lt_dlerror(void) { const char *e = dlerror(); return e ? e : "unknown"; }
 
 #define GOLLM_LT_BIND(field, type, name) if (!(b->field = (type)dlsym(b->lib, name))) return name;
 
@@ -199,29 +197,19 @@ func (d *Device) LoadBLASLt(blas *BLAS) (*BLASLt, error) {
 	if p := os.Getenv("GOLLM_CUBLASLT"); p != "" {
 		candidates = append([]string{p}, candidates...)
 	}
+	handle, path, err := openLibrary(candidates, ErrNoCUBLASLt)
+	if err != nil {
+		return nil, err
+	}
 	lib := (*C.gollm_lt)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gollm_lt{}))))
-	b := &BLASLt{dev: d, lib: lib, plans: map[ltShape]*C.gollm_lt_plan{}}
-	var tried []string
-	for _, name := range candidates {
-		cname := C.CString(name)
-		lib.lib = C.gollm_lt_dlopen(cname)
-		C.free(unsafe.Pointer(cname))
-		if lib.lib != nil {
-			b.path = name
-			break
-		}
-		tried = append(tried, name+": "+C.GoString(C.gollm_lt_dlerror()))
-	}
-	if lib.lib == nil {
-		C.free(unsafe.Pointer(lib))
-		return nil, fmt.Errorf("%w (tried %s)", ErrNoCUBLASLt, strings.Join(tried, "; "))
-	}
+	lib.lib = handle
+	b := &BLASLt{dev: d, lib: lib, path: path, plans: map[ltShape]*C.gollm_lt_plan{}}
 	if missing := C.gollm_lt_bind(lib); missing != nil {
 		C.free(unsafe.Pointer(lib))
 		return nil, fmt.Errorf("cuda: %s: missing symbol %s", b.path, C.GoString(missing))
 	}
 	b.version = int(C.gollm_lt_version(lib))
-	err := d.Do(func() error {
+	err = d.Do(func() error {
 		if st := C.gollm_lt_create(lib, &b.handle); st != 0 {
 			return fmt.Errorf("cublasLtCreate: status %d", int(st))
 		}
