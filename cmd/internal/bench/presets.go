@@ -46,6 +46,14 @@ var presets = map[string]string{
 		"max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": null,
 		"tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"
 	}`,
+	// meta-llama/Meta-Llama-3-70B: 70,553,706,496 parameters (141 GB in bfloat16: tensor parallelism's
+	// shape, --tensor-parallel-size 2 or more on H200s).
+	"llama3-70b": `{
+		"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 8192,
+		"intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+		"max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": null,
+		"tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"
+	}`,
 	// meta-llama/Llama-3.1-8B: 8,030,261,248 parameters, a 128k context by llama3 rope scaling.
 	"llama3.1-8b": `{
 		"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,

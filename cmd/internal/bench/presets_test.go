@@ -24,6 +24,7 @@ func TestPresetContexts(t *testing.T) {
 	}{
 		{"llama3-8b", 8192, 500000, weights.RopeScaling{Type: "default"}},
 		{"llama3.1-8b", 131072, 500000, llama31},
+		{"llama3-70b", 8192, 500000, weights.RopeScaling{Type: "default"}},
 		{"llama3.2-1b", 131072, 500000, llama32},
 		{"llama3.2-3b", 131072, 500000, llama32},
 		{"qwen2.5-7b", 32768, 1e6, weights.RopeScaling{Type: "default"}},

@@ -15,6 +15,7 @@ func TestCountParams(t *testing.T) {
 	published := map[string]int64{
 		"llama3-8b":       8_030_261_248,
 		"llama3.1-8b":     8_030_261_248,
+		"llama3-70b":      70_553_706_496,
 		"llama3.2-1b":     1_235_814_400,
 		"llama3.2-3b":     3_212_749_824,
 		"llama2-7b":       6_738_415_616,
