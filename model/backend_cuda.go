@@ -125,6 +125,9 @@ type cudaConfig struct {
 	noGraphs bool
 	// sharedPrefix is Options.SharedPrefix.
 	sharedPrefix string
+	// coll is the tensor-parallel group's collective this backend is a rank of (AllReduceSum); nil for a
+	// model run whole.
+	coll deviceCollective
 }
 
 // cudaStats counts how a CUDA backend ran its steps (for tests and benchmarks).
@@ -421,6 +424,18 @@ func (b *cudaBackend) AllocateKV(utilization float64) (int, error) {
 	if len(b.kCache) > 0 {
 		return 0, errors.New("cuda backend: KV pool already allocated")
 	}
+	n, err := b.kvCapacity(utilization)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.allocateKV(n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// kvCapacity is the number of KV pages AllocateKV would allocate now.
+func (b *cudaBackend) kvCapacity(utilization float64) (int, error) {
 	if !(utilization > 0 && utilization <= 1) {
 		return 0, fmt.Errorf("cuda backend: memory utilization %v not in (0, 1]", utilization)
 	}
@@ -433,9 +448,6 @@ func (b *cudaBackend) AllocateKV(utilization float64) (int, error) {
 	if n < 1 {
 		return 0, fmt.Errorf("cuda backend: no memory left for the KV pool (%d MiB free of %d MiB, utilization %v)",
 			free>>20, total>>20, utilization)
-	}
-	if err := b.allocateKV(int(n)); err != nil {
-		return 0, err
 	}
 	return int(n), nil
 }

@@ -266,20 +266,6 @@ func cudaReferenceConfig(headDim int) *weights.Config {
 	}
 }
 
-// relErr is ‖got − want‖ / ‖want‖ (infinite when got has a NaN).
-func relErr(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	if math.IsNaN(num) {
-		return math.Inf(1)
-	}
-	return math.Sqrt(num / den)
-}
-
 // TestCUDAMatchesCPU runs the same steps on the CPU backend and on the GPU and compares every logits row:
 // three sequences with ragged contexts (one long enough for split-k at batch 1), prefill chunks beside
 // decode tokens, then decode steps of different batch sizes (graph buckets 1, 2, 4 with padding, and 16,

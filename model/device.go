@@ -129,6 +129,25 @@ type kvAllocator interface {
 	AllocateKVBlocks(numBlocks int) error
 }
 
+// kvCapacitor is implemented by backends that tell how many KV pages the memory left would hold (the
+// CUDA backend: KVSizer's count, without allocating them), so that the ranks of a tensor-parallel model
+// can all take the smallest.
+type kvCapacitor interface {
+	kvCapacity(utilization float64) (int, error)
+}
+
+// reserveWorkspace allocates the activation workspace opts asks for (MaxStepTokens, MaxLogitRows).
+func (m *Model) reserveWorkspace(opts Options) error {
+	tokens, logits := opts.MaxStepTokens, opts.MaxLogitRows
+	if tokens <= 0 {
+		tokens = DefaultMaxStepTokens
+	}
+	if logits <= 0 {
+		logits = DefaultMaxLogitRows
+	}
+	return m.ensureWorkspace(tokens, min(logits, tokens))
+}
+
 // sizeKV reserves the workspace opts asks for, then lets the backend fill the memory left with KV pages
 // (Options.NumBlocks zero), or allocate Options.NumBlocks of them there (deferred, see backendFor).
 func (m *Model) sizeKV(opts Options) error {
@@ -140,14 +159,7 @@ func (m *Model) sizeKV(opts Options) error {
 	case opts.NumBlocks > 0 && !canAlloc:
 		return errors.New("options: the backend was built without a KV pool and cannot allocate one")
 	}
-	tokens, logits := opts.MaxStepTokens, opts.MaxLogitRows
-	if tokens <= 0 {
-		tokens = DefaultMaxStepTokens
-	}
-	if logits <= 0 {
-		logits = DefaultMaxLogitRows
-	}
-	if err := m.ensureWorkspace(tokens, min(logits, tokens)); err != nil {
+	if err := m.reserveWorkspace(opts); err != nil {
 		return err
 	}
 	if opts.NumBlocks > 0 {
@@ -157,14 +169,18 @@ func (m *Model) sizeKV(opts Options) error {
 		m.shape.NumBlocks = opts.NumBlocks
 		return nil
 	}
-	util := opts.MemoryUtilization
-	if util == 0 {
-		util = DefaultMemoryUtilization
-	}
-	n, err := sizer.AllocateKV(util)
+	n, err := sizer.AllocateKV(utilizationOf(opts))
 	if err != nil {
 		return fmt.Errorf("KV pool: %w", err)
 	}
 	m.shape.NumBlocks = n
 	return nil
+}
+
+// utilizationOf is opts.MemoryUtilization or its default.
+func utilizationOf(opts Options) float64 {
+	if opts.MemoryUtilization == 0 {
+		return DefaultMemoryUtilization
+	}
+	return opts.MemoryUtilization
 }

@@ -4,7 +4,9 @@ package model
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/gollm/gollm/model/tp"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -22,3 +24,7 @@ func newCUDABackendFor(*weights.Config, Options) (NewBackendFunc, error) {
 
 // CUDACopyBandwidth measures the GPU's copy bandwidth; without the cuda tag there is none.
 func CUDACopyBandwidth() (float64, error) { return 0, errNotBuiltWithCUDA }
+
+func newCUDAGroup(*weights.Config, Options, []tp.Communicator) (*rankGroup, error) {
+	return nil, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, errNotBuiltWithCUDA)
+}

@@ -73,7 +73,8 @@
 // Step: its shard of every weight (cut by name at load, so a family shards as data: biases with their
 // rows, per-head q/k norms replicated) on a backend wrapper that all-reduces the embedding and the
 // row-parallel products (O, down) and all-gathers the logits through a model/tp Communicator. Each rank
-// owns the KV pages of its heads; block tables and the scheduler stay single. The ranks run in process
-// on the CPU backend; the GPU side (an NCCL communicator, the all-reduce inside the decode graph) is
-// not built, and a GPU load with TensorParallel above 1 is refused.
+// owns the KV pages of its heads; block tables and the scheduler stay single. The ranks run in one
+// process, a goroutine each: on the CPU backend, or on GPUs (rank r on GPU r), where the all-reduces are
+// NCCL's, ops of each rank's step inside its decode graphs (internal/cuda loads NCCL at run time, with
+// NVLink SHARP off), and the logits come to the host to be gathered and picked there.
 package model

@@ -116,6 +116,8 @@ func (b *cudaBackend) runOp(i int, p *opPlan) error {
 		return launchDependent(b, b.fn.gather, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(op.in)}, 0, &params)
 	case opArgmax:
 		return b.runArgmax(op, a, p)
+	case opAllReduce:
+		return b.cfg.coll.allReduceSum(b, a.d.ptr, rows*op.in)
 	}
 	return fmt.Errorf("cuda backend: op kind %v", op.kind)
 }

@@ -62,42 +62,52 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if opts.TensorParallel > 1 {
 		return loadParallel(ctx, cfg, get, opts, newBackend, deferKV)
 	}
-	shape, err := shapeOf(cfg, opts)
+	m, built, err := loadWeights(ctx, cfg, get, opts, newBackend, deferKV)
 	if err != nil {
-		return nil, fmt.Errorf("model: load: %w", err)
+		return nil, err
 	}
-	if shape.KVCacheDType == KVCacheFP8 {
-		if shape.KVScales, err = kvScales(cfg, get, opts.Logger); err != nil {
+	if built.NumBlocks == 0 {
+		if err := m.sizeKV(opts); err != nil {
+			m.backend.Close()
 			return nil, fmt.Errorf("model: load: %w", err)
 		}
 	}
-	built := shape
+	return m, nil
+}
+
+// loadWeights is loadContext but for the KV pool: it builds the backend (without its pool when deferKV)
+// and uploads every parameter; built is the shape the backend was built with (NumBlocks 0: no pool yet).
+func loadWeights(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc, deferKV bool) (_ *Model, built Shape, _ error) {
+	shape, err := shapeOf(cfg, opts)
+	if err != nil {
+		return nil, built, fmt.Errorf("model: load: %w", err)
+	}
+	if shape.KVCacheDType == KVCacheFP8 {
+		if shape.KVScales, err = kvScales(cfg, get, opts.Logger); err != nil {
+			return nil, built, fmt.Errorf("model: load: %w", err)
+		}
+	}
+	built = shape
 	if deferKV {
 		built.NumBlocks = 0
 	}
 	backend, err := newBackend(built)
 	if err != nil {
-		return nil, fmt.Errorf("model: load: backend: %w", err)
+		return nil, built, fmt.Errorf("model: load: backend: %w", err)
 	}
 	if fc, ok := backend.(fp8Checker); ok {
 		if err := fc.checkFP8(UsesFP8Weights(cfg, opts.Quantization), shape); err != nil {
 			backend.Close()
-			return nil, fmt.Errorf("model: load: %w", err)
+			return nil, built, fmt.Errorf("model: load: %w", err)
 		}
 	}
 	m := &Model{cfg: cfg, shape: shape, backend: backend, eps: float32(cfg.RMSNormEps),
 		gelu: cfg.Activation() == weights.ActGELUTanh, softcap: float32(cfg.FinalLogitSoftcap)}
 	if err := m.uploadAll(ctx, get, opts.Progress, !opts.SkipWeightCheck, opts.Quantization == QuantizationFP8); err != nil {
 		backend.Close()
-		return nil, fmt.Errorf("model: load: %w", err)
+		return nil, built, fmt.Errorf("model: load: %w", err)
 	}
-	if built.NumBlocks == 0 {
-		if err := m.sizeKV(opts); err != nil {
-			backend.Close()
-			return nil, fmt.Errorf("model: load: %w", err)
-		}
-	}
-	return m, nil
+	return m, built, nil
 }
 
 // shapeOf validates the parts of cfg the forward pass relies on and derives the backend's Shape.

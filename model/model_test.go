@@ -743,3 +743,17 @@ func TestForwardRejectsInvalidGroupTables(t *testing.T) {
 		})
 	}
 }
+
+// relErr is ‖got − want‖ / ‖want‖ (infinite when got has a NaN).
+func relErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if math.IsNaN(num) {
+		return math.Inf(1)
+	}
+	return math.Sqrt(num / den)
+}

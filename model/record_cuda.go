@@ -113,6 +113,19 @@ func (b *cudaBackend) MatMul(dst, x Tensor, w Weight) {
 	b.record(op, opArgs{d: d, x: xt, w: wt}, uint64(wt.ptr))
 }
 
+// AllReduceSum sums t's rows over the ranks of the tensor-parallel group the backend was built into
+// (cudaConfig.coll), in place. It runs in a CUDA graph where the group's collective can be captured
+// (NCCL); otherwise the step runs eagerly.
+func (b *cudaBackend) AllReduceSum(t Tensor) {
+	d := tensorOf(t)
+	if b.cfg.coll == nil {
+		b.fail(errors.New("cuda backend: all-reduce in a backend of no tensor-parallel group"))
+		return
+	}
+	b.record(stepOp{kind: opAllReduce, rows: t.Rows, capacity: d.rows, graphable: b.cfg.coll.capturable(), dst: id(d),
+		src: id(d), in: t.Cols}, opArgs{d: d})
+}
+
 func (b *cudaBackend) QKNorm(qkv Tensor, q, k Weight, eps float32) {
 	t, qw, kw := tensorOf(qkv), q.Data.(*cudaWeight), k.Data.(*cudaWeight)
 	sh := &b.shape

@@ -139,12 +139,16 @@ const (
 	opQKNorm
 	opGeGLU
 	opSoftcap
+	// opAllReduce sums its tensor over the ranks of a tensor-parallel model (a row-parallel product's
+	// partial output, the sharded embedding), in place. It is a barrier to fusion: no link crosses it,
+	// so the product before it neither accumulates into the residual nor folds the norm after it.
+	opAllReduce
 )
 
 // String is the op's name in profiles ("matmul", "norm", …).
 func (k opKind) String() string {
 	return [...]string{"embed", "norm", "matmul", "rope", "attention", "swiglu", "gather", "argmax", "qknorm", "geglu",
-		"softcap"}[k]
+		"softcap", "allreduce"}[k]
 }
 
 // tensorID names an activation buffer (its device address): the plan compares them and never reads

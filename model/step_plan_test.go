@@ -712,3 +712,63 @@ func TestFP8PathRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanStepAllReduce plans a tensor-parallel rank's step (an all-reduce after the embedding and
+// after each O and down product, as tpBackend records it) at 1 and 16 rows: nothing may fuse across an
+// all-reduce, since the sum must happen before the residual add and the norm. So no product accumulates
+// into the residual or is split by k (its partials would be summed by the norm, after the all-reduce of
+// one part), no norm folds (a step's norms fold all or none), and every norm adds its operand itself;
+// the fusions within a sublayer (RoPE into Q/K/V, SwiGLU into gate/up at one row) stay.
+func TestPlanStepAllReduce(t *testing.T) {
+	m := planLlama3_8B
+	for _, rows := range []int{1, 16} {
+		recorded, at := recordedStep(m, rows, false)
+		var ops []stepOp
+		reduces := 0
+		for _, op := range recorded {
+			ops = append(ops, op)
+			if op.kind == opEmbed || op.kind == opMatMul && op.out == m.hidden {
+				ops = append(ops, stepOp{kind: opAllReduce, rows: op.rows, capacity: op.capacity, graphable: true,
+					dst: op.dst, src: op.dst, in: m.hidden})
+				reduces++
+			}
+		}
+		if reduces != 2*m.layers+1 {
+			t.Fatalf("%d all-reduces, want %d", reduces, 2*m.layers+1)
+		}
+		f := planFacts("h200", m)
+		st := stepShape{decode: true, graph: true, contextCap: 2048, stride: 128, pdl: true}
+		plans := planStep(ops, rows, &f, &st)
+		ropeFused, swigluFused := 0, 0
+		for i, p := range plans {
+			op := &ops[i]
+			switch {
+			case p.err != nil:
+				t.Fatalf("rows %d: op %d (%v): %v", rows, i, op.kind, p.err)
+			case p.folded || p.foldIn >= 0 || p.foldOut >= 0:
+				t.Errorf("rows %d: op %d (%v) folds a norm", rows, i, op.kind)
+			case op.kind == opMatMul && (p.mm.accumulate || p.mm.split.parts > 1):
+				t.Errorf("rows %d: product %d accumulates (%v) or is split (%d parts)", rows, i, p.mm.accumulate, p.mm.split.parts)
+			case op.kind == opNorm && p.add != addTensor:
+				t.Errorf("rows %d: norm %d adds %v, not its operand", rows, i, p.add)
+			case op.kind == opAllReduce && p.skip:
+				t.Errorf("rows %d: all-reduce %d skipped", rows, i)
+			case op.kind == opRoPE && p.skip:
+				ropeFused++
+			case op.kind == opSwiGLU && p.skip:
+				swigluFused++
+			}
+		}
+		if ropeFused != m.layers || rows == 1 && swigluFused != m.layers {
+			t.Errorf("rows %d: RoPE fused or done by attention in %d layers, SwiGLU fused in %d; want %d", rows, ropeFused,
+				swigluFused, m.layers)
+		}
+		// Without the all-reduces the same step's O product accumulates into the residual (one row: on
+		// the skinny product, folding the norm after it; 16: split in two on cuBLAS): what the checks
+		// above catch.
+		whole := planStep(recorded, rows, &f, &st)[at["o"]]
+		if !whole.mm.accumulate && whole.mm.split.parts < 2 {
+			t.Errorf("rows %d: the step without all-reduces neither accumulates nor splits O: %+v", rows, whole.mm)
+		}
+	}
+}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gollm/gollm/model/tp"
 	"github.com/gollm/gollm/weights"
@@ -27,11 +30,14 @@ import (
 //     its embedding of the step is its share of the sum, all-reduced; its logits are its slice of the
 //     vocabulary, all-gathered.
 //
-// The ranks run on goroutines with the in-process communicator (model/tp) over the CPU backend. A rank
-// that fails aborts the group: every rank's collectives fail, and the model fails every later step.
-
-// errTPCPUOnly refuses tensor parallelism on another device.
-var errTPCPUOnly = errors.New("tensor parallelism runs on the CPU backend only until the NCCL communicator is built")
+// The ranks run on goroutines of one process, one a rank: the logits' all-gather (and, on the CPU
+// backend, every collective) goes through the in-process communicator (model/tp) in host memory. On GPUs
+// rank r runs on GPU r and sums its activations with NCCL as ops of its step, inside the decode step's
+// CUDA graph (newCUDAGroup). One process rather than one per GPU: the engine, scheduler and block
+// tables stay single without a control channel between processes, the logits gather is a host copy,
+// and a failed rank is seen by its peers at once. A rank that fails aborts the group: its peers' NCCL
+// work is aborted so that none waits for it, every rank's collectives fail, and the model fails every
+// later step.
 
 // parallel is a Model's ranks under tensor parallelism.
 type parallel struct {
@@ -40,7 +46,8 @@ type parallel struct {
 	vocab  int // the whole vocabulary
 	shardV int // the vocabulary rows of a rank's shard, ceil(vocab/size)
 	steps  []Step
-	err    error // the failure that ended the group, returned by every later step
+	err    error      // the failure that ended the group, returned by every later step
+	group  *rankGroup // the ranks' GPUs; nil on the CPU
 }
 
 // tpPlan is how a model's heads and features split over size ranks.
@@ -108,8 +115,11 @@ func (p *tpPlan) shardGetter(cfg *weights.Config, get tensorGetter, r int) tenso
 		if err != nil {
 			return nil, err
 		}
-		if t.DType == weights.DTypeF8E4M3 || t.DType.Size() == 0 {
+		if t.DType.Size() == 0 {
 			return nil, fmt.Errorf("tensor %q: tensor parallelism does not shard %v tensors", name, t.DType)
+		}
+		if numel(t.Shape) == 1 { // a scalar (a per-tensor weight, input or KV scale): every rank's
+			return t, nil
 		}
 		module := name
 		if i := strings.LastIndex(name, ".mlp."); i >= 0 {
@@ -145,6 +155,15 @@ func (p *tpPlan) shardGetter(cfg *weights.Config, get tensorGetter, r int) tenso
 	}
 }
 
+// numel is the number of elements of a tensor of shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
 // sliceRows returns rows [lo, hi) of t followed by zero rows up to rows in all.
 func sliceRows(t *weights.Tensor, lo, hi, rows int) (*weights.Tensor, error) {
 	if len(t.Shape) < 1 || hi > t.Shape[0] || lo > hi || rows < hi-lo {
@@ -172,17 +191,15 @@ func sliceCols(t *weights.Tensor, lo, hi int) (*weights.Tensor, error) {
 	return &weights.Tensor{Name: t.Name, DType: t.DType, Shape: []int{t.Shape[0], hi - lo}, Data: data}, nil
 }
 
-// loadParallel builds the ranks of a tensor-parallel model and the Model that drives them.
+// loadParallel builds the ranks of a tensor-parallel model and the Model that drives them: on the CPU
+// each rank's backend is newBackend's, its collectives the in-process communicator's; on GPUs
+// (Options.Device "cuda", or "auto" with one) rank r runs on GPU r with NCCL (newCUDAGroup). The GPU
+// ranks are built without their KV pools, which then all get the pages the tightest of them holds, so
+// that one block table serves every rank.
 func loadParallel(ctx context.Context, cfg *weights.Config, get tensorGetter, opts Options, newBackend NewBackendFunc, deferKV bool) (*Model, error) {
 	p, err := planTP(cfg, opts.TensorParallel)
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
-	}
-	if deferKV || opts.Device == DeviceCUDA || (opts.Device == DeviceAuto && cudaUsable() == nil) {
-		return nil, fmt.Errorf("model: load: %w", errTPCPUOnly)
-	}
-	if UsesFP8Weights(cfg, opts.Quantization) {
-		return nil, fmt.Errorf("model: load: tensor parallelism does not shard FP8 weights yet")
 	}
 	shape, err := shapeOf(cfg, opts)
 	if err != nil {
@@ -193,31 +210,107 @@ func loadParallel(ctx context.Context, cfg *weights.Config, get tensorGetter, op
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
 	par := &parallel{comms: comms, vocab: cfg.VocabSize, shardV: p.shardV, steps: make([]Step, p.size)}
-	progress := opts.Progress
+	rankBackend := func(int) NewBackendFunc { return newBackend }
+	sharing := 1
+	if opts.Device == DeviceCUDA || (opts.Device == DeviceAuto && cudaUsable() == nil) {
+		g, err := newCUDAGroup(cfg, opts, comms)
+		if err != nil {
+			return nil, fmt.Errorf("model: load: %w", err)
+		}
+		par.group, rankBackend, sharing, deferKV = g, g.backends, g.sharing, true
+	}
+	// The ranks load at once, a goroutine each: each reads (or draws) and cuts every tensor for itself,
+	// on its own device.
+	par.ranks = make([]*Model, p.size)
+	errs := make([]error, p.size)
+	var wg sync.WaitGroup
 	for r := range p.size {
 		rankOpts := opts
 		rankOpts.TensorParallel, rankOpts.Progress = 1, nil
 		if r == 0 {
-			rankOpts.Progress = progress // reports rank 0's shard
+			rankOpts.Progress = opts.Progress // reports rank 0's shard
 		}
-		comm := comms[r]
+		comm, build := comms[r], rankBackend(r)
 		wrapped := func(s Shape) (Backend, error) {
-			b, err := newBackend(s)
+			b, err := build(s)
 			if err != nil {
 				return nil, err
 			}
 			return &tpBackend{Backend: b, comm: comm}, nil
 		}
-		m, err := loadContext(ctx, p.rankConfig(cfg, r), p.shardGetter(cfg, get, r), rankOpts, wrapped, false)
-		if err != nil {
-			for _, done := range par.ranks {
-				done.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			par.ranks[r], _, errs[r] = loadWeights(ctx, p.rankConfig(cfg, r), p.shardGetter(cfg, get, r), rankOpts, wrapped, deferKV)
+			if errs[r] != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
 			}
-			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		par.ranks = slices.DeleteFunc(par.ranks, func(m *Model) bool { return m == nil })
+		par.close()
+		return nil, err
+	}
+	if deferKV {
+		if shape.NumBlocks, err = sizeKVRanks(par.ranks, opts, sharing); err != nil {
+			par.close()
+			return nil, fmt.Errorf("model: load: %w", err)
 		}
-		par.ranks = append(par.ranks, m)
 	}
 	return &Model{cfg: cfg, shape: shape, eps: float32(cfg.RMSNormEps), par: par}, nil
+}
+
+// sizeKVRanks reserves every rank's workspace, then gives each the same number of KV pages: opts.NumBlocks,
+// or the fewest that any rank's GPU holds (kvCapacity) over the ranks sharing a GPU. It returns that
+// number.
+func sizeKVRanks(ranks []*Model, opts Options, sharing int) (int, error) {
+	n := opts.NumBlocks
+	for _, m := range ranks {
+		if err := m.reserveWorkspace(opts); err != nil {
+			return 0, err
+		}
+	}
+	if n == 0 {
+		n = math.MaxInt
+		for r, m := range ranks {
+			c, ok := m.backend.(*tpBackend).Backend.(kvCapacitor)
+			if !ok {
+				return 0, errors.New("options: NumBlocks 0 needs a backend that sizes its KV pool (the CUDA backend)")
+			}
+			pages, err := c.kvCapacity(utilizationOf(opts))
+			if err != nil {
+				return 0, fmt.Errorf("rank %d: KV pool: %w", r, err)
+			}
+			n = min(n, pages/sharing)
+		}
+		if n < 1 {
+			return 0, fmt.Errorf("KV pool: no room for a page on each of %d ranks sharing a GPU", sharing)
+		}
+	}
+	for r, m := range ranks {
+		alloc, ok := m.backend.(*tpBackend).Backend.(kvAllocator)
+		if !ok {
+			return 0, errors.New("options: the backend was built without a KV pool and cannot allocate one")
+		}
+		if err := alloc.AllocateKVBlocks(n); err != nil {
+			return 0, fmt.Errorf("rank %d: KV pool: %w", r, err)
+		}
+		m.shape.NumBlocks = n
+	}
+	return n, nil
+}
+
+// rankGroup is the GPUs of a tensor-parallel model (newCUDAGroup): each rank's backend constructor,
+// how many ranks share a GPU, and how to stop and release them.
+type rankGroup struct {
+	backends func(r int) NewBackendFunc
+	sharing  int
+	// abort stops every rank's device collectives (a rank failed), close releases the communicators and
+	// the GPUs once the ranks are closed.
+	abort func()
+	close func() error
 }
 
 // forwardParallel is Forward on a tensor-parallel model: every rank runs the step, the logits come
@@ -256,6 +349,7 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 		}
 		rows, err := par.ranks[r].Forward(step)
 		if err != nil {
+			par.abort() // a peer may be waiting in a device collective for this rank
 			return err
 		}
 		local := make([]float32, numRows*par.shardV)
@@ -283,22 +377,38 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 	return out, nil
 }
 
-// closeParallel closes every rank.
+// abort stops the ranks' device collectives (none on the CPU).
+func (par *parallel) abort() {
+	if par.group != nil {
+		par.group.abort()
+	}
+}
+
+// close closes every rank, then their GPUs.
 func (par *parallel) close() error {
 	var errs []error
 	for _, m := range par.ranks {
 		errs = append(errs, m.Close())
 	}
+	if par.group != nil {
+		errs = append(errs, par.group.close())
+	}
 	return errors.Join(errs...)
 }
 
 // tpBackend is a rank's backend: the device's own, with the collectives of the sharding after the ops
-// whose results are partial (see parallel). It reads activations as host float32 slices, which only the
-// CPU backend gives.
+// whose results are partial (see parallel). A backend that sums on its device (deviceReducer: the CUDA
+// backend, in a group of newCUDAGroup) runs them as ops of its step; on others the activations are host
+// float32 slices (the CPU backend's) that the communicator sums.
 type tpBackend struct {
 	Backend
 	comm tp.Communicator
 	err  error // the first collective's failure; reported by CopyToHost
+}
+
+// deviceReducer is implemented by backends whose steps sum a tensor over the ranks themselves.
+type deviceReducer interface {
+	AllReduceSum(t Tensor)
 }
 
 // rowParallel marks the Weight of a row-parallel product (o_proj, down_proj), whose output MatMul
@@ -307,27 +417,42 @@ type rowParallel struct{ w Weight }
 
 func (b *tpBackend) Upload(t *weights.Tensor) (Weight, error) {
 	w, err := b.Backend.Upload(t)
-	if err != nil {
-		return w, err
-	}
-	if strings.HasSuffix(t.Name, "self_attn.o_proj.weight") || strings.HasSuffix(t.Name, "mlp.down_proj.weight") {
-		return Weight{Rows: w.Rows, Cols: w.Cols, Data: rowParallel{w}}, nil
-	}
-	return w, nil
+	return markRowParallel(t.Name, w), err
 }
 
-func (b *tpBackend) UploadFP8(w *FP8Weight) (Weight, error) {
-	return Weight{}, errors.New("tensor parallelism does not shard FP8 weights yet")
+// UploadFP8 uploads a shard of an FP8 weight: a column-parallel one's rows with their scales, a
+// row-parallel one's columns with every row's scale. Its input is quantized per token over the rank's
+// columns (or with the checkpoint's static scale), as vLLM's sharded FP8 layers do.
+func (b *tpBackend) UploadFP8(fw *FP8Weight) (Weight, error) {
+	w, err := b.Backend.UploadFP8(fw)
+	return markRowParallel(strings.TrimSuffix(fw.Name, "+"), w), err
+}
+
+// markRowParallel wraps the weight named name in rowParallel when it is an O or down product's.
+func markRowParallel(name string, w Weight) Weight {
+	if w.Data != nil && (strings.HasSuffix(name, "self_attn.o_proj.weight") || strings.HasSuffix(name, "mlp.down_proj.weight")) {
+		return Weight{Rows: w.Rows, Cols: w.Cols, Bias: w.Bias, Data: rowParallel{w}}
+	}
+	return w
 }
 
 func (b *tpBackend) NewTensor(rows, cols int) (Tensor, error) {
 	t, err := b.Backend.NewTensor(rows, cols)
 	if err == nil {
-		if _, ok := t.Data.([]float32); !ok {
-			return Tensor{}, errTPCPUOnly
+		_, host := t.Data.([]float32)
+		if _, device := b.Backend.(deviceReducer); !host && !device {
+			return Tensor{}, errors.New("tensor parallelism: the backend's activations are neither host float32 nor summed on its device")
 		}
 	}
 	return t, err
+}
+
+// checkFP8 is the rank's backend's (fp8Checker), where it has one.
+func (b *tpBackend) checkFP8(fp8Weights bool, s Shape) error {
+	if fc, ok := b.Backend.(fp8Checker); ok {
+		return fc.checkFP8(fp8Weights, s)
+	}
+	return nil
 }
 
 func (b *tpBackend) BeginStep(s *Step) error {
@@ -352,8 +477,13 @@ func (b *tpBackend) MatMul(dst, x Tensor, w Weight) {
 	b.allReduce(dst)
 }
 
-// allReduce sums t over the ranks; after a failure it does nothing more and the step fails at its end.
+// allReduce sums t over the ranks: as an op of the device's step, or now on the host; after a host
+// failure it does nothing more and the step fails at its end.
 func (b *tpBackend) allReduce(t Tensor) {
+	if d, ok := b.Backend.(deviceReducer); ok {
+		d.AllReduceSum(t)
+		return
+	}
 	if b.err == nil {
 		b.err = b.comm.AllReduceSum(f32(t))
 	}

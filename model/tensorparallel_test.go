@@ -12,6 +12,7 @@ import (
 
 	"github.com/gollm/gollm/model/tp"
 	"github.com/gollm/gollm/weights"
+	"github.com/gollm/gollm/weights/weightstest"
 )
 
 // tpConfig is tinyConfig with 8 query heads, which 2 and 4 ranks divide.
@@ -180,9 +181,12 @@ func TestTensorParallelRefusals(t *testing.T) {
 		{"heads", nil, Options{TensorParallel: 3}, "does not divide the 8 attention heads"},
 		{"kv heads", func(c *weights.Config) { c.NumAttentionHeads, c.NumKeyValueHeads = 12, 3 }, Options{TensorParallel: 4},
 			"neither divides the 3 key/value heads"},
-		{"cuda", nil, Options{TensorParallel: 2, Device: DeviceCUDA}, errTPCPUOnly.Error()},
-		{"fp8 weights", nil, Options{TensorParallel: 2, Quantization: QuantizationFP8}, "FP8"},
+		// Without the cuda tag; with it, TestCUDATensorParallelRefusals checks the GPU count.
+		{"cuda", nil, Options{TensorParallel: 2, Device: DeviceCUDA}, "built without the cuda tag"},
 	} {
+		if tc.name == "cuda" && cudaBuilt {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tpConfig()
 			if tc.cfg != nil {
@@ -234,11 +238,19 @@ func TestTensorParallelFailingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	checkRankFailure(t, m, func(on bool) { armed.Store(on) }, "injected failure")
+}
+
+// checkRankFailure runs a prefill on m, then a step with one rank made to fail by arm(true): that step
+// must fail within 30 s with an error saying want (no rank left waiting on a collective for its peer),
+// and the step after it (arm(false)) must fail too, the group having ended.
+func checkRankFailure(t *testing.T, m *Model, arm func(bool), want string) {
+	t.Helper()
 	p := newModelPager(m, rand.New(rand.NewPCG(1, 1)))
 	if _, err := m.Forward(p.step(chunk{0, []int32{1, 2, 3}})); err != nil {
 		t.Fatal(err)
 	}
-	armed.Store(true)
+	arm(true)
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.Forward(p.step(chunk{0, []int32{4}}))
@@ -246,15 +258,117 @@ func TestTensorParallelFailingRank(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "injected failure") {
-			t.Fatalf("step with a panicking rank: error %v", err)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("step with a failing rank: error %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a rank's failure hung the step")
 	}
-	armed.Store(false)
-	_, err = m.Forward(p.step(chunk{0, []int32{5}}))
-	if err == nil || !errors.Is(err, tp.ErrAborted) && !strings.Contains(err.Error(), "injected failure") {
+	arm(false)
+	_, err := m.Forward(p.step(chunk{0, []int32{5}}))
+	if err == nil || !errors.Is(err, tp.ErrAborted) && !strings.Contains(err.Error(), want) {
 		t.Fatalf("step after the failure: error %v", err)
+	}
+}
+
+// TestTensorParallelFP8 shards FP8 models over 2 and 4 ranks (fp8Config's 2 KV heads: split, then
+// replicated) and runs tpPlanSteps' steps (prefills, a chunk beside decodes, rounds of decodes):
+//
+//   - a compressed-tensors checkpoint with per-tensor weight scales, static input scales and an FP8 KV
+//     cache: every rank quantizes exactly what the whole model does, so only the float32 sums' order
+//     differs (1e-4 of each logits row);
+//   - one with per-channel scales and per-token activations, and a bfloat16 checkpoint quantized at load
+//     (--quantization fp8): a row-parallel product's rank scales its own columns of the input by their
+//     own largest value (and, quantized at load, its columns of each weight row), as vLLM's sharded
+//     layers do, so its rounding differs from the whole model's. Sharded, the model must stay as close
+//     to the float model it stands for (the checkpoint dequantized, or the bfloat16 one) as the whole
+//     FP8 model is, over all rows (at most 1.25 times its error), and no row may be farther than 0.15
+//     from the whole model's: a shard of the wrong rows or scales is off by order 1.
+func TestTensorParallelFP8(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(dir string)
+		opts  Options
+		exact bool
+	}{
+		{"static, FP8 KV", func(dir string) {
+			weightstest.WriteFP8(t, dir, fp8Config, 21, weightstest.FP8Static, weightstest.FP8Scales{Input: 0.012, K: 0.02, V: 0.006})
+		}, Options{KVCacheDType: KVCacheFP8}, true},
+		{"dynamic", func(dir string) {
+			weightstest.WriteFP8(t, dir, fp8Config, 21, weightstest.FP8Dynamic, weightstest.FP8Scales{})
+		}, Options{}, false},
+		{"online", func(dir string) { weightstest.WriteLlamaBF16(t, dir, fp8Config, 33) }, Options{Quantization: QuantizationFP8}, false},
+	} {
+		dir := t.TempDir()
+		tc.write(dir)
+		f := openFolder(t, dir)
+		opts := tc.opts
+		opts.NumBlocks, opts.BlockSize = 32, 4
+		whole, err := Load(f, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps, want := tpPlanSteps(t, whole, f.Config.VocabSize)
+		whole.Close()
+		// The float model the FP8 one stands for, on the same steps.
+		var ref [][][]float32
+		if !tc.exact {
+			fopts := Options{NumBlocks: opts.NumBlocks, BlockSize: opts.BlockSize}
+			var fm *Model
+			if tc.opts.Quantization != "" {
+				fm, err = Load(f, fopts)
+			} else {
+				r, _ := fp8RefModel(t, f, nil)
+				cfg := *f.Config
+				cfg.Quantization = nil
+				fm, err = load(&cfg, r.get, fopts, NewCPUBackend)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range steps {
+				rows, err := fm.Forward(s)
+				if err != nil {
+					t.Fatalf("float model: step %d: %v", i, err)
+				}
+				ref = append(ref, rows)
+			}
+			fm.Close()
+		}
+		for _, size := range []int{2, 4} {
+			t.Run(fmt.Sprintf("%s/tp%d", tc.name, size), func(t *testing.T) {
+				opts := opts
+				opts.TensorParallel = size
+				m, err := Load(f, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				var errTP, errWhole float64
+				for i, s := range steps {
+					got, err := m.Forward(s)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					for j := range got {
+						e := relErr(got[j], want[i][j])
+						if tc.exact && !(e <= 1e-4) || !(e <= 0.15) {
+							t.Fatalf("step %d row %d: relative error %.3g from the whole model", i, j, e)
+						}
+						if !tc.exact {
+							errTP += math.Pow(relErr(got[j], ref[i][j]), 2)
+							errWhole += math.Pow(relErr(want[i][j], ref[i][j]), 2)
+						}
+					}
+				}
+				if !tc.exact {
+					t.Logf("rms relative error from the float model: sharded %.4f, whole %.4f", math.Sqrt(errTP), math.Sqrt(errWhole))
+					if !(errTP <= 1.25*1.25*errWhole) {
+						t.Errorf("sharded, the FP8 model is farther from the float model than whole: %.4f against %.4f",
+							math.Sqrt(errTP), math.Sqrt(errWhole))
+					}
+				}
+			})
+		}
 	}
 }

@@ -83,7 +83,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *generateOptions) {
 	fs.StringVar(&o.quantization, "quantization", "", "fp8: run the Linear layers as FP8 (e4m3) products, quantizing a float checkpoint at load (one scale per output row; the LM head kept); FP8 checkpoints run as FP8 without it")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", model.KVCacheAuto, "KV cache element type: auto (the device's) or fp8 (e4m3 with the checkpoint's per-layer k/v scales, else 1.0)")
 	fs.StringVar(&o.sharedPrefix, "shared-prefix", "auto", "decode attention over prompt pages that running requests share: auto (read once for all of them where that pays), off or always (to compare the two in benchmarks)")
-	fs.IntVar(&o.tensorParallel, "tensor-parallel-size", 1, "shard the model over this many ranks (must divide the attention heads); CPU only until the NCCL communicator is built")
+	fs.IntVar(&o.tensorParallel, "tensor-parallel-size", 1, "shard the model over this many GPUs with NCCL, or CPU ranks (must divide the attention heads)")
 }
 
 // checkEngineFlags refuses engine flags out of range, and resolves --device (printing why the CPU is
@@ -125,14 +125,6 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 		fmt.Fprintln(stderr, notice)
 	}
 	o.device = device
-	return checkTensorParallel(o.tensorParallel, device)
-}
-
-// checkTensorParallel refuses --tensor-parallel-size above 1 where the model would not run sharded.
-func checkTensorParallel(size int, device string) error {
-	if size > 1 && device != model.DeviceCPU {
-		return fmt.Errorf("--tensor-parallel-size %d on %s: tensor parallelism runs on the CPU backend only until the NCCL communicator is built", size, device)
-	}
 	return nil
 }
 

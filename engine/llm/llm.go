@@ -87,7 +87,7 @@ type Config struct {
 	// paths).
 	SharedPrefix string
 	// TensorParallel is model.Options.TensorParallel: the ranks the model is sharded over (0 or 1:
-	// whole; more runs on the CPU only until the NCCL communicator is built).
+	// whole), one GPU each with NCCL on the GPU, goroutines on the CPU.
 	TensorParallel int
 }
 

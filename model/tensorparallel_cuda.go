@@ -1,0 +1,98 @@
+//go:build cuda
+
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gollm/gollm/internal/cuda"
+	"github.com/gollm/gollm/model/tp"
+	"github.com/gollm/gollm/weights"
+	"gorgonia.org/cu"
+)
+
+// tpShareGPU, set by tests, puts every rank of a tensor-parallel model on GPU 0, summing through host
+// memory (hostCollective): NCCL refuses two ranks on one GPU, and this way a machine of one GPU still
+// runs the sharded model's GPU arithmetic against the model run whole.
+var tpShareGPU bool
+
+// newCUDAGroup opens a GPU for each rank of comms (rank r on GPU r) and the NCCL communicators that
+// join them, and returns the ranks' backend constructors (each rank's backend built without its KV
+// pool, on its GPU, its AllReduceSum through its communicator).
+func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_ *rankGroup, err error) {
+	size := len(comms)
+	dt, err := computeDTypeFor(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	count, err := cu.NumDevices()
+	if err != nil {
+		return nil, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
+	}
+	if !tpShareGPU && size > count {
+		return nil, fmt.Errorf("tensor parallel size %d exceeds the %d GPUs present", size, count)
+	}
+	var devs []*cuda.Device
+	var nccl []*cuda.Comm
+	release := func() error {
+		var errs []error
+		for _, c := range nccl {
+			errs = append(errs, c.Close())
+		}
+		for _, d := range devs {
+			errs = append(errs, d.Close())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	for r := range size {
+		ordinal := r
+		if tpShareGPU {
+			ordinal = 0
+		}
+		d, err := cuda.Open(ordinal) // one Device a rank, even on a shared GPU: ranks must not wait on each other's lock
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+		devs = append(devs, d)
+	}
+	colls := make([]deviceCollective, size)
+	g := &rankGroup{sharing: 1}
+	if tpShareGPU {
+		g.sharing = size
+		for r := range colls {
+			colls[r] = &hostCollective{comm: comms[r]}
+		}
+	} else {
+		lib, err := cuda.LoadNCCL()
+		if err != nil {
+			return nil, fmt.Errorf("tensor parallelism on GPUs needs NCCL (GOLLM_NCCL names its library): %w", err)
+		}
+		if nccl, err = lib.InitAll(devs); err != nil {
+			return nil, err
+		}
+		for r := range colls {
+			colls[r] = ncclCollective{nccl[r]}
+		}
+	}
+	g.backends = func(r int) NewBackendFunc {
+		build := newCUDABackendFunc(cudaConfig{dtype: dt, dev: devs[r], noGraphs: opts.DisableCUDAGraphs,
+			sharedPrefix: opts.SharedPrefix, coll: colls[r]})
+		return func(s Shape) (Backend, error) {
+			s.NumBlocks = 0 // sized once every rank's weights are in (sizeKVRanks)
+			return build(s)
+		}
+	}
+	g.abort = func() {
+		for _, c := range colls {
+			c.abort()
+		}
+	}
+	g.close = release
+	return g, nil
+}
