@@ -33,8 +33,8 @@ const (
 	// PrefillMMA is prefill.cu's tensor-core kernel (mma.sync): 16-bit dtypes, head sizes 64, 128, 256,
 	// over 16-bit or FP8 pages.
 	PrefillMMA
-	// PrefillSM90 is prefill_sm90.cu's Hopper kernel (wgmma): 16-bit dtypes, head sizes 64 and 128, over
-	// 16-bit pages, on sm_90 where the driver compiles its PTX.
+	// PrefillSM90 is prefill_sm90.cu's Hopper kernel (wgmma): 16-bit dtypes, head sizes 64, 128 and 256,
+	// over 16-bit pages, on sm_90 where the driver compiles its PTX.
 	PrefillSM90
 )
 
@@ -87,20 +87,23 @@ var prefillMMAHeadDims = []int{64, 128, 256}
 func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
 
 // prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D>).
-var prefillSM90HeadDims = []int{64, 128}
+var prefillSM90HeadDims = []int{64, 128, 256}
 
 // prefillSM90Threads is the Hopper kernel's block: a producer and two consumer warpgroups.
 const prefillSM90Threads = 384
 
 // prefillSM90SharedBytes is the Hopper kernel's dynamic shared memory (prefill_sm90.cu): two q tiles of
-// 64 vectors, the ring's stages (PH_STAGES: 3 at head size 128, 4 at 64) of a K and a V tile of 128 keys,
-// 1 KiB to align them and the stages' two 8-byte barriers.
+// 64 vectors, the ring's stages (PH_STAGES) of a K and a V tile (PH_TILE keys), 1 KiB to align them and
+// the stages' two 8-byte barriers.
 func prefillSM90SharedBytes(headDim int) int {
-	stages := 4
-	if headDim == 128 {
+	stages, tile := 4, 128
+	switch headDim {
+	case 128:
 		stages = 3
+	case 256:
+		stages, tile = 2, 64
 	}
-	return 2*64*headDim*2 + stages*2*128*headDim*2 + 1024 + 16*stages
+	return 2*64*headDim*2 + stages*2*tile*headDim*2 + 1024 + 16*stages
 }
 
 // CUDAPrefill holds the prefill attention kernels loaded from a module.

@@ -1,8 +1,8 @@
 // Causal prefill attention on Hopper's asynchronous tensor cores (wgmma, sm_90a): the same work as
 // prefill.cu's tensor-core kernel (query rows of one sequence over the paged cache, causal, a sliding
-// window, 16-bit dtypes, head sizes 64 and 128), in FlashAttention-3's warp-specialized structure.
+// window, 16-bit dtypes, head sizes 64, 128 and 256), in FlashAttention-3's warp-specialized structure.
 // Launched by CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX;
-// the mma.sync kernel of prefill.cu serves every other GPU, FP8 pages and head size 256.
+// the mma.sync kernel of prefill.cu serves every other GPU and FP8 pages.
 //
 // Work items: PrefillItems cut for 128 vectors (PrefillSM90Vectors), a vector being one (row, query head)
 // of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups:
@@ -43,10 +43,11 @@
 #include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences
 
 #define PH_THREADS 384
-#define PH_TILE 128
-// PH_STAGES is the ring's depth at head size D: as many as fit beside the q tiles in the 227 KiB a block
-// may take (3 at 128: 225 KiB).
-#define PH_STAGES(D) ((D) == 128 ? 3 : 4)
+// PH_TILE is the keys of a K/V tile at head size D, PH_STAGES the ring's depth: as many stages as fit
+// beside the q tiles in the 227 KiB a block may take (d128: 3 of 128 keys, 225 KiB; d256: 2 of 64 keys,
+// 193 KiB; d64: 4 of 128 keys, 145 KiB).
+#define PH_TILE(D) ((D) == 256 ? 64 : 128)
+#define PH_STAGES(D) ((D) == 128 ? 3 : (D) == 256 ? 2 : 4)
 // Registers a thread: the producer's after it gives some up, the consumers' after they take them (the
 // block starts with 168 each, 65536 / 384: 128·56 + 256·224 ≤ 65536).
 #define PH_PRODUCER_REGS 56
@@ -73,13 +74,19 @@ __device__ __forceinline__ void ph_cp16(uint32_t dst, const void *src, bool vali
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// PhWgmma<T>: ss128 is d (+)= A·B of m64n128k16 with A and B K-major in shared memory (sd = 0: d = A·B);
+// PhWgmma<T>: ssN is d (+)= A·B of m64nNk16 with A and B K-major in shared memory (sd = 0: d = A·B);
 // rsN is d += A·B with A in registers (the m64k16 fragment: mma.sync's m16k16 A layout, warp w of the
 // warpgroup holding rows 16w…16w+15) and B N-major in shared memory. Accumulators in the m64nN layout:
 // d[4j + e] holds row 16·warp + lane/4 (+ 8 for e ≥ 2) and column 8j + 2·(lane % 4) + (e & 1).
 template <typename T> struct PhWgmma;
 #define PH_WGMMA(T, TN) \
 template <> struct PhWgmma<T> { \
+	static __device__ __forceinline__ void ss64(float (&d)[32], uint64_t a, uint64_t b, int sd) { \
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t" \
+		             "wgmma.mma_async.sync.aligned.m64n64k16.f32." TN "." TN " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}" \
+		             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+		             : "l"(a), "l"(b), "r"(sd)); \
+	} \
 	static __device__ __forceinline__ void ss128(float (&d)[64], uint64_t a, uint64_t b, int sd) { \
 		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t" \
 		             "wgmma.mma_async.sync.aligned.m64n128k16.f32." TN "." TN " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}" \
@@ -122,11 +129,12 @@ template <int N> __device__ __forceinline__ void ph_pin(uint32_t (&x)[N][4]) {
 __device__ __forceinline__ void ph_turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
-template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const PrefillParams &p) {
+// TILE is a template parameter: nvcc 11.8 crashes on a local constexpr in the lambdas' parameter types.
+template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ void prefill_sm90(const PrefillParams &p) {
 	constexpr int ST = PH_STAGES(D);
 	constexpr int CH = D / 8;                 // 16-byte chunks of a row
 	constexpr int Q_BYTES = 64 * D * 2;       // one consumer's q tile
-	constexpr int KV_BYTES = PH_TILE * D * 2; // one K or V tile
+	constexpr int KV_BYTES = TILE * D * 2; // one K or V tile
 	constexpr int ND = D / 2;                 // O accumulators a thread
 	extern __shared__ __align__(1024) unsigned char ph_smem[];
 	const uint32_t base = ((uint32_t)__cvta_generic_to_shared(ph_smem) + 1023) & ~1023u;
@@ -140,8 +148,8 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 	const int tid = threadIdx.x;
 	const int key_end = p.positions[row0 + nrows - 1] + 1;
 	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
-	const int tiles = (key_end + PH_TILE - 1) / PH_TILE;
-	const int t_first = kstart / PH_TILE;
+	const int tiles = (key_end + TILE - 1) / TILE;
+	const int t_first = kstart / TILE;
 
 	if (tid == 0) {
 #pragma unroll
@@ -159,7 +167,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 		const int *table = p.block_tables + (long long)seq * p.max_blocks;
 		const T *kc = reinterpret_cast<const T *>(p.k_cache);
 		const T *vc = reinterpret_cast<const T *>(p.v_cache);
-		constexpr int PER = PH_TILE * CH / 128; // chunks a thread copies a tile: rows tid / CH + (128 / CH)·k
+		constexpr int PER = TILE * CH / 128; // chunks a thread copies a tile: rows tid / CH + (128 / CH)·k
 		int n = 0, s = 0, ph = 0;
 		for (int t = t_first; t < tiles; t++, n++) {
 			if (n >= ST) mbar_wait(empty(s), ph ^ 1);
@@ -167,18 +175,18 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 			int pg[PER];
 #pragma unroll
 			for (int k = 0; k < PER; k++) {
-				const int key = t * PH_TILE + tid / CH + (128 / CH) * k;
+				const int key = t * TILE + tid / CH + (128 / CH) * k;
 				pg[k] = table[max(kstart, min(key, key_end - 1)) / p.block_size];
 			}
 #pragma unroll
 			for (int k = 0; k < PER; k++) {
 				const int tok = tid / CH + (128 / CH) * k, ch = tid % CH;
-				const int key = t * PH_TILE + tok;
+				const int key = t * TILE + tok;
 				const int kcl = max(kstart, min(key, key_end - 1));
 				const long long slot = (long long)pg[k] * p.block_size + kcl % p.block_size;
 				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
 				const bool in = key >= kstart && key < key_end;
-				const uint32_t so = ph_off<PH_TILE>(tok, ch);
+				const uint32_t so = ph_off<TILE>(tok, ch);
 				ph_cp16(dk + so, kc + at, in);
 				ph_cp16(dv + so, vc + at, in);
 			}
@@ -234,7 +242,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 	const int wpos0 = live ? p.positions[row0 + wr0] : 0, wpos1 = live ? p.positions[row0 + wr1] : -1;
 	const int wlo0 = p.window > 0 ? max(0, wpos0 - p.window + 1) : 0; // the earliest first key of its rows
 	const int wlo1 = p.window > 0 ? max(0, wpos1 - p.window + 1) : 0; // the latest
-	const int ta = max(t_first, wlo0 / PH_TILE), tb = live ? min(tiles - 1, wpos1 / PH_TILE) : -1;
+	const int ta = max(t_first, wlo0 / TILE), tb = live ? min(tiles - 1, wpos1 / TILE) : -1;
 
 	float o[ND];
 #pragma unroll
@@ -244,12 +252,12 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 
 	// softmax turns tile t's scores s into P (pc) and the factor alpha of the rows' earlier sums, updating
 	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start.
-	auto softmax = [&](float (&s)[64], int t, uint32_t (&pc)[PH_TILE / 16][4], float (&alpha)[2], auto masked) {
+	auto softmax = [&](float (&s)[TILE / 2], int t, uint32_t (&pc)[TILE / 16][4], float (&alpha)[2], auto masked) {
 		constexpr bool MASK = decltype(masked)::value;
-		const int t0 = t * PH_TILE;
+		const int t0 = t * TILE;
 		float mx[2] = {m[0], m[1]};
 #pragma unroll
-		for (int j = 0; j < 16; j++)
+		for (int j = 0; j < TILE / 8; j++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				float x = s[4 * j + e] * scale_log2;
@@ -263,7 +271,7 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 		float b[2], rs[2] = {0.f, 0.f};
 		prefill_rows_max(mx, m, b, alpha);
 #pragma unroll
-		for (int j = 0; j < 16; j++) {
+		for (int j = 0; j < TILE / 8; j++) {
 			const float p0 = exp2f(s[4 * j] - b[0]), p1 = exp2f(s[4 * j + 1] - b[0]);
 			const float p2 = exp2f(s[4 * j + 2] - b[1]), p3 = exp2f(s[4 * j + 3] - b[1]);
 			rs[0] += p0 + p1;
@@ -274,23 +282,26 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 #pragma unroll
 		for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + rs[i];
 	};
-	auto tile_softmax = [&](float (&s)[64], int t, uint32_t (&pc)[PH_TILE / 16][4], float (&alpha)[2]) {
-		const int t0 = t * PH_TILE;
-		if (t0 + PH_TILE - 1 > wpos0 || (p.window > 0 && t0 < wlo1))
+	auto tile_softmax = [&](float (&s)[TILE / 2], int t, uint32_t (&pc)[TILE / 16][4], float (&alpha)[2]) {
+		const int t0 = t * TILE;
+		if (t0 + TILE - 1 > wpos0 || (p.window > 0 && t0 < wlo1))
 			softmax(s, t, pc, alpha, std::true_type{});
 		else
 			softmax(s, t, pc, alpha, std::false_type{});
 	};
 	// S = q·Kᵀ of the tile in stage, issued on the consumer's turn.
-	auto issue_s = [&](float (&sc)[64], int stage) {
+	auto issue_s = [&](float (&sc)[TILE / 2], int stage) {
 		const uint32_t kt = skv + stage * 2 * KV_BYTES;
 		ph_turn_wait(1 + c);
 		wgmma_fence();
 #pragma unroll
 		for (int kk = 0; kk < D / 16; kk++) {
 			const uint32_t koff = (kk >> 2) * 64 * 128 + (kk & 3) * 32;
-			const uint32_t kofk = (kk >> 2) * PH_TILE * 128 + (kk & 3) * 32;
-			PhWgmma<T>::ss128(sc, ph_desc(qt + koff, 16), ph_desc(kt + kofk, 16), kk > 0);
+			const uint32_t kofk = (kk >> 2) * TILE * 128 + (kk & 3) * 32;
+			if constexpr (TILE == 64)
+				PhWgmma<T>::ss64(sc, ph_desc(qt + koff, 16), ph_desc(kt + kofk, 16), kk > 0);
+			else
+				PhWgmma<T>::ss128(sc, ph_desc(qt + koff, 16), ph_desc(kt + kofk, 16), kk > 0);
 		}
 		wgmma_commit();
 		ph_turn_pass(2 - c);
@@ -298,17 +309,22 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 		ph_pin(sc);
 	};
 	// O += P·V of the tile in stage, then the stage's release.
-	auto add_pv = [&](uint32_t (&pp)[PH_TILE / 16][4], int stage) {
+	auto add_pv = [&](uint32_t (&pp)[TILE / 16][4], int stage) {
 		const uint32_t vt = skv + stage * 2 * KV_BYTES + KV_BYTES;
 		ph_pin(o);
 		wgmma_fence();
 #pragma unroll
-		for (int kk = 0; kk < PH_TILE / 16; kk++) {
-			const uint64_t vd = ph_desc(vt + kk * 16 * 128, PH_TILE * 128);
+		for (int kk = 0; kk < TILE / 16; kk++) {
+			const uint64_t vd = ph_desc(vt + kk * 16 * 128, TILE * 128);
 			if constexpr (D == 64)
 				PhWgmma<T>::rs64(o, pp[kk], vd);
-			else
+			else if constexpr (D == 128)
 				PhWgmma<T>::rs128(o, pp[kk], vd);
+			else { // two n128 halves: nvcc 11.8 takes no asm of m64n256's 133 operands
+				PhWgmma<T>::rs128(*reinterpret_cast<float(*)[64]>(o), pp[kk], vd);
+				PhWgmma<T>::rs128(*reinterpret_cast<float(*)[64]>(o + 64), pp[kk],
+				                  ph_desc(vt + 2 * TILE * 128 + kk * 16 * 128, TILE * 128));
+			}
 		}
 		wgmma_commit();
 		wgmma_wait0();
@@ -333,9 +349,9 @@ template <typename T, int D> __device__ __forceinline__ void prefill_sm90(const 
 	for (; t < tiles && t < ta; t++) skip();
 	for (; t <= tb; t++) { // tb < tiles
 		mbar_wait(full(s), ph);
-		float sc[64];
+		float sc[TILE / 2];
 		issue_s(sc, s);
-		uint32_t pp[PH_TILE / 16][4];
+		uint32_t pp[TILE / 16][4];
 		float alpha[2];
 		tile_softmax(sc, t, pp, alpha);
 #pragma unroll
@@ -367,3 +383,5 @@ PREFILL_SM90(__nv_bfloat16, bf16, 64)
 PREFILL_SM90(__nv_bfloat16, bf16, 128)
 PREFILL_SM90(__half, f16, 64)
 PREFILL_SM90(__half, f16, 128)
+PREFILL_SM90(__nv_bfloat16, bf16, 256)
+PREFILL_SM90(__half, f16, 256)
