@@ -5,6 +5,7 @@ package attention
 import (
 	"errors"
 	"fmt"
+	"github.com/gollm/gollm/model/kernels"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -32,7 +33,16 @@ func gpuKernels(t testing.TB) *CUDAKernels {
 			testGPU.err = err
 			return
 		}
-		testGPU.k, testGPU.err = LoadCUDAKernels(dev)
+		if testGPU.k, testGPU.err = LoadCUDAKernels(dev); testGPU.err != nil {
+			return
+		}
+		if info := dev.Info(); info.Major == 9 && info.Minor == 0 { // the Hopper prefix kernels, as the model's backend loads them
+			sm90, err := dev.LoadModule(kernels.PrefillSM90PTX)
+			if err == nil {
+				err = testGPU.k.LoadSM90(sm90)
+			}
+			testGPU.err = err
+		}
 	})
 	gputest.Require(t, testGPU.err)
 	return testGPU.k

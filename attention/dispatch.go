@@ -175,6 +175,9 @@ type CUDATuning struct {
 	// SharedPrefix picks the prefix kernel of the shared-prefix path (DecodeShared) where shared.cu has
 	// one for the call; the zero value is the default.
 	SharedPrefix SharedPrefixVariant
+	// NoSM90Prefix keeps the prefix pass on SharedPrefix's kernel where the Hopper one is loaded
+	// (CUDAKernels.LoadSM90): its benchmark's before/after.
+	NoSM90Prefix bool
 
 	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
 	persistPrograms int

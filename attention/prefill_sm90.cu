@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "common.cuh" // ../model/kernels: pack2
+#include "decode.cuh"  // DecodeParams (the prefix kernel)
 #include "prefill.cuh"
 #include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences
 
@@ -129,8 +130,14 @@ template <int N> __device__ __forceinline__ void ph_pin(uint32_t (&x)[N][4]) {
 __device__ __forceinline__ void ph_turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
+// PREFIX (P = DecodeParams): the shared-prefix pass (shared.cu's prefix kernels' work): a program serves
+// 128 rows (row block blockIdx.x % row_blocks of virtual sequence blockIdx.x / row_blocks, its rows the
+// gathered queries [virtual][kv head][rows][D]) over partition blockIdx.z of its shared pages, every key
+// in [start, end) of the partition, and writes the split-k partials (m, l in log2 units, acc
+// unnormalised). Otherwise (P = PrefillParams) the causal prefill of a work item.
 // TILE is a template parameter: nvcc 11.8 crashes on a local constexpr in the lambdas' parameter types.
-template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ void prefill_sm90(const PrefillParams &p) {
+template <typename T, int D, bool PREFIX, typename P, int TILE = PH_TILE(D)>
+__device__ __forceinline__ void prefill_sm90(const P &p) {
 	constexpr int ST = PH_STAGES(D);
 	constexpr int CH = D / 8;                 // 16-byte chunks of a row
 	constexpr int Q_BYTES = 64 * D * 2;       // one consumer's q tile
@@ -142,12 +149,31 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	auto full = [&](int s) { return bars + 8 * s; };
 	auto empty = [&](int s) { return bars + 8 * (ST + s); };
 
-	const int *item = p.items + 4 * blockIdx.x;
-	const int seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3];
-	const int kvh = blockIdx.y, hpi = p.heads_per_item;
-	const int tid = threadIdx.x;
-	const int key_end = p.positions[row0 + nrows - 1] + 1;
-	const int kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
+	const int kvh = blockIdx.y, tid = threadIdx.x;
+	const int *table;
+	int block_size, kstart, key_end;
+	bool windowed; // keys before kstart are masked
+	int seq = 0, row0 = 0, nrows = 0, g0 = 0, hpi = 1; // prefill: the work item
+	int vs = 0, rows = 0, rblk = 0, part = 0;          // prefix: virtual sequence, its rows, row block, partition
+	if constexpr (PREFIX) {
+		rows = p.group;
+		const int row_blocks = (rows + 127) / 128;
+		vs = blockIdx.x / row_blocks, rblk = blockIdx.x % row_blocks, part = blockIdx.z;
+		kstart = part * p.partition_tokens;
+		key_end = min(kstart + p.partition_tokens, p.context_lens[vs]);
+		if (kstart >= key_end) return; // past the sequence's shared tokens: the merge reads no partial
+		table = p.block_tables + (long long)vs * p.max_blocks;
+		block_size = 1 << p.log2_block_size;
+		windowed = kstart > 0;
+	} else {
+		const int *item = p.items + 4 * blockIdx.x;
+		seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3], hpi = p.heads_per_item;
+		key_end = p.positions[row0 + nrows - 1] + 1;
+		kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
+		table = p.block_tables + (long long)seq * p.max_blocks;
+		block_size = p.block_size;
+		windowed = p.window > 0;
+	}
 	const int tiles = (key_end + TILE - 1) / TILE;
 	const int t_first = kstart / TILE;
 
@@ -164,7 +190,6 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PH_PRODUCER_REGS) : "memory");
-		const int *table = p.block_tables + (long long)seq * p.max_blocks;
 		const T *kc = reinterpret_cast<const T *>(p.k_cache);
 		const T *vc = reinterpret_cast<const T *>(p.v_cache);
 		constexpr int PER = TILE * CH / 128; // chunks a thread copies a tile: rows tid / CH + (128 / CH)·k
@@ -176,14 +201,14 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 #pragma unroll
 			for (int k = 0; k < PER; k++) {
 				const int key = t * TILE + tid / CH + (128 / CH) * k;
-				pg[k] = table[max(kstart, min(key, key_end - 1)) / p.block_size];
+				pg[k] = table[max(kstart, min(key, key_end - 1)) / block_size];
 			}
 #pragma unroll
 			for (int k = 0; k < PER; k++) {
 				const int tok = tid / CH + (128 / CH) * k, ch = tid % CH;
 				const int key = t * TILE + tok;
 				const int kcl = max(kstart, min(key, key_end - 1));
-				const long long slot = (long long)pg[k] * p.block_size + kcl % p.block_size;
+				const long long slot = (long long)pg[k] * block_size + kcl % block_size;
 				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
 				const bool in = key >= kstart && key < key_end;
 				const uint32_t so = ph_off<TILE>(tok, ch);
@@ -208,15 +233,27 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(PH_CONSUMER_REGS) : "memory");
 
 	const int c = wg - 1, lt = tid & 127, warp = lt >> 5, lane = tid & 31, gq = lane >> 2, cq = lane & 3;
-	const long long qstride = (long long)p.num_heads * D;
 	const T *qg = reinterpret_cast<const T *>(p.q);
 	const uint32_t qt = sq + c * Q_BYTES;
+	// prefill: vector v's q row; prefix: row v of the program's row block (its first at q + qrow0·D).
+	const long long qstride = PREFIX ? D : (long long)p.num_heads * D;
+	const long long qrow0 = PREFIX ? ((long long)vs * p.num_kv_heads + kvh) * rows + rblk * 128 : 0;
+	auto q_at = [&](int v, bool &in) -> long long {
+		if constexpr (PREFIX) {
+			in = rblk * 128 + v < rows;
+			return in ? (qrow0 + v) * D : 0;
+		} else {
+			const int r = v / hpi, g = g0 + v % hpi;
+			in = r < nrows && g < p.group;
+			return in ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D : 0;
+		}
+	};
 	// The consumer's q tile (zero rows for vectors past the item), then a barrier of its own (id 3 + c).
 	for (int i = lt; i < 64 * CH; i += 128) {
-		const int v = 64 * c + i / CH, ch = i % CH, r = v / hpi, g = g0 + v % hpi;
-		const bool in = r < nrows && g < p.group;
-		const long long at = in ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D + ch * 8 : 0;
-		ph_cp16(qt + ph_off<64>(v & 63, ch), qg + at, in);
+		const int v = 64 * c + i / CH, ch = i % CH;
+		bool in;
+		const long long at = q_at(v, in);
+		ph_cp16(qt + ph_off<64>(v & 63, ch), qg + at + (in ? ch * 8 : 0), in);
 	}
 	asm volatile("cp.async.commit_group;" ::: "memory");
 	asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -230,25 +267,39 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	long long off[2];
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const int v = 64 * c + 16 * warp + gq + 8 * i, r = v / hpi, g = g0 + v % hpi;
-		valid[i] = r < nrows && g < p.group;
-		pos[i] = valid[i] ? p.positions[row0 + r] : -1;
-		lo[i] = p.window > 0 ? max(0, pos[i] - p.window + 1) : 0;
-		off[i] = valid[i] ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D : 0;
+		const int v = 64 * c + 16 * warp + gq + 8 * i;
+		off[i] = q_at(v, valid[i]); // the output row is the q row's place (prefill); prefix: its index · D
+		if constexpr (PREFIX) {
+			pos[i] = key_end - 1, lo[i] = kstart;
+		} else {
+			pos[i] = valid[i] ? p.positions[row0 + v / hpi] : -1;
+			lo[i] = p.window > 0 ? max(0, pos[i] - p.window + 1) : 0;
+		}
 	}
-	const int wr0 = (64 * c) / hpi;                          // the consumer's first row
-	const bool live = wr0 < nrows;                           // it has vectors at all
-	const int wr1 = min(nrows, (64 * c + 63) / hpi + 1) - 1; // its last row
-	const int wpos0 = live ? p.positions[row0 + wr0] : 0, wpos1 = live ? p.positions[row0 + wr1] : -1;
-	const int wlo0 = p.window > 0 ? max(0, wpos0 - p.window + 1) : 0; // the earliest first key of its rows
-	const int wlo1 = p.window > 0 ? max(0, wpos1 - p.window + 1) : 0; // the latest
+	bool live;
+	int wpos0, wpos1, wlo0, wlo1; // the positions of the consumer's first and last rows, their first keys
+	if constexpr (PREFIX) {
+		live = rblk * 128 + 64 * c < rows;
+		wpos0 = wpos1 = key_end - 1, wlo0 = wlo1 = kstart;
+	} else {
+		const int wr0 = (64 * c) / hpi;                          // the consumer's first row
+		live = wr0 < nrows;                                      // it has vectors at all
+		const int wr1 = min(nrows, (64 * c + 63) / hpi + 1) - 1; // its last row
+		wpos0 = live ? p.positions[row0 + wr0] : 0, wpos1 = live ? p.positions[row0 + wr1] : -1;
+		wlo0 = p.window > 0 ? max(0, wpos0 - p.window + 1) : 0; // the earliest first key of its rows
+		wlo1 = p.window > 0 ? max(0, wpos1 - p.window + 1) : 0; // the latest
+	}
 	const int ta = max(t_first, wlo0 / TILE), tb = live ? min(tiles - 1, wpos1 / TILE) : -1;
 
 	float o[ND];
 #pragma unroll
 	for (int e = 0; e < ND; e++) o[e] = 0.f;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-	const float scale_log2 = p.scale * 1.4426950408889634f;
+	float scale_log2;
+	if constexpr (PREFIX)
+		scale_log2 = p.scale_log2;
+	else
+		scale_log2 = p.scale * 1.4426950408889634f;
 
 	// softmax turns tile t's scores s into P (pc) and the factor alpha of the rows' earlier sums, updating
 	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start.
@@ -284,7 +335,7 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	};
 	auto tile_softmax = [&](float (&s)[TILE / 2], int t, uint32_t (&pc)[TILE / 16][4], float (&alpha)[2]) {
 		const int t0 = t * TILE;
-		if (t0 + TILE - 1 > wpos0 || (p.window > 0 && t0 < wlo1))
+		if (t0 + TILE - 1 > wpos0 || (windowed && t0 < wlo1))
 			softmax(s, t, pc, alpha, std::true_type{});
 		else
 			softmax(s, t, pc, alpha, std::false_type{});
@@ -362,22 +413,33 @@ template <typename T, int D, int TILE = PH_TILE(D)> __device__ __forceinline__ v
 	for (; t < tiles; t++) skip();
 	if (c == 0) ph_turn_wait(1); // consumer 1's last pass
 
-	T *out = reinterpret_cast<T *>(p.out);
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
 		if (!valid[i]) continue;
-		const float inv = 1.f / l[i];
-		uint32_t *dst = reinterpret_cast<uint32_t *>(out + off[i]);
+		if constexpr (PREFIX) { // the split-k partial of row (virtual, KV head, partition, row)
+			const long long at = (((long long)vs * p.num_kv_heads + kvh) * p.num_partitions + part) * rows +
+			                     rblk * 128 + 64 * c + 16 * warp + gq + 8 * i;
+			if (cq == 0) p.part_m[at] = m[i], p.part_l[at] = l[i];
+			float2 *dst = reinterpret_cast<float2 *>(p.part_acc + at * D);
 #pragma unroll
-		for (int j = 0; j < D / 8; j++) dst[(8 * j + 2 * cq) >> 1] = pack2<T>(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+			for (int j = 0; j < D / 8; j++) dst[(8 * j + 2 * cq) >> 1] = make_float2(o[4 * j + 2 * i], o[4 * j + 2 * i + 1]);
+		} else {
+			const float inv = 1.f / l[i];
+			uint32_t *dst = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + off[i]);
+#pragma unroll
+			for (int j = 0; j < D / 8; j++) dst[(8 * j + 2 * cq) >> 1] = pack2<T>(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+		}
 	}
 }
 
 #define PREFILL_SM90(T, TN, D)                                                                                \
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const PrefillParams p) { \
-		prefill_sm90<T, D>(p);                                                                            \
+		prefill_sm90<T, D, false>(p);                                                                     \
+	} \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const DecodeParams p) { \
+		prefill_sm90<T, D, true>(p);                                                                      \
 	}
 PREFILL_SM90(__nv_bfloat16, bf16, 64)
 PREFILL_SM90(__nv_bfloat16, bf16, 128)

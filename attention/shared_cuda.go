@@ -44,6 +44,46 @@ func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int) string {
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
 }
 
+// sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>), in
+// that file's type names; "" for a dtype it has none of (float32).
+func sharedPrefixSM90Name(dt DType, d int) string {
+	tn, ok := map[DType]string{BF16: "bf16", FP16: "f16"}[dt]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("SharedPrefixSM90_%s_d%d", tn, d)
+}
+
+// LoadSM90 adds the Hopper prefix kernels (SharedPrefixSM90_<dtype>_d<64|128|256>) from mod, the module of
+// prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads; DecodeShared then
+// runs them for the prefix pass. A head size whose kernel needs more shared memory than the device allows
+// is left out.
+func (k *CUDAKernels) LoadSM90(mod *cuda.Module) error {
+	optin := k.dev.Info().SharedPerBlockOptin
+	for _, dt := range []DType{BF16, FP16} {
+		for _, d := range prefillSM90HeadDims {
+			name := sharedPrefixSM90Name(dt, d)
+			fn, err := mod.Function(name)
+			if err != nil {
+				return fmt.Errorf("attention: %w", err)
+			}
+			shared := prefillSM90SharedBytes(d)
+			if shared > optin {
+				continue
+			}
+			if err := fn.SetMaxDynamicShared(shared); err != nil {
+				return fmt.Errorf("attention: %w", err)
+			}
+			kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared}
+			if kern.perSM, err = fn.Occupancy(kern.threads, shared); err != nil {
+				return fmt.Errorf("attention: %w", err)
+			}
+			k.kernels[name] = kern
+		}
+	}
+	return nil
+}
+
 // loadShared looks up shared.cu's kernels.
 func (k *CUDAKernels) loadShared() error {
 	names := []string{sharedGatherKernel}
@@ -138,6 +178,9 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
 	prefixKernel := k.kernels[sharedPrefixKernelName(t.SharedPrefix, dt, a.HeadDim)]
+	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix {
+		prefixKernel = sm90
+	}
 	if prefixKernel == nil {
 		prefixKernel = k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim)]
 	}

@@ -22,7 +22,8 @@ const sharedTensorFLOPS = 989e12
 // prefix once and every suffix, over copy_TB/s: the device-to-device copy bandwidth, measured at the
 // start as gollm bench measures it), flop_us (the products at the tensor cores' peak: at 16k tokens
 // about three quarters of bound_us, so the shared call is as much compute as copy), shared/bound and
-// plain/shared, and shared_<variant>_us: the shared call on each prefix kernel (SharedPrefixVariant).
+// plain/shared, and shared_<variant>_us: the shared call on each of shared.cu's prefix kernels
+// (SharedPrefixVariant; shared_us runs the Hopper prefix kernel where it is loaded).
 // Run it with -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
 // plain/shared, and the measured values, are in docs/bench/shared-prefix-h200.md.
 func BenchmarkCUDADecodeShared(b *testing.B) {
@@ -60,7 +61,7 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 		variants := make([]float64, numSharedPrefixVariants)
 		tuning := k.Tuning
 		for v := range numSharedPrefixVariants {
-			k.Tuning.SharedPrefix = v
+			k.Tuning.SharedPrefix, k.Tuning.NoSM90Prefix = v, true
 			vin, err := newSharedBenchInputs(k, 64, prefix, 128)
 			if err == nil && !vin.decision.Use {
 				vin.bufs.Free()

@@ -137,13 +137,17 @@ func TestCUDADecodeShared(t *testing.T) {
 						g := sh.group
 						fit := SharedMembersFor(dtypeOf(codec.typ), g, sh.headDim)
 						memberSets := []int{1, fit}
-						variants := []SharedPrefixVariant{SharedPrefixR16}
+						// Each prefix kernel: shared.cu's (NoSM90Prefix), and the Hopper one where it is loaded.
+						tunings := []CUDATuning{{SharedPrefix: SharedPrefixR16, NoSM90Prefix: true}}
 						if sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
 							memberSets = append(memberSets, 3, 2*fit+1) // odd rows; several row blocks
-							variants = nil
+							tunings = nil
 							for v := range numSharedPrefixVariants {
-								variants = append(variants, v)
+								tunings = append(tunings, CUDATuning{SharedPrefix: v, NoSM90Prefix: true})
 							}
+						}
+						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim)] != nil {
+							tunings = append(tunings, CUDATuning{})
 						}
 						for _, plan := range []SharedPlan{{64, 64}, {roundUp(3*64, bs), 128}, {roundUp(80, bs), 64}, {1 << 16, 1 << 16}} {
 							for _, members := range memberSets {
@@ -156,14 +160,14 @@ func TestCUDADecodeShared(t *testing.T) {
 									twin = make([]float32, len(c.q))
 									DecodeShared(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens, groups, members, plan)
 								}
-								for _, v := range variants {
+								for _, tu := range tunings {
 									poison(t, c.dev, ws, bytes)
 									c.poisonOut(t)
-									if err := k.decodeShared(nil, c.args(), args, ws, bytes, CUDATuning{SharedPrefix: v}); err != nil {
+									if err := k.decodeShared(nil, c.args(), args, ws, bytes, tu); err != nil {
 										t.Fatal(err)
 									}
 									got := c.output(t)
-									what := fmt.Sprintf("prefix kernel %v members %d plan %+v", v, members, plan)
+									what := fmt.Sprintf("prefix kernel %v (sm90 %v) members %d plan %+v", tu.SharedPrefix, !tu.NoSM90Prefix, members, plan)
 									if e := relErr(got, c.ref); !(e < codec.tol) {
 										t.Fatalf("%s: relative error %.3g against the reference, want < %g", what, e, codec.tol)
 									}

@@ -63,6 +63,7 @@ type cudaBackend struct {
 	gemm   *gemmKernels           // nil: every product the skinny kernel leaves goes to cuBLAS
 	decode *attention.CUDAKernels // nil when the decode kernels could not be loaded
 	pre    *attention.CUDAPrefill
+	sm90   *cuda.Module // prefill_sm90.cu's PTX (Hopper): the prefill and shared-prefix kernels; nil elsewhere
 	// preKernel is the prefill kernel every prefill call runs; the step's work items are cut for it.
 	preKernel attention.PrefillKernel
 
@@ -290,7 +291,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		// mma.sync kernel.
 		mod, err := b.dev.LoadModule(kernels.PrefillSM90PTX)
 		if err == nil {
-			err = b.pre.LoadSM90(mod, info.SharedPerBlockOptin)
+			if err = b.pre.LoadSM90(mod, info.SharedPerBlockOptin); err == nil {
+				b.sm90 = mod
+			}
 		}
 		if err != nil {
 			slog.Warn("cuda backend: no Hopper prefill attention; prefill stays on the mma.sync kernel", "err", err)
@@ -308,6 +311,11 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		}
 		if b.splitWS, err = b.alloc(splitWorkspaceBytes); err != nil {
 			return nil, err
+		}
+	}
+	if b.decode != nil && b.sm90 != nil {
+		if err := b.decode.LoadSM90(b.sm90); err != nil {
+			slog.Warn("cuda backend: no Hopper shared-prefix kernel; the prefix pass stays on the mma.sync kernel", "err", err)
 		}
 	}
 	if b.blas, err = b.dev.LoadBLAS(); err != nil {
