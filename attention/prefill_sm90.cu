@@ -2,7 +2,9 @@
 // prefill.cu's tensor-core kernel (query rows of one sequence over the paged cache, causal, a sliding
 // window, 16-bit dtypes, head sizes 64, 128 and 256), in FlashAttention-3's warp-specialized structure.
 // Launched by CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX;
-// the mma.sync kernel of prefill.cu serves every other GPU and FP8 pages.
+// the mma.sync kernel of prefill.cu serves every other GPU and FP8 pages. The same body in PREFIX mode
+// (SharedPrefixSM90_*) is the prefix pass of shared-prefix decode (shared_cuda.go): a group's gathered
+// query rows over its shared pages, no causal mask, split-k partials out.
 //
 // Work items: PrefillItems cut for 128 vectors (PrefillSM90Vectors), a vector being one (row, query head)
 // of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups:
