@@ -225,15 +225,11 @@ func (k *CUDAKernels) prepare(name string, threads int) error {
 	if err != nil {
 		return fmt.Errorf("attention: %w", err)
 	}
-	ptr, size, err := k.mod.Global(name + "_smem")
-	if err != nil || size != 4 {
-		return fmt.Errorf("attention: shared memory size of %s (%d bytes): %w", name, size, err)
+	shared, err := k.mod.Int32(name + "_smem")
+	if err != nil {
+		return fmt.Errorf("attention: shared memory size of %s: %w", name, err)
 	}
-	var shared [1]int32
-	if err := k.dev.CopyFromDevice(cuda.Bytes(shared[:]), ptr); err != nil {
-		return fmt.Errorf("attention: %s: %w", name, err)
-	}
-	kern := &cudaKernel{fn: fn, threads: threads, shared: int(shared[0])}
+	kern := &cudaKernel{fn: fn, threads: threads, shared: int(shared)}
 	if err := fn.SetMaxDynamicShared(kern.shared); err != nil {
 		return fmt.Errorf("attention: %w", err)
 	}

@@ -195,7 +195,10 @@ template <typename T, int D, typename KV = T> __device__ __forceinline__ void pr
 	for (int i = 0; i < HALF; i++) out[i] = PrefillElem<T>::store(acc[i] * inv);
 }
 
+// Each kernel's dynamic shared memory in bytes is the __device__ int <kernel>_smem beside it, which the
+// loader (prefill_cuda.go) reads: the sizes live here, with the layouts they describe.
 #define PREFILL_ATTENTION(T, TN, D)                                                                           \
+	extern "C" __device__ int PrefillAttention_##TN##_d##D##_smem = 4 * prefill_smem_floats(D);          \
 	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttention_##TN##_d##D(const PrefillParams p) { \
 		prefill_attention<T, D>(p);                                                                       \
 	}
@@ -214,6 +217,7 @@ PREFILL_ATTENTION_ALL(__half, f16)
 // Over FP8 KV pages: PrefillAttention_<dtype>_e4m3_d<head_dim> (the FMA kernel: float32, the head sizes
 // below 64; the tensor-core kernel's _e4m3 entry points serve the others).
 #define PREFILL_ATTENTION_E4M3(T, TN, D)                                                                      \
+	extern "C" __device__ int PrefillAttention_##TN##_e4m3_d##D##_smem = 4 * prefill_smem_floats(D);     \
 	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttention_##TN##_e4m3_d##D(const PrefillParams p) { \
 		prefill_attention<T, D, PrefillE4M3>(p);                                                          \
 	}
@@ -283,12 +287,18 @@ template <int D> __device__ __forceinline__ int pmma_offset(int tok, int ch) {
 	return tok * D * 2 + ((ch ^ (tok & 7)) << 4);
 }
 
+// pmma_smem_bytes is the tensor-core kernel's dynamic shared memory: two K and two V tiles of PMMA_TILE keys
+// of 16-bit values (over FP8 pages the same bytes: one K and one V tile, two of each of their codes).
+__host__ __device__ constexpr int pmma_smem_bytes(int d) { return 2 * 2 * PMMA_TILE * d * 2; }
+
 template <typename T, int D, typename KV = T> __device__ __forceinline__ void prefill_mma(const PrefillParams &p) {
 	constexpr bool F8 = sizeof(KV) == 1;
 	constexpr int CH = D / 8;                         // 16-byte chunks of a row of T
 	constexpr int CH8 = D / 16;                       // F8: 16-byte chunks of a row of codes
 	constexpr int TILE_BYTES = PMMA_TILE * D * 2;
 	constexpr int CODE_BYTES = PMMA_TILE * D;        // F8: a tile of codes
+	static_assert(4 * TILE_BYTES == pmma_smem_bytes(D) && 2 * TILE_BYTES + 4 * CODE_BYTES == pmma_smem_bytes(D),
+	              "the layout is pmma_smem_bytes's");
 	// K[2][64][D], V[2][64][D] of T; F8: K[64][D], V[64][D] of T, then codes K[2][64][D], V[2][64][D].
 	extern __shared__ __align__(16) unsigned char pmma_smem[];
 	unsigned char *sk = pmma_smem, *sv = pmma_smem + (F8 ? 1 : 2) * TILE_BYTES;
@@ -476,6 +486,7 @@ template <typename T, int D, typename KV = T> __device__ __forceinline__ void pr
 }
 
 #define PREFILL_MMA(T, TN, D)                                                                                 \
+	extern "C" __device__ int PrefillAttentionMMA_##TN##_d##D##_smem = pmma_smem_bytes(D);                \
 	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttentionMMA_##TN##_d##D(const PrefillParams p) { \
 		prefill_mma<T, D>(p);                                                                             \
 	}
@@ -488,6 +499,7 @@ PREFILL_MMA(__half, f16, 256)
 
 // Over FP8 pages: PrefillAttentionMMA_<dtype>_e4m3_d<head_dim>.
 #define PREFILL_MMA_E4M3(T, TN, D)                                                                            \
+	extern "C" __device__ int PrefillAttentionMMA_##TN##_e4m3_d##D##_smem = pmma_smem_bytes(D);           \
 	extern "C" __global__ void __launch_bounds__(PREFILL_THREADS) PrefillAttentionMMA_##TN##_e4m3_d##D(const PrefillParams p) { \
 		prefill_mma<T, D, PrefillE4M3>(p);                                                                \
 	}

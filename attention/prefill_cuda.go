@@ -59,12 +59,6 @@ func (k PrefillKernel) Vectors() int {
 	return prefillVectors
 }
 
-// prefillSharedBytes mirrors prefill_smem_floats of prefill.cu (q, K, V and P tiles, float).
-func prefillSharedBytes(headDim int) int {
-	const tile = 32
-	return 4 * (prefillVectors*(headDim+1) + tile*(headDim+1) + tile*headDim + prefillVectors*(tile+1))
-}
-
 // prefillHeadDims are the head sizes prefill.cu is instantiated for.
 var prefillHeadDims = []int{8, 16, 32, 64, 128, 256}
 
@@ -82,35 +76,44 @@ type prefillParams struct {
 // over FP8 pages, PrefillAttentionMMA_<dtype>_e4m3_d<D>; 16-bit dtypes), which Attend uses where they exist.
 var prefillMMAHeadDims = []int{64, 128, 256}
 
-// prefillMMASharedBytes is the tensor-core kernel's dynamic shared memory: two K and two V tiles of 64
-// keys (over FP8 pages the same bytes: one K and one V tile, two of each of their codes).
-func prefillMMASharedBytes(headDim int) int { return 2 * 2 * 64 * headDim * 2 }
-
 // prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D>).
 var prefillSM90HeadDims = []int{64, 128, 256}
 
 // prefillSM90Threads is the Hopper kernel's block: a producer and two consumer warpgroups.
 const prefillSM90Threads = 384
 
-// prefillSM90SharedBytes is the Hopper kernel's dynamic shared memory (prefill_sm90.cu): two q tiles of
-// 64 vectors, the ring's stages (PH_STAGES) of a K and a V tile (PH_TILE keys), 1 KiB to align them and
-// the stages' two 8-byte barriers.
-func prefillSM90SharedBytes(headDim int) int {
-	stages, tile := 4, 128
-	switch headDim {
-	case 128:
-		stages = 3
-	case 256:
-		stages, tile = 2, 64
-	}
-	return 2*64*headDim*2 + stages*2*tile*headDim*2 + 1024 + 16*stages
-}
-
 // CUDAPrefill holds the prefill attention kernels loaded from a module.
 type CUDAPrefill struct {
-	kernels map[string]*cuda.Function // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
-	mma     map[string]*cuda.Function // the tensor-core kernels, keyed as kernels
-	sm90    map[string]*cuda.Function // the Hopper kernels (LoadSM90), by "<dtype>_d<head_dim>"
+	kernels map[string]prefillFn // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
+	mma     map[string]prefillFn // the tensor-core kernels, keyed as kernels
+	sm90    map[string]prefillFn // the Hopper kernels (LoadSM90), by "<dtype>_d<head_dim>"
+}
+
+// prefillFn is a loaded prefill kernel and its dynamic shared memory.
+type prefillFn struct {
+	fn     *cuda.Function
+	shared int
+}
+
+// loadPrefillFn looks up kernel name in mod with its shared memory (the __device__ int <name>_smem that
+// the .cu file computes from its layout) and raises its limit to it; ok is false, with no error, when
+// the device allows less (sharedOptin).
+func loadPrefillFn(mod *cuda.Module, name string, sharedOptin int) (_ prefillFn, ok bool, err error) {
+	fn, err := mod.Function(name)
+	if err != nil {
+		return prefillFn{}, false, fmt.Errorf("attention: prefill: %w", err)
+	}
+	shared, err := mod.Int32(name + "_smem")
+	if err != nil {
+		return prefillFn{}, false, fmt.Errorf("attention: prefill: shared memory of %s: %w", name, err)
+	}
+	if int(shared) > sharedOptin {
+		return prefillFn{}, false, nil
+	}
+	if err := fn.SetMaxDynamicShared(int(shared)); err != nil {
+		return prefillFn{}, false, fmt.Errorf("attention: prefill: %w", err)
+	}
+	return prefillFn{fn: fn, shared: int(shared)}, true, nil
 }
 
 // LoadCUDAPrefill looks up the PrefillAttention_<dtype>_d<head_dim> kernels in mod (the model's fat binary)
@@ -118,20 +121,19 @@ type CUDAPrefill struct {
 // memory than the device allows (sharedOptin, cuda.Info.SharedPerBlockOptin) is left out: Attend
 // reports it as ErrUnsupported.
 func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
-	p := &CUDAPrefill{kernels: map[string]*cuda.Function{}, mma: map[string]*cuda.Function{}, sm90: map[string]*cuda.Function{}}
+	p := &CUDAPrefill{kernels: map[string]prefillFn{}, mma: map[string]prefillFn{}, sm90: map[string]prefillFn{}}
+	load := func(into map[string]prefillFn, prefix, key string) error {
+		k, ok, err := loadPrefillFn(mod, prefix+key, sharedOptin)
+		if ok {
+			into[key] = k
+		}
+		return err
+	}
 	for _, tn := range []string{"bf16", "f16"} {
 		for _, kv := range []string{"", "_e4m3"} {
 			for _, d := range prefillMMAHeadDims {
-				key := fmt.Sprintf("%s%s_d%d", tn, kv, d)
-				fn, err := mod.Function("PrefillAttentionMMA_" + key)
-				if err != nil {
-					return nil, fmt.Errorf("attention: prefill: %w", err)
-				}
-				if shared := prefillMMASharedBytes(d); shared <= sharedOptin {
-					if err := fn.SetMaxDynamicShared(shared); err != nil {
-						return nil, fmt.Errorf("attention: prefill: %w", err)
-					}
-					p.mma[key] = fn
+				if err := load(p.mma, "PrefillAttentionMMA_", fmt.Sprintf("%s%s_d%d", tn, kv, d)); err != nil {
+					return nil, err
 				}
 			}
 		}
@@ -140,19 +142,9 @@ func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 		tn, _ := prefillTypeName(dt)
 		for _, kv := range []string{"", "_e4m3"} {
 			for _, d := range prefillHeadDims {
-				key := fmt.Sprintf("%s%s_d%d", tn, kv, d)
-				fn, err := mod.Function("PrefillAttention_" + key)
-				if err != nil {
-					return nil, fmt.Errorf("attention: prefill: %w", err)
+				if err := load(p.kernels, "PrefillAttention_", fmt.Sprintf("%s%s_d%d", tn, kv, d)); err != nil {
+					return nil, err
 				}
-				shared := prefillSharedBytes(d)
-				if shared > sharedOptin {
-					continue
-				}
-				if err := fn.SetMaxDynamicShared(shared); err != nil {
-					return nil, fmt.Errorf("attention: prefill: %w", err)
-				}
-				p.kernels[key] = fn
 			}
 		}
 	}
@@ -163,22 +155,17 @@ func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 // prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads. Kernel then
 // prefers them where they serve.
 func (p *CUDAPrefill) LoadSM90(mod *cuda.Module, sharedOptin int) error {
-	found := map[string]*cuda.Function{}
+	found := map[string]prefillFn{}
 	for _, tn := range []string{"bf16", "f16"} {
 		for _, d := range prefillSM90HeadDims {
 			key := fmt.Sprintf("%s_d%d", tn, d)
-			fn, err := mod.Function("PrefillAttentionSM90_" + key)
+			k, ok, err := loadPrefillFn(mod, "PrefillAttentionSM90_"+key, sharedOptin)
 			if err != nil {
-				return fmt.Errorf("attention: prefill: %w", err)
+				return err
 			}
-			shared := prefillSM90SharedBytes(d)
-			if shared > sharedOptin {
-				continue
+			if ok {
+				found[key] = k
 			}
-			if err := fn.SetMaxDynamicShared(shared); err != nil {
-				return fmt.Errorf("attention: prefill: %w", err)
-			}
-			found[key] = fn
 		}
 	}
 	p.sm90 = found
@@ -317,18 +304,19 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	if kernel == PrefillAuto {
 		kernel = p.Kernel(a.HeadDim, a.DType, a.KVFP8)
 	}
-	var fn *cuda.Function
-	shared, threads := 0, 128
+	var k prefillFn
+	threads := 128
 	switch kernel {
 	case PrefillSM90:
 		if !a.KVFP8 {
-			fn, shared, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90SharedBytes(a.HeadDim), prefillSM90Threads
+			k, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90Threads
 		}
 	case PrefillMMA:
-		fn, shared = p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillMMASharedBytes(a.HeadDim)
+		k = p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	case PrefillFMA:
-		fn, shared = p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillSharedBytes(a.HeadDim)
+		k = p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	}
+	fn, shared := k.fn, k.shared
 	if fn == nil {
 		return fmt.Errorf("%w: prefill kernel %v for %s%s head_dim %d", ErrUnsupported, kernel, tn, kv, a.HeadDim)
 	}

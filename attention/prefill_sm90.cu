@@ -51,6 +51,13 @@
 // 193 KiB; d64: 4 of 128 keys, 145 KiB).
 #define PH_TILE(D) ((D) == 256 ? 64 : 128)
 #define PH_STAGES(D) ((D) == 128 ? 3 : (D) == 256 ? 2 : 4)
+// ph_smem_bytes is the kernels' dynamic shared memory at head size d, as prefill_sm90 lays it out: 1 KiB
+// to align the tiles, two q tiles, the ring's stages of a K and a V tile, and each stage's full and empty
+// barriers. Each kernel's is the __device__ int <kernel>_smem beside it, which the loaders read.
+__host__ __device__ constexpr int ph_smem_bytes(int d) {
+	return 1024 + 2 * 64 * d * 2 + PH_STAGES(d) * 2 * PH_TILE(d) * d * 2 + 16 * PH_STAGES(d);
+}
+
 // Registers a thread: the producer's after it gives some up, the consumers' after they take them (the
 // block starts with 168 each, 65536 / 384: 128·56 + 256·224 ≤ 65536).
 #define PH_PRODUCER_REGS 56
@@ -148,6 +155,7 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 	extern __shared__ __align__(1024) unsigned char ph_smem[];
 	const uint32_t base = ((uint32_t)__cvta_generic_to_shared(ph_smem) + 1023) & ~1023u;
 	const uint32_t sq = base, skv = base + 2 * Q_BYTES, bars = skv + ST * 2 * KV_BYTES;
+	static_assert(1024 + 2 * Q_BYTES + ST * 2 * KV_BYTES + 2 * 8 * ST == ph_smem_bytes(D), "the layout is ph_smem_bytes's");
 	auto full = [&](int s) { return bars + 8 * s; };
 	auto empty = [&](int s) { return bars + 8 * (ST + s); };
 
@@ -437,6 +445,8 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 }
 
 #define PREFILL_SM90(T, TN, D)                                                                                \
+	extern "C" __device__ int PrefillAttentionSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                 \
+	extern "C" __device__ int SharedPrefixSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                     \
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const PrefillParams p) { \
 		prefill_sm90<T, D, false>(p);                                                                     \
 	} \

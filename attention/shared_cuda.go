@@ -63,17 +63,14 @@ func (k *CUDAKernels) LoadSM90(mod *cuda.Module) error {
 	for _, dt := range []DType{BF16, FP16} {
 		for _, d := range prefillSM90HeadDims {
 			name := sharedPrefixSM90Name(dt, d)
-			fn, err := mod.Function(name)
+			pf, ok, err := loadPrefillFn(mod, name, optin)
 			if err != nil {
-				return fmt.Errorf("attention: %w", err)
+				return err
 			}
-			shared := prefillSM90SharedBytes(d)
-			if shared > optin {
+			if !ok {
 				continue
 			}
-			if err := fn.SetMaxDynamicShared(shared); err != nil {
-				return fmt.Errorf("attention: %w", err)
-			}
+			fn, shared := pf.fn, pf.shared
 			kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared}
 			if kern.perSM, err = fn.Occupancy(kern.threads, shared); err != nil {
 				return fmt.Errorf("attention: %w", err)

@@ -201,3 +201,20 @@ func (m *Module) Global(name string) (DevicePtr, int64, error) {
 	}
 	return p, n, nil
 }
+
+// Int32 reads the module's __device__ int name: a constant the kernel file computes for its host, such as
+// a kernel's shared memory from the constants of its layout.
+func (m *Module) Int32(name string) (int32, error) {
+	p, n, err := m.Global(name)
+	if err != nil {
+		return 0, err
+	}
+	if n != 4 {
+		return 0, fmt.Errorf("cuda: global %q: %d bytes, want an int's 4", name, n)
+	}
+	var v [1]int32
+	if err := m.dev.CopyFromDevice(Bytes(v[:]), p); err != nil {
+		return 0, fmt.Errorf("cuda: global %q: %w", name, err)
+	}
+	return v[0], nil
+}
