@@ -11,7 +11,7 @@ import torch.nn.functional as F
 SHAPES = [("d128-hq32-hkv8-L1024", 128, 1024, 32, 8), ("d128-hq32-hkv8-L4096", 128, 4096, 32, 8),
           ("d64-hq32-hkv8-L1024", 64, 1024, 32, 8), ("d64-hq32-hkv8-L4096", 64, 4096, 32, 8),
           ("d128-hq32-hkv8-L8192", 128, 8192, 32, 8), ("d128-hq32-hkv8-L16384", 128, 16384, 32, 8),
-          ("d128-hq32-hkv8-L32768", 128, 32768, 32, 8)]
+          ("d128-hq32-hkv8-L32768", 128, 32768, 32, 8), ("d256-hq16-hkv8-L4096", 256, 4096, 16, 8)]
 
 for name, d, n, hq, hkv in SHAPES:
     q = torch.randn(1, hq, n, d, device="cuda", dtype=torch.bfloat16)
