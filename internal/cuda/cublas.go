@@ -29,16 +29,14 @@ typedef struct {
 	gollm_cublas_gemm_strided_batched_ex_t gemm_strided_batched_ex;
 } gollm_cublas;
 
-
 // gollm_cublas_bind resolves the symbols; it returns the name of the first missing one, or NULL.
 static inline const char *gollm_cublas_bind(gollm_cublas *b) {
-	if (!(b->create = (gollm_cublas_create_t)dlsym(b->lib, "cublasCreate_v2"))) return "cublasCreate_v2";
-	if (!(b->destroy = (gollm_cublas_destroy_t)dlsym(b->lib, "cublasDestroy_v2"))) return "cublasDestroy_v2";
-	if (!(b->set_stream = (gollm_cublas_set_stream_t)dlsym(b->lib, "cublasSetStream_v2"))) return "cublasSetStream_v2";
-	if (!(b->get_version = (gollm_cublas_get_version_t)dlsym(b->lib, "cublasGetVersion_v2"))) return "cublasGetVersion_v2";
-	if (!(b->gemm_ex = (gollm_cublas_gemm_ex_t)dlsym(b->lib, "cublasGemmEx"))) return "cublasGemmEx";
-	if (!(b->gemm_strided_batched_ex = (gollm_cublas_gemm_strided_batched_ex_t)dlsym(b->lib, "cublasGemmStridedBatchedEx")))
-		return "cublasGemmStridedBatchedEx";
+	GOLLM_BIND(create, gollm_cublas_create_t, "cublasCreate_v2")
+	GOLLM_BIND(destroy, gollm_cublas_destroy_t, "cublasDestroy_v2")
+	GOLLM_BIND(set_stream, gollm_cublas_set_stream_t, "cublasSetStream_v2")
+	GOLLM_BIND(get_version, gollm_cublas_get_version_t, "cublasGetVersion_v2")
+	GOLLM_BIND(gemm_ex, gollm_cublas_gemm_ex_t, "cublasGemmEx")
+	GOLLM_BIND(gemm_strided_batched_ex, gollm_cublas_gemm_strided_batched_ex_t, "cublasGemmStridedBatchedEx")
 	return NULL;
 }
 

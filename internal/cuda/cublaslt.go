@@ -53,23 +53,21 @@ typedef struct {
 } gollm_lt;
 
 
-#define GOLLM_LT_BIND(field, type, name) if (!(b->field = (type)dlsym(b->lib, name))) return name;
-
 // gollm_lt_bind resolves the symbols; it returns the name of the first missing one, or NULL.
 static inline const char *gollm_lt_bind(gollm_lt *b) {
-	GOLLM_LT_BIND(create, gollm_lt_create_t, "cublasLtCreate")
-	GOLLM_LT_BIND(destroy, gollm_lt_destroy_t, "cublasLtDestroy")
-	GOLLM_LT_BIND(version, gollm_lt_version_t, "cublasLtGetVersion")
-	GOLLM_LT_BIND(desc_create, gollm_lt_desc_create_t, "cublasLtMatmulDescCreate")
-	GOLLM_LT_BIND(desc_destroy, gollm_lt_desc_destroy_t, "cublasLtMatmulDescDestroy")
-	GOLLM_LT_BIND(desc_set, gollm_lt_desc_set_t, "cublasLtMatmulDescSetAttribute")
-	GOLLM_LT_BIND(layout_create, gollm_lt_layout_create_t, "cublasLtMatrixLayoutCreate")
-	GOLLM_LT_BIND(layout_destroy, gollm_lt_layout_destroy_t, "cublasLtMatrixLayoutDestroy")
-	GOLLM_LT_BIND(pref_create, gollm_lt_pref_create_t, "cublasLtMatmulPreferenceCreate")
-	GOLLM_LT_BIND(pref_destroy, gollm_lt_pref_destroy_t, "cublasLtMatmulPreferenceDestroy")
-	GOLLM_LT_BIND(pref_set, gollm_lt_pref_set_t, "cublasLtMatmulPreferenceSetAttribute")
-	GOLLM_LT_BIND(heuristic, gollm_lt_heuristic_t, "cublasLtMatmulAlgoGetHeuristic")
-	GOLLM_LT_BIND(matmul, gollm_lt_matmul_t, "cublasLtMatmul")
+	GOLLM_BIND(create, gollm_lt_create_t, "cublasLtCreate")
+	GOLLM_BIND(destroy, gollm_lt_destroy_t, "cublasLtDestroy")
+	GOLLM_BIND(version, gollm_lt_version_t, "cublasLtGetVersion")
+	GOLLM_BIND(desc_create, gollm_lt_desc_create_t, "cublasLtMatmulDescCreate")
+	GOLLM_BIND(desc_destroy, gollm_lt_desc_destroy_t, "cublasLtMatmulDescDestroy")
+	GOLLM_BIND(desc_set, gollm_lt_desc_set_t, "cublasLtMatmulDescSetAttribute")
+	GOLLM_BIND(layout_create, gollm_lt_layout_create_t, "cublasLtMatrixLayoutCreate")
+	GOLLM_BIND(layout_destroy, gollm_lt_layout_destroy_t, "cublasLtMatrixLayoutDestroy")
+	GOLLM_BIND(pref_create, gollm_lt_pref_create_t, "cublasLtMatmulPreferenceCreate")
+	GOLLM_BIND(pref_destroy, gollm_lt_pref_destroy_t, "cublasLtMatmulPreferenceDestroy")
+	GOLLM_BIND(pref_set, gollm_lt_pref_set_t, "cublasLtMatmulPreferenceSetAttribute")
+	GOLLM_BIND(heuristic, gollm_lt_heuristic_t, "cublasLtMatmulAlgoGetHeuristic")
+	GOLLM_BIND(matmul, gollm_lt_matmul_t, "cublasLtMatmul")
 	return NULL;
 }
 

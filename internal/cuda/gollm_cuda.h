@@ -3,7 +3,13 @@
 #ifndef GOLLM_CUDA_H
 #define GOLLM_CUDA_H
 #include <cuda.h>
+#include <dlfcn.h>
 #include <string.h>
+
+// GOLLM_BIND resolves symbol name of the dlopened library b->lib into b->field (of function pointer type
+// type), or returns name from the binding function: the libraries loaded at run time (cuBLASLt, NCCL)
+// list their symbols with it.
+#define GOLLM_BIND(field, type, name) if (!(b->field = (type)dlsym(b->lib, name))) return name;
 // gollm_launch launches f with one by-value parameter block: every kernel of ours takes a single struct,
 // and args points to its bytes (laid out by the Go struct that mirrors it).
 static inline CUresult gollm_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,

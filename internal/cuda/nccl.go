@@ -31,18 +31,17 @@ typedef struct {
 	gollm_nccl_all_gather_t all_gather;
 } gollm_nccl;
 
-#define GOLLM_NCCL_BIND(field, type, name) if (!(b->field = (type)dlsym(b->lib, name))) return name;
 
 // gollm_nccl_bind resolves the symbols; it returns the name of the first missing one, or NULL.
 static inline const char *gollm_nccl_bind(gollm_nccl *b) {
-	GOLLM_NCCL_BIND(version, gollm_nccl_version_t, "ncclGetVersion")
-	GOLLM_NCCL_BIND(init_all, gollm_nccl_init_all_t, "ncclCommInitAll")
-	GOLLM_NCCL_BIND(destroy, gollm_nccl_comm_t, "ncclCommDestroy")
-	GOLLM_NCCL_BIND(abort, gollm_nccl_comm_t, "ncclCommAbort")
-	GOLLM_NCCL_BIND(async_error, gollm_nccl_async_error_t, "ncclCommGetAsyncError")
-	GOLLM_NCCL_BIND(error_string, gollm_nccl_error_string_t, "ncclGetErrorString")
-	GOLLM_NCCL_BIND(all_reduce, gollm_nccl_all_reduce_t, "ncclAllReduce")
-	GOLLM_NCCL_BIND(all_gather, gollm_nccl_all_gather_t, "ncclAllGather")
+	GOLLM_BIND(version, gollm_nccl_version_t, "ncclGetVersion")
+	GOLLM_BIND(init_all, gollm_nccl_init_all_t, "ncclCommInitAll")
+	GOLLM_BIND(destroy, gollm_nccl_comm_t, "ncclCommDestroy")
+	GOLLM_BIND(abort, gollm_nccl_comm_t, "ncclCommAbort")
+	GOLLM_BIND(async_error, gollm_nccl_async_error_t, "ncclCommGetAsyncError")
+	GOLLM_BIND(error_string, gollm_nccl_error_string_t, "ncclGetErrorString")
+	GOLLM_BIND(all_reduce, gollm_nccl_all_reduce_t, "ncclAllReduce")
+	GOLLM_BIND(all_gather, gollm_nccl_all_gather_t, "ncclAllGather")
 	return NULL;
 }
 
