@@ -5,7 +5,6 @@ package model
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 
@@ -83,25 +82,6 @@ func wholeSteps(t *testing.T, cfg *weights.Config, get tensorGetter, dt weights.
 	return tpPlanSteps(t, m, cfg.VocabSize)
 }
 
-// compareTP runs steps through m and compares each logits row with want's by relative error.
-func compareTP(t *testing.T, m *Model, steps []*Step, want [][][]float32, tol float64) {
-	t.Helper()
-	for i, s := range steps {
-		got, err := m.Forward(s)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if len(got) != len(want[i]) {
-			t.Fatalf("step %d: %d logits rows, want %d", i, len(got), len(want[i]))
-		}
-		for j := range got {
-			if e := relErr(got[j], want[i][j]); !(e <= tol) {
-				t.Fatalf("step %d row %d: relative error %.3g against the whole model (tolerance %g)", i, j, e, tol)
-			}
-		}
-	}
-}
-
 // TestCUDATensorParallel runs the mixed steps of tpPlanSteps (prefills, a chunk beside decodes, rounds
 // of decodes) through a model on the GPU whole and sharded over 2 and 4 ranks sharing the GPU (their
 // sums through host memory), in float32 and bfloat16, and compares every logits row: the shards' sums
@@ -152,25 +132,7 @@ func TestCUDATensorParallelFP8(t *testing.T) {
 	steps, ref := wholeSteps(t, cfg, r.get, weights.DTypeBF16, "")
 	_, want := wholeSteps(t, cfg, r.get, weights.DTypeBF16, QuantizationFP8)
 	m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, QuantizationFP8)
-	var errTP, errWhole float64
-	for i, s := range steps {
-		got, err := m.Forward(s)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		for j := range got {
-			if e := relErr(got[j], want[i][j]); !(e <= 0.5) {
-				t.Fatalf("step %d row %d: relative error %.3g from the whole FP8 model", i, j, e)
-			}
-			errTP += math.Pow(relErr(got[j], ref[i][j]), 2)
-			errWhole += math.Pow(relErr(want[i][j], ref[i][j]), 2)
-		}
-	}
-	t.Logf("rms relative error from the bfloat16 model: sharded %.4f, whole %.4f", math.Sqrt(errTP), math.Sqrt(errWhole))
-	if !(errTP <= 1.25*1.25*errWhole) {
-		t.Errorf("sharded, the FP8 model is farther from the bfloat16 model than whole: %.4f against %.4f", math.Sqrt(errTP),
-			math.Sqrt(errWhole))
-	}
+	compareFP8TP(t, m, steps, want, ref, 0.5)
 }
 
 // TestCUDATensorParallelNCCL runs the same steps sharded over NCCL: one rank on GPU 0 (the collectives a
