@@ -19,8 +19,8 @@ type deviceCollective interface {
 	// capturable reports whether allReduceSum may be recorded into a CUDA graph.
 	capturable() bool
 	// abort stops this rank's collectives queued or running, from any goroutine, so that a rank whose
-	// peer has failed returns instead of waiting for it.
-	abort()
+	// peer has failed with err returns instead of waiting for it.
+	abort(err error)
 }
 
 // ncclCollective is a rank's NCCL communicator: the all-reduce is a kernel on the rank's stream, inside
@@ -33,7 +33,7 @@ func (c ncclCollective) allReduceSum(b *cudaBackend, p cuda.DevicePtr, n int) er
 
 func (ncclCollective) capturable() bool { return true }
 
-func (c ncclCollective) abort() { _ = c.comm.Abort() }
+func (c ncclCollective) abort(error) { _ = c.comm.Abort() }
 
 // hostCollective sums through host memory with a tp.Communicator: the rank waits for its stream, copies
 // the values out, joins the group's sum and copies the result back. It serves ranks that share one GPU,
@@ -63,4 +63,4 @@ func (c *hostCollective) allReduceSum(b *cudaBackend, p cuda.DevicePtr, n int) e
 
 func (*hostCollective) capturable() bool { return false }
 
-func (c *hostCollective) abort() { c.comm.Abort(fmt.Errorf("a rank failed")) }
+func (c *hostCollective) abort(err error) { c.comm.Abort(err) }

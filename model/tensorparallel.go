@@ -307,9 +307,9 @@ func sizeKVRanks(ranks []*Model, opts Options, sharing int) (int, error) {
 type rankGroup struct {
 	backends func(r int) NewBackendFunc
 	sharing  int
-	// abort stops every rank's device collectives (a rank failed), close releases the communicators and
-	// the GPUs once the ranks are closed.
-	abort func()
+	// abort stops every rank's device collectives (a rank failed with err), close releases the
+	// communicators and the GPUs once the ranks are closed.
+	abort func(err error)
 	close func() error
 }
 
@@ -349,7 +349,7 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 		}
 		rows, err := par.ranks[r].Forward(step)
 		if err != nil {
-			par.abort() // a peer may be waiting in a device collective for this rank
+			par.abort(err) // a peer may be waiting in a device collective for this rank
 			return err
 		}
 		local := make([]float32, numRows*par.shardV)
@@ -377,10 +377,10 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 	return out, nil
 }
 
-// abort stops the ranks' device collectives (none on the CPU).
-func (par *parallel) abort() {
+// abort stops the ranks' device collectives (none on the CPU), err being the failure that ends them.
+func (par *parallel) abort(err error) {
 	if par.group != nil {
-		par.group.abort()
+		par.group.abort(err)
 	}
 }
 

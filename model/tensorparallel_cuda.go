@@ -88,9 +88,9 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 			return build(s)
 		}
 	}
-	g.abort = func() {
+	g.abort = func(err error) {
 		for _, c := range colls {
-			c.abort()
+			c.abort(err)
 		}
 	}
 	g.close = release
