@@ -129,11 +129,12 @@ type kvAllocator interface {
 	AllocateKVBlocks(numBlocks int) error
 }
 
-// kvCapacitor is implemented by backends that tell how many KV pages the memory left would hold (the
-// CUDA backend: KVSizer's count, without allocating them), so that the ranks of a tensor-parallel model
-// can all take the smallest.
+// kvCapacitor is implemented by backends that tell how many KV pages the memory left would hold and then
+// allocate a number of them (the CUDA backend: KVSizer's two halves), so that the ranks of a
+// tensor-parallel model can all take the smallest count.
 type kvCapacitor interface {
 	kvCapacity(utilization float64) (int, error)
+	allocateKV(numBlocks int) error
 }
 
 // reserveWorkspace allocates the activation workspace opts asks for (MaxStepTokens, MaxLogitRows).

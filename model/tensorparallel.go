@@ -262,39 +262,47 @@ func loadParallel(ctx context.Context, cfg *weights.Config, get tensorGetter, op
 	return &Model{cfg: cfg, shape: shape, eps: float32(cfg.RMSNormEps), par: par}, nil
 }
 
-// sizeKVRanks reserves every rank's workspace, then gives each the same number of KV pages: opts.NumBlocks,
-// or the fewest that any rank's GPU holds (kvCapacity) over the ranks sharing a GPU. It returns that
-// number.
+// sizeKVRanks reserves every rank's workspace, then gives each the same number of KV pages, as sizeKV
+// does for a model run whole: opts.NumBlocks (AllocateKVBlocks, which refuses what does not fit), or the
+// fewest that any rank's GPU holds at the memory utilization (kvCapacity, then allocateKV: AllocateKV's
+// two halves), divided among the ranks sharing a GPU. It returns that number.
 func sizeKVRanks(ranks []*Model, opts Options, sharing int) (int, error) {
-	n := opts.NumBlocks
 	for _, m := range ranks {
 		if err := m.reserveWorkspace(opts); err != nil {
 			return 0, err
 		}
 	}
-	if n == 0 {
-		n = math.MaxInt
+	if n := opts.NumBlocks; n > 0 {
 		for r, m := range ranks {
-			c, ok := m.backend.(*tpBackend).Backend.(kvCapacitor)
+			alloc, ok := m.backend.(*tpBackend).Backend.(kvAllocator)
 			if !ok {
-				return 0, errors.New("options: NumBlocks 0 needs a backend that sizes its KV pool (the CUDA backend)")
+				return 0, errors.New("options: the backend was built without a KV pool and cannot allocate one")
 			}
-			pages, err := c.kvCapacity(utilizationOf(opts))
-			if err != nil {
+			if err := alloc.AllocateKVBlocks(n); err != nil {
 				return 0, fmt.Errorf("rank %d: KV pool: %w", r, err)
 			}
-			n = min(n, pages/sharing)
+			m.shape.NumBlocks = n
 		}
-		if n < 1 {
-			return 0, fmt.Errorf("KV pool: no room for a page on each of %d ranks sharing a GPU", sharing)
+		return n, nil
+	}
+	sizers := make([]kvCapacitor, len(ranks))
+	n := math.MaxInt
+	for r, m := range ranks {
+		c, ok := m.backend.(*tpBackend).Backend.(kvCapacitor)
+		if !ok {
+			return 0, errors.New("options: NumBlocks 0 needs a backend that sizes its KV pool (the CUDA backend)")
 		}
+		pages, err := c.kvCapacity(utilizationOf(opts))
+		if err != nil {
+			return 0, fmt.Errorf("rank %d: KV pool: %w", r, err)
+		}
+		sizers[r], n = c, min(n, pages/sharing)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("KV pool: no room for a page on each of %d ranks sharing a GPU", sharing)
 	}
 	for r, m := range ranks {
-		alloc, ok := m.backend.(*tpBackend).Backend.(kvAllocator)
-		if !ok {
-			return 0, errors.New("options: the backend was built without a KV pool and cannot allocate one")
-		}
-		if err := alloc.AllocateKVBlocks(n); err != nil {
+		if err := sizers[r].allocateKV(n); err != nil {
 			return 0, fmt.Errorf("rank %d: KV pool: %w", r, err)
 		}
 		m.shape.NumBlocks = n

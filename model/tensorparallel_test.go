@@ -383,3 +383,80 @@ func compareFP8TP(t *testing.T, m *Model, steps []*Step, want, ref [][][]float32
 			math.Sqrt(errTP), math.Sqrt(errWhole))
 	}
 }
+
+// kvFake is a rank's backend that sizes a KV pool as the CUDA backend does (kvCapacitor, kvAllocator),
+// recording what it was asked to allocate.
+type kvFake struct {
+	Backend
+	capacity  int
+	allocated []string
+}
+
+func (b *kvFake) kvCapacity(float64) (int, error) { return b.capacity, nil }
+
+func (b *kvFake) allocateKV(n int) error {
+	b.allocated = append(b.allocated, fmt.Sprintf("allocateKV(%d)", n))
+	return nil
+}
+
+func (b *kvFake) AllocateKVBlocks(n int) error {
+	if n > b.capacity {
+		return fmt.Errorf("%d pages do not fit: %w", n, ErrKVTooLarge)
+	}
+	b.allocated = append(b.allocated, fmt.Sprintf("AllocateKVBlocks(%d)", n))
+	return nil
+}
+
+// TestSizeKVRanks checks how the ranks of a GPU tensor-parallel model get their KV pools: every rank the
+// fewest pages any rank holds at the memory utilization, divided among the ranks sharing a GPU, allocated
+// as AllocateKV allocates them; or Options.NumBlocks on every rank, refused where it does not fit; and
+// none when a rank has no room for a page.
+func TestSizeKVRanks(t *testing.T) {
+	cfg := tpConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 1)
+	for _, tc := range []struct {
+		name       string
+		capacities []int
+		sharing    int
+		numBlocks  int
+		want       int
+		calls      string
+		err        string
+	}{
+		{"fewest", []int{10, 7, 9}, 1, 0, 7, "allocateKV(7)", ""},
+		{"shared GPU", []int{10, 10}, 2, 0, 5, "allocateKV(5)", ""},
+		{"asked", []int{10, 10}, 1, 6, 6, "AllocateKVBlocks(6)", ""},
+		{"asked too many", []int{10, 4}, 1, 6, 0, "", "rank 1: KV pool: 6 pages do not fit"},
+		{"no room", []int{3, 1}, 2, 0, 0, "", "no room for a page on each of 2 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ranks []*Model
+			var fakes []*kvFake
+			for _, c := range tc.capacities {
+				m, err := load(cfg, r.get, Options{NumBlocks: 8, BlockSize: 4}, NewCPUBackend)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				f := &kvFake{Backend: m.backend, capacity: c}
+				m.backend = &tpBackend{Backend: f}
+				ranks, fakes = append(ranks, m), append(fakes, f)
+			}
+			n, err := sizeKVRanks(ranks, Options{NumBlocks: tc.numBlocks, MaxStepTokens: 16}, tc.sharing)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || n != tc.want {
+				t.Fatalf("sizeKVRanks = %d, %v; want %d", n, err, tc.want)
+			}
+			for i, f := range fakes {
+				if got := strings.Join(f.allocated, ","); got != tc.calls || ranks[i].shape.NumBlocks != n {
+					t.Errorf("rank %d: allocated %q with %d pages; want %q and %d", i, got, ranks[i].shape.NumBlocks, tc.calls, n)
+				}
+			}
+		})
+	}
+}
