@@ -23,7 +23,11 @@ func (m *Model) Begin(s *Step) (*Pick, error) {
 	}
 	picker, ok := m.backend.(PickBackend)
 	if !ok {
-		rows, err := m.forwardFed(s)
+		fed, err := m.feed(s)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := m.Forward(fed)
 		if err != nil {
 			return nil, err
 		}

@@ -211,6 +211,13 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 	if m.par != nil {
 		return m.forwardParallel(s)
 	}
+	var flat []float32
+	return m.forwardInto(s, &flat)
+}
+
+// forwardInto is Forward on a model run whole with its rows in *buf, grown as needed: a tensor-parallel
+// rank's step, whose rows live only until its part of the pick or gather is done.
+func (m *Model) forwardInto(s *Step, buf *[]float32) ([][]float32, error) {
 	logits, err := m.forward(s)
 	if err != nil {
 		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
@@ -223,7 +230,10 @@ func (m *Model) Forward(s *Step) ([][]float32, error) {
 		return [][]float32{}, nil
 	}
 	out := make([][]float32, numLogits)
-	flat := make([]float32, numLogits*m.cfg.VocabSize)
+	if cap(*buf) < numLogits*m.cfg.VocabSize {
+		*buf = make([]float32, numLogits*m.cfg.VocabSize)
+	}
+	flat := (*buf)[:numLogits*m.cfg.VocabSize]
 	for i := range out {
 		out[i] = flat[i*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize : (i+1)*m.cfg.VocabSize]
 	}
@@ -330,34 +340,60 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 
 // pickOnHost is Start on a backend without PickBackend: the step's InputFrom rows get the previous picks
 // (kept here), the logits come to the host, and each row is picked there.
+// A tensor-parallel model picks greedy rows rank by rank (pickParallelGreedy).
 func (m *Model) pickOnHost(s *Step, params []SampleParams) ([]int32, error) {
-	rows, err := m.forwardFed(s)
+	s, err := m.feed(s)
+	if err != nil {
+		return nil, err
+	}
+	if m.par != nil && s != nil && greedyParams(params) {
+		ids, err := m.pickParallelGreedy(s)
+		if err != nil {
+			m.numPicks = 0
+			return nil, err
+		}
+		m.picks = append(m.picks[:0], ids...)
+		m.numPicks = len(ids)
+		return ids, nil
+	}
+	rows, err := m.Forward(s)
 	if err != nil {
 		return nil, err
 	}
 	return m.pickRows(rows, params), nil
 }
 
-// forwardFed is Forward with the step's InputFrom rows fed from the previous step's picks (kept here).
-func (m *Model) forwardFed(s *Step) ([][]float32, error) {
-	if s != nil && s.InputFrom != nil {
-		if err := m.validateInputFrom(s); err != nil {
-			m.numPicks = 0
-			return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
+// greedyParams reports whether params pick every row by its argmax over the whole vocabulary (nil
+// does).
+func greedyParams(params []SampleParams) bool {
+	for _, p := range params {
+		if p.Mask != nil || p.Temperature >= sampleGreedyEpsilon {
+			return false
 		}
-		m.fed = append(m.fed[:0], s.Tokens...)
-		for row, from := range s.InputFrom {
-			if from >= 0 {
-				// A NonFinitePick is fed as token 0, as the device's embedding does: the caller ends
-				// that sequence when it reads the pick, and drops what this step computes for it.
-				m.fed[row] = max(m.picks[from], 0)
-			}
-		}
-		fed := *s
-		fed.Tokens, fed.InputFrom = m.fed, nil
-		s = &fed
 	}
-	return m.Forward(s)
+	return true
+}
+
+// feed returns s with its InputFrom rows fed from the previous step's picks (kept here).
+func (m *Model) feed(s *Step) (*Step, error) {
+	if s == nil || s.InputFrom == nil {
+		return s, nil
+	}
+	if err := m.validateInputFrom(s); err != nil {
+		m.numPicks = 0
+		return nil, fmt.Errorf("model: forward: %w", classifyStepError(err))
+	}
+	m.fed = append(m.fed[:0], s.Tokens...)
+	for row, from := range s.InputFrom {
+		if from >= 0 {
+			// A NonFinitePick is fed as token 0, as the device's embedding does: the caller ends
+			// that sequence when it reads the pick, and drops what this step computes for it.
+			m.fed[row] = max(m.picks[from], 0)
+		}
+	}
+	fed := *s
+	fed.Tokens, fed.InputFrom = m.fed, nil
+	return &fed, nil
 }
 
 // pickRows picks each row of logits on the host under params (nil: the argmax), each row masked by its

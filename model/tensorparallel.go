@@ -28,7 +28,8 @@ import (
 //   - The embedding and the LM head are sharded over the vocabulary: a rank holds ceil(V/size) rows
 //     (zero rows past V) and one zero row more that stands for every token outside its range, so that
 //     its embedding of the step is its share of the sum, all-reduced; its logits are its slice of the
-//     vocabulary, all-gathered.
+//     vocabulary. A greedy pick reduces each rank's slice on its own goroutine and compares the ranks'
+//     best entries (pickParallelGreedy); Forward and sampled picks all-gather the slices.
 //
 // The ranks run on goroutines of one process, one a rank: the logits' all-gather (and, on the CPU
 // backend, every collective) goes through the in-process communicator (model/tp) in host memory. On GPUs
@@ -46,8 +47,9 @@ type parallel struct {
 	vocab  int // the whole vocabulary
 	shardV int // the vocabulary rows of a rank's shard, ceil(vocab/size)
 	steps  []Step
-	err    error      // the failure that ended the group, returned by every later step
-	group  *rankGroup // the ranks' GPUs; nil on the CPU
+	rows   [][]float32 // each rank's logits rows on the host, reused step to step
+	err    error       // the failure that ended the group, returned by every later step
+	group  *rankGroup  // the ranks' GPUs; nil on the CPU
 }
 
 // tpPlan is how a model's heads and features split over size ranks.
@@ -209,7 +211,7 @@ func loadParallel(ctx context.Context, cfg *weights.Config, get tensorGetter, op
 	if err != nil {
 		return nil, fmt.Errorf("model: load: %w", err)
 	}
-	par := &parallel{comms: comms, vocab: cfg.VocabSize, shardV: p.shardV, steps: make([]Step, p.size)}
+	par := &parallel{comms: comms, vocab: cfg.VocabSize, shardV: p.shardV, steps: make([]Step, p.size), rows: make([][]float32, p.size)}
 	rankBackend := func(int) NewBackendFunc { return newBackend }
 	sharing := 1
 	if opts.Device == DeviceCUDA || (opts.Device == DeviceAuto && cudaUsable() == nil) {
@@ -324,23 +326,130 @@ type rankGroup struct {
 // forwardParallel is Forward on a tensor-parallel model: every rank runs the step, the logits come
 // from their all-gather.
 func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
-	if m.closed {
-		return nil, fmt.Errorf("model: forward: %w", ErrClosed)
-	}
-	if m.pending {
-		return nil, fmt.Errorf("model: forward: %w: the step before was begun and its pick not committed", ErrInvalidStep)
-	}
-	if err := m.validate(s); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
-	}
 	par := m.par
-	if par.err != nil {
-		return nil, fmt.Errorf("model: forward: %w", par.err)
-	}
 	numRows, size := len(s.LogitRows), len(par.ranks)
 	out := make([][]float32, numRows)
 	for i := range out {
 		out[i] = make([]float32, par.vocab)
+	}
+	err := m.forwardRanks(s, func(c tp.Communicator, rows [][]float32) error {
+		local := make([]float32, numRows*par.shardV)
+		for i, row := range rows {
+			copy(local[i*par.shardV:], row[:par.shardV])
+		}
+		all := make([]float32, size*len(local))
+		if err := c.AllGather(all, local); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			for src := range size {
+				for i := range out {
+					from := all[src*len(local)+i*par.shardV:][:par.shardV]
+					copy(out[i][src*par.shardV:], from[:par.valid(src)])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	return out, nil
+}
+
+// pickParallelGreedy is a greedy Start on a tensor-parallel model: each rank reduces its own slice of
+// every logits row to its first largest entry (and whether the slice holds NaN or +Inf) on its own
+// goroutine, and the host takes each row's best over the ranks in vocabulary order. Only the ranks'
+// (value, index) pairs meet, never the rows: gathering whole rows and picking them on one goroutine
+// cost more than the step itself at batch 64 (docs/bench/tp-h200.md).
+func (m *Model) pickParallelGreedy(s *Step) ([]int32, error) {
+	par := m.par
+	numRows := len(s.LogitRows)
+	bests := make([][]rowBest, len(par.ranks))
+	err := m.forwardRanks(s, func(c tp.Communicator, rows [][]float32) error {
+		bests[c.Rank()] = par.reduceRows(c.Rank(), rows)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	ids := make([]int32, numRows)
+	for i := range ids {
+		ids[i] = par.combine(bests, i)
+	}
+	return ids, nil
+}
+
+// rowBest is a rank's greedy reduction of one logits row over its vocabulary slice: the first largest
+// entry v at slice index i (−Inf and 0 for a slice of nothing larger), and bad when the slice holds NaN
+// or +Inf.
+type rowBest struct {
+	v   float32
+	i   int32
+	bad bool
+}
+
+// reduceRows is rank r's greedy reduction of its logits rows: each over the rank's tokens only.
+func (par *parallel) reduceRows(r int, rows [][]float32) []rowBest {
+	bests := make([]rowBest, len(rows))
+	for i, row := range rows {
+		bests[i] = bestOf(row[:max(par.valid(r), 0)])
+	}
+	return bests
+}
+
+// bestOf reduces x as Argmax and Pickable do.
+func bestOf(x []float32) rowBest {
+	b := rowBest{v: float32(math.Inf(-1))}
+	for i, v := range x {
+		if !(v < float32(math.Inf(1))) {
+			b.bad = true
+		}
+		if v > b.v {
+			b.v, b.i = v, int32(i)
+		}
+	}
+	return b
+}
+
+// combine is row i's pick from the ranks' reductions: NonFinitePick when a rank's slice holds NaN or
+// +Inf, else the first largest over the ranks in vocabulary order (rank r's slice begins at r·shardV),
+// which is the whole row's Argmax.
+func (par *parallel) combine(bests [][]rowBest, i int) int32 {
+	best := rowBest{v: float32(math.Inf(-1))}
+	for r := range bests {
+		b := bests[r][i]
+		if b.bad {
+			return NonFinitePick
+		}
+		if b.v > best.v {
+			best.v, best.i = b.v, int32(r*par.shardV)+b.i
+		}
+	}
+	return best.i
+}
+
+// valid is the number of rank r's logits columns that are tokens: its shard's rows below the
+// vocabulary's end (the rest are zero rows). It is at most shardV and may be 0 or less on the last ranks
+// of a small vocabulary.
+func (par *parallel) valid(r int) int { return min(par.shardV, par.vocab-r*par.shardV) }
+
+// forwardRanks runs step s on every rank, a goroutine each, and hands rank r's logits rows to each on
+// that goroutine (row i is s.LogitRows[i]'s slice of the vocabulary, shardV+1 wide: see parallel). A
+// failed rank aborts its peers, and the group fails every later step.
+func (m *Model) forwardRanks(s *Step, each func(c tp.Communicator, rows [][]float32) error) error {
+	if m.closed {
+		return ErrClosed
+	}
+	if m.pending {
+		return fmt.Errorf("%w: the step before was begun and its pick not committed", ErrInvalidStep)
+	}
+	if err := m.validate(s); err != nil {
+		return err
+	}
+	par := m.par
+	if par.err != nil {
+		return par.err
 	}
 	err := tp.Run(par.comms, func(c tp.Communicator) error {
 		r := c.Rank()
@@ -355,34 +464,17 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 				step.Tokens[i] = tok - lo
 			}
 		}
-		rows, err := par.ranks[r].Forward(step)
+		rows, err := par.ranks[r].forwardInto(step, &par.rows[r])
 		if err != nil {
 			par.abort(err) // a peer may be waiting in a device collective for this rank
 			return err
 		}
-		local := make([]float32, numRows*par.shardV)
-		for i, row := range rows {
-			copy(local[i*par.shardV:], row[:par.shardV])
-		}
-		all := make([]float32, size*len(local))
-		if err := c.AllGather(all, local); err != nil {
-			return err
-		}
-		if r == 0 {
-			for src := range size {
-				for i := range out {
-					from := all[src*len(local)+i*par.shardV:][:par.shardV]
-					copy(out[i][src*par.shardV:], from[:min(par.shardV, par.vocab-src*par.shardV)])
-				}
-			}
-		}
-		return nil
+		return each(c, rows)
 	})
 	if err != nil {
 		par.err = err
-		return nil, fmt.Errorf("model: forward: %w", err)
 	}
-	return out, nil
+	return err
 }
 
 // abort stops the ranks' device collectives (none on the CPU), err being the failure that ends them.

@@ -154,10 +154,17 @@ func TestTensorParallelGreedy(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := append([]int32(nil), ids...)
-		for range 6 {
+		for i := range 6 {
 			s := p.step(chunk{0, []int32{0}})
 			s.InputFrom = []int32{0}
-			ids, err = m.ForwardGreedy(s)
+			if i%2 == 0 {
+				ids, err = m.ForwardGreedy(s)
+			} else { // greedy parameters (temperature 0) pick as nil ones do
+				var pick *Pick
+				if pick, err = m.Start(s, []SampleParams{{Temperature: 0, TopK: 5, Seed: 3}}); err == nil {
+					ids, err = pick.Wait()
+				}
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -458,5 +465,47 @@ func TestSizeKVRanks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParallelCombine checks the ranks' greedy reductions against the whole row's pick (pickRowCPU):
+// every rank's logits (its slice of the row, zero past its tokens) reduced by reduceRows, then combined. The slices' zero rows (past the vocabulary, and
+// the one that stands for other ranks' tokens) must never win, so the rows are mostly negative; ties
+// across ranks, all −Inf rows, NaN, +Inf and ranks with no tokens at all are among the cases.
+func TestParallelCombine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	inf := float32(math.Inf(1))
+	for _, tc := range []struct{ vocab, size int }{{97, 1}, {97, 2}, {97, 4}, {8, 8}, {5, 4}, {1000, 3}, {16, 4}} {
+		shardV := (tc.vocab + tc.size - 1) / tc.size
+		par := &parallel{vocab: tc.vocab, shardV: shardV}
+		for trial := range 200 {
+			row := make([]float32, tc.vocab)
+			for j := range row {
+				row[j] = -1 - float32(rng.IntN(4)) // few values: ties within and across ranks
+			}
+			switch trial % 5 {
+			case 1:
+				row[rng.IntN(tc.vocab)] = float32(math.Inf(-1))
+			case 2:
+				for j := range row {
+					row[j] = -inf
+				}
+			case 3:
+				row[rng.IntN(tc.vocab)] = float32(math.NaN())
+			case 4:
+				row[rng.IntN(tc.vocab)] = inf
+			}
+			bests := make([][]rowBest, tc.size)
+			for r := range tc.size {
+				slice := make([]float32, shardV+1) // the rank's logits: zero past its tokens
+				if v := par.valid(r); v > 0 {
+					copy(slice, row[r*shardV:r*shardV+v])
+				}
+				bests[r] = par.reduceRows(r, [][]float32{slice})
+			}
+			if got, want := par.combine(bests, 0), pickRowCPU(row, sampleRow{}); got != want {
+				t.Fatalf("vocab %d over %d ranks, trial %d: combined pick %d, the whole row's %d (%v)", tc.vocab, tc.size, trial, got, want, row)
+			}
+		}
 	}
 }
