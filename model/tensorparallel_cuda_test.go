@@ -205,3 +205,79 @@ func TestCUDATensorParallelRefusals(t *testing.T) {
 		t.Errorf("tp %d on %d GPUs: err = %v", size, count, err)
 	}
 }
+
+// BenchmarkCUDATensorParallelStep times Llama-3-8B's decode step (random bf16 weights, every sequence at
+// context 1024, zero K/V) run whole and as one NCCL rank (loadParallel at size 1), at batch 1 and 64:
+// what the tensor-parallel path costs beside its collectives on one GPU. The whole model picks on the
+// device from its CUDA graph (ms/step greedy); a rank's step runs its graph with the all-reduces in it,
+// and its logits come to the host (ms/step logits, Forward, which gathers them), or each row's best
+// over the rank's slice (ms/step greedy, ForwardGreedy: pickParallelGreedy).
+//
+//	go test -tags cuda -run XXX -bench CUDATensorParallelStep ./model
+func BenchmarkCUDATensorParallelStep(b *testing.B) {
+	dev := gpuDevice(b)
+	cfg := llama3_8B()
+	const blockSize, ctxLen, maxBatch = 16, 1024, 64
+	opts := Options{NumBlocks: maxBatch * (ctxLen/blockSize + 1), BlockSize: blockSize, MaxStepTokens: 1024,
+		Device: DeviceCUDA, DType: "bfloat16"}
+	whole, err := LoadRandom(cfg, 1, opts, newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer whole.Close()
+	src, err := newRandomSource(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ropts := opts
+	// The rank sizes its pages from the memory the whole model leaves (sizeKVRanks' derived count).
+	ropts.TensorParallel, ropts.SkipWeightCheck, ropts.NumBlocks = 1, true, 0
+	rank, err := loadParallel(context.Background(), cfg, src.tensor, ropts, nil, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rank.Close()
+	for _, batch := range []int{1, 64} {
+		s := &Step{QueryStart: []int32{0}}
+		for seq := range batch {
+			table := make([]int32, ctxLen/blockSize+1)
+			for i := range table {
+				table[i] = int32(seq*(ctxLen/blockSize+1) + i)
+			}
+			pos := int32(ctxLen - 1)
+			s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
+			s.Positions = append(s.Positions, pos)
+			s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+pos%blockSize)
+			s.QueryStart = append(s.QueryStart, int32(seq+1))
+			s.ContextLens = append(s.ContextLens, int32(ctxLen))
+			s.BlockTables = append(s.BlockTables, table)
+			s.LogitRows = append(s.LogitRows, int32(seq))
+		}
+		for _, run := range []struct {
+			name string
+			m    *Model
+			step func(*Model) error
+		}{
+			{"whole-greedy", whole, func(m *Model) error { _, err := m.ForwardGreedy(s); return err }},
+			{"tp1-logits", rank, func(m *Model) error { _, err := m.Forward(s); return err }},
+			{"tp1-greedy", rank, func(m *Model) error { _, err := m.ForwardGreedy(s); return err }},
+		} {
+			b.Run(fmt.Sprintf("batch=%d/%s", batch, run.name), func(b *testing.B) {
+				for range 4 { // every ring slot's graph captured before the timed steps
+					if err := run.step(run.m); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for b.Loop() {
+					if err := run.step(run.m); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/step")
+			})
+		}
+		if st := rankCUDA(rank, 0).Stats(); st.Replayed == 0 {
+			b.Errorf("batch %d: the rank's steps replayed no graph", batch)
+		}
+	}
+}
