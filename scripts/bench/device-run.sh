@@ -40,6 +40,10 @@
 #   hardening   TestIsContextLost (internal/cuda) and model's tests of the pick kernels' NaN and +Inf
 #               sentinel, the non-finite picks and the KV pool checked against free device memory
 #               (docs/hardening.md)
+#   tp          tensor parallelism on the GPUs present (NCCL from GOLLM_NCCL, else PyTorch's nvidia-nccl
+#               wheel): internal/cuda's NCCL tests and model's TP tests (on one GPU: one NCCL rank, and
+#               TP 2 and 4 sharing it through host memory), and BenchmarkCUDATensorParallelStep
+#               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
 #   compare     before/after (needs BASE): BASE and BIN alternated ROUNDS times (default 2 here) over gollm
 #               bench latency (llama3-8b and llama3.2-1b, batch 1 and 64, 1024 in, 128 out) and gollm bench
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
@@ -782,6 +786,15 @@ section_hardening() {
 	gotest "$d" model-hardening model '^(TestCUDAPickNonFinite|TestCUDANonFinitePicks|TestCUDAKVTooLarge|TestCUDAArgmaxTies|TestCUDAGemvArgmax|TestCUDAGemmArgmax|TestCUDASample.*|TestCUDAPipelinedPicks)$' 300
 }
 
+section_tp() {
+	local d=$out/tp
+	mkdir -p "$d"
+	export GOLLM_NCCL=${GOLLM_NCCL:-$(python3 -c "import glob,site;print((sorted(glob.glob(site.getsitepackages()[0]+'/nvidia/nccl/lib/libnccl.so*'))+[''])[0])" 2>/dev/null)}
+	gotest "$d" cuda-nccl internal/cuda '^TestNCCL.*$' 60
+	gotest "$d" model-tp model '^(TestCUDATensorParallel.*|TestTensorParallel.*|TestParallelCombine|TestSizeKVRanks)$' 200
+	gobench "$d" tp-step model '^BenchmarkCUDATensorParallelStep$' 20x 200
+}
+
 section_compare() {
 	local d=$out/compare r i b m shapes=${SHAPES:-scripts/bench/attention-shapes.json}
 	[ "${#builds[@]}" = 2 ] || { stamp "compare: no BASE to compare with" 1; return; }
@@ -840,7 +853,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 prefix ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 prefix tp ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2
