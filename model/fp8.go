@@ -145,7 +145,7 @@ func (m *Model) linearKind(modules []string, online bool) (linearKind, error) {
 			if err != nil {
 				return 0, err
 			}
-			if ok {
+			if ok && s.Block == [2]int{} {
 				quantized = append(quantized, mod)
 				static = append(static, s.StaticInput)
 			} else {
@@ -187,7 +187,7 @@ func fp8WeightNames(cfg *weights.Config, quantization string) map[string]bool {
 	for _, mod := range cfg.LinearModules() {
 		name := mod + ".weight"
 		if checkpoint {
-			if _, ok, _ := cfg.Quantization.Scheme(mod); ok {
+			if s, ok, _ := cfg.Quantization.Scheme(mod); ok && s.Block == [2]int{} {
 				names[name] = true
 			}
 		} else if quantization == QuantizationFP8 && name != cfg.LMHeadTensor() {
@@ -195,6 +195,43 @@ func fp8WeightNames(cfg *weights.Config, quantization string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// dequantizingGetter returns get with the weights of cfg's block-wise FP8 layers (FP8Scheme.Block)
+// read as their dequantized values (weights.DequantizeFP8, F32), so that everything after it (the
+// shards of tensor parallelism, the finiteness check, the upload in the model's dtype) sees a float
+// checkpoint: gollm's FP8 products take one weight scale per row, not one per block. Other tensors
+// pass through. It logs that it does so (log nil: slog's default).
+func dequantizingGetter(cfg *weights.Config, get tensorGetter, log *slog.Logger) tensorGetter {
+	if cfg.Quantization == nil {
+		return get
+	}
+	blocks := map[string]string{} // weight → module
+	var block [2]int
+	for _, mod := range cfg.LinearModules() {
+		if s, ok, _ := cfg.Quantization.Scheme(mod); ok && s.Block != [2]int{} {
+			blocks[mod+".weight"], block = mod, s.Block
+		}
+	}
+	if len(blocks) == 0 {
+		return get
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("block-wise FP8 weights run dequantized, as float layers in the model's dtype",
+		"layers", len(blocks), "block", fmt.Sprintf("%d×%d", block[0], block[1]))
+	return func(name string) (*weights.Tensor, error) {
+		mod, ok := blocks[name]
+		if !ok {
+			return get(name)
+		}
+		lin, err := weights.ReadFP8Linear(cfg, get, mod)
+		if err != nil {
+			return nil, err
+		}
+		return weights.DequantizeFP8(lin), nil
+	}
 }
 
 // quantizesLinears reports whether cfg's checkpoint holds FP8 Linear layers (a quantization_config with

@@ -2,10 +2,12 @@ package model
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -660,5 +662,99 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFP8BlockCheckpoint loads a block-wise FP8 checkpoint (DeepSeek-V3's and Qwen3's form:
+// weight_block_size, weight_scale_inv; weightstest's own quantizer, blocks of 8 rows × 16 columns with
+// partial ones at the MLP's edge) and the float checkpoint of its dequantized weights (weightstest's own
+// e4m3 table): the layers run dequantized, so the logits agree bit for bit, and at TP 2 within float
+// tolerance. A scale missing, of the wrong shape, zero or NaN fails the load naming the tensor.
+func TestFP8BlockCheckpoint(t *testing.T) {
+	config := maps.Clone(fp8Config)
+	config["intermediate_size"] = 40 // down_proj: 2½ blocks of 16 columns
+	fpDir, refDir := t.TempDir(), t.TempDir()
+	weightstest.WriteFP8(t, fpDir, config, 41, weightstest.FP8Block, weightstest.FP8Scales{})
+	weightstest.WriteFP8Dequantized(t, refDir, config, 41, weightstest.FP8Block)
+	f := openFolder(t, fpDir)
+	if UsesFP8Weights(f.Config, "") {
+		t.Error("UsesFP8Weights: block-wise layers run dequantized, not on the FP8 products")
+	}
+	rng := newRand(12)
+	prompts := [][]int32{randomTokens(rng, 17, 64), randomTokens(rng, 3, 64)}
+	run := func(f *weights.Folder, tp int) [][][]float32 {
+		m, err := Load(f, Options{NumBlocks: 32, BlockSize: 4, TensorParallel: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		logits, _ := runPrompts(t, m, prompts, 4)
+		return logits
+	}
+	got, want := run(f, 1), run(openFolder(t, refDir), 1)
+	for step := range want {
+		for i := range want[step] {
+			for j := range want[step][i] {
+				if math.Float32bits(got[step][i][j]) != math.Float32bits(want[step][i][j]) {
+					t.Fatalf("step %d sequence %d logit %d: %v from the block-wise checkpoint, %v from its dequantized weights",
+						step, i, j, got[step][i][j], want[step][i][j])
+				}
+			}
+		}
+	}
+	sharded := run(f, 2)
+	for step := range want {
+		for i := range want[step] {
+			ref := make([]float64, len(want[step][i]))
+			for j, v := range want[step][i] {
+				ref[j] = float64(v)
+			}
+			if d := maxAbsDiff(sharded[step][i], ref); d > 1e-2 {
+				t.Errorf("TP 2, step %d sequence %d: max abs diff %g from the whole model", step, i, d)
+			}
+		}
+	}
+
+	const scale = "model.layers.1.mlp.down_proj.weight_scale_inv"
+	for _, tc := range []struct {
+		name string
+		edit func(dir string)
+		want string
+	}{
+		{"missing", func(dir string) {
+			editTensors(t, dir, func(ts []*weights.Tensor) []*weights.Tensor {
+				return slices.DeleteFunc(ts, func(x *weights.Tensor) bool { return x.Name == scale })
+			})
+		}, scale},
+		{"wrong shape", func(dir string) {
+			editTensors(t, dir, func(ts []*weights.Tensor) []*weights.Tensor {
+				for i, x := range ts {
+					if x.Name == scale {
+						ts[i] = encodeTensor(scale, weights.DTypeF32, []int{2, 2}, []float32{1, 1, 1, 1})
+					}
+				}
+				return ts
+			})
+		}, scale},
+		{"zero", func(dir string) {
+			patchTensor(t, dir, scale, func(data []byte) { binary.LittleEndian.PutUint32(data[4:], 0) })
+		}, scale},
+		{"NaN", func(dir string) {
+			patchTensor(t, dir, scale, func(data []byte) { binary.LittleEndian.PutUint32(data, math.Float32bits(float32(math.NaN()))) })
+		}, scale},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			weightstest.WriteFP8(t, dir, config, 41, weightstest.FP8Block, weightstest.FP8Scales{})
+			tc.edit(dir)
+			f, err := weights.Open(dir)
+			if err == nil {
+				_, err = Load(f, Options{NumBlocks: 32, BlockSize: 4, SkipWeightCheck: true})
+				f.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
 	}
 }

@@ -59,6 +59,7 @@ func loadContext(ctx context.Context, cfg *weights.Config, get tensorGetter, opt
 	if opts.TensorParallel < 0 {
 		return nil, fmt.Errorf("model: load: tensor parallel size %d must be at least 1", opts.TensorParallel)
 	}
+	get = dequantizingGetter(cfg, get, opts.Logger)
 	if opts.TensorParallel > 1 {
 		return loadParallel(ctx, cfg, get, opts, newBackend, deferKV)
 	}

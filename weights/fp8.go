@@ -1,11 +1,14 @@
 package weights
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gollm/gollm/internal/dtype"
 )
 
 // LinearModules returns the names of the model's Linear layers, as quantization_config's targets and
@@ -81,6 +84,10 @@ func (c *Config) quantizedTensors(s *TensorSet) (quantTensors, []error) {
 			continue
 		}
 		q.fp8[m+".weight"] = true
+		if scheme.Block != [2]int{} {
+			q.scales[m+".weight_scale_inv"] = [][]int{blockScaleShape(shapes[m+".weight"], scheme.Block)}
+			continue
+		}
 		q.scales[m+".weight_scale"] = scalarShapes
 		if scheme.PerChannel {
 			q.scales[m+".weight_scale"] = [][]int{{shapes[m+".weight"][0], 1}}
@@ -125,8 +132,15 @@ func shapesText(shapes [][]int) string {
 	return strings.Join(parts, " or ")
 }
 
+// blockScaleShape is the shape of the block-wise scales of a weight of shape w: one per block, the
+// edge blocks partial.
+func blockScaleShape(w []int, block [2]int) []int {
+	return []int{(w[0] + block[0] - 1) / block[0], (w[1] + block[1] - 1) / block[1]}
+}
+
 // FP8Linear is one quantized Linear layer as its checkpoint stores it, checked: the weight's real
-// value is W[n][k] = e4m3(Weight[n][k]) · Scales[n].
+// value is W[n][k] = e4m3(Weight[n][k]) · Scales[n], or with block-wise scales (Block not zero)
+// e4m3(Weight[n][k]) · BlockScales[(n/Block[0])·ceil(K/Block[1]) + k/Block[1]].
 type FP8Linear struct {
 	// Weight is the F8_E4M3 matrix [N][K] (its Data aliases the checkpoint's memory map).
 	Weight *Tensor
@@ -136,6 +150,34 @@ type FP8Linear struct {
 	// InputScale is the static scale of the layer's input (FP8Scheme.StaticInput), finite and positive;
 	// 0 when the input is scaled per token at run time.
 	InputScale float32
+	// Block and BlockScales are the block-wise scales (FP8Scheme.Block), each finite and positive, in
+	// place of Scales (nil then).
+	Block       [2]int
+	BlockScales []float32
+}
+
+// DequantizeFP8 returns l's real weight as an F32 tensor named as l.Weight: each code's e4m3 value
+// times its scale, rounded once to float32.
+func DequantizeFP8(l *FP8Linear) *Tensor {
+	rows, cols := l.Weight.Shape[0], l.Weight.Shape[1]
+	v := make([]float32, rows*cols)
+	for n := range rows {
+		codes, out := l.Weight.Data[n*cols:(n+1)*cols], v[n*cols:(n+1)*cols]
+		for k, c := range codes {
+			var s float32
+			if l.BlockScales != nil {
+				s = l.BlockScales[(n/l.Block[0])*((cols+l.Block[1]-1)/l.Block[1])+k/l.Block[1]]
+			} else {
+				s = l.Scales[n]
+			}
+			out[k] = dtype.E4M3ToF32(c) * s
+		}
+	}
+	data := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+	}
+	return &Tensor{Name: l.Weight.Name, DType: DTypeF32, Shape: []int{rows, cols}, Data: data}
 }
 
 // ReadFP8Linear reads the quantized Linear layer module of a checkpoint with config c, whose tensors
@@ -157,6 +199,13 @@ func ReadFP8Linear(c *Config, get func(name string) (*Tensor, error), module str
 		return nil, fmt.Errorf("tensor %q: %v %v, want an F8_E4M3 matrix: %w", w.Name, w.DType, w.Shape, ErrInvalid)
 	}
 	rows := w.Shape[0]
+	if scheme.Block != [2]int{} {
+		scales, err := readScales(get, module+".weight_scale_inv", [][]int{blockScaleShape(w.Shape, scheme.Block)})
+		if err != nil {
+			return nil, err
+		}
+		return &FP8Linear{Weight: w, Block: scheme.Block, BlockScales: scales}, nil
+	}
 	want := scalarShapes
 	if scheme.PerChannel {
 		want = [][]int{{rows, 1}}

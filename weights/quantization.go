@@ -31,7 +31,10 @@ const (
 // e4m3; with a dynamic one, each token row's input is divided by max|x|/448 at run time. Layers the
 // configuration leaves out (ignore, ignored_layers; usually lm_head) keep the checkpoint's dtype.
 //
-// Anything else the configuration may say (other bit widths or types, block, group or asymmetric
+// The fp8 form may instead scale blocks of the weight (weight_block_size, FP8Scheme.Block), whose
+// scales are M.weight_scale_inv.
+//
+// Anything else the configuration may say (other bit widths or types, compressed-tensors' block, group or asymmetric
 // scales, weight-only or dynamic per-tensor activation quantization, sparsity, transforms, unknown
 // keys) is an error naming the field.
 type Quantization struct {
@@ -53,6 +56,12 @@ type FP8Scheme struct {
 	// StaticInput means the layer's input_scale ([] or [1]) scales its activations; otherwise each token
 	// row is scaled by max|x|/448 at run time.
 	StaticInput bool
+	// Block, when not zero, is the [rows, cols] of a block of block-wise scales (quant_method fp8 with
+	// weight_block_size, as DeepSeek-V3's and Qwen3's FP8 checkpoints): M.weight_scale_inv
+	// [ceil(N/rows), ceil(K/cols)] holds one scale per block, W[n][k] = e4m3(M.weight[n][k]) ·
+	// scale[n/rows][k/cols]. gollm runs such layers on their dequantized weights (DequantizeFP8): its
+	// FP8 products take one scale per row.
+	Block [2]int
 }
 
 // quantGroup is one of compressed-tensors' config_groups: the layers its targets match share a scheme.
@@ -446,16 +455,22 @@ func parsePatterns(obj fields, field, key string, required bool) ([]modulePatter
 }
 
 // parseAutoFP8 reads AutoFP8's form: {"quant_method": "fp8", "activation_scheme": "dynamic" | "static",
-// "ignored_layers": [...], "kv_cache_scheme": "static"}, whose weight scales are per tensor.
+// "ignored_layers": [...], "kv_cache_scheme": "static"}, whose weight scales are per tensor, or with
+// "weight_block_size": [rows, cols] (and a dynamic activation scheme) per block.
 func parseAutoFP8(obj fields) (*Quantization, error) {
 	const field = "quantization_config"
 	if err := checkKeys(obj, field, "quant_method", "activation_scheme", "ignored_layers", "kv_cache_scheme",
-		"weight_block_size", "fmt"); err != nil {
+		"weight_block_size", "fmt", "modules_to_not_convert"); err != nil {
 		return nil, err
 	}
 	wrap := func(err error) error { return fmt.Errorf("%w: in %s: %w", ErrInvalid, field, err) }
-	if obj.has("weight_block_size") {
-		return nil, unsupported(field+".weight_block_size", "%s: block-wise FP8 weights", abbreviate(obj["weight_block_size"]))
+	var block [2]int
+	if obj.has("weight_block_size") && string(obj["weight_block_size"]) != "null" {
+		var b []int
+		if err := json.Unmarshal(obj["weight_block_size"], &b); err != nil || len(b) != 2 || b[0] <= 0 || b[1] <= 0 {
+			return nil, invalid(field+".weight_block_size", "want two positive integers [rows, cols], got %s", abbreviate(obj["weight_block_size"]))
+		}
+		block = [2]int{b[0], b[1]}
 	}
 	if fmtName, ok, err := obj.string("fmt"); err != nil {
 		return nil, wrap(err)
@@ -468,19 +483,30 @@ func parseAutoFP8(obj fields) (*Quantization, error) {
 	}
 	q := &Quantization{Method: QuantFP8}
 	g := quantGroup{name: "fp8", targets: []modulePattern{{text: "Linear", anyLinear: true}}}
+	g.scheme.Block = block
 	switch {
 	case !ok:
 		return nil, invalid(field+".activation_scheme", "missing")
+	case scheme == "static" && block != [2]int{}:
+		return nil, unsupported(field+".activation_scheme", "%q with weight_block_size (block-wise scales take dynamic activations)", scheme)
 	case scheme == "static":
 		g.scheme.StaticInput = true
 	case scheme != "dynamic":
 		return nil, unsupported(field+".activation_scheme", "%q (supported: dynamic, static)", scheme)
 	}
 	q.groups = []quantGroup{g}
-	if obj.has("ignored_layers") {
+	// The block-wise form's writers (DeepSeek-V3's, transformers' FineGrainedFP8) keep the LM head in
+	// float without listing it, as vLLM, whose fp8 method quantizes no LM head, reads them.
+	if block != [2]int{} {
+		q.ignore = append(q.ignore, modulePattern{text: "lm_head"})
+	}
+	for _, key := range []string{"ignored_layers", "modules_to_not_convert"} {
+		if !obj.has(key) || string(obj[key]) == "null" {
+			continue
+		}
 		var names []string
-		if err := json.Unmarshal(obj["ignored_layers"], &names); err != nil {
-			return nil, invalid(field+".ignored_layers", "want a list of layer names, got %s", abbreviate(obj["ignored_layers"]))
+		if err := json.Unmarshal(obj[key], &names); err != nil {
+			return nil, invalid(field+"."+key, "want a list of layer names, got %s", abbreviate(obj[key]))
 		}
 		for _, n := range names {
 			q.ignore = append(q.ignore, modulePattern{text: n})

@@ -104,6 +104,15 @@ func TestParseQuantization(t *testing.T) {
 			true, map[string]*FP8Scheme{q: {StaticInput: true}, down: nil, "lm_head": nil}},
 		{"AutoFP8 with lm_head quantized", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic"},
 			false, map[string]*FP8Scheme{"lm_head": {}}},
+		{"block-wise (DeepSeek-V3)", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+			"weight_block_size": []any{128, 128}},
+			false, map[string]*FP8Scheme{q: {Block: [2]int{128, 128}}, down: {Block: [2]int{128, 128}}, "lm_head": nil}},
+		{"block-wise (Qwen3), modules_to_not_convert", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic",
+			"weight_block_size": []any{64, 32}, "modules_to_not_convert": []any{down}},
+			false, map[string]*FP8Scheme{q: {Block: [2]int{64, 32}}, down: nil, "lm_head": nil}},
+		{"block size null", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": nil,
+			"modules_to_not_convert": nil, "ignored_layers": []any{"lm_head"}},
+			false, map[string]*FP8Scheme{q: {}, "lm_head": nil}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,11 +211,16 @@ func TestParseQuantizationErrors(t *testing.T) {
 		want string
 		is   error
 	}{
-		{"block", func(m map[string]any) { m["weight_block_size"] = []any{128, 128} }, "weight_block_size", ErrUnsupported},
+		{"block of one number", func(m map[string]any) { m["weight_block_size"] = []any{128} }, "weight_block_size", ErrInvalid},
+		{"block of zero rows", func(m map[string]any) { m["weight_block_size"] = []any{0, 128} }, "weight_block_size", ErrInvalid},
+		{"block of text", func(m map[string]any) { m["weight_block_size"] = "128x128" }, "weight_block_size", ErrInvalid},
+		{"block with static inputs", func(m map[string]any) {
+			m["weight_block_size"], m["activation_scheme"] = []any{128, 128}, "static"
+		}, "activation_scheme", ErrUnsupported},
 		{"e5m2", func(m map[string]any) { m["fmt"] = "e5m2" }, "fmt", ErrUnsupported},
 		{"scheme", func(m map[string]any) { m["activation_scheme"] = "per-token" }, "activation_scheme", ErrUnsupported},
 		{"no scheme", func(m map[string]any) { delete(m, "activation_scheme") }, "activation_scheme", ErrInvalid},
-		{"modules_to_not_convert", func(m map[string]any) { m["modules_to_not_convert"] = []any{"lm_head"} }, "modules_to_not_convert", ErrUnsupported},
+		{"modules_to_not_convert", func(m map[string]any) { m["modules_to_not_convert"] = "lm_head" }, "modules_to_not_convert", ErrInvalid},
 		{"kv scheme", func(m map[string]any) { m["kv_cache_scheme"] = "dynamic" }, "kv_cache_scheme", ErrUnsupported},
 	} {
 		t.Run("AutoFP8 "+tc.name, func(t *testing.T) {

@@ -28,7 +28,7 @@ func TestGenerateFP8(t *testing.T) {
 	}
 	dynamic := writeTestModelFP8(t, weightstest.FP8Dynamic)
 	fromCheckpoint := generate(t, dynamic)
-	for _, form := range []weightstest.FP8Form{weightstest.FP8Static, weightstest.FP8AutoFP8} {
+	for _, form := range []weightstest.FP8Form{weightstest.FP8Static, weightstest.FP8AutoFP8, weightstest.FP8Block} {
 		dir := writeTestModelFP8(t, form)
 		generate(t, dir)
 		generate(t, dir, "--kv-cache-dtype", "fp8")

@@ -24,7 +24,15 @@ const (
 	// FP8AutoFP8 is AutoFP8's form: quant_method fp8, activation_scheme dynamic, a scale per weight
 	// tensor, ignored_layers lm_head.
 	FP8AutoFP8
+	// FP8Block is DeepSeek-V3's block-wise form: quant_method fp8, weight_block_size FP8Block (small,
+	// so that a test model's matrices hold several blocks and partial ones at their edges), activations
+	// dynamic, one scale per block in weight_scale_inv, the LM head kept in bfloat16 and not listed.
+	FP8Block
 )
+
+// FP8BlockSize is the [rows, cols] of FP8Block's scale blocks: unequal, so that rows and columns
+// cannot be confused.
+var FP8BlockSize = [2]int{8, 16}
 
 // FP8Scales are the static scales WriteFP8 writes for FP8Static: every layer's input_scale, and every
 // layer's K and V cache scales.
@@ -40,29 +48,62 @@ type FP8Scales struct{ Input, K, V float32 }
 // Scales are F32; scales gives the static ones of FP8Static.
 func WriteFP8(t testing.TB, dir string, config map[string]any, seed uint64, form FP8Form, scales FP8Scales) *weights.Config {
 	t.Helper()
-	config = withDType(config)
-	cfg, tensors := llamaTensors(t, config, seed, nil)
+	cfg, written, _ := fp8Tensors(t, config, seed, form, scales)
 	out := make(map[string]any, len(config)+1)
-	for k, v := range config {
+	for k, v := range withDType(config) {
 		out[k] = v
 	}
 	out["quantization_config"] = fp8Config(form)
+	writeFolder(t, dir, out, written)
+	return cfg
+}
+
+// WriteFP8Dequantized writes into dir the float checkpoint that WriteFP8's checkpoint of the same
+// arguments stands for: its Linear layers as F32 tensors of each code's e4m3 value (from the OCP
+// definition) times its scale, computed in float32, and every other tensor as WriteFP8 writes it. A
+// model of it is what a model of the FP8 checkpoint runs when it dequantizes at load.
+func WriteFP8Dequantized(t testing.TB, dir string, config map[string]any, seed uint64, form FP8Form) {
+	t.Helper()
+	_, _, dequantized := fp8Tensors(t, config, seed, form, FP8Scales{})
+	writeFolder(t, dir, withDType(config), dequantized)
+}
+
+// fp8Tensors returns WriteFP8's config and tensors, and the dequantized ones WriteFP8Dequantized
+// writes.
+func fp8Tensors(t testing.TB, config map[string]any, seed uint64, form FP8Form, scales FP8Scales) (*weights.Config, []*weights.Tensor, []*weights.Tensor) {
+	config = withDType(config)
+	cfg, tensors := llamaTensors(t, config, seed, nil)
 	linear := map[string]bool{}
 	for _, m := range cfg.LinearModules() {
 		if m != "lm_head" {
 			linear[m+".weight"] = true
 		}
 	}
-	var written []*weights.Tensor
+	var written, dequantized []*weights.Tensor
 	for _, x := range tensors {
 		bf := toBF16(x)
 		if !linear[x.Name] {
 			written = append(written, bf)
+			dequantized = append(dequantized, bf)
 			continue
 		}
 		module := strings.TrimSuffix(x.Name, ".weight")
-		codes, s := quantizeE4M3(bf.Float32(), x.Shape[0], x.Shape[1], form == FP8Dynamic)
+		rows, cols := x.Shape[0], x.Shape[1]
+		if form == FP8Block {
+			codes, s, scaleOf := quantizeE4M3Blocks(bf.Float32(), rows, cols, FP8BlockSize)
+			written = append(written, &weights.Tensor{Name: x.Name, DType: weights.DTypeF8E4M3, Shape: x.Shape, Data: codes},
+				f32Tensor(module+".weight_scale_inv", []int{ceilDiv(rows, FP8BlockSize[0]), ceilDiv(cols, FP8BlockSize[1])}, s))
+			dequantized = append(dequantized, f32Tensor(x.Name, x.Shape, dequantizeE4M3(codes, cols, scaleOf)))
+			continue
+		}
+		codes, s := quantizeE4M3(bf.Float32(), rows, cols, form == FP8Dynamic)
 		written = append(written, &weights.Tensor{Name: x.Name, DType: weights.DTypeF8E4M3, Shape: x.Shape, Data: codes})
+		dequantized = append(dequantized, f32Tensor(x.Name, x.Shape, dequantizeE4M3(codes, cols, func(n, _ int) float32 {
+			if form == FP8Dynamic {
+				return s[n]
+			}
+			return s[0]
+		})))
 		if form == FP8Dynamic {
 			written = append(written, f32Tensor(module+".weight_scale", []int{x.Shape[0], 1}, s))
 		} else {
@@ -78,8 +119,46 @@ func WriteFP8(t testing.TB, dir string, config map[string]any, seed uint64, form
 			written = append(written, f32Tensor(names[0], []int{}, []float32{scales.K}), f32Tensor(names[1], []int{}, []float32{scales.V}))
 		}
 	}
-	writeFolder(t, dir, out, written)
-	return cfg
+	return cfg, written, dequantized
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// quantizeE4M3Blocks quantizes the matrix v [rows][cols] with a scale per block of block[0] rows ×
+// block[1] columns (the edge blocks partial), each max(max|w| / 448, 1/(448·512)) over its block,
+// returning its codes, the scales row-major over the blocks, and the scale of element (n, k).
+func quantizeE4M3Blocks(v []float32, rows, cols int, block [2]int) ([]byte, []float32, func(n, k int) float32) {
+	br, bc := ceilDiv(rows, block[0]), ceilDiv(cols, block[1])
+	scales := make([]float32, br*bc)
+	for n := range rows {
+		for k := range cols {
+			i := (n/block[0])*bc + k/block[1]
+			scales[i] = max(scales[i], float32(math.Abs(float64(v[n*cols+k]))))
+		}
+	}
+	for i := range scales {
+		scales[i] = max(scales[i]/448, float32(1.0/(448*512)))
+	}
+	scaleOf := func(n, k int) float32 { return scales[(n/block[0])*bc+k/block[1]] }
+	codes := make([]byte, len(v))
+	for i, f := range v {
+		codes[i] = nearestE4M3(f / scaleOf(i/cols, i%cols))
+	}
+	return codes, scales, scaleOf
+}
+
+// dequantizeE4M3 returns the values of codes [rows][cols], each its e4m3 value times scale(n, k) in
+// float32.
+func dequantizeE4M3(codes []byte, cols int, scale func(n, k int) float32) []float32 {
+	value := map[byte]float64{}
+	for _, e := range e4m3Grid {
+		value[e.code], value[e.code|0x80] = e.v, -e.v
+	}
+	out := make([]float32, len(codes))
+	for i, c := range codes {
+		out[i] = float32(value[c]) * scale(i/cols, i%cols)
+	}
+	return out
 }
 
 // fp8Config is the quantization_config of form.
@@ -91,6 +170,9 @@ func fp8Config(form FP8Form) map[string]any {
 	switch form {
 	case FP8AutoFP8:
 		return map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": []string{"lm_head"}}
+	case FP8Block:
+		return map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+			"weight_block_size": []int{FP8BlockSize[0], FP8BlockSize[1]}}
 	case FP8Static:
 		return map[string]any{"quant_method": "compressed-tensors", "format": "float-quantized",
 			"quantization_status": "compressed", "ignore": []string{"lm_head"}, "kv_cache_scheme": args("tensor", false),

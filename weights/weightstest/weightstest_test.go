@@ -55,7 +55,7 @@ func TestWriteFP8Opens(t *testing.T) {
 		"architectures": []string{"LlamaForCausalLM"}, "vocab_size": 50, "hidden_size": 16,
 		"intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
 	}
-	for _, form := range []FP8Form{FP8Dynamic, FP8Static, FP8AutoFP8} {
+	for _, form := range []FP8Form{FP8Dynamic, FP8Static, FP8AutoFP8, FP8Block} {
 		dir := t.TempDir()
 		WriteFP8(t, dir, config, 3, form, FP8Scales{Input: 0.01, K: 0.02, V: 0.03})
 		f, err := weights.Open(dir)
