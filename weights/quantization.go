@@ -509,7 +509,11 @@ func parseAutoFP8(obj fields) (*Quantization, error) {
 			return nil, invalid(field+"."+key, "want a list of layer names, got %s", abbreviate(obj[key]))
 		}
 		for _, n := range names {
-			q.ignore = append(q.ignore, modulePattern{text: n})
+			p := modulePattern{text: n}
+			if key == "modules_to_not_convert" { // transformers' rule: any layer whose name contains n
+				p.re = regexp.MustCompile(`^(?:.*` + regexp.QuoteMeta(n) + `)`)
+			}
+			q.ignore = append(q.ignore, p)
 		}
 	}
 	if kv, ok, err := obj.string("kv_cache_scheme"); err != nil {
