@@ -132,7 +132,7 @@ func (p *tpPlan) shardGetter(cfg *weights.Config, get tensorGetter, r int) tenso
 		bias := strings.HasSuffix(name, ".bias")
 		switch {
 		case name == embedName || name == headName:
-			lo := r * p.shardV
+			lo := min(r*p.shardV, p.vocab) // a rank past the vocabulary's end holds zero rows only
 			hi := min(p.vocab, lo+p.shardV)
 			return sliceRows(t, lo, hi, p.shardV+1)
 		case strings.HasPrefix(module, "self_attn.q_proj."):
@@ -343,6 +343,9 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 		}
 		if c.Rank() == 0 {
 			for src := range size {
+				if par.valid(src) <= 0 { // a rank past the vocabulary's end: no tokens
+					continue
+				}
 				for i := range out {
 					from := all[src*len(local)+i*par.shardV:][:par.shardV]
 					copy(out[i][src*par.shardV:], from[:par.valid(src)])

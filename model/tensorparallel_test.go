@@ -509,3 +509,40 @@ func TestParallelCombine(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorParallelSmallVocabulary shards a vocabulary of 5 tokens over 4 ranks (2 a rank: the last
+// holds none of them): Forward's gathered rows and the greedy picks are the whole model's.
+func TestTensorParallelSmallVocabulary(t *testing.T) {
+	cfg := tpConfig()
+	cfg.VocabSize = 5
+	r := newRandomModel(cfg, weights.DTypeF32, 4)
+	run := func(size int) ([][]float32, []int32) {
+		m, err := load(cfg, r.get, Options{NumBlocks: 16, BlockSize: 4, TensorParallel: size}, NewCPUBackend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		p := newModelPager(m, rand.New(rand.NewPCG(1, 1)))
+		rows, err := m.Forward(p.step(chunk{0, []int32{1, 4, 2}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := m.ForwardGreedy(p.step(chunk{0, []int32{3}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows, ids
+	}
+	wantRows, wantIDs := run(1)
+	gotRows, gotIDs := run(4)
+	for i := range wantRows {
+		for j := range wantRows[i] {
+			if d := math.Abs(float64(gotRows[i][j] - wantRows[i][j])); d > 1e-4 {
+				t.Errorf("row %d logit %d: %v over 4 ranks, %v whole", i, j, gotRows[i][j], wantRows[i][j])
+			}
+		}
+	}
+	if fmt.Sprint(gotIDs) != fmt.Sprint(wantIDs) {
+		t.Errorf("greedy ids %v over 4 ranks, %v whole", gotIDs, wantIDs)
+	}
+}
