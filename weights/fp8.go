@@ -1,12 +1,13 @@
 package weights
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gollm/gollm/internal/dtype"
 )
@@ -157,26 +158,34 @@ type FP8Linear struct {
 }
 
 // DequantizeFP8 returns l's real weight as an F32 tensor named as l.Weight: each code's e4m3 value
-// times its scale, rounded once to float32.
+// times its scale, rounded once to float32. Rows are shared out among GOMAXPROCS goroutines: a
+// block-wise checkpoint dequantizes every layer at load.
 func DequantizeFP8(l *FP8Linear) *Tensor {
 	rows, cols := l.Weight.Shape[0], l.Weight.Shape[1]
-	v := make([]float32, rows*cols)
-	for n := range rows {
-		codes, out := l.Weight.Data[n*cols:(n+1)*cols], v[n*cols:(n+1)*cols]
-		for k, c := range codes {
-			var s float32
-			if l.BlockScales != nil {
-				s = l.BlockScales[(n/l.Block[0])*((cols+l.Block[1]-1)/l.Block[1])+k/l.Block[1]]
-			} else {
-				s = l.Scales[n]
+	data := make([]byte, 4*rows*cols)
+	workers := max(1, min(runtime.GOMAXPROCS(0), rows))
+	per := (rows + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < rows; lo += per {
+		wg.Go(func() {
+			out := make([]float32, cols)
+			for n := lo; n < min(lo+per, rows); n++ {
+				codes := l.Weight.Data[n*cols : (n+1)*cols]
+				if l.BlockScales == nil {
+					dtype.DecodeE4M3(out, codes, l.Scales[n])
+				} else { // one scale a run of Block[1] columns
+					bc := (cols + l.Block[1] - 1) / l.Block[1]
+					scales := l.BlockScales[(n/l.Block[0])*bc:][:bc]
+					for j, sc := range scales {
+						a, b := j*l.Block[1], min((j+1)*l.Block[1], cols)
+						dtype.DecodeE4M3(out[a:b], codes[a:b], sc)
+					}
+				}
+				dtype.EncodeF32(data[4*n*cols:4*(n+1)*cols], out)
 			}
-			out[k] = dtype.E4M3ToF32(c) * s
-		}
+		})
 	}
-	data := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
-	}
+	wg.Wait()
 	return &Tensor{Name: l.Weight.Name, DType: DTypeF32, Shape: []int{rows, cols}, Data: data}
 }
 

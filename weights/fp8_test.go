@@ -312,3 +312,57 @@ func TestReadFP8Linear(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkDequantizeFP8 dequantizes a 4096 × 4096 block-wise layer (128 × 128 blocks): the load-time
+// cost of a block-wise checkpoint's layer, per element.
+func BenchmarkDequantizeFP8(b *testing.B) {
+	const n = 4096
+	codes := make([]byte, n*n)
+	for i := range codes {
+		codes[i] = byte(i*7) & 0x7E
+	}
+	scales := make([]float32, (n/128)*(n/128))
+	for i := range scales {
+		scales[i] = 1 / float32(i+1)
+	}
+	l := &FP8Linear{Weight: &Tensor{Name: "w", DType: DTypeF8E4M3, Shape: []int{n, n}, Data: codes}, Block: [2]int{128, 128}, BlockScales: scales}
+	b.SetBytes(n * n)
+	for b.Loop() {
+		DequantizeFP8(l)
+	}
+}
+
+// TestDequantizeFP8 checks both scale layouts on hand-worked codes (OCP e4m3: 0x38 is 1, 0x40 2, 0xB8
+// −1, 0x01 the smallest subnormal 2^-9, 0x7E 448) over a 3 × 5 matrix, whose 2 × 2 blocks leave
+// partial ones at the bottom and right edges.
+func TestDequantizeFP8(t *testing.T) {
+	codes := []byte{
+		0x38, 0x40, 0xB8, 0x01, 0x7E,
+		0x40, 0x38, 0x01, 0xB8, 0x38,
+		0x7E, 0xB8, 0x38, 0x40, 0x01,
+	}
+	value := map[byte]float32{0x38: 1, 0x40: 2, 0xB8: -1, 0x01: 1.0 / 512, 0x7E: 448}
+	w := &Tensor{Name: "w", DType: DTypeF8E4M3, Shape: []int{3, 5}, Data: codes}
+	for _, tc := range []struct {
+		name  string
+		l     *FP8Linear
+		scale func(n, k int) float32
+	}{
+		{"rows", &FP8Linear{Weight: w, Scales: []float32{0.5, 3, 0.25}}, func(n, _ int) float32 { return []float32{0.5, 3, 0.25}[n] }},
+		{"blocks", &FP8Linear{Weight: w, Block: [2]int{2, 2}, BlockScales: []float32{1, 2, 4, 0.5, 8, 16}},
+			func(n, k int) float32 { return []float32{1, 2, 4, 0.5, 8, 16}[(n/2)*3+k/2] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DequantizeFP8(tc.l)
+			if got.DType != DTypeF32 || !slices.Equal(got.Shape, []int{3, 5}) || got.Name != "w" {
+				t.Fatalf("tensor %q %v %v", got.Name, got.DType, got.Shape)
+			}
+			v := got.Float32()
+			for i, c := range codes {
+				if want := value[c] * tc.scale(i/5, i%5); v[i] != want {
+					t.Errorf("element (%d, %d): %v, want %v", i/5, i%5, v[i], want)
+				}
+			}
+		})
+	}
+}
