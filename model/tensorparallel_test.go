@@ -546,3 +546,22 @@ func TestTensorParallelSmallVocabulary(t *testing.T) {
 		t.Errorf("greedy ids %v over 4 ranks, %v whole", gotIDs, wantIDs)
 	}
 }
+
+// BenchmarkParallelGreedyReduce times one rank's greedy reduction of 64 rows of Llama-3's vocabulary
+// (128,257 columns), the host side of a tensor-parallel greedy step at batch 64 and TP 1.
+func BenchmarkParallelGreedyReduce(b *testing.B) {
+	const vocab, batch = 128256, 64
+	par := &parallel{vocab: vocab, shardV: vocab, ranks: make([]*Model, 1)}
+	rng := rand.New(rand.NewPCG(3, 4))
+	rows := make([][]float32, batch)
+	for i := range rows {
+		rows[i] = make([]float32, vocab+1)
+		for j := range rows[i] {
+			rows[i][j] = rng.Float32()
+		}
+	}
+	b.SetBytes(4 * batch * vocab)
+	for b.Loop() {
+		par.reduceRows(0, rows)
+	}
+}
