@@ -821,3 +821,41 @@ func BenchmarkCUDAFP8GemmShapes(bb *testing.B) {
 		}
 	}
 }
+
+// TestCUDAFP8BlockCheckpoint runs a block-wise FP8 checkpoint (weightstest's FP8Block) on the GPU: its
+// layers are dequantized at load and upload as float tensors, so in float32 and in bfloat16 it gives the
+// logits of the float checkpoint of its dequantized weights on the same GPU, bit for bit.
+func TestCUDAFP8BlockCheckpoint(t *testing.T) {
+	dev := gpuDevice(t)
+	fpDir, refDir := t.TempDir(), t.TempDir()
+	weightstest.WriteFP8(t, fpDir, fp8TestConfig, 43, weightstest.FP8Block, weightstest.FP8Scales{})
+	weightstest.WriteFP8Dequantized(t, refDir, fp8TestConfig, 43, weightstest.FP8Block)
+	rng := newRand(13)
+	prompts := [][]int32{randomTokens(rng, 40, 300), randomTokens(rng, 3, 300)}
+	for _, dt := range []weights.DType{weights.DTypeF32, weights.DTypeBF16} {
+		t.Run(fmt.Sprint(dt), func(t *testing.T) {
+			run := func(dir string) [][][]float32 {
+				m, err := LoadOn(openFolder(t, dir), Options{NumBlocks: 64, BlockSize: 16}, func(s Shape) (Backend, error) {
+					return newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				logits, _ := runPrompts(t, m, prompts, 5)
+				return logits
+			}
+			got, want := run(fpDir), run(refDir)
+			for step := range want {
+				for i := range want[step] {
+					for j := range want[step][i] {
+						if math.Float32bits(got[step][i][j]) != math.Float32bits(want[step][i][j]) {
+							t.Fatalf("step %d sequence %d logit %d: %v from the block-wise checkpoint, %v from its dequantized weights",
+								step, i, j, got[step][i][j], want[step][i][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
