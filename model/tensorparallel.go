@@ -30,10 +30,11 @@ import (
 //     (zero rows past V) and one zero row more that stands for every token outside its range, so that
 //     its embedding of the step is its share of the sum, all-reduced; its logits are its slice of the
 //     vocabulary. A greedy pick reduces each rank's slice on its own goroutine and compares the ranks'
-//     best entries (pickParallelGreedy); Forward and sampled picks all-gather the slices.
+//     best entries (pickParallelGreedy); Forward (and so a sampled pick) has each rank copy its slice
+//     into the whole rows.
 //
-// The ranks run on goroutines of one process, one a rank: the logits' all-gather (and, on the CPU
-// backend, every collective) goes through the in-process communicator (model/tp) in host memory. On GPUs
+// The ranks run on goroutines of one process, one a rank: the logits meet in host memory, and on the
+// CPU backend every all-reduce goes through the in-process communicator (model/tp). On GPUs
 // rank r runs on GPU r and sums its activations with NCCL as ops of its step, inside the decode step's
 // CUDA graph (newCUDAGroup). One process rather than one per GPU: the engine, scheduler and block
 // tables stay single without a control channel between processes, the logits gather is a host copy,
@@ -324,33 +325,20 @@ type rankGroup struct {
 	close func() error
 }
 
-// forwardParallel is Forward on a tensor-parallel model: every rank runs the step, the logits come
-// from their all-gather.
+// forwardParallel is Forward on a tensor-parallel model: every rank runs the step and copies its
+// slice of the vocabulary into the rows returned (ranks write disjoint columns, side by side).
 func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 	par := m.par
-	numRows, size := len(s.LogitRows), len(par.ranks)
-	out := make([][]float32, numRows)
+	out := make([][]float32, len(s.LogitRows))
+	flat := make([]float32, len(out)*par.vocab)
 	for i := range out {
-		out[i] = make([]float32, par.vocab)
+		out[i] = flat[i*par.vocab : (i+1)*par.vocab : (i+1)*par.vocab]
 	}
 	err := m.forwardRanks(s, func(c tp.Communicator, rows [][]float32) error {
-		local := make([]float32, numRows*par.shardV)
-		for i, row := range rows {
-			copy(local[i*par.shardV:], row[:par.shardV])
-		}
-		all := make([]float32, size*len(local))
-		if err := c.AllGather(all, local); err != nil {
-			return err
-		}
-		if c.Rank() == 0 {
-			for src := range size {
-				if par.valid(src) <= 0 { // a rank past the vocabulary's end: no tokens
-					continue
-				}
-				for i := range out {
-					from := all[src*len(local)+i*par.shardV:][:par.shardV]
-					copy(out[i][src*par.shardV:], from[:par.valid(src)])
-				}
+		r := c.Rank()
+		if n := par.valid(r); n > 0 { // a rank past the vocabulary's end has no tokens
+			for i, row := range rows {
+				copy(out[i][r*par.shardV:], row[:n])
 			}
 		}
 		return nil

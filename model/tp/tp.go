@@ -29,30 +29,20 @@ type Communicator interface {
 	// AllReduceSum replaces x, on every rank, with the element-wise sum of every rank's x. The sum is
 	// taken in rank order, so that every rank gets the same bits.
 	AllReduceSum(x []float32) error
-	// AllGather writes every rank's src into dst, rank r's at dst[r*len(src):(r+1)*len(src)];
-	// len(dst) must be Size*len(src).
-	AllGather(dst, src []float32) error
 	// Abort fails the group with err: every pending and later collective of every rank returns an error
 	// wrapping ErrAborted and err. The first Abort's err is the one reported; later ones change nothing.
 	Abort(err error)
 }
 
-// collective kinds, checked to match across ranks.
-const (
-	opAllReduce = iota + 1
-	opAllGather
-)
-
-// group is the state the ranks of an in-process group share. A round of a collective runs in two
-// phases: arrival (each rank leaves its slices; the last to arrive computes the result) and departure
-// (each rank copies the result out; the last to leave opens the next round).
+// group is the state the ranks of an in-process group share. A round of the all-reduce runs in two
+// phases: arrival (each rank leaves its slice; the last to arrive computes the sum) and departure
+// (each rank copies the sum out; the last to leave opens the next round).
 type group struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	size int
 	err  error
 
-	op       int
 	arrived  int
 	draining bool // the result is ready and ranks are copying it out
 	left     int
@@ -100,21 +90,8 @@ func (g *group) abortLocked(err error) {
 
 func (g *group) failed() error { return fmt.Errorf("tp: %w: %w", ErrAborted, g.err) }
 
+// AllReduceSum runs one round: every rank's x in, their sum copied back into each.
 func (c *inProcess) AllReduceSum(x []float32) error {
-	return c.collective(opAllReduce, x, x)
-}
-
-func (c *inProcess) AllGather(dst, src []float32) error {
-	if len(dst) != c.g.size*len(src) {
-		err := fmt.Errorf("all-gather of %d values into %d, want %d", len(src), len(dst), c.g.size*len(src))
-		c.Abort(err)
-		return fmt.Errorf("tp: %w", err)
-	}
-	return c.collective(opAllGather, dst, src)
-}
-
-// collective runs one round: src in, the round's result copied into dst.
-func (c *inProcess) collective(op int, dst, src []float32) error {
 	g := c.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -124,14 +101,11 @@ func (c *inProcess) collective(op int, dst, src []float32) error {
 	if g.err != nil {
 		return g.failed()
 	}
-	if g.arrived == 0 {
-		g.op = op
-	} else if other := g.arrivedSrc(); g.op != op || len(other) != len(src) {
-		g.abortLocked(fmt.Errorf("rank %d: collective %d of %d values while others run collective %d of %d",
-			c.rank, op, len(src), g.op, len(other)))
+	if other := g.arrivedSrc(); other != nil && len(other) != len(x) {
+		g.abortLocked(fmt.Errorf("rank %d: an all-reduce of %d values while others sum %d", c.rank, len(x), len(other)))
 		return g.failed()
 	}
-	g.src[c.rank] = src
+	g.src[c.rank] = x
 	g.arrived++
 	if g.arrived == g.size {
 		g.compute()
@@ -144,7 +118,7 @@ func (c *inProcess) collective(op int, dst, src []float32) error {
 	if g.err != nil {
 		return g.failed()
 	}
-	copy(dst, g.result)
+	copy(x, g.result)
 	g.left++
 	if g.left == g.size {
 		g.arrived, g.left, g.draining = 0, 0, false
@@ -164,21 +138,13 @@ func (g *group) arrivedSrc() []float32 {
 	return nil
 }
 
-// compute forms the round's result from every rank's src, in rank order.
+// compute forms the round's sum from every rank's src, in rank order.
 func (g *group) compute() {
 	n := len(g.src[0])
-	switch g.op {
-	case opAllReduce:
-		g.result = append(g.result[:0], g.src[0]...)
-		for _, s := range g.src[1:] {
-			for i, v := range s[:n] {
-				g.result[i] += v
-			}
-		}
-	case opAllGather:
-		g.result = g.result[:0]
-		for _, s := range g.src {
-			g.result = append(g.result, s...)
+	g.result = append(g.result[:0], g.src[0]...)
+	for _, s := range g.src[1:] {
+		for i, v := range s[:n] {
+			g.result[i] += v
 		}
 	}
 }

@@ -3,7 +3,6 @@ package tp
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 )
@@ -71,41 +70,6 @@ func TestAllReduceSum(t *testing.T) {
 	}
 }
 
-func TestAllGather(t *testing.T) {
-	for _, tc := range []struct{ size, n, rounds int }{
-		{1, 3, 1}, {2, 1, 4}, {3, 11, 3}, {4, 250, 2}, {8, 7, 10},
-	} {
-		t.Run(fmt.Sprintf("size%d_n%d_rounds%d", tc.size, tc.n, tc.rounds), func(t *testing.T) {
-			comms, _ := NewInProcess(tc.size)
-			err := runWithin(t, comms, func(c Communicator) error {
-				for k := range tc.rounds {
-					// Alternate gathers with reductions of another length: rounds of mixed kinds
-					// and sizes follow one another.
-					dst := make([]float32, tc.size*tc.n)
-					if err := c.AllGather(dst, rankVector(c.Rank(), k, tc.n)); err != nil {
-						return err
-					}
-					var want []float32
-					for r := range tc.size {
-						want = append(want, rankVector(r, k, tc.n)...)
-					}
-					if !slices.Equal(dst, want) {
-						return fmt.Errorf("round %d: gathered %v, want %v", k, dst, want)
-					}
-					y := rankVector(c.Rank(), k, tc.n+3)
-					if err := c.AllReduceSum(y); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
-}
-
 func TestFailingRankUnblocksOthers(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
@@ -122,12 +86,6 @@ func TestFailingRankUnblocksOthers(t *testing.T) {
 		}},
 		{"panic", 2, func(c Communicator) error { panic("rank exploded") }},
 		{"mismatched length", 4, func(c Communicator) error { return c.AllReduceSum(make([]float32, 5)) }},
-		{"mismatched collective", 3, func(c Communicator) error {
-			return c.AllGather(make([]float32, 3*4), make([]float32, 4))
-		}},
-		{"bad gather destination", 2, func(c Communicator) error {
-			return c.AllGather(make([]float32, 3), make([]float32, 4))
-		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			comms, _ := NewInProcess(tc.size)
