@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"testing"
 )
 
@@ -224,5 +225,81 @@ func TestArgmax(t *testing.T) {
 				t.Fatalf("Argmax(%v) = %d, want %d", tc.row, got, tc.want)
 			}
 		})
+	}
+}
+
+// BenchmarkPickRows samples 64 rows of Llama-3's vocabulary on the host (temperature 0.8, top-k 50,
+// top-p 0.9): a sampled step's pick on a backend without PickBackend (the CPU, a tensor-parallel model).
+func BenchmarkPickRows(b *testing.B) {
+	const vocab, batch = 128256, 64
+	rng := rand.New(rand.NewPCG(3, 4))
+	rows := make([][]float32, batch)
+	params := make([]SampleParams, batch)
+	for i := range rows {
+		rows[i] = make([]float32, vocab)
+		for j := range rows[i] {
+			rows[i][j] = float32(rng.NormFloat64() * 3)
+		}
+		params[i] = SampleParams{Temperature: 0.8, TopK: 50, TopP: 0.9, Seed: uint64(i)}
+	}
+	m := &Model{}
+	for b.Loop() {
+		m.pickRows(rows, params)
+	}
+}
+
+// TestPickRowsParallel checks that pickRows, which shares rows out among goroutines once they are many
+// and long enough, picks each row as pickRowCPU does alone: greedy, sampled and masked rows in one call.
+func TestPickRowsParallel(t *testing.T) {
+	const vocab, batch = 5000, 24
+	rng := rand.New(rand.NewPCG(5, 6))
+	rows := make([][]float32, batch)
+	params := make([]SampleParams, batch)
+	want := make([]int32, batch)
+	for i := range rows {
+		rows[i] = make([]float32, vocab)
+		for j := range rows[i] {
+			rows[i][j] = float32(rng.NormFloat64() * 2)
+		}
+		switch i % 3 {
+		case 0: // greedy
+		case 1:
+			params[i] = SampleParams{Temperature: 0.7, TopP: 0.8, Seed: uint64(i), Step: 3}
+		case 2:
+			mask := make([]uint64, maskWords(vocab))
+			for j := range mask {
+				mask[j] = rng.Uint64()
+			}
+			params[i] = SampleParams{Temperature: 1.1, TopK: 20, Mask: mask, Seed: uint64(i)}
+		}
+		row := slices.Clone(rows[i])
+		if params[i].Mask != nil {
+			MaskLogits(row, params[i].Mask)
+		}
+		want[i] = pickRowCPU(row, prepareSample(params[i]))
+	}
+	m := &Model{}
+	if got := m.pickRows(rows, params); !slices.Equal(got, want) {
+		t.Errorf("picks %v, one row at a time %v", got, want)
+	}
+}
+
+// TestForRows checks that forRows visits every row once, serially or on goroutines.
+func TestForRows(t *testing.T) {
+	for _, tc := range []struct{ n, cols, workers, grain int }{
+		{0, 10, 4, 1}, {1, 1 << 20, 8, 1}, {7, 100, 3, 1}, {64, 4096, 16, 1 << 12}, {64, 4096, 16, 1 << 19}, {5, 10, 0, 1},
+	} {
+		var seen [64]atomic.Int32
+		forRows(tc.n, tc.cols, tc.workers, tc.grain, func(i int) { seen[i].Add(1) })
+		for i := range seen {
+			if want := int32(0); i < tc.n {
+				want = 1
+				if got := seen[i].Load(); got != want {
+					t.Errorf("%+v: row %d visited %d times", tc, i, got)
+				}
+			} else if got := seen[i].Load(); got != want {
+				t.Errorf("%+v: row %d past the rows visited %d times", tc, i, got)
+			}
+		}
 	}
 }

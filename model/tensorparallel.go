@@ -381,34 +381,16 @@ type rowBest struct {
 	bad bool
 }
 
-// reduceRows is rank r's greedy reduction of its logits rows: each over the rank's tokens only. Its
-// share of the host's cores (GOMAXPROCS over the ranks, which reduce side by side) take the rows in
-// turn once there are enough of them to pay for the goroutines.
+// reduceRows is rank r's greedy reduction of its logits rows: each over the rank's tokens only, on
+// the rank's share of the host's cores (GOMAXPROCS over the ranks, which reduce side by side).
 func (par *parallel) reduceRows(r int, rows [][]float32) []rowBest {
 	bests := make([]rowBest, len(rows))
 	n := max(par.valid(r), 0)
-	workers := min(len(rows), max(1, runtime.GOMAXPROCS(0)/max(1, len(par.ranks))), len(rows)*n/reduceGrain)
-	if workers <= 1 {
-		for i, row := range rows {
-			bests[i] = bestOf(row[:n])
-		}
-		return bests
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(rows); i += workers {
-				bests[i] = bestOf(rows[i][:n])
-			}
-		})
-	}
-	wg.Wait()
+	forRows(len(rows), n, runtime.GOMAXPROCS(0)/max(1, len(par.ranks)), greedyGrain, func(i int) {
+		bests[i] = bestOf(rows[i][:n])
+	})
 	return bests
 }
-
-// reduceGrain is the logits a goroutine of reduceRows takes at the least (a few hundred microseconds
-// of scanning against a goroutine's few microseconds).
-const reduceGrain = 1 << 19
 
 // bestOf reduces x as Argmax and Pickable do.
 func bestOf(x []float32) rowBest {
