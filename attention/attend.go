@@ -1,6 +1,10 @@
 package attention
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gollm/gollm/internal/fanout"
+)
 
 // Batch is one step's attention metadata, in vLLM's varlen layout: the query rows of all sequences lie
 // in one flat list, prefill chunks and decode tokens mixed.
@@ -290,7 +294,7 @@ func (st *step) run(plan DecodePlan, workers int) {
 		panic(fmt.Sprintf("attention: unknown kernel %v", plan.Kernel))
 	}
 	d, bs := st.c.HeadDim, st.c.BlockSize
-	parallelFor(workers, len(units), func() *walker { return newWalker(maxVectors, d, bs) },
+	fanout.For(workers, len(units), func() *walker { return newWalker(maxVectors, d, bs) },
 		func(w *walker, i int) {
 			u := units[i]
 			switch u.kind {
@@ -303,7 +307,7 @@ func (st *step) run(plan DecodePlan, workers int) {
 			}
 		})
 	if plan.Kernel == SplitK {
-		parallelFor(workers, len(st.dec.ctx)*hkv, func() struct{} { return struct{}{} },
+		fanout.For(workers, len(st.dec.ctx)*hkv, func() struct{} { return struct{}{} },
 			func(_ struct{}, i int) { st.reduceUnit(i/hkv, i%hkv) })
 	}
 }

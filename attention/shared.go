@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/gollm/gollm/internal/fanout"
 )
 
 // Shared-prefix decode attention (cascade attention): decode sequences whose block tables begin with the
@@ -465,7 +467,7 @@ func (st *step) runShared(l *SharedLayout, plan SharedPlan, workers int) {
 			}
 		}
 	}
-	parallelFor(workers, len(units), func() *walker { return newWalker(l.Members*g, st.c.HeadDim, bs) },
+	fanout.For(workers, len(units), func() *walker { return newWalker(l.Members*g, st.c.HeadDim, bs) },
 		func(w *walker, i int) {
 			u := units[i]
 			if u.kind == unitPrefix {
@@ -474,7 +476,7 @@ func (st *step) runShared(l *SharedLayout, plan SharedPlan, workers int) {
 				st.suffixUnit(w, int(u.seq), int(u.head), int(u.index))
 			}
 		})
-	parallelFor(workers, l.Batch*hkv, func() struct{} { return struct{}{} },
+	fanout.For(workers, l.Batch*hkv, func() struct{} { return struct{}{} },
 		func(_ struct{}, i int) { st.sharedMergeUnit(i/hkv, i%hkv) })
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/gollm/gollm/internal/fanout"
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/scheduler"
 )
@@ -764,22 +765,11 @@ const parallelSampleWork = 1 << 17
 // parallel calls work(i) for i in [0, n), spread over the engine's workers when the n rows of
 // vocab logits each are worth it. Each call must touch only its own row's state.
 func (e *Engine) parallel(n, vocab int, work func(i int)) {
-	workers := min(e.workers, n)
-	if workers <= 1 || n*vocab < parallelSampleWork {
-		for i := range n {
-			work(i)
-		}
-		return
+	workers := e.workers
+	if n*vocab < parallelSampleWork {
+		workers = 1
 	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				work(i)
-			}
-		})
-	}
-	wg.Wait()
+	fanout.Each(workers, n, work)
 }
 
 // sampleOne draws one job's token, and its logprobs when the request asked for them.

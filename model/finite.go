@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/fanout"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -48,21 +48,7 @@ func checkFinite(t *weights.Tensor) error {
 		}
 		results[p] = found{n, first}
 	}
-	if workers := min(runtime.GOMAXPROCS(0), pieces); workers <= 1 {
-		for p := range pieces {
-			scan(p)
-		}
-	} else {
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for p := w; p < pieces; p += workers {
-					scan(p)
-				}
-			})
-		}
-		wg.Wait()
-	}
+	fanout.Each(runtime.GOMAXPROCS(0), pieces, scan)
 	total, first := 0, -1
 	for _, r := range results {
 		total += r.count

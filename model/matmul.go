@@ -3,8 +3,8 @@ package model
 import (
 	"math"
 	"runtime"
-	"sync"
-	"sync/atomic"
+
+	"github.com/gollm/gollm/internal/fanout"
 )
 
 // The matrix products of the CPU backend: dst[r][o] = Σ_i x[r][i] * w[o][i] for r < rows, o < out, with
@@ -38,20 +38,9 @@ func parallelBands(out, work, workers int, band func(lo, hi int)) {
 		return
 	}
 	numBands := min(numQuads, workers*bandsPerWorker)
-	var next atomic.Int32
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= numBands {
-					return
-				}
-				band(numQuads*k/numBands*quad, min(numQuads*(k+1)/numBands*quad, out))
-			}
-		})
-	}
-	wg.Wait()
+	fanout.Each(workers, numBands, func(k int) {
+		band(numQuads*k/numBands*quad, min(numQuads*(k+1)/numBands*quad, out))
+	})
 }
 
 // matMul is the product with float32 weights.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync"
 
+	"github.com/gollm/gollm/internal/fanout"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -433,25 +433,10 @@ const (
 	sampleGrain = 1 << 12
 )
 
-// forRows calls f(i) for every row i of n rows of cols values, on up to workers goroutines, each taking
-// rows in turn, once there are grain values a goroutine; f must touch its own row's data only.
+// forRows calls f(i) for every row i of n rows of cols values on up to workers goroutines, as many as
+// have grain values each; f must touch its own row's data only.
 func forRows(n, cols, workers, grain int, f func(i int)) {
-	workers = min(n, max(1, workers), n*cols/grain)
-	if workers <= 1 {
-		for i := range n {
-			f(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
+	fanout.Each(min(workers, n*cols/grain), n, f)
 }
 
 // ForwardGreedy runs one step like Forward and returns, for each entry of s.LogitRows, the index of its

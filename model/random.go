@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/fanout"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -96,23 +96,15 @@ func (r *randomSource) tensor(name string) (*weights.Tensor, error) {
 	h.Write([]byte(name))
 	stream := h.Sum64()
 	numChunks := (n + randomChunk - 1) / randomChunk
-	workers := min(runtime.GOMAXPROCS(0), numChunks)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			buf := make([]float32, randomChunk)
-			for c := w; c < numChunks; c += workers {
-				lo, hi := c*randomChunk, min((c+1)*randomChunk, n)
-				rng := rand.New(rand.NewPCG(r.seed^stream, uint64(c)))
-				vals := buf[:hi-lo]
-				for i := range vals {
-					vals[i] = float32(RandomStd * rng.NormFloat64())
-				}
-				encodeValues(t.Data[lo*size:hi*size], vals, r.dtype)
-			}
-		})
-	}
-	wg.Wait()
+	fanout.For(runtime.GOMAXPROCS(0), numChunks, func() []float32 { return make([]float32, randomChunk) }, func(buf []float32, c int) {
+		lo, hi := c*randomChunk, min((c+1)*randomChunk, n)
+		rng := rand.New(rand.NewPCG(r.seed^stream, uint64(c)))
+		vals := buf[:hi-lo]
+		for i := range vals {
+			vals[i] = float32(RandomStd * rng.NormFloat64())
+		}
+		encodeValues(t.Data[lo*size:hi*size], vals, r.dtype)
+	})
 	return t, nil
 }
 

@@ -7,9 +7,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/internal/fanout"
 )
 
 // LinearModules returns the names of the model's Linear layers, as quantization_config's targets and
@@ -163,29 +163,20 @@ type FP8Linear struct {
 func DequantizeFP8(l *FP8Linear) *Tensor {
 	rows, cols := l.Weight.Shape[0], l.Weight.Shape[1]
 	data := make([]byte, 4*rows*cols)
-	workers := max(1, min(runtime.GOMAXPROCS(0), rows))
-	per := (rows + workers - 1) / workers
-	var wg sync.WaitGroup
-	for lo := 0; lo < rows; lo += per {
-		wg.Go(func() {
-			out := make([]float32, cols)
-			for n := lo; n < min(lo+per, rows); n++ {
-				codes := l.Weight.Data[n*cols : (n+1)*cols]
-				if l.BlockScales == nil {
-					dtype.DecodeE4M3(out, codes, l.Scales[n])
-				} else { // one scale a run of Block[1] columns
-					bc := (cols + l.Block[1] - 1) / l.Block[1]
-					scales := l.BlockScales[(n/l.Block[0])*bc:][:bc]
-					for j, sc := range scales {
-						a, b := j*l.Block[1], min((j+1)*l.Block[1], cols)
-						dtype.DecodeE4M3(out[a:b], codes[a:b], sc)
-					}
-				}
-				dtype.EncodeF32(data[4*n*cols:4*(n+1)*cols], out)
+	fanout.For(runtime.GOMAXPROCS(0), rows, func() []float32 { return make([]float32, cols) }, func(out []float32, n int) {
+		codes := l.Weight.Data[n*cols : (n+1)*cols]
+		if l.BlockScales == nil {
+			dtype.DecodeE4M3(out, codes, l.Scales[n])
+		} else { // one scale a run of Block[1] columns
+			bc := (cols + l.Block[1] - 1) / l.Block[1]
+			scales := l.BlockScales[(n/l.Block[0])*bc:][:bc]
+			for j, sc := range scales {
+				a, b := j*l.Block[1], min((j+1)*l.Block[1], cols)
+				dtype.DecodeE4M3(out[a:b], codes[a:b], sc)
 			}
-		})
-	}
-	wg.Wait()
+		}
+		dtype.EncodeF32(data[4*n*cols:4*(n+1)*cols], out)
+	})
 	return &Tensor{Name: l.Weight.Name, DType: DTypeF32, Shape: []int{rows, cols}, Data: data}
 }
 

@@ -6,8 +6,8 @@ import (
 	"math/bits"
 	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
+
+	"github.com/gollm/gollm/internal/fanout"
 )
 
 // The adaptive token mask cache (xgrammar's idea): for each scanning state of the automaton, the
@@ -214,23 +214,10 @@ func (g *Grammar) precompute() {
 			states = append(states, int32(s))
 		}
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(states))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			w := g.newWalker()
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= len(states) {
-					return
-				}
-				s := states[k]
-				g.entries[s].CompareAndSwap(nil, g.sharedOrCompute(s, w))
-			}
-		})
-	}
-	wg.Wait()
+	fanout.For(runtime.GOMAXPROCS(0), len(states), g.newWalker, func(w *walker, k int) {
+		s := states[k]
+		g.entries[s].CompareAndSwap(nil, g.sharedOrCompute(s, w))
+	})
 }
 
 // maskCount reports how many bits of m are set.
