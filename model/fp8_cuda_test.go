@@ -845,17 +845,7 @@ func TestCUDAFP8BlockCheckpoint(t *testing.T) {
 				logits, _ := runPrompts(t, m, prompts, 5)
 				return logits
 			}
-			got, want := run(fpDir), run(refDir)
-			for step := range want {
-				for i := range want[step] {
-					for j := range want[step][i] {
-						if math.Float32bits(got[step][i][j]) != math.Float32bits(want[step][i][j]) {
-							t.Fatalf("step %d sequence %d logit %d: %v from the block-wise checkpoint, %v from its dequantized weights",
-								step, i, j, got[step][i][j], want[step][i][j])
-						}
-					}
-				}
-			}
+			sameLogitBits(t, run(fpDir), run(refDir), "from the block-wise checkpoint", "from its dequantized weights")
 		})
 	}
 }

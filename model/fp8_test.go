@@ -335,11 +335,18 @@ func TestQuantizationFP8EqualsCheckpoint(t *testing.T) {
 	prompts := [][]int32{randomTokens(rng, 23, 64), randomTokens(rng, 2, 64)}
 	a, _ := runPrompts(t, online, prompts, 4)
 	b, _ := runPrompts(t, stored, prompts, 4)
-	for step := range a {
-		for i := range a[step] {
-			for j := range a[step][i] {
-				if math.Float32bits(a[step][i][j]) != math.Float32bits(b[step][i][j]) {
-					t.Fatalf("step %d sequence %d logit %d: %v quantized at load, %v from the checkpoint", step, i, j, a[step][i][j], b[step][i][j])
+	sameLogitBits(t, a, b, "quantized at load", "from the checkpoint")
+}
+
+// sameLogitBits fails t unless runPrompts' logits got and want are equal bit for bit; gotName and
+// wantName say where each came from.
+func sameLogitBits(t *testing.T, got, want [][][]float32, gotName, wantName string) {
+	t.Helper()
+	for step := range want {
+		for i := range want[step] {
+			for j := range want[step][i] {
+				if math.Float32bits(got[step][i][j]) != math.Float32bits(want[step][i][j]) {
+					t.Fatalf("step %d sequence %d logit %d: %v %s, %v %s", step, i, j, got[step][i][j], gotName, want[step][i][j], wantName)
 				}
 			}
 		}
@@ -692,16 +699,7 @@ func TestFP8BlockCheckpoint(t *testing.T) {
 		return logits
 	}
 	got, want := run(f, 1), run(openFolder(t, refDir), 1)
-	for step := range want {
-		for i := range want[step] {
-			for j := range want[step][i] {
-				if math.Float32bits(got[step][i][j]) != math.Float32bits(want[step][i][j]) {
-					t.Fatalf("step %d sequence %d logit %d: %v from the block-wise checkpoint, %v from its dequantized weights",
-						step, i, j, got[step][i][j], want[step][i][j])
-				}
-			}
-		}
-	}
+	sameLogitBits(t, got, want, "from the block-wise checkpoint", "from its dequantized weights")
 	sharded := run(f, 2)
 	for step := range want {
 		for i := range want[step] {
