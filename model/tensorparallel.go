@@ -336,7 +336,7 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 	}
 	err := m.forwardRanks(s, func(c tp.Communicator, rows [][]float32) error {
 		r := c.Rank()
-		if n := par.valid(r); n > 0 { // a rank past the vocabulary's end has no tokens
+		if n := par.valid(r); n > 0 { // a rank past the vocabulary's end has no columns to place
 			for i, row := range rows {
 				copy(out[i][r*par.shardV:], row[:n])
 			}
@@ -385,7 +385,7 @@ type rowBest struct {
 // the rank's share of the host's cores (GOMAXPROCS over the ranks, which reduce side by side).
 func (par *parallel) reduceRows(r int, rows [][]float32) []rowBest {
 	bests := make([]rowBest, len(rows))
-	n := max(par.valid(r), 0)
+	n := par.valid(r)
 	forRows(len(rows), n, runtime.GOMAXPROCS(0)/max(1, len(par.ranks)), greedyGrain, func(i int) {
 		bests[i] = bestOf(rows[i][:n])
 	})
@@ -424,9 +424,9 @@ func (par *parallel) combine(bests [][]rowBest, i int) int32 {
 }
 
 // valid is the number of rank r's logits columns that are tokens: its shard's rows below the
-// vocabulary's end (the rest are zero rows). It is at most shardV and may be 0 or less on the last ranks
-// of a small vocabulary.
-func (par *parallel) valid(r int) int { return min(par.shardV, par.vocab-r*par.shardV) }
+// vocabulary's end (the rest are zero rows). It is at most shardV, and 0 on a rank that lies wholly
+// past the end of a small vocabulary.
+func (par *parallel) valid(r int) int { return max(0, min(par.shardV, par.vocab-r*par.shardV)) }
 
 // forwardRanks runs step s on every rank, a goroutine each, and hands rank r's logits rows to each on
 // that goroutine (row i is s.LogitRows[i]'s slice of the vocabulary, shardV+1 wide: see parallel). A
