@@ -116,8 +116,9 @@ const (
 type cudaKernel struct {
 	fn      *cuda.Function
 	threads int
-	shared  int // dynamic shared memory bytes
-	perSM   int // resident programs per SM (occupancy), for the dispatcher
+	shared  int  // dynamic shared memory bytes
+	perSM   int  // resident programs per SM (occupancy), for the dispatcher
+	tma     bool // prefill_sm90.cu's prefix kernel: its parameter leads with the caches' tensor maps
 }
 
 // CUDAKernels are the decode-attention kernels loaded on one device.
@@ -134,6 +135,8 @@ type CUDAKernels struct {
 	kernels map[string]*cudaKernel
 	// counters are the fused split-k merge's arrival counters (splitKCounterBytes), zero between calls.
 	counters cuda.DevicePtr
+	// maps are the caches' tensor maps of the Hopper prefix kernel.
+	maps kvTensorMaps
 }
 
 // dtypeOf maps a device dtype to the dispatcher's (0 for one the kernels do not cover).

@@ -5,6 +5,7 @@ package attention
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -72,6 +73,16 @@ type prefillParams struct {
 	KScale, VScale                                        float32
 }
 
+// prefillSM90Params mirrors PhArgs<PrefillParams> in prefill_sm90.cu: the caches' tensor maps at offsets 0
+// and 128, then the call's parameters (the kernel's parameter is 384 bytes, 64-byte aligned).
+type prefillSM90Params struct {
+	KMap, VMap cuda.TensorMap
+	P          prefillParams
+	_          [32]byte
+}
+
+var _ [384]byte = [unsafe.Sizeof(prefillSM90Params{})]byte{}
+
 // prefillMMAHeadDims are the head sizes of the tensor-core kernels (PrefillAttentionMMA_<dtype>_d<D> and,
 // over FP8 pages, PrefillAttentionMMA_<dtype>_e4m3_d<D>; 16-bit dtypes), which Attend uses where they exist.
 var prefillMMAHeadDims = []int{64, 128, 256}
@@ -87,6 +98,8 @@ type CUDAPrefill struct {
 	kernels map[string]prefillFn // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
 	mma     map[string]prefillFn // the tensor-core kernels, keyed as kernels
 	sm90    map[string]prefillFn // the Hopper kernels (LoadSM90), by "<dtype>_d<head_dim>"
+	dev     *cuda.Device         // the Hopper kernels' (their caches' tensor maps)
+	maps    kvTensorMaps
 }
 
 // prefillFn is a loaded prefill kernel and its dynamic shared memory.
@@ -168,7 +181,7 @@ func (p *CUDAPrefill) LoadSM90(mod *cuda.Module, sharedOptin int) error {
 			}
 		}
 	}
-	p.sm90 = found
+	p.sm90, p.dev = found, mod.Device()
 	return nil
 }
 
@@ -317,6 +330,10 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		k = p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	}
 	fn, shared := k.fn, k.shared
+	if fn != nil && kernel == PrefillSM90 && !sm90Pages(a.HeadDim, a.BlockSize) {
+		// The engine's block sizes (powers of two, 8 to 64) all qualify.
+		return fmt.Errorf("%w: prefill kernel sm90 with pages of %d tokens at head_dim %d", ErrUnsupported, a.BlockSize, a.HeadDim)
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: prefill kernel %v for %s%s head_dim %d", ErrUnsupported, kernel, tn, kv, a.HeadDim)
 	}
@@ -334,8 +351,25 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		KScale: a.KScale, VScale: a.VScale,
 	}
 	grid := cuda.Dim3{X: a.NumItems, Y: a.NumKVHeads}
-	if err := cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &params); err != nil {
+	var err error
+	if kernel == PrefillSM90 {
+		sp := prefillSM90Params{P: params}
+		if sp.KMap, sp.VMap, err = p.cacheMaps(a); err == nil {
+			err = cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &sp)
+		}
+	} else {
+		err = cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &params)
+	}
+	if err != nil {
 		return fmt.Errorf("attention: prefill: %w", err)
 	}
 	return nil
+}
+
+// cacheMaps returns the tensor maps of call a's K and V caches for the Hopper kernel.
+func (p *CUDAPrefill) cacheMaps(a *CUDAPrefillArgs) (k, v cuda.TensorMap, err error) {
+	if k, err = p.maps.get(p.dev, a.DType, a.KCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
+		v, err = p.maps.get(p.dev, a.DType, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize)
+	}
+	return k, v, err
 }

@@ -127,14 +127,15 @@ var prefillSeqs = [][2]int{{300, 45}, {77, 1}, {130, 130}, {64, 17}, {200, 64}}
 
 // TestCUDAPrefill runs the prefill kernels (the tensor-core one and the FMA one) on a step of chunks with
 // cached prefixes, a whole prompt and a single row, pages scattered by a random permutation, against a
-// float64 dense reference, the output poisoned with NaN first: every 16-bit dtype × head size 64, 128
-// and 256 × page size 16 and 32 × group 1, 4 and 8, and float32 (FMA kernel only).
+// float64 dense reference, the output poisoned with NaN first, and the cache slots no row attends to
+// (runPrefillCase): every 16-bit dtype × head size 64, 128 and 256 × page size 8, 16, 32 and 64 × group
+// 1, 4 and 8, and float32 (FMA kernel only).
 func TestCUDAPrefill(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, cd := range prefillCodecs {
 		for _, headDim := range []int{64, 128, 256} {
-			for _, blockSize := range []int{16, 32} {
+			for _, blockSize := range []int{8, 16, 32, 64} {
 				for _, group := range []int{1, 4, 8} {
 					for _, kernel := range pre.Kernels(headDim, cd.typ, false) {
 						name := fmt.Sprintf("%s/d%d/page%d/group%d/%v", cd.name, headDim, blockSize, group, kernel)
@@ -234,6 +235,23 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 	for i := range c.K {
 		c.K[i] = rng.Float32()*2 - 1
 		c.V[i] = rng.Float32()*2 - 1
+	}
+	// The slots no row attends to hold NaN (a last page's slots past its sequence's end, the pages no
+	// table holds), as a recycled or never-written page may: a kernel must neither sum them nor multiply
+	// them by a zero weight (0 · NaN is NaN).
+	poison := func(page, from int) {
+		at := (page*blockSize + from) * kvHeads * headDim
+		for i := at; i < (page+1)*blockSize*kvHeads*headDim; i++ {
+			c.K[i], c.V[i] = float32(math.NaN()), float32(math.NaN())
+		}
+	}
+	for s, table := range b.BlockTables {
+		if r := int(b.ContextLens[s]) % blockSize; r != 0 {
+			poison(int(table[len(table)-1]), r)
+		}
+	}
+	for _, page := range perm {
+		poison(page, 0)
 	}
 	round := func(x []float32) []byte {
 		out := make([]byte, len(x)*cd.size)

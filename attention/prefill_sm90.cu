@@ -7,14 +7,20 @@
 // query rows over its shared pages, no causal mask, split-k partials out.
 //
 // Work items: PrefillItems cut for 128 vectors (PrefillSM90Vectors), a vector being one (row, query head)
-// of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups:
+// of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups;
+// program x takes item count − 1 − x, so that a causal prompt's longest items (its last rows) start first
+// and the grid's last wave holds short ones.
 //
-//   - warpgroup 0, the producer, gives up registers (setmaxnreg) and copies the item's K/V tiles of
-//     PH_TILE keys through the block table into a ring of stages with 16-byte cp.async (zero-filled
-//     outside the item's keys): it waits for a stage's empty barrier, looks up the tile's pages first (all
-//     loads in flight at once: a page lookup per copy, waited for one by one, made the copies the kernel's
-//     bound), queues the copies, and once a tile's copies have landed fences them for the tensor cores
-//     (the async proxy) and arrives on the stage's full barrier;
+//   - warpgroup 0, the producer, gives up registers (setmaxnreg); one of its threads copies the item's K/V
+//     tiles of PH_TILE keys through the block table into a ring of stages with the Hopper copy engine
+//     (cp.async.bulk.tensor, tensor maps of the caches as [page][token][kv head][D], one box a page and
+//     64-column block, landing in the 128-byte swizzle): per tile it looks up the next tile's pages (all
+//     loads in flight at once, and before it waits: page ids waited for one by one made the copies the
+//     kernel's bound), waits for the stage's empty barrier, arms the stage's full barrier with the tile's
+//     bytes and queues a copy per page and column block, skipping pages wholly outside the item's keys.
+//     The copy engine completes the barrier. Sixteen-byte cp.async copies by the whole warpgroup (4096 a
+//     tile at d128) held the kernel to 42% of the tensor rate where the consumers alone ran at 58%;
+//
 //   - warpgroups 1 and 2, the consumers, take the registers, each owning 64 of the item's vectors as the
 //     rows of its wgmma tiles (warpgroup 1 + w: vectors [64w, 64w + 64)). Per tile a consumer waits for the
 //     full barrier, computes S = q·Kᵀ (m64n128k16, both operands K-major from shared memory), masks it
@@ -23,7 +29,10 @@
 //     adds P·V (m64nDk16, A from registers, V read N-major from the same [key][d] tile: the transposed B
 //     operand of 16-bit wgmma, so V needs no transpose pass) and arrives on the stage's empty barrier.
 //     The two take turns at issuing S (two named barriers, FlashAttention-3's ping-pong), so that one's
-//     softmax runs beside the other's products. A consumer whose rows end before a tile, or that has no
+//     softmax runs beside the other's products. Keys outside the item's [kstart, key_end) get masked
+//     scores, but their V rows hold whatever the stage held (a page's unwritten slots, an earlier tile,
+//     never-written shared memory): P = 0 times a NaN there is NaN, so a consumer zeroes those V rows of a
+//     tile that has any before its P·V. A consumer whose rows end before a tile, or that has no
 //     vectors, skips the tile's products but still takes its turn and releases the stage.
 //
 // Shared memory (1024-byte aligned; every tile in the 128-byte swizzle that wgmma's descriptors read: a
@@ -43,7 +52,17 @@
 #include "common.cuh" // ../model/kernels: pack2
 #include "decode.cuh"  // DecodeParams (the prefix kernel)
 #include "prefill.cuh"
-#include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences
+#include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences, TmaDesc
+
+// The kernels' parameters: the K and V caches' tensor maps (cuda.Device.EncodeTiled, 4-D: D, kv heads,
+// tokens of a page, pages; box 64 × 1 × block size × 1 in the 128-byte swizzle), then the call's
+// parameters. Mirrored by prefillSM90Params (prefill_cuda.go) and sharedPrefixSM90Params (shared_cuda.go).
+template <typename P> struct PhArgs {
+	TmaDesc kmap, vmap;
+	P p;
+};
+static_assert(sizeof(PhArgs<PrefillParams>) == 384, "prefillSM90Params");
+static_assert(sizeof(PhArgs<DecodeParams>) == 448, "sharedPrefixSM90Params");
 
 #define PH_THREADS 384
 // PH_TILE is the keys of a K/V tile at head size D, PH_STAGES the ring's depth: as many stages as fit
@@ -139,6 +158,57 @@ template <int N> __device__ __forceinline__ void ph_pin(uint32_t (&x)[N][4]) {
 __device__ __forceinline__ void ph_turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
+// ph_tma_page queues the copy of column block c (64 elements) of KV head kvh over the tokens of page pg
+// from the cache's tensor map into shared dst, completing on bar.
+__device__ __forceinline__ void ph_tma_page(uint32_t dst, const TmaDesc *map, int c, int kvh, int pg, uint32_t bar) {
+	asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+	             "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(kvh), "r"(0), "r"(pg), "r"(bar)
+	             : "memory");
+}
+
+// ph_produce is the producer thread's loop: tiles [t_first, tiles) of NP pages each (TILE / NP keys a
+// page) into the ring's stages, K then V, a page's column blocks at c·TILE·128 + its rows' offset (the
+// consumers' swizzled tile layout; a box of 8 or more rows starts on a 1024-byte boundary, where the
+// swizzle's pattern restarts). Pages wholly outside [kstart, key_end) are not copied.
+template <int D, int TILE, int ST, int NP>
+__device__ __forceinline__ void ph_produce(const TmaDesc *kmap, const TmaDesc *vmap, const int *table, int kvh,
+                                           int kstart, int key_end, int t_first, int tiles, uint32_t skv,
+                                           uint32_t bars) {
+	constexpr int BS = TILE / NP, BOX = BS * 128, KV_BYTES = TILE * D * 2;
+	int pg[NP], nx[NP];
+	auto lookup = [&](int t, int (&out)[NP]) {
+#pragma unroll
+		for (int k = 0; k < NP; k++) {
+			const int key0 = t * TILE + k * BS;
+			out[k] = t < tiles && key0 + BS > kstart && key0 < key_end ? table[key0 / BS] : -1;
+		}
+	};
+	lookup(t_first, pg);
+	int n = 0, s = 0, ph = 0;
+	for (int t = t_first; t < tiles; t++, n++) {
+		lookup(t + 1, nx); // in flight while the stage drains
+		if (n >= ST) mbar_wait(bars + 8 * (ST + s), ph ^ 1);
+		int live = 0;
+#pragma unroll
+		for (int k = 0; k < NP; k++) live += pg[k] >= 0;
+		const uint32_t full = bars + 8 * s, dk = skv + s * 2 * KV_BYTES, dv = dk + KV_BYTES;
+		mbar_expect(full, live * (D / 64) * BOX * 2);
+#pragma unroll
+		for (int k = 0; k < NP; k++) {
+			if (pg[k] < 0) continue;
+#pragma unroll
+			for (int c = 0; c < D / 64; c++) {
+				const uint32_t off = c * TILE * 128 + k * BOX;
+				ph_tma_page(dk + off, kmap, 64 * c, kvh, pg[k], full);
+				ph_tma_page(dv + off, vmap, 64 * c, kvh, pg[k], full);
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < NP; k++) pg[k] = nx[k];
+		if (++s == ST) s = 0, ph ^= 1;
+	}
+}
+
 // PREFIX (P = DecodeParams): the shared-prefix pass (shared.cu's prefix kernels' work): a program serves
 // 128 rows (row block blockIdx.x % row_blocks of virtual sequence blockIdx.x / row_blocks, its rows the
 // gathered queries [virtual][kv head][rows][D]) over partition blockIdx.z of its shared pages, every key
@@ -146,7 +216,8 @@ __device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive 
 // unnormalised). Otherwise (P = PrefillParams) the causal prefill of a work item.
 // TILE is a template parameter: nvcc 11.8 crashes on a local constexpr in the lambdas' parameter types.
 template <typename T, int D, bool PREFIX, typename P, int TILE = PH_TILE(D)>
-__device__ __forceinline__ void prefill_sm90(const P &p) {
+__device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
+	const P &p = a.p;
 	constexpr int ST = PH_STAGES(D);
 	constexpr int CH = D / 8;                 // 16-byte chunks of a row
 	constexpr int Q_BYTES = 64 * D * 2;       // one consumer's q tile
@@ -176,7 +247,7 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 		block_size = 1 << p.log2_block_size;
 		windowed = kstart > 0;
 	} else {
-		const int *item = p.items + 4 * blockIdx.x;
+		const int *item = p.items + 4 * (gridDim.x - 1 - blockIdx.x); // the longest items first
 		seq = item[0], row0 = item[1], nrows = item[2], g0 = item[3], hpi = p.heads_per_item;
 		key_end = p.positions[row0 + nrows - 1] + 1;
 		kstart = p.window > 0 ? max(0, p.positions[row0] - p.window + 1) / p.block_size * p.block_size : 0;
@@ -190,7 +261,7 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 	if (tid == 0) {
 #pragma unroll
 		for (int s = 0; s < ST; s++) {
-			mbar_init(full(s), 128);  // each producer thread, once its copies of the tile have landed
+			mbar_init(full(s), 1);    // the producer's arming; the copies' bytes complete it
 			mbar_init(empty(s), 256); // each consumer thread, once it is done with the tile
 		}
 	}
@@ -200,43 +271,17 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 	const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PH_PRODUCER_REGS) : "memory");
-		const T *kc = reinterpret_cast<const T *>(p.k_cache);
-		const T *vc = reinterpret_cast<const T *>(p.v_cache);
-		constexpr int PER = TILE * CH / 128; // chunks a thread copies a tile: rows tid / CH + (128 / CH)·k
-		int n = 0, s = 0, ph = 0;
-		for (int t = t_first; t < tiles; t++, n++) {
-			if (n >= ST) mbar_wait(empty(s), ph ^ 1);
-			const uint32_t dk = skv + s * 2 * KV_BYTES, dv = dk + KV_BYTES;
-			int pg[PER];
-#pragma unroll
-			for (int k = 0; k < PER; k++) {
-				const int key = t * TILE + tid / CH + (128 / CH) * k;
-				pg[k] = table[max(kstart, min(key, key_end - 1)) / block_size];
-			}
-#pragma unroll
-			for (int k = 0; k < PER; k++) {
-				const int tok = tid / CH + (128 / CH) * k, ch = tid % CH;
-				const int key = t * TILE + tok;
-				const int kcl = max(kstart, min(key, key_end - 1));
-				const long long slot = (long long)pg[k] * block_size + kcl % block_size;
-				const long long at = (slot * p.num_kv_heads + kvh) * D + ch * 8;
-				const bool in = key >= kstart && key < key_end;
-				const uint32_t so = ph_off<TILE>(tok, ch);
-				ph_cp16(dk + so, kc + at, in);
-				ph_cp16(dv + so, vc + at, in);
-			}
-			asm volatile("cp.async.commit_group;" ::: "memory");
-			if (n > 0) { // the previous tile's copies have landed: hand it over
-				asm volatile("cp.async.wait_group 1;" ::: "memory");
-				asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-				mbar_arrive(full(s == 0 ? ST - 1 : s - 1));
-			}
-			if (++s == ST) s = 0, ph ^= 1;
-		}
-		if (n > 0) {
-			asm volatile("cp.async.wait_group 0;" ::: "memory");
-			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-			mbar_arrive(full(s == 0 ? ST - 1 : s - 1));
+		if (tid != 0) return;
+		const TmaDesc *kmap = &a.kmap, *vmap = &a.vmap;
+		auto run = [&](auto pages) {
+			ph_produce<D, TILE, ST, decltype(pages)::value>(kmap, vmap, table, kvh, kstart, key_end, t_first, tiles, skv, bars);
+		};
+		switch (block_size) { // the host launches block sizes 8 … TILE, powers of two
+		case 8: run(std::integral_constant<int, TILE / 8>{}); break;
+		case 16: run(std::integral_constant<int, TILE / 16>{}); break;
+		case 32: run(std::integral_constant<int, TILE / 32>{}); break;
+		case 64: run(std::integral_constant<int, TILE / 64>{}); break;
+		default: if constexpr (TILE >= 128) run(std::integral_constant<int, TILE / 128>{});
 		}
 		return;
 	}
@@ -394,6 +439,19 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 		mbar_arrive(empty(stage));
 	};
 
+	// zero_v zeroes the V rows of tile t in stage whose keys are outside [kstart, key_end), for this
+	// consumer's P·V (the other consumer writes the same zeros for its own).
+	auto zero_v = [&](int t, int stage) {
+		const uint32_t vt = skv + stage * 2 * KV_BYTES + KV_BYTES;
+		for (int i = lt; i < TILE * CH; i += 128) {
+			const int r = i / CH, key = t * TILE + r;
+			if (key < kstart || key >= key_end)
+				asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(vt + ph_off<TILE>(r, i % CH)), "r"(0) : "memory");
+		}
+		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+		asm volatile("bar.sync %0, 128;" ::"r"(3 + c) : "memory");
+	};
+
 	if (c == 1) ph_turn_pass(1); // consumer 0 takes the first turn
 	int s = 0, ph = 0;
 	auto advance = [&]() {
@@ -417,6 +475,7 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 		tile_softmax(sc, t, pp, alpha);
 #pragma unroll
 		for (int e = 0; e < ND; e++) o[e] *= alpha[(e >> 1) & 1]; // 0 on the first tile, where O is 0
+		if (t * TILE < kstart || t * TILE + TILE > key_end) zero_v(t, s);
 		add_pv(pp, s);
 		advance();
 	}
@@ -447,11 +506,11 @@ __device__ __forceinline__ void prefill_sm90(const P &p) {
 #define PREFILL_SM90(T, TN, D)                                                                                \
 	extern "C" __device__ int PrefillAttentionSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                 \
 	extern "C" __device__ int SharedPrefixSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                     \
-	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const PrefillParams p) { \
-		prefill_sm90<T, D, false>(p);                                                                     \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const __grid_constant__ PhArgs<PrefillParams> a) { \
+		prefill_sm90<T, D, false>(a);                                                                     \
 	} \
-	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const DecodeParams p) { \
-		prefill_sm90<T, D, true>(p);                                                                      \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const __grid_constant__ PhArgs<DecodeParams> a) { \
+		prefill_sm90<T, D, true>(a);                                                                      \
 	}
 PREFILL_SM90(__nv_bfloat16, bf16, 64)
 PREFILL_SM90(__nv_bfloat16, bf16, 128)

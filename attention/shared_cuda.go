@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/gollm/gollm/internal/cuda"
 )
@@ -31,6 +32,15 @@ type sharedParams struct {
 	PrefixPartitionTokens, PrefixPartitions        int32
 	SuffixPartitionTokens, SuffixPartitions        int32
 }
+
+// sharedPrefixSM90Params mirrors PhArgs<DecodeParams> in prefill_sm90.cu: the caches' tensor maps at
+// offsets 0 and 128, then the prefix pass's parameters (448 bytes, 64-byte aligned).
+type sharedPrefixSM90Params struct {
+	KMap, VMap cuda.TensorMap
+	P          decodeParams
+}
+
+var _ [448]byte = [unsafe.Sizeof(sharedPrefixSM90Params{})]byte{}
 
 // sharedGatherKernel, sharedMergeKernelName and sharedPrefixKernelName are shared.cu's entry points.
 const sharedGatherKernel = "SharedGather"
@@ -71,7 +81,7 @@ func (k *CUDAKernels) LoadSM90(mod *cuda.Module) error {
 				continue
 			}
 			fn, shared := pf.fn, pf.shared
-			kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared}
+			kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared, tma: true}
 			if kern.perSM, err = fn.Occupancy(kern.threads, shared); err != nil {
 				return fmt.Errorf("attention: %w", err)
 			}
@@ -175,7 +185,7 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
 	prefixKernel := k.kernels[sharedPrefixKernelName(t.SharedPrefix, dt, a.HeadDim)]
-	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix {
+	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.HeadDim, a.BlockSize) {
 		prefixKernel = sm90
 	}
 	if prefixKernel == nil {
@@ -253,7 +263,19 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
 	}
 	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, sharedPrefixRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
-	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
+	if !kern.tma {
+		return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
+	}
+	dt := a.DType
+	sp := sharedPrefixSM90Params{P: p}
+	var err error
+	if sp.KMap, err = k.maps.get(k.dev, dt, a.KCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
+		return err
+	}
+	if sp.VMap, err = k.maps.get(k.dev, dt, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
+		return err
+	}
+	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &sp)
 }
 
 // runPartitions queues the split-k partition kernel of decision d (split-k, reduce-kernel merge) for

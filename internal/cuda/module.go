@@ -34,6 +34,9 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	return mod, nil
 }
 
+// Device is the device the module is loaded on.
+func (m *Module) Device() *Device { return m.dev }
+
 // Unload releases the module's code and globals.
 func (m *Module) Unload() error {
 	if err := m.dev.Do(func() error { return m.m.Unload() }); err != nil {

@@ -47,11 +47,6 @@
 #include "common.cuh"
 #include "sm90.cuh"
 
-// TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned.
-struct __align__(64) TmaDesc {
-	unsigned long long v[16];
-};
-
 struct GemmParams {
 	TmaDesc wmap;   // w [n][k] of T, box 128 bytes × 64·WG, 128-byte swizzle (SwiGLU: 4-D, box 64 × 8 × 2 × 4·WG)
 	TmaDesc xmap;   // x [m][k] of T, box 128 bytes × 16·NT, 128-byte swizzle

@@ -4,6 +4,12 @@
 #pragma once
 #include <stdint.h>
 
+// TmaDesc is a CUtensorMap (cuda.h of CUDA 12; 11.8 has none): 128 opaque bytes, 64-byte aligned, encoded
+// on the host (cuda.Device.EncodeTiled) and passed in a __grid_constant__ parameter.
+struct __align__(64) TmaDesc {
+	unsigned long long v[16];
+};
+
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
 	asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }

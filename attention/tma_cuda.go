@@ -1,0 +1,64 @@
+//go:build cuda
+
+package attention
+
+import (
+	"sync"
+
+	"github.com/gollm/gollm/internal/cuda"
+)
+
+// kvTensorMaps holds the tensor maps through which the Hopper kernels (prefill_sm90.cu) copy a paged
+// cache's pages, by cache address and shape: encoding one is a driver call, and a model's layers call
+// on the same few caches step after step.
+type kvTensorMaps struct {
+	mu sync.Mutex
+	m  map[kvMapKey]cuda.TensorMap
+}
+
+type kvMapKey struct {
+	base                        cuda.DevicePtr
+	dt                          cuda.DataType
+	headDim, kvHeads, blockSize int
+}
+
+// kvMapsMax bounds the maps held; past it they are encoded afresh (callers that allocate a cache a
+// call, as tests do, would otherwise grow the map without end).
+const kvMapsMax = 1024
+
+// sm90Pages reports whether the Hopper kernels copy pages of blockSize tokens at head size headDim: a
+// page is a box of the tensor map, whole within a tile of PH_TILE keys and starting on a 1024-byte
+// boundary of the 128-byte swizzle, so a power of two from 8 to the tile.
+func sm90Pages(headDim, blockSize int) bool {
+	tile := 128
+	if headDim == 256 {
+		tile = 64
+	}
+	return blockSize >= 8 && blockSize <= tile && blockSize&(blockSize-1) == 0
+}
+
+// get returns the tensor map of cache base ([pages][blockSize][kvHeads][headDim] of dt, 16-bit) as the
+// kernels read it: 4-D (headDim, kvHeads, blockSize, pages), the box one page of one KV head and 64
+// columns (128 bytes, the 128-byte swizzle). The pages dimension is what an int32 block table can name:
+// the kernels copy only pages their tables hold.
+func (c *kvTensorMaps) get(dev *cuda.Device, dt cuda.DataType, base cuda.DevicePtr, headDim, kvHeads, blockSize int) (cuda.TensorMap, error) {
+	key := kvMapKey{base, dt, headDim, kvHeads, blockSize}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.m[key]; ok {
+		return m, nil
+	}
+	row := int64(headDim) * 2
+	m, err := dev.EncodeTiled(dt, base,
+		[]int64{int64(headDim), int64(kvHeads), int64(blockSize), 1 << 31},
+		[]int64{row, int64(kvHeads) * row, int64(blockSize*kvHeads) * row},
+		[]int{64, 1, blockSize, 1})
+	if err != nil {
+		return m, err
+	}
+	if c.m == nil || len(c.m) >= kvMapsMax {
+		c.m = map[kvMapKey]cuda.TensorMap{}
+	}
+	c.m[key] = m
+	return m, nil
+}
