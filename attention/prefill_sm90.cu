@@ -25,7 +25,7 @@
 //     rows of its wgmma tiles (warpgroup 1 + w: vectors [64w, 64w + 64)). Per tile a consumer waits for the
 //     full barrier, computes S = q·Kᵀ (m64n128k16, both operands K-major from shared memory), masks it
 //     (only on tiles that cross a row's diagonal or its window's start), runs the online softmax on its
-//     rows in registers (log2 units, exp2f, as prefill.cu), turns P into bf16/f16 A fragments in registers,
+//     rows in registers (log2 units, as prefill.cu), turns P into bf16/f16 A fragments in registers,
 //     adds P·V (m64nDk16, A from registers, V read N-major from the same [key][d] tile: the transposed B
 //     operand of 16-bit wgmma, so V needs no transpose pass) and arrives on the stage's empty barrier.
 //     The two take turns at issuing S (two named barriers, FlashAttention-3's ping-pong), so that one's
@@ -357,16 +357,20 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 		scale_log2 = p.scale * 1.4426950408889634f;
 
 	// softmax turns tile t's scores s into P (pc) and the factor alpha of the rows' earlier sums, updating
-	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start.
+	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start. The scores stay
+	// unscaled: their maximum is scaled once (the scale is positive), and each P is 2^(s·scale − max) as one
+	// FFMA and one ex2.approx.ftz (a P under 2^-126 flushes to zero, nothing beside the row's largest, 1);
+	// exp2f's fix-up of subnormal results and a separate scaling multiply add instructions to the softmax,
+	// which the other consumer's products must hide.
 	auto softmax = [&](float (&s)[TILE / 2], int t, uint32_t (&pc)[TILE / 16][4], float (&alpha)[2], auto masked) {
 		constexpr bool MASK = decltype(masked)::value;
 		const int t0 = t * TILE;
-		float mx[2] = {m[0], m[1]};
+		float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
 		for (int j = 0; j < TILE / 8; j++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				float x = s[4 * j + e] * scale_log2;
+				float x = s[4 * j + e];
 				if (MASK) {
 					const int key = t0 + 8 * j + 2 * cq + (e & 1);
 					if (key > pos[e >> 1] || key < lo[e >> 1]) x = -INFINITY;
@@ -374,12 +378,20 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 				s[4 * j + e] = x;
 				mx[e >> 1] = fmaxf(mx[e >> 1], x);
 			}
+#pragma unroll
+		for (int i = 0; i < 2; i++) mx[i] = fmaxf(m[i], mx[i] * scale_log2);
 		float b[2], rs[2] = {0.f, 0.f};
 		prefill_rows_max(mx, m, b, alpha);
+		auto ex2 = [](float x) {
+			float y;
+			asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+			return y;
+		};
+		const float nb0 = -b[0], nb1 = -b[1];
 #pragma unroll
 		for (int j = 0; j < TILE / 8; j++) {
-			const float p0 = exp2f(s[4 * j] - b[0]), p1 = exp2f(s[4 * j + 1] - b[0]);
-			const float p2 = exp2f(s[4 * j + 2] - b[1]), p3 = exp2f(s[4 * j + 3] - b[1]);
+			const float p0 = ex2(fmaf(s[4 * j], scale_log2, nb0)), p1 = ex2(fmaf(s[4 * j + 1], scale_log2, nb0));
+			const float p2 = ex2(fmaf(s[4 * j + 2], scale_log2, nb1)), p3 = ex2(fmaf(s[4 * j + 3], scale_log2, nb1));
 			rs[0] += p0 + p1;
 			rs[1] += p2 + p3;
 			pc[j >> 1][2 * (j & 1)] = pack2<T>(p0, p1);
@@ -473,8 +485,11 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 		uint32_t pp[TILE / 16][4];
 		float alpha[2];
 		tile_softmax(sc, t, pp, alpha);
+		// O takes the rows' factors only where a row's maximum moved (a factor of 1 changes nothing, and in a
+		// long row the maximum settles early): the warp's rows decide together, so the branch stays uniform.
+		if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
 #pragma unroll
-		for (int e = 0; e < ND; e++) o[e] *= alpha[(e >> 1) & 1]; // 0 on the first tile, where O is 0
+			for (int e = 0; e < ND; e++) o[e] *= alpha[(e >> 1) & 1]; // 0 on the first tile, where O is 0
 		if (t * TILE < kstart || t * TILE + TILE > key_end) zero_v(t, s);
 		add_pv(pp, s);
 		advance();
