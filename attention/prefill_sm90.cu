@@ -264,6 +264,9 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 			mbar_init(full(s), 1);    // the producer's arming; the copies' bytes complete it
 			mbar_init(empty(s), 256); // each consumer thread, once it is done with the tile
 		}
+		// The copy engine (the async proxy) completes the full barriers: their initialization must be
+		// visible to it, not only to the block's threads.
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
 	__syncthreads();
 
@@ -276,12 +279,12 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 		auto run = [&](auto pages) {
 			ph_produce<D, TILE, ST, decltype(pages)::value>(kmap, vmap, table, kvh, kstart, key_end, t_first, tiles, skv, bars);
 		};
-		switch (block_size) { // the host launches block sizes 8 … TILE, powers of two
+		switch (block_size) { // the host launches pages of 8, 16, 32 or 64 tokens (sm90Pages)
 		case 8: run(std::integral_constant<int, TILE / 8>{}); break;
 		case 16: run(std::integral_constant<int, TILE / 16>{}); break;
 		case 32: run(std::integral_constant<int, TILE / 32>{}); break;
 		case 64: run(std::integral_constant<int, TILE / 64>{}); break;
-		default: if constexpr (TILE >= 128) run(std::integral_constant<int, TILE / 128>{});
+		default: __trap(); // no copies would come: the consumers would wait for ever
 		}
 		return;
 	}
