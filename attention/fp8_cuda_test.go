@@ -217,7 +217,7 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 			})
 		}
 	}
-	if len(pre.Kernels(128, cuda.BFloat16, true)) == 0 || len(pre.Kernels(128, cuda.DataType(99), true)) != 0 {
+	if len(pre.Kernels(128, 16, cuda.BFloat16, true)) == 0 || len(pre.Kernels(128, 16, cuda.DataType(99), true)) != 0 {
 		t.Error("Kernels over FP8 pages")
 	}
 }

@@ -27,3 +27,12 @@ func (st *step) prefillUnit(w *walker, s, h, tile int) {
 		w.store(st.out[(row*st.numHeads+h*g)*d:], i*g, g)
 	}
 }
+
+// sm90Pages reports whether the Hopper kernels (prefill_sm90.cu: prefill and the shared-prefix pass) copy
+// pages of blockSize tokens: a page is one box of the cache's tensor map, whole within a tile of keys
+// (64 at head size 256, else 128) and starting on a 1024-byte boundary of the 128-byte swizzle, so a
+// power of two from 8; and at most 64, the page sizes their tests run (the decode kernels' too). Calls
+// with other page sizes run the mma.sync kernels.
+func sm90Pages(blockSize int) bool {
+	return blockSize >= 8 && blockSize <= 64 && blockSize&(blockSize-1) == 0
+}

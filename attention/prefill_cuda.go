@@ -185,11 +185,11 @@ func (p *CUDAPrefill) LoadSM90(mod *cuda.Module, sharedOptin int) error {
 	return nil
 }
 
-// Kernel is the kernel a call of this shape runs under PrefillAuto: the Hopper kernel where it is loaded
-// for it, else the tensor-core kernel, else the FMA kernel. Its Vectors are what the call's work items
-// must be cut for.
-func (p *CUDAPrefill) Kernel(headDim int, dtype cuda.DataType, kvFP8 bool) PrefillKernel {
-	ks := p.Kernels(headDim, dtype, kvFP8)
+// Kernel is the kernel a call of this shape (pages of blockSize tokens) runs under PrefillAuto: the Hopper
+// kernel where it is loaded for it, else the tensor-core kernel, else the FMA kernel. Its Vectors are what
+// the call's work items must be cut for.
+func (p *CUDAPrefill) Kernel(headDim, blockSize int, dtype cuda.DataType, kvFP8 bool) PrefillKernel {
+	ks := p.Kernels(headDim, blockSize, dtype, kvFP8)
 	if len(ks) == 0 {
 		return PrefillFMA
 	}
@@ -198,7 +198,7 @@ func (p *CUDAPrefill) Kernel(headDim int, dtype cuda.DataType, kvFP8 bool) Prefi
 
 // Kernels lists the kernels loaded for a call of this shape, fastest first (tests run each); none when
 // Attend has no kernel for it.
-func (p *CUDAPrefill) Kernels(headDim int, dtype cuda.DataType, kvFP8 bool) []PrefillKernel {
+func (p *CUDAPrefill) Kernels(headDim, blockSize int, dtype cuda.DataType, kvFP8 bool) []PrefillKernel {
 	tn, ok := prefillTypeName(dtype)
 	if !ok {
 		return nil
@@ -208,7 +208,7 @@ func (p *CUDAPrefill) Kernels(headDim int, dtype cuda.DataType, kvFP8 bool) []Pr
 		kv = "_e4m3"
 	}
 	var ks []PrefillKernel
-	if _, ok := p.sm90[fmt.Sprintf("%s_d%d", tn, headDim)]; ok && !kvFP8 {
+	if _, ok := p.sm90[fmt.Sprintf("%s_d%d", tn, headDim)]; ok && !kvFP8 && sm90Pages(blockSize) {
 		ks = append(ks, PrefillSM90)
 	}
 	if _, ok := p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, headDim)]; ok {
@@ -309,13 +309,16 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	if _, ok := p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]; !ok {
 		return fmt.Errorf("%w: prefill head_dim %d (%v)", ErrUnsupported, a.HeadDim, prefillHeadDims)
 	}
+	if !(a.Scale > 0 && a.Scale <= math.MaxFloat32) {
+		return fmt.Errorf("attention: prefill: scale %v: want finite and positive", a.Scale)
+	}
 	if a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 || a.BlockSize <= 0 {
 		return fmt.Errorf("attention: prefill: %d query heads for %d KV heads, block size %d", a.NumHeads,
 			a.NumKVHeads, a.BlockSize)
 	}
 	kernel := a.Kernel
 	if kernel == PrefillAuto {
-		kernel = p.Kernel(a.HeadDim, a.DType, a.KVFP8)
+		kernel = p.Kernel(a.HeadDim, a.BlockSize, a.DType, a.KVFP8)
 	}
 	var k prefillFn
 	threads := 128
@@ -330,8 +333,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		k = p.kernels[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	}
 	fn, shared := k.fn, k.shared
-	if fn != nil && kernel == PrefillSM90 && !sm90Pages(a.HeadDim, a.BlockSize) {
-		// The engine's block sizes (powers of two, 8 to 64) all qualify.
+	if fn != nil && kernel == PrefillSM90 && !sm90Pages(a.BlockSize) { // Kernel does not choose it then
 		return fmt.Errorf("%w: prefill kernel sm90 with pages of %d tokens at head_dim %d", ErrUnsupported, a.BlockSize, a.HeadDim)
 	}
 	if fn == nil {

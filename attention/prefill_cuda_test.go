@@ -128,16 +128,17 @@ var prefillSeqs = [][2]int{{300, 45}, {77, 1}, {130, 130}, {64, 17}, {200, 64}}
 // TestCUDAPrefill runs the prefill kernels (the tensor-core one and the FMA one) on a step of chunks with
 // cached prefixes, a whole prompt and a single row, pages scattered by a random permutation, against a
 // float64 dense reference, the output poisoned with NaN first, and the cache slots no row attends to
-// (runPrefillCase): every 16-bit dtype × head size 64, 128 and 256 × page size 8, 16, 32 and 64 × group
+// (runPrefillCase): every 16-bit dtype × head size 64, 128 and 256 × page size 8, 12, 16, 32, 64 and 128
+// (the Hopper kernel takes the powers of two to 64, Kernels leaves it out of the others) × group
 // 1, 4 and 8, and float32 (FMA kernel only).
 func TestCUDAPrefill(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, cd := range prefillCodecs {
 		for _, headDim := range []int{64, 128, 256} {
-			for _, blockSize := range []int{8, 16, 32, 64} {
+			for _, blockSize := range []int{8, 12, 16, 32, 64, 128} {
 				for _, group := range []int{1, 4, 8} {
-					for _, kernel := range pre.Kernels(headDim, cd.typ, false) {
+					for _, kernel := range pre.Kernels(headDim, blockSize, cd.typ, false) {
 						name := fmt.Sprintf("%s/d%d/page%d/group%d/%v", cd.name, headDim, blockSize, group, kernel)
 						t.Run(name, func(t *testing.T) {
 							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, kernel, 0, nil)
@@ -159,7 +160,7 @@ func TestCUDAPrefillWindow(t *testing.T) {
 	for _, cd := range prefillCodecs {
 		for _, headDim := range []int{64, 128, 256} {
 			for _, window := range []int{1, 16, 21, 64, 130, 1000} {
-				for _, kernel := range pre.Kernels(headDim, cd.typ, false) {
+				for _, kernel := range pre.Kernels(headDim, 16, cd.typ, false) {
 					name := fmt.Sprintf("%s/d%d/w%d/%v", cd.name, headDim, window, kernel)
 					t.Run(name, func(t *testing.T) {
 						runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, kernel, window, nil)
@@ -179,7 +180,7 @@ func TestCUDAPrefillLongContext(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	seqs := [][2]int{{131071, 16}, {32768, 40}, {8192, 1}}
-	for _, kernel := range pre.Kernels(128, cuda.BFloat16, false) {
+	for _, kernel := range pre.Kernels(128, 16, cuda.BFloat16, false) {
 		if kernel != PrefillFMA {
 			t.Run(kernel.String(), func(t *testing.T) {
 				runPrefillCase(t, dev, pre, rng, prefillCodecs[0], seqs, 128, 16, 4, kernel, 0, nil)
@@ -291,7 +292,7 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 	}
 	vectors := kernel.Vectors()
 	if kernel == PrefillAuto {
-		vectors = pre.Kernel(headDim, cd.typ, fp8 != nil).Vectors()
+		vectors = pre.Kernel(headDim, blockSize, cd.typ, fp8 != nil).Vectors()
 	}
 	items := PrefillItems(nil, b.QueryStart, group, vectors)
 
@@ -458,7 +459,7 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 				Scale: float32(1 / math.Sqrt(float64(sh.headDim))), Window: sh.window,
 			}
 			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
-			for _, kernel := range pre.Kernels(sh.headDim, cuda.BFloat16, false) {
+			for _, kernel := range pre.Kernels(sh.headDim, sh.bsz, cuda.BFloat16, false) {
 				if kernel == PrefillFMA && sh.mmaOnly {
 					continue
 				}

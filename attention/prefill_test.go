@@ -79,3 +79,14 @@ func BenchmarkAttendWindow(b *testing.B) {
 		})
 	}
 }
+
+// TestSM90Pages pins the page sizes the Hopper prefill kernels are launched with: what their producer's
+// switch instantiates (8, 16, 32, 64 tokens); every other size goes to the mma.sync kernels.
+func TestSM90Pages(t *testing.T) {
+	for bs := -1; bs <= 300; bs++ {
+		want := bs == 8 || bs == 16 || bs == 32 || bs == 64
+		if got := sm90Pages(bs); got != want {
+			t.Errorf("sm90Pages(%d) = %v, want %v", bs, got, want)
+		}
+	}
+}

@@ -185,7 +185,7 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
 	prefixKernel := k.kernels[sharedPrefixKernelName(t.SharedPrefix, dt, a.HeadDim)]
-	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.HeadDim, a.BlockSize) {
+	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
 		prefixKernel = sm90
 	}
 	if prefixKernel == nil {

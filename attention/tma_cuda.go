@@ -26,17 +26,6 @@ type kvMapKey struct {
 // call, as tests do, would otherwise grow the map without end).
 const kvMapsMax = 1024
 
-// sm90Pages reports whether the Hopper kernels copy pages of blockSize tokens at head size headDim: a
-// page is a box of the tensor map, whole within a tile of PH_TILE keys and starting on a 1024-byte
-// boundary of the 128-byte swizzle, so a power of two from 8 to the tile.
-func sm90Pages(headDim, blockSize int) bool {
-	tile := 128
-	if headDim == 256 {
-		tile = 64
-	}
-	return blockSize >= 8 && blockSize <= tile && blockSize&(blockSize-1) == 0
-}
-
 // get returns the tensor map of cache base ([pages][blockSize][kvHeads][headDim] of dt, 16-bit) as the
 // kernels read it: 4-D (headDim, kvHeads, blockSize, pages), the box one page of one KV head and 64
 // columns (128 bytes, the 128-byte swizzle). The pages dimension is what an int32 block table can name:

@@ -283,7 +283,7 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	// Every prefill call reads the backend's own pages (b.kvFP8): a kernel over them is all it needs.
-	if len(b.pre.Kernels(shape.HeadDim, b.dtype, b.kvFP8)) == 0 {
+	if len(b.pre.Kernels(shape.HeadDim, shape.BlockSize, b.dtype, b.kvFP8)) == 0 {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
 	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 && b.dtype != cuda.Float32 && !b.kvFP8 {
@@ -299,7 +299,7 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 			slog.Warn("cuda backend: no Hopper prefill attention; prefill stays on the mma.sync kernel", "err", err)
 		}
 	}
-	b.preKernel = b.pre.Kernel(shape.HeadDim, b.dtype, b.kvFP8)
+	b.preKernel = b.pre.Kernel(shape.HeadDim, shape.BlockSize, b.dtype, b.kvFP8)
 	bs := shape.BlockSize
 	// The decode kernels: head sizes 64 and 128, and 256 in 16-bit dtypes (attention.Decide's check).
 	// Over FP8 pages, 16-bit dtypes only (float32 decode steps then run the prefill kernel).
