@@ -138,7 +138,7 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // split-k partition kernel, over the virtual sequences), the suffix pass
 // (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
 // writes a.Out. sh holds the layout and plan (DecideShared's) and their device arrays; workspace must be
-// 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window. The kernels are
+// 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE, a window or FP8 pages. The kernels are
 // launched without programmatic dependent launch (each waits for the one before it).
 func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64) error {
 	return k.decodeShared(s, a, sh, workspace, workspaceBytes, k.Tuning)
@@ -151,6 +151,8 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	switch {
 	case a.RoPE != nil || a.Window > 0:
 		return fmt.Errorf("attention: shared-prefix decode with RoPE or a window")
+	case a.KVFP8: // DecideShared never plans it: the prefix kernels read pages of DType
+		return fmt.Errorf("%w: shared-prefix decode over FP8 pages", ErrUnsupported)
 	case l == nil || l.Virtual() == 0 || l.Batch != len(a.HostContextLens):
 		return fmt.Errorf("attention: shared-prefix decode: a layout of no group or of another batch")
 	case dt == 0:
