@@ -356,7 +356,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	var err error
 	if kernel == PrefillSM90 {
 		sp := prefillSM90Params{P: params}
-		if sp.KMap, sp.VMap, err = p.cacheMaps(a); err == nil {
+		if sp.KMap, sp.VMap, err = p.maps.pair(p.dev, a.DType, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
 			err = cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &sp)
 		}
 	} else {
@@ -366,12 +366,4 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 		return fmt.Errorf("attention: prefill: %w", err)
 	}
 	return nil
-}
-
-// cacheMaps returns the tensor maps of call a's K and V caches for the Hopper kernel.
-func (p *CUDAPrefill) cacheMaps(a *CUDAPrefillArgs) (k, v cuda.TensorMap, err error) {
-	if k, err = p.maps.get(p.dev, a.DType, a.KCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
-		v, err = p.maps.get(p.dev, a.DType, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize)
-	}
-	return k, v, err
 }

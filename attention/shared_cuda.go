@@ -268,13 +268,9 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 	if !kern.tma {
 		return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 	}
-	dt := a.DType
 	sp := sharedPrefixSM90Params{P: p}
 	var err error
-	if sp.KMap, err = k.maps.get(k.dev, dt, a.KCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
-		return err
-	}
-	if sp.VMap, err = k.maps.get(k.dev, dt, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
+	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, a.DType, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
 		return err
 	}
 	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &sp)

@@ -51,3 +51,11 @@ func (c *kvTensorMaps) get(dev *cuda.Device, dt cuda.DataType, base cuda.DeviceP
 	c.m[key] = m
 	return m, nil
 }
+
+// pair returns the maps of a call's K and V caches (get's, each).
+func (c *kvTensorMaps) pair(dev *cuda.Device, dt cuda.DataType, kCache, vCache cuda.DevicePtr, headDim, kvHeads, blockSize int) (k, v cuda.TensorMap, err error) {
+	if k, err = c.get(dev, dt, kCache, headDim, kvHeads, blockSize); err == nil {
+		v, err = c.get(dev, dt, vCache, headDim, kvHeads, blockSize)
+	}
+	return k, v, err
+}
