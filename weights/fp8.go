@@ -163,12 +163,15 @@ type FP8Linear struct {
 func DequantizeFP8(l *FP8Linear) *Tensor {
 	rows, cols := l.Weight.Shape[0], l.Weight.Shape[1]
 	data := make([]byte, 4*rows*cols)
+	bc := 0 // block-wise: the scales of a row of blocks
+	if l.BlockScales != nil {
+		bc = blockScaleShape(l.Weight.Shape, l.Block)[1]
+	}
 	fanout.For(runtime.GOMAXPROCS(0), rows, func() []float32 { return make([]float32, cols) }, func(out []float32, n int) {
 		codes := l.Weight.Data[n*cols : (n+1)*cols]
 		if l.BlockScales == nil {
 			dtype.DecodeE4M3(out, codes, l.Scales[n])
 		} else { // one scale a run of Block[1] columns
-			bc := (cols + l.Block[1] - 1) / l.Block[1]
 			scales := l.BlockScales[(n/l.Block[0])*bc:][:bc]
 			for j, sc := range scales {
 				a, b := j*l.Block[1], min((j+1)*l.Block[1], cols)
