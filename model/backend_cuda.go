@@ -147,6 +147,9 @@ type cudaStats struct {
 	PDLCaptureFailed error
 	// SharedDecodes counts the decode-attention calls queued as the shared-prefix algorithm.
 	SharedDecodes int
+	// MixedDecodes counts the attention calls of mixed steps whose leading decodes ran on the decode
+	// kernels (opPlan.leadDecodes).
+	MixedDecodes int
 }
 
 // cudaFunctions are the model's kernels for the compute dtype.

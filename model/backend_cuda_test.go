@@ -345,6 +345,9 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			if fold := tc.dtype == weights.DTypeBF16 && !tc.nofold && tc.inter == 0; fold != (st.FoldedNorms > 0) {
 				t.Errorf("%d norms folded, want them folded: %v", st.FoldedNorms, fold)
 			}
+			if st.MixedDecodes == 0 {
+				t.Errorf("no mixed step's decodes ran on the decode kernels")
+			}
 			if !tc.gemm && st.SplitProducts == 0 { // O, and down where in is a multiple of 128, at 11-38 rows
 				t.Errorf("no product split (by k, or by output rows with tc.rows)")
 			}
@@ -380,6 +383,8 @@ func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DT
 		t.Fatal(err)
 	}
 	defer gpu.Close()
+	// The mixed steps below have eleven decodes: they take the decode kernels from one.
+	backend.tune.MixedDecodeMin = 1
 	if setup != nil {
 		setup(backend)
 		defer func() { backend.decode.Tuning = attention.CUDATuning{} }()
@@ -420,6 +425,11 @@ func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DT
 	for range 3 {
 		plan = append(plan, slices.Clone(all))
 	}
+	// Mixed steps as the scheduler lays them out, decodes first: the eleven decodes (on the decode
+	// kernels: MixedDecodeMin is 1) beside a new prompt's first chunk, then beside its second chunk,
+	// which attends to the first one's pages.
+	prompt := randomTokens(rng12, 90, cfg.VocabSize)
+	plan = append(plan, append(slices.Clone(all), chunk{12, prompt[:50]}), append(slices.Clone(all), chunk{12, prompt[50:]}))
 	matchSteps(t, cpu, gpu, pc, pg, plan, rng, cfg.VocabSize, tol)
 	// A step with no logits still stores its K and V.
 	s := pg.step(chunk{0, []int32{5}})
@@ -428,7 +438,8 @@ func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DT
 		t.Fatalf("no logits: %v, %v", out, err)
 	}
 	st := backend.Stats()
-	t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+	t.Logf("steps eager %d, captured %d, replayed %d; mixed steps' decode calls %d", st.Eager, st.Captured, st.Replayed,
+		st.MixedDecodes)
 	if !eager && (st.CaptureFailed != nil || st.Captured < 4) {
 		t.Errorf("captured %d graphs (want 4 buckets), capture error %v", st.Captured, st.CaptureFailed)
 	}

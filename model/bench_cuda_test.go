@@ -232,16 +232,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
 				b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
 				b.StopTimer()
-				backend := m.backend.(*cudaBackend)
-				backend.prof = &stepProfile{}
-				_, err := m.ForwardGreedy(s)
-				prof := backend.prof
-				backend.prof = nil
-				if err != nil {
-					b.Fatal(err)
-				}
 				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
-					summarize(prof.Ops, 1, cfg.DType.Size()), bw))
+					summarize(profileStep(b, m, s), 1, cfg.DType.Size()), bw))
 			})
 			for _, batch := range benchBatches(b, maxBatch) {
 				s := &Step{QueryStart: []int32{0}}
@@ -332,14 +324,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 							b.Fatal(err)
 						}
 						pipeMS := time.Since(pipeStart).Seconds() * 1e3 / pipeSteps
-						// One more step op by op, for the per-op table.
-						backend.prof = &stepProfile{}
-						_, err = m.ForwardGreedy(s)
-						prof := backend.prof
-						backend.prof = nil
-						if err != nil {
-							b.Fatal(err)
-						}
+						ops := profileStep(b, m, s) // one more step op by op, for the per-op table
 						wFloor := float64(decodeWeightBytes(cfg, opts.Quantization)) / bw * 1e3
 						floor := float64(decodeWeightBytes(cfg, opts.Quantization)+decodeKVBytes(cfg, batch, context)) / bw * 1e3
 						b.ReportMetric(gpuMS, "gpu-ms/step")
@@ -353,12 +338,26 @@ func BenchmarkCUDADecode(b *testing.B) {
 						b.ReportMetric(float64(batch)/ms*1e3, "tok/s")
 						b.ReportMetric(float64(after.Replayed-before.Replayed)/float64(b.N), "graph-frac")
 						b.Logf("\n%s", formatProfile(fmt.Sprintf("%s batch %d %s (graph %.3f ms, wall %.3f ms)", mc.name, batch,
-							v.name, gpuMS, ms), summarize(prof.Ops, 1, cfg.DType.Size()), bw))
+							v.name, gpuMS, ms), summarize(ops, 1, cfg.DType.Size()), bw))
 					})
 				}
 			}
 		})
 	}
+}
+
+// profileStep runs s once more on m op by op (stepProfile) and returns each op's device time.
+func profileStep(b *testing.B, m *Model, s *Step) []profiledOp {
+	b.Helper()
+	backend := m.backend.(*cudaBackend)
+	backend.prof = &stepProfile{}
+	_, err := m.ForwardGreedy(s)
+	prof := backend.prof
+	backend.prof = nil
+	if err != nil {
+		b.Fatal(err)
+	}
+	return prof.Ops
 }
 
 // decodeVariants are the ways BenchmarkCUDADecode runs each step: every product on cuBLAS with separate

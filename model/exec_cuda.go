@@ -45,7 +45,7 @@ func (b *cudaBackend) facts() stepFacts {
 func (b *cudaBackend) plan(rows int) []opPlan {
 	f := b.facts()
 	st := stepShape{decode: b.st.decode, graph: b.st.graphRun, contextLens: b.st.s.ContextLens, contextCap: b.st.contextCap,
-		stride: b.st.stride, pdl: b.pdlNow(), shared: b.st.shared != nil}
+		stride: b.st.stride, pdl: b.pdlNow(), shared: b.st.shared != nil, leadDecodes: b.st.leadDecodes}
 	return planStep(b.ops, rows, &f, &st)
 }
 
@@ -339,7 +339,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 	k, v := b.layerKV(a.layer)
 	ks, vs := b.layerKVScales(a.layer)
 	window := sh.Layer(a.layer).Window
-	if p.decode {
+	if p.decode || p.leadDecodes > 0 {
 		args := attention.CUDADecodeArgs{
 			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,
 			BlockTables: b.layerTables(a.layer), ContextLens: b.metaPtr(st.offCtx),
@@ -347,28 +347,41 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
 			DType: b.dtype, Scale: sh.Scale(), Window: window, Dependent: b.pdlNow(),
 		}
-		if p.shared {
+		switch {
+		case p.leadDecodes > 0:
+			// A mixed step's decodes are its first rows and sequences: the decode kernels take them, the
+			// prefill kernel the items after theirs.
+			args.HostContextLens = st.s.ContextLens[:p.leadDecodes]
+			b.stats.MixedDecodes++
+			if err := b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes); err != nil {
+				return err
+			}
+		case p.shared:
 			b.stats.SharedDecodes++
 			return b.decode.DecodeShared(b.stream, &args, b.sharedArgs(), b.splitWS, splitWorkspaceBytes)
-		}
-		if p.attn.RoPE {
-			args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
-				Positions: b.metaPtr(st.offPos), Slots: b.layerSlots(a.layer),
-				InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling}
-			if p.ropeBias >= 0 {
-				args.RoPE.Bias = b.args[p.ropeBias].bias.ptr
+		default:
+			if p.attn.RoPE {
+				args.Q, args.RoPE = 0, &attention.CUDARoPE{QKV: q.ptr, QKVCols: sh.QKVCols(),
+					Positions: b.metaPtr(st.offPos), Slots: b.layerSlots(a.layer),
+					InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling}
+				if p.ropeBias >= 0 {
+					args.RoPE.Bias = b.args[p.ropeBias].bias.ptr
+				}
 			}
+			return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
 		}
-		return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
 	}
-	items := st.items
+	first, items := 0, st.items
 	if st.graphRun {
 		items = st.paddedItems
+	}
+	if p.leadDecodes > 0 {
+		first = st.leadItems
 	}
 	return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
 		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,
 		BlockTables: b.layerTables(a.layer), Positions: b.metaPtr(st.offPos),
-		Items: b.metaPtr(st.offItems), NumItems: items, MaxBlocks: st.stride,
+		Items: b.metaPtr(st.offItems + 4*first), NumItems: items - first, MaxBlocks: st.stride,
 		NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: sh.HeadDim, BlockSize: sh.BlockSize,
 		DType: b.dtype, Scale: sh.Scale(), Window: window, Kernel: b.preKernel,
 	})

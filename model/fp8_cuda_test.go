@@ -440,6 +440,11 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 	for range 3 {
 		plan = append(plan, append([]chunk(nil), all...))
 	}
+	// Mixed steps, decodes first (the decode kernels take them: see matchCPU), beside a new prompt's
+	// two chunks.
+	prompt := randomTokens(rng, 90, vocab)
+	plan = append(plan, append(append([]chunk(nil), all...), chunk{12, prompt[:50]}),
+		append(append([]chunk(nil), all...), chunk{12, prompt[50:]}))
 	matchSteps(t, cpu, gpu, pc, pg, plan, rng, vocab, tol)
 }
 

@@ -115,6 +115,7 @@ func TestCUDAFP8KVMatchesCPU(t *testing.T) {
 					backend = b
 					return b, err
 				})
+				backend.tune.MixedDecodeMin = 1 // fp8MatchCPU's mixed steps have twelve decodes
 				if !backend.kvFP8 || backend.kvElem != 1 {
 					t.Fatalf("GPU pages: FP8 %v, %d bytes an element", backend.kvFP8, backend.kvElem)
 				}
@@ -128,6 +129,9 @@ func TestCUDAFP8KVMatchesCPU(t *testing.T) {
 				fp8MatchCPU(t, cpu, gpu, cfg.VocabSize, tol)
 				st := backend.Stats()
 				t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
+				if backend.decodeFits && st.MixedDecodes == 0 {
+					t.Errorf("no mixed step's decodes ran on the FP8 decode kernels")
+				}
 				if st.SharedDecodes != 0 {
 					t.Errorf("%d decode calls took the shared-prefix path over FP8 pages", st.SharedDecodes)
 				}

@@ -59,20 +59,25 @@ type stepStreams struct {
 
 // cudaStep is the step BeginStep prepared.
 type cudaStep struct {
-	s                   *Step
-	numTokens, numSeqs  int
-	decode              bool // every sequence has one query row
-	graph               bool // a decode step that may run as the graph of bucket rows
-	rows                int  // graph: the bucket; else numTokens
-	seqs                int  // graph: the bucket; else numSeqs
-	stride              int  // block-table row length
-	contextCap          int  // graph: power-of-two bound on every context
-	items, paddedItems  int  // prefill items of the real sequences, and with the padding ones
-	graphRun            bool // the ops are being queued padded to rows (a graph or its warm-up)
-	offTokens, offPos   int  // int32 offsets into the metadata arena
-	offSlots, offCtx    int  // KV group 0's slots (Step.SlotMapping)
-	offLogits, offItems int
-	offTables, offFrom  int // KV group 0's block tables (Step.BlockTables)
+	s                  *Step
+	numTokens, numSeqs int
+	decode             bool // every sequence has one query row
+	// leadDecodes: in a step that is not a decode step, how many sequences lead it with one query row
+	// each at the end of their context (the scheduler's decodes, which it puts first); leadItems: how
+	// many of the prefill items (the first ones) are theirs. Attention may run them on the decode
+	// kernels (opPlan.leadDecodes).
+	leadDecodes, leadItems int
+	graph                  bool // a decode step that may run as the graph of bucket rows
+	rows                   int  // graph: the bucket; else numTokens
+	seqs                   int  // graph: the bucket; else numSeqs
+	stride                 int  // block-table row length
+	contextCap             int  // graph: power-of-two bound on every context
+	items, paddedItems     int  // prefill items of the real sequences, and with the padding ones
+	graphRun               bool // the ops are being queued padded to rows (a graph or its warm-up)
+	offTokens, offPos      int  // int32 offsets into the metadata arena
+	offSlots, offCtx       int  // KV group 0's slots (Step.SlotMapping)
+	offLogits, offItems    int
+	offTables, offFrom     int // KV group 0's block tables (Step.BlockTables)
 	// groupSlots and groupTables are the offsets of KV groups 1 and up's slots and block tables
 	// (Step.GroupBlockTables): [group−1].
 	groupSlots, groupTables []int
@@ -118,6 +123,13 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
 	for seq := range numSeqs {
 		st.decode = st.decode && s.QueryStart[seq+1]-s.QueryStart[seq] == 1
+	}
+	for !st.decode && st.leadDecodes < numSeqs {
+		r := s.QueryStart[st.leadDecodes]
+		if s.QueryStart[st.leadDecodes+1]-r != 1 || s.Positions[r] != s.ContextLens[st.leadDecodes]-1 {
+			break
+		}
+		st.leadDecodes++
 	}
 	bs := b.shape.BlockSize
 	maxCtx := 0
@@ -183,6 +195,9 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	st.offItems = len(h)
 	h = attention.PrefillItems(h, s.QueryStart, b.shape.NumHeads/b.shape.NumKVHeads, b.preKernel.Vectors())
 	st.items = (len(h) - st.offItems) / 4
+	for st.leadItems < st.items && h[st.offItems+4*st.leadItems] < int32(st.leadDecodes) {
+		st.leadItems++ // items run in sequence order: the leading decodes' come first
+	}
 	if st.seqs > numSeqs { // the padding sequences' items: one row each, rows numTokens, numTokens+1, …
 		padStarts := make([]int32, 0, st.seqs-numSeqs+1)
 		for r := numTokens; r <= st.rows; r++ {

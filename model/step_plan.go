@@ -1,6 +1,10 @@
 package model
 
-import "github.com/gollm/gollm/attention"
+import (
+	"math"
+
+	"github.com/gollm/gollm/attention"
+)
 
 // The CUDA step's plan. The CUDA backend records a step's ops as data (stepOp: what each reads and
 // writes, by identity), and planStep, a pure function of those ops, the rows they run at and the
@@ -38,6 +42,12 @@ const (
 	// launch: it hides launch gaps where kernels are short, but from 16 rows on a kernel with more than
 	// one wave of blocks lets its dependent's blocks take SM slots early and wait in them.
 	pdlMaxRows = 8
+	// mixedDecodeMin is the fewest leading decodes of a mixed step (decodes and prefill chunks) that
+	// attention runs on the decode kernels rather than as prefill items: the prefill kernel gives each
+	// decode a tile of query rows of which it fills one row a query head, so a decode's pages cost a
+	// whole tile's arithmetic there, where the decode kernels read them at the copy bandwidth; below it
+	// the extra launch costs as much as the decodes' items save (docs/bench/prefill-h200.md).
+	mixedDecodeMin = 32
 )
 
 // gemvMode mirrors GemvMode in kernels/gemv.cu: what a product does with a finished tile (its
@@ -110,6 +120,9 @@ type gemvTuning struct {
 	// at most gemvMaxTokens).
 	FP8NoGemm   bool
 	FP8GemmRows int
+	// MixedDecodeMin, when positive, replaces mixedDecodeMin (the fewest leading decodes of a mixed
+	// step that run on the decode kernels); < 0 keeps them in the prefill kernel's items always.
+	MixedDecodeMin int
 
 	// diag holds the gollmdiag build's diagnostic switches (diag_on.go); nothing otherwise.
 	diag stepDiag
@@ -228,11 +241,26 @@ type stepShape struct {
 	// shared: the step's decode attention runs the shared-prefix algorithm (layers without a window),
 	// which does not rotate: the RoPE kernel does.
 	shared bool
+	// leadDecodes: a step that is not a decode step begins with this many decodes (one query row a
+	// sequence, at the end of its context), its first leadDecodes rows and sequences.
+	leadDecodes int
 }
 
 // inPlace reports whether a Norm op normalises its residual in place, adding nothing (a sublayer's
 // output norm: AddRMSNorm(x, x, none, w)).
 func (op *stepOp) inPlace() bool { return op.kind == opNorm && op.dst == op.resid && op.add == 0 }
+
+// mixedDecodeMin is the fewest leading decodes of a mixed step that attention runs on the decode
+// kernels (gemvTuning.MixedDecodeMin; math.MaxInt: never).
+func (f *stepFacts) mixedDecodeMin() int {
+	switch m := f.tune.MixedDecodeMin; {
+	case m < 0:
+		return math.MaxInt
+	case m > 0:
+		return m
+	}
+	return mixedDecodeMin
+}
 
 // gemvServes reports whether the skinny product computes a product of rows token rows over in columns.
 func (f *stepFacts) gemvServes(rows, in int) bool {
@@ -622,9 +650,11 @@ type opPlan struct {
 	add      normAdd
 	addParts int
 	// Attention: decode steps on the decode kernels run attn (with the rotation where attn.RoPE), others
-	// the prefill kernel. RoPE: skip where the product or attention does it.
-	decode bool
-	attn   attention.DecodeDecision
+	// the prefill kernel, but for their first leadDecodes rows (> 0: decodes, stepShape.leadDecodes),
+	// which run attn. RoPE: skip where the product or attention does it.
+	decode      bool
+	leadDecodes int
+	attn        attention.DecodeDecision
 	// shared: the layer's decode runs the shared-prefix algorithm (stepShape.shared), not attn.
 	shared bool
 	// ropeBias: where attn.RoPE, the Q/K/V product whose bias the rotation adds (its own plan then adds
@@ -761,7 +791,7 @@ func (p *stepPlanner) attention(rows int, rope bool, window int) (attention.Deco
 		return m.d, m.err
 	}
 	f, st := p.f, p.st
-	c := attention.DecodeCall{ContextLens: st.contextLens, MaxBlocks: st.stride, NumHeads: f.numHeads,
+	c := attention.DecodeCall{ContextLens: st.contextLens[:min(rows, len(st.contextLens))], MaxBlocks: st.stride, NumHeads: f.numHeads,
 		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, KVFP8: f.kvFP8,
 		Window: window, Dependent: st.pdl, WorkspaceBytes: splitWorkspaceBytes, Tuning: f.attnTuning}
 	if st.graph {
@@ -860,6 +890,11 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			plan.shared = p.st.shared && op.window == 0
 			if plan.attn.RoPE && !plan.shared {
 				plan.ropeBias = l.biasFrom
+			}
+		} else if n := p.st.leadDecodes; n > 0 && n >= f.mixedDecodeMin() && f.decodeKernels {
+			// A decision the kernels cannot take (none fits) leaves the decodes to the prefill kernel.
+			if d, err := p.attention(n, false, op.window); err == nil {
+				plan.leadDecodes, plan.attn = n, d
 			}
 		}
 	case opSwiGLU:

@@ -772,3 +772,83 @@ func TestPlanStepAllReduce(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanStepMixedDecodes: in a step of decodes and prefill chunks, attention runs its leading decodes
+// on the decode kernels (opPlan.leadDecodes, with a decision at their own contexts and no rotation: the
+// RoPE kernel has run over every row) from mixedDecodeMin of them (or MixedDecodeMin's count), and
+// leaves them to the prefill kernel below it, without the decode kernels, or with MixedDecodeMin < 0;
+// the windowed layers of a family take the decision at their window.
+func TestPlanStepMixedDecodes(t *testing.T) {
+	for _, m := range []planModel{planLlama3_8B, planGemma3_12B, planMistral7B} {
+		for _, tc := range []struct {
+			name     string
+			decodes  int
+			kernels  bool
+			min      int // gemvTuning.MixedDecodeMin
+			wantLead bool
+		}{
+			{"none", 0, true, 0, false},
+			{"below", mixedDecodeMin - 1, true, 0, false},
+			{"at", mixedDecodeMin, true, 0, true},
+			{"many", 254, true, 0, true},
+			{"no-kernels", 254, false, 0, false},
+			{"switched-off", 254, true, -1, false},
+			{"lowered", 3, true, 3, true},
+			{"lowered-none", 0, true, 1, false},
+		} {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				f := planFacts("h200", m)
+				f.decodeKernels, f.tune.MixedDecodeMin = tc.kernels, tc.min
+				// The decodes at contexts 1025…, then one prompt chunk of 1024 tokens.
+				var lens []int32
+				for i := range tc.decodes {
+					lens = append(lens, int32(1025+i))
+				}
+				lens = append(lens, 1024)
+				rows := tc.decodes + 1024
+				st := stepShape{contextLens: lens, stride: 2048 / 16, leadDecodes: tc.decodes}
+				ops, _ := recordedStep(m, rows, true)
+				plans := planStep(ops, 0, &f, &st)
+				seen := 0
+				for i, op := range ops {
+					p := plans[i]
+					if p.err != nil {
+						t.Fatalf("op %d (%v): %v", i, op.kind, p.err)
+					}
+					switch op.kind {
+					case opRoPE:
+						if p.skip {
+							t.Errorf("op %d: RoPE skipped in a mixed step (nothing else rotates the prefill rows)", i)
+						}
+					case opAttention:
+						seen++
+						if p.decode || p.shared || p.attn.RoPE {
+							t.Errorf("op %d: decode %v shared %v rope %v in a mixed step", i, p.decode, p.shared, p.attn.RoPE)
+						}
+						if got := p.leadDecodes > 0; got != tc.wantLead {
+							t.Fatalf("op %d: leadDecodes %d, want them on the decode kernels: %v", i, p.leadDecodes, tc.wantLead)
+						}
+						if !tc.wantLead {
+							continue
+						}
+						if p.leadDecodes != tc.decodes {
+							t.Errorf("op %d: leadDecodes %d, want %d", i, p.leadDecodes, tc.decodes)
+						}
+						want, err := attention.Decide(attention.DecodeCall{ContextLens: lens[:tc.decodes], MaxBlocks: st.stride,
+							NumHeads: m.heads, NumKVHeads: m.kvHeads, HeadDim: m.dim, BlockSize: 16, DType: attention.BF16,
+							Window: op.window, WorkspaceBytes: splitWorkspaceBytes}, f.attn)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if p.attn != want {
+							t.Errorf("op %d (window %d): decision %+v, want %+v", i, op.window, p.attn, want)
+						}
+					}
+				}
+				if seen != m.layers {
+					t.Errorf("%d attention ops, want %d", seen, m.layers)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,119 @@
+//go:build cuda
+
+package model
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gollm/gollm/weights"
+)
+
+// BenchmarkCUDAMixedStep measures the step continuous batching runs most under load: decodes beside
+// prefill chunks, as the scheduler lays them out (decodes first). Llama-3-8B's shape, random bfloat16
+// weights, decodes at contexts 1025-1152 (the decode half of gollm bench throughput's 1024-token
+// prompts and 128 output tokens) beside two 1024-token prompts, with the decodes' attention on the
+// decode kernels (default, from mixedDecodeMin decodes) or as items of the prefill kernel
+// (items, gemvTuning.MixedDecodeMin −1). Metrics: ms/step (wall time of ForwardGreedy: mixed steps run
+// eagerly), attn-ms/step (the attention ops of one step run op by op, stepProfile), kv-floor-ms (the
+// decodes' K/V bytes at the copy bandwidth: what their attention cannot beat), and the per-op profile
+// of the largest batch in the log.
+//
+//	go test -tags cuda -run XXX -bench CUDAMixedStep ./model
+func BenchmarkCUDAMixedStep(b *testing.B) {
+	dev := gpuDevice(b)
+	bw := copyBandwidth(b)
+	cfg := llama3_8B()
+	const blockSize, prompts, promptLen, maxDecodes = 16, 2, 1024, 254
+	perSeq := (promptLen+128)/blockSize + 1
+	opts := Options{NumBlocks: (maxDecodes + prompts) * perSeq, BlockSize: blockSize, MaxStepTokens: maxDecodes + prompts*promptLen}
+	start := time.Now()
+	m, err := LoadRandom(cfg, 1, opts, newCUDABackendFunc(cudaConfig{dtype: weights.DTypeBF16, dev: dev}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.Logf("loaded random bf16 weights (%.2f GB) in %v", float64(decodeWeightBytes(cfg, ""))/1e9,
+		time.Since(start).Round(time.Millisecond))
+	backend := m.backend.(*cudaBackend)
+	for _, decodes := range []int{8, 32, 128, maxDecodes} {
+		s := &Step{QueryStart: []int32{0}}
+		var kvTokens int
+		table := func(seq int) []int32 {
+			t := make([]int32, perSeq)
+			for i := range t {
+				t[i] = int32(seq*perSeq + i)
+			}
+			return t
+		}
+		for seq := range decodes {
+			ctx := int32(promptLen + 1 + seq*37%128)
+			kvTokens += int(ctx)
+			tb := table(seq)
+			pos := ctx - 1
+			s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
+			s.Positions = append(s.Positions, pos)
+			s.SlotMapping = append(s.SlotMapping, tb[pos/blockSize]*blockSize+pos%blockSize)
+			s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
+			s.ContextLens = append(s.ContextLens, ctx)
+			s.BlockTables = append(s.BlockTables, tb)
+			s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+		}
+		for p := range prompts {
+			tb := table(maxDecodes + p)
+			for pos := range int32(promptLen) {
+				s.Tokens = append(s.Tokens, (pos*31+int32(p))%int32(cfg.VocabSize))
+				s.Positions = append(s.Positions, pos)
+				s.SlotMapping = append(s.SlotMapping, tb[pos/blockSize]*blockSize+pos%blockSize)
+			}
+			s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
+			s.ContextLens = append(s.ContextLens, promptLen)
+			s.BlockTables = append(s.BlockTables, tb)
+			s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+		}
+		kvFloor := float64(decodeKVBytes(cfg, 1, 1)*int64(kvTokens)) / bw * 1e3
+		for _, v := range []struct {
+			name    string
+			noMixed bool
+		}{{"default", false}, {"items", true}} {
+			b.Run(fmt.Sprintf("decodes=%d/%s", decodes, v.name), func(b *testing.B) {
+				if v.noMixed {
+					backend.tune.MixedDecodeMin = -1
+				}
+				defer func() { backend.tune.MixedDecodeMin = 0 }()
+				before := backend.Stats().MixedDecodes
+				if _, err := m.ForwardGreedy(s); err != nil { // warm-up
+					b.Fatal(err)
+				}
+				ran, want := backend.Stats().MixedDecodes > before, !v.noMixed && decodes >= mixedDecodeMin
+				if ran != want {
+					b.Fatalf("decodes on the decode kernels: %v, want %v", ran, want)
+				}
+				for b.Loop() {
+					if _, err := m.ForwardGreedy(s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+				b.StopTimer()
+				ops := profileStep(b, m, s)
+				var attn float64
+				for _, o := range ops {
+					if o.Name == opAttention.String() {
+						attn += o.MS
+					}
+				}
+				b.ReportMetric(ms, "ms/step")
+				b.ReportMetric(attn, "attn-ms/step")
+				b.ReportMetric(kvFloor, "kv-floor-ms")
+				b.ReportMetric(float64(decodes)/ms*1e3, "decode-tok/s")
+				if decodes == maxDecodes {
+					b.Logf("\n%s", strings.TrimSpace(formatProfile(fmt.Sprintf("llama-3-8b, %d decodes beside %d prompts of %d (%s)",
+						decodes, prompts, promptLen, v.name), summarize(ops, 1, cfg.DType.Size()), bw)))
+				}
+			})
+		}
+	}
+}
