@@ -1,5 +1,45 @@
 package attention
 
+// prefillVectors is PREFILL_VECTORS of prefill.cu: (row, head) query vectors per program of its kernels.
+const prefillVectors = 64
+
+// PrefillSM90Vectors is the query vectors of a work item of the Hopper kernel (prefill_sm90.cu): 64 for
+// each of its two consumer warpgroups.
+const PrefillSM90Vectors = 128
+
+// PrefillHeadsPerItem is the number of a group's query heads one prefill work item covers: the whole
+// group when it has at most 64 heads (each K/V row is then read once per item for all of them).
+func PrefillHeadsPerItem(group int) int { return min(group, prefillVectors) }
+
+// PrefillItems appends to dst the work items of a step whose sequence s owns query rows
+// [queryStart[s], queryStart[s+1]), for a group of group query heads per KV head, and returns the
+// extended slice: four int32 per item (sequence, first row, rows, first head of the group), each item
+// holding at most vectors (row, head) vectors of consecutive rows of one sequence: the Vectors of the
+// kernel that runs them (64, or PrefillSM90Vectors).
+func PrefillItems(dst []int32, queryStart []int32, group, vectors int) []int32 {
+	hpi := PrefillHeadsPerItem(group)
+	rowsPer := int32(vectors / hpi)
+	for s := 0; s+1 < len(queryStart); s++ {
+		for r0 := queryStart[s]; r0 < queryStart[s+1]; r0 += rowsPer {
+			rows := min(rowsPer, queryStart[s+1]-r0)
+			for g0 := 0; g0 < group; g0 += hpi {
+				dst = append(dst, int32(s), r0, rows, int32(g0))
+			}
+		}
+	}
+	return dst
+}
+
+// PrefillItemsBefore is how many of items (PrefillItems' layout, sequences in order) belong to the
+// sequences before seq: the offset, in items, of seq's first one.
+func PrefillItemsBefore(items []int32, seq int32) int {
+	n := 0
+	for 4*n < len(items) && items[4*n] < seq {
+		n++
+	}
+	return n
+}
+
 // prefillUnit is the program (prefill sequence s, KV head h, query tile) of the prefill path: it takes up
 // to queryTile consecutive query rows of the chunk and all G heads of the group as one tile of vectors,
 // walks the pages from the tile's first key (position 0, or the first row's window start) to the last

@@ -15,13 +15,6 @@ import (
 // fat binary (../model/kernels), not attention.fatbin, so the caller hands LoadCUDAPrefill the module
 // that holds them.
 
-// prefillVectors is PREFILL_VECTORS of prefill.cu: (row, head) query vectors per program of its kernels.
-const prefillVectors = 64
-
-// PrefillSM90Vectors is the query vectors of a work item of the Hopper kernel (prefill_sm90.cu): 64 for
-// each of its two consumer warpgroups.
-const PrefillSM90Vectors = 128
-
 // PrefillKernel names one of the prefill attention kernels. The zero value, PrefillAuto, is the fastest
 // one loaded for the call's shape (CUDAPrefill.Kernel).
 type PrefillKernel int
@@ -231,29 +224,6 @@ func prefillTypeName(t cuda.DataType) (string, bool) {
 		return "f16", true
 	}
 	return "", false
-}
-
-// PrefillHeadsPerItem is the number of a group's query heads one prefill work item covers: the whole
-// group when it has at most 64 heads (each K/V row is then read once per item for all of them).
-func PrefillHeadsPerItem(group int) int { return min(group, prefillVectors) }
-
-// PrefillItems appends to dst the work items of a step whose sequence s owns query rows
-// [queryStart[s], queryStart[s+1]), for a group of group query heads per KV head, and returns the
-// extended slice: four int32 per item (sequence, first row, rows, first head of the group), each item
-// holding at most vectors (row, head) vectors of consecutive rows of one sequence: the Vectors of the
-// kernel that runs them (64, or PrefillSM90Vectors).
-func PrefillItems(dst []int32, queryStart []int32, group, vectors int) []int32 {
-	hpi := PrefillHeadsPerItem(group)
-	rowsPer := int32(vectors / hpi)
-	for s := 0; s+1 < len(queryStart); s++ {
-		for r0 := queryStart[s]; r0 < queryStart[s+1]; r0 += rowsPer {
-			rows := min(rowsPer, queryStart[s+1]-r0)
-			for g0 := 0; g0 < group; g0 += hpi {
-				dst = append(dst, int32(s), r0, rows, int32(g0))
-			}
-		}
-	}
-	return dst
 }
 
 // CUDAPrefillArgs describes one prefill-attention call on device memory; the cache layout is the CPU

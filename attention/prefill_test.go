@@ -90,3 +90,43 @@ func TestSM90Pages(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillItemsBefore: over PrefillItems' layout of decodes (one row each) then prefill chunks,
+// PrefillItemsBefore(items, d) is the decodes' items, ⌈group / heads per item⌉ each (two from 65 heads a
+// group), and the item there is sequence d's first; past the last sequence it is every item.
+func TestPrefillItemsBefore(t *testing.T) {
+	for _, tc := range []struct {
+		group, vectors, decodes int
+		chunks                  []int32
+	}{
+		{4, PrefillSM90Vectors, 0, []int32{1024}},
+		{4, PrefillSM90Vectors, 254, []int32{1024, 1024}},
+		{4, prefillVectors, 3, []int32{7}},
+		{1, prefillVectors, 40, []int32{65, 1}},
+		{7, PrefillSM90Vectors, 12, []int32{50, 40}},
+		{128, prefillVectors, 5, []int32{3}},
+		{65, PrefillSM90Vectors, 2, []int32{9, 300}},
+	} {
+		t.Run(fmt.Sprintf("g%d_v%d_d%d", tc.group, tc.vectors, tc.decodes), func(t *testing.T) {
+			starts := []int32{0}
+			for range tc.decodes {
+				starts = append(starts, starts[len(starts)-1]+1)
+			}
+			for _, c := range tc.chunks {
+				starts = append(starts, starts[len(starts)-1]+c)
+			}
+			items := PrefillItems(nil, starts, tc.group, tc.vectors)
+			per := (tc.group + PrefillHeadsPerItem(tc.group) - 1) / PrefillHeadsPerItem(tc.group)
+			n := PrefillItemsBefore(items, int32(tc.decodes))
+			if n != tc.decodes*per {
+				t.Fatalf("%d items before sequence %d, want %d (%d a decode)", n, tc.decodes, tc.decodes*per, per)
+			}
+			if items[4*n] != int32(tc.decodes) || items[4*n+1] != int32(tc.decodes) {
+				t.Errorf("item %d: sequence %d, first row %d; want sequence %d's first", n, items[4*n], items[4*n+1], tc.decodes)
+			}
+			if all := PrefillItemsBefore(items, int32(len(starts))); all != len(items)/4 {
+				t.Errorf("%d items before the end, want all %d", all, len(items)/4)
+			}
+		})
+	}
+}

@@ -355,6 +355,30 @@ func TestCUDAMatchesCPU(t *testing.T) {
 	}
 }
 
+// loadPair loads one random model of config cfg on the CPU backend and on the GPU (compute dtype dt,
+// graphs off when eager), with 512 pages of 16 tokens each; both close when t ends.
+func loadPair(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DType, eager bool) (cpu, gpu *Model,
+	backend *cudaBackend) {
+	t.Helper()
+	r := newRandomModel(cfg, weights.DTypeBF16, 7) // exact in every compute dtype
+	opts := Options{NumBlocks: 512, BlockSize: 16}
+	cpu, err := load(cfg, r.get, opts, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cpu.Close() })
+	gpu, err = load(cfg, r.get, opts, func(s Shape) (Backend, error) {
+		b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev, noGraphs: eager})
+		backend = b
+		return b, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gpu.Close() })
+	return cpu, gpu, backend
+}
+
 // matchCPU runs the same steps of a random model of config cfg on the CPU backend and on the GPU (compute
 // dtype dt, graphs off when eager; setup adjusts the GPU backend before the first step) and compares
 // every logits row (relative error at most tol): three sequences with ragged contexts (one of 1500
@@ -365,24 +389,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 func matchCPU(t *testing.T, dev *cuda.Device, cfg *weights.Config, dt weights.DType, tol float64, eager bool,
 	setup func(*cudaBackend)) cudaStats {
 	t.Helper()
-	r := newRandomModel(cfg, weights.DTypeBF16, 7) // exact in every compute dtype
-	const numBlocks, blockSize = 512, 16
-	opts := Options{NumBlocks: numBlocks, BlockSize: blockSize}
-	cpu, err := load(cfg, r.get, opts, NewCPUBackend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
-	var backend *cudaBackend
-	gpu, err := load(cfg, r.get, opts, func(s Shape) (Backend, error) {
-		b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev, noGraphs: eager})
-		backend = b
-		return b, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	cpu, gpu, backend := loadPair(t, dev, cfg, dt, eager)
 	// The mixed steps below have eleven decodes: they take the decode kernels from one.
 	backend.tune.MixedDecodeMin = 1
 	if setup != nil {
@@ -477,38 +484,44 @@ func matchSteps(t *testing.T, cpu, gpu *Model, pc, pg *pager, plan [][]chunk, rn
 	t.Logf("largest relative error %.3g (tolerance %g)", worst, tol)
 }
 
-// TestCUDAFamiliesMatchCPU is matchCPU for the families' parts on random models: a Mistral whose every
-// layer slides (window 100: the 1500-token sequence's decode reads its last pages only, split-k on
-// spans), a Qwen2 with q/k/v biases and one sliding layer of two (two KV groups), a Qwen3 with q/k norms,
-// and a Gemma 3 of head_dim 256 (one sliding layer with its own rotary base and one full: two KV groups;
-// q/k norms, (1 + w) and sandwich norms, GeGLU, scaled embeddings, query_pre_attn_scalar, a final soft
-// cap, tied embeddings), each in float32 (the CPU's arithmetic) and bfloat16.
+// cudaFamilies are the families' parts on random models of cudaReferenceConfig(128)'s size: a Mistral whose
+// every layer slides (window 100), a Qwen2 with q/k/v biases and one sliding layer of two (two KV groups),
+// a Qwen3 with q/k norms, and a Gemma 3 of head_dim 256 (one sliding layer with its own rotary base and
+// one full: two KV groups; q/k norms, (1 + w) and sandwich norms, GeGLU, scaled embeddings,
+// query_pre_attn_scalar, a final soft cap, tied embeddings).
+var cudaFamilies = []struct {
+	name string
+	cfg  func(c *weights.Config)
+}{
+	{"mistral-window", func(c *weights.Config) {
+		c.LayerTypes, c.SlidingWindow = []string{weights.SlidingAttention, weights.SlidingAttention}, 100
+	}},
+	{"qwen2-bias-window", func(c *weights.Config) {
+		c.HeadDim = 64
+		c.QKVBias, c.LayerTypes, c.SlidingWindow = true, []string{weights.FullAttention, weights.SlidingAttention}, 64
+	}},
+	{"qwen3-qknorm", func(c *weights.Config) { c.QKNorm = true }},
+	{"gemma3-d256", func(c *weights.Config) {
+		c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 2
+		c.LayerTypes, c.SlidingWindow, c.LocalRopeTheta = []string{weights.SlidingAttention, weights.FullAttention}, 80, 10000
+		c.HiddenAct, c.QKNorm, c.NormOffset, c.SandwichNorm, c.EmbedScale = weights.ActGELUTanh, true, 1, true, true
+		c.QueryPreAttnScalar, c.FinalLogitSoftcap, c.TieWordEmbeddings = 200, 30, true
+	}},
+}
+
+// familyDTypes are the compute dtypes the families' tests run, with their bounds on the relative error
+// against the CPU: float32 (the CPU's arithmetic) and bfloat16.
+var familyDTypes = []struct {
+	dtype weights.DType
+	tol   float64
+}{{weights.DTypeF32, 1e-4}, {weights.DTypeBF16, 8e-2}}
+
+// TestCUDAFamiliesMatchCPU is matchCPU for cudaFamilies (the Mistral's 1500-token sequence's decode reads
+// its last pages only, split-k on spans), in each of familyDTypes.
 func TestCUDAFamiliesMatchCPU(t *testing.T) {
 	dev := gpuDevice(t)
-	sliding, full := weights.SlidingAttention, weights.FullAttention
-	for _, fam := range []struct {
-		name string
-		cfg  func(c *weights.Config)
-	}{
-		{"mistral-window", func(c *weights.Config) {
-			c.LayerTypes, c.SlidingWindow = []string{sliding, sliding}, 100
-		}},
-		{"qwen2-bias-window", func(c *weights.Config) {
-			c.HeadDim = 64
-			c.QKVBias, c.LayerTypes, c.SlidingWindow = true, []string{full, sliding}, 64
-		}},
-		{"qwen3-qknorm", func(c *weights.Config) { c.QKNorm = true }},
-		{"gemma3-d256", func(c *weights.Config) {
-			c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 2
-			c.LayerTypes, c.SlidingWindow, c.LocalRopeTheta = []string{sliding, full}, 80, 10000
-			c.HiddenAct, c.QKNorm, c.NormOffset, c.SandwichNorm, c.EmbedScale = weights.ActGELUTanh, true, 1, true, true
-			c.QueryPreAttnScalar, c.FinalLogitSoftcap, c.TieWordEmbeddings = 200, 30, true
-		}},
-	} {
-		for _, tc := range []struct {
-			dtype weights.DType
-			tol   float64
-		}{{weights.DTypeF32, 1e-4}, {weights.DTypeBF16, 8e-2}} {
+	for _, fam := range cudaFamilies {
+		for _, tc := range familyDTypes {
 			t.Run(fam.name+"/"+tc.dtype.String(), func(t *testing.T) {
 				cfg := cudaReferenceConfig(128)
 				fam.cfg(cfg)

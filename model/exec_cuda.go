@@ -352,10 +352,10 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			// A mixed step's decodes are its first rows and sequences: the decode kernels take them, the
 			// prefill kernel the items after theirs.
 			args.HostContextLens = st.s.ContextLens[:p.leadDecodes]
-			b.stats.MixedDecodes++
 			if err := b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes); err != nil {
 				return err
 			}
+			b.stats.MixedDecodes++
 		case p.shared:
 			b.stats.SharedDecodes++
 			return b.decode.DecodeShared(b.stream, &args, b.sharedArgs(), b.splitWS, splitWorkspaceBytes)

@@ -417,6 +417,7 @@ func TestCUDAFP8MatchesCPU(t *testing.T) {
 // and 12 (bucket 16), each several times (graphs captured, then replayed).
 func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 	t.Helper()
+	gpu.backend.(*cudaBackend).tune.MixedDecodeMin = 1 // the mixed steps below have twelve decodes
 	rng := newRand(21)
 	pc, pg := newModelPager(cpu, newRand(3)), newModelPager(gpu, newRand(3))
 	plan := [][]chunk{
@@ -440,8 +441,8 @@ func fp8MatchCPU(t *testing.T, cpu, gpu *Model, vocab int, tol float64) {
 	for range 3 {
 		plan = append(plan, append([]chunk(nil), all...))
 	}
-	// Mixed steps, decodes first (the decode kernels take them: see matchCPU), beside a new prompt's
-	// two chunks.
+	// Mixed steps, decodes first (on the decode kernels where the backend has them), beside a new
+	// prompt's two chunks.
 	prompt := randomTokens(rng, 90, vocab)
 	plan = append(plan, append(append([]chunk(nil), all...), chunk{12, prompt[:50]}),
 		append(append([]chunk(nil), all...), chunk{12, prompt[50:]}))

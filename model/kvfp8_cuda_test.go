@@ -115,7 +115,6 @@ func TestCUDAFP8KVMatchesCPU(t *testing.T) {
 					backend = b
 					return b, err
 				})
-				backend.tune.MixedDecodeMin = 1 // fp8MatchCPU's mixed steps have twelve decodes
 				if !backend.kvFP8 || backend.kvElem != 1 {
 					t.Fatalf("GPU pages: FP8 %v, %d bytes an element", backend.kvFP8, backend.kvElem)
 				}

@@ -11,6 +11,47 @@ import (
 	"github.com/gollm/gollm/weights"
 )
 
+// TestCUDAMixedStepsMatchCPU runs mixed steps as the scheduler lays them out (decodes first, then
+// prefill chunks) with the decodes on the decode kernels (MixedDecodeMin 1) against the CPU: decodes at
+// about 1500 tokens (past every family's window: the decode kernels skip the pages behind it and the −1
+// entries of a sliding group's table; split-k at such a context), 120 and 30 tokens, beside a new
+// prompt's two chunks (the second attends to the first's pages), then a decode step, on the reference
+// model at head sizes 64 and 128 and on cudaFamilies, in each of familyDTypes. Wherever the backend has
+// the decode kernels, the mixed steps' decodes must have run on them.
+func TestCUDAMixedStepsMatchCPU(t *testing.T) {
+	dev := gpuDevice(t)
+	cases := []struct {
+		name string
+		cfg  func(c *weights.Config)
+	}{{"d64", func(c *weights.Config) { c.HeadDim = 64 }}, {"d128", func(*weights.Config) {}}}
+	cases = append(cases, cudaFamilies...)
+	for _, fam := range cases {
+		for _, tc := range familyDTypes {
+			t.Run(fam.name+"/"+tc.dtype.String(), func(t *testing.T) {
+				cfg := cudaReferenceConfig(128)
+				fam.cfg(cfg)
+				cpu, gpu, backend := loadPair(t, dev, cfg, tc.dtype, false)
+				backend.tune.MixedDecodeMin = 1
+				rng := newRand(17)
+				pc, pg := newModelPager(cpu, newRand(3)), newModelPager(gpu, newRand(3))
+				long, prompt := randomTokens(rng, 1500, cfg.VocabSize), randomTokens(rng, 90, cfg.VocabSize)
+				decodes := []chunk{{0, nil}, {1, nil}, {2, nil}}
+				plan := [][]chunk{
+					{{0, long[:800]}, {1, randomTokens(rng, 120, cfg.VocabSize)}},
+					{{0, long[800:]}, {2, randomTokens(rng, 30, cfg.VocabSize)}},
+					append(append([]chunk(nil), decodes...), chunk{3, prompt[:40]}),
+					append(append([]chunk(nil), decodes...), chunk{3, prompt[40:]}),
+					append(append([]chunk(nil), decodes...), chunk{3, nil}),
+				}
+				matchSteps(t, cpu, gpu, pc, pg, plan, rng, cfg.VocabSize, tc.tol)
+				if st := backend.Stats(); backend.decodeFits && st.MixedDecodes == 0 {
+					t.Errorf("no mixed step's decodes ran on the decode kernels")
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkCUDAMixedStep measures the step continuous batching runs most under load: decodes beside
 // prefill chunks, as the scheduler lays them out (decodes first). Llama-3-8B's shape, random bfloat16
 // weights, decodes at contexts 1025-1152 (the decode half of gollm bench throughput's 1024-token
@@ -38,7 +79,7 @@ func BenchmarkCUDAMixedStep(b *testing.B) {
 	b.Logf("loaded random bf16 weights (%.2f GB) in %v", float64(decodeWeightBytes(cfg, ""))/1e9,
 		time.Since(start).Round(time.Millisecond))
 	backend := m.backend.(*cudaBackend)
-	for _, decodes := range []int{8, 32, 128, maxDecodes} {
+	for _, decodes := range []int{8, 32, 64, 96, 128, maxDecodes} {
 		s := &Step{QueryStart: []int32{0}}
 		var kvTokens int
 		table := func(seq int) []int32 {

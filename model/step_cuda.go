@@ -63,9 +63,8 @@ type cudaStep struct {
 	numTokens, numSeqs int
 	decode             bool // every sequence has one query row
 	// leadDecodes: in a step that is not a decode step, how many sequences lead it with one query row
-	// each at the end of their context (the scheduler's decodes, which it puts first); leadItems: how
-	// many of the prefill items (the first ones) are theirs. Attention may run them on the decode
-	// kernels (opPlan.leadDecodes).
+	// each (the scheduler's decodes, which it puts first); leadItems: how many of the prefill items (laid
+	// out first) are theirs. Attention may run them on the decode kernels (opPlan.leadDecodes).
 	leadDecodes, leadItems int
 	graph                  bool // a decode step that may run as the graph of bucket rows
 	rows                   int  // graph: the bucket; else numTokens
@@ -124,11 +123,8 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	for seq := range numSeqs {
 		st.decode = st.decode && s.QueryStart[seq+1]-s.QueryStart[seq] == 1
 	}
-	for !st.decode && st.leadDecodes < numSeqs {
-		r := s.QueryStart[st.leadDecodes]
-		if s.QueryStart[st.leadDecodes+1]-r != 1 || s.Positions[r] != s.ContextLens[st.leadDecodes]-1 {
-			break
-		}
+	// A sequence of one row is at its context's end (Model.validate): a decode.
+	for !st.decode && st.leadDecodes < numSeqs && s.QueryStart[st.leadDecodes+1]-s.QueryStart[st.leadDecodes] == 1 {
 		st.leadDecodes++
 	}
 	bs := b.shape.BlockSize
@@ -195,9 +191,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	st.offItems = len(h)
 	h = attention.PrefillItems(h, s.QueryStart, b.shape.NumHeads/b.shape.NumKVHeads, b.preKernel.Vectors())
 	st.items = (len(h) - st.offItems) / 4
-	for st.leadItems < st.items && h[st.offItems+4*st.leadItems] < int32(st.leadDecodes) {
-		st.leadItems++ // items run in sequence order: the leading decodes' come first
-	}
+	st.leadItems = attention.PrefillItemsBefore(h[st.offItems:], int32(st.leadDecodes))
 	if st.seqs > numSeqs { // the padding sequences' items: one row each, rows numTokens, numTokens+1, …
 		padStarts := make([]int32, 0, st.seqs-numSeqs+1)
 		for r := numTokens; r <= st.rows; r++ {

@@ -45,9 +45,9 @@ const (
 	// mixedDecodeMin is the fewest leading decodes of a mixed step (decodes and prefill chunks) that
 	// attention runs on the decode kernels rather than as prefill items: the prefill kernel gives each
 	// decode a tile of query rows of which it fills one row a query head, so a decode's pages cost a
-	// whole tile's arithmetic there, where the decode kernels read them at the copy bandwidth; below it
-	// the extra launch costs as much as the decodes' items save (docs/bench/prefill-h200.md).
-	mixedDecodeMin = 32
+	// whole tile's arithmetic there, where the decode kernels read them at the copy bandwidth. Below it
+	// the items, which need no launch of their own, are as fast or faster (docs/bench/prefill-h200.md).
+	mixedDecodeMin = 64
 )
 
 // gemvMode mirrors GemvMode in kernels/gemv.cu: what a product does with a finished tile (its
@@ -924,7 +924,8 @@ func (p *stepPlanner) slots(plan *opPlan) {
 	}
 }
 
-// hash mixes the tuning into a graph signature: it picks the launches a graph holds.
+// hash mixes the tuning into a graph signature: it picks the launches a graph holds. MixedDecodeMin
+// is left out: it shapes only mixed steps, which never run as graphs.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
 		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows} {
