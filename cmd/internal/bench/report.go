@@ -91,10 +91,10 @@ func (r *ThroughputResult) WriteText(w io.Writer) error {
 		return err
 	}
 	rf := &r.Roofline
-	_, err = fmt.Fprintf(w, "  roofline: compute %.2f s (%.3g FLOP at %.3g FLOP/s), weight reads %.2f s (≥ %d decode steps at %s/s): "+
-		"at most %.1f output tok/s; this run %.0f%% of it\n",
-		rf.ComputeS, rf.FLOPs, rf.PeakFLOPS, rf.BandwidthS, rf.DecodeSteps, humanBytes(rf.Bandwidth), rf.OutputTokensPerSecond,
-		rf.Percent)
+	_, err = fmt.Fprintf(w, "  roofline: compute %.2f s (%.3g FLOP at %.3g FLOP/s), reads %.2f s (the weights of ≥ %d decode steps "+
+		"and the decodes' K/V, %s, at %s/s): at most %.1f output tok/s; this run %.0f%% of it\n",
+		rf.ComputeS, rf.FLOPs, rf.PeakFLOPS, rf.BandwidthS, rf.DecodeSteps, humanBytes(float64(rf.KVBytes)),
+		humanBytes(rf.Bandwidth), rf.OutputTokensPerSecond, rf.Percent)
 	return err
 }
 

@@ -175,9 +175,9 @@ func TokenFLOPs(cfg *weights.Config, pos int, logits bool) float64 {
 }
 
 // ThroughputRoofline bounds an offline run from below: its arithmetic at the device's matrix rate, and
-// the weights every decode step must read at the copy bandwidth (a step yields at most max-num-seqs
-// tokens, so there are at least output tokens / max-num-seqs of them). The run cannot take less than the
-// larger of the two.
+// what its decode steps must read at the copy bandwidth: the weights of each (a step yields at most
+// max-num-seqs tokens, so there are at least output tokens / max-num-seqs of them) and every decode's
+// K and V. The run cannot take less than the larger of the two.
 type ThroughputRoofline struct {
 	// FLOPs is Σ TokenFLOPs over every token the model runs: each prompt token and each generated token
 	// but a request's last (logits from the prompt's last token on); PeakFLOPS the matrix rate it is
@@ -185,11 +185,15 @@ type ThroughputRoofline struct {
 	FLOPs     float64 `json:"flops"`
 	PeakFLOPS float64 `json:"peak_flops"`
 	ComputeS  float64 `json:"compute_s"`
-	// DecodeSteps is the fewest decode steps; Bytes their weight reads; Bandwidth the copy bandwidth.
+	// DecodeSteps is the fewest decode steps; Bytes their weight reads; KVBytes the K and V their
+	// decodes read (KVBytesRead of each generated token's context but the prefills'); Bandwidth the
+	// copy bandwidth; BandwidthS both reads at it, KVS the K/V's share.
 	DecodeSteps int64   `json:"decode_steps"`
 	Bytes       int64   `json:"bytes"`
+	KVBytes     int64   `json:"kv_bytes"`
 	Bandwidth   float64 `json:"bandwidth_bytes_s"`
 	BandwidthS  float64 `json:"bandwidth_s"`
+	KVS         float64 `json:"kv_s"`
 	// BoundS is the larger bound; OutputTokensPerSecond the output tokens over it; Percent BoundS over
 	// the measured run.
 	BoundS                float64 `json:"bound_s"`
@@ -208,6 +212,11 @@ func throughputRoofline(cfg *weights.Config, p Precision, inputs, outputs []int,
 		for pos := range in + outputs[i] - 1 {
 			r.FLOPs += TokenFLOPs(cfg, pos, pos >= in-1)
 		}
+		// Its first token comes from the prefill, each later one from a decode of the token before it,
+		// which reads the context up to it.
+		for j := 1; j < outputs[i]; j++ {
+			r.KVBytes += KVBytesRead(cfg, p.KVBytes, in+j)
+		}
 		outTokens += outputs[i]
 	}
 	if peakFLOPS > 0 {
@@ -217,7 +226,8 @@ func throughputRoofline(cfg *weights.Config, p Precision, inputs, outputs []int,
 	decodeTokens := outTokens - len(inputs)
 	r.DecodeSteps = int64((decodeTokens + maxNumSeqs - 1) / max(1, maxNumSeqs))
 	r.Bytes = r.DecodeSteps * DecodeStepBytes(cfg, p, nil).Weights
-	r.BandwidthS = RooflineSeconds(r.Bytes, bandwidth)
+	r.BandwidthS = RooflineSeconds(r.Bytes+r.KVBytes, bandwidth)
+	r.KVS = RooflineSeconds(r.KVBytes, bandwidth)
 	r.BoundS = max(r.ComputeS, r.BandwidthS)
 	if r.BoundS > 0 {
 		r.OutputTokensPerSecond = float64(outTokens) / r.BoundS

@@ -220,7 +220,8 @@ func TestTokenFLOPs(t *testing.T) {
 
 // TestThroughputRoofline: two requests (3 prompt tokens and 2 outputs, 1 and 1) at most 2 a step on a
 // device of 1 MFLOP/s and 1 MB/s: the FLOPs summed token by token, one decode step (3 outputs, 2 of them
-// from the prefills), and the bound the larger of compute and weight reads.
+// from the prefills) whose one decode reads a context of 4 tokens, and the bound the larger of compute
+// and the reads (weights and K/V).
 func TestThroughputRoofline(t *testing.T) {
 	cfg := tinyRooflineConfig()
 	p := Precision{WeightBytes: 2, KVBytes: 2}
@@ -230,9 +231,11 @@ func TestThroughputRoofline(t *testing.T) {
 	if r.FLOPs != wantFLOPs || r.ComputeS != wantFLOPs/1e6 {
 		t.Errorf("FLOPs %v (%v s), want %v", r.FLOPs, r.ComputeS, wantFLOPs)
 	}
-	weights := DecodeStepBytes(cfg, p, nil).Weights
-	if r.DecodeSteps != 1 || r.Bytes != weights || r.BandwidthS != float64(weights)/1e6 {
-		t.Errorf("decode steps %d, bytes %d (%v s), want 1 and %d", r.DecodeSteps, r.Bytes, r.BandwidthS, weights)
+	weights, kv := DecodeStepBytes(cfg, p, nil).Weights, DecodeStepBytes(cfg, p, []int{4}).KV
+	if r.DecodeSteps != 1 || r.Bytes != weights || r.KVBytes != kv || r.BandwidthS != float64(weights+kv)/1e6 ||
+		r.KVS != float64(kv)/1e6 {
+		t.Errorf("decode steps %d, bytes %d + K/V %d (%v s, K/V %v s), want 1, %d and %d", r.DecodeSteps, r.Bytes,
+			r.KVBytes, r.BandwidthS, r.KVS, weights, kv)
 	}
 	if want := max(r.ComputeS, r.BandwidthS); r.BoundS != want || r.OutputTokensPerSecond != 3/want {
 		t.Errorf("bound %v s, %v tok/s; want %v s", r.BoundS, r.OutputTokensPerSecond, want)
