@@ -339,6 +339,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 	k, v := b.layerKV(a.layer)
 	ks, vs := b.layerKVScales(a.layer)
 	window := sh.Layer(a.layer).Window
+	first, items := 0, st.items // the prefill kernel's items
 	if p.decode || p.leadDecodes > 0 {
 		args := attention.CUDADecodeArgs{
 			Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,
@@ -356,6 +357,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 				return err
 			}
 			b.stats.MixedDecodes++
+			first = st.leadItems
 		case p.shared:
 			b.stats.SharedDecodes++
 			return b.decode.DecodeShared(b.stream, &args, b.sharedArgs(), b.splitWS, splitWorkspaceBytes)
@@ -371,12 +373,8 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			return b.decode.Run(b.stream, &args, p.attn, b.splitWS, splitWorkspaceBytes)
 		}
 	}
-	first, items := 0, st.items
 	if st.graphRun {
 		items = st.paddedItems
-	}
-	if p.leadDecodes > 0 {
-		first = st.leadItems
 	}
 	return b.pre.Attend(b.stream, &attention.CUDAPrefillArgs{
 		Out: d.ptr, Q: q.qRot, KCache: k, VCache: v, KVFP8: b.kvFP8, KScale: ks, VScale: vs,

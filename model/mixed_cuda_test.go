@@ -80,40 +80,20 @@ func BenchmarkCUDAMixedStep(b *testing.B) {
 		time.Since(start).Round(time.Millisecond))
 	backend := m.backend.(*cudaBackend)
 	for _, decodes := range []int{8, 32, 64, 96, 128, maxDecodes} {
-		s := &Step{QueryStart: []int32{0}}
-		var kvTokens int
-		table := func(seq int) []int32 {
-			t := make([]int32, perSeq)
-			for i := range t {
-				t[i] = int32(seq*perSeq + i)
-			}
-			return t
-		}
+		// The decodes' K/V are in place (zeros: the speed does not depend on them), the prompts new.
+		pg, rng := newModelPager(m, newRand(5)), newRand(6)
+		var chunks []chunk
+		kvTokens := 0
 		for seq := range decodes {
-			ctx := int32(promptLen + 1 + seq*37%128)
-			kvTokens += int(ctx)
-			tb := table(seq)
-			pos := ctx - 1
-			s.Tokens = append(s.Tokens, int32(seq*97%cfg.VocabSize))
-			s.Positions = append(s.Positions, pos)
-			s.SlotMapping = append(s.SlotMapping, tb[pos/blockSize]*blockSize+pos%blockSize)
-			s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
-			s.ContextLens = append(s.ContextLens, ctx)
-			s.BlockTables = append(s.BlockTables, tb)
-			s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+			ctx := promptLen + 1 + seq*37%128
+			kvTokens += ctx
+			pg.lens[seq] = ctx - 1
+			chunks = append(chunks, chunk{seq, randomTokens(rng, 1, cfg.VocabSize)})
 		}
 		for p := range prompts {
-			tb := table(maxDecodes + p)
-			for pos := range int32(promptLen) {
-				s.Tokens = append(s.Tokens, (pos*31+int32(p))%int32(cfg.VocabSize))
-				s.Positions = append(s.Positions, pos)
-				s.SlotMapping = append(s.SlotMapping, tb[pos/blockSize]*blockSize+pos%blockSize)
-			}
-			s.QueryStart = append(s.QueryStart, int32(len(s.Tokens)))
-			s.ContextLens = append(s.ContextLens, promptLen)
-			s.BlockTables = append(s.BlockTables, tb)
-			s.LogitRows = append(s.LogitRows, int32(len(s.Tokens)-1))
+			chunks = append(chunks, chunk{maxDecodes + p, randomTokens(rng, promptLen, cfg.VocabSize)})
 		}
+		s := pg.step(chunks...)
 		kvFloor := float64(decodeKVBytes(cfg, 1, 1)*int64(kvTokens)) / bw * 1e3
 		for _, v := range []struct {
 			name    string

@@ -119,13 +119,15 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		b.sig = fnvString(b.sig, fmt.Sprintf("attention %+v", b.decode.Tuning))
 	}
 	numTokens, numSeqs := len(s.Tokens), len(s.ContextLens)
-	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: true}
-	for seq := range numSeqs {
-		st.decode = st.decode && s.QueryStart[seq+1]-s.QueryStart[seq] == 1
+	// A sequence of one row is at its context's end (Model.validate): a decode. The scheduler puts a
+	// step's decodes first; a decode step has nothing else.
+	lead := 0
+	for lead < numSeqs && s.QueryStart[lead+1]-s.QueryStart[lead] == 1 {
+		lead++
 	}
-	// A sequence of one row is at its context's end (Model.validate): a decode.
-	for !st.decode && st.leadDecodes < numSeqs && s.QueryStart[st.leadDecodes+1]-s.QueryStart[st.leadDecodes] == 1 {
-		st.leadDecodes++
+	st := cudaStep{s: s, numTokens: numTokens, numSeqs: numSeqs, decode: lead == numSeqs}
+	if !st.decode {
+		st.leadDecodes = lead
 	}
 	bs := b.shape.BlockSize
 	maxCtx := 0

@@ -251,7 +251,7 @@ type stepShape struct {
 func (op *stepOp) inPlace() bool { return op.kind == opNorm && op.dst == op.resid && op.add == 0 }
 
 // mixedDecodeMin is the fewest leading decodes of a mixed step that attention runs on the decode
-// kernels (gemvTuning.MixedDecodeMin; math.MaxInt: never).
+// kernels, at least one (gemvTuning.MixedDecodeMin; math.MaxInt: never).
 func (f *stepFacts) mixedDecodeMin() int {
 	switch m := f.tune.MixedDecodeMin; {
 	case m < 0:
@@ -891,7 +891,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			if plan.attn.RoPE && !plan.shared {
 				plan.ropeBias = l.biasFrom
 			}
-		} else if n := p.st.leadDecodes; n > 0 && n >= f.mixedDecodeMin() && f.decodeKernels {
+		} else if n := p.st.leadDecodes; n >= f.mixedDecodeMin() && f.decodeKernels {
 			// A decision the kernels cannot take (none fits) leaves the decodes to the prefill kernel.
 			if d, err := p.attention(n, false, op.window); err == nil {
 				plan.leadDecodes, plan.attn = n, d
