@@ -171,7 +171,8 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // copyBandwidth), floor-ms (weights and KV), and %floor = floor-ms / ms/step. Each sub-benchmark then
 // logs a per-op profile of one more step (stepProfile: op by op with events between, so each op carries
 // about 2 µs of launch gap a graph does not have; %BW is against the same copy bandwidth). The
-// prefill sub-benchmark times one 1024-token prompt and logs its per-op profile. GOLLM_BENCH_CONTEXT sets
+// prefill sub-benchmark times one 1024-token prompt and logs its per-op profile (with FP8 layers also
+// prefill1024-noscalefold: the FP8NoScaleFold tuning). GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
 // of zeros); GOLLM_BENCH_POOL=full sizes the KV pool as the engine does (the rest of the memory, with an
@@ -208,33 +209,48 @@ func BenchmarkCUDADecode(b *testing.B) {
 			b.Logf("%s: loaded random bf16 weights %s(%.2f GB) in %v", mc.name, opts.Quantization,
 				float64(decodeWeightBytes(cfg, opts.Quantization))/1e9,
 				time.Since(start).Round(time.Millisecond))
-			b.Run("prefill1024", func(b *testing.B) {
-				const context = 1024
-				table := make([]int32, context/blockSize)
-				for i := range table {
-					table[i] = int32(i)
-				}
-				s := &Step{QueryStart: []int32{0, context}, ContextLens: []int32{context}, BlockTables: [][]int32{table},
-					LogitRows: []int32{context - 1}}
-				for pos := range context {
-					s.Tokens = append(s.Tokens, int32(pos*31%cfg.VocabSize))
-					s.Positions = append(s.Positions, int32(pos))
-					s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+int32(pos%blockSize))
-				}
-				if _, err := m.ForwardGreedy(s); err != nil { // warm-up
-					b.Fatal(err)
-				}
-				for b.Loop() {
-					if _, err := m.ForwardGreedy(s); err != nil {
+			prefills := []struct {
+				name string
+				tune gemvTuning
+			}{{"prefill1024", defaultGemvTuning}}
+			if opts.Quantization != "" { // and with cuBLASLt's products scaled by a pass of their own
+				prefills = append(prefills, struct {
+					name string
+					tune gemvTuning
+				}{"prefill1024-noscalefold", tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })})
+			}
+			for _, pv := range prefills {
+				b.Run(pv.name, func(b *testing.B) {
+					backend := m.backend.(*cudaBackend)
+					backend.tune = pv.tune
+					defer func() { backend.tune = defaultGemvTuning }()
+					const context = 1024
+					table := make([]int32, context/blockSize)
+					for i := range table {
+						table[i] = int32(i)
+					}
+					s := &Step{QueryStart: []int32{0, context}, ContextLens: []int32{context}, BlockTables: [][]int32{table},
+						LogitRows: []int32{context - 1}}
+					for pos := range context {
+						s.Tokens = append(s.Tokens, int32(pos*31%cfg.VocabSize))
+						s.Positions = append(s.Positions, int32(pos))
+						s.SlotMapping = append(s.SlotMapping, table[pos/blockSize]*blockSize+int32(pos%blockSize))
+					}
+					if _, err := m.ForwardGreedy(s); err != nil { // warm-up
 						b.Fatal(err)
 					}
-				}
-				b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
-				b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
-				b.StopTimer()
-				b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
-					summarize(profileStep(b, m, s), 1, cfg.DType.Size()), bw))
-			})
+					for b.Loop() {
+						if _, err := m.ForwardGreedy(s); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prefill")
+					b.ReportMetric(float64(context*b.N)/b.Elapsed().Seconds(), "tok/s")
+					b.StopTimer()
+					b.Logf("\n%s", formatProfile(fmt.Sprintf("%s prefill of %d tokens", mc.name, context),
+						summarize(profileStep(b, m, s), 1, cfg.DType.Size()), bw))
+				})
+			}
 			for _, batch := range benchBatches(b, maxBatch) {
 				s := &Step{QueryStart: []int32{0}}
 				for seq := range batch {
@@ -392,6 +408,7 @@ var decodeVariants = []struct {
 	{"no-attn-rope", tweak(func(t *gemvTuning) { t.NoAttnRoPE = true }), attention.CUDATuning{}},
 	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
 	{"fp8-lt", tweak(func(t *gemvTuning) { t.FP8NoGemm = true }), attention.CUDATuning{}},
+	{"fp8-noscalefold", tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true }), attention.CUDATuning{}},
 	{"ks16", tweak(func(t *gemvTuning) { t.MaxKS = 16 }), attention.CUDATuning{}},
 	{"ks4", tweak(func(t *gemvTuning) { t.MaxKS = 4 }), attention.CUDATuning{}},
 	{"fp8-gemm64", tweak(func(t *gemvTuning) { t.FP8GemmRows = 64 }), attention.CUDATuning{}},

@@ -96,6 +96,7 @@ func (b *cudaBackend) launchScaleE4M3(s fp8ScaleParams) error {
 // fp8FusedParams mirrors FusedE4M3Params of kernels/fp8.cu.
 type fp8FusedParams struct {
 	Codes, X16, Scales, Residual, Add, Weight cuda.DevicePtr
+	InSX, InSW                                cuda.DevicePtr
 	Eps, InputScale, MinScale                 float32
 	Cols, KP                                  int32
 }
@@ -446,6 +447,9 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 			b.stream); err != nil {
 			return err
 		}
+		if p.fp8Unscaled {
+			return nil // the op after it applies the scales (opPlan.fp8Unscaled)
+		}
 		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, M: int32(rows), N: int32(op.out)}
 		if a.bias != nil {
 			s.Bias = a.bias.ptr
@@ -492,6 +496,11 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		KP: int32(f.colsPad)}
 	if p.fp8X16 {
 		params.X16 = b.fp8.x16
+	}
+	if p.fp8ScaleFrom >= 0 {
+		// The product before left its sums unscaled: its input's scales are still in the workspace,
+		// which this op overwrites row by row after reading them.
+		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
 	}
 	fn := b.fp8.norm
 	if op.kind == opNorm {

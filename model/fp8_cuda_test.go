@@ -614,7 +614,9 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 // updated exactly (a float32 add), each row's scale within 1e-6 of the reference's (exact when static),
 // and its codes the reference's but for elements whose value lies within float32 rounding of an e4m3
 // midpoint (at most one code apart, fewer than 1%); a row with a NaN gets NaN (every code and a dynamic
-// scale); a row of zeros the floor scale.
+// scale); a row of zeros the floor scale. With scaled, the float input (the norm's addend, gate and up) is
+// an FP8 product's unscaled sums and the op applies that product's scales first (opPlan.fp8ScaleFrom):
+// the reference scales them as ScaleE4M3 does, acc · (sx · sw) in float32, so the residual stays exact.
 func TestCUDAFP8FusedInputs(t *testing.T) {
 	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeF32, dev: gpuDevice(t)})
 	if err != nil {
@@ -625,19 +627,62 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, kind := range []opKind{opNorm, opSwiGLU} {
 		for _, cols := range []int{160, 4096, 14336} {
-			for _, static := range []float32{0, 0.02} {
-				t.Run(fmt.Sprintf("%v/cols%d/static=%v", kind, cols, static), func(t *testing.T) {
+			for _, tc := range []struct {
+				static float32
+				scaled bool
+			}{{0, false}, {0.02, false}, {0, true}, {0.02, true}} {
+				static := tc.static
+				t.Run(fmt.Sprintf("%v/cols%d/static=%v/scaled=%v", kind, cols, static, tc.scaled), func(t *testing.T) {
 					const rows = 6
 					w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
 					if err != nil {
 						t.Fatal(err)
 					}
 					cw := w.Data.(*cudaWeight)
+					// The product before: its weight's scales, one an output column (the norm's addend,
+					// or gate and up), and its input's, one a row.
+					scaledCols := cols
+					if kind == opSwiGLU {
+						scaledCols = 2 * cols
+					}
+					prev := randomFP8(rng, scaledCols, 64, 0)
+					pw, err := b.UploadFP8(prev)
+					if err != nil {
+						t.Fatal(err)
+					}
 					if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
 						t.Fatal(err)
 					}
-					b.args = []opArgs{{w: cw}}
+					b.args = []opArgs{{w: cw}, {w: pw.Data.(*cudaWeight)}}
+					plan := &opPlan{rows: rows, fp8Out: 0, fp8X16: true, fp8ScaleFrom: -1}
 					in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
+					// dev is what the device reads: the unscaled sums where scaled, whose scaled values are in.
+					dev := in
+					if tc.scaled {
+						plan.fp8ScaleFrom = 1
+						sx := make([]float32, rows)
+						for r := range sx {
+							sx[r] = float32(0.025 + 0.05*rng.Float64())
+						}
+						if err := b.dev.CopyToDevice(b.fp8.scales, cuda.Bytes(sx)); err != nil {
+							t.Fatal(err)
+						}
+						dev = append([]float32(nil), in...)
+						scale := func(i, col, r int) {
+							dev[i] = float32(in[i] * 1000)
+							in[i] = float32(dev[i] * float32(sx[r]*prev.Scales[col]))
+						}
+						for r := range rows {
+							for j := range cols {
+								if kind == opNorm { // the addend; the residual stays as it is
+									scale((2*r+1)*cols+j, j, r)
+								} else { // gate and up
+									scale(2*r*cols+j, j, r)
+									scale(2*r*cols+cols+j, cols+j, r)
+								}
+							}
+						}
+					}
 					want := make([]float32, rows*cols)
 					op, a := &stepOp{kind: kind, in: cols, out: cols}, &opArgs{eps: 1e-5}
 					var res *cudaTensor
@@ -658,7 +703,14 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 						}
 						res, a.a, a.w = newDeviceTensor(t, b, rows, cols), newDeviceTensor(t, b, rows, cols), gw.Data.(*cudaWeight)
 						a.r = res
-						if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(add))); err != nil {
+						devAdd := add
+						if tc.scaled {
+							devAdd = make([]float32, rows*cols)
+							for i := range rows {
+								copy(devAdd[i*cols:], dev[(2*i+1)*cols:(2*i+2)*cols])
+							}
+						}
+						if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(devAdd))); err != nil {
 							t.Fatal(err)
 						}
 						newRes = make([]float32, rows*cols)
@@ -676,7 +728,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 						}
 					} else {
 						gu := newDeviceTensor(t, b, rows, 2*cols)
-						if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(in)); err != nil {
+						if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(dev)); err != nil {
 							t.Fatal(err)
 						}
 						a.x = gu
@@ -687,7 +739,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 							}
 						}
 					}
-					if err := b.runFusedE4M3(op, a, &opPlan{rows: rows, fp8Out: 0, fp8X16: true}); err != nil {
+					if err := b.runFusedE4M3(op, a, plan); err != nil {
 						t.Fatal(err)
 					}
 					if err := b.stream.Synchronize(); err != nil {

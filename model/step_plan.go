@@ -113,8 +113,11 @@ type gemvTuning struct {
 	// FP8LtRows is the fewest rows of an FP8 product on cuBLASLt (fp8Path): 0 the default, < 0 never.
 	FP8LtRows int
 	// FP8NoFuse keeps an FP8 product's input quantization a kernel of its own (QuantizeE4M3) instead of
-	// fusing it into the norm or SwiGLU that produces the input (linkOps).
-	FP8NoFuse bool
+	// fusing it into the norm or SwiGLU that produces the input (linkOps); FP8NoScaleFold keeps the
+	// scaling of cuBLASLt's unscaled sums a pass of its own (ScaleE4M3) where the quantizing norm or
+	// SwiGLU after the product could apply them (opPlan.fp8Unscaled).
+	FP8NoFuse      bool
+	FP8NoScaleFold bool
 	// FP8NoGemm keeps FP8 products off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt then, as on
 	// GPUs without it. FP8GemmRows, when positive, is the most rows it takes (fp8GemmMaxRows by default,
 	// at most gemvMaxTokens).
@@ -204,8 +207,10 @@ type stepFacts struct {
 	// gemv: the skinny product exists for the compute dtype (16-bit); gemm: the skinny GEMM is loaded
 	// (compute capability 9.0, 16-bit); gemmSwiGLU: the driver encodes the GEMM's SwiGLU weight map.
 	gemv, gemm, gemmSwiGLU bool
-	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer).
-	fp8Lt bool
+	// fp8Lt: cuBLASLt's e4m3 GEMM is loaded (FP8 weights on compute capability 8.9 or newer);
+	// fp8LtScaled: it applies the row and column scales itself (else ScaleE4M3 or the op after the
+	// product does: opPlan.fp8Unscaled).
+	fp8Lt, fp8LtScaled bool
 	// fp8MMA: the FP8 kernel runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads the input's
 	// codes, not their f16 values.
 	fp8MMA bool
@@ -496,6 +501,11 @@ type opLinks struct {
 	// Norm, SwiGLU: fp8Into is the FP8 product after it whose input it writes quantized (-1: none);
 	// MatMul: fp8From is that producer (-1: none), so the product quantizes nothing itself.
 	fp8Into, fp8From int
+	// MatMul (FP8, no bias): scaleInto is the op right after it that quantizes for the next FP8 product
+	// (a Norm adding its output, a SwiGLU of it) and alone reads its output, which can apply the
+	// product's scales where cuBLASLt leaves them out (opPlan.fp8Unscaled); Norm, SwiGLU: scaleFrom is
+	// that product (-1: none).
+	scaleInto, scaleFrom int
 	// MatMul: biasRoPE is the RoPE op right after it on its output, at its rows, when the product has a
 	// bias (16-bit weights): decode attention that rotates adds the bias too (opPlan.bias). RoPE,
 	// Attention: biasFrom is that product (-1: none).
@@ -542,7 +552,7 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	for i := range ops {
 		op, l := &ops[i], &links[i]
 		*l = opLinks{normOut: -1, normIn: -1, target: -1, embed: -1, consumer: -1, fold: -1, preNorm: -1, intoNorm: -1,
-			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1, biasRoPE: -1, biasFrom: -1}
+			qkNorm: -1, intoRoPE: -1, fp8Into: -1, fp8From: -1, scaleInto: -1, scaleFrom: -1, biasRoPE: -1, biasFrom: -1}
 		var prev *stepOp
 		if i > 0 && ops[i-1].rows == op.rows && !f.tune.NoFuse {
 			prev = &ops[i-1]
@@ -571,6 +581,9 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 				(prev.kind == opNorm && !prev.inPlace() && links[i-1].preNorm < 0 && links[i-1].intoNorm < 0 ||
 					prev.kind == opSwiGLU) {
 				links[i-1].fp8Into, l.fp8From = i, i-1
+				if i >= 2 && scalesInto(ops, i-2, i-1) {
+					links[i-2].scaleInto, links[i-1].scaleFrom = i-1, i-2
+				}
 			}
 			if prev != nil && prev.kind == opNorm && prev.dst == op.src && prev.in == op.in && !op.fp8 {
 				if n := &links[i-1]; n.target >= 0 || n.embed >= 0 {
@@ -625,6 +638,27 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	return links, folds
 }
 
+// scalesInto reports whether FP8 product op mm may leave its output unscaled for op c, the quantizing
+// Norm or SwiGLU right after it: the product has no bias (ScaleE4M3 adds it), c reads its output as the
+// Norm's addend or the SwiGLU's gate/up at its rows, and no other op reads it before it is written again.
+func scalesInto(ops []stepOp, mm, c int) bool {
+	p, op := &ops[mm], &ops[c]
+	if p.kind != opMatMul || !p.fp8 || p.bias || p.rows != op.rows ||
+		!(op.kind == opNorm && op.add == p.dst && op.resid != p.dst || op.kind == opSwiGLU && op.src == p.dst) {
+		return false
+	}
+	for j := mm + 1; j < len(ops); j++ {
+		o := &ops[j]
+		if j != c && (o.src == p.dst || o.add == p.dst || o.resid == p.dst) {
+			return false
+		}
+		if o.dst == p.dst {
+			break
+		}
+	}
+	return true
+}
+
 // opPlan is how the executor runs one recorded op.
 type opPlan struct {
 	// rows is the rows it runs at.
@@ -669,6 +703,11 @@ type opPlan struct {
 	// quantized already.
 	fp8Out       int
 	fp8Quantized bool
+	// MatMul on cuBLASLt without its own scaling: fp8Unscaled, it leaves its sums unscaled for the op
+	// after it (opLinks.scaleInto), which applies the scales as it reads them; Norm, SwiGLU: fp8ScaleFrom
+	// is that product (-1: none). One read and write of the product's output less (ScaleE4M3's).
+	fp8Unscaled  bool
+	fp8ScaleFrom int
 	// Norm, SwiGLU with fp8Out: fp8X16, the product reads its input as f16 values (fp8ReadsX16), which
 	// this op writes beside the codes.
 	fp8X16 bool
@@ -830,10 +869,14 @@ func (p *stepPlanner) ropeInAttention(target, rows, window int) bool {
 func (p *stepPlanner) planOp(i, rows int) opPlan {
 	op, l, f := &p.ops[i], &p.links[i], p.f
 	plan := opPlan{rows: rows, foldOut: -1, foldIn: -1, next: i + 1, target: l.target, preNorm: -1, qkNorm: -1,
-		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0, ropeBias: -1}
+		fp8Out: l.fp8Into, fp8Quantized: l.fp8From >= 0, fp8ScaleFrom: -1, ropeBias: -1}
 	if l.fp8Into >= 0 {
 		plan.fp8X16 = f.fp8ReadsX16(p.mm(l.fp8Into, rows).path, rows)
 	}
+	if p.scaleFolds(l.scaleFrom, rows) {
+		plan.fp8ScaleFrom = l.scaleFrom
+	}
+	plan.fp8Unscaled = l.scaleInto >= 0 && p.scaleFolds(i, rows)
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -912,6 +955,13 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 	return plan
 }
 
+// scaleFolds reports whether FP8 product op i (-1: none), linked to the op after it (opLinks.scaleInto),
+// leaves its scales to that op at rows rows: it runs on cuBLASLt, which does not apply them itself.
+func (p *stepPlanner) scaleFolds(i, rows int) bool {
+	f := p.f
+	return i >= 0 && !f.tune.FP8NoScaleFold && !f.fp8LtScaled && p.mm(i, rows).path == pathFP8Lt
+}
+
 // slots sets plan's fold slots: a fold's own (its place among the step's folds, in recording order),
 // and the next fold's, which its writer clears.
 func (p *stepPlanner) slots(plan *opPlan) {
@@ -935,7 +985,7 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 		on   bool
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
-		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}} {
+		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}, {t.FP8NoScaleFold, "fp8noscalefold"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}

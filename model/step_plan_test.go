@@ -601,6 +601,15 @@ func TestPlanFP8(t *testing.T) {
 						if p.mm.path != want || p.mm.mode != gemvPlain || p.mm.accumulate || p.mm.split.parts != 1 || p.bias {
 							t.Errorf("op %d: FP8 product planned %+v, bias kernel %v", i, p.mm, p.bias)
 						}
+						// On cuBLASLt (which scales nothing here) O, gate/up and every down but the last
+						// leave their scales to the quantizing op after them.
+						next := &ops[i+1]
+						unscaled := want == pathFP8Lt && !tc.noFuse && !op.bias && plans[i+1].fp8Out >= 0 &&
+							(next.kind == opSwiGLU || next.kind == opNorm && next.add == op.dst)
+						if p.fp8Unscaled != unscaled || unscaled && plans[i+1].fp8ScaleFrom != i {
+							t.Errorf("op %d: unscaled %v (the next op applies the scales of %d), want %v", i, p.fp8Unscaled,
+								plans[i+1].fp8ScaleFrom, unscaled)
+						}
 						// Every FP8 product but O (after attention) gets its input quantized.
 						if quantized := !tc.noFuse && ops[i-1].kind != opAttention; p.fp8Quantized != quantized ||
 							quantized && plans[i-1].fp8Out != i {
@@ -625,6 +634,11 @@ func TestPlanFP8(t *testing.T) {
 						}
 					}
 				}
+				for i, p := range plans {
+					if p.fp8ScaleFrom >= 0 && (p.fp8ScaleFrom != i-1 || !plans[i-1].fp8Unscaled || p.fp8Out < 0) {
+						t.Errorf("op %d (%v) applies the scales of op %d", i, ops[i].kind, p.fp8ScaleFrom)
+					}
+				}
 				if lm := plans[at["lmhead"]]; lm.mm.path == pathFP8 {
 					t.Errorf("the LM head planned on the FP8 path")
 				}
@@ -633,6 +647,48 @@ func TestPlanFP8(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestPlanFP8ScaleFold: an FP8 product on cuBLASLt leaves its scales to the quantizing op after it only
+// where nothing else needs them applied: not where cuBLASLt scales itself, where the tuning keeps the
+// pass, where the product has a bias, or where another op reads its output too.
+func TestPlanFP8ScaleFold(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		change   func(ops []stepOp, at map[string]int, f *stepFacts)
+		unscaled bool
+	}{
+		{"default", func([]stepOp, map[string]int, *stepFacts) {}, true},
+		{"lt-scales", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.fp8LtScaled = true }, false},
+		{"tuned-off", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.tune.FP8NoScaleFold = true }, false},
+		{"bias", func(ops []stepOp, at map[string]int, _ *stepFacts) { ops[at["o"]].bias = true }, false},
+		{"second-reader", func(ops []stepOp, at map[string]int, _ *stepFacts) {
+			ops[at["gateup"]+1].resid = ops[at["o"]].dst // an op after the norm reads O's output
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops, at := recordedStep(planLlama3_8B, 512, false)
+			for i := range ops {
+				if ops[i].kind == opMatMul && i != at["lmhead"] {
+					ops[i].fp8 = true
+				}
+			}
+			f := planFacts("h200", planLlama3_8B)
+			f.fp8Lt, f.fp8Gemm = true, true
+			tc.change(ops, at, &f)
+			plans := planStep(ops, 0, &f, &stepShape{contextCap: 2048, stride: 128})
+			o := at["o"]
+			if got := plans[o].fp8Unscaled; got != tc.unscaled {
+				t.Errorf("O leaves its scales: %v, want %v", got, tc.unscaled)
+			}
+			if got := plans[o+1].fp8ScaleFrom; (got == o) != tc.unscaled || got >= 0 && got != o {
+				t.Errorf("the norm after O applies the scales of op %d, want them %v", got, tc.unscaled)
+			}
+			if plans[at["downLast"]].fp8Unscaled || plans[at["qkv"]].fp8Unscaled {
+				t.Errorf("the last down product or Q/K/V leaves its scales: no quantizing op reads it next")
+			}
+		})
 	}
 }
 

@@ -153,6 +153,13 @@ extern "C" __global__ void ScaleE4M3(const ScaleE4M3Params p) {
 // NormE4M3: residual += add (when given), then v = w · (residual · inv), inv = 1/sqrt(mean(residual²) +
 // eps), as AddRMSNorm (norm.cu). SwiGLUE4M3_<T>: v = silu_mul<T>(gate, up), as SwiGLU (swiglu.cu; T only
 // picks its arithmetic, as there).
+//
+// Scales of the product before (in_sx set): the float input (NormE4M3's add, SwiGLUE4M3's gate_up) is an
+// FP8 product's unscaled sums as cuBLASLt left them, and each element is first scaled as ScaleE4M3 would
+// have, acc · (in_sx[row] · in_sw[col]) with no contraction into the add after it, so the result is
+// ScaleE4M3's to the bit and that pass (a read and a write of the whole product) does not run. in_sx is
+// the product's input scales, the array this kernel writes its own row scales to: each thread reads its
+// row's scale before the block's first barrier, and thread 0 writes the new one after the last.
 struct FusedE4M3Params {
 	unsigned char *codes; // [rows][kp]
 	__half *x16;          // [rows][kp]: the codes' f16 values (QuantizeE4M3Params), or null
@@ -160,6 +167,8 @@ struct FusedE4M3Params {
 	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols]
 	const float *add;     // NormE4M3: [rows][cols], or null
 	const float *weight;  // NormE4M3: [cols]
+	const float *in_sx;   // [rows]: the scales of the product before's input, or null (see above)
+	const float *in_sw;   // NormE4M3: [cols]; SwiGLUE4M3: [2·cols]: that product's weight scales
 	float eps;
 	float input_scale; // > 0: static; 0: per row
 	float min_scale;
@@ -205,6 +214,15 @@ template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3
 	if (threadIdx.x == 0) p.scales[row] = s;
 }
 
+// in_scale is the block's row's scale of the product before (1 without one; see FusedE4M3Params), read by
+// every thread before a barrier that comes before any write of the row's new scale.
+__device__ __forceinline__ float in_scale(const FusedE4M3Params &p) {
+	if (!p.in_sx) return 1.f;
+	const float sx = p.in_sx[blockIdx.x];
+	__syncthreads();
+	return sx;
+}
+
 extern "C" __global__ void NormE4M3(const FusedE4M3Params p) {
 	__shared__ float scratch[32];
 	const long long row = blockIdx.x;
@@ -212,11 +230,12 @@ extern "C" __global__ void NormE4M3(const FusedE4M3Params p) {
 	const float *add = p.add ? p.add + row * p.cols : nullptr;
 	pdl_wait();
 	pdl_launch_dependents();
+	const float sx = in_scale(p);
 	float ss = 0.f;
 	for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
 		float x = res[i];
 		if (add) {
-			x += add[i];
+			x += p.in_sx ? __fmul_rn(add[i], __fmul_rn(sx, p.in_sw[i])) : add[i];
 			res[i] = x;
 		}
 		ss += x * x;
@@ -231,7 +250,14 @@ template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M
 	const float *gu = p.residual + (long long)blockIdx.x * 2 * p.cols;
 	pdl_wait();
 	pdl_launch_dependents();
-	fused_e4m3(p, [&](int i, bool) { return silu_mul<T>(gu[i], gu[p.cols + i]); }, scratch);
+	const float sx = in_scale(p);
+	fused_e4m3(p,
+	           [&](int i, bool) {
+		           if (!p.in_sx) return silu_mul<T>(gu[i], gu[p.cols + i]);
+		           return silu_mul<T>(__fmul_rn(gu[i], __fmul_rn(sx, p.in_sw[i])),
+		                              __fmul_rn(gu[p.cols + i], __fmul_rn(sx, p.in_sw[p.cols + i])));
+	           },
+	           scratch);
 }
 
 extern "C" __global__ void SwiGLUE4M3_f32(const FusedE4M3Params p) { swiglu_e4m3<float>(p); }
