@@ -412,3 +412,22 @@ func (s *Shape) kvFP8() (bool, error) {
 	}
 	return false, fmt.Errorf("KV cache dtype %q", s.KVCacheDType)
 }
+
+// fp8RowShapes are the shapes of the quantizing kernels' register forms (kernels/fp8.cu, FP8_ROWS), in
+// its order: threads a block (one row) × float4 groups a thread.
+var fp8RowShapes = [...]struct{ threads, groups int }{{256, 1}, {256, 2}, {256, 4}, {256, 8}, {512, 8}}
+
+// fp8RowShape is the register form for rows of cols values (an index of fp8RowShapes): the first shape
+// that holds the row; ok is false where cols is not a multiple of 4 or the row fits none (the loop
+// kernels run it).
+func fp8RowShape(cols int) (shape int, ok bool) {
+	if cols <= 0 || cols%4 != 0 {
+		return 0, false
+	}
+	for i, s := range fp8RowShapes {
+		if cols/4 <= s.threads*s.groups {
+			return i, true
+		}
+	}
+	return 0, false
+}

@@ -58,6 +58,8 @@ type fp8State struct {
 	scale     *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
 	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
 	norm, swiglu *cuda.Function
+	// quantizeRows, normRows and swigluRows are the register kernels of the three, by fp8RowShapes.
+	quantizeRows, normRows, swigluRows [len(fp8RowShapes)]*cuda.Function
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
 	// ltScaled: it applies the row scales itself (outer-vector scaling, checked at load by probeLt), so
 	// ScaleE4M3 does not run.
@@ -168,6 +170,17 @@ func (b *cudaBackend) loadFP8() error {
 	}
 	if b.fp8.swiglu, err = b.mod.Function("SwiGLUE4M3_" + tn); err != nil {
 		return err
+	}
+	for i, sh := range fp8RowShapes {
+		suffix := fmt.Sprintf("_r%dx%d", sh.threads, sh.groups)
+		for _, k := range []struct {
+			fn   **cuda.Function
+			name string
+		}{{&b.fp8.quantizeRows[i], "QuantizeE4M3_" + tn}, {&b.fp8.normRows[i], "NormE4M3"}, {&b.fp8.swigluRows[i], "SwiGLUE4M3_" + tn}} {
+			if *k.fn, err = b.mod.Function(k.name + suffix); err != nil {
+				return err
+			}
+		}
 	}
 	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err == nil {
 		err = b.probeLt()
@@ -423,7 +436,11 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		if x16 {
 			q.X16 = b.fp8.x16
 		}
-		if err := launchDependent(b, b.fp8.quantize, cuda.Dim3{X: rows}, cuda.Dim3{X: rowThreads(f.colsPad)}, 0, &q); err != nil {
+		fn, threads := b.fp8.quantize, rowThreads(f.colsPad)
+		if i, ok := fp8RowShape(op.in); ok {
+			fn, threads = b.fp8.quantizeRows[i], fp8RowShapes[i].threads
+		}
+		if err := launchDependent(b, fn, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0, &q); err != nil {
 			return err
 		}
 	}
@@ -502,16 +519,20 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		// which this op overwrites row by row after reading them.
 		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
 	}
-	fn := b.fp8.norm
+	fn, rowsFn := b.fp8.norm, &b.fp8.normRows
 	if op.kind == opNorm {
 		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
 		if a.a != nil {
 			params.Add = a.a.ptr
 		}
 	} else { // SwiGLU: gate/up [rows][2·inter]
-		fn, params.Residual, params.Cols = b.fp8.swiglu, a.x.ptr, int32(op.out)
+		fn, rowsFn, params.Residual, params.Cols = b.fp8.swiglu, &b.fp8.swigluRows, a.x.ptr, int32(op.out)
 	}
-	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: rowThreads(int(params.Cols))}, 0, &params)
+	threads := rowThreads(int(params.Cols))
+	if i, ok := fp8RowShape(int(params.Cols)); ok {
+		fn, threads = rowsFn[i], fp8RowShapes[i].threads
+	}
+	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: threads}, 0, &params)
 }
 
 // launchFP8Gemm queues the FP8 product of rows (at most gemvMaxTokens) token rows, their codes and scales

@@ -139,7 +139,7 @@ func TestCUDAFP8MatMul(t *testing.T) {
 				b.fp8.mma[0] != nil, b.fp8.gemm[0] != nil)
 		}
 		mma := b.fp8.mma
-		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}} {
+		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}, {16, 4096}, {16, 14336}, {40, 17002}} {
 			for _, rows := range []int{1, 2, 5, 8, 9, 16, 17, 32, 33, 64, 200} {
 				if rows == 200 && sh.n != 100 {
 					continue
@@ -626,7 +626,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 	defer func() { b.args = nil }()
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, kind := range []opKind{opNorm, opSwiGLU} {
-		for _, cols := range []int{160, 4096, 14336} {
+		for _, cols := range []int{160, 162, 4096, 14336, 18944} { // 162, 18944: the loop kernels (fp8RowShape)
 			for _, tc := range []struct {
 				static float32
 				scaled bool

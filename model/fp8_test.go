@@ -756,3 +756,23 @@ func TestFP8BlockCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestFP8RowShape: the quantizing kernels' register forms take rows of a multiple of 4 values up to the
+// largest shape's 16384, each the first shape that holds it; others run the loop kernels.
+func TestFP8RowShape(t *testing.T) {
+	for _, tc := range []struct {
+		cols, shape int
+		ok          bool
+	}{{4, 0, true}, {160, 0, true}, {1024, 0, true}, {1028, 1, true}, {4096, 2, true}, {8192, 3, true},
+		{8196, 4, true}, {14336, 4, true}, {16384, 4, true}, {16388, 0, false}, {18944, 0, false}, {162, 0, false},
+		{0, 0, false}, {-4, 0, false}} {
+		shape, ok := fp8RowShape(tc.cols)
+		if ok != tc.ok || ok && shape != tc.shape {
+			t.Errorf("fp8RowShape(%d) = %d, %v; want %d, %v", tc.cols, shape, ok, tc.shape, tc.ok)
+		}
+		if ok && (tc.cols/4 > fp8RowShapes[shape].threads*fp8RowShapes[shape].groups ||
+			shape > 0 && tc.cols/4 <= fp8RowShapes[shape-1].threads*fp8RowShapes[shape-1].groups) {
+			t.Errorf("fp8RowShape(%d) = %d: not the first shape that holds the row", tc.cols, shape)
+		}
+	}
+}

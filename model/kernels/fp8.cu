@@ -175,9 +175,11 @@ struct FusedE4M3Params {
 	int cols, kp;
 };
 
-// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule).
-__device__ __forceinline__ float row_scale(float amax, bool nan, const FusedE4M3Params &p, float *scratch, int *nan_seen) {
-	if (p.input_scale != 0.f) return p.input_scale;
+// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule):
+// input_scale where static (non-zero), else max|v|/448, at least min_scale, NaN where a value is.
+__device__ __forceinline__ float row_scale(float amax, bool nan, float input_scale, float min_scale, float *scratch,
+                                           int *nan_seen) {
+	if (input_scale != 0.f) return input_scale;
 	if (threadIdx.x == 0) *nan_seen = 0;
 	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -187,7 +189,7 @@ __device__ __forceinline__ float row_scale(float amax, bool nan, const FusedE4M3
 	__syncthreads();
 	amax = lane < warps ? scratch[lane] : 0.f;
 	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), p.min_scale);
+	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), min_scale);
 }
 
 // fused_e4m3 runs value(i) (the row's i-th float value) twice around the scale.
@@ -203,7 +205,7 @@ template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3
 			amax = fmaxf(amax, v);
 		}
 	}
-	const float s = row_scale(amax, nan, p, scratch, &nan_seen);
+	const float s = row_scale(amax, nan, p.input_scale, p.min_scale, scratch, &nan_seen);
 	unsigned char *q = p.codes + row * p.kp;
 	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
 		unsigned char c = 0;
@@ -263,3 +265,182 @@ template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M
 extern "C" __global__ void SwiGLUE4M3_f32(const FusedE4M3Params p) { swiglu_e4m3<float>(p); }
 extern "C" __global__ void SwiGLUE4M3_bf16(const FusedE4M3Params p) { swiglu_e4m3<__nv_bfloat16>(p); }
 extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3<__half>(p); }
+
+// The register kernels: the same three producers (and QuantizeE4M3) for rows of cols ≤ 16384 values, cols
+// a multiple of 4 (fp8RowShape on the Go side picks them; wider or odd rows run the kernels above). A
+// block of THREADS threads owns a row; thread t holds the row's float4 groups t, t + THREADS, … (NV of
+// them, all loaded before the first is used) in registers, so each value is loaded and computed once and
+// a block keeps 16·NV bytes a thread and operand in flight, where the loops above, one float a thread and
+// iteration, each value computed twice, keep a few bytes in flight and ran at a third of the copy
+// bandwidth at prefill sizes (docs/bench/fp8-h200.md). Codes go out four to a 32-bit store. Same values,
+// same rounding as above but for the order of the norm's sum of squares.
+
+// store_codes quantizes the row held in v (n4 float4 groups; the block's row of codes at q, of f16
+// values at x16 unless null) with its scale (row_scale), zeroes the padding up to kp columns and writes
+// the scale to *scale_out.
+template <int NV>
+__device__ __forceinline__ void store_codes(const float4 (&v)[NV], int n4, int kp, unsigned char *q, __half *x16,
+                                            float *scale_out, float input_scale, float min_scale, float *scratch) {
+	__shared__ int nan_seen;
+	float amax = 0.f;
+	bool nan = false;
+	if (input_scale == 0.f) {
+#pragma unroll
+		for (int j = 0; j < NV; j++) {
+			if (threadIdx.x + j * blockDim.x < n4) {
+				const float4 a = v[j];
+				nan |= a.x != a.x || a.y != a.y || a.z != a.z || a.w != a.w;
+				amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+			}
+		}
+	}
+	const float s = row_scale(amax, nan, input_scale, min_scale, scratch, &nan_seen);
+	uint32_t *q4 = reinterpret_cast<uint32_t *>(q);
+	uint2 *x4 = reinterpret_cast<uint2 *>(x16);
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i4 = threadIdx.x + j * blockDim.x;
+		if (i4 < n4) {
+			const float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+			uint32_t c = 0, h[2] = {0, 0};
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				const unsigned char b = __nv_cvt_float_to_fp8(__fdiv_rn(e[k], s), __NV_SATFINITE, __NV_E4M3);
+				c |= (uint32_t)b << (8 * k);
+				h[k >> 1] |= (uint32_t)__half_as_ushort(e4m3_to_f16(b)) << (16 * (k & 1));
+			}
+			q4[i4] = c;
+			if (x16 != nullptr) x4[i4] = make_uint2(h[0], h[1]);
+		}
+	}
+	for (int i4 = n4 + threadIdx.x; i4 < kp / 4; i4 += blockDim.x) {
+		q4[i4] = 0;
+		if (x16 != nullptr) x4[i4] = make_uint2(0, 0);
+	}
+	if (threadIdx.x == 0) *scale_out = s;
+}
+
+// scale4 is a · (sx · w) element by element, as ScaleE4M3 computes it (no contraction).
+__device__ __forceinline__ float4 scale4(float4 a, float sx, float4 w) {
+	return make_float4(__fmul_rn(a.x, __fmul_rn(sx, w.x)), __fmul_rn(a.y, __fmul_rn(sx, w.y)),
+	                   __fmul_rn(a.z, __fmul_rn(sx, w.z)), __fmul_rn(a.w, __fmul_rn(sx, w.w)));
+}
+
+template <int THREADS, int NV> __device__ __forceinline__ void norm_e4m3_regs(const FusedE4M3Params &p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	const int n4 = p.cols >> 2;
+	float4 *res = reinterpret_cast<float4 *>(p.residual + row * p.cols);
+	const float4 *add = p.add ? reinterpret_cast<const float4 *>(p.add + row * p.cols) : nullptr;
+	const float4 *w4 = reinterpret_cast<const float4 *>(p.weight);
+	float4 x[NV], a[NV], w[NV];
+#pragma unroll
+	for (int j = 0; j < NV; j++) // the gain never changes: loaded before the wait
+		if (threadIdx.x + j * THREADS < n4) w[j] = w4[threadIdx.x + j * THREADS];
+	pdl_wait();
+	pdl_launch_dependents();
+	const float sx = in_scale(p);
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i4 = threadIdx.x + j * THREADS;
+		if (i4 < n4) {
+			x[j] = res[i4];
+			if (add) a[j] = add[i4];
+		}
+	}
+	float ss = 0.f;
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i4 = threadIdx.x + j * THREADS;
+		if (i4 < n4) {
+			if (add) {
+				if (p.in_sx) a[j] = scale4(a[j], sx, reinterpret_cast<const float4 *>(p.in_sw)[i4]);
+				x[j].x += a[j].x, x[j].y += a[j].y, x[j].z += a[j].z, x[j].w += a[j].w;
+				res[i4] = x[j];
+			}
+			ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
+		}
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.eps);
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		x[j].x = w[j].x * (x[j].x * inv), x[j].y = w[j].y * (x[j].y * inv);
+		x[j].z = w[j].z * (x[j].z * inv), x[j].w = w[j].w * (x[j].w * inv);
+	}
+	store_codes<NV>(x, n4, p.kp, p.codes + row * p.kp, p.x16 ? p.x16 + row * p.kp : nullptr, p.scales + row, p.input_scale,
+	                p.min_scale, scratch);
+}
+
+template <typename T, int THREADS, int NV> __device__ __forceinline__ void swiglu_e4m3_regs(const FusedE4M3Params &p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	const int n4 = p.cols >> 2;
+	const float4 *gu = reinterpret_cast<const float4 *>(p.residual + row * 2 * p.cols);
+	pdl_wait();
+	pdl_launch_dependents();
+	const float sx = in_scale(p);
+	float4 g[NV], u[NV];
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i4 = threadIdx.x + j * THREADS;
+		if (i4 < n4) g[j] = gu[i4], u[j] = gu[n4 + i4];
+	}
+#pragma unroll
+	for (int j = 0; j < NV; j++) {
+		const int i4 = threadIdx.x + j * THREADS;
+		if (i4 < n4 && p.in_sx) {
+			const float4 *sw = reinterpret_cast<const float4 *>(p.in_sw);
+			g[j] = scale4(g[j], sx, sw[i4]), u[j] = scale4(u[j], sx, sw[n4 + i4]);
+		}
+		g[j] = make_float4(silu_mul<T>(g[j].x, u[j].x), silu_mul<T>(g[j].y, u[j].y), silu_mul<T>(g[j].z, u[j].z),
+		                   silu_mul<T>(g[j].w, u[j].w));
+	}
+	store_codes<NV>(g, n4, p.kp, p.codes + row * p.kp, p.x16 ? p.x16 + row * p.kp : nullptr, p.scales + row, p.input_scale,
+	                p.min_scale, scratch);
+}
+
+// load4 is elements 4·i4 … 4·i4+3 of x as floats.
+template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4);
+template <> __device__ __forceinline__ float4 load4<float>(const float *x, int i4) {
+	return reinterpret_cast<const float4 *>(x)[i4];
+}
+template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4) {
+	const uint2 u = reinterpret_cast<const uint2 *>(x)[i4];
+	const T *e = reinterpret_cast<const T *>(&u);
+	return make_float4(Num<T>::load(e[0]), Num<T>::load(e[1]), Num<T>::load(e[2]), Num<T>::load(e[3]));
+}
+
+template <typename T, int THREADS, int NV> __device__ __forceinline__ void quantize_e4m3_regs(const QuantizeE4M3Params &p) {
+	__shared__ float scratch[32];
+	const long long row = blockIdx.x;
+	const int n4 = p.k >> 2;
+	const T *x = reinterpret_cast<const T *>(p.x) + row * p.k;
+	pdl_wait();
+	pdl_launch_dependents(); // as QuantizeE4M3
+	float4 v[NV];
+#pragma unroll
+	for (int j = 0; j < NV; j++)
+		if (threadIdx.x + j * THREADS < n4) v[j] = load4<T>(x, threadIdx.x + j * THREADS);
+	store_codes<NV>(v, n4, p.kp, p.codes + row * p.kp, p.x16 ? p.x16 + row * p.kp : nullptr, p.scales + row, p.input_scale,
+	                p.min_scale, scratch);
+}
+
+// Entry points <kernel>_r<THREADS>x<NV>: the shapes of fp8RowShapes (model/fp8.go), in its order.
+#define FP8_ROWS_T(TN, T, TH, NV)                                                                             \
+	extern "C" __global__ void __launch_bounds__(TH) SwiGLUE4M3_##TN##_r##TH##x##NV(const FusedE4M3Params p) { \
+		swiglu_e4m3_regs<T, TH, NV>(p);                                                                    \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(TH) QuantizeE4M3_##TN##_r##TH##x##NV(const QuantizeE4M3Params p) { \
+		quantize_e4m3_regs<T, TH, NV>(p);                                                                  \
+	}
+#define FP8_ROWS(TH, NV)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(TH) NormE4M3_r##TH##x##NV(const FusedE4M3Params p) {       \
+		norm_e4m3_regs<TH, NV>(p);                                                                         \
+	}                                                                                                          \
+	FP8_ROWS_T(f32, float, TH, NV) FP8_ROWS_T(bf16, __nv_bfloat16, TH, NV) FP8_ROWS_T(f16, __half, TH, NV)
+FP8_ROWS(256, 1)
+FP8_ROWS(256, 2)
+FP8_ROWS(256, 4)
+FP8_ROWS(256, 8)
+FP8_ROWS(512, 8)
