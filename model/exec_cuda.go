@@ -317,12 +317,16 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 		QNorm, KNorm                                         cuda.DevicePtr
 		Eps                                                  float32
 		KScale, VScale                                       float32
+		InSX, InSW                                           cuda.DevicePtr
 	}{QKV: a.x.ptr, QOut: a.x.qRot, KCache: k, VCache: v, Positions: b.metaPtr(b.st.offPos), Slots: b.layerSlots(a.layer),
 		InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling, NumHeads: int32(sh.NumHeads),
 		NumKVHeads: int32(sh.NumKVHeads), HeadDim: int32(sh.HeadDim), QKVCols: int32(sh.QKVCols())}
 	if p.qkNorm >= 0 { // the q/k norms of the QKNorm op before it
 		n := &b.args[p.qkNorm]
 		params.QNorm, params.KNorm, params.Eps = n.w.ptr, n.w2.ptr, n.eps
+	}
+	if p.fp8ScaleFrom >= 0 { // the Q/K/V product left its sums unscaled (opPlan.fp8Unscaled)
+		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
 	}
 	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
 	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads

@@ -412,6 +412,58 @@ func TestCUDAFP8MatchesCPU(t *testing.T) {
 	}
 }
 
+// TestCUDAFP8ScaleFoldIdentical: a prefill step's logits, every row of two prompts, are the same to the
+// bit whether the FP8 products on cuBLASLt leave their scaling to the ops after them (the RoPE kernel,
+// the quantizing norms and SwiGLU: opPlan.fp8Unscaled) or run the scaling pass (FP8NoScaleFold): the
+// ops apply the scales exactly as the pass does.
+func TestCUDAFP8ScaleFoldIdentical(t *testing.T) {
+	dev := gpuDevice(t)
+	dir := t.TempDir()
+	weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 17)
+	for _, dt := range []weights.DType{weights.DTypeF32, weights.DTypeBF16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			f := openFolder(t, dir)
+			var backend *cudaBackend
+			gpu, err := LoadOn(f, Options{Quantization: QuantizationFP8, NumBlocks: 256, BlockSize: 16}, func(s Shape) (Backend, error) {
+				b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
+				backend = b
+				return b, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gpu.Close()
+			if backend.fp8.lt == nil || backend.fp8.ltScaled {
+				t.Fatalf("cuBLASLt loaded %v, scaling itself %v: no unscaled product to fold", backend.fp8.lt != nil,
+					backend.fp8.ltScaled)
+			}
+			rng := newRand(8)
+			a, b := randomTokens(rng, 300, f.Config.VocabSize), randomTokens(rng, 40, f.Config.VocabSize)
+			run := func(noFold bool) [][]float32 {
+				backend.tune.FP8NoScaleFold = noFold
+				s := newModelPager(gpu, newRand(3)).step(chunk{0, a}, chunk{1, b})
+				s.LogitRows = s.LogitRows[:0]
+				for row := range len(s.Tokens) {
+					s.LogitRows = append(s.LogitRows, int32(row))
+				}
+				logits, err := gpu.Forward(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return logits
+			}
+			folded, passed := run(false), run(true)
+			for r := range folded {
+				for i := range folded[r] {
+					if math.Float32bits(folded[r][i]) != math.Float32bits(passed[r][i]) {
+						t.Fatalf("row %d logit %d: %v with the scales folded, %v with the pass", r, i, folded[r][i], passed[r][i])
+					}
+				}
+			}
+		})
+	}
+}
+
 // fp8MatchCPU runs the same steps on cpu and gpu and compares every logits row (relative error at most
 // tol): prefill chunks of 1-300 tokens beside decode tokens, then decode steps at batches 1, 3 (bucket 4)
 // and 12 (bucket 16), each several times (graphs captured, then replayed).

@@ -501,10 +501,9 @@ type opLinks struct {
 	// Norm, SwiGLU: fp8Into is the FP8 product after it whose input it writes quantized (-1: none);
 	// MatMul: fp8From is that producer (-1: none), so the product quantizes nothing itself.
 	fp8Into, fp8From int
-	// MatMul (FP8, no bias): scaleInto is the op right after it that quantizes for the next FP8 product
-	// (a Norm adding its output, a SwiGLU of it) and alone reads its output, which can apply the
-	// product's scales where cuBLASLt leaves them out (opPlan.fp8Unscaled); Norm, SwiGLU: scaleFrom is
-	// that product (-1: none).
+	// MatMul (FP8, no bias): scaleInto is the op right after it that can apply the product's scales where
+	// cuBLASLt leaves them out (opPlan.fp8Unscaled; scalesInto): the RoPE op, or the Norm or SwiGLU that
+	// quantizes for the next FP8 product; Norm, SwiGLU, RoPE: scaleFrom is that product (-1: none).
 	scaleInto, scaleFrom int
 	// MatMul: biasRoPE is the RoPE op right after it on its output, at its rows, when the product has a
 	// bias (16-bit weights): decode attention that rotates adds the bias too (opPlan.bias). RoPE,
@@ -598,6 +597,9 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 				}
 			}
 		case opRoPE:
+			if prev != nil && scalesInto(ops, i-1, i) {
+				links[i-1].scaleInto, l.scaleFrom = i, i-1
+			}
 			l.target = fuseTarget(ops, i, f)
 			if l.target >= 0 {
 				links[l.target].mode = gemvRoPE
@@ -638,13 +640,20 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	return links, folds
 }
 
-// scalesInto reports whether FP8 product op mm may leave its output unscaled for op c, the quantizing
-// Norm or SwiGLU right after it: the product has no bias (ScaleE4M3 adds it), c reads its output as the
-// Norm's addend or the SwiGLU's gate/up at its rows, and no other op reads it before it is written again.
+// scalesInto reports whether FP8 product op mm may leave its output unscaled for op c right after it: the
+// product has no bias (ScaleE4M3 adds it) and c reads its output at its rows, as the RoPE op (which
+// leaves all of it scaled, as ScaleE4M3 would have), or as the quantizing Norm's addend or SwiGLU's
+// gate/up, where no other op reads it before it is written again.
 func scalesInto(ops []stepOp, mm, c int) bool {
 	p, op := &ops[mm], &ops[c]
-	if p.kind != opMatMul || !p.fp8 || p.bias || p.rows != op.rows ||
-		!(op.kind == opNorm && op.add == p.dst && op.resid != p.dst || op.kind == opSwiGLU && op.src == p.dst) {
+	if p.kind != opMatMul || !p.fp8 || p.bias || p.rows != op.rows {
+		return false
+	}
+	switch {
+	case op.kind == opRoPE && op.src == p.dst:
+		return true
+	case op.kind == opNorm && op.add == p.dst && op.resid != p.dst, op.kind == opSwiGLU && op.src == p.dst:
+	default:
 		return false
 	}
 	for j := mm + 1; j < len(ops); j++ {
@@ -704,8 +713,9 @@ type opPlan struct {
 	fp8Out       int
 	fp8Quantized bool
 	// MatMul on cuBLASLt without its own scaling: fp8Unscaled, it leaves its sums unscaled for the op
-	// after it (opLinks.scaleInto), which applies the scales as it reads them; Norm, SwiGLU: fp8ScaleFrom
-	// is that product (-1: none). One read and write of the product's output less (ScaleE4M3's).
+	// after it (opLinks.scaleInto), which applies the scales as it reads them; Norm, SwiGLU, RoPE:
+	// fp8ScaleFrom is that product (-1: none). One read and write of the product's output less
+	// (ScaleE4M3's).
 	fp8Unscaled  bool
 	fp8ScaleFrom int
 	// Norm, SwiGLU with fp8Out: fp8X16, the product reads its input as f16 values (fp8ReadsX16), which
@@ -916,7 +926,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 			p.slots(&plan)
 		}
 	case opRoPE:
-		plan.skip = p.fused(l.target, gemvRoPE, rows) || p.ropeInAttention(l.target, rows, op.window)
+		plan.skip = !p.ropeRuns(i, rows)
 		if !plan.skip {
 			plan.qkNorm = l.qkNorm
 		}
@@ -956,10 +966,22 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 }
 
 // scaleFolds reports whether FP8 product op i (-1: none), linked to the op after it (opLinks.scaleInto),
-// leaves its scales to that op at rows rows: it runs on cuBLASLt, which does not apply them itself.
+// leaves its scales to that op at rows rows: it runs on cuBLASLt, which does not apply them itself, and
+// that op runs a kernel of its own (a RoPE op may be done by decode attention instead).
 func (p *stepPlanner) scaleFolds(i, rows int) bool {
 	f := p.f
-	return i >= 0 && !f.tune.FP8NoScaleFold && !f.fp8LtScaled && p.mm(i, rows).path == pathFP8Lt
+	if i < 0 || f.tune.FP8NoScaleFold || f.fp8LtScaled || p.mm(i, rows).path != pathFP8Lt {
+		return false
+	}
+	c := p.links[i].scaleInto
+	return p.ops[c].kind != opRoPE || p.ropeRuns(c, rows)
+}
+
+// ropeRuns reports whether RoPE op r runs the RoPE kernel at rows rows: neither the product before it
+// (its epilogue) nor decode attention rotates.
+func (p *stepPlanner) ropeRuns(r, rows int) bool {
+	l := &p.links[r]
+	return !p.fused(l.target, gemvRoPE, rows) && !p.ropeInAttention(l.target, rows, p.ops[r].window)
 }
 
 // slots sets plan's fold slots: a fold's own (its place among the step's folds, in recording order),

@@ -602,10 +602,12 @@ func TestPlanFP8(t *testing.T) {
 							t.Errorf("op %d: FP8 product planned %+v, bias kernel %v", i, p.mm, p.bias)
 						}
 						// On cuBLASLt (which scales nothing here) O, gate/up and every down but the last
-						// leave their scales to the quantizing op after them.
+						// leave their scales to the quantizing op after them, Q/K/V (without a bias) to the
+						// RoPE kernel where it runs.
 						next := &ops[i+1]
-						unscaled := want == pathFP8Lt && !tc.noFuse && !op.bias && plans[i+1].fp8Out >= 0 &&
-							(next.kind == opSwiGLU || next.kind == opNorm && next.add == op.dst)
+						unscaled := want == pathFP8Lt && !op.bias && (!tc.noFuse && plans[i+1].fp8Out >= 0 &&
+							(next.kind == opSwiGLU || next.kind == opNorm && next.add == op.dst) ||
+							next.kind == opRoPE && !plans[i+1].skip)
 						if p.fp8Unscaled != unscaled || unscaled && plans[i+1].fp8ScaleFrom != i {
 							t.Errorf("op %d: unscaled %v (the next op applies the scales of %d), want %v", i, p.fp8Unscaled,
 								plans[i+1].fp8ScaleFrom, unscaled)
@@ -635,7 +637,8 @@ func TestPlanFP8(t *testing.T) {
 					}
 				}
 				for i, p := range plans {
-					if p.fp8ScaleFrom >= 0 && (p.fp8ScaleFrom != i-1 || !plans[i-1].fp8Unscaled || p.fp8Out < 0) {
+					if p.fp8ScaleFrom >= 0 && (p.fp8ScaleFrom != i-1 || !plans[i-1].fp8Unscaled ||
+						p.fp8Out < 0 && ops[i].kind != opRoPE || p.skip) {
 						t.Errorf("op %d (%v) applies the scales of op %d", i, ops[i].kind, p.fp8ScaleFrom)
 					}
 				}
@@ -650,22 +653,24 @@ func TestPlanFP8(t *testing.T) {
 	}
 }
 
-// TestPlanFP8ScaleFold: an FP8 product on cuBLASLt leaves its scales to the quantizing op after it only
-// where nothing else needs them applied: not where cuBLASLt scales itself, where the tuning keeps the
-// pass, where the product has a bias, or where another op reads its output too.
+// TestPlanFP8ScaleFold: an FP8 product on cuBLASLt leaves its scales to the op after it (the quantizing
+// norm or SwiGLU, the RoPE kernel) only where nothing else needs them applied: not where cuBLASLt scales
+// itself, where the tuning keeps the pass, where the product has a bias, or (norm, SwiGLU) where another
+// op reads its output too.
 func TestPlanFP8ScaleFold(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		change   func(ops []stepOp, at map[string]int, f *stepFacts)
-		unscaled bool
+		name          string
+		change        func(ops []stepOp, at map[string]int, f *stepFacts)
+		unscaled, qkv bool // O's output, Q/K/V's
 	}{
-		{"default", func([]stepOp, map[string]int, *stepFacts) {}, true},
-		{"lt-scales", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.fp8LtScaled = true }, false},
-		{"tuned-off", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.tune.FP8NoScaleFold = true }, false},
-		{"bias", func(ops []stepOp, at map[string]int, _ *stepFacts) { ops[at["o"]].bias = true }, false},
+		{"default", func([]stepOp, map[string]int, *stepFacts) {}, true, true},
+		{"lt-scales", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.fp8LtScaled = true }, false, false},
+		{"tuned-off", func(_ []stepOp, _ map[string]int, f *stepFacts) { f.tune.FP8NoScaleFold = true }, false, false},
+		{"bias", func(ops []stepOp, at map[string]int, _ *stepFacts) { ops[at["o"]].bias = true }, false, true},
+		{"qkv-bias", func(ops []stepOp, at map[string]int, _ *stepFacts) { ops[at["qkv"]].bias = true }, true, false},
 		{"second-reader", func(ops []stepOp, at map[string]int, _ *stepFacts) {
 			ops[at["gateup"]+1].resid = ops[at["o"]].dst // an op after the norm reads O's output
-		}, false},
+		}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops, at := recordedStep(planLlama3_8B, 512, false)
@@ -685,8 +690,13 @@ func TestPlanFP8ScaleFold(t *testing.T) {
 			if got := plans[o+1].fp8ScaleFrom; (got == o) != tc.unscaled || got >= 0 && got != o {
 				t.Errorf("the norm after O applies the scales of op %d, want them %v", got, tc.unscaled)
 			}
-			if plans[at["downLast"]].fp8Unscaled || plans[at["qkv"]].fp8Unscaled {
-				t.Errorf("the last down product or Q/K/V leaves its scales: no quantizing op reads it next")
+			if plans[at["downLast"]].fp8Unscaled {
+				t.Errorf("the last down product leaves its scales: no quantizing op reads it next")
+			}
+			qkv := at["qkv"]
+			if got := plans[qkv].fp8Unscaled; got != tc.qkv || (plans[qkv+1].fp8ScaleFrom == qkv) != tc.qkv {
+				t.Errorf("Q/K/V leaves its scales: %v (RoPE applies those of op %d), want %v", got,
+					plans[qkv+1].fp8ScaleFrom, tc.qkv)
 			}
 		})
 	}

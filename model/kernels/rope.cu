@@ -11,6 +11,10 @@
 // this kernel) every q and k head is first RMS-normalised: x = w · (x · 1/sqrt(mean(x²) + eps)), w = q_norm
 // for a query head and k_norm for a key head, as the QKNorm kernel (qknorm.cu) would have left it.
 //
+// With in_sx set, qkv holds an FP8 product's unscaled sums (cuBLASLt's, the plan's fp8ScaleFrom): every
+// element is first scaled as ScaleE4M3 would have, acc · (in_sx[row] · in_sw[col]), and the v heads are
+// written back scaled too, so qkv ends as ScaleE4M3 and this kernel would have left it.
+//
 // RoPEWriteKV_<dtype>_e4m3 writes the caches as OCP FP8 e4m3 codes instead (model.KVCacheFP8): each
 // element of the rotated k (float, not rounded to T first) and of v is stored as e4m3(x / k_scale) and
 // e4m3(x / v_scale), an IEEE division then a saturating conversion (±448, NaN kept NaN: the CPU Cache's
@@ -40,6 +44,8 @@ struct RoPEParams {
 	float eps;
 	float k_scale;         // the _e4m3 kernels: the layer's K and V scales of an FP8 KV cache
 	float v_scale;
+	const float *in_sx;    // [rows]: the Q/K/V product's input scales, or null (see above)
+	const float *in_sw;    // [qkv_cols]: its weight scales
 };
 
 // KVStore stores one K or V element: as T, or with F8 as the e4m3 code of x / scale.
@@ -72,13 +78,18 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 	const long long slot = p.slots[row];
 	KV *k_dst = reinterpret_cast<KV *>(p.k_cache) + slot * kv_row;
 	KV *v_dst = reinterpret_cast<KV *>(p.v_cache) + slot * kv_row;
+	// ld is element col of the row's qkv, scaled where the product left it unscaled (no contraction).
+	const float sx = p.in_sx ? p.in_sx[row] : 1.f;
+	auto ld = [&](long long col) { return p.in_sx ? __fmul_rn(qkv[col], __fmul_rn(sx, p.in_sw[col])) : qkv[col]; };
 	if (h0 < rotated) {
 		if (p.q_norm) { // a warp a head: its sum of squares
 			const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
 			for (int h = h0 + (threadIdx.x >> 5); h < min(h1, rotated); h += warps) {
-				const float *x = qkv + h * p.head_dim;
 				float ss = 0.f;
-				for (int i = lane; i < p.head_dim; i += 32) ss += x[i] * x[i];
+				for (int i = lane; i < p.head_dim; i += 32) {
+					const float x = ld(h * p.head_dim + i);
+					ss += x * x;
+				}
 				for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
 				if (lane == 0) inv_rms[h - h0] = 1.0f / sqrtf(ss / (float)p.head_dim + p.eps);
 			}
@@ -97,7 +108,7 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 			const int h = h0 + idx / half, i = idx % half;
 			const float cf = cos_sin[i], sf = cos_sin[half + i];
 			float *x = qkv + h * p.head_dim;
-			float a = x[i], b = x[i + half];
+			float a = ld(h * p.head_dim + i), b = ld(h * p.head_dim + i + half);
 			if (p.q_norm) {
 				const float *w = h < p.num_heads ? p.q_norm : p.k_norm;
 				const float inv = inv_rms[h - h0];
@@ -124,11 +135,15 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 		}
 	}
 	const int v0 = max(h0, rotated);
-	if (slot >= 0 && v0 < h1) {
-		const float *v = qkv + (long long)v0 * p.head_dim;
+	if ((slot >= 0 || p.in_sx) && v0 < h1) {
+		const long long c0 = (long long)v0 * p.head_dim;
 		KV *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
 		const int n = (h1 - v0) * p.head_dim;
-		for (int j = threadIdx.x; j < n; j += blockDim.x) vd[j] = KVS::store(v[j], p.v_scale);
+		for (int j = threadIdx.x; j < n; j += blockDim.x) {
+			const float v = ld(c0 + j);
+			if (p.in_sx) qkv[c0 + j] = v;
+			if (slot >= 0) vd[j] = KVS::store(v, p.v_scale);
+		}
 	}
 }
 
