@@ -150,6 +150,9 @@ type cudaStats struct {
 	// MixedDecodes counts the attention calls of mixed steps whose leading decodes ran on the decode
 	// kernels (opPlan.leadDecodes).
 	MixedDecodes int
+	// UnscaledFP8 counts the FP8 products queued leaving their scales to the op after them
+	// (opPlan.fp8Unscaled).
+	UnscaledFP8 int
 }
 
 // cudaFunctions are the model's kernels for the compute dtype.

@@ -465,6 +465,10 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 			return err
 		}
 		if p.fp8Unscaled {
+			if a.bias != nil { // the plan never leaves a biased product unscaled: ScaleE4M3 adds the bias
+				return fmt.Errorf("cuda backend: FP8 product with a bias planned unscaled")
+			}
+			b.stats.UnscaledFP8++
 			return nil // the op after it applies the scales (opPlan.fp8Unscaled)
 		}
 		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, M: int32(rows), N: int32(op.out)}
@@ -520,13 +524,16 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
 	}
 	fn, rowsFn := b.fp8.norm, &b.fp8.normRows
-	if op.kind == opNorm {
+	switch op.kind {
+	case opNorm:
 		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
 		if a.a != nil {
 			params.Add = a.a.ptr
 		}
-	} else { // SwiGLU: gate/up [rows][2·inter]
+	case opSwiGLU: // gate/up [rows][2·inter]
 		fn, rowsFn, params.Residual, params.Cols = b.fp8.swiglu, &b.fp8.swigluRows, a.x.ptr, int32(op.out)
+	default:
+		return fmt.Errorf("cuda backend: %v cannot quantize its output for an FP8 product", op.kind)
 	}
 	threads := rowThreads(int(params.Cols))
 	if i, ok := fp8RowShape(int(params.Cols)); ok {
