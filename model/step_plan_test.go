@@ -642,6 +642,32 @@ func TestPlanFP8(t *testing.T) {
 						t.Errorf("op %d (%v) applies the scales of op %d", i, ops[i].kind, p.fp8ScaleFrom)
 					}
 				}
+				// Counted from the model alone: in a prefill on cuBLASLt every layer's O, gate/up, down but
+				// the last, and Q/K/V where it has no bias, leave their scales; elsewhere none.
+				unscaled, want := 0, 0
+				for _, p := range plans {
+					if p.fp8Unscaled {
+						unscaled++
+					}
+				}
+				if rows > gemvMaxTokens {
+					want = 3*m.layers - 1
+					if !m.bias {
+						want += m.layers
+					}
+					if tc.noFuse {
+						want = m.layers // only Q/K/V's RoPE: the norms and SwiGLU quantize nothing
+						if m.bias {
+							want = 0
+						}
+					}
+				}
+				if rows > fp8KernelMaxRows && rows <= gemvMaxTokens {
+					want = -1 // decode steps: attention rotates at some rows; checked op by op above
+				}
+				if want >= 0 && unscaled != want {
+					t.Errorf("%d products leave their scales, want %d", unscaled, want)
+				}
 				if lm := plans[at["lmhead"]]; lm.mm.path == pathFP8 {
 					t.Errorf("the LM head planned on the FP8 path")
 				}
