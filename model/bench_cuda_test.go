@@ -4,6 +4,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -209,20 +210,14 @@ func BenchmarkCUDADecode(b *testing.B) {
 			b.Logf("%s: loaded random bf16 weights %s(%.2f GB) in %v", mc.name, opts.Quantization,
 				float64(decodeWeightBytes(cfg, opts.Quantization))/1e9,
 				time.Since(start).Round(time.Millisecond))
-			prefills := []struct {
-				name string
-				tune gemvTuning
-			}{{"prefill1024", defaultGemvTuning}}
+			prefills := map[string]gemvTuning{"prefill1024": defaultGemvTuning}
 			if opts.Quantization != "" { // and with cuBLASLt's products scaled by a pass of their own
-				prefills = append(prefills, struct {
-					name string
-					tune gemvTuning
-				}{"prefill1024-noscalefold", tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })})
+				prefills["prefill1024-noscalefold"] = tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })
 			}
-			for _, pv := range prefills {
-				b.Run(pv.name, func(b *testing.B) {
+			for _, name := range slices.Sorted(maps.Keys(prefills)) {
+				b.Run(name, func(b *testing.B) {
 					backend := m.backend.(*cudaBackend)
-					backend.tune = pv.tune
+					backend.tune = prefills[name]
 					defer func() { backend.tune = defaultGemvTuning }()
 					const context = 1024
 					table := make([]int32, context/blockSize)

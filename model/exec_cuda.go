@@ -325,9 +325,7 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 		n := &b.args[p.qkNorm]
 		params.QNorm, params.KNorm, params.Eps = n.w.ptr, n.w2.ptr, n.eps
 	}
-	if p.fp8ScaleFrom >= 0 { // the Q/K/V product left its sums unscaled (opPlan.fp8Unscaled)
-		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
-	}
+	params.InSX, params.InSW = b.fp8InScales(p)
 	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
 	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
 	fn := b.fn.rope

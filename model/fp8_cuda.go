@@ -518,11 +518,7 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 	if p.fp8X16 {
 		params.X16 = b.fp8.x16
 	}
-	if p.fp8ScaleFrom >= 0 {
-		// The product before left its sums unscaled: its input's scales are still in the workspace,
-		// which this op overwrites row by row after reading them.
-		params.InSX, params.InSW = b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
-	}
+	params.InSX, params.InSW = b.fp8InScales(p)
 	fn, rowsFn := b.fp8.norm, &b.fp8.normRows
 	switch op.kind {
 	case opNorm:
@@ -540,6 +536,16 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		fn, threads = rowsFn[i], fp8RowShapes[i].threads
 	}
 	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: threads}, 0, &params)
+}
+
+// fp8InScales are the scales an op applies to the unscaled sums of the FP8 product before it
+// (opPlan.fp8ScaleFrom; 0, 0 for none): the product's input scales, still in the workspace (the
+// quantizing ops overwrite them row by row after reading them), and its weight's.
+func (b *cudaBackend) fp8InScales(p *opPlan) (sx, sw cuda.DevicePtr) {
+	if p.fp8ScaleFrom < 0 {
+		return 0, 0
+	}
+	return b.fp8.scales, b.args[p.fp8ScaleFrom].w.fp8.scales
 }
 
 // launchFP8Gemm queues the FP8 product of rows (at most gemvMaxTokens) token rows, their codes and scales
