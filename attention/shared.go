@@ -3,6 +3,7 @@ package attention
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/gollm/gollm/internal/fanout"
@@ -271,21 +272,53 @@ func NewSharedLayout(contextLens []int32, groups []SharedGroup, blockSize, membe
 	return l
 }
 
+// Pad returns a copy of l laid out for batch sequences and virtual virtual sequences, at least l's:
+// the arrays of a CUDA graph's bucket, whose sizes its launches take, with l's values first. A padding
+// virtual sequence has no shared tokens (VirtualLens 0: the prefix pass does nothing for it) and its
+// member slots name sequence 0; a padding sequence is in no group (SeqSlot −1) and has a suffix of one
+// token from the start of its table (SuffixStart 0, SuffixLens 1: the padding rows' context of one
+// token in page 0). It panics on a smaller batch or fewer virtual sequences (programmer errors).
+func (l *SharedLayout) Pad(batch, virtual int) *SharedLayout {
+	if batch < l.Batch || virtual < l.Virtual() {
+		panic(fmt.Sprintf("attention: SharedLayout.Pad(%d, %d) of a layout of %d sequences and %d virtual sequences",
+			batch, virtual, l.Batch, l.Virtual()))
+	}
+	pad := func(x []int32, n int, fill int32) []int32 {
+		out := make([]int32, n)
+		copy(out, x)
+		for i := len(x); i < n; i++ {
+			out[i] = fill
+		}
+		return out
+	}
+	return &SharedLayout{Batch: batch, Members: l.Members,
+		VirtualSeqs: pad(l.VirtualSeqs, virtual*l.Members, 0),
+		VirtualLens: pad(l.VirtualLens, virtual, 0),
+		SeqSlot:     pad(l.SeqSlot, batch, -1),
+		SuffixStart: pad(l.SuffixStart, batch, 0),
+		SuffixLens:  pad(l.SuffixLens, batch, 1),
+	}
+}
+
 // VirtualTables returns the prefix pass's block tables, [virtual sequences][maxBlocks]: each the first
-// member's table (its shared pages, then whatever follows, never read).
+// member's table (its shared pages, then whatever follows, never read); zeros for a virtual sequence
+// without shared tokens (Pad's).
 func (l *SharedLayout) VirtualTables(tables [][]int32, maxBlocks int) []int32 {
 	out := make([]int32, l.Virtual()*maxBlocks)
 	for v := range l.Virtual() {
-		copy(out[v*maxBlocks:(v+1)*maxBlocks], tables[l.VirtualSeqs[v*l.Members]])
+		if l.VirtualLens[v] > 0 {
+			copy(out[v*maxBlocks:(v+1)*maxBlocks], tables[l.VirtualSeqs[v*l.Members]])
+		}
 	}
 	return out
 }
 
 // SuffixTables returns the suffix pass's block tables, [Batch][maxBlocks]: sequence s's table from the
-// page its suffix starts on (SuffixStart is a whole number of pages).
+// page its suffix starts on (SuffixStart is a whole number of pages); zeros for a sequence past tables
+// (Pad's padding, whose token lies in page 0).
 func (l *SharedLayout) SuffixTables(tables [][]int32, blockSize, maxBlocks int) []int32 {
 	out := make([]int32, l.Batch*maxBlocks)
-	for s := range l.Batch {
+	for s := range min(l.Batch, len(tables)) {
 		copy(out[s*maxBlocks:(s+1)*maxBlocks], tables[s][int(l.SuffixStart[s])/blockSize:])
 	}
 	return out
@@ -296,12 +329,41 @@ func (l *SharedLayout) SuffixTables(tables [][]int32, blockSize, maxBlocks int) 
 // page size).
 type SharedPlan struct {
 	PrefixPartitionTokens, SuffixPartitionTokens int
+	// PrefixPartitions and SuffixPartitions, when positive, fix the passes' partition counts (their
+	// grids' third dimension and the partials' layout) instead of following the layout's longest
+	// shared prefix and suffix: a CUDA graph's plan (SharedGraphKey), whose launches must not depend
+	// on the lengths. Fixed counts must cover those lengths; partitions past a length do nothing, and
+	// the merge does not read them.
+	PrefixPartitions, SuffixPartitions int
 }
 
 // partitions returns the prefix and suffix pass's partition counts (their grids' third dimension).
 func (p SharedPlan) partitions(l *SharedLayout) (prefix, suffix int) {
-	return ceilDiv(longestContext(l.VirtualLens), p.PrefixPartitionTokens),
+	prefix, suffix = ceilDiv(longestContext(l.VirtualLens), p.PrefixPartitionTokens),
 		max(1, ceilDiv(longestContext(l.SuffixLens), p.SuffixPartitionTokens))
+	if p.PrefixPartitions > 0 {
+		prefix = p.PrefixPartitions
+	}
+	if p.SuffixPartitions > 0 {
+		suffix = p.SuffixPartitions
+	}
+	return prefix, suffix
+}
+
+// check reports a plan whose partitions are not positive multiples of the page size, or whose fixed
+// partition counts do not cover layout l's longest shared prefix or suffix.
+func (p SharedPlan) check(l *SharedLayout, blockSize int) error {
+	if p.PrefixPartitionTokens <= 0 || p.PrefixPartitionTokens%blockSize != 0 ||
+		p.SuffixPartitionTokens <= 0 || p.SuffixPartitionTokens%blockSize != 0 {
+		return fmt.Errorf("attention: shared-prefix plan %+v: partitions must be positive multiples of the page size %d", p, blockSize)
+	}
+	if p.PrefixPartitions < 0 || p.SuffixPartitions < 0 ||
+		p.PrefixPartitions > 0 && p.PrefixPartitions*p.PrefixPartitionTokens < longestContext(l.VirtualLens) ||
+		p.SuffixPartitions > 0 && p.SuffixPartitions*p.SuffixPartitionTokens < longestContext(l.SuffixLens) {
+		return fmt.Errorf("attention: shared-prefix plan %+v: fixed partitions short of the longest prefix %d or suffix %d",
+			p, longestContext(l.VirtualLens), longestContext(l.SuffixLens))
+	}
+	return nil
 }
 
 // mergeSegment is a run of count partial slots, first, first+stride, …, of one query head.
@@ -436,9 +498,8 @@ func DecodeShared(out, q []float32, numHeads int, scale float32, c *Cache, block
 // and suffix passes in one parallel phase, the merge in a second.
 func (st *step) runShared(l *SharedLayout, plan SharedPlan, workers int) {
 	bs := st.c.BlockSize
-	if plan.PrefixPartitionTokens <= 0 || plan.PrefixPartitionTokens%bs != 0 ||
-		plan.SuffixPartitionTokens <= 0 || plan.SuffixPartitionTokens%bs != 0 {
-		panic(fmt.Sprintf("attention: shared-prefix plan %+v: partitions must be positive multiples of the page size %d", plan, bs))
+	if err := plan.check(l, bs); err != nil {
+		panic(err.Error())
 	}
 	if len(st.pre) > 0 || st.window > 0 || l.Batch != len(st.dec.ctx) {
 		panic("attention: shared-prefix decode of a step with prefill rows, a window or another batch")
@@ -562,12 +623,18 @@ const (
 // with which layout and plan.
 type SharedDecision struct {
 	// Use is false where the plain call is expected to be as fast (little sharing), and where the
-	// shared path cannot run (no group, a window, RoPE, a graph's call: then Layout is nil too).
+	// shared path cannot run (no group, a window, RoPE, a graph's call to DecideShared: then Layout is
+	// nil too).
 	Use bool
 	// Layout and Plan are the shared path's wherever it can run, taken or not (tests and benchmarks
 	// force it with them).
 	Layout *SharedLayout
 	Plan   SharedPlan
+	// Graph is the CUDA graph bucket of a decision for a captured step (DecideSharedGraph; zero for
+	// DecideShared's), and Padded Layout padded to it: the arrays and sizes the graph's launches take.
+	// Plan is then the key's, valid for Layout too (an eager run of the same step).
+	Graph  SharedGraphKey
+	Padded *SharedLayout
 }
 
 // SharedPrefixVariant names one of shared.cu's GPU prefix kernels (CUDATuning.SharedPrefix). Both
@@ -644,9 +711,9 @@ func SharedMembersFor(dt DType, g, headDim int) int {
 // (sharedExtraLaunches · sharedLaunchSeconds · bandwidth: about 29 MB on an H200, so 8 sequences need
 // some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120), and, where the call would
 // otherwise be part of a CUDA graph (LosesGraph), the step's eager launches (sharedEagerSeconds: 96 MB
-// more, some 2900 and 400 tokens). Never for a call with a
-// window or RoPE, or a graph's call: the group structure changes from step to step, and a captured
-// graph's grids do not (the step then runs the plain call, in its graph).
+// more, some 2900 and 400 tokens). Never for a call with a window or RoPE, or a graph's call (c.Graph:
+// DecideSharedGraph plans those, on a layout padded to a bucket whose launches do not follow the
+// groups).
 //
 // The prefix pass is split so that its programs (virtual sequences × KV heads × partitions) make
 // sharedWavePrograms per SM on the split-k kernel; on a prefix kernel, as many as fit one wave of its
@@ -668,15 +735,7 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 		return SharedDecision{}
 	}
 	tile := max(cudaTileTokens, c.BlockSize)
-	longestShared := longestContext(l.VirtualLens)
-	units := l.Virtual() * c.NumKVHeads
-	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
-	if v := c.Tuning.SharedPrefix; sharedPrefixKernel(c.DType, c.HeadDim) {
-		units *= ceilDiv(l.Members*group, sharedPrefixRows) // the prefix kernel's row blocks
-		parts = v.programsPerSM() * max(1, dev.SMs) / units
-	}
-	parts = min(maxSplitPartitions, max(1, parts))
-	plan := SharedPlan{PrefixPartitionTokens: max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longestShared, parts), tile))}
+	plan := SharedPlan{PrefixPartitionTokens: sharedPrefixPartition(&c, dev, group, l.Virtual(), l.Members, longestContext(l.VirtualLens))}
 
 	suffix := c
 	suffix.ContextLens = l.SuffixLens
@@ -690,16 +749,253 @@ func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDe
 	} else {
 		plan.SuffixPartitionTokens = roundUp(max(1, longestContext(l.SuffixLens)), tile)
 	}
-	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.DType.Size())
-	bw := dev.PeakBandwidth
-	if bw <= 0 {
-		bw = h100PeakBandwidth
-	}
-	overhead := sharedExtraLaunches * sharedLaunchSeconds * bw
+	overhead := 0.0
 	if c.LosesGraph {
-		overhead += sharedEagerSeconds * bw
+		overhead = sharedEagerSeconds * sharedBandwidth(dev)
 	}
-	return SharedDecision{Use: shared+overhead <= sharedMargin*plain, Layout: l, Plan: plan}
+	return SharedDecision{Use: sharedPays(&c, l, plan, group, dev, overhead), Layout: l, Plan: plan}
+}
+
+// sharedPrefixPartition is the prefix pass's partition tokens for virtual virtual sequences of members
+// member slots whose longest shared prefix is longest tokens (see DecideShared): whole tiles of
+// DefaultMinPartitionTokens or more, as many partitions as make the pass's programs one wave of the
+// prefix kernel (or sharedWavePrograms per SM of the split-k kernel), at most maxSplitPartitions.
+func sharedPrefixPartition(c *DecodeCall, dev DecodeDevice, group, virtual, members, longest int) int {
+	tile := max(cudaTileTokens, c.BlockSize)
+	units := virtual * c.NumKVHeads
+	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
+	if v := c.Tuning.SharedPrefix; sharedPrefixKernel(c.DType, c.HeadDim) {
+		units *= ceilDiv(members*group, sharedPrefixRows) // the prefix kernel's row blocks
+		parts = v.programsPerSM() * max(1, dev.SMs) / units
+	}
+	parts = min(maxSplitPartitions, max(1, parts))
+	return max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longest, parts), tile))
+}
+
+// sharedBandwidth is the device's memory bandwidth the cost model charges time at.
+func sharedBandwidth(dev DecodeDevice) float64 {
+	if dev.PeakBandwidth <= 0 {
+		return h100PeakBandwidth
+	}
+	return dev.PeakBandwidth
+}
+
+// sharedPays reports whether layout l with plan is predicted to move at most sharedMargin of call c's
+// plain bytes (sharedBytes), its extra launches and overhead (bytes) charged.
+func sharedPays(c *DecodeCall, l *SharedLayout, plan SharedPlan, group int, dev DecodeDevice, overhead float64) bool {
+	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.DType.Size())
+	overhead += sharedExtraLaunches * sharedLaunchSeconds * sharedBandwidth(dev)
+	return shared+overhead <= sharedMargin*plain
+}
+
+// SharedGraphKey is the bucket of a shared-prefix decode step captured into a CUDA graph: every size
+// the step's shared-prefix launches take by value (grids, scalars, workspace regions and the lengths
+// of its device arrays) follows from it and the call's shape alone. Steps of one key run the same
+// launches over arrays of the same sizes (SharedLayout.Pad), whatever their groups, so the graph
+// captured for one replays the others. The zero key names no shared-prefix graph.
+type SharedGraphKey struct {
+	// Virtual is the virtual sequences of the padded layout; Members their member slots.
+	Virtual, Members int
+	// The plan (Plan): both passes' partition tokens and fixed partition counts.
+	PrefixPartitionTokens, PrefixPartitions int
+	SuffixPartitionTokens, SuffixPartitions int
+}
+
+// Plan is the plan of the key's steps, partition counts fixed.
+func (k SharedGraphKey) Plan() SharedPlan {
+	return SharedPlan{PrefixPartitionTokens: k.PrefixPartitionTokens, SuffixPartitionTokens: k.SuffixPartitionTokens,
+		PrefixPartitions: k.PrefixPartitions, SuffixPartitions: k.SuffixPartitions}
+}
+
+// sharedMinSuffixCap is the smallest suffix bound of a shared-prefix graph (tokens, a power of two).
+const sharedMinSuffixCap = 256
+
+// DecideSharedGraph is DecideShared for a decode call captured into a CUDA graph (c.Graph set, its
+// MinBatch the smallest batch the graph replays) of rows rows (the batch bucket, at least the call's
+// sequences) whose contexts are at most contextCap tokens (at most the block tables' tokens). It
+// buckets the step's shape into a SharedGraphKey, so that a graph serves every step of the key:
+//
+//   - members: the dispatcher's member slots (SharedMembersFor), or the power of two at or above the
+//     largest group where that is fewer;
+//   - virtual sequences: the power of two at or above the layout's, at most rows;
+//   - the prefix pass planned as DecideShared plans it, on the padded virtual sequences and the longest
+//     shared prefix rounded up to one of eight steps an octave and to a tile (at most contextCap): at
+//     most an eighth of its wave idle, and shared prefixes do not grow from step to step;
+//   - the suffix pass planned as Decide plans a graph of rows sequences at the longest suffix's power of
+//     two (sharedMinSuffixCap or more, at most contextCap): one partition where that runs grouped.
+//
+// The plan is a function of the key alone; the decision (Use) weighs the padded layout's bytes against
+// the plain call's, with no charge for a lost graph. Layout is the unpadded layout (what an eager run
+// of the step takes), Padded the key's. It returns no layout where DecideShared would not, or for a
+// call without c.Graph or of more sequences than rows.
+func DecideSharedGraph(c DecodeCall, groups []SharedGroup, dev DecodeDevice, rows, contextCap int) SharedDecision {
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph == nil || c.Force != nil || c.KVFP8 ||
+		rows < len(c.ContextLens) || contextCap > c.MaxBlocks*c.BlockSize {
+		return SharedDecision{}
+	}
+	group, err := c.check()
+	if err != nil || longestContext(c.ContextLens) > contextCap {
+		return SharedDecision{}
+	}
+	most := 1
+	for _, g := range groups {
+		most = max(most, len(g.Seqs))
+	}
+	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, min(SharedMembersFor(c.DType, group, c.HeadDim), nextPowerOfTwo(most)))
+	if l.Virtual() == 0 {
+		return SharedDecision{}
+	}
+	key := sharedGraphKey(&c, dev, group, rows, contextCap, l.Virtual(), l.Members,
+		longestContext(l.VirtualLens), longestContext(l.SuffixLens))
+	padded := l.Pad(rows, key.Virtual)
+	plan := key.Plan()
+	return SharedDecision{Use: sharedPays(&c, padded, plan, group, dev, 0), Layout: l, Plan: plan, Graph: key, Padded: padded}
+}
+
+// sharedGraphKey is DecideSharedGraph's key for a layout of virtual virtual sequences of members member
+// slots whose longest shared prefix and suffix are longestShared and longestSuffix tokens: a function
+// of the call's shape (not its lengths), rows, contextCap and the buckets of those four.
+func sharedGraphKey(c *DecodeCall, dev DecodeDevice, group, rows, contextCap, virtual, members, longestShared, longestSuffix int) SharedGraphKey {
+	tile := max(cudaTileTokens, c.BlockSize)
+	k := SharedGraphKey{Virtual: min(rows, nextPowerOfTwo(virtual)), Members: members}
+	sharedCap := min(contextCap, roundUp(octaveCeil(longestShared), tile))
+	k.PrefixPartitionTokens = sharedPrefixPartition(c, dev, group, k.Virtual, members, sharedCap)
+	k.PrefixPartitions = ceilDiv(sharedCap, k.PrefixPartitionTokens)
+
+	suffixCap := min(contextCap, max(sharedMinSuffixCap, nextPowerOfTwo(longestSuffix)))
+	suffix := *c
+	suffix.ContextLens = make([]int32, rows)
+	for i := range suffix.ContextLens {
+		suffix.ContextLens[i] = int32(suffixCap)
+	}
+	suffix.Force = nil
+	k.SuffixPartitionTokens = roundUp(suffixCap, tile)
+	if d, err := Decide(suffix, dev); err == nil && d.Plan.Kernel == SplitK {
+		k.SuffixPartitionTokens = d.Plan.PartitionTokens
+	}
+	k.SuffixPartitions = ceilDiv(suffixCap, k.SuffixPartitionTokens)
+	return k
+}
+
+// octaveCeil rounds n up to one of eight steps an octave: a multiple of an eighth of the largest power
+// of two at most n.
+func octaveCeil(n int) int {
+	if n <= 8 {
+		return max(n, 0)
+	}
+	return roundUp(n, 1<<(bits.Len(uint(n))-4))
+}
+
+// nextPowerOfTwo is the smallest power of two at least n (1 for n ≤ 1).
+func nextPowerOfTwo(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// sharedLaunch is every launch shape and by-value scalar of a shared-prefix call (CUDAKernels.
+// DecodeShared): the gather's and the merge's grids, the prefix pass's (the prefix kernel's grid, or
+// the split-k kernel's decision) and the suffix pass's decision, the host lengths they were decided on,
+// and the workspace's regions. With a plan of fixed partition counts it is a function of the call's
+// shape, the layout's sizes (Batch, Virtual, Members) and the plan alone, never of the layout's
+// lengths: the passes are decided on lengths of the plan's partitions (at most the block tables'
+// tokens), their partition counts the plan's. That is what lets a CUDA graph of one layout replay
+// another of the same sizes.
+type sharedLaunch struct {
+	virtualHeads int
+	gather       [3]int
+	// prefixKernel: the prefix pass runs a prefix kernel, over prefixGrid; else the split-k kernel of
+	// prefix. prefix.Plan is the pass's partitioning either way.
+	prefixKernel bool
+	prefixGrid   [3]int
+	prefix       DecodeDecision
+	suffix       DecodeDecision
+	merge        [3]int
+	// prefixLens and suffixLens are the passes' host context lengths (Decide's, and the prefix kernel's
+	// batch).
+	prefixLens, suffixLens []int32
+	// qBytes and preBytes are the gathered queries' and the prefix partials' regions of the workspace,
+	// workspace its whole size.
+	qBytes, preBytes, workspace int64
+}
+
+// planSharedLaunch is the launch of a shared-prefix call c (its shape and tuning; its ContextLens one
+// for each of l's sequences) with layout l and plan on device dev, the prefix pass on a prefix kernel
+// where prefixKernel says so: the passes are forced split-k calls without dependent launch, the prefix
+// pass's copies without evict_first, their partials merged by the shared merge (SplitKReduceKernel).
+func planSharedLaunch(c DecodeCall, l *SharedLayout, plan SharedPlan, dev DecodeDevice, prefixKernel bool) (sharedLaunch, error) {
+	if err := plan.check(l, c.BlockSize); err != nil {
+		return sharedLaunch{}, err
+	}
+	if c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0 {
+		return sharedLaunch{}, fmt.Errorf("attention: %d query heads for %d KV heads", c.NumHeads, c.NumKVHeads)
+	}
+	var sl sharedLaunch
+	elem := c.DType.Size()
+	sl.qBytes, sl.preBytes, sl.virtualHeads = sharedRegions(l, plan, c.NumHeads, c.NumKVHeads, c.HeadDim, elem)
+	sl.workspace = SharedWorkspaceBytes(l, plan, c.NumHeads, c.NumKVHeads, c.HeadDim, elem)
+	prefixParts, suffixParts := plan.partitions(l)
+	g := c.NumHeads / c.NumKVHeads
+
+	// A partition past the block table's tokens is one partition of every context, as the planner's
+	// bound on partitions (MaxBlocks·BlockSize) wants it written.
+	tableTokens := c.MaxBlocks * c.BlockSize
+	prefixPart, suffixPart := min(plan.PrefixPartitionTokens, tableTokens), min(plan.SuffixPartitionTokens, tableTokens)
+	filled := func(n, tokens int) []int32 {
+		lens := make([]int32, n)
+		for i := range lens {
+			lens[i] = int32(min(tokens, tableTokens))
+		}
+		return lens
+	}
+	sl.prefixLens, sl.suffixLens = l.VirtualLens, l.SuffixLens
+	if plan.PrefixPartitions > 0 {
+		sl.prefixLens = filled(l.Virtual(), plan.PrefixPartitions*prefixPart)
+	}
+	if plan.SuffixPartitions > 0 {
+		sl.suffixLens = filled(l.Batch, plan.SuffixPartitions*suffixPart)
+	}
+	c.Dependent, c.Path, c.Graph, c.Tuning.SplitKReduceKernel = false, PathAuto, nil, true
+
+	sl.gather = [3]int{l.Virtual() * l.Members, c.NumHeads, 1}
+	sl.merge = [3]int{l.Batch, c.NumHeads, 1}
+	sl.prefixKernel = prefixKernel
+	if prefixKernel {
+		sl.prefix.Plan = DecodePlan{Kernel: SplitK, PartitionTokens: plan.PrefixPartitionTokens, NumPartitions: prefixParts}
+		sl.prefixGrid = [3]int{l.Virtual() * ceilDiv(l.Members*g, sharedPrefixRows), c.NumKVHeads, prefixParts}
+	} else {
+		prefix := c
+		prefix.ContextLens, prefix.NumHeads = sl.prefixLens, sl.virtualHeads
+		prefix.Force = &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}
+		prefix.Tuning.NoEvictFirst = true
+		var err error
+		if sl.prefix, err = Decide(prefix, dev); err != nil {
+			return sharedLaunch{}, fmt.Errorf("attention: shared-prefix pass: %w", err)
+		}
+		sl.prefix.fixPartitions(prefixParts)
+	}
+	suffix := c
+	suffix.ContextLens = sl.suffixLens
+	suffix.Force = &ForcedPlan{Kernel: SplitK, PartitionTokens: suffixPart}
+	var err error
+	if sl.suffix, err = Decide(suffix, dev); err != nil {
+		return sharedLaunch{}, fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
+	}
+	if sl.suffix.fixPartitions(suffixParts) {
+		sl.suffix.EvictFirst = suffix.evictFirst(dev, sl.suffix.Grid[0]*sl.suffix.Grid[1]*sl.suffix.Grid[2])
+	}
+	return sl, nil
+}
+
+// fixPartitions sets a split-k decision's partition count (and its grid's) to parts, the shared plan's
+// (at least its own), and reports whether it changed.
+func (d *DecodeDecision) fixPartitions(parts int) bool {
+	if d.Plan.NumPartitions == parts {
+		return false
+	}
+	d.Plan.NumPartitions, d.Grid[2] = parts, parts
+	return true
 }
 
 // SharedWorkspaceBytes is the workspace a shared-prefix call of layout l and plan needs with numHeads

@@ -140,6 +140,11 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // writes a.Out. sh holds the layout and plan (DecideShared's) and their device arrays; workspace must be
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE, a window or FP8 pages. The kernels are
 // launched without programmatic dependent launch (each waits for the one before it).
+//
+// With a plan of fixed partition counts (a SharedGraphKey's, on a layout padded to it: SharedLayout.Pad)
+// the launches depend on the layout's sizes alone, never on its lengths or groups, which the kernels
+// read from sh's device arrays: a CUDA graph captured for one layout replays any other of the same key
+// whose arrays are written over the same buffers.
 func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64) error {
 	return k.decodeShared(s, a, sh, workspace, workspaceBytes, k.Tuning)
 }
@@ -164,25 +169,7 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	if merge == nil {
 		return fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	}
-	need := SharedWorkspaceBytes(l, sh.Plan, a.NumHeads, a.NumKVHeads, a.HeadDim, dt.Size())
-	if need > workspaceBytes {
-		return fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, need, workspaceBytes)
-	}
-	qBytes, preBytes, virtualHeads := sharedRegions(l, sh.Plan, a.NumHeads, a.NumKVHeads, a.HeadDim, dt.Size())
-	vq := workspace
-	pre := workspace.Add(qBytes)
-	suf := pre.Add(preBytes)
-
-	// A partition past the block table's tokens is one partition of every context, as the planner's
-	// bound on partitions (a.MaxBlocks·BlockSize) wants it written.
-	tableTokens := a.MaxBlocks * a.BlockSize
-	prefixPart, suffixPart := min(sh.Plan.PrefixPartitionTokens, tableTokens), min(sh.Plan.SuffixPartitionTokens, tableTokens)
 	t := tuning
-	t.SplitKReduceKernel = true // the passes leave their partials; the merge is shared.cu's
-	prefix := *a
-	prefix.Q, prefix.Out, prefix.Dependent = vq, 0, false
-	prefix.BlockTables, prefix.ContextLens, prefix.HostContextLens = sh.VirtualTables, sh.VirtualLens, l.VirtualLens
-	prefix.NumHeads = virtualHeads
 	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
 	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
 	// and the later reads should find it there.
@@ -193,28 +180,30 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	if prefixKernel == nil {
 		prefixKernel = k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim)]
 	}
-	var pd DecodeDecision
-	if prefixKernel != nil {
-		parts, _ := sh.Plan.partitions(l)
-		pd.Plan = DecodePlan{Kernel: SplitK, PartitionTokens: sh.Plan.PrefixPartitionTokens, NumPartitions: parts}
-	} else {
-		pt := t
-		pt.NoEvictFirst = true
-		var err error
-		if pd, err = k.decide(&prefix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: prefixPart}, pt); err != nil {
-			return fmt.Errorf("attention: shared-prefix pass: %w", err)
-		}
+	// Every grid and scalar below is the launch's (planSharedLaunch): with a plan of fixed partitions,
+	// the same for every layout of the same sizes, so that a graph of one replays another.
+	sl, err := planSharedLaunch(a.Call(t), l, sh.Plan, k.Facts(), prefixKernel != nil)
+	if err != nil {
+		return err
 	}
+	if sl.workspace > workspaceBytes {
+		return fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, sl.workspace, workspaceBytes)
+	}
+	vq := workspace
+	pre := workspace.Add(sl.qBytes)
+	suf := pre.Add(sl.preBytes)
+
+	prefix := *a
+	prefix.Q, prefix.Out, prefix.Dependent = vq, 0, false
+	prefix.BlockTables, prefix.ContextLens, prefix.HostContextLens = sh.VirtualTables, sh.VirtualLens, sl.prefixLens
+	prefix.NumHeads = sl.virtualHeads
 	suffix := *a
 	suffix.Dependent = false
-	suffix.BlockTables, suffix.ContextLens, suffix.HostContextLens = sh.SuffixTables, sh.SuffixLens, l.SuffixLens
-	sd, err := k.decide(&suffix, PathAuto, &ForcedPlan{Kernel: SplitK, PartitionTokens: suffixPart}, t)
-	if err != nil {
-		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
-	}
+	suffix.BlockTables, suffix.ContextLens, suffix.HostContextLens = sh.SuffixTables, sh.SuffixLens, sl.suffixLens
+	pd, sd := sl.prefix, sl.suffix
 
 	g := a.NumHeads / a.NumKVHeads
-	preRows := int64(l.Virtual()) * int64(virtualHeads) * int64(pd.Plan.NumPartitions)
+	preRows := int64(l.Virtual()) * int64(sl.virtualHeads) * int64(pd.Plan.NumPartitions)
 	sufRows := int64(l.Batch) * int64(a.NumHeads) * int64(sd.Plan.NumPartitions)
 	p := sharedParams{
 		Out: a.Out, Q: a.Q, VQ: vq,
@@ -228,11 +217,11 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	p.PreL, p.SufL = p.PreM.Add(4*preRows), p.SufM.Add(4*sufRows)
 
 	gather := k.kernels[sharedGatherKernel]
-	if err := cuda.Launch(gather.fn, cuda.Dim3{X: l.Virtual() * l.Members, Y: a.NumHeads}, cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
+	if err := cuda.Launch(gather.fn, dim3(sl.gather), cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: shared-prefix gather: %w", err)
 	}
 	if prefixKernel != nil {
-		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, p.PreAcc, p.PreM, p.PreL)
+		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
 	} else {
 		err = k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL)
 	}
@@ -242,17 +231,20 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	if err := k.runPartitions(s, &suffix, sd, p.SufAcc, p.SufM, p.SufL); err != nil {
 		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
 	}
-	if err := cuda.Launch(merge.fn, cuda.Dim3{X: l.Batch, Y: a.NumHeads}, cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
+	if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: shared-prefix merge: %w", err)
 	}
 	return nil
 }
 
-// runPrefix queues shared.cu's prefix kernel kern for the virtual call a (its queries the gathered
-// ones, its sequences the virtual sequences, its query heads their rows per KV head times the KV heads),
-// partitioned as plan says, its partials to (acc, m, l) in the split-k layout; a program serves
-// sharedPrefixRows rows.
-func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, acc, m, l cuda.DevicePtr) error {
+// dim3 is a grid of planSharedLaunch's as the driver takes it.
+func dim3(g [3]int) cuda.Dim3 { return cuda.Dim3{X: g[0], Y: g[1], Z: g[2]} }
+
+// runPrefix queues shared.cu's prefix kernel kern over grid for the virtual call a (its queries the
+// gathered ones, its sequences the virtual sequences, its query heads their rows per KV head times the
+// KV heads), partitioned as plan says, its partials to (acc, m, l) in the split-k layout; a program
+// serves sharedPrefixRows rows (planSharedLaunch's grid).
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, grid cuda.Dim3, acc, m, l cuda.DevicePtr) error {
 	rows := a.NumHeads / a.NumKVHeads
 	p := decodeParams{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
@@ -264,7 +256,6 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
 		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
 	}
-	grid := cuda.Dim3{X: len(a.HostContextLens) * ceilDiv(rows, sharedPrefixRows), Y: a.NumKVHeads, Z: plan.NumPartitions}
 	if !kern.tma {
 		return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 	}

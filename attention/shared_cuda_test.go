@@ -3,9 +3,11 @@
 package attention
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -90,6 +92,119 @@ func (c *gpuDecodeCase) sharedArgs(t *testing.T, l *SharedLayout, plan SharedPla
 	}
 }
 
+// sharedPaddedCase is a gpuDecodeCase laid out as a CUDA graph's bucket: pad more sequences after the
+// case's, of one token in page 0 and zero queries (a graph step's padding rows), with query and output
+// buffers of their own for every row.
+type sharedPaddedCase struct {
+	c        *gpuDecodeCase
+	rows     int
+	lens     []int32
+	dQ, dOut cuda.DevicePtr
+}
+
+// padded uploads case c's queries with pad rows of zeros after them, and an output of as many rows.
+func (c *gpuDecodeCase) padded(t *testing.T, pad int) *sharedPaddedCase {
+	t.Helper()
+	p := &sharedPaddedCase{c: c, rows: len(c.lens) + pad, lens: slices.Clone(c.lens)}
+	for range pad {
+		p.lens = append(p.lens, 1)
+	}
+	q := append(slices.Clone(c.q), make([]float32, pad*c.numHeads*c.headDim)...)
+	p.dQ = c.upload(t, c.codec.round(q))
+	p.dOut = c.alloc(t, int64(len(q)*c.codec.size))
+	return p
+}
+
+// args is the case's call at every row: the padded queries and output, the padding's contexts.
+func (p *sharedPaddedCase) args() *CUDADecodeArgs {
+	a := p.c.args()
+	a.Q, a.Out, a.HostContextLens = p.dQ, p.dOut, p.lens
+	return a
+}
+
+// output downloads the real sequences' rows of the output, as float32.
+func (p *sharedPaddedCase) output(t *testing.T) []float32 {
+	t.Helper()
+	c := p.c
+	if err := c.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, len(c.q)*c.codec.size)
+	if err := c.dev.CopyFromDevice(b, p.dOut); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(c.q))
+	c.codec.decode(out, b)
+	return out
+}
+
+// poisonOut fills every row of the output with NaN.
+func (p *sharedPaddedCase) poisonOut(t *testing.T) {
+	poison(t, p.c.dev, p.dOut, int64(p.rows*p.c.numHeads*p.c.headDim*p.c.codec.size))
+}
+
+// writeSharedArgs copies layout l's arrays for case c over the device arrays of sh, which must be of
+// the same sizes (a layout of the same SharedGraphKey), and makes sh l's.
+func (c *gpuDecodeCase) writeSharedArgs(t *testing.T, sh *CUDASharedArgs, l *SharedLayout, plan SharedPlan) {
+	t.Helper()
+	old := sh.Layout
+	if l.Batch != old.Batch || l.Virtual() != old.Virtual() || l.Members != old.Members {
+		t.Fatalf("layout of %d sequences, %d×%d virtual over arrays of %d, %d×%d", l.Batch, l.Virtual(), l.Members,
+			old.Batch, old.Virtual(), old.Members)
+	}
+	for _, w := range []struct {
+		dst cuda.DevicePtr
+		src []int32
+	}{{sh.VirtualSeqs, l.VirtualSeqs}, {sh.SeqSlot, l.SeqSlot}, {sh.VirtualLens, l.VirtualLens}, {sh.SuffixLens, l.SuffixLens},
+		{sh.VirtualTables, l.VirtualTables(c.tables, c.maxBlocks)}, {sh.SuffixTables, l.SuffixTables(c.tables, c.blockSize, c.maxBlocks)}} {
+		if err := c.dev.CopyToDevice(w.dst, cuda.Bytes(w.src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh.Layout, sh.Plan = l, plan
+}
+
+// fixedPlan is plan with partition counts fixed, extra more than every layout of ls needs.
+func fixedPlan(plan SharedPlan, extraPrefix, extraSuffix int, ls ...*SharedLayout) SharedPlan {
+	for _, l := range ls {
+		pre, suf := plan.partitions(l)
+		plan.PrefixPartitions, plan.SuffixPartitions = max(plan.PrefixPartitions, pre), max(plan.SuffixPartitions, suf)
+	}
+	plan.PrefixPartitions += extraPrefix
+	plan.SuffixPartitions += extraSuffix
+	return plan
+}
+
+// regroup is other groups of the same batch, as a later step of a server finds them: the first group
+// split in two (a fork leaves it and others join another), the last sharing a page less where it shares
+// more than one.
+func regroup(groups []SharedGroup) []SharedGroup {
+	var out []SharedGroup
+	for i, g := range groups {
+		if i == 0 && len(g.Seqs) > 1 {
+			half := len(g.Seqs) / 2
+			out = append(out, SharedGroup{Seqs: slices.Clone(g.Seqs[:half]), Pages: g.Pages},
+				SharedGroup{Seqs: slices.Clone(g.Seqs[half:]), Pages: g.Pages})
+			continue
+		}
+		if i == len(groups)-1 && g.Pages > 1 {
+			g.Pages--
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// sameBits fails unless got and want hold the same bits.
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: output[%d] = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
 // TestCUDADecodeShared runs the shared-prefix kernels against the float64 reference and the CPU twin
 // (DecodeShared over the same rounded values): bf16, fp16 and fp32, head_dim 64, 128 and 256, groups of
 // 1 to 64 sequences, prefixes of 1 page, a page and a few tokens and long, ragged suffixes, several
@@ -99,6 +214,12 @@ func (c *gpuDecodeCase) sharedArgs(t *testing.T, l *SharedLayout, plan SharedPla
 // a program's 128 rows (G = 3, odd members, more members than one program's rows), prefixes and
 // partitions that end inside a 64-token tile or a 32-key softmax step. The CPU twin is compared at the
 // dispatcher's member count (SharedMembersFor).
+//
+// What a CUDA graph of the shared path relies on: every run again padded as a graph's bucket (SharedLayout.Pad
+// to 2V+1 virtual sequences and three more sequences, two more prefix partitions and one more suffix
+// partition than needed, fixed), its workspace poisoned, must write the same bits; and a graph captured
+// for one padded layout, replayed after another layout of the same sizes (other groups: regroup) is
+// written over its arrays, must write what a direct run of the other writes.
 func TestCUDADecodeShared(t *testing.T) {
 	k := gpuKernels(t)
 	for _, codec := range codecs {
@@ -149,12 +270,24 @@ func TestCUDADecodeShared(t *testing.T) {
 						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim)] != nil {
 							tunings = append(tunings, CUDATuning{})
 						}
-						for _, plan := range []SharedPlan{{64, 64}, {roundUp(3*64, bs), 128}, {roundUp(80, bs), 64}, {1 << 16, 1 << 16}} {
+						const pad = 3
+						pc := c.padded(t, pad)
+						for _, plan := range []SharedPlan{
+							{PrefixPartitionTokens: 64, SuffixPartitionTokens: 64},
+							{PrefixPartitionTokens: roundUp(3*64, bs), SuffixPartitionTokens: 128},
+							{PrefixPartitionTokens: roundUp(80, bs), SuffixPartitionTokens: 64},
+							{PrefixPartitionTokens: 1 << 16, SuffixPartitionTokens: 1 << 16},
+						} {
 							for _, members := range memberSets {
 								l := NewSharedLayout(c.lens, groups, bs, members)
 								args := c.sharedArgs(t, l, plan)
 								bytes := SharedWorkspaceBytes(l, plan, c.numHeads, c.kvHeads, c.headDim, codec.size)
 								ws := c.alloc(t, bytes)
+								padded := l.Pad(pc.rows, 2*l.Virtual()+1)
+								fixed := fixedPlan(plan, 2, 1, l)
+								paddedArgs := c.sharedArgs(t, padded, fixed)
+								paddedBytes := SharedWorkspaceBytes(padded, fixed, c.numHeads, c.kvHeads, c.headDim, codec.size)
+								paddedWS := c.alloc(t, paddedBytes)
 								var twin []float32
 								if members == fit {
 									twin = make([]float32, len(c.q))
@@ -168,6 +301,12 @@ func TestCUDADecodeShared(t *testing.T) {
 									}
 									got := c.output(t)
 									what := fmt.Sprintf("prefix kernel %v (sm90 %v) members %d plan %+v", tu.SharedPrefix, !tu.NoSM90Prefix, members, plan)
+									poison(t, c.dev, paddedWS, paddedBytes)
+									pc.poisonOut(t)
+									if err := k.decodeShared(nil, pc.args(), paddedArgs, paddedWS, paddedBytes, tu); err != nil {
+										t.Fatalf("%s, padded: %v", what, err)
+									}
+									sameBits(t, what+", padded (plan "+fmt.Sprintf("%+v", fixed)+") against unpadded", pc.output(t), got)
 									if e := relErr(got, c.ref); !(e < codec.tol) {
 										t.Fatalf("%s: relative error %.3g against the reference, want < %g", what, e, codec.tol)
 									}
@@ -179,6 +318,10 @@ func TestCUDADecodeShared(t *testing.T) {
 									}
 								}
 							}
+						}
+						// A graph captured for one layout, replayed over another of the same sizes.
+						for _, tu := range tunings {
+							testSharedGraphReplay(t, k, c, pc, groups, fit, tu)
 						}
 						// The dispatcher's own plan, where it takes the shared path.
 						if d := k.DecideShared(c.args(), groups); d.Use {
@@ -197,4 +340,84 @@ func TestCUDADecodeShared(t *testing.T) {
 			})
 		}
 	}
+}
+
+// testSharedGraphReplay captures, on a stream of its own, the shared-prefix call of case c (padded as
+// pc) with layout A (groups, members slots) into a CUDA graph, writes layout B (regroup's groups,
+// padded to A's sizes, the same fixed plan) over the device arrays, replays the graph and requires B's
+// output: the bits of a direct run of B, and the reference. The graph's first replay, over A's own
+// arrays, must give the reference too.
+func testSharedGraphReplay(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, pc *sharedPaddedCase, groups []SharedGroup, members int, tu CUDATuning) {
+	t.Helper()
+	bs := c.blockSize
+	what := fmt.Sprintf("graph, prefix kernel %v (sm90 %v)", tu.SharedPrefix, !tu.NoSM90Prefix)
+	lA, lB := NewSharedLayout(c.lens, groups, bs, members), NewSharedLayout(c.lens, regroup(groups), bs, members)
+	v := nextPow2(max(lA.Virtual(), lB.Virtual()))
+	pA, pB := lA.Pad(pc.rows, v), lB.Pad(pc.rows, v)
+	plan := fixedPlan(SharedPlan{PrefixPartitionTokens: roundUp(3*64, bs), SuffixPartitionTokens: 128}, 0, 1, pA, pB)
+	bytes := SharedWorkspaceBytes(pA, plan, c.numHeads, c.kvHeads, c.headDim, c.codec.size)
+	if b := SharedWorkspaceBytes(pB, plan, c.numHeads, c.kvHeads, c.headDim, c.codec.size); b != bytes {
+		t.Fatalf("%s: workspaces of %d and %d bytes for one key", what, bytes, b)
+	}
+	ws := c.alloc(t, bytes)
+	args := c.sharedArgs(t, pB, plan)
+
+	// B directly.
+	poison(t, c.dev, ws, bytes)
+	pc.poisonOut(t)
+	if err := k.decodeShared(nil, pc.args(), args, ws, bytes, tu); err != nil {
+		t.Fatalf("%s: B: %v", what, err)
+	}
+	wantB := pc.output(t)
+	if e := relErr(wantB, c.ref); !(e < c.codec.tol) {
+		t.Fatalf("%s: B directly: relative error %.3g, want < %g", what, e, c.codec.tol)
+	}
+
+	// A captured, then replayed over A's arrays and over B's.
+	c.writeSharedArgs(t, args, pA, plan)
+	s, err := c.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	var exec *cuda.GraphExec
+	err = c.dev.Do(func() error {
+		if err := s.BeginCapture(); err != nil {
+			return err
+		}
+		runErr := k.decodeShared(s, pc.args(), args, ws, bytes, tu)
+		g, err := s.EndCapture()
+		if err != nil || runErr != nil {
+			return errors.Join(runErr, err)
+		}
+		defer g.Destroy()
+		exec, err = g.Instantiate()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s: capture: %v", what, err)
+	}
+	defer exec.Destroy()
+	replay := func(which string) []float32 {
+		t.Helper()
+		poison(t, c.dev, ws, bytes)
+		pc.poisonOut(t)
+		if err := c.dev.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Launch(s); err != nil {
+			t.Fatalf("%s: replay over %s: %v", what, which, err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		out := pc.output(t)
+		if e := relErr(out, c.ref); !(e < c.codec.tol) {
+			t.Fatalf("%s: replay over %s: relative error %.3g, want < %g", what, which, e, c.codec.tol)
+		}
+		return out
+	}
+	replay("A")
+	c.writeSharedArgs(t, args, pB, plan)
+	sameBits(t, what+": replay over B against B directly", replay("B"), wantB)
 }

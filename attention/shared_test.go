@@ -138,10 +138,10 @@ func TestDecodeShared(t *testing.T) {
 					checkClose(t, "grouped", grouped, ref)
 					for _, members := range []int{1, 3, SharedMembers(sh.group)} {
 						for _, plan := range []SharedPlan{
-							{bs, bs},
-							{3 * bs, 2 * bs},
-							{roundUp(DefaultMinPartitionTokens, bs), roundUp(DefaultMinPartitionTokens, bs)},
-							{1 << 14, 1 << 14},
+							{PrefixPartitionTokens: bs, SuffixPartitionTokens: bs},
+							{PrefixPartitionTokens: 3 * bs, SuffixPartitionTokens: 2 * bs},
+							{PrefixPartitionTokens: roundUp(DefaultMinPartitionTokens, bs), SuffixPartitionTokens: roundUp(DefaultMinPartitionTokens, bs)},
+							{PrefixPartitionTokens: 1 << 14, SuffixPartitionTokens: 1 << 14},
 						} {
 							out := f.poisonedOutput()
 							DecodeShared(out, f.q, f.numHeads, f.scale, f.cache, b.BlockTables, b.ContextLens, groups, members, plan)
@@ -397,14 +397,16 @@ func TestDecideShared(t *testing.T) {
 }
 
 // TestDecideSharedLosesGraph: a call whose step would lose its CUDA graph needs more sharing to take the
-// shared path (64 sequences behind 256 tokens: eager costs more than the bytes saved; behind 4096: not).
+// shared path (64 sequences behind 256 tokens: eager costs more than the bytes saved; behind 4096: not);
+// a step that keeps its graph on the shared path (DecideSharedGraph) pays no such charge, and takes it
+// behind 256 tokens too.
 func TestDecideSharedLosesGraph(t *testing.T) {
 	dev := dispatchDevice("h200")
 	for _, tc := range []struct {
-		shared     int
-		losesGraph bool
-		want       bool
-	}{{256, false, true}, {256, true, false}, {4096, true, true}} {
+		shared              int
+		losesGraph, graphed bool
+		want                bool
+	}{{256, false, false, true}, {256, true, false, false}, {4096, true, false, true}, {256, false, true, true}, {4096, false, true, true}} {
 		c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16, LosesGraph: tc.losesGraph}
 		g := SharedGroup{Pages: tc.shared / 16}
 		for i := range 64 {
@@ -412,8 +414,19 @@ func TestDecideSharedLosesGraph(t *testing.T) {
 			g.Seqs = append(g.Seqs, int32(i))
 		}
 		c.MaxBlocks = ceilDiv(tc.shared+128, 16)
-		if d := DecideShared(c, []SharedGroup{g}, dev); d.Use != tc.want {
-			t.Errorf("64 behind %d tokens, losing the graph %v: Use = %v, want %v", tc.shared, tc.losesGraph, d.Use, tc.want)
+		var d SharedDecision
+		if tc.graphed {
+			contextCap := max(256, nextPow2(tc.shared+128))
+			c.MaxBlocks, c.Graph = contextCap/16, &GraphCall{MinBatch: 33}
+			d = DecideSharedGraph(c, []SharedGroup{g}, dev, 64, contextCap)
+			if d.Padded == nil || d.Graph == (SharedGraphKey{}) {
+				t.Fatalf("64 behind %d tokens, graphed: no padded layout or key", tc.shared)
+			}
+		} else {
+			d = DecideShared(c, []SharedGroup{g}, dev)
+		}
+		if d.Use != tc.want {
+			t.Errorf("64 behind %d tokens, losing the graph %v, graphed %v: Use = %v, want %v", tc.shared, tc.losesGraph, tc.graphed, d.Use, tc.want)
 		}
 	}
 }
@@ -502,5 +515,229 @@ func TestSharedLayout(t *testing.T) {
 			}()
 			NewSharedLayout(ctx, bad, bs, 2)
 		}()
+	}
+}
+
+// TestSharedLayoutPadded checks SharedLayout.Pad and the plan of fixed partitions a CUDA graph runs: the
+// padded tails (virtual sequences of no shared tokens whose slots name sequence 0 and whose tables are
+// zeros, sequences in no group with a one-token suffix from a zero table), and, on the CPU twin, that
+// the padded layout run with more partitions than its lengths need (padding sequences of one token in
+// page 0, as a graph's padding rows are) writes every real sequence's output bit for bit as the
+// unpadded run does: the same units, partials and merge order, only laid out further apart.
+func TestSharedLayoutPadded(t *testing.T) {
+	t.Run("tails", func(t *testing.T) {
+		const bs, maxBlocks = 4, 5
+		ctx := []int32{13, 10, 9, 17, 20, 6}
+		tables := [][]int32{{1, 2, 3, 4}, {1, 2, 5}, {1, 2, 6}, {7, 8, 9, 10, 11}, {7, 8, 9, 12, 13}, {14, 15}}
+		l := NewSharedLayout(ctx, []SharedGroup{{Seqs: []int32{0, 1, 2}, Pages: 2}, {Seqs: []int32{3, 4}, Pages: 3}}, bs, 2)
+		p := l.Pad(l.Batch+3, 2*l.Virtual())
+		for _, c := range []struct {
+			name      string
+			got, want any
+		}{
+			{"Batch, Members", [2]int{p.Batch, p.Members}, [2]int{9, 2}},
+			{"VirtualSeqs", p.VirtualSeqs, []int32{0, 1, 2, 2, 3, 4, 0, 0, 0, 0, 0, 0}},
+			{"VirtualLens", p.VirtualLens, []int32{8, 8, 12, 0, 0, 0}},
+			{"SeqSlot", p.SeqSlot, []int32{0, 1, 2, 4, 5, -1, -1, -1, -1}},
+			{"SuffixStart", p.SuffixStart, []int32{8, 8, 8, 12, 12, 0, 0, 0, 0}},
+			{"SuffixLens", p.SuffixLens, []int32{5, 2, 1, 5, 8, 6, 1, 1, 1}},
+			{"VirtualTables", p.VirtualTables(tables, maxBlocks), append(l.VirtualTables(tables, maxBlocks), make([]int32, 3*maxBlocks)...)},
+			{"SuffixTables", p.SuffixTables(tables, bs, maxBlocks), append(l.SuffixTables(tables, bs, maxBlocks), make([]int32, 3*maxBlocks)...)},
+		} {
+			if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		}
+		if fmt.Sprint(l.SeqSlot) != fmt.Sprint([]int32{0, 1, 2, 4, 5, -1}) {
+			t.Errorf("Pad changed its layout: SeqSlot %v", l.SeqSlot)
+		}
+		// Other groups of the batch (one virtual sequence fewer), padded to the same sizes with the same
+		// fixed plan, need the same workspace; without the fixed counts, the partitions follow the lengths.
+		other := NewSharedLayout(ctx, []SharedGroup{{Seqs: []int32{0, 1}, Pages: 1}}, bs, 2).Pad(p.Batch, p.Virtual())
+		plan := SharedPlan{PrefixPartitionTokens: bs, SuffixPartitionTokens: bs, PrefixPartitions: 3, SuffixPartitions: 5}
+		if a, b := SharedWorkspaceBytes(p, plan, 8, 2, 64, 2), SharedWorkspaceBytes(other, plan, 8, 2, 64, 2); a != b {
+			t.Errorf("workspace of %d and %d bytes for layouts of one key", a, b)
+		}
+		plan.PrefixPartitions, plan.SuffixPartitions = 0, 0
+		if a, b := SharedWorkspaceBytes(p, plan, 8, 2, 64, 2), SharedWorkspaceBytes(other, plan, 8, 2, 64, 2); a == b {
+			t.Errorf("workspace of %d bytes for both layouts without fixed partitions", a)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("Pad to fewer virtual sequences did not panic")
+				}
+			}()
+			l.Pad(l.Batch, l.Virtual()-1)
+		}()
+	})
+	for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{{4, 2, 64, 16}, {1, 2, 64, 8}, {8, 1, 128, 32}} {
+		t.Run(fmt.Sprintf("g%d_kv%d_d%d_page%d", sh.group, sh.kvHeads, sh.headDim, sh.blockSize), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.group), 44))
+			bs := sh.blockSize
+			for _, specs := range [][]sharedSpec{
+				{{pages: 1, suffix: []int{1, 1}}},
+				{{pages: 40, suffix: suffixes(rng, 19, bs)}},
+				{{pages: 5, suffix: suffixes(rng, 9, bs)}, {pages: 0, suffix: []int{7, 3 * bs}}, {pages: 12, suffix: suffixes(rng, 3, bs)}},
+			} {
+				f, groups := newSharedFixture(t, rng, sh.group, sh.kvHeads, sh.headDim, bs, specs)
+				b := f.batch
+				batch := len(b.ContextLens)
+				for _, members := range []int{2, SharedMembers(sh.group)} {
+					for _, plan := range []SharedPlan{
+						{PrefixPartitionTokens: bs, SuffixPartitionTokens: bs},
+						{PrefixPartitionTokens: 3 * bs, SuffixPartitionTokens: 2 * bs},
+						{PrefixPartitionTokens: 1 << 14, SuffixPartitionTokens: 1 << 14},
+					} {
+						want := f.poisonedOutput()
+						DecodeShared(want, f.q, f.numHeads, f.scale, f.cache, b.BlockTables, b.ContextLens, groups, members, plan)
+
+						l := NewSharedLayout(b.ContextLens, groups, bs, members)
+						padded := l.Pad(batch+3, 2*l.Virtual()+1)
+						fixed := plan
+						fixed.PrefixPartitions, fixed.SuffixPartitions = plan.partitions(l)
+						fixed.PrefixPartitions += 2
+						fixed.SuffixPartitions++
+						tables, lens := slices.Clone(b.BlockTables), slices.Clone(b.ContextLens)
+						for range 3 {
+							tables, lens = append(tables, []int32{0}), append(lens, 1)
+						}
+						d := f.headDim * f.numHeads
+						q := append(slices.Clone(f.q), make([]float32, 3*d)...)
+						out := nanSlice(len(q))
+						newDecodeStep(out, q, f.numHeads, f.scale, f.cache, tables, lens, "test").runShared(padded, fixed, defaultWorkers())
+						for i := range batch * d {
+							if math.Float32bits(out[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("members %d plan %+v: padded output[%d] = %v, unpadded %v", members, fixed, i, out[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDecideSharedGraph checks the bucketing of shared-prefix graph steps: for random steps of 33 to 64
+// decodes (one graph bucket) in groups that change from step to step, every step that maps to one
+// SharedGraphKey launches the same grids and by-value scalars (planSharedLaunch, the launch of
+// CUDAKernels.DecodeShared), over device arrays of the same sizes and a workspace of the same bytes;
+// the key's plan covers every step's layout, padded or not; the keys are few.
+func TestDecideSharedGraph(t *testing.T) {
+	dev := dispatchDevice("h200")
+	const rows, minBatch, bs, contextCap = 64, 33, 16, 8192
+	prefixBuckets := []int{100, 128, 400} // pages of the steps' shared prefixes
+	for _, sh := range []struct {
+		name    string
+		dt      DType
+		headDim int
+	}{{"bf16_d128 prefix kernel", BF16, 128}, {"fp32_d128 split-k prefix", FP32, 128}, {"bf16_d256 split-k prefix", BF16, 256}} {
+		t.Run(sh.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.headDim), uint64(sh.dt)))
+			type seen struct {
+				launch string
+				sizes  [5]int
+				steps  int
+			}
+			keys := map[SharedGraphKey]*seen{}
+			caps := make([]int32, rows)
+			for i := range caps {
+				caps[i] = contextCap
+			}
+			for trial := range 400 {
+				c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: sh.headDim, BlockSize: bs, DType: sh.dt, MaxBlocks: contextCap / bs,
+					Graph: &GraphCall{MinBatch: minBatch}}
+				n := minBatch + rng.IntN(rows-minBatch+1)
+				var groups []SharedGroup
+				// A few prompts, each of a fixed prefix (a shape a server would see for many steps), with
+				// members joining and leaving; the rest alone.
+				prefixes := prefixBuckets
+				for s := 0; s < n; {
+					size := min(n-s, 1+rng.IntN(24))
+					pages := prefixes[rng.IntN(len(prefixes))]
+					g := SharedGroup{Pages: pages}
+					for range size {
+						c.ContextLens = append(c.ContextLens, int32(pages*bs+1+rng.IntN(200)))
+						g.Seqs = append(g.Seqs, int32(s))
+						s++
+					}
+					if size > 1 && rng.IntN(4) > 0 {
+						groups = append(groups, g)
+					} else {
+						for i := s - size; i < s; i++ { // loners, of a context of their own
+							c.ContextLens[i] = int32(1 + rng.IntN(3000))
+						}
+					}
+				}
+				if len(groups) == 0 {
+					continue
+				}
+				d := DecideSharedGraph(c, groups, dev, rows, contextCap)
+				if d.Layout == nil || d.Padded == nil {
+					t.Fatalf("trial %d: no layout", trial)
+				}
+				k, l, p := d.Graph, d.Layout, d.Padded
+				if d.Plan != k.Plan() || p.Virtual() != k.Virtual || p.Members != k.Members || l.Members != k.Members || p.Batch != rows {
+					t.Fatalf("trial %d: plan %+v, padded layout %d×%d of %d rows, for key %+v", trial, d.Plan, p.Virtual(), p.Members, p.Batch, k)
+				}
+				for _, x := range []*SharedLayout{l, p} {
+					if err := d.Plan.check(x, bs); err != nil {
+						t.Fatalf("trial %d: %v", trial, err)
+					}
+				}
+				call := c
+				call.ContextLens, call.Graph = caps, nil // what the graph's step passes (its rows at the cap)
+				sl, err := planSharedLaunch(call, p, d.Plan, dev, sharedPrefixKernel(sh.dt, sh.headDim))
+				if err != nil {
+					t.Fatalf("trial %d: %v", trial, err)
+				}
+				launch := fmt.Sprintf("%+v", sl)
+				sizes := [5]int{len(p.VirtualSeqs), len(p.SeqSlot), len(p.VirtualLens), len(p.SuffixLens),
+					int(SharedWorkspaceBytes(p, d.Plan, c.NumHeads, c.NumKVHeads, c.HeadDim, c.DType.Size()))}
+				if sl.workspace != int64(sizes[4]) {
+					t.Fatalf("trial %d: launch workspace %d, SharedWorkspaceBytes %d", trial, sl.workspace, sizes[4])
+				}
+				if prev := keys[k]; prev == nil {
+					keys[k] = &seen{launch, sizes, 1}
+				} else {
+					if prev.launch != launch {
+						t.Fatalf("key %+v: launch\n%s\nwant the key's first\n%s", k, launch, prev.launch)
+					}
+					if prev.sizes != sizes {
+						t.Fatalf("key %+v: array and workspace sizes %v, want %v", k, sizes, prev.sizes)
+					}
+					prev.steps++
+				}
+			}
+			// The plan follows the buckets: a power of two of virtual sequences, a power of two of member
+			// slots or the dispatcher's, and for each of those pairs one plan per pair of a shared-prefix
+			// bucket (the steps' longest prefixes are one of three) and a suffix bucket (the loners'
+			// contexts of up to 3000 tokens: a power of two from 256 to 4096).
+			shared := 0
+			plans := map[[2]int]map[SharedPlan]bool{}
+			for k, s := range keys {
+				if s.steps > 1 {
+					shared++
+				}
+				limit := SharedMembersFor(sh.dt, 4, sh.headDim)
+				if k.Virtual&(k.Virtual-1) != 0 && k.Virtual != rows || k.Members&(k.Members-1) != 0 && k.Members != limit {
+					t.Errorf("key %+v: virtual sequences or members not a power of two (nor the bound %d or %d)", k, rows, limit)
+				}
+				vm := [2]int{k.Virtual, k.Members}
+				if plans[vm] == nil {
+					plans[vm] = map[SharedPlan]bool{}
+				}
+				plans[vm][k.Plan()] = true
+			}
+			for vm, p := range plans {
+				if len(p) > len(prefixBuckets)*5 {
+					t.Errorf("%d virtual sequences of %d members: %d plans, want at most %d", vm[0], vm[1], len(p), len(prefixBuckets)*5)
+				}
+			}
+			if shared == 0 {
+				t.Fatalf("%d keys, none of more than one step", len(keys))
+			}
+			t.Logf("%d keys, %d of them of more than one step", len(keys), shared)
+		})
 	}
 }
