@@ -145,7 +145,8 @@ type cudaStats struct {
 	GemmArgmaxes, SplitProducts int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
-	// SharedDecodes counts the decode-attention calls queued as the shared-prefix algorithm.
+	// SharedDecodes counts the decode-attention calls queued as the shared-prefix algorithm: op by op,
+	// into a graph or as a graph's replay (counted as the step is queued).
 	SharedDecodes int
 	// MixedDecodes counts the attention calls of mixed steps whose leading decodes ran on the decode
 	// kernels (opPlan.leadDecodes).
@@ -558,7 +559,7 @@ func (b *cudaBackend) Close() error {
 			errs = append(errs, g.exec.Destroy())
 		}
 	}
-	b.graphs = nil
+	b.graphs, b.sharedKeys = nil, nil
 	if b.blas != nil {
 		errs = append(errs, b.blas.Destroy())
 		b.blas = nil

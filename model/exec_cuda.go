@@ -361,8 +361,7 @@ func (b *cudaBackend) runAttention(a *opArgs, p *opPlan) error {
 			}
 			b.stats.MixedDecodes++
 			first = st.leadItems
-		case p.shared:
-			b.stats.SharedDecodes++
+		case p.shared: // counted when queued (countShared)
 			return b.decode.DecodeShared(b.stream, &args, b.sharedArgs(), b.splitWS, splitWorkspaceBytes)
 		default:
 			if p.attn.RoPE {

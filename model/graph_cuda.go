@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
 )
 
@@ -19,13 +20,43 @@ type graphCache struct {
 	// with programmatic dependent launches failed (the capture is retried without).
 	graphsOff, pdlOff bool
 	lastGraph         *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
+	// sharedKeys are the shared-prefix buckets with graphs (graphKey.shared), at most
+	// maxSharedGraphKeys of them (sharedGraphRoom).
+	sharedKeys map[attention.SharedGraphKey]bool
 }
 
-// graphKey names a captured step: its bucket, its ops (sig) and the ring slot whose pick buffers it
-// names (a step reads the other slot's picks and writes its own's).
+// maxSharedGraphKeys bounds the shared-prefix buckets that get graphs (some two graphs each, one a ring
+// slot): a step of another bucket runs eagerly. Each bucket is a plan of the groups' sizes; a server
+// sees a few of them for many steps, and a graph of a bucket seen once costs its capture for nothing.
+const maxSharedGraphKeys = 16
+
+// graphKey names a captured step: its bucket, its ops (sig), the ring slot whose pick buffers it names
+// (a step reads the other slot's picks and writes its own's), and its shared-prefix bucket (zero for
+// the plain kernels: a shared step records the same ops as a plain one, and plans them otherwise).
 type graphKey struct {
 	rows, stride, contextCap, slot int
 	sig                            uint64
+	shared                         attention.SharedGraphKey
+}
+
+// sharedGraphRoom reports whether a step of shared-prefix bucket k may run as a graph: its bucket has
+// graphs already, or fewer than maxSharedGraphKeys buckets do.
+func (b *cudaBackend) sharedGraphRoom(k attention.SharedGraphKey) bool {
+	return b.sharedKeys[k] || len(b.sharedKeys) < maxSharedGraphKeys
+}
+
+// countShared counts the step's attention calls that run the shared-prefix algorithm
+// (cudaStats.SharedDecodes), when the step is queued: a graph's replay runs none of the executor's code.
+func (b *cudaBackend) countShared() {
+	if b.st.shared == nil {
+		return
+	}
+	for i := range b.ops {
+		// sharedDecision leaves no window and decode kernels that cover the model: each attention op.
+		if op := &b.ops[i]; op.kind == opAttention && op.window == 0 && !b.tune.diag.skips(op.kind) {
+			b.stats.SharedDecodes++
+		}
+	}
 }
 
 // graphEntry is a bucket's graph: seen once eagerly, then captured.
@@ -45,18 +76,23 @@ func (b *cudaBackend) dropGraphs() error {
 		}
 		delete(b.graphs, k)
 	}
+	clear(b.sharedKeys)
 	return errors.Join(errs...)
 }
 
 // queue runs the recorded ops: as a graph when the step allows it, else eagerly.
 func (b *cudaBackend) queue() error {
 	st := &b.st
+	b.countShared()
 	if b.prof != nil {
 		b.stats.Eager++
 		return b.profileQueue()
 	}
 	if b.graphRows() > 0 {
 		key := graphKey{rows: st.rows, stride: st.stride, contextCap: st.contextCap, slot: b.slot, sig: b.sig}
+		if st.shared != nil {
+			key.shared = st.shared.Graph
+		}
 		g, seen := b.graphs[key]
 		switch {
 		case seen && g.exec != nil:
@@ -79,6 +115,12 @@ func (b *cudaBackend) queue() error {
 			b.graphsOff, b.stats.CaptureFailed = true, err
 		default:
 			b.graphs[key] = &graphEntry{}
+			if key.shared != (attention.SharedGraphKey{}) {
+				if b.sharedKeys == nil {
+					b.sharedKeys = map[attention.SharedGraphKey]bool{}
+				}
+				b.sharedKeys[key.shared] = true
+			}
 		}
 		b.stats.Eager++
 		return b.eager(st.rows) // the bucket's warm-up run: the same launches as the graph will hold

@@ -164,11 +164,14 @@ func TestCUDAFP8KVNoSharedPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := backend.sharedDecision(step, 7)
-		m.Close()
-		if (d != nil) != (kv == "") {
-			t.Errorf("KV %q: shared-prefix decision %v", kv, d)
+		// An eager step (tables of 7 pages), and a graph step of bucket 4 (context cap 256: 16 pages).
+		for _, rows := range []int{0, 4} {
+			d := backend.sharedDecision(step, rows, 256, 16, 7)
+			if (d != nil) != (kv == "") {
+				t.Errorf("KV %q, bucket %d: shared-prefix decision %v", kv, rows, d)
+			}
 		}
+		m.Close()
 	}
 }
 

@@ -23,8 +23,10 @@ func (p *pager) fork(from, to, pages int) {
 // decode always on, and compares every logits row with the GPU's plain kernels (relative error 1e-4 in
 // float32, 5e-2 in bfloat16) and with the CPU backend's (no farther than the plain kernels' row is, plus
 // half that bound: in bfloat16 the plain kernels alone are up to about 5e-2 away): head sizes 64 and 128.
-// The steps run eagerly (a graph cannot hold the groups), and every decode step's attention must take
-// the shared path.
+// Every decode step's attention must take the shared path, and the steps run as CUDA graphs of one
+// shared-prefix bucket while the groups change within it: three decode steps (the bucket's warm-up,
+// capture and a replay), a fork of the long prompt joins its group (a sixteenth sequence), three steps,
+// a member of the short prompt's group leaves, three steps. Both changes must replay the bucket's graph.
 func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 	dev := gpuDevice(t)
 	for _, tc := range []struct {
@@ -60,41 +62,68 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 			pagers := []*pager{newModelPager(cpu, newRand(5)), newModelPager(gpus[0], newRand(5)), newModelPager(gpus[1], newRand(5))}
 			models := []*Model{cpu, gpus[0], gpus[1]}
 			long, short := randomTokens(rng, 40*blockSize, cfg.VocabSize), randomTokens(rng, 2*blockSize, cfg.VocabSize)
-			var plan [][]chunk
-			plan = append(plan, []chunk{{0, long[:320]}, {10, short}}, []chunk{{0, long[320:]}})
+			type step struct {
+				chunks []chunk
+				decode bool
+				fork   func(p *pager) // before the step, on every pager
+				phase  string         // the decode steps' phase, whose graph replays are counted
+			}
+			var plan []step
+			plan = append(plan, step{chunks: []chunk{{0, long[:320]}, {10, short}}}, step{chunks: []chunk{{0, long[320:]}}})
 			// Sequences 1-9 behind sequence 0's pages, 11-12 behind 10's, 13-14 alone: each prefills its
 			// own tokens after the fork.
 			var own []chunk
 			for seq := 1; seq < 15; seq++ {
 				own = append(own, chunk{seq, randomTokens(rng, 1+seq%5, cfg.VocabSize)})
 			}
-			var all []chunk
-			for seq := range 15 {
-				all = append(all, chunk{seq, nil})
+			plan = append(plan, step{chunks: own, fork: func(p *pager) {
+				for seq := 1; seq < 10; seq++ {
+					p.fork(0, seq, 40)
+				}
+				p.fork(10, 11, 2)
+				p.fork(10, 12, 2)
+			}})
+			decodeSteps := func(phase string, seqs ...int) {
+				for range 3 {
+					var chunks []chunk
+					for _, seq := range seqs {
+						chunks = append(chunks, chunk{seq, nil})
+					}
+					plan = append(plan, step{chunks: chunks, decode: true, phase: phase})
+				}
 			}
-			plan = append(plan, own)
-			for range 4 {
-				plan = append(plan, slices.Clone(all))
-			}
-			decodes := 0
-			for i, chunks := range plan {
-				if i == 2 {
-					for _, p := range pagers {
-						for seq := 1; seq < 10; seq++ {
-							p.fork(0, seq, 40)
-						}
-						p.fork(10, 11, 2)
-						p.fork(10, 12, 2)
+			seqs := func(n int, except ...int) []int {
+				var out []int
+				for seq := range n {
+					if !slices.Contains(except, seq) {
+						out = append(out, seq)
 					}
 				}
+				return out
+			}
+			decodeSteps("15 sequences", seqs(15)...)
+			// Sequence 15 forks sequence 0's 40 pages and prefills 3 tokens of its own: it joins the group.
+			plan = append(plan, step{chunks: []chunk{{15, randomTokens(rng, 3, cfg.VocabSize)}}, fork: func(p *pager) { p.fork(0, 15, 40) }})
+			decodeSteps("a fork joins", seqs(16)...)
+			decodeSteps("a member leaves", seqs(16, 12)...) // sequence 12 stops: its group keeps 10 and 11
+			decodes := 0
+			replays := map[string]int{}
+			for i, st := range plan {
+				if st.fork != nil {
+					for _, p := range pagers {
+						st.fork(p)
+					}
+				}
+				chunks := st.chunks
 				for j := range chunks {
 					if chunks[j].tokens == nil {
 						chunks[j].tokens = randomTokens(rng, 1, cfg.VocabSize)
 					}
 				}
-				if i > 2 {
+				if st.decode {
 					decodes++
 				}
+				before := backends[0].Stats().Replayed
 				var out [][][]float32
 				for k, m := range models {
 					got, err := m.Forward(pagers[k].step(chunks...))
@@ -102,6 +131,9 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 						t.Fatalf("step %d, model %d: %v", i, k, err)
 					}
 					out = append(out, got)
+				}
+				if st.phase != "" {
+					replays[st.phase] += backends[0].Stats().Replayed - before
 				}
 				for j := range out[0] {
 					// The plain kernels' own distance from the CPU (bfloat16 rounding of every activation,
@@ -120,6 +152,21 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 			if want := decodes * cfg.NumHiddenLayers; st.SharedDecodes != want {
 				t.Errorf("%d shared-prefix decode calls, want %d (every layer of %d decode steps)", st.SharedDecodes, want, decodes)
 			}
+			if st.CaptureFailed != nil {
+				t.Fatalf("capture failed: %v", st.CaptureFailed)
+			}
+			if st.Replayed == 0 {
+				t.Errorf("no shared-prefix step replayed a graph (%d captured, %d eager)", st.Captured, st.Eager)
+			}
+			for _, phase := range []string{"a fork joins", "a member leaves"} {
+				if replays[phase] == 0 {
+					t.Errorf("%s: no graph replayed (the groups changed within one shared-prefix bucket); %d captured in all", phase, st.Captured)
+				}
+			}
+			if len(backends[0].sharedKeys) == 0 {
+				t.Error("no shared-prefix bucket has a graph")
+			}
+			t.Logf("shared-prefix GPU: %d eager, %d captured, %d replayed; replays %v", st.Eager, st.Captured, st.Replayed, replays)
 			if n := backends[1].Stats().SharedDecodes; n != 0 {
 				t.Errorf("SharedPrefixOff ran %d shared-prefix calls", n)
 			}
@@ -129,10 +176,12 @@ func TestCUDASharedPrefixMatchesCPU(t *testing.T) {
 
 // BenchmarkCUDADecodeSharedStep times Llama-3-8B's decode step (random bf16 weights) at batch 64 whose
 // sequences share a prefix of 16384 tokens (1024 pages of 16) and have 128 tokens of their own: with
-// the shared-prefix decode (SharedPrefixAlways: eager steps), and without it (SharedPrefixOff: the plain
-// kernels, in the bucket's CUDA graph, and eagerly), the same steps on one model, and the shared step
-// on the other prefix kernel (shared-W32: attention.CUDATuning.SharedPrefix). ms/step each, and
-// plain/shared. The K/V pages hold zeros (the time does not depend on their values).
+// the shared-prefix decode (SharedPrefixAlways), in its shared-prefix bucket's CUDA graph and eagerly,
+// and without it (SharedPrefixOff: the plain kernels, in the bucket's CUDA graph, and eagerly), the same
+// steps on one model, and the shared step on the other prefix kernel (shared-W32:
+// attention.CUDATuning.SharedPrefix, in its graph). ms/step each, the share of attention calls on the
+// shared path and of steps that replayed a graph, and plain/shared. The K/V pages hold zeros (the time
+// does not depend on their values).
 func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 	dev := gpuDevice(b)
 	const batch, prefix, suffix, blockSize = 64, 16384, 128, 16
@@ -174,7 +223,8 @@ func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 		eager        bool
 		prefix       attention.SharedPrefixVariant
 	}
-	variants := []variant{{"shared", SharedPrefixAlways, false, 0}, {"plain-graph", SharedPrefixOff, false, 0}, {"plain-eager", SharedPrefixOff, true, 0}}
+	variants := []variant{{"shared", SharedPrefixAlways, false, 0}, {"shared-eager", SharedPrefixAlways, true, 0},
+		{"plain-graph", SharedPrefixOff, false, 0}, {"plain-eager", SharedPrefixOff, true, 0}}
 	variants = append(variants, variant{"shared-" + attention.SharedPrefixW32.String(), SharedPrefixAlways, false, attention.SharedPrefixW32})
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -206,6 +256,7 @@ func BenchmarkCUDADecodeSharedStep(b *testing.B) {
 		})
 	}
 	if times["shared"] > 0 {
-		b.Logf("plain (graph) / shared: %.2f; plain (eager) / shared: %.2f", times["plain-graph"]/times["shared"], times["plain-eager"]/times["shared"])
+		b.Logf("plain (graph) / shared (graph): %.2f; plain (eager) / shared (eager): %.2f; shared eager / graph: %.2f",
+			times["plain-graph"]/times["shared"], times["plain-eager"]/times["shared-eager"], times["shared-eager"]/times["shared"])
 	}
 }

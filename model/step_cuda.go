@@ -135,15 +135,19 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		maxCtx = max(maxCtx, int(c))
 	}
 	st.rows, st.seqs = numTokens, numSeqs
-	if st.decode {
-		st.shared = b.sharedDecision(s, (maxCtx+bs-1)/bs)
+	// A decode step may run as its bucket's graph; with the shared-prefix path too, where its groups fit
+	// a shared-prefix graph (sharedDecision).
+	graph := st.decode && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch && len(s.LogitRows) <= numTokens
+	var rows, contextCap int
+	if graph {
+		rows, contextCap = graphBucket(numTokens), max(minGraphContext, nextPow2(maxCtx))
 	}
-	st.graph = st.decode && st.shared == nil && !b.cfg.noGraphs && !b.graphsOff && numTokens <= maxGraphBatch &&
-		len(s.LogitRows) <= numTokens
+	if st.decode {
+		st.shared = b.sharedDecision(s, rows, contextCap, (contextCap+bs-1)/bs, max(1, (maxCtx+bs-1)/bs))
+	}
+	st.graph = graph && (st.shared == nil || st.shared.Padded != nil)
 	if st.graph {
-		st.rows = graphBucket(numTokens)
-		st.seqs = st.rows
-		st.contextCap = max(minGraphContext, nextPow2(maxCtx))
+		st.rows, st.seqs, st.contextCap = rows, rows, contextCap
 		st.stride = (st.contextCap + bs - 1) / bs
 	} else {
 		st.stride = max(1, (maxCtx+bs-1)/bs)
@@ -226,7 +230,11 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 		}
 	}
 	if st.shared != nil {
+		// A graph step's arrays are its bucket's (Padded: the graph's sizes), its real layout's first.
 		l := st.shared.Layout
+		if st.graph {
+			l = st.shared.Padded
+		}
 		for i, x := range [][]int32{l.VirtualSeqs, l.SeqSlot, l.VirtualLens, l.SuffixLens,
 			l.VirtualTables(s.BlockTables, st.stride), l.SuffixTables(s.BlockTables, bs, st.stride)} {
 			st.offShared[i] = len(h)
@@ -243,13 +251,18 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 	return nil
 }
 
-// sharedDecision is the shared-prefix decode of a decode step whose block tables are stride pages
-// wide, or nil for the plain kernels: where Options.SharedPrefix allows it, the decode kernels cover the
-// model, some sequences share pages (attention.FindSharedGroups), no layer has a window, and the
-// dispatcher takes the shared path (attention.DecideShared; always, where it can run, with
-// SharedPrefixAlways) within the split-k workspace. Such a step runs eagerly: its groups change from
-// step to step, a graph's grids do not.
-func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecision {
+// sharedDecision is the shared-prefix decode of a decode step, or nil for the plain kernels: where
+// Options.SharedPrefix allows it, the decode kernels cover the model, some sequences share pages
+// (attention.FindSharedGroups), no layer has a window, and the dispatcher takes the shared path (always,
+// where it can run, with SharedPrefixAlways) within the split-k workspace.
+//
+// A step that may run as a graph (rows > 0: its bucket, contextCap its context cap, graphStride its
+// block tables' width) is planned for a shared-prefix graph (attention.DecideSharedGraph: a layout padded
+// to a bucket of its groups, SharedDecision.Graph, whose launches are the same for every step of the
+// bucket), unless maxSharedGraphKeys other buckets have graphs already; such a step then runs eagerly
+// on tables stride pages wide (attention.DecideShared, charged for the graph it loses), as does a step
+// that runs eagerly anyway.
+func (b *cudaBackend) sharedDecision(s *Step, rows, contextCap, graphStride, stride int) *attention.SharedDecision {
 	f := b.facts()
 	if b.cfg.sharedPrefix == SharedPrefixOff || b.windowed || !f.decodeKernels || f.kvFP8 { // shared.cu reads compute-dtype pages
 		return nil
@@ -260,21 +273,44 @@ func (b *cudaBackend) sharedDecision(s *Step, stride int) *attention.SharedDecis
 		return nil
 	}
 	c := attention.DecodeCall{ContextLens: s.ContextLens, MaxBlocks: stride, NumHeads: f.numHeads,
-		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, KVFP8: f.kvFP8, Tuning: f.attnTuning,
-		LosesGraph: !b.cfg.noGraphs && !b.graphsOff && len(s.Tokens) <= maxGraphBatch}
+		NumKVHeads: f.numKVHeads, HeadDim: f.headDim, BlockSize: f.blockSize, DType: f.attnDType, KVFP8: f.kvFP8, Tuning: f.attnTuning}
+	always := b.cfg.sharedPrefix == SharedPrefixAlways
+	fits := func(d *attention.SharedDecision, l *attention.SharedLayout) bool {
+		return attention.SharedWorkspaceBytes(l, d.Plan, f.numHeads, f.numKVHeads, f.headDim, f.attnDType.Size()) <= splitWorkspaceBytes
+	}
+	if rows > 0 {
+		gc := c
+		gc.MaxBlocks = graphStride
+		gc.Graph = &attention.GraphCall{MinBatch: graphBucketLow(rows), PartitionTokens: f.tune.AttnPartition}
+		d := attention.DecideSharedGraph(gc, groups, f.attn, rows, contextCap)
+		if d.Padded != nil && b.sharedGraphRoom(d.Graph) {
+			switch {
+			case !d.Use && !always:
+				return nil // the plain kernels, in the bucket's graph
+			case fits(&d, d.Padded):
+				return &d
+			}
+		}
+		c.LosesGraph = true // an eager step, where the plain one would be a graph
+	}
 	d := attention.DecideShared(c, groups, f.attn)
-	if d.Layout == nil || !d.Use && b.cfg.sharedPrefix != SharedPrefixAlways ||
-		attention.SharedWorkspaceBytes(d.Layout, d.Plan, f.numHeads, f.numKVHeads, f.headDim, f.attnDType.Size()) > splitWorkspaceBytes {
+	if d.Layout == nil || !d.Use && !always || !fits(&d, d.Layout) {
 		return nil
 	}
 	return &d
 }
 
-// sharedArgs are the step's shared-prefix arrays on the device (cudaStep.shared).
+// sharedArgs are the step's shared-prefix arrays on the device (cudaStep.shared), with the layout the
+// ops run: the padded one where they run padded to the graph's bucket (graphRun), else the step's own,
+// whose arrays are the padded ones' first entries.
 func (b *cudaBackend) sharedArgs() *attention.CUDASharedArgs {
 	st := &b.st
 	o := st.offShared
-	return &attention.CUDASharedArgs{Layout: st.shared.Layout, Plan: st.shared.Plan,
+	l := st.shared.Layout
+	if st.graphRun && st.shared.Padded != nil {
+		l = st.shared.Padded
+	}
+	return &attention.CUDASharedArgs{Layout: l, Plan: st.shared.Plan,
 		VirtualSeqs: b.metaPtr(o[0]), SeqSlot: b.metaPtr(o[1]), VirtualLens: b.metaPtr(o[2]), SuffixLens: b.metaPtr(o[3]),
 		VirtualTables: b.metaPtr(o[4]), SuffixTables: b.metaPtr(o[5])}
 }
