@@ -35,7 +35,9 @@
 // Decodes whose block tables begin with the same pages (FindSharedGroups) may run the shared-prefix
 // algorithm instead (DecodeShared, Batch.Shared; DecideShared on the GPU): the shared pages are read once
 // for a group by units whose query rows are several members' heads, each sequence's own pages by units of
-// its own, and the two partial states are merged by the split-k log-sum-exp reduce (shared.go).
+// its own, and the two partial states are merged by the split-k log-sum-exp reduce (shared.go). A step
+// captured into a CUDA graph is planned by DecideSharedGraph on a bucket of its groups (SharedGraphKey,
+// SharedLayout.Pad), whose launches every step of the bucket shares.
 //
 // Every unit walks its pages one page at a time with online softmax in float32 (the GPU kernels' tile
 // loop); units are spread over runtime.GOMAXPROCS(0) goroutines, and Plan is given that number as the

@@ -112,8 +112,16 @@ func TestDecideSharedFP8KV(t *testing.T) {
 	if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Layout == nil {
 		t.Fatalf("bf16 pages: Use %v; the case needs a call that takes the shared path", d.Use)
 	}
-	c.KVFP8 = true
+	graph := c
+	graph.MaxBlocks, graph.Graph = 8192/16, &GraphCall{MinBatch: 33}
+	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); !d.Use || d.Padded == nil {
+		t.Fatalf("bf16 pages, graphed: Use %v; the case needs a call that takes the shared path", d.Use)
+	}
+	c.KVFP8, graph.KVFP8 = true, true
 	if d := DecideShared(c, []SharedGroup{g}, dev); d.Use || d.Layout != nil {
 		t.Errorf("FP8 pages: Use %v, layout %v", d.Use, d.Layout != nil)
+	}
+	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); d.Use || d.Layout != nil || d.Padded != nil {
+		t.Errorf("FP8 pages, graphed: Use %v, layout %v", d.Use, d.Layout != nil)
 	}
 }

@@ -737,6 +737,38 @@ func TestDecideSharedGraph(t *testing.T) {
 			if shared == 0 {
 				t.Fatalf("%d keys, none of more than one step", len(keys))
 			}
+			// No graph plan for a call DecideShared refuses, nor for one without its graph, of more
+			// sequences than the bucket, or of contexts past the cap.
+			c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: sh.headDim, BlockSize: bs, DType: sh.dt, MaxBlocks: contextCap / bs,
+				Graph: &GraphCall{MinBatch: minBatch}}
+			g := SharedGroup{Pages: 128}
+			for i := range 40 {
+				c.ContextLens = append(c.ContextLens, int32(128*bs+1+i))
+				g.Seqs = append(g.Seqs, int32(i))
+			}
+			if d := DecideSharedGraph(c, []SharedGroup{g}, dev, rows, contextCap); d.Padded == nil {
+				t.Fatal("the refusals' case has no graph plan")
+			}
+			for _, bad := range []struct {
+				name           string
+				edit           func(*DecodeCall)
+				rows, capacity int
+			}{
+				{"no graph", func(c *DecodeCall) { c.Graph = nil }, rows, contextCap},
+				{"window", func(c *DecodeCall) { c.Window = 1024 }, rows, contextCap},
+				{"rope", func(c *DecodeCall) { c.RoPE = &DecodeRoPE{QKVCols: 48 * sh.headDim} }, rows, contextCap},
+				{"batch past the bucket", nil, 32, contextCap},
+				{"contexts past the cap", nil, rows, 1024},
+				{"cap past the tables", nil, rows, 2 * contextCap},
+			} {
+				bc := c
+				if bad.edit != nil {
+					bad.edit(&bc)
+				}
+				if d := DecideSharedGraph(bc, []SharedGroup{g}, dev, bad.rows, bad.capacity); d.Layout != nil || d.Padded != nil || d.Use {
+					t.Errorf("%s: a graph plan (Use %v)", bad.name, d.Use)
+				}
+			}
 			t.Logf("%d keys, %d of them of more than one step", len(keys), shared)
 		})
 	}
