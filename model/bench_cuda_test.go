@@ -173,7 +173,8 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // logs a per-op profile of one more step (stepProfile: op by op with events between, so each op carries
 // about 2 µs of launch gap a graph does not have; %BW is against the same copy bandwidth). The
 // prefill sub-benchmark times one 1024-token prompt and logs its per-op profile (with FP8 layers also
-// prefill1024-noscalefold: the FP8NoScaleFold tuning). GOLLM_BENCH_CONTEXT sets
+// prefill1024-noscalefold: the FP8NoScaleFold tuning; prefill1024-regs and -staged: FP8Staged −1 and 1).
+// GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
 // of zeros); GOLLM_BENCH_POOL=full sizes the KV pool as the engine does (the rest of the memory, with an
@@ -213,6 +214,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 			prefills := map[string]gemvTuning{"prefill1024": defaultGemvTuning}
 			if opts.Quantization != "" { // and with cuBLASLt's products scaled by a pass of their own
 				prefills["prefill1024-noscalefold"] = tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })
+				prefills["prefill1024-regs"] = tweak(func(t *gemvTuning) { t.FP8Staged = -1 })
+				prefills["prefill1024-staged"] = tweak(func(t *gemvTuning) { t.FP8Staged = 1 })
 			}
 			for _, name := range slices.Sorted(maps.Keys(prefills)) {
 				b.Run(name, func(b *testing.B) {
@@ -380,7 +383,8 @@ func profileStep(b *testing.B, m *Model, s *Step) []profiledOp {
 // 9-64 rows every product on cuBLAS (no-gemm, the default before the skinny GEMM), every product on the
 // GEMM (gemm-all), every kernel with programmatic dependent launch (pdl64), the RoPE kernel instead of
 // decode attention rotating (no-attn-rope), FP8 products of 9-16 rows on cuBLASLt instead of the GEMM's
-// e4m3 kernel (fp8-lt, with GOLLM_BENCH_QUANTIZATION=fp8) or all of 9-64 on the GEMM (fp8-gemm64), the O and down products whole (no-split), in k halves or
+// e4m3 kernel (fp8-lt, with GOLLM_BENCH_QUANTIZATION=fp8) or all of 9-64 on the GEMM (fp8-gemm64), the
+// quantizing norms and SwiGLU never or always staged (fp8-regs, fp8-staged), the O and down products whole (no-split), in k halves or
 // quarters (k-split, split4) or in halves of their output rows (split-rows) whatever the model's size,
 // and the one-token-tile products with k splits of up to 16 (the plan before gemvMaxKS) or 4 (ks16, ks4).
 // The skip and attn variants are the default with one change.
@@ -404,6 +408,8 @@ var decodeVariants = []struct {
 	{"no-split", tweak(func(t *gemvTuning) { t.SplitK = -1 }), attention.CUDATuning{}},
 	{"fp8-lt", tweak(func(t *gemvTuning) { t.FP8NoGemm = true }), attention.CUDATuning{}},
 	{"fp8-noscalefold", tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true }), attention.CUDATuning{}},
+	{"fp8-regs", tweak(func(t *gemvTuning) { t.FP8Staged = -1 }), attention.CUDATuning{}},
+	{"fp8-staged", tweak(func(t *gemvTuning) { t.FP8Staged = 1 }), attention.CUDATuning{}},
 	{"ks16", tweak(func(t *gemvTuning) { t.MaxKS = 16 }), attention.CUDATuning{}},
 	{"ks4", tweak(func(t *gemvTuning) { t.MaxKS = 4 }), attention.CUDATuning{}},
 	{"fp8-gemm64", tweak(func(t *gemvTuning) { t.FP8GemmRows = 64 }), attention.CUDATuning{}},

@@ -413,6 +413,33 @@ func (s *Shape) kvFP8() (bool, error) {
 	return false, fmt.Errorf("KV cache dtype %q", s.KVCacheDType)
 }
 
+// The forms of the quantizing producers (NormE4M3, SwiGLUE4M3) besides a register shape (an index of
+// fp8RowShapes): the loop kernels and the staged kernels (kernels/fp8.cu).
+const (
+	fp8FormLoop   = -1
+	fp8FormStaged = -2
+)
+
+// fp8StageThreads is STAGE_THREADS of kernels/fp8.cu: the staged kernels' block.
+const fp8StageThreads = 512
+
+// fp8FusedForm is the form a quantizing producer runs for rows of cols values where a block may hold
+// stageMax bytes of shared memory: a register shape where one holds the row; else staged where the row
+// fits stageMax as float32; else the loops, which compute each value twice. staged < 0 never picks the
+// staged form, > 0 picks it wherever it holds the row (gemvTuning.FP8Staged): staging rows a register
+// shape holds was measured slower in the decode step and no faster in the prefill (docs/bench/fp8-h200.md).
+func fp8FusedForm(cols, stageMax, staged int) int {
+	shape, regs := fp8RowShape(cols)
+	fits := cols > 0 && cols%4 == 0 && 4*cols <= stageMax
+	switch {
+	case fits && staged > 0, fits && staged == 0 && !regs:
+		return fp8FormStaged
+	case regs:
+		return shape
+	}
+	return fp8FormLoop
+}
+
 // fp8RowShapes are the shapes of the quantizing kernels' register forms (kernels/fp8.cu, FP8_ROWS), in
 // its order: threads a block (one row) × float4 groups a thread.
 var fp8RowShapes = [...]struct{ threads, groups int }{{256, 1}, {256, 2}, {256, 4}, {256, 8}, {512, 8}}

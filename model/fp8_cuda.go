@@ -60,6 +60,10 @@ type fp8State struct {
 	norm, swiglu *cuda.Function
 	// quantizeRows, normRows and swigluRows are the register kernels of the three, by fp8RowShapes.
 	quantizeRows, normRows, swigluRows [len(fp8RowShapes)]*cuda.Function
+	// normStaged and swigluStaged are the staged kernels of the two (fp8FusedForm), which may hold
+	// stageMax bytes of shared memory.
+	normStaged, swigluStaged *cuda.Function
+	stageMax                 int
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
 	// ltScaled: it applies the row scales itself (outer-vector scaling, checked at load by probeLt), so
 	// ScaleE4M3 does not run.
@@ -180,6 +184,18 @@ func (b *cudaBackend) loadFP8() error {
 			if *k.fn, err = b.mod.Function(k.name + suffix); err != nil {
 				return err
 			}
+		}
+	}
+	b.fp8.stageMax = b.dev.Info().SharedPerBlockOptin - fp8StageStatic
+	for _, k := range []struct {
+		fn   **cuda.Function
+		name string
+	}{{&b.fp8.normStaged, "NormE4M3_staged"}, {&b.fp8.swigluStaged, "SwiGLUE4M3_" + tn + "_staged"}} {
+		if *k.fn, err = b.mod.Function(k.name); err == nil {
+			err = (*k.fn).SetMaxDynamicShared(b.fp8.stageMax)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err == nil {
@@ -509,9 +525,22 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	return launchDependent(b, fn, cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
 }
 
+// fp8StageStatic is room for the staged kernels' static shared memory (their reductions' scratch), which
+// their dynamic share (a row as float32) must leave free of the block's limit.
+const fp8StageStatic = 1024
+
 // runFusedE4M3 queues a norm or SwiGLU op that writes its output quantized for the FP8 product p.fp8Out
 // (NormE4M3, SwiGLUE4M3): the product's codes and scales workspace, with its static input scale.
 func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
+	cols := op.in
+	if op.kind == opSwiGLU {
+		cols = op.out
+	}
+	return b.launchFusedE4M3(op, a, p, fp8FusedForm(cols, b.fp8.stageMax, b.tune.FP8Staged))
+}
+
+// launchFusedE4M3 is runFusedE4M3 in the given form (fp8FusedForm).
+func (b *cudaBackend) launchFusedE4M3(op *stepOp, a *opArgs, p *opPlan, form int) error {
 	f := b.args[p.fp8Out].w.fp8
 	params := fp8FusedParams{Codes: b.fp8.codes, Scales: b.fp8.scales, InputScale: f.inputScale, MinScale: fp8MinScale,
 		KP: int32(f.colsPad)}
@@ -519,7 +548,7 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 		params.X16 = b.fp8.x16
 	}
 	params.InSX, params.InSW = b.fp8InScales(p)
-	fn, rowsFn := b.fp8.norm, &b.fp8.normRows
+	fn, rowsFn, staged := b.fp8.norm, &b.fp8.normRows, b.fp8.normStaged
 	switch op.kind {
 	case opNorm:
 		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
@@ -527,15 +556,24 @@ func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
 			params.Add = a.a.ptr
 		}
 	case opSwiGLU: // gate/up [rows][2·inter]
-		fn, rowsFn, params.Residual, params.Cols = b.fp8.swiglu, &b.fp8.swigluRows, a.x.ptr, int32(op.out)
+		fn, rowsFn, staged, params.Residual, params.Cols = b.fp8.swiglu, &b.fp8.swigluRows, b.fp8.swigluStaged, a.x.ptr, int32(op.out)
 	default:
 		return fmt.Errorf("cuda backend: %v cannot quantize its output for an FP8 product", op.kind)
 	}
-	threads := rowThreads(int(params.Cols))
-	if i, ok := fp8RowShape(int(params.Cols)); ok {
-		fn, threads = rowsFn[i], fp8RowShapes[i].threads
+	threads, share := rowThreads(int(params.Cols)), 0
+	switch cols := int(params.Cols); {
+	case form == fp8FormStaged:
+		if cols%4 != 0 || 4*cols > b.fp8.stageMax {
+			return fmt.Errorf("cuda backend: the staged %v kernel cannot hold rows of %d values", op.kind, cols)
+		}
+		fn, threads, share = staged, fp8StageThreads, 4*cols
+	case form >= 0:
+		if shape, ok := fp8RowShape(cols); !ok || form < shape || form >= len(fp8RowShapes) {
+			return fmt.Errorf("cuda backend: register shape %d of the %v kernel cannot hold rows of %d values", form, op.kind, cols)
+		}
+		fn, threads = rowsFn[form], fp8RowShapes[form].threads
 	}
-	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: threads}, 0, &params)
+	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: threads}, share, &params)
 }
 
 // fp8InScales are the scales an op applies to the unscaled sums of the FP8 product before it

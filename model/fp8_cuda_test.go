@@ -673,7 +673,8 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 // SwiGLUE4M3 in float32) against the CPU's definition computed from their float64 values: the residual
 // updated exactly (a float32 add), each row's scale within 1e-6 of the reference's (exact when static),
 // and its codes the reference's but for elements whose value lies within float32 rounding of an e4m3
-// midpoint (at most one code apart, fewer than 1%); a row with a NaN gets NaN (every code and a dynamic
+// midpoint (at most one code apart, fewer than 1%), in every form the width allows (the loop kernels,
+// the register shape fp8RowShape picks, the staged kernels); a row with a NaN gets NaN (every code and a dynamic
 // scale); a row of zeros the floor scale. With scaled, the float input (the norm's addend, gate and up) is
 // an FP8 product's unscaled sums and the op applies that product's scales first (opPlan.fp8ScaleFrom):
 // the reference scales them as ScaleE4M3 does, acc · (sx · sw) in float32, so the residual stays exact.
@@ -686,169 +687,178 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 	defer func() { b.args = nil }()
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, kind := range []opKind{opNorm, opSwiGLU} {
-		for _, cols := range []int{160, 162, 2048, 4096, 8192, 14336, 18944} { // every fp8RowShape; 162, 18944: the loop kernels
+		for _, cols := range []int{160, 162, 2048, 4096, 8192, 14336, 18944} { // every fp8RowShape; 162: no staged or register form
+			forms := []int{fp8FormLoop}
+			if shape, ok := fp8RowShape(cols); ok {
+				forms = append(forms, shape)
+			}
+			if cols%4 == 0 {
+				forms = append(forms, fp8FormStaged)
+			}
 			for _, tc := range []struct {
 				static float32
 				scaled bool
 			}{{0, false}, {0.02, false}, {0, true}, {0.02, true}} {
-				static := tc.static
-				t.Run(fmt.Sprintf("%v/cols%d/static=%v/scaled=%v", kind, cols, static, tc.scaled), func(t *testing.T) {
-					const rows = 6
-					w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
-					if err != nil {
-						t.Fatal(err)
-					}
-					cw := w.Data.(*cudaWeight)
-					// The product before: its weight's scales, one an output column (the norm's addend,
-					// or gate and up), and its input's, one a row.
-					scaledCols := cols
-					if kind == opSwiGLU {
-						scaledCols = 2 * cols
-					}
-					prev := randomFP8(rng, scaledCols, 64, 0)
-					pw, err := b.UploadFP8(prev)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
-						t.Fatal(err)
-					}
-					b.args = []opArgs{{w: cw}, {w: pw.Data.(*cudaWeight)}}
-					plan := &opPlan{rows: rows, fp8Out: 0, fp8X16: true, fp8ScaleFrom: -1}
-					in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
-					// dev is what the device reads: the unscaled sums where scaled, whose scaled values are in.
-					dev := in
-					if tc.scaled {
-						plan.fp8ScaleFrom = 1
-						sx := make([]float32, rows)
-						for r := range sx {
-							sx[r] = float32(0.025 + 0.05*rng.Float64())
-						}
-						if err := b.dev.CopyToDevice(b.fp8.scales, cuda.Bytes(sx)); err != nil {
-							t.Fatal(err)
-						}
-						dev = append([]float32(nil), in...)
-						scale := func(i, col, r int) {
-							dev[i] = float32(in[i] * 1000)
-							in[i] = float32(dev[i] * float32(sx[r]*prev.Scales[col]))
-						}
-						for r := range rows {
-							for j := range cols {
-								if kind == opNorm { // the addend; the residual stays as it is
-									scale((2*r+1)*cols+j, j, r)
-								} else { // gate and up
-									scale(2*r*cols+j, j, r)
-									scale(2*r*cols+cols+j, cols+j, r)
-								}
-							}
-						}
-					}
-					want := make([]float32, rows*cols)
-					op, a := &stepOp{kind: kind, in: cols, out: cols}, &opArgs{eps: 1e-5}
-					var res *cudaTensor
-					var newRes []float32
-					if kind == opNorm {
-						r, add := make([]float32, rows*cols), make([]float32, rows*cols)
-						for i := range rows {
-							copy(r[i*cols:], in[2*i*cols:(2*i+1)*cols])
-							copy(add[i*cols:], in[(2*i+1)*cols:(2*i+2)*cols])
-						}
-						gain := make([]float32, cols)
-						for i := range gain {
-							gain[i] = float32(1 + 0.2*rng.NormFloat64())
-						}
-						gw, err := b.Upload(&weights.Tensor{Name: "g", DType: weights.DTypeF32, Shape: []int{cols}, Data: cuda.Bytes(gain)})
+				for _, form := range forms {
+					static := tc.static
+					t.Run(fmt.Sprintf("%v/cols%d/form%d/static=%v/scaled=%v", kind, cols, form, static, tc.scaled), func(t *testing.T) {
+						const rows = 6
+						w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
 						if err != nil {
 							t.Fatal(err)
 						}
-						res, a.a, a.w = newDeviceTensor(t, b, rows, cols), newDeviceTensor(t, b, rows, cols), gw.Data.(*cudaWeight)
-						a.r = res
-						devAdd := add
+						cw := w.Data.(*cudaWeight)
+						// The product before: its weight's scales, one an output column (the norm's addend,
+						// or gate and up), and its input's, one a row.
+						scaledCols := cols
+						if kind == opSwiGLU {
+							scaledCols = 2 * cols
+						}
+						prev := randomFP8(rng, scaledCols, 64, 0)
+						pw, err := b.UploadFP8(prev)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+							t.Fatal(err)
+						}
+						b.args = []opArgs{{w: cw}, {w: pw.Data.(*cudaWeight)}}
+						plan := &opPlan{rows: rows, fp8Out: 0, fp8X16: true, fp8ScaleFrom: -1}
+						in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
+						// dev is what the device reads: the unscaled sums where scaled, whose scaled values are in.
+						dev := in
 						if tc.scaled {
-							devAdd = make([]float32, rows*cols)
-							for i := range rows {
-								copy(devAdd[i*cols:], dev[(2*i+1)*cols:(2*i+2)*cols])
+							plan.fp8ScaleFrom = 1
+							sx := make([]float32, rows)
+							for r := range sx {
+								sx[r] = float32(0.025 + 0.05*rng.Float64())
 							}
-						}
-						if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(devAdd))); err != nil {
-							t.Fatal(err)
-						}
-						newRes = make([]float32, rows*cols)
-						for i := range rows {
-							x := newRes[i*cols : (i+1)*cols]
-							var ss float64
-							for j := range x {
-								x[j] = r[i*cols+j] + add[i*cols+j]
-								ss += float64(x[j]) * float64(x[j])
+							if err := b.dev.CopyToDevice(b.fp8.scales, cuda.Bytes(sx)); err != nil {
+								t.Fatal(err)
 							}
-							inv := 1 / math.Sqrt(ss/float64(cols)+1e-5)
-							for j := range x {
-								want[i*cols+j] = float32(float64(gain[j]) * (float64(x[j]) * inv))
+							dev = append([]float32(nil), in...)
+							scale := func(i, col, r int) {
+								dev[i] = float32(in[i] * 1000)
+								in[i] = float32(dev[i] * float32(sx[r]*prev.Scales[col]))
 							}
-						}
-					} else {
-						gu := newDeviceTensor(t, b, rows, 2*cols)
-						if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(dev)); err != nil {
-							t.Fatal(err)
-						}
-						a.x = gu
-						for i := range rows {
-							for j := range cols {
-								g, u := float64(in[2*i*cols+j]), float64(in[(2*i+1)*cols+j])
-								want[i*cols+j] = float32(g / (1 + math.Exp(-g)) * u)
-							}
-						}
-					}
-					if err := b.runFusedE4M3(op, a, plan); err != nil {
-						t.Fatal(err)
-					}
-					if err := b.stream.Synchronize(); err != nil {
-						t.Fatal(err)
-					}
-					kp := cw.fp8.colsPad
-					codes, scales := make([]byte, rows*kp), make([]float32, rows)
-					if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
-						t.Fatal(err)
-					}
-					checkX16(t, b, codes, rows, kp)
-					if newRes != nil {
-						got := syncAndRead(t, b, res.ptr, rows*cols)
-						for i := range got {
-							if !sameFloat(got[i], newRes[i]) {
-								t.Fatalf("residual %d: %v, want %v", i, got[i], newRes[i])
-							}
-						}
-					}
-					xq, sx := make([]float32, rows*cols), make([]float32, rows)
-					quantizeRows(xq, sx, want, rows, cols, static)
-					for r := range rows {
-						if math.IsNaN(float64(sx[r])) != math.IsNaN(float64(scales[r])) ||
-							!(math.Abs(float64(scales[r]-sx[r])) <= 1e-6*float64(sx[r])) && !math.IsNaN(float64(sx[r])) {
-							t.Fatalf("row %d: scale %v, want %v", r, scales[r], sx[r])
-						}
-						off := 0
-						for i := range kp {
-							c := codes[r*kp+i]
-							if i >= cols {
-								if c != 0 {
-									t.Fatalf("row %d: padding column %d holds %#x", r, i, c)
+							for r := range rows {
+								for j := range cols {
+									if kind == opNorm { // the addend; the residual stays as it is
+										scale((2*r+1)*cols+j, j, r)
+									} else { // gate and up
+										scale(2*r*cols+j, j, r)
+										scale(2*r*cols+cols+j, cols+j, r)
+									}
 								}
-								continue
-							}
-							wc := dtype.F32ToE4M3Sat(want[r*cols+i] / sx[r])
-							if sameFloat(dtype.E4M3ToF32(c), dtype.E4M3ToF32(wc)) || c&0x7f == 0 && wc&0x7f == 0 {
-								continue
-							}
-							off++
-							if d := int(c&0x7f) - int(wc&0x7f); c&0x80 != wc&0x80 && c&0x7f != 0 && wc&0x7f != 0 || d < -1 || d > 1 {
-								t.Fatalf("row %d column %d: code %#x, want %#x (value %v, scale %v)", r, i, c, wc, want[r*cols+i], sx[r])
 							}
 						}
-						if off > cols/100 {
-							t.Errorf("row %d: %d of %d codes one step off", r, off, cols)
+						want := make([]float32, rows*cols)
+						op, a := &stepOp{kind: kind, in: cols, out: cols}, &opArgs{eps: 1e-5}
+						var res *cudaTensor
+						var newRes []float32
+						if kind == opNorm {
+							r, add := make([]float32, rows*cols), make([]float32, rows*cols)
+							for i := range rows {
+								copy(r[i*cols:], in[2*i*cols:(2*i+1)*cols])
+								copy(add[i*cols:], in[(2*i+1)*cols:(2*i+2)*cols])
+							}
+							gain := make([]float32, cols)
+							for i := range gain {
+								gain[i] = float32(1 + 0.2*rng.NormFloat64())
+							}
+							gw, err := b.Upload(&weights.Tensor{Name: "g", DType: weights.DTypeF32, Shape: []int{cols}, Data: cuda.Bytes(gain)})
+							if err != nil {
+								t.Fatal(err)
+							}
+							res, a.a, a.w = newDeviceTensor(t, b, rows, cols), newDeviceTensor(t, b, rows, cols), gw.Data.(*cudaWeight)
+							a.r = res
+							devAdd := add
+							if tc.scaled {
+								devAdd = make([]float32, rows*cols)
+								for i := range rows {
+									copy(devAdd[i*cols:], dev[(2*i+1)*cols:(2*i+2)*cols])
+								}
+							}
+							if err := errors.Join(b.dev.CopyToDevice(res.ptr, cuda.Bytes(r)), b.dev.CopyToDevice(a.a.ptr, cuda.Bytes(devAdd))); err != nil {
+								t.Fatal(err)
+							}
+							newRes = make([]float32, rows*cols)
+							for i := range rows {
+								x := newRes[i*cols : (i+1)*cols]
+								var ss float64
+								for j := range x {
+									x[j] = r[i*cols+j] + add[i*cols+j]
+									ss += float64(x[j]) * float64(x[j])
+								}
+								inv := 1 / math.Sqrt(ss/float64(cols)+1e-5)
+								for j := range x {
+									want[i*cols+j] = float32(float64(gain[j]) * (float64(x[j]) * inv))
+								}
+							}
+						} else {
+							gu := newDeviceTensor(t, b, rows, 2*cols)
+							if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(dev)); err != nil {
+								t.Fatal(err)
+							}
+							a.x = gu
+							for i := range rows {
+								for j := range cols {
+									g, u := float64(in[2*i*cols+j]), float64(in[(2*i+1)*cols+j])
+									want[i*cols+j] = float32(g / (1 + math.Exp(-g)) * u)
+								}
+							}
 						}
-					}
-				})
+						if err := b.launchFusedE4M3(op, a, plan, form); err != nil {
+							t.Fatal(err)
+						}
+						if err := b.stream.Synchronize(); err != nil {
+							t.Fatal(err)
+						}
+						kp := cw.fp8.colsPad
+						codes, scales := make([]byte, rows*kp), make([]float32, rows)
+						if err := errors.Join(b.dev.CopyFromDevice(codes, b.fp8.codes), b.dev.CopyFromDevice(cuda.Bytes(scales), b.fp8.scales)); err != nil {
+							t.Fatal(err)
+						}
+						checkX16(t, b, codes, rows, kp)
+						if newRes != nil {
+							got := syncAndRead(t, b, res.ptr, rows*cols)
+							for i := range got {
+								if !sameFloat(got[i], newRes[i]) {
+									t.Fatalf("residual %d: %v, want %v", i, got[i], newRes[i])
+								}
+							}
+						}
+						xq, sx := make([]float32, rows*cols), make([]float32, rows)
+						quantizeRows(xq, sx, want, rows, cols, static)
+						for r := range rows {
+							if math.IsNaN(float64(sx[r])) != math.IsNaN(float64(scales[r])) ||
+								!(math.Abs(float64(scales[r]-sx[r])) <= 1e-6*float64(sx[r])) && !math.IsNaN(float64(sx[r])) {
+								t.Fatalf("row %d: scale %v, want %v", r, scales[r], sx[r])
+							}
+							off := 0
+							for i := range kp {
+								c := codes[r*kp+i]
+								if i >= cols {
+									if c != 0 {
+										t.Fatalf("row %d: padding column %d holds %#x", r, i, c)
+									}
+									continue
+								}
+								wc := dtype.F32ToE4M3Sat(want[r*cols+i] / sx[r])
+								if sameFloat(dtype.E4M3ToF32(c), dtype.E4M3ToF32(wc)) || c&0x7f == 0 && wc&0x7f == 0 {
+									continue
+								}
+								off++
+								if d := int(c&0x7f) - int(wc&0x7f); c&0x80 != wc&0x80 && c&0x7f != 0 && wc&0x7f != 0 || d < -1 || d > 1 {
+									t.Fatalf("row %d column %d: code %#x, want %#x (value %v, scale %v)", r, i, c, wc, want[r*cols+i], sx[r])
+								}
+							}
+							if off > cols/100 {
+								t.Errorf("row %d: %d of %d codes one step off", r, off, cols)
+							}
+						}
+					})
+				}
 			}
 		}
 	}
@@ -965,5 +975,104 @@ func TestCUDAFP8BlockCheckpoint(t *testing.T) {
 			}
 			sameLogitBits(t, run(fpDir), run(refDir), "from the block-wise checkpoint", "from its dequantized weights")
 		})
+	}
+}
+
+// BenchmarkCUDAFP8Fused times the quantizing producers of FP8 products' inputs (the norm that adds an
+// FP8 product's unscaled output, the SwiGLU over gate/up's unscaled sums, both applying the product's
+// scales as in the step) at Llama-3-8B's widths (4096, 14336: a register shape against the staged form)
+// and the intermediate widths no register shape holds (Qwen2.5-7B's 18944, Llama-3-70B's 28672: the loop
+// kernels against the staged form), from one row (decode) to 1024 (prefill): µs a call, the share of the
+// copy bandwidth its bytes take (float32 reads and writes, one byte a code), and the other form's time
+// over the staged one's (docs/bench/fp8-h200.md). Each call reads its input from memory or L2 as it
+// stands; in a step the product before has just written it.
+func BenchmarkCUDAFP8Fused(bb *testing.B) {
+	b := newGemvBackend(bb, weights.DTypeF32)
+	if err := b.loadFP8(); err != nil {
+		bb.Fatal(err)
+	}
+	defer func() { b.args = nil }()
+	bw := copyBandwidth(bb)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const maxRows = 1024
+	for _, kc := range []struct {
+		kind opKind
+		cols int
+	}{{opNorm, 4096}, {opSwiGLU, 14336}, {opSwiGLU, 18944}, {opSwiGLU, 28672}} {
+		in := kc.cols
+		if kc.kind == opSwiGLU {
+			in = 2 * kc.cols
+		}
+		next, err := b.UploadFP8(randomFP8(rng, 16, kc.cols, 0))
+		if err != nil {
+			bb.Fatal(err)
+		}
+		prev, err := b.UploadFP8(randomFP8(rng, in, 64, 0))
+		if err != nil {
+			bb.Fatal(err)
+		}
+		nw := next.Data.(*cudaWeight)
+		if err := b.ensureFP8Workspace(maxRows, nw.fp8.colsPad); err != nil {
+			bb.Fatal(err)
+		}
+		b.args = []opArgs{{w: nw}, {w: prev.Data.(*cudaWeight)}}
+		x := newDeviceTensor(bb, b, maxRows, in)
+		gain, err := b.Upload(&weights.Tensor{Name: "g", DType: weights.DTypeF32, Shape: []int{kc.cols}, Data: cuda.Bytes(make([]float32, kc.cols))})
+		if err != nil {
+			bb.Fatal(err)
+		}
+		host := fp8TestInput(rng, maxRows, in, -1)
+		if err := b.dev.CopyToDevice(x.ptr, cuda.Bytes(host)); err != nil {
+			bb.Fatal(err)
+		}
+		sx := make([]float32, maxRows)
+		for i := range sx {
+			sx[i] = 0.01
+		}
+		op, a := &stepOp{kind: kc.kind, in: kc.cols, out: kc.cols}, &opArgs{eps: 1e-5}
+		bytes := 9 * kc.cols // SwiGLU: gate and up read, a code written
+		if kc.kind == opNorm {
+			res := newDeviceTensor(bb, b, maxRows, kc.cols)
+			if err := b.dev.CopyToDevice(res.ptr, cuda.Bytes(host[:maxRows*kc.cols])); err != nil {
+				bb.Fatal(err)
+			}
+			a.r, a.a, a.w = res, x, gain.Data.(*cudaWeight)
+			bytes = 13 * kc.cols // the residual read and written, the addend read, a code written
+		} else {
+			a.x = x
+		}
+		for _, rows := range []int{1, 64, 256, 1024} {
+			other, otherName := fp8FormLoop, "loop"
+			if shape, ok := fp8RowShape(kc.cols); ok {
+				other, otherName = shape, fmt.Sprintf("r%dx%d", fp8RowShapes[shape].threads, fp8RowShapes[shape].groups)
+			}
+			var otherUS float64
+			for _, form := range []int{other, fp8FormStaged} {
+				name := fmt.Sprintf("%v/cols=%d/rows=%d/%s", kc.kind, kc.cols, rows, otherName)
+				if form == fp8FormStaged {
+					name = fmt.Sprintf("%v/cols=%d/rows=%d/staged", kc.kind, kc.cols, rows)
+				}
+				bb.Run(name, func(bb *testing.B) {
+					plan := &opPlan{rows: rows, fp8Out: 0, fp8ScaleFrom: 1}
+					for bb.Loop() {
+						// The scales each call overwrites stand in for the product's before it.
+						if err := b.dev.CopyToDevice(b.fp8.scales, cuda.Bytes(sx)); err != nil {
+							bb.Fatal(err)
+						}
+						us, err := deviceMicros(b, 50, func(int) error { return b.launchFusedE4M3(op, a, plan, form) })
+						if err != nil {
+							bb.Fatal(err)
+						}
+						bb.ReportMetric(us, "us")
+						bb.ReportMetric(100*float64(rows*bytes)/(us*1e-6)/bw, "%copy-bw")
+						if form == fp8FormStaged {
+							bb.ReportMetric(otherUS/us, "other/staged")
+						} else {
+							otherUS = us
+						}
+					}
+				})
+			}
+		}
 	}
 }

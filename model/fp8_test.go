@@ -776,3 +776,24 @@ func TestFP8RowShape(t *testing.T) {
 		}
 	}
 }
+
+// TestFP8FusedForm: the quantizing producers run a register shape where one holds the row, staged where
+// none does and the row fits the shared memory as float32, the loop kernels for rows of an odd width or
+// too wide for both. The tuning forces either form where it can run.
+func TestFP8FusedForm(t *testing.T) {
+	const share = 227 << 10
+	for _, tc := range []struct {
+		cols, share, staged, want int
+	}{
+		{4096, share, 0, 2}, {8192, share, 0, 3}, {14336, share, 0, 4}, {16384, share, 0, 4},
+		{16388, share, 0, fp8FormStaged}, {18944, share, 0, fp8FormStaged}, {28672, share, 0, fp8FormStaged},
+		{162, share, 0, fp8FormLoop}, {18946, share, 0, fp8FormLoop}, // odd widths
+		{18944, 4*18944 - 4, 0, fp8FormLoop}, {18944, 4 * 18944, 0, fp8FormStaged}, // the share
+		{4096, share, 1, fp8FormStaged}, {162, share, 1, fp8FormLoop}, {18944, 4*18944 - 4, 1, fp8FormLoop}, // always
+		{4096, share, -1, 2}, {14336, share, -1, 4}, {18944, share, -1, fp8FormLoop}, // never
+	} {
+		if got := fp8FusedForm(tc.cols, tc.share, tc.staged); got != tc.want {
+			t.Errorf("fp8FusedForm(%d cols, share %d, tuning %d) = %d, want %d", tc.cols, tc.share, tc.staged, got, tc.want)
+		}
+	}
+}

@@ -118,6 +118,9 @@ type gemvTuning struct {
 	// SwiGLU after the product could apply them (opPlan.fp8Unscaled).
 	FP8NoFuse      bool
 	FP8NoScaleFold bool
+	// FP8Staged picks the quantizing norm's and SwiGLU's form (fp8FusedForm): 0 the default rule (staged
+	// only where no register shape holds the row), < 0 never staged, > 0 staged wherever it holds the row.
+	FP8Staged int
 	// FP8NoGemm keeps FP8 products off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt then, as on
 	// GPUs without it. FP8GemmRows, when positive, is the most rows it takes (fp8GemmMaxRows by default,
 	// at most gemvMaxTokens).
@@ -1000,7 +1003,7 @@ func (p *stepPlanner) slots(plan *opPlan) {
 // is left out: it shapes only mixed steps, which never run as graphs.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
-		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows} {
+		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows, t.FP8Staged} {
 		h = fnvWord(h, uint64(w))
 	}
 	for _, f := range []struct {

@@ -275,6 +275,36 @@ extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3
 // bandwidth at prefill sizes (docs/bench/fp8-h200.md). Codes go out four to a 32-bit store. Same values,
 // same rounding as above but for the order of the norm's sum of squares.
 
+// amax4 folds the float4 group a into a thread's largest |v| and NaN flag.
+__device__ __forceinline__ void amax4(float4 a, float &amax, bool &nan) {
+	nan |= a.x != a.x || a.y != a.y || a.z != a.z || a.w != a.w;
+	amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+}
+
+// put_codes writes group i4 (columns 4·i4 … 4·i4+3) of a row as codes at q (and f16 values at x16 unless
+// null) with the row's scale s.
+__device__ __forceinline__ void put_codes(float4 v, int i4, float s, unsigned char *q, __half *x16) {
+	const float e[4] = {v.x, v.y, v.z, v.w};
+	uint32_t c = 0, h[2] = {0, 0};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const unsigned char b = __nv_cvt_float_to_fp8(__fdiv_rn(e[k], s), __NV_SATFINITE, __NV_E4M3);
+		c |= (uint32_t)b << (8 * k);
+		h[k >> 1] |= (uint32_t)__half_as_ushort(e4m3_to_f16(b)) << (16 * (k & 1));
+	}
+	reinterpret_cast<uint32_t *>(q)[i4] = c;
+	if (x16 != nullptr) reinterpret_cast<uint2 *>(x16)[i4] = make_uint2(h[0], h[1]);
+}
+
+// pad_codes zeroes a row's padding groups n4 … kp/4 and writes its scale to *scale_out.
+__device__ __forceinline__ void pad_codes(int n4, int kp, unsigned char *q, __half *x16, float *scale_out, float s) {
+	for (int i4 = n4 + threadIdx.x; i4 < kp / 4; i4 += blockDim.x) {
+		reinterpret_cast<uint32_t *>(q)[i4] = 0;
+		if (x16 != nullptr) reinterpret_cast<uint2 *>(x16)[i4] = make_uint2(0, 0);
+	}
+	if (threadIdx.x == 0) *scale_out = s;
+}
+
 // store_codes quantizes the row held in v (n4 float4 groups; the block's row of codes at q, of f16
 // values at x16 unless null) with its scale (row_scale), zeroes the padding up to kp columns and writes
 // the scale to *scale_out.
@@ -286,38 +316,16 @@ __device__ __forceinline__ void store_codes(const float4 (&v)[NV], int n4, int k
 	bool nan = false;
 	if (input_scale == 0.f) {
 #pragma unroll
-		for (int j = 0; j < NV; j++) {
-			if (threadIdx.x + j * blockDim.x < n4) {
-				const float4 a = v[j];
-				nan |= a.x != a.x || a.y != a.y || a.z != a.z || a.w != a.w;
-				amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-			}
-		}
+		for (int j = 0; j < NV; j++)
+			if (threadIdx.x + j * blockDim.x < n4) amax4(v[j], amax, nan);
 	}
 	const float s = row_scale(amax, nan, input_scale, min_scale, scratch, &nan_seen);
-	uint32_t *q4 = reinterpret_cast<uint32_t *>(q);
-	uint2 *x4 = reinterpret_cast<uint2 *>(x16);
 #pragma unroll
 	for (int j = 0; j < NV; j++) {
 		const int i4 = threadIdx.x + j * blockDim.x;
-		if (i4 < n4) {
-			const float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-			uint32_t c = 0, h[2] = {0, 0};
-#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				const unsigned char b = __nv_cvt_float_to_fp8(__fdiv_rn(e[k], s), __NV_SATFINITE, __NV_E4M3);
-				c |= (uint32_t)b << (8 * k);
-				h[k >> 1] |= (uint32_t)__half_as_ushort(e4m3_to_f16(b)) << (16 * (k & 1));
-			}
-			q4[i4] = c;
-			if (x16 != nullptr) x4[i4] = make_uint2(h[0], h[1]);
-		}
+		if (i4 < n4) put_codes(v[j], i4, s, q, x16);
 	}
-	for (int i4 = n4 + threadIdx.x; i4 < kp / 4; i4 += blockDim.x) {
-		q4[i4] = 0;
-		if (x16 != nullptr) x4[i4] = make_uint2(0, 0);
-	}
-	if (threadIdx.x == 0) *scale_out = s;
+	pad_codes(n4, kp, q, x16, scale_out, s);
 }
 
 // scale4 is a · (sx · w) element by element, as ScaleE4M3 computes it (no contraction).
@@ -444,3 +452,123 @@ FP8_ROWS(256, 2)
 FP8_ROWS(256, 4)
 FP8_ROWS(256, 8)
 FP8_ROWS(512, 8)
+
+// The staged kernels, NormE4M3_staged and SwiGLUE4M3_<T>_staged: the same producers for rows of a
+// multiple of 4 values too wide for every register shape (Qwen2.5-7B's and Llama-3-70B's intermediate)
+// that fit the block's shared memory as float32 (4·cols bytes, dynamic; fp8FusedForm on the Go side picks
+// them). A thread computes its float4 groups STAGE_U at a time (their loads issued together) and keeps
+// the values in shared memory, then quantizes them from there once the row's scale is known, so each
+// value is loaded and computed once, where the loop kernels compute it twice. A thread reads back only
+// the groups it wrote, so no barrier but the reductions' is needed. Same values and rounding as the other
+// forms but for the order of the norm's sum of squares.
+#define STAGE_THREADS 512
+#define STAGE_U 4
+
+// stage_buffer is the staged kernels' dynamic shared memory: the block's row as float4 groups.
+extern __shared__ float4 stage_buffer[];
+
+// stage_out quantizes the block's row of n4 staged groups with the scale from the threads' amax and nan.
+__device__ __forceinline__ void stage_out(const float4 *staged, int n4, float amax, bool nan, const FusedE4M3Params &p,
+                                          float *scratch, int *nan_seen) {
+	const long long row = blockIdx.x;
+	const float s = row_scale(amax, nan, p.input_scale, p.min_scale, scratch, nan_seen);
+	unsigned char *q = p.codes + row * p.kp;
+	__half *x16 = p.x16 ? p.x16 + row * p.kp : nullptr;
+	for (int i4 = threadIdx.x; i4 < n4; i4 += STAGE_THREADS) put_codes(staged[i4], i4, s, q, x16);
+	pad_codes(n4, p.kp, q, x16, p.scales + row, s);
+}
+
+extern "C" __global__ void __launch_bounds__(STAGE_THREADS) NormE4M3_staged(const FusedE4M3Params p) {
+	float4 *staged = stage_buffer;
+	__shared__ float scratch[32];
+	__shared__ int nan_seen;
+	const long long row = blockIdx.x;
+	const int n4 = p.cols >> 2;
+	float4 *res = reinterpret_cast<float4 *>(p.residual + row * p.cols);
+	const float4 *add = p.add ? reinterpret_cast<const float4 *>(p.add + row * p.cols) : nullptr;
+	const float4 *sw = reinterpret_cast<const float4 *>(p.in_sw);
+	pdl_wait();
+	pdl_launch_dependents();
+	const float sx = in_scale(p);
+	float ss = 0.f;
+	for (int base = threadIdx.x; base < n4; base += STAGE_THREADS * STAGE_U) {
+		float4 x[STAGE_U], a[STAGE_U];
+#pragma unroll
+		for (int j = 0; j < STAGE_U; j++) {
+			const int i4 = base + j * STAGE_THREADS;
+			if (i4 < n4) {
+				x[j] = res[i4];
+				if (add) a[j] = add[i4];
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < STAGE_U; j++) {
+			const int i4 = base + j * STAGE_THREADS;
+			if (i4 < n4) {
+				if (add) {
+					if (p.in_sx) a[j] = scale4(a[j], sx, sw[i4]);
+					x[j].x += a[j].x, x[j].y += a[j].y, x[j].z += a[j].z, x[j].w += a[j].w;
+					res[i4] = x[j];
+				}
+				ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
+				staged[i4] = x[j];
+			}
+		}
+	}
+	ss = block_sum(ss, scratch);
+	const float inv = 1.0f / sqrtf(ss / (float)p.cols + p.eps);
+	const float4 *w4 = reinterpret_cast<const float4 *>(p.weight);
+	float amax = 0.f;
+	bool nan = false;
+	for (int i4 = threadIdx.x; i4 < n4; i4 += STAGE_THREADS) {
+		const float4 w = w4[i4];
+		float4 x = staged[i4];
+		x.x = w.x * (x.x * inv), x.y = w.y * (x.y * inv), x.z = w.z * (x.z * inv), x.w = w.w * (x.w * inv);
+		staged[i4] = x;
+		amax4(x, amax, nan);
+	}
+	stage_out(staged, n4, amax, nan, p, scratch, &nan_seen);
+}
+
+template <typename T> __device__ __forceinline__ void swiglu_e4m3_staged(const FusedE4M3Params &p) {
+	float4 *staged = stage_buffer;
+	__shared__ float scratch[32];
+	__shared__ int nan_seen;
+	const long long row = blockIdx.x;
+	const int n4 = p.cols >> 2;
+	const float4 *gu = reinterpret_cast<const float4 *>(p.residual + row * 2 * p.cols);
+	const float4 *sw = reinterpret_cast<const float4 *>(p.in_sw);
+	pdl_wait();
+	pdl_launch_dependents();
+	const float sx = in_scale(p);
+	float amax = 0.f;
+	bool nan = false;
+	for (int base = threadIdx.x; base < n4; base += STAGE_THREADS * STAGE_U) {
+		float4 g[STAGE_U], u[STAGE_U];
+#pragma unroll
+		for (int j = 0; j < STAGE_U; j++) {
+			const int i4 = base + j * STAGE_THREADS;
+			if (i4 < n4) g[j] = gu[i4], u[j] = gu[n4 + i4];
+		}
+#pragma unroll
+		for (int j = 0; j < STAGE_U; j++) {
+			const int i4 = base + j * STAGE_THREADS;
+			if (i4 < n4) {
+				if (p.in_sx) g[j] = scale4(g[j], sx, sw[i4]), u[j] = scale4(u[j], sx, sw[n4 + i4]);
+				const float4 y = make_float4(silu_mul<T>(g[j].x, u[j].x), silu_mul<T>(g[j].y, u[j].y),
+				                             silu_mul<T>(g[j].z, u[j].z), silu_mul<T>(g[j].w, u[j].w));
+				staged[i4] = y;
+				amax4(y, amax, nan);
+			}
+		}
+	}
+	stage_out(staged, n4, amax, nan, p, scratch, &nan_seen);
+}
+
+#define FP8_STAGED_T(TN, T)                                                                                   \
+	extern "C" __global__ void __launch_bounds__(STAGE_THREADS) SwiGLUE4M3_##TN##_staged(const FusedE4M3Params p) { \
+		swiglu_e4m3_staged<T>(p);                                                                          \
+	}
+FP8_STAGED_T(f32, float)
+FP8_STAGED_T(bf16, __nv_bfloat16)
+FP8_STAGED_T(f16, __half)
