@@ -188,10 +188,12 @@ type Backend interface {
 	// weights q and k of HeadDim (Qwen3's and Gemma 3's q_norm and k_norm, before the rotary embedding).
 	QKNorm(qkv Tensor, q, k Weight, eps float32)
 
-	// RoPEWriteKV rotates the q and k parts of each row of qkv [T][QKVCols] in place (the rotate-half
-	// convention of HF LLaMA, by the step's per-token positions, with the layer's rotary table), then
-	// writes each token's k and v into layer's cache pages at its slot (in an FP8 cache as
-	// e4m3(x / scale) with the layer's KVScales).
+	// RoPEWriteKV rotates the q and k parts of each row of qkv [T][QKVCols] (the rotate-half convention
+	// of HF LLaMA, by the step's per-token positions, with the layer's rotary table) for the Attention
+	// call after it, and writes each token's rotated k and its v into layer's cache pages at its slot (in
+	// an FP8 cache as e4m3(x / scale) with the layer's KVScales). What qkv holds afterwards is the
+	// backend's: the CPU rotates it in place, the CUDA kernel writes the rotated queries to a buffer of
+	// their own and leaves qkv as it was; nothing but that Attention call reads it.
 	RoPEWriteKV(qkv Tensor, layer int)
 
 	// Attention writes into dst [T][Hq*D] each token's causal attention over its sequence's pages of

@@ -1,19 +1,21 @@
 // Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows, head groups of
-// ROPE_HEADS), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's output): every (head, i < D/2) pair of the q and k heads is rotated by the
-// token's position with HF LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin), in place; the
-// rotated q also goes to q_out [rows][Hq·D] (the contiguous layout the attention kernels read), and the
-// rotated k and the v of the row go to the paged caches [blocks][block_size][Hkv][D] at the row's slot
-// (slot < 0: a padding row, not stored). cos and sin are those of the float32 angle inv_freq[i]·position,
-// as transformers computes it (evaluated in double, then rounded), times attention_scaling, computed once
-// per row and i into shared memory for all heads.
+// ROPE_HEADS), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's
+// output): every (head, i < D/2) pair of the q and k heads is rotated by the token's position with HF
+// LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin); the rotated q goes to q_out [rows][Hq·D]
+// (the contiguous layout the attention kernels read), and the rotated k and the v of the row go to the
+// paged caches [blocks][block_size][Hkv][D] at the row's slot (slot < 0: a padding row, not stored). qkv
+// itself is only read: attention reads q_out and the caches, and nothing reads qkv after this kernel, so
+// writing the rotated values back would cost a third of the kernel's bytes for no reader. cos and sin
+// are those of the float32 angle inv_freq[i]·position, as transformers computes it (evaluated in double,
+// then rounded), times attention_scaling, computed once per row and i into shared memory for all heads.
 //
 // With q_norm set (Qwen3's and Gemma 3's q/k norms, Backend.QKNorm, fused here where the rotation runs as
 // this kernel) every q and k head is first RMS-normalised: x = w · (x · 1/sqrt(mean(x²) + eps)), w = q_norm
 // for a query head and k_norm for a key head, as the QKNorm kernel (qknorm.cu) would have left it.
 //
 // With in_sx set, qkv holds an FP8 product's unscaled sums (cuBLASLt's, the plan's fp8ScaleFrom): every
-// element is first scaled as ScaleE4M3 would have, acc · (in_sx[row] · in_sw[col]), and the v heads are
-// written back scaled too, so qkv ends as ScaleE4M3 and this kernel would have left it.
+// element is first scaled as ScaleE4M3 would have, acc · (in_sx[row] · in_sw[col]), so q_out and the
+// caches get what they would have after that pass.
 //
 // RoPEWriteKV_<dtype>_e4m3 writes the caches as OCP FP8 e4m3 codes instead (model.KVCacheFP8): each
 // element of the rotated k (float, not rounded to T first) and of v is stored as e4m3(x / k_scale) and
@@ -27,7 +29,7 @@
 #define ROPE_HEADS 8
 
 struct RoPEParams {
-	float *qkv;             // [rows][qkv_cols], rotated in place
+	const float *qkv;       // [rows][qkv_cols], read only
 	void *q_out;            // [rows][num_heads·head_dim] of T
 	void *k_cache;          // [num_blocks][block_size][num_kv_heads][head_dim] of T
 	void *v_cache;
@@ -69,7 +71,7 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 	const int half = p.head_dim / 2;
 	const int rotated = p.num_heads + p.num_kv_heads; // q and k heads; the v heads after them are copied
 	const int h0 = blockIdx.y * ROPE_HEADS, h1 = min(h0 + ROPE_HEADS, rotated + p.num_kv_heads);
-	float *qkv = p.qkv + row * p.qkv_cols;
+	const float *qkv = p.qkv + row * p.qkv_cols;
 	T *q_out = reinterpret_cast<T *>(p.q_out) + row * (long long)p.num_heads * p.head_dim;
 	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
 	pdl_wait();
@@ -107,7 +109,6 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 		for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
 			const int h = h0 + idx / half, i = idx % half;
 			const float cf = cos_sin[i], sf = cos_sin[half + i];
-			float *x = qkv + h * p.head_dim;
 			float a = ld(h * p.head_dim + i), b = ld(h * p.head_dim + i + half);
 			if (p.q_norm) {
 				const float *w = h < p.num_heads ? p.q_norm : p.k_norm;
@@ -116,8 +117,6 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 				b = w[i + half] * (b * inv);
 			}
 			const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
-			x[i] = rlo;
-			x[i + half] = rhi;
 			const T lo = Num<T>::store(rlo), hi = Num<T>::store(rhi);
 			if (h < p.num_heads) {
 				q_out[h * p.head_dim + i] = lo;
@@ -135,14 +134,12 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 		}
 	}
 	const int v0 = max(h0, rotated);
-	if ((slot >= 0 || p.in_sx) && v0 < h1) {
+	if (slot >= 0 && v0 < h1) {
 		const long long c0 = (long long)v0 * p.head_dim;
 		KV *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
 		const int n = (h1 - v0) * p.head_dim;
 		for (int j = threadIdx.x; j < n; j += blockDim.x) {
-			const float v = ld(c0 + j);
-			if (p.in_sx) qkv[c0 + j] = v;
-			if (slot >= 0) vd[j] = KVS::store(v, p.v_scale);
+			vd[j] = KVS::store(ld(c0 + j), p.v_scale);
 		}
 	}
 }
