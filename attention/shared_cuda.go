@@ -137,7 +137,8 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // gather, the prefix pass (shared.cu's prefix kernel where sharedPrefixKernel covers the call, else the
 // split-k partition kernel, over the virtual sequences), the suffix pass
 // (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
-// writes a.Out. sh holds the layout and plan (DecideShared's) and their device arrays; workspace must be
+// writes a.Out. sh holds the layout and plan (DecideShared's, or DecideSharedGraph's padded layout and
+// its key's plan) and their device arrays; workspace must be
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE, a window or FP8 pages. The kernels are
 // launched without programmatic dependent launch (each waits for the one before it).
 //

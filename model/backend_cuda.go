@@ -35,7 +35,8 @@ import (
 // maxGraphBatch sequences) is padded to its batch bucket (graphBucket) and run as a CUDA graph: the first
 // step of a bucket and slot runs eagerly (which also warms cuBLAS), the second is captured, later ones
 // replay it. The graph is keyed by the bucket, the ring slot, the block-table width (from a power-of-two
-// context cap) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
+// context cap), the shared-prefix bucket of its groups (attention.SharedGraphKey; zero on the plain
+// kernels) and a hash of every op's kernel and buffers, so a workspace regrown by the model or a new
 // metadata buffer gets a new graph rather than a stale one.
 //
 // The families beyond LLaMA (see Backend) run as data of the same step: each layer's KV page array and

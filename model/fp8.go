@@ -445,8 +445,8 @@ func fp8FusedForm(cols, stageMax, staged int) int {
 var fp8RowShapes = [...]struct{ threads, groups int }{{256, 1}, {256, 2}, {256, 4}, {256, 8}, {512, 8}}
 
 // fp8RowShape is the register form for rows of cols values (an index of fp8RowShapes): the first shape
-// that holds the row; ok is false where cols is not a multiple of 4 or the row fits none (the loop
-// kernels run it).
+// that holds the row; ok is false where cols is not a multiple of 4 or the row fits none (fp8FusedForm
+// then picks the staged or the loop kernels).
 func fp8RowShape(cols int) (shape int, ok bool) {
 	if cols <= 0 || cols%4 != 0 {
 		return 0, false

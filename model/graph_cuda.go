@@ -20,14 +20,15 @@ type graphCache struct {
 	// with programmatic dependent launches failed (the capture is retried without).
 	graphsOff, pdlOff bool
 	lastGraph         *cuda.GraphExec // the graph the last step launched (benchmarks time it alone)
-	// sharedKeys are the shared-prefix buckets with graphs (graphKey.shared), at most
-	// maxSharedGraphKeys of them (sharedGraphRoom).
+	// sharedKeys are the shared-prefix buckets with captured graphs (graphKey.shared), at most
+	// maxSharedGraphKeys of them (sharedGraphRoom); a bucket is added at its first capture.
 	sharedKeys map[attention.SharedGraphKey]bool
 }
 
-// maxSharedGraphKeys bounds the shared-prefix buckets that get graphs (some two graphs each, one a ring
-// slot): a step of another bucket runs eagerly. Each bucket is a plan of the groups' sizes; a server
-// sees a few of them for many steps, and a graph of a bucket seen once costs its capture for nothing.
+// maxSharedGraphKeys bounds the shared-prefix buckets that get graphs (each a graph for every ring slot,
+// batch bucket and context cap it runs at): a step of another bucket runs eagerly. Each bucket is a plan
+// of the groups' sizes; a server sees a few of them for many steps. A bucket counts from its first
+// capture, which waits for its second step (queue), so buckets seen once take no room.
 const maxSharedGraphKeys = 16
 
 // graphKey names a captured step: its bucket, its ops (sig), the ring slot whose pick buffers it names
@@ -39,8 +40,9 @@ type graphKey struct {
 	shared                         attention.SharedGraphKey
 }
 
-// sharedGraphRoom reports whether a step of shared-prefix bucket k may run as a graph: its bucket has
-// graphs already, or fewer than maxSharedGraphKeys buckets do.
+// sharedGraphRoom reports whether a step of shared-prefix bucket k may be planned as a graph: its bucket
+// has graphs already, or fewer than maxSharedGraphKeys buckets do (sharedDecision asks it as it plans the
+// step, so a capture never takes a bucket past the bound).
 func (b *cudaBackend) sharedGraphRoom(k attention.SharedGraphKey) bool {
 	return b.sharedKeys[k] || len(b.sharedKeys) < maxSharedGraphKeys
 }
@@ -109,18 +111,18 @@ func (b *cudaBackend) queue() error {
 			if err == nil {
 				g.exec = exec
 				b.stats.Captured++
+				if key.shared != (attention.SharedGraphKey{}) {
+					if b.sharedKeys == nil {
+						b.sharedKeys = map[attention.SharedGraphKey]bool{}
+					}
+					b.sharedKeys[key.shared] = true
+				}
 				b.lastGraph = exec
 				return exec.Launch(b.stream)
 			}
 			b.graphsOff, b.stats.CaptureFailed = true, err
 		default:
 			b.graphs[key] = &graphEntry{}
-			if key.shared != (attention.SharedGraphKey{}) {
-				if b.sharedKeys == nil {
-					b.sharedKeys = map[attention.SharedGraphKey]bool{}
-				}
-				b.sharedKeys[key.shared] = true
-			}
 		}
 		b.stats.Eager++
 		return b.eager(st.rows) // the bucket's warm-up run: the same launches as the graph will hold

@@ -259,7 +259,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 // A step that may run as a graph (rows > 0: its bucket, contextCap its context cap, graphStride its
 // block tables' width) is planned for a shared-prefix graph (attention.DecideSharedGraph: a layout padded
 // to a bucket of its groups, SharedDecision.Graph, whose launches are the same for every step of the
-// bucket), unless maxSharedGraphKeys other buckets have graphs already; such a step then runs eagerly
+// bucket), unless maxSharedGraphKeys other buckets have captured graphs already; such a step then runs eagerly
 // on tables stride pages wide (attention.DecideShared, charged for the graph it loses), as does a step
 // that runs eagerly anyway.
 func (b *cudaBackend) sharedDecision(s *Step, rows, contextCap, graphStride, stride int) *attention.SharedDecision {

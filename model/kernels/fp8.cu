@@ -267,7 +267,8 @@ extern "C" __global__ void SwiGLUE4M3_bf16(const FusedE4M3Params p) { swiglu_e4m
 extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3<__half>(p); }
 
 // The register kernels: the same three producers (and QuantizeE4M3) for rows of cols ≤ 16384 values, cols
-// a multiple of 4 (fp8RowShape on the Go side picks them; wider or odd rows run the kernels above). A
+// a multiple of 4 (fp8RowShape on the Go side picks them; odd rows run the kernels above, wider ones the
+// staged kernels below, or for QuantizeE4M3 the loop). A
 // block of THREADS threads owns a row; thread t holds the row's float4 groups t, t + THREADS, … (NV of
 // them, all loaded before the first is used) in registers, so each value is loaded and computed once and
 // a block keeps 16·NV bytes a thread and operand in flight, where the loops above, one float a thread and
