@@ -363,6 +363,24 @@ func parseLogitBias(raw map[string]any, vocab int) (map[int32]float32, *apiError
 	return bias, nil
 }
 
+// bestOf is how many choices a completions request generates for each prompt, of which it returns the
+// n with the highest mean log-probability per token (best_of, the completions API's): n where not given,
+// else at least n and at most the server's MaxN, and n itself when streamed (the choices must be
+// finished before the best are known, as OpenAI's API refuses too).
+func (f *samplingFields) bestOf(cfg *Config, n int, stream bool) (int, *apiError) {
+	if f.BestOf == nil {
+		return n, nil
+	}
+	b := *f.BestOf
+	if b < n || b > cfg.MaxN {
+		return 0, badRequest("best_of", "'best_of' %d must lie in [n=%d, %d].", b, n, cfg.MaxN)
+	}
+	if b > n && stream {
+		return 0, badRequest("best_of", "'best_of' greater than 'n' cannot be streamed.")
+	}
+	return b, nil
+}
+
 // common validates the fields shared by both endpoints against the server's limits and returns
 // the engine request template (without prompt) and n.
 func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam string) (engine.Request, int, *apiError) {
@@ -373,9 +391,6 @@ func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam stri
 		if n < 1 || n > cfg.MaxN {
 			return req, 0, badRequest("n", "'n' %d must lie in [1, %d].", n, cfg.MaxN)
 		}
-	}
-	if f.BestOf != nil && *f.BestOf != n {
-		return req, 0, badRequest("best_of", "'best_of' other than n is not supported.")
 	}
 	if maxTokens != nil {
 		if *maxTokens < 1 {

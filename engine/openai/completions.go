@@ -1,8 +1,11 @@
 package openai
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -328,6 +331,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, aerr)
 		return
 	}
+	bestOf, aerr := req.bestOf(&s.cfg, n, req.Stream)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
 	grammar, aerr := s.requestConstraint(&req.constraintFields, nil)
 	if aerr != nil {
 		s.fail(w, aerr)
@@ -378,8 +386,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			ids = append(ids, s.encodePrompt(t, s.cfg.AddSpecialTokens, split))
 		}
 	}
-	if len(ids)*n > s.cfg.MaxSequences {
-		s.fail(w, badRequest("prompt", "%d prompts × n=%d need %d sequences; at most %d are allowed per request.", len(ids), n, len(ids)*n, s.cfg.MaxSequences))
+	if len(ids)*bestOf > s.cfg.MaxSequences {
+		s.fail(w, badRequest("prompt", "%d prompts × %d choices need %d sequences; at most %d are allowed per request.", len(ids), bestOf, len(ids)*bestOf, s.cfg.MaxSequences))
 		return
 	}
 	promptLens := make([]int, len(ids))
@@ -394,9 +402,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, aerr)
 			return
 		}
-		for c := range n {
+		for c := range bestOf {
 			rq := base
 			rq.PromptIDs = promptIDs
+			rq.Logprobs = base.Logprobs || bestOf > n // the ranking reads each token's
 			if rq.MaxTokens == 0 {
 				rq.MaxTokens = s.defaultMaxTokens(DefaultCompletionTokens, len(promptIDs))
 			}
@@ -409,7 +418,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			if grammar != nil {
 				rq.Constraint = grammar.NewMatcher() // one per choice
 			}
-			jobs = append(jobs, &job{choice: p*n + c, prompt: p, req: rq})
+			jobs = append(jobs, &job{choice: p*bestOf + c, prompt: p, req: rq})
 		}
 	}
 	// The echo is the prompt string as sent, or the decoded prompt: for token ids, and with logprobs,
@@ -436,7 +445,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer ru.close()
 	for p := range promptLens {
-		s.metrics.promptTokens.Add(float64(promptLens[p] * n))
+		s.metrics.promptTokens.Add(float64(promptLens[p] * bestOf))
 	}
 	id, created := newID("cmpl-"), time.Now().Unix()
 	head := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
@@ -450,11 +459,14 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp := head
-		u := totalUsage(promptLens, outs)
+		u := totalUsage(promptLens, outs) // every choice generated, best_of's too
 		resp.Usage = &u
+		if bestOf > n {
+			outs = bestChoices(outs, bestOf, n, withPromptLogprobs && !echoLogprobs)
+		}
 		var promptLPs []promptPosition // of the current prompt
 		for i, o := range outs {
-			p := jobs[i].prompt
+			p := i / n
 			text, lps := string(o.text), o.logprobs
 			if promptOnly {
 				text, lps = "", nil
@@ -527,6 +539,44 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}, usageChunk)
 }
 
+// bestChoices keeps, of each prompt's bestOf outcomes (a prompt's together, in choice order), the n of
+// highest mean log-probability per generated token, best first, ties to the earlier choice: the
+// completions API's best_of. With promptLogprobs the prompt's logprobs, which its first choice
+// computed, go to the first one kept.
+func bestChoices(outs []outcome, bestOf, n int, promptLogprobs bool) []outcome {
+	kept := make([]outcome, 0, len(outs)/bestOf*n)
+	for p := 0; p+bestOf <= len(outs); p += bestOf {
+		group := outs[p : p+bestOf]
+		order := make([]int, bestOf)
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int {
+			return cmp.Compare(meanLogprob(group[b].logprobs), meanLogprob(group[a].logprobs))
+		})
+		first := len(kept)
+		for _, i := range order[:n] {
+			kept = append(kept, group[i])
+		}
+		if promptLogprobs {
+			kept[first].promptLogprobs = group[0].promptLogprobs
+		}
+	}
+	return kept
+}
+
+// meanLogprob is the mean log-probability of a choice's tokens, −Inf for a choice of none.
+func meanLogprob(lps []engine.Logprobs) float64 {
+	if len(lps) == 0 {
+		return math.Inf(-1)
+	}
+	var sum float64
+	for _, lp := range lps {
+		sum += float64(lp.Logprob)
+	}
+	return sum / float64(len(lps))
+}
+
 // seeded gives choice c of a seeded request its own seed (seed + c), so that n > 1 choices differ
 // while the whole response stays reproducible.
 func seeded(p engine.SamplingParams, c int) engine.SamplingParams {
@@ -558,6 +608,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	base, n, aerr := req.common(&s.cfg, maxTokens, param)
 	if aerr != nil {
 		s.fail(w, aerr)
+		return
+	}
+	if req.BestOf != nil && *req.BestOf != n {
+		s.fail(w, badRequest("best_of", "'best_of' other than n is supported by /v1/completions only."))
 		return
 	}
 	if req.TopLogprobs != nil {

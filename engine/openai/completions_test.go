@@ -425,3 +425,49 @@ func TestPromptLogprobsJSON(t *testing.T) {
 		t.Errorf("no prompt logprobs must give none (the field left out)")
 	}
 }
+
+// TestBestChoices: of each prompt's best_of outcomes, the n of highest mean log-probability per token
+// are kept, best first, ties to the earlier choice; a choice of no tokens ranks last; the prompt's
+// logprobs (its first choice's) go to the first one kept.
+func TestBestChoices(t *testing.T) {
+	lps := func(v ...float32) []engine.Logprobs {
+		var out []engine.Logprobs
+		for _, x := range v {
+			out = append(out, engine.Logprobs{TokenLogprob: engine.TokenLogprob{Logprob: x}})
+		}
+		return out
+	}
+	promptLP := lps(-9)
+	outs := []outcome{
+		// prompt 0: means -1, -0.5, -2 (a longer choice), -0.5 (a tie with choice 1)
+		{text: []byte("p0c0"), logprobs: lps(-1, -1), promptLogprobs: promptLP},
+		{text: []byte("p0c1"), logprobs: lps(-0.5)},
+		{text: []byte("p0c2"), logprobs: lps(-1, -3, -2, -2)},
+		{text: []byte("p0c3"), logprobs: lps(0, -1)},
+		// prompt 1: none, -3, -0.25, -1
+		{text: []byte("p1c0"), promptLogprobs: promptLP},
+		{text: []byte("p1c1"), logprobs: lps(-3)},
+		{text: []byte("p1c2"), logprobs: lps(-0.25, -0.25)},
+		{text: []byte("p1c3"), logprobs: lps(-1)},
+	}
+	for _, tc := range []struct {
+		n    int
+		want []string
+	}{
+		{1, []string{"p0c1", "p1c2"}},
+		{2, []string{"p0c1", "p0c3", "p1c2", "p1c3"}},
+		{4, []string{"p0c1", "p0c3", "p0c0", "p0c2", "p1c2", "p1c3", "p1c1", "p1c0"}},
+	} {
+		got := bestChoices(slices.Clone(outs), 4, tc.n, true)
+		var texts []string
+		for i, o := range got {
+			texts = append(texts, string(o.text))
+			if i%tc.n == 0 && o.promptLogprobs == nil {
+				t.Errorf("n=%d: choice %d (%s) prompt logprobs %v", tc.n, i, o.text, o.promptLogprobs)
+			}
+		}
+		if !slices.Equal(texts, tc.want) {
+			t.Errorf("n=%d: kept %v, want %v", tc.n, texts, tc.want)
+		}
+	}
+}

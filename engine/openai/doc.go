@@ -6,8 +6,11 @@
 // Completions follow vLLM's OpenAI server where OpenAI leaves room: echo with logprobs returns the
 // prompt's logprobs (the engine's prompt logprobs; the first token's are null) before the generated
 // tokens', a streamed echo carries the prompt in each choice's first chunk with its first generated
-// text, and echo with max_tokens 0 returns the prompt alone. Both endpoints take vLLM's
-// prompt_logprobs extension (not in a stream), and return vLLM's "prompt_logprobs" lists.
+// text, and echo with max_tokens 0 returns the prompt alone. best_of generates that many choices of
+// each prompt (sharing its pages, as n's do) and returns the n with the highest mean logprob per token,
+// OpenAI's rule, with every choice's tokens in the usage; not in a stream, nor in chat, which OpenAI's
+// API lacks it for. Both endpoints take vLLM's prompt_logprobs extension (not in a stream), and return
+// vLLM's "prompt_logprobs" lists.
 //
 // Structured output (structured.go): OpenAI's response_format (json_object, json_schema), vLLM's
 // structured_outputs and guided_* fields and llama.cpp's grammar and json_schema constrain the output

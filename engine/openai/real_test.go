@@ -1,11 +1,13 @@
 package openai_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,6 +69,40 @@ func TestRealEngine(t *testing.T) {
 		}
 		if text(a, 0) == text(c, 0) {
 			t.Logf("different seeds gave the same text %q (possible but unlikely)", text(a, 0))
+		}
+	})
+	t.Run("best_of returns the n choices of highest mean logprob", func(t *testing.T) {
+		// Choice c of a seeded request samples with seed + c, so the n=4 request's choices are the
+		// best_of=4 request's candidates; its logprobs rank them.
+		all := `{"prompt":"package main","max_tokens":8,"temperature":1,"seed":7,"n":4,"logprobs":0,"ignore_eos":true}`
+		_, a, rawA := post(t, "/v1/completions", all)
+		type cand struct {
+			text string
+			mean float64
+		}
+		var cands []cand
+		for i := range 4 {
+			lps := a["choices"].([]any)[i].(map[string]any)["logprobs"].(map[string]any)["token_logprobs"].([]any)
+			var sum float64
+			for _, lp := range lps {
+				sum += lp.(float64)
+			}
+			cands = append(cands, cand{text(a, i), sum / float64(len(lps))})
+		}
+		best := slices.Clone(cands)
+		slices.SortStableFunc(best, func(x, y cand) int { return cmp.Compare(y.mean, x.mean) })
+		code, b, rawB := post(t, "/v1/completions", strings.Replace(strings.Replace(all, `"n":4`, `"n":2,"best_of":4`, 1), `,"logprobs":0`, "", 1))
+		if code != http.StatusOK || len(b["choices"].([]any)) != 2 {
+			t.Fatalf("best_of: %d %s", code, rawB)
+		}
+		for i := range 2 {
+			c := b["choices"].([]any)[i].(map[string]any)
+			if text(b, i) != best[i].text || c["index"] != float64(i) || c["logprobs"] != nil {
+				t.Errorf("choice %d: %q (index %v, logprobs %v), want %q; candidates %+v; n=4 run %s", i, text(b, i), c["index"], c["logprobs"], best[i].text, cands, rawA)
+			}
+		}
+		if u := b["usage"].(map[string]any); u["completion_tokens"] != 32.0 {
+			t.Errorf("usage %v: want the 4 choices' 32 completion tokens", u)
 		}
 	})
 	t.Run("stop string", func(t *testing.T) {

@@ -160,6 +160,15 @@ await check("n = 2", async () => {
 	assert(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1, JSON.stringify(r.choices));
 });
 
+await check("best_of", async () => {
+	// The official client sends best_of as the completions API defines it: the server returns the n of
+	// best_of choices with the highest mean logprob, counts all of them, and refuses to stream them.
+	const r = await client.completions.create({ model, prompt: "package main", n: 2, best_of: 3, max_tokens: 5, seed: 3, ignore_eos: true });
+	assert(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1, JSON.stringify(r.choices));
+	assert(r.usage.completion_tokens === 15, `usage ${JSON.stringify(r.usage)}`);
+	await expectStatus(400, () => client.completions.create({ model, prompt: "x", best_of: 2, max_tokens: 2, stream: true }));
+});
+
 await check("logprobs", async () => {
 	const c = await client.chat.completions.create({ model, max_tokens: 4, logprobs: true, top_logprobs: 2, ignore_eos: true, messages: [{ role: "user", content: "x" }] });
 	const content = c.choices[0].logprobs.content;
