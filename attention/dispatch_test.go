@@ -76,7 +76,7 @@ func checkOracle(t *testing.T, what string, got, want oracleDecision) {
 // graphBucketOf and graphBucketLowOf are the model's graph buckets (model.graphBucket, graphBucketLow).
 func graphBucketOf(n int) int {
 	if n <= 32 {
-		return nextPow2(n)
+		return nextPowerOfTwo(n)
 	}
 	return (n + 7) / 8 * 8
 }
@@ -86,14 +86,6 @@ func graphBucketLowOf(b int) int {
 		return b/2 + 1
 	}
 	return b - 7
-}
-
-func nextPow2(n int) int {
-	p := 1
-	for p < n {
-		p *= 2
-	}
-	return p
 }
 
 // TestDecideModelCalls checks Decide against the oracle on the model's decode calls of Llama-3-8B and
@@ -108,7 +100,7 @@ func TestDecideModelCalls(t *testing.T) {
 			c := DecodeCall{NumHeads: sh[0], NumKVHeads: sh[1], HeadDim: sh[2], BlockSize: 16, DType: BF16,
 				WorkspaceBytes: 32 << 20}
 			if tc.graph {
-				capTokens := max(256, nextPow2(tc.ctx))
+				capTokens := max(256, nextPowerOfTwo(tc.ctx))
 				bucket := graphBucketOf(tc.batch)
 				c.ContextLens = make([]int32, bucket)
 				for i := range c.ContextLens {

@@ -702,6 +702,17 @@ func SharedMembersFor(dt DType, g, headDim int) int {
 	return SharedMembers(g)
 }
 
+// sharedCall reports whether the shared-prefix algorithm can run call c over groups at all (some group,
+// no window, no RoPE folded in, no forced plan, pages of DType: the shared-prefix kernels read no FP8
+// pages), with c's query heads a KV head (DecodeCall.check).
+func sharedCall(c *DecodeCall, groups []SharedGroup) (group int, ok bool) {
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Force != nil || c.KVFP8 {
+		return 0, false
+	}
+	group, err := c.check()
+	return group, err == nil
+}
+
 // DecideShared decides whether decode call c, whose sequences share pages as groups says (decode
 // indices of c.ContextLens), runs the shared-prefix algorithm on device dev, and plans it.
 //
@@ -722,12 +733,8 @@ func SharedMembersFor(dt DType, g, headDim int) int {
 // DefaultMinPartitionTokens or more, at most maxSplitPartitions of them; the suffix
 // pass takes the split the plain planner gives the suffixes (one partition where it would not split).
 func DecideShared(c DecodeCall, groups []SharedGroup, dev DecodeDevice) SharedDecision {
-	// FP8 KV pages: the shared-prefix kernels read pages of DType only.
-	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph != nil || c.Force != nil || c.KVFP8 {
-		return SharedDecision{}
-	}
-	group, err := c.check()
-	if err != nil {
+	group, ok := sharedCall(&c, groups)
+	if !ok || c.Graph != nil {
 		return SharedDecision{}
 	}
 	l := NewSharedLayout(c.ContextLens, groups, c.BlockSize, fitMembers(groups, SharedMembersFor(c.DType, group, c.HeadDim)))
@@ -829,12 +836,9 @@ const sharedMinSuffixCap = 256
 // of the step takes), Padded the key's. It returns no layout where DecideShared would not, or for a
 // call without c.Graph or of more sequences than rows.
 func DecideSharedGraph(c DecodeCall, groups []SharedGroup, dev DecodeDevice, rows, contextCap int) SharedDecision {
-	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Graph == nil || c.Force != nil || c.KVFP8 ||
-		rows < len(c.ContextLens) || contextCap > c.MaxBlocks*c.BlockSize {
-		return SharedDecision{}
-	}
-	group, err := c.check()
-	if err != nil || longestContext(c.ContextLens) > contextCap {
+	group, ok := sharedCall(&c, groups)
+	if !ok || c.Graph == nil || rows < len(c.ContextLens) || contextCap > c.MaxBlocks*c.BlockSize ||
+		longestContext(c.ContextLens) > contextCap {
 		return SharedDecision{}
 	}
 	most := 1

@@ -352,7 +352,7 @@ func testSharedGraphReplay(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, pc *s
 	bs := c.blockSize
 	what := fmt.Sprintf("graph, prefix kernel %v (sm90 %v)", tu.SharedPrefix, !tu.NoSM90Prefix)
 	lA, lB := NewSharedLayout(c.lens, groups, bs, members), NewSharedLayout(c.lens, regroup(groups), bs, members)
-	v := nextPow2(max(lA.Virtual(), lB.Virtual()))
+	v := nextPowerOfTwo(max(lA.Virtual(), lB.Virtual()))
 	pA, pB := lA.Pad(pc.rows, v), lB.Pad(pc.rows, v)
 	plan := fixedPlan(SharedPlan{PrefixPartitionTokens: roundUp(3*64, bs), SuffixPartitionTokens: 128}, 0, 1, pA, pB)
 	bytes := SharedWorkspaceBytes(pA, plan, c.numHeads, c.kvHeads, c.headDim, c.codec.size)

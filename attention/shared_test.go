@@ -416,7 +416,7 @@ func TestDecideSharedLosesGraph(t *testing.T) {
 		c.MaxBlocks = ceilDiv(tc.shared+128, 16)
 		var d SharedDecision
 		if tc.graphed {
-			contextCap := max(256, nextPow2(tc.shared+128))
+			contextCap := max(256, nextPowerOfTwo(tc.shared+128))
 			c.MaxBlocks, c.Graph = contextCap/16, &GraphCall{MinBatch: 33}
 			d = DecideSharedGraph(c, []SharedGroup{g}, dev, 64, contextCap)
 			if d.Padded == nil || d.Graph == (SharedGraphKey{}) {

@@ -430,7 +430,7 @@ const fp8StageThreads = 512
 // shape holds was measured slower in the decode step and no faster in the prefill (docs/bench/fp8-h200.md).
 func fp8FusedForm(cols, stageMax, staged int) int {
 	shape, regs := fp8RowShape(cols)
-	fits := cols > 0 && cols%4 == 0 && 4*cols <= stageMax
+	fits := fp8StagedFits(cols, stageMax)
 	switch {
 	case fits && staged > 0, fits && staged == 0 && !regs:
 		return fp8FormStaged
@@ -439,6 +439,10 @@ func fp8FusedForm(cols, stageMax, staged int) int {
 	}
 	return fp8FormLoop
 }
+
+// fp8StagedFits reports whether the staged kernels hold rows of cols values in stageMax bytes of shared
+// memory: a multiple of 4 values, each a float32.
+func fp8StagedFits(cols, stageMax int) bool { return cols > 0 && cols%4 == 0 && 4*cols <= stageMax }
 
 // fp8RowShapes are the shapes of the quantizing kernels' register forms (kernels/fp8.cu, FP8_ROWS), in
 // its order: threads a block (one row) × float4 groups a thread.

@@ -563,7 +563,7 @@ func (b *cudaBackend) launchFusedE4M3(op *stepOp, a *opArgs, p *opPlan, form int
 	threads, share := rowThreads(int(params.Cols)), 0
 	switch cols := int(params.Cols); {
 	case form == fp8FormStaged:
-		if cols%4 != 0 || 4*cols > b.fp8.stageMax {
+		if !fp8StagedFits(cols, b.fp8.stageMax) {
 			return fmt.Errorf("cuda backend: the staged %v kernel cannot hold rows of %d values", op.kind, cols)
 		}
 		fn, threads, share = staged, fp8StageThreads, 4*cols
