@@ -84,7 +84,9 @@
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
 #               stream against the copy bandwidth it measures; prefill TFLOP/s and its parts),
 #               BenchmarkCUDAFP8GemmShapes (the e4m3 GEMM's launch shapes at 16 and 64 rows beside
-#               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDADecode's
+#               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDAFP8Fused
+#               and the FP8 prefill of Qwen2.5-7B and Llama-3-8B with each quantizing form (prefill-forms.txt:
+#               the staged kernels against the loops and the register forms), BenchmarkCUDADecode's
 #               FP8 step at batch 1 with its per-op profile (decode-profile.txt) and at batch 16 with
 #               and without the e4m3 GEMM (default, fp8-lt), gollm bench latency of llama3-8b (random
 #               weights, prompt 1024, 128 out, batch 1, 16 and 64) in bf16, with --quantization fp8 and
@@ -380,6 +382,13 @@ section_fp8() {
 	gotest "$d" engine-fp8kv engine '^TestCUDAConcurrentFP8KV$' 200
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
 	gobench "$d" fp8-gemm-shapes model '^BenchmarkCUDAFP8GemmShapes$' 1x 120
+	gobench "$d" fp8-fused model '^BenchmarkCUDAFP8Fused$' 1x 120
+	# The quantizing kernels' forms in the step: Qwen2.5-7B's intermediate (no register shape) staged
+	# against the loops, Llama-3-8B's register forms against staging every row (prefill per-op profile).
+	(cd "$root/model" && GOLLM_BENCH_MODELS=qwen2.5-7b,llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
+		timeout 200 "$bin/model.test" -test.run XXX -test.bench 'CUDADecode/.*/^prefill1024(-regs|-staged)?$' -test.benchtime 10x -test.v) \
+		>"$d/prefill-forms.txt" 2>&1
+	stamp "fp8 BenchmarkCUDADecode prefill, quantizing kernels' forms" $?
 	gobench "$d" lt-forms internal/cuda 'LtE4M3Forms/.*/m=1024/' 1x 100
 	# The step's per-op profile (logged by the benchmark: -test.v).
 	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
