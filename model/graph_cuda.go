@@ -54,8 +54,7 @@ func (b *cudaBackend) countShared() {
 		return
 	}
 	for i := range b.ops {
-		// sharedDecision leaves no window and decode kernels that cover the model: each attention op.
-		if op := &b.ops[i]; op.kind == opAttention && op.window == 0 && !b.tune.diag.skips(op.kind) {
+		if op := &b.ops[i]; sharedPrefixOp(op) && !b.tune.diag.skips(op.kind) {
 			b.stats.SharedDecodes++
 		}
 	}

@@ -643,10 +643,16 @@ func linkOps(ops []stepOp, f *stepFacts) (links []opLinks, folds []int) {
 	return links, folds
 }
 
+// sharedPrefixOp reports whether op runs the shared-prefix algorithm in a step that takes it
+// (stepShape.shared): an attention op of a layer without a window.
+func sharedPrefixOp(op *stepOp) bool { return op.kind == opAttention && op.window == 0 }
+
 // scalesInto reports whether FP8 product op mm may leave its output unscaled for op c right after it: the
-// product has no bias (ScaleE4M3 adds it) and c reads its output at its rows, as the RoPE op (which
-// leaves all of it scaled, as ScaleE4M3 would have), or as the quantizing Norm's addend or SwiGLU's
-// gate/up, where no other op reads it before it is written again.
+// product has no bias (ScaleE4M3 adds it) and c reads its output at its rows, as the RoPE op (whose
+// kernel writes what the attention after it reads, the rotated queries and the pages, from scaled
+// values, and leaves the buffer unscaled: scaleFolds links the two only where that kernel runs, and the
+// attention ops that read the buffer itself rotate it only where it does not), or as the quantizing
+// Norm's addend or SwiGLU's gate/up, where no other op reads it before it is written again.
 func scalesInto(ops []stepOp, mm, c int) bool {
 	p, op := &ops[mm], &ops[c]
 	if p.kind != opMatMul || !p.fp8 || p.bias || p.rows != op.rows {
@@ -943,7 +949,7 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 		if p.st.decode && f.decodeKernels {
 			plan.decode = true
 			plan.attn, plan.err = p.attention(rows, p.ropeInAttention(l.target, rows, op.window), op.window)
-			plan.shared = p.st.shared && op.window == 0
+			plan.shared = p.st.shared && sharedPrefixOp(op)
 			if plan.attn.RoPE && !plan.shared {
 				plan.ropeBias = l.biasFrom
 			}
