@@ -214,11 +214,17 @@ func (c *gpuDecodeCase) poisonOut(t *testing.T) {
 // output downloads Out as float32.
 func (c *gpuDecodeCase) output(t *testing.T) []float32 {
 	t.Helper()
+	return c.download(t, c.dOut)
+}
+
+// download waits for the device and reads an output of the case's shape at out as float32.
+func (c *gpuDecodeCase) download(t *testing.T, ptr cuda.DevicePtr) []float32 {
+	t.Helper()
 	if err := c.dev.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, len(c.q)*c.codec.size)
-	if err := c.dev.CopyFromDevice(b, c.dOut); err != nil {
+	if err := c.dev.CopyFromDevice(b, ptr); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]float32, len(c.q))

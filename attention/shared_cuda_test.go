@@ -125,17 +125,7 @@ func (p *sharedPaddedCase) args() *CUDADecodeArgs {
 // output downloads the real sequences' rows of the output, as float32.
 func (p *sharedPaddedCase) output(t *testing.T) []float32 {
 	t.Helper()
-	c := p.c
-	if err := c.dev.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, len(c.q)*c.codec.size)
-	if err := c.dev.CopyFromDevice(b, p.dOut); err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(c.q))
-	c.codec.decode(out, b)
-	return out
+	return p.c.download(t, p.dOut)
 }
 
 // poisonOut fills every row of the output with NaN.

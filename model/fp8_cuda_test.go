@@ -99,6 +99,19 @@ func fp8TestInput(rng *rand.Rand, rows, k, nanRow int) []float32 {
 	return x
 }
 
+// checkCodePadding fails t where one of rows rows of codes (kp a row) holds a code other than zero in
+// its padding columns, cols to kp.
+func checkCodePadding(t *testing.T, codes []byte, rows, cols, kp int) {
+	t.Helper()
+	for r := range rows {
+		for i := cols; i < kp; i++ {
+			if c := codes[r*kp+i]; c != 0 {
+				t.Fatalf("row %d: padding column %d holds code %#x", r, i, c)
+			}
+		}
+	}
+}
+
 // sameFloat reports whether a and b are the same float32 or both NaN.
 func sameFloat(a, b float32) bool {
 	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
@@ -273,18 +286,13 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 	}
 	xq, sx := make([]float32, rows*k), make([]float32, rows)
 	quantizeRows(xq, sx, x, rows, k, static)
+	checkCodePadding(t, codes, rows, k, kp)
 	for r := range rows {
 		if !sameFloat(scales[r], sx[r]) {
 			t.Fatalf("row %d: scale %v, the CPU's %v", r, scales[r], sx[r])
 		}
-		for i := range kp {
+		for i := range k {
 			c := codes[r*kp+i]
-			if i >= k {
-				if c != 0 {
-					t.Fatalf("row %d: padding column %d holds code %#x", r, i, c)
-				}
-				continue
-			}
 			if v := dtype.E4M3ToF32(c); !sameFloat(v, xq[r*k+i]) {
 				t.Fatalf("row %d column %d: x %v quantized to %v (code %#x), the CPU's %v", r, i, x[r*k+i], v, c, xq[r*k+i])
 			}
@@ -830,20 +838,15 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 						}
 						xq, sx := make([]float32, rows*cols), make([]float32, rows)
 						quantizeRows(xq, sx, want, rows, cols, static)
+						checkCodePadding(t, codes, rows, cols, kp)
 						for r := range rows {
 							if math.IsNaN(float64(sx[r])) != math.IsNaN(float64(scales[r])) ||
 								!(math.Abs(float64(scales[r]-sx[r])) <= 1e-6*float64(sx[r])) && !math.IsNaN(float64(sx[r])) {
 								t.Fatalf("row %d: scale %v, want %v", r, scales[r], sx[r])
 							}
 							off := 0
-							for i := range kp {
+							for i := range cols {
 								c := codes[r*kp+i]
-								if i >= cols {
-									if c != 0 {
-										t.Fatalf("row %d: padding column %d holds %#x", r, i, c)
-									}
-									continue
-								}
 								wc := dtype.F32ToE4M3Sat(want[r*cols+i] / sx[r])
 								if sameFloat(dtype.E4M3ToF32(c), dtype.E4M3ToF32(wc)) || c&0x7f == 0 && wc&0x7f == 0 {
 									continue
