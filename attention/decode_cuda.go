@@ -347,6 +347,14 @@ func (k *CUDAKernels) FoldsRoPE(a *CUDADecodeArgs) bool {
 	return err == nil && d.FoldsRoPE
 }
 
+// checkScales refuses FP8 pages' scales that are not finite and positive.
+func (a *CUDADecodeArgs) checkScales() error {
+	if a.KVFP8 && !(a.KScale > 0 && a.VScale > 0 && a.KScale <= math.MaxFloat32 && a.VScale <= math.MaxFloat32) {
+		return fmt.Errorf("attention: FP8 KV scales %v, %v: want finite and positive", a.KScale, a.VScale)
+	}
+	return nil
+}
+
 // Run queues the call a as decision d (Decide's for a's call) says, on stream s. A split-k decision
 // writes its partials to workspace, which must be 16-byte aligned and hold SplitKWorkspaceBytes of its
 // partitions (else ErrWorkspaceTooSmall).
@@ -358,8 +366,8 @@ func (k *CUDAKernels) Run(s *cuda.Stream, a *CUDADecodeArgs, d DecodeDecision, w
 	if d.Kernel.KVFP8 != a.KVFP8 {
 		return fmt.Errorf("attention: kernel %s for a call with FP8 KV %v", d.Kernel.Name, a.KVFP8)
 	}
-	if a.KVFP8 && !(a.KScale > 0 && a.VScale > 0 && a.KScale <= math.MaxFloat32 && a.VScale <= math.MaxFloat32) {
-		return fmt.Errorf("attention: FP8 KV scales %v, %v: want finite and positive", a.KScale, a.VScale)
+	if err := a.checkScales(); err != nil {
+		return err
 	}
 	p := k.params(a, d)
 	grid := cuda.Dim3{X: d.Grid[0], Y: d.Grid[1], Z: d.Grid[2]}

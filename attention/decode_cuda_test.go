@@ -84,6 +84,9 @@ type gpuDecodeCase struct {
 	cache                      *Cache    // float32 copy of the device cache (values rounded to the dtype)
 	q                          []float32 // [batch][numHeads][headDim], rounded
 	ref                        []float64 // dense float64 attention
+	// fp8: the device pages hold e4m3 codes of scales kScale and vScale (toFP8); args says so.
+	fp8            bool
+	kScale, vScale float32
 
 	dev                         *cuda.Device
 	dK, dV, dQ, dOut, dTab, dLn cuda.DevicePtr
@@ -176,6 +179,7 @@ func (c *gpuDecodeCase) args() *CUDADecodeArgs {
 		Out: c.dOut, Q: c.dQ, KCache: c.dK, VCache: c.dV, BlockTables: c.dTab, ContextLens: c.dLn,
 		HostContextLens: c.lens, MaxBlocks: c.maxBlocks, NumHeads: c.numHeads, NumKVHeads: c.kvHeads,
 		HeadDim: c.headDim, BlockSize: c.blockSize, DType: c.codec.typ, Scale: c.scale, Window: c.window,
+		KVFP8: c.fp8, KScale: c.kScale, VScale: c.vScale,
 	}
 }
 

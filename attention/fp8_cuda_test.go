@@ -24,6 +24,14 @@ func newGPUFP8Case(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec
 	lens []int32, ks, vs float32) (*gpuDecodeCase, *Cache) {
 	t.Helper()
 	c := newGPUWindowCase(t, k, rng, codec, group, kvHeads, headDim, blockSize, window, lens)
+	return c, c.toFP8(t, ks, vs)
+}
+
+// toFP8 puts case c over FP8 pages: the device's K and V become the e4m3 codes of its values with
+// scales ks and vs, its host cache (and so the float64 reference) holds what they read back (float32(code)
+// · scale), and args asks for FP8 pages. It returns the CPU twin's FP8 cache.
+func (c *gpuDecodeCase) toFP8(t *testing.T, ks, vs float32) *Cache {
+	t.Helper()
 	h := c.cache
 	f8 := NewFP8Cache(h.NumBlocks, h.BlockSize, h.NumKVHeads, h.HeadDim).WithScales(ks, vs)
 	for i := range h.K {
@@ -32,9 +40,10 @@ func newGPUFP8Case(t *testing.T, k *CUDAKernels, rng *rand.Rand, codec elemCodec
 		h.K[i] = dtype.E4M3ToF32(f8.K8[i]) * ks
 		h.V[i] = dtype.E4M3ToF32(f8.V8[i]) * vs
 	}
-	c.ref = denseDecodeReference(c.q, h, c.numHeads, float64(c.scale), c.tables, lens, window)
+	c.ref = denseDecodeReference(c.q, h, c.numHeads, float64(c.scale), c.tables, c.lens, c.window)
 	c.dK, c.dV = c.upload(t, f8.K8), c.upload(t, f8.V8)
-	return c, f8
+	c.fp8, c.kScale, c.vScale = true, ks, vs
+	return f8
 }
 
 // fp8Args are c's call arguments over FP8 pages of scales ks and vs.

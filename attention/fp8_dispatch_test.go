@@ -98,8 +98,10 @@ func TestDecideFP8KV(t *testing.T) {
 	}
 }
 
-// TestDecideSharedFP8KV: the shared-prefix path reads compute-dtype pages only, so a call over FP8 pages
-// never takes it, where the same call over bf16 pages does.
+// TestDecideSharedFP8KV: over FP8 pages the shared-prefix path runs the one FP8 prefix kernel (W32's
+// program), so a call over FP8 pages takes it where the same call over bf16 pages does, eagerly and
+// graphed, planned as the bf16 call on the W32 kernel is; at head_dim 256, which no prefix kernel
+// covers, never.
 func TestDecideSharedFP8KV(t *testing.T) {
 	dev := dispatchDevice("h200")
 	c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
@@ -109,19 +111,26 @@ func TestDecideSharedFP8KV(t *testing.T) {
 		g.Seqs = append(g.Seqs, int32(i))
 	}
 	c.MaxBlocks = ceilDiv(4096+128+7, 16)
-	if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Layout == nil {
-		t.Fatalf("bf16 pages: Use %v; the case needs a call that takes the shared path", d.Use)
-	}
 	graph := c
 	graph.MaxBlocks, graph.Graph = 8192/16, &GraphCall{MinBatch: 33}
-	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); !d.Use || d.Padded == nil {
-		t.Fatalf("bf16 pages, graphed: Use %v; the case needs a call that takes the shared path", d.Use)
+	w32, w32Graph := c, graph
+	w32.Tuning.SharedPrefix, w32Graph.Tuning.SharedPrefix = SharedPrefixW32, SharedPrefixW32
+	want, wantGraph := DecideShared(w32, []SharedGroup{g}, dev), DecideSharedGraph(w32Graph, []SharedGroup{g}, dev, 64, 8192)
+	if !want.Use || !wantGraph.Use {
+		t.Fatalf("bf16 pages on W32: Use %v, graphed %v; the case needs a call that takes the shared path", want.Use, wantGraph.Use)
 	}
 	c.KVFP8, graph.KVFP8 = true, true
+	if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Plan != want.Plan || d.Layout.Members != want.Layout.Members {
+		t.Errorf("FP8 pages: Use %v, plan %+v, want W32's %+v", d.Use, d.Plan, want.Plan)
+	}
+	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); !d.Use || d.Graph != wantGraph.Graph {
+		t.Errorf("FP8 pages, graphed: Use %v, key %+v, want W32's %+v", d.Use, d.Graph, wantGraph.Graph)
+	}
+	c.HeadDim, graph.HeadDim = wideHeadDim, wideHeadDim
 	if d := DecideShared(c, []SharedGroup{g}, dev); d.Use || d.Layout != nil {
-		t.Errorf("FP8 pages: Use %v, layout %v", d.Use, d.Layout != nil)
+		t.Errorf("FP8 pages at head_dim 256: Use %v, layout %v", d.Use, d.Layout != nil)
 	}
 	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); d.Use || d.Layout != nil || d.Padded != nil {
-		t.Errorf("FP8 pages, graphed: Use %v, layout %v", d.Use, d.Layout != nil)
+		t.Errorf("FP8 pages at head_dim 256, graphed: Use %v, layout %v", d.Use, d.Layout != nil)
 	}
 }

@@ -116,8 +116,11 @@ template <typename T, int D> __device__ __forceinline__ void shared_merge(const 
 // block, KV head and partition of its block index) and its K/V pipeline of STAGES stages of PREFIX_TILE
 // tokens. A kernel calls place, returns on an empty partition, then calls setup and prologue, and
 // advance at every tile. Every step is inlined into the kernel, which compiles as if written out there.
-template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixProgram {
-	using L = TileLoader<T, D, PREFIX_TILE, THREADS>;
+// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache, whose stages then hold the tiles'
+// codes (L's rows, half T's bytes) and Q rows of T (LQ's).
+template <typename T, int D, int ROWS, int THREADS, int STAGES, typename KV = T> struct PrefixProgram {
+	using L = TileLoader<KV, D, PREFIX_TILE, THREADS>;
+	using LQ = TileLoader<T, D, PREFIX_TILE, THREADS>;
 	uint8_t *smem;             // the dynamic shared memory from a 1024-byte boundary: the stages first
 	int (*sids)[L::MAX_PAGES]; // [STAGES]: the block ids of each stage's pages (the kernel's __shared__)
 	int rows;                  // members·G rows of a virtual sequence and KV head
@@ -127,7 +130,7 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 	int row0, nrows;           // the block's first row of the virtual sequence, and its rows
 	long long slot0;           // (virtual, KV head)
 	const int *table;          // the virtual sequence's block table
-	const T *kc, *vc;
+	const KV *kc, *vc;
 	long long row_stride;
 	uint64_t pf;
 	int next_id; // the block id this thread loads for the next tile to queue
@@ -154,8 +157,8 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 		lbs = p.log2_block_size;
 		table = p.block_tables + (long long)v * p.max_blocks;
 		pf = copy_policy(p.flags);
-		kc = reinterpret_cast<const T *>(p.k_cache);
-		vc = reinterpret_cast<const T *>(p.v_cache);
+		kc = reinterpret_cast<const KV *>(p.k_cache);
+		vc = reinterpret_cast<const KV *>(p.v_cache);
 		row_stride = (long long)p.num_kv_heads * D;
 		ntiles = (end - start + PREFIX_TILE - 1) / PREFIX_TILE;
 		row0 = rb * ROWS;
@@ -166,7 +169,7 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 	// prologue queues the first tile's block ids, Q's rows into qstage ([ROWS] swizzled rows; rows past
 	// nrows zero-filled) and the first STAGES-1 tiles, one commit group each (Q rides with tile 0).
 	__device__ __forceinline__ void prologue(const DecodeParams &p, uint8_t *qstage) {
-		constexpr int RC = L::ROW_CHUNKS;
+		constexpr int RC = LQ::ROW_CHUNKS;
 		if (tid < L::MAX_PAGES) sids[0][tid] = L::load_id(table, start, end, lbs, tid);
 		{
 			const uint32_t qs = smem_addr(qstage);
@@ -176,7 +179,7 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 				const int c = tid + i * THREADS;
 				const int r = c / RC, chunk = c % RC;
 				const bool valid = r < nrows;
-				cp_async16(qs + (r * RC + L::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
+				cp_async16(qs + (r * RC + LQ::swizzle(r, chunk)) * 16, qg + (valid ? (long long)r * RC * 16 + chunk * 16 : 0), valid);
 			}
 		}
 		__syncthreads(); // tile 0's ids
@@ -208,6 +211,8 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 
 	// stage is the shared-memory address of tile j's stage (its K tile; V follows at L::TILE_BYTES).
 	__device__ __forceinline__ uint32_t stage(int j) const { return smem_addr(smem + (j % STAGES) * L::STAGE_BYTES); }
+	// codes is tile j's stage as a pointer (FP8 pages: convert_tile's source).
+	__device__ __forceinline__ const uint8_t *codes(int j) const { return smem + (j % STAGES) * L::STAGE_BYTES; }
 
 	// partial is the index of the (m, l) partial of the block's first row: [virtual][kv][partition][rows].
 	__device__ __forceinline__ long long partial(const DecodeParams &p) const {
@@ -215,11 +220,15 @@ template <typename T, int D, int ROWS, int THREADS, int STAGES> struct PrefixPro
 	}
 };
 
-template <typename T, int D> struct PrefixShape {
-	using L = TileLoader<T, D, PREFIX_TILE, PREFIX_THREADS>;
+template <typename T, int D, typename KV = T> struct PrefixShape {
+	using L = TileLoader<T, D, PREFIX_TILE, PREFIX_THREADS>;   // the mma tiles' layout
+	using LC = TileLoader<KV, D, PREFIX_TILE, PREFIX_THREADS>; // the stages' (L itself unless FP8 pages)
+	static constexpr bool F8 = sizeof(KV) == 1;
 	static constexpr int ROW_CHUNKS = L::ROW_CHUNKS;
 	static constexpr int Q_BYTES = PREFIX_ROWS * ROW_CHUNKS * 16;
-	static constexpr int PIPE_BYTES = PREFIX_STAGES * L::STAGE_BYTES;
+	// The stages, then (FP8 pages) one converted K/V tile pair of T that the mma tiles read.
+	static constexpr int CONV_BYTES = F8 ? L::STAGE_BYTES : 0;
+	static constexpr int PIPE_BYTES = PREFIX_STAGES * LC::STAGE_BYTES + CONV_BYTES;
 	static constexpr int ROW_BYTES = ROW_CHUNKS * 16;
 	// The stages, then Q, from a 1024-byte boundary (+1024 bytes of slack): rows then start ROW_BYTES
 	// aligned, so that a lane's swizzled ldmatrix address at k-step kk is its k-step-0 address XOR kk·32.
@@ -228,20 +237,25 @@ template <typename T, int D> struct PrefixShape {
 	static_assert((PREFIX_ROWS * ROW_CHUNKS) % PREFIX_THREADS == 0, "threads divide Q's chunks");
 };
 
-template <typename T, int D> __device__ __forceinline__ void shared_prefix(const DecodeParams &p) {
-	using Sh = PrefixShape<T, D>;
+// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8), whose landed tiles are
+// converted into one T tile pair (convert_tile, exact) before the mma loop reads them, as decode_mma
+// does; K's scale is folded into the scores' scale and V's into the accumulators at the end.
+template <typename T, int D, typename KV = T> __device__ __forceinline__ void shared_prefix(const DecodeParams &p) {
+	using Sh = PrefixShape<T, D, KV>;
 	using L = typename Sh::L;
+	constexpr bool F8 = Sh::F8;
 	constexpr int KSTEPS = D / 16;            // k-steps of Q·Kᵀ
 	constexpr int NT = PREFIX_KEYS / 8;       // n-tiles (8 keys) of S
 	constexpr int DT = D / 8;                 // n-tiles (8 elements) of acc
 
 	extern __shared__ __align__(128) uint8_t smem_raw[];
 	__shared__ int sids[PREFIX_STAGES][L::MAX_PAGES];
-	PrefixProgram<T, D, PREFIX_ROWS, PREFIX_THREADS, PREFIX_STAGES> pg;
+	PrefixProgram<T, D, PREFIX_ROWS, PREFIX_THREADS, PREFIX_STAGES, KV> pg;
 	pg.place(p, smem_raw, sids);
 	if (pg.start >= pg.end) return; // an empty partition: the merge does not read it
 	pg.setup(p);
 	uint8_t *qstage = pg.smem + Sh::PIPE_BYTES; // Q after the stages
+	uint8_t *conv = qstage - Sh::CONV_BYTES;    // F8: the converted tile pair
 	pg.prologue(p, qstage);
 	const int lane = pg.lane, warp = pg.warp, start = pg.start, end = pg.end, nrows = pg.nrows;
 
@@ -257,7 +271,7 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	const uint32_t off_a = ((mi % 2) * 8 + mr) * RB + (((mi / 2) ^ mr) * 16);
 	const uint32_t off_k = ((mi / 2) * 8 + mr) * RB + (((mi % 2) ^ mr) * 16);
 	const uint32_t qs = smem_addr(qstage) + warp * PREFIX_MT * 16 * RB + off_a;
-	const float scale = p.scale_log2;
+	const float scale = F8 ? p.scale_log2 * p.k_scale : p.scale_log2;
 
 	float acc[PREFIX_MT][DT][4];
 	float m[PREFIX_MT][2], l[PREFIX_MT][2];
@@ -271,8 +285,12 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 
 	for (int j = 0; j < pg.ntiles; j++) {
 		pg.advance(j); // tile j and, at j = 0, Q landed
+		if constexpr (F8) { // every warp converts; the next advance's barrier frees conv again
+			convert_tile<T, typename Sh::LC, L, PREFIX_THREADS>(pg.codes(j), conv, pg.tid);
+			__syncthreads();
+		}
 		if (!active) continue;
-		const uint32_t ks = pg.stage(j), vs = ks + L::TILE_BYTES;
+		const uint32_t ks = F8 ? smem_addr(conv) : pg.stage(j), vs = ks + L::TILE_BYTES;
 #pragma unroll 1
 		for (int k0 = 0; k0 < PREFIX_TILE; k0 += PREFIX_KEYS) {
 		const int t0 = start + j * PREFIX_TILE + k0;
@@ -383,6 +401,14 @@ template <typename T, int D> __device__ __forceinline__ void shared_prefix(const
 	}
 	cp_async_wait<0>();
 	if (!active) return;
+	if constexpr (F8) { // V's scale, once: acc = Σ p·code, the values being code · v_scale
+#pragma unroll
+		for (int mt = 0; mt < PREFIX_MT; mt++)
+#pragma unroll
+			for (int n = 0; n < DT; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) acc[mt][n][e] *= p.v_scale;
+	}
 
 	// The partials of the block's rows: (m, l) [virtual][kv][partition][rows], acc … [rows][D].
 	const long long base = pg.partial(p);
@@ -415,6 +441,18 @@ SHARED_PREFIX(__nv_bfloat16, bf16, 64)
 SHARED_PREFIX(__nv_bfloat16, bf16, 128)
 SHARED_PREFIX(__half, fp16, 64)
 SHARED_PREFIX(__half, fp16, 128)
+
+// Over FP8 pages: SharedPrefix_<dtype>_e4m3_d<D> (the same program, its stages of codes; shared_prefix).
+#define SHARED_PREFIX_E4M3(T, TN, D)                                                                          \
+	extern "C" __global__ void __launch_bounds__(PREFIX_THREADS, 2) SharedPrefix_##TN##_e4m3_d##D(const DecodeParams p) { \
+		shared_prefix<T, D, E4M3Code>(p);                                                                 \
+	}                                                                                                         \
+	extern "C" __device__ int SharedPrefix_##TN##_e4m3_d##D##_smem = PrefixShape<T, D, E4M3Code>::SMEM;
+
+SHARED_PREFIX_E4M3(__nv_bfloat16, bf16, 64)
+SHARED_PREFIX_E4M3(__nv_bfloat16, bf16, 128)
+SHARED_PREFIX_E4M3(__half, fp16, 64)
+SHARED_PREFIX_E4M3(__half, fp16, 128)
 
 // ---------------------------------------------------------------------------------------------------
 // The prefix kernel of 16 rows a warp: SharedPrefixR16_<dtype>_d<D> (entry points below), the default;

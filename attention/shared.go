@@ -573,9 +573,9 @@ const (
 // sharedBytes returns the bytes a decode of contexts ctx moves on the plain kernels (every context's
 // K/V once per KV head) and with layout's shared-prefix algorithm: each virtual sequence's shared
 // pages once, every suffix once, and each pass's partials written and read back (G·(HeadDim+2) float32
-// per unit and head) and the gathered queries.
-func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, elem int) (plain, shared float64) {
-	token := float64(hkv) * 2 * float64(headDim) * float64(elem)
+// per unit and head) and the gathered queries; K/V elements of kvElem bytes, queries of qElem.
+func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, kvElem, qElem int) (plain, shared float64) {
+	token := float64(hkv) * 2 * float64(headDim) * float64(kvElem)
 	for _, n := range ctx {
 		plain += float64(n) * token
 	}
@@ -588,7 +588,7 @@ func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim,
 	prefixParts, suffixParts := plan.partitions(l)
 	partial := 2 * 4 * float64(headDim+2) // one head's (m, l, acc), written and read
 	shared += partial * float64(hkv*g) * float64(l.Virtual()*l.Members*prefixParts+l.Batch*suffixParts)
-	shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*elem) // the gathered queries
+	shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*qElem) // the gathered queries
 	return plain, shared
 }
 
@@ -683,9 +683,24 @@ func (v SharedPrefixVariant) String() string {
 }
 
 // sharedPrefixKernel reports whether shared.cu's prefix kernel covers dtype dt at head dimension d
-// (bf16 and fp16 at 64 and 128); other calls run the prefix pass on the split-k partition kernel.
+// (bf16 and fp16 at 64 and 128, over pages of dt or FP8 pages); other calls run the prefix pass on the
+// split-k partition kernel (never over FP8 pages: sharedCall).
 func sharedPrefixKernel(dt DType, d int) bool {
 	return (dt == BF16 || dt == FP16) && (d == 64 || d == 128)
+}
+
+// SharedPrefixFP8 reports whether the GPU's shared-prefix decode runs over FP8 pages with queries of dt
+// at head dimension headDim: a prefix kernel reads them (bf16 and fp16 at 64 and 128). DecideShared
+// never plans the other shapes over FP8 pages.
+func SharedPrefixFP8(dt DType, headDim int) bool { return sharedPrefixKernel(dt, headDim) }
+
+// sharedPrefixVariant is the prefix kernel call c runs: CUDATuning.SharedPrefix, but W32 over FP8 pages,
+// the one variant with an FP8 entry point (SharedPrefix_<dtype>_e4m3_d<D>).
+func (c *DecodeCall) sharedPrefixVariant() SharedPrefixVariant {
+	if c.KVFP8 {
+		return SharedPrefixW32
+	}
+	return c.Tuning.SharedPrefix
 }
 
 // SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
@@ -703,10 +718,10 @@ func SharedMembersFor(dt DType, g, headDim int) int {
 }
 
 // sharedCall reports whether the shared-prefix algorithm can run call c over groups at all (some group,
-// no window, no RoPE folded in, no forced plan, pages of DType: the shared-prefix kernels read no FP8
-// pages), with c's query heads a KV head (DecodeCall.check).
+// no window, no RoPE folded in, no forced plan; FP8 pages only where a prefix kernel reads them:
+// sharedPrefixKernel's shapes), with c's query heads a KV head (DecodeCall.check).
 func sharedCall(c *DecodeCall, groups []SharedGroup) (group int, ok bool) {
-	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Force != nil || c.KVFP8 {
+	if len(groups) == 0 || c.Window > 0 || c.RoPE != nil || c.Force != nil || c.KVFP8 && !sharedPrefixKernel(c.DType, c.HeadDim) {
 		return 0, false
 	}
 	group, err := c.check()
@@ -771,7 +786,7 @@ func sharedPrefixPartition(c *DecodeCall, dev DecodeDevice, group, virtual, memb
 	tile := max(cudaTileTokens, c.BlockSize)
 	units := virtual * c.NumKVHeads
 	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
-	if v := c.Tuning.SharedPrefix; sharedPrefixKernel(c.DType, c.HeadDim) {
+	if v := c.sharedPrefixVariant(); sharedPrefixKernel(c.DType, c.HeadDim) {
 		units *= ceilDiv(members*group, sharedPrefixRows) // the prefix kernel's row blocks
 		parts = v.programsPerSM() * max(1, dev.SMs) / units
 	}
@@ -790,7 +805,7 @@ func sharedBandwidth(dev DecodeDevice) float64 {
 // sharedPays reports whether layout l with plan is predicted to move at most sharedMargin of call c's
 // plain bytes (sharedBytes), its extra launches and overhead (bytes) charged.
 func sharedPays(c *DecodeCall, l *SharedLayout, plan SharedPlan, group int, dev DecodeDevice, overhead float64) bool {
-	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.DType.Size())
+	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.KVElementBytes(), c.DType.Size())
 	overhead += sharedExtraLaunches * sharedLaunchSeconds * sharedBandwidth(dev)
 	return shared+overhead <= sharedMargin*plain
 }

@@ -54,6 +54,13 @@ func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int) string {
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
 }
 
+// sharedPrefixE4M3Name is shared.cu's prefix kernel over FP8 pages (W32's program, its stages of
+// codes): SharedPrefix_<dtype>_e4m3_d<D>.
+func sharedPrefixE4M3Name(dt DType, d int) string {
+	name, _ := SharedPrefixW32.kernel()
+	return fmt.Sprintf("%s_%s_e4m3_d%d", name, dt.name(), d)
+}
+
 // sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>), in
 // that file's type names; "" for a dtype it has none of (float32).
 func sharedPrefixSM90Name(dt DType, d int) string {
@@ -122,6 +129,10 @@ func (k *CUDAKernels) loadShared() error {
 					return err
 				}
 			}
+			_, threads := SharedPrefixW32.kernel()
+			if err := k.prepare(sharedPrefixE4M3Name(dt, d), threads); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -139,8 +150,10 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
 // writes a.Out. sh holds the layout and plan (DecideShared's, or DecideSharedGraph's padded layout and
 // its key's plan) and their device arrays; workspace must be
-// 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE, a window or FP8 pages. The kernels are
-// launched without programmatic dependent launch (each waits for the one before it).
+// 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window; over FP8 pages the
+// prefix pass runs shared.cu's FP8 prefix kernel (W32's program) and the suffix pass the FP8 split-k
+// kernels. The kernels are launched without programmatic dependent launch (each waits for the one
+// before it).
 //
 // With a plan of fixed partition counts (a SharedGraphKey's, on a layout padded to it: SharedLayout.Pad)
 // the launches depend on the layout's sizes alone, never on its lengths or groups, which the kernels
@@ -157,14 +170,17 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	switch {
 	case a.RoPE != nil || a.Window > 0:
 		return fmt.Errorf("attention: shared-prefix decode with RoPE or a window")
-	case a.KVFP8: // DecideShared never plans it: the prefix kernels read pages of DType
-		return fmt.Errorf("%w: shared-prefix decode over FP8 pages", ErrUnsupported)
+	case a.KVFP8 && !sharedPrefixKernel(dt, a.HeadDim): // DecideShared never plans it
+		return fmt.Errorf("%w: shared-prefix decode over FP8 pages of head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	case l == nil || l.Virtual() == 0 || l.Batch != len(a.HostContextLens):
 		return fmt.Errorf("attention: shared-prefix decode: a layout of no group or of another batch")
 	case dt == 0:
 		return fmt.Errorf("%w: dtype %v", ErrUnsupported, a.DType)
 	case workspace%16 != 0:
 		return fmt.Errorf("attention: shared-prefix workspace %#x is not 16-byte aligned", uintptr(workspace))
+	}
+	if err := a.checkScales(); err != nil {
+		return err
 	}
 	merge := k.kernels[sharedMergeKernelName(dt, a.HeadDim)]
 	if merge == nil {
@@ -180,6 +196,11 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	}
 	if prefixKernel == nil {
 		prefixKernel = k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim)]
+	}
+	if a.KVFP8 {
+		if prefixKernel = k.kernels[sharedPrefixE4M3Name(dt, a.HeadDim)]; prefixKernel == nil {
+			return fmt.Errorf("attention: kernel %s not loaded", sharedPrefixE4M3Name(dt, a.HeadDim))
+		}
 	}
 	// Every grid and scalar below is the launch's (planSharedLaunch): with a plan of fixed partitions,
 	// the same for every layout of the same sizes, so that a graph of one replays another.
@@ -256,6 +277,7 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 		MaxBlocks:  int32(a.MaxBlocks), Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
 		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
 		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
+		KScale: a.KScale, VScale: a.VScale,
 	}
 	if !kern.tma {
 		return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)

@@ -23,7 +23,9 @@ const sharedTensorFLOPS = 989e12
 // start as gollm bench measures it), flop_us (the products at the tensor cores' peak: at 16k tokens
 // about three quarters of bound_us, so the shared call is as much compute as copy), shared/bound and
 // plain/shared, and shared_<variant>_us: the shared call on each of shared.cu's prefix kernels
-// (SharedPrefixVariant; shared_us runs the Hopper prefix kernel where it is loaded).
+// (SharedPrefixVariant; shared_us runs the Hopper prefix kernel where it is loaded). The _e4m3 lines are
+// the same calls over FP8 pages (their bound counts a byte an element; no variants: one FP8 prefix
+// kernel), on devices that have FP8 KV kernels.
 // Run it with -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
 // plain/shared, and the measured values, are in docs/bench/shared-prefix-h200.md.
 func BenchmarkCUDADecodeShared(b *testing.B) {
@@ -32,67 +34,77 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, prefix := range []int{4096, 16384, 65536} {
-		in, err := newSharedBenchInputs(k, 64, prefix, 128)
-		if err != nil {
-			b.Fatal(err)
+	info := k.Device().Info()
+	for _, kv := range []string{"", "_e4m3"} {
+		if kv != "" && info.Major*10+info.Minor < 89 {
+			continue
 		}
-		name := fmt.Sprintf("llama3_b64_prefix%d_suffix128", prefix)
-		if !in.decision.Use {
-			in.bufs.Free()
-			b.Fatalf("%s: DecideShared does not take the shared path", name)
-		}
-		plain, err := t.Median(in.copies, func(c int) error {
-			_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		shared, err := t.Median(in.copies, func(c int) error {
-			return k.DecodeShared(nil, &in.args[c], in.shared[c], in.sws, in.swsBytes)
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		// The shared call on each prefix kernel (CUDATuning.SharedPrefix; shared_us is k.Tuning's), each
-		// with DecideShared's layout for it (the members of its program's rows).
-		in.bufs.Free()
-		variants := make([]float64, numSharedPrefixVariants)
-		tuning := k.Tuning
-		for v := range numSharedPrefixVariants {
-			k.Tuning.SharedPrefix, k.Tuning.NoSM90Prefix = v, true
-			vin, err := newSharedBenchInputs(k, 64, prefix, 128)
-			if err == nil && !vin.decision.Use {
-				vin.bufs.Free()
-				err = fmt.Errorf("DecideShared does not take the shared path")
-			}
-			if err == nil {
-				variants[v], err = t.Median(vin.copies, func(c int) error {
-					return k.DecodeShared(nil, &vin.args[c], vin.shared[c], vin.sws, vin.swsBytes)
-				})
-				vin.bufs.Free()
-			}
-			k.Tuning = tuning
+		fp8 := kv != ""
+		for _, prefix := range []int{4096, 16384, 65536} {
+			in, err := newSharedBenchInputs(k, 64, prefix, 128, fp8)
 			if err != nil {
-				b.Fatalf("%s, prefix kernel %v: %v", name, v, err)
+				b.Fatal(err)
 			}
+			name := fmt.Sprintf("llama3_b64_prefix%d_suffix128%s", prefix, kv)
+			if !in.decision.Use {
+				in.bufs.Free()
+				b.Fatalf("%s: DecideShared does not take the shared path", name)
+			}
+			plain, err := t.Median(in.copies, func(c int) error {
+				_, err := k.Decode(nil, &in.args[c], in.ws, in.wsBytes)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			shared, err := t.Median(in.copies, func(c int) error {
+				return k.DecodeShared(nil, &in.args[c], in.shared[c], in.sws, in.swsBytes)
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// The shared call on each prefix kernel (CUDATuning.SharedPrefix; shared_us is k.Tuning's), each
+			// with DecideShared's layout for it (the members of its program's rows).
+			in.bufs.Free()
+			var variants []float64
+			if !fp8 {
+				variants = make([]float64, numSharedPrefixVariants)
+			}
+			tuning := k.Tuning
+			for v := range SharedPrefixVariant(len(variants)) {
+				k.Tuning.SharedPrefix, k.Tuning.NoSM90Prefix = v, true
+				vin, err := newSharedBenchInputs(k, 64, prefix, 128, false)
+				if err == nil && !vin.decision.Use {
+					vin.bufs.Free()
+					err = fmt.Errorf("DecideShared does not take the shared path")
+				}
+				if err == nil {
+					variants[v], err = t.Median(vin.copies, func(c int) error {
+						return k.DecodeShared(nil, &vin.args[c], vin.shared[c], vin.sws, vin.swsBytes)
+					})
+					vin.bufs.Free()
+				}
+				k.Tuning = tuning
+				if err != nil {
+					b.Fatalf("%s, prefix kernel %v: %v", name, v, err)
+				}
+			}
+			bound := in.uniqueBytes / bw * 1e6
+			flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
+			b.Run(name, func(b *testing.B) {
+				b.ReportMetric(plain, "plain_us")
+				b.ReportMetric(shared, "shared_us")
+				for v, us := range variants {
+					b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
+				}
+				b.ReportMetric(bound, "bound_us")
+				b.ReportMetric(bw/1e12, "copy_TB/s")
+				b.ReportMetric(flops, "flop_us")
+				b.ReportMetric(shared/bound, "shared/bound")
+				b.ReportMetric(plain/shared, "plain/shared")
+				b.ReportMetric(0, "ns/op")
+			})
 		}
-		bound := in.uniqueBytes / bw * 1e6
-		flops := 4 * float64(64*32*(prefix+128)*128) / sharedTensorFLOPS * 1e6
-		b.Run(name, func(b *testing.B) {
-			b.ReportMetric(plain, "plain_us")
-			b.ReportMetric(shared, "shared_us")
-			for v, us := range variants {
-				b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
-			}
-			b.ReportMetric(bound, "bound_us")
-			b.ReportMetric(bw/1e12, "copy_TB/s")
-			b.ReportMetric(flops, "flop_us")
-			b.ReportMetric(shared/bound, "shared/bound")
-			b.ReportMetric(plain/shared, "plain/shared")
-			b.ReportMetric(0, "ns/op")
-		})
 	}
 }
 
@@ -110,16 +122,22 @@ type sharedBenchInputs struct {
 	uniqueBytes float64
 }
 
-func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int) (*sharedBenchInputs, error) {
+// newSharedBenchInputs lays out batch sequences behind prefix shared tokens with suffix of their own,
+// over bf16 pages or, with fp8, FP8 ones.
+func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int, fp8 bool) (*sharedBenchInputs, error) {
 	const page, hq, hkv, d = 16, 32, 8, 128
+	elem := int64(2)
+	if fp8 {
+		elem = 1
+	}
 	dev := k.Device()
 	in := &sharedBenchInputs{bufs: dev.NewBuffers()}
 	fail := func(err error) (*sharedBenchInputs, error) { _ = in.bufs.Free(); return nil, err }
 	rng := rand.New(rand.NewPCG(uint64(batch), uint64(prefix)))
 	prefixPages, suffixPages := prefix/page, ceilDiv(suffix, page)
 	pages := prefixPages + batch*suffixPages
-	pageBytes := int64(page * hkv * d * 2)
-	in.uniqueBytes = float64(2 * int64(prefix+batch*suffix) * int64(hkv*d*2))
+	pageBytes := int64(page*hkv*d) * elem
+	in.uniqueBytes = float64(2 * int64(prefix+batch*suffix) * int64(hkv*d) * elem)
 	in.copies = int(max(1, (4*int64(dev.Info().L2Bytes)+2*int64(pages)*pageBytes-1)/(2*int64(pages)*pageBytes)))
 	maxBlocks := prefixPages + suffixPages
 	lens := make([]int32, batch)
@@ -130,6 +148,11 @@ func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int) (*sharedBen
 	}
 	call := CUDADecodeArgs{HostContextLens: lens, MaxBlocks: maxBlocks, NumHeads: hq, NumKVHeads: hkv, HeadDim: d,
 		BlockSize: page, DType: cuda.BFloat16, Scale: 0.088}
+	fill := uint32(0x3c003c00) // bf16 pairs of about 0.008
+	if fp8 {
+		call.KVFP8, call.KScale, call.VScale = true, 1.0/64, 1.0/64
+		fill = 0x30303030 // e4m3 codes of 0.5: 0.008 at a scale of 1/64
+	}
 	in.decision = k.DecideShared(&call, groups)
 	if !in.decision.Use {
 		return in, nil
@@ -155,7 +178,7 @@ func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int) (*sharedBen
 	pool := int64(in.copies) * int64(pages) * pageBytes
 	kPool, vPool := alloc(pool), alloc(pool)
 	for _, p := range []cuda.DevicePtr{kPool, vPool} {
-		if err := dev.Fill32(p, 0x3c003c00, pool/4, nil); err != nil { // bf16 pairs of about 0.008
+		if err := dev.Fill32(p, fill, pool/4, nil); err != nil {
 			return fail(err)
 		}
 	}

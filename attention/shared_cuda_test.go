@@ -210,17 +210,34 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 // partition than needed, fixed), its workspace poisoned, must write the same bits; and a graph captured
 // for one padded layout, replayed after another layout of the same sizes (other groups: regroup) is
 // written over its arrays, must write what a direct run of the other writes.
+//
+// Over FP8 pages (the e4m3 cases, 16-bit queries, compute capability 8.9 and newer) the same runs take
+// shared.cu's FP8 prefix kernel and the FP8 split-k kernels, against the float64 reference over the
+// values the codes read back and the CPU twin over the FP8 cache (TestCUDADecodeFP8KV's scales and
+// tolerances); head_dim 256, which no FP8 prefix kernel covers, is refused (ErrUnsupported, and
+// DecideShared does not plan it).
 func TestCUDADecodeShared(t *testing.T) {
 	k := gpuKernels(t)
+	info := k.dev.Info()
 	for _, codec := range codecs {
-		for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{
-			{4, 2, 128, 16}, {1, 2, 64, 8}, {8, 1, 128, 32}, {4, 2, 64, 16}, {2, 2, 256, 16},
-			{3, 2, 128, 16}, {5, 1, 64, 8},
+		for _, sh := range []struct {
+			group, kvHeads, headDim, blockSize int
+			fp8                                bool
+		}{
+			{4, 2, 128, 16, false}, {1, 2, 64, 8, false}, {8, 1, 128, 32, false}, {4, 2, 64, 16, false}, {2, 2, 256, 16, false},
+			{3, 2, 128, 16, false}, {5, 1, 64, 8, false},
+			{4, 2, 128, 16, true}, {1, 2, 64, 8, true}, {8, 1, 128, 32, true}, {3, 2, 128, 16, true}, {2, 2, 256, 16, true},
 		} {
 			if sh.headDim == wideHeadDim && codec.typ == cuda.Float32 {
 				continue
 			}
+			if sh.fp8 && (codec.typ == cuda.Float32 || info.Major*10+info.Minor < 89) {
+				continue
+			}
 			name := fmt.Sprintf("%s/g%d_kv%d_d%d_page%d", codec.name, sh.group, sh.kvHeads, sh.headDim, sh.blockSize)
+			if sh.fp8 {
+				name += "_e4m3"
+			}
 			t.Run(name, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(sh.group*100+sh.headDim), uint64(codec.typ)))
 				bs := sh.blockSize
@@ -245,10 +262,19 @@ func TestCUDADecodeShared(t *testing.T) {
 						if len(groups) == 0 {
 							t.Fatal("no shared groups found")
 						}
+						twinCache := c.cache
+						if sh.fp8 {
+							twinCache = c.toFP8(t, fp8TestKScale, fp8TestVScale)
+							if !sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
+								checkSharedFP8Refused(t, k, c, groups)
+								return
+							}
+						}
 						g := sh.group
 						fit := SharedMembersFor(dtypeOf(codec.typ), g, sh.headDim)
 						memberSets := []int{1, fit}
-						// Each prefix kernel: shared.cu's (NoSM90Prefix), and the Hopper one where it is loaded.
+						// Each prefix kernel: shared.cu's (NoSM90Prefix), and the Hopper one where it is loaded;
+						// over FP8 pages the one FP8 prefix kernel, whatever the tuning asks.
 						tunings := []CUDATuning{{SharedPrefix: SharedPrefixR16, NoSM90Prefix: true}}
 						if sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
 							memberSets = append(memberSets, 3, 2*fit+1) // odd rows; several row blocks
@@ -257,8 +283,11 @@ func TestCUDADecodeShared(t *testing.T) {
 								tunings = append(tunings, CUDATuning{SharedPrefix: v, NoSM90Prefix: true})
 							}
 						}
-						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim)] != nil {
+						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim)] != nil || sh.fp8 {
 							tunings = append(tunings, CUDATuning{})
+						}
+						if sh.fp8 {
+							tunings = tunings[len(tunings)-1:]
 						}
 						const pad = 3
 						pc := c.padded(t, pad)
@@ -281,7 +310,7 @@ func TestCUDADecodeShared(t *testing.T) {
 								var twin []float32
 								if members == fit {
 									twin = make([]float32, len(c.q))
-									DecodeShared(twin, c.q, c.numHeads, c.scale, c.cache, c.tables, c.lens, groups, members, plan)
+									DecodeShared(twin, c.q, c.numHeads, c.scale, twinCache, c.tables, c.lens, groups, members, plan)
 								}
 								for _, tu := range tunings {
 									poison(t, c.dev, ws, bytes)
@@ -329,6 +358,22 @@ func TestCUDADecodeShared(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkSharedFP8Refused requires the shared-prefix call of case c (over FP8 pages of a shape no FP8
+// prefix kernel covers) refused: DecideShared does not plan it, decodeShared returns ErrUnsupported.
+func checkSharedFP8Refused(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, groups []SharedGroup) {
+	t.Helper()
+	if d := k.DecideShared(c.args(), groups); d.Use || d.Layout != nil {
+		t.Fatalf("FP8 pages at head_dim %d: DecideShared planned %+v", c.headDim, d.Plan)
+	}
+	l := NewSharedLayout(c.lens, groups, c.blockSize, 2)
+	plan := SharedPlan{PrefixPartitionTokens: 64, SuffixPartitionTokens: 64}
+	bytes := SharedWorkspaceBytes(l, plan, c.numHeads, c.kvHeads, c.headDim, c.codec.size)
+	err := k.decodeShared(nil, c.args(), c.sharedArgs(t, l, plan), c.alloc(t, bytes), bytes, CUDATuning{})
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("FP8 pages at head_dim %d: decodeShared returned %v, want ErrUnsupported", c.headDim, err)
 	}
 }
 

@@ -99,7 +99,9 @@ func suffixes(rng *rand.Rand, n, blockSize int) []int {
 // TestDecodeShared checks the shared-prefix algorithm against the float64 reference and the grouped
 // kernel: groups of 1 to 64 sequences, prefixes of 1 page, a page and a few tokens, and long, ragged
 // suffixes, several groups and sequences in no group (a prefix of 0 pages) in one batch, permuted pages,
-// and prefix and suffix partitions from one page to longer than every context.
+// and prefix and suffix partitions from one page to longer than every context. Over an FP8 copy of the
+// cache (K and V scales of 1/600 and 1/64: saturated and subnormal codes) it must give the grouped
+// kernel's output over that copy.
 func TestDecodeShared(t *testing.T) {
 	for _, sh := range []struct{ group, kvHeads, headDim, blockSize int }{
 		{1, 2, 64, 16}, {4, 2, 128, 8}, {4, 1, 64, 16}, {8, 2, 64, 32}, {32, 1, 64, 8},
@@ -149,6 +151,18 @@ func TestDecodeShared(t *testing.T) {
 							checkClose(t, what, out, ref)
 							checkCloseTol(t, what+" vs grouped", out, toFloat64(grouped), 1e-5)
 						}
+					}
+					f8, _, fq := fp8Twins(f, 1.0/600, 1.0/64)
+					ref8 := fq.reference()
+					grouped8 := f.poisonedOutput()
+					DecodeGrouped(grouped8, f.q, f.numHeads, f.scale, f8, b.BlockTables, b.ContextLens)
+					for _, members := range []int{1, SharedMembers(sh.group)} {
+						plan := SharedPlan{PrefixPartitionTokens: 3 * bs, SuffixPartitionTokens: 2 * bs}
+						out := f.poisonedOutput()
+						DecodeShared(out, f.q, f.numHeads, f.scale, f8, b.BlockTables, b.ContextLens, groups, members, plan)
+						what := fmt.Sprintf("FP8 pages, shared members %d", members)
+						checkClose(t, what, out, ref8)
+						checkCloseTol(t, what+" vs grouped", out, toFloat64(grouped8), 1e-5)
 					}
 				})
 			}
@@ -353,6 +367,10 @@ func TestDecideShared(t *testing.T) {
 		{"64 behind 16k, W32 prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
 			c.Tuning.SharedPrefix = SharedPrefixW32
 		}, true},
+		{"64 behind 16k, FP8 pages", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.KVFP8 = true }, true},
+		{"64 behind 16k, FP8 pages at head_dim 256", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
+			c.KVFP8, c.HeadDim = true, 256
+		}, false},
 		{"8 behind 2k and loners", 8, 2048, 128, 8, nil, true},
 		{"8 behind 256", 8, 256, 128, 0, nil, false},
 		{"2 behind a page", 2, 16, 300, 0, nil, false},
@@ -381,7 +399,7 @@ func TestDecideShared(t *testing.T) {
 			// The prefix kernel's programs make one wave of its programs an SM: no more, and at least half
 			// of it where more partitions could be had.
 			programs := d.Layout.Virtual() * 8 * prefixParts
-			slots := c.Tuning.SharedPrefix.programsPerSM() * dev.SMs
+			slots := c.sharedPrefixVariant().programsPerSM() * dev.SMs
 			if programs > slots && prefixParts > 1 {
 				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
 			}

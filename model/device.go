@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/weights"
 )
 
@@ -85,15 +86,33 @@ func backendFor(cfg *weights.Config, opts Options) (newBackend NewBackendFunc, d
 		if err := cudaUsable(); err != nil {
 			return nil, false, fmt.Errorf("device cuda: %w: %w", ErrNoCUDA, err)
 		}
-		// The GPU's shared-prefix kernels read 16-bit pages: over FP8 ones "always" could not be honoured.
+		// Over FP8 pages the GPU's shared-prefix decode has prefix kernels for 16-bit compute at head_dim
+		// 64 and 128 alone: elsewhere "always" could not be honoured.
 		if kv, _ := parseKVCacheDType(opts.KVCacheDType); kv == KVCacheFP8 && opts.SharedPrefix == SharedPrefixAlways {
-			return nil, false, fmt.Errorf("shared prefix %q: the GPU's shared-prefix decode does not read an FP8 KV cache (use %q or %q)",
-				SharedPrefixAlways, "auto", SharedPrefixOff)
+			dt, err := computeDTypeFor(cfg, opts)
+			if err != nil {
+				return nil, false, err
+			}
+			if !attention.SharedPrefixFP8(attnDTypeOf(dt), headDim(cfg)) {
+				return nil, false, fmt.Errorf("shared prefix %q: the GPU's shared-prefix decode reads an FP8 KV cache at head_dim 64 and 128 with 16-bit compute, not head_dim %d in %v (use %q or %q)",
+					SharedPrefixAlways, headDim(cfg), dt, "auto", SharedPrefixOff)
+			}
 		}
 		newBackend, err := newCUDABackendFor(cfg, opts)
 		return newBackend, opts.NumBlocks > 0, err
 	}
 	return nil, false, fmt.Errorf("unknown device %q (cpu, cuda or auto)", opts.Device)
+}
+
+// attnDTypeOf is the attention package's name of compute dtype dt.
+func attnDTypeOf(dt weights.DType) attention.DType {
+	switch dt {
+	case weights.DTypeBF16:
+		return attention.BF16
+	case weights.DTypeF16:
+		return attention.FP16
+	}
+	return attention.FP32
 }
 
 // computeDTypeFor is the GPU's compute dtype: Options.DType, or the checkpoint's.

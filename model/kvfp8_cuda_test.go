@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/weights"
 	"github.com/gollm/gollm/weights/weightstest"
 )
@@ -87,7 +88,8 @@ func (c *fp8KVCase) config() *weights.Config {
 
 // TestCUDAFP8KVMatchesCPU loads every fp8KVCases checkpoint with an FP8 KV cache on the CPU backend (the
 // reference: attention.Cache's FP8 arithmetic) and on the GPU in float32 and in the checkpoint's dtype,
-// graphs on, the shared-prefix decode asked for always (an FP8 cache must never take it), and compares
+// graphs on, the shared-prefix decode asked for always (never taken where no FP8 prefix kernel covers
+// the model: float32 compute, head_dim 256), and compares
 // every logits row of fp8MatchCPU's steps (prefill chunks beside decode rows, decode batches captured
 // and replayed) within fp8KVTol (twice it with FP8 weights). The GPU's pages must be one byte an element.
 func TestCUDAFP8KVMatchesCPU(t *testing.T) {
@@ -131,8 +133,8 @@ func TestCUDAFP8KVMatchesCPU(t *testing.T) {
 				if backend.decodeFits && st.MixedDecodes == 0 {
 					t.Errorf("no mixed step's decodes ran on the FP8 decode kernels")
 				}
-				if st.SharedDecodes != 0 {
-					t.Errorf("%d decode calls took the shared-prefix path over FP8 pages", st.SharedDecodes)
+				if f := backend.facts(); st.SharedDecodes != 0 && !attention.SharedPrefixFP8(f.attnDType, f.headDim) {
+					t.Errorf("%d decode calls took the shared-prefix path over FP8 pages of head_dim %d in %v", st.SharedDecodes, f.headDim, f.attnDType)
 				}
 				// The random models' decode steps run the decode kernels in graphs: captured and replayed.
 				if st.CaptureFailed != nil || strings.HasPrefix(c.name, "random") && st.Replayed == 0 {
@@ -143,9 +145,10 @@ func TestCUDAFP8KVMatchesCPU(t *testing.T) {
 	}
 }
 
-// TestCUDAFP8KVNoSharedPrefix: a decode step whose sequences share pages takes the shared-prefix path
-// (SharedPrefixAlways) over bfloat16 pages and not over FP8 ones (shared.cu reads compute-dtype pages).
-func TestCUDAFP8KVNoSharedPrefix(t *testing.T) {
+// TestCUDAFP8KVSharedPrefix: a decode step whose sequences share pages takes the shared-prefix path
+// (SharedPrefixAlways) over bfloat16 pages and over FP8 ones (shared.cu's FP8 prefix kernel), eagerly
+// and in a graph's bucket; TestCUDASharedPrefixMatchesCPU runs it.
+func TestCUDAFP8KVSharedPrefix(t *testing.T) {
 	dev := gpuDevice(t)
 	if info := dev.Info(); fp8KVMissing(info) != "" {
 		t.Skipf("%s: %s", info.Name, fp8KVMissing(info))
@@ -166,9 +169,8 @@ func TestCUDAFP8KVNoSharedPrefix(t *testing.T) {
 		}
 		// An eager step (tables of 7 pages), and a graph step of bucket 4 (context cap 256: 16 pages).
 		for _, rows := range []int{0, 4} {
-			d := backend.sharedDecision(step, rows, 256, 16, 7)
-			if (d != nil) != (kv == "") {
-				t.Errorf("KV %q, bucket %d: shared-prefix decision %v", kv, rows, d)
+			if d := backend.sharedDecision(step, rows, 256, 16, 7); d == nil {
+				t.Errorf("KV %q, bucket %d: no shared-prefix decision", kv, rows)
 			}
 		}
 		m.Close()
@@ -255,14 +257,31 @@ func TestCUDAFP8KVRefusedBelow89(t *testing.T) {
 }
 
 // TestCUDAFP8KVRefusesSharedAlways: --shared-prefix always cannot be honoured over FP8 pages on the GPU
-// (its shared-prefix kernels read 16-bit pages), so the load refuses it by name instead of running the
-// plain kernels in its place.
+// where no FP8 prefix kernel covers the model (float32 compute, head_dim 256), so the load refuses it by
+// name instead of running the plain kernels in its place; bfloat16 at head_dim 64 and 128 loads.
 func TestCUDAFP8KVRefusesSharedAlways(t *testing.T) {
 	gpuDevice(t)
-	cfg := cudaReferenceConfig(128)
-	_, err := LoadRandom(cfg, 1, Options{Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16, KVCacheDType: KVCacheFP8,
-		SharedPrefix: SharedPrefixAlways}, nil)
-	if err == nil || !strings.Contains(err.Error(), "FP8 KV cache") || !strings.Contains(err.Error(), SharedPrefixAlways) {
-		t.Fatalf("load with an FP8 KV cache and shared prefix always: %v, want a refusal naming both", err)
+	for _, tc := range []struct {
+		headDim int
+		dtype   string
+		refused bool
+	}{{128, "", true}, {256, "bf16", true}, {128, "bf16", false}, {64, "fp16", false}} {
+		m, err := LoadRandom(cudaReferenceConfig(tc.headDim), 1, Options{Device: DeviceCUDA, NumBlocks: 16, BlockSize: 16,
+			KVCacheDType: KVCacheFP8, SharedPrefix: SharedPrefixAlways, DType: tc.dtype}, nil)
+		if !tc.refused {
+			if err != nil {
+				t.Errorf("head_dim %d, dtype %q: %v", tc.headDim, tc.dtype, err)
+			} else {
+				m.Close()
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "FP8 KV cache") || !strings.Contains(err.Error(), SharedPrefixAlways) {
+			if err == nil {
+				m.Close()
+			}
+			t.Errorf("head_dim %d, dtype %q: load with an FP8 KV cache and shared prefix always: %v, want a refusal naming both",
+				tc.headDim, tc.dtype, err)
+		}
 	}
 }

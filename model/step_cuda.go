@@ -264,7 +264,7 @@ func (b *cudaBackend) BeginStep(s *Step) error {
 // that runs eagerly anyway.
 func (b *cudaBackend) sharedDecision(s *Step, rows, contextCap, graphStride, stride int) *attention.SharedDecision {
 	f := b.facts()
-	if b.cfg.sharedPrefix == SharedPrefixOff || b.windowed || !f.decodeKernels || f.kvFP8 { // shared.cu reads compute-dtype pages
+	if b.cfg.sharedPrefix == SharedPrefixOff || b.windowed || !f.decodeKernels {
 		return nil
 	}
 	batch := attention.Batch{QueryStart: s.QueryStart, ContextLens: s.ContextLens, BlockTables: s.BlockTables}
