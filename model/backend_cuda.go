@@ -155,6 +155,8 @@ type cudaStats struct {
 	// UnscaledFP8 counts the FP8 products queued leaving their scales to the op after them
 	// (opPlan.fp8Unscaled).
 	UnscaledFP8 int
+	// Out16FP8 counts those of them that wrote their sums in bfloat16 (opPlan.fp8Out16).
+	Out16FP8 int
 }
 
 // cudaFunctions are the model's kernels for the compute dtype.

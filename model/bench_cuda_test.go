@@ -173,7 +173,8 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // logs a per-op profile of one more step (stepProfile: op by op with events between, so each op carries
 // about 2 µs of launch gap a graph does not have; %BW is against the same copy bandwidth). The
 // prefill sub-benchmark times one 1024-token prompt and logs its per-op profile (with FP8 layers also
-// prefill1024-noscalefold: the FP8NoScaleFold tuning; prefill1024-regs and -staged: FP8Staged −1 and 1).
+// prefill1024-noscalefold: the FP8NoScaleFold tuning; prefill1024-regs and -staged: FP8Staged −1 and 1;
+// prefill1024-noout16: FP8NoOut16).
 // GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
@@ -216,6 +217,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 				prefills["prefill1024-noscalefold"] = tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })
 				prefills["prefill1024-regs"] = tweak(func(t *gemvTuning) { t.FP8Staged = -1 })
 				prefills["prefill1024-staged"] = tweak(func(t *gemvTuning) { t.FP8Staged = 1 })
+				prefills["prefill1024-noout16"] = tweak(func(t *gemvTuning) { t.FP8NoOut16 = true })
 			}
 			for _, name := range slices.Sorted(maps.Keys(prefills)) {
 				b.Run(name, func(b *testing.B) {
@@ -410,6 +412,7 @@ var decodeVariants = []struct {
 	{"fp8-noscalefold", tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true }), attention.CUDATuning{}},
 	{"fp8-regs", tweak(func(t *gemvTuning) { t.FP8Staged = -1 }), attention.CUDATuning{}},
 	{"fp8-staged", tweak(func(t *gemvTuning) { t.FP8Staged = 1 }), attention.CUDATuning{}},
+	{"fp8-noout16", tweak(func(t *gemvTuning) { t.FP8NoOut16 = true }), attention.CUDATuning{}},
 	{"ks16", tweak(func(t *gemvTuning) { t.MaxKS = 16 }), attention.CUDATuning{}},
 	{"ks4", tweak(func(t *gemvTuning) { t.MaxKS = 4 }), attention.CUDATuning{}},
 	{"fp8-gemm64", tweak(func(t *gemvTuning) { t.FP8GemmRows = 64 }), attention.CUDATuning{}},

@@ -22,6 +22,7 @@ func (b *cudaBackend) facts() stepFacts {
 		gemmSwiGLU:  b.gemm != nil && b.gemm.swiglu,
 		fp8Lt:       b.fp8.lt != nil,
 		fp8LtScaled: b.fp8.lt != nil && b.fp8.ltScaled,
+		fp8In16:     b.fp8.swiglu16.loop != nil,
 		fp8MMA:      b.fp8.mma[0] != nil,
 		fp8Gemm:     b.fp8.gemm[0] != nil,
 		normFold:    b.dtype == cuda.BFloat16 && b.normSS != 0, normSlots: normSlots(b.shape),

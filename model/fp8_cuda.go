@@ -56,14 +56,14 @@ type fp8State struct {
 	gemmMod   *cuda.Module
 	gemmShare int
 	scale     *cuda.Function // ScaleE4M3: the epilogue of cuBLASLt's product
-	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>).
-	norm, swiglu *cuda.Function
-	// quantizeRows, normRows and swigluRows are the register kernels of the three, by fp8RowShapes.
-	quantizeRows, normRows, swigluRows [len(fp8RowShapes)]*cuda.Function
-	// normStaged and swigluStaged are the staged kernels of the two (fp8FusedForm), which may hold
-	// stageMax bytes of shared memory.
-	normStaged, swigluStaged *cuda.Function
-	stageMax                 int
+	// quantizeRows is QuantizeE4M3's register kernels, by fp8RowShapes.
+	quantizeRows [len(fp8RowShapes)]*cuda.Function
+	// norm and swiglu are the producers with the quantization fused in (NormE4M3, SwiGLUE4M3_<dtype>),
+	// in every form; their staged kernels may hold stageMax bytes of shared memory. swiglu16 is
+	// SwiGLUE4M3_<dtype>_in16, the SwiGLU over bfloat16 gate/up sums (opPlan.fp8In16), loaded for 16-bit
+	// compute alone.
+	norm, swiglu, swiglu16 fp8Forms
+	stageMax               int
 	// lt is cuBLASLt (nil where it could not be loaded: every FP8 product then runs MatMulE4M3);
 	// ltScaled: it applies the row scales itself (outer-vector scaling, checked at load by probeLt), so
 	// ScaleE4M3 does not run.
@@ -73,6 +73,14 @@ type fp8State struct {
 	// codes' f16 values for up to fp8TileRows rows (x16Cap bytes: fp8ReadsX16).
 	codes, scales, x16          cuda.DevicePtr
 	codesCap, scalesCap, x16Cap int64
+}
+
+// fp8Forms is one quantizing kernel's forms (fp8FusedForm): the loop kernel, the register kernels by
+// fp8RowShapes, the staged kernel.
+type fp8Forms struct {
+	loop   *cuda.Function
+	rows   [len(fp8RowShapes)]*cuda.Function
+	staged *cuda.Function
 }
 
 // fp8Params and fp8QuantizeParams mirror MatMulE4M3Params and QuantizeE4M3Params of kernels/fp8.cu.
@@ -169,32 +177,20 @@ func (b *cudaBackend) loadFP8() error {
 	if b.fp8.scale, err = b.mod.Function("ScaleE4M3"); err != nil {
 		return err
 	}
-	if b.fp8.norm, err = b.mod.Function("NormE4M3"); err != nil {
-		return err
-	}
-	if b.fp8.swiglu, err = b.mod.Function("SwiGLUE4M3_" + tn); err != nil {
-		return err
-	}
 	for i, sh := range fp8RowShapes {
-		suffix := fmt.Sprintf("_r%dx%d", sh.threads, sh.groups)
-		for _, k := range []struct {
-			fn   **cuda.Function
-			name string
-		}{{&b.fp8.quantizeRows[i], "QuantizeE4M3_" + tn}, {&b.fp8.normRows[i], "NormE4M3"}, {&b.fp8.swigluRows[i], "SwiGLUE4M3_" + tn}} {
-			if *k.fn, err = b.mod.Function(k.name + suffix); err != nil {
-				return err
-			}
+		if b.fp8.quantizeRows[i], err = b.mod.Function(fmt.Sprintf("QuantizeE4M3_%s_r%dx%d", tn, sh.threads, sh.groups)); err != nil {
+			return err
 		}
 	}
 	b.fp8.stageMax = b.dev.Info().SharedPerBlockOptin - fp8StageStatic
-	for _, k := range []struct {
-		fn   **cuda.Function
-		name string
-	}{{&b.fp8.normStaged, "NormE4M3_staged"}, {&b.fp8.swigluStaged, "SwiGLUE4M3_" + tn + "_staged"}} {
-		if *k.fn, err = b.mod.Function(k.name); err == nil {
-			err = (*k.fn).SetMaxDynamicShared(b.fp8.stageMax)
-		}
-		if err != nil {
+	if b.fp8.norm, err = b.loadForms("NormE4M3"); err != nil {
+		return err
+	}
+	if b.fp8.swiglu, err = b.loadForms("SwiGLUE4M3_" + tn); err != nil {
+		return err
+	}
+	if tn != "f32" {
+		if b.fp8.swiglu16, err = b.loadForms("SwiGLUE4M3_" + tn + "_in16"); err != nil {
 			return err
 		}
 	}
@@ -218,6 +214,23 @@ func (b *cudaBackend) loadFP8() error {
 	}
 	b.fp8.quantize = q
 	return nil
+}
+
+// loadForms loads the forms of the quantizing kernel name: name, name_r<threads>x<groups> by
+// fp8RowShapes, and name_staged with stageMax bytes of dynamic shared memory.
+func (b *cudaBackend) loadForms(name string) (f fp8Forms, err error) {
+	if f.loop, err = b.mod.Function(name); err != nil {
+		return f, err
+	}
+	for i, sh := range fp8RowShapes {
+		if f.rows[i], err = b.mod.Function(fmt.Sprintf("%s_r%dx%d", name, sh.threads, sh.groups)); err != nil {
+			return f, err
+		}
+	}
+	if f.staged, err = b.mod.Function(name + "_staged"); err == nil {
+		err = f.staged.SetMaxDynamicShared(b.fp8.stageMax)
+	}
+	return f, err
 }
 
 // loadFP8MMA loads the Hopper FP8 product (kernels.FP8SM90PTX), compiled by the driver.
@@ -476,8 +489,11 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 			}{a.d.ptr, a.bias.ptr, n, int32(op.out)}
 			return cuda.Launch(b.fn.bias, cuda.Dim3{X: int(min((n+255)/256, 65535))}, cuda.Dim3{X: 256}, 0, b.stream, &params)
 		}
-		if err := b.fp8.lt.MatmulE4M3(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr, op.out,
-			b.stream); err != nil {
+		matmul := b.fp8.lt.MatmulE4M3
+		if p.fp8Out16 {
+			matmul = b.fp8.lt.MatmulE4M3BF16
+		}
+		if err := matmul(op.out, rows, f.colsPad, a.w.ptr, f.colsPad, b.fp8.codes, f.colsPad, a.d.ptr, op.out, b.stream); err != nil {
 			return err
 		}
 		if p.fp8Unscaled {
@@ -485,6 +501,9 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 				return fmt.Errorf("cuda backend: FP8 product with a bias planned unscaled")
 			}
 			b.stats.UnscaledFP8++
+			if p.fp8Out16 {
+				b.stats.Out16FP8++
+			}
 			return nil // the op after it applies the scales (opPlan.fp8Unscaled)
 		}
 		s := fp8ScaleParams{Y: a.d.ptr, SX: b.fp8.scales, SW: f.scales, M: int32(rows), N: int32(op.out)}
@@ -548,7 +567,7 @@ func (b *cudaBackend) launchFusedE4M3(op *stepOp, a *opArgs, p *opPlan, form int
 		params.X16 = b.fp8.x16
 	}
 	params.InSX, params.InSW = b.fp8InScales(p)
-	fn, rowsFn, staged := b.fp8.norm, &b.fp8.normRows, b.fp8.normStaged
+	forms := &b.fp8.norm
 	switch op.kind {
 	case opNorm:
 		params.Residual, params.Weight, params.Eps, params.Cols = a.r.ptr, a.w.ptr, a.eps, int32(op.in)
@@ -556,22 +575,28 @@ func (b *cudaBackend) launchFusedE4M3(op *stepOp, a *opArgs, p *opPlan, form int
 			params.Add = a.a.ptr
 		}
 	case opSwiGLU: // gate/up [rows][2·inter]
-		fn, rowsFn, staged, params.Residual, params.Cols = b.fp8.swiglu, &b.fp8.swigluRows, b.fp8.swigluStaged, a.x.ptr, int32(op.out)
+		forms, params.Residual, params.Cols = &b.fp8.swiglu, a.x.ptr, int32(op.out)
+		if p.fp8In16 {
+			if b.fp8.swiglu16.loop == nil {
+				return fmt.Errorf("cuda backend: the quantizing SwiGLU's bfloat16-input kernels are not loaded")
+			}
+			forms = &b.fp8.swiglu16
+		}
 	default:
 		return fmt.Errorf("cuda backend: %v cannot quantize its output for an FP8 product", op.kind)
 	}
-	threads, share := rowThreads(int(params.Cols)), 0
+	fn, threads, share := forms.loop, rowThreads(int(params.Cols)), 0
 	switch cols := int(params.Cols); {
 	case form == fp8FormStaged:
 		if !fp8StagedFits(cols, b.fp8.stageMax) {
 			return fmt.Errorf("cuda backend: the staged %v kernel cannot hold rows of %d values", op.kind, cols)
 		}
-		fn, threads, share = staged, fp8StageThreads, 4*cols
+		fn, threads, share = forms.staged, fp8StageThreads, 4*cols
 	case form >= 0:
 		if shape, ok := fp8RowShape(cols); !ok || form < shape || form >= len(fp8RowShapes) {
 			return fmt.Errorf("cuda backend: register shape %d of the %v kernel cannot hold rows of %d values", form, op.kind, cols)
 		}
-		fn, threads = rowsFn[form], fp8RowShapes[form].threads
+		fn, threads = forms.rows[form], fp8RowShapes[form].threads
 	}
 	return launchDependent(b, fn, cuda.Dim3{X: p.rows}, cuda.Dim3{X: threads}, share, &params)
 }

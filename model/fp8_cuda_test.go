@@ -409,7 +409,7 @@ func TestCUDAFP8MatchesCPU(t *testing.T) {
 				}
 				defer gpu.Close()
 				backend.tune.FP8NoFuse = dt.noFuse
-				fp8MatchCPU(t, cpu, gpu, f.Config.VocabSize, 1e-1)
+				fp8MatchCPU(t, cpu, gpu, f.Config.VocabSize, fp8Tol)
 				st := backend.Stats()
 				t.Logf("steps eager %d, captured %d, replayed %d", st.Eager, st.Captured, st.Replayed)
 				if st.CaptureFailed != nil || st.Captured < 3 || st.Replayed == 0 {
@@ -431,36 +431,13 @@ func TestCUDAFP8ScaleFoldIdentical(t *testing.T) {
 	for _, dt := range []weights.DType{weights.DTypeF32, weights.DTypeBF16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			f := openFolder(t, dir)
-			var backend *cudaBackend
-			gpu, err := LoadOn(f, Options{Quantization: QuantizationFP8, NumBlocks: 256, BlockSize: 16}, func(s Shape) (Backend, error) {
-				b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
-				backend = b
-				return b, err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gpu.Close()
-			if backend.fp8.lt == nil {
-				t.Fatal("no cuBLASLt: no unscaled product to fold")
-			}
-			// A cuBLASLt that scales by outer vectors itself leaves nothing to fold: ask for its
-			// unscaled sums, the path of the libraries that refuse them.
-			backend.fp8.ltScaled = false
+			gpu, backend := loadFP8Unscaled(t, dev, dir, dt)
 			rng := newRand(8)
 			a, b := randomTokens(rng, 300, f.Config.VocabSize), randomTokens(rng, 40, f.Config.VocabSize)
 			run := func(noFold bool) [][]float32 {
-				backend.tune.FP8NoScaleFold = noFold
-				s := newModelPager(gpu, newRand(3)).step(chunk{0, a}, chunk{1, b})
-				s.LogitRows = s.LogitRows[:0]
-				for row := range len(s.Tokens) {
-					s.LogitRows = append(s.LogitRows, int32(row))
-				}
-				logits, err := gpu.Forward(s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return logits
+				// The pass scales float32 sums: gate/up's stay float32 with the fold too (FP8NoOut16).
+				backend.tune.FP8NoScaleFold, backend.tune.FP8NoOut16 = noFold, true
+				return prefillLogits(t, gpu, a, b)
 			}
 			before := backend.Stats().UnscaledFP8
 			folded := run(false)
@@ -479,6 +456,89 @@ func TestCUDAFP8ScaleFoldIdentical(t *testing.T) {
 		})
 	}
 }
+
+// loadFP8Unscaled loads the checkpoint in dir with --quantization fp8 on the GPU in compute dtype dt,
+// its cuBLASLt products left unscaled for the ops after them: a cuBLASLt that scales by outer vectors
+// itself leaves nothing to fold, so the backend asks for its unscaled sums, the path of the libraries
+// that refuse them. The model is closed when the test ends.
+func loadFP8Unscaled(t *testing.T, dev *cuda.Device, dir string, dt weights.DType) (*Model, *cudaBackend) {
+	t.Helper()
+	var backend *cudaBackend
+	gpu, err := LoadOn(openFolder(t, dir), Options{Quantization: QuantizationFP8, NumBlocks: 256, BlockSize: 16}, func(s Shape) (Backend, error) {
+		b, err := newCUDABackend(s, cudaConfig{dtype: dt, dev: dev})
+		backend = b
+		return b, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gpu.Close() })
+	if backend.fp8.lt == nil {
+		t.Fatal("no cuBLASLt: no unscaled product")
+	}
+	backend.fp8.ltScaled = false
+	return gpu, backend
+}
+
+// prefillLogits runs one step of m that prefills a (sequence 0) and b (sequence 1) on fresh pages and
+// returns every row's logits.
+func prefillLogits(t *testing.T, m *Model, a, b []int32) [][]float32 {
+	t.Helper()
+	s := newModelPager(m, newRand(3)).step(chunk{0, a}, chunk{1, b})
+	s.LogitRows = s.LogitRows[:0]
+	for row := range len(s.Tokens) {
+		s.LogitRows = append(s.LogitRows, int32(row))
+	}
+	logits, err := m.Forward(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logits
+}
+
+// TestCUDAFP8Out16: with bfloat16 compute every layer's gate/up product on cuBLASLt writes its unscaled
+// sums in bfloat16 for the quantizing SwiGLU (opPlan.fp8Out16; none in float32 compute), and a prefill's
+// logits stay within fp8Tol of the same steps with float32 sums (FP8NoOut16) and of the CPU's: the
+// rounding of each sum to bfloat16 moves some SwiGLU codes one e4m3 step, as 16-bit compute does.
+func TestCUDAFP8Out16(t *testing.T) {
+	dev := gpuDevice(t)
+	dir := t.TempDir()
+	weightstest.WriteLlamaBF16(t, dir, fp8TestConfig, 17)
+	cpu, err := LoadOn(openFolder(t, dir), Options{Quantization: QuantizationFP8, NumBlocks: 256, BlockSize: 16}, NewCPUBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	cfg := cpu.Config()
+	rng := newRand(8)
+	a, b := randomTokens(rng, 300, cfg.VocabSize), randomTokens(rng, 40, cfg.VocabSize)
+	want := prefillLogits(t, cpu, a, b)
+	for _, dt := range []weights.DType{weights.DTypeF32, weights.DTypeBF16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			gpu, backend := loadFP8Unscaled(t, dev, dir, dt)
+			before := backend.Stats().Out16FP8
+			out16 := prefillLogits(t, gpu, a, b)
+			n := backend.Stats().Out16FP8 - before
+			if wantN := map[bool]int{true: cfg.NumHiddenLayers}[dt == weights.DTypeBF16]; n != wantN {
+				t.Fatalf("%d products wrote bfloat16 sums, want %d", n, wantN)
+			}
+			backend.tune.FP8NoOut16 = true
+			out32 := prefillLogits(t, gpu, a, b)
+			for r := range want {
+				if e := relErr(out16[r], out32[r]); !(e <= fp8Tol) {
+					t.Errorf("row %d: bfloat16 sums against float32 ones: relative error %.3g > %g", r, e, fp8Tol)
+				}
+				if e := relErr(out16[r], want[r]); !(e <= fp8Tol) {
+					t.Errorf("row %d: against the CPU: relative error %.3g > %g", r, e, fp8Tol)
+				}
+			}
+		})
+	}
+}
+
+// fp8Tol bounds the relative error of an FP8 model's logits on the GPU against the CPU's: moved codes
+// cascade (docs/fp8.md).
+const fp8Tol = 1e-1
 
 // fp8MatchCPU runs the same steps on cpu and gpu and compares every logits row (relative error at most
 // tol): prefill chunks of 1-300 tokens beside decode tokens, then decode steps at batches 1, 3 (bucket 4)
@@ -686,15 +746,42 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 // scale); a row of zeros the floor scale. With scaled, the float input (the norm's addend, gate and up) is
 // an FP8 product's unscaled sums and the op applies that product's scales first (opPlan.fp8ScaleFrom):
 // the reference scales them as ScaleE4M3 does, acc · (sx · sw) in float32, so the residual stays exact.
+// SwiGLU's in16 cases run SwiGLUE4M3_bf16_in16 (a bfloat16 backend: opPlan.fp8In16) over gate and up in
+// bfloat16, the reference computed from the same bfloat16 values.
 func TestCUDAFP8FusedInputs(t *testing.T) {
-	b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeF32, dev: gpuDevice(t)})
+	dev := gpuDevice(t)
+	b32, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeF32, dev: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	defer func() { b.args = nil }()
+	defer b32.Close()
+	defer func() { b32.args = nil }()
+	b16, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: weights.DTypeBF16, dev: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b16.Close()
+	defer func() { b16.args = nil }()
+	if err := b16.loadFP8(); err != nil {
+		t.Fatal(err)
+	}
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, kind := range []opKind{opNorm, opSwiGLU} {
+	for _, kc := range []struct {
+		kind opKind
+		in16 bool
+	}{{opNorm, false}, {opSwiGLU, false}, {opSwiGLU, true}} {
+		kind, in16 := kc.kind, kc.in16
+		b := b32
+		if in16 {
+			b = b16
+		}
+		// round16 is what the device reads of a float input: itself, or its bfloat16 rounding with in16.
+		round16 := func(x float32) float32 {
+			if !in16 {
+				return x
+			}
+			return dtype.BF16ToF32(dtype.F32ToBF16(x))
+		}
 		for _, cols := range []int{160, 162, 2048, 4096, 8192, 14336, 18944} { // every fp8RowShape; 162: no staged or register form
 			forms := []int{fp8FormLoop}
 			if shape, ok := fp8RowShape(cols); ok {
@@ -709,7 +796,11 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 			}{{0, false}, {0.02, false}, {0, true}, {0.02, true}} {
 				for _, form := range forms {
 					static := tc.static
-					t.Run(fmt.Sprintf("%v/cols%d/form%d/static=%v/scaled=%v", kind, cols, form, static, tc.scaled), func(t *testing.T) {
+					name := fmt.Sprintf("%v/cols%d/form%d/static=%v/scaled=%v", kind, cols, form, static, tc.scaled)
+					if in16 {
+						name = "in16/" + name
+					}
+					t.Run(name, func(t *testing.T) {
 						const rows = 6
 						w, err := b.UploadFP8(randomFP8(rng, 16, cols, static))
 						if err != nil {
@@ -731,8 +822,11 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 							t.Fatal(err)
 						}
 						b.args = []opArgs{{w: cw}, {w: pw.Data.(*cudaWeight)}}
-						plan := &opPlan{rows: rows, fp8Out: 0, fp8X16: true, fp8ScaleFrom: -1}
+						plan := &opPlan{rows: rows, fp8Out: 0, fp8X16: true, fp8ScaleFrom: -1, fp8In16: in16}
 						in := fp8TestInput(rng, rows, 2*cols, 1) // the residual and the addend; gate and up
+						for i := range in {
+							in[i] = round16(in[i])
+						}
 						// dev is what the device reads: the unscaled sums where scaled, whose scaled values are in.
 						dev := in
 						if tc.scaled {
@@ -746,7 +840,7 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 							}
 							dev = append([]float32(nil), in...)
 							scale := func(i, col, r int) {
-								dev[i] = float32(in[i] * 1000)
+								dev[i] = round16(float32(in[i] * 1000))
 								in[i] = float32(dev[i] * float32(sx[r]*prev.Scales[col]))
 							}
 							for r := range rows {
@@ -805,7 +899,12 @@ func TestCUDAFP8FusedInputs(t *testing.T) {
 							}
 						} else {
 							gu := newDeviceTensor(t, b, rows, 2*cols)
-							if err := b.dev.CopyToDevice(gu.ptr, cuda.Bytes(dev)); err != nil {
+							raw := cuda.Bytes(dev)
+							if in16 {
+								raw = make([]byte, 2*len(dev))
+								dtype.EncodeBF16(raw, dev)
+							}
+							if err := b.dev.CopyToDevice(gu.ptr, raw); err != nil {
 								t.Fatal(err)
 							}
 							a.x = gu

@@ -118,6 +118,9 @@ type gemvTuning struct {
 	// SwiGLU after the product could apply them (opPlan.fp8Unscaled).
 	FP8NoFuse      bool
 	FP8NoScaleFold bool
+	// FP8NoOut16 keeps the unscaled gate/up sums float32 where cuBLASLt could write them in bfloat16
+	// for the quantizing SwiGLU (opPlan.fp8Out16).
+	FP8NoOut16 bool
 	// FP8Staged picks the quantizing norm's and SwiGLU's form (fp8FusedForm): 0 the default rule (staged
 	// only where no register shape holds the row), < 0 never staged, > 0 staged wherever it holds the row.
 	FP8Staged int
@@ -219,6 +222,8 @@ type stepFacts struct {
 	fp8MMA bool
 	// fp8Gemm: the skinny GEMM's e4m3 kernel is loaded (Hopper: kernels/gemm_sm90.cu).
 	fp8Gemm bool
+	// fp8In16: the quantizing SwiGLU's bfloat16-input kernels are loaded (16-bit compute: opPlan.fp8Out16).
+	fp8In16 bool
 	// normFold: the fold kernels exist (bfloat16) and the fold slots are allocated; normSlots is how
 	// many folds a step may have.
 	normFold  bool
@@ -727,6 +732,11 @@ type opPlan struct {
 	// (ScaleE4M3's).
 	fp8Unscaled  bool
 	fp8ScaleFrom int
+	// MatMul with fp8Unscaled: fp8Out16, cuBLASLt writes the unscaled sums in bfloat16 (out16), for the
+	// quantizing SwiGLU after it, which reads them with fp8In16 (its _in16 kernels): half the bytes of
+	// gate/up's output written and read, each sum rounded once to bfloat16 before its scales (far
+	// below the e4m3 rounding of the SwiGLU's output that follows). 16-bit compute only.
+	fp8Out16, fp8In16 bool
 	// Norm, SwiGLU with fp8Out: fp8X16, the product reads its input as f16 values (fp8ReadsX16), which
 	// this op writes beside the codes.
 	fp8X16 bool
@@ -896,6 +906,8 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 		plan.fp8ScaleFrom = l.scaleFrom
 	}
 	plan.fp8Unscaled = l.scaleInto >= 0 && p.scaleFolds(i, rows)
+	plan.fp8Out16 = plan.fp8Unscaled && p.out16(i, rows)
+	plan.fp8In16 = plan.fp8ScaleFrom >= 0 && p.out16(l.scaleFrom, rows)
 	switch op.kind {
 	case opEmbed:
 		if p.normFolds(l.normOut, rows) && !f.tune.diag.normFold(2) {
@@ -986,6 +998,18 @@ func (p *stepPlanner) scaleFolds(i, rows int) bool {
 	return p.ops[c].kind != opRoPE || p.ropeRuns(c, rows)
 }
 
+// out16 reports whether FP8 product op i, which leaves its scales to the op after it at rows rows
+// (scaleFolds), writes its unscaled sums in bfloat16 (opPlan.fp8Out16): that op is the quantizing SwiGLU
+// and its bfloat16-input kernels are loaded.
+func (p *stepPlanner) out16(i, rows int) bool {
+	f := p.f
+	if !f.fp8In16 || f.tune.FP8NoOut16 || !p.scaleFolds(i, rows) {
+		return false
+	}
+	c := p.links[i].scaleInto
+	return p.ops[c].kind == opSwiGLU && p.links[c].fp8Into >= 0
+}
+
 // ropeRuns reports whether RoPE op r runs the RoPE kernel at rows rows: neither the product before it
 // (its epilogue) nor decode attention rotates.
 func (p *stepPlanner) ropeRuns(r, rows int) bool {
@@ -1016,7 +1040,8 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 		on   bool
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
-		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}, {t.FP8NoScaleFold, "fp8noscalefold"}} {
+		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}, {t.FP8NoScaleFold, "fp8noscalefold"},
+		{t.FP8NoOut16, "fp8noout16"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}

@@ -580,7 +580,7 @@ func TestPlanFP8(t *testing.T) {
 					}
 				}
 				f := planFacts("h200", m)
-				f.fp8Lt, f.tune.FP8NoFuse = true, tc.noFuse
+				f.fp8Lt, f.tune.FP8NoFuse, f.fp8In16 = true, tc.noFuse, true
 				f.fp8Gemm, f.tune.FP8NoGemm = tc.gemm, tc.gemmTuned
 				st := stepShape{decode: rows <= 64, graph: rows <= 64, contextCap: 2048, stride: 128, pdl: rows <= 8}
 				plans := planStep(ops, 0, &f, &st)
@@ -611,6 +611,10 @@ func TestPlanFP8(t *testing.T) {
 						if p.fp8Unscaled != unscaled || unscaled && plans[i+1].fp8ScaleFrom != i {
 							t.Errorf("op %d: unscaled %v (the next op applies the scales of %d), want %v", i, p.fp8Unscaled,
 								plans[i+1].fp8ScaleFrom, unscaled)
+						}
+						// gate/up's unscaled sums go to the quantizing SwiGLU in bfloat16.
+						if out16 := unscaled && next.kind == opSwiGLU; p.fp8Out16 != out16 || plans[i+1].fp8In16 != out16 {
+							t.Errorf("op %d: bfloat16 sums %v (the next op reads them %v), want %v", i, p.fp8Out16, plans[i+1].fp8In16, out16)
 						}
 						// Every FP8 product but O (after attention) gets its input quantized.
 						if quantized := !tc.noFuse && ops[i-1].kind != opAttention; p.fp8Quantized != quantized ||
@@ -676,6 +680,57 @@ func TestPlanFP8(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestPlanFP8Out16: gate/up on cuBLASLt writes its unscaled sums in bfloat16 for the quantizing SwiGLU
+// (opPlan.fp8Out16, fp8In16) only where the SwiGLU's bfloat16-input kernels are loaded (16-bit compute),
+// the tuning allows it and the sums are left unscaled; no other product does.
+func TestPlanFP8Out16(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rows   int
+		change func(f *stepFacts)
+		want   bool
+	}{
+		{"default", 512, func(*stepFacts) {}, true},
+		{"17 rows", 17, func(*stepFacts) {}, true},
+		{"e4m3 GEMM rows", 16, func(*stepFacts) {}, false},
+		{"no kernels", 512, func(f *stepFacts) { f.fp8In16 = false }, false},
+		{"tuned-off", 512, func(f *stepFacts) { f.tune.FP8NoOut16 = true }, false},
+		{"no scale fold", 512, func(f *stepFacts) { f.tune.FP8NoScaleFold = true }, false},
+		{"lt-scales", 512, func(f *stepFacts) { f.fp8LtScaled = true }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops, at := recordedStep(planLlama3_8B, tc.rows, false)
+			for i := range ops {
+				if ops[i].kind == opMatMul && i != at["lmhead"] {
+					ops[i].fp8 = true
+				}
+			}
+			f := planFacts("h200", planLlama3_8B)
+			f.fp8Lt, f.fp8Gemm, f.fp8In16 = true, true, true
+			tc.change(&f)
+			st := stepShape{decode: tc.rows <= 64, graph: tc.rows <= 64, contextCap: 2048, stride: 128}
+			plans := planStep(ops, 0, &f, &st)
+			g := at["gateup"]
+			if plans[g].fp8Out16 != tc.want || plans[g+1].fp8In16 != tc.want || ops[g+1].kind != opSwiGLU {
+				t.Errorf("gate/up writes bfloat16 %v, %v reads it %v; want %v", plans[g].fp8Out16, ops[g+1].kind, plans[g+1].fp8In16, tc.want)
+			}
+			out16 := 0
+			for i, p := range plans {
+				gateUp := ops[i].kind == opMatMul && i+1 < len(ops) && ops[i+1].kind == opSwiGLU
+				if p.fp8Out16 && (!gateUp || !plans[i+1].fp8In16) || p.fp8In16 && ops[i].kind != opSwiGLU {
+					t.Errorf("op %d (%v): bfloat16 sums out %v, in %v", i, ops[i].kind, p.fp8Out16, p.fp8In16)
+				}
+				if p.fp8Out16 {
+					out16++
+				}
+			}
+			if want := map[bool]int{true: planLlama3_8B.layers}[tc.want]; out16 != want {
+				t.Errorf("%d products write bfloat16 sums, want %d (every layer's gate/up)", out16, want)
+			}
+		})
 	}
 }
 

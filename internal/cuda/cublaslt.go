@@ -251,6 +251,12 @@ func (b *BLASLt) MatmulE4M3(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb
 	return b.MatmulE4M3Scaled(m, n, k, a, lda, bm, ldb, d, ldd, 0, 0, s)
 }
 
+// MatmulE4M3BF16 is MatmulE4M3 with D of bfloat16: each unscaled sum rounded once, half the bytes of
+// float32's to write and to read back.
+func (b *BLASLt) MatmulE4M3BF16(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int, s *Stream) error {
+	return b.matmulE4M3Form(ltForm{out16: true}, m, n, k, a, lda, bm, ldb, d, ldd, 0, 0, s)
+}
+
 // MatmulE4M3Scaled is MatmulE4M3 with D's row i and column j scaled by sa[i]·sb[j] (float32 vectors of m
 // and n on the device: cuBLASLt's outer-vector scaling, cuBLAS 12.9 and newer) where sa is not 0. Whether
 // a library computes it, and along which dimensions, is the caller's to check once (a library without

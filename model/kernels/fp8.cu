@@ -164,7 +164,7 @@ struct FusedE4M3Params {
 	unsigned char *codes; // [rows][kp]
 	__half *x16;          // [rows][kp]: the codes' f16 values (QuantizeE4M3Params), or null
 	float *scales;        // [rows]
-	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols]
+	float *residual;      // NormE4M3: [rows][cols], updated in place; SwiGLUE4M3: gate_up [rows][2·cols] (_in16: of bf16)
 	const float *add;     // NormE4M3: [rows][cols], or null
 	const float *weight;  // NormE4M3: [cols]
 	const float *in_sx;   // [rows]: the scales of the product before's input, or null (see above)
@@ -247,17 +247,20 @@ extern "C" __global__ void NormE4M3(const FusedE4M3Params p) {
 	fused_e4m3(p, [&](int i, bool) { return p.weight[i] * (res[i] * inv); }, scratch);
 }
 
-template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M3Params &p) {
+// GU is gate_up's element type: float, or __nv_bfloat16 for the _in16 entry points, which read an FP8
+// product's unscaled sums as cuBLASLt wrote them in bfloat16 (opPlan.fp8Out16): half the bytes of the
+// float sums, each rounded once to bfloat16 before its scale.
+template <typename T, typename GU = float> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M3Params &p) {
 	__shared__ float scratch[32];
-	const float *gu = p.residual + (long long)blockIdx.x * 2 * p.cols;
+	const GU *gu = reinterpret_cast<const GU *>(p.residual) + (long long)blockIdx.x * 2 * p.cols;
 	pdl_wait();
 	pdl_launch_dependents();
 	const float sx = in_scale(p);
 	fused_e4m3(p,
 	           [&](int i, bool) {
-		           if (!p.in_sx) return silu_mul<T>(gu[i], gu[p.cols + i]);
-		           return silu_mul<T>(__fmul_rn(gu[i], __fmul_rn(sx, p.in_sw[i])),
-		                              __fmul_rn(gu[p.cols + i], __fmul_rn(sx, p.in_sw[p.cols + i])));
+		           const float g = Num<GU>::load(gu[i]), u = Num<GU>::load(gu[p.cols + i]);
+		           if (!p.in_sx) return silu_mul<T>(g, u);
+		           return silu_mul<T>(__fmul_rn(g, __fmul_rn(sx, p.in_sw[i])), __fmul_rn(u, __fmul_rn(sx, p.in_sw[p.cols + i])));
 	           },
 	           scratch);
 }
@@ -265,6 +268,8 @@ template <typename T> __device__ __forceinline__ void swiglu_e4m3(const FusedE4M
 extern "C" __global__ void SwiGLUE4M3_f32(const FusedE4M3Params p) { swiglu_e4m3<float>(p); }
 extern "C" __global__ void SwiGLUE4M3_bf16(const FusedE4M3Params p) { swiglu_e4m3<__nv_bfloat16>(p); }
 extern "C" __global__ void SwiGLUE4M3_f16(const FusedE4M3Params p) { swiglu_e4m3<__half>(p); }
+extern "C" __global__ void SwiGLUE4M3_bf16_in16(const FusedE4M3Params p) { swiglu_e4m3<__nv_bfloat16, __nv_bfloat16>(p); }
+extern "C" __global__ void SwiGLUE4M3_f16_in16(const FusedE4M3Params p) { swiglu_e4m3<__half, __nv_bfloat16>(p); }
 
 // The register kernels: the same three producers (and QuantizeE4M3) for rows of cols ≤ 16384 values, cols
 // a multiple of 4 (fp8RowShape on the Go side picks them; odd rows run the kernels above, wider ones the
@@ -335,6 +340,17 @@ __device__ __forceinline__ float4 scale4(float4 a, float sx, float4 w) {
 	                   __fmul_rn(a.z, __fmul_rn(sx, w.z)), __fmul_rn(a.w, __fmul_rn(sx, w.w)));
 }
 
+// load4 is elements 4·i4 … 4·i4+3 of x as floats.
+template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4);
+template <> __device__ __forceinline__ float4 load4<float>(const float *x, int i4) {
+	return reinterpret_cast<const float4 *>(x)[i4];
+}
+template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4) {
+	const uint2 u = reinterpret_cast<const uint2 *>(x)[i4];
+	const T *e = reinterpret_cast<const T *>(&u);
+	return make_float4(Num<T>::load(e[0]), Num<T>::load(e[1]), Num<T>::load(e[2]), Num<T>::load(e[3]));
+}
+
 template <int THREADS, int NV> __device__ __forceinline__ void norm_e4m3_regs(const FusedE4M3Params &p) {
 	__shared__ float scratch[32];
 	const long long row = blockIdx.x;
@@ -381,11 +397,12 @@ template <int THREADS, int NV> __device__ __forceinline__ void norm_e4m3_regs(co
 	                p.min_scale, scratch);
 }
 
-template <typename T, int THREADS, int NV> __device__ __forceinline__ void swiglu_e4m3_regs(const FusedE4M3Params &p) {
+template <typename T, int THREADS, int NV, typename GU = float>
+__device__ __forceinline__ void swiglu_e4m3_regs(const FusedE4M3Params &p) {
 	__shared__ float scratch[32];
 	const long long row = blockIdx.x;
 	const int n4 = p.cols >> 2;
-	const float4 *gu = reinterpret_cast<const float4 *>(p.residual + row * 2 * p.cols);
+	const GU *gu = reinterpret_cast<const GU *>(p.residual) + row * 2 * p.cols;
 	pdl_wait();
 	pdl_launch_dependents();
 	const float sx = in_scale(p);
@@ -393,7 +410,7 @@ template <typename T, int THREADS, int NV> __device__ __forceinline__ void swigl
 #pragma unroll
 	for (int j = 0; j < NV; j++) {
 		const int i4 = threadIdx.x + j * THREADS;
-		if (i4 < n4) g[j] = gu[i4], u[j] = gu[n4 + i4];
+		if (i4 < n4) g[j] = load4<GU>(gu, i4), u[j] = load4<GU>(gu, n4 + i4);
 	}
 #pragma unroll
 	for (int j = 0; j < NV; j++) {
@@ -407,17 +424,6 @@ template <typename T, int THREADS, int NV> __device__ __forceinline__ void swigl
 	}
 	store_codes<NV>(g, n4, p.kp, p.codes + row * p.kp, p.x16 ? p.x16 + row * p.kp : nullptr, p.scales + row, p.input_scale,
 	                p.min_scale, scratch);
-}
-
-// load4 is elements 4·i4 … 4·i4+3 of x as floats.
-template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4);
-template <> __device__ __forceinline__ float4 load4<float>(const float *x, int i4) {
-	return reinterpret_cast<const float4 *>(x)[i4];
-}
-template <typename T> __device__ __forceinline__ float4 load4(const T *x, int i4) {
-	const uint2 u = reinterpret_cast<const uint2 *>(x)[i4];
-	const T *e = reinterpret_cast<const T *>(&u);
-	return make_float4(Num<T>::load(e[0]), Num<T>::load(e[1]), Num<T>::load(e[2]), Num<T>::load(e[3]));
 }
 
 template <typename T, int THREADS, int NV> __device__ __forceinline__ void quantize_e4m3_regs(const QuantizeE4M3Params &p) {
@@ -443,11 +449,16 @@ template <typename T, int THREADS, int NV> __device__ __forceinline__ void quant
 	extern "C" __global__ void __launch_bounds__(TH) QuantizeE4M3_##TN##_r##TH##x##NV(const QuantizeE4M3Params p) { \
 		quantize_e4m3_regs<T, TH, NV>(p);                                                                  \
 	}
+#define FP8_ROWS_IN16(TN, T, TH, NV)                                                                          \
+	extern "C" __global__ void __launch_bounds__(TH) SwiGLUE4M3_##TN##_in16_r##TH##x##NV(const FusedE4M3Params p) { \
+		swiglu_e4m3_regs<T, TH, NV, __nv_bfloat16>(p);                                                      \
+	}
 #define FP8_ROWS(TH, NV)                                                                                      \
 	extern "C" __global__ void __launch_bounds__(TH) NormE4M3_r##TH##x##NV(const FusedE4M3Params p) {       \
 		norm_e4m3_regs<TH, NV>(p);                                                                         \
 	}                                                                                                          \
-	FP8_ROWS_T(f32, float, TH, NV) FP8_ROWS_T(bf16, __nv_bfloat16, TH, NV) FP8_ROWS_T(f16, __half, TH, NV)
+	FP8_ROWS_T(f32, float, TH, NV) FP8_ROWS_T(bf16, __nv_bfloat16, TH, NV) FP8_ROWS_T(f16, __half, TH, NV)   \
+	FP8_ROWS_IN16(bf16, __nv_bfloat16, TH, NV) FP8_ROWS_IN16(f16, __half, TH, NV)
 FP8_ROWS(256, 1)
 FP8_ROWS(256, 2)
 FP8_ROWS(256, 4)
@@ -531,13 +542,13 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) NormE4M3_staged(cons
 	stage_out(staged, n4, amax, nan, p, scratch, &nan_seen);
 }
 
-template <typename T> __device__ __forceinline__ void swiglu_e4m3_staged(const FusedE4M3Params &p) {
+template <typename T, typename GU = float> __device__ __forceinline__ void swiglu_e4m3_staged(const FusedE4M3Params &p) {
 	float4 *staged = stage_buffer;
 	__shared__ float scratch[32];
 	__shared__ int nan_seen;
 	const long long row = blockIdx.x;
 	const int n4 = p.cols >> 2;
-	const float4 *gu = reinterpret_cast<const float4 *>(p.residual + row * 2 * p.cols);
+	const GU *gu = reinterpret_cast<const GU *>(p.residual) + row * 2 * p.cols;
 	const float4 *sw = reinterpret_cast<const float4 *>(p.in_sw);
 	pdl_wait();
 	pdl_launch_dependents();
@@ -549,7 +560,7 @@ template <typename T> __device__ __forceinline__ void swiglu_e4m3_staged(const F
 #pragma unroll
 		for (int j = 0; j < STAGE_U; j++) {
 			const int i4 = base + j * STAGE_THREADS;
-			if (i4 < n4) g[j] = gu[i4], u[j] = gu[n4 + i4];
+			if (i4 < n4) g[j] = load4<GU>(gu, i4), u[j] = load4<GU>(gu, n4 + i4);
 		}
 #pragma unroll
 		for (int j = 0; j < STAGE_U; j++) {
@@ -573,3 +584,9 @@ template <typename T> __device__ __forceinline__ void swiglu_e4m3_staged(const F
 FP8_STAGED_T(f32, float)
 FP8_STAGED_T(bf16, __nv_bfloat16)
 FP8_STAGED_T(f16, __half)
+extern "C" __global__ void __launch_bounds__(STAGE_THREADS) SwiGLUE4M3_bf16_in16_staged(const FusedE4M3Params p) {
+	swiglu_e4m3_staged<__nv_bfloat16, __nv_bfloat16>(p);
+}
+extern "C" __global__ void __launch_bounds__(STAGE_THREADS) SwiGLUE4M3_f16_in16_staged(const FusedE4M3Params p) {
+	swiglu_e4m3_staged<__half, __nv_bfloat16>(p);
+}
