@@ -937,6 +937,23 @@ type sharedLaunch struct {
 	// qBytes and preBytes are the gathered queries' and the prefix partials' regions of the workspace,
 	// workspace its whole size.
 	qBytes, preBytes, workspace int64
+	// scalars are every other integer the launches take by value.
+	scalars sharedScalars
+}
+
+// sharedScalars are the integers a shared-prefix call's kernels take by value (shared.cu's SharedParams
+// and the prefix kernel's parameters) beside the grids: computed here, with the rest of the launch, so
+// that what a CUDA graph bakes in is a function of its key (TestDecideSharedGraph compares them).
+type sharedScalars struct {
+	numHeads, numKVHeads, group, members, rowBytes int
+	prefixPartitionTokens, prefixPartitions        int
+	suffixPartitionTokens, suffixPartitions        int
+	// preRows and sufRows are the passes' partial rows (virtual·virtualHeads·partitions, batch·heads·
+	// partitions): where their m and l start in the workspace.
+	preRows, sufRows int64
+	// prefixRows is the prefix kernel's query rows a KV head of a virtual sequence, prefixBatch its
+	// virtual sequences.
+	prefixRows, prefixBatch int
 }
 
 // planSharedLaunch is the launch of a shared-prefix call c (its shape and tuning; its ContextLens one
@@ -1004,6 +1021,14 @@ func planSharedLaunch(c DecodeCall, l *SharedLayout, plan SharedPlan, dev Decode
 	if sl.suffix.fixPartitions(suffixParts) {
 		sl.suffix.EvictFirst = suffix.evictFirst(dev, sl.suffix.Grid[0]*sl.suffix.Grid[1]*sl.suffix.Grid[2])
 	}
+	pd, sd := sl.prefix.Plan, sl.suffix.Plan
+	sl.scalars = sharedScalars{numHeads: c.NumHeads, numKVHeads: c.NumKVHeads, group: g, members: l.Members,
+		rowBytes:              c.HeadDim * elem,
+		prefixPartitionTokens: pd.PartitionTokens, prefixPartitions: pd.NumPartitions,
+		suffixPartitionTokens: sd.PartitionTokens, suffixPartitions: sd.NumPartitions,
+		preRows:    int64(l.Virtual()) * int64(sl.virtualHeads) * int64(pd.NumPartitions),
+		sufRows:    int64(l.Batch) * int64(c.NumHeads) * int64(sd.NumPartitions),
+		prefixRows: sl.virtualHeads / c.NumKVHeads, prefixBatch: len(sl.prefixLens)}
 	return sl, nil
 }
 

@@ -222,35 +222,31 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	suffix := *a
 	suffix.Dependent = false
 	suffix.BlockTables, suffix.ContextLens, suffix.HostContextLens = sh.SuffixTables, sh.SuffixLens, sl.suffixLens
-	pd, sd := sl.prefix, sl.suffix
-
-	g := a.NumHeads / a.NumKVHeads
-	preRows := int64(l.Virtual()) * int64(sl.virtualHeads) * int64(pd.Plan.NumPartitions)
-	sufRows := int64(l.Batch) * int64(a.NumHeads) * int64(sd.Plan.NumPartitions)
+	sc := &sl.scalars
 	p := sharedParams{
 		Out: a.Out, Q: a.Q, VQ: vq,
 		VirtualSeqs: sh.VirtualSeqs, SeqSlot: sh.SeqSlot, VirtualLens: sh.VirtualLens, SuffixLens: sh.SuffixLens,
-		PreAcc: pre, PreM: pre.Add(4 * preRows * int64(a.HeadDim)), SufAcc: suf, SufM: suf.Add(4 * sufRows * int64(a.HeadDim)),
-		NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads), Group: int32(g), Members: int32(l.Members),
-		RowBytes:              int32(a.HeadDim * dt.Size()),
-		PrefixPartitionTokens: int32(pd.Plan.PartitionTokens), PrefixPartitions: int32(pd.Plan.NumPartitions),
-		SuffixPartitionTokens: int32(sd.Plan.PartitionTokens), SuffixPartitions: int32(sd.Plan.NumPartitions),
+		PreAcc: pre, PreM: pre.Add(4 * sc.preRows * int64(a.HeadDim)), SufAcc: suf, SufM: suf.Add(4 * sc.sufRows * int64(a.HeadDim)),
+		NumHeads: int32(sc.numHeads), NumKVHeads: int32(sc.numKVHeads), Group: int32(sc.group), Members: int32(sc.members),
+		RowBytes:              int32(sc.rowBytes),
+		PrefixPartitionTokens: int32(sc.prefixPartitionTokens), PrefixPartitions: int32(sc.prefixPartitions),
+		SuffixPartitionTokens: int32(sc.suffixPartitionTokens), SuffixPartitions: int32(sc.suffixPartitions),
 	}
-	p.PreL, p.SufL = p.PreM.Add(4*preRows), p.SufM.Add(4*sufRows)
+	p.PreL, p.SufL = p.PreM.Add(4*sc.preRows), p.SufM.Add(4*sc.sufRows)
 
 	gather := k.kernels[sharedGatherKernel]
 	if err := cuda.Launch(gather.fn, dim3(sl.gather), cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
 		return fmt.Errorf("attention: shared-prefix gather: %w", err)
 	}
 	if prefixKernel != nil {
-		err = k.runPrefix(s, &prefix, prefixKernel, pd.Plan, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
+		err = k.runPrefix(s, &prefix, prefixKernel, sc, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
 	} else {
-		err = k.runPartitions(s, &prefix, pd, p.PreAcc, p.PreM, p.PreL)
+		err = k.runPartitions(s, &prefix, sl.prefix, p.PreAcc, p.PreM, p.PreL)
 	}
 	if err != nil {
 		return fmt.Errorf("attention: shared-prefix pass: %w", err)
 	}
-	if err := k.runPartitions(s, &suffix, sd, p.SufAcc, p.SufM, p.SufL); err != nil {
+	if err := k.runPartitions(s, &suffix, sl.suffix, p.SufAcc, p.SufM, p.SufL); err != nil {
 		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
 	}
 	if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
@@ -264,19 +260,18 @@ func dim3(g [3]int) cuda.Dim3 { return cuda.Dim3{X: g[0], Y: g[1], Z: g[2]} }
 
 // runPrefix queues shared.cu's prefix kernel kern over grid for the virtual call a (its queries the
 // gathered ones, its sequences the virtual sequences, its query heads their rows per KV head times the
-// KV heads), partitioned as plan says, its partials to (acc, m, l) in the split-k layout; a program
+// KV heads), partitioned as sc says, its partials to (acc, m, l) in the split-k layout; a program
 // serves sharedPrefixRows rows (planSharedLaunch's grid).
-func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, plan DecodePlan, grid cuda.Dim3, acc, m, l cuda.DevicePtr) error {
-	rows := a.NumHeads / a.NumKVHeads
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, sc *sharedScalars, grid cuda.Dim3, acc, m, l cuda.DevicePtr) error {
 	p := decodeParams{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
 		PartM: m, PartL: l, PartAcc: acc,
 		ScaleLog2:  float32(float64(a.Scale) * math.Log2E),
-		NumHeads:   int32(a.NumHeads),
-		NumKVHeads: int32(a.NumKVHeads),
+		NumHeads:   int32(sc.prefixRows * sc.numKVHeads),
+		NumKVHeads: int32(sc.numKVHeads),
 		MaxBlocks:  int32(a.MaxBlocks), Log2BlockSize: int32(bits.TrailingZeros(uint(a.BlockSize))),
-		PartitionTokens: int32(plan.PartitionTokens), NumPartitions: int32(plan.NumPartitions),
-		Group: int32(rows), Batch: int32(len(a.HostContextLens)),
+		PartitionTokens: int32(sc.prefixPartitionTokens), NumPartitions: int32(sc.prefixPartitions),
+		Group: int32(sc.prefixRows), Batch: int32(sc.prefixBatch),
 		KScale: a.KScale, VScale: a.VScale,
 	}
 	if !kern.tma {

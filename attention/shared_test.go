@@ -709,6 +709,12 @@ func TestDecideSharedGraph(t *testing.T) {
 				if err != nil {
 					t.Fatalf("trial %d: %v", trial, err)
 				}
+				// The by-value integers follow the key too (launch, below, holds them).
+				if sc := sl.scalars; sc.members != k.Members || sc.prefixBatch != k.Virtual || sc.prefixPartitions != k.PrefixPartitions ||
+					sc.suffixPartitions != k.SuffixPartitions || sc.prefixPartitionTokens != k.PrefixPartitionTokens ||
+					sc.suffixPartitionTokens != k.SuffixPartitionTokens || sc.prefixRows != k.Members*4 && sharedPrefixKernel(sh.dt, sh.headDim) {
+					t.Fatalf("trial %d: launch scalars %+v for key %+v", trial, sc, k)
+				}
 				launch := fmt.Sprintf("%+v", sl)
 				sizes := [5]int{len(p.VirtualSeqs), len(p.SeqSlot), len(p.VirtualLens), len(p.SuffixLens),
 					int(SharedWorkspaceBytes(p, d.Plan, c.NumHeads, c.NumKVHeads, c.HeadDim, c.DType.Size()))}
