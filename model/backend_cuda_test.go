@@ -283,27 +283,31 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		nofold  bool // the norms between skinny products stay kernels (bf16 folds them by default)
 		inter   int  // the intermediate size, when not the reference config's (384)
 		rows    bool // the O and down products split by output rows (though smaller than splitRowsMinOut)
+		rope    int  // the RoPE kernel's heads a block at every row count (gemvTuning.RoPEHeads), 0 its rule
 	}{
-		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, false},
-		{128, weights.DTypeF32, 1e-4, false, false, false, false, 0, false},
-		{128, weights.DTypeF32, 1e-4, false, true, false, false, 0, false},
-		{128, weights.DTypeF32, 1e-4, false, true, true, false, 0, false},
-		{64, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false},
-		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false},
-		{128, weights.DTypeBF16, 5e-2, false, true, false, false, 0, false},
-		{128, weights.DTypeBF16, 5e-2, false, false, false, true, 0, false},
+		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, false, 0},
+		{128, weights.DTypeF32, 1e-4, false, false, false, false, 0, false, 0},
+		{128, weights.DTypeF32, 1e-4, false, true, false, false, 0, false, 0},
+		{128, weights.DTypeF32, 1e-4, false, true, true, false, 0, false, 0},
+		{64, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false, 0},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false, 0},
+		{128, weights.DTypeBF16, 5e-2, false, true, false, false, 0, false, 0},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, true, 0, false, 0},
 		// The down product's k not a multiple of 64: it runs on cuBLAS, so no norm of the step folds.
-		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 360, false},
-		{64, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
-		{128, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 360, false, 0},
+		{64, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false, 0},
+		{128, weights.DTypeBF16, 5e-2, true, false, false, false, 0, false, 0},
 		// Every 9-64-row product on the GEMM but gate/up, whose intermediate size (not a multiple of 8)
 		// keeps it on cuBLAS and the SwiGLU kernel; beside it the same model on cuBLAS alone. This random
 		// model's bfloat16 error against the CPU's float32 reaches 0.050 on either route on the H100 (the
 		// model's, not the route's; the cases above reach 0.047-0.049), hence 6e-2.
-		{128, weights.DTypeBF16, 6e-2, true, false, false, false, 300, false},
-		{128, weights.DTypeBF16, 6e-2, false, false, false, false, 300, false},
-		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, true},
-		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, true},
+		{128, weights.DTypeBF16, 6e-2, true, false, false, false, 300, false, 0},
+		{128, weights.DTypeBF16, 6e-2, false, false, false, false, 300, false, 0},
+		{64, weights.DTypeF32, 1e-4, false, false, false, false, 0, true, 0},
+		{128, weights.DTypeBF16, 5e-2, false, false, false, false, 0, true, 0},
+		// Three heads a RoPE block at every row count: groups that end inside the q, k and v heads.
+		{128, weights.DTypeF32, 1e-4, false, false, false, false, 0, false, 3},
+		{64, weights.DTypeBF16, 5e-2, false, false, false, false, 0, false, 3},
 	} {
 		name := fmt.Sprintf("d%d_%v_gemm=%v", tc.headDim, tc.dtype, tc.gemm)
 		if tc.eager {
@@ -321,13 +325,16 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		if tc.rows {
 			name += "_rows"
 		}
+		if tc.rope > 0 {
+			name += fmt.Sprintf("_rope%d", tc.rope)
+		}
 		t.Run(name, func(t *testing.T) {
 			cfg := cudaReferenceConfig(tc.headDim)
 			if tc.inter > 0 {
 				cfg.IntermediateSize = tc.inter
 			}
 			st := matchCPU(t, dev, cfg, tc.dtype, tc.tol, tc.eager, func(backend *cudaBackend) {
-				backend.tune.NoNormFold = tc.nofold
+				backend.tune.NoNormFold, backend.tune.RoPEHeads = tc.nofold, tc.rope
 				if tc.rows {
 					backend.tune.SplitRows = true
 				}

@@ -174,7 +174,7 @@ func decodeKVBytes(cfg *weights.Config, batch, context int) int64 {
 // about 2 µs of launch gap a graph does not have; %BW is against the same copy bandwidth). The
 // prefill sub-benchmark times one 1024-token prompt and logs its per-op profile (with FP8 layers also
 // prefill1024-noscalefold: the FP8NoScaleFold tuning; prefill1024-regs and -staged: FP8Staged −1 and 1;
-// prefill1024-noout16: FP8NoOut16).
+// prefill1024-noout16: FP8NoOut16; prefill1024-rope8 and -rope16, every model: RoPEHeads 8 and 16).
 // GOLLM_BENCH_CONTEXT sets
 // another decode context (e.g. 1088, the mean context of gollm bench latency's 1024-token prompts and 128
 // output tokens). GOLLM_BENCH_FILL_KV=1 fills the sequences' pages by a prefill first (real K/V instead
@@ -212,7 +212,9 @@ func BenchmarkCUDADecode(b *testing.B) {
 			b.Logf("%s: loaded random bf16 weights %s(%.2f GB) in %v", mc.name, opts.Quantization,
 				float64(decodeWeightBytes(cfg, opts.Quantization))/1e9,
 				time.Since(start).Round(time.Millisecond))
-			prefills := map[string]gemvTuning{"prefill1024": defaultGemvTuning}
+			prefills := map[string]gemvTuning{"prefill1024": defaultGemvTuning,
+				"prefill1024-rope8":  tweak(func(t *gemvTuning) { t.RoPEHeads = 8 }),
+				"prefill1024-rope16": tweak(func(t *gemvTuning) { t.RoPEHeads = 16 })}
 			if opts.Quantization != "" { // and with cuBLASLt's products scaled by a pass of their own
 				prefills["prefill1024-noscalefold"] = tweak(func(t *gemvTuning) { t.FP8NoScaleFold = true })
 				prefills["prefill1024-regs"] = tweak(func(t *gemvTuning) { t.FP8Staged = -1 })

@@ -272,8 +272,26 @@ func (b *cudaBackend) runProduct(op *stepOp, a *opArgs, p *opPlan) error {
 		beta, y, cuda.Float32, out)
 }
 
-// ropeHeads is ROPE_HEADS of kernels/rope.cu: the heads one block of a row rotates or copies.
-const ropeHeads = 8
+// ropeMaxHeads is ROPE_MAX_HEADS of kernels/rope.cu: the most heads one block of a row rotates or copies.
+const ropeMaxHeads = 64
+
+// ropeHeads is the heads a block of the RoPE kernel covers at rows rows: gemvTuning.RoPEHeads where
+// set, else ropeFewHeads up to ropeManyRows rows (a decode step: blocks enough for the SMs) and
+// ropeMaxHeads from there.
+func (b *cudaBackend) ropeHeads(rows int) int {
+	if h := b.tune.RoPEHeads; h > 0 {
+		return min(h, ropeMaxHeads)
+	}
+	if rows <= ropeManyRows {
+		return ropeFewHeads
+	}
+	return ropeMaxHeads
+}
+
+const (
+	ropeFewHeads = 8
+	ropeManyRows = 64
+)
 
 // layerKV returns layer l's page arrays of K and V (its LayerShape.KVSlot).
 func (b *cudaBackend) layerKV(l int) (k, v cuda.DevicePtr) {
@@ -319,6 +337,7 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 		Eps                                                  float32
 		KScale, VScale                                       float32
 		InSX, InSW                                           cuda.DevicePtr
+		HeadsPerBlock                                        int32
 	}{QKV: a.x.ptr, QOut: a.x.qRot, KCache: k, VCache: v, Positions: b.metaPtr(b.st.offPos), Slots: b.layerSlots(a.layer),
 		InvFreq: b.layerInvFreq(a.layer), AttentionScaling: sh.RopeAttentionScaling, NumHeads: int32(sh.NumHeads),
 		NumKVHeads: int32(sh.NumKVHeads), HeadDim: int32(sh.HeadDim), QKVCols: int32(sh.QKVCols())}
@@ -327,8 +346,10 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 		params.QNorm, params.KNorm, params.Eps = n.w.ptr, n.w2.ptr, n.eps
 	}
 	params.InSX, params.InSW = b.fp8InScales(p)
-	threads := min(256, max(32, (ropeHeads*sh.HeadDim/2+31)/32*32))
-	groups := (sh.NumHeads + 2*sh.NumKVHeads + ropeHeads - 1) / ropeHeads
+	hpb := b.ropeHeads(rows)
+	params.HeadsPerBlock = int32(hpb)
+	threads := min(256, max(32, (hpb*sh.HeadDim/2+31)/32*32))
+	groups := (sh.NumHeads + 2*sh.NumKVHeads + hpb - 1) / hpb
 	fn := b.fn.rope
 	if b.kvFP8 {
 		fn = b.fn.ropeE4M3

@@ -121,8 +121,12 @@ type gemvTuning struct {
 	// FP8NoOut16 keeps the unscaled gate/up sums float32 where cuBLASLt could write them in bfloat16
 	// for the quantizing SwiGLU (opPlan.fp8Out16).
 	FP8NoOut16 bool
+	// RoPEHeads, when positive, is the heads a block of the RoPE kernel covers (at most ropeMaxHeads)
+	// at every row count; 0 the default rule (ropeHeads).
+	RoPEHeads int
 	// FP8Staged picks the quantizing norm's and SwiGLU's form (fp8FusedForm): 0 the default rule (staged
-	// only where no register shape holds the row), < 0 never staged, > 0 staged wherever it holds the row.
+	// only where no register shape holds the row, and for the SwiGLU over bfloat16 sums of more than
+	// fp8StageIn16Rows rows), < 0 never staged, > 0 staged wherever it holds the row.
 	FP8Staged int
 	// FP8NoGemm keeps FP8 products off the skinny GEMM's e4m3 kernel (fp8Path): cuBLASLt then, as on
 	// GPUs without it. FP8GemmRows, when positive, is the most rows it takes (fp8GemmMaxRows by default,
@@ -1033,7 +1037,7 @@ func (p *stepPlanner) slots(plan *opPlan) {
 // is left out: it shapes only mixed steps, which never run as graphs.
 func (t *gemvTuning) hash(h uint64) uint64 {
 	for _, w := range []int{t.MaxTokens, t.RB, t.KS, t.Pipe, t.Plan, t.GemmWarps, t.GemmKS, t.GemmStages, t.GemmFlags,
-		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows, t.FP8Staged} {
+		int(t.GemmMinBytes), int(t.GemmSwiGLUMinBytes), t.PDLRows, t.AttnPartition, t.SplitK, t.FP8LtRows, t.FP8GemmRows, t.FP8Staged, t.RoPEHeads} {
 		h = fnvWord(h, uint64(w))
 	}
 	for _, f := range []struct {

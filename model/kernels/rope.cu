@@ -1,5 +1,5 @@
 // Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows, head groups of
-// ROPE_HEADS), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's
+// heads_per_block), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's
 // output): every (head, i < D/2) pair of the q and k heads is rotated by the token's position with HF
 // LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin); the rotated q goes to q_out [rows][Hq·D]
 // (the contiguous layout the attention kernels read), and the rotated k and the v of the row go to the
@@ -25,8 +25,10 @@
 
 #include "common.cuh"
 
-// ROPE_HEADS is the heads (q, k or v) one block of a row covers: grid (rows, ⌈(Hq + 2·Hkv) / ROPE_HEADS⌉).
-#define ROPE_HEADS 8
+// ROPE_MAX_HEADS bounds heads_per_block, the heads (q, k or v) one block of a row covers: grid (rows,
+// ⌈(Hq + 2·Hkv) / heads_per_block⌉). Few rows take few heads a block (more blocks to spread a short
+// step over the SMs), many rows many (the row's angles and barrier paid once for more heads).
+#define ROPE_MAX_HEADS 64
 
 struct RoPEParams {
 	const float *qkv;       // [rows][qkv_cols], read only
@@ -48,6 +50,7 @@ struct RoPEParams {
 	float v_scale;
 	const float *in_sx;    // [rows]: the Q/K/V product's input scales, or null (see above)
 	const float *in_sw;    // [qkv_cols]: its weight scales
+	int heads_per_block;   // 1 … ROPE_MAX_HEADS
 };
 
 // KVStore stores one K or V element: as T, or with F8 as the e4m3 code of x / scale.
@@ -66,11 +69,11 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 	typedef KVStore<T, F8> KVS;
 	typedef typename KVS::type KV;
 	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
-	__shared__ float inv_rms[ROPE_HEADS]; // q/k norms: 1/rms of each rotated head of the block
+	__shared__ float inv_rms[ROPE_MAX_HEADS]; // q/k norms: 1/rms of each rotated head of the block
 	const long long row = blockIdx.x;
 	const int half = p.head_dim / 2;
 	const int rotated = p.num_heads + p.num_kv_heads; // q and k heads; the v heads after them are copied
-	const int h0 = blockIdx.y * ROPE_HEADS, h1 = min(h0 + ROPE_HEADS, rotated + p.num_kv_heads);
+	const int h0 = blockIdx.y * p.heads_per_block, h1 = min(h0 + p.heads_per_block, rotated + p.num_kv_heads);
 	const float *qkv = p.qkv + row * p.qkv_cols;
 	T *q_out = reinterpret_cast<T *>(p.q_out) + row * (long long)p.num_heads * p.head_dim;
 	const long long kv_row = (long long)p.num_kv_heads * p.head_dim;
