@@ -426,8 +426,9 @@ const fp8StageThreads = 512
 // fp8FusedForm is the form a quantizing producer runs for rows of cols values where a block may hold
 // stageMax bytes of shared memory: a register shape where one holds the row; else staged where the row
 // fits stageMax as float32; else the loops, which compute each value twice. staged < 0 never picks the
-// staged form, > 0 picks it wherever it holds the row (gemvTuning.FP8Staged): staging rows a register
-// shape holds was measured slower in the decode step and no faster in the prefill (docs/bench/fp8-h200.md).
+// staged form, > 0 picks it wherever it holds the row (gemvTuning.FP8Staged, and fp8StagedIn16): staging
+// rows a register shape holds was measured slower in the decode step and no faster in the prefill, but
+// for the SwiGLU over bfloat16 sums at prefill sizes (docs/bench/fp8-h200.md).
 func fp8FusedForm(cols, stageMax, staged int) int {
 	shape, regs := fp8RowShape(cols)
 	fits := fp8StagedFits(cols, stageMax)
@@ -439,6 +440,21 @@ func fp8FusedForm(cols, stageMax, staged int) int {
 	}
 	return fp8FormLoop
 }
+
+// fp8StagedIn16 is the staged argument of fp8FusedForm for a SwiGLU of rows rows reading bfloat16
+// sums (opPlan.fp8In16) under tuning staged (gemvTuning.FP8Staged): staged wherever it holds the row
+// from more than fp8StageIn16Rows rows, unless the tuning says otherwise. Its staged kernel, two blocks
+// an SM where the register form holds one, was measured faster there (docs/bench/fp8-h200.md).
+func fp8StagedIn16(rows, staged int) int {
+	if staged == 0 && rows > fp8StageIn16Rows {
+		return 1
+	}
+	return staged
+}
+
+// fp8StageIn16Rows is the most rows of a SwiGLU over bfloat16 sums that keep the default form: the
+// decode steps', whose one wave of rows gains nothing from a second block an SM.
+const fp8StageIn16Rows = 64
 
 // fp8StagedFits reports whether the staged kernels hold rows of cols values in stageMax bytes of shared
 // memory: a multiple of 4 values, each a float32.

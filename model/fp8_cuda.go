@@ -551,11 +551,14 @@ const fp8StageStatic = 1024
 // runFusedE4M3 queues a norm or SwiGLU op that writes its output quantized for the FP8 product p.fp8Out
 // (NormE4M3, SwiGLUE4M3): the product's codes and scales workspace, with its static input scale.
 func (b *cudaBackend) runFusedE4M3(op *stepOp, a *opArgs, p *opPlan) error {
-	cols := op.in
+	cols, staged := op.in, b.tune.FP8Staged
 	if op.kind == opSwiGLU {
 		cols = op.out
+		if p.fp8In16 {
+			staged = fp8StagedIn16(p.rows, staged)
+		}
 	}
-	return b.launchFusedE4M3(op, a, p, fp8FusedForm(cols, b.fp8.stageMax, b.tune.FP8Staged))
+	return b.launchFusedE4M3(op, a, p, fp8FusedForm(cols, b.fp8.stageMax, staged))
 }
 
 // launchFusedE4M3 is runFusedE4M3 in the given form (fp8FusedForm).

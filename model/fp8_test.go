@@ -796,4 +796,12 @@ func TestFP8FusedForm(t *testing.T) {
 			t.Errorf("fp8FusedForm(%d cols, share %d, tuning %d) = %d, want %d", tc.cols, tc.share, tc.staged, got, tc.want)
 		}
 	}
+	// The SwiGLU over bfloat16 sums: staged past the decode steps' rows, unless the tuning says.
+	for _, tc := range []struct{ rows, staged, want int }{
+		{1, 0, 4}, {64, 0, 4}, {65, 0, fp8FormStaged}, {1024, 0, fp8FormStaged}, {1024, -1, 4}, {8, 1, fp8FormStaged},
+	} {
+		if got := fp8FusedForm(14336, share, fp8StagedIn16(tc.rows, tc.staged)); got != tc.want {
+			t.Errorf("SwiGLU over bfloat16 sums, %d rows, tuning %d: form %d, want %d", tc.rows, tc.staged, got, tc.want)
+		}
+	}
 }
