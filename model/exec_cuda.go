@@ -348,7 +348,7 @@ func (b *cudaBackend) runRoPE(a *opArgs, p *opPlan) error {
 	params.InSX, params.InSW = b.fp8InScales(p)
 	hpb := b.ropeHeads(rows)
 	params.HeadsPerBlock = int32(hpb)
-	threads := min(256, max(32, (hpb*sh.HeadDim/2+31)/32*32))
+	threads := min(256, max(32, (hpb*sh.HeadDim/8+31)/32*32)) // four of a head's D/2 pairs a thread
 	groups := (sh.NumHeads + 2*sh.NumKVHeads + hpb - 1) / hpb
 	fn := b.fn.rope
 	if b.kvFP8 {

@@ -1,7 +1,10 @@
 // Rotary embedding fused with the KV-cache write (Backend.RoPEWriteKV). Grid (rows, head groups of
 // heads_per_block), a block per token row and group of qkv [rows][(Hq + 2·Hkv)·D] (float, the Q/K/V product's
 // output): every (head, i < D/2) pair of the q and k heads is rotated by the token's position with HF
-// LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin); the rotated q goes to q_out [rows][Hq·D]
+// LLaMA's rotate-half convention (x·cos + rotate_half(x)·sin), four consecutive pairs a thread (16-byte
+// loads of qkv: a step of many rows streams it, and a pair a thread left too few bytes in flight; D is a
+// multiple of 8, as every attention kernel's head size is, so every row, head and half head starts
+// 16-byte aligned in qkv and four elements aligned in q_out and the caches); the rotated q goes to q_out [rows][Hq·D]
 // (the contiguous layout the attention kernels read), and the rotated k and the v of the row go to the
 // paged caches [blocks][block_size][Hkv][D] at the row's slot (slot < 0: a padding row, not stored). qkv
 // itself is only read: attention reads q_out and the caches, and nothing reads qkv after this kernel, so
@@ -53,21 +56,34 @@ struct RoPEParams {
 	int heads_per_block;   // 1 … ROPE_MAX_HEADS
 };
 
-// KVStore stores one K or V element: as T, or with F8 as the e4m3 code of x / scale.
-template <typename T, bool F8> struct KVStore {
+// KVElem is the element type of the caches: T, or with F8 the e4m3 code.
+template <typename T, bool F8> struct KVElem {
 	typedef T type;
-	static __device__ __forceinline__ T store(float x, float) { return Num<T>::store(x); }
 };
-template <typename T> struct KVStore<T, true> {
+template <typename T> struct KVElem<T, true> {
 	typedef __nv_fp8_storage_t type;
-	static __device__ __forceinline__ __nv_fp8_storage_t store(float x, float scale) {
-		return __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
-	}
 };
 
+// e4m3_of is the e4m3 code of x / scale: an IEEE division, then a saturating conversion.
+__device__ __forceinline__ uint32_t e4m3_of(float x, float scale) {
+	return __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
+}
+
+// store4 stores four consecutive elements at dst (aligned to four of them): as T, or with F8 as the e4m3
+// codes of x / scale.
+template <typename T, bool F8> __device__ __forceinline__ void store4(typename KVElem<T, F8>::type *dst, float4 x, float scale) {
+	if constexpr (F8) {
+		*reinterpret_cast<uint32_t *>(dst) = e4m3_of(x.x, scale) | e4m3_of(x.y, scale) << 8 |
+		                                     e4m3_of(x.z, scale) << 16 | e4m3_of(x.w, scale) << 24;
+	} else if constexpr (sizeof(T) == 4) {
+		*reinterpret_cast<float4 *>(dst) = x;
+	} else {
+		*reinterpret_cast<uint2 *>(dst) = make_uint2(pack2<T>(x.x, x.y), pack2<T>(x.z, x.w));
+	}
+}
+
 template <typename T, bool F8 = false> __device__ __forceinline__ void rope_write_kv(const RoPEParams &p) {
-	typedef KVStore<T, F8> KVS;
-	typedef typename KVS::type KV;
+	typedef typename KVElem<T, F8>::type KV;
 	__shared__ float cos_sin[2 * 256]; // [half] cos, then [half] sin (head_dim ≤ 512)
 	__shared__ float inv_rms[ROPE_MAX_HEADS]; // q/k norms: 1/rms of each rotated head of the block
 	const long long row = blockIdx.x;
@@ -83,17 +99,26 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 	const long long slot = p.slots[row];
 	KV *k_dst = reinterpret_cast<KV *>(p.k_cache) + slot * kv_row;
 	KV *v_dst = reinterpret_cast<KV *>(p.v_cache) + slot * kv_row;
-	// ld is element col of the row's qkv, scaled where the product left it unscaled (no contraction).
+	// ld4 is elements col … col+3 of the row's qkv (col a multiple of 4), scaled where the product left
+	// them unscaled (no contraction).
 	const float sx = p.in_sx ? p.in_sx[row] : 1.f;
-	auto ld = [&](long long col) { return p.in_sx ? __fmul_rn(qkv[col], __fmul_rn(sx, p.in_sw[col])) : qkv[col]; };
+	auto ld4 = [&](long long col) {
+		float4 x = *reinterpret_cast<const float4 *>(qkv + col);
+		if (p.in_sx) {
+			const float4 w = *reinterpret_cast<const float4 *>(p.in_sw + col);
+			x = make_float4(__fmul_rn(x.x, __fmul_rn(sx, w.x)), __fmul_rn(x.y, __fmul_rn(sx, w.y)),
+			                __fmul_rn(x.z, __fmul_rn(sx, w.z)), __fmul_rn(x.w, __fmul_rn(sx, w.w)));
+		}
+		return x;
+	};
 	if (h0 < rotated) {
 		if (p.q_norm) { // a warp a head: its sum of squares
 			const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
 			for (int h = h0 + (threadIdx.x >> 5); h < min(h1, rotated); h += warps) {
 				float ss = 0.f;
-				for (int i = lane; i < p.head_dim; i += 32) {
-					const float x = ld(h * p.head_dim + i);
-					ss += x * x;
+				for (int i = 4 * lane; i < p.head_dim; i += 128) {
+					const float4 x = ld4(h * p.head_dim + i);
+					ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
 				}
 				for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
 				if (lane == 0) inv_rms[h - h0] = 1.0f / sqrtf(ss / (float)p.head_dim + p.eps);
@@ -108,31 +133,32 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 			cos_sin[half + i] = (float)s * p.attention_scaling;
 		}
 		__syncthreads();
-		const int pairs = (min(h1, rotated) - h0) * half;
-		for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-			const int h = h0 + idx / half, i = idx % half;
-			const float cf = cos_sin[i], sf = cos_sin[half + i];
-			float a = ld(h * p.head_dim + i), b = ld(h * p.head_dim + i + half);
+		const int quads = half / 4, n = (min(h1, rotated) - h0) * quads;
+#pragma unroll 4
+		for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
+			const int h = h0 + idx / quads, i = idx % quads * 4;
+			const float4 cf = *reinterpret_cast<const float4 *>(&cos_sin[i]);
+			const float4 sf = *reinterpret_cast<const float4 *>(&cos_sin[half + i]);
+			float4 a = ld4(h * p.head_dim + i), b = ld4(h * p.head_dim + i + half);
 			if (p.q_norm) {
 				const float *w = h < p.num_heads ? p.q_norm : p.k_norm;
+				const float4 wa = make_float4(w[i], w[i + 1], w[i + 2], w[i + 3]);
+				const float4 wb = make_float4(w[i + half], w[i + half + 1], w[i + half + 2], w[i + half + 3]);
 				const float inv = inv_rms[h - h0];
-				a = w[i] * (a * inv);
-				b = w[i + half] * (b * inv);
+				a = make_float4(wa.x * (a.x * inv), wa.y * (a.y * inv), wa.z * (a.z * inv), wa.w * (a.w * inv));
+				b = make_float4(wb.x * (b.x * inv), wb.y * (b.y * inv), wb.z * (b.z * inv), wb.w * (b.w * inv));
 			}
-			const float rlo = a * cf - b * sf, rhi = b * cf + a * sf;
-			const T lo = Num<T>::store(rlo), hi = Num<T>::store(rhi);
+			const float4 lo = make_float4(a.x * cf.x - b.x * sf.x, a.y * cf.y - b.y * sf.y, a.z * cf.z - b.z * sf.z,
+			                              a.w * cf.w - b.w * sf.w);
+			const float4 hi = make_float4(b.x * cf.x + a.x * sf.x, b.y * cf.y + a.y * sf.y, b.z * cf.z + a.z * sf.z,
+			                              b.w * cf.w + a.w * sf.w);
 			if (h < p.num_heads) {
-				q_out[h * p.head_dim + i] = lo;
-				q_out[h * p.head_dim + i + half] = hi;
+				store4<T, false>(q_out + h * p.head_dim + i, lo, 0.f);
+				store4<T, false>(q_out + h * p.head_dim + i + half, hi, 0.f);
 			} else if (slot >= 0) {
 				const int kh = h - p.num_heads;
-				if constexpr (F8) {
-					k_dst[kh * p.head_dim + i] = KVS::store(rlo, p.k_scale);
-					k_dst[kh * p.head_dim + i + half] = KVS::store(rhi, p.k_scale);
-				} else {
-					k_dst[kh * p.head_dim + i] = lo;
-					k_dst[kh * p.head_dim + i + half] = hi;
-				}
+				store4<T, F8>(k_dst + kh * p.head_dim + i, lo, p.k_scale);
+				store4<T, F8>(k_dst + kh * p.head_dim + i + half, hi, p.k_scale);
 			}
 		}
 	}
@@ -141,9 +167,8 @@ template <typename T, bool F8 = false> __device__ __forceinline__ void rope_writ
 		const long long c0 = (long long)v0 * p.head_dim;
 		KV *vd = v_dst + (long long)(v0 - rotated) * p.head_dim;
 		const int n = (h1 - v0) * p.head_dim;
-		for (int j = threadIdx.x; j < n; j += blockDim.x) {
-			vd[j] = KVS::store(ld(c0 + j), p.v_scale);
-		}
+#pragma unroll 4
+		for (int j = 4 * threadIdx.x; j < n; j += 4 * blockDim.x) store4<T, F8>(vd + j, ld4(c0 + j), p.v_scale);
 	}
 }
 
