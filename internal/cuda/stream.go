@@ -46,10 +46,10 @@ func (s *Stream) Synchronize() error {
 	return nil
 }
 
-// Wait makes the work queued on s after this call wait until e has happened (the work before e's latest
-// Record, on whatever stream). The host does not block.
+// Wait makes the work queued on s (nil: the legacy default stream) after this call wait until e has
+// happened (the work before e's latest Record, on whatever stream). The host does not block.
 func (s *Stream) Wait(e *Event) error {
-	if err := s.dev.Do(func() error { return s.handle().Wait(e.e, 0) }); err != nil {
+	if err := e.dev.Do(func() error { return s.handle().Wait(e.e, 0) }); err != nil {
 		return fmt.Errorf("cuda: stream wait for event: %w", err)
 	}
 	return nil
