@@ -137,6 +137,8 @@ type CUDAKernels struct {
 	counters cuda.DevicePtr
 	// maps are the caches' tensor maps of the Hopper prefix kernel.
 	maps kvTensorMaps
+	// fork is the shared-prefix call's side stream (DecodeShared).
+	fork sharedFork
 }
 
 // dtypeOf maps a device dtype to the dispatcher's (0 for one the kernels do not cover).
@@ -170,7 +172,7 @@ func LoadCUDAKernels(dev *cuda.Device) (*CUDAKernels, error) {
 // Close frees the split-k counters and unloads the kernels; the device must have finished every call
 // queued with them.
 func (k *CUDAKernels) Close() error {
-	var errs []error
+	errs := []error{k.fork.close()}
 	if k.counters != 0 {
 		errs = append(errs, k.dev.Free(k.counters))
 		k.counters = 0

@@ -178,6 +178,9 @@ type CUDATuning struct {
 	// NoSM90Prefix keeps the prefix pass on SharedPrefix's kernel where the Hopper one is loaded
 	// (CUDAKernels.LoadSM90): its benchmark's before/after.
 	NoSM90Prefix bool
+	// SharedSerial runs a shared-prefix call's suffix pass after its prefix pass on the call's stream
+	// instead of beside it (DecodeShared): its benchmark's before.
+	SharedSerial bool
 
 	// persistPrograms, when positive, forces the persistent kernel with that many programs (tests).
 	persistPrograms int

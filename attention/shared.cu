@@ -9,9 +9,10 @@
 // partials by log-sum-exp (PartialRun, decode.cuh: the split-k reduce's own code). Launched by
 // CUDAKernels.DecodeShared (shared_cuda.go); the CPU twin is DecodeShared (shared.go).
 //
-//   SharedGather:             grid (virtual·members, num_heads), row_bytes/16 threads: the virtual
+//   SharedGather:             grid (virtual·members), up to num_heads·row_bytes/16 threads: the virtual
 //                             sequences' queries, [virtual][num_kv_heads][members][G][head_dim], copied
-//                             16 bytes a thread from q [batch][num_heads][head_dim].
+//                             16 bytes a thread from q [batch][num_heads][head_dim], a member's row a
+//                             block.
 //   SharedMerge_<dtype>_d<D>: grid (batch, num_heads), D threads: thread d merges element d of one
 //                             query head's prefix partials (when its sequence is in a group) and
 //                             suffix partials and writes the normalised output.
@@ -46,15 +47,17 @@ struct SharedParams {
 };
 
 extern "C" __global__ void SharedGather(const SharedParams p) {
-	const int vm = blockIdx.x, hq = blockIdx.y;
+	const int vm = blockIdx.x;
 	const int v = vm / p.members, m = vm % p.members;
-	const int kvh = hq / p.group, head = hq % p.group;
-	const long long src = (long long)p.virtual_seqs[vm] * p.num_heads + hq;
-	const long long dst = (((long long)v * p.num_kv_heads + kvh) * p.members + m) * p.group + head;
 	const int n = p.row_bytes / 16;
-	const uint4 *s = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.q) + src * p.row_bytes);
-	uint4 *d = reinterpret_cast<uint4 *>(static_cast<uint8_t *>(p.vq) + dst * p.row_bytes);
-	for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+	const uint4 *s = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.q) +
+	                                                 (long long)p.virtual_seqs[vm] * p.num_heads * p.row_bytes);
+	uint4 *d = reinterpret_cast<uint4 *>(p.vq);
+	for (int i = threadIdx.x; i < p.num_heads * n; i += blockDim.x) {
+		const int hq = i / n, kvh = hq / p.group, head = hq % p.group;
+		const long long dst = (((long long)v * p.num_kv_heads + kvh) * p.members + m) * p.group + head;
+		d[dst * n + i % n] = s[i];
+	}
 }
 
 template <typename T, int D> __device__ __forceinline__ void shared_merge(const SharedParams &p) {

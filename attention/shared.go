@@ -829,6 +829,9 @@ func (k SharedGraphKey) Plan() SharedPlan {
 		PrefixPartitions: k.PrefixPartitions, SuffixPartitions: k.SuffixPartitions}
 }
 
+// sharedGatherMaxThreads is the largest block of the query gather (shared.cu's SharedGather).
+const sharedGatherMaxThreads = 1024
+
 // sharedMinSuffixCap is the smallest suffix bound of a shared-prefix graph (tokens, a power of two).
 const sharedMinSuffixCap = 256
 
@@ -924,6 +927,8 @@ func nextPowerOfTwo(n int) int {
 type sharedLaunch struct {
 	virtualHeads int
 	gather       [3]int
+	// gatherThreads is the gather's block: a 16-byte copy a thread, a member's query row a block.
+	gatherThreads int
 	// prefixKernel: the prefix pass runs a prefix kernel, over prefixGrid; else the split-k kernel of
 	// prefix. prefix.Plan is the pass's partitioning either way.
 	prefixKernel bool
@@ -994,7 +999,8 @@ func planSharedLaunch(c DecodeCall, l *SharedLayout, plan SharedPlan, dev Decode
 	}
 	c.Dependent, c.Path, c.Graph, c.Tuning.SplitKReduceKernel = false, PathAuto, nil, true
 
-	sl.gather = [3]int{l.Virtual() * l.Members, c.NumHeads, 1}
+	sl.gather = [3]int{l.Virtual() * l.Members, 1, 1}
+	sl.gatherThreads = min(sharedGatherMaxThreads, c.NumHeads*c.HeadDim*elem/16)
 	sl.merge = [3]int{l.Batch, c.NumHeads, 1}
 	sl.prefixKernel = prefixKernel
 	if prefixKernel {

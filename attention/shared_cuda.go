@@ -3,9 +3,11 @@
 package attention
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 	"unsafe"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -49,16 +51,15 @@ func sharedMergeKernelName(dt DType, d int) string {
 	return fmt.Sprintf("SharedMerge_%s_d%d", dt.name(), d)
 }
 
-func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int) string {
+// sharedPrefixKernelName is shared.cu's prefix kernel of variant v for queries of dt at head_dim d:
+// SharedPrefix[R16]_<dtype>_d<D>, or over FP8 pages (kvFP8; W32's program alone has that form)
+// SharedPrefix_<dtype>_e4m3_d<D>.
+func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int, kvFP8 bool) string {
 	name, _ := v.kernel()
+	if kvFP8 {
+		return fmt.Sprintf("%s_%s_e4m3_d%d", name, dt.name(), d)
+	}
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
-}
-
-// sharedPrefixE4M3Name is shared.cu's prefix kernel over FP8 pages (W32's program, its stages of
-// codes): SharedPrefix_<dtype>_e4m3_d<D>.
-func sharedPrefixE4M3Name(dt DType, d int) string {
-	name, _ := SharedPrefixW32.kernel()
-	return fmt.Sprintf("%s_%s_e4m3_d%d", name, dt.name(), d)
 }
 
 // sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>), in
@@ -125,12 +126,12 @@ func (k *CUDAKernels) loadShared() error {
 			// sm_86/sm_89), is left out there; DecodeShared then runs SharedPrefixW32, which every device has.
 			for v := range numSharedPrefixVariants {
 				_, threads := v.kernel()
-				if err := k.prepare(sharedPrefixKernelName(v, dt, d), threads); err != nil && v == SharedPrefixW32 {
+				if err := k.prepare(sharedPrefixKernelName(v, dt, d, false), threads); err != nil && v == SharedPrefixW32 {
 					return err
 				}
 			}
 			_, threads := SharedPrefixW32.kernel()
-			if err := k.prepare(sharedPrefixE4M3Name(dt, d), threads); err != nil {
+			if err := k.prepare(sharedPrefixKernelName(SharedPrefixW32, dt, d, true), threads); err != nil {
 				return err
 			}
 		}
@@ -155,6 +156,12 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // kernels. The kernels are launched without programmatic dependent launch (each waits for the one
 // before it).
 //
+// The suffix pass depends on neither the gather nor the prefix pass, so it runs beside them on a
+// stream of k's own, forked from s and joined back before the merge (CUDATuning.SharedSerial keeps it
+// on s): the prefix pass fills the GPU's SMs one program each for as long as it runs, and the suffix
+// pass's many short programs take what it leaves instead of a launch of their own after it. The fork
+// is an event pair, which a CUDA graph captures as two branches.
+//
 // With a plan of fixed partition counts (a SharedGraphKey's, on a layout padded to it: SharedLayout.Pad)
 // the launches depend on the layout's sizes alone, never on its lengths or groups, which the kernels
 // read from sh's device arrays: a CUDA graph captured for one layout replays any other of the same key
@@ -165,51 +172,135 @@ func (k *CUDAKernels) DecodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 
 // decodeShared is DecodeShared with the switches of tuning (tests pass theirs, leaving k.Tuning alone).
 func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64, tuning CUDATuning) error {
+	st, err := k.sharedStages(a, sh, workspace, workspaceBytes, tuning)
+	if err != nil {
+		return err
+	}
+	if tuning.SharedSerial {
+		for _, run := range st {
+			if err := run(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return k.forkShared(s, st)
+}
+
+// forkShared queues stages st on s with the suffix pass on k's side stream: forked from s before the
+// gather, joined before the merge.
+func (k *CUDAKernels) forkShared(s *cuda.Stream, st [numSharedStages]sharedStage) error {
+	k.fork.mu.Lock()
+	defer k.fork.mu.Unlock()
+	if k.fork.side == nil {
+		var err error
+		if k.fork.side, err = k.dev.NewStream(); err != nil {
+			return fmt.Errorf("attention: shared-prefix side stream: %w", err)
+		}
+		if k.fork.begin, err = k.dev.NewSyncEvent(); err == nil {
+			k.fork.end, err = k.dev.NewSyncEvent()
+		}
+		if err != nil {
+			return fmt.Errorf("attention: shared-prefix fork events: %w", err)
+		}
+	}
+	side := k.fork.side
+	if err := k.fork.begin.Record(s); err != nil {
+		return fmt.Errorf("attention: shared-prefix fork: %w", err)
+	}
+	if err := side.Wait(k.fork.begin); err != nil {
+		return fmt.Errorf("attention: shared-prefix fork: %w", err)
+	}
+	if err := st[sharedSuffixStage](side); err != nil {
+		return err
+	}
+	if err := k.fork.end.Record(side); err != nil {
+		return fmt.Errorf("attention: shared-prefix join: %w", err)
+	}
+	for _, i := range []int{sharedGatherStage, sharedPrefixStage} {
+		if err := st[i](s); err != nil {
+			return err
+		}
+	}
+	if err := s.Wait(k.fork.end); err != nil {
+		return fmt.Errorf("attention: shared-prefix join: %w", err)
+	}
+	return st[sharedMergeStage](s)
+}
+
+// sharedFork is the side stream and the event pair of DecodeShared's suffix pass, made at its first
+// forked call; mu keeps two host goroutines' calls from interleaving their records and waits.
+type sharedFork struct {
+	mu         sync.Mutex
+	side       *cuda.Stream
+	begin, end *cuda.Event
+}
+
+// close releases the side stream and events (once every call queued with them is done).
+func (f *sharedFork) close() error {
+	var errs []error
+	for _, e := range []*cuda.Event{f.begin, f.end} {
+		if e != nil {
+			errs = append(errs, e.Destroy())
+		}
+	}
+	if f.side != nil {
+		errs = append(errs, f.side.Destroy())
+	}
+	*f = sharedFork{}
+	return errors.Join(errs...)
+}
+
+// A shared-prefix call's launches, in stream order (sharedStages).
+const (
+	sharedGatherStage = iota
+	sharedPrefixStage
+	sharedSuffixStage
+	sharedMergeStage
+	numSharedStages
+)
+
+// sharedStage queues one launch of a shared-prefix call on a stream.
+type sharedStage func(s *cuda.Stream) error
+
+// sharedStages checks a shared-prefix call (decodeShared's arguments) and returns its launches: the
+// gather, the prefix pass, the suffix pass and the merge (the sharedGatherStage... indices). The merge
+// needs both passes done, the prefix pass the gather; the suffix pass needs neither.
+func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64, tuning CUDATuning) (st [numSharedStages]sharedStage, _ error) {
 	l := sh.Layout
 	dt := dtypeOf(a.DType)
 	switch {
 	case a.RoPE != nil || a.Window > 0:
-		return fmt.Errorf("attention: shared-prefix decode with RoPE or a window")
+		return st, fmt.Errorf("attention: shared-prefix decode with RoPE or a window")
 	case a.KVFP8 && !sharedPrefixKernel(dt, a.HeadDim): // DecideShared never plans it
-		return fmt.Errorf("%w: shared-prefix decode over FP8 pages of head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
+		return st, fmt.Errorf("%w: shared-prefix decode over FP8 pages of head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	case l == nil || l.Virtual() == 0 || l.Batch != len(a.HostContextLens):
-		return fmt.Errorf("attention: shared-prefix decode: a layout of no group or of another batch")
+		return st, fmt.Errorf("attention: shared-prefix decode: a layout of no group or of another batch")
 	case dt == 0:
-		return fmt.Errorf("%w: dtype %v", ErrUnsupported, a.DType)
+		return st, fmt.Errorf("%w: dtype %v", ErrUnsupported, a.DType)
 	case workspace%16 != 0:
-		return fmt.Errorf("attention: shared-prefix workspace %#x is not 16-byte aligned", uintptr(workspace))
+		return st, fmt.Errorf("attention: shared-prefix workspace %#x is not 16-byte aligned", uintptr(workspace))
 	}
 	if err := a.checkScales(); err != nil {
-		return err
+		return st, err
 	}
 	merge := k.kernels[sharedMergeKernelName(dt, a.HeadDim)]
 	if merge == nil {
-		return fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
+		return st, fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	}
 	t := tuning
-	// The prefix pass keeps its pages in L2 (no evict_first): a group of more members than a virtual
-	// sequence holds reads each page once per virtual sequence, by programs the grid runs side by side,
-	// and the later reads should find it there.
-	prefixKernel := k.kernels[sharedPrefixKernelName(t.SharedPrefix, dt, a.HeadDim)]
-	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
-		prefixKernel = sm90
-	}
-	if prefixKernel == nil {
-		prefixKernel = k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim)]
-	}
-	if a.KVFP8 {
-		if prefixKernel = k.kernels[sharedPrefixE4M3Name(dt, a.HeadDim)]; prefixKernel == nil {
-			return fmt.Errorf("attention: kernel %s not loaded", sharedPrefixE4M3Name(dt, a.HeadDim))
-		}
+	prefixKernel, err := k.sharedPrefixFor(a, dt, t)
+	if err != nil {
+		return st, err
 	}
 	// Every grid and scalar below is the launch's (planSharedLaunch): with a plan of fixed partitions,
 	// the same for every layout of the same sizes, so that a graph of one replays another.
 	sl, err := planSharedLaunch(a.Call(t), l, sh.Plan, k.Facts(), prefixKernel != nil)
 	if err != nil {
-		return err
+		return st, err
 	}
 	if sl.workspace > workspaceBytes {
-		return fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, sl.workspace, workspaceBytes)
+		return st, fmt.Errorf("%w: the shared-prefix call needs %d bytes, have %d", ErrWorkspaceTooSmall, sl.workspace, workspaceBytes)
 	}
 	vq := workspace
 	pre := workspace.Add(sl.qBytes)
@@ -223,7 +314,7 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	suffix.Dependent = false
 	suffix.BlockTables, suffix.ContextLens, suffix.HostContextLens = sh.SuffixTables, sh.SuffixLens, sl.suffixLens
 	sc := &sl.scalars
-	p := sharedParams{
+	p := &sharedParams{
 		Out: a.Out, Q: a.Q, VQ: vq,
 		VirtualSeqs: sh.VirtualSeqs, SeqSlot: sh.SeqSlot, VirtualLens: sh.VirtualLens, SuffixLens: sh.SuffixLens,
 		PreAcc: pre, PreM: pre.Add(4 * sc.preRows * int64(a.HeadDim)), SufAcc: suf, SufM: suf.Add(4 * sc.sufRows * int64(a.HeadDim)),
@@ -235,24 +326,63 @@ func (k *CUDAKernels) decodeShared(s *cuda.Stream, a *CUDADecodeArgs, sh *CUDASh
 	p.PreL, p.SufL = p.PreM.Add(4*sc.preRows), p.SufM.Add(4*sc.sufRows)
 
 	gather := k.kernels[sharedGatherKernel]
-	if err := cuda.Launch(gather.fn, dim3(sl.gather), cuda.Dim3{X: int(p.RowBytes) / 16}, 0, s, &p); err != nil {
-		return fmt.Errorf("attention: shared-prefix gather: %w", err)
+	st[sharedGatherStage] = func(s *cuda.Stream) error {
+		if err := cuda.Launch(gather.fn, dim3(sl.gather), cuda.Dim3{X: sl.gatherThreads}, 0, s, p); err != nil {
+			return fmt.Errorf("attention: shared-prefix gather: %w", err)
+		}
+		return nil
 	}
-	if prefixKernel != nil {
-		err = k.runPrefix(s, &prefix, prefixKernel, sc, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
-	} else {
-		err = k.runPartitions(s, &prefix, sl.prefix, p.PreAcc, p.PreM, p.PreL)
+	st[sharedPrefixStage] = func(s *cuda.Stream) error {
+		var err error
+		if prefixKernel != nil {
+			err = k.runPrefix(s, &prefix, prefixKernel, sc, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
+		} else {
+			err = k.runPartitions(s, &prefix, sl.prefix, p.PreAcc, p.PreM, p.PreL)
+		}
+		if err != nil {
+			return fmt.Errorf("attention: shared-prefix pass: %w", err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("attention: shared-prefix pass: %w", err)
+	st[sharedSuffixStage] = func(s *cuda.Stream) error {
+		if err := k.runPartitions(s, &suffix, sl.suffix, p.SufAcc, p.SufM, p.SufL); err != nil {
+			return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
+		}
+		return nil
 	}
-	if err := k.runPartitions(s, &suffix, sl.suffix, p.SufAcc, p.SufM, p.SufL); err != nil {
-		return fmt.Errorf("attention: shared-prefix suffix pass: %w", err)
+	st[sharedMergeStage] = func(s *cuda.Stream) error {
+		if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: a.HeadDim}, 0, s, p); err != nil {
+			return fmt.Errorf("attention: shared-prefix merge: %w", err)
+		}
+		return nil
 	}
-	if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: a.HeadDim}, 0, s, &p); err != nil {
-		return fmt.Errorf("attention: shared-prefix merge: %w", err)
+	return st, nil
+}
+
+// sharedPrefixFor is the prefix kernel of call a (queries of dt) under tuning t, the one place that
+// names it: over FP8 pages the FP8 kernel of the variant the dispatcher plans for
+// (DecodeCall.sharedPrefixVariant: W32), an error where it is not loaded; else the Hopper kernel where it
+// is loaded and the call suits it (sm90Pages, a positive scale), else t.SharedPrefix's, else W32's, which
+// every device has; nil where no prefix kernel covers the call (sharedPrefixKernel: the split-k partition
+// kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
+// than a virtual sequence holds reads each page once per virtual sequence, by programs the grid runs side
+// by side, and the later reads should find it there.
+func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, dt DType, t CUDATuning) (*cudaKernel, error) {
+	c := a.Call(t)
+	if a.KVFP8 {
+		name := sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, true)
+		if kern := k.kernels[name]; kern != nil {
+			return kern, nil
+		}
+		return nil, fmt.Errorf("attention: kernel %s not loaded", name)
 	}
-	return nil
+	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
+		return sm90, nil
+	}
+	if kern := k.kernels[sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, false)]; kern != nil {
+		return kern, nil
+	}
+	return k.kernels[sharedPrefixKernelName(SharedPrefixW32, dt, a.HeadDim, false)], nil
 }
 
 // dim3 is a grid of planSharedLaunch's as the driver takes it.

@@ -22,8 +22,10 @@ const sharedTensorFLOPS = 989e12
 // prefix once and every suffix, over copy_TB/s: the device-to-device copy bandwidth, measured at the
 // start as gollm bench measures it), flop_us (the products at the tensor cores' peak: at 16k tokens
 // about three quarters of bound_us, so the shared call is as much compute as copy), shared/bound and
-// plain/shared, and shared_<variant>_us: the shared call on each of shared.cu's prefix kernels
-// (SharedPrefixVariant; shared_us runs the Hopper prefix kernel where it is loaded). The _e4m3 lines are
+// plain/shared, shared_serial_us (CUDATuning.SharedSerial: the suffix pass after the prefix pass on one
+// stream), gather_us, prefix_us, suffix_us and merge_us (each of the call's launches alone), and
+// shared_<variant>_us: the shared call on each of shared.cu's prefix kernels (SharedPrefixVariant;
+// shared_us runs the Hopper prefix kernel where it is loaded). The _e4m3 lines are
 // the same calls over FP8 pages (their bound counts a byte an element; no variants: one FP8 prefix
 // kernel), on devices that have FP8 KV kernels.
 // Run it with -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
@@ -63,6 +65,30 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			// The serial call (the suffix pass after the prefix pass, on one stream), and each of the
+			// call's launches alone (the sum against shared_us is what the fork and the launch gaps make).
+			tuning := k.Tuning
+			k.Tuning.SharedSerial = true
+			serial, err := t.Median(in.copies, func(c int) error {
+				return k.DecodeShared(nil, &in.args[c], in.shared[c], in.sws, in.swsBytes)
+			})
+			k.Tuning = tuning
+			if err != nil {
+				b.Fatal(err)
+			}
+			var stages [numSharedStages]float64
+			for i := range stages {
+				stages[i], err = t.Median(in.copies, func(c int) error {
+					st, err := k.sharedStages(&in.args[c], in.shared[c], in.sws, in.swsBytes, k.Tuning)
+					if err != nil {
+						return err
+					}
+					return st[i](nil)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
 			// The shared call on each prefix kernel (CUDATuning.SharedPrefix; shared_us is k.Tuning's), each
 			// with DecideShared's layout for it (the members of its program's rows).
 			in.bufs.Free()
@@ -70,7 +96,6 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 			if !fp8 {
 				variants = make([]float64, numSharedPrefixVariants)
 			}
-			tuning := k.Tuning
 			for v := range SharedPrefixVariant(len(variants)) {
 				k.Tuning.SharedPrefix, k.Tuning.NoSM90Prefix = v, true
 				vin, err := newSharedBenchInputs(k, 64, prefix, 128, false)
@@ -94,6 +119,10 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				b.ReportMetric(plain, "plain_us")
 				b.ReportMetric(shared, "shared_us")
+				b.ReportMetric(serial, "shared_serial_us")
+				for i, name := range []string{"gather", "prefix", "suffix", "merge"} {
+					b.ReportMetric(stages[i], name+"_us")
+				}
 				for v, us := range variants {
 					b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
 				}

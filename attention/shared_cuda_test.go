@@ -289,6 +289,10 @@ func TestCUDADecodeShared(t *testing.T) {
 						if sh.fp8 {
 							tunings = tunings[len(tunings)-1:]
 						}
+						// The default's passes forked onto the side stream, and serial.
+						serial := tunings[len(tunings)-1]
+						serial.SharedSerial = true
+						tunings = append(tunings, serial)
 						const pad = 3
 						pc := c.padded(t, pad)
 						for _, plan := range []SharedPlan{
@@ -319,7 +323,7 @@ func TestCUDADecodeShared(t *testing.T) {
 										t.Fatal(err)
 									}
 									got := c.output(t)
-									what := fmt.Sprintf("prefix kernel %v (sm90 %v) members %d plan %+v", tu.SharedPrefix, !tu.NoSM90Prefix, members, plan)
+									what := fmt.Sprintf("prefix kernel %v (sm90 %v, serial %v) members %d plan %+v", tu.SharedPrefix, !tu.NoSM90Prefix, tu.SharedSerial, members, plan)
 									poison(t, c.dev, paddedWS, paddedBytes)
 									pc.poisonOut(t)
 									if err := k.decodeShared(nil, pc.args(), paddedArgs, paddedWS, paddedBytes, tu); err != nil {
@@ -385,7 +389,7 @@ func checkSharedFP8Refused(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, group
 func testSharedGraphReplay(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, pc *sharedPaddedCase, groups []SharedGroup, members int, tu CUDATuning) {
 	t.Helper()
 	bs := c.blockSize
-	what := fmt.Sprintf("graph, prefix kernel %v (sm90 %v)", tu.SharedPrefix, !tu.NoSM90Prefix)
+	what := fmt.Sprintf("graph, prefix kernel %v (sm90 %v, serial %v)", tu.SharedPrefix, !tu.NoSM90Prefix, tu.SharedSerial)
 	lA, lB := NewSharedLayout(c.lens, groups, bs, members), NewSharedLayout(c.lens, regroup(groups), bs, members)
 	v := nextPowerOfTwo(max(lA.Virtual(), lB.Virtual()))
 	pA, pB := lA.Pad(pc.rows, v), lB.Pad(pc.rows, v)
