@@ -724,18 +724,23 @@ raw = sys.argv[1]
 print("\n== shared-prefix decode attention (Llama-3-8B heads, bf16, page 16, 64 sequences, 128-token suffixes)")
 print(f"{'prefix':>7} {'plain us':>10} {'shared us':>10} {'bound us':>9} {'flop us':>8} {'shared/bound':>13} {'plain/shared':>13}")
 for line in open(os.path.join(raw, "shared-bench.log")) if os.path.exists(os.path.join(raw, "shared-bench.log")) else []:
-    m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128\S*\s+\d+\s+(.*)", line)
+    m = re.match(r"BenchmarkCUDADecodeShared/llama3_b64_prefix(\d+)_suffix128(_e4m3)?\S*\s+\d+\s+(.*)", line)
     if not m:
         continue
-    v = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(2))}
+    v = {unit: float(x) for x, unit in re.findall(r"([\d.e+-]+) (\S+)", m.group(3))}
     prefix = int(m.group(1))
     flags = ("" if v["shared/bound"] <= 1.2 else "  > 1.2x bound") + \
-            ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k")
+            ("" if prefix != 16384 or v["plain/shared"] >= 10 else "  < 10x at 16k") + \
+            ("  (FP8 pages)" if m.group(2) else "")
     print(f"{prefix:>7} {v['plain_us']:>10.1f} {v['shared_us']:>10.1f} {v['bound_us']:>9.1f} {v.get('flop_us', 0):>8.1f} "
           f"{v['shared/bound']:>13.3f} {v['plain/shared']:>13.2f}{flags}")
-    variants = {re.match(r"shared_(.+)_us", k).group(1): x for k, x in v.items() if re.match(r"shared_(.+)_us", k)}
+    variants = {re.match(r"shared_(.+)_us", k).group(1): x for k, x in v.items()
+                if re.match(r"shared_(.+)_us", k) and k != "shared_serial_us"}
     if variants:
         print("        prefix kernels: " + ", ".join(f"{name} {x:.1f} us" for name, x in variants.items()))
+    if "shared_serial_us" in v:
+        print(f"        suffix pass after the prefix pass (SharedSerial): {v['shared_serial_us']:.1f} us; each launch alone: " +
+              ", ".join(f"{st} {v[st + '_us']:.1f} us" for st in ("gather", "prefix", "suffix", "merge") if st + "_us" in v))
 step = {}
 for line in open(os.path.join(raw, "shared-step.log")) if os.path.exists(os.path.join(raw, "shared-step.log")) else []:
     m = re.match(r"BenchmarkCUDADecodeSharedStep/(\S+?)(-\d+)?\s+\d+\s+(.*)", line)
