@@ -13,9 +13,9 @@
 //                             sequences' queries, [virtual][num_kv_heads][members][G][head_dim], copied
 //                             16 bytes a thread from q [batch][num_heads][head_dim], a member's row a
 //                             block.
-//   SharedMerge_<dtype>_d<D>: grid (batch, num_heads), D threads: thread d merges element d of one
-//                             query head's prefix partials (when its sequence is in a group) and
-//                             suffix partials and writes the normalised output.
+//   SharedMerge_<dtype>_d<D>: grid (batch, ⌈num_heads/4⌉), 128 threads: a warp merges one query head's
+//                             prefix partials (when its sequence is in a group) and suffix partials
+//                             and writes the normalised output (shared_merge, below).
 // Both are a few hundred KiB of traffic against the megabytes of K/V the passes stream.
 #include "decode.cuh"
 
@@ -60,27 +60,116 @@ extern "C" __global__ void SharedGather(const SharedParams p) {
 	}
 }
 
+// shared_merge: a warp a query head (SHARED_MERGE_HEADS heads a block), lane j owning elements
+// j·E … j·E+E−1 (E = D/32). A head's partials are its prefix run (when its sequence is in a group) and
+// its suffix run, n = n0 + n1 in all, taken 32 partitions at a time: lane i reads partition i's m and l,
+// and the warp reads the acc rows (32·E contiguous floats each) of the chunk's partitions B at a time,
+// the first B before the chunk's maximum is known, since they do not depend on it. The maximum grows
+// chunk by chunk (acc and l rescaled by 2^(M_old−M_new)), and each partition's weight 2^(m−M) reaches the
+// lanes by a shuffle. So a head costs three rounds of dependent loads for up to B partitions (its group,
+// its prefix length, then m, l and acc together), where a thread walking the partitions one load after
+// another was bound by their latency. Every warp of a block runs the same n (the heads of one sequence),
+// and a warp past num_heads runs head 0's partials without storing them, so that the full warp's
+// shuffles are well defined.
+#define SHARED_MERGE_HEADS 4
+template <int E> struct MergeVec;
+template <> struct MergeVec<2> {
+	float v[2];
+	__device__ __forceinline__ void load(const float *a) {
+		const float2 x = *reinterpret_cast<const float2 *>(a);
+		v[0] = x.x, v[1] = x.y;
+	}
+};
+template <> struct MergeVec<4> {
+	float v[4];
+	__device__ __forceinline__ void load(const float *a) {
+		const float4 x = *reinterpret_cast<const float4 *>(a);
+		v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+	}
+};
+template <> struct MergeVec<8> {
+	float v[8];
+	__device__ __forceinline__ void load(const float *a) {
+		const float4 x = reinterpret_cast<const float4 *>(a)[0], y = reinterpret_cast<const float4 *>(a)[1];
+		v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+	}
+};
+
 template <typename T, int D> __device__ __forceinline__ void shared_merge(const SharedParams &p) {
-	const int seq = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
+	constexpr int E = D / DECODE_WARP;
+	constexpr int B = 64 / E; // acc rows a batch: 64 floats of registers a lane
+	const int seq = blockIdx.x, lane = threadIdx.x % DECODE_WARP;
+	const int hq0 = blockIdx.y * SHARED_MERGE_HEADS + threadIdx.x / DECODE_WARP;
+	const bool live = hq0 < p.num_heads;
+	const int hq = live ? hq0 : 0;
 	const int kvh = hq / p.group, head = hq % p.group;
-	const PartialRun suffix = {p.suf_m, p.suf_l, p.suf_acc,
-	                           (((long long)seq * p.num_kv_heads + kvh) * p.suffix_partitions) * p.group + head, p.group,
-	                           (p.suffix_lens[seq] + p.suffix_partition_tokens - 1) / p.suffix_partition_tokens};
-	float mx = run_max(suffix, -INFINITY);
-	PartialRun prefix = {p.pre_m, p.pre_l, p.pre_acc, 0, 0, 0};
-	const int slot = p.seq_slot[seq];
+	// Partition i of the head: the prefix run's i-th (i < n0), else the suffix run's (i − n0)-th.
+	const int slot = p.seq_slot[seq], n1 = (p.suffix_lens[seq] + p.suffix_partition_tokens - 1) / p.suffix_partition_tokens;
+	long long f0 = 0, s0 = 0;
+	int n0 = 0;
 	if (slot >= 0) {
 		const int v = slot / p.members, m = slot % p.members;
 		const int rows = p.members * p.group;
-		prefix.first = (((long long)v * p.num_kv_heads + kvh) * p.prefix_partitions) * rows + m * p.group + head;
-		prefix.stride = rows;
-		prefix.count = (p.virtual_lens[v] + p.prefix_partition_tokens - 1) / p.prefix_partition_tokens;
-		mx = run_max(prefix, mx);
+		f0 = (((long long)v * p.num_kv_heads + kvh) * p.prefix_partitions) * rows + m * p.group + head;
+		s0 = rows;
+		n0 = (p.virtual_lens[v] + p.prefix_partition_tokens - 1) / p.prefix_partition_tokens;
 	}
-	float l = 0.f, a = 0.f;
-	run_sum<D>(prefix, mx, d, l, a);
-	run_sum<D>(suffix, mx, d, l, a);
-	reinterpret_cast<T *>(p.out)[((long long)seq * p.num_heads + hq) * D + d] = Elem<T>::from_float(a / l);
+	const long long f1 = (((long long)seq * p.num_kv_heads + kvh) * p.suffix_partitions) * p.group + head;
+	const int n = n0 + n1;
+	auto at = [&](int i) { return i < n0 ? f0 + i * s0 : f1 + (long long)(i - n0) * p.group; };
+	auto acc_row = [&](int i) { return (i < n0 ? p.pre_acc : p.suf_acc) + at(i) * D + lane * E; };
+	float mx = -INFINITY, l = 0.f, a[E];
+#pragma unroll
+	for (int e = 0; e < E; e++) a[e] = 0.f;
+	for (int c = 0; c < n; c += DECODE_WARP) {
+		const int i = c + lane, count = min(DECODE_WARP, n - c);
+		float mi = -INFINITY, li = 0.f;
+		if (i < n) {
+			const long long x = at(i);
+			mi = (i < n0 ? p.pre_m : p.suf_m)[x];
+			li = (i < n0 ? p.pre_l : p.suf_l)[x];
+		}
+		MergeVec<E> batch[B];
+#pragma unroll
+		for (int j = 0; j < B; j++)
+			if (j < count) batch[j].load(acc_row(c + j));
+		float cm = mi;
+		for (int o = DECODE_WARP / 2; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+		const float nm = fmaxf(mx, cm), ref = nm == -INFINITY ? 0.f : nm;
+		const float rescale = exp2f(mx - ref); // 0 while nothing is summed (mx = −∞)
+		l *= rescale;
+#pragma unroll
+		for (int e = 0; e < E; e++) a[e] *= rescale;
+		mx = nm;
+		const float w = exp2f(mi - ref);
+		l += li * w;
+#pragma unroll
+		for (int j = 0; j < B; j++) {
+			const float wj = __shfl_sync(0xffffffffu, w, j);
+			if (j < count) {
+#pragma unroll
+				for (int e = 0; e < E; e++) a[e] += batch[j].v[e] * wj;
+			}
+		}
+		for (int j0 = B; j0 < count; j0 += B) {
+#pragma unroll
+			for (int j = 0; j < B; j++)
+				if (j0 + j < count) batch[j].load(acc_row(c + j0 + j));
+#pragma unroll
+			for (int j = 0; j < B; j++) {
+				const float wj = __shfl_sync(0xffffffffu, w, (j0 + j) % DECODE_WARP);
+				if (j0 + j < count) {
+#pragma unroll
+					for (int e = 0; e < E; e++) a[e] += batch[j].v[e] * wj;
+				}
+			}
+		}
+	}
+	for (int o = DECODE_WARP / 2; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+	if (!live) return;
+	T *out = reinterpret_cast<T *>(p.out) + ((long long)seq * p.num_heads + hq) * D + lane * E;
+#pragma unroll
+	for (int e = 0; e < E; e++) out[e] = Elem<T>::from_float(a[e] / l);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -656,7 +745,7 @@ SHARED_PREFIX16(__half, fp16, 64)
 SHARED_PREFIX16(__half, fp16, 128)
 
 #define SHARED_MERGE(T, TN, D)                                                                                \
-	extern "C" __global__ void __launch_bounds__(D) SharedMerge_##TN##_d##D(const SharedParams p) {            \
+	extern "C" __global__ void __launch_bounds__(SHARED_MERGE_HEADS * DECODE_WARP) SharedMerge_##TN##_d##D(const SharedParams p) { \
 		shared_merge<T, D>(p);                                                                            \
 	}
 

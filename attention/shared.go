@@ -832,6 +832,9 @@ func (k SharedGraphKey) Plan() SharedPlan {
 // sharedGatherMaxThreads is the largest block of the query gather (shared.cu's SharedGather).
 const sharedGatherMaxThreads = 1024
 
+// sharedMergeHeads is SHARED_MERGE_HEADS of shared.cu: the query heads (a warp each) of a merge block.
+const sharedMergeHeads = 4
+
 // sharedMinSuffixCap is the smallest suffix bound of a shared-prefix graph (tokens, a power of two).
 const sharedMinSuffixCap = 256
 
@@ -1001,7 +1004,7 @@ func planSharedLaunch(c DecodeCall, l *SharedLayout, plan SharedPlan, dev Decode
 
 	sl.gather = [3]int{l.Virtual() * l.Members, 1, 1}
 	sl.gatherThreads = min(sharedGatherMaxThreads, c.NumHeads*c.HeadDim*elem/16)
-	sl.merge = [3]int{l.Batch, c.NumHeads, 1}
+	sl.merge = [3]int{l.Batch, ceilDiv(c.NumHeads, sharedMergeHeads), 1}
 	sl.prefixKernel = prefixKernel
 	if prefixKernel {
 		sl.prefix.Plan = DecodePlan{Kernel: SplitK, PartitionTokens: plan.PrefixPartitionTokens, NumPartitions: prefixParts}

@@ -289,13 +289,14 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 		return st, fmt.Errorf("%w: head_dim %d in %v", ErrUnsupported, a.HeadDim, a.DType)
 	}
 	t := tuning
-	prefixKernel, err := k.sharedPrefixFor(a, dt, t)
+	c := a.Call(t)
+	prefixKernel, err := k.sharedPrefixFor(a, c, dt, t)
 	if err != nil {
 		return st, err
 	}
 	// Every grid and scalar below is the launch's (planSharedLaunch): with a plan of fixed partitions,
 	// the same for every layout of the same sizes, so that a graph of one replays another.
-	sl, err := planSharedLaunch(a.Call(t), l, sh.Plan, k.Facts(), prefixKernel != nil)
+	sl, err := planSharedLaunch(c, l, sh.Plan, k.Facts(), prefixKernel != nil)
 	if err != nil {
 		return st, err
 	}
@@ -351,7 +352,7 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 		return nil
 	}
 	st[sharedMergeStage] = func(s *cuda.Stream) error {
-		if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: a.HeadDim}, 0, s, p); err != nil {
+		if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: sharedMergeHeads * 32}, 0, s, p); err != nil {
 			return fmt.Errorf("attention: shared-prefix merge: %w", err)
 		}
 		return nil
@@ -359,16 +360,15 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 	return st, nil
 }
 
-// sharedPrefixFor is the prefix kernel of call a (queries of dt) under tuning t, the one place that
-// names it: over FP8 pages the FP8 kernel of the variant the dispatcher plans for
+// sharedPrefixFor is the prefix kernel of call a (c: its DecodeCall under t; queries of dt) under tuning
+// t, the one place that names it: over FP8 pages the FP8 kernel of the variant the dispatcher plans for
 // (DecodeCall.sharedPrefixVariant: W32), an error where it is not loaded; else the Hopper kernel where it
 // is loaded and the call suits it (sm90Pages, a positive scale), else t.SharedPrefix's, else W32's, which
 // every device has; nil where no prefix kernel covers the call (sharedPrefixKernel: the split-k partition
 // kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
 // than a virtual sequence holds reads each page once per virtual sequence, by programs the grid runs side
 // by side, and the later reads should find it there.
-func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, dt DType, t CUDATuning) (*cudaKernel, error) {
-	c := a.Call(t)
+func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType, t CUDATuning) (*cudaKernel, error) {
 	if a.KVFP8 {
 		name := sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, true)
 		if kern := k.kernels[name]; kern != nil {
