@@ -737,6 +737,61 @@ func BenchmarkCUDAFP8MatMul(bb *testing.B) {
 	}
 }
 
+// TestCUDAE4M3Quotient: the quantizing kernels' division by a row scale (E4M3Quotient: the reciprocal
+// once a row, each quotient corrected by its residual) gives __fdiv_rn's e4m3 code for every value (−0's
+// 0x80 too) and, over a code's range (2^-11 to 448 in magnitude), its quotient to the bit: 2^22 pairs of values across float32's exponents (zeros,
+// subnormals, ±Inf and NaN among them) and scales from min_scale up, and static scales near 1.
+func TestCUDAE4M3Quotient(t *testing.T) {
+	b := newGemvBackend(t, weights.DTypeF32)
+	fn, err := b.mod.Function("E4M3QuotientCheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1 << 22
+	rng := rand.New(rand.NewPCG(21, 22))
+	xs, ss := make([]float32, n), make([]float32, n)
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32, 448, -448, 464, 1e-30}
+	for i := range xs {
+		switch {
+		case i < len(special):
+			xs[i] = special[i]
+		case i%3 == 0: // any bit pattern: every exponent, subnormals, NaNs
+			xs[i] = math.Float32frombits(rng.Uint32())
+		default: // what a row holds: up to 448 scales of the row's scale
+			xs[i] = float32((2*rng.Float64() - 1) * math.Pow(2, 20*rng.Float64()-10))
+		}
+		switch i % 4 {
+		case 0:
+			ss[i] = fp8MinScale
+		case 1:
+			ss[i] = float32(0.5 + rng.Float64()) // a static input scale
+		default:
+			ss[i] = fp8MinScale * float32(math.Pow(2, 40*rng.Float64()))
+		}
+		if i%3 != 0 && i >= len(special) { // x within ±448·s, as a row's values are
+			xs[i] *= ss[i] / 2
+		}
+	}
+	x, s := newDeviceTensor(t, b, 1, n), newDeviceTensor(t, b, 1, n)
+	bad := newDeviceTensor(t, b, 1, 2)
+	if err := errors.Join(b.dev.CopyToDevice(x.ptr, cuda.Bytes(xs)), b.dev.CopyToDevice(s.ptr, cuda.Bytes(ss)),
+		b.dev.CopyToDevice(bad.ptr, make([]byte, 8))); err != nil {
+		t.Fatal(err)
+	}
+	p := struct {
+		X, S, Bad cuda.DevicePtr
+		N         int32
+	}{x.ptr, s.ptr, bad.ptr, n}
+	if err := cuda.Launch(fn, cuda.Dim3{X: n / 256}, cuda.Dim3{X: 256}, 0, b.stream, &p); err != nil {
+		t.Fatal(err)
+	}
+	got := syncAndRead(t, b, bad.ptr, 2)
+	if c, q := math.Float32bits(got[0]), math.Float32bits(got[1]); c != 0 || q != 0 {
+		t.Errorf("of %d quotients, %d codes and %d quotients of 2^-11 to 448 differ from __fdiv_rn's", n, c, q)
+	}
+}
+
 // TestCUDAFP8FusedInputs checks the producers that write an FP8 product's input quantized (NormE4M3,
 // SwiGLUE4M3 in float32) against the CPU's definition computed from their float64 values: the residual
 // updated exactly (a float32 add), each row's scale within 1e-6 of the reference's (exact when static),
@@ -1084,23 +1139,32 @@ func TestCUDAFP8BlockCheckpoint(t *testing.T) {
 // FP8 product's unscaled output, the SwiGLU over gate/up's unscaled sums, both applying the product's
 // scales as in the step) at Llama-3-8B's widths (4096, 14336: a register shape against the staged form)
 // and the intermediate widths no register shape holds (Qwen2.5-7B's 18944, Llama-3-70B's 28672: the loop
-// kernels against the staged form), from one row (decode) to 1024 (prefill): µs a call, the share of the
-// copy bandwidth its bytes take (float32 reads and writes, one byte a code), and the other form's time
-// over the staged one's (docs/bench/fp8-h200.md). Each call reads its input from memory or L2 as it
+// kernels against the staged form), and the SwiGLU over bfloat16 sums (in16/…, the prefill's: cuBLASLt
+// writes gate/up's sums so) at 14336, from one row (decode) to 1024 (prefill): µs a call, the share of
+// the copy bandwidth its bytes take (float32 reads and writes, bfloat16 sums, one byte a code), and the
+// other form's time over the staged one's (docs/bench/fp8-h200.md). Each call reads its input from memory or L2 as it
 // stands; in a step the product before has just written it.
 func BenchmarkCUDAFP8Fused(bb *testing.B) {
-	b := newGemvBackend(bb, weights.DTypeF32)
-	if err := b.loadFP8(); err != nil {
-		bb.Fatal(err)
+	b32 := newGemvBackend(bb, weights.DTypeF32)
+	b16 := newGemvBackend(bb, weights.DTypeBF16)
+	for _, b := range []*cudaBackend{b32, b16} {
+		if err := b.loadFP8(); err != nil {
+			bb.Fatal(err)
+		}
+		defer func() { b.args = nil }()
 	}
-	defer func() { b.args = nil }()
 	bw := copyBandwidth(bb)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const maxRows = 1024
 	for _, kc := range []struct {
 		kind opKind
 		cols int
-	}{{opNorm, 4096}, {opSwiGLU, 14336}, {opSwiGLU, 18944}, {opSwiGLU, 28672}} {
+		in16 bool // the SwiGLU over bfloat16 sums (opPlan.fp8In16), on a bfloat16 backend
+	}{{opNorm, 4096, false}, {opSwiGLU, 14336, false}, {opSwiGLU, 14336, true}, {opSwiGLU, 18944, false}, {opSwiGLU, 28672, false}} {
+		b := b32
+		if kc.in16 {
+			b = b16
+		}
 		in := kc.cols
 		if kc.kind == opSwiGLU {
 			in = 2 * kc.cols
@@ -1124,7 +1188,12 @@ func BenchmarkCUDAFP8Fused(bb *testing.B) {
 			bb.Fatal(err)
 		}
 		host := fp8TestInput(rng, maxRows, in, -1)
-		if err := b.dev.CopyToDevice(x.ptr, cuda.Bytes(host)); err != nil {
+		raw := cuda.Bytes(host)
+		if kc.in16 {
+			raw = make([]byte, 2*len(host))
+			dtype.EncodeBF16(raw, host)
+		}
+		if err := b.dev.CopyToDevice(x.ptr, raw); err != nil {
 			bb.Fatal(err)
 		}
 		sx := make([]float32, maxRows)
@@ -1133,6 +1202,9 @@ func BenchmarkCUDAFP8Fused(bb *testing.B) {
 		}
 		op, a := &stepOp{kind: kc.kind, in: kc.cols, out: kc.cols}, &opArgs{eps: 1e-5}
 		bytes := 9 * kc.cols // SwiGLU: gate and up read, a code written
+		if kc.in16 {
+			bytes = 5 * kc.cols
+		}
 		if kc.kind == opNorm {
 			res := newDeviceTensor(bb, b, maxRows, kc.cols)
 			if err := b.dev.CopyToDevice(res.ptr, cuda.Bytes(host[:maxRows*kc.cols])); err != nil {
@@ -1143,7 +1215,7 @@ func BenchmarkCUDAFP8Fused(bb *testing.B) {
 		} else {
 			a.x = x
 		}
-		for _, rows := range []int{1, 64, 256, 1024} {
+		for _, rows := range []int{1, 64, 128, 256, 1024} {
 			other, otherName := fp8FormLoop, "loop"
 			if shape, ok := fp8RowShape(kc.cols); ok {
 				other, otherName = shape, fmt.Sprintf("r%dx%d", fp8RowShapes[shape].threads, fp8RowShapes[shape].groups)
@@ -1154,8 +1226,11 @@ func BenchmarkCUDAFP8Fused(bb *testing.B) {
 				if form == fp8FormStaged {
 					name = fmt.Sprintf("%v/cols=%d/rows=%d/staged", kc.kind, kc.cols, rows)
 				}
+				if kc.in16 {
+					name = "in16/" + name
+				}
 				bb.Run(name, func(bb *testing.B) {
-					plan := &opPlan{rows: rows, fp8Out: 0, fp8ScaleFrom: 1}
+					plan := &opPlan{rows: rows, fp8Out: 0, fp8ScaleFrom: 1, fp8In16: kc.in16}
 					for bb.Loop() {
 						// The scales each call overwrites stand in for the product's before it.
 						if err := b.dev.CopyToDevice(b.fp8.scales, cuda.Bytes(sx)); err != nil {

@@ -41,6 +41,57 @@ __device__ __forceinline__ __half e4m3_to_f16(unsigned char c) {
 	return __half(h);
 }
 
+// E4M3Quotient is x / s correctly rounded for many x over one scale s, as __fdiv_rn(x, s) computes it on
+// its fast path, with s's reciprocal taken once instead of once an element: the reciprocal's
+// approximation refined by one Newton step, the quotient x·r corrected by its residual, the sequence
+// of FFMAs __fdiv_rn compiles to. __fdiv_rn leaves that path for a slower one where its operands'
+// exponents put it out of range (its FCHK); with s a row scale (at least min_scale) that happens only
+// where the quotient is far below the smallest e4m3 value (code 0 either way) or overflows (which
+// saturates either way), so every code is __fdiv_rn's: code stays the saturating cast of the quotient
+// and the quotient is left uncorrected past ±448, where its last bit changes no code, and at zero, whose
+// sign it keeps. A NaN scale or value gives a NaN quotient, as the division does.
+struct E4M3Quotient {
+	float s, r;
+	__device__ __forceinline__ explicit E4M3Quotient(float scale) : s(scale) {
+		float a;
+		asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(a) : "f"(scale));
+		r = __fmaf_rn(a, __fmaf_rn(a, -scale, 1.f), a);
+	}
+	__device__ __forceinline__ float operator()(float x) const {
+		const float q = __fmul_rn(x, r); // keeps a zero's sign, as the division does (−0 is code 0x80)
+		return fabsf(q) < 448.f && q != 0.f ? __fmaf_rn(r, __fmaf_rn(q, -s, x), q) : q;
+	}
+	// code is the e4m3 code of x / s (saturating).
+	__device__ __forceinline__ unsigned char code(float x) const {
+		return __nv_cvt_float_to_fp8((*this)(x), __NV_SATFINITE, __NV_E4M3);
+	}
+	// codes4 is the codes of v / s, the first lowest, four to a word.
+	__device__ __forceinline__ uint32_t codes4(float4 v) const {
+		const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.x), (*this)(v.y)), __NV_SATFINITE, __NV_E4M3);
+		const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.z), (*this)(v.w)), __NV_SATFINITE, __NV_E4M3);
+		return lo | hi << 16;
+	}
+};
+
+// E4M3QuotientCheck holds E4M3Quotient to __fdiv_rn (TestCUDAE4M3Quotient): for each of n pairs (x[i],
+// s[i]) it counts in bad[0] the codes that differ and in bad[1] the quotients of a code's range (2^-11 to
+// 448 in magnitude, where a last bit may move a code) that differ in any bit.
+struct E4M3QuotientCheckParams {
+	const float *x, *s;
+	unsigned *bad;
+	int n;
+};
+extern "C" __global__ void E4M3QuotientCheck(const E4M3QuotientCheckParams p) {
+	const int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= p.n) return;
+	const float x = p.x[i], s = p.s[i];
+	const E4M3Quotient div(s);
+	const float want = __fdiv_rn(x, s), got = div(x);
+	const unsigned char wc = __nv_cvt_float_to_fp8(want, __NV_SATFINITE, __NV_E4M3), gc = div.code(x);
+	if (wc != gc) atomicAdd(&p.bad[0], 1u);
+	if (fabsf(want) >= 0x1p-11f && fabsf(want) < 448.f && __float_as_uint(want) != __float_as_uint(got)) atomicAdd(&p.bad[1], 1u);
+}
+
 struct QuantizeE4M3Params {
 	unsigned char *codes; // [m][kp] e4m3
 	__half *x16;          // [m][kp]: the codes' values in f16 (exact), for MatMulE4M3_nt1; or null
@@ -82,9 +133,10 @@ template <typename T> __device__ __forceinline__ void quantize_e4m3(const Quanti
 		s = nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), p.min_scale);
 	}
 	// No clamp before the cast: the saturating cast maps beyond ±448 to ±448 and keeps NaN a NaN.
+	const E4M3Quotient div(s);
 	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
 		unsigned char c = 0;
-		if (i < p.k) c = __nv_cvt_float_to_fp8(__fdiv_rn(Num<T>::load(x[i]), s), __NV_SATFINITE, __NV_E4M3);
+		if (i < p.k) c = div.code(Num<T>::load(x[i]));
 		q[i] = c;
 		if (p.x16 != nullptr) p.x16[(long long)r * p.kp + i] = e4m3_to_f16(c);
 	}
@@ -207,9 +259,10 @@ template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3
 	}
 	const float s = row_scale(amax, nan, p.input_scale, p.min_scale, scratch, &nan_seen);
 	unsigned char *q = p.codes + row * p.kp;
+	const E4M3Quotient div(s);
 	for (int i = threadIdx.x; i < p.kp; i += blockDim.x) {
 		unsigned char c = 0;
-		if (i < p.cols) c = __nv_cvt_float_to_fp8(__fdiv_rn(value(i, false), s), __NV_SATFINITE, __NV_E4M3);
+		if (i < p.cols) c = div.code(value(i, false));
 		q[i] = c;
 		if (p.x16 != nullptr) p.x16[row * p.kp + i] = e4m3_to_f16(c);
 	}
@@ -288,18 +341,15 @@ __device__ __forceinline__ void amax4(float4 a, float &amax, bool &nan) {
 }
 
 // put_codes writes group i4 (columns 4·i4 … 4·i4+3) of a row as codes at q (and f16 values at x16 unless
-// null) with the row's scale s.
-__device__ __forceinline__ void put_codes(float4 v, int i4, float s, unsigned char *q, __half *x16) {
-	const float e[4] = {v.x, v.y, v.z, v.w};
-	uint32_t c = 0, h[2] = {0, 0};
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const unsigned char b = __nv_cvt_float_to_fp8(__fdiv_rn(e[k], s), __NV_SATFINITE, __NV_E4M3);
-		c |= (uint32_t)b << (8 * k);
-		h[k >> 1] |= (uint32_t)__half_as_ushort(e4m3_to_f16(b)) << (16 * (k & 1));
-	}
+// null) with the row's scale (div).
+__device__ __forceinline__ void put_codes(float4 v, int i4, const E4M3Quotient &div, unsigned char *q, __half *x16) {
+	const uint32_t c = div.codes4(v);
 	reinterpret_cast<uint32_t *>(q)[i4] = c;
-	if (x16 != nullptr) reinterpret_cast<uint2 *>(x16)[i4] = make_uint2(h[0], h[1]);
+	if (x16 != nullptr) {
+		const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xffffu), __NV_E4M3);
+		const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c >> 16), __NV_E4M3);
+		reinterpret_cast<uint2 *>(x16)[i4] = make_uint2((uint32_t)lo.x | (uint32_t)lo.y << 16, (uint32_t)hi.x | (uint32_t)hi.y << 16);
+	}
 }
 
 // pad_codes zeroes a row's padding groups n4 … kp/4 and writes its scale to *scale_out.
@@ -326,10 +376,11 @@ __device__ __forceinline__ void store_codes(const float4 (&v)[NV], int n4, int k
 			if (threadIdx.x + j * blockDim.x < n4) amax4(v[j], amax, nan);
 	}
 	const float s = row_scale(amax, nan, input_scale, min_scale, scratch, &nan_seen);
+	const E4M3Quotient div(s);
 #pragma unroll
 	for (int j = 0; j < NV; j++) {
 		const int i4 = threadIdx.x + j * blockDim.x;
-		if (i4 < n4) put_codes(v[j], i4, s, q, x16);
+		if (i4 < n4) put_codes(v[j], i4, div, q, x16);
 	}
 	pad_codes(n4, kp, q, x16, scale_out, s);
 }
@@ -486,7 +537,8 @@ __device__ __forceinline__ void stage_out(const float4 *staged, int n4, float am
 	const float s = row_scale(amax, nan, p.input_scale, p.min_scale, scratch, nan_seen);
 	unsigned char *q = p.codes + row * p.kp;
 	__half *x16 = p.x16 ? p.x16 + row * p.kp : nullptr;
-	for (int i4 = threadIdx.x; i4 < n4; i4 += STAGE_THREADS) put_codes(staged[i4], i4, s, q, x16);
+	const E4M3Quotient div(s);
+	for (int i4 = threadIdx.x; i4 < n4; i4 += STAGE_THREADS) put_codes(staged[i4], i4, div, q, x16);
 	pad_codes(n4, p.kp, q, x16, p.scales + row, s);
 }
 
