@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -50,6 +51,38 @@ __device__ __forceinline__ float gelu_mul(float g, float u) {
 	const double v = g;
 	return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))) * u;
 }
+
+// E4M3Quotient is x / s correctly rounded for many x over one scale s, as __fdiv_rn(x, s) computes it on
+// its fast path, with s's reciprocal taken once instead of once an element: the reciprocal's
+// approximation refined by one Newton step, the quotient x·r corrected by its residual, the sequence
+// of FFMAs __fdiv_rn compiles to. __fdiv_rn leaves that path for a slower one where its operands'
+// exponents put it out of range (its FCHK); with s a row scale (at least min_scale) that happens only
+// where the quotient is far below the smallest e4m3 value (code 0 either way) or overflows (which
+// saturates either way), so every code is __fdiv_rn's: code stays the saturating cast of the quotient
+// and the quotient is left uncorrected past ±448, where its last bit changes no code, and at zero, whose
+// sign it keeps. A NaN scale or value gives a NaN quotient, as the division does.
+struct E4M3Quotient {
+	float s, r;
+	__device__ __forceinline__ explicit E4M3Quotient(float scale) : s(scale) {
+		float a;
+		asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(a) : "f"(scale));
+		r = __fmaf_rn(a, __fmaf_rn(a, -scale, 1.f), a);
+	}
+	__device__ __forceinline__ float operator()(float x) const {
+		const float q = __fmul_rn(x, r); // keeps a zero's sign, as the division does (−0 is code 0x80)
+		return fabsf(q) < 448.f && q != 0.f ? __fmaf_rn(r, __fmaf_rn(q, -s, x), q) : q;
+	}
+	// code is the e4m3 code of x / s (saturating).
+	__device__ __forceinline__ unsigned char code(float x) const {
+		return __nv_cvt_float_to_fp8((*this)(x), __NV_SATFINITE, __NV_E4M3);
+	}
+	// codes4 is the codes of v / s, the first lowest, four to a word.
+	__device__ __forceinline__ uint32_t codes4(float4 v) const {
+		const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.x), (*this)(v.y)), __NV_SATFINITE, __NV_E4M3);
+		const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.z), (*this)(v.w)), __NV_SATFINITE, __NV_E4M3);
+		return lo | hi << 16;
+	}
+};
 
 // block_sum returns the sum of v over the block (every thread gets it). blockDim.x is a multiple of 32
 // and at most 1024; scratch holds 32 floats. The block must call it uniformly.

@@ -41,38 +41,6 @@ __device__ __forceinline__ __half e4m3_to_f16(unsigned char c) {
 	return __half(h);
 }
 
-// E4M3Quotient is x / s correctly rounded for many x over one scale s, as __fdiv_rn(x, s) computes it on
-// its fast path, with s's reciprocal taken once instead of once an element: the reciprocal's
-// approximation refined by one Newton step, the quotient x·r corrected by its residual, the sequence
-// of FFMAs __fdiv_rn compiles to. __fdiv_rn leaves that path for a slower one where its operands'
-// exponents put it out of range (its FCHK); with s a row scale (at least min_scale) that happens only
-// where the quotient is far below the smallest e4m3 value (code 0 either way) or overflows (which
-// saturates either way), so every code is __fdiv_rn's: code stays the saturating cast of the quotient
-// and the quotient is left uncorrected past ±448, where its last bit changes no code, and at zero, whose
-// sign it keeps. A NaN scale or value gives a NaN quotient, as the division does.
-struct E4M3Quotient {
-	float s, r;
-	__device__ __forceinline__ explicit E4M3Quotient(float scale) : s(scale) {
-		float a;
-		asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(a) : "f"(scale));
-		r = __fmaf_rn(a, __fmaf_rn(a, -scale, 1.f), a);
-	}
-	__device__ __forceinline__ float operator()(float x) const {
-		const float q = __fmul_rn(x, r); // keeps a zero's sign, as the division does (−0 is code 0x80)
-		return fabsf(q) < 448.f && q != 0.f ? __fmaf_rn(r, __fmaf_rn(q, -s, x), q) : q;
-	}
-	// code is the e4m3 code of x / s (saturating).
-	__device__ __forceinline__ unsigned char code(float x) const {
-		return __nv_cvt_float_to_fp8((*this)(x), __NV_SATFINITE, __NV_E4M3);
-	}
-	// codes4 is the codes of v / s, the first lowest, four to a word.
-	__device__ __forceinline__ uint32_t codes4(float4 v) const {
-		const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.x), (*this)(v.y)), __NV_SATFINITE, __NV_E4M3);
-		const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2((*this)(v.z), (*this)(v.w)), __NV_SATFINITE, __NV_E4M3);
-		return lo | hi << 16;
-	}
-};
-
 // E4M3QuotientCheck holds E4M3Quotient to __fdiv_rn (TestCUDAE4M3Quotient): for each of n pairs (x[i],
 // s[i]) it counts in bad[0] the codes that differ and in bad[1] the quotients of a code's range (2^-11 to
 // 448 in magnitude, where a last bit may move a code) that differ in any bit.

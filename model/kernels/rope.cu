@@ -64,17 +64,11 @@ template <typename T> struct KVElem<T, true> {
 	typedef __nv_fp8_storage_t type;
 };
 
-// e4m3_of is the e4m3 code of x / scale: an IEEE division, then a saturating conversion.
-__device__ __forceinline__ uint32_t e4m3_of(float x, float scale) {
-	return __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
-}
-
 // store4 stores four consecutive elements at dst (aligned to four of them): as T, or with F8 as the e4m3
-// codes of x / scale.
+// codes of x / scale (E4M3Quotient: the IEEE division's codes).
 template <typename T, bool F8> __device__ __forceinline__ void store4(typename KVElem<T, F8>::type *dst, float4 x, float scale) {
 	if constexpr (F8) {
-		*reinterpret_cast<uint32_t *>(dst) = e4m3_of(x.x, scale) | e4m3_of(x.y, scale) << 8 |
-		                                     e4m3_of(x.z, scale) << 16 | e4m3_of(x.w, scale) << 24;
+		*reinterpret_cast<uint32_t *>(dst) = E4M3Quotient(scale).codes4(x);
 	} else if constexpr (sizeof(T) == 4) {
 		*reinterpret_cast<float4 *>(dst) = x;
 	} else {
