@@ -359,8 +359,8 @@ template <typename T> __device__ __forceinline__ void store4(T *o, float a, floa
 }
 
 // PartialRun is count split-k partials of one query head, at slots first, first+stride, … of (m, l,
-// acc): what the reduce merges for a sequence, and the shared-prefix merge (shared.cu) for its prefix
-// and its suffix. run_max and run_sum are the log-sum-exp merge over runs, thread d owning element d:
+// acc): what the reduce merges for a sequence. run_max and run_sum are the log-sum-exp merge over runs,
+// thread d owning element d:
 //   M = max m_p,  L = Σ l_p·2^(m_p−M),  out = Σ acc_p·2^(m_p−M) / L.
 struct PartialRun {
 	const float *m, *l, *acc;

@@ -6,7 +6,7 @@
 // virtual sequences for the shapes they do not cover), which reads a partition of the shared pages once
 // for all those rows; the suffix pass is the split-k partition kernel run on every sequence's own pages
 // (block tables from the end of its shared prefix); the merge combines a sequence's prefix and suffix
-// partials by log-sum-exp (PartialRun, decode.cuh: the split-k reduce's own code). Launched by
+// partials by log-sum-exp, as the split-k reduce does (a warp a query head: shared_merge). Launched by
 // CUDAKernels.DecodeShared (shared_cuda.go); the CPU twin is DecodeShared (shared.go).
 //
 //   SharedGather:             grid (virtual·members), up to num_heads·row_bytes/16 threads: the virtual
