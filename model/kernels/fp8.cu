@@ -314,9 +314,9 @@ __device__ __forceinline__ void put_codes(float4 v, int i4, const E4M3Quotient &
 	const uint32_t c = div.codes4(v);
 	reinterpret_cast<uint32_t *>(q)[i4] = c;
 	if (x16 != nullptr) {
-		const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xffffu), __NV_E4M3);
-		const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c >> 16), __NV_E4M3);
-		reinterpret_cast<uint2 *>(x16)[i4] = make_uint2((uint32_t)lo.x | (uint32_t)lo.y << 16, (uint32_t)hi.x | (uint32_t)hi.y << 16);
+		uint32_t lo, hi;
+		e4m3x4_to_f16x2(c, lo, hi);
+		reinterpret_cast<uint2 *>(x16)[i4] = make_uint2(lo, hi);
 	}
 }
 
