@@ -832,8 +832,12 @@ func (k SharedGraphKey) Plan() SharedPlan {
 // sharedGatherMaxThreads is the largest block of the query gather (shared.cu's SharedGather).
 const sharedGatherMaxThreads = 1024
 
-// sharedMergeHeads is SHARED_MERGE_HEADS of shared.cu: the query heads (a warp each) of a merge block.
-const sharedMergeHeads = 4
+// sharedMergeHeads is SHARED_MERGE_HEADS of shared.cu: the query heads of a merge block, a warp each
+// (sharedMergeThreads threads).
+const (
+	sharedMergeHeads   = 4
+	sharedMergeThreads = sharedMergeHeads * 32
+)
 
 // sharedMinSuffixCap is the smallest suffix bound of a shared-prefix graph (tokens, a power of two).
 const sharedMinSuffixCap = 256

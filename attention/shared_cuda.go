@@ -352,7 +352,7 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 		return nil
 	}
 	st[sharedMergeStage] = func(s *cuda.Stream) error {
-		if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: sharedMergeHeads * 32}, 0, s, p); err != nil {
+		if err := cuda.Launch(merge.fn, dim3(sl.merge), cuda.Dim3{X: sharedMergeThreads}, 0, s, p); err != nil {
 			return fmt.Errorf("attention: shared-prefix merge: %w", err)
 		}
 		return nil
