@@ -10,7 +10,7 @@ package cuda
 // cuTensorMapEncodeTiled (driver API of CUDA 12 and newer; cuda.h 11.8 here does not declare it), resolved
 // from the driver library at run time. The enums are plain ints: CUtensorMapDataType (UINT8 0, FLOAT16 6,
 // BFLOAT16 9), CUtensorMapInterleave (NONE 0), CUtensorMapSwizzle (128B 3), CUtensorMapL2promotion
-// (L2_256B 3), CUtensorMapFloatOOBfill (NONE 0).
+// (L2_256B 3), CUtensorMapFloatOOBfill (NONE 0); swizzle NONE is 0.
 typedef int (*gollm_tmap_encode_t)(void *map, int dtype, uint32_t rank, void *addr, const uint64_t *dims,
 	const uint64_t *strides, const uint32_t *box, const uint32_t *elem_strides, int interleave, int swizzle,
 	int l2promotion, int oobfill);
@@ -26,9 +26,9 @@ static inline int gollm_tmap_bind(void) {
 }
 
 static inline int gollm_tmap_encode(void *map, int dtype, uint32_t rank, uint64_t addr, const uint64_t *dims,
-		const uint64_t *strides, const uint32_t *box) {
+		const uint64_t *strides, const uint32_t *box, int swizzle) {
 	uint32_t es[5] = { 1, 1, 1, 1, 1 };
-	return gollm_tmap_encode_fn(map, dtype, rank, (void *)addr, dims, strides, box, es, 0, 3, 3, 0);
+	return gollm_tmap_encode_fn(map, dtype, rank, (void *)addr, dims, strides, box, es, 0, swizzle, 3, 0);
 }
 */
 import "C"
@@ -60,16 +60,27 @@ var tmapBind = sync.OnceValue(func() bool { return C.gollm_tmap_bind() != 0 })
 // interleaved gate/up map uses (package model checks it once at load and does without it where a driver
 // refuses; TestEncodeTiled's interleaved case fails on such a driver).
 func (d *Device) EncodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
+	return d.encode(dt, base, dims, strides, box, true)
+}
+
+// EncodeTiledLinear is EncodeTiled without the swizzle: a box lands in shared memory as its rows one after
+// another, an innermost row of box[0] elements of any multiple of 16 bytes (≤ 256 elements). The FP8
+// prefill reads its pages' codes so (one box a page of D codes a row).
+func (d *Device) EncodeTiledLinear(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
+	return d.encode(dt, base, dims, strides, box, false)
+}
+
+func (d *Device) encode(dt DataType, base DevicePtr, dims, strides []int64, box []int, swizzle bool) (TensorMap, error) {
 	var m TensorMap
 	err := d.Do(func() error { // the driver wants the context current
 		var err error
-		m, err = encodeTiled(dt, base, dims, strides, box)
+		m, err = encodeTiled(dt, base, dims, strides, box, swizzle)
 		return err
 	})
 	return m, err
 }
 
-func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) (TensorMap, error) {
+func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int, swizzle bool) (TensorMap, error) {
 	var m TensorMap
 	if !tmapBind() {
 		return m, errors.New("cuda: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer)")
@@ -87,7 +98,12 @@ func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) 
 		return m, fmt.Errorf("cuda: tensor map of %v", dt)
 	}
 	rank := len(dims)
-	bad := rank < 2 || rank > 5 || len(strides) != rank-1 || len(box) != rank || box[0]*size != 128 || uint64(base)%16 != 0
+	bad := rank < 2 || rank > 5 || len(strides) != rank-1 || len(box) != rank || uint64(base)%16 != 0
+	if !bad && swizzle {
+		bad = box[0]*size != 128
+	} else if !bad {
+		bad = box[0]*size%16 != 0
+	}
 	var cd, cs [5]C.uint64_t
 	var cb [5]C.uint32_t
 	for i := 0; !bad && i < rank; i++ {
@@ -101,7 +117,11 @@ func encodeTiled(dt DataType, base DevicePtr, dims, strides []int64, box []int) 
 	if bad {
 		return m, fmt.Errorf("cuda: tensor map of dims %v, strides %v, box %v, base %#x", dims, strides, box, base)
 	}
-	if r := C.gollm_tmap_encode(unsafe.Pointer(&m[0]), code, C.uint32_t(rank), C.uint64_t(base), &cd[0], &cs[0], &cb[0]); r != 0 {
+	sw := C.int(0)
+	if swizzle {
+		sw = 3
+	}
+	if r := C.gollm_tmap_encode(unsafe.Pointer(&m[0]), code, C.uint32_t(rank), C.uint64_t(base), &cd[0], &cs[0], &cb[0], sw); r != 0 {
 		return m, fmt.Errorf("cuda: cuTensorMapEncodeTiled (dims %v, strides %v, box %v): error %d", dims, strides, box, r)
 	}
 	return m, nil
