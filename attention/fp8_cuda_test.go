@@ -185,13 +185,14 @@ func runFP8Variants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, f8 *Cache) {
 	}
 }
 
-// TestCUDAPrefillFP8KV runs the prefill kernels over FP8 pages (the tensor-core kernel,
-// PrefillAttentionMMA_<dtype>_e4m3_d<D>, and the FMA one, PrefillAttention_<dtype>_e4m3_d<D>: chunks
-// with cached FP8 prefixes, a whole prompt, a single row; windows too) against the float64 reference
-// over the values the codes read back and against the CPU twin's FP8 attention, within the dtype's
-// tolerance of the plain kernels (the kernels read float32(code) · scale, the CPU's very values; see
-// TestCUDADecodeFP8KV): bf16, fp16 and fp32 (FMA only), head sizes 64, 128 and 256, pages 16 and 32,
-// groups 1, 4 and 8, and head sizes 8 and 32 at one shape.
+// TestCUDAPrefillFP8KV runs every prefill kernel loaded over FP8 pages (the Hopper kernel,
+// PrefillAttentionSM90_<dtype>_e4m3_d<D>, where it is loaded; the tensor-core kernel,
+// PrefillAttentionMMA_<dtype>_e4m3_d<D>; the FMA one, PrefillAttention_<dtype>_e4m3_d<D>: chunks with
+// cached FP8 prefixes, a whole prompt, a single row; windows too) against the float64 reference over the
+// values the codes read back and against the CPU twin's FP8 attention, within the dtype's tolerance of
+// the plain kernels (the kernels read float32(code) · scale, the CPU's very values; see
+// TestCUDADecodeFP8KV): bf16, fp16 and fp32 (FMA only), head sizes 64, 128 and 256, pages 8, 16, 32 and
+// 64, groups 1, 4 and 8, head sizes 8 and 32 at one shape, and the last rows of a 32768-token prompt.
 func TestCUDAPrefillFP8KV(t *testing.T) {
 	dev, pre := gpuPrefill(t)
 	if info := dev.Info(); info.Major*10+info.Minor < 89 {
@@ -200,21 +201,19 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	scales := []float32{fp8TestKScale, fp8TestVScale}
 	for _, cd := range prefillCodecs {
-		paths := []PrefillKernel{PrefillAuto, PrefillFMA} // tensor-core (where it serves), FMA
-		if cd.size == 4 {
-			paths = []PrefillKernel{PrefillFMA}
-		}
-		for _, kernel := range paths {
-			for _, headDim := range []int{64, 128, 256} {
-				for _, blockSize := range []int{16, 32} {
-					for _, group := range []int{1, 4, 8} {
+		for _, headDim := range []int{64, 128, 256} {
+			for _, blockSize := range []int{8, 16, 32, 64} {
+				for _, group := range []int{1, 4, 8} {
+					for _, kernel := range pre.Kernels(headDim, blockSize, cd.typ, true) {
 						t.Run(fmt.Sprintf("%s/d%d/page%d/group%d/%v", cd.name, headDim, blockSize, group, kernel), func(t *testing.T) {
 							runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, blockSize, group, kernel, 0, scales)
 						})
 					}
 				}
 			}
-			for _, window := range []int{1, 21, 130} {
+		}
+		for _, window := range []int{1, 21, 130} {
+			for _, kernel := range pre.Kernels(128, 16, cd.typ, true) {
 				t.Run(fmt.Sprintf("%s/d128/w%d/%v", cd.name, window, kernel), func(t *testing.T) {
 					runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, 128, 16, 4, kernel, window, scales)
 				})
@@ -223,6 +222,13 @@ func TestCUDAPrefillFP8KV(t *testing.T) {
 		for _, headDim := range []int{8, 32} {
 			t.Run(fmt.Sprintf("%s/d%d", cd.name, headDim), func(t *testing.T) {
 				runPrefillCase(t, dev, pre, rng, cd, prefillSeqs, headDim, 16, 4, PrefillAuto, 0, scales)
+			})
+		}
+	}
+	for _, kernel := range pre.Kernels(128, 16, cuda.BFloat16, true) {
+		if kernel != PrefillFMA {
+			t.Run("long/"+kernel.String(), func(t *testing.T) {
+				runPrefillCase(t, dev, pre, rng, prefillCodecs[0], [][2]int{{32768, 40}, {4096, 1}}, 128, 16, 4, kernel, 0, scales)
 			})
 		}
 	}

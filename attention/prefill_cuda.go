@@ -28,7 +28,7 @@ const (
 	// over 16-bit or FP8 pages.
 	PrefillMMA
 	// PrefillSM90 is prefill_sm90.cu's Hopper kernel (wgmma): 16-bit dtypes, head sizes 64, 128 and 256,
-	// over 16-bit pages, on sm_90 where the driver compiles its PTX.
+	// over 16-bit or FP8 pages, on sm_90 where the driver compiles its PTX.
 	PrefillSM90
 )
 
@@ -80,7 +80,8 @@ var _ [384]byte = [unsafe.Sizeof(prefillSM90Params{})]byte{}
 // over FP8 pages, PrefillAttentionMMA_<dtype>_e4m3_d<D>; 16-bit dtypes), which Attend uses where they exist.
 var prefillMMAHeadDims = []int{64, 128, 256}
 
-// prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D>).
+// prefillSM90HeadDims are the head sizes of the Hopper kernels (PrefillAttentionSM90_<dtype>_d<D> and,
+// over FP8 pages, PrefillAttentionSM90_<dtype>_e4m3_d<D>).
 var prefillSM90HeadDims = []int{64, 128, 256}
 
 // prefillSM90Threads is the Hopper kernel's block: a producer and two consumer warpgroups.
@@ -90,7 +91,7 @@ const prefillSM90Threads = 384
 type CUDAPrefill struct {
 	kernels map[string]prefillFn // by "<dtype>_d<head_dim>", and "<dtype>_e4m3_d<head_dim>" over FP8 pages
 	mma     map[string]prefillFn // the tensor-core kernels, keyed as kernels
-	sm90    map[string]prefillFn // the Hopper kernels (LoadSM90), by "<dtype>_d<head_dim>"
+	sm90    map[string]prefillFn // the Hopper kernels (LoadSM90), keyed as kernels
 	dev     *cuda.Device         // the Hopper kernels' (their caches' tensor maps)
 	maps    kvTensorMaps
 }
@@ -157,20 +158,22 @@ func LoadCUDAPrefill(mod *cuda.Module, sharedOptin int) (*CUDAPrefill, error) {
 	return p, nil
 }
 
-// LoadSM90 adds the Hopper kernels (PrefillAttentionSM90_<dtype>_d<head_dim>) from mod, the module of
-// prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads. Kernel then
-// prefers them where they serve.
+// LoadSM90 adds the Hopper kernels (PrefillAttentionSM90_<dtype>[_e4m3]_d<head_dim>) from mod, the
+// module of prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads. Kernel
+// then prefers them where they serve.
 func (p *CUDAPrefill) LoadSM90(mod *cuda.Module, sharedOptin int) error {
 	found := map[string]prefillFn{}
 	for _, tn := range []string{"bf16", "f16"} {
-		for _, d := range prefillSM90HeadDims {
-			key := fmt.Sprintf("%s_d%d", tn, d)
-			k, ok, err := loadPrefillFn(mod, "PrefillAttentionSM90_"+key, sharedOptin)
-			if err != nil {
-				return err
-			}
-			if ok {
-				found[key] = k
+		for _, kv := range []string{"", "_e4m3"} {
+			for _, d := range prefillSM90HeadDims {
+				key := fmt.Sprintf("%s%s_d%d", tn, kv, d)
+				k, ok, err := loadPrefillFn(mod, "PrefillAttentionSM90_"+key, sharedOptin)
+				if err != nil {
+					return err
+				}
+				if ok {
+					found[key] = k
+				}
 			}
 		}
 	}
@@ -201,7 +204,7 @@ func (p *CUDAPrefill) Kernels(headDim, blockSize int, dtype cuda.DataType, kvFP8
 		kv = "_e4m3"
 	}
 	var ks []PrefillKernel
-	if _, ok := p.sm90[fmt.Sprintf("%s_d%d", tn, headDim)]; ok && !kvFP8 && sm90Pages(blockSize) {
+	if _, ok := p.sm90[fmt.Sprintf("%s%s_d%d", tn, kv, headDim)]; ok && sm90Pages(blockSize) {
 		ks = append(ks, PrefillSM90)
 	}
 	if _, ok := p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, headDim)]; ok {
@@ -237,8 +240,9 @@ type CUDAPrefillArgs struct {
 	KCache, VCache cuda.DevicePtr
 	// KVFP8: the pages hold OCP FP8 e4m3 codes, a K code c read as float32(c) · KScale and a V code as
 	// float32(c) · VScale (one float32 product: the CPU Cache's values exactly); Q and Out stay of DType.
-	// Such a call runs PrefillAttentionMMA_<dtype>_e4m3_d<D> (16-bit dtypes, head sizes 64, 128, 256: the
-	// tile's codes converted to DType, exactly) or the FMA kernel PrefillAttention_<dtype>_e4m3_d<D>.
+	// Such a call runs PrefillAttentionSM90_<dtype>_e4m3_d<D> on Hopper or PrefillAttentionMMA_<dtype>_e4m3_d<D>
+	// (16-bit dtypes, head sizes 64, 128, 256: the tile's codes converted to DType, exactly), or the FMA
+	// kernel PrefillAttention_<dtype>_e4m3_d<D>.
 	KVFP8          bool
 	KScale, VScale float32
 	// BlockTables is int32 [sequences][MaxBlocks]; Positions int32 [rows], each row's position in its
@@ -294,9 +298,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	threads := 128
 	switch kernel {
 	case PrefillSM90:
-		if !a.KVFP8 {
-			k, threads = p.sm90[fmt.Sprintf("%s_d%d", tn, a.HeadDim)], prefillSM90Threads
-		}
+		k, threads = p.sm90[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)], prefillSM90Threads
 	case PrefillMMA:
 		k = p.mma[fmt.Sprintf("%s%s_d%d", tn, kv, a.HeadDim)]
 	case PrefillFMA:
@@ -326,7 +328,11 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	var err error
 	if kernel == PrefillSM90 {
 		sp := prefillSM90Params{P: params}
-		if sp.KMap, sp.VMap, err = p.maps.pair(p.dev, a.DType, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
+		pages := a.DType
+		if a.KVFP8 {
+			pages = cuda.E4M3
+		}
+		if sp.KMap, sp.VMap, err = p.maps.pair(p.dev, pages, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
 			err = cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &sp)
 		}
 	} else {

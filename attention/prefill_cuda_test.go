@@ -384,6 +384,8 @@ func runPrefillCase(t *testing.T, dev *cuda.Device, pre *CUDAPrefill, rng *rand.
 // head_dim 256 (16 query heads, 8 KV heads). The 8192- and 32768-token prompts are Llama-3.1-8B's long
 // prefill in one chunk (its share of the time to first token: scripts/bench/prefill_peer.py times
 // SDPA on the same shapes), whose TFLOP/s set against the GPU's dense bf16 rate is the kernel's efficiency.
+// The -fp8 shapes read FP8 e4m3 pages (scales 1) through every kernel loaded for them (tensor-core
+// kernels only), against the same shapes over bf16 pages.
 //
 //	go test -tags cuda -run XXX -bench CUDAPrefill ./attention
 func BenchmarkCUDAPrefill(b *testing.B) {
@@ -399,16 +401,22 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 		numHeads, kvHeads, bsz int
 		window                 int
 		mmaOnly                bool
+		fp8                    bool // FP8 pages (KScale and VScale 1)
 	}{
-		{"d128-hq32-hkv8-L1024", 128, 1024, 32, 8, 16, 0, false},
-		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16, 0, false},
-		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16, 0, false},
-		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16, 0, false},
-		{"d128-hq32-hkv8-L8192", 128, 8192, 32, 8, 16, 0, true},
-		{"d128-hq32-hkv8-L16384", 128, 16384, 32, 8, 16, 0, true},
-		{"d128-hq32-hkv8-L32768", 128, 32768, 32, 8, 16, 0, true},
-		{"d128-hq32-hkv8-L16384-W4096", 128, 16384, 32, 8, 16, 4096, true},
-		{"d256-hq16-hkv8-L4096", 256, 4096, 16, 8, 16, 0, true},
+		{"d128-hq32-hkv8-L1024", 128, 1024, 32, 8, 16, 0, false, false},
+		{"d128-hq32-hkv8-L4096", 128, 4096, 32, 8, 16, 0, false, false},
+		{"d64-hq32-hkv8-L1024", 64, 1024, 32, 8, 16, 0, false, false},
+		{"d64-hq32-hkv8-L4096", 64, 4096, 32, 8, 16, 0, false, false},
+		{"d128-hq32-hkv8-L8192", 128, 8192, 32, 8, 16, 0, true, false},
+		{"d128-hq32-hkv8-L16384", 128, 16384, 32, 8, 16, 0, true, false},
+		{"d128-hq32-hkv8-L32768", 128, 32768, 32, 8, 16, 0, true, false},
+		{"d128-hq32-hkv8-L16384-W4096", 128, 16384, 32, 8, 16, 4096, true, false},
+		{"d256-hq16-hkv8-L4096", 256, 4096, 16, 8, 16, 0, true, false},
+		{"d128-hq32-hkv8-L1024-fp8", 128, 1024, 32, 8, 16, 0, true, true},
+		{"d128-hq32-hkv8-L8192-fp8", 128, 8192, 32, 8, 16, 0, true, true},
+		{"d128-hq32-hkv8-L32768-fp8", 128, 32768, 32, 8, 16, 0, true, true},
+		{"d64-hq32-hkv8-L4096-fp8", 64, 4096, 32, 8, 16, 0, true, true},
+		{"d256-hq16-hkv8-L4096-fp8", 256, 4096, 16, 8, 16, 0, true, true},
 	} {
 		b.Run(sh.name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -428,6 +436,16 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 				out := make([]byte, 2*n)
 				dtype.EncodeBF16(out, x)
 				return out
+			}
+			rndKV := rnd
+			if sh.fp8 {
+				rndKV = func(n int) []byte {
+					out := make([]byte, n)
+					for i := range out {
+						out[i] = dtype.F32ToE4M3Sat(rng.Float32()*2 - 1)
+					}
+					return out
+				}
 			}
 			positions := make([]int32, sh.tokens)
 			for i := range positions {
@@ -452,14 +470,15 @@ func BenchmarkCUDAPrefill(b *testing.B) {
 				}
 			}()
 			args := &CUDAPrefillArgs{
-				Out: upload(make([]byte, 2*qElems)), Q: upload(rnd(qElems)), KCache: upload(rnd(kvElems)),
-				VCache: upload(rnd(kvElems)), BlockTables: upload(cuda.Bytes(table)), Positions: upload(cuda.Bytes(positions)),
+				Out: upload(make([]byte, 2*qElems)), Q: upload(rnd(qElems)), KCache: upload(rndKV(kvElems)),
+				VCache: upload(rndKV(kvElems)), BlockTables: upload(cuda.Bytes(table)), Positions: upload(cuda.Bytes(positions)),
 				MaxBlocks: blocks, NumHeads: sh.numHeads,
 				NumKVHeads: sh.kvHeads, HeadDim: sh.headDim, BlockSize: sh.bsz, DType: cuda.BFloat16,
 				Scale: float32(1 / math.Sqrt(float64(sh.headDim))), Window: sh.window,
+				KVFP8: sh.fp8, KScale: 1, VScale: 1,
 			}
 			flops := 4 * float64(sh.headDim) * float64(sh.numHeads) * float64(sh.tokens) * float64(sh.tokens+1) / 2
-			for _, kernel := range pre.Kernels(sh.headDim, sh.bsz, cuda.BFloat16, false) {
+			for _, kernel := range pre.Kernels(sh.headDim, sh.bsz, cuda.BFloat16, sh.fp8) {
 				if kernel == PrefillFMA && sh.mmaOnly {
 					continue
 				}

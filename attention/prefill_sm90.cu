@@ -2,7 +2,7 @@
 // prefill.cu's tensor-core kernel (query rows of one sequence over the paged cache, causal, a sliding
 // window, 16-bit dtypes, head sizes 64, 128 and 256), in FlashAttention-3's warp-specialized structure.
 // Launched by CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX;
-// the mma.sync kernel of prefill.cu serves every other GPU and FP8 pages. The same body in PREFIX mode
+// the mma.sync kernel of prefill.cu serves every other GPU. The same body in PREFIX mode
 // (SharedPrefixSM90_*) is the prefix pass of shared-prefix decode (shared_cuda.go): a group's gathered
 // query rows over its shared pages, no causal mask, split-k partials out.
 //
@@ -21,6 +21,14 @@
 //     The copy engine completes the barrier. Sixteen-byte cp.async copies by the whole warpgroup (4096 a
 //     tile at d128) held the kernel to 42% of the tensor rate where the consumers alone ran at 58%;
 //
+//     Over FP8 pages (F8, the _e4m3 entry points) the copies bring each tile's e4m3 codes, unswizzled
+//     ([key][D] bytes, one box a page), into a ring of PH_CODE_STAGES code stages instead, and the
+//     warpgroup's warps 1-3 (PH_CONVERTERS threads) convert every landed tile into the stage's K and V
+//     tiles of T in the swizzled layout (every e4m3 value is a bf16 and an f16 value: exact), fence them
+//     for the async proxy and complete the stage's full barrier themselves; K's scale is folded into the
+//     scores' scale and V's applied to the sums at the end, as prefill.cu's FP8 kernel does, so the
+//     consumers run unchanged. The code stages take the room of one 16-bit stage at d128 and d256;
+//
 //   - warpgroups 1 and 2, the consumers, take the registers, each owning 64 of the item's vectors as the
 //     rows of its wgmma tiles (warpgroup 1 + w: vectors [64w, 64w + 64)). Per tile a consumer waits for the
 //     full barrier, computes S = q·Kᵀ (m64n128k16, both operands K-major from shared memory), masks it
@@ -37,8 +45,9 @@
 //
 // Shared memory (1024-byte aligned; every tile in the 128-byte swizzle that wgmma's descriptors read: a
 // tile of R rows × D elements is D/64 column blocks of R rows × 128 bytes, row r's 16-byte chunk c stored
-// at chunk c ^ (r mod 8)): the two consumers' q tiles [64][D], PH_STAGES stages of a K and a V tile, then
-// the stages' full and empty barriers. prefillSM90SharedBytes (prefill_cuda.go) mirrors it.
+// at chunk c ^ (r mod 8)): the two consumers' q tiles [64][D], PH_STAGES stages of a K and a V tile, over
+// FP8 pages the code stages of a K and a V tile of codes, then the stages' full and empty barriers and the
+// code stages'. ph_smem_bytes computes it; the loaders read it from each kernel's <name>_smem.
 //
 // This file needs PTX ISA 8.0 and target sm_90a (wgmma, setmaxnreg), newer than nvcc 11.8 emits:
 // build.sh compiles it to PTX for compute_90 and raises the version, as gemm_sm90.cu; the driver compiles
@@ -67,15 +76,25 @@ static_assert(sizeof(PhArgs<DecodeParams>) == 448, "sharedPrefixSM90Params");
 #define PH_THREADS 384
 // PH_TILE is the keys of a K/V tile at head size D, PH_STAGES the ring's depth: as many stages as fit
 // beside the q tiles in the 227 KiB a block may take (d128: 3 of 128 keys, 225 KiB; d256: 2 of 64 keys,
-// 193 KiB; d64: 4 of 128 keys, 145 KiB).
+// 193 KiB; d64: 4 of 128 keys, 145 KiB). Over FP8 pages (F8) PH_STAGES_F8 16-bit stages and
+// PH_CODE_STAGES stages of codes (a K and a V tile of one byte a value): d128 2 and 2 (225 KiB), d256 2
+// and 1 (225 KiB), d64 4 and 2 (177 KiB).
 #define PH_TILE(D) ((D) == 256 ? 64 : 128)
 #define PH_STAGES(D) ((D) == 128 ? 3 : (D) == 256 ? 2 : 4)
-// ph_smem_bytes is the kernels' dynamic shared memory at head size d, as prefill_sm90 lays it out: 1 KiB
-// to align the tiles, two q tiles, the ring's stages of a K and a V tile, and each stage's full and empty
-// barriers. Each kernel's is the __device__ int <kernel>_smem beside it, which the loaders read.
-__host__ __device__ constexpr int ph_smem_bytes(int d) {
-	return 1024 + 2 * 64 * d * 2 + PH_STAGES(d) * 2 * PH_TILE(d) * d * 2 + 16 * PH_STAGES(d);
+#define PH_STAGES_F8(D) ((D) == 64 ? 4 : 2)
+#define PH_CODE_STAGES(D) ((D) == 256 ? 1 : 2)
+// PH_CONVERTERS is the threads that convert FP8 tiles: the producer warpgroup's warps 1-3.
+#define PH_CONVERTERS 96
+// ph_smem_bytes is the kernels' dynamic shared memory at head size d (over FP8 pages: f8), as
+// prefill_sm90 lays it out: 1 KiB to align the tiles, two q tiles, the ring's stages of a K and a V tile,
+// (f8) the code stages, and each stage's full and empty barriers. Each kernel's is the __device__ int
+// <kernel>_smem beside it, which the loaders read.
+__host__ __device__ constexpr int ph_smem_bytes(int d, bool f8 = false) {
+	return f8 ? 1024 + 2 * 64 * d * 2 + PH_STAGES_F8(d) * 2 * PH_TILE(d) * d * 2 +
+	                PH_CODE_STAGES(d) * 2 * PH_TILE(d) * d + 16 * PH_STAGES_F8(d) + 16 * PH_CODE_STAGES(d)
+	          : 1024 + 2 * 64 * d * 2 + PH_STAGES(d) * 2 * PH_TILE(d) * d * 2 + 16 * PH_STAGES(d);
 }
+static_assert(ph_smem_bytes(128, true) <= 232448 && ph_smem_bytes(256, true) <= 232448, "227 KiB a block");
 
 // Registers a thread: the producer's after it gives some up, the consumers' after they take them (the
 // block starts with 168 each, 65536 / 384: 128·56 + 256·224 ≤ 65536).
@@ -167,14 +186,16 @@ __device__ __forceinline__ void ph_tma_page(uint32_t dst, const TmaDesc *map, in
 }
 
 // ph_produce is the producer thread's loop: tiles [t_first, tiles) of NP pages each (TILE / NP keys a
-// page) into the ring's stages, K then V, a page's column blocks at c·TILE·128 + its rows' offset (the
-// consumers' swizzled tile layout; a box of 8 or more rows starts on a 1024-byte boundary, where the
-// swizzle's pattern restarts). Pages wholly outside [kstart, key_end) are not copied.
-template <int D, int TILE, int ST, int NP>
+// page) into the ring of ST stages at dst (full barrier of stage s at full + 8s, empty at empty + 8s), K
+// then V. 16-bit pages: a page's column blocks at c·TILE·128 + its rows' offset (the consumers' swizzled
+// tile layout; a box of 8 or more rows starts on a 1024-byte boundary, where the swizzle's pattern
+// restarts). FP8 pages (F8): a page's codes, one box of its rows × D bytes, at its rows' offset in a
+// [TILE][D] tile of codes. Pages wholly outside [kstart, key_end) are not copied.
+template <int D, int TILE, int ST, int NP, bool F8>
 __device__ __forceinline__ void ph_produce(const TmaDesc *kmap, const TmaDesc *vmap, const int *table, int kvh,
-                                           int kstart, int key_end, int t_first, int tiles, uint32_t skv,
-                                           uint32_t bars) {
-	constexpr int BS = TILE / NP, BOX = BS * 128, KV_BYTES = TILE * D * 2;
+                                           int kstart, int key_end, int t_first, int tiles, uint32_t dst,
+                                           uint32_t full, uint32_t empty) {
+	constexpr int BS = TILE / NP, BOX = F8 ? BS * D : BS * 128, KV_BYTES = F8 ? TILE * D : TILE * D * 2;
 	int pg[NP], nx[NP];
 	auto lookup = [&](int t, int (&out)[NP]) {
 #pragma unroll
@@ -187,20 +208,20 @@ __device__ __forceinline__ void ph_produce(const TmaDesc *kmap, const TmaDesc *v
 	int n = 0, s = 0, ph = 0;
 	for (int t = t_first; t < tiles; t++, n++) {
 		lookup(t + 1, nx); // in flight while the stage drains
-		if (n >= ST) mbar_wait(bars + 8 * (ST + s), ph ^ 1);
+		if (n >= ST) mbar_wait(empty + 8 * s, ph ^ 1);
 		int live = 0;
 #pragma unroll
 		for (int k = 0; k < NP; k++) live += pg[k] >= 0;
-		const uint32_t full = bars + 8 * s, dk = skv + s * 2 * KV_BYTES, dv = dk + KV_BYTES;
-		mbar_expect(full, live * (D / 64) * BOX * 2);
+		const uint32_t fb = full + 8 * s, dk = dst + s * 2 * KV_BYTES, dv = dk + KV_BYTES;
+		mbar_expect(fb, live * (F8 ? 1 : D / 64) * BOX * 2);
 #pragma unroll
 		for (int k = 0; k < NP; k++) {
 			if (pg[k] < 0) continue;
 #pragma unroll
-			for (int c = 0; c < D / 64; c++) {
+			for (int c = 0; c < (F8 ? 1 : D / 64); c++) {
 				const uint32_t off = c * TILE * 128 + k * BOX;
-				ph_tma_page(dk + off, kmap, 64 * c, kvh, pg[k], full);
-				ph_tma_page(dv + off, vmap, 64 * c, kvh, pg[k], full);
+				ph_tma_page(dk + off, kmap, 64 * c, kvh, pg[k], fb);
+				ph_tma_page(dv + off, vmap, 64 * c, kvh, pg[k], fb);
 			}
 		}
 #pragma unroll
@@ -209,26 +230,72 @@ __device__ __forceinline__ void ph_produce(const TmaDesc *kmap, const TmaDesc *v
 	}
 }
 
+// ph_convert is the FP8 converters' loop (thread ct of PH_CONVERTERS): each tile of [t_first, tiles), once
+// its codes have landed in code stage cs (of CS at codes, full barrier cfull + 8cs, empty cempty + 8cs)
+// and 16-bit stage s (of ST at skv) is free, as the K and V tiles of T in the consumers' swizzled layout;
+// then the async-proxy fence and an arrival on both the code stage's empty barrier and the stage's full
+// one (PH_CONVERTERS arrivals each). Rows of pages the producer skipped convert whatever the code stage
+// held: the consumers mask those keys' scores and zero their V rows, as they do for a 16-bit stage's.
+template <typename T, int D, int TILE, int ST, int CS>
+__device__ __forceinline__ void ph_convert(int ct, int t_first, int tiles, uint32_t codes, uint32_t cfull,
+                                           uint32_t cempty, uint32_t skv, uint32_t full, uint32_t empty) {
+	constexpr int CH8 = D / 16, CODE_BYTES = TILE * D, KV_BYTES = TILE * D * 2;
+	int n = 0, s = 0, ph = 0, cs = 0, cph = 0;
+	for (int t = t_first; t < tiles; t++, n++) {
+		mbar_wait(cfull + 8 * cs, cph);
+		if (n >= ST) mbar_wait(empty + 8 * s, ph ^ 1);
+		const uint32_t src = codes + cs * 2 * CODE_BYTES, dst = skv + s * 2 * KV_BYTES;
+#pragma unroll 2
+		for (int i = ct; i < 2 * TILE * CH8; i += PH_CONVERTERS) {
+			const int which = i / (TILE * CH8), c = i - which * (TILE * CH8), r = c / CH8, j = c - r * CH8;
+			uint4 v;
+			asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+			             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+			             : "r"(src + which * CODE_BYTES + r * D + 16 * j));
+			const uint32_t d = dst + which * KV_BYTES;
+			asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d + ph_off<TILE>(r, 2 * j)),
+			             "r"(e4m3_to_t16<T>(v.x)), "r"(e4m3_to_t16<T>(v.x >> 16)), "r"(e4m3_to_t16<T>(v.y)),
+			             "r"(e4m3_to_t16<T>(v.y >> 16))
+			             : "memory");
+			asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d + ph_off<TILE>(r, 2 * j + 1)),
+			             "r"(e4m3_to_t16<T>(v.z)), "r"(e4m3_to_t16<T>(v.z >> 16)), "r"(e4m3_to_t16<T>(v.w)),
+			             "r"(e4m3_to_t16<T>(v.w >> 16))
+			             : "memory");
+		}
+		// The tiles are read by wgmma (the async proxy): generic-proxy writes need this fence first.
+		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+		mbar_arrive(cempty + 8 * cs);
+		mbar_arrive(full + 8 * s);
+		if (++cs == CS) cs = 0, cph ^= 1;
+		if (++s == ST) s = 0, ph ^= 1;
+	}
+}
+
 // PREFIX (P = DecodeParams): the shared-prefix pass (shared.cu's prefix kernels' work): a program serves
 // 128 rows (row block blockIdx.x % row_blocks of virtual sequence blockIdx.x / row_blocks, its rows the
 // gathered queries [virtual][kv head][rows][D]) over partition blockIdx.z of its shared pages, every key
 // in [start, end) of the partition, and writes the split-k partials (m, l in log2 units, acc
-// unnormalised). Otherwise (P = PrefillParams) the causal prefill of a work item.
+// unnormalised). Otherwise (P = PrefillParams) the causal prefill of a work item. F8: over FP8 pages.
 // TILE is a template parameter: nvcc 11.8 crashes on a local constexpr in the lambdas' parameter types.
-template <typename T, int D, bool PREFIX, typename P, int TILE = PH_TILE(D)>
+template <typename T, int D, bool PREFIX, bool F8, typename P, int TILE = PH_TILE(D)>
 __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 	const P &p = a.p;
-	constexpr int ST = PH_STAGES(D);
+	constexpr int ST = F8 ? PH_STAGES_F8(D) : PH_STAGES(D);
+	constexpr int CS = F8 ? PH_CODE_STAGES(D) : 0; // stages of codes
 	constexpr int CH = D / 8;                 // 16-byte chunks of a row
 	constexpr int Q_BYTES = 64 * D * 2;       // one consumer's q tile
 	constexpr int KV_BYTES = TILE * D * 2; // one K or V tile
+	constexpr int CODE_BYTES = TILE * D;   // F8: one K or V tile of codes
 	constexpr int ND = D / 2;                 // O accumulators a thread
 	extern __shared__ __align__(1024) unsigned char ph_smem[];
 	const uint32_t base = ((uint32_t)__cvta_generic_to_shared(ph_smem) + 1023) & ~1023u;
-	const uint32_t sq = base, skv = base + 2 * Q_BYTES, bars = skv + ST * 2 * KV_BYTES;
-	static_assert(1024 + 2 * Q_BYTES + ST * 2 * KV_BYTES + 2 * 8 * ST == ph_smem_bytes(D), "the layout is ph_smem_bytes's");
+	const uint32_t sq = base, skv = base + 2 * Q_BYTES, codes = skv + ST * 2 * KV_BYTES;
+	const uint32_t bars = codes + CS * 2 * CODE_BYTES;
+	static_assert(1024 + 2 * Q_BYTES + ST * 2 * KV_BYTES + CS * 2 * CODE_BYTES + 2 * 8 * (ST + CS) == ph_smem_bytes(D, F8),
+	              "the layout is ph_smem_bytes's");
 	auto full = [&](int s) { return bars + 8 * s; };
 	auto empty = [&](int s) { return bars + 8 * (ST + s); };
+	const uint32_t cfull = bars + 16 * ST, cempty = cfull + 8 * CS; // F8: the code stages' barriers
 
 	const int kvh = blockIdx.y, tid = threadIdx.x;
 	const int *table;
@@ -261,8 +328,14 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 	if (tid == 0) {
 #pragma unroll
 		for (int s = 0; s < ST; s++) {
-			mbar_init(full(s), 1);    // the producer's arming; the copies' bytes complete it
+			// 16-bit pages: the producer's arming, the copies' bytes complete it; FP8: each converter.
+			mbar_init(full(s), F8 ? PH_CONVERTERS : 1);
 			mbar_init(empty(s), 256); // each consumer thread, once it is done with the tile
+		}
+#pragma unroll
+		for (int s = 0; s < CS; s++) {
+			mbar_init(cfull + 8 * s, 1);              // the producer's arming and the copies' bytes
+			mbar_init(cempty + 8 * s, PH_CONVERTERS); // each converter, once it has read the codes
 		}
 		// The copy engine (the async proxy) completes the full barriers: their initialization must be
 		// visible to it, not only to the block's threads.
@@ -274,10 +347,19 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 	const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PH_PRODUCER_REGS) : "memory");
+		if constexpr (F8) {
+			if (tid >= 32) {
+				ph_convert<T, D, TILE, ST, CS>(tid - 32, t_first, tiles, codes, cfull, cempty, skv, full(0), empty(0));
+				return;
+			}
+		}
 		if (tid != 0) return;
 		const TmaDesc *kmap = &a.kmap, *vmap = &a.vmap;
 		auto run = [&](auto pages) {
-			ph_produce<D, TILE, ST, decltype(pages)::value>(kmap, vmap, table, kvh, kstart, key_end, t_first, tiles, skv, bars);
+			if constexpr (F8)
+				ph_produce<D, TILE, CS, decltype(pages)::value, true>(kmap, vmap, table, kvh, kstart, key_end, t_first, tiles, codes, cfull, cempty);
+			else
+				ph_produce<D, TILE, ST, decltype(pages)::value, false>(kmap, vmap, table, kvh, kstart, key_end, t_first, tiles, skv, full(0), empty(0));
 		};
 		switch (block_size) { // the host launches pages of 8, 16, 32 or 64 tokens (sm90Pages)
 		case 8: run(std::integral_constant<int, TILE / 8>{}); break;
@@ -353,11 +435,12 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 #pragma unroll
 	for (int e = 0; e < ND; e++) o[e] = 0.f;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-	float scale_log2;
+	float scale_log2; // F8: K's scale folded in (the tiles hold the codes' values)
 	if constexpr (PREFIX)
-		scale_log2 = p.scale_log2;
+		scale_log2 = p.scale_log2 * (F8 ? p.k_scale : 1.f);
 	else
-		scale_log2 = p.scale * 1.4426950408889634f;
+		scale_log2 = p.scale * 1.4426950408889634f * (F8 ? p.k_scale : 1.f);
+	const float vscale = F8 ? p.v_scale : 1.f; // V's, applied to the sums at the end
 
 	// softmax turns tile t's scores s into P (pc) and the factor alpha of the rows' earlier sums, updating
 	// the rows' maxima and sums; MASK: the tile crosses a row's diagonal or window start. The scores stay
@@ -511,9 +594,10 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 			if (cq == 0) p.part_m[at] = m[i], p.part_l[at] = l[i];
 			float2 *dst = reinterpret_cast<float2 *>(p.part_acc + at * D);
 #pragma unroll
-			for (int j = 0; j < D / 8; j++) dst[(8 * j + 2 * cq) >> 1] = make_float2(o[4 * j + 2 * i], o[4 * j + 2 * i + 1]);
+			for (int j = 0; j < D / 8; j++)
+				dst[(8 * j + 2 * cq) >> 1] = make_float2(o[4 * j + 2 * i] * vscale, o[4 * j + 2 * i + 1] * vscale);
 		} else {
-			const float inv = 1.f / l[i];
+			const float inv = vscale / l[i];
 			uint32_t *dst = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + off[i]);
 #pragma unroll
 			for (int j = 0; j < D / 8; j++) dst[(8 * j + 2 * cq) >> 1] = pack2<T>(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
@@ -524,11 +608,19 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 #define PREFILL_SM90(T, TN, D)                                                                                \
 	extern "C" __device__ int PrefillAttentionSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                 \
 	extern "C" __device__ int SharedPrefixSM90_##TN##_d##D##_smem = ph_smem_bytes(D);                     \
+	extern "C" __device__ int PrefillAttentionSM90_##TN##_e4m3_d##D##_smem = ph_smem_bytes(D, true);      \
+	extern "C" __device__ int SharedPrefixSM90_##TN##_e4m3_d##D##_smem = ph_smem_bytes(D, true);          \
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const __grid_constant__ PhArgs<PrefillParams> a) { \
-		prefill_sm90<T, D, false>(a);                                                                     \
+		prefill_sm90<T, D, false, false>(a);                                                              \
 	} \
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const __grid_constant__ PhArgs<DecodeParams> a) { \
-		prefill_sm90<T, D, true>(a);                                                                      \
+		prefill_sm90<T, D, true, false>(a);                                                               \
+	} \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_e4m3_d##D(const __grid_constant__ PhArgs<PrefillParams> a) { \
+		prefill_sm90<T, D, false, true>(a);                                                               \
+	} \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_e4m3_d##D(const __grid_constant__ PhArgs<DecodeParams> a) { \
+		prefill_sm90<T, D, true, true>(a);                                                                \
 	}
 PREFILL_SM90(__nv_bfloat16, bf16, 64)
 PREFILL_SM90(__nv_bfloat16, bf16, 128)

@@ -62,38 +62,44 @@ func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int, kvFP8 bool) 
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
 }
 
-// sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>), in
-// that file's type names; "" for a dtype it has none of (float32).
-func sharedPrefixSM90Name(dt DType, d int) string {
+// sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>, over FP8
+// pages SharedPrefixSM90_<dtype>_e4m3_d<D>), in that file's type names; "" for a dtype it has none of
+// (float32).
+func sharedPrefixSM90Name(dt DType, d int, kvFP8 bool) string {
 	tn, ok := map[DType]string{BF16: "bf16", FP16: "f16"}[dt]
 	if !ok {
 		return ""
 	}
+	if kvFP8 {
+		tn += "_e4m3"
+	}
 	return fmt.Sprintf("SharedPrefixSM90_%s_d%d", tn, d)
 }
 
-// LoadSM90 adds the Hopper prefix kernels (SharedPrefixSM90_<dtype>_d<64|128|256>) from mod, the module of
-// prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads; DecodeShared then
-// runs them for the prefix pass. A head size whose kernel needs more shared memory than the device allows
-// is left out.
+// LoadSM90 adds the Hopper prefix kernels (SharedPrefixSM90_<dtype>[_e4m3]_d<64|128|256>) from mod, the
+// module of prefill_sm90.cu's PTX (model/kernels.PrefillSM90PTX), which only an sm_90 GPU loads;
+// DecodeShared then runs them for the prefix pass. A head size whose kernel needs more shared memory than
+// the device allows is left out.
 func (k *CUDAKernels) LoadSM90(mod *cuda.Module) error {
 	optin := k.dev.Info().SharedPerBlockOptin
 	for _, dt := range []DType{BF16, FP16} {
-		for _, d := range prefillSM90HeadDims {
-			name := sharedPrefixSM90Name(dt, d)
-			pf, ok, err := loadPrefillFn(mod, name, optin)
-			if err != nil {
-				return err
+		for _, kvFP8 := range []bool{false, true} {
+			for _, d := range prefillSM90HeadDims {
+				name := sharedPrefixSM90Name(dt, d, kvFP8)
+				pf, ok, err := loadPrefillFn(mod, name, optin)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				fn, shared := pf.fn, pf.shared
+				kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared, tma: true}
+				if kern.perSM, err = fn.Occupancy(kern.threads, shared); err != nil {
+					return fmt.Errorf("attention: %w", err)
+				}
+				k.kernels[name] = kern
 			}
-			if !ok {
-				continue
-			}
-			fn, shared := pf.fn, pf.shared
-			kern := &cudaKernel{fn: fn, threads: prefillSM90Threads, shared: shared, tma: true}
-			if kern.perSM, err = fn.Occupancy(kern.threads, shared); err != nil {
-				return fmt.Errorf("attention: %w", err)
-			}
-			k.kernels[name] = kern
 		}
 	}
 	return nil
@@ -361,23 +367,23 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 }
 
 // sharedPrefixFor is the prefix kernel of call a (c: its DecodeCall under t; queries of dt) under tuning
-// t, the one place that names it: over FP8 pages the FP8 kernel of the variant the dispatcher plans for
-// (DecodeCall.sharedPrefixVariant: W32), an error where it is not loaded; else the Hopper kernel where it
-// is loaded and the call suits it (sm90Pages, a positive scale), else t.SharedPrefix's, else W32's, which
-// every device has; nil where no prefix kernel covers the call (sharedPrefixKernel: the split-k partition
+// t, the one place that names it: the Hopper kernel (over FP8 pages its FP8 form) where it is loaded and
+// the call suits it (sm90Pages, a positive scale) unless t.NoSM90Prefix; else over FP8 pages the FP8
+// kernel of the variant the dispatcher plans for (DecodeCall.sharedPrefixVariant: W32), an error where it
+// is not loaded; else t.SharedPrefix's, else W32's, which every device has; nil where no prefix kernel covers the call (sharedPrefixKernel: the split-k partition
 // kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
 // than a virtual sequence holds reads each page once per virtual sequence, by programs the grid runs side
 // by side, and the later reads should find it there.
 func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType, t CUDATuning) (*cudaKernel, error) {
+	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim, a.KVFP8)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
+		return sm90, nil
+	}
 	if a.KVFP8 {
 		name := sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, true)
 		if kern := k.kernels[name]; kern != nil {
 			return kern, nil
 		}
 		return nil, fmt.Errorf("attention: kernel %s not loaded", name)
-	}
-	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
-		return sm90, nil
 	}
 	if kern := k.kernels[sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, false)]; kern != nil {
 		return kern, nil
@@ -409,7 +415,11 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 	}
 	sp := sharedPrefixSM90Params{P: p}
 	var err error
-	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, a.DType, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
+	pages := a.DType
+	if a.KVFP8 {
+		pages = cuda.E4M3
+	}
+	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, pages, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
 		return err
 	}
 	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &sp)

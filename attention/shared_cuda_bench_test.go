@@ -26,8 +26,9 @@ const sharedTensorFLOPS = 989e12
 // stream), gather_us, prefix_us, suffix_us and merge_us (each of the call's launches alone), and
 // shared_<variant>_us: the shared call on each of shared.cu's prefix kernels (SharedPrefixVariant;
 // shared_us runs the Hopper prefix kernel where it is loaded). The _e4m3 lines are
-// the same calls over FP8 pages (their bound counts a byte an element; no variants: one FP8 prefix
-// kernel), on devices that have FP8 KV kernels.
+// the same calls over FP8 pages (their bound counts a byte an element; one variant: shared.cu's one FP8
+// prefix kernel, W32's, beside the Hopper kernel's FP8 form in shared_us), on devices that have FP8 KV
+// kernels.
 // Run it with -test.benchtime=1x (b.N is not the number of calls timed). The targets of shared/bound and
 // plain/shared, and the measured values, are in docs/bench/shared-prefix-h200.md.
 func BenchmarkCUDADecodeShared(b *testing.B) {
@@ -89,22 +90,27 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			// The shared call on each prefix kernel (CUDATuning.SharedPrefix; shared_us is k.Tuning's), each
-			// with DecideShared's layout for it (the members of its program's rows).
+			// The shared call on each of shared.cu's prefix kernels (CUDATuning.SharedPrefix; shared_us is
+			// k.Tuning's), each with DecideShared's layout for it (the members of its program's rows); over
+			// FP8 pages its one FP8 kernel (W32's).
 			in.bufs.Free()
-			var variants []float64
+			variants := []SharedPrefixVariant{SharedPrefixW32}
 			if !fp8 {
-				variants = make([]float64, numSharedPrefixVariants)
+				variants = nil
+				for v := range numSharedPrefixVariants {
+					variants = append(variants, v)
+				}
 			}
-			for v := range SharedPrefixVariant(len(variants)) {
+			times := make([]float64, len(variants))
+			for i, v := range variants {
 				k.Tuning.SharedPrefix, k.Tuning.NoSM90Prefix = v, true
-				vin, err := newSharedBenchInputs(k, 64, prefix, 128, false)
+				vin, err := newSharedBenchInputs(k, 64, prefix, 128, fp8)
 				if err == nil && !vin.decision.Use {
 					vin.bufs.Free()
 					err = fmt.Errorf("DecideShared does not take the shared path")
 				}
 				if err == nil {
-					variants[v], err = t.Median(vin.copies, func(c int) error {
+					times[i], err = t.Median(vin.copies, func(c int) error {
 						return k.DecodeShared(nil, &vin.args[c], vin.shared[c], vin.sws, vin.swsBytes)
 					})
 					vin.bufs.Free()
@@ -123,8 +129,8 @@ func BenchmarkCUDADecodeShared(b *testing.B) {
 				for i, name := range []string{"gather", "prefix", "suffix", "merge"} {
 					b.ReportMetric(stages[i], name+"_us")
 				}
-				for v, us := range variants {
-					b.ReportMetric(us, "shared_"+SharedPrefixVariant(v).String()+"_us")
+				for i, v := range variants {
+					b.ReportMetric(times[i], "shared_"+v.String()+"_us")
 				}
 				b.ReportMetric(bound, "bound_us")
 				b.ReportMetric(bw/1e12, "copy_TB/s")

@@ -274,7 +274,8 @@ func TestCUDADecodeShared(t *testing.T) {
 						fit := SharedMembersFor(dtypeOf(codec.typ), g, sh.headDim)
 						memberSets := []int{1, fit}
 						// Each prefix kernel: shared.cu's (NoSM90Prefix), and the Hopper one where it is loaded;
-						// over FP8 pages the one FP8 prefix kernel, whatever the tuning asks.
+						// over FP8 pages shared.cu's one FP8 prefix kernel (W32's, whatever the tuning asks)
+						// and the Hopper one's FP8 form.
 						tunings := []CUDATuning{{SharedPrefix: SharedPrefixR16, NoSM90Prefix: true}}
 						if sharedPrefixKernel(dtypeOf(codec.typ), sh.headDim) {
 							memberSets = append(memberSets, 3, 2*fit+1) // odd rows; several row blocks
@@ -283,11 +284,11 @@ func TestCUDADecodeShared(t *testing.T) {
 								tunings = append(tunings, CUDATuning{SharedPrefix: v, NoSM90Prefix: true})
 							}
 						}
-						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim)] != nil || sh.fp8 {
-							tunings = append(tunings, CUDATuning{})
-						}
 						if sh.fp8 {
-							tunings = tunings[len(tunings)-1:]
+							tunings = tunings[:1]
+						}
+						if k.kernels[sharedPrefixSM90Name(dtypeOf(codec.typ), sh.headDim, sh.fp8)] != nil {
+							tunings = append(tunings, CUDATuning{})
 						}
 						// The default's passes forked onto the side stream, and serial.
 						serial := tunings[len(tunings)-1]

@@ -26,10 +26,11 @@ type kvMapKey struct {
 // call, as tests do, would otherwise grow the map without end).
 const kvMapsMax = 1024
 
-// get returns the tensor map of cache base ([pages][blockSize][kvHeads][headDim] of dt, 16-bit) as the
-// kernels read it: 4-D (headDim, kvHeads, blockSize, pages), the box one page of one KV head and 64
-// columns (128 bytes, the 128-byte swizzle). The pages dimension is what an int32 block table can name:
-// the kernels copy only pages their tables hold.
+// get returns the tensor map of cache base ([pages][blockSize][kvHeads][headDim] of dt) as the kernels
+// read it: 4-D (headDim, kvHeads, blockSize, pages). 16-bit pages: the box one page of one KV head and 64
+// columns (128 bytes, the 128-byte swizzle). FP8 pages (dt cuda.E4M3): the box one page of one KV head,
+// all headDim codes of a row, unswizzled (the converters read the codes as rows). The pages dimension is
+// what an int32 block table can name: the kernels copy only pages their tables hold.
 func (c *kvTensorMaps) get(dev *cuda.Device, dt cuda.DataType, base cuda.DevicePtr, headDim, kvHeads, blockSize int) (cuda.TensorMap, error) {
 	key := kvMapKey{base, dt, headDim, kvHeads, blockSize}
 	c.mu.Lock()
@@ -37,11 +38,14 @@ func (c *kvTensorMaps) get(dev *cuda.Device, dt cuda.DataType, base cuda.DeviceP
 	if m, ok := c.m[key]; ok {
 		return m, nil
 	}
-	row := int64(headDim) * 2
-	m, err := dev.EncodeTiled(dt, base,
+	row, encode, box := int64(headDim)*2, dev.EncodeTiled, []int{64, 1, blockSize, 1}
+	if dt == cuda.E4M3 {
+		row, encode, box = int64(headDim), dev.EncodeTiledLinear, []int{headDim, 1, blockSize, 1}
+	}
+	m, err := encode(dt, base,
 		[]int64{int64(headDim), int64(kvHeads), int64(blockSize), 1 << 31},
 		[]int64{row, int64(kvHeads) * row, int64(blockSize*kvHeads) * row},
-		[]int{64, 1, blockSize, 1})
+		box)
 	if err != nil {
 		return m, err
 	}

@@ -296,9 +296,9 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 	if len(b.pre.Kernels(shape.HeadDim, shape.BlockSize, b.dtype, b.kvFP8)) == 0 {
 		return nil, fmt.Errorf("cuda backend: head_dim %d: %w", shape.HeadDim, attention.ErrUnsupported)
 	}
-	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 && b.dtype != cuda.Float32 && !b.kvFP8 {
-		// The Hopper prefill kernel: a driver that cannot compile its PTX (older than CUDA 12) keeps the
-		// mma.sync kernel.
+	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 && b.dtype != cuda.Float32 {
+		// The Hopper prefill kernel (over 16-bit or FP8 pages): a driver that cannot compile its PTX (older
+		// than CUDA 12) keeps the mma.sync kernel.
 		mod, err := b.dev.LoadModule(kernels.PrefillSM90PTX)
 		if err == nil {
 			if err = b.pre.LoadSM90(mod, info.SharedPerBlockOptin); err == nil {
