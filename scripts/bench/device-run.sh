@@ -71,14 +71,16 @@
 #               time to first token, prefill tok/s, chunks of LC_CHUNK (default 8192) tokens;
 #               scripts/bench/prefill_peer.py, PyTorch's prefill at the
 #               same lengths; BenchmarkCUDAPrefill at 8192 and 32768 (attention's TFLOP/s and its share
-#               of the H200's 989 dense bf16 TFLOP/s); TestCUDAPrefillLongContext and
+#               of the H200's 989 dense bf16 TFLOP/s; over bf16 and FP8 pages); TestCUDAPrefillLongContext and
 #               TestCUDALongPromptBoundedMemory; gollm bench
 #               throughput, Llama-3-8B 512 × (1024 in, 128 out) and its compute roofline; gollm bench
 #               serve in process on a mix of 1 in 10 prompts of 32768 tokens among 256-1024-token ones at
 #               LC_CHUNKS (default 2048,8192) tokens a step, each prompt's chunk capped at LC_THRESHOLD
 #               when set (TTFT and ITL p50/p90/p99 per class); then a
 #               table with the gaps to the peer and the issue's targets. LC_STEPS picks steps (default
-#               "latency peer prefill tests throughput serve"). LC_BUDGET (default 540 s)
+#               "latency peer prefill tests throughput serve"; latencyfp8, not among them, is bench
+#               latency at 8192 and 32768 tokens with --kv-cache-dtype fp8, latency-fp8.txt: prefill-h200.md's
+#               "Over FP8 pages" table is LC_STEPS="latency latencyfp8 peer prefill"). LC_BUDGET (default 540 s)
 #               bounds the section: a step that would start past it is skipped
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
@@ -579,6 +581,13 @@ section_longctx() {
 			--output-len 1 --warmup 1 --iters 1 --max-batched-tokens "${LC_CHUNK:-8192}" --json >"$d/latency.jsonl" 2>"$d/latency.log"
 		stamp "longctx bench latency llama3.1-8b (chunk ${LC_CHUNK:-8192})" $?
 	fi
+	# The same over an FP8 KV cache (8k and 32k): latencyfp8 is not among lc_room's default steps.
+	if lc_room 120 "bench latency fp8 KV" latencyfp8; then
+		timeout 120 "$bin/gollm" bench latency --config llama3.1-8b --device cuda --batch 1 --input-len 8192,32768 \
+			--output-len 1 --warmup 1 --iters 1 --max-batched-tokens "${LC_CHUNK:-8192}" --kv-cache-dtype fp8 \
+			>"$d/latency-fp8.txt" 2>&1
+		stamp "longctx bench latency llama3.1-8b, FP8 KV (chunk ${LC_CHUNK:-8192})" $?
+	fi
 	# The peer: the same model's prefill in PyTorch (cuBLAS, SDPA's flash kernel), and SDPA alone.
 	if lc_room 150 "prefill_peer.py" peer; then
 		PYTHONUNBUFFERED=1 timeout 150 python3 scripts/bench/prefill_peer.py --lens 8192,32768,131071 --iters 3 \
@@ -588,7 +597,7 @@ section_longctx() {
 	# The prefill attention kernel alone at 8k and 32k.
 	if lc_room 60 "BenchmarkCUDAPrefill" prefill; then
 		(cd "$root/attention" && timeout 60 "$bin/attention.test" -test.run '^$' -test.benchtime 1x \
-			-test.bench 'CUDAPrefill/d128-hq32-hkv8-L(8192|32768)$') >"$d/prefill.txt" 2>&1
+			-test.bench 'CUDAPrefill/d128-hq32-hkv8-L(8192|32768)(-fp8)?$') >"$d/prefill.txt" 2>&1
 		stamp "longctx BenchmarkCUDAPrefill 8k, 32k" $?
 	fi
 	# Correctness at long contexts: the kernel on a 128k prompt's last rows; the model's memory bound.
