@@ -27,7 +27,8 @@
 //     tiles of T in the swizzled layout (every e4m3 value is a bf16 and an f16 value: exact), fence them
 //     for the async proxy and complete the stage's full barrier themselves; K's scale is folded into the
 //     scores' scale and V's applied to the sums at the end, as prefill.cu's FP8 kernel does, so the
-//     consumers run unchanged. The code stages take the room of one 16-bit stage at d128 and d256;
+//     consumers run unchanged. At d128 the code stages take the room of one 16-bit stage (two where
+//     16-bit pages have three);
 //
 //   - warpgroups 1 and 2, the consumers, take the registers, each owning 64 of the item's vectors as the
 //     rows of its wgmma tiles (warpgroup 1 + w: vectors [64w, 64w + 64)). Per tile a consumer waits for the
