@@ -175,8 +175,8 @@ type CUDATuning struct {
 	// SharedPrefix picks the prefix kernel of the shared-prefix path (DecodeShared) where shared.cu has
 	// one for the call; the zero value is the default.
 	SharedPrefix SharedPrefixVariant
-	// NoSM90Prefix keeps the prefix pass on SharedPrefix's kernel where the Hopper one is loaded
-	// (CUDAKernels.LoadSM90): its benchmark's before/after.
+	// NoSM90Prefix keeps the prefix pass on SharedPrefix's kernel (over FP8 pages W32's, the one with
+	// an FP8 form) where the Hopper one is loaded (CUDAKernels.LoadSM90): its benchmark's before/after.
 	NoSM90Prefix bool
 	// SharedSerial runs a shared-prefix call's suffix pass after its prefix pass on the call's stream
 	// instead of beside it (DecodeShared): its benchmark's before.

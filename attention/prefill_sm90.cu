@@ -64,9 +64,9 @@
 #include "prefill.cuh"
 #include "sm90.cuh" // ../model/kernels: mbarriers, wgmma fences, TmaDesc
 
-// The kernels' parameters: the K and V caches' tensor maps (cuda.Device.EncodeTiled, 4-D: D, kv heads,
-// tokens of a page, pages; box 64 × 1 × block size × 1 in the 128-byte swizzle), then the call's
-// parameters. Mirrored by prefillSM90Params (prefill_cuda.go) and sharedPrefixSM90Params (shared_cuda.go).
+// The kernels' parameters: the K and V caches' tensor maps (4-D: D, kv heads, tokens of a page, pages;
+// 16-bit pages cuda.Device.EncodeTiled's, box 64 × 1 × block size × 1 in the 128-byte swizzle; FP8 pages
+// EncodeTiledLinear's, box D × 1 × block size × 1 unswizzled), then the call's parameters. Mirrored by prefillSM90Params (prefill_cuda.go) and sharedPrefixSM90Params (shared_cuda.go).
 template <typename P> struct PhArgs {
 	TmaDesc kmap, vmap;
 	P p;
@@ -178,8 +178,9 @@ template <int N> __device__ __forceinline__ void ph_pin(uint32_t (&x)[N][4]) {
 __device__ __forceinline__ void ph_turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void ph_turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
-// ph_tma_page queues the copy of column block c (64 elements) of KV head kvh over the tokens of page pg
-// from the cache's tensor map into shared dst, completing on bar.
+// ph_tma_page queues the copy of the box at column c of KV head kvh over the tokens of page pg from the
+// cache's tensor map into shared dst, completing on bar (16-bit pages: the column block of 64 elements
+// from c; FP8 pages: c 0, the whole row of codes).
 __device__ __forceinline__ void ph_tma_page(uint32_t dst, const TmaDesc *map, int c, int kvh, int pg, uint32_t bar) {
 	asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
 	             "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(kvh), "r"(0), "r"(pg), "r"(bar)

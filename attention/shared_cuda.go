@@ -158,8 +158,8 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // writes a.Out. sh holds the layout and plan (DecideShared's, or DecideSharedGraph's padded layout and
 // its key's plan) and their device arrays; workspace must be
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window; over FP8 pages the
-// prefix pass runs shared.cu's FP8 prefix kernel (W32's program) and the suffix pass the FP8 split-k
-// kernels. The kernels are launched without programmatic dependent launch (each waits for the one
+// prefix pass runs the Hopper kernel's FP8 form where it is loaded, else shared.cu's FP8 prefix kernel
+// (W32's program), and the suffix pass the FP8 split-k kernels. The kernels are launched without programmatic dependent launch (each waits for the one
 // before it).
 //
 // The suffix pass depends on neither the gather nor the prefix pass, so it runs beside them on a

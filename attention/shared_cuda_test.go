@@ -212,7 +212,8 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 // written over its arrays, must write what a direct run of the other writes.
 //
 // Over FP8 pages (the e4m3 cases, 16-bit queries, compute capability 8.9 and newer) the same runs take
-// shared.cu's FP8 prefix kernel and the FP8 split-k kernels, against the float64 reference over the
+// shared.cu's FP8 prefix kernel, the Hopper kernel's FP8 form where it is loaded, and the FP8 split-k
+// kernels, against the float64 reference over the
 // values the codes read back and the CPU twin over the FP8 cache (TestCUDADecodeFP8KV's scales and
 // tolerances); head_dim 256, which no FP8 prefix kernel covers, is refused (ErrUnsupported, and
 // DecideShared does not plan it).
