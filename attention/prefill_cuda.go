@@ -328,11 +328,7 @@ func (p *CUDAPrefill) Attend(s *cuda.Stream, a *CUDAPrefillArgs) error {
 	var err error
 	if kernel == PrefillSM90 {
 		sp := prefillSM90Params{P: params}
-		pages := a.DType
-		if a.KVFP8 {
-			pages = cuda.E4M3
-		}
-		if sp.KMap, sp.VMap, err = p.maps.pair(p.dev, pages, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
+		if sp.KMap, sp.VMap, err = p.maps.pair(p.dev, a.DType, a.KVFP8, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err == nil {
 			err = cuda.Launch(fn, grid, cuda.Dim3{X: threads}, shared, s, &sp)
 		}
 	} else {

@@ -159,8 +159,8 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 // its key's plan) and their device arrays; workspace must be
 // 16-byte aligned and hold SharedWorkspaceBytes. a must not carry RoPE or a window; over FP8 pages the
 // prefix pass runs the Hopper kernel's FP8 form where it is loaded, else shared.cu's FP8 prefix kernel
-// (W32's program), and the suffix pass the FP8 split-k kernels. The kernels are launched without programmatic dependent launch (each waits for the one
-// before it).
+// (W32's program), and the suffix pass the FP8 split-k kernels. The kernels are launched without
+// programmatic dependent launch (each waits for the one before it).
 //
 // The suffix pass depends on neither the gather nor the prefix pass, so it runs beside them on a
 // stream of k's own, forked from s and joined back before the merge (CUDATuning.SharedSerial keeps it
@@ -370,8 +370,8 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 // t, the one place that names it: the Hopper kernel (over FP8 pages its FP8 form) where it is loaded and
 // the call suits it (sm90Pages, a positive scale) unless t.NoSM90Prefix; else over FP8 pages the FP8
 // kernel of the variant the dispatcher plans for (DecodeCall.sharedPrefixVariant: W32), an error where it
-// is not loaded; else t.SharedPrefix's, else W32's, which every device has; nil where no prefix kernel covers the call (sharedPrefixKernel: the split-k partition
-// kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
+// is not loaded; else t.SharedPrefix's, else W32's, which every device has; nil where no prefix kernel
+// covers the call (sharedPrefixKernel: the split-k partition kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
 // than a virtual sequence holds reads each page once per virtual sequence, by programs the grid runs side
 // by side, and the later reads should find it there.
 func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType, t CUDATuning) (*cudaKernel, error) {
@@ -415,11 +415,7 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 	}
 	sp := sharedPrefixSM90Params{P: p}
 	var err error
-	pages := a.DType
-	if a.KVFP8 {
-		pages = cuda.E4M3
-	}
-	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, pages, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
+	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, a.DType, a.KVFP8, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
 		return err
 	}
 	return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &sp)

@@ -56,8 +56,12 @@ func (c *kvTensorMaps) get(dev *cuda.Device, dt cuda.DataType, base cuda.DeviceP
 	return m, nil
 }
 
-// pair returns the maps of a call's K and V caches (get's, each).
-func (c *kvTensorMaps) pair(dev *cuda.Device, dt cuda.DataType, kCache, vCache cuda.DevicePtr, headDim, kvHeads, blockSize int) (k, v cuda.TensorMap, err error) {
+// pair returns the maps of a call's K and V caches (get's, each): pages of dt, the queries' 16-bit type,
+// or of e4m3 codes with kvFP8.
+func (c *kvTensorMaps) pair(dev *cuda.Device, dt cuda.DataType, kvFP8 bool, kCache, vCache cuda.DevicePtr, headDim, kvHeads, blockSize int) (k, v cuda.TensorMap, err error) {
+	if kvFP8 {
+		dt = cuda.E4M3
+	}
 	if k, err = c.get(dev, dt, kCache, headDim, kvHeads, blockSize); err == nil {
 		v, err = c.get(dev, dt, vCache, headDim, kvHeads, blockSize)
 	}
