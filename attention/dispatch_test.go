@@ -11,10 +11,12 @@ import (
 // dispatchDevice is the facts of an H100 SXM or an H200 ("h100", "h200") as the tests assume them: 132
 // SMs, 50 MiB of L2, the drivers' peak bandwidths, and the occupancies of the kernels as the occupancy
 // API gives them on the H100 (head_dim 128: 2 programs an SM of every mma kernel; head_dim 64: 4 of the
-// grouped ones, 3 of split-k; the FMA kernels 4).
+// grouped ones, 3 of split-k; the FMA kernels 4; the Hopper prefix kernels 1).
 func dispatchDevice(name string) DecodeDevice {
 	dev := DecodeDevice{SMs: 132, L2Bytes: 50 << 20, PeakBandwidth: h100PeakBandwidth, ProgramsPerSM: func(k DecodeKernel) int {
 		switch {
+		case strings.HasPrefix(k.Name, "SharedPrefixSM90_"):
+			return 1
 		case k.Path == PathFMA:
 			return 4
 		case k.HeadDim == 64 && k.Kernel == SplitK:

@@ -98,10 +98,11 @@ func TestDecideFP8KV(t *testing.T) {
 	}
 }
 
-// TestDecideSharedFP8KV: over FP8 pages the shared-prefix path runs the one FP8 prefix kernel (W32's
-// program), so a call over FP8 pages takes it where the same call over bf16 pages does, eagerly and
-// graphed, planned as the bf16 call on the W32 kernel is; at head_dim 256, which no prefix kernel
-// covers, never.
+// TestDecideSharedFP8KV: over FP8 pages the shared-prefix path runs the Hopper prefix kernel's FP8 form
+// where it is loaded, else shared.cu's one FP8 prefix kernel (W32's program), so a call over FP8 pages
+// takes it where the same call over bf16 pages does, eagerly and graphed, planned as the bf16 call is on
+// the same program (the Hopper kernel's one an SM, or W32's two); at head_dim 256, which no prefix
+// kernel covers, never.
 func TestDecideSharedFP8KV(t *testing.T) {
 	dev := dispatchDevice("h200")
 	c := DecodeCall{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, DType: BF16}
@@ -113,18 +114,26 @@ func TestDecideSharedFP8KV(t *testing.T) {
 	c.MaxBlocks = ceilDiv(4096+128+7, 16)
 	graph := c
 	graph.MaxBlocks, graph.Graph = 8192/16, &GraphCall{MinBatch: 33}
-	w32, w32Graph := c, graph
-	w32.Tuning.SharedPrefix, w32Graph.Tuning.SharedPrefix = SharedPrefixW32, SharedPrefixW32
-	want, wantGraph := DecideShared(w32, []SharedGroup{g}, dev), DecideSharedGraph(w32Graph, []SharedGroup{g}, dev, 64, 8192)
-	if !want.Use || !wantGraph.Use {
-		t.Fatalf("bf16 pages on W32: Use %v, graphed %v; the case needs a call that takes the shared path", want.Use, wantGraph.Use)
+	for _, tu := range []CUDATuning{{}, {SharedPrefix: SharedPrefixW32, NoSM90Prefix: true}} {
+		c.Tuning, graph.Tuning = tu, tu
+		c.KVFP8, graph.KVFP8 = false, false
+		want, wantGraph := DecideShared(c, []SharedGroup{g}, dev), DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192)
+		if !want.Use || !wantGraph.Use {
+			t.Fatalf("bf16 pages (%+v): Use %v, graphed %v; the case needs a call that takes the shared path", tu, want.Use, wantGraph.Use)
+		}
+		c.KVFP8, graph.KVFP8 = true, true
+		if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Plan != want.Plan || d.Layout.Members != want.Layout.Members {
+			t.Errorf("FP8 pages (%+v): Use %v, plan %+v, want bf16's %+v", tu, d.Use, d.Plan, want.Plan)
+		}
+		if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); !d.Use || d.Graph != wantGraph.Graph {
+			t.Errorf("FP8 pages (%+v), graphed: Use %v, key %+v, want bf16's %+v", tu, d.Use, d.Graph, wantGraph.Graph)
+		}
 	}
-	c.KVFP8, graph.KVFP8 = true, true
-	if d := DecideShared(c, []SharedGroup{g}, dev); !d.Use || d.Plan != want.Plan || d.Layout.Members != want.Layout.Members {
-		t.Errorf("FP8 pages: Use %v, plan %+v, want W32's %+v", d.Use, d.Plan, want.Plan)
-	}
-	if d := DecideSharedGraph(graph, []SharedGroup{g}, dev, 64, 8192); !d.Use || d.Graph != wantGraph.Graph {
-		t.Errorf("FP8 pages, graphed: Use %v, key %+v, want W32's %+v", d.Use, d.Graph, wantGraph.Graph)
+	// The W32 program's partitions are half the Hopper kernel's: two programs an SM.
+	hopper, w32 := c, c
+	hopper.Tuning, w32.Tuning = CUDATuning{}, CUDATuning{NoSM90Prefix: true}
+	if a, b := DecideShared(hopper, []SharedGroup{g}, dev), DecideShared(w32, []SharedGroup{g}, dev); a.Plan.PrefixPartitionTokens != 2*b.Plan.PrefixPartitionTokens {
+		t.Errorf("FP8 pages: prefix partitions of %d tokens on the Hopper kernel, %d on W32's; want twice", a.Plan.PrefixPartitionTokens, b.Plan.PrefixPartitionTokens)
 	}
 	c.HeadDim, graph.HeadDim = wideHeadDim, wideHeadDim
 	if d := DecideShared(c, []SharedGroup{g}, dev); d.Use || d.Layout != nil {

@@ -3,8 +3,9 @@
 // window, 16-bit dtypes, head sizes 64, 128 and 256), in FlashAttention-3's warp-specialized structure.
 // Launched by CUDAPrefill.Attend (prefill_cuda.go) on sm_90 where the driver compiles this file's PTX;
 // the mma.sync kernel of prefill.cu serves every other GPU. The same body in PREFIX mode
-// (SharedPrefixSM90_*) is the prefix pass of shared-prefix decode (shared_cuda.go): a group's gathered
-// query rows over its shared pages, no causal mask, split-k partials out.
+// (SharedPrefixSM90_*) is the prefix pass of shared-prefix decode (shared_cuda.go): a group's query rows
+// (gathered from the call's queries as they load: PhPrefixParams) over its shared pages, no causal mask,
+// split-k partials out.
 //
 // Work items: PrefillItems cut for 128 vectors (PrefillSM90Vectors), a vector being one (row, query head)
 // of one KV head's group, as in prefill.cu. Grid (items, num_kv_heads), 384 threads, three warpgroups;
@@ -71,8 +72,18 @@ template <typename P> struct PhArgs {
 	TmaDesc kmap, vmap;
 	P p;
 };
+// PhPrefixParams are the prefix pass's: DecodeParams over the virtual sequences (group: a virtual
+// sequence's rows a KV head, members·G; q: the call's own queries [batch][q_heads][D]) and what takes a
+// row to its query, so that the kernel gathers its rows as it loads them (row r of KV head h of virtual
+// sequence v is query head h·G + r mod G of decode sequence virtual_seqs[v·members + r / G]), where
+// shared.cu's prefix kernels read SharedGather's copy.
+struct PhPrefixParams : DecodeParams {
+	const int *virtual_seqs; // [virtual][members]: each member slot's decode index
+	int q_group;             // G: the query heads a KV head
+	int q_heads;             // the call's query heads (q's row stride in heads)
+};
 static_assert(sizeof(PhArgs<PrefillParams>) == 384, "prefillSM90Params");
-static_assert(sizeof(PhArgs<DecodeParams>) == 448, "sharedPrefixSM90Params");
+static_assert(sizeof(DecodeParams) == 192 && sizeof(PhArgs<PhPrefixParams>) == 512, "sharedPrefixSM90Params");
 
 #define PH_THREADS 384
 // PH_TILE is the keys of a K/V tile at head size D, PH_STAGES the ring's depth: as many stages as fit
@@ -377,17 +388,19 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 	const int c = wg - 1, lt = tid & 127, warp = lt >> 5, lane = tid & 31, gq = lane >> 2, cq = lane & 3;
 	const T *qg = reinterpret_cast<const T *>(p.q);
 	const uint32_t qt = sq + c * Q_BYTES;
-	// prefill: vector v's q row; prefix: row v of the program's row block (its first at q + qrow0·D).
-	const long long qstride = PREFIX ? D : (long long)p.num_heads * D;
-	const long long qrow0 = PREFIX ? ((long long)vs * p.num_kv_heads + kvh) * rows + rblk * 128 : 0;
+	// prefill: vector v's q row; prefix: the query of row v of the program's row block (PhPrefixParams).
 	auto q_at = [&](int v, bool &in) -> long long {
 		if constexpr (PREFIX) {
-			in = rblk * 128 + v < rows;
-			return in ? (qrow0 + v) * D : 0;
+			const int r = rblk * 128 + v;
+			in = r < rows;
+			if (!in) return 0;
+			const int m = r / p.q_group, g = r - m * p.q_group;
+			const long long seq = p.virtual_seqs[vs * (rows / p.q_group) + m];
+			return (seq * p.q_heads + kvh * p.q_group + g) * D;
 		} else {
 			const int r = v / hpi, g = g0 + v % hpi;
 			in = r < nrows && g < p.group;
-			return in ? (row0 + r) * qstride + (long long)(kvh * p.group + g) * D : 0;
+			return in ? (row0 + r) * (long long)p.num_heads * D + (long long)(kvh * p.group + g) * D : 0;
 		}
 	};
 	// The consumer's q tile (zero rows for vectors past the item), then a barrier of its own (id 3 + c).
@@ -615,13 +628,13 @@ __device__ __forceinline__ void prefill_sm90(const PhArgs<P> &a) {
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_d##D(const __grid_constant__ PhArgs<PrefillParams> a) { \
 		prefill_sm90<T, D, false, false>(a);                                                              \
 	} \
-	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const __grid_constant__ PhArgs<DecodeParams> a) { \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_d##D(const __grid_constant__ PhArgs<PhPrefixParams> a) { \
 		prefill_sm90<T, D, true, false>(a);                                                               \
 	} \
 	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) PrefillAttentionSM90_##TN##_e4m3_d##D(const __grid_constant__ PhArgs<PrefillParams> a) { \
 		prefill_sm90<T, D, false, true>(a);                                                               \
 	} \
-	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_e4m3_d##D(const __grid_constant__ PhArgs<DecodeParams> a) { \
+	extern "C" __global__ void __launch_bounds__(PH_THREADS, 1) SharedPrefixSM90_##TN##_e4m3_d##D(const __grid_constant__ PhArgs<PhPrefixParams> a) { \
 		prefill_sm90<T, D, true, true>(a);                                                                \
 	}
 PREFILL_SM90(__nv_bfloat16, bf16, 64)

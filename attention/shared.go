@@ -703,6 +703,39 @@ func (c *DecodeCall) sharedPrefixVariant() SharedPrefixVariant {
 	return c.Tuning.SharedPrefix
 }
 
+// sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>, over FP8
+// pages SharedPrefixSM90_<dtype>_e4m3_d<D>), in that file's type names; "" for a dtype it has none of
+// (float32).
+func sharedPrefixSM90Name(dt DType, d int, kvFP8 bool) string {
+	tn, ok := map[DType]string{BF16: "bf16", FP16: "f16"}[dt]
+	if !ok {
+		return ""
+	}
+	if kvFP8 {
+		tn += "_e4m3"
+	}
+	return fmt.Sprintf("SharedPrefixSM90_%s_d%d", tn, d)
+}
+
+// sharedPrefixSM90 reports whether call c's prefix pass runs the Hopper prefix kernel on dev, the one
+// rule of it (CUDAKernels.sharedPrefixFor launches what it says): the kernel is loaded there (its
+// occupancy is known), c.Tuning.NoSM90Prefix is unset, and its copies take c's pages (sm90Pages).
+func (c *DecodeCall) sharedPrefixSM90(dev DecodeDevice) bool {
+	return dev.ProgramsPerSM != nil && !c.Tuning.NoSM90Prefix && sm90Pages(c.BlockSize) &&
+		dev.ProgramsPerSM(DecodeKernel{Name: sharedPrefixSM90Name(c.DType, c.HeadDim, c.KVFP8)}) > 0
+}
+
+// sharedPrefixPerSM is the programs an SM of the prefix kernel call c's prefix pass runs on dev: the
+// Hopper kernel's occupancy where it runs (sharedPrefixSM90), else its shared.cu variant's. A plan sized
+// for another kernel's occupancy runs in two waves of half-length partitions (twice the partials to
+// merge) or leaves half the SMs idle.
+func (c *DecodeCall) sharedPrefixPerSM(dev DecodeDevice) int {
+	if c.sharedPrefixSM90(dev) {
+		return dev.ProgramsPerSM(DecodeKernel{Name: sharedPrefixSM90Name(c.DType, c.HeadDim, c.KVFP8)})
+	}
+	return c.sharedPrefixVariant().programsPerSM()
+}
+
 // SharedMembersFor is the member slots of a GPU prefix pass's virtual sequence for groups of g heads
 // at head dimension headDim in dtype dt: as many as fill a prefix kernel's rows (sharedPrefixRows)
 // where one covers the call, else the split-k mma kernels' largest head tile (64 rows; 8 at head_dim
@@ -743,7 +776,7 @@ func sharedCall(c *DecodeCall, groups []SharedGroup) (group int, ok bool) {
 //
 // The prefix pass is split so that its programs (virtual sequences × KV heads × partitions) make
 // sharedWavePrograms per SM on the split-k kernel; on a prefix kernel, as many as fit one wave of its
-// occupancy (SharedPrefixVariant.programsPerSM: a program more would start a wave of its own, for the
+// occupancy (DecodeCall.sharedPrefixPerSM: a program more would start a wave of its own, for the
 // time of all the others, and partials cost bytes), in whole 64-token tiles of
 // DefaultMinPartitionTokens or more, at most maxSplitPartitions of them; the suffix
 // pass takes the split the plain planner gives the suffixes (one partition where it would not split).
@@ -786,9 +819,9 @@ func sharedPrefixPartition(c *DecodeCall, dev DecodeDevice, group, virtual, memb
 	tile := max(cudaTileTokens, c.BlockSize)
 	units := virtual * c.NumKVHeads
 	parts := ceilDiv(sharedWavePrograms*max(1, dev.SMs), units)
-	if v := c.sharedPrefixVariant(); sharedPrefixKernel(c.DType, c.HeadDim) {
+	if sharedPrefixKernel(c.DType, c.HeadDim) {
 		units *= ceilDiv(members*group, sharedPrefixRows) // the prefix kernel's row blocks
-		parts = v.programsPerSM() * max(1, dev.SMs) / units
+		parts = c.sharedPrefixPerSM(dev) * max(1, dev.SMs) / units
 	}
 	parts = min(maxSplitPartitions, max(1, parts))
 	return max(roundUp(DefaultMinPartitionTokens, tile), roundUp(ceilDiv(longest, parts), tile))

@@ -35,14 +35,20 @@ type sharedParams struct {
 	SuffixPartitionTokens, SuffixPartitions        int32
 }
 
-// sharedPrefixSM90Params mirrors PhArgs<DecodeParams> in prefill_sm90.cu: the caches' tensor maps at
-// offsets 0 and 128, then the prefix pass's parameters (448 bytes, 64-byte aligned).
+// sharedPrefixSM90Params mirrors PhArgs<PhPrefixParams> in prefill_sm90.cu: the caches' tensor maps at
+// offsets 0 and 128, then the prefix pass's parameters, with the call's own queries in P.Q and what takes
+// a row of a virtual sequence to its query (the kernel gathers them: SharedLayout.VirtualSeqs, G and the
+// call's query heads), 512 bytes, 64-byte aligned.
 type sharedPrefixSM90Params struct {
-	KMap, VMap cuda.TensorMap
-	P          decodeParams
+	KMap, VMap     cuda.TensorMap
+	P              decodeParams
+	VirtualSeqs    cuda.DevicePtr
+	QGroup, QHeads int32
+	_              [48]byte
 }
 
-var _ [448]byte = [unsafe.Sizeof(sharedPrefixSM90Params{})]byte{}
+var _ [512]byte = [unsafe.Sizeof(sharedPrefixSM90Params{})]byte{}
+var _ [448]byte = [unsafe.Offsetof(sharedPrefixSM90Params{}.VirtualSeqs)]byte{}
 
 // sharedGatherKernel, sharedMergeKernelName and sharedPrefixKernelName are shared.cu's entry points.
 const sharedGatherKernel = "SharedGather"
@@ -60,20 +66,6 @@ func sharedPrefixKernelName(v SharedPrefixVariant, dt DType, d int, kvFP8 bool) 
 		return fmt.Sprintf("%s_%s_e4m3_d%d", name, dt.name(), d)
 	}
 	return fmt.Sprintf("%s_%s_d%d", name, dt.name(), d)
-}
-
-// sharedPrefixSM90Name is prefill_sm90.cu's Hopper prefix kernel (SharedPrefixSM90_<dtype>_d<D>, over FP8
-// pages SharedPrefixSM90_<dtype>_e4m3_d<D>), in that file's type names; "" for a dtype it has none of
-// (float32).
-func sharedPrefixSM90Name(dt DType, d int, kvFP8 bool) string {
-	tn, ok := map[DType]string{BF16: "bf16", FP16: "f16"}[dt]
-	if !ok {
-		return ""
-	}
-	if kvFP8 {
-		tn += "_e4m3"
-	}
-	return fmt.Sprintf("SharedPrefixSM90_%s_d%d", tn, d)
 }
 
 // LoadSM90 adds the Hopper prefix kernels (SharedPrefixSM90_<dtype>[_e4m3]_d<64|128|256>) from mod, the
@@ -152,8 +144,9 @@ func (k *CUDAKernels) DecideShared(a *CUDADecodeArgs, groups []SharedGroup) Shar
 }
 
 // DecodeShared queues the shared-prefix algorithm for call a on stream s (see shared.cu): the queries'
-// gather, the prefix pass (shared.cu's prefix kernel where sharedPrefixKernel covers the call, else the
-// split-k partition kernel, over the virtual sequences), the suffix pass
+// gather (none before the Hopper prefix kernel, which gathers them as it loads them), the prefix pass
+// (that kernel where it runs, else shared.cu's prefix kernel where sharedPrefixKernel covers the call,
+// else the split-k partition kernel, over the virtual sequences), the suffix pass
 // (the same kernel over every sequence's pages from the end of its shared prefix) and the merge, which
 // writes a.Out. sh holds the layout and plan (DecideShared's, or DecideSharedGraph's padded layout and
 // its key's plan) and their device arrays; workspace must be
@@ -270,8 +263,9 @@ const (
 type sharedStage func(s *cuda.Stream) error
 
 // sharedStages checks a shared-prefix call (decodeShared's arguments) and returns its launches: the
-// gather, the prefix pass, the suffix pass and the merge (the sharedGatherStage... indices). The merge
-// needs both passes done, the prefix pass the gather; the suffix pass needs neither.
+// gather (a no-op before the Hopper prefix kernel), the prefix pass, the suffix pass and the merge (the
+// sharedGatherStage... indices). The merge needs both passes done, the prefix pass the gather; the
+// suffix pass needs neither.
 func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, workspace cuda.DevicePtr, workspaceBytes int64, tuning CUDATuning) (st [numSharedStages]sharedStage, _ error) {
 	l := sh.Layout
 	dt := dtypeOf(a.DType)
@@ -296,7 +290,7 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 	}
 	t := tuning
 	c := a.Call(t)
-	prefixKernel, err := k.sharedPrefixFor(a, c, dt, t)
+	prefixKernel, err := k.sharedPrefixFor(a, c, dt)
 	if err != nil {
 		return st, err
 	}
@@ -339,10 +333,16 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 		}
 		return nil
 	}
+	if prefixKernel != nil && prefixKernel.tma {
+		// The Hopper kernel gathers its rows from the call's queries as it loads them: no gather launch
+		// ahead of the prefix pass.
+		st[sharedGatherStage] = func(*cuda.Stream) error { return nil }
+		prefix.Q = a.Q
+	}
 	st[sharedPrefixStage] = func(s *cuda.Stream) error {
 		var err error
 		if prefixKernel != nil {
-			err = k.runPrefix(s, &prefix, prefixKernel, sc, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL)
+			err = k.runPrefix(s, &prefix, prefixKernel, sc, dim3(sl.prefixGrid), p.PreAcc, p.PreM, p.PreL, sh.VirtualSeqs)
 		} else {
 			err = k.runPartitions(s, &prefix, sl.prefix, p.PreAcc, p.PreM, p.PreL)
 		}
@@ -366,17 +366,18 @@ func (k *CUDAKernels) sharedStages(a *CUDADecodeArgs, sh *CUDASharedArgs, worksp
 	return st, nil
 }
 
-// sharedPrefixFor is the prefix kernel of call a (c: its DecodeCall under t; queries of dt) under tuning
-// t, the one place that names it: the Hopper kernel (over FP8 pages its FP8 form) where it is loaded and
-// the call suits it (sm90Pages, a positive scale) unless t.NoSM90Prefix; else over FP8 pages the FP8
-// kernel of the variant the dispatcher plans for (DecodeCall.sharedPrefixVariant: W32), an error where it
-// is not loaded; else t.SharedPrefix's, else W32's, which every device has; nil where no prefix kernel
-// covers the call (sharedPrefixKernel: the split-k partition kernel runs the pass). The prefix pass keeps its pages in L2 (no evict_first): a group of more members
-// than a virtual sequence holds reads each page once per virtual sequence, by programs the grid runs side
-// by side, and the later reads should find it there.
-func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType, t CUDATuning) (*cudaKernel, error) {
-	if sm90 := k.kernels[sharedPrefixSM90Name(dt, a.HeadDim, a.KVFP8)]; sm90 != nil && !t.NoSM90Prefix && sm90Pages(a.BlockSize) && a.Scale > 0 {
-		return sm90, nil
+// sharedPrefixFor is the prefix kernel of call a (c: its DecodeCall under the call's tuning; queries of
+// dt), the one place that names it: the Hopper kernel (over FP8 pages its FP8 form) where
+// DecodeCall.sharedPrefixSM90 says it runs and the scale is positive; else over FP8 pages the FP8 kernel
+// of the variant the dispatcher plans for (DecodeCall.sharedPrefixVariant: W32), an error where it is
+// not loaded; else the tuning's SharedPrefix, else W32's, which every device has; nil where no prefix
+// kernel covers the call (sharedPrefixKernel: the split-k partition kernel runs the pass). The prefix
+// pass keeps its pages in L2 (no evict_first): a group of more members than a virtual sequence holds
+// reads each page once per virtual sequence, by programs the grid runs side by side, and the later reads
+// should find it there.
+func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType) (*cudaKernel, error) {
+	if c.sharedPrefixSM90(k.Facts()) && a.Scale > 0 {
+		return k.kernels[sharedPrefixSM90Name(dt, a.HeadDim, a.KVFP8)], nil
 	}
 	if a.KVFP8 {
 		name := sharedPrefixKernelName(c.sharedPrefixVariant(), dt, a.HeadDim, true)
@@ -394,11 +395,12 @@ func (k *CUDAKernels) sharedPrefixFor(a *CUDADecodeArgs, c DecodeCall, dt DType,
 // dim3 is a grid of planSharedLaunch's as the driver takes it.
 func dim3(g [3]int) cuda.Dim3 { return cuda.Dim3{X: g[0], Y: g[1], Z: g[2]} }
 
-// runPrefix queues shared.cu's prefix kernel kern over grid for the virtual call a (its queries the
-// gathered ones, its sequences the virtual sequences, its query heads their rows per KV head times the
-// KV heads), partitioned as sc says, its partials to (acc, m, l) in the split-k layout; a program
+// runPrefix queues prefix kernel kern over grid for the virtual call a (its sequences the virtual
+// sequences, its query heads their rows per KV head times the KV heads; its queries the gathered ones,
+// or for the Hopper kernel, which gathers them itself through vseqs, SharedLayout.VirtualSeqs, the
+// call's own), partitioned as sc says, its partials to (acc, m, l) in the split-k layout; a program
 // serves sharedPrefixRows rows (planSharedLaunch's grid).
-func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, sc *sharedScalars, grid cuda.Dim3, acc, m, l cuda.DevicePtr) error {
+func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKernel, sc *sharedScalars, grid cuda.Dim3, acc, m, l, vseqs cuda.DevicePtr) error {
 	p := decodeParams{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, ContextLens: a.ContextLens,
 		PartM: m, PartL: l, PartAcc: acc,
@@ -413,7 +415,7 @@ func (k *CUDAKernels) runPrefix(s *cuda.Stream, a *CUDADecodeArgs, kern *cudaKer
 	if !kern.tma {
 		return cuda.Launch(kern.fn, grid, cuda.Dim3{X: kern.threads}, kern.shared, s, &p)
 	}
-	sp := sharedPrefixSM90Params{P: p}
+	sp := sharedPrefixSM90Params{P: p, VirtualSeqs: vseqs, QGroup: int32(sc.group), QHeads: int32(sc.numHeads)}
 	var err error
 	if sp.KMap, sp.VMap, err = k.maps.pair(k.dev, a.DType, a.KVFP8, a.KCache, a.VCache, a.HeadDim, a.NumKVHeads, a.BlockSize); err != nil {
 		return err

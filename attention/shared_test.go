@@ -368,6 +368,9 @@ func TestDecideShared(t *testing.T) {
 			c.Tuning.SharedPrefix = SharedPrefixW32
 		}, true},
 		{"64 behind 16k, FP8 pages", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) { c.KVFP8 = true }, true},
+		{"64 behind 16k, FP8 pages, W32 prefix kernel", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
+			c.KVFP8, c.Tuning.NoSM90Prefix = true, true
+		}, true},
 		{"64 behind 16k, FP8 pages at head_dim 256", 64, 16384, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
 			c.KVFP8, c.HeadDim = true, 256
 		}, false},
@@ -399,7 +402,16 @@ func TestDecideShared(t *testing.T) {
 			// The prefix kernel's programs make one wave of its programs an SM: no more, and at least half
 			// of it where more partitions could be had.
 			programs := d.Layout.Virtual() * 8 * prefixParts
-			slots := c.sharedPrefixVariant().programsPerSM() * dev.SMs
+			slots := c.sharedPrefixPerSM(dev) * dev.SMs
+			if c.KVFP8 {
+				want := dev.SMs // the Hopper kernel's one program an SM
+				if c.Tuning.NoSM90Prefix {
+					want *= 2 // W32's two
+				}
+				if slots != want {
+					t.Fatalf("%d prefix program slots over FP8 pages, want %d", slots, want)
+				}
+			}
 			if programs > slots && prefixParts > 1 {
 				t.Fatalf("plan %+v: %d prefix programs for %d program slots", p, programs, slots)
 			}
