@@ -21,6 +21,7 @@ import (
 	"github.com/gollm/gollm/attention"
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/internal/dtype"
+	"github.com/gollm/gollm/model"
 )
 
 // benchShape is one entry of attention-shapes.json. Window, when positive, is a sliding window (a
@@ -93,6 +94,7 @@ type attentionReport struct {
 	Driver        int               `json:"driver"`
 	Date          string            `json:"date"`
 	Commit        string            `json:"commit,omitempty"`
+	KVCacheDType  string            `json:"kv_cache_dtype"` // the pages' element type: bf16, or fp8 (e4m3, scales 1)
 	Iters         int               `json:"iters"`
 	Warmup        int               `json:"warmup"`
 	CopyBandwidth float64           `json:"copy_bandwidth_bytes_per_s"`
@@ -113,6 +115,7 @@ type benchAttentionOptions struct {
 	fma         bool
 	commit      string
 	device      int
+	kvDType     string
 }
 
 func runBenchAttention(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -131,6 +134,7 @@ func runBenchAttention(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.BoolVar(&o.fma, "fma", false, "also time the grouped kernel's FMA path")
 	fs.StringVar(&o.commit, "commit", "", "commit id recorded in the report")
 	fs.IntVar(&o.device, "device", 0, "GPU ordinal")
+	fs.StringVar(&o.kvDType, "kv-cache-dtype", model.KVCacheAuto, "the pages' element type: auto (the grid's, bf16) or fp8 (e4m3 codes, K and V scales 1)")
 	if err := fs.Parse(args); err != nil {
 		if err == pflag.ErrHelp {
 			return 0
@@ -164,6 +168,14 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	}
 	if grid.DType != "bf16" {
 		return nil, fmt.Errorf("%s: dtype %q (only bf16 is benchmarked)", o.shapes, grid.DType)
+	}
+	kvDType := grid.DType
+	switch o.kvDType {
+	case "", model.KVCacheAuto:
+	case model.KVCacheFP8, "fp8_e4m3":
+		kvDType = model.KVCacheFP8
+	default:
+		return nil, fmt.Errorf("--kv-cache-dtype %q: supported: auto, fp8 (e4m3)", o.kvDType)
 	}
 	var sweep []int
 	for _, f := range strings.Split(o.partitions, ",") {
@@ -200,8 +212,9 @@ func benchAttention(ctx context.Context, o *benchAttentionOptions, log io.Writer
 	defer kernels.Close()
 	info := dev.Info()
 	rep := &attentionReport{Device: info.Name, NumSMs: info.NumSMs, L2Bytes: info.L2Bytes, Driver: info.DriverVersion,
-		PeakBandwidth: info.PeakMemBandwidth, Date: time.Now().UTC().Format("2006-01-02"), Commit: o.commit, Iters: o.iters, Warmup: o.warmup}
-	b := &attentionBencher{dev: dev, k: kernels, o: o, log: log}
+		PeakBandwidth: info.PeakMemBandwidth, Date: time.Now().UTC().Format("2006-01-02"), Commit: o.commit, Iters: o.iters, Warmup: o.warmup,
+		KVCacheDType: kvDType}
+	b := &attentionBencher{dev: dev, k: kernels, o: o, log: log, fp8: kvDType == model.KVCacheFP8}
 	if err := b.setup(); err != nil {
 		return nil, err
 	}
@@ -233,6 +246,7 @@ type attentionBencher struct {
 	k     *attention.CUDAKernels
 	o     *benchAttentionOptions
 	log   io.Writer
+	fp8   bool        // the pages hold e4m3 codes (--kv-cache-dtype fp8)
 	timer *cuda.Timer // spin (or, with Flush, do_bench's 256 MiB zeroing) before each timed run; see cuda.Timer
 }
 
@@ -259,6 +273,25 @@ type shapeInputs struct {
 func (in *shapeInputs) alloc(n int64) (cuda.DevicePtr, error) { return in.bufs.Alloc(n) }
 func (in *shapeInputs) free()                                 { _ = in.bufs.Free() }
 
+// kvElemBytes is the bytes of one stored K or V element: 1 over FP8 pages, else bf16's 2.
+func (b *attentionBencher) kvElemBytes() int64 {
+	if b.fp8 {
+		return 1
+	}
+	return 2
+}
+
+// randomE4M3 returns n e4m3 codes of values uniform in [-scale, scale].
+func randomE4M3(rng *rand.Rand, n int, scale float32) []byte {
+	f := make([]float32, n)
+	for i := range f {
+		f[i] = (rng.Float32()*2 - 1) * scale
+	}
+	out := make([]byte, n)
+	dtype.EncodeE4M3Sat(out, f, 1)
+	return out
+}
+
 // randomBF16 returns n bf16 values uniform in [-scale, scale].
 func randomBF16(rng *rand.Rand, n int, scale float32) []byte {
 	f := make([]float32, n)
@@ -275,7 +308,7 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 	rng := rand.New(rand.NewPCG(uint64(s.Batch), uint64(s.Ctx*1000+s.Hkv)))
 	in.maxBlocks = (s.Ctx + pageSize - 1) / pageSize
 	in.pagesPerCopy = int64(s.Batch * in.maxBlocks)
-	in.page = int64(pageSize * s.Hkv * s.HeadDim * 2)
+	in.page = int64(pageSize*s.Hkv*s.HeadDim) * b.kvElemBytes()
 	in.kvBytesPerCopy = 2 * in.pagesPerCopy * in.page
 	rotate := int64(b.o.rotateMB) << 20
 	if rotate == 0 {
@@ -297,7 +330,11 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.dev.CopyToDevice(seed, randomBF16(rng, block/2, 1)); err != nil {
+	fill := randomBF16(rng, block/2, 1)
+	if b.fp8 {
+		fill = randomE4M3(rng, block, 1)
+	}
+	if err := b.dev.CopyToDevice(seed, fill); err != nil {
 		return nil, err
 	}
 	for _, dst := range []cuda.DevicePtr{kPool, vPool} {
@@ -348,6 +385,7 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 			HostContextLens: in.hostLens, MaxBlocks: in.maxBlocks, NumHeads: s.Hq, NumKVHeads: s.Hkv,
 			HeadDim: s.HeadDim, BlockSize: pageSize, DType: cuda.BFloat16,
 			Scale: float32(1 / math.Sqrt(float64(s.HeadDim))), Window: s.Window,
+			KVFP8: b.fp8, KScale: 1, VScale: 1,
 		})
 	}
 	in.workspaceBytes = attention.SplitKWorkspaceBytes(s.Batch, s.Hq, s.HeadDim, maxPartitions)
@@ -357,18 +395,23 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 	return in, nil
 }
 
+// minPartitionTokens is the shortest split-k partition the dispatcher plans: one 64-token tile.
+const minPartitionTokens = 64
+
 func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*attentionResult, error) {
-	maxParts := 1
+	// The workspace holds the partials of the sweep's finest split and of the dispatcher's, whose
+	// partitions may be as short as one 64-token tile.
+	maxParts := (s.Ctx + minPartitionTokens - 1) / minPartitionTokens
 	for _, p := range sweep {
 		maxParts = max(maxParts, (s.Ctx+p-1)/p)
 	}
-	in, err := b.inputs(s, pageSize, max(maxParts, (s.Ctx+attention.DefaultMinPartitionTokens-1)/attention.DefaultMinPartitionTokens))
+	in, err := b.inputs(s, pageSize, maxParts)
 	if err != nil {
 		return nil, err
 	}
 	defer in.free()
 	read := s.readTokens(pageSize)
-	r := &attentionResult{benchShape: s, PageSize: pageSize, KVBytes: int64(s.Batch) * int64(read) * int64(s.Hkv) * int64(s.HeadDim) * 2 * 2,
+	r := &attentionResult{benchShape: s, PageSize: pageSize, KVBytes: int64(s.Batch) * int64(read) * int64(s.Hkv) * int64(s.HeadDim) * 2 * b.kvElemBytes(),
 		Copies: in.copies}
 	kinfo, err := b.k.Describe("DecodeGrouped", &in.args[0], attention.PathAuto)
 	if err != nil {
@@ -466,8 +509,8 @@ func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*atte
 }
 
 func printAttentionTable(w io.Writer, rep *attentionReport) {
-	fmt.Fprintf(w, "# %s (%d SMs), driver %d, %s, commit %s; copy bandwidth %.2f TB/s; median of %d runs\n",
-		rep.Device, rep.NumSMs, rep.Driver, rep.Date, rep.Commit, rep.CopyBandwidth/1e12, rep.Iters)
+	fmt.Fprintf(w, "# %s (%d SMs), driver %d, %s, commit %s; %s pages; copy bandwidth %.2f TB/s; median of %d runs\n",
+		rep.Device, rep.NumSMs, rep.Driver, rep.Date, rep.Commit, rep.KVCacheDType, rep.CopyBandwidth/1e12, rep.Iters)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shape\tB\tctx\twindow\tHq\tHkv\td\tKV MB\tgrouped µs\tsplit-k µs (parts)\tplan\tplan µs\t%BW\tflushed µs\thost µs\t")
 	for _, r := range rep.Results {
