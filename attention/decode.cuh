@@ -931,32 +931,51 @@ template <typename T> __device__ __forceinline__ uint32_t e4m3_to_t16(unsigned s
 	}
 }
 
-// convert_tile writes a stage of e4m3 K and V rows (LC's layout: 16 codes a chunk) as T rows in L's
-// layout (8 a chunk, swizzled as the mma tiles read them) at conv: the FP8 pages' tile, ready for the
-// unchanged mma_tile. Thread tid converts chunks tid, tid + THREADS, … of K and then of V.
+// convert_chunk writes 16-byte chunk ch of row `row` of a stage's e4m3 K (which 0) or V (1) rows (LC's
+// layout: 16 codes a chunk) as the two chunks of T it holds, in L's layout (8 a chunk, swizzled as the
+// mma tiles read them) at conv.
+template <typename T, typename LC, typename L>
+__device__ __forceinline__ void convert_chunk(const uint8_t *stage, uint8_t *conv, int which, int row, int ch) {
+	static_assert(L::ROW_CHUNKS == 2 * LC::ROW_CHUNKS, "a code chunk is two T chunks");
+	const uint4 v = *reinterpret_cast<const uint4 *>(stage + which * LC::TILE_BYTES + (row * LC::ROW_CHUNKS + LC::swizzle(row, ch)) * 16);
+	const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+	uint8_t *dst = conv + which * L::TILE_BYTES + row * L::ROW_CHUNKS * 16;
+	*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch) * 16) =
+	    make_uint4(e4m3_to_t16<T>(w[0] & 0xffffu), e4m3_to_t16<T>(w[0] >> 16), e4m3_to_t16<T>(w[1] & 0xffffu),
+	               e4m3_to_t16<T>(w[1] >> 16));
+	*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch + 1) * 16) =
+	    make_uint4(e4m3_to_t16<T>(w[2] & 0xffffu), e4m3_to_t16<T>(w[2] >> 16), e4m3_to_t16<T>(w[3] & 0xffffu),
+	               e4m3_to_t16<T>(w[3] >> 16));
+}
+
+// convert_tile writes a stage of e4m3 K and V rows as T rows at conv (convert_chunk): the FP8 pages'
+// tile, ready for the unchanged mma_tile. Thread tid converts chunks tid, tid + THREADS, … of K and then
+// of V.
 template <typename T, typename LC, typename L, int THREADS>
 __device__ __forceinline__ void convert_tile(const uint8_t *stage, uint8_t *conv, int tid) {
-	static_assert(L::ROW_CHUNKS == 2 * LC::ROW_CHUNKS, "a code chunk is two T chunks");
 #pragma unroll
 	for (int i = tid; i < 2 * LC::TILE_CHUNKS; i += THREADS) {
-		const int which = i / LC::TILE_CHUNKS, c = i % LC::TILE_CHUNKS;
-		const int row = c / LC::ROW_CHUNKS, ch = c % LC::ROW_CHUNKS;
-		const uint4 v = *reinterpret_cast<const uint4 *>(stage + which * LC::TILE_BYTES +
-		                                                 (row * LC::ROW_CHUNKS + LC::swizzle(row, ch)) * 16);
-		const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-		uint8_t *dst = conv + which * L::TILE_BYTES + row * L::ROW_CHUNKS * 16;
-		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch) * 16) =
-		    make_uint4(e4m3_to_t16<T>(w[0] & 0xffffu), e4m3_to_t16<T>(w[0] >> 16), e4m3_to_t16<T>(w[1] & 0xffffu),
-		               e4m3_to_t16<T>(w[1] >> 16));
-		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch + 1) * 16) =
-		    make_uint4(e4m3_to_t16<T>(w[2] & 0xffffu), e4m3_to_t16<T>(w[2] >> 16), e4m3_to_t16<T>(w[3] & 0xffffu),
-		               e4m3_to_t16<T>(w[3] >> 16));
+		const int c = i % LC::TILE_CHUNKS;
+		convert_chunk<T, LC, L>(stage, conv, i / LC::TILE_CHUNKS, c / LC::ROW_CHUNKS, c % LC::ROW_CHUNKS);
 	}
 }
 
-// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8). With F8 the stages hold the
-// codes (LC, half the bytes of T rows); each landed tile is converted into one T tile after the stages
-// (convert_tile) that the mma tiles read; K's scale is folded into the scores' scale and V's into the
+// convert_slice is convert_tile for the 16 rows of K and of V that one warp of the narrow tile reads
+// (slice's: mma_tile_n8), converted by that warp's lanes: no other warp waits for them.
+template <typename T, typename LC, typename L>
+__device__ __forceinline__ void convert_slice(const uint8_t *stage, uint8_t *conv, int slice, int lane) {
+	constexpr int CHUNKS = 16 * LC::ROW_CHUNKS; // of K or of V
+	static_assert((2 * CHUNKS) % DECODE_WARP == 0, "lanes divide the slice's chunks");
+#pragma unroll
+	for (int i = lane; i < 2 * CHUNKS; i += DECODE_WARP) {
+		const int c = i % CHUNKS;
+		convert_chunk<T, LC, L>(stage, conv, i / CHUNKS, slice * 16 + c / LC::ROW_CHUNKS, c % LC::ROW_CHUNKS);
+	}
+}
+
+// KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8, the narrow tile only). With F8
+// the stages hold the codes (LC, half the bytes of T rows); each warp converts its slice's rows of each
+// landed tile into one T tile after the stages (convert_slice) that its mma tiles read; K's scale is folded into the scores' scale and V's into the
 // accumulators at the end; there is no RoPE path (the dispatcher never asks for it over FP8 pages).
 template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
@@ -1081,8 +1100,11 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			next_id = LC::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
 		if constexpr (F8) {
-			convert_tile<T, LC, L, THREADS>(smem + (j % STAGES) * LC::STAGE_BYTES, conv, tid);
-			__syncthreads();
+			// Each warp reads its slice's rows alone (mma_tile_n8): it converts them itself and waits for
+			// its own lanes only, where a block-wide conversion held every warp at a second barrier a tile.
+			static_assert(NARROW, "FP8 pages take the narrow tile");
+			convert_slice<T, LC, L>(smem + (j % STAGES) * LC::STAGE_BYTES, conv, slice, lane);
+			__syncwarp();
 		} else if (j == patch_tile) {
 			patch_row<L, T, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
 			__syncthreads();
