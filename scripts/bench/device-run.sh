@@ -86,7 +86,8 @@
 #               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
 #               stream against the copy bandwidth it measures; prefill TFLOP/s and its parts),
 #               BenchmarkCUDAFP8GemmShapes (the e4m3 GEMM's launch shapes at 16 and 64 rows beside
-#               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), BenchmarkCUDAFP8Fused
+#               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), gollm bench
+#               attention over bf16 and FP8 pages (the standard grid and the step's shapes), BenchmarkCUDAFP8Fused
 #               and the FP8 prefill of Qwen2.5-7B and Llama-3-8B with each quantizing form (prefill-forms.txt:
 #               the staged kernels against the loops and the register forms), BenchmarkCUDADecode's
 #               FP8 step at batch 1 with its per-op profile (decode-profile.txt) and at batch 16 with
@@ -392,6 +393,15 @@ section_fp8() {
 		>"$d/prefill-forms.txt" 2>&1
 	stamp "fp8 BenchmarkCUDADecode prefill, quantizing kernels' forms" $?
 	gobench "$d" lt-forms internal/cuda 'LtE4M3Forms/.*/m=1024/' 1x 100
+	# Decode attention over FP8 pages beside bf16 pages: the standard grid and the step's shapes.
+	for kv in auto fp8; do
+		timeout 120 "$bin/gollm" bench attention --kv-cache-dtype "$kv" --iters 30 --warmup 5 --partitions 256,1024 \
+			--json "$d/attention-$kv.json" >"$d/attention-$kv.txt" 2>"$d/attention-$kv.log"
+		stamp "fp8 bench attention, $kv pages" $?
+		timeout 60 "$bin/gollm" bench attention --shapes "$root/scripts/bench/attention-step-shapes.json" --kv-cache-dtype "$kv" \
+			--iters 50 --partitions 256,512 >"$d/attention-step-$kv.txt" 2>>"$d/attention-$kv.log"
+		stamp "fp8 bench attention, the step's shapes, $kv pages" $?
+	done
 	# The step's per-op profile (logged by the benchmark: -test.v).
 	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
 		timeout 100 "$bin/model.test" -test.run XXX -test.bench 'CUDADecode/.*/^batch=1$/^default$' -test.benchtime 20x -test.v) \
