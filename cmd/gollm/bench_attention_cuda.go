@@ -388,20 +388,18 @@ func (b *attentionBencher) inputs(s benchShape, pageSize int, maxPartitions int)
 			KVFP8: b.fp8, KScale: 1, VScale: 1,
 		})
 	}
-	in.workspaceBytes = attention.SplitKWorkspaceBytes(s.Batch, s.Hq, s.HeadDim, maxPartitions)
+	// The partials of the sweep's finest split, and of any split the dispatcher plans (SplitKWorkspaceBound:
+	// its partitions may be single 64-token tiles).
+	in.workspaceBytes = max(attention.SplitKWorkspaceBytes(s.Batch, s.Hq, s.HeadDim, maxPartitions),
+		attention.SplitKWorkspaceBound(s.Batch, s.Hq, s.HeadDim, s.Ctx))
 	if in.workspace, err = in.alloc(in.workspaceBytes); err != nil {
 		return nil, err
 	}
 	return in, nil
 }
 
-// minPartitionTokens is the shortest split-k partition the dispatcher plans: one 64-token tile.
-const minPartitionTokens = 64
-
 func (b *attentionBencher) shape(s benchShape, pageSize int, sweep []int) (*attentionResult, error) {
-	// The workspace holds the partials of the sweep's finest split and of the dispatcher's, whose
-	// partitions may be as short as one 64-token tile.
-	maxParts := (s.Ctx + minPartitionTokens - 1) / minPartitionTokens
+	maxParts := 1
 	for _, p := range sweep {
 		maxParts = max(maxParts, (s.Ctx+p-1)/p)
 	}
