@@ -573,8 +573,9 @@ const (
 // sharedBytes returns the bytes a decode of contexts ctx moves on the plain kernels (every context's
 // K/V once per KV head) and with layout's shared-prefix algorithm: each virtual sequence's shared
 // pages once, every suffix once, and each pass's partials written and read back (G·(HeadDim+2) float32
-// per unit and head) and the gathered queries; K/V elements of kvElem bytes, queries of qElem.
-func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, kvElem, qElem int) (plain, shared float64) {
+// per unit and head) and, with gather, the gathered queries; K/V elements of kvElem bytes, queries of
+// qElem.
+func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim, kvElem, qElem int, gather bool) (plain, shared float64) {
 	token := float64(hkv) * 2 * float64(headDim) * float64(kvElem)
 	for _, n := range ctx {
 		plain += float64(n) * token
@@ -588,7 +589,9 @@ func sharedBytes(ctx []int32, l *SharedLayout, plan SharedPlan, hkv, g, headDim,
 	prefixParts, suffixParts := plan.partitions(l)
 	partial := 2 * 4 * float64(headDim+2) // one head's (m, l, acc), written and read
 	shared += partial * float64(hkv*g) * float64(l.Virtual()*l.Members*prefixParts+l.Batch*suffixParts)
-	shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*qElem) // the gathered queries
+	if gather {
+		shared += 2 * float64(l.Virtual()*l.Members*hkv*g*headDim*qElem) // the gathered queries
+	}
 	return plain, shared
 }
 
@@ -605,8 +608,9 @@ func cpuSharedPlan(l *SharedLayout, blockSize int) SharedPlan {
 // The GPU shared-prefix dispatcher's constants.
 const (
 	// sharedExtraLaunches is the kernels the shared-prefix algorithm launches beyond the plain call's
-	// one or two: the query gather, the second pass and the merge.
-	sharedExtraLaunches = 3
+	// one or two: the second pass and the merge, and the query gather before any prefix kernel but the
+	// Hopper one (sharedGathers).
+	sharedExtraLaunches = 2
 	// sharedLaunchSeconds is what one more dependent kernel costs on a busy stream (its launch, its
 	// ramp-up and its predecessor's drain), charged as the bytes the memory streams in that time.
 	sharedLaunchSeconds = 2e-6
@@ -725,6 +729,11 @@ func (c *DecodeCall) sharedPrefixSM90(dev DecodeDevice) bool {
 		dev.ProgramsPerSM(DecodeKernel{Name: sharedPrefixSM90Name(c.DType, c.HeadDim, c.KVFP8)}) > 0
 }
 
+// sharedGathers reports whether call c's queries are gathered by a launch of their own before its prefix
+// pass on dev: for every prefix pass but the Hopper kernel's, which loads its rows from the call's
+// queries itself (CUDAKernels.sharedStages).
+func (c *DecodeCall) sharedGathers(dev DecodeDevice) bool { return !c.sharedPrefixSM90(dev) }
+
 // sharedPrefixPerSM is the programs an SM of the prefix kernel call c's prefix pass runs on dev: the
 // Hopper kernel's occupancy where it runs (sharedPrefixSM90), else its shared.cu variant's. A plan sized
 // for another kernel's occupancy runs in two waves of half-length partitions (twice the partials to
@@ -766,11 +775,12 @@ func sharedCall(c *DecodeCall, groups []SharedGroup) (group int, ok bool) {
 //
 // It runs when it moves at most sharedMargin of the plain call's bytes (sharedBytes: the shared pages
 // once per virtual sequence instead of once per member, plus both passes' partials and the gathered
-// queries), its extra launches charged as the bytes the memory streams in their time
-// (sharedExtraLaunches · sharedLaunchSeconds · bandwidth: about 29 MB on an H200, so 8 sequences need
-// some 900 shared tokens of a Llama-3-8B layer and 64 sequences about 120), and, where the call would
-// otherwise be part of a CUDA graph (LosesGraph), the step's eager launches (sharedEagerSeconds: 96 MB
-// more, some 2900 and 400 tokens). Never for a call with a window or RoPE, or a graph's call (c.Graph:
+// queries where a launch gathers them: sharedGathers), its extra launches charged as the bytes the memory
+// streams in their time (sharedExtraLaunches, and the gather, · sharedLaunchSeconds · bandwidth: about
+// 19 MB on an H200 whose Hopper prefix kernel gathers its own rows, so 8 sequences need some 830 shared
+// tokens of a Llama-3-8B layer and 64 sequences about 130; 29 MB, 1230 and 180 with the gather launch),
+// and, where the call would otherwise be part of a CUDA graph (LosesGraph), the step's eager launches
+// (sharedEagerSeconds: 96 MB more, some 4700 and 560 tokens). Never for a call with a window or RoPE, or a graph's call (c.Graph:
 // DecideSharedGraph plans those, on a layout padded to a bucket whose launches do not follow the
 // groups).
 //
@@ -838,8 +848,13 @@ func sharedBandwidth(dev DecodeDevice) float64 {
 // sharedPays reports whether layout l with plan is predicted to move at most sharedMargin of call c's
 // plain bytes (sharedBytes), its extra launches and overhead (bytes) charged.
 func sharedPays(c *DecodeCall, l *SharedLayout, plan SharedPlan, group int, dev DecodeDevice, overhead float64) bool {
-	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.KVElementBytes(), c.DType.Size())
-	overhead += sharedExtraLaunches * sharedLaunchSeconds * sharedBandwidth(dev)
+	gather := c.sharedGathers(dev)
+	plain, shared := sharedBytes(c.ContextLens, l, plan, c.NumKVHeads, group, c.HeadDim, c.KVElementBytes(), c.DType.Size(), gather)
+	launches := sharedExtraLaunches
+	if gather {
+		launches++
+	}
+	overhead += float64(launches) * sharedLaunchSeconds * sharedBandwidth(dev)
 	return shared+overhead <= sharedMargin*plain
 }
 

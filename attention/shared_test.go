@@ -337,8 +337,9 @@ func TestSharedGrouper(t *testing.T) {
 
 // TestDecideShared checks the GPU dispatcher's choice on an H200 at Llama-3-8B's heads (32 query heads, 8
 // KV heads, head_dim 128, bf16, pages of 16): the shared path for 64 sequences behind 4k, 16k and 64k
-// tokens and for 8 behind 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
-// behind 256 tokens, two behind a page, a batch without groups, a window, RoPE and a graph's call.
+// tokens and for 8 behind 1k and 2k, with its prefix pass filling the SMs; the plain path for 8 sequences
+// behind 256 tokens, behind 1k where shared.cu's prefix kernel needs the gather launch the Hopper kernel
+// does without, two behind a page, a batch without groups, a window, RoPE and a graph's call.
 func TestDecideShared(t *testing.T) {
 	dev := dispatchDevice("h200")
 	call := func(members, shared, suffix, loners int) (DecodeCall, []SharedGroup) {
@@ -375,6 +376,10 @@ func TestDecideShared(t *testing.T) {
 			c.KVFP8, c.HeadDim = true, 256
 		}, false},
 		{"8 behind 2k and loners", 8, 2048, 128, 8, nil, true},
+		{"8 behind 1k", 8, 1024, 128, 0, nil, true},
+		{"8 behind 1k, shared.cu's prefix kernel and its gather launch", 8, 1024, 128, 0, func(c *DecodeCall, _ *[]SharedGroup) {
+			c.Tuning.NoSM90Prefix = true
+		}, false},
 		{"8 behind 256", 8, 256, 128, 0, nil, false},
 		{"2 behind a page", 2, 16, 300, 0, nil, false},
 		{"no groups", 64, 4096, 128, 0, func(_ *DecodeCall, g *[]SharedGroup) { *g = nil }, false},
