@@ -284,9 +284,9 @@ __device__ __forceinline__ void ph_convert(int ct, int t_first, int tiles, uint3
 	}
 }
 
-// PREFIX (P = DecodeParams): the shared-prefix pass (shared.cu's prefix kernels' work): a program serves
-// 128 rows (row block blockIdx.x % row_blocks of virtual sequence blockIdx.x / row_blocks, its rows the
-// gathered queries [virtual][kv head][rows][D]) over partition blockIdx.z of its shared pages, every key
+// PREFIX (P = PhPrefixParams): the shared-prefix pass (shared.cu's prefix kernels' work): a program serves
+// 128 rows (row block blockIdx.x % row_blocks of virtual sequence blockIdx.x / row_blocks, each row's
+// query loaded from the call's queries through virtual_seqs) over partition blockIdx.z of its shared pages, every key
 // in [start, end) of the partition, and writes the split-k partials (m, l in log2 units, acc
 // unnormalised). Otherwise (P = PrefillParams) the causal prefill of a work item. F8: over FP8 pages.
 // TILE is a template parameter: nvcc 11.8 crashes on a local constexpr in the lambdas' parameter types.
