@@ -847,34 +847,14 @@ __device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, in
 	}
 }
 
-// mma_tile_n8 is mma_tile for groups of at most 8 heads, transposed: the tokens are the mma's m and the
-// heads its n, so that a warp's 16 tokens × 8 heads take one m16n8k16 per k-step where mma_tile's 16
-// heads × 16 tokens take two (12 of its 16 rows are padding at G = 4, 15 at G = 1), and acc^T (D × 8) half
-// the registers. S^T = K·Q^T with K the A operand (ldmatrix) and Q^T the B operand (qb, registers); the
-// online softmax per head (a lane holds heads h0 = 2·(lane%4) and h0+1 at tokens lane/4 and lane/4+8,
-// reduced over the 8 lanes of each head); P^T for acc^T += V^T·P^T is the score tile's two 8×8 halves
-// transposed in registers (movmatrix), V^T the A operand (ldmatrix.trans). m0/l0 are head h0's state,
-// m1/l1 head h0+1's (l per lane until the end, as in mma_tile); acc[dt] holds acc^T rows dt·16 + lane/4
-// (elements 0, 1: heads h0, h0+1) and dt·16 + lane/4 + 8 (elements 2, 3).
-template <typename T, int D, typename L>
-__device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int lo, int end,
-                                            float scale_log2, const uint32_t (&qb)[D / 16][2], float (&acc)[D / 16][4],
-                                            float &m0, float &m1, float &l0, float &l1) {
-	// S^T for the warp's 16 tokens: two accumulators (even and odd k-steps) halve the chain of mmas.
-	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
-	{
-		const int row = slice * 16 + (mi % 2) * 8 + mr;
-#pragma unroll
-		for (int kk = 0; kk < D / 16; kk++) {
-			const int chunk = kk * 2 + mi / 2;
-			uint32_t a[4];
-			ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, a[0], a[1], a[2], a[3]);
-			if (kk % 2 == 0)
-				mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
-			else
-				mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
-		}
-	}
+// n8_softmax is the narrow tile's online softmax (mma_tile_n8 and mma_tile_n8_f8): S^T's two partial
+// accumulators s and s2 summed, scaled and masked (tokens t0 + gq and t0 + gq + 8 of [lo, end)), the
+// state of heads h0 and h0+1 updated, acc rescaled, and P^T (16 tokens × 8 heads) returned as the
+// B operand of acc^T += V^T·P^T (b0, b1: the transposes of the score tile's halves).
+template <typename T, int D>
+__device__ __forceinline__ void n8_softmax(float (&s)[4], const float (&s2)[4], int gq, int t0, int lo, int end,
+                                           float scale_log2, float (&acc)[D / 16][4], float &m0, float &m1, float &l0,
+                                           float &l1, uint32_t &b0, uint32_t &b1) {
 	const bool ok0 = t0 + gq >= lo && t0 + gq < end, ok1 = t0 + gq + 8 >= lo && t0 + gq + 8 < end;
 	s[0] = ok0 ? (s[0] + s2[0]) * scale_log2 : -INFINITY;
 	s[1] = ok0 ? (s[1] + s2[1]) * scale_log2 : -INFINITY;
@@ -904,9 +884,40 @@ __device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice,
 		acc[dt][2] *= al0;
 		acc[dt][3] *= al1;
 	}
-	// P^T (16 tokens × 8 heads) as the B operand: the transposes of the score tile's halves.
-	const uint32_t b0 = movmatrix_trans(Elem<T>::pack(s[0], s[1]));
-	const uint32_t b1 = movmatrix_trans(Elem<T>::pack(s[2], s[3]));
+	b0 = movmatrix_trans(Elem<T>::pack(s[0], s[1]));
+	b1 = movmatrix_trans(Elem<T>::pack(s[2], s[3]));
+}
+
+// mma_tile_n8 is mma_tile for groups of at most 8 heads, transposed: the tokens are the mma's m and the
+// heads its n, so that a warp's 16 tokens × 8 heads take one m16n8k16 per k-step where mma_tile's 16
+// heads × 16 tokens take two (12 of its 16 rows are padding at G = 4, 15 at G = 1), and acc^T (D × 8) half
+// the registers. S^T = K·Q^T with K the A operand (ldmatrix) and Q^T the B operand (qb, registers); the
+// online softmax per head (a lane holds heads h0 = 2·(lane%4) and h0+1 at tokens lane/4 and lane/4+8,
+// reduced over the 8 lanes of each head); P^T for acc^T += V^T·P^T is the score tile's two 8×8 halves
+// transposed in registers (movmatrix), V^T the A operand (ldmatrix.trans). m0/l0 are head h0's state,
+// m1/l1 head h0+1's (l per lane until the end, as in mma_tile); acc[dt] holds acc^T rows dt·16 + lane/4
+// (elements 0, 1: heads h0, h0+1) and dt·16 + lane/4 + 8 (elements 2, 3).
+template <typename T, int D, typename L>
+__device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int lo, int end,
+                                            float scale_log2, const uint32_t (&qb)[D / 16][2], float (&acc)[D / 16][4],
+                                            float &m0, float &m1, float &l0, float &l1) {
+	// S^T for the warp's 16 tokens: two accumulators (even and odd k-steps) halve the chain of mmas.
+	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+	{
+		const int row = slice * 16 + (mi % 2) * 8 + mr;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const int chunk = kk * 2 + mi / 2;
+			uint32_t a[4];
+			ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, a[0], a[1], a[2], a[3]);
+			if (kk % 2 == 0)
+				mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
+			else
+				mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
+		}
+	}
+	uint32_t b0, b1;
+	n8_softmax<T, D>(s, s2, gq, t0, lo, end, scale_log2, acc, m0, m1, l0, l1, b0, b1);
 	{
 		const int row = slice * 16 + (mi / 2) * 8 + mr;
 #pragma unroll
@@ -960,23 +971,84 @@ __device__ __forceinline__ void convert_tile(const uint8_t *stage, uint8_t *conv
 	}
 }
 
-// convert_slice is convert_tile for the 16 rows of K and of V that one warp of the narrow tile reads
-// (slice's: mma_tile_n8), converted by that warp's lanes: no other warp waits for them.
-template <typename T, typename LC, typename L>
-__device__ __forceinline__ void convert_slice(const uint8_t *stage, uint8_t *conv, int slice, int lane) {
-	constexpr int CHUNKS = 16 * LC::ROW_CHUNKS; // of K or of V
-	static_assert((2 * CHUNKS) % DECODE_WARP == 0, "lanes divide the slice's chunks");
+// mma_tile_n8_f8 is mma_tile_n8 over a stage of e4m3 codes (LC's layout, ks and vs its K and V
+// tiles): each lane loads the codes its fragments hold with 16-byte shared loads and converts them in
+// registers (e4m3_to_t16), so no converted tile is written or read back. Two permutations make a lane's
+// fragments contiguous codes:
+//   - Q·Kᵀ's k (head_dim): k-step kk's lane column pair 2c, 2c+1 is d = KB·c + 4·kk + {0, 1} and 2c+8,
+//     2c+9 is d + 2 (KB = D/4), so lane c's codes of a token are bytes [KB·c, KB·c + KB) of its row and
+//     one 32-bit word a k-step; the queries (qb) are loaded in the same order (decode_mma).
+//   - accᵀ's rows (head_dim): row g of m-tile dt is d = rho_n8<D>(dt, g) = VB·g + 2·dt and row g+8 is
+//     d + 1 (VB = D/8), so lane g reads bytes [VB·g, VB·g + VB) of its four token rows (2c, 2c+1, 2c+8,
+//     2c+9) and a byte permute pairs two tokens' codes of one d; decode_mma's merge writes the rows back
+//     in order.
+// The chunks a lane reads are conflict-free under the layout's swizzle at D = 128 (a quarter warp's eight
+// 16-byte loads cover the eight chunk positions). K's and V's scales are the caller's, as in decode_mma.
+template <int D> __device__ __forceinline__ int rho_n8(int dt, int g) { return (D / 8) * g + 2 * dt; }
+
+template <typename T, int D, typename LC>
+__device__ __forceinline__ void mma_tile_n8_f8(const uint8_t *ks, const uint8_t *vs, int slice, int lane, int t0, int lo,
+                                               int end, float scale_log2, const uint32_t (&qb)[D / 16][2],
+                                               float (&acc)[D / 16][4], float &m0, float &m1, float &l0, float &l1) {
+	static_assert(D == 64 || D == 128, "a lane's K codes are whole chunks and its V codes 8 or 16 bytes");
+	constexpr int KSTEPS = D / 16, KB = D / 4, VB = D / 8;
+	const int g = lane / 4, c = lane % 4;
+	// K: rows g and g+8 of the warp's 16 tokens, KB codes each (a word a k-step).
+	uint32_t ka[KSTEPS], kb[KSTEPS];
 #pragma unroll
-	for (int i = lane; i < 2 * CHUNKS; i += DECODE_WARP) {
-		const int c = i % CHUNKS;
-		convert_chunk<T, LC, L>(stage, conv, i / CHUNKS, slice * 16 + c / LC::ROW_CHUNKS, c % LC::ROW_CHUNKS);
+	for (int i = 0; i < KB / 16; i++) {
+		const int chunk = (KB / 16) * c + i, ra = slice * 16 + g, rb = ra + 8;
+		const uint4 va = *reinterpret_cast<const uint4 *>(ks + (ra * LC::ROW_CHUNKS + LC::swizzle(ra, chunk)) * 16);
+		const uint4 vb = *reinterpret_cast<const uint4 *>(ks + (rb * LC::ROW_CHUNKS + LC::swizzle(rb, chunk)) * 16);
+		ka[4 * i] = va.x, ka[4 * i + 1] = va.y, ka[4 * i + 2] = va.z, ka[4 * i + 3] = va.w;
+		kb[4 * i] = vb.x, kb[4 * i + 1] = vb.y, kb[4 * i + 2] = vb.z, kb[4 * i + 3] = vb.w;
+	}
+	// V: tokens 2c, 2c+1, 2c+8, 2c+9 (v[t]), VB codes each from byte VB·g of the row; loaded before the
+	// scores' mmas so that their latency hides behind them.
+	uint32_t v[4][VB / 4];
+#pragma unroll
+	for (int t = 0; t < 4; t++) {
+		const int row = slice * 16 + 2 * c + (t & 1) + 8 * (t >> 1);
+		const int chunk = VB * g / 16, inner = VB * g % 16;
+		const uint8_t *src = vs + (row * LC::ROW_CHUNKS + LC::swizzle(row, chunk)) * 16 + inner;
+		if constexpr (VB == 16) {
+			const uint4 x = *reinterpret_cast<const uint4 *>(src);
+			v[t][0] = x.x, v[t][1] = x.y, v[t][2] = x.z, v[t][3] = x.w;
+		} else {
+			const uint2 x = *reinterpret_cast<const uint2 *>(src);
+			v[t][0] = x.x, v[t][1] = x.y;
+		}
+	}
+
+	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+	for (int kk = 0; kk < KSTEPS; kk++) {
+		const uint32_t a[4] = {e4m3_to_t16<T>(ka[kk] & 0xffffu), e4m3_to_t16<T>(kb[kk] & 0xffffu),
+		                       e4m3_to_t16<T>(ka[kk] >> 16), e4m3_to_t16<T>(kb[kk] >> 16)};
+		if (kk % 2 == 0)
+			mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
+		else
+			mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
+	}
+	uint32_t b0, b1;
+	n8_softmax<T, D>(s, s2, g, t0, lo, end, scale_log2, acc, m0, m1, l0, l1, b0, b1);
+#pragma unroll
+	for (int dt = 0; dt < KSTEPS; dt++) {
+		// Bytes 2·(dt%2) and 2·(dt%2)+1 of word dt/2 are d = rho and rho+1: pair each with the next token's.
+		const uint32_t sel = dt % 2 ? 0x7362u : 0x5140u;
+		const uint32_t p01 = __byte_perm(v[0][dt / 2], v[1][dt / 2], sel);
+		const uint32_t p89 = __byte_perm(v[2][dt / 2], v[3][dt / 2], sel);
+		const uint32_t a[4] = {e4m3_to_t16<T>(p01 & 0xffffu), e4m3_to_t16<T>(p01 >> 16), e4m3_to_t16<T>(p89 & 0xffffu),
+		                       e4m3_to_t16<T>(p89 >> 16)};
+		mma16816<T>(acc[dt], a, b0, b1);
 	}
 }
 
 // KV is the pages' element type: T, or E4M3Code for an FP8 KV cache (F8, the narrow tile only). With F8
-// the stages hold the codes (LC, half the bytes of T rows); each warp converts its slice's rows of each
-// landed tile into one T tile after the stages (convert_slice) that its mma tiles read; K's scale is folded into the scores' scale and V's into the
-// accumulators at the end; there is no RoPE path (the dispatcher never asks for it over FP8 pages).
+// the stages hold the codes (LC, half the bytes of T rows) and mma_tile_n8_f8 converts them in registers
+// as it loads them, its head_dim permutations matched by the queries' load and the merge's stores; K's
+// scale is folded into the scores' scale and V's into the accumulators at the end; there is no RoPE path
+// (the dispatcher never asks for it over FP8 pages).
 template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	using S = MmaShape<D, MT, SLICES_>;
@@ -1047,7 +1119,6 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			                                                                   true, rope_q, rope_kv, tid);
 	                                 });
 	int next_id = LC::load_id(table, start + (STAGES - 1) * TILE, end, lbs, tid);
-	uint8_t *conv = smem + STAGES * LC::STAGE_BYTES; // F8: the converted tile
 
 	// Q fragments: the A operand (row-major 16×16 per k-step: rows r0 = lane/4 and r0+8 of this head
 	// tile), or with the narrow tile the B operand (Qᵀ, 16×8 per k-step: head r0, columns c0, c0+1 and
@@ -1056,15 +1127,17 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	uint32_t qa[KSTEPS][NARROW ? 2 : 4];
 	{
 		const int h0 = mtile * 16 + r0, h1 = h0 + 8;
+		// F8: k-step kk's columns c0, c0+1 are d = (D/4)·(lane%4) + 4·kk + {0, 1} and c0+8, c0+9 the next
+		// two (mma_tile_n8_f8's permutation).
 		// Two copies of the loads, one from shared memory and one from global memory, so that each is
 		// compiled for its own space (a pointer to either would make them generic loads).
 		auto load = [&](const T *qg) {
 #pragma unroll
 			for (int kk = 0; kk < KSTEPS; kk++) {
-				int col = kk * 16 + c0;
+				const int col = F8 ? (D / 4) * (lane % 4) + 4 * kk : kk * 16 + c0;
 				qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
 				if constexpr (NARROW) {
-					qa[kk][1] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
+					qa[kk][1] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + (F8 ? 2 : 8)) : 0u;
 				} else {
 					qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
 					qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
@@ -1090,7 +1163,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	for (int j = 0; j < ntiles; j++) {
 		if (tid < LC::MAX_PAGES) sids[(j + STAGES - 1) % STAGES][tid] = next_id;
 		cp_async_wait<STAGES - 2>();
-		__syncthreads(); // tile j landed; tile j-1's stage (and F8's converted tile) is free; the ids above are visible
+		__syncthreads(); // tile j landed; tile j-1's stage is free; the ids above are visible
 		{
 			int jn = j + STAGES - 1;
 			if (jn < ntiles)
@@ -1099,24 +1172,21 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			cp_async_commit();
 			next_id = LC::load_id(table, start + (jn + 1) * TILE, end, lbs, tid);
 		}
-		if constexpr (F8) {
-			// Each warp reads its slice's rows alone (mma_tile_n8): it converts them itself and waits for
-			// its own lanes only, where a block-wide conversion held every warp at a second barrier a tile.
-			static_assert(NARROW, "FP8 pages take the narrow tile");
-			convert_slice<T, LC, L>(smem + (j % STAGES) * LC::STAGE_BYTES, conv, slice, lane);
-			__syncwarp();
-		} else if (j == patch_tile) {
+		if (!F8 && j == patch_tile) {
 			patch_row<L, T, THREADS>(smem + (j % STAGES) * L::STAGE_BYTES, newest - start - j * TILE, rope_kv, tid);
 			__syncthreads();
 		}
 
-		const uint8_t *stage = F8 ? conv : smem + (j % STAGES) * L::STAGE_BYTES;
-
+		const uint8_t *stage = smem + (j % STAGES) * LC::STAGE_BYTES;
 		const uint32_t ks = smem_addr(stage), vs = ks + L::TILE_BYTES;
 		const int t0 = start + j * TILE + slice * 16; // this warp's first token
 
-		if constexpr (NARROW)
-			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, F8 ? p.scale_log2 * p.k_scale : p.scale_log2, qa, acc, m0, m1, l0, l1);
+		if constexpr (F8) {
+			static_assert(NARROW, "FP8 pages take the narrow tile");
+			mma_tile_n8_f8<T, D, LC>(stage, stage + LC::TILE_BYTES, slice, lane, t0, lo, end, p.scale_log2 * p.k_scale, qa,
+			                         acc, m0, m1, l0, l1);
+		} else if constexpr (NARROW)
+			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 		else
 			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, F8 ? p.scale_log2 * p.k_scale : p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
@@ -1141,14 +1211,15 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 			l0 += __shfl_xor_sync(0xffffffffu, l0, o);
 			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
 		}
-		// Only the group's heads; accᵀ row d = dt·16 + r0 (+8).
+		// Only the group's heads; accᵀ row d = dt·16 + r0 (+8), with F8 rho_n8(dt, r0) (+1).
 		auto put = [&](int h, float m, float l, int e) { // head h's state: acc[·][e], acc[·][e + 2]
 			if (h >= p.group) return;
 			if (r0 == 0) ms.m[slice][h] = m, ms.l[slice][h] = l;
 #pragma unroll
 			for (int dt = 0; dt < NTILES; dt++) {
-				ms.acc[slice][h][dt * 16 + r0] = acc[dt][e];
-				ms.acc[slice][h][dt * 16 + r0 + 8] = acc[dt][e + 2];
+				const int d0 = F8 ? rho_n8<D>(dt, r0) : dt * 16 + r0, d1 = F8 ? d0 + 1 : d0 + 8;
+				ms.acc[slice][h][d0] = acc[dt][e];
+				ms.acc[slice][h][d1] = acc[dt][e + 2];
 			}
 		};
 		put(c0, m0, l0, 0);
@@ -1184,9 +1255,8 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 
 template <typename T, int D, int MT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T> constexpr int mma_smem_bytes() {
 	using S = MmaShape<D, MT, SLICES_>;
-	using L = TileLoader<T, D, S::TILE, S::THREADS>;
 	using LC = TileLoader<KV, D, S::TILE, S::THREADS>;
-	constexpr int pipe = STAGES * LC::STAGE_BYTES + (sizeof(KV) == 1 ? L::STAGE_BYTES : 0);
+	constexpr int pipe = STAGES * LC::STAGE_BYTES;
 	constexpr int merge = (int)sizeof(MergeSmem<D, S::ROWS, S::SLICES>) + 128 * 4; // + merge_partials' scratch
 	return pipe > merge ? pipe : merge;
 }

@@ -77,7 +77,7 @@ DECODE_SPLITK_FMA_E4M3(__half, fp16, 128, 8)
 DECODE_SPLITK_FMA_E4M3(__half, fp16, 256, 8)
 
 // FP8 KV pages on the mma path, the narrow tile (groups of up to 8 heads), head_dim 64 and 128: the
-// stages hold the codes and each tile is converted to T before its mma (decode_mma's KV):
+// stages hold the codes, which each lane converts to T in registers as it loads them (mma_tile_n8_f8):
 // DecodeSplitK_mma_<dtype>_e4m3_d<head_dim>_n8.
 #define DECODE_SPLITK_MMA_E4M3(T, TN, D)                                                                       \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                   \
