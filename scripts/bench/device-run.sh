@@ -97,8 +97,9 @@
 #               _scaled_mm); then a table with the gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1;
 #               prefill of 1024 tokens ≥ 1.6× bf16's speed (docs/bench/fp8-h200.md)
 #   fp8e2e      the fp8 section's end to end part alone (gollm bench latency in bf16, FP8 and FP8 KV, the
-#               torch peer, the table of gaps) and gollm bench throughput (512 × 1024 in, 128 out) in bf16
-#               and FP8 with their ratio (target ≥ 1.5×): docs/bench/fp8-h200.md's current table
+#               torch peer, the table of gaps) and gollm bench throughput (512 × 1024 in, 128 out) in bf16,
+#               FP8 and FP8 with an FP8 KV cache, with their ratios (target ≥ 1.5×): docs/bench/fp8-h200.md's
+#               current table
 #
 # Environment:
 #   BIN     the build to run (default gpu/bench; BIN.tar.xz, if carried, is unpacked over it first)
@@ -467,17 +468,19 @@ section_fp8e2e() {
 	local d=$out/fp8e2e q extra
 	mkdir -p "$d"
 	fp8_e2e "$d"
-	for q in bf16 fp8; do
+	for q in bf16 fp8 fp8kv; do
 		extra=()
 		[ "$q" = fp8 ] && extra=(--quantization fp8)
+		[ "$q" = fp8kv ] && extra=(--quantization fp8 --kv-cache-dtype fp8)
 		timeout 120 "$bin/gollm" bench throughput --config llama3-8b --device cuda --random-weights --num-prompts 512 \
 			--input-len 1024 --output-len 128 "${extra[@]}" >"$d/throughput-$q.txt" 2>&1
 		stamp "fp8e2e bench throughput llama3-8b $q" $?
 		grep -E 'output tok/s|roofline' "$d/throughput-$q.txt" | sed "s/^/  $q /" | tee -a "$out/summary.txt"
 	done
-	local x y
+	local x y z
 	x=$(awk '/output tok\/s/ {print $3}' "$d/throughput-bf16.txt") y=$(awk '/output tok\/s/ {print $3}' "$d/throughput-fp8.txt")
-	[ -n "$x" ] && [ -n "$y" ] && python3 -c "x, y = $x, $y; print(f'bench throughput 512 x (1024 in, 128 out): bf16 {x:,.1f}, fp8 {y:,.1f} output tok/s, {y / x:.2f}x' + ('' if y / x >= 1.5 else '  < 1.5x'))" | tee -a "$out/summary.txt"
+	z=$(awk '/output tok\/s/ {print $3}' "$d/throughput-fp8kv.txt")
+	[ -n "$x" ] && [ -n "$y" ] && [ -n "$z" ] && python3 -c "x, y, z = $x, $y, $z; print(f'bench throughput 512 x (1024 in, 128 out): bf16 {x:,.1f}, fp8 {y:,.1f} ({y / x:.3f}x), fp8 with FP8 KV {z:,.1f} output tok/s ({z / x:.3f}x)' + ('' if max(y, z) / x >= 1.5 else '  < 1.5x'))" | tee -a "$out/summary.txt"
 }
 
 # room LIMIT WHAT: whether a step of up to LIMIT seconds still fits the families section's budget
