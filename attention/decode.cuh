@@ -1048,8 +1048,14 @@ __device__ __forceinline__ void mma_tile_n8_f8(const uint8_t *ks, const uint8_t 
 // the stages hold the codes (LC, half the bytes of T rows) and mma_tile_n8_f8 converts them in registers
 // as it loads them, its head_dim permutations matched by the queries' load and the merge's stores; K's
 // scale is folded into the scores' scale and V's into the accumulators at the end; there is no RoPE path
-// (the dispatcher never asks for it over FP8 pages).
-template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T>
+// (the dispatcher never asks for it over FP8 pages). CHUNKED (the narrow tile over FP8 pages, for
+// groups of more than ROWS heads) serves a group in chunks of ROWS heads: grid row y is KV head
+// y / chunks, heads [ROWS·(y % chunks), …) of its group (DecodeCall.grid), each chunk reading the KV
+// head's tiles (the later ones mostly from L2). It is an entry point of its own so that the unchunked
+// kernels carry none of its arithmetic (a run-time chunk count cost them 3-9% at short split-k
+// partitions).
+template <typename T, int D, int MT, bool SPLIT, int STAGES = DECODE_STAGES, int SLICES_ = 4, typename KV = T,
+          bool CHUNKED = false>
 __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 	using S = MmaShape<D, MT, SLICES_>;
 	constexpr int TILE = S::TILE, THREADS = S::THREADS, SLICES = S::SLICES, ROWS = S::ROWS;
@@ -1073,6 +1079,16 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 #endif
 	int seq, kvh, part;
 	program_ids(p, seq, kvh, part);
+	// CHUNKED: this program's chunk of the group, heads [head0, head0 + heads) (otherwise one program
+	// serves the whole group: the dispatcher's tile holds it).
+	static_assert(!CHUNKED || NARROW, "the narrow tile's chunks");
+	int y = kvh, chunks = 1, head0 = 0, heads = 0;
+	if constexpr (CHUNKED) {
+		chunks = (p.group + ROWS - 1) / ROWS;
+		kvh = y / chunks;
+		head0 = (y - kvh * chunks) * ROWS;
+		heads = min(p.group - head0, ROWS);
+	}
 	const uint64_t pf = copy_policy(p.flags);
 	const int tid = threadIdx.x, lane = tid % DECODE_WARP, warp = tid / DECODE_WARP;
 	const int slice = warp % SLICES, mtile = warp / SLICES;
@@ -1135,9 +1151,9 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 #pragma unroll
 			for (int kk = 0; kk < KSTEPS; kk++) {
 				const int col = F8 ? (D / 4) * (lane % 4) + 4 * kk : kk * 16 + c0;
-				qa[kk][0] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
+				qa[kk][0] = h0 < (CHUNKED ? heads : p.group) ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col) : 0u;
 				if constexpr (NARROW) {
-					qa[kk][1] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + (F8 ? 2 : 8)) : 0u;
+					qa[kk][1] = h0 < (CHUNKED ? heads : p.group) ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + (F8 ? 2 : 8)) : 0u;
 				} else {
 					qa[kk][1] = h1 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h1 * D + col) : 0u;
 					qa[kk][2] = h0 < p.group ? *reinterpret_cast<const uint32_t *>(qg + (long long)h0 * D + col + 8) : 0u;
@@ -1148,7 +1164,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		if (rope)
 			load(rope_q);
 		else
-			load(reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group) * D);
+			load(reinterpret_cast<const T *>(p.q) + ((long long)seq * p.num_heads + (long long)kvh * p.group + (CHUNKED ? head0 : 0)) * D);
 	}
 
 	float acc[NTILES][4];
@@ -1213,7 +1229,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		}
 		// Only the group's heads; accᵀ row d = dt·16 + r0 (+8), with F8 rho_n8(dt, r0) (+1).
 		auto put = [&](int h, float m, float l, int e) { // head h's state: acc[·][e], acc[·][e + 2]
-			if (h >= p.group) return;
+			if (h >= (CHUNKED ? heads : p.group)) return;
 			if (r0 == 0) ms.m[slice][h] = m, ms.l[slice][h] = l;
 #pragma unroll
 			for (int dt = 0; dt < NTILES; dt++) {
@@ -1244,12 +1260,14 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		put(rB, m1, l1, 2);
 	}
 	__syncthreads();
-	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, 0, min(p.group, ROWS), part, tid);
+	merge_store<T, D, ROWS, SLICES, THREADS, SPLIT>(ms, p, seq, kvh, CHUNKED ? head0 : 0,
+	                                                CHUNKED ? heads : min(p.group, ROWS), part, tid);
 #ifdef DECODE_DIAG
 	if (p.flags & DECODE_FLAG_DIAG_NOMERGE) return;
 #endif
 	if (SPLIT)
-		splitk_finish<T, D, THREADS>(p, seq, ctx, kvh, kvh, p.num_kv_heads, 0, min(p.group, ROWS), part,
+		splitk_finish<T, D, THREADS>(p, seq, ctx, kvh, CHUNKED ? y : kvh, p.num_kv_heads * chunks,
+		                             CHUNKED ? head0 : 0, CHUNKED ? heads : min(p.group, ROWS), part,
 		                             reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, ROWS, SLICES>)), tid);
 }
 

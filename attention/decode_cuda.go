@@ -24,8 +24,8 @@ type CUDADecodeArgs struct {
 	KCache, VCache cuda.DevicePtr
 	// KVFP8: the pages hold OCP FP8 e4m3 codes, one byte an element, a K code c standing for float(c) ·
 	// KScale and a V code for float(c) · VScale (the CPU Cache's FP8 arithmetic; finite positive scales).
-	// Q and Out stay of DType. Such a call takes no RoPE and runs the narrow mma tile (groups of up to 8
-	// heads, head_dim 64 and 128) or the FMA kernels (DecodeCall.KVFP8).
+	// Q and Out stay of DType. Such a call takes no RoPE and runs the narrow mma tile (head_dim 64 and
+	// 128; larger groups in chunks of 8 heads) or the FMA kernels (DecodeCall.KVFP8).
 	KVFP8          bool
 	KScale, VScale float32
 	// BlockTables is int32 [Batch][MaxBlocks]; only the first ⌈ContextLens[s]/BlockSize⌉ of row s are read

@@ -219,11 +219,11 @@ var (
 // chunks. One size keeps the fat binary small.
 const cudaFP8Group = 8
 
-// fp8MMA reports whether FP8 pages of head_dim d have mma kernels for a group of group heads: the narrow
-// tile at head_dim 64 and 128 (groups of up to 8 heads, every published GQA model's but the widest);
-// others take the FMA kernels.
-func fp8MMA(d, group int, t CUDATuning) bool {
-	return d != wideHeadDim && narrowTile(group) && !t.NoNarrow
+// fp8MMA reports whether FP8 pages of head_dim d have mma kernels: the narrow tile at head_dim 64 and
+// 128, which serves a group of more than 8 heads in chunks of 8, a program a chunk (the grid's head
+// chunks, as the FMA kernels'); head_dim 256 takes the FMA kernels.
+func fp8MMA(d int, t CUDATuning) bool {
+	return d != wideHeadDim && !t.NoNarrow
 }
 
 // wideHeadDim is the head size whose kernels differ (Gemma 3's 256): 16-bit dtypes only, the mma path
@@ -253,6 +253,17 @@ func mmaKernelKV(alg Kernel, dt DType, d, mt int, kvFP8 bool) DecodeKernel {
 		kv = "_e4m3"
 	}
 	k.Name, k.KVFP8 = fmt.Sprintf("%s_mma_%s%s_d%d_%s", kindName(alg), dt.name(), kv, d, suffix), kvFP8
+	return k
+}
+
+// fp8NarrowKernel is the narrow tile's entry point of alg over FP8 e4m3 pages for a group of group heads:
+// mmaKernelKV's up to cudaNarrowRows heads, its chunked twin (_n8c: a program a chunk of cudaNarrowRows
+// heads, the grid's head chunks) for more.
+func fp8NarrowKernel(alg Kernel, dt DType, d, group int) DecodeKernel {
+	k := mmaKernelKV(alg, dt, d, 0, true)
+	if !narrowTile(group) {
+		k.Name += "c"
+	}
 	return k
 }
 
@@ -325,7 +336,7 @@ func decodeKernels() []DecodeKernel {
 				if dt != FP32 {
 					ks = append(ks, fmaKernel(alg, dt, d, cudaFP8Group, true))
 					if d != wideHeadDim {
-						ks = append(ks, mmaKernelKV(alg, dt, d, 0, true))
+						ks = append(ks, fp8NarrowKernel(alg, dt, d, 1), fp8NarrowKernel(alg, dt, d, cudaNarrowRows+1))
 					}
 				}
 			}
@@ -560,7 +571,7 @@ func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel
 		path = PathMMA
 		// The wide head's mma kernels are the narrow tile's alone; FP8 pages have the narrow tile's at
 		// head_dim 64 and 128 (fp8MMA).
-		if c.DType == FP32 || c.KVFP8 && !fp8MMA(c.HeadDim, group, c.Tuning) || group > 64 ||
+		if c.DType == FP32 || c.KVFP8 && !fp8MMA(c.HeadDim, c.Tuning) || group > 64 ||
 			c.HeadDim == wideHeadDim && (!narrowTile(group) || c.Tuning.NoNarrow) {
 			path = PathFMA
 		}
@@ -568,11 +579,10 @@ func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel
 	switch path {
 	case PathMMA:
 		if c.KVFP8 {
-			if !fp8MMA(c.HeadDim, group, c.Tuning) {
-				return grouped, split, fmt.Errorf("%w: the mma path over FP8 KV pages takes groups of up to %d heads at head_dim 64 and 128",
-					ErrUnsupported, cudaNarrowRows)
+			if !fp8MMA(c.HeadDim, c.Tuning) {
+				return grouped, split, fmt.Errorf("%w: the mma path over FP8 KV pages takes head_dim 64 and 128 on the narrow tile", ErrUnsupported)
 			}
-			return mmaKernelKV(Grouped, c.DType, c.HeadDim, 0, true), mmaKernelKV(SplitK, c.DType, c.HeadDim, 0, true), nil
+			return fp8NarrowKernel(Grouped, c.DType, c.HeadDim, group), fp8NarrowKernel(SplitK, c.DType, c.HeadDim, group), nil
 		}
 		if c.DType == FP32 {
 			return grouped, split, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)

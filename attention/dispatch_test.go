@@ -194,7 +194,7 @@ func TestDecideForced(t *testing.T) {
 
 // TestDecideKernels checks that every kernel Decide picks is one CUDAKernels loads, over the oracle's
 // shapes and a sweep of group sizes, head_dims, dtypes, paths and KV page types (FP8 pages: the FMA
-// path's _e4m3 kernels, and the narrow mma tile's at head_dim 64 and 128), and that the kernel list
+// path's _e4m3 kernels, and the narrow mma tile's at head_dim 64 and 128, chunked past 8 heads), and that the kernel list
 // names each entry point once.
 func TestDecideKernels(t *testing.T) {
 	var names []string
@@ -206,8 +206,8 @@ func TestDecideKernels(t *testing.T) {
 	if len(slices.Compact(sorted)) != len(names) {
 		t.Fatalf("decodeKernels names an entry point twice")
 	}
-	if len(names) != 128 {
-		t.Errorf("%d kernels, want 128 (the fat binary's 136, less its 8 reduce kernels)", len(names))
+	if len(names) != 136 {
+		t.Errorf("%d kernels, want 136 (the fat binary's 144, less its 8 reduce kernels)", len(names))
 	}
 	dev := dispatchDevice("h100")
 	for _, kvFP8 := range []bool{false, true} {
@@ -229,9 +229,10 @@ func TestDecideKernels(t *testing.T) {
 									if err != nil {
 										// Unsupported: fp32 and groups past 64 on the mma path; at head_dim 256, fp32 on any path
 										// and groups past 8 on the mma path.
-										// FP8 pages: no fp32; on the mma path the narrow tile at head_dim 64 and 128 only.
+										// FP8 pages: no fp32; on the mma path the narrow tile (in chunks of 8 heads) at head_dim
+										// 64 and 128 only.
 										wide := d == 256 && (dt == FP32 || path == PathMMA && group > 8)
-										fp8 := kvFP8 && (dt == FP32 || path == PathMMA && (d == 256 || group > 8))
+										fp8 := kvFP8 && (dt == FP32 || path == PathMMA && d == 256)
 										if !errors.Is(err, ErrUnsupported) || !wide && !fp8 && (path != PathMMA || dt != FP32 && group <= 64) {
 											t.Errorf("%v d%d G%d %v: %v", dt, d, group, path, err)
 										}
@@ -240,10 +241,11 @@ func TestDecideKernels(t *testing.T) {
 									if !slices.Contains(names, got.Kernel.Name) {
 										t.Errorf("%v d%d G%d %v: kernel %s is not loaded", dt, d, group, path, got.Kernel.Name)
 									}
-									if got.Kernel.Rows < min(group, 16) && got.Kernel.Path == PathMMA {
+									if got.Kernel.Rows < min(group, 16) && got.Kernel.Path == PathMMA && !got.Kernel.KVFP8 { // FP8: chunks of 8
 										t.Errorf("%v d%d G%d: head tile of %d rows", dt, d, group, got.Kernel.Rows)
 									}
-									fp8MMA := got.Kernel.Path == PathMMA && got.Kernel.Rows == 8 && d != 256 && group <= 8
+									fp8MMA := got.Kernel.Path == PathMMA && got.Kernel.Rows == 8 && d != 256 &&
+										strings.HasSuffix(got.Kernel.Name, "_n8c") == (group > 8)
 									if got.Kernel.KVFP8 != kvFP8 || kvFP8 && (got.Kernel.Path != PathFMA && !fp8MMA || got.Kernel.Persistent ||
 										!strings.Contains(got.Kernel.Name, "_e4m3_")) {
 										t.Errorf("%v d%d G%d FP8 KV %v: kernel %+v", dt, d, group, kvFP8, got.Kernel)

@@ -118,7 +118,7 @@ func runFP8Variants(t *testing.T, k *CUDAKernels, c *gpuDecodeCase, f8 *Cache) {
 	partitions := []int{2 * c.blockSize, 256}
 	ws, wsBytes := c.splitWorkspace(t)
 
-	mma := fp8MMA(c.headDim, c.numHeads/c.kvHeads, CUDATuning{})
+	mma := fp8MMA(c.headDim, CUDATuning{})
 	paths := []CUDAPath{PathAuto, PathFMA}
 	if mma {
 		paths = append(paths, PathMMA)

@@ -74,16 +74,18 @@ DECODE_GROUPED_FMA_E4M3(__half, fp16, 64, 8)
 DECODE_GROUPED_FMA_E4M3(__half, fp16, 128, 8)
 DECODE_GROUPED_FMA_E4M3(__half, fp16, 256, 8)
 
-// FP8 KV pages on the mma path, the narrow tile (groups of up to 8 heads), head_dim 64 and 128: the
-// stages hold the codes, which each lane converts to T in registers as it loads them (mma_tile_n8_f8):
-// DecodeGrouped_mma_<dtype>_e4m3_d<head_dim>_n8.
-#define DECODE_GROUPED_MMA_E4M3(T, TN, D)                                                                       \
+// FP8 KV pages on the mma path, the narrow tile, head_dim 64 and 128: the stages hold the codes, which
+// each lane converts to T in registers as it loads them (mma_tile_n8_f8): groups of up to 8 heads
+// DecodeGrouped_mma_<dtype>_e4m3_d<head_dim>_n8, larger ones in chunks of 8 (a program a chunk, decode_mma's
+// CHUNKED) DecodeGrouped_mma_<dtype>_e4m3_d<head_dim>_n8c.
+#define DECODE_GROUPED_MMA_E4M3_ONE(T, TN, D, SUFFIX, CHUNKED)                                                \
 	extern "C" __global__ void __launch_bounds__(MmaShape<D, 0>::THREADS)                                   \
-	    DecodeGrouped_mma_##TN##_e4m3_d##D##_n8(const DecodeParams p) {                                      \
-		decode_mma<T, D, 0, false, DECODE_STAGES, 4, E4M3Code>(p);                                      \
+	    DecodeGrouped_mma_##TN##_e4m3_d##D##_##SUFFIX(const DecodeParams p) {                                \
+		decode_mma<T, D, 0, false, DECODE_STAGES, 4, E4M3Code, CHUNKED>(p);                               \
 	}                                                                                                     \
-	extern "C" __device__ int DecodeGrouped_mma_##TN##_e4m3_d##D##_n8_smem =                                 \
+	extern "C" __device__ int DecodeGrouped_mma_##TN##_e4m3_d##D##_##SUFFIX##_smem =                           \
 	    mma_smem_bytes<T, D, 0, DECODE_STAGES, 4, E4M3Code>();
+#define DECODE_GROUPED_MMA_E4M3(T, TN, D) DECODE_GROUPED_MMA_E4M3_ONE(T, TN, D, n8, false) DECODE_GROUPED_MMA_E4M3_ONE(T, TN, D, n8c, true)
 DECODE_GROUPED_MMA_E4M3(__nv_bfloat16, bf16, 64)
 DECODE_GROUPED_MMA_E4M3(__nv_bfloat16, bf16, 128)
 DECODE_GROUPED_MMA_E4M3(__half, fp16, 64)
