@@ -394,7 +394,8 @@ section_fp8() {
 		>"$d/prefill-forms.txt" 2>&1
 	stamp "fp8 BenchmarkCUDADecode prefill, quantizing kernels' forms" $?
 	gobench "$d" lt-forms internal/cuda 'LtE4M3Forms/.*/m=1024/' 1x 100
-	# Decode attention over FP8 pages beside bf16 pages: the standard grid and the step's shapes.
+	# Decode attention over FP8 pages beside bf16 pages: the standard grid, the step's shapes and groups of
+	# more than 8 heads.
 	for kv in auto fp8; do
 		timeout 120 "$bin/gollm" bench attention --kv-cache-dtype "$kv" --iters 30 --warmup 5 --partitions 256,1024 \
 			--json "$d/attention-$kv.json" >"$d/attention-$kv.txt" 2>"$d/attention-$kv.log"
@@ -402,6 +403,9 @@ section_fp8() {
 		timeout 60 "$bin/gollm" bench attention --shapes "$root/scripts/bench/attention-step-shapes.json" --kv-cache-dtype "$kv" \
 			--iters 50 --partitions 256,512 >"$d/attention-step-$kv.txt" 2>>"$d/attention-$kv.log"
 		stamp "fp8 bench attention, the step's shapes, $kv pages" $?
+		timeout 60 "$bin/gollm" bench attention --shapes "$root/scripts/bench/attention-wide-group-shapes.json" --kv-cache-dtype "$kv" \
+			--iters 30 --warmup 5 >"$d/attention-wide-$kv.txt" 2>>"$d/attention-$kv.log"
+		stamp "fp8 bench attention, groups of more than 8 heads, $kv pages" $?
 	done
 	# The step's per-op profile (logged by the benchmark: -test.v).
 	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
