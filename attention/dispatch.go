@@ -256,12 +256,12 @@ func mmaKernelKV(alg Kernel, dt DType, d, mt int, kvFP8 bool) DecodeKernel {
 	return k
 }
 
-// fp8NarrowKernel is the narrow tile's entry point of alg over FP8 e4m3 pages for a group of group heads:
-// mmaKernelKV's up to cudaNarrowRows heads, its chunked twin (_n8c: a program a chunk of cudaNarrowRows
-// heads, the grid's head chunks) for more.
-func fp8NarrowKernel(alg Kernel, dt DType, d, group int) DecodeKernel {
+// fp8NarrowKernel is the narrow tile's entry point of alg over FP8 e4m3 pages: mmaKernelKV's for groups
+// of up to cudaNarrowRows heads, or with chunked its twin for larger ones (_n8c: a program a chunk of
+// cudaNarrowRows heads, the grid's head chunks).
+func fp8NarrowKernel(alg Kernel, dt DType, d int, chunked bool) DecodeKernel {
 	k := mmaKernelKV(alg, dt, d, 0, true)
-	if !narrowTile(group) {
+	if chunked {
 		k.Name += "c"
 	}
 	return k
@@ -336,7 +336,7 @@ func decodeKernels() []DecodeKernel {
 				if dt != FP32 {
 					ks = append(ks, fmaKernel(alg, dt, d, cudaFP8Group, true))
 					if d != wideHeadDim {
-						ks = append(ks, fp8NarrowKernel(alg, dt, d, 1), fp8NarrowKernel(alg, dt, d, cudaNarrowRows+1))
+						ks = append(ks, fp8NarrowKernel(alg, dt, d, false), fp8NarrowKernel(alg, dt, d, true))
 					}
 				}
 			}
@@ -582,7 +582,8 @@ func (c *DecodeCall) tile(path CUDAPath, group int) (grouped, split DecodeKernel
 			if !fp8MMA(c.HeadDim, c.Tuning) {
 				return grouped, split, fmt.Errorf("%w: the mma path over FP8 KV pages takes head_dim 64 and 128 on the narrow tile", ErrUnsupported)
 			}
-			return fp8NarrowKernel(Grouped, c.DType, c.HeadDim, group), fp8NarrowKernel(SplitK, c.DType, c.HeadDim, group), nil
+			chunked := !narrowTile(group)
+			return fp8NarrowKernel(Grouped, c.DType, c.HeadDim, chunked), fp8NarrowKernel(SplitK, c.DType, c.HeadDim, chunked), nil
 		}
 		if c.DType == FP32 {
 			return grouped, split, fmt.Errorf("%w: the mma path has no fp32 (it would be TF32)", ErrUnsupported)
