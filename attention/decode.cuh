@@ -847,6 +847,22 @@ __device__ __forceinline__ void mma_tile(uint32_t ks, uint32_t vs, int slice, in
 	}
 }
 
+// n8_scores is S^T = K·Q^T of the narrow tile for the warp's 16 tokens (mma_tile_n8 and mma_tile_n8_f8):
+// frag(kk, a) gives k-step kk's K fragment (the A operand); two accumulators (even and odd k-steps)
+// halve the chain of mmas.
+template <typename T, int D, typename Frag>
+__device__ __forceinline__ void n8_scores(const uint32_t (&qb)[D / 16][2], float (&s)[4], float (&s2)[4], Frag frag) {
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+		uint32_t a[4];
+		frag(kk, a);
+		if (kk % 2 == 0)
+			mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
+		else
+			mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
+	}
+}
+
 // n8_softmax is the narrow tile's online softmax (mma_tile_n8 and mma_tile_n8_f8): S^T's two partial
 // accumulators s and s2 summed, scaled and masked (tokens t0 + gq and t0 + gq + 8 of [lo, end)), the
 // state of heads h0 and h0+1 updated, acc rescaled, and P^T (16 tokens × 8 heads) returned as the
@@ -901,20 +917,13 @@ template <typename T, int D, typename L>
 __device__ __forceinline__ void mma_tile_n8(uint32_t ks, uint32_t vs, int slice, int mi, int mr, int gq, int t0, int lo, int end,
                                             float scale_log2, const uint32_t (&qb)[D / 16][2], float (&acc)[D / 16][4],
                                             float &m0, float &m1, float &l0, float &l1) {
-	// S^T for the warp's 16 tokens: two accumulators (even and odd k-steps) halve the chain of mmas.
 	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
 	{
 		const int row = slice * 16 + (mi % 2) * 8 + mr;
-#pragma unroll
-		for (int kk = 0; kk < D / 16; kk++) {
+		n8_scores<T, D>(qb, s, s2, [&](int kk, uint32_t(&a)[4]) {
 			const int chunk = kk * 2 + mi / 2;
-			uint32_t a[4];
 			ldmatrix_x4(ks + (row * L::ROW_CHUNKS + L::swizzle(row, chunk)) * 16, a[0], a[1], a[2], a[3]);
-			if (kk % 2 == 0)
-				mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
-			else
-				mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
-		}
+		});
 	}
 	uint32_t b0, b1;
 	n8_softmax<T, D>(s, s2, gq, t0, lo, end, scale_log2, acc, m0, m1, l0, l1, b0, b1);
@@ -942,32 +951,26 @@ template <typename T> __device__ __forceinline__ uint32_t e4m3_to_t16(unsigned s
 	}
 }
 
-// convert_chunk writes 16-byte chunk ch of row `row` of a stage's e4m3 K (which 0) or V (1) rows (LC's
-// layout: 16 codes a chunk) as the two chunks of T it holds, in L's layout (8 a chunk, swizzled as the
-// mma tiles read them) at conv.
-template <typename T, typename LC, typename L>
-__device__ __forceinline__ void convert_chunk(const uint8_t *stage, uint8_t *conv, int which, int row, int ch) {
-	static_assert(L::ROW_CHUNKS == 2 * LC::ROW_CHUNKS, "a code chunk is two T chunks");
-	const uint4 v = *reinterpret_cast<const uint4 *>(stage + which * LC::TILE_BYTES + (row * LC::ROW_CHUNKS + LC::swizzle(row, ch)) * 16);
-	const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-	uint8_t *dst = conv + which * L::TILE_BYTES + row * L::ROW_CHUNKS * 16;
-	*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch) * 16) =
-	    make_uint4(e4m3_to_t16<T>(w[0] & 0xffffu), e4m3_to_t16<T>(w[0] >> 16), e4m3_to_t16<T>(w[1] & 0xffffu),
-	               e4m3_to_t16<T>(w[1] >> 16));
-	*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch + 1) * 16) =
-	    make_uint4(e4m3_to_t16<T>(w[2] & 0xffffu), e4m3_to_t16<T>(w[2] >> 16), e4m3_to_t16<T>(w[3] & 0xffffu),
-	               e4m3_to_t16<T>(w[3] >> 16));
-}
-
-// convert_tile writes a stage of e4m3 K and V rows as T rows at conv (convert_chunk): the FP8 pages'
-// tile, ready for the unchanged mma_tile. Thread tid converts chunks tid, tid + THREADS, … of K and then
-// of V.
+// convert_tile writes a stage of e4m3 K and V rows (LC's layout: 16 codes a chunk) as T rows in L's
+// layout (8 a chunk, swizzled as the mma tiles read them) at conv: the FP8 pages' tile, ready for the
+// unchanged mma_tile. Thread tid converts chunks tid, tid + THREADS, … of K and then of V.
 template <typename T, typename LC, typename L, int THREADS>
 __device__ __forceinline__ void convert_tile(const uint8_t *stage, uint8_t *conv, int tid) {
+	static_assert(L::ROW_CHUNKS == 2 * LC::ROW_CHUNKS, "a code chunk is two T chunks");
 #pragma unroll
 	for (int i = tid; i < 2 * LC::TILE_CHUNKS; i += THREADS) {
-		const int c = i % LC::TILE_CHUNKS;
-		convert_chunk<T, LC, L>(stage, conv, i / LC::TILE_CHUNKS, c / LC::ROW_CHUNKS, c % LC::ROW_CHUNKS);
+		const int which = i / LC::TILE_CHUNKS, c = i % LC::TILE_CHUNKS;
+		const int row = c / LC::ROW_CHUNKS, ch = c % LC::ROW_CHUNKS;
+		const uint4 v = *reinterpret_cast<const uint4 *>(stage + which * LC::TILE_BYTES +
+		                                                 (row * LC::ROW_CHUNKS + LC::swizzle(row, ch)) * 16);
+		const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+		uint8_t *dst = conv + which * L::TILE_BYTES + row * L::ROW_CHUNKS * 16;
+		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch) * 16) =
+		    make_uint4(e4m3_to_t16<T>(w[0] & 0xffffu), e4m3_to_t16<T>(w[0] >> 16), e4m3_to_t16<T>(w[1] & 0xffffu),
+		               e4m3_to_t16<T>(w[1] >> 16));
+		*reinterpret_cast<uint4 *>(dst + L::swizzle(row, 2 * ch + 1) * 16) =
+		    make_uint4(e4m3_to_t16<T>(w[2] & 0xffffu), e4m3_to_t16<T>(w[2] >> 16), e4m3_to_t16<T>(w[3] & 0xffffu),
+		               e4m3_to_t16<T>(w[3] >> 16));
 	}
 }
 
@@ -1021,15 +1024,10 @@ __device__ __forceinline__ void mma_tile_n8_f8(const uint8_t *ks, const uint8_t 
 	}
 
 	float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-	for (int kk = 0; kk < KSTEPS; kk++) {
-		const uint32_t a[4] = {e4m3_to_t16<T>(ka[kk] & 0xffffu), e4m3_to_t16<T>(kb[kk] & 0xffffu),
-		                       e4m3_to_t16<T>(ka[kk] >> 16), e4m3_to_t16<T>(kb[kk] >> 16)};
-		if (kk % 2 == 0)
-			mma16816<T>(s, a, qb[kk][0], qb[kk][1]);
-		else
-			mma16816<T>(s2, a, qb[kk][0], qb[kk][1]);
-	}
+	n8_scores<T, D>(qb, s, s2, [&](int kk, uint32_t(&a)[4]) {
+		a[0] = e4m3_to_t16<T>(ka[kk] & 0xffffu), a[1] = e4m3_to_t16<T>(kb[kk] & 0xffffu);
+		a[2] = e4m3_to_t16<T>(ka[kk] >> 16), a[3] = e4m3_to_t16<T>(kb[kk] >> 16);
+	});
 	uint32_t b0, b1;
 	n8_softmax<T, D>(s, s2, g, t0, lo, end, scale_log2, acc, m0, m1, l0, l1, b0, b1);
 #pragma unroll
@@ -1204,7 +1202,7 @@ __device__ __forceinline__ void decode_mma(const DecodeParams &p) {
 		} else if constexpr (NARROW)
 			mma_tile_n8<T, D, L>(ks, vs, slice, mi, mr, r0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 		else
-			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, F8 ? p.scale_log2 * p.k_scale : p.scale_log2, qa, acc, m0, m1, l0, l1);
+			mma_tile<T, D, L>(ks, vs, slice, mi, mr, c0, t0, lo, end, p.scale_log2, qa, acc, m0, m1, l0, l1);
 	}
 	if constexpr (F8) { // V's scale, once: acc = Σ p·code, the values being code · v_scale
 #pragma unroll
