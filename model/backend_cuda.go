@@ -144,6 +144,8 @@ type cudaStats struct {
 	// GemmArgmaxes counts the greedy picks queued as the skinny GEMM's argmax epilogue (the logits not
 	// written; see recordArgmax), SplitProducts the products queued split (see splitOf).
 	GemmArgmaxes, SplitProducts int
+	// BestPicks counts the steps ended by PickBest (a tensor-parallel rank's greedy pick on the device).
+	BestPicks int
 	// PDLCaptureFailed is why a capture with programmatic dependent launches failed, if one did.
 	PDLCaptureFailed error
 	// SharedDecodes counts the decode-attention calls queued as the shared-prefix algorithm: op by op,
@@ -570,10 +572,11 @@ func (b *cudaBackend) Close() error {
 	errs = append(errs, b.stream.Destroy(), b.up.Destroy(), b.down.Destroy())
 	b.stream, b.up, b.down = nil, nil, nil
 	errs = append(errs, b.allocs.Free())
-	for _, p := range []cuda.DevicePtr{b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs} {
+	for _, p := range []cuda.DevicePtr{b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs, b.bestPick} {
 		errs = append(errs, b.dev.Free(p))
 	}
-	b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs = 0, 0, 0, 0, 0
+	b.meta, b.ids, b.argValues, b.argIndices, b.sampleArgs, b.bestPick = 0, 0, 0, 0, 0, 0
+	b.bestCap = 0
 	for i := range b.slots {
 		sl := &b.slots[i]
 		errs = append(errs, b.dev.FreeHost(sl.meta), b.dev.FreeHost(sl.ids), b.dev.FreeHost(sl.sample))

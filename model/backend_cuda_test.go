@@ -579,17 +579,8 @@ func TestCUDAAutoKV(t *testing.T) {
 // handling (a NaN makes the row's pick NonFinitePick; −∞ never wins) on rows written directly into a
 // logits buffer.
 func TestCUDAArgmaxTies(t *testing.T) {
-	dev := gpuDevice(t)
-	cfg := cudaReferenceConfig(64)
-	r := newRandomModel(cfg, weights.DTypeF32, 1)
-	m, err := load(cfg, r.get, Options{NumBlocks: 8, BlockSize: 16}, func(s Shape) (Backend, error) {
-		return newCUDABackend(s, cudaConfig{dtype: weights.DTypeF32, dev: dev})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, b, dev := sampleTestBackend(t)
 	defer m.Close()
-	b := m.backend.(*cudaBackend)
 	const cols = 3000
 	logits, err := b.NewTensor(4, cols)
 	if err != nil {

@@ -430,19 +430,14 @@ func (b *cudaBackend) runArgmax(op *stepOp, a *opArgs, p *opPlan) error {
 	cols, n := op.in, p.rows
 	tiles := (cols + 15) / 16
 	chunks := (cols + argmaxChunk - 1) / argmaxChunk
-	parts := struct {
-		Out, Values, Indices cuda.DevicePtr
-		Tiles                int32
-	}{b.idsAt(b.slot), b.argValues, b.argIndices, int32(tiles)}
+	parts := argmaxPartialsParams{Out: b.idsAt(b.slot), Values: b.argValues, Indices: b.argIndices, Tiles: int32(tiles)}
 	switch p.argmax {
 	case argmaxGemm: // a partial a block
 		parts.Tiles = int32(b.gemmArgmaxBlocks(cols, b.ops[p.target].in))
 		b.stats.GemmArgmaxes++
 	case argmaxChunks:
-		params := struct {
-			Values, Indices, Logits cuda.DevicePtr
-			Cols, Chunks            int32
-		}{b.argValues, b.argIndices, a.x.ptr, int32(cols), int32(chunks)}
+		params := argmaxChunksParams{Values: b.argValues, Indices: b.argIndices, Logits: a.x.ptr, Cols: int32(cols),
+			Chunks: int32(chunks), Ld: int32(cols)}
 		if err := launchDependent(b, b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: n}, cuda.Dim3{X: 256}, 0, &params); err != nil {
 			return err
 		}

@@ -3,8 +3,10 @@
 package model
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -149,6 +151,77 @@ func (b *cudaBackend) PickAsync(dst []int32, src Tensor, params []SampleParams) 
 	slot.inflight = p
 	b.slot ^= 1
 	return func() error { return b.settle(p) }, nil
+}
+
+// PickBest ends the step like CopyToHost, with each of src's first len(dst) rows reduced on the device to
+// its first largest entry over its first cols columns (ArgmaxChunks and ArgmaxPartials, launched after
+// the step's ops): dst[r] is that entry's value and index, and bad when those columns hold NaN or +Inf.
+// It is a tensor-parallel rank's greedy pick (bestPicker): its slice of the vocabulary is the row's first
+// cols columns, padding after them, and only two numbers a row cross to the host.
+func (b *cudaBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
+	rows := len(dst)
+	switch {
+	case rows == 0:
+		return b.run(nil)
+	case rows > src.Rows:
+		return fmt.Errorf("cuda backend: pick %d rows of a %d-row tensor", rows, src.Rows)
+	case cols < 0 || cols > src.Cols:
+		return fmt.Errorf("cuda backend: pick over %d columns of a %d-column tensor", cols, src.Cols)
+	case cols == 0: // a rank past the vocabulary's end: nothing to pick from
+		for i := range dst {
+			dst[i] = rowBest{v: float32(math.Inf(-1))}
+		}
+		return b.run(nil)
+	}
+	chunks := (cols + argmaxChunk - 1) / argmaxChunk
+	if err := b.ensureArgmaxPartials(chunks * rows); err != nil {
+		return fmt.Errorf("cuda backend: %w", err)
+	}
+	if rows > b.bestCap {
+		n := nextPow2(rows)
+		if err := b.dev.Free(b.bestPick); err != nil {
+			return fmt.Errorf("cuda backend: %w", err)
+		}
+		b.bestPick, b.bestCap = 0, 0
+		p, err := b.dev.Alloc(8 * int64(n))
+		if err != nil {
+			return fmt.Errorf("cuda backend: %w", err)
+		}
+		b.bestPick, b.bestCap = p, n
+	}
+	t := tensorOf(src)
+	host := make([]byte, 8*rows)
+	b.stats.BestPicks++
+	return b.run(func() error {
+		ch := argmaxChunksParams{Values: b.argValues, Indices: b.argIndices, Logits: t.ptr, Cols: int32(cols),
+			Chunks: int32(chunks), Ld: int32(src.Cols)}
+		if err := cuda.Launch(b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: rows}, cuda.Dim3{X: 256}, 0, b.stream, &ch); err != nil {
+			return err
+		}
+		parts := argmaxPartialsParams{Out: b.bestPick, Values: b.argValues, Indices: b.argIndices,
+			Best: b.bestPick.Add(4 * int64(b.bestCap)), Tiles: int32(chunks)}
+		if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: rows}, cuda.Dim3{X: 1024}, 0, b.stream, &parts); err != nil {
+			return err
+		}
+		if err := b.stream.Synchronize(); err != nil {
+			return err
+		}
+		if err := b.dev.CopyFromDevice(host[:4*rows], b.bestPick); err != nil {
+			return err
+		}
+		if err := b.dev.CopyFromDevice(host[4*rows:], b.bestPick.Add(4*int64(b.bestCap))); err != nil {
+			return err
+		}
+		for r := range dst {
+			i := int32(binary.LittleEndian.Uint32(host[4*r:]))
+			v := math.Float32frombits(binary.LittleEndian.Uint32(host[4*(rows+r):]))
+			dst[r] = rowBest{v: v, i: i, bad: i < 0}
+			if i < 0 {
+				dst[r].i = 0
+			}
+		}
+		return nil
+	})
 }
 
 // QueueAsync issues the recorded step (the metadata upload and the ops up to src, as PickAsync does)

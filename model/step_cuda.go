@@ -46,6 +46,10 @@ type stepStreams struct {
 	argValues, argIndices cuda.DevicePtr
 	argCap                int
 
+	// PickBest's device output: bestCap rows' indices, then their values.
+	bestPick cuda.DevicePtr
+	bestCap  int
+
 	// The sampler's per-row arguments (see PickAsync): sampleCap rows on the device and, per ring slot,
 	// page-locked.
 	sampleArgs cuda.DevicePtr
@@ -362,6 +366,18 @@ func contiguous(dst [][]float32, cols int) bool {
 
 // argmaxChunk is ArgmaxChunks' chunk of logits (ARGMAX_CHUNK in kernels/argmax.cu).
 const argmaxChunk = 2048
+
+// argmaxChunksParams mirrors ArgmaxChunksParams in kernels/argmax.cu.
+type argmaxChunksParams struct {
+	Values, Indices, Logits cuda.DevicePtr
+	Cols, Chunks, Ld        int32
+}
+
+// argmaxPartialsParams mirrors ArgmaxPartialsParams in kernels/argmax.cu (Best: 0 for none).
+type argmaxPartialsParams struct {
+	Out, Values, Indices, Best cuda.DevicePtr
+	Tiles                      int32
+}
 
 // ensureArgmaxPartials makes the argmax's partial maxima (values and indices) hold n entries: the fused
 // LM-head product's one per token and tile of 16 logits, or ArgmaxChunks' one per row and chunk. A new

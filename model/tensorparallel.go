@@ -29,9 +29,9 @@ import (
 //   - The embedding and the LM head are sharded over the vocabulary: a rank holds ceil(V/size) rows
 //     (zero rows past V) and one zero row more that stands for every token outside its range, so that
 //     its embedding of the step is its share of the sum, all-reduced; its logits are its slice of the
-//     vocabulary. A greedy pick reduces each rank's slice on its own goroutine and compares the ranks'
-//     best entries (pickParallelGreedy); Forward (and so a sampled pick) has each rank copy its slice
-//     into the whole rows.
+//     vocabulary. A greedy pick reduces each rank's slice where it lives (on its GPU, bestPicker; else
+//     on the rank's goroutine) and compares the ranks' best entries (pickParallelGreedy); Forward (and
+//     so a sampled pick) has each rank copy its slice into the whole rows.
 //
 // The ranks run on goroutines of one process, one a rank: the logits meet in host memory, and on the
 // CPU backend every all-reduce goes through the in-process communicator (model/tp). On GPUs
@@ -358,9 +358,16 @@ func (m *Model) pickParallelGreedy(s *Step) ([]int32, error) {
 	par := m.par
 	numRows := len(s.LogitRows)
 	bests := make([][]rowBest, len(par.ranks))
-	err := m.forwardRanks(s, func(c tp.Communicator, rows [][]float32) error {
-		bests[c.Rank()] = par.reduceRows(c.Rank(), rows)
-		return nil
+	err := m.stepRanks(s, func(r int, rank *Model, step *Step) error {
+		if bp := rankPicker(rank.backend); bp != nil && !tpHostPick {
+			bests[r] = make([]rowBest, numRows)
+			return rank.forwardBest(step, par.valid(r), bests[r], bp)
+		}
+		rows, err := rank.forwardInto(step, &par.rows[r])
+		if err == nil {
+			bests[r] = par.reduceRows(r, rows)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("model: forward: %w", err)
@@ -370,6 +377,42 @@ func (m *Model) pickParallelGreedy(s *Step) ([]int32, error) {
 		ids[i] = par.combine(bests, i)
 	}
 	return ids, nil
+}
+
+// bestPicker is a backend that ends a step with each logits row reduced where the logits live to its
+// first largest entry over the row's first cols columns, as bestOf does (cudaBackend.PickBest): a
+// tensor-parallel rank's greedy pick then moves two numbers a row to the host instead of its slice of
+// the vocabulary (docs/bench/tp-h200.md).
+type bestPicker interface {
+	PickBest(dst []rowBest, src Tensor, cols int) error
+}
+
+// rankPicker is rank backend b's bestPicker, or nil where the device under it has none.
+func rankPicker(b Backend) bestPicker {
+	if tb, ok := b.(*tpBackend); ok {
+		if _, ok := tb.Backend.(bestPicker); !ok {
+			return nil
+		}
+	}
+	bp, _ := b.(bestPicker)
+	return bp
+}
+
+// tpHostPick, set by tests, makes every rank's greedy pick copy its logits and reduce them on the host,
+// as a backend without bestPicker does.
+var tpHostPick bool
+
+// forwardBest runs step s and ends it with bp (m's backend) reducing each logits row over its first
+// cols columns into dst.
+func (m *Model) forwardBest(s *Step, cols int, dst []rowBest, bp bestPicker) error {
+	logits, err := m.forward(s)
+	if err == nil {
+		err = bp.PickBest(dst[:len(s.LogitRows)], logits, cols)
+	}
+	if err != nil {
+		return fmt.Errorf("model: forward: %w", classifyStepError(err))
+	}
+	return nil
 }
 
 // rowBest is a rank's greedy reduction of one logits row over its vocabulary slice: the first largest
@@ -432,6 +475,19 @@ func (par *parallel) valid(r int) int { return max(0, min(par.shardV, par.vocab-
 // that goroutine (row i is s.LogitRows[i]'s slice of the vocabulary, shardV+1 wide: see parallel). A
 // failed rank aborts its peers, and the group fails every later step.
 func (m *Model) forwardRanks(s *Step, each func(c tp.Communicator, rows [][]float32) error) error {
+	return m.stepRanks(s, func(r int, rank *Model, step *Step) error {
+		rows, err := rank.forwardInto(step, &m.par.rows[r])
+		if err != nil {
+			return err
+		}
+		return each(m.par.comms[r], rows)
+	})
+}
+
+// stepRanks runs step s on every rank, a goroutine each: run(r, rank r's model, rank r's step), the step
+// with each token as its row of the rank's vocabulary shard or the zero row. A failed rank aborts its
+// peers, and the group fails every later step.
+func (m *Model) stepRanks(s *Step, run func(r int, rank *Model, step *Step) error) error {
 	if m.closed {
 		return ErrClosed
 	}
@@ -458,12 +514,11 @@ func (m *Model) forwardRanks(s *Step, each func(c tp.Communicator, rows [][]floa
 				step.Tokens[i] = tok - lo
 			}
 		}
-		rows, err := par.ranks[r].forwardInto(step, &par.rows[r])
-		if err != nil {
+		if err := run(r, par.ranks[r], step); err != nil {
 			par.abort(err) // a peer may be waiting in a device collective for this rank
 			return err
 		}
-		return each(c, rows)
+		return nil
 	})
 	if err != nil {
 		par.err = err
@@ -588,4 +643,12 @@ func (b *tpBackend) CopyToHost(dst [][]float32, src Tensor) error {
 		return b.err
 	}
 	return b.Backend.CopyToHost(dst, src)
+}
+
+// PickBest is the device backend's (rankPicker checks it has one), after a failed collective's error.
+func (b *tpBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.Backend.(bestPicker).PickBest(dst, src, cols)
 }

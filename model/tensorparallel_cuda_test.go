@@ -5,9 +5,13 @@ package model
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
 	"gorgonia.org/cu"
 )
@@ -104,6 +108,7 @@ func TestCUDATensorParallel(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%v/tp%d", tc.name, dt.dtype, size), func(t *testing.T) {
 					m := loadTP(t, tc.cfg, r.get, dt.dtype, size, true, "")
 					compareTP(t, m, steps, want, dt.tol)
+					compareGreedyTP(t, m, steps)
 					for rank := range size {
 						if st := rankCUDA(m, rank).Stats(); st.Captured+st.Replayed != 0 {
 							t.Errorf("rank %d: %d graphs captured, %d replayed; the host sums cannot be captured", rank,
@@ -157,6 +162,7 @@ func TestCUDATensorParallelNCCL(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/tp%d", tc.name, size), func(t *testing.T) {
 				m := loadTP(t, tc.cfg, r.get, weights.DTypeBF16, size, false, "")
 				compareTP(t, m, steps, want, 5e-2)
+				compareGreedyTP(t, m, steps)
 				for rank := range size {
 					st := rankCUDA(m, rank).Stats()
 					if st.Captured == 0 || st.Replayed == 0 {
@@ -279,5 +285,86 @@ func BenchmarkCUDATensorParallelStep(b *testing.B) {
 		if st := rankCUDA(rank, 0).Stats(); st.Replayed == 0 {
 			b.Errorf("batch %d: the rank's steps replayed no graph", batch)
 		}
+	}
+}
+
+// compareGreedyTP runs steps through m's greedy pick (pickParallelGreedy) twice each: every rank
+// reducing its slice on its GPU (PickBest), then copying it to the host and reducing it there
+// (tpHostPick). A step rerun writes the same K/V again, so both see the same logits and must pick the
+// same ids, the first largest over the whole vocabulary either way.
+func compareGreedyTP(t *testing.T, m *Model, steps []*Step) {
+	t.Helper()
+	before := rankCUDA(m, 0).Stats().BestPicks
+	for i, s := range steps {
+		dev, err := m.ForwardGreedy(s)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		tpHostPick = true
+		host, err := m.ForwardGreedy(s)
+		tpHostPick = false
+		if err != nil {
+			t.Fatalf("step %d, picked on the host: %v", i, err)
+		}
+		if !slices.Equal(dev, host) {
+			t.Fatalf("step %d: picked on the GPUs %v, on the host %v", i, dev, host)
+		}
+	}
+	if got := rankCUDA(m, 0).Stats().BestPicks - before; got != len(steps) {
+		t.Errorf("%d of %d steps picked on the GPU", got, len(steps))
+	}
+}
+
+// TestCUDAPickBest checks PickBest, a tensor-parallel rank's greedy pick, against bestOf over each row's
+// first cols columns: ties (the first wins, across chunks of ArgmaxChunks too), NaN and +Inf inside the
+// columns (bad) and past them (ignored), a row of −Inf, and padding columns past cols larger than every
+// column before them (never picked), at column counts inside one chunk, at its edge and over several.
+func TestCUDAPickBest(t *testing.T) {
+	m, b, dev := sampleTestBackend(t)
+	defer m.Close()
+	const rows, width = 7, 5000
+	logits, err := b.NewTensor(rows, width)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 5))
+	for _, cols := range []int{1, 5, 2047, 2048, 2049, 4100, width} {
+		t.Run(fmt.Sprint(cols), func(t *testing.T) {
+			x := make([]float32, rows*width)
+			for i := range x {
+				x[i] = rng.Float32()*2 - 1
+			}
+			row := func(r int) []float32 { return x[r*width : (r+1)*width] }
+			for c := cols; c < width; c++ { // padding larger than every column
+				row(0)[c], row(1)[c], row(6)[c] = 100, 100, float32(math.NaN())
+			}
+			row(1)[cols-1], row(1)[0] = 7, 7 // tie: the first
+			if cols > 2048 {
+				row(1)[2047], row(1)[2048] = 9, 9 // tie across chunks
+			}
+			row(2)[cols/2] = float32(math.NaN())
+			row(3)[cols-1] = float32(math.Inf(1))
+			for c := range cols {
+				row(4)[c] = float32(math.Inf(-1))
+			}
+			row(5)[cols-1] = 3 // the last column
+			if err := dev.CopyToDevice(tensorOf(logits).ptr, cuda.Bytes(x)); err != nil {
+				t.Fatal(err)
+			}
+			p := newPager(8, 16, newRand(1))
+			if err := b.BeginStep(p.step(chunk{0, []int32{1}})); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]rowBest, rows)
+			if err := b.PickBest(got, logits, cols); err != nil {
+				t.Fatal(err)
+			}
+			for i := range rows {
+				want := bestOf(row(i)[:cols])
+				if got[i].bad != want.bad || !want.bad && (got[i].i != want.i || got[i].v != want.v) {
+					t.Errorf("row %d: got %+v, want %+v", i, got[i], want)
+				}
+			}
+		})
 	}
 }

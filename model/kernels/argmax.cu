@@ -8,7 +8,9 @@
 //                     holding NaN or +∞ leaves NaN as its value;
 //   ArgmaxPartials    grid (rows), 1024 threads: the best of a row's partials — ArgmaxChunks' or those
 //                     the fused LM-head product (gemv.cu, GEMV_ARGMAX; gemm_sm90.cu) leaves, one per tile
-//                     of logits, NaN or +∞ for a tile holding NaN or +∞ — or −1 when a partial is such.
+//                     of logits, NaN or +∞ for a tile holding NaN or +∞ — or −1 when a partial is such;
+//                     with best, also the row's largest value (a tensor-parallel rank's pick: the ranks'
+//                     values decide between their slices of the vocabulary).
 // Both launch with programmatic dependent launch on sm_90 (common.cuh).
 #include "common.cuh"
 
@@ -43,14 +45,15 @@ __device__ __forceinline__ void argmax_block(float &v, int &i) {
 struct ArgmaxChunksParams {
 	float *values;       // [rows][chunks]
 	int *indices;        // [rows][chunks]
-	const float *logits; // [rows][cols]
-	int cols;
+	const float *logits; // [rows][ld]
+	int cols;            // the columns reduced: each row's first cols
 	int chunks;
+	int ld;              // the rows' stride in elements (≥ cols)
 };
 
 extern "C" __global__ void ArgmaxChunks_f32(const ArgmaxChunksParams p) {
 	const int chunk = blockIdx.x, row = blockIdx.y;
-	const float *logits = p.logits + (long long)row * p.cols;
+	const float *logits = p.logits + (long long)row * p.ld;
 	const int start = chunk * ARGMAX_CHUNK;
 	pdl_wait();
 	pdl_launch_dependents();
@@ -84,6 +87,7 @@ struct ArgmaxPartialsParams {
 	int *out;            // [rows]
 	const float *values; // [rows][tiles]
 	const int *indices;  // [rows][tiles]
+	float *best;         // [rows]: each row's largest value (NaN where out is -1), or null
 	int tiles;
 };
 
@@ -113,5 +117,8 @@ extern "C" __global__ void ArgmaxPartials(const ArgmaxPartialsParams p) {
 	}
 	bad = __syncthreads_or(bad);
 	argmax_block(v, i);
-	if (threadIdx.x == 0) p.out[blockIdx.x] = bad ? -1 : i == 0x7fffffff ? 0 : i;
+	if (threadIdx.x == 0) {
+		p.out[blockIdx.x] = bad ? -1 : i == 0x7fffffff ? 0 : i;
+		if (p.best) p.best[blockIdx.x] = bad ? NAN : v;
+	}
 }
