@@ -81,9 +81,12 @@ static inline size_t gollm_lt_version(gollm_lt *b) { return b->version(); }
 // accumulation as asked (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25, int8_t; off in the products, cuBLASLt's
 // default, set so that no default can change it: the tensor cores' partial sums, which keep about 13
 // fraction bits, are promoted to float32 periodically rather than carried over all of k). Attributes: CUBLASLT_MATMUL_DESC_TRANSA = 3, TRANSB = 4, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1.
+#define GOLLM_LT_CANDIDATES 8
 typedef struct {
 	void *desc, *a, *b, *d, *pref;
-	gollm_lt_heuristic h;
+	gollm_lt_heuristic h;                           // the algorithm the plan runs
+	gollm_lt_heuristic cand[GOLLM_LT_CANDIDATES]; // the heuristic's, best first
+	int found;
 } gollm_lt_plan;
 
 static inline void gollm_lt_plan_free(gollm_lt *b, gollm_lt_plan *p) {
@@ -113,9 +116,22 @@ static inline int gollm_lt_plan_make(gollm_lt *b, void *h, gollm_lt_plan *p, int
 	if ((st = b->layout_create(&p->d, dtype_d, m, n, ldd))) { *status = st; return 3; }
 	if ((st = b->pref_create(&p->pref))) { *status = st; return 4; }
 	if ((st = b->pref_set(p->pref, 1, &workspace, sizeof workspace))) { *status = st; return 5; }
-	if ((st = b->heuristic(h, p->desc, p->a, p->b, p->d, p->d, p->pref, 1, &p->h, &found))) { *status = st; return 6; }
+	if ((st = b->heuristic(h, p->desc, p->a, p->b, p->d, p->d, p->pref, GOLLM_LT_CANDIDATES, p->cand, &found))) {
+		*status = st;
+		return 6;
+	}
 	if (found < 1) { *status = 0; return 7; }
+	p->found = found;
+	p->h = p->cand[0];
 	return 0;
+}
+
+// gollm_lt_choose makes candidate i the algorithm plan p runs; it returns 0 when i is not one the
+// heuristic offered in working order within workspace bytes.
+static inline int gollm_lt_choose(gollm_lt_plan *p, int i, uint64_t workspace) {
+	if (i < 0 || i >= p->found || p->cand[i].state != 0 || p->cand[i].workspace > workspace) return 0;
+	p->h = p->cand[i];
+	return 1;
 }
 
 // gollm_lt_run runs a plan; a scaled plan's scale vectors are sa and sb (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER
@@ -137,8 +153,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -158,7 +176,7 @@ var cublasLtLibraries = []string{
 const ltWorkspaceBytes = 32 << 20
 
 // BLASLt is a cuBLASLt handle on a Device, with its workspace and the plans (descriptors and the
-// heuristic's algorithm) of the shapes it ran.
+// algorithm chosen) of the shapes it ran.
 type BLASLt struct {
 	dev     *Device
 	lib     *C.gollm_lt
@@ -167,7 +185,21 @@ type BLASLt struct {
 	version int
 	ws      DevicePtr
 	plans   map[ltShape]*C.gollm_lt_plan
+	// tuned counts the plans tune timed, retuned those it moved off the heuristic's first algorithm.
+	tuned, retuned int
 }
+
+// ltTuneRows is the most rows (cuBLAS's n: the tokens of a product Y = X·Wᵀ) whose plan tune times.
+// Above it the heuristic's first algorithm times as the fastest of its candidates or within a few per
+// cent of it (docs/bench/fp8-h200.md), and a prefill's row counts are too many to time each.
+const ltTuneRows = 256
+
+// ltTuneMinRows is the fewest: below it every candidate is a short launch that times within noise.
+const ltTuneMinRows = 16
+
+// ltTuneMargin is how much faster (a fraction of its time) a candidate must time than the heuristic's
+// first to replace it, so that near ties keep the heuristic's choice from run to run.
+const ltTuneMargin = 0.03
 
 type ltShape struct {
 	m, n, k, lda, ldb, ldd int
@@ -246,7 +278,9 @@ const LtE4M3Tolerance = 0x1p-8
 // float32 (ldd), the products summed in float32 (no fast accumulation) and nothing scaled. The row-major
 // product Y[M][N] = X[M][K]·W[N][K]ᵀ is MatmulE4M3(N, M, K, W, K, X, K, Y, N, s). cuBLASLt's FP8 needs
 // compute capability 8.9 or newer, k, lda and ldb multiples of 16 and 16-byte aligned pointers; a shape
-// it cannot run returns an error (the first call of a shape asks its heuristic and keeps the plan).
+// it cannot run returns an error. The first call of a shape asks cuBLASLt's heuristic for candidate
+// algorithms and keeps the plan; at decode rows (ltTuneMinRows to ltTuneRows tokens) it times them on s
+// first (tune) and keeps the fastest.
 func (b *BLASLt) MatmulE4M3(m, n, k int, a DevicePtr, lda int, bm DevicePtr, ldb int, d DevicePtr, ldd int, s *Stream) error {
 	return b.MatmulE4M3Scaled(m, n, k, a, lda, bm, ldb, d, ldd, 0, 0, s)
 }
@@ -279,6 +313,15 @@ func (b *BLASLt) matmulE4M3Form(form ltForm, m, n, k int, a DevicePtr, lda int, 
 	if form.fast {
 		fast = 1
 	}
+	run := func(p *C.gollm_lt_plan) func() error {
+		return func() error {
+			if st := C.gollm_lt_run(b.lib, b.handle, p, C.CUdeviceptr(a), C.CUdeviceptr(bm), C.CUdeviceptr(d), C.CUdeviceptr(sa),
+				C.CUdeviceptr(sb), C.CUdeviceptr(b.ws), C.size_t(ltWorkspaceBytes), cStream(s.handle())); st != 0 {
+				return fmt.Errorf("cuda: cublasLtMatmul e4m3 m=%d n=%d k=%d: status %d", m, n, k, int(st))
+			}
+			return nil
+		}
+	}
 	return b.dev.Do(func() error {
 		p, ok := b.plans[key]
 		if !ok {
@@ -292,14 +335,103 @@ func (b *BLASLt) matmulE4M3Form(form ltForm, m, n, k int, a DevicePtr, lda int, 
 					"scale modes"}[step]
 				return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %s: status %d", m, n, k, what, int(status))
 			}
+			if n >= ltTuneMinRows && n <= ltTuneRows && !capturing(s) {
+				if err := b.tune(p, s, run(p)); err != nil {
+					C.gollm_lt_plan_free(b.lib, p)
+					C.free(unsafe.Pointer(p))
+					return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %w", m, n, k, err)
+				}
+			}
 			b.plans[key] = p
 		}
-		if st := C.gollm_lt_run(b.lib, b.handle, p, C.CUdeviceptr(a), C.CUdeviceptr(bm), C.CUdeviceptr(d), C.CUdeviceptr(sa),
-			C.CUdeviceptr(sb), C.CUdeviceptr(b.ws), C.size_t(ltWorkspaceBytes), cStream(s.handle())); st != 0 {
-			return fmt.Errorf("cuda: cublasLtMatmul e4m3 m=%d n=%d k=%d: status %d", m, n, k, int(st))
-		}
-		return nil
+		return run(p)()
 	})
+}
+
+// tune times each of p's candidate algorithms on run (a launch of the call that makes the plan, on its
+// stream, which it drains) and keeps the fastest where it beats the heuristic's first by ltTuneMargin.
+// At a decode step's few rows the heuristic's first pick can be much slower than another of its
+// candidates (docs/bench/fp8-h200.md); the products of one shape then run the same algorithm for the
+// rest of the process. Plans made while the stream is
+// captured into a graph are not timed (a capture cannot wait for the device): the backend runs each
+// bucket of decode steps eagerly before it captures it, so their plans are made then.
+func (b *BLASLt) tune(p *C.gollm_lt_plan, stream *Stream, run func() error) error {
+	const warmup, iters = 2, 9
+	start, end := make([]*Event, iters), make([]*Event, iters)
+	defer func() {
+		for i := range iters {
+			for _, e := range []*Event{start[i], end[i]} {
+				if e != nil {
+					_ = e.Destroy()
+				}
+			}
+		}
+	}()
+	for i := range iters {
+		var err error
+		if start[i], err = b.dev.NewEvent(); err == nil {
+			end[i], err = b.dev.NewEvent()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	times := make([]float64, int(p.found))
+	for c := range times {
+		times[c] = math.Inf(1)
+		if C.gollm_lt_choose(p, C.int(c), C.uint64_t(ltWorkspaceBytes)) == 0 {
+			continue
+		}
+		failed := false
+		for range warmup {
+			if err := run(); err != nil {
+				failed = true // an algorithm that fails to launch is never chosen
+				break
+			}
+		}
+		if failed {
+			continue
+		}
+		us := make([]float64, iters)
+		for i := 0; i < iters && !failed; i++ {
+			if err := start[i].Record(stream); err != nil {
+				return err
+			}
+			failed = run() != nil
+			if err := end[i].Record(stream); err != nil {
+				return err
+			}
+		}
+		if err := end[iters-1].Synchronize(); err != nil || failed {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for i := range iters {
+			ms, err := start[i].Elapsed(end[i])
+			if err != nil {
+				return err
+			}
+			us[i] = ms * 1e3
+		}
+		slices.Sort(us)
+		times[c] = us[iters/2]
+	}
+	best := 0
+	for c, t := range times {
+		if t < times[0]*(1-ltTuneMargin) && t < times[best] {
+			best = c
+		}
+	}
+	if C.gollm_lt_choose(p, C.int(best), C.uint64_t(ltWorkspaceBytes)) == 0 {
+		return fmt.Errorf("no candidate algorithm runs")
+	}
+	b.tuned++
+	if best != 0 {
+		b.retuned++
+	}
+	return nil
 }
 
 // Destroy releases the plans, the workspace and the handle (the library stays loaded); a second call
@@ -328,4 +460,18 @@ func (b *BLASLt) Destroy() error {
 	C.free(unsafe.Pointer(b.lib))
 	b.lib, b.handle, b.ws = nil, nil, 0
 	return errors.Join(errs...)
+}
+
+// capturing reports whether s is being captured into a graph (false where the driver cannot say).
+func capturing(s *Stream) bool {
+	var on C.int
+	return C.gollm_capturing(cStream(s.handle()), &on) == C.CUDA_SUCCESS && on != 0
+}
+
+// candidate makes the plan of the unscaled float32 product of shape (m, n, k, lda, ldb, ldd), made by an
+// earlier call, run its heuristic's candidate i: the tests run every algorithm tune may choose. It is
+// false where there is no such plan or candidate.
+func (b *BLASLt) candidate(m, n, k, lda, ldb, ldd, i int) bool {
+	p := b.plans[ltShape{m, n, k, lda, ldb, ldd, false, ltForm{}}]
+	return p != nil && C.gollm_lt_choose(p, C.int(i), C.uint64_t(ltWorkspaceBytes)) != 0
 }

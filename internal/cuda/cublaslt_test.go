@@ -29,39 +29,87 @@ func TestMatmulE4M3(t *testing.T) {
 	defer s.Destroy()
 	rng := rand.New(rand.NewPCG(8, 9))
 	for _, sh := range []struct{ m, n, k int }{{65, 96, 256}, {200, 48, 64}, {1024, 512, 1024}, {1024, 512, 1024}} {
-		m, n, k := sh.m, sh.n, sh.k
-		x, w := make([]byte, m*k), make([]byte, n*k)
-		for i := range x {
-			x[i] = byte(rng.IntN(0x7F)) | byte(rng.IntN(2))<<7
+		newE4M3Case(t, d, rng, sh.m, sh.n, sh.k).run(t, d, lt, s, fmt.Sprint(sh))
+	}
+}
+
+// TestMatmulE4M3Candidates runs an e4m3 product of decode rows (64 tokens, which tune times) on every
+// algorithm cuBLASLt's heuristic offers for it, each checked as TestMatmulE4M3 checks: tune may keep any
+// of them for the process, so each must compute the product.
+func TestMatmulE4M3Candidates(t *testing.T) {
+	d, _, lt := openLt(t)
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const m, n, k = 64, 1024, 2048
+	c := newE4M3Case(t, d, rand.New(rand.NewPCG(10, 11)), m, n, k)
+	c.run(t, d, lt, s, "tuned") // the plan's first call, which tunes it
+	ran := 0
+	for i := range 8 {
+		if lt.candidate(n, m, k, k, k, n, i) {
+			c.run(t, d, lt, s, fmt.Sprintf("candidate %d", i))
+			ran++
 		}
-		for i := range w {
-			w[i] = byte(rng.IntN(0x7F)) | byte(rng.IntN(2))<<7
+	}
+	if lt.tuned != 1 || ran < 2 {
+		t.Fatalf("%d plans tuned, %d candidates run: want 1 tuned and several candidates", lt.tuned, ran)
+	}
+	t.Logf("%d candidates; the tuned plan left the heuristic's first: %v", ran, lt.retuned == 1)
+}
+
+// e4m3Case is a product Y[m][n] = X[m][k]·W[n][k]ᵀ of random finite e4m3 codes, on the host and the device.
+type e4m3Case struct {
+	m, n, k    int
+	x, w       []byte
+	xd, wd, yd DevicePtr
+}
+
+func newE4M3Case(t *testing.T, d *Device, rng *rand.Rand, m, n, k int) *e4m3Case {
+	c := &e4m3Case{m: m, n: n, k: k, x: make([]byte, m*k), w: make([]byte, n*k)}
+	for _, b := range [][]byte{c.x, c.w} {
+		for i := range b {
+			b[i] = byte(rng.IntN(0x7F)) | byte(rng.IntN(2))<<7
 		}
-		xd, wd, yd := allocBytes(t, d, x), allocBytes(t, d, w), allocFloats(t, d, m*n)
-		if err := d.Fill32(yd, 0x7fc00000, int64(m*n), nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := lt.MatmulE4M3(n, m, k, wd, k, xd, k, yd, n, s); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		got := download(t, d, yd, m*n)
-		for i := range m {
-			for j := range n {
-				var ref, abs float64
-				for l := range k {
-					p := float64(dtype.E4M3ToF32(x[i*k+l])) * float64(dtype.E4M3ToF32(w[j*k+l]))
-					ref += p
-					abs += math.Abs(p)
-				}
-				if g := float64(got[i*n+j]); !(math.Abs(g-ref) <= abs*LtE4M3Tolerance) {
-					t.Fatalf("%v: Y[%d][%d] = %v, want %v (Σ|p| %v)", sh, i, j, g, ref, abs)
-				}
+	}
+	c.xd, c.wd, c.yd = allocBytes(t, d, c.x), allocBytes(t, d, c.w), allocFloats(t, d, m*n)
+	return c
+}
+
+// run fills Y with NaN, queues lt's product on s (in cuBLAS's terms, Yᵀ = W·Xᵀ) and checks it (checkE4M3).
+func (c *e4m3Case) run(t *testing.T, d *Device, lt *BLASLt, s *Stream, name string) {
+	t.Helper()
+	m, n, k := c.m, c.n, c.k
+	if err := d.Fill32(c.yd, 0x7fc00000, int64(m*n), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lt.MatmulE4M3(n, m, k, c.wd, k, c.xd, k, c.yd, n, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	checkE4M3(t, name, download(t, d, c.yd, m*n), c.x, c.w, m, n, k)
+}
+
+// checkE4M3 checks got (Y[m][n] of an e4m3 product) against the float64 sums of X[m][k]·W[n][k]ᵀ's
+// products, each element within LtE4M3Tolerance·Σ|products|.
+func checkE4M3(t *testing.T, name string, got []float32, x, w []byte, m, n, k int) {
+	t.Helper()
+	for i := range m {
+		for j := range n {
+			var ref, abs float64
+			for l := range k {
+				p := float64(dtype.E4M3ToF32(x[i*k+l])) * float64(dtype.E4M3ToF32(w[j*k+l]))
+				ref += p
+				abs += math.Abs(p)
+			}
+			if g := float64(got[i*n+j]); !(math.Abs(g-ref) <= abs*LtE4M3Tolerance) {
+				t.Fatalf("%s: Y[%d][%d] = %v, want %v (Σ|p| %v)", name, i, j, g, ref, abs)
 			}
 		}
 	}

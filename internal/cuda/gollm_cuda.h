@@ -76,6 +76,14 @@ static inline CUresult gollm_end_capture(CUstream s, CUgraph *g) {
 	return cuStreamEndCapture(s, g);
 }
 
+// gollm_capturing sets *on to whether s is being captured into a graph.
+static inline CUresult gollm_capturing(CUstream s, int *on) {
+	CUstreamCaptureStatus st;
+	CUresult r = cuStreamIsCapturing(s, &st);
+	*on = r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+	return r;
+}
+
 static inline CUresult gollm_instantiate(CUgraphExec *e, CUgraph g) {
 	return cuGraphInstantiateWithFlags(e, g, 0);
 }
