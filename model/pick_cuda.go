@@ -199,17 +199,14 @@ func (b *cudaBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 			return err
 		}
 		parts := argmaxPartialsParams{Out: b.bestPick, Values: b.argValues, Indices: b.argIndices,
-			Best: b.bestPick.Add(4 * int64(b.bestCap)), Tiles: int32(chunks)}
+			Best: b.bestPick.Add(4 * int64(rows)), Tiles: int32(chunks)}
 		if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: rows}, cuda.Dim3{X: 1024}, 0, b.stream, &parts); err != nil {
 			return err
 		}
 		if err := b.stream.Synchronize(); err != nil {
 			return err
 		}
-		if err := b.dev.CopyFromDevice(host[:4*rows], b.bestPick); err != nil {
-			return err
-		}
-		if err := b.dev.CopyFromDevice(host[4*rows:], b.bestPick.Add(4*int64(b.bestCap))); err != nil {
+		if err := b.dev.CopyFromDevice(host, b.bestPick); err != nil { // the indices, then the values
 			return err
 		}
 		for r := range dst {

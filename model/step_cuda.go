@@ -46,7 +46,7 @@ type stepStreams struct {
 	argValues, argIndices cuda.DevicePtr
 	argCap                int
 
-	// PickBest's device output: bestCap rows' indices, then their values.
+	// PickBest's device output (room for bestCap rows): a call's rows' indices, then their values.
 	bestPick cuda.DevicePtr
 	bestCap  int
 

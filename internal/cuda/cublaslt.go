@@ -352,9 +352,9 @@ func (b *BLASLt) matmulE4M3Form(form ltForm, m, n, k int, a DevicePtr, lda int, 
 // stream, which it drains) and keeps the fastest where it beats the heuristic's first by ltTuneMargin.
 // At a decode step's few rows the heuristic's first pick can be much slower than another of its
 // candidates (docs/bench/fp8-h200.md); the products of one shape then run the same algorithm for the
-// rest of the process. Plans made while the stream is
-// captured into a graph are not timed (a capture cannot wait for the device): the backend runs each
-// bucket of decode steps eagerly before it captures it, so their plans are made then.
+// rest of the process. Plans made while the stream is captured into a graph are not timed (a capture
+// cannot wait for the device): the backend runs each bucket of decode steps eagerly before it captures
+// it, so their plans are made then.
 func (b *BLASLt) tune(p *C.gollm_lt_plan, stream *Stream, run func() error) error {
 	const warmup, iters = 2, 9
 	start, end := make([]*Event, iters), make([]*Event, iters)
@@ -462,10 +462,11 @@ func (b *BLASLt) Destroy() error {
 	return errors.Join(errs...)
 }
 
-// capturing reports whether s is being captured into a graph (false where the driver cannot say).
+// capturing reports whether s is being captured into a graph, or may be: true where the driver cannot
+// say, so that nothing waits for the device inside a capture.
 func capturing(s *Stream) bool {
 	var on C.int
-	return C.gollm_capturing(cStream(s.handle()), &on) == C.CUDA_SUCCESS && on != 0
+	return C.gollm_capturing(cStream(s.handle()), &on) != C.CUDA_SUCCESS || on != 0
 }
 
 // candidate makes the plan of the unscaled float32 product of shape (m, n, k, lda, ldb, ldd), made by an
