@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,6 +179,84 @@ func TestTensorParallelGreedy(t *testing.T) {
 		if got := run(size); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("tp %d: greedy ids %v, whole model's %v", size, got, want)
 		}
+	}
+}
+
+// hostPicker is a CPU backend with PickBest (bestPicker), computed from the step's logits as a device's
+// would be: it runs pickParallelGreedy's device path on the CPU, counting the columns each pick covers.
+type hostPicker struct {
+	Backend
+	mu   *sync.Mutex
+	cols map[int]int
+}
+
+func (h *hostPicker) PickBest(dst []rowBest, src Tensor, cols int) error {
+	rows := make([][]float32, len(dst))
+	for i := range rows {
+		rows[i] = make([]float32, src.Cols)
+	}
+	if err := h.Backend.CopyToHost(rows, src); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = bestOf(rows[i][:cols])
+	}
+	h.mu.Lock()
+	h.cols[cols]++
+	h.mu.Unlock()
+	return nil
+}
+
+// TestTensorParallelBestPicker runs greedy steps through ranks whose backends pick on their own
+// (bestPicker, as a GPU's does): each rank's pick must cover its tokens only (valid: a vocabulary of 97
+// leaves the last rank of 4 with 22 of its 25 rows, and every rank's extra zero row out), and the ids
+// must be the model's run whole.
+func TestTensorParallelBestPicker(t *testing.T) {
+	cfg := tpConfig()
+	r := newRandomModel(cfg, weights.DTypeF32, 3)
+	run := func(size int, newBackend NewBackendFunc) []int32 {
+		m, err := load(cfg, r.get, Options{NumBlocks: 16, BlockSize: 4, TensorParallel: size}, newBackend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		p := newModelPager(m, rand.New(rand.NewPCG(1, 1)))
+		var out []int32
+		s := p.step(chunk{0, []int32{5, 17, 42, 3, 88}}, chunk{1, []int32{9, 60}})
+		for range 6 {
+			ids, err := m.ForwardGreedy(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ids...)
+			s = p.step(chunk{0, []int32{0}}, chunk{1, []int32{0}})
+			s.InputFrom = []int32{0, 1}
+		}
+		return out
+	}
+	want := run(1, NewCPUBackend)
+	for _, tc := range []struct {
+		size int
+		cols []int
+	}{{2, []int{48, 49}}, {4, []int{22, 25}}} {
+		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
+			picker := &hostPicker{mu: new(sync.Mutex), cols: map[int]int{}}
+			got := run(tc.size, func(s Shape) (Backend, error) {
+				b, err := NewCPUBackend(s)
+				return &hostPicker{Backend: b, mu: picker.mu, cols: picker.cols}, err
+			})
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("greedy ids %v, the whole model's %v", got, want)
+			}
+			var cols []int
+			for c := range picker.cols {
+				cols = append(cols, c)
+			}
+			slices.Sort(cols)
+			if !slices.Equal(cols, tc.cols) {
+				t.Errorf("the ranks picked over %v columns, want %v (each rank's tokens)", cols, tc.cols)
+			}
+		})
 	}
 }
 
