@@ -424,10 +424,7 @@ func TestCUDAGemvArgmax(t *testing.T) {
 // 37) tie at the top and 37 must win.
 func checkArgmaxPartials(t *testing.T, b *cudaBackend, m, tiles int, logits []float32, n int, tie bool) {
 	t.Helper()
-	p := struct {
-		Out, Values, Indices cuda.DevicePtr
-		Tiles                int32
-	}{b.ids, b.argValues, b.argIndices, int32(tiles)}
+	p := argmaxPartialsParams{Out: b.ids, Values: b.argValues, Indices: b.argIndices, Tiles: int32(tiles)}
 	if err := cuda.Launch(b.fn.argmaxPartials, cuda.Dim3{X: m}, cuda.Dim3{X: 1024}, 0, b.stream, &p); err != nil {
 		t.Fatal(err)
 	}

@@ -367,17 +367,24 @@ func contiguous(dst [][]float32, cols int) bool {
 // argmaxChunk is ArgmaxChunks' chunk of logits (ARGMAX_CHUNK in kernels/argmax.cu).
 const argmaxChunk = 2048
 
-// argmaxChunksParams mirrors ArgmaxChunksParams in kernels/argmax.cu.
+// argmaxChunksParams mirrors ArgmaxChunksParams in kernels/argmax.cu (40 bytes: every launch of the
+// kernel passes this type).
 type argmaxChunksParams struct {
 	Values, Indices, Logits cuda.DevicePtr
 	Cols, Chunks, Ld        int32
 }
 
-// argmaxPartialsParams mirrors ArgmaxPartialsParams in kernels/argmax.cu (Best: 0 for none).
+// argmaxPartialsParams mirrors ArgmaxPartialsParams in kernels/argmax.cu (Best: 0 for none; 40 bytes:
+// every launch of the kernel passes this type).
 type argmaxPartialsParams struct {
 	Out, Values, Indices, Best cuda.DevicePtr
 	Tiles                      int32
 }
+
+var (
+	_ [40]byte = [unsafe.Sizeof(argmaxChunksParams{})]byte{}
+	_ [40]byte = [unsafe.Sizeof(argmaxPartialsParams{})]byte{}
+)
 
 // ensureArgmaxPartials makes the argmax's partial maxima (values and indices) hold n entries: the fused
 // LM-head product's one per token and tile of 16 logits, or ArgmaxChunks' one per row and chunk. A new
