@@ -195,6 +195,10 @@ func (b *cudaBackend) loadFP8() error {
 		}
 	}
 	if b.fp8.lt, err = b.dev.LoadBLASLt(b.blas); err == nil {
+		// Decode steps run their products at their graph bucket's rows, a few row counts for a server's
+		// life; a prefill's or mixed step's row counts are as many as its chunks: only the buckets' plans
+		// time their candidates.
+		b.fp8.lt.TuneRows = func(rows int) bool { return rows == graphBucket(rows) }
 		err = b.probeLt()
 	}
 	if err != nil {

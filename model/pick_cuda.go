@@ -178,11 +178,11 @@ func (b *cudaBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 		return fmt.Errorf("cuda backend: %w", err)
 	}
 	if rows > b.bestCap {
-		n := nextPow2(rows)
-		if err := b.dev.Free(b.bestPick); err != nil {
+		n, old := nextPow2(rows), b.bestPick
+		b.bestPick, b.bestCap = 0, 0
+		if err := b.dev.Free(old); err != nil {
 			return fmt.Errorf("cuda backend: %w", err)
 		}
-		b.bestPick, b.bestCap = 0, 0
 		p, err := b.dev.Alloc(8 * int64(n))
 		if err != nil {
 			return fmt.Errorf("cuda backend: %w", err)
@@ -191,8 +191,7 @@ func (b *cudaBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 	}
 	t := tensorOf(src)
 	host := make([]byte, 8*rows)
-	b.stats.BestPicks++
-	return b.run(func() error {
+	err := b.run(func() error {
 		ch := argmaxChunksParams{Values: b.argValues, Indices: b.argIndices, Logits: t.ptr, Cols: int32(cols),
 			Chunks: int32(chunks), Ld: int32(src.Cols)}
 		if err := cuda.Launch(b.fn.argmaxChunks, cuda.Dim3{X: chunks, Y: rows}, cuda.Dim3{X: 256}, 0, b.stream, &ch); err != nil {
@@ -219,6 +218,10 @@ func (b *cudaBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 		}
 		return nil
 	})
+	if err == nil {
+		b.stats.BestPicks++
+	}
+	return err
 }
 
 // QueueAsync issues the recorded step (the metadata upload and the ops up to src, as PickAsync does)

@@ -350,8 +350,9 @@ func (m *Model) forwardParallel(s *Step) ([][]float32, error) {
 }
 
 // pickParallelGreedy is a greedy Start on a tensor-parallel model: each rank reduces its own slice of
-// every logits row to its first largest entry (and whether the slice holds NaN or +Inf) on its own
-// goroutine, and the host takes each row's best over the ranks in vocabulary order. Only the ranks'
+// every logits row to its first largest entry (and whether the slice holds NaN or +Inf) where the
+// logits live (its GPU: bestPicker; else on its own goroutine), and the host takes each row's best over
+// the ranks in vocabulary order. Only the ranks'
 // (value, index) pairs meet, never the rows: gathering whole rows and picking them on one goroutine
 // cost more than the step itself at batch 64 (docs/bench/tp-h200.md).
 func (m *Model) pickParallelGreedy(s *Step) ([]int32, error) {
@@ -650,5 +651,9 @@ func (b *tpBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 	if b.err != nil {
 		return b.err
 	}
-	return b.Backend.(bestPicker).PickBest(dst, src, cols)
+	bp, ok := b.Backend.(bestPicker)
+	if !ok {
+		return errors.New("tensor parallelism: the rank's backend does not pick on its device")
+	}
+	return bp.PickBest(dst, src, cols)
 }

@@ -185,13 +185,17 @@ type BLASLt struct {
 	version int
 	ws      DevicePtr
 	plans   map[ltShape]*C.gollm_lt_plan
+	// TuneRows, when set, says whether a new plan of rows tokens (cuBLAS's n, ltTuneMinRows to
+	// ltTuneRows) times its candidates (tune); nil: every such plan does. Each timing stalls the
+	// stream once, so a caller names the row counts it runs over and over.
+	TuneRows func(rows int) bool
 	// tuned counts the plans tune timed, retuned those it moved off the heuristic's first algorithm.
 	tuned, retuned int
 }
 
 // ltTuneRows is the most rows (cuBLAS's n: the tokens of a product Y = X·Wᵀ) whose plan tune times.
 // Above it the heuristic's first algorithm times as the fastest of its candidates or within a few per
-// cent of it (docs/bench/fp8-h200.md), and a prefill's row counts are too many to time each.
+// cent of it (docs/bench/fp8-h200.md).
 const ltTuneRows = 256
 
 // ltTuneMinRows is the fewest: below it every candidate is a short launch that times within noise.
@@ -335,7 +339,7 @@ func (b *BLASLt) matmulE4M3Form(form ltForm, m, n, k int, a DevicePtr, lda int, 
 					"scale modes"}[step]
 				return fmt.Errorf("cuda: cublasLt e4m3 m=%d n=%d k=%d: %s: status %d", m, n, k, what, int(status))
 			}
-			if n >= ltTuneMinRows && n <= ltTuneRows && !capturing(s) {
+			if n >= ltTuneMinRows && n <= ltTuneRows && (b.TuneRows == nil || b.TuneRows(n)) && !capturing(s) {
 				if err := b.tune(p, s, run(p)); err != nil {
 					C.gollm_lt_plan_free(b.lib, p)
 					C.free(unsafe.Pointer(p))
