@@ -5,6 +5,7 @@ package attention
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gollm/gollm/internal/cuda"
@@ -269,4 +270,113 @@ func newSharedBenchInputs(k *CUDAKernels, batch, prefix, suffix int, fp8 bool) (
 		in.shared = append(in.shared, sh)
 	}
 	return in, nil
+}
+
+// BenchmarkCUDADecodeSharedTimeline is BenchmarkCUDADecodeShared's call (4k and 16k shared tokens) with
+// events recorded between its launches: when the prefix pass, the suffix pass, the join and the merge are
+// done, µs after the call's first event (the median of 21 calls, each queued behind a plain call so that
+// the launches wait on the GPU, not the host), forked as DecodeShared runs it and serial (prefix, suffix,
+// merge on one stream). It shows whether the suffix pass runs beside the prefix pass
+// (docs/bench/shared-prefix-h200.md, "Inside the call").
+//
+//	(cd attention && go test -tags cuda -run XXX -bench CUDADecodeSharedTimeline -benchtime 1x)
+func BenchmarkCUDADecodeSharedTimeline(b *testing.B) {
+	k, _ := benchTimer(b)
+	dev := k.Device()
+	const runs = 21
+	events := make([][5]*cuda.Event, runs) // start, prefix done, suffix done, joined, merge done
+	for i := range events {
+		for j := range events[i] {
+			e, err := dev.NewEvent()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Destroy()
+			events[i][j] = e
+		}
+	}
+	for _, prefix := range []int{4096, 16384} {
+		in, err := newSharedBenchInputs(k, 64, prefix, 128, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := k.DecodeShared(nil, &in.args[0], in.shared[0], in.sws, in.swsBytes); err != nil { // the side stream
+			b.Fatal(err)
+		}
+		for _, serial := range []bool{false, true} {
+			var done [4][]float64
+			for i := range runs {
+				c := i % in.copies
+				st, err := k.sharedStages(&in.args[c], in.shared[c], in.sws, in.swsBytes, k.Tuning)
+				if err == nil {
+					_, err = k.Decode(nil, &in.args[(c+1)%in.copies], in.ws, in.wsBytes) // what the call waits behind
+				}
+				if err == nil {
+					err = timeline(k, st, events[i], serial)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := dev.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			for i := range runs {
+				for j := range done {
+					ms, err := events[i][0].Elapsed(events[i][j+1])
+					if err != nil {
+						b.Fatal(err)
+					}
+					done[j] = append(done[j], ms*1e3)
+				}
+			}
+			b.Run(fmt.Sprintf("prefix%d/serial=%v", prefix, serial), func(b *testing.B) {
+				for j, name := range []string{"prefix", "suffix", "joined", "merge"} {
+					slices.Sort(done[j])
+					b.ReportMetric(done[j][runs/2], name+"_done_us")
+				}
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+		in.bufs.Free()
+	}
+}
+
+// timeline queues shared-prefix stages st on the legacy stream as DecodeShared does (forkShared: the
+// suffix pass first, on k's side stream, joined before the merge) or serially (prefix, suffix, merge),
+// recording ev[0] before them and ev[1:5] after the prefix pass, the suffix pass, the join and the merge.
+func timeline(k *CUDAKernels, st [numSharedStages]sharedStage, ev [5]*cuda.Event, serial bool) error {
+	prefix := []func() error{
+		func() error { return st[sharedGatherStage](nil) },
+		func() error { return st[sharedPrefixStage](nil) },
+		func() error { return ev[1].Record(nil) },
+	}
+	side := k.fork.side
+	if serial {
+		side = nil
+	}
+	suffix := []func() error{
+		func() error { return k.fork.begin.Record(nil) },
+		func() error { return side.Wait(k.fork.begin) },
+		func() error { return st[sharedSuffixStage](side) },
+		func() error { return ev[2].Record(side) },
+		func() error { return k.fork.end.Record(side) },
+	}
+	steps := []func() error{func() error { return ev[0].Record(nil) }}
+	if serial {
+		steps = append(append(steps, prefix...), suffix...)
+	} else {
+		steps = append(append(steps, suffix...), prefix...)
+	}
+	steps = append(steps,
+		func() error { return (*cuda.Stream)(nil).Wait(k.fork.end) },
+		func() error { return ev[3].Record(nil) },
+		func() error { return st[sharedMergeStage](nil) },
+		func() error { return ev[4].Record(nil) })
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -134,7 +134,7 @@ func openLt(t testing.TB) (*Device, *BLAS, *BLASLt) {
 	return d, blas, lt
 }
 
-func allocBytes(t *testing.T, d *Device, b []byte) DevicePtr {
+func allocBytes(t testing.TB, d *Device, b []byte) DevicePtr {
 	t.Helper()
 	p, err := d.Alloc(int64(len(b)))
 	if err != nil {
@@ -246,6 +246,66 @@ func BenchmarkLtE4M3Forms(bb *testing.B) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkLtE4M3Candidates times every algorithm cuBLASLt's heuristic offers for Llama-3-8B's FP8
+// products (float32 out, unscaled) at decode and prefill row counts: us of the heuristic's first
+// (first_us), of each candidate (c<i>_us) and of the fastest (best_us), and first/best, which is what
+// tune gains where it runs (16-256 rows). The table of docs/bench/fp8-h200.md ("cuBLASLt's candidates
+// timed").
+//
+//	go test -tags cuda -run XXX -bench LtE4M3Candidates -benchtime 1x ./internal/cuda
+func BenchmarkLtE4M3Candidates(bb *testing.B) {
+	d, _, lt := openLt(bb)
+	timer, err := d.NewTimer(30, 5, 20_000)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	defer timer.Close()
+	lt.TuneRows = func(int) bool { return false } // every plan keeps the heuristic's first until asked
+	const maxM = 8192
+	rng := rand.New(rand.NewPCG(5, 6))
+	alloc := func(n int) DevicePtr {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.IntN(256)) & 0xbf // finite, moderate
+		}
+		return allocBytes(bb, d, b)
+	}
+	for _, sh := range []struct {
+		name string
+		n, k int
+	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}} {
+		w, x := alloc(sh.n*sh.k), alloc(maxM*sh.k)
+		y := allocFloats(bb, d, maxM*sh.n)
+		for _, m := range []int{16, 32, 64, 128, 256, 1024, 2048, maxM} {
+			run := func(int) error { return lt.MatmulE4M3(sh.n, m, sh.k, w, sh.k, x, sh.k, y, sh.n, nil) }
+			if err := run(0); err != nil { // the plan, on the heuristic's first
+				bb.Fatal(err)
+			}
+			bb.Run(fmt.Sprintf("%s/m=%d", sh.name, m), func(b *testing.B) {
+				first, best := 0.0, math.Inf(1)
+				for c := range 8 {
+					if !lt.candidate(sh.n, m, sh.k, sh.k, sh.k, sh.n, c) {
+						continue
+					}
+					us, err := timer.Median(1, run)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if c == 0 {
+						first = us
+					}
+					best = min(best, us)
+					b.ReportMetric(us, fmt.Sprintf("c%d_us", c))
+				}
+				b.ReportMetric(first, "first_us")
+				b.ReportMetric(best, "best_us")
+				b.ReportMetric(first/best, "first/best")
+				b.ReportMetric(0, "ns/op")
+			})
 		}
 	}
 }

@@ -84,7 +84,7 @@ func loadScaleAdd(t *testing.T, d *Device) *Function {
 	return f
 }
 
-func allocFloats(t *testing.T, d *Device, n int) DevicePtr {
+func allocFloats(t testing.TB, d *Device, n int) DevicePtr {
 	t.Helper()
 	p, err := d.Alloc(int64(4 * n))
 	if err != nil {

@@ -54,7 +54,8 @@
 #               reduce shares its merge, the model's logits and the engine's tokens with and without the
 #               shared path), BenchmarkCUDADecodeShared (Llama-3-8B heads, 64
 #               sequences behind 4k, 16k and 64k tokens, plain and shared in one run, against the unique
-#               K/V bytes over the copy bandwidth it measures), and the standard grid (gollm bench
+#               K/V bytes over the copy bandwidth it measures), BenchmarkCUDADecodeSharedTimeline (when
+#               each pass of that call is done, forked and serial), and the standard grid (gollm bench
 #               attention, BASE's too when set) for the plain path's numbers; BenchmarkCUDADecodeSharedStep (Llama-3-8B's step at
 #               batch 64 behind 16k shared tokens, shared and plain); gollm bench serve in process with
 #               --shared-prefix off and auto at concurrency 64 behind one system prompt of 4096 tokens
@@ -83,7 +84,8 @@
 #               "Over FP8 pages" table is LC_STEPS="latency latencyfp8 peer prefill"). LC_BUDGET (default 540 s)
 #               bounds the section: a step that would start past it is skipped
 #   fp8         FP8 weights (docs/fp8.md): the FP8 CUDA tests (model's TestCUDAFP8*, TestFP8Golden and
-#               TestPlanFP8, internal/cuda's TestMatmulE4M3), BenchmarkCUDAFP8MatMul (GB/s of the weight
+#               TestPlanFP8, internal/cuda's TestMatmulE4M3 and its candidates'), BenchmarkLtE4M3Candidates
+#               (every cuBLASLt algorithm of the FP8 products at 16-8192 rows), BenchmarkCUDAFP8MatMul (GB/s of the weight
 #               stream against the copy bandwidth it measures; prefill TFLOP/s and its parts),
 #               BenchmarkCUDAFP8GemmShapes (the e4m3 GEMM's launch shapes at 16 and 64 rows beside
 #               cuBLASLt), BenchmarkLtE4M3Forms (cuBLASLt's e4m3 forms at 1024 rows), gollm bench
@@ -381,7 +383,8 @@ section_fp8() {
 	local d=$out/fp8 q extra
 	mkdir -p "$d"
 	gotest "$d" model-fp8 model '^(TestCUDAFP8.*|TestFP8Golden.*|TestPlanFP8)$' 200
-	gotest "$d" cuda-lt internal/cuda '^TestMatmulE4M3$' 60
+	gotest "$d" cuda-lt internal/cuda '^TestMatmulE4M3(Candidates)?$' 60
+	gobench "$d" lt-candidates internal/cuda '^BenchmarkLtE4M3Candidates$' 1x 120
 	gotest "$d" attention-fp8kv attention '^(TestCUDADecodeFP8KV|TestCUDAPrefillFP8KV)$' 400
 	gotest "$d" engine-fp8kv engine '^TestCUDAConcurrentFP8KV$' 200
 	gobench "$d" fp8-matmul model '^BenchmarkCUDAFP8MatMul$' 1x 120
@@ -728,6 +731,7 @@ section_prefix() {
 	gotest "$d" model-shared model '^TestCUDASharedPrefixMatchesCPU$' 90
 	gotest "$d" engine-shared engine '^(TestCUDASharedPrefixGreedyIdentical|TestSharedPrefixGreedyIdentical)$' 60
 	gobench "$d" shared-bench attention '^BenchmarkCUDADecodeShared$' 1x 240
+	gobench "$d" shared-timeline attention '^BenchmarkCUDADecodeSharedTimeline$' 1x 60
 	gobench "$d" shared-step model '^BenchmarkCUDADecodeSharedStep$' 20x 300
 	prefix_serve "$d"
 	for i in "${!builds[@]}"; do
