@@ -126,7 +126,8 @@ func TestCUDATensorParallel(t *testing.T) {
 // columns (TestTensorParallelFP8 says why rows then differ by FP8 rounding, which in a model this small
 // moves logits by 10-25%): sharded, the model must stay as close to the bfloat16 model as the whole FP8
 // model is, over all rows (at most 1.25 times its error), and no row may be farther than 0.5 from the
-// whole FP8 model's (a shard of the wrong rows or scales is off by order 1 everywhere).
+// whole FP8 model's (a shard of the wrong rows or scales is off by order 1 everywhere); the ranks' greedy
+// picks on their GPUs equal the picks of their logits on the host.
 func TestCUDATensorParallelFP8(t *testing.T) {
 	dev := gpuDevice(t)
 	if info := dev.Info(); info.Major*10+info.Minor < 89 {
@@ -138,6 +139,7 @@ func TestCUDATensorParallelFP8(t *testing.T) {
 	_, want := wholeSteps(t, cfg, r.get, weights.DTypeBF16, QuantizationFP8)
 	m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, QuantizationFP8)
 	compareFP8TP(t, m, steps, want, ref, 0.5)
+	compareGreedyTP(t, m, steps)
 }
 
 // TestCUDATensorParallelNCCL runs the same steps sharded over NCCL: one rank on GPU 0 (the collectives a

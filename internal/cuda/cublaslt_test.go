@@ -59,6 +59,55 @@ func TestMatmulE4M3Candidates(t *testing.T) {
 	t.Logf("%d candidates; the tuned plan left the heuristic's first: %v", ran, lt.retuned == 1)
 }
 
+// TestMatmulE4M3CaptureSkipsTuning: a plan of decode rows first called while its stream is captured
+// into a graph does not time its candidates (a timing would run inside the capture, and its event
+// waits would fail it); the captured product, replayed, is right; a new plan of decode rows called
+// eagerly after the capture times them.
+func TestMatmulE4M3CaptureSkipsTuning(t *testing.T) {
+	d, _, lt := openLt(t)
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	rng := rand.New(rand.NewPCG(12, 13))
+	c := newE4M3Case(t, d, rng, 64, 1024, 2048)
+	if err := d.Fill32(c.yd, 0x7fc00000, int64(c.m*c.n), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	runErr := lt.MatmulE4M3(c.n, c.m, c.k, c.wd, c.k, c.xd, c.k, c.yd, c.n, s)
+	g, err := s.EndCapture()
+	if runErr != nil || err != nil {
+		t.Fatalf("product under capture: %v; capture: %v", runErr, err)
+	}
+	defer g.Destroy()
+	if lt.tuned != 0 {
+		t.Fatalf("%d plans tuned during a capture", lt.tuned)
+	}
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Destroy()
+	if err := exec.Launch(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	checkE4M3(t, "captured", download(t, d, c.yd, c.m*c.n), c.x, c.w, c.m, c.n, c.k)
+	newE4M3Case(t, d, rng, 32, 1024, 2048).run(t, d, lt, s, "eager")
+	if lt.tuned != 1 {
+		t.Fatalf("%d plans tuned after an eager call of new decode rows, want 1", lt.tuned)
+	}
+}
+
 // e4m3Case is a product Y[m][n] = X[m][k]·W[n][k]ᵀ of random finite e4m3 codes, on the host and the device.
 type e4m3Case struct {
 	m, n, k    int
