@@ -6,8 +6,10 @@
 #   bash scripts/bench/device-run.sh SECTION...
 #
 # Each section fits one call of 10 minutes alone (`all` runs every one in turn, where nothing limits it):
-#   tests       the CUDA test binaries of internal/cuda, attention, model and engine, each suite in full
-#               (every test, the pure-Go ones too), with their pass and fail counts and first failures
+#   tests       the CUDA test binaries of TEST_PKGS (default internal/cuda, attention, model and engine),
+#               each suite in full (every test, the pure-Go ones too), with their pass and fail counts and
+#               first failures; the four take more than one call: TEST_PKGS="internal/cuda attention",
+#               then TEST_PKGS="model engine"
 #   attention   the decode-attention grid (gollm bench attention) and SDPA beside it (sdpa_peer.py):
 #               docs/bench/attention-h100.md and attention-h200.md, their first table
 #   sweeps      the dispatcher beyond the grid: gollm bench attention on the batch, tail and overflow
@@ -44,6 +46,8 @@
 #               wheel): internal/cuda's NCCL tests and model's TP tests (on one GPU: one NCCL rank, and
 #               TP 2 and 4 sharing it through host memory), and BenchmarkCUDATensorParallelStep
 #               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
+#   tprank      one rank of Llama-3-70B at TP_SIZES (default 2 4 8) alone on one GPU (scripts/bench/tp-ranks),
+#               gollm bench latency at batch 1 and 64: the step each GPU computes, without the collectives
 #   compare     before/after (needs BASE): BASE and BIN alternated ROUNDS times (default 2 here) over gollm
 #               bench latency (llama3-8b and llama3.2-1b, batch 1 and 64, 1024 in, 128 out) and gollm bench
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
@@ -190,8 +194,9 @@ for i in "${!builds[@]}"; do say "build ${tags[$i]}: $(head -1 "${builds[$i]}/CO
 section_tests() {
 	local d=$out/tests spec pkg
 	mkdir -p "$d"
-	for spec in internal/cuda:60 attention:150 model:240 engine:100; do
+	for spec in internal/cuda:60 attention:300 model:240 engine:100; do
 		pkg=${spec%%:*}
+		[[ " ${TEST_PKGS:-internal/cuda attention model engine} " == *" $pkg "* ]] || continue
 		gotest "$d" "$(basename "$pkg")" "$pkg" "" "${spec#*:}"
 		gzip -f "$d/$(basename "$pkg").log"
 	done
@@ -870,6 +875,29 @@ section_tp() {
 	gobench "$d" tp-step model '^BenchmarkCUDATensorParallelStep$' 20x 200
 }
 
+# section_tprank: one rank of Llama-3-70B's TP_SIZES (default 2 4 8) shardings run alone on one GPU
+# (scripts/bench/tp-ranks: rank 0's heads, features and vocabulary shard as planTP cuts them), the
+# decode step without its all-reduces: what each GPU of a tensor-parallel group computes, beside the
+# step targets that include the collectives (docs/bench/tp-h200.md).
+section_tprank() {
+	local d=$out/tprank n
+	mkdir -p "$d"
+	for n in ${TP_SIZES:-2 4 8}; do
+		"$bin/gollm" bench latency --config "scripts/bench/tp-ranks/llama3-70b-tp$n.json" --device cuda \
+			--batch "${TP_BATCHES:-1,64}" --input-len 1024 --output-len 128 --warmup 1 --iters 1 \
+			--max-batched-tokens 8192 --json 2>>"$d/log.txt" | sed "s/^{/{\"tp\":$n,/" >>"$d/tprank.jsonl"
+		stamp "tprank tp$n" "${PIPESTATUS[0]}"
+	done
+	python3 - "$d/tprank.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    s = r["decode_step"]
+    print(f"  70B TP {r['tp']} rank alone, batch {r['batch']:<3} step p50 {s['p50_ms']:.3f} p99 {s['p99_ms']:.3f} ms, "
+          f"roofline {r['roofline']['step_ms']:.3f} ms ({r['roofline']['percent']:.0f}%), prefill {r['prefill_ms']:.1f} ms")
+PY
+}
+
 section_compare() {
 	local d=$out/compare r i b m shapes=${SHAPES:-scripts/bench/attention-shapes.json}
 	[ "${#builds[@]}" = 2 ] || { stamp "compare: no BASE to compare with" 1; return; }
@@ -928,7 +956,7 @@ PY
 }
 
 sections="$*"
-[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 prefix tp ${BASE:+compare }memcheck"
+[ "$sections" = all ] && sections="tests attention sweeps decode latency throughput serve gemm prefill families longctx constraints hardening fp8 prefix tp tprank ${BASE:+compare }memcheck"
 for s in $sections; do
 	if ! declare -F "section_$s" >/dev/null; then
 		echo "device-run.sh: no section $s" >&2
