@@ -47,7 +47,8 @@
 #               TP 2 and 4 sharing it through host memory), and BenchmarkCUDATensorParallelStep
 #               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
 #   tprank      one rank of Llama-3-70B at TP_SIZES (default 2 4 8) alone on one GPU (scripts/bench/tp-ranks),
-#               gollm bench latency at batch 1 and 64: the step each GPU computes, without the collectives
+#               the latency section's runs at TP_BATCHES (default 1,64): the step each GPU computes,
+#               without the collectives
 #   compare     before/after (needs BASE): BASE and BIN alternated ROUNDS times (default 2 here) over gollm
 #               bench latency (llama3-8b and llama3.2-1b, batch 1 and 64, 1024 in, 128 out) and gollm bench
 #               attention (SHAPES, default attention-shapes.json), then one table: each figure's mean per
@@ -250,11 +251,19 @@ section_decode() {
 }
 
 section_latency() {
-	local d=$out/latency r i m
+	latency_rounds "$out/latency" llama3.2-1b llama3-8b
+}
+
+# latency_rounds DIR CONFIG...: gollm bench latency of each --config (a preset's name or a config.json)
+# on each build, ROUNDS times, at E2E_BATCHES (default 1,16,64), prompt 1024, 128 out, into
+# DIR/latency.jsonl; a line of the summary per run and batch.
+latency_rounds() {
+	local d=$1 r i m
+	shift
 	mkdir -p "$d"
 	for r in $(seq "$rounds"); do
 		for i in "${!builds[@]}"; do
-			for m in llama3.2-1b llama3-8b; do
+			for m in "$@"; do
 				"${builds[$i]}/gollm" bench latency --config "$m" --device cuda --input-len 1024 --output-len 128 \
 					--warmup 1 --iters 1 --max-batched-tokens 8192 --batch "${E2E_BATCHES:-1,16,64}" --json 2>>"$d/log.txt" |
 					sed "s/^{/{\"build\":\"${tags[$i]}\",\"round\":$r,/" >>"$d/latency.jsonl"
@@ -266,9 +275,10 @@ section_latency() {
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    s = r["decode_step"]
-    print(f"  {r['build']} r{r['round']} {r['model']:>12} batch {r['batch']:<3} step p50 {s['p50_ms']:.3f} p99 {s['p99_ms']:.3f} ms, "
-          f"in model {r['decode_forward']['p50_ms']:.3f}, prefill {r['prefill_ms']:.1f} ms")
+    s, roof = r["decode_step"], r["roofline"]
+    print(f"  {r['build']} r{r['round']} {r['model']:>14} batch {r['batch']:<3} step p50 {s['p50_ms']:.3f} p99 {s['p99_ms']:.3f} ms "
+          f"({roof['percent']:.0f}% of its {roof['step_ms']:.3f} ms roofline), in model {r['decode_forward']['p50_ms']:.3f}, "
+          f"prefill {r['prefill_ms']:.1f} ms")
 PY
 }
 
@@ -880,22 +890,11 @@ section_tp() {
 # decode step without its all-reduces: what each GPU of a tensor-parallel group computes, beside the
 # step targets that include the collectives (docs/bench/tp-h200.md).
 section_tprank() {
-	local d=$out/tprank n
-	mkdir -p "$d"
+	local n configs=()
 	for n in ${TP_SIZES:-2 4 8}; do
-		"$bin/gollm" bench latency --config "scripts/bench/tp-ranks/llama3-70b-tp$n.json" --device cuda \
-			--batch "${TP_BATCHES:-1,64}" --input-len 1024 --output-len 128 --warmup 1 --iters 1 \
-			--max-batched-tokens 8192 --json 2>>"$d/log.txt" | sed "s/^{/{\"tp\":$n,/" >>"$d/tprank.jsonl"
-		stamp "tprank tp$n" "${PIPESTATUS[0]}"
+		configs+=("scripts/bench/tp-ranks/llama3-70b-tp$n.json")
 	done
-	python3 - "$d/tprank.jsonl" <<'PY' | tee -a "$out/summary.txt"
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    s = r["decode_step"]
-    print(f"  70B TP {r['tp']} rank alone, batch {r['batch']:<3} step p50 {s['p50_ms']:.3f} p99 {s['p99_ms']:.3f} ms, "
-          f"roofline {r['roofline']['step_ms']:.3f} ms ({r['roofline']['percent']:.0f}%), prefill {r['prefill_ms']:.1f} ms")
-PY
+	E2E_BATCHES=${TP_BATCHES:-1,64} latency_rounds "$out/tprank" "${configs[@]}"
 }
 
 section_compare() {
