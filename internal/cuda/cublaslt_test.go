@@ -72,12 +72,7 @@ func TestMatmulE4M3CaptureSkipsTuning(t *testing.T) {
 	defer s.Destroy()
 	rng := rand.New(rand.NewPCG(12, 13))
 	c := newE4M3Case(t, d, rng, 64, 1024, 2048)
-	if err := d.Fill32(c.yd, 0x7fc00000, int64(c.m*c.n), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
+	c.poison(t, d)
 	if err := s.BeginCapture(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +125,7 @@ func newE4M3Case(t *testing.T, d *Device, rng *rand.Rand, m, n, k int) *e4m3Case
 func (c *e4m3Case) run(t *testing.T, d *Device, lt *BLASLt, s *Stream, name string) {
 	t.Helper()
 	m, n, k := c.m, c.n, c.k
-	if err := d.Fill32(c.yd, 0x7fc00000, int64(m*n), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
+	c.poison(t, d)
 	if err := lt.MatmulE4M3(n, m, k, c.wd, k, c.xd, k, c.yd, n, s); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +133,17 @@ func (c *e4m3Case) run(t *testing.T, d *Device, lt *BLASLt, s *Stream, name stri
 		t.Fatal(err)
 	}
 	checkE4M3(t, name, download(t, d, c.yd, m*n), c.x, c.w, m, n, k)
+}
+
+// poison fills Y with NaN and waits, so that an element the product does not write fails checkE4M3.
+func (c *e4m3Case) poison(t *testing.T, d *Device) {
+	t.Helper()
+	if err := d.Fill32(c.yd, 0x7fc00000, int64(c.m*c.n), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkE4M3 checks got (Y[m][n] of an e4m3 product) against the float64 sums of X[m][k]·W[n][k]ᵀ's
