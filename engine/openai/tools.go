@@ -389,18 +389,24 @@ func newToolCallID(mistral bool) string {
 type toolOutput struct {
 	parser  toolParser
 	mistral bool
+	// single keeps the first call only (parallel_tool_calls false): the parser may read more where
+	// the output is not constrained ("auto").
+	single  bool
 	content strings.Builder
 	calls   []toolCallOut
 }
 
 func newToolOutput(tu *toolUse) *toolOutput {
-	return &toolOutput{parser: newToolParser(tu.parser, tu.afterTag), mistral: tu.mistral}
+	return &toolOutput{parser: newToolParser(tu.parser, tu.afterTag), mistral: tu.mistral, single: !tu.parallel}
 }
 
 // apply records events and returns them as stream deltas: content, then each call's first delta
 // (id, type, name, empty arguments) and argument pieces, one delta each.
 func (o *toolOutput) apply(events []toolEvent) (content string, deltas []toolCallDelta) {
 	for _, ev := range events {
+		if o.single && ev.kind != evContent && ev.call > 0 {
+			continue
+		}
 		switch ev.kind {
 		case evContent:
 			o.content.WriteString(ev.text)

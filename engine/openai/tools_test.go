@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -370,4 +371,54 @@ func rebaseValueOf(v any) any {
 		return out
 	}
 	return v
+}
+
+// TestParallelToolCallsFalse: with parallel_tool_calls false, a response holds at most one tool call
+// under tool_choice "auto" too (where the output is not constrained), complete or streamed, as
+// OpenAI's API promises and vLLM enforces by keeping the first: the model's second call is dropped.
+func TestParallelToolCallsFalse(t *testing.T) {
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},` +
+		`{"type":"function","function":{"name":"get_time"}}]`
+	for _, tc := range []struct {
+		parser string
+		script []string
+	}{
+		{ToolParserHermes, []string{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n",
+			"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"}},
+		{ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; ", "{\"name\": \"get_time\", \"parameters\": {}}"}},
+		{ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, ", "{\"name\": \"get_time\", \"arguments\": {}}]"}},
+	} {
+		for _, parallel := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/parallel=%v", tc.parser, parallel), func(t *testing.T) {
+				cfg := templateConfig(t)
+				cfg.ToolCallParser = tc.parser
+				_, ts := newFakeServer(t, cfg, &fakeEngine{maxLen: 512, script: tc.script})
+				body := fmt.Sprintf(`{"messages":[{"role":"user","content":"Weather in Paris?"}],%s,"parallel_tool_calls":%v`, tools, parallel)
+				want := 2
+				if !parallel {
+					want = 1
+				}
+				status, _, whole := call(t, "POST", ts.URL+"/v1/chat/completions", "", body+`}`)
+				if status != 200 {
+					t.Fatalf("%d %s", status, whole)
+				}
+				var resp chatResponse
+				if err := json.Unmarshal(whole, &resp); err != nil {
+					t.Fatal(err)
+				}
+				msg := resp.Choices[0].Message
+				if len(msg.ToolCalls) != want || msg.ToolCalls[0].Function.Name != "get_weather" || *resp.Choices[0].FinishReason != "tool_calls" {
+					t.Errorf("complete response: %s; want %d calls, get_weather first", whole, want)
+				}
+				status, _, streamed := call(t, "POST", ts.URL+"/v1/chat/completions", "", body+`,"stream":true}`)
+				if status != 200 {
+					t.Fatalf("%d %s", status, streamed)
+				}
+				_, calls, finish := streamedMessage(t, sseEvents(t, streamed))
+				if len(calls) != want || calls[0].Function.Name != "get_weather" || finish != "tool_calls" {
+					t.Errorf("stream: calls %+v, finish %q; want %d calls, get_weather first", calls, finish, want)
+				}
+			})
+		}
+	}
 }
