@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gollm/gollm/weights/chattemplate"
 )
 
 // TestUnsupportedParameters: a request field that the endpoint does not implement is refused with a
@@ -136,5 +138,56 @@ func TestUnknownField(t *testing.T) {
 		if got := unknownField([]byte(tc.body), reflect.TypeFor[*req]()); got != tc.want {
 			t.Errorf("unknownField(%s) = %q, want %q", tc.body, got, tc.want)
 		}
+	}
+}
+
+// TestChatTemplateKwargsReserved: chat_template_kwargs naming a variable the server gives the template
+// itself (add_generation_prompt, messages, tools, the special tokens) would be dropped, the server's
+// value winning; such a key is refused by name instead, on /v1/chat/completions and /tokenize, and other
+// keys still reach the template.
+func TestChatTemplateKwargsReserved(t *testing.T) {
+	cfg := templateConfig(t)
+	tpl, err := chattemplate.Parse(`{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{% if flag %}!{% endif %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ChatTemplate = tpl
+	_, ts := newFakeServer(t, cfg, &fakeEngine{maxLen: 64})
+	const msgs = `"messages":[{"role":"user","content":"a"}]`
+	for _, tc := range []struct {
+		path, kwargs, param string // param "": accepted
+		tokens              int    // then the rendered prompt's tokens
+	}{
+		{"/v1/chat/completions", `{"add_generation_prompt":false}`, "chat_template_kwargs.add_generation_prompt", 0},
+		{"/v1/chat/completions", `{"messages":[]}`, "chat_template_kwargs.messages", 0},
+		{"/v1/chat/completions", `{"tools":[]}`, "chat_template_kwargs.tools", 0},
+		{"/v1/chat/completions", `{"bos_token":"<s>"}`, "chat_template_kwargs.bos_token", 0},
+		{"/tokenize", `{"add_generation_prompt":false}`, "chat_template_kwargs.add_generation_prompt", 0},
+		{"/tokenize", `{"flag":true}`, "", len("<user>a<assistant>!")},
+	} {
+		t.Run(tc.path+" "+tc.kwargs, func(t *testing.T) {
+			body := `{` + msgs + `,"chat_template_kwargs":` + tc.kwargs + `}`
+			if tc.path != "/tokenize" {
+				body = `{` + msgs + `,"max_tokens":2,"chat_template_kwargs":` + tc.kwargs + `}`
+			}
+			status, _, resp := call(t, "POST", ts.URL+tc.path, "", body)
+			var e struct {
+				Count int `json:"count"`
+				Error struct {
+					Param *string `json:"param"`
+					Code  *string `json:"code"`
+				} `json:"error"`
+			}
+			json.Unmarshal(resp, &e)
+			if tc.param == "" {
+				if status != 200 || e.Count != tc.tokens {
+					t.Errorf("%d %s; want 200 with %d tokens", status, resp, tc.tokens)
+				}
+				return
+			}
+			if status != 400 || e.Error.Param == nil || *e.Error.Param != tc.param || e.Error.Code == nil || *e.Error.Code != "unsupported_parameter" {
+				t.Errorf("%d %s; want 400 naming %q", status, resp, tc.param)
+			}
+		})
 	}
 }

@@ -151,6 +151,13 @@ func (s *Server) renderMessages(msgs []chattemplate.Message, req *chatRequest) (
 	if s.cfg.ChatTemplate == nil {
 		return "", badRequest("messages", "This model has no chat template; use /v1/completions.")
 	}
+	// The variables the server gives the template itself win over chat_template_kwargs' (Render):
+	// such a key would be ignored, so it is refused.
+	for _, k := range []string{"messages", "add_generation_prompt", "tools", "bos_token", "eos_token", "pad_token", "unk_token"} {
+		if _, ok := req.ChatTemplateKwargs[k]; ok {
+			return "", unsupportedParameter("chat_template_kwargs." + k)
+		}
+	}
 	addGen := true
 	if req.AddGenerationPrompt != nil {
 		addGen = *req.AddGenerationPrompt
