@@ -454,6 +454,10 @@ func parsePatterns(obj fields, field, key string, required bool) ([]modulePatter
 	return out, nil
 }
 
+// maxBlockSize bounds each side of weight_block_size: above any matrix's (ParseConfig's shape limits),
+// so that the ceiling divisions of blockScaleShape cannot overflow.
+const maxBlockSize = 1 << 24
+
 // parseAutoFP8 reads AutoFP8's form: {"quant_method": "fp8", "activation_scheme": "dynamic" | "static",
 // "ignored_layers": [...], "kv_cache_scheme": "static"}, whose weight scales are per tensor, or with
 // "weight_block_size": [rows, cols] (and a dynamic activation scheme) per block.
@@ -467,8 +471,8 @@ func parseAutoFP8(obj fields) (*Quantization, error) {
 	var block [2]int
 	if obj.has("weight_block_size") && string(obj["weight_block_size"]) != "null" {
 		var b []int
-		if err := json.Unmarshal(obj["weight_block_size"], &b); err != nil || len(b) != 2 || b[0] <= 0 || b[1] <= 0 {
-			return nil, invalid(field+".weight_block_size", "want two positive integers [rows, cols], got %s", abbreviate(obj["weight_block_size"]))
+		if err := json.Unmarshal(obj["weight_block_size"], &b); err != nil || len(b) != 2 || b[0] <= 0 || b[1] <= 0 || b[0] > maxBlockSize || b[1] > maxBlockSize {
+			return nil, invalid(field+".weight_block_size", "want two positive integers [rows, cols] of at most %d, got %s", maxBlockSize, abbreviate(obj["weight_block_size"]))
 		}
 		block = [2]int{b[0], b[1]}
 	}

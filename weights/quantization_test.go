@@ -3,6 +3,7 @@ package weights
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,6 +216,9 @@ func TestParseQuantizationErrors(t *testing.T) {
 		{"block of one number", func(m map[string]any) { m["weight_block_size"] = []any{128} }, "weight_block_size", ErrInvalid},
 		{"block of zero rows", func(m map[string]any) { m["weight_block_size"] = []any{0, 128} }, "weight_block_size", ErrInvalid},
 		{"block of text", func(m map[string]any) { m["weight_block_size"] = "128x128" }, "weight_block_size", ErrInvalid},
+		// A block so large that ceil(rows/block) overflows to 0 scale rows: a scale tensor of no bytes passed
+		// the checks and DequantizeFP8 panicked slicing it.
+		{"block beyond any matrix", func(m map[string]any) { m["weight_block_size"] = []any{int64(math.MaxInt64), 128} }, "weight_block_size", ErrInvalid},
 		{"block with static inputs", func(m map[string]any) {
 			m["weight_block_size"], m["activation_scheme"] = []any{128, 128}, "static"
 		}, "activation_scheme", ErrUnsupported},
