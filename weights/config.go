@@ -266,6 +266,9 @@ func parseConfig(top fields) (*Config, error) {
 		}
 		if !ok {
 			v = o.def
+			if _, null := f[o.key]; null && o.key == "num_key_value_heads" {
+				v = c.NumAttentionHeads // null: transformers' classes fall back to num_attention_heads
+			}
 		}
 		if v <= 0 {
 			return nil, invalid(o.key, "%d is not positive", v)

@@ -348,6 +348,12 @@ func TestParseConfigVariants(t *testing.T) {
 				wantEq(t, "QKNorm", c.QKNorm, true)
 				wantEq(t, "QKVBias, OBias", [2]bool{c.QKVBias, c.OBias}, [2]bool{true, true})
 			}},
+		// MistralConfig, Qwen2Config and Qwen3Config take num_key_value_heads None to mean
+		// num_attention_heads; only an absent key takes the class's default (8, 32).
+		{name: "Mistral null num_key_value_heads means heads", patch: patch{"architectures": []string{"MistralForCausalLM"}, "model_type": "mistral", "num_attention_heads": 16, "num_key_value_heads": "null"},
+			check: func(t *testing.T, c *Config) { wantEq(t, "NumKeyValueHeads", c.NumKeyValueHeads, 16) }},
+		{name: "Qwen3 null num_key_value_heads means heads", patch: patch{"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3", "num_attention_heads": 16, "num_key_value_heads": "null"},
+			check: func(t *testing.T, c *Config) { wantEq(t, "NumKeyValueHeads", c.NumKeyValueHeads, 16) }},
 		{name: "keyed rope_parameters on a model with one rope", patch: patch{"rope_parameters": map[string]any{"full_attention": map[string]any{"rope_type": "default"}}}, wantErr: []string{"rope_parameters", "layer type"}, is: ErrUnsupported},
 		{name: "unknown layer type", patch: patch{"architectures": []string{"MinistralForCausalLM"}, "model_type": "ministral", "layer_types": slices.Repeat([]string{"chunked_attention"}, 22)}, wantErr: []string{"layer_types[0]", "chunked_attention"}, is: ErrUnsupported},
 		{name: "layer_types of the wrong length", patch: patch{"architectures": []string{"MinistralForCausalLM"}, "model_type": "ministral", "layer_types": repeatTypes(3, SlidingAttention)}, wantErr: []string{"layer_types", "3 entries"}, is: ErrInvalid},
