@@ -47,7 +47,7 @@ func FuzzParseHeader(f *testing.F) {
 				}
 				prevEnd = e.End
 			}
-			if e.DType.Valid() != slices.Contains([]string{"F32", "F16", "BF16"}, e.DTypeName) {
+			if e.DType.Valid() != slices.Contains([]string{"F32", "F16", "BF16", "F8_E4M3"}, e.DTypeName) {
 				t.Fatalf("tensor %q: dtype %q mapped to %v", e.Name, e.DTypeName, e.DType)
 			}
 		}
