@@ -94,6 +94,9 @@ func decodeBody(body []byte, v any) *apiError {
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return badRequest("", "The request body must be a JSON object, got JSON %s.", te.Value)
+		}
 		if errors.As(err, &te) {
 			field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "samplingFields."), "constraintFields.")
 			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, te.Type, te.Value)

@@ -313,7 +313,9 @@ func failure(ev event) *apiError {
 
 // collectAll reads every event into per-choice outcomes (non-streaming responses). It returns
 // nil outcomes when the client went away (client is the request's own context: when the server aborts
-// the run at the end of a shutdown, the outcomes come back, finished with "abort").
+// the run at the end of a shutdown, the outcomes come back, finished with "abort"). The first failure
+// aborts the other choices (the response is that failure: they would only hold their KV pages until it
+// is sent).
 func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiError) {
 	out := make([]outcome, choices)
 	var firstErr *apiError
@@ -324,6 +326,7 @@ func (ru *run) collectAll(client context.Context, choices int) ([]outcome, *apiE
 		}
 		if err := failure(ev); err != nil && firstErr == nil {
 			firstErr = err
+			ru.abort()
 		}
 		if ev.err != nil {
 			continue

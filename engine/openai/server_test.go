@@ -702,3 +702,59 @@ func TestStreamEndsAtError(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorAbortsOtherChoices: a non-streamed request whose one choice fails answers with that failure
+// at once and aborts its other choices, rather than letting them run on (here they would wait forever:
+// the fake engine blocks every request but the failing one) holding their KV pages for a response that
+// is already an error.
+func TestErrorAbortsOtherChoices(t *testing.T) {
+	tests := []struct{ name, path, body string }{
+		{"completions, second prompt fails", "/v1/completions", `{"prompt":["ok","bad"],"max_tokens":4}`},
+		{"completions, n=2", "/v1/completions", `{"prompt":"bad","n":2,"max_tokens":4}`},
+		{"chat, n=3", "/v1/chat/completions", `{"messages":[{"role":"user","content":"bad"}],"n":3,"max_tokens":4}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeEngine{maxLen: 64, block: make(chan struct{}), failPrompt: "bad"}
+			srv, ts := newFakeServer(t, templateConfig(t), f)
+			defer close(f.block) // after the server's cleanup has waited for none
+			done := make(chan struct{})
+			var status int
+			var body []byte
+			go func() {
+				defer close(done)
+				status, _, body = call(t, "POST", ts.URL+tc.path, "", tc.body)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no response 10 s after a choice failed: the other choices were left running")
+			}
+			if status != 500 || !strings.Contains(string(body), "this prompt fails") {
+				t.Errorf("%d %s, want 500 naming the failure", status, body)
+			}
+			waitFor(t, func() bool { return srv.admitted.Load() == 0 })
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.live != 0 {
+				t.Errorf("%d streams still live", f.live)
+			}
+		})
+	}
+}
+
+// TestBodyNotAnObject: a body that is JSON but not an object is refused with a message that says so,
+// not one naming an empty field and a Go type.
+func TestBodyNotAnObject(t *testing.T) {
+	_, ts := newFakeServer(t, templateConfig(t), &fakeEngine{maxLen: 64})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"} {
+		for _, body := range []string{`[1,2]`, `"a prompt"`, `5`, `true`} {
+			t.Run(path+"/"+body, func(t *testing.T) {
+				status, _, got := call(t, "POST", ts.URL+path, "", body)
+				if status != 400 || !strings.Contains(string(got), "must be a JSON object") || strings.Contains(string(got), "openai.") {
+					t.Errorf("%d %s, want 400 saying the body must be a JSON object", status, got)
+				}
+			})
+		}
+	}
+}
