@@ -255,7 +255,8 @@ func ReadKVScales(c *Config, get func(name string) (*Tensor, error), l int) (k, 
 }
 
 // readScales reads the scale tensor name, which must have one of the shapes want and finite positive
-// values.
+// values small enough that every code they scale is a finite float32 (448, e4m3's largest, times the
+// scale): a larger one would make its weights, inputs or K/V infinite.
 func readScales(get func(name string) (*Tensor, error), name string, want [][]int) ([]float32, error) {
 	t, err := get(name)
 	if err != nil {
@@ -271,6 +272,10 @@ func readScales(get func(name string) (*Tensor, error), name string, want [][]in
 	for i, x := range v {
 		if !(x > 0) || math.IsInf(float64(x), 0) {
 			return nil, fmt.Errorf("tensor %q: scale %d is %v; scales must be finite and positive: %w", name, i, x, ErrInvalid)
+		}
+		if float64(x)*448 > math.MaxFloat32 {
+			return nil, fmt.Errorf("tensor %q: scale %d is %v; 448 (e4m3's largest code) times it overflows float32: %w",
+				name, i, x, ErrInvalid)
 		}
 	}
 	return v, nil

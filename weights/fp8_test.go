@@ -208,7 +208,8 @@ func TestCheckTensorsF8WithoutQuantization(t *testing.T) {
 }
 
 // TestReadFP8Linear reads quantized layers and their KV scales, and checks that a scale that is NaN,
-// infinite, zero or negative, or of the wrong shape, is refused naming the tensor.
+// infinite, zero or negative, so large that its codes overflow float32, or of the wrong shape, is
+// refused naming the tensor.
 func TestReadFP8Linear(t *testing.T) {
 	dims := tinyDims{V: 11, H: 8, I: 12, L: 2, Hq: 4, Hkv: 2}
 	static := editJSON(t, ctConfig(), func(m map[string]any) {
@@ -268,6 +269,7 @@ func TestReadFP8Linear(t *testing.T) {
 		{"infinite", bad(float32(math.Inf(1))), ErrInvalid, "+Inf"},
 		{"zero", bad(0), ErrInvalid, "is 0"},
 		{"negative", bad(-0.5), ErrInvalid, "-0.5"},
+		{"overflowing its codes", bad(1e36), ErrInvalid, "overflows float32"},
 		{"two values", scaleTensor(q0+".input_scale", []int{2}, 2, rand.New(rand.NewPCG(1, 1))), ErrShapeMismatch, "[2]"},
 	} {
 		t.Run("input scale "+tc.name, func(t *testing.T) {
@@ -284,6 +286,15 @@ func TestReadFP8Linear(t *testing.T) {
 		})
 		_, err := ReadFP8Linear(cfg, s.Get, q0)
 		checkError(t, err, ErrInvalid, `"`+q0+`.weight_scale"`, "scale 7 is -1")
+	})
+	t.Run("per-channel scale overflowing its codes", func(t *testing.T) {
+		cfg, s := fp8Folder(t, dims, ctConfig(), false, func(ts []*Tensor) []*Tensor {
+			x := scaleTensor(q0+".weight_scale", []int{8, 1}, 8, rand.New(rand.NewPCG(1, 1)))
+			dtype.EncodeF32(x.Data[4*3:4*4], []float32{1e36})
+			return withTensor(ts, x)
+		})
+		_, err := ReadFP8Linear(cfg, s.Get, q0)
+		checkError(t, err, ErrInvalid, `"`+q0+`.weight_scale"`, "scale 3 is 1e+36", "overflows float32")
 	})
 	t.Run("zero KV scale", func(t *testing.T) {
 		cfg, s := fp8Folder(t, dims, static, true, func(ts []*Tensor) []*Tensor {
