@@ -460,12 +460,23 @@ const maxBlockSize = 1 << 24
 
 // parseAutoFP8 reads AutoFP8's form: {"quant_method": "fp8", "activation_scheme": "dynamic" | "static",
 // "ignored_layers": [...], "kv_cache_scheme": "static"}, whose weight scales are per tensor, or with
-// "weight_block_size": [rows, cols] (and a dynamic activation scheme) per block.
+// "weight_block_size": [rows, cols] (and a dynamic activation scheme) per block. transformers'
+// FineGrainedFP8Config also writes "dequantize" (whether transformers itself runs the layers
+// dequantized: a choice of the loader, not a property of the checkpoint, which gollm makes for itself)
+// and "scale_fmt" (how its kernels round the activations' block scales: "float", or "ue8m0" powers of
+// two, which matters only where activations are quantized by blocks, and gollm runs block-wise layers
+// in float).
 func parseAutoFP8(obj fields) (*Quantization, error) {
 	const field = "quantization_config"
 	if err := checkKeys(obj, field, "quant_method", "activation_scheme", "ignored_layers", "kv_cache_scheme",
-		"weight_block_size", "fmt", "modules_to_not_convert"); err != nil {
+		"weight_block_size", "fmt", "modules_to_not_convert", "dequantize", "scale_fmt"); err != nil {
 		return nil, err
+	}
+	if obj.has("dequantize") && string(obj["dequantize"]) != "null" {
+		var b bool
+		if err := json.Unmarshal(obj["dequantize"], &b); err != nil {
+			return nil, invalid(field+".dequantize", "want true or false, got %s", abbreviate(obj["dequantize"]))
+		}
 	}
 	wrap := func(err error) error { return fmt.Errorf("%w: in %s: %w", ErrInvalid, field, err) }
 	var block [2]int
@@ -480,6 +491,11 @@ func parseAutoFP8(obj fields) (*Quantization, error) {
 		return nil, wrap(err)
 	} else if ok && fmtName != "e4m3" {
 		return nil, unsupported(field+".fmt", "%q (supported: e4m3)", fmtName)
+	}
+	if sf, ok, err := obj.string("scale_fmt"); err != nil {
+		return nil, wrap(err)
+	} else if ok && sf != "float" && (sf != "ue8m0" || block == [2]int{}) {
+		return nil, unsupported(field+".scale_fmt", "%q (supported: float; ue8m0 with weight_block_size)", sf)
 	}
 	scheme, ok, err := obj.string("activation_scheme")
 	if err != nil {

@@ -112,6 +112,12 @@ func TestParseQuantization(t *testing.T) {
 			"weight_block_size": []any{64, 32}, "modules_to_not_convert": []any{"layers.3.mlp"}},
 			false, map[string]*FP8Scheme{q: {Block: [2]int{64, 32}}, down: nil, "model.layers.3.mlp.up_proj": nil,
 				"model.layers.2.mlp.up_proj": {Block: [2]int{64, 32}}, "lm_head": nil}},
+		{"block-wise, transformers' FineGrainedFP8Config", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic",
+			"weight_block_size": []any{128, 128}, "dequantize": false, "scale_fmt": "ue8m0", "modules_to_not_convert": nil},
+			false, map[string]*FP8Scheme{q: {Block: [2]int{128, 128}}, "lm_head": nil}},
+		{"per tensor, dequantize and scale_fmt float", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic",
+			"dequantize": true, "scale_fmt": "float", "ignored_layers": []any{"lm_head"}},
+			false, map[string]*FP8Scheme{q: {}, "lm_head": nil}},
 		{"block size null", map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": nil,
 			"modules_to_not_convert": nil, "ignored_layers": []any{"lm_head"}},
 			false, map[string]*FP8Scheme{q: {}, "lm_head": nil}},
@@ -227,6 +233,9 @@ func TestParseQuantizationErrors(t *testing.T) {
 		{"no scheme", func(m map[string]any) { delete(m, "activation_scheme") }, "activation_scheme", ErrInvalid},
 		{"modules_to_not_convert", func(m map[string]any) { m["modules_to_not_convert"] = "lm_head" }, "modules_to_not_convert", ErrInvalid},
 		{"kv scheme", func(m map[string]any) { m["kv_cache_scheme"] = "dynamic" }, "kv_cache_scheme", ErrUnsupported},
+		{"dequantize of text", func(m map[string]any) { m["dequantize"] = "no" }, "dequantize", ErrInvalid},
+		{"scale_fmt unknown", func(m map[string]any) { m["scale_fmt"] = "e8m0fnu" }, "scale_fmt", ErrUnsupported},
+		{"scale_fmt ue8m0 per tensor", func(m map[string]any) { m["scale_fmt"] = "ue8m0" }, "scale_fmt", ErrUnsupported},
 	} {
 		t.Run("AutoFP8 "+tc.name, func(t *testing.T) {
 			_, err := parseQuant(t, editJSON(t, auto, tc.edit))
