@@ -594,6 +594,9 @@ func (g *generator) runBatch(ctx context.Context, path string, base engine.Reque
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(&l)
+		if err == nil && len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+			err = errors.New("text after the JSON object (one request per line)")
+		}
 		var req engine.Request
 		if err == nil {
 			req, err = l.request(base, g.tok)

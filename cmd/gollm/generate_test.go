@@ -611,3 +611,37 @@ func TestGenerateSharedPrefix(t *testing.T) {
 		t.Errorf("--shared-prefix sometimes: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// A --prompts-file line holding more than one JSON value (a second object, stray text) is a bad line,
+// reported by its number, not run as its first object with the rest dropped; the other lines run.
+func TestGeneratePromptsFileTrailingData(t *testing.T) {
+	dir := writeTestModel(t)
+	for _, tc := range []struct {
+		name, line string
+	}{
+		{"two objects", `{"prompt": "a", "max_tokens": 2} {"prompt": "b", "max_tokens": 2}`},
+		{"stray text", `{"prompt": "a", "max_tokens": 2}x`},
+		{"stray brace", `{"prompt": "a", "max_tokens": 2}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeTemp(t, `{"prompt": "c", "max_tokens": 2}`+"\n"+tc.line+"\n"+`{"prompt": "d", "max_tokens": 2}`+"\n")
+			code, stdout, stderr := runCLI(t, "generate", "--model", dir, "--prompts-file", path, "--kv-blocks", "64", "--ignore-eos")
+			if code != 1 || !strings.Contains(stderr, filepath.Base(path)+":2:") {
+				t.Fatalf("exit %d, stderr %q; want 1 and the bad line named", code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stdout), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("%d output lines for 3 input lines: %s", len(lines), stdout)
+			}
+			for i, l := range lines {
+				var got generationJSON
+				if err := json.Unmarshal([]byte(l), &got); err != nil {
+					t.Fatalf("line %d: %v", i, err)
+				}
+				if bad := got.Error != ""; bad != (i == 1) {
+					t.Errorf("line %d: error %q", i, got.Error)
+				}
+			}
+		})
+	}
+}
