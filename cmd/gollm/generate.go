@@ -584,6 +584,7 @@ func (g *generator) runBatch(ctx context.Context, path string, base engine.Reque
 	}
 	var reqs []engine.Request
 	var errs []error
+	var lineNos []int
 	lineNo := 0
 	for line := range bytes.SplitSeq(data, []byte("\n")) {
 		lineNo++
@@ -606,6 +607,7 @@ func (g *generator) runBatch(ctx context.Context, path string, base engine.Reque
 		}
 		reqs = append(reqs, req)
 		errs = append(errs, err)
+		lineNos = append(lineNos, lineNo)
 	}
 
 	// A failed write (a closed pipe) ends the run: the rest is aborted, not generated for nobody.
@@ -619,7 +621,11 @@ func (g *generator) runBatch(ctx context.Context, path string, base engine.Reque
 		if errs[i] != nil {
 			return &result{err: errs[i]}
 		}
-		return g.generate(runCtx, reqs[i], nil)
+		r := g.generate(runCtx, reqs[i], nil)
+		if r.err != nil {
+			r.err = fmt.Errorf("%s:%d: %w", path, lineNos[i], r.err)
+		}
+		return r
 	}, func(i int, r *result) {
 		line := r.json(g.loadTime)
 		line.Index = &i

@@ -645,3 +645,29 @@ func TestGeneratePromptsFileTrailingData(t *testing.T) {
 		})
 	}
 }
+
+// A --prompts-file line that the engine refuses (a sampling field out of range, a token outside the
+// vocabulary, a prompt too long) is reported by its line number, as a line that does not parse is.
+func TestGeneratePromptsFileRefusedLineNumber(t *testing.T) {
+	dir := writeTestModel(t)
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"temperature", `{"prompt": "a", "temperature": -1}`, "temperature -1"},
+		{"token outside the vocabulary", `{"prompt_ids": [1, 99999]}`, "outside the vocabulary"},
+		{"empty prompt_ids", `{"prompt_ids": []}`, "empty prompt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Line 4 of the file, the third request (a blank line does not count).
+			path := writeTemp(t, `{"prompt": "c", "max_tokens": 2}`+"\n\n"+`{"prompt": "d", "max_tokens": 2}`+"\n"+tc.line+"\n")
+			code, stdout, stderr := runCLI(t, "generate", "--model", dir, "--prompts-file", path, "--kv-blocks", "64", "--max-tokens", "2")
+			want := filepath.Base(path) + ":4: "
+			if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 1 and %q", code, stderr, want)
+			}
+			if n := strings.Count(stdout, "\n"); n != 3 {
+				t.Fatalf("%d output lines, want 3: %s", n, stdout)
+			}
+		})
+	}
+}
