@@ -245,6 +245,14 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return 2
 		}
 	}
+	var batch []byte // --prompts-file's lines, read before the model loads
+	if o.promptsFile != "" {
+		var err error
+		if batch, err = os.ReadFile(o.promptsFile); err != nil {
+			fmt.Fprintf(stderr, "gollm generate: --prompts-file: %v\n", err)
+			return 2
+		}
+	}
 
 	level := slog.LevelWarn
 	if o.verbose {
@@ -283,7 +291,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	base := engine.Request{MaxTokens: maxTokens, Sampling: params, Stop: o.stop, IgnoreEOS: o.ignoreEOS}
 
 	if o.promptsFile != "" {
-		return g.runBatch(ctx, o.promptsFile, base, stdout, stderr)
+		return g.runBatch(ctx, o.promptsFile, batch, base, stdout, stderr)
 	}
 	req := base
 	req.PromptIDs = promptIDs
@@ -574,14 +582,9 @@ func (l *promptLine) request(base engine.Request, tok *tokenizer.Tokenizer) (eng
 	return req, nil
 }
 
-// runBatch runs every line of a JSONL file through the engine at once and writes one JSON line per
+// runBatch runs every line of a JSONL file (path, read into data) through the engine at once and writes one JSON line per
 // input line, in input order, each as soon as it and all lines before it are done.
-func (g *generator) runBatch(ctx context.Context, path string, base engine.Request, stdout, stderr io.Writer) int {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Fprintf(stderr, "gollm generate: %v\n", err)
-		return 1
-	}
+func (g *generator) runBatch(ctx context.Context, path string, data []byte, base engine.Request, stdout, stderr io.Writer) int {
 	var reqs []engine.Request
 	var errs []error
 	var lineNos []int

@@ -671,3 +671,22 @@ func TestGeneratePromptsFileRefusedLineNumber(t *testing.T) {
 		})
 	}
 }
+
+// A --prompts-file that cannot be read is refused before the model loads (here a missing folder,
+// never opened), naming the flag, as the other file flags are.
+func TestGeneratePromptsFileCheckedBeforeLoad(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"missing file", filepath.Join(t.TempDir(), "prompts.jsonl"), "--prompts-file: open"},
+		{"a folder", t.TempDir(), "--prompts-file: read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, "generate", "--model", missing, "--prompts-file", tc.file)
+			if code != 2 || stdout != "" || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "no such model folder") {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q before the model loads", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+}
