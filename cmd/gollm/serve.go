@@ -108,6 +108,32 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "gollm serve: --max-queue %d: want at least 1, or -1 for no limit\n", o.maxQueue)
 		return 2
 	}
+	// openai.Config reads a limit or timeout of 0 or less as its default: refuse those, not ignore them.
+	for _, f := range []struct {
+		name       string
+		value, min int64
+	}{{"max-n", int64(o.maxN), 1}, {"max-stop", int64(o.maxStop), 1}, {"max-body-bytes", o.maxBodyBytes, 1},
+		{"max-header-bytes", int64(o.maxHeaderBytes), 1}, {"max-tokens-limit", int64(o.maxTokensLimit), 0}} {
+		if f.value < f.min {
+			fmt.Fprintf(stderr, "gollm serve: --%s %d must be at least %d\n", f.name, f.value, f.min)
+			return 2
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value time.Duration
+		zero  bool // 0 allowed
+	}{{"read-timeout", o.readTimeout, false}, {"write-timeout", o.writeTimeout, false}, {"idle-timeout", o.idleTimeout, false},
+		{"shutdown-timeout", o.shutdownTimeout, true}} {
+		if f.value < 0 || f.value == 0 && !f.zero {
+			want := "positive"
+			if f.zero {
+				want = "0 or more"
+			}
+			fmt.Fprintf(stderr, "gollm serve: --%s %v must be %s\n", f.name, f.value, want)
+			return 2
+		}
+	}
 	if !fs.Changed("api-key") {
 		o.apiKey = os.Getenv("GOLLM_API_KEY")
 	}

@@ -254,3 +254,31 @@ func writeTemp(t *testing.T, text string) string {
 	}
 	return path
 }
+
+// Serve's limits and timeouts are checked before the model loads (the missing folder is never
+// opened): openai.Config reads 0 or less as its default, so such a value would be silently replaced.
+func TestServeLimitFlags(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-n", "0"}, "--max-n 0 must be at least 1"},
+		{[]string{"--max-n", "-1"}, "--max-n -1 must be at least 1"},
+		{[]string{"--max-stop", "0"}, "--max-stop 0 must be at least 1"},
+		{[]string{"--max-body-bytes", "-1"}, "--max-body-bytes -1 must be at least 1"},
+		{[]string{"--max-header-bytes", "0"}, "--max-header-bytes 0 must be at least 1"},
+		{[]string{"--max-tokens-limit", "-5"}, "--max-tokens-limit -5 must be at least 0"},
+		{[]string{"--read-timeout", "0s"}, "--read-timeout 0s must be positive"},
+		{[]string{"--write-timeout", "-1s"}, "--write-timeout -1s must be positive"},
+		{[]string{"--idle-timeout", "0s"}, "--idle-timeout 0s must be positive"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s must be 0 or more"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, append([]string{"serve", "--port", "0", "--model", missing}, tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
