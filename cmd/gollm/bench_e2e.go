@@ -289,8 +289,8 @@ func runBenchThroughput(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return usageErr(err)
 	}
-	if *numPrompts <= 0 || *maxNumSeqs <= 0 {
-		return usageErr(errors.New("--num-prompts and --max-num-seqs must be positive"))
+	if *numPrompts <= 0 || *maxNumSeqs <= 0 || *maxBatched < 0 || *kvBlocks < 0 {
+		return usageErr(errors.New("--num-prompts and --max-num-seqs must be positive, --max-batched-tokens and --kv-blocks not negative"))
 	}
 	spec, err := mf.spec(stderr)
 	if err != nil {

@@ -415,3 +415,19 @@ func TestBenchCPUProfile(t *testing.T) {
 		t.Fatalf("unwritable profile: exit %d, %q", code, stderr.String())
 	}
 }
+
+// bench throughput refuses negative engine sizes, as bench latency and bench serve do, rather than
+// running with its defaults in their place.
+func TestBenchThroughputNegativeFlags(t *testing.T) {
+	cfg := writeBenchConfig(t)
+	for _, flag := range []string{"--max-batched-tokens", "--max-num-batched-tokens", "--kv-blocks"} {
+		t.Run(flag, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run([]string{"bench", "throughput", "--config", cfg, "--num-prompts", "2", "--input-len", "4", "--output-len", "2",
+				flag, "-5"}, &out, &errb)
+			if code != 2 || !strings.Contains(errb.String(), "not negative") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and the flag refused", code, out.String(), errb.String())
+			}
+		})
+	}
+}
