@@ -145,6 +145,9 @@ func displayName(name string) string {
 			return n.Repo
 		}
 	}
+	if abs, err := filepath.Abs(name); err == nil { // "." or "..": the folder's own name
+		name = abs
+	}
 	return filepath.Base(filepath.Clean(name))
 }
 

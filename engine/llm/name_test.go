@@ -64,3 +64,28 @@ func TestLoadReturnsWhenCancelled(t *testing.T) {
 	}
 	close(release) // the held load now starts, sees the ended context and stops
 }
+
+// TestDisplayNameRelative: a folder given relative to the working directory, "." or ".." included, is
+// named by the folder's own name (what serve lists in /v1/models), not by "." or "..".
+func TestDisplayNameRelative(t *testing.T) {
+	local := filepath.Join(t.TempDir(), "Llama-3.2-1B")
+	sub := filepath.Join(local, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	for _, tc := range []struct{ model, want string }{
+		{".", "sub"},
+		{"./", "sub"},
+		{"..", "Llama-3.2-1B"},
+		{"../", "Llama-3.2-1B"},
+		{"../sub/..", "Llama-3.2-1B"},
+		{"../../Llama-3.2-1B", "Llama-3.2-1B"},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			if got := displayName(tc.model); got != tc.want {
+				t.Errorf("displayName(%q) = %q, want %q", tc.model, got, tc.want)
+			}
+		})
+	}
+}
