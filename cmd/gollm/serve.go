@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -134,8 +135,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 2
 		}
 	}
+	keySource := "--api-key"
 	if !fs.Changed("api-key") {
-		o.apiKey = os.Getenv("GOLLM_API_KEY")
+		o.apiKey, keySource = os.Getenv("GOLLM_API_KEY"), "$GOLLM_API_KEY"
+	}
+	if strings.ContainsFunc(o.apiKey, unicode.IsSpace) { // openai.New refuses it, once the model is loaded
+		fmt.Fprintf(stderr, "gollm serve: %s holds white space, which no Authorization header can carry\n", keySource)
+		return 2
 	}
 	if o.toolCallParser != "" && !slices.Contains(openai.ToolParsers, o.toolCallParser) {
 		fmt.Fprintf(stderr, "gollm serve: --tool-call-parser %q: want one of %s\n", o.toolCallParser, strings.Join(openai.ToolParsers, ", "))

@@ -282,3 +282,26 @@ func TestServeLimitFlags(t *testing.T) {
 		})
 	}
 }
+
+// An API key that no Authorization header can carry (white space in it) is refused before the model
+// loads (the missing folder is never opened), naming where it came from.
+func TestServeAPIKeyCheckedBeforeLoad(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		want      string
+	}{
+		{"flag", "", []string{"--api-key", "a b"}, "--api-key holds white space"},
+		{"flag, trailing newline", "", []string{"--api-key", "key\n"}, "--api-key holds white space"},
+		{"environment", "key ", nil, "$GOLLM_API_KEY holds white space"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOLLM_API_KEY", tc.env)
+			code, _, stderr := runCLI(t, append([]string{"serve", "--port", "0", "--model", missing}, tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "listening on") {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q before listening", code, stderr, tc.want)
+			}
+		})
+	}
+}
