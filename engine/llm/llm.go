@@ -23,8 +23,9 @@ import (
 // Sentinel errors; test them with errors.Is.
 var (
 	// ErrDoesNotFit is returned by Load when the model and a KV cache for one request of
-	// Config.MaxModelLen tokens (the model's context when it is 0, on the CPU up to 8192 tokens) do not
-	// fit in the memory there is, or in the KV pages Config.KVBlocks gives.
+	// Config.MaxModelLen tokens do not fit in the memory there is, or in the KV pages Config.KVBlocks
+	// gives. When MaxModelLen is 0, only the CPU's cache sized from memory must hold the model's context
+	// (up to 8192 tokens); otherwise requests are capped to what the KV cache holds (see MaxModelLen).
 	ErrDoesNotFit = errors.New("llm: the model does not fit")
 	// ErrNoChatTemplate is returned by Chat and ChatStream for a model without a usable chat template.
 	ErrNoChatTemplate = errors.New("llm: the model has no chat template")
