@@ -67,7 +67,8 @@ type Precision struct {
 	// KVBytes per element of the K and V caches.
 	KVBytes int `json:"kv_bytes"`
 	// LayerWeightBytes per parameter of the decoder layers' matrices when it differs from WeightBytes
-	// (1 for FP8 layers, whose embeddings and LM head keep WeightBytes); 0 means WeightBytes.
+	// (1 for FP8 layers, whose embeddings and LM head keep WeightBytes, plus a float32 scale per row);
+	// 0 means WeightBytes.
 	LayerWeightBytes int `json:"layer_weight_bytes,omitempty"`
 }
 
@@ -131,6 +132,13 @@ func DecodeStepBytes(cfg *weights.Config, p Precision, contexts []int) StepBytes
 	wb := int64(p.WeightBytes)
 	var s StepBytes
 	s.Weights = c.LayerMatrices*p.layerWeightBytes() + (c.Layers-c.LayerMatrices+c.FinalNorm+c.LMHead)*wb
+	if p.LayerWeightBytes == 1 {
+		// FP8 layers: each matrix also reads a float32 scale per output row (model.FP8Weight).
+		d := int64(headDimOf(cfg))
+		rows := int64(cfg.NumAttentionHeads)*d + 2*int64(cfg.NumKeyValueHeads)*d + 2*int64(cfg.HiddenSize) +
+			2*int64(cfg.IntermediateSize)
+		s.Weights += 4 * rows * int64(cfg.NumHiddenLayers)
+	}
 	if cfg.TieWordEmbeddings {
 		s.Weights += c.Embedding * wb // the LM head is the table
 	}

@@ -101,10 +101,10 @@ func TestDecodeStepBytes(t *testing.T) {
 		// (8,030,261,248 − 525,336,576 embedding) × 2; KV per token 2·32·8·128·2 = 131,072 B.
 		{"llama3-8b", 1, 1024, bf16, 15_009_849_344, 8192, 134_217_728, 4.998},
 		{"llama3-8b", 64, 1024, bf16, 15_009_849_344, 64 * 8192, 64 * 134_217_728, 7.789},
-		// FP8 layers and KV: the layers' 6,979,321,856 matrix parameters in a byte each, their norms, the
-		// final norm and the LM head (1,051,205,632 B) in bfloat16; 65,536 B of KV per token (1.896 ms at
-		// the H200's 4.27 TB/s).
-		{"llama3-8b", 1, 1024, Precision{WeightBytes: 2, KVBytes: 1, LayerWeightBytes: 1}, 8_030_527_488, 8192, 67_108_864, 2.672},
+		// FP8 layers and KV: the layers' 6,979,321,856 matrix parameters in a byte each and a float32
+		// scale for each of their 32 × 43,008 rows (5,505,024 B), their norms, the final norm and the LM
+		// head (1,051,205,632 B) in bfloat16; 65,536 B of KV per token (1.898 ms at the H200's 4.27 TB/s).
+		{"llama3-8b", 1, 1024, Precision{WeightBytes: 2, KVBytes: 1, LayerWeightBytes: 1}, 8_036_032_512, 8192, 67_108_864, 2.674},
 		// Tied: the LM head reads the whole table, so every parameter counts: 1,235,814,400 × 2.
 		{"llama3.2-1b", 1, 1024, bf16, 2_471_628_800, 4096, 33_554_432, 0.827},
 		{"llama3.2-1b", 64, 1024, bf16, 2_471_628_800, 64 * 4096, 64 * 33_554_432, 1.524},
@@ -279,5 +279,19 @@ func TestWindowedBytes(t *testing.T) {
 	// The mean step of a latency run: full layers exact from the contexts' sum, windows at the mean.
 	if got, want := meanStepKV(gemma, 2, 4, 4*3*2000, 3, 2000), (8*4*2000+4*40*1024)*gemmaToken; got != want {
 		t.Errorf("mean step KV %d, want %d", got, want)
+	}
+}
+
+// TestFP8ScaleBytes: FP8 layers read their codes (a byte a weight) and a float32 scale per output row of
+// every matrix (q, k, v, o, gate, up, down), as model.FP8Weight holds them; written out for Qwen3-8B
+// (head_dim 128 over 32 query and 8 KV heads, hidden 4096, MLP 12288, 36 layers).
+func TestFP8ScaleBytes(t *testing.T) {
+	cfg, _ := Preset("qwen3-8b")
+	fp8 := DecodeStepBytes(cfg, Precision{WeightBytes: 2, KVBytes: 2, LayerWeightBytes: 1}, nil).Weights
+	bf16 := DecodeStepBytes(cfg, Precision{WeightBytes: 2, KVBytes: 2}, nil).Weights
+	matrices := int64(36 * (4096*4096 + 2*1024*4096 + 4096*4096 + 3*12288*4096))
+	rows := int64(36 * (4096 + 1024 + 1024 + 4096 + 12288 + 12288 + 4096))
+	if got, want := bf16-fp8, matrices-4*rows; got != want {
+		t.Errorf("FP8 layers read %d bytes fewer than bf16, want %d (a byte a weight plus a float32 scale a row)", got, want)
 	}
 }
