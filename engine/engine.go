@@ -71,6 +71,21 @@ type PickModel interface {
 	Start(s *model.Step, params []model.SampleParams) (*model.Pick, error)
 }
 
+// asyncPicker is implemented by models that say whether their Start returns before the step has run
+// (*model.Model: PicksAsync, true on the GPU). The engine pipelines steps only where it does: where
+// Start runs the step itself (the CPU backend), a step queued before the previous one's tokens are read
+// would run before they are delivered, and every token would reach its stream a step late. A PickModel
+// without the method is taken to pick on its device.
+type asyncPicker interface {
+	PicksAsync() bool
+}
+
+// pipelines reports whether steps on m may be pipelined (asyncPicker).
+func pipelines(m Model) bool {
+	a, ok := m.(asyncPicker)
+	return !ok || a.PicksAsync()
+}
+
 // MaskModel is a PickModel whose pick can wait for its masks (structured output): Begin queues a step
 // without its pick and returns at once, and the Pick's Commit queues the pick under one
 // model.SampleParams per logits row, each with the mask of its row's constraint (SampleParams.Mask).
@@ -131,8 +146,11 @@ type Config struct {
 	// DisablePrefixCaching turns off the reuse of cached prompt prefixes.
 	DisablePrefixCaching bool
 	// DisablePipelining makes every step wait for the previous one's tokens before it is queued (see
-	// PickModel), as a model without Start would.
+	// PickModel), as a model without Start would, or whose picks are not asynchronous (asyncPicker).
 	DisablePipelining bool
+	// pipelineHostPicks pipelines steps on a model whose picks are not asynchronous too: the package's
+	// tests run the pipelined loop on the CPU model with it.
+	pipelineHostPicks bool
 	// MaxModelLen caps prompt plus output tokens; 0 means the model's max_position_embeddings. The
 	// KV pool's capacity (NumBlocks × BlockSize) caps it too.
 	MaxModelLen int
@@ -360,7 +378,7 @@ func New(m Model, tok Tokenizer, cfg Config) (*Engine, error) {
 		sched:    sched,
 		pool:     pool,
 		workers:  runtime.GOMAXPROCS(0),
-		pipeline: !cfg.DisablePipelining,
+		pipeline: !cfg.DisablePipelining && (cfg.pipelineHostPicks || pipelines(m)),
 		addCh:    make(chan *request, 64),
 		closing:  make(chan struct{}),
 		abortAll: make(chan struct{}),

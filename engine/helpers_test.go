@@ -127,6 +127,9 @@ func newEngine(t testing.TB, m Model, cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
+	// The pipelined loop on the CPU model too (which would not pipeline: Config.pipelineHostPicks), so
+	// that its planning, feeding and undoing are tested without a GPU.
+	cfg.pipelineHostPicks = true
 	e, err := New(m, byteTokenizer{}, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -796,5 +797,66 @@ func TestPipelinedStartRefused(t *testing.T) {
 	checkEngineStats(t, e, m, got...)
 	if err := m.check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// blockingStarts is a CPU model whose second Start blocks until release is closed.
+type blockingStarts struct {
+	*model.Model
+	starts  atomic.Int32
+	release chan struct{}
+}
+
+func (m *blockingStarts) Start(s *model.Step, params []model.SampleParams) (*model.Pick, error) {
+	if m.starts.Add(1) == 2 {
+		<-m.release
+	}
+	return m.Model.Start(s, params)
+}
+
+// TestHostPicksNotPipelined: on the CPU model, whose Start runs the step before it returns
+// (model.Model.PicksAsync false), the engine does not queue a step before the previous one's tokens are
+// delivered: the prefill's token reaches its stream while the next step has not run (here it cannot:
+// its Start blocks). Pipelined, the token waited for the next step's whole forward pass, so every
+// token on the CPU came a step late.
+func TestHostPicksNotPipelined(t *testing.T) {
+	m := &blockingStarts{Model: loadTinyModel(t, writeTinyModel(t, 3), 64, 4), release: make(chan struct{})}
+	if m.PicksAsync() {
+		t.Fatal("the CPU model says its picks are asynchronous")
+	}
+	e, err := New(m, byteTokenizer{}, Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(m.release)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	s, err := e.Add(context.Background(), Request{PromptIDs: []int32{1, 2, 3}, MaxTokens: 4, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := s.Recv(ctx)
+	if err != nil || len(out.TokenIDs) != 1 {
+		t.Fatalf("first token: %+v, %v; want it before the next step runs", out, err)
+	}
+	close(m.release)
+	released = true
+	for !out.Finished() {
+		if out, err = s.Recv(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.Stats().PipelinedSteps; n != 0 {
+		t.Errorf("%d steps pipelined on the CPU model", n)
 	}
 }

@@ -340,6 +340,16 @@ func (m *Model) Start(s *Step, params []SampleParams) (*Pick, error) {
 	}), nil
 }
 
+// PicksAsync reports whether Start and Begin return before the step has run: on a PickBackend (the GPU's)
+// with the model run whole, whose picks are made on the device. There a step queued before this one's
+// picks are read overlaps it (pipelined decode). Elsewhere (the CPU backend, a tensor-parallel model,
+// whose ranks' picks meet on the host) the step has run when Start returns, and a step queued before
+// its picks are read would only hold them back by its own time.
+func (m *Model) PicksAsync() bool {
+	_, ok := m.backend.(PickBackend)
+	return ok && m.par == nil
+}
+
 // pickOnHost is Start on a backend without PickBackend: the step's InputFrom rows get the previous picks
 // (kept here), the logits come to the host, and each row is picked there.
 // A tensor-parallel model picks greedy rows rank by rank (pickParallelGreedy).
