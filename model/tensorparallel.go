@@ -93,6 +93,20 @@ func planTP(cfg *weights.Config, size int) (*tpPlan, error) {
 	return p, nil
 }
 
+// TPRankConfig is the model that rank r of cfg sharded over size ranks runs (Options.TensorParallel):
+// its query and KV heads, its intermediate features, its vocabulary shard and the zero row. It fails
+// where the sharding does (planTP). A benchmark's roofline for one GPU of a group counts its shape.
+func TPRankConfig(cfg *weights.Config, size, r int) (*weights.Config, error) {
+	p, err := planTP(cfg, size)
+	if err != nil {
+		return nil, err
+	}
+	if r < 0 || r >= size {
+		return nil, fmt.Errorf("rank %d of %d", r, size)
+	}
+	return p.rankConfig(cfg, r), nil
+}
+
 // rankConfig is rank r's model: its heads, its features, its vocabulary shard and the zero row.
 func (p *tpPlan) rankConfig(cfg *weights.Config, r int) *weights.Config {
 	c := *cfg

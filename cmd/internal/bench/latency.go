@@ -415,10 +415,10 @@ func summarizeLatency(lm *LoadedModel, opts LatencyOptions, its []latencyIterati
 	// decode step would have had.
 	rf := &r.Roofline
 	rf.Context = opts.InputLen + 1
-	rf.Bytes = DecodeStepBytes(lm.Config, lm.Precision, UniformContexts(opts.Batch, rf.Context))
+	rf.Bytes = DecodeStepBytes(lm.rooflineConfig(), lm.Precision, UniformContexts(opts.Batch, rf.Context))
 	if numSteps > 0 {
 		rf.Context = int(float64(contextSum)/float64(numSteps*opts.Batch) + 0.5)
-		rf.Bytes.KV = meanStepKV(lm.Config, lm.Precision.KVBytes, opts.Batch, contextSum, numSteps, rf.Context)
+		rf.Bytes.KV = meanStepKV(lm.rooflineConfig(), lm.Precision.KVBytes, opts.Batch, contextSum, numSteps, rf.Context)
 		rf.Bytes.Total = rf.Bytes.Weights + rf.Bytes.EmbeddingRows + rf.Bytes.KV
 	}
 	rf.Bandwidth, rf.BandwidthSource = opts.Bandwidth, opts.BandwidthSource

@@ -68,6 +68,11 @@ type LoadedModel struct {
 	// Device is where the model runs, and Precision what its backend stores.
 	Device    Device
 	Precision Precision
+	// RankConfig, for a model sharded over GPUs (ModelSpec.TensorParallel > 1 on CUDA), is the shape of
+	// the rank with the most intermediate features (model.TPRankConfig): what one GPU reads and
+	// computes, which the rooflines count against one GPU's bandwidth and FLOP rate. Nil otherwise (the
+	// ranks of a CPU model share the host's memory and cores: the whole Config is the bound).
+	RankConfig *weights.Config
 	// RandomWeights reports whether the parameters are random.
 	RandomWeights bool
 	// LoadTime is how long LoadModel took.
@@ -162,6 +167,18 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 		lm.Config, lm.Tokenizer, lm.folder = f.Config, tok, f
 		lm.EOSTokenIDs = f.Generation.EOSTokenIDs
 	}
+	if spec.TensorParallel > 1 && dev.Name == model.DeviceCUDA {
+		for r := range spec.TensorParallel {
+			rc, err := model.TPRankConfig(lm.Config, spec.TensorParallel, r)
+			if err != nil {
+				lm.Model.Close()
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			if lm.RankConfig == nil || rc.IntermediateSize > lm.RankConfig.IntermediateSize {
+				lm.RankConfig = rc
+			}
+		}
+	}
 	lm.Precision = dev.Precision(lm.Config)
 	if model.UsesFP8Weights(lm.Config, spec.Quantization) {
 		lm.Precision.LayerWeightBytes = 1
@@ -169,6 +186,14 @@ func LoadModel(spec ModelSpec) (*LoadedModel, error) {
 	lm.Precision.KVBytes = model.KVElementBytes(spec.KVCacheDType, lm.Precision.KVBytes)
 	lm.LoadTime = time.Since(start)
 	return lm, nil
+}
+
+// rooflineConfig is the shape a roofline of one device counts: RankConfig, else Config.
+func (lm *LoadedModel) rooflineConfig() *weights.Config {
+	if lm.RankConfig != nil {
+		return lm.RankConfig
+	}
+	return lm.Config
 }
 
 // Close frees the model and closes its folder.

@@ -2,9 +2,13 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gollm/gollm/model"
 
 	"github.com/gollm/gollm/weights"
 )
@@ -293,5 +297,56 @@ func TestFP8ScaleBytes(t *testing.T) {
 	rows := int64(36 * (4096 + 1024 + 1024 + 4096 + 12288 + 12288 + 4096))
 	if got, want := bf16-fp8, matrices-4*rows; got != want {
 		t.Errorf("FP8 layers read %d bytes fewer than bf16, want %d (a byte a weight plus a float32 scale a row)", got, want)
+	}
+}
+
+// TestTPRankRoofline: a model sharded over GPUs sets each roofline against one GPU, so it counts the
+// busiest rank's shape (model.TPRankConfig), whose bytes are the rank shapes device-run.sh tprank times
+// alone (scripts/bench/tp-ranks, which must stay planTP's cut); the whole model's bytes over one GPU's
+// bandwidth put a group of N at N times its real fraction of the roofline.
+func TestTPRankRoofline(t *testing.T) {
+	whole, err := Preset("llama3-70b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Precision{WeightBytes: 2, KVBytes: 2}
+	ctx := UniformContexts(1, 1025)
+	wholeBytes := DecodeStepBytes(whole, p, ctx).Total
+	for _, n := range []int{2, 4, 8} {
+		rank, err := model.TPRankConfig(whole, n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := weights.LoadConfig(filepath.Join("..", "..", "..", "scripts", "bench", "tp-ranks", fmt.Sprintf("llama3-70b-tp%d.json", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []struct {
+			name      string
+			got, want int
+		}{{"heads", file.NumAttentionHeads, rank.NumAttentionHeads}, {"kv heads", file.NumKeyValueHeads, rank.NumKeyValueHeads},
+			{"head dim", file.HeadDim, rank.HeadDim}, {"features", file.IntermediateSize, rank.IntermediateSize},
+			{"vocabulary rows", file.VocabSize, rank.VocabSize}, {"hidden", file.HiddenSize, rank.HiddenSize},
+			{"layers", file.NumHiddenLayers, rank.NumHiddenLayers}} {
+			if f.got != f.want {
+				t.Errorf("tp%d: scripts/bench/tp-ranks has %s %d, planTP cuts %d", n, f.name, f.got, f.want)
+			}
+		}
+		lm := &LoadedModel{Config: whole, RankConfig: rank}
+		got := DecodeStepBytes(lm.rooflineConfig(), p, ctx).Total
+		// A rank reads its 1/n of the layers' matrices and KV heads (8 KV heads: whole for n ≤ 8), its
+		// vocabulary shard, and the replicated norms and embedding row.
+		if lo, hi := wholeBytes/int64(n), wholeBytes/int64(n)+wholeBytes/200; got < lo || got > hi {
+			t.Errorf("tp%d: the roofline counts %d bytes a GPU, want about the whole model's %d / %d", n, got, wholeBytes, n)
+		}
+	}
+	if lm := (&LoadedModel{Config: whole}); lm.rooflineConfig() != whole {
+		t.Error("a model whole: the roofline does not count its own shape")
+	}
+	if _, err := model.TPRankConfig(whole, 3, 0); err == nil {
+		t.Error("TP 3 of 64 heads: no error")
+	}
+	if _, err := model.TPRankConfig(whole, 2, 2); err == nil {
+		t.Error("rank 2 of 2: no error")
 	}
 }

@@ -176,7 +176,7 @@ func RunThroughput(ctx context.Context, lm *LoadedModel, opts ThroughputOptions)
 	if peak <= 0 {
 		peak = lm.Device.PeakFLOPS
 	}
-	res.Roofline = throughputRoofline(lm.Config, lm.Precision, inputs, outputs, opts.MaxNumSeqs, peak, bw)
+	res.Roofline = throughputRoofline(lm.rooflineConfig(), lm.Precision, inputs, outputs, opts.MaxNumSeqs, peak, bw)
 	if res.Roofline.BoundS > 0 {
 		res.Roofline.Percent = 100 * res.Roofline.BoundS / res.Seconds
 	}
