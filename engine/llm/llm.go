@@ -206,7 +206,11 @@ func Load(ctx context.Context, name string, cfg Config) (*Model, error) {
 				r.m.Close()
 			}
 		}()
-		return nil, fmt.Errorf("llm: loading %s: %w", displayName(name), context.Cause(ctx))
+		err := ctx.Err() // context.Canceled or DeadlineExceeded, and the cause given, where one was
+		if cause := context.Cause(ctx); cause != err {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		return nil, fmt.Errorf("llm: loading %s: %w", displayName(name), err)
 	}
 }
 

@@ -182,6 +182,8 @@ func TestCPUKVBlocks(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
+	withCause, cancelCause := context.WithCancelCause(context.Background())
+	cancelCause(errors.New("shutting down"))
 	tests := []struct {
 		name   string
 		ctx    context.Context
@@ -200,6 +202,8 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown shared prefix", context.Background(), "", Config{SharedPrefix: "sometimes"}, nil, `shared prefix "sometimes"`},
 		{"missing folder", context.Background(), "/nonexistent/model", Config{}, fs.ErrNotExist, ""},
 		{"cancelled", cancelled, "", Config{}, context.Canceled, ""},
+		// The cause given and context.Canceled both, as Load's doc promises an error wrapping ctx's.
+		{"cancelled with a cause", withCause, "", Config{}, context.Canceled, "shutting down"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
