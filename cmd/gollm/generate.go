@@ -357,6 +357,9 @@ func parseIDs(s string) ([]int32, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token id %q: %w", f, err)
 		}
+		if v < 0 {
+			return nil, fmt.Errorf("token id %d is negative", v)
+		}
 		ids = append(ids, int32(v))
 	}
 	if len(ids) == 0 {

@@ -244,6 +244,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"no prompt", []string{"--model", dir}, 2, "exactly one of"},
 		{"two prompts", []string{"--model", dir, "--prompt", "a", "--prompt-ids", "1"}, 2, "exactly one of"},
 		{"bad ids", []string{"--model", dir, "--prompt-ids", "1,x"}, 2, "--prompt-ids"},
+		{"negative id", []string{"--model", missing, "--prompt-ids", "1,-2"}, 2, "--prompt-ids: token id -2 is negative"},
 		{"missing folder", []string{"--model", filepath.Join(dir, "nope"), "--prompt", "hi"}, 1, "nope: no such model folder"},
 		{"empty folder", []string{"--model", t.TempDir(), "--prompt", "hi"}, 1, "config.json"},
 		{"prompt argument and flag", []string{"--model", dir, "--prompt", "a", "b"}, 2, "exactly one of"},
