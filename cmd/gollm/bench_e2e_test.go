@@ -431,3 +431,19 @@ func TestBenchThroughputNegativeFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchInterrupted: a bench interrupted by a signal (its context cancelled) exits 130, as generate
+// and pull do, not 1 as if it had failed; a command that succeeds keeps its 0.
+func TestBenchInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	args := []string{"latency", "--config", "smollm2-135m", "--random-weights", "--batch", "1", "--input-len", "16",
+		"--output-len", "4", "--warmup", "0", "--iters", "1", "--bandwidth", "1e10"}
+	if code := runCommand(ctx, commands["bench"], args, &out, &errb); code != 130 {
+		t.Errorf("interrupted bench latency: exit %d, want 130 (%s)", code, errb.String())
+	}
+	if code := runCommand(ctx, commands["version"], nil, &out, &errb); code != 0 {
+		t.Errorf("version under a cancelled context: exit %d, want 0", code)
+	}
+}

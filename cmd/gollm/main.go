@@ -74,5 +74,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		stop()
 	}()
-	return cmd.run(ctx, args[1:], stdout, stderr)
+	return runCommand(ctx, cmd, args[1:], stdout, stderr)
+}
+
+// runCommand runs cmd under ctx, which a signal cancels: a command that fails once ctx has ended was
+// interrupted, and exits 130 (128 + SIGINT, as shells report it) rather than with its own error's 1.
+// A command that drains and succeeds (serve on SIGTERM) keeps its 0.
+func runCommand(ctx context.Context, cmd command, args []string, stdout, stderr io.Writer) int {
+	code := cmd.run(ctx, args, stdout, stderr)
+	if code == 1 && ctx.Err() != nil {
+		return 130
+	}
+	return code
 }
