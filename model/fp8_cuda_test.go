@@ -1253,3 +1253,99 @@ func BenchmarkCUDAFP8Fused(bb *testing.B) {
 		}
 	}
 }
+
+// TestCUDAFP8QuantIn runs the FP8 product that quantizes its own input (opPlan.fp8QuantIn: Hopper's e4m3
+// kernel at one token tile, MatMulE4M3mmaQ_nt1, each block quantizing its rows into shared memory)
+// beside QuantizeE4M3 followed by the same kernel on the codes it wrote: the same codes and scales, summed
+// in the same order, so every output must be the same bits (NaN where a row holds one). Input dtypes
+// float32, bfloat16 and float16; 1-8 rows; ragged and aligned k and n up to k = 8192 (Llama-3-70B's O);
+// dynamic and static input scales; with and without a bias.
+func TestCUDAFP8QuantIn(t *testing.T) {
+	dev := gpuDevice(t)
+	if info := dev.Info(); info.Major != 9 || info.Minor != 0 {
+		t.Skipf("%s: the e4m3 mma kernel is Hopper's", info.Name)
+	}
+	rng := rand.New(rand.NewPCG(45, 10))
+	for _, dt := range []weights.DType{weights.DTypeF32, weights.DTypeBF16, weights.DTypeF16} {
+		b, err := newCUDABackend(gemvShapeForTest(), cudaConfig{dtype: dt, dev: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if err := b.loadFP8(); err != nil {
+			t.Fatal(err)
+		}
+		if b.fp8.mma[0] == nil || b.fp8.mmaQ == nil {
+			t.Fatalf("%v: compute capability 9.0 without the e4m3 mma kernel (%v) or its quantizing form (%v)", dt,
+				b.fp8.mma[0] != nil, b.fp8.mmaQ != nil)
+		}
+		for _, sh := range []struct{ n, k int }{{256, 512}, {100, 200}, {48, 64}, {24, 1000}, {4096, 4096}, {512, 8192}} {
+			for _, rows := range []int{1, 2, 5, 8} {
+				for _, tc := range []struct {
+					static float32
+					bias   bool
+				}{{0, false}, {0.01, true}} {
+					t.Run(fmt.Sprintf("%v/n%d_k%d/rows%d/static=%v_bias=%v", dt, sh.n, sh.k, rows, tc.static, tc.bias), func(t *testing.T) {
+						checkFP8QuantIn(t, b, dt, rng, rows, sh.n, sh.k, tc.static, tc.bias)
+					})
+				}
+			}
+		}
+	}
+}
+
+func checkFP8QuantIn(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, rows, n, k int, static float32, withBias bool) {
+	w := randomFP8(rng, n, k, static)
+	wt, err := b.UploadFP8(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := wt.Data.(*cudaWeight)
+	var bw *cudaWeight
+	if withBias {
+		bias := make([]float32, n)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{n}, Data: cuda.Bytes(bias)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw = bt.Data.(*cudaWeight)
+	}
+	nanRow := -1
+	if rows > 1 {
+		nanRow = 1
+	}
+	x := fp8TestInput(rng, rows, k, nanRow)
+	xt := newDeviceTensor(t, b, rows, k)
+	raw := cuda.Bytes(x)
+	if dt != weights.DTypeF32 {
+		raw = round16(dt, x)
+	}
+	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+		t.Fatal(err)
+	}
+	op := &stepOp{kind: opMatMul, out: n, in: k, fp8: true}
+	var got [2][]float32
+	for i, quantIn := range []bool{false, true} {
+		y := newDeviceTensor(t, b, rows, n)
+		poison(t, b, y.ptr, rows*n)
+		if err := b.runFP8(op, &opArgs{d: y, x: xt, w: cw, bias: bw},
+			&opPlan{rows: rows, mm: matmulPlan{path: pathFP8}, fp8QuantIn: quantIn}); err != nil {
+			t.Fatal(err)
+		}
+		got[i] = syncAndRead(t, b, y.ptr, rows*n)
+	}
+	for r := range rows {
+		for o := range n {
+			a, q := got[0][r*n+o], got[1][r*n+o]
+			if math.Float32bits(a) != math.Float32bits(q) && !(a != a && q != q) {
+				t.Fatalf("row %d output %d: %v quantizing its input, %v after QuantizeE4M3", r, o, q, a)
+			}
+		}
+	}
+}

@@ -999,3 +999,62 @@ func TestPlanStepMixedDecodes(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanFP8QuantIn: at one token tile on the Hopper e4m3 kernel, an FP8 product whose input no
+// producer quantized (O, after attention; every product with FP8NoFuse) quantizes it itself
+// (opPlan.fp8QuantIn) where that kernel form is loaded and the tuning asks for it; never past one tile,
+// never a product whose norm or SwiGLU wrote its codes.
+func TestPlanFP8QuantIn(t *testing.T) {
+	m := planLlama3_8B
+	for _, tc := range []struct {
+		rows                  int
+		mma, mmaQ, on, noFuse bool
+		wantO, wantOthers     bool
+	}{
+		{1, true, true, true, false, true, false},
+		{8, true, true, true, false, true, false},
+		{9, true, true, true, false, false, false},
+		{1, true, true, false, false, false, false},
+		{1, true, false, true, false, false, false},
+		{1, false, false, true, false, false, false},
+		{1, true, true, true, true, true, true},
+	} {
+		t.Run(fmt.Sprintf("rows=%d/mma=%v,q=%v/on=%v/nofuse=%v", tc.rows, tc.mma, tc.mmaQ, tc.on, tc.noFuse), func(t *testing.T) {
+			ops, at := recordedStep(m, tc.rows, false)
+			for i := range ops {
+				if ops[i].kind == opMatMul && i != at["lmhead"] {
+					ops[i].fp8 = true
+				}
+			}
+			f := planFacts("h200", m)
+			f.fp8Lt, f.fp8Gemm, f.fp8MMA = true, true, tc.mma
+			if tc.mmaQ {
+				f.fp8QuantInShare = 227 << 10 / 3 // an H200's
+			}
+			f.tune.FP8QuantIn, f.tune.FP8NoFuse = tc.on, tc.noFuse
+			st := stepShape{decode: true, graph: true, contextCap: 2048, stride: 128, pdl: tc.rows <= 8}
+			plans := planStep(ops, 0, &f, &st)
+			count := 0
+			for i, p := range plans {
+				op := &ops[i]
+				if op.kind != opMatMul || !op.fp8 {
+					if p.fp8QuantIn {
+						t.Errorf("op %d (%v) planned to quantize its input", i, op.kind)
+					}
+					continue
+				}
+				want := tc.wantOthers
+				if ops[i-1].kind == opAttention {
+					want = tc.wantO
+					count++
+				}
+				if p.fp8QuantIn != want || p.fp8QuantIn && p.fp8Quantized {
+					t.Errorf("op %d: quantizes its input %v (quantized before it %v), want %v", i, p.fp8QuantIn, p.fp8Quantized, want)
+				}
+			}
+			if count != m.layers {
+				t.Errorf("%d O products, want %d", count, m.layers)
+			}
+		})
+	}
+}
