@@ -171,6 +171,8 @@ type cudaFunctions struct {
 	// The families' ops: GeGLU, the sublayer-output norms (NormAddRMSNorm), and on float32 values the
 	// q/k norms, the products' biases and the logits' soft cap.
 	geglu, normAdd, qkNorm, bias, softcap *cuda.Function
+	// allReduce is the tensor-parallel group's one-shot sum (kernels/allreduce.cu, peerCollective).
+	allReduce *cuda.Function
 }
 
 // cudaTensor is an activation buffer: rows × cols elements of 4 bytes (enough for float32 or the
@@ -270,12 +272,13 @@ func newCUDABackend(shape Shape, cfg cudaConfig) (_ *cudaBackend, err error) {
 		{&b.fn.swiglu, "SwiGLU"}, {&b.fn.gather, "GatherRows"}, {&b.fn.argmaxChunks, "ArgmaxChunks"},
 		{&b.fn.argmaxPartials, "ArgmaxPartials"}, {&b.fn.sample, "SampleRows"}, {&b.fn.geglu, "GeGLU"},
 		{&b.fn.normAdd, "NormAddRMSNorm"}, {&b.fn.qkNorm, "QKNorm"}, {&b.fn.bias, "AddBias"}, {&b.fn.softcap, "Softcap"},
+		{&b.fn.allReduce, "AllReduceOneShot"},
 	} {
 		name := k.name + "_" + tn
 		switch k.name {
 		case "ArgmaxChunks":
 			name = k.name + "_f32" // the logits are float32 whatever the compute dtype
-		case "ArgmaxPartials", "SampleRows", "QKNorm", "AddBias", "Softcap": // float32 values only
+		case "ArgmaxPartials", "SampleRows", "QKNorm", "AddBias", "Softcap", "AllReduceOneShot": // float32 values only
 			name = k.name
 		}
 		if *k.dst, err = b.mod.Function(name); err != nil {

@@ -122,7 +122,7 @@ func (b *cudaBackend) AllReduceSum(t Tensor) {
 		b.fail(errors.New("cuda backend: all-reduce in a backend of no tensor-parallel group"))
 		return
 	}
-	b.record(stepOp{kind: opAllReduce, rows: t.Rows, capacity: d.rows, graphable: b.cfg.coll.capturable(), dst: id(d),
+	b.record(stepOp{kind: opAllReduce, rows: t.Rows, capacity: d.rows, graphable: b.cfg.coll.capturable(t.Rows * t.Cols), dst: id(d),
 		src: id(d), in: t.Cols}, opArgs{d: d})
 }
 

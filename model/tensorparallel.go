@@ -35,11 +35,12 @@ import (
 //
 // The ranks run on goroutines of one process, one a rank: the logits meet in host memory, and on the
 // CPU backend every all-reduce goes through the in-process communicator (model/tp). On GPUs
-// rank r runs on GPU r and sums its activations with NCCL as ops of its step, inside the decode step's
-// CUDA graph (newCUDAGroup). One process rather than one per GPU: the engine, scheduler and block
+// rank r runs on GPU r and sums its activations as ops of its step, inside the decode step's CUDA graph
+// (newCUDAGroup): small sums (a decode step's rows) in one kernel a rank that reads the peers' memory
+// directly (peerCollective), the rest with NCCL. One process rather than one per GPU: the engine, scheduler and block
 // tables stay single without a control channel between processes, the logits gather is a host copy,
-// and a failed rank is seen by its peers at once. A rank that fails aborts the group: its peers' NCCL
-// work is aborted so that none waits for it, every rank's collectives fail, and the model fails every
+// and a failed rank is seen by its peers at once. A rank that fails aborts the group: its peers' waits
+// in collectives are aborted so that none waits for it, every rank's collectives fail, and the model fails every
 // later step.
 
 // parallel is a Model's ranks under tensor parallelism.
@@ -657,7 +658,26 @@ func (b *tpBackend) CopyToHost(dst [][]float32, src Tensor) error {
 	if b.err != nil {
 		return b.err
 	}
-	return b.Backend.CopyToHost(dst, src)
+	if err := b.Backend.CopyToHost(dst, src); err != nil {
+		return err
+	}
+	return b.collectiveErr()
+}
+
+// collectiveChecker is implemented by backends whose collectives may fail where no call returns it (work
+// in a replayed CUDA graph).
+type collectiveChecker interface {
+	collectiveErr() error
+}
+
+// collectiveErr is the device backend's collective failure, checked once a step's results are in.
+func (b *tpBackend) collectiveErr() error {
+	if c, ok := b.Backend.(collectiveChecker); ok {
+		if err := c.collectiveErr(); err != nil {
+			return fmt.Errorf("tensor parallelism: %w", err)
+		}
+	}
+	return nil
 }
 
 // PickBest is the device backend's (rankPicker checks it has one), after a failed collective's error.
@@ -669,5 +689,8 @@ func (b *tpBackend) PickBest(dst []rowBest, src Tensor, cols int) error {
 	if !ok {
 		return errors.New("tensor parallelism: the rank's backend does not pick on its device")
 	}
-	return bp.PickBest(dst, src, cols)
+	if err := bp.PickBest(dst, src, cols); err != nil {
+		return err
+	}
+	return b.collectiveErr()
 }

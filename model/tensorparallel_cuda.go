@@ -5,6 +5,8 @@ package model
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/model/tp"
@@ -35,8 +37,12 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 	}
 	var devs []*cuda.Device
 	var nccl []*cuda.Comm
+	var peers *peerGroup
 	release := func() error {
 		var errs []error
+		if peers != nil {
+			errs = append(errs, peers.close())
+		}
 		for _, c := range nccl {
 			errs = append(errs, c.Close())
 		}
@@ -63,10 +69,24 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 	}
 	colls := make([]deviceCollective, size)
 	g := &rankGroup{sharing: 1}
+	how, err := tpAllReduceMode()
+	if err != nil {
+		return nil, err
+	}
 	if tpShareGPU {
+		// Every graph step's sums one-shot (its rows at most maxGraphBatch), larger ones through the host.
 		g.sharing = size
+		limit := maxGraphBatch * cfg.HiddenSize
+		if how != "nccl" {
+			if peers, err = newPeerGroup(devs, limit); err != nil {
+				return nil, err
+			}
+		}
 		for r := range colls {
 			colls[r] = &hostCollective{comm: comms[r]}
+			if peers != nil {
+				colls[r] = &peerCollective{g: peers, rank: r, limit: limit, fallback: colls[r]}
+			}
 		}
 	} else {
 		lib, err := cuda.LoadNCCL()
@@ -76,8 +96,22 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 		if nccl, err = lib.InitAll(devs); err != nil {
 			return nil, err
 		}
+		limit := peerOneShotMax(size)
+		if how != "nccl" {
+			peers, err = newPeerGroup(devs, limit)
+			if err != nil && how == "peer" {
+				return nil, err
+			}
+			if err != nil {
+				slog.Info("tensor parallelism: every all-reduce through NCCL", "reason", err)
+				peers = nil
+			}
+		}
 		for r := range colls {
 			colls[r] = ncclCollective{nccl[r]}
+			if peers != nil {
+				colls[r] = &peerCollective{g: peers, rank: r, limit: limit, fallback: colls[r]}
+			}
 		}
 	}
 	g.backends = func(r int) NewBackendFunc {
@@ -95,4 +129,19 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 	}
 	g.close = release
 	return g, nil
+}
+
+// tpAllReduceMode reads GOLLM_TP_ALLREDUCE, how a GPU group sums: "" or "auto" one-shot through peer
+// memory for small sums where every two GPUs have a peer-to-peer path and NCCL for the rest, "peer" the
+// same but failing where peer access is missing, "nccl" NCCL for every sum (through host memory on a
+// shared GPU).
+func tpAllReduceMode() (string, error) {
+	switch v := os.Getenv("GOLLM_TP_ALLREDUCE"); v {
+	case "", "auto":
+		return "auto", nil
+	case "peer", "nccl":
+		return v, nil
+	default:
+		return "", fmt.Errorf("GOLLM_TP_ALLREDUCE=%q: want auto, peer or nccl", v)
+	}
 }

@@ -87,8 +87,11 @@ func wholeSteps(t *testing.T, cfg *weights.Config, get tensorGetter, dt weights.
 }
 
 // TestCUDATensorParallel runs the mixed steps of tpPlanSteps (prefills, a chunk beside decodes, rounds
-// of decodes) through a model on the GPU whole and sharded over 2 and 4 ranks sharing the GPU (their
-// sums through host memory), in float32 and bfloat16, and compares every logits row: the shards' sums
+// of decodes) through a model on the GPU whole and sharded over 2 and 4 ranks sharing the GPU, in
+// float32 and bfloat16, and compares every logits row. The ranks sum one-shot through the GPU's memory
+// (peerCollective; the decode steps' graphs capture it) or, with GOLLM_TP_ALLREDUCE=nccl, through host
+// memory (no graphs), the prefill steps too large for the one-shot buffers through host memory either
+// way. The shards' sums
 // differ from the whole model's only in the order of their float32 additions (1e-4); in bfloat16 the
 // whole model also folds its norms into the products and accumulates into the residual, which no rank
 // does across an all-reduce, and the roundings those move put rows up to about 3e-2 apart (one rank over
@@ -105,17 +108,24 @@ func TestCUDATensorParallel(t *testing.T) {
 			r := newRandomModel(tc.cfg, weights.DTypeBF16, 5)
 			steps, want := wholeSteps(t, tc.cfg, r.get, dt.dtype, "")
 			for _, size := range []int{2, 4} {
-				t.Run(fmt.Sprintf("%s/%v/tp%d", tc.name, dt.dtype, size), func(t *testing.T) {
-					m := loadTP(t, tc.cfg, r.get, dt.dtype, size, true, "")
-					compareTP(t, m, steps, want, dt.tol)
-					compareGreedyTP(t, m, steps)
-					for rank := range size {
-						if st := rankCUDA(m, rank).Stats(); st.Captured+st.Replayed != 0 {
-							t.Errorf("rank %d: %d graphs captured, %d replayed; the host sums cannot be captured", rank,
-								st.Captured, st.Replayed)
+				for _, mode := range []string{"auto", "nccl"} {
+					t.Run(fmt.Sprintf("%s/%v/tp%d/%s", tc.name, dt.dtype, size, mode), func(t *testing.T) {
+						t.Setenv("GOLLM_TP_ALLREDUCE", mode)
+						m := loadTP(t, tc.cfg, r.get, dt.dtype, size, true, "")
+						compareTP(t, m, steps, want, dt.tol)
+						compareGreedyTP(t, m, steps)
+						for rank := range size {
+							st := rankCUDA(m, rank).Stats()
+							if graphs := st.Captured + st.Replayed; mode == "nccl" && graphs != 0 {
+								t.Errorf("rank %d: %d graphs captured, %d replayed; the host sums cannot be captured", rank,
+									st.Captured, st.Replayed)
+							} else if mode == "auto" && (st.Captured == 0 || st.Replayed == 0) {
+								t.Errorf("rank %d: %d graphs captured, %d replayed: the decode steps with the one-shot sums did not run as graphs",
+									rank, st.Captured, st.Replayed)
+							}
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}
@@ -144,7 +154,8 @@ func TestCUDATensorParallelFP8(t *testing.T) {
 
 // TestCUDATensorParallelNCCL runs the same steps sharded over NCCL: one rank on GPU 0 (the collectives a
 // rank's step records, NCCL's all-reduce captured into the decode steps' graphs and replayed), and, on a
-// machine of several GPUs, the most of 2, 4 and 8 ranks it has, one a GPU.
+// machine of several GPUs, the most of 2, 4 and 8 ranks it has, one a GPU; every sum through NCCL
+// (GOLLM_TP_ALLREDUCE=nccl) and the small ones one-shot through the peers' memory (auto).
 func TestCUDATensorParallelNCCL(t *testing.T) {
 	gpuDevice(t)
 	count, err := cu.NumDevices()
@@ -160,8 +171,10 @@ func TestCUDATensorParallelNCCL(t *testing.T) {
 	for _, tc := range tpCUDAConfigs()[:2] {
 		r := newRandomModel(tc.cfg, weights.DTypeBF16, 5)
 		steps, want := wholeSteps(t, tc.cfg, r.get, weights.DTypeBF16, "")
-		for _, size := range sizes {
-			t.Run(fmt.Sprintf("%s/tp%d", tc.name, size), func(t *testing.T) {
+		for _, run := range tpRuns(sizes) {
+			size := run.size
+			t.Run(fmt.Sprintf("%s/tp%d/%s", tc.name, size, run.mode), func(t *testing.T) {
+				t.Setenv("GOLLM_TP_ALLREDUCE", run.mode)
 				m := loadTP(t, tc.cfg, r.get, weights.DTypeBF16, size, false, "")
 				compareTP(t, m, steps, want, 5e-2)
 				compareGreedyTP(t, m, steps)
@@ -177,20 +190,46 @@ func TestCUDATensorParallelNCCL(t *testing.T) {
 	}
 }
 
+// tpRuns is every size of sizes with each way of summing.
+func tpRuns(sizes []int) []struct {
+	size int
+	mode string
+} {
+	var out []struct {
+		size int
+		mode string
+	}
+	for _, size := range sizes {
+		for _, mode := range []string{"nccl", "auto"} {
+			out = append(out, struct {
+				size int
+				mode string
+			}{size, mode})
+		}
+	}
+	return out
+}
+
 // TestCUDATensorParallelRankFails makes rank 1 of 2 fail part way through a step, after rank 0 has
-// begun waiting for it in an all-reduce: the step must fail on every rank within seconds (no rank left
-// waiting for its peer), and every later step must fail too.
+// begun waiting for it in an all-reduce (the one-shot kernel's wait, or the host sum's): the step must
+// fail on every rank within seconds (no rank left waiting for its peer), and every later step must fail
+// too.
 func TestCUDATensorParallelRankFails(t *testing.T) {
 	gpuDevice(t)
 	cfg := cudaReferenceConfig(64)
 	r := newRandomModel(cfg, weights.DTypeBF16, 5)
-	m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, "")
-	checkRankFailure(t, m, func(on bool) {
-		rankCUDA(m, 1).failOp = 0
-		if on {
-			rankCUDA(m, 1).failOp = 12 // past the first two all-reduces, which rank 0 then waits for
-		}
-	}, "failed on purpose")
+	for _, mode := range []string{"auto", "nccl"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv("GOLLM_TP_ALLREDUCE", mode)
+			m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, "")
+			checkRankFailure(t, m, func(on bool) {
+				rankCUDA(m, 1).failOp = 0
+				if on {
+					rankCUDA(m, 1).failOp = 12 // past the first two all-reduces, which rank 0 then waits for
+				}
+			}, "failed on purpose")
+		})
+	}
 }
 
 // TestCUDATensorParallelRefusals checks that a group larger than the GPUs present is refused by name.

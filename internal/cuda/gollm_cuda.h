@@ -96,6 +96,19 @@ static inline CUresult gollm_graph_nodes(CUgraph g, size_t *n) { return cuGraphG
 // gollm_host_alloc allocates n bytes of page-locked host memory (asynchronous copies need it).
 static inline CUresult gollm_host_alloc(void **p, size_t n) { return cuMemHostAlloc(p, n, 0); }
 
+// gollm_host_alloc_mapped allocates n bytes of page-locked host memory that kernels of every context read
+// and write (portable, mapped), and its address on the device of the current context.
+static inline CUresult gollm_host_alloc_mapped(void **p, CUdeviceptr *dp, size_t n) {
+	CUresult r = cuMemHostAlloc(p, n, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuMemHostGetDevicePointer(dp, *p, 0);
+	if (r != CUDA_SUCCESS) {
+		cuMemFreeHost(*p);
+		*p = NULL;
+	}
+	return r;
+}
+
 static inline const char *gollm_error_name(CUresult r) {
 	const char *s = NULL;
 	if (cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_UNKNOWN";

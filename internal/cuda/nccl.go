@@ -251,6 +251,12 @@ func (c *Comm) enqueue(call string, dt DataType, f func(t C.int) C.int) error {
 	})
 }
 
+// Err reports an aborted or closed communicator, or the asynchronous error NCCL found in its work (the
+// collectives a replayed graph ran, which no call returned).
+func (c *Comm) Err() error {
+	return c.dev.Do(c.usable)
+}
+
 // usable reports an aborted or closed communicator, or the asynchronous error NCCL found in its work.
 func (c *Comm) usable() error {
 	c.mu.Lock()

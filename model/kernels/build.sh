@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-SOURCES=(argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
+SOURCES=(allreduce.cu argmax.cu bias.cu embed.cu fp8.cu gather.cu gemv.cu norm.cu qknorm.cu rope.cu sample.cu softcap.cu swiglu.cu ../../attention/prefill.cu)
 SM90_SOURCE=gemm_sm90.cu
 FP8_SM90_SOURCE=fp8_sm90.cu
 PREFILL_SM90_SOURCE=../../attention/prefill_sm90.cu
