@@ -13,11 +13,17 @@ import (
 
 	"github.com/gollm/gollm/internal/cuda"
 	"github.com/gollm/gollm/weights"
+	"gorgonia.org/cu"
 )
 
 // peerRanks opens size ranks on GPU 0, each its own Device and backend of a small model's shape (what
 // the one-shot kernel needs of a backend: its module and stream), and a peer group of capFloats values.
-func peerRanks(t *testing.T, size, capFloats int) ([]*cudaBackend, *peerGroup) {
+func peerRanks(t testing.TB, size, capFloats int) ([]*cudaBackend, *peerGroup) {
+	return peerRanksOn(t, size, capFloats, true)
+}
+
+// peerRanksOn is peerRanks with rank r on GPU r unless share.
+func peerRanksOn(t testing.TB, size, capFloats int, share bool) ([]*cudaBackend, *peerGroup) {
 	t.Helper()
 	gpuDevice(t)
 	shape, err := shapeOf(cudaReferenceConfig(64), Options{NumBlocks: 4, BlockSize: 16})
@@ -27,7 +33,11 @@ func peerRanks(t *testing.T, size, capFloats int) ([]*cudaBackend, *peerGroup) {
 	devs := make([]*cuda.Device, size)
 	bs := make([]*cudaBackend, size)
 	for r := range size {
-		if devs[r], err = cuda.Open(0); err != nil {
+		ordinal := r
+		if share {
+			ordinal = 0
+		}
+		if devs[r], err = cuda.Open(ordinal); err != nil {
 			t.Fatal(err)
 		}
 		if bs[r], err = newCUDABackend(shape, cudaConfig{dtype: weights.DTypeF32, dev: devs[r]}); err != nil {
@@ -231,5 +241,121 @@ func TestCUDAPeerAllReduceNoHang(t *testing.T) {
 				t.Error("a failed group took another call")
 			}
 		})
+	}
+}
+
+// BenchmarkCUDAAllReduce times one all-reduce of n float32 values, Llama-3-70B's 8192 hidden values a
+// row at 1, 8 and 64 rows (a decode step's sums), as each rank's CUDA graph of 64 calls replays: the
+// one-shot kernel (peer) beside NCCL's all-reduce (nccl) over the GPUs present (2, 4 and 8 ranks as
+// many as there are, one a GPU), and on one GPU the one-shot kernel with 2, 4 and 8 ranks sharing it
+// (its cost without the links' latency) beside NCCL at one rank. The one-shot kernel takes the sums of
+// up to peerOneShotMax values in a group (auto); the rows past it are measured all the same.
+//
+//	GOLLM_NCCL=/path/libnccl.so.2 go test -tags cuda -run XXX -bench CUDAAllReduce ./model
+func BenchmarkCUDAAllReduce(b *testing.B) {
+	gpuDevice(b)
+	count, err := cu.NumDevices()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const hidden, calls = 8192, 64
+	type group struct {
+		size  int
+		share bool
+	}
+	groups := []group{{1, false}, {2, true}, {4, true}, {8, true}}
+	if count > 1 {
+		groups = nil
+		for _, size := range []int{2, 4, 8} {
+			if size <= count {
+				groups = append(groups, group{size, false})
+			}
+		}
+	}
+	for _, gr := range groups {
+		bs, g := peerRanksOn(b, gr.size, 64*hidden, gr.share)
+		var comms []*cuda.Comm
+		if !gr.share {
+			lib, err := cuda.LoadNCCL()
+			if err != nil {
+				b.Fatal(err)
+			}
+			devs := make([]*cuda.Device, gr.size)
+			for r := range bs {
+				devs[r] = bs[r].dev
+			}
+			if comms, err = lib.InitAll(devs); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+		}
+		bufs := make([]cuda.DevicePtr, gr.size)
+		for r, rb := range bs {
+			if bufs[r], err = rb.dev.Alloc(64 * hidden * 4); err != nil {
+				b.Fatal(err)
+			}
+			defer rb.dev.Free(bufs[r])
+			if err := rb.dev.CopyToDevice(bufs[r], make([]byte, 64*hidden*4)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, rows := range []int{1, 8, 64} {
+			n := rows * hidden
+			for _, how := range []string{"peer", "nccl"} {
+				if how == "nccl" && comms == nil {
+					continue
+				}
+				name := fmt.Sprintf("ranks=%d/gpus=%d/rows=%d/%s", gr.size, map[bool]int{true: 1, false: gr.size}[gr.share], rows, how)
+				b.Run(name, func(b *testing.B) {
+					execs := make([]*cuda.GraphExec, gr.size)
+					for r, rb := range bs {
+						var coll deviceCollective = &peerCollective{g: g, rank: r, limit: 64 * hidden}
+						if how == "nccl" {
+							coll = ncclCollective{comms[r]}
+						}
+						if err := rb.stream.BeginCapture(); err != nil {
+							b.Fatal(err)
+						}
+						var errs []error
+						for range calls {
+							errs = append(errs, coll.allReduceSum(rb, bufs[r], n))
+						}
+						graph, err := rb.stream.EndCapture()
+						if err := errors.Join(append(errs, err)...); err != nil {
+							b.Fatal(err)
+						}
+						if execs[r], err = graph.Instantiate(); err != nil {
+							b.Fatal(err)
+						}
+						graph.Destroy()
+						defer execs[r].Destroy()
+					}
+					replay := func() {
+						for r, rb := range bs {
+							if err := execs[r].Launch(rb.stream); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for _, rb := range bs {
+							if err := rb.stream.Synchronize(); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					replay()
+					for b.Loop() {
+						replay()
+					}
+					if err := g.err(); err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(b.N*calls), "us/allreduce")
+				})
+			}
+		}
 	}
 }

@@ -43,8 +43,9 @@
 #               sentinel, the non-finite picks and the KV pool checked against free device memory
 #               (docs/hardening.md)
 #   tp          tensor parallelism on the GPUs present (NCCL from GOLLM_NCCL, else PyTorch's nvidia-nccl
-#               wheel): internal/cuda's NCCL tests and model's TP tests (on one GPU: one NCCL rank, and
-#               TP 2 and 4 sharing it through host memory), and BenchmarkCUDATensorParallelStep
+#               wheel): internal/cuda's NCCL tests, the one-shot all-reduce's and model's TP tests (on one
+#               GPU: one NCCL rank, and TP 2 and 4 sharing it, one-shot and through host memory),
+#               BenchmarkCUDAAllReduce (one-shot beside NCCL) and BenchmarkCUDATensorParallelStep
 #               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
 #   tprank      one rank of Llama-3-70B at TP_SIZES (default 2 4 8) alone on one GPU (scripts/bench/tp-ranks),
 #               the latency section's runs at TP_BATCHES (default 1,64): the step each GPU computes,
@@ -890,7 +891,8 @@ section_tp() {
 	mkdir -p "$d"
 	export GOLLM_NCCL=${GOLLM_NCCL:-$(python3 -c "import glob,site;print((sorted(glob.glob(site.getsitepackages()[0]+'/nvidia/nccl/lib/libnccl.so*'))+[''])[0])" 2>/dev/null)}
 	gotest "$d" cuda-nccl internal/cuda '^TestNCCL.*$' 60
-	gotest "$d" model-tp model '^(TestCUDATensorParallel.*|TestTensorParallel.*|TestParallelCombine|TestSizeKVRanks)$' 200
+	gotest "$d" model-tp model '^(TestCUDAPeerAllReduce.*|TestCUDATensorParallel.*|TestTensorParallel.*|TestParallelCombine|TestSizeKVRanks)$' 240
+	gobench "$d" allreduce model '^BenchmarkCUDAAllReduce$' 200x 120
 	gobench "$d" tp-step model '^BenchmarkCUDATensorParallelStep$' 20x 200
 }
 
