@@ -409,3 +409,100 @@ func TestCUDAPickBest(t *testing.T) {
 		})
 	}
 }
+
+// TestCUDAGoldenTensorParallel runs every golden checkpoint at TP 2 on the GPU in float32 (rank r on GPU
+// r where there are two, else both sharing GPU 0), each way of summing (one-shot for the decode steps'
+// sums, and NCCL or host memory for all): its four prompts prefilled in one step against transformers'
+// last logits (TestCUDAGolden's float32 bounds), then 32 greedy tokens decoded together, picked on the ranks' GPUs, which must be
+// transformers' and those of the model run whole on the GPU.
+func TestCUDAGoldenTensorParallel(t *testing.T) {
+	gpuDevice(t)
+	count, err := cu.NumDevices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := count < 2
+	for _, gc := range readGoldens(t) {
+		for _, mode := range []string{"auto", "nccl"} {
+			t.Run(fmt.Sprintf("%s/tp2/%s", gc.name, mode), func(t *testing.T) {
+				t.Setenv("GOLLM_TP_ALLREDUCE", mode)
+				whole, _ := loadGoldenOnGPU(t, gc, cudaMode{name: "f32", dtype: weights.DTypeF32})
+				folder, err := weights.Open(gc.dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { folder.Close() })
+				numBlocks := 0
+				for _, p := range gc.golden.Prompts {
+					numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+gc.golden.NewTokens)/16 + 1)
+				}
+				tpShareGPU = share
+				m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: 16, Device: DeviceCUDA, DType: "float32",
+					TensorParallel: 2})
+				tpShareGPU = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := m.Close(); err != nil {
+						t.Error(err)
+					}
+				})
+				tol := 1e-3 // TestCUDAGolden's bounds for its float32 mode
+				if gc.golden.DType != "float32" {
+					tol = 2e-2
+				}
+				want := goldenGreedyOnGPU(t, whole, gc, tol)
+				got := goldenGreedyOnGPU(t, m, gc, tol)
+				for i, pr := range gc.golden.Prompts {
+					if !slices.Equal(got[i], want[i]) || !slices.Equal(got[i], pr.GreedyIDs) {
+						t.Errorf("prompt of %d tokens: TP 2 picked %v, the whole model %v, transformers %v", len(pr.PromptIDs),
+							got[i], want[i], pr.GreedyIDs)
+					}
+				}
+				for r := range 2 {
+					if st := rankCUDA(m, r).Stats(); mode == "auto" && (st.Captured == 0 || st.Replayed == 0) {
+						t.Errorf("rank %d: %d graphs captured, %d replayed: the decode steps did not run as graphs", r, st.Captured,
+							st.Replayed)
+					}
+				}
+			})
+		}
+	}
+}
+
+// goldenGreedyOnGPU prefills gc's prompts in one step on m, checks their last logits against
+// transformers' within tol, and decodes the golden's tokens greedily (ForwardGreedy, picked on the
+// device), returning each prompt's tokens.
+func goldenGreedyOnGPU(t *testing.T, m *Model, gc cudaGoldenCase, tol float64) [][]int32 {
+	t.Helper()
+	g := gc.golden
+	p := newModelPager(m, newRand(uint64(len(gc.name))))
+	chunks := make([]chunk, len(g.Prompts))
+	for i, pr := range g.Prompts {
+		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+	}
+	logits, err := m.Forward(p.step(chunks...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]int32, len(g.Prompts))
+	for i, pr := range g.Prompts {
+		if diff := maxAbsDiff(logits[i], pr.LastLogits); diff > tol {
+			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+		}
+		got[i] = append(got[i], argmax(logits[i]))
+		chunks[i].tokens = []int32{got[i][0]}
+	}
+	for step := 1; step < g.NewTokens; step++ {
+		ids, err := m.ForwardGreedy(p.step(chunks...))
+		if err != nil {
+			t.Fatalf("decode step %d: %v", step, err)
+		}
+		for i := range chunks {
+			got[i] = append(got[i], ids[i])
+			chunks[i].tokens = []int32{ids[i]}
+		}
+	}
+	return got
+}

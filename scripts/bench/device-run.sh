@@ -47,6 +47,8 @@
 #               GPU: one NCCL rank, and TP 2 and 4 sharing it, one-shot and through host memory),
 #               BenchmarkCUDAAllReduce (one-shot beside NCCL) and BenchmarkCUDATensorParallelStep
 #               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
+#   tpgroup     Llama-3-70B sharded over each of TP_SIZES (default 2 4 8) the machine has GPUs for, decode
+#               step at TP_BATCHES (default 1,64), all-reduces through NCCL and one-shot: docs/bench/tp-h200.md
 #   tprank      one rank of Llama-3-70B at TP_SIZES (default 2 4 8) alone on one GPU (scripts/bench/tp-ranks),
 #               the latency section's runs at TP_BATCHES (default 1,64): the step each GPU computes,
 #               without the collectives
@@ -266,8 +268,9 @@ latency_rounds() {
 	for r in $(seq "$rounds"); do
 		for i in "${!builds[@]}"; do
 			for m in "$@"; do
+				# shellcheck disable=SC2086 # LAT_ARGS: more flags, split on spaces
 				"${builds[$i]}/gollm" bench latency --config "$m" --device cuda --input-len 1024 --output-len 128 \
-					--warmup 1 --iters 1 --max-batched-tokens 8192 --batch "${E2E_BATCHES:-1,16,64}" --json 2>>"$d/log.txt" |
+					--warmup 1 --iters 1 --max-batched-tokens 8192 --batch "${E2E_BATCHES:-1,16,64}" ${LAT_ARGS:-} --json 2>>"$d/log.txt" |
 					sed "s/^{/{\"build\":\"${tags[$i]}\",\"round\":$r,/" >>"$d/latency.jsonl"
 				stamp "latency $m ${tags[$i]} r$r" "${PIPESTATUS[0]}"
 			done
@@ -886,12 +889,17 @@ section_hardening() {
 	gotest "$d" model-hardening model '^(TestCUDAPickNonFinite|TestCUDANonFinitePicks|TestCUDAKVTooLarge|TestCUDAArgmaxTies|TestCUDAGemvArgmax|TestCUDAGemmArgmax|TestCUDASample.*|TestCUDAPipelinedPicks)$' 300
 }
 
+# nccl_env exports GOLLM_NCCL: its value if set, else the library of PyTorch's nvidia-nccl wheel.
+nccl_env() {
+	export GOLLM_NCCL=${GOLLM_NCCL:-$(python3 -c "import glob,site;print((sorted(glob.glob(site.getsitepackages()[0]+'/nvidia/nccl/lib/libnccl.so*'))+[''])[0])" 2>/dev/null)}
+}
+
 section_tp() {
 	local d=$out/tp
 	mkdir -p "$d"
-	export GOLLM_NCCL=${GOLLM_NCCL:-$(python3 -c "import glob,site;print((sorted(glob.glob(site.getsitepackages()[0]+'/nvidia/nccl/lib/libnccl.so*'))+[''])[0])" 2>/dev/null)}
+	nccl_env
 	gotest "$d" cuda-nccl internal/cuda '^TestNCCL.*$' 60
-	gotest "$d" model-tp model '^(TestCUDAPeerAllReduce.*|TestCUDATensorParallel.*|TestTensorParallel.*|TestParallelCombine|TestSizeKVRanks)$' 240
+	gotest "$d" model-tp model '^(TestCUDAPeerAllReduce.*|TestCUDAGoldenTensorParallel|TestCUDATensorParallel.*|TestTensorParallel.*|TestParallelCombine|TestSizeKVRanks)$' 240
 	gobench "$d" allreduce model '^BenchmarkCUDAAllReduce$' 200x 120
 	gobench "$d" tp-step model '^BenchmarkCUDATensorParallelStep$' 20x 200
 }
@@ -906,6 +914,27 @@ section_tprank() {
 		configs+=("scripts/bench/tp-ranks/llama3-70b-tp$n.json")
 	done
 	E2E_BATCHES=${TP_BATCHES:-1,64} latency_rounds "$out/tprank" "${configs[@]}"
+}
+
+# section_tpgroup: Llama-3-70B (random bf16 weights) sharded over each of TP_SIZES (default 2 4 8) that
+# the machine has the GPUs for, the latency section's runs at TP_BATCHES (default 1,64), with every
+# all-reduce through NCCL (GOLLM_TP_ALLREDUCE=nccl) and with the decode steps' sums one-shot (auto):
+# beside tprank's rank alone, the all-reduces' share of the step (docs/bench/tp-h200.md).
+section_tpgroup() {
+	local n mode gpus
+	gpus=$(nvidia-smi -L | wc -l)
+	nccl_env
+	for n in ${TP_SIZES:-2 4 8}; do
+		if [ "$n" -gt "$gpus" ]; then
+			say "tpgroup: TP $n needs $n GPUs, this machine has $gpus"
+			continue
+		fi
+		for mode in nccl auto; do
+			say "tpgroup: TP $n, GOLLM_TP_ALLREDUCE=$mode"
+			GOLLM_TP_ALLREDUCE=$mode LAT_ARGS="--tensor-parallel-size $n" E2E_BATCHES=${TP_BATCHES:-1,64} \
+				latency_rounds "$out/tpgroup/tp$n-$mode" llama3-70b
+		done
+	done
 }
 
 section_compare() {
