@@ -36,8 +36,9 @@ import (
 // The ranks run on goroutines of one process, one a rank: the logits meet in host memory, and on the
 // CPU backend every all-reduce goes through the in-process communicator (model/tp). On GPUs
 // rank r runs on GPU r and sums its activations as ops of its step, inside the decode step's CUDA graph
-// (newCUDAGroup): small sums (a decode step's rows) in one kernel a rank that reads the peers' memory
-// directly (peerCollective), the rest with NCCL. One process rather than one per GPU: the engine, scheduler and block
+// (newCUDAGroup): with NCCL, or, where GOLLM_TP_ALLREDUCE=auto asks for it, small sums (a decode step's
+// rows) in one kernel a rank that reads the peers' memory directly (peerCollective) and the rest with
+// NCCL. One process rather than one per GPU: the engine, scheduler and block
 // tables stay single without a control channel between processes, the logits gather is a host copy,
 // and a failed rank is seen by its peers at once. A rank that fails aborts the group: its peers' waits
 // in collectives are aborted so that none waits for it, every rank's collectives fail, and the model fails every

@@ -131,15 +131,16 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 	return g, nil
 }
 
-// tpAllReduceMode reads GOLLM_TP_ALLREDUCE, how a GPU group sums: "" or "auto" one-shot through peer
-// memory for small sums where every two GPUs have a peer-to-peer path and NCCL for the rest, "peer" the
-// same but failing where peer access is missing, "nccl" NCCL for every sum (through host memory on a
-// shared GPU).
+// tpAllReduceMode reads GOLLM_TP_ALLREDUCE, how a GPU group sums: "" or "nccl" NCCL for every sum
+// (through host memory on a shared GPU), "auto" one-shot through peer memory for small sums where every
+// two GPUs have a peer-to-peer path and NCCL for the rest, "peer" the same but failing where peer access
+// is missing. NCCL is the default until the one-shot kernel has been measured beside it on lent GPUs
+// (device-run.sh's tp and tpgroup sections).
 func tpAllReduceMode() (string, error) {
 	switch v := os.Getenv("GOLLM_TP_ALLREDUCE"); v {
-	case "", "auto":
-		return "auto", nil
-	case "peer", "nccl":
+	case "", "nccl":
+		return "nccl", nil
+	case "peer", "auto":
 		return v, nil
 	default:
 		return "", fmt.Errorf("GOLLM_TP_ALLREDUCE=%q: want auto, peer or nccl", v)
