@@ -165,37 +165,7 @@ func TestCUDAGolden(t *testing.T) {
 				m, backend := loadGoldenOnGPU(t, gc, mode)
 				g := gc.golden
 				p := newModelPager(m, newRand(uint64(len(gc.name))))
-				chunks := make([]chunk, len(g.Prompts))
-				for i, pr := range g.Prompts {
-					chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
-				}
-				logits, err := m.Forward(p.step(chunks...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var worst float64
-				for i, pr := range g.Prompts {
-					diff := maxAbsDiff(logits[i], pr.LastLogits)
-					worst = math.Max(worst, diff)
-					if diff > tol {
-						t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
-					}
-				}
-				got := make([][]int32, len(g.Prompts))
-				for i := range chunks {
-					got[i] = append(got[i], argmax(logits[i]))
-					chunks[i].tokens = []int32{got[i][0]}
-				}
-				for step := 1; step < g.NewTokens; step++ {
-					ids, err := m.ForwardGreedy(p.step(chunks...))
-					if err != nil {
-						t.Fatalf("decode step %d: %v", step, err)
-					}
-					for i := range chunks {
-						got[i] = append(got[i], ids[i])
-						chunks[i].tokens = []int32{ids[i]}
-					}
-				}
+				got, worst := goldenGreedyOnGPU(t, m, p, gc, tol)
 				matched, total := 0, 0
 				for i, pr := range g.Prompts {
 					n := 0
@@ -777,4 +747,42 @@ func TestCUDAStepAfterFailure(t *testing.T) {
 	if failed < 10 {
 		t.Fatalf("only %d failure points", failed)
 	}
+}
+
+// goldenGreedyOnGPU prefills gc's prompts in one step on m (sequences 0 to len-1 of p), checks their last logits against
+// transformers' within tol, and decodes the golden's tokens greedily (ForwardGreedy, picked on the
+// device), returning each prompt's tokens and the worst last-logits difference.
+func goldenGreedyOnGPU(t *testing.T, m *Model, p *pager, gc cudaGoldenCase, tol float64) ([][]int32, float64) {
+	t.Helper()
+	g := gc.golden
+	chunks := make([]chunk, len(g.Prompts))
+	for i, pr := range g.Prompts {
+		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
+	}
+	logits, err := m.Forward(p.step(chunks...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	got := make([][]int32, len(g.Prompts))
+	for i, pr := range g.Prompts {
+		diff := maxAbsDiff(logits[i], pr.LastLogits)
+		worst = math.Max(worst, diff)
+		if diff > tol {
+			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+		}
+		got[i] = append(got[i], argmax(logits[i]))
+		chunks[i].tokens = []int32{got[i][0]}
+	}
+	for step := 1; step < g.NewTokens; step++ {
+		ids, err := m.ForwardGreedy(p.step(chunks...))
+		if err != nil {
+			t.Fatalf("decode step %d: %v", step, err)
+		}
+		for i := range chunks {
+			got[i] = append(got[i], ids[i])
+			chunks[i].tokens = []int32{ids[i]}
+		}
+	}
+	return got, worst
 }

@@ -233,42 +233,7 @@ func checkFP8Product(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 			w.Scales[i] = w.Scales[0]
 		}
 	}
-	wt, err := b.UploadFP8(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cw := wt.Data.(*cudaWeight)
-	var bias []float32
-	var bw *cudaWeight
-	if withBias {
-		bias = make([]float32, n)
-		for i := range bias {
-			bias[i] = float32(rng.NormFloat64())
-		}
-		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{n}, Data: cuda.Bytes(bias)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bw = bt.Data.(*cudaWeight)
-	}
-	nanRow := -1
-	if rows > 1 {
-		nanRow = 1
-	}
-	x := fp8TestInput(rng, rows, k, nanRow)
-	xt := newDeviceTensor(t, b, rows, k)
-	var raw []byte
-	if dt == weights.DTypeF32 {
-		raw = cuda.Bytes(x)
-	} else {
-		raw = round16(dt, x) // x now holds the values the GPU reads
-	}
-	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
-		t.Fatal(err)
-	}
+	cw, bias, bw, x, xt := fp8Operands(t, b, dt, rng, w, rows, k, withBias)
 	y := newDeviceTensor(t, b, rows, n)
 	poison(t, b, y.ptr, rows*n)
 	if err := b.runFP8(&stepOp{kind: opMatMul, out: n, in: k, fp8: true}, &opArgs{d: y, x: xt, w: cw, bias: bw},
@@ -1296,39 +1261,7 @@ func TestCUDAFP8QuantIn(t *testing.T) {
 
 func checkFP8QuantIn(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, rows, n, k int, static float32, withBias bool) {
 	w := randomFP8(rng, n, k, static)
-	wt, err := b.UploadFP8(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cw := wt.Data.(*cudaWeight)
-	var bw *cudaWeight
-	if withBias {
-		bias := make([]float32, n)
-		for i := range bias {
-			bias[i] = float32(rng.NormFloat64())
-		}
-		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{n}, Data: cuda.Bytes(bias)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bw = bt.Data.(*cudaWeight)
-	}
-	nanRow := -1
-	if rows > 1 {
-		nanRow = 1
-	}
-	x := fp8TestInput(rng, rows, k, nanRow)
-	xt := newDeviceTensor(t, b, rows, k)
-	raw := cuda.Bytes(x)
-	if dt != weights.DTypeF32 {
-		raw = round16(dt, x)
-	}
-	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
-		t.Fatal(err)
-	}
+	cw, _, bw, _, xt := fp8Operands(t, b, dt, rng, w, rows, k, withBias)
 	op := &stepOp{kind: opMatMul, out: n, in: k, fp8: true}
 	var got [2][]float32
 	for i, quantIn := range []bool{false, true} {
@@ -1348,4 +1281,45 @@ func checkFP8QuantIn(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.R
 			}
 		}
 	}
+}
+
+// fp8Operands uploads w and, with withBias, a random bias, and writes rows random input rows of k values
+// (a NaN in row 1 where there are several) in dtype dt to the device, sizing the FP8 workspace for them.
+// x holds the values the GPU reads (rounded to dt).
+func fp8Operands(t *testing.T, b *cudaBackend, dt weights.DType, rng *rand.Rand, w *FP8Weight, rows, k int,
+	withBias bool) (cw *cudaWeight, bias []float32, bw *cudaWeight, x []float32, xt *cudaTensor) {
+	t.Helper()
+	wt, err := b.UploadFP8(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw = wt.Data.(*cudaWeight)
+	if withBias {
+		bias = make([]float32, w.Rows)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		bt, err := b.Upload(&weights.Tensor{Name: "b", DType: weights.DTypeF32, Shape: []int{w.Rows}, Data: cuda.Bytes(bias)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw = bt.Data.(*cudaWeight)
+	}
+	nanRow := -1
+	if rows > 1 {
+		nanRow = 1
+	}
+	x = fp8TestInput(rng, rows, k, nanRow)
+	xt = newDeviceTensor(t, b, rows, k)
+	raw := cuda.Bytes(x)
+	if dt != weights.DTypeF32 {
+		raw = round16(dt, x) // x now holds the values the GPU reads
+	}
+	if err := b.dev.CopyToDevice(xt.ptr, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ensureFP8Workspace(rows, cw.fp8.colsPad); err != nil {
+		t.Fatal(err)
+	}
+	return cw, bias, bw, x, xt
 }

@@ -452,8 +452,8 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 				if gc.golden.DType != "float32" {
 					tol = 2e-2
 				}
-				want := goldenGreedyOnGPU(t, whole, gc, tol)
-				got := goldenGreedyOnGPU(t, m, gc, tol)
+				want, _ := goldenGreedyOnGPU(t, whole, newModelPager(whole, newRand(uint64(len(gc.name)))), gc, tol)
+				got, _ := goldenGreedyOnGPU(t, m, newModelPager(m, newRand(uint64(len(gc.name)))), gc, tol)
 				for i, pr := range gc.golden.Prompts {
 					if !slices.Equal(got[i], want[i]) || !slices.Equal(got[i], pr.GreedyIDs) {
 						t.Errorf("prompt of %d tokens: TP 2 picked %v, the whole model %v, transformers %v", len(pr.PromptIDs),
@@ -469,40 +469,4 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 			})
 		}
 	}
-}
-
-// goldenGreedyOnGPU prefills gc's prompts in one step on m, checks their last logits against
-// transformers' within tol, and decodes the golden's tokens greedily (ForwardGreedy, picked on the
-// device), returning each prompt's tokens.
-func goldenGreedyOnGPU(t *testing.T, m *Model, gc cudaGoldenCase, tol float64) [][]int32 {
-	t.Helper()
-	g := gc.golden
-	p := newModelPager(m, newRand(uint64(len(gc.name))))
-	chunks := make([]chunk, len(g.Prompts))
-	for i, pr := range g.Prompts {
-		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
-	}
-	logits, err := m.Forward(p.step(chunks...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([][]int32, len(g.Prompts))
-	for i, pr := range g.Prompts {
-		if diff := maxAbsDiff(logits[i], pr.LastLogits); diff > tol {
-			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
-		}
-		got[i] = append(got[i], argmax(logits[i]))
-		chunks[i].tokens = []int32{got[i][0]}
-	}
-	for step := 1; step < g.NewTokens; step++ {
-		ids, err := m.ForwardGreedy(p.step(chunks...))
-		if err != nil {
-			t.Fatalf("decode step %d: %v", step, err)
-		}
-		for i := range chunks {
-			got[i] = append(got[i], ids[i])
-			chunks[i].tokens = []int32{ids[i]}
-		}
-	}
-	return got
 }
