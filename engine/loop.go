@@ -160,7 +160,8 @@ func (e *Engine) abort(r *request, cause error) {
 
 // rest returns the text r has produced but not streamed, for a request that ends for a reason other
 // than its own tokens (abort, a failed step): what was held back as a possible beginning of a stop
-// string, and an incomplete character at the end, are output after all.
+// string, and what the detokenizer holds (an incomplete character, an open run of byte tokens), are
+// output after all.
 func (r *request) rest() string {
 	text := r.held + r.detok.flush()
 	r.held = ""

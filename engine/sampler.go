@@ -95,9 +95,10 @@ type TokenLogprob struct {
 	Logprob float32 // its natural-log probability, <= 0
 	// Text is the token's text in its context, as vLLM's decoded tokens: for the chosen token what it
 	// added to the output's text (empty when it only began a character that a later token completes,
-	// which then carries the whole character; empty for an EOS or stop token), so that the chosen
-	// tokens' texts spell the output; for an alternative the text it would have added after the same
-	// tokens (an incomplete character shows as U+FFFD).
+	// which then carries the whole character, or when it is in a run of byte tokens that a later token
+	// ends (ByteRunTokenizer), which then carries the run's text; empty for an EOS or stop token), so
+	// that the chosen tokens' texts spell the output; for an alternative the text it would have added
+	// after the same tokens (an incomplete character shows as U+FFFD).
 	Text string
 }
 

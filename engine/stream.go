@@ -39,8 +39,9 @@ type Output struct {
 	TokenIDs []int32
 	// Text is the new text. It excludes anything after a matched stop string, and the stop string
 	// itself unless Request.IncludeStopString is set; it lags
-	// TokenIDs while the end of the text could still be the start of a stop string or an
-	// incomplete character; the final Output carries the rest.
+	// TokenIDs while the end of the text could still be the start of a stop string, an
+	// incomplete character or a run of byte tokens whose text a later token may still change
+	// (ByteRunTokenizer); the final Output carries the rest.
 	Text string
 	// Logprobs has one entry per token of TokenIDs when the request asked for logprobs.
 	Logprobs []Logprobs

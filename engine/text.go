@@ -13,6 +13,18 @@ type Tokenizer interface {
 	Decode(ids []int32, skipSpecial bool) string
 }
 
+// ByteRunTokenizer is a Tokenizer whose decoder decodes a run of byte tokens as a whole (HF's
+// ByteFallback: one U+FFFD per byte of a run that is not valid UTF-8, its complete characters
+// included), so that a later token can still change the text of the run that ends the ids. The
+// detokenizer holds such a run back until a token that is no byte token ends it, so that the
+// streamed text is the text of the whole output. *tokenizer.Tokenizer satisfies it.
+type ByteRunTokenizer interface {
+	Tokenizer
+	// OpenByteRun returns where the run of byte tokens that ends ids begins, or len(ids) when none
+	// does (or the decoder reads no runs). Ids that Decode drops do not end a run.
+	OpenByteRun(ids []int32, skipSpecial bool) int
+}
+
 // promptContextTokens is how many prompt tokens seed the incremental detokenizer, so that the first
 // generated token decodes with the spacing it has after the prompt (a SentencePiece "▁Paris" after
 // "is" is " Paris", not "Paris"). vLLM uses the same number.
@@ -23,20 +35,24 @@ const promptContextTokens = 5
 const maxPromptContextTokens = 23
 
 // maxHeldTokens bounds the tokens a detokenizer holds back: a run that completes no character (skipped
-// special tokens, byte tokens that are not UTF-8) is emitted as it decodes once it is this long, so that
-// each token decodes a window of bounded length; else every token of the run would decode the whole run
-// again, quadratic in a prompt (prompt logprobs' texts) that a client controls. A UTF-8 character spans
-// at most 4 byte tokens. The price, for runs of invalid bytes only: a decoder that turns each maximal
-// invalid run into one U+FFFD (HF's ByteFallback) gives one per emitted piece of the run instead.
+// special tokens, byte tokens that are not UTF-8) or an open run of byte tokens (see ByteRunTokenizer)
+// is emitted as it decodes once it is this long, but for an incomplete character at its end (see
+// split), so that each token decodes a window of bounded length; else every token of the run would
+// decode the whole run again, quadratic in a prompt (prompt logprobs' texts) that a client controls.
+// A UTF-8 character spans at most 4 byte tokens. The price, for byte runs this long only: the part of
+// a run emitted while the run was still open keeps the text it had then, though the bytes after it may
+// change how a ByteRunTokenizer decodes the whole run (all of it U+FFFDs once it is not valid UTF-8).
 const maxHeldTokens = 8
 
 // detokenizer turns generated tokens into text deltas the way vLLM does: it decodes a short window of
 // ids twice, with and without the newest tokens, and emits the difference once it no longer ends
-// in an incomplete character (U+FFFD). That keeps multi-byte characters split across byte tokens
-// whole and lets decoders that look at neighbours (leading-space stripping) see context, at a cost
+// in an incomplete character (U+FFFD) or an open run of byte tokens (ByteRunTokenizer). That keeps
+// multi-byte characters split across byte tokens whole, makes the text streamed the text of the whole
+// output, and lets decoders that look at neighbours (leading-space stripping) see context, at a cost
 // independent of the output length.
 type detokenizer struct {
 	tok         Tokenizer
+	runs        ByteRunTokenizer // tok, when it is one; else nil
 	skipSpecial bool
 	ids         []int32 // a few prompt tokens of context, then the output tokens
 	prefix      int     // start of the window whose text was emitted up to read
@@ -47,7 +63,8 @@ func newDetokenizer(tok Tokenizer, prompt []int32, skipSpecial bool) *detokenize
 	ctx := promptContext(tok, prompt, skipSpecial)
 	ids := make([]int32, len(ctx), len(ctx)+16)
 	copy(ids, ctx)
-	return &detokenizer{tok: tok, skipSpecial: skipSpecial, ids: ids, prefix: 0, read: len(ids)}
+	runs, _ := tok.(ByteRunTokenizer)
+	return &detokenizer{tok: tok, runs: runs, skipSpecial: skipSpecial, ids: ids, prefix: 0, read: len(ids)}
 }
 
 // promptContext returns the prompt tokens that seed a detokenizer: the shortest suffix of at least
@@ -89,24 +106,62 @@ func (d *detokenizer) peek(alts []TokenLogprob) {
 	}
 }
 
-// flush returns whatever text is still held back (an incomplete character at the end of the output).
+// flush returns whatever text is still held back (an incomplete character or an open run of byte
+// tokens at the end of the output), as the whole output decodes.
 func (d *detokenizer) flush() string { return d.emit(true) }
 
 func (d *detokenizer) emit(final bool) string {
 	if d.read == len(d.ids) {
 		return ""
 	}
+	full := len(d.ids)-d.read >= maxHeldTokens
+	// Tokens from end on are held back whatever they decode to: an open run of byte tokens, whose
+	// text a later byte token can still turn into U+FFFDs. At the end of the output, or once the
+	// held tokens are too many, they go out as they decode.
+	end := len(d.ids)
+	if !final && !full && d.runs != nil {
+		end = d.read + d.runs.OpenByteRun(d.ids[d.read:], d.skipSpecial)
+		if end == d.read {
+			return ""
+		}
+	}
 	before := d.tok.Decode(d.ids[d.prefix:d.read], d.skipSpecial)
-	after := d.tok.Decode(d.ids[d.prefix:], d.skipSpecial)
-	if !final && (len(after) <= len(before) || strings.HasSuffix(after, string(utf8.RuneError))) &&
-		len(d.ids)-d.read < maxHeldTokens {
-		return "" // nothing new yet, or a character still incomplete: wait for more tokens
+	after := d.tok.Decode(d.ids[d.prefix:end], d.skipSpecial)
+	if !final && strings.HasSuffix(after, string(utf8.RuneError)) {
+		if !full {
+			return "" // a character still incomplete: wait for more tokens
+		}
+		if k := d.split(after); k < end {
+			end, after = k, d.tok.Decode(d.ids[d.prefix:k], d.skipSpecial)
+		}
+	}
+	if !final && !full && len(after) <= len(before) {
+		return "" // nothing new yet
 	}
 	// after normally extends before; if the window's first character changed (a character of the
 	// prompt completed by the output), emit from where they part.
 	n := commonPrefix(before, after)
-	d.prefix, d.read = d.read, len(d.ids)
+	d.prefix, d.read = d.read, end
 	return after[n:]
+}
+
+// split returns where an emission forced by maxHeldTokens ends, given after, the text of the window
+// up to its last token, which ends in U+FFFD: the last token k after read whose text up to it is final,
+// so that an incomplete character at the end stays held rather than going out as U+FFFD and again as
+// the character it becomes. The text up to k is final when after begins with it and it does not end in
+// U+FFFD, or the token k extends it (bytes that continue an incomplete character leave its single
+// U+FFFD as it is, or replace it). It returns len(d.ids) when no token qualifies.
+func (d *detokenizer) split(after string) int {
+	next := after // the text up to k+1
+	for k := len(d.ids) - 1; k > d.read; k-- {
+		text := d.tok.Decode(d.ids[d.prefix:k], d.skipSpecial)
+		if strings.HasPrefix(after, text) && (!strings.HasSuffix(text, string(utf8.RuneError)) ||
+			len(next) > len(text) && strings.HasPrefix(next, text)) {
+			return k
+		}
+		next = text
+	}
+	return len(d.ids)
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b, on a rune boundary.

@@ -288,6 +288,15 @@ func TestDetokenizerKeepsSpacesAfterPrompt(t *testing.T) {
 // valid characters included.
 type byteFallbackTokenizer []string
 
+// OpenByteRun makes it a ByteRunTokenizer.
+func (v byteFallbackTokenizer) OpenByteRun(ids []int32, _ bool) int {
+	k := len(ids)
+	for k > 0 && ids[k-1] < 256 {
+		k--
+	}
+	return k
+}
+
 func (v byteFallbackTokenizer) Decode(ids []int32, _ bool) string {
 	var b strings.Builder
 	var run []byte
@@ -494,7 +503,8 @@ func TestAbortKeepsHeldBackText(t *testing.T) {
 
 // TestLogprobTextsLlama2: with Llama 2's tokenizer (SentencePiece pieces with "▁" for spaces, bytes
 // for what the vocabulary lacks), the chosen tokens' texts spell the output, spaces included, and a
-// character spelled by byte tokens belongs to its last byte.
+// character spelled by byte tokens belongs to the token that ends their run: at the end of the
+// output, its last byte.
 func TestLogprobTextsLlama2(t *testing.T) {
 	const path = "../weights/tokenizer/testdata/npm/generated/llama2/tokenizer.json"
 	if _, err := os.Stat(path); err != nil {

@@ -32,10 +32,7 @@ func (d *StreamDecoder) Next(id int32) string {
 	d.window = append(d.window, id)
 	// ByteFallback decodes a run of <0xNN> tokens as a whole, and one invalid byte turns the
 	// whole run into U+FFFDs, so a run still open at the end is held back entirely.
-	stable := len(d.window)
-	if d.t.byteFallbackDecode {
-		stable = d.t.openByteRunStart(d.window, d.skipSpecial)
-	}
+	stable := d.t.OpenByteRun(d.window, d.skipSpecial)
 	text := d.t.Decode(d.window[:stable], d.skipSpecial)
 	if !strings.HasPrefix(text, d.emitted) {
 		// The decoders we implement never rewrite text they have already produced, given the
@@ -54,10 +51,16 @@ func (d *StreamDecoder) Next(id int32) string {
 	return delta
 }
 
-// openByteRunStart returns where the trailing run of <0xNN> tokens of ids begins (ids Decode
-// drops do not interrupt a run), or len(ids) when ids do not end in one.
-func (t *Tokenizer) openByteRunStart(ids []int32, skipSpecial bool) int {
+// OpenByteRun returns where the run of byte tokens (<0xNN>) that ends ids begins, or len(ids) when
+// ids do not end in one or the decoder has no ByteFallback. Ids that Decode drops do not end a run.
+// ByteFallback decodes a run as a whole, one U+FFFD per byte when the run is not valid UTF-8, so
+// ids that follow may still turn the text of the run that ends ids into U+FFFDs, its complete
+// characters included: until a token that is no byte token ends it, the run's text is not final.
+func (t *Tokenizer) OpenByteRun(ids []int32, skipSpecial bool) int {
 	start := len(ids)
+	if !t.byteFallbackDecode {
+		return start
+	}
 	for i := len(ids) - 1; i >= 0; i-- {
 		tok, ok := t.Token(ids[i])
 		switch {

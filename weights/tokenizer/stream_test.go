@@ -160,3 +160,36 @@ func BenchmarkStreamDecoder(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids)), "ns/token")
 }
+
+// TestOpenByteRun: with ByteFallback, the run of <0xNN> tokens that ends the ids is open (ids that
+// Decode drops inside it do not end it); a decoder without ByteFallback has no runs.
+func TestOpenByteRun(t *testing.T) {
+	llama := loadTestTokenizer(t, "llama2")
+	x := llama.Encode("x", false)[0]
+	f0, _ := llama.TokenID("<0xF0>")
+	b9f, _ := llama.TokenID("<0x9F>")
+	const bos = 1 // <s>, special
+	tests := []struct {
+		ids  []int32
+		skip bool
+		want int
+	}{
+		{[]int32{x, f0, b9f}, false, 1},
+		{[]int32{f0, b9f}, false, 0},
+		{[]int32{f0, x}, false, 2},
+		{[]int32{x, f0, bos, b9f}, true, 1},
+		{[]int32{x, f0, bos, b9f}, false, 3},
+		{[]int32{x, f0, bos}, true, 1},
+		{nil, false, 0},
+	}
+	for _, tc := range tests {
+		if got := llama.OpenByteRun(tc.ids, tc.skip); got != tc.want {
+			t.Errorf("llama2: OpenByteRun(%v, %v) = %d, want %d", tc.ids, tc.skip, got, tc.want)
+		}
+	}
+	qwen := loadTestTokenizer(t, "qwen3")
+	ids := qwen.Encode("x😀", false)
+	if got := qwen.OpenByteRun(ids[:2], false); got != 2 {
+		t.Errorf("qwen3 (byte-level, no ByteFallback): OpenByteRun = %d, want 2", got)
+	}
+}
