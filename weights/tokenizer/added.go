@@ -162,9 +162,12 @@ func indexByteFrom(s string, from int, c byte) int {
 	return -1
 }
 
-// isWordRune is regex \w: letters, marks, decimal digits, connector punctuation, joiners.
+// isWordRune is the Rust regex crate's Unicode \w, which HuggingFace's single_word rule uses: the
+// Alphabetic property (letters, letter numbers and Other_Alphabetic, such as circled letters), marks,
+// decimal digits, connector punctuation and the joiners (Join_Control).
 func isWordRune(r rune) bool {
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.In(r, unicode.M, unicode.Pc) || r == 0x200C || r == 0x200D
+	return unicode.IsLetter(r) || unicode.IsDigit(r) ||
+		unicode.In(r, unicode.M, unicode.Pc, unicode.Nl, unicode.Other_Alphabetic, unicode.Join_Control)
 }
 
 func endsWithWord(s string) bool {
