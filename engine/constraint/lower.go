@@ -66,7 +66,8 @@ func (n *nfa) chain(from, to int32, seq []byteRange) {
 	}
 }
 
-// build adds states and edges so that the paths from → to spell e.
+// build adds states and edges so that the paths from → to spell e. It adds no edge into from
+// nor out of to: those states are shared with whatever else starts or ends there.
 func (n *nfa) build(e *expr, from, to int32) {
 	if n.err != nil {
 		return
@@ -123,9 +124,14 @@ func (n *nfa) build(e *expr, from, to int32) {
 			}
 		}
 		if e.max < 0 {
-			y := n.newState()
-			n.build(sub, x, y)
-			n.epsilon(y, x)
+			// The loop returns to a state of its own: x may be from, where sibling alternatives,
+			// an enclosing repetition's exit or its loop also start, and a loop back into it
+			// would let those follow any iteration.
+			h, y := n.newState(), n.newState()
+			n.epsilon(x, h)
+			n.build(sub, h, y)
+			n.epsilon(y, h)
+			x = h
 		} else {
 			for range e.max - e.min {
 				n.epsilon(x, to)
