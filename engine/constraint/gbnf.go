@@ -14,7 +14,7 @@ import (
 //   - string literals "…" and character classes […] and [^…] with ranges, over characters
 //     (encoded as UTF-8), with the escapes \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH;
 //   - . (any character);
-//   - repetition * + ? {n} {n,} {n,m} (up to 1000);
+//   - repetition * + ? {n} {n,} {n,m} (up to 1000), after blanks or another repetition;
 //   - comments from # to the end of the line.
 // Refused by name: token references (<…>, <[id]>) and left recursion (a rule that can reach
 // itself before consuming a character), which llama.cpp's matcher refuses too.
@@ -214,7 +214,7 @@ func (p *gbnfParser) sequence(nested bool, depth int) (*expr, error) {
 		default:
 			return nil, p.errorf("unexpected %q", c)
 		}
-		item, err := p.repetition(item)
+		item, err := p.repetition(item, nested)
 		if err != nil {
 			return nil, err
 		}
@@ -223,40 +223,82 @@ func (p *gbnfParser) sequence(nested bool, depth int) (*expr, error) {
 	return seqExpr(items...), nil
 }
 
-func (p *gbnfParser) repetition(item *expr) (*expr, error) {
-	if p.pos >= len(p.src) {
-		return item, nil
+// repetition applies the operators after an item: * + ? {n} {n,} {n,m}, each of which may follow
+// blanks (newlines too when nested), as in llama.cpp, and may follow another.
+func (p *gbnfParser) repetition(item *expr, nested bool) (*expr, error) {
+	for {
+		save := p.pos
+		p.space(nested)
+		if p.pos >= len(p.src) {
+			return item, nil
+		}
+		switch p.src[p.pos] {
+		case '*':
+			p.pos++
+			item = starExpr(item)
+		case '+':
+			p.pos++
+			item = repeatExpr(item, 1, -1)
+		case '?':
+			p.pos++
+			item = optExpr(item)
+		case '{':
+			lo, hi, err := p.braces(nested)
+			if err != nil {
+				return nil, err
+			}
+			item = repeatExpr(item, lo, hi)
+		default:
+			p.pos = save
+			return item, nil
+		}
 	}
-	switch p.src[p.pos] {
-	case '*':
-		p.pos++
-		return starExpr(item), nil
-	case '+':
-		p.pos++
-		return repeatExpr(item, 1, -1), nil
-	case '?':
-		p.pos++
-		return optExpr(item), nil
-	case '{':
-		end := strings.IndexByte(p.src[p.pos:], '}')
-		if end < 0 {
-			return nil, p.errorf("missing }")
-		}
-		body := strings.ReplaceAll(p.src[p.pos:p.pos+end+1], " ", "")
-		lo, hi, n, ok := parseBraces(body)
-		if !ok || n != len(body) {
-			return nil, p.errorf("bad repetition %q", p.src[p.pos:p.pos+end+1])
-		}
-		if lo > maxRepeat || hi > maxRepeat {
-			return nil, p.errorf("repetition count above %d", maxRepeat)
-		}
-		if hi >= 0 && hi < lo {
-			return nil, p.errorf("repetition {%d,%d} out of order", lo, hi)
-		}
-		p.pos += end + 1
-		return repeatExpr(item, lo, hi), nil
+}
+
+// braces reads {n}, {n,} or {n,m}, with blanks between its parts; hi is -1 for {n,}.
+func (p *gbnfParser) braces(nested bool) (lo, hi int, err error) {
+	p.pos++ // {
+	p.space(nested)
+	if lo, err = p.count(); err != nil {
+		return 0, 0, err
 	}
-	return item, nil
+	p.space(nested)
+	hi = lo
+	if p.pos < len(p.src) && p.src[p.pos] == ',' {
+		p.pos++
+		p.space(nested)
+		hi = -1
+		if p.pos < len(p.src) && p.src[p.pos] >= '0' && p.src[p.pos] <= '9' {
+			if hi, err = p.count(); err != nil {
+				return 0, 0, err
+			}
+			p.space(nested)
+		}
+	}
+	if p.pos >= len(p.src) || p.src[p.pos] != '}' {
+		return 0, 0, p.errorf("expected , or } in a repetition")
+	}
+	p.pos++
+	if hi >= 0 && hi < lo {
+		return 0, 0, p.errorf("repetition {%d,%d} out of order", lo, hi)
+	}
+	return lo, hi, nil
+}
+
+// count reads a repetition count, at most maxRepeat.
+func (p *gbnfParser) count() (int, error) {
+	start := p.pos
+	for p.pos < len(p.src) && p.src[p.pos] >= '0' && p.src[p.pos] <= '9' {
+		p.pos++
+	}
+	if p.pos == start {
+		return 0, p.errorf("expected a repetition count")
+	}
+	n, err := strconv.Atoi(p.src[start:p.pos])
+	if err != nil || n > maxRepeat {
+		return 0, p.errorf("repetition count above %d", maxRepeat)
+	}
+	return n, nil
 }
 
 // char reads one character of a string or class, with its escape.
