@@ -7,7 +7,8 @@ import (
 )
 
 // allOf: the schemas are merged into one, keyword by keyword (types intersected, bounds
-// tightened, properties and items combined through allOf of their schemas, required united,
+// tightened, properties and items combined through allOf of their schemas (items position by
+// position, each side's items applying after its own prefixItems), required united,
 // patterns all applied, enums intersected), so that the grammar stays one. Combinations this
 // cannot express are refused by name.
 
@@ -56,7 +57,7 @@ func (c *schemaCompiler) mergeDepth(base *jsonObject, sub any, path string, dept
 	}
 	out := base.without()
 	for _, k := range o.keys {
-		if schemaAnnotations[k] || k == "$defs" || k == "definitions" {
+		if schemaAnnotations[k] || k == "$defs" || k == "definitions" || itemKeywords[k] {
 			continue
 		}
 		v := o.vals[k]
@@ -81,6 +82,86 @@ func (c *schemaCompiler) mergeDepth(base *jsonObject, sub any, path string, dept
 	}
 	if err := crossAdditional(out, base, o); err != nil {
 		return nil, err
+	}
+	return mergeItems(out, base, o, path)
+}
+
+// itemKeywords are the keywords that give an array's item schemas, merged together by mergeItems.
+var itemKeywords = map[string]bool{"prefixItems": true, "items": true, "additionalItems": true}
+
+// itemSchemas reads what o says of an array's items: the schemas of the first positions (prefixItems,
+// or items as a list), then the schema of every later item (items beside prefixItems, or
+// additionalItems beside an items list; true when absent). Each applies only to the positions o
+// itself gives it: a schema's items starts after its own prefixItems, not another's.
+func itemSchemas(o *jsonObject, path string) (prefix []any, rest any, err error) {
+	rest = true
+	if p, ok := o.get("prefixItems"); ok {
+		if prefix, ok = p.([]any); !ok {
+			return nil, nil, invalidf("prefixItems at %s is not a list", path)
+		}
+		if _, ok := o.get("additionalItems"); ok {
+			return nil, nil, unsupportedf("additionalItems beside prefixItems (at %s)", path)
+		}
+		if it, ok := o.get("items"); ok {
+			if _, isList := it.([]any); isList {
+				return nil, nil, unsupportedf("items as a list beside prefixItems (at %s)", path)
+			}
+			rest = it
+		}
+		return prefix, rest, nil
+	}
+	if it, ok := o.get("items"); ok {
+		list, isList := it.([]any)
+		if !isList {
+			return nil, it, nil
+		}
+		if ai, ok := o.get("additionalItems"); ok {
+			rest = ai
+		}
+		return list, rest, nil
+	}
+	return nil, true, nil
+}
+
+// mergeItems sets out's item keywords to those of arrays valid under both a and b: position i takes
+// the allOf of what a and b each say of position i, and the items past both prefixes the allOf of
+// their rests.
+func mergeItems(out, a, b *jsonObject, path string) (*jsonObject, error) {
+	has := func(o *jsonObject) bool {
+		for k := range itemKeywords {
+			if _, ok := o.get(k); ok {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(b) {
+		return out, nil
+	}
+	pa, ra, err := itemSchemas(a, path)
+	if err != nil {
+		return nil, err
+	}
+	pb, rb, err := itemSchemas(b, path)
+	if err != nil {
+		return nil, err
+	}
+	at := func(prefix []any, rest any, i int) any {
+		if i < len(prefix) {
+			return prefix[i]
+		}
+		return rest
+	}
+	var prefix []any
+	for i := range max(len(pa), len(pb)) {
+		prefix = append(prefix, allOf(at(pa, ra, i), at(pb, rb, i)))
+	}
+	out = out.without("prefixItems", "items", "additionalItems")
+	if prefix != nil {
+		out = out.with("prefixItems", prefix)
+	}
+	if rest := allOf(ra, rb); rest != true {
+		out = out.with("items", rest)
 	}
 	return out, nil
 }
@@ -183,13 +264,6 @@ func mergeKeyword(k string, a, b any, path string) (any, error) {
 		}
 		return out, nil
 	case "additionalProperties":
-		return allOf(a, b), nil
-	case "items":
-		_, la := a.([]any)
-		_, lb := b.([]any)
-		if la || lb {
-			return nil, unsupportedf("allOf of item lists (at %s)", path)
-		}
 		return allOf(a, b), nil
 	case "minimum", "minLength", "minItems", "maximum", "maxLength", "maxItems", "exclusiveMinimum", "exclusiveMaximum":
 		na, ok1 := a.(json.Number)
