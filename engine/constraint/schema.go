@@ -27,7 +27,8 @@ import (
 //     ajv-formats accepts in its full mode: hostnames of up to four labels of up to 20 characters,
 //     durations without mixing weeks with other units, seconds without the leap second);
 //   - numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or draft 4's
-//     booleans), multipleOf (a decimal whose digits, point removed, are at most 10000); a number
+//     booleans), multipleOf (a decimal whose digits, point removed, are at most 10000), format
+//     int32 and int64 (integers in that range) and float and double (any number); a number
 //     with a bound or multipleOf is written without an exponent;
 //   - annotations, which constrain nothing: title, description, default, examples, $schema,
 //     $comment, deprecated, readOnly, writeOnly, and $id/id at the root.
@@ -499,6 +500,32 @@ func (c *schemaCompiler) number(o *jsonObject, integer bool, path string) (*expr
 			return nil, err
 		}
 	}
+	// A number format of integers bounds them like minimum and maximum; other formats (of
+	// strings) say nothing of numbers.
+	if f, ok := o.get("format"); ok {
+		name, ok := f.(string)
+		if !ok {
+			return nil, invalidf("format at %s is not a string", path)
+		}
+		if nf := numberFormats[name]; nf.integer {
+			integer = true
+			for _, t := range []struct {
+				b     *bound
+				val   string
+				lower bool
+			}{{&lo, nf.min, true}, {&hi, nf.max, false}} {
+				d, err := parseDecimal(t.val)
+				if err != nil {
+					return nil, err
+				}
+				if !t.b.set {
+					*t.b = bound{set: true, val: d}
+				} else if r := cmpDecimal(d, t.b.val); (t.lower && r > 0) || (!t.lower && r < 0) {
+					*t.b = bound{set: true, val: d}
+				}
+			}
+		}
+	}
 	mult, hasMult := o.get("multipleOf")
 	if !lo.set && !hi.set && !hasMult {
 		if integer {
@@ -655,7 +682,13 @@ func (c *schemaCompiler) strParts(o *jsonObject, path string) ([]*expr, error) {
 		}
 	}
 	if f, ok := o.get("format"); ok {
-		name, _ := f.(string)
+		name, ok := f.(string)
+		if !ok {
+			return nil, invalidf("format at %s is not a string", path)
+		}
+		if _, ok := numberFormats[name]; ok {
+			return parts, nil // a number format says nothing of strings
+		}
 		e, err := formatExpr(name)
 		if err != nil {
 			return nil, fmt.Errorf("%w (at %s)", err, path)
@@ -677,6 +710,20 @@ var formats = map[string]string{
 	"duration":  `P(([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)(T` + durationTime + `)?|T` + durationTime + `|[0-9]+W)`,
 	"email": `[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+(\.[a-zA-Z0-9!#$%&'*+/=?^_{|}~-]+)*@` +
 		`([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?`,
+}
+
+// numberFormat is what a number format allows: any number, or integers from min to max.
+type numberFormat struct {
+	integer  bool
+	min, max string
+}
+
+// numberFormats are the number formats supported (OpenAPI's, as ajv-formats names them).
+var numberFormats = map[string]numberFormat{
+	"int32":  {true, "-2147483648", "2147483647"},
+	"int64":  {true, "-9223372036854775808", "9223372036854775807"},
+	"float":  {},
+	"double": {},
 }
 
 const (
