@@ -19,7 +19,8 @@ import (
 //   - objects: properties (generated in the order the schema lists them), required,
 //     additionalProperties (absent means any other property, after the listed ones),
 //     patternProperties (when no key can match two patterns), propertyNames (of string keywords),
-//     minProperties, maxProperties;
+//     minProperties (at most one more than the required properties when other properties are
+//     allowed: those may repeat a key, which counts once), maxProperties;
 //   - arrays: items, prefixItems, items as a list and additionalItems (draft 4-2019), minItems,
 //     maxItems;
 //   - strings: minLength, maxLength (in characters), pattern (an ECMAScript regex, see regex.go),
@@ -76,6 +77,9 @@ type schemaCompiler struct {
 	rules  map[any]int // $ref targets → rule
 	depth  int
 	anyKey *byteDFA // any key, as a JSON string
+	// canonical says the texts matched are canonical JSON, whose objects never repeat a key (see
+	// valid): then every member counts toward minProperties.
+	canonical bool
 }
 
 // schemaGrammar is the JSONSchema kind.
@@ -429,7 +433,7 @@ func (c *schemaCompiler) valid(rest *jsonObject, value any, path string) (bool, 
 		return true, nil
 	}
 	g := &grammar{}
-	sub := &schemaCompiler{g: g, b: newJSONBuilder(g, Options{MaxWhitespace: -1}), root: c.root, rules: map[any]int{}, depth: c.depth}
+	sub := &schemaCompiler{g: g, b: newJSONBuilder(g, Options{MaxWhitespace: -1}), root: c.root, rules: map[any]int{}, depth: c.depth, canonical: true}
 	e, err := sub.compile(rest, path)
 	if err != nil {
 		return false, err
@@ -991,6 +995,15 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 			return nil, err
 		}
 	}
+	// Members beyond the listed names may repeat a key, which makes one property, not two: the
+	// grammar cannot count them exactly, so minProperties may rely on one of them at most (the
+	// required names are always there, and distinct).
+	nRequired := 0
+	for _, name := range names {
+		if required[name] {
+			nRequired++
+		}
+	}
 	for _, m := range others {
 		value, err := c.compile(m.schema, path+"/"+m.what)
 		if err != nil {
@@ -998,6 +1011,9 @@ func (c *schemaCompiler) object(o *jsonObject, path string) (*expr, error) {
 		}
 		if value.kind == kNothing || m.key.kind == kNothing {
 			continue
+		}
+		if minProps > nRequired+1 && !c.canonical {
+			return nil, unsupportedf("minProperties %d above %d required properties plus one: other properties' names may repeat, and a repeated name is one property (at %s)", minProps, nRequired, path)
 		}
 		if top > 1 && !isSmall(value) {
 			value = refExpr(c.g.add(m.what+" "+path, value))

@@ -2,6 +2,7 @@ package constraint
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,56 @@ func TestNumberFormats(t *testing.T) {
 		if _, err := Compile(Spec{Kind: JSONSchema, Text: schema}, v, Options{}); !errors.Is(err, ErrSyntax) {
 			t.Errorf("%s: %v, want a syntax error", schema, err)
 		}
+	}
+}
+
+// minPropertiesCases: a member repeated under one key is one property (the last value wins), so it
+// cannot help meet minProperties. Members beyond the listed properties may repeat a key, so a
+// schema that would need two of them is refused, naming minProperties; the others are exact.
+var minPropertiesCases = []schemaCase{
+	{"any-keys", `{"type":"object","minProperties":2}`,
+		[]string{`{"a":1,"b":2}`, `{"a":1,"b":2,"c":3}`}, []string{`{"a":1,"a":2}`, `{"a":1}`, `{}`}},
+	{"optional-listed", `{"type":"object","properties":{"a":{},"b":{},"c":{}},"minProperties":2}`,
+		[]string{`{"a":1,"b":2}`, `{"a":1,"x":2}`}, []string{`{"x":1,"x":2}`, `{"a":1,"a":2}`, `{"c":1}`}},
+	{"patterns", `{"type":"object","patternProperties":{"^x":{}},"additionalProperties":false,"minProperties":2}`,
+		[]string{`{"x":1,"xy":2}`}, []string{`{"x":1,"x":2}`, `{"x":1}`}},
+	{"required-plus-two", `{"type":"object","required":["a"],"minProperties":3}`,
+		[]string{`{"a":1,"b":2,"c":3}`}, []string{`{"a":1,"b":2,"b":3}`, `{"a":1,"b":2}`}},
+	{"required-plus-one", `{"type":"object","properties":{"a":{}},"required":["a"],"minProperties":2}`,
+		[]string{`{"a":1,"x":1}`, `{"a":1,"x":1,"y":2}`}, []string{`{"a":1}`, `{"a":1,"a":2}`, `{"x":1,"x":2}`}},
+	{"required-two", `{"type":"object","required":["a","b"],"minProperties":3,"maxProperties":3}`,
+		[]string{`{"a":1,"b":2,"c":3}`}, []string{`{"a":1,"b":2,"b":3}`, `{"a":1,"b":2}`, `{"a":1,"b":2,"c":3,"d":4}`}},
+	{"enum", `{"enum":[{"a":1,"b":2},{"a":1},{"x":[]}],"minProperties":2}`,
+		[]string{`{"a":1,"b":2}`}, []string{`{"a":1}`, `{"x":[]}`, `{"a":1,"a":2}`}},
+	{"closed", `{"type":"object","properties":{"a":{},"b":{},"c":{}},"additionalProperties":false,"minProperties":3}`,
+		[]string{`{"a":1,"b":2,"c":3}`}, []string{`{"a":1,"b":2}`, `{"a":1,"a":2,"a":3}`, `{"a":1,"b":2,"x":3}`}},
+}
+
+// minPropertiesRefused are the cases of minPropertiesCases that may be refused.
+var minPropertiesRefused = map[string]bool{"any-keys": true, "optional-listed": true, "patterns": true, "required-plus-two": true}
+
+func TestMinPropertiesDistinct(t *testing.T) {
+	t.Run("ajv", func(t *testing.T) { checkWithAjv(t, minPropertiesCases) })
+	v := testVocab(t)
+	for _, c := range minPropertiesCases {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := Compile(Spec{Kind: JSONSchema, Text: c.schema}, v, Options{})
+			if err != nil {
+				if !minPropertiesRefused[c.name] || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "minProperties") {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			for _, s := range c.accept {
+				if !g.match([]byte(s)) {
+					t.Errorf("rejects %s", s)
+				}
+			}
+			for _, s := range c.reject {
+				if g.match([]byte(s)) {
+					t.Errorf("accepts %s", s)
+				}
+			}
+		})
 	}
 }
