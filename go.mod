@@ -1,6 +1,6 @@
 module github.com/gollm/gollm
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/dlclark/regexp2 v1.11.5
@@ -11,7 +11,7 @@ require (
 	github.com/spf13/pflag v1.0.10
 	github.com/x448/float16 v0.8.4
 	golang.org/x/term v0.37.0
-	golang.org/x/text v0.31.0
+	golang.org/x/text v0.44.0
 	gorgonia.org/cu v0.9.6
 )
 

@@ -86,6 +86,7 @@ const fixed = [
   '<think>\nreasoning\n</think>\n\nanswer', '<tool_call>{"name": "f"}</tool_call>', '<|endoftext|><|endoftext|>',
   '<|im_start', 'im_start|>', '< s>', '<s >', '<|reserved_special_token_250|>', '<|reserved_special_token_999|>',
   '\u0000\u0001\u0002\u001f\u007f', '\u0085\u2028\u2029', '\ufeffBOM', '\ufffd replacement', '\u{10ffff}\u{e000}',
+  '\u{10041}\u0301 \u{e0070}\u0301 \u{11099}\u{110ba}',
   '𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕳𝖊𝖑𝖑𝖔', '𓀀𓀁𓀂 𐍈 𒀭', '😀😀😀😀😀😀😀😀', '👨‍👩‍👧‍👦👨‍👩‍👧‍👦', ' 👍🏽 ', 'ok👍', '🇺🇸🇯🇵🇪🇺',
   '▁ underscores ▁▁ ▁x', 'Ġ ġ Ċ', 'ĠĠĠ', '<0x41> <0xFF>', 'spaces before newline   \nand after\n   x',
   "'Sam 'TREE 'LLama 'Dog 'VEry 'Re 'ſt", 'İstanbul ΣΑΣ ΌΣΟΣ Straße ǅ ǈ', 'Hello World hello world HELLO WORLD',
