@@ -88,15 +88,16 @@ func (m *Model) Request(promptIDs []int32, opts ...Option) engine.Request {
 }
 
 // Generate completes prompt (encoded with the tokenizer's special tokens, such as BOS) and returns the
-// whole result. When ctx ends first it returns the output so far and ctx's error.
+// whole result. When ctx ends first it returns the output so far and an error wrapping ctx.Err() and,
+// where one was given (context.WithCancelCause, context.WithTimeoutCause), context.Cause(ctx).
 func (m *Model) Generate(ctx context.Context, prompt string, opts ...Option) (Result, error) {
 	return collect(m.Stream(ctx, prompt, opts...))
 }
 
 // Stream completes prompt as Generate does, yielding the output as it is generated: each
 // engine.Output holds the new text and tokens, and the last one the finish reason and usage. Leaving
-// the loop early or ending ctx aborts the request. A request that fails yields one last Output with
-// the error.
+// the loop early or ending ctx aborts the request. A request that fails, or that ctx ends, yields one
+// last Output with the error (for ctx, the error Generate returns).
 func (m *Model) Stream(ctx context.Context, prompt string, opts ...Option) iter.Seq2[engine.Output, error] {
 	return m.stream(ctx, func() ([]int32, error) { return m.tok.Encode(prompt, true), nil }, opts)
 }
@@ -143,7 +144,7 @@ func (m *Model) stream(ctx context.Context, encode func() ([]int32, error), opts
 	return func(yield func(engine.Output, error) bool) {
 		ids, err := encode()
 		if err == nil {
-			err = ctx.Err()
+			err = contextError(ctx)
 		}
 		if err != nil {
 			yield(engine.Output{}, err)
@@ -153,6 +154,9 @@ func (m *Model) stream(ctx context.Context, encode func() ([]int32, error), opts
 		defer cancel() // a loop left early aborts the request
 		s, err := m.engine.Add(reqCtx, m.Request(ids, opts...))
 		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				err = withCause(ctx, err)
+			}
 			yield(engine.Output{}, err)
 			return
 		}
@@ -179,7 +183,7 @@ func outputError(ctx context.Context, out engine.Output) error {
 	case engine.FinishError:
 		return out.Err
 	case engine.FinishAbort:
-		if err := ctx.Err(); err != nil {
+		if err := contextError(ctx); err != nil {
 			return err
 		}
 		if out.Err != nil {
@@ -188,6 +192,24 @@ func outputError(ctx context.Context, out engine.Output) error {
 		return fmt.Errorf("llm: request aborted: %w", engine.ErrClosed)
 	}
 	return nil
+}
+
+// contextError returns ctx.Err(), wrapping ctx's cause too where one was given (one that differs from
+// ctx.Err()); nil while ctx has not ended.
+func contextError(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return withCause(ctx, ctx.Err())
+}
+
+// withCause wraps the cause of ended ctx into err, which wraps ctx.Err(), unless the cause is that
+// error itself.
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // collect gathers a stream into a Result.

@@ -206,11 +206,8 @@ func Load(ctx context.Context, name string, cfg Config) (*Model, error) {
 				r.m.Close()
 			}
 		}()
-		err := ctx.Err() // context.Canceled or DeadlineExceeded, and the cause given, where one was
-		if cause := context.Cause(ctx); cause != err {
-			err = fmt.Errorf("%w: %w", err, cause)
-		}
-		return nil, fmt.Errorf("llm: loading %s: %w", displayName(name), err)
+		// context.Canceled or DeadlineExceeded, and the cause given, where one was
+		return nil, fmt.Errorf("llm: loading %s: %w", displayName(name), contextError(ctx))
 	}
 }
 

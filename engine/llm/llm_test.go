@@ -397,6 +397,45 @@ func TestGenerateCancelled(t *testing.T) {
 	waitIdle(t, m)
 }
 
+// A context ended with a cause ends Generate and Stream with an error that wraps both ctx.Err() and
+// the cause, at every stage: before the request is added, and while it decodes.
+func TestGenerateContextCause(t *testing.T) {
+	m := loadDefault(t, Config{KVBlocks: 64})
+	cause := errors.New("the user went away")
+	check := func(name string, err error, is error) {
+		t.Helper()
+		if !errors.Is(err, is) || !errors.Is(err, cause) {
+			t.Errorf("%s: %v; want an error wrapping %v and the cause", name, err, is)
+		}
+	}
+
+	ended, cancel := context.WithCancelCause(t.Context())
+	cancel(cause)
+	_, err := m.Generate(ended, "func main() {")
+	check("before the request", err, context.Canceled)
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	var last error
+	seen := 0
+	for out, err := range m.Stream(ctx, "func main() {", MaxTokens(500), IgnoreEOS()) {
+		last = err
+		if seen += len(out.TokenIDs); seen >= 2 {
+			cancel(cause)
+		}
+	}
+	check("while it decodes", last, context.Canceled)
+
+	timed, stop := context.WithTimeoutCause(t.Context(), 20*time.Millisecond, cause)
+	defer stop()
+	res, err := m.Generate(timed, "func main() {", MaxTokens(1000), IgnoreEOS())
+	check("past its deadline", err, context.DeadlineExceeded)
+	if res.FinishReason != engine.FinishAbort || len(res.TokenIDs) >= 1000 {
+		t.Errorf("past its deadline: %s after %d tokens", res.FinishReason, len(res.TokenIDs))
+	}
+	waitIdle(t, m)
+}
+
 func TestGenerateErrors(t *testing.T) {
 	m := loadDefault(t, Config{KVBlocks: 8, MaxModelLen: 64})
 	long := strings.Repeat("func main() { ", 100)
