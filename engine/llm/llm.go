@@ -180,6 +180,10 @@ type Model struct {
 	vocabOnce sync.Once
 	vocab     *constraint.Vocabulary
 	vocabErr  error
+
+	// closeOnce releases the model once, however many goroutines call Close; closeErr is its error.
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Load loads the model name stands for (see Resolve: "" is the built-in model) as cfg says and starts
@@ -355,10 +359,13 @@ func (m *Model) stop() error {
 }
 
 // Close stops the engine, aborting the requests still running (they finish with
-// engine.FinishAbort), and releases the model's memory. Stop serving requests first (shut the HTTP
-// server down) to let them finish.
+// engine.FinishAbort, and Generate, Stream, Chat and ChatStream with an error wrapping
+// engine.ErrClosed, as do those called afterwards), and releases the model's memory. Stop serving
+// requests first (shut the HTTP server down) to let them finish. Close may be called more than once,
+// from any goroutine: every call returns once the model is released, with the first call's error.
 func (m *Model) Close() error {
-	return errors.Join(m.stop(), m.folder.Close())
+	m.closeOnce.Do(func() { m.closeErr = errors.Join(m.stop(), m.folder.Close()) })
+	return m.closeErr
 }
 
 // Name returns the model's name: the built-in model's, or the base name of its folder. The

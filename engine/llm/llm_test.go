@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -434,6 +435,50 @@ func TestGenerateContextCause(t *testing.T) {
 		t.Errorf("past its deadline: %s after %d tokens", res.FinishReason, len(res.TokenIDs))
 	}
 	waitIdle(t, m)
+}
+
+// Close ends the requests in flight with engine.ErrClosed, and every later one; it may be called from
+// several goroutines at once (the model and its mapped files are released once) and again later.
+func TestCloseConcurrent(t *testing.T) {
+	m, err := Load(t.Context(), "", Config{Device: "cpu", KVBlocks: 64, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	inFlight := make(chan error, 1)
+	go func() {
+		var err error
+		var once sync.Once
+		for _, e := range m.Stream(t.Context(), "func main() {", MaxTokens(1000), IgnoreEOS()) {
+			err = e
+			once.Do(func() { close(started) })
+		}
+		inFlight <- err
+	}()
+	<-started
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if err := m.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-inFlight:
+		if !errors.Is(err, engine.ErrClosed) {
+			t.Errorf("the request in flight: %v, want engine.ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the request in flight did not end")
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("close again: %v", err)
+	}
+	if _, err := m.Generate(t.Context(), "func"); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Generate after Close: %v, want engine.ErrClosed", err)
+	}
 }
 
 func TestGenerateErrors(t *testing.T) {
