@@ -134,11 +134,11 @@ var loadModel = llm.Load
 
 // loadHint is what the user can do about a model that does not fit, in flags.
 func loadHint(err error) string {
-	switch {
-	case errors.Is(err, llm.ErrDoesNotFit):
-		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
+	switch { // the KV pages asked for: llm.ErrDoesNotFit wraps model.ErrKVTooLarge then
 	case errors.Is(err, model.ErrKVTooLarge):
 		return " (give fewer --kv-blocks, or leave --kv-blocks out to size the cache from memory)"
+	case errors.Is(err, llm.ErrDoesNotFit):
+		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
 	}
 	return ""
 }

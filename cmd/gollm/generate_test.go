@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gollm/gollm/engine/llm"
+	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights/tokenizer"
 	"github.com/gollm/gollm/weights/weightstest"
 )
@@ -515,7 +516,9 @@ func TestLoadHint(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), "--kv-blocks"},
+		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), "--max-model-len"},
+		// Too many KV pages asked for: Load's error wraps both.
+		{fmt.Errorf("llm: KVBlocks 9: %w: %w", llm.ErrDoesNotFit, model.ErrKVTooLarge), "give fewer --kv-blocks"},
 		{errors.New("weights: config.json: no such file"), ""},
 	} {
 		if got := loadHint(tc.err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {

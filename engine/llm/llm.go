@@ -22,10 +22,12 @@ import (
 
 // Sentinel errors; test them with errors.Is.
 var (
-	// ErrDoesNotFit is returned by Load when the model and a KV cache for one request of
+	// ErrDoesNotFit is wrapped by Load's error when the model and a KV cache for one request of
 	// Config.MaxModelLen tokens do not fit in the memory there is, or in the KV pages Config.KVBlocks
-	// gives. When MaxModelLen is 0, only the CPU's cache sized from memory must hold the model's context
-	// (up to 8192 tokens); otherwise requests are capped to what the KV cache holds (see MaxModelLen).
+	// gives, and when the KV pages Config.KVBlocks asks for do not fit in the memory left by the
+	// weights (the error then wraps model.ErrKVTooLarge too). When MaxModelLen is 0, only the CPU's
+	// cache sized from memory must hold the model's context (up to 8192 tokens); otherwise requests
+	// are capped to what the KV cache holds (see MaxModelLen). The error's text says what to change.
 	ErrDoesNotFit = errors.New("llm: the model does not fit")
 	// ErrNoChatTemplate is returned by Chat and ChatStream for a model without a usable chat template.
 	ErrNoChatTemplate = errors.New("llm: the model has no chat template")
@@ -108,7 +110,7 @@ func (c *Config) check() error {
 		return fmt.Errorf("llm: config: MemoryUtilization %v must lie in [0, 1]", c.MemoryUtilization)
 	}
 	if c.KVBlocks > 0 && c.MaxModelLen > 0 && c.KVBlocks*c.PageSize < c.MaxModelLen {
-		return fmt.Errorf("llm: MaxModelLen %d does not fit a KV cache of %d pages of %d tokens: %w",
+		return fmt.Errorf("llm: MaxModelLen %d does not fit a KV cache of %d pages of %d tokens; give more KV pages or a smaller MaxModelLen: %w",
 			c.MaxModelLen, c.KVBlocks, c.PageSize, ErrDoesNotFit)
 	}
 	return nil
@@ -303,8 +305,12 @@ func load(ctx context.Context, folder *weights.Folder, device string, cfg Config
 		Quantization: cfg.Quantization, KVCacheDType: cfg.KVCacheDType, SharedPrefix: cfg.SharedPrefix, Logger: log,
 		TensorParallel: cfg.TensorParallel})
 	if err != nil {
-		if errors.Is(err, model.ErrKVTooLarge) && cfg.KVBlocks > 0 {
-			err = fmt.Errorf("KVBlocks %d: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, err)
+		if errors.Is(err, model.ErrKVTooLarge) {
+			if cfg.KVBlocks > 0 {
+				err = fmt.Errorf("llm: KVBlocks %d: %w: %w (give fewer, or 0 to size the cache from memory)", cfg.KVBlocks, ErrDoesNotFit, err)
+			} else {
+				err = fmt.Errorf("llm: %w: %w", ErrDoesNotFit, err)
+			}
 		}
 		return nil, err
 	}

@@ -39,12 +39,27 @@ func cpuKVBlocks(cfg *weights.Config, pageSize, maxNumSeqs, maxModelLen int, ava
 	}
 	weightBytes := model.CPUWeightBytes(cfg, quantization)
 	if need := weightBytes + least*perBlock; available < need {
-		return 0, fmt.Errorf("llm: the weights (%s on the CPU) and a KV cache of %d tokens (%s) need %s of memory; %s is available: %w",
-			bytesString(weightBytes), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available), ErrDoesNotFit)
+		return 0, fmt.Errorf("llm: the weights (%s on the CPU) and a KV cache of %d tokens (%s) need %s of memory; %s is available (%s): %w",
+			bytesString(weightBytes), least*int64(pageSize), bytesString(least*perBlock), bytesString(need), bytesString(available),
+			fitHint(weightBytes, available, quantization, kvCacheDType), ErrDoesNotFit)
 	}
 	blocks := (available - weightBytes) / 4 / perBlock
 	blocks = min(blocks, perSeq*int64(max(maxNumSeqs, 1)), 1<<20)
 	return int(max(blocks, least)), nil
+}
+
+// fitHint says what makes a model of weightBytes on the CPU fit in available bytes of memory, under
+// Config.Quantization quantization and Config.KVCacheDType kvCacheDType.
+func fitHint(weightBytes, available int64, quantization, kvCacheDType string) string {
+	switch {
+	case weightBytes >= available && quantization != "fp8":
+		return `the weights alone do not fit: Quantization "fp8" stores their matrices in a byte a parameter`
+	case weightBytes >= available:
+		return "the weights alone do not fit: free memory or take a smaller model"
+	case kvCacheDType != "fp8":
+		return `a smaller MaxModelLen, or KVCacheDType "fp8", needs a smaller KV cache`
+	}
+	return "a smaller MaxModelLen needs a smaller KV cache"
 }
 
 // availableMemory returns MemAvailable from /proc/meminfo, or 4 GiB where it cannot be read.
