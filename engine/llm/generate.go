@@ -17,7 +17,9 @@ import (
 // ids, a logit bias, ...).
 type Option func(*engine.Request)
 
-// MaxTokens caps the tokens generated; without it the cap is Model.MaxTokens.
+// MaxTokens caps the tokens generated; without it, or with n 0, the cap is Model.MaxTokens. A cap
+// beyond the context is what the context leaves after the prompt; a negative n is refused
+// (engine.ErrInvalidRequest).
 func MaxTokens(n int) Option { return func(r *engine.Request) { r.MaxTokens = n } }
 
 // Temperature sets the sampling temperature; 0 is greedy decoding (the most likely token each step).
@@ -78,11 +80,16 @@ type Result struct {
 }
 
 // Request returns the engine request for a prompt of token ids under the model's defaults and opts.
+// A MaxTokens of 0 after opts is the model's default cap (Model.MaxTokens), not the engine's whole
+// context.
 func (m *Model) Request(promptIDs []int32, opts ...Option) engine.Request {
 	r := engine.Request{PromptIDs: promptIDs, MaxTokens: m.maxTokens, Sampling: m.sampling}
 	r.Sampling.LogitBias = nil
 	for _, o := range opts {
 		o(&r)
+	}
+	if r.MaxTokens == 0 {
+		r.MaxTokens = m.maxTokens
 	}
 	return r
 }

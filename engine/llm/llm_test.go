@@ -276,6 +276,18 @@ func TestRequestOptions(t *testing.T) {
 	if def.MaxTokens != 256 || def.Sampling.Temperature != 0.8 || def.MaxTokens != m.MaxTokens() || def.Sampling.Temperature != m.Sampling().Temperature {
 		t.Errorf("defaults: %+v", def)
 	}
+	// MaxTokens(0), a cap left unset in the caller's own settings, is the default cap: not the
+	// engine's 0, which would run to the end of the context.
+	if got := m.Request([]int32{1}, MaxTokens(0)).MaxTokens; got != m.MaxTokens() {
+		t.Errorf("MaxTokens(0): a cap of %d, want the default %d", got, m.MaxTokens())
+	}
+	res, err := m.Generate(t.Context(), "func main() {", MaxTokens(0), IgnoreEOS(), Temperature(0))
+	if err != nil || res.FinishReason != engine.FinishLength || res.Usage.CompletionTokens != m.MaxTokens() {
+		t.Errorf("MaxTokens(0): %s after %d tokens, %v; want length after %d", res.FinishReason, res.Usage.CompletionTokens, err, m.MaxTokens())
+	}
+	if _, err := m.Generate(t.Context(), "func", MaxTokens(-1)); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("MaxTokens(-1): %v, want engine.ErrInvalidRequest", err)
+	}
 }
 
 func jsonEqual(a, b any) bool {
