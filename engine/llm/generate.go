@@ -23,21 +23,23 @@ type Option func(*engine.Request)
 func MaxTokens(n int) Option { return func(r *engine.Request) { r.MaxTokens = n } }
 
 // Temperature sets the sampling temperature; 0 is greedy decoding (the most likely token each step).
+// The sampling options' values must lie in the ranges engine.SamplingParams gives, or the request
+// fails with engine.ErrInvalidRequest (NaN and infinities included).
 func Temperature(t float64) Option { return func(r *engine.Request) { r.Sampling.Temperature = t } }
 
-// TopP keeps the most likely tokens up to probability mass p (nucleus sampling).
+// TopP keeps the most likely tokens up to probability mass p (nucleus sampling); 0 or 1 turns it off.
 func TopP(p float64) Option { return func(r *engine.Request) { r.Sampling.TopP = p } }
 
-// TopK keeps the k most likely tokens.
+// TopK keeps the k most likely tokens; 0 or -1 turns it off.
 func TopK(k int) Option { return func(r *engine.Request) { r.Sampling.TopK = k } }
 
-// MinP drops the tokens less likely than p times the most likely one.
+// MinP drops the tokens less likely than p times the most likely one; 0 turns it off.
 func MinP(p float64) Option { return func(r *engine.Request) { r.Sampling.MinP = p } }
 
 // Seed makes the draws reproducible: the same seed, prompt and options give the same text.
 func Seed(seed uint64) Option { return func(r *engine.Request) { r.Sampling.Seed = &seed } }
 
-// RepetitionPenalty penalises tokens of the prompt and the output so far (HF style; 1 is off).
+// RepetitionPenalty penalises tokens of the prompt and the output so far (HF style; 1 or 0 is off).
 func RepetitionPenalty(p float64) Option {
 	return func(r *engine.Request) { r.Sampling.RepetitionPenalty = p }
 }
@@ -53,7 +55,8 @@ func FrequencyPenalty(p float64) Option {
 	return func(r *engine.Request) { r.Sampling.FrequencyPenalty = p }
 }
 
-// Stop ends the output where one of the strings appears; the text stops before it.
+// Stop ends the output where one of the strings appears; the text stops before it. Empty strings
+// are ignored.
 func Stop(stops ...string) Option {
 	return func(r *engine.Request) { r.Stop = append(r.Stop, stops...) }
 }
@@ -104,7 +107,8 @@ func (m *Model) Generate(ctx context.Context, prompt string, opts ...Option) (Re
 // Stream completes prompt as Generate does, yielding the output as it is generated: each
 // engine.Output holds the new text and tokens, and the last one the finish reason and usage. Leaving
 // the loop early or ending ctx aborts the request. A request that fails, or that ctx ends, yields one
-// last Output with the error (for ctx, the error Generate returns).
+// last Output with the error (for ctx, the error Generate returns). The request starts when the loop
+// does, and each loop over the same sequence runs it anew.
 func (m *Model) Stream(ctx context.Context, prompt string, opts ...Option) iter.Seq2[engine.Output, error] {
 	return m.stream(ctx, func() ([]int32, error) { return m.tok.Encode(prompt, true), nil }, opts)
 }

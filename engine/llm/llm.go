@@ -120,7 +120,8 @@ func (c *Config) check() error {
 // cache directory on first use) when name is empty; else name itself when it is a folder; else, for a
 // Hugging Face name ORG/NAME[@REVISION], its snapshot in the Hugging Face cache (hub.Resolve, which
 // says how to fetch a model it does not find). Load, LoadTokenizer and the gollm command resolve every
-// model name through it.
+// model name through it. A missing folder gives an error wrapping fs.ErrNotExist, a Hugging Face name
+// not in the cache one wrapping hub.ErrNotCached.
 func Resolve(name string) (dir string, err error) {
 	if name == "" {
 		dir, err := defaultmodel.Dir()
@@ -374,8 +375,9 @@ func (m *Model) Close() error {
 	return m.closeErr
 }
 
-// Name returns the model's name: the built-in model's, or the base name of its folder. The
-// OpenAI API serves the model under it unless openai.Config.ModelName says otherwise.
+// Name returns the model's name: the built-in model's, ORG/NAME (without the revision) for a model
+// loaded by its Hugging Face name, or the base name of its folder. The OpenAI API serves the model
+// under it unless openai.Config.ModelName says otherwise.
 func (m *Model) Name() string { return m.name }
 
 // Dir returns the model's folder.
