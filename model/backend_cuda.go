@@ -469,8 +469,8 @@ func (b *cudaBackend) kvCapacity(utilization float64) (int, error) {
 	budget := free - int64((1-utilization)*float64(total))
 	n := budget / b.kvBytesPerBlock()
 	if n < 1 {
-		return 0, fmt.Errorf("cuda backend: no memory left for the KV pool (%d MiB free of %d MiB, utilization %v)",
-			free>>20, total>>20, utilization)
+		return 0, fmt.Errorf("cuda backend: %w: no memory left for the KV pool (%d MiB free of %d MiB, utilization %v)",
+			ErrKVTooLarge, free>>20, total>>20, utilization)
 	}
 	return int(n), nil
 }
