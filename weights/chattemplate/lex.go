@@ -75,7 +75,7 @@ func lex(src string) ([]segment, error) {
 		}
 		segs = append(segs, seg)
 		i = next
-		if seg.kind == segBlock && len(seg.tokens) == 2 && seg.tokens[0].kind == tokName && seg.tokens[0].text == "raw" {
+		if isRawStart(&seg) {
 			raw, after, endTag, err := lexRaw(src, i)
 			if err != nil {
 				return nil, err
@@ -300,6 +300,10 @@ func lexString(src string, i int) (string, int, error) {
 // applyWhitespaceControl trims the text segments around tags according to their markers and to
 // trim_blocks / lstrip_blocks.
 func applyWhitespaceControl(segs []segment) {
+	// lineStart marks the text segments that begin a line of the source: the template's first, and
+	// those whose leading newline trim_blocks took (the tag before them ends its line).
+	lineStart := make([]bool, len(segs)+1)
+	lineStart[0] = true
 	for k := range segs {
 		s := &segs[k]
 		if s.kind == segText {
@@ -313,7 +317,7 @@ func applyWhitespaceControl(segs []segment) {
 			case s.left != '+' && s.kind != segVariable:
 				// lstrip_blocks: drop the spaces and tabs between the line's start and the tag.
 				line := strings.LastIndexByte(prev.text, '\n')
-				if line >= 0 || k == 1 {
+				if line >= 0 || lineStart[k-1] {
 					tail := prev.text[line+1:]
 					if strings.Trim(tail, " \t") == "" {
 						prev.text = prev.text[:line+1]
@@ -326,14 +330,22 @@ func applyWhitespaceControl(segs []segment) {
 			switch {
 			case s.right == '-':
 				next.text = strings.TrimLeftFunc(next.text, isSpace)
-			case s.right != '+' && s.kind != segVariable:
-				// trim_blocks: the first newline after a block or comment tag goes.
+			case s.right != '+' && s.kind != segVariable && !isRawStart(s):
+				// trim_blocks: the first newline after a block or comment tag goes, except after
+				// {% raw %}, whose body is kept as written.
 				if strings.HasPrefix(next.text, "\r\n") {
 					next.text = next.text[2:]
+					lineStart[k+1] = true
 				} else if strings.HasPrefix(next.text, "\n") {
 					next.text = next.text[1:]
+					lineStart[k+1] = true
 				}
 			}
 		}
 	}
+}
+
+// isRawStart reports whether s is a {% raw %} tag.
+func isRawStart(s *segment) bool {
+	return s.kind == segBlock && len(s.tokens) == 2 && s.tokens[0].kind == tokName && s.tokens[0].text == "raw"
 }

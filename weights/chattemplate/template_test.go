@@ -247,3 +247,41 @@ func TestRenderTools(t *testing.T) {
 		}
 	}
 }
+
+// renderCases parses and renders each case with vars and compares with its expected output.
+func renderCases(t *testing.T, vars map[string]any, tests []struct{ name, src, want string }) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl, err := Parse(tc.src)
+			if err != nil {
+				t.Fatalf("parse %q: %v", tc.src, err)
+			}
+			got, err := tpl.Execute(vars)
+			if err != nil {
+				t.Fatalf("execute %q: %v", tc.src, err)
+			}
+			if got != tc.want {
+				t.Errorf("%q:\n got %q\nwant %q", tc.src, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLstripAfterTrimmedNewline: a tag whose line trim_blocks began (the tag before ends the previous
+// line) still takes its indentation (lstrip_blocks), as in Python's Jinja2 and @huggingface/jinja;
+// {% raw %} keeps the newline after it (Python's Jinja2; @huggingface/jinja has no raw).
+func TestLstripAfterTrimmedNewline(t *testing.T) {
+	renderCases(t, map[string]any{"xs": []any{"a", "b"}}, []struct{ name, src, want string }{
+		{"block after block", "{% if true %}\n  {% endif %}x", "x"},
+		{"nested block", "{% if true %}\n  {% if true %}y{% endif %}{% endif %}", "y"},
+		{"indented loop body", "{% for i in xs %}\n  {% if true %}{{ i }}{% endif %}\n{% endfor %}", "ab"},
+		{"after comment", "x{# c #}\n  {% if true %}y{% endif %}", "xy"},
+		{"comment after block", "y {% if true %}\n\t {# c #}\n\n z{% endif %}", "y \n z"},
+		{"variable is not stripped", "{% if true %}\n  {{ 'v' }}{% endif %}", "  v"},
+		{"plus keeps it", "{% if true %}\n  {%+ endif %}x", "  x"},
+		{"plus on the right keeps the newline", "{% if true +%}\n  {% endif %}x", "\nx"},
+		{"raw keeps its first newline", "{% raw %}\n{{ x }}\n{% endraw %}\nz", "\n{{ x }}\nz"},
+		{"raw with dash", "{% raw -%}\n  {{ x }}{% endraw %}", "{{ x }}"},
+	})
+}
