@@ -53,10 +53,12 @@ type segment struct {
 func isSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
 
 // lex splits src into text and tags and applies Jinja2's whitespace control with trim_blocks and
-// lstrip_blocks on (transformers' settings): a single trailing newline of the template is dropped,
-// a block or comment tag alone on its line takes the indentation before it, and the first newline
-// after a block or comment tag is removed.
+// lstrip_blocks on (transformers' settings): the template's line breaks ("\r\n", "\r", "\n") all
+// become "\n" first, a single trailing newline of the template is dropped, a block or comment tag
+// alone on its line takes the indentation before it, and the first newline after a block or comment
+// tag is removed.
 func lex(src string) ([]segment, error) {
+	src = newlines.Replace(src)
 	src = strings.TrimSuffix(src, "\n") // keep_trailing_newline=False
 	var segs []segment
 	i := 0
@@ -87,6 +89,10 @@ func lex(src string) ([]segment, error) {
 	applyWhitespaceControl(segs)
 	return segs, nil
 }
+
+// newlines turns every line break of a template into "\n", as Jinja2 reads templates (its default
+// newline_sequence); line breaks inside the values a template prints are data and stay as they are.
+var newlines = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
 // indexTagOpen finds the next "{{", "{%" or "{#" at or after i.
 func indexTagOpen(src string, i int) int {
@@ -333,10 +339,7 @@ func applyWhitespaceControl(segs []segment) {
 			case s.right != '+' && s.kind != segVariable && !isRawStart(s):
 				// trim_blocks: the first newline after a block or comment tag goes, except after
 				// {% raw %}, whose body is kept as written.
-				if strings.HasPrefix(next.text, "\r\n") {
-					next.text = next.text[2:]
-					lineStart[k+1] = true
-				} else if strings.HasPrefix(next.text, "\n") {
+				if strings.HasPrefix(next.text, "\n") {
 					next.text = next.text[1:]
 					lineStart[k+1] = true
 				}

@@ -285,3 +285,17 @@ func TestLstripAfterTrimmedNewline(t *testing.T) {
 		{"raw with dash", "{% raw -%}\n  {{ x }}{% endraw %}", "{{ x }}"},
 	})
 }
+
+// TestNewlineNormalization: a template's line breaks render as "\n" whatever it was saved with, as
+// Python's Jinja2 reads templates (transformers renders with it); escapes in string literals and the
+// values printed keep their "\r".
+func TestNewlineNormalization(t *testing.T) {
+	renderCases(t, map[string]any{"c": "p\r\nq"}, []struct{ name, src, want string }{
+		{"crlf with trim_blocks", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n", "a\nb\nc"},
+		{"lone cr", "a\rb\r", "a\nb"},
+		{"raw cr in a string literal", "{{ \"x\ry\" }}", "x\ny"},
+		{"escapes kept", `{{ "x\r\ny" }}`, "x\r\ny"},
+		{"values kept", "{{ c }}\r\n", "p\r\nq"},
+		{"crlf indentation", "{% for i in [1, 2] %}\r\n  {% if true %}{{ i }}{% endif %}\r\n{% endfor %}", "12"},
+	})
+}
