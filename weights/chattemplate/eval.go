@@ -109,13 +109,21 @@ func (r *renderer) exec(out *strings.Builder, n node, sc *scope) error {
 	case *macroNode:
 		sc.vars[n.name] = r.macro(n, sc)
 	case *callBlockNode:
-		inner := newScope(sc)
-		inner.vars["caller"] = &function{name: "caller", call: func(args []value, kw *dict) (value, error) {
+		// The called macro gets caller as a keyword argument; caller renders the block's body in the
+		// scope around the block, with its own parameters bound.
+		caller := &function{name: "caller", call: func(args []value, kw *dict) (value, error) {
+			s := newScope(sc)
+			if err := r.bindParams("caller", n.params, n.defaults, args, kw, s); err != nil {
+				return nil, err
+			}
 			var b strings.Builder
-			err := r.execBody(&b, n.body, newScope(sc))
+			err := r.execBody(&b, n.body, s)
 			return b.String(), err
 		}}
-		v, err := r.eval(n.call, inner)
+		call := *n.call
+		call.kwNames = append(append([]string(nil), n.call.kwNames...), "caller")
+		call.kwValues = append(append([]expr(nil), n.call.kwValues...), &literal{v: caller})
+		v, err := r.eval(&call, sc)
 		if err != nil {
 			return err
 		}
@@ -264,34 +272,22 @@ func (r *renderer) macro(n *macroNode, defScope *scope) *function {
 		r.calls++
 		defer func() { r.calls-- }()
 		s := newScope(defScope)
-		if len(args) > len(n.params) {
-			return nil, fmt.Errorf("chattemplate: macro %s takes %d arguments, got %d", n.name, len(n.params), len(args))
-		}
-		for i, p := range n.params {
-			switch {
-			case i < len(args):
-				s.vars[p] = args[i]
-			case kw != nil && hasKey(kw, p):
-				s.vars[p] = kw.m[p]
-			case n.defaults[i] != nil:
-				v, err := r.eval(n.defaults[i], s)
-				if err != nil {
-					return nil, err
-				}
-				s.vars[p] = v
-			default:
-				s.vars[p] = undefined{name: p}
-			}
-		}
-		if kw != nil {
-			for _, k := range kw.keys {
-				if !contains(n.params, k) {
-					return nil, fmt.Errorf("chattemplate: macro %s has no parameter %q", n.name, k)
-				}
-			}
-		}
 		if c, ok := defScope.lookup("caller"); ok {
 			s.vars["caller"] = c
+		}
+		if kw != nil && hasKey(kw, "caller") && !contains(n.params, "caller") {
+			// A {% call %} block passes itself as caller.
+			s.vars["caller"] = kw.m["caller"]
+			rest := newDict()
+			for _, k := range kw.keys {
+				if k != "caller" {
+					rest.set(k, kw.m[k])
+				}
+			}
+			kw = rest
+		}
+		if err := r.bindParams("macro "+n.name, n.params, n.defaults, args, kw, s); err != nil {
+			return nil, err
 		}
 		var b strings.Builder
 		if err := r.execBody(&b, n.body, s); err != nil {
@@ -299,6 +295,39 @@ func (r *renderer) macro(n *macroNode, defScope *scope) *function {
 		}
 		return b.String(), nil
 	}}
+}
+
+// bindParams binds a macro's (or a call block's caller's) parameters in s: positional arguments,
+// then keyword arguments, then defaults (evaluated in s, so they may use earlier parameters); a
+// parameter left without a value is undefined.
+func (r *renderer) bindParams(what string, params []string, defaults []expr, args []value, kw *dict, s *scope) error {
+	if len(args) > len(params) {
+		return fmt.Errorf("chattemplate: %s takes %d arguments, got %d", what, len(params), len(args))
+	}
+	for i, p := range params {
+		switch {
+		case i < len(args):
+			s.vars[p] = args[i]
+		case kw != nil && hasKey(kw, p):
+			s.vars[p] = kw.m[p]
+		case defaults[i] != nil:
+			v, err := r.eval(defaults[i], s)
+			if err != nil {
+				return err
+			}
+			s.vars[p] = v
+		default:
+			s.vars[p] = undefined{name: p}
+		}
+	}
+	if kw != nil {
+		for _, k := range kw.keys {
+			if !contains(params, k) {
+				return fmt.Errorf("chattemplate: %s has no parameter %q", what, k)
+			}
+		}
+	}
+	return nil
 }
 
 func hasKey(d *dict, k string) bool { _, ok := d.m[k]; return ok }

@@ -40,7 +40,10 @@ type (
 	}
 	callBlockNode struct {
 		call *callExpr
-		body []node
+		// params and defaults are caller's parameters: {% call(a, b=1) m() %}.
+		params   []string
+		defaults []expr
+		body     []node
 	}
 	filterBlockNode struct {
 		filters []*filterExpr
@@ -211,6 +214,13 @@ func (p *parser) parseStatement(kw token) (node, error) {
 	case "macro":
 		return p.parseMacro()
 	case "call":
+		n := &callBlockNode{}
+		if p.acceptOp("(") {
+			var err error
+			if n.params, n.defaults, err = p.parseParams(); err != nil {
+				return nil, err
+			}
+		}
 		e, err := p.parseExpr()
 		if err != nil {
 			return nil, err
@@ -219,14 +229,14 @@ func (p *parser) parseStatement(kw token) (node, error) {
 		if !ok {
 			return nil, p.syntaxError("call block needs a call")
 		}
+		n.call = call
 		if err := p.expectEnd(); err != nil {
 			return nil, err
 		}
-		body, _, err := p.parseBody("endcall")
-		if err != nil {
+		if n.body, _, err = p.parseBody("endcall"); err != nil {
 			return nil, err
 		}
-		return &callBlockNode{call: call, body: body}, p.expectEnd()
+		return n, p.expectEnd()
 	case "filter":
 		var filters []*filterExpr
 		for {
@@ -404,26 +414,9 @@ func (p *parser) parseMacro() (node, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, err
 	}
-	for !p.acceptOp(")") {
-		t := p.next()
-		if t.kind != tokName {
-			return nil, p.syntaxError("expected a parameter name")
-		}
-		n.params = append(n.params, t.text)
-		var def expr
-		if p.acceptOp("=") {
-			var err error
-			if def, err = p.parseExpr(); err != nil {
-				return nil, err
-			}
-		}
-		n.defaults = append(n.defaults, def)
-		if !p.acceptOp(",") {
-			if err := p.expectOp(")"); err != nil {
-				return nil, err
-			}
-			break
-		}
+	var err error
+	if n.params, n.defaults, err = p.parseParams(); err != nil {
+		return nil, err
 	}
 	if err := p.expectEnd(); err != nil {
 		return nil, err
@@ -434,6 +427,32 @@ func (p *parser) parseMacro() (node, error) {
 	}
 	n.body = body
 	return n, p.expectEnd()
+}
+
+// parseParams parses a parameter list after its "(" up to and including ")": names, each with an
+// optional default (a single expression: the comma after it starts the next parameter).
+func (p *parser) parseParams() (params []string, defaults []expr, err error) {
+	for !p.acceptOp(")") {
+		t := p.next()
+		if t.kind != tokName {
+			return nil, nil, p.syntaxError("expected a parameter name")
+		}
+		params = append(params, t.text)
+		var def expr
+		if p.acceptOp("=") {
+			if def, err = p.parseCond(); err != nil {
+				return nil, nil, err
+			}
+		}
+		defaults = append(defaults, def)
+		if !p.acceptOp(",") {
+			if err := p.expectOp(")"); err != nil {
+				return nil, nil, err
+			}
+			break
+		}
+	}
+	return params, defaults, nil
 }
 
 // Token helpers.

@@ -299,3 +299,19 @@ func TestNewlineNormalization(t *testing.T) {
 		{"crlf indentation", "{% for i in [1, 2] %}\r\n  {% if true %}{{ i }}{% endif %}\r\n{% endfor %}", "12"},
 	})
 }
+
+// TestMacroParamsAndCallBlocks: macros with several defaults, and {% call %} blocks whose macro
+// calls caller(), with and without caller parameters, as Python's Jinja2 and @huggingface/jinja
+// render them (@huggingface/jinja prints none as the empty string where Python prints None).
+func TestMacroParamsAndCallBlocks(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"several defaults", "{% macro m(a, b='B', c=none) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, 2) }} {{ m(1, c=3) }} {{ m(a=5) }}",
+			"1BNone 12None 1B3 5BNone"},
+		{"default of a ternary", "{% macro m(a, b='x' if a else 'y', c=[1, 2]) %}{{ b }}{{ c | length }}{% endmacro %}{{ m(0) }}", "y2"},
+		{"caller", "{% macro m() %}[{{ caller() }}]{% endmacro %}{% call m() %}inside{% endcall %}", "[inside]"},
+		{"caller with arguments", "{% macro m(x) %}<{{ caller(x * 2) }}>{% endmacro %}{% call(v) m(3) %}v={{ v }}{% endcall %}", "<v=6>"},
+		{"caller sees the scope around the block", "{% macro m(x, y=1) %}{{ x }}{{ y }}:{{ caller() }}{% endmacro %}{% set q = 'Q' %}{% call m(1, y=2) %}{{ q }}{% endcall %}",
+			"12:Q"},
+		{"caller parameter defaults", "{% macro m() %}{{ caller() }}|{{ caller(1, b=2) }}{% endmacro %}{% call(a, b='d') m() %}{{ a }}{{ b }}{% endcall %}", "d|12"},
+	})
+}
