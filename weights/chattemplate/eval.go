@@ -473,6 +473,26 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 			}
 			return nil, fmt.Errorf("chattemplate: bad operand type for unary +: %s", typeName(v))
 		}
+	case *chainExpr:
+		l, err := r.eval(e.operands[0], sc)
+		if err != nil {
+			return nil, err
+		}
+		var v value
+		for i, op := range e.ops {
+			rv, err := r.eval(e.operands[i+1], sc)
+			if err != nil {
+				return nil, err
+			}
+			if v, err = binary(op, l, rv); err != nil {
+				return nil, fmt.Errorf("chattemplate: offset %d: %w", e.pos[i], err)
+			}
+			if !truthy(v) {
+				break
+			}
+			l = rv
+		}
+		return v, nil
 	case *binaryExpr:
 		return r.evalBinary(e, sc)
 	case *condExpr:

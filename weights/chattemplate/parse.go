@@ -100,6 +100,13 @@ type (
 		pos  int
 	}
 	condExpr struct{ cond, yes, no expr } // yes if cond else no (no may be nil)
+	// chainExpr is a chain of two or more comparisons, a < b <= c: each operand is evaluated once,
+	// and the chain holds while every comparison holds (Python's a < b and b <= c).
+	chainExpr struct {
+		operands []expr // len(ops)+1
+		ops      []string
+		pos      []int
+	}
 )
 
 // parser turns segments into a tree of nodes.
@@ -601,10 +608,11 @@ func (p *parser) parseNot() (expr, error) {
 }
 
 func (p *parser) parseCompare() (expr, error) {
-	l, err := p.parseMath1()
+	first, err := p.parseMath1()
 	if err != nil {
 		return nil, err
 	}
+	chain := &chainExpr{operands: []expr{first}}
 	for {
 		t := p.peek()
 		var op string
@@ -619,13 +627,21 @@ func (p *parser) parseCompare() (expr, error) {
 			op = "not in"
 			p.t += 2
 		default:
-			return l, nil
+			switch len(chain.ops) {
+			case 0:
+				return first, nil
+			case 1:
+				return &binaryExpr{op: chain.ops[0], l: first, r: chain.operands[1], pos: chain.pos[0]}, nil
+			}
+			return chain, nil
 		}
 		r, err := p.parseMath1()
 		if err != nil {
 			return nil, err
 		}
-		l = &binaryExpr{op: op, l: l, r: r, pos: t.pos}
+		chain.operands = append(chain.operands, r)
+		chain.ops = append(chain.ops, op)
+		chain.pos = append(chain.pos, t.pos)
 	}
 }
 

@@ -315,3 +315,17 @@ func TestMacroParamsAndCallBlocks(t *testing.T) {
 		{"caller parameter defaults", "{% macro m() %}{{ caller() }}|{{ caller(1, b=2) }}{% endmacro %}{% call(a, b='d') m() %}{{ a }}{{ b }}{% endcall %}", "d|12"},
 	})
 }
+
+// TestChainedComparisons: a < b < c means a < b and b < c, each operand evaluated once, as in
+// Python's Jinja2 (@huggingface/jinja compares left to right, (a < b) < c, and fails on 3 > 2 > 1).
+func TestChainedComparisons(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"descending", "{{ 3 > 2 > 1 }}", "True"},
+		{"ascending", "{{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }}", "True False"},
+		{"equalities", "{{ 1 == 1 == 1 }} {{ 2 == 2 == 1 }}", "True False"},
+		{"mixed", "{{ 0 < 1 > 0 }} {{ 1 < 2 == true }} {{ 'a' in 'abc' in ['abc'] }}", "True False True"},
+		{"stops at the first false", "{{ 1 > 2 < 'x' }}", "False"},
+		{"middle evaluated once", "{% set l = [3, 2] %}{{ 1 < l.pop() < 3 }}{{ l }}", "True[3]"},
+		{"single comparison unchanged", "{{ 2 > 1 }} {{ 'b' not in 'abc' }}", "True False"},
+	})
+}
