@@ -151,13 +151,7 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 		if !ok {
 			return nil, fmt.Errorf("dictsort needs a dict, got %s", typeName(v))
 		}
-		keys := append([]string{}, d.keys...)
-		sort.Strings(keys)
-		out := &list{}
-		for _, k := range keys {
-			out.items = append(out.items, &list{items: []value{k, d.m[k]}, tuple: true})
-		}
-		return out, nil
+		return dictsort(d, args, kw)
 	case "items":
 		d, ok := v.(*dict)
 		if !ok {
@@ -183,20 +177,7 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 		}
 		return nil, fmt.Errorf("bad operand type for abs(): %s", typeName(v))
 	case "round":
-		f, ok := toFloat(v)
-		if !ok {
-			return nil, fmt.Errorf("round needs a number, got %s", typeName(v))
-		}
-		prec, _ := arg(args, kw, 0, "precision", int64(0)).(int64)
-		method := str(arg(args, kw, 1, "method", "common"))
-		p := math.Pow(10, float64(prec))
-		switch method {
-		case "ceil":
-			return math.Ceil(f*p) / p, nil
-		case "floor":
-			return math.Floor(f*p) / p, nil
-		}
-		return math.Round(f*p) / p, nil
+		return roundFilter(v, args, kw)
 	case "replace":
 		s := str(v)
 		old, repl := str(arg(args, kw, 0, "old", "")), str(arg(args, kw, 1, "new", ""))
@@ -345,6 +326,102 @@ func toFloatFilter(v, def value) (value, error) {
 		}
 	}
 	return def, nil
+}
+
+// dictsort is Jinja2's dictsort(case_sensitive=False, by="key", reverse=False): the (key, value) pairs
+// sorted by key or value, strings compared lowercased unless case_sensitive, ties kept in order.
+func dictsort(d *dict, args []value, kw *dict) (value, error) {
+	caseSensitive := truthy(arg(args, kw, 0, "case_sensitive", false))
+	by := str(arg(args, kw, 1, "by", "key"))
+	reverse := truthy(arg(args, kw, 2, "reverse", false))
+	if by != "key" && by != "value" {
+		return nil, errors.New(`dictsort: you can only sort by either "key" or "value"`)
+	}
+	pairs := dictItems(d).items
+	keys := make([]value, len(pairs))
+	for i, p := range pairs {
+		keys[i] = p.(*list).items[0]
+		if by == "value" {
+			keys[i] = p.(*list).items[1]
+		}
+		if s, ok := keys[i].(string); ok && !caseSensitive {
+			keys[i] = strings.ToLower(s)
+		}
+	}
+	order := make([]int, len(pairs))
+	for i := range order {
+		order[i] = i
+	}
+	var err error
+	sort.SliceStable(order, func(a, b int) bool {
+		c, cerr := compare(keys[order[a]], keys[order[b]])
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		if reverse {
+			return c > 0
+		}
+		return c < 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &list{items: make([]value, len(pairs))}
+	for i, o := range order {
+		out.items[i] = pairs[o]
+	}
+	return out, nil
+}
+
+// roundFilter is Jinja2's round(precision=0, method="common"): "common" is Python's round, which
+// rounds halves to even on the float's exact value and leaves an int an int; "ceil" and "floor" give
+// floats.
+func roundFilter(v value, args []value, kw *dict) (value, error) {
+	if b, ok := v.(bool); ok {
+		v = boolInt(b)
+	}
+	f, ok := toFloat(v)
+	if !ok {
+		return nil, fmt.Errorf("round needs a number, got %s", typeName(v))
+	}
+	prec, _ := arg(args, kw, 0, "precision", int64(0)).(int64)
+	method := str(arg(args, kw, 1, "method", "common"))
+	p := math.Pow(10, float64(prec))
+	switch method {
+	case "ceil":
+		return math.Ceil(f*p) / p, nil
+	case "floor":
+		return math.Floor(f*p) / p, nil
+	case "common":
+	default:
+		return nil, errors.New("round: method must be common, ceil or floor")
+	}
+	if n, isInt := v.(int64); isInt {
+		if prec >= 0 || prec < -18 {
+			return n, nil
+		}
+		unit := int64(math.Pow10(int(-prec)))
+		q, r := n/unit, n%unit
+		if r < 0 {
+			q, r = q-1, r+unit
+		}
+		if 2*r > unit || 2*r == unit && q%2 != 0 {
+			q++
+		}
+		return q * unit, nil
+	}
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return f, nil
+	}
+	if prec < 0 {
+		return math.RoundToEven(f*p) / p, nil
+	}
+	// FormatFloat rounds the exact binary value to prec decimals, halves to even, as Python does.
+	r, err := strconv.ParseFloat(strconv.FormatFloat(f, 'f', int(min(prec, 400)), 64), 64)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func sortFilter(name string, v value, args []value, kw *dict) (value, error) {

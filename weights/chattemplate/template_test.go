@@ -329,3 +329,28 @@ func TestChainedComparisons(t *testing.T) {
 		{"single comparison unchanged", "{{ 2 > 1 }} {{ 'b' not in 'abc' }}", "True False"},
 	})
 }
+
+// TestDictsortFilter: dictsort compares keys case-insensitively unless case_sensitive, and takes by
+// and reverse, as Python's Jinja2 and @huggingface/jinja do (outputs in Python's repr).
+func TestDictsortFilter(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"case-insensitive", "{{ {'B': 1, 'a': 2, 'c': 0} | dictsort }}", "[('a', 2), ('B', 1), ('c', 0)]"},
+		{"case-sensitive", "{{ {'B': 1, 'a': 2} | dictsort(true) }}", "[('B', 1), ('a', 2)]"},
+		{"reverse", "{{ {'b': 2, 'a': 1, 'c': 3} | dictsort(reverse=true) }}", "[('c', 3), ('b', 2), ('a', 1)]"},
+		{"by value, ties in order", "{{ {'b': 2, 'a': 1, 'c': 2} | dictsort(by='value') }}", "[('a', 1), ('b', 2), ('c', 2)]"},
+		{"by value reversed, ties in order", "{{ {'b': 2, 'a': 1, 'c': 2} | dictsort(false, 'value', true) }}", "[('b', 2), ('c', 2), ('a', 1)]"},
+		{"loop", "{% for k, v in {'z': 1, 'Y': 2} | dictsort %}{{ k }}{{ v }}{% endfor %}", "Y2z1"},
+	})
+}
+
+// TestRoundFilter: round is Python's round (halves to even, ints stay ints) unless the method is ceil
+// or floor, as in Python's Jinja2 (@huggingface/jinja has no round filter).
+func TestRoundFilter(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"halves to even", "{{ 2.5 | round }} {{ 3.5 | round }} {{ -2.5 | round }} {{ 0.5 | round }}", "2.0 4.0 -2.0 0.0"},
+		{"precision on the exact value", "{{ 2.675 | round(2) }} {{ 2.567 | round(2) }} {{ 0.125 | round(2) }}", "2.67 2.57 0.12"},
+		{"ints stay ints", "{{ 3 | round }} {{ 7 | round(2) }} {{ 1250 | round(-2) }} {{ -1250 | round(-2) }} {{ 1350 | round(-2) }}", "3 7 1200 -1200 1400"},
+		{"negative precision", "{{ 1234.5 | round(-2) }} {{ -1351.0 | round(-2) }}", "1200.0 -1400.0"},
+		{"ceil and floor", "{{ 2.5 | round(0, 'floor') }} {{ 2.1 | round(method='ceil') }} {{ 3 | round(1, 'ceil') }}", "2.0 3.0 3.0"},
+	})
+}
