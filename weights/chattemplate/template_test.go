@@ -354,3 +354,17 @@ func TestRoundFilter(t *testing.T) {
 		{"ceil and floor", "{{ 2.5 | round(0, 'floor') }} {{ 2.1 | round(method='ceil') }} {{ 3 | round(1, 'ceil') }}", "2.0 3.0 3.0"},
 	})
 }
+
+// TestReprEscapes: printing a list or dict writes its strings as Python's repr does, which escapes the
+// characters str.isprintable rejects (controls, format characters, separators other than the space,
+// private use), as transformers renders, for example, a message whose content is a list of parts
+// through a template that expects a string. (@huggingface/jinja prints lists as JSON instead.)
+func TestReprEscapes(t *testing.T) {
+	renderCases(t, map[string]any{"content": []any{map[string]any{"type": "text", "text": "a\u2028b\u00a0\u200b\ufeff"}}},
+		[]struct{ name, src, want string }{
+			{"content parts", "{{ content }}", `[{'text': 'a\u2028b\xa0\u200b\ufeff', 'type': 'text'}]`},
+			{"escape widths", `{{ ['\x7f\x85', '\U0001f642', '\U000e0001', 'é\u3000', '\x1f', '\t\n\r'] }}`,
+				`['\x7f\x85', '🙂', '\U000e0001', 'é\u3000', '\x1f', '\t\n\r']`},
+			{"strings print raw", "{{ content[0].text }}", "a\u2028b\u00a0\u200b\ufeff"},
+		})
+}

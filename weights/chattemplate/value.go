@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // value is a template value: nil (None), undefined, bool, int64, float64, string, *list, *dict,
@@ -305,14 +306,31 @@ func pyQuote(s string) string {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
+		case !pyPrintable(r):
+			switch {
+			case r < 0x100:
+				fmt.Fprintf(&b, `\x%02x`, r)
+			case r < 0x10000:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
 		default:
 			b.WriteRune(r)
 		}
 	}
 	b.WriteByte(quote)
 	return b.String()
+}
+
+// pyPrintable is Python's str.isprintable for one character, which repr leaves unescaped: assigned,
+// and neither a control, format, surrogate, private-use or separator character (the space excepted).
+func pyPrintable(r rune) bool {
+	if r < 0x7f {
+		return r >= 0x20
+	}
+	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C) &&
+		!unicode.In(r, unicode.Cc, unicode.Cf, unicode.Cs, unicode.Co, unicode.Zl, unicode.Zp, unicode.Zs)
 }
 
 // equal is Python's ==.
