@@ -596,6 +596,19 @@ func binary(op string, l, r value) (value, error) {
 			}
 		}
 	case "*":
+		switch r.(type) {
+		case string, *list: // n * seq repeats seq, as seq * n does
+			switch l.(type) {
+			case int64, bool:
+				l, r = r, l
+			}
+		}
+		if b, ok := r.(bool); ok {
+			switch l.(type) {
+			case string, *list:
+				r = boolInt(b)
+			}
+		}
 		if s, ok := l.(string); ok {
 			if n, ok := r.(int64); ok {
 				if n > 0 && int64(len(s)) > maxTextBytes/n {

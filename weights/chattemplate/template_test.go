@@ -368,3 +368,14 @@ func TestReprEscapes(t *testing.T) {
 			{"strings print raw", "{{ content[0].text }}", "a\u2028b\u00a0\u200b\ufeff"},
 		})
 }
+
+// TestRepetitionEitherSide: n * seq repeats seq as seq * n does, booleans counting as 0 and 1, as in
+// Python's Jinja2 (@huggingface/jinja 0.5 repeats neither).
+func TestRepetitionEitherSide(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"string", "{{ 'ab' * 3 }} {{ 3 * 'ab' }} [{{ 'ab' * 0 }}] [{{ -1 * 'x' }}]", "ababab ababab [] []"},
+		{"list", "{{ [1] * 3 }} {{ 2 * [1, 2] }}", "[1, 1, 1] [1, 2, 1, 2]"},
+		{"booleans", "[{{ true * 'ab' }}] [{{ 'ab' * false }}]", "[ab] []"},
+		{"numbers unchanged", "{{ 2 * 3 }} {{ 2 * 1.5 }} {{ true * 2 }}", "6 3.0 2"},
+	})
+}
