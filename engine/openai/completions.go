@@ -760,19 +760,31 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if touts != nil {
 			return toolChunks(touts[j.choice], j.choice, o, base.Logprobs, chunk)
 		}
-		if o.Text == "" && len(o.Logprobs) == 0 && !o.Finished() {
-			return nil
-		}
-		ch := chatChunkChoice{Index: j.choice, FinishReason: finishReason(o.FinishReason)}
+		return plainChunks(j.choice, o, base.Logprobs, chunk)
+	}, usageChunk)
+}
+
+// plainChunks turns one engine output of a choice whose output is not parsed into stream chunks: its
+// text and logprobs, if it brings any, with a null finish_reason; then, once the output is finished, a
+// chunk of its own with an empty delta and the finish reason, as OpenAI ends a streamed choice (a
+// client may stop reading a choice at its finish_reason).
+func plainChunks(choice int, o engine.Output, logprobs bool, chunk func(...chatChunkChoice) chatChunk) []any {
+	var chunks []any
+	if o.Text != "" || logprobs && len(o.Logprobs) > 0 {
+		ch := chatChunkChoice{Index: choice}
 		if o.Text != "" {
 			text := o.Text
 			ch.Delta.Content = &text
 		}
-		if base.Logprobs && len(o.Logprobs) > 0 {
+		if logprobs && len(o.Logprobs) > 0 {
 			ch.Logprobs = chatLogprobsOf(o.Logprobs)
 		}
-		return []any{chunk(ch)}
-	}, usageChunk)
+		chunks = append(chunks, chunk(ch))
+	}
+	if o.Finished() {
+		chunks = append(chunks, chunk(chatChunkChoice{Index: choice, FinishReason: finishReason(o.FinishReason)}))
+	}
+	return chunks
 }
 
 // toolChunks turns one engine output of a choice whose calls are parsed into stream chunks: its

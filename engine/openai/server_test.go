@@ -390,8 +390,8 @@ func TestChat(t *testing.T) {
 			}
 			if ch["finish_reason"] != nil {
 				reasons[idx]++
-				if delta["content"] == nil {
-					t.Errorf("finish_reason should ride on the last content chunk: %s", e)
+				if len(delta) != 0 {
+					t.Errorf("finish_reason must come in a chunk with an empty delta: %s", e)
 				}
 			}
 		}

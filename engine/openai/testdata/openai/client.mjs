@@ -122,8 +122,13 @@ await check("chat stream", async () => {
 		assert(chunk.object === "chat.completion.chunk", chunk.object);
 		for (const c of chunk.choices) {
 			if (c.delta.role) role = c.delta.role;
+			assert(finish === null, `a chunk after the finish_reason: ${JSON.stringify(chunk)}`);
 			if (c.delta.content) text += c.delta.content;
-			if (c.finish_reason) finish = c.finish_reason;
+			if (c.finish_reason) {
+				// OpenAI ends a streamed choice with a chunk of an empty delta and the finish_reason.
+				assert(Object.keys(c.delta).length === 0, `finish chunk with a delta: ${JSON.stringify(chunk)}`);
+				finish = c.finish_reason;
+			}
 		}
 		if (chunk.usage) usage = chunk.usage;
 	}
