@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gollm/gollm/engine"
 	"github.com/gollm/gollm/weights/chattemplate"
@@ -87,10 +88,14 @@ type chatMessage struct {
 
 // decodeBody parses a JSON request body into v, turning type errors into 400s naming the field. It
 // decodes from body itself (json.Unmarshal: no copy of a body of megabytes), and refuses anything after
-// the value.
+// the value, and a body that is not UTF-8 (JSON text is UTF-8, RFC 8259 section 8.1; encoding/json would
+// read each bad byte as U+FFFD, a prompt the client never sent).
 func decodeBody(body []byte, v any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("", "The request body is empty; expected a JSON object.")
+	}
+	if !utf8.Valid(body) {
+		return invalidUTF8(body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -110,6 +115,106 @@ func decodeBody(body []byte, v any) *apiError {
 		return unsupportedParameter(field)
 	}
 	return nil
+}
+
+// invalidUTF8 is the 400 for a body that is not valid UTF-8: it gives the first bad byte, its offset
+// and the field that holds it.
+func invalidUTF8(body []byte) *apiError {
+	i := 0
+	for i < len(body) {
+		r, size := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
+	}
+	field := jsonPathAt(body, func(start, end int64) bool { return start <= int64(i) && int64(i) < end })
+	where := ""
+	if field != "" {
+		where = fmt.Sprintf(", in '%s'", field)
+	}
+	return badRequest(field, "The request body is not valid UTF-8: byte 0x%02x at offset %d%s. JSON text must be encoded as UTF-8.", body[i], i, where)
+}
+
+// jsonPathAt walks the tokens of the JSON text body (an object's or array's token is its opening
+// bracket) and returns the path (messages[0].content, as unknownField names fields) of the value of
+// the first token for which hit holds, given the byte range [start, end) that the token spans with the
+// separators and white space before it; for a key, the path of the object that holds it. It returns ""
+// for the whole body, and when no token is hit or body is not JSON.
+func jsonPathAt(body []byte, hit func(start, end int64) bool) string {
+	type frame struct {
+		array  bool
+		index  int
+		key    string
+		inKey  bool // an object's next token is a key
+		isRoot bool
+	}
+	path := func(stack []frame) string {
+		var b strings.Builder
+		for _, f := range stack[1:] {
+			if f.array {
+				fmt.Fprintf(&b, "[%d]", f.index)
+			} else {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			}
+		}
+		return b.String()
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	stack := []frame{{isRoot: true}}
+	// done marks the value of the innermost container as read: its next token is a key, or the next item.
+	done := func() {
+		top := &stack[len(stack)-1]
+		if top.array {
+			top.index++
+		} else {
+			top.inKey = true
+		}
+	}
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		end := dec.InputOffset()
+		top := &stack[len(stack)-1]
+		if !top.array && !top.isRoot && top.inKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				done()
+				continue
+			}
+			top.key, _ = tok.(string)
+			top.inKey = false
+			if hit(start, end) { // a key: the object that holds it
+				return path(stack[:len(stack)-1])
+			}
+			continue
+		}
+		if d, ok := tok.(json.Delim); ok && d == ']' {
+			stack = stack[:len(stack)-1]
+			done()
+			continue
+		}
+		if hit(start, end) {
+			return path(stack)
+		}
+		switch tok {
+		case json.Delim('['):
+			stack = append(stack, frame{array: true})
+		case json.Delim('{'):
+			stack = append(stack, frame{inKey: true})
+		default:
+			if len(stack) == 1 {
+				return ""
+			}
+			done()
+		}
+	}
 }
 
 // parseStop reads "stop": a string, a list of strings, or null.
