@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -103,8 +104,8 @@ func decodeBody(body []byte, v any) *apiError {
 			return badRequest("", "The request body must be a JSON object, got JSON %s.", te.Value)
 		}
 		if errors.As(err, &te) {
-			field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "samplingFields."), "constraintFields.")
-			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, te.Type, te.Value)
+			field := typeErrorPath(body, te)
+			return badRequest(field, "Invalid type for '%s': expected %s, got JSON %s.", field, jsonTypeName(te.Type), te.Value)
 		}
 		if strings.Contains(err.Error(), "after top-level value") {
 			return badRequest("", "The request body holds more than one JSON value.")
@@ -115,6 +116,69 @@ func decodeBody(body []byte, v any) *apiError {
 		return unsupportedParameter(field)
 	}
 	return nil
+}
+
+// typeErrorPath returns the path, list indexes included, of the value a type error is about: the first
+// value in the body of the error's kind (the decoder reports the first error) whose path without its
+// indexes is the error's field. It falls back to that field (which encoding/json gives without indexes)
+// when no value matches, as when the key's case differs from the field's name.
+func typeErrorPath(body []byte, te *json.UnmarshalTypeError) string {
+	field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "samplingFields."), "constraintFields.")
+	kind, _, _ := strings.Cut(te.Value, " ") // "number 1.5"
+	path := jsonPathAt(body, func(t jsonToken) bool {
+		if t.key || jsonKind(t.tok) != kind {
+			return false
+		}
+		return listIndex.ReplaceAllString(t.path(), "") == field
+	})
+	if path == "" {
+		return field
+	}
+	return path
+}
+
+// listIndex matches the list indexes of a path.
+var listIndex = regexp.MustCompile(`\[[0-9]+\]`)
+
+// jsonKind names a value's token as UnmarshalTypeError.Value does.
+func jsonKind(tok json.Token) string {
+	switch tok := tok.(type) {
+	case json.Delim:
+		if tok == '[' {
+			return "array"
+		}
+		return "object"
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "bool"
+	}
+	return "null"
+}
+
+// jsonTypeName names the JSON type a request field of Go type t takes.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
 }
 
 // invalidUTF8 is the 400 for a body that is not valid UTF-8: it gives the first bad byte, its offset
@@ -128,7 +192,7 @@ func invalidUTF8(body []byte) *apiError {
 		}
 		i += size
 	}
-	field := jsonPathAt(body, func(start, end int64) bool { return start <= int64(i) && int64(i) < end })
+	field := jsonPathAt(body, func(t jsonToken) bool { return t.start <= int64(i) && int64(i) < t.end })
 	where := ""
 	if field != "" {
 		where = fmt.Sprintf(", in '%s'", field)
@@ -136,12 +200,20 @@ func invalidUTF8(body []byte) *apiError {
 	return badRequest(field, "The request body is not valid UTF-8: byte 0x%02x at offset %d%s. JSON text must be encoded as UTF-8.", body[i], i, where)
 }
 
-// jsonPathAt walks the tokens of the JSON text body (an object's or array's token is its opening
-// bracket) and returns the path (messages[0].content, as unknownField names fields) of the value of
-// the first token for which hit holds, given the byte range [start, end) that the token spans with the
-// separators and white space before it; for a key, the path of the object that holds it. It returns ""
-// for the whole body, and when no token is hit or body is not JSON.
-func jsonPathAt(body []byte, hit func(start, end int64) bool) string {
+// jsonToken is a token of a JSON text, as jsonPathAt shows it.
+type jsonToken struct {
+	// start and end delimit the token in the text, with the separators and white space before it.
+	start, end int64
+	tok        json.Token // an object's or array's token is its opening bracket
+	key        bool       // tok is an object's key
+	// path is the path of the token's value, or for a key the path of the object that holds it.
+	path func() string
+}
+
+// jsonPathAt walks the tokens of the JSON text body and returns the path (messages[0].content, as
+// unknownField names fields) of the first for which hit holds: "" for the whole body, and when no token
+// is hit or body is not JSON.
+func jsonPathAt(body []byte, hit func(t jsonToken) bool) string {
 	type frame struct {
 		array  bool
 		index  int
@@ -149,22 +221,25 @@ func jsonPathAt(body []byte, hit func(start, end int64) bool) string {
 		inKey  bool // an object's next token is a key
 		isRoot bool
 	}
-	path := func(stack []frame) string {
-		var b strings.Builder
-		for _, f := range stack[1:] {
-			if f.array {
-				fmt.Fprintf(&b, "[%d]", f.index)
-			} else {
-				if b.Len() > 0 {
-					b.WriteByte('.')
+	var stack []frame
+	pathOf := func(n int) func() string { // the path of stack[:n]
+		return func() string {
+			var b strings.Builder
+			for _, f := range stack[1:n] {
+				if f.array {
+					fmt.Fprintf(&b, "[%d]", f.index)
+				} else {
+					if b.Len() > 0 {
+						b.WriteByte('.')
+					}
+					b.WriteString(f.key)
 				}
-				b.WriteString(f.key)
 			}
+			return b.String()
 		}
-		return b.String()
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	stack := []frame{{isRoot: true}}
+	stack = append(stack, frame{isRoot: true})
 	// done marks the value of the innermost container as read: its next token is a key, or the next item.
 	done := func() {
 		top := &stack[len(stack)-1]
@@ -190,8 +265,8 @@ func jsonPathAt(body []byte, hit func(start, end int64) bool) string {
 			}
 			top.key, _ = tok.(string)
 			top.inKey = false
-			if hit(start, end) { // a key: the object that holds it
-				return path(stack[:len(stack)-1])
+			if t := (jsonToken{start: start, end: end, tok: tok, key: true, path: pathOf(len(stack) - 1)}); hit(t) {
+				return t.path()
 			}
 			continue
 		}
@@ -200,8 +275,8 @@ func jsonPathAt(body []byte, hit func(start, end int64) bool) string {
 			done()
 			continue
 		}
-		if hit(start, end) {
-			return path(stack)
+		if t := (jsonToken{start: start, end: end, tok: tok, path: pathOf(len(stack))}); hit(t) {
+			return t.path()
 		}
 		switch tok {
 		case json.Delim('['):
