@@ -379,8 +379,16 @@ func messageText(i int, m chatMessage) (string, *apiError) {
 	}
 	texts := make([]string, 0, len(parts))
 	for j, p := range parts {
-		if p.Type != "text" || p.Text == nil {
+		if p.Type == "" {
+			field := fmt.Sprintf("%s[%d].type", param, j)
+			return "", badRequest(field, "'%s' is required.", field)
+		}
+		if p.Type != "text" {
 			return "", badRequest(fmt.Sprintf("%s[%d]", param, j), "Only text content parts are supported (got type %q).", p.Type)
+		}
+		if p.Text == nil {
+			field := fmt.Sprintf("%s[%d].text", param, j)
+			return "", badRequest(field, "'%s' is required.", field)
 		}
 		texts = append(texts, *p.Text)
 	}
@@ -400,6 +408,9 @@ func chatMessages(msgs []chatMessage) ([]chattemplate.Message, *apiError) {
 	for i, m := range msgs {
 		role := m.Role
 		switch role {
+		case "":
+			field := fmt.Sprintf("messages[%d].role", i)
+			return nil, badRequest(field, "'%s' is required.", field)
 		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system" // OpenAI's newer name for system instructions
