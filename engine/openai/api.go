@@ -43,6 +43,9 @@ type samplingFields struct {
 	LogitBias         map[string]any `json:"logit_bias"`
 	SkipSpecialTokens *bool          `json:"skip_special_tokens"`
 	BestOf            *int           `json:"best_of"`
+	// Store is OpenAI's request to keep the completion for later retrieval: the server keeps none, so
+	// false (what agent frameworks send) is what it does and true is refused.
+	Store *bool `json:"store"`
 	// PromptLogprobs is vLLM's extension: the number of alternatives per prompt token of the
 	// response's prompt_logprobs.
 	PromptLogprobs *int `json:"prompt_logprobs"`
@@ -579,6 +582,11 @@ func (f *samplingFields) bestOf(cfg *Config, n int, stream bool) (int, *apiError
 // the engine request template (without prompt) and n.
 func (f *samplingFields) common(cfg *Config, maxTokens *int, maxTokensParam string) (engine.Request, int, *apiError) {
 	var req engine.Request
+	if f.Store != nil && *f.Store {
+		e := badRequest("store", "'store' true is not supported: this server keeps no completions; send false or leave it out.")
+		e.Code = strPtr("unsupported_parameter")
+		return req, 0, e
+	}
 	n := 1
 	if f.N != nil {
 		n = *f.N
