@@ -422,7 +422,8 @@ func TestCheckContext(t *testing.T) {
 		if (aerr == nil) != tc.ok {
 			t.Errorf("checkContext(prompt %d, max_tokens %d) with a 64-token context: %v, want ok %v", tc.prompt, tc.maxTokens, aerr, tc.ok)
 		}
-		if aerr != nil && (aerr.status != 400 || !strings.Contains(aerr.Message, "maximum context length") || strings.Contains(aerr.Message, "-")) {
+		if aerr != nil && (aerr.status != 400 || !strings.Contains(aerr.Message, "maximum context length") || strings.Contains(aerr.Message, "-") ||
+			aerr.Code == nil || *aerr.Code != "context_length_exceeded") {
 			t.Errorf("checkContext(prompt %d, max_tokens %d): %+v", tc.prompt, tc.maxTokens, aerr)
 		}
 	}

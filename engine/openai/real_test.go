@@ -419,7 +419,7 @@ func TestRealEngine(t *testing.T) {
 	})
 	t.Run("prompt longer than the context", func(t *testing.T) {
 		status, _, raw := post(t, "/v1/completions", `{"prompt":"`+strings.Repeat("x ", 2000)+`"}`)
-		if status != 400 || !strings.Contains(raw, "maximum context length") {
+		if status != 400 || !strings.Contains(raw, "maximum context length") || !strings.Contains(raw, `"code":"context_length_exceeded"`) {
 			t.Errorf("%d %s", status, raw)
 		}
 	})

@@ -49,20 +49,27 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// contextExceeded marks e with OpenAI's code for a request past the context, context_length_exceeded,
+// which clients branch on to shorten a conversation.
+func contextExceeded(e *apiError) *apiError {
+	e.Code = strPtr("context_length_exceeded")
+	return e
+}
+
 // checkContext rejects a prompt that leaves no room in the context, or a max_tokens that does not
 // fit after it (as OpenAI and vLLM do), before any work.
 func (s *Server) checkContext(promptLen, maxTokens int, param string) *apiError {
 	limit := s.eng.MaxModelLen()
 	if promptLen >= limit {
-		return badRequest(param, "This model's maximum context length is %d tokens. However, your prompt has %d tokens, which leaves no room to generate.", limit, promptLen)
+		return contextExceeded(badRequest(param, "This model's maximum context length is %d tokens. However, your prompt has %d tokens, which leaves no room to generate.", limit, promptLen))
 	}
 	if maxTokens > 0 && maxTokens > limit-promptLen { // not promptLen+maxTokens: a huge max_tokens would wrap
 		total := promptLen + maxTokens
 		if total < 0 {
 			total = math.MaxInt
 		}
-		return badRequest(param, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
-			limit, total, promptLen, maxTokens)
+		return contextExceeded(badRequest(param, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
+			limit, total, promptLen, maxTokens))
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		if req.Messages != nil {
 			param = "messages"
 		}
-		s.fail(w, badRequest(param, "This model's maximum context length is %d tokens. However, your prompt has %d tokens.", limit, len(ids)))
+		s.fail(w, contextExceeded(badRequest(param, "This model's maximum context length is %d tokens. However, your prompt has %d tokens.", limit, len(ids))))
 		return
 	}
 	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(ids), MaxModelLen: s.eng.MaxModelLen(), Tokens: ids})
