@@ -23,7 +23,8 @@ import (
 //
 // The rules, in every form: the content is the text before the first call, its trailing white space
 // dropped (in a stream, white space is held back until something else follows it); once a call has
-// begun, text outside calls is dropped, as vLLM drops it. A call is reported once its name is known
+// begun, text outside calls is dropped, as vLLM drops it (Hermes' blocks after such text are still
+// calls; Llama's calls end at text other than ";", Mistral's at the end of the list). A call is reported once its name is known
 // and its arguments begin (arguments written before the name are held until the name ends); a call
 // object without arguments gets "{}". Text that looked like a call but is not one (broken JSON, no
 // name) before any call began is content after all; after a call began, it ends the parsing.
@@ -327,7 +328,14 @@ func (p *formParser) step(c byte) {
 			}
 			return
 		}
-		p.st = dDone
+		// No closing tag: the call is over all the same, and what follows it (the bytes that seemed to
+		// begin the closing tag included) is text between calls.
+		seen := p.closeTag[:p.match] + string(c)
+		p.match = 0
+		p.st = dNext
+		for i := 0; i < len(seen); i++ {
+			p.step(seen[i])
+		}
 	case dNext:
 		if isSpace(c) && p.match == 0 {
 			return
@@ -343,6 +351,12 @@ func (p *formParser) step(c byte) {
 				p.st = dAfterTag
 				p.raw = p.raw[:0]
 			}
+			return
+		}
+		if p.form == ToolParserHermes {
+			// Text between Hermes' blocks is dropped, and the next block is a call all the same (as
+			// vLLM's hermes parser finds every block of the output).
+			p.match = tagPrefix([]byte(p.tag[:p.match]+string(c)), p.tag)
 			return
 		}
 		p.st = dDone
