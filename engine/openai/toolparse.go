@@ -220,14 +220,17 @@ func (p *formParser) fallback(broke bool) {
 		p.emitContent(string(text))
 		return
 	}
+	// Content again: a new attempt starts from nothing (Mistral's list not open), and the text taken
+	// back may end with the beginning of the tag (Mistral's "[" that seemed to open the list).
 	p.st = dContent
-	p.match = 0
+	p.inList = false
 	if !broke || len(text) == 0 {
 		p.pend = append(p.pend, text...)
+		p.match = tagPrefix(p.pend, p.tag)
 		return
 	}
-	// The bytes before the breaking one end at a place where JSON may go on: no partial tag there.
 	p.pend = append(p.pend, text[:len(text)-1]...)
+	p.match = tagPrefix(p.pend, p.tag)
 	p.contentByte(text[len(text)-1])
 }
 

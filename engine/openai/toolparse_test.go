@@ -142,6 +142,12 @@ func TestToolParsers(t *testing.T) {
 			parsed{Content: "Checking.", Calls: []parsedCall{{"a", `{"x": 1}`}, {"b", `{"y": [2]}`}}}},
 		{"mistral after a forced tag", ToolParserMistral, true, ` [{"name": "a", "arguments": {}}]`,
 			parsed{Calls: []parsedCall{{"a", "{}"}}}},
+		{"mistral empty list, then a call", ToolParserMistral, false,
+			`[TOOL_CALLS][] ok [TOOL_CALLS][{"name": "f", "arguments": {}}]`,
+			parsed{Content: "[TOOL_CALLS][] ok", Calls: []parsedCall{{"f", "{}"}}}},
+		{"mistral tag twice", ToolParserMistral, false,
+			`[TOOL_CALLS] [TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]`,
+			parsed{Content: "[TOOL_CALLS]", Calls: []parsedCall{{"f", `{"a": 1}`}}}},
 		{"mistral tag without list is content", ToolParserMistral, false, "[TOOL_CALLS]a", parsed{Content: "[TOOL_CALLS]a"}},
 		{"mistral content", ToolParserMistral, false, "[TOOL] no", parsed{Content: "[TOOL] no"}},
 	} {
