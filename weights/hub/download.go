@@ -122,6 +122,10 @@ func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter io.Writer)
 			return got, err
 		}
 	}
+	if have > f.size {
+		os.Remove(inc)
+		return got, fmt.Errorf("hub: %s: %s: %w: the server sent more than the %d bytes the hub gave as its size", p.name, f.name, ErrCorrupt, f.size)
+	}
 	if have != f.size {
 		os.Remove(inc)
 		return got, fmt.Errorf("hub: %s: %s: %w: %d bytes received, the hub gave the size as %d", p.name, f.name, ErrCorrupt, have, f.size)
@@ -143,7 +147,8 @@ func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter io.Writer)
 }
 
 // download requests f from offset have and copies the body to w, restarting the file (restart) when
-// the server sends all of it instead of the range. The body may send nothing for p.idle at most.
+// the server sends all of it instead of the range. The body may send nothing for p.idle at most, and
+// is read up to one byte past the file's size at most.
 func (p *puller) download(ctx context.Context, f remoteFile, have int64, restart func() error, w io.Writer) (int64, error) {
 	dctx, cancel := context.WithCancel(ctx) // cancelled by the stall timer too
 	defer cancel()
@@ -172,6 +177,7 @@ func (p *puller) download(ctx context.Context, f remoteFile, have int64, restart
 			if err := restart(); err != nil {
 				return 0, fmt.Errorf("hub: %w", err)
 			}
+			have = 0
 		}
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
 		if err := restart(); err != nil {
@@ -183,7 +189,11 @@ func (p *puller) download(ctx context.Context, f remoteFile, have int64, restart
 	default:
 		return 0, p.httpError(resp, f.name)
 	}
-	n, err := io.Copy(w, &idleReader{r: resp.Body, timer: stall, idle: p.idle})
+	// No more than one byte past the file's size is written, however much the server sends: that
+	// byte is enough to tell that the body is too long, and the disk is never filled by a body
+	// without end.
+	body := io.LimitReader(resp.Body, f.size-have+1)
+	n, err := io.Copy(w, &idleReader{r: body, timer: stall, idle: p.idle})
 	if err != nil {
 		return n, cut(ctx, err)
 	}

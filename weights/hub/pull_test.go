@@ -554,3 +554,45 @@ func TestPullProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestPullMisbehavingServer checks that a server that never lets a download finish, or sends more
+// than the file, makes Pull fail in bounded time and space, with nothing published, instead of
+// retrying or writing without end.
+func TestPullMisbehavingServer(t *testing.T) {
+	files := hubtest.DefaultModel(t)
+	weightsFile := files[slices.IndexFunc(files, func(f hubtest.File) bool { return f.Name == "model.safetensors" })]
+	for _, tc := range []struct {
+		name    string
+		setup   func(*hubtest.Server)
+		is      error
+		wantErr string
+	}{
+		{name: "sends more than the file, without end", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Endless, 0) },
+			is: ErrCorrupt, wantErr: "model.safetensors"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := isolate(t)
+			h := hubtest.New(t)
+			h.Add("org/m", hubtest.Commit("one"), false, files, "main")
+			tc.setup(h)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := Pull(ctx, "org/m", options(h))
+			if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Pull: %v, want an error naming %q before the deadline", err, tc.wantErr)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v does not wrap %v", err, tc.is)
+			}
+			if sent := h.BytesSent("model.safetensors"); sent > 4*int64(len(weightsFile.Data)) {
+				t.Errorf("read %d bytes of a %d-byte file", sent, len(weightsFile.Data))
+			}
+			repoDir := filepath.Join(cache, "models--org--m")
+			for _, p := range []string{filepath.Join(repoDir, "blobs", weightsFile.ETag()), filepath.Join(repoDir, "snapshots"), filepath.Join(repoDir, "refs", "main")} {
+				if exists(p) {
+					t.Errorf("%s exists after a failed download", p)
+				}
+			}
+		})
+	}
+}

@@ -80,6 +80,7 @@ const (
 	Stall                    // send the given bytes, then stall until the client goes away, once; see Stalled
 	Corrupt                  // flip a byte in the middle, every time
 	Short                    // send 10 bytes fewer than the headers announce, every time
+	Endless                  // send the content, then more bytes without end (no Content-Length), every time
 )
 
 type fault struct {
@@ -388,11 +389,20 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, f File) {
 		limit, stall = ft.after, ft.kind == Stall
 		delete(s.faults, f.Name)
 	}
+	endless := s.faults[f.Name].kind == Endless
 	if s.ignoreRange {
 		r.Header.Del("Range")
 	}
 	s.mu.Unlock()
 	cw := &countingWriter{ResponseWriter: w, s: s, file: f.Name, limit: limit, stall: stall, r: r}
+	if endless {
+		w.WriteHeader(http.StatusOK)
+		for junk := bytes.Repeat([]byte{'x'}, 64<<10); ; data = junk {
+			if _, err := cw.Write(data); err != nil || r.Context().Err() != nil {
+				return
+			}
+		}
+	}
 	http.ServeContent(cw, r, "", time.Time{}, bytes.NewReader(data))
 }
 
