@@ -29,8 +29,9 @@ func (p *puller) blobPath(etag string) string { return filepath.Join(p.repoDir, 
 // fetch makes blobs/ETAG hold f's checked content. Under a lock on .locks/models--ORG--NAME/ETAG.lock
 // (the file huggingface_hub locks, so that neither writes a blob the other is writing) it downloads
 // into blobs/ETAG.incomplete, resuming from what that file holds, attempt after attempt while each
-// brings new bytes (up to p.retries attempts in a row that bring none), then checks and renames it.
-// Bytes are counted on bar (which may be nil).
+// takes the file further than any before (up to p.retries attempts in a row that do not: bytes a
+// restart throws away are no progress), then checks and renames it. Bytes are counted on bar (which
+// may be nil), and taken off it again when a restart throws them away.
 func (p *puller) fetch(ctx context.Context, f remoteFile, bar *progress.Bar) error {
 	blob := p.blobPath(f.etag)
 	if _, err := os.Stat(blob); err == nil {
@@ -50,13 +51,14 @@ func (p *puller) fetch(ctx context.Context, f remoteFile, bar *progress.Bar) err
 	if _, err := os.Stat(blob); err == nil { // another process fetched it while we waited
 		return nil
 	}
-	var counter io.Writer = io.Discard
-	if bar != nil {
-		counter = bar
+	counter := &tally{bar: bar}
+	var best int64 // the most the .incomplete file has held
+	if fi, err := os.Stat(blob + incompleteSuffix); err == nil {
+		best = fi.Size()
 	}
 	wait, fruitless := p.backoff, 0
 	for {
-		n, err := p.fetchOnce(ctx, f, counter)
+		have, err := p.fetchOnce(ctx, f, counter)
 		if err == nil {
 			return nil
 		}
@@ -64,8 +66,8 @@ func (p *puller) fetch(ctx context.Context, f remoteFile, bar *progress.Bar) err
 		if !errors.As(err, &cut) || ctx.Err() != nil {
 			return err
 		}
-		if n > 0 {
-			fruitless, wait = 0, p.backoff
+		if have > best {
+			best, fruitless, wait = have, 0, p.backoff
 		} else if fruitless++; fruitless >= p.retries {
 			return fmt.Errorf("hub: %s: %s: giving up after %d attempts without progress: %w", p.name, f.name, fruitless, cut.err)
 		}
@@ -77,6 +79,30 @@ func (p *puller) fetch(ctx context.Context, f remoteFile, bar *progress.Bar) err
 	}
 }
 
+// tally counts one file's bytes on a progress bar (which may be nil) and takes them off it again
+// when a restart throws them away, so that the bar shows what is on disk, not what crossed the
+// network.
+type tally struct {
+	bar *progress.Bar
+	n   int64 // bytes counted and not taken back
+}
+
+func (t *tally) Write(b []byte) (int, error) {
+	t.n += int64(len(b))
+	if t.bar != nil {
+		t.bar.Add(int64(len(b)))
+	}
+	return len(b), nil
+}
+
+// discard takes back every byte counted so far.
+func (t *tally) discard() {
+	if t.bar != nil {
+		t.bar.Add(-t.n)
+	}
+	t.n = 0
+}
+
 // cutError is a download that stopped early for a reason that may pass (a dropped connection, a
 // stalled or refused-for-now request): the next attempt resumes it.
 type cutError struct{ err error }
@@ -86,8 +112,9 @@ func (e *cutError) Unwrap() error { return e.err }
 
 // fetchOnce makes one attempt at f: it hashes what blobs/ETAG.incomplete already holds, asks for the
 // rest (Range: bytes=N-), appends it, and once the file is whole checks it and renames it to
-// blobs/ETAG. A server that ignores the range (200) restarts the file. It returns the bytes received.
-func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter io.Writer) (int64, error) {
+// blobs/ETAG. A server that ignores the range (200) restarts the file. It returns the bytes the
+// .incomplete file holds when the attempt ends.
+func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter *tally) (int64, error) {
 	blob := p.blobPath(f.etag)
 	inc := blob + incompleteSuffix
 	file, err := os.OpenFile(inc, os.O_RDWR|os.O_CREATE, 0o644)
@@ -102,6 +129,7 @@ func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter io.Writer)
 	}
 	restart := func() error {
 		sum.Reset()
+		counter.discard()
 		have = 0
 		if err := file.Truncate(0); err != nil {
 			return err
@@ -114,36 +142,35 @@ func (p *puller) fetchOnce(ctx context.Context, f remoteFile, counter io.Writer)
 			return 0, fmt.Errorf("hub: %w", err)
 		}
 	}
-	var got int64
 	if have < f.size {
-		got, err = p.download(ctx, f, have, restart, io.MultiWriter(file, sum, counter))
+		got, err := p.download(ctx, f, have, restart, io.MultiWriter(file, sum, counter))
 		have += got
 		if err != nil {
-			return got, err
+			return have, err
 		}
 	}
 	if have > f.size {
 		os.Remove(inc)
-		return got, fmt.Errorf("hub: %s: %s: %w: the server sent more than the %d bytes the hub gave as its size", p.name, f.name, ErrCorrupt, f.size)
+		return 0, fmt.Errorf("hub: %s: %s: %w: the server sent more than the %d bytes the hub gave as its size", p.name, f.name, ErrCorrupt, f.size)
 	}
 	if have != f.size {
 		os.Remove(inc)
-		return got, fmt.Errorf("hub: %s: %s: %w: %d bytes received, the hub gave the size as %d", p.name, f.name, ErrCorrupt, have, f.size)
+		return 0, fmt.Errorf("hub: %s: %s: %w: %d bytes received, the hub gave the size as %d", p.name, f.name, ErrCorrupt, have, f.size)
 	}
 	if err := sum.check(); err != nil {
 		os.Remove(inc)
-		return got, fmt.Errorf("hub: %s: %s: %w: %v", p.name, f.name, ErrCorrupt, err)
+		return 0, fmt.Errorf("hub: %s: %s: %w: %v", p.name, f.name, ErrCorrupt, err)
 	}
 	if err := file.Sync(); err != nil {
-		return got, fmt.Errorf("hub: %w", err)
+		return have, fmt.Errorf("hub: %w", err)
 	}
 	if err := file.Close(); err != nil {
-		return got, fmt.Errorf("hub: %w", err)
+		return have, fmt.Errorf("hub: %w", err)
 	}
 	if err := os.Rename(inc, blob); err != nil {
-		return got, fmt.Errorf("hub: %w", err)
+		return have, fmt.Errorf("hub: %w", err)
 	}
-	return got, nil
+	return have, nil
 }
 
 // download requests f from offset have and copies the body to w, restarting the file (restart) when

@@ -537,21 +537,36 @@ func TestPullConcurrent(t *testing.T) {
 	}
 }
 
-// TestPullProgress checks that a pull reports its plan and its progress to PullOptions.Progress.
+// TestPullProgress checks that a pull reports its plan and its progress to PullOptions.Progress, and
+// that bytes a restarted download throws away are taken off the count again.
 func TestPullProgress(t *testing.T) {
-	isolate(t)
-	h := hubtest.New(t)
-	h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
-	var out strings.Builder
-	opts := options(h)
-	opts.Progress = &out
-	if _, err := Pull(context.Background(), "org/m", opts); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"pull org/m: commit " + hubtest.Commit("one") + ", 5 files, 9.31 MB to fetch", "pull org/m: 9.31 MB in "} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("progress output %q lacks %q", out.String(), want)
-		}
+	for _, tc := range []struct {
+		name  string
+		setup func(*hubtest.Server)
+	}{
+		{name: "plain", setup: func(*hubtest.Server) {}},
+		{name: "restarted by a server that ignores the range", setup: func(h *hubtest.Server) {
+			h.Break("model.safetensors", hubtest.Cut, 4<<20)
+			h.IgnoreRanges()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isolate(t)
+			h := hubtest.New(t)
+			h.Add("org/m", hubtest.Commit("one"), false, hubtest.DefaultModel(t), "main")
+			tc.setup(h)
+			var out strings.Builder
+			opts := options(h)
+			opts.Progress = &out
+			if _, err := Pull(context.Background(), "org/m", opts); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"pull org/m: commit " + hubtest.Commit("one") + ", 5 files, 9.31 MB to fetch", "pull org/m: 9.31 MB in "} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("progress output %q lacks %q", out.String(), want)
+				}
+			}
+		})
 	}
 }
 
@@ -567,6 +582,9 @@ func TestPullMisbehavingServer(t *testing.T) {
 		is      error
 		wantErr string
 	}{
+		{name: "ignores ranges and drops every connection at the same byte",
+			setup:   func(h *hubtest.Server) { h.IgnoreRanges(); h.Break("model.safetensors", hubtest.Flaky, 1000) },
+			wantErr: "without progress"},
 		{name: "sends more than the file, without end", setup: func(h *hubtest.Server) { h.Break("model.safetensors", hubtest.Endless, 0) },
 			is: ErrCorrupt, wantErr: "model.safetensors"},
 	} {

@@ -80,6 +80,7 @@ const (
 	Stall                    // send the given bytes, then stall until the client goes away, once; see Stalled
 	Corrupt                  // flip a byte in the middle, every time
 	Short                    // send 10 bytes fewer than the headers announce, every time
+	Flaky                    // drop the connection after the given bytes of the body, every time
 	Endless                  // send the content, then more bytes without end (no Content-Length), every time
 )
 
@@ -388,6 +389,8 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, f File) {
 	case Cut, Stall:
 		limit, stall = ft.after, ft.kind == Stall
 		delete(s.faults, f.Name)
+	case Flaky:
+		limit = ft.after
 	}
 	endless := s.faults[f.Name].kind == Endless
 	if s.ignoreRange {
