@@ -132,6 +132,9 @@ func newPuller(name Name, o PullOptions) *puller {
 			ForceAttemptHTTP2:     true,
 		}}
 	}
+	c := *p.client // a copy: the caller's client is left as it was
+	c.CheckRedirect = sameHostAuth(c.CheckRedirect)
+	p.client = &c
 	nr := *p.client
 	nr.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	p.noRedirect = &nr
@@ -353,6 +356,25 @@ func (p *puller) head(ctx context.Context, commit, file string, info *modelInfo)
 		}
 	}
 	return f, nil
+}
+
+// sameHostAuth wraps a client's redirect policy (nil: the default one) so that the token goes only
+// where the request that carried it went: a redirect to another scheme, host or port (a CDN, even on
+// a subdomain of the hub, which net/http would trust) is followed without the Authorization header,
+// as huggingface_hub follows it.
+func sameHostAuth(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if first := via[0].URL; req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+			req.Header.Del("Authorization")
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
 }
 
 func cmpOr(a, b string) string {

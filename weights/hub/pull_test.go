@@ -363,7 +363,8 @@ func TestPullGated(t *testing.T) {
 		token   string            // PullOptions.Token
 		env     map[string]string // environment
 		file    string            // written to $HF_HOME/token
-		wantErr []string          // substrings of the error; none: success
+		setup   func(*hubtest.Server)
+		wantErr []string // substrings of the error; none: success
 	}{
 		{name: "no token", wantErr: []string{"org/gated is a gated model", "accept its licence at", "/org/gated", "HF_TOKEN", "--token", "401"}},
 		{name: "token without access", token: "hf_bad", wantErr: []string{"org/gated is a gated model", "the token given has no access", "403"}},
@@ -372,6 +373,8 @@ func TestPullGated(t *testing.T) {
 		{name: "HUGGING_FACE_HUB_TOKEN", env: map[string]string{"HUGGING_FACE_HUB_TOKEN": hubtest.Token}},
 		{name: "token file", file: hubtest.Token + "\n"},
 		{name: "option before environment", token: hubtest.Token, env: map[string]string{"HF_TOKEN": "hf_bad"}},
+		{name: "download redirected to another host", token: hubtest.Token,
+			setup: func(h *hubtest.Server) { h.Break("config.json", hubtest.RedirectGet, 0) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := isolate(t)
@@ -386,6 +389,9 @@ func TestPullGated(t *testing.T) {
 			h := hubtest.New(t)
 			files := hubtest.DefaultModel(t)
 			h.Add("org/gated", hubtest.Commit("g"), true, files, "main")
+			if tc.setup != nil {
+				tc.setup(h)
+			}
 			opts := options(h)
 			opts.Token = tc.token
 			_, err := Pull(context.Background(), "org/gated", opts)

@@ -7,7 +7,7 @@
 //	HEAD /ORG/NAME/resolve/REV/FILE  a Git file: 200, ETag (its Git blob id), Content-Length;
 //	                                 an LFS file: 302 to the CDN, X-Linked-Etag (its sha256), X-Linked-Size
 //	GET  /ORG/NAME/resolve/REV/FILE  the same, with a Git file's content (ranges honoured)
-//	GET  CDN/blobs/SHA256?signature  an LFS file's content (ranges honoured), on a second server
+//	GET  CDN/blobs/SHA256?signature  a file's content by its sha256 (ranges honoured), on a second server
 //
 // with X-Repo-Commit on every answer about a file, X-Error-Code and X-Error-Message on refusals
 // (RepoNotFound: 401, or 404 with the right token; RevisionNotFound, EntryNotFound; GatedRepo: 401
@@ -76,12 +76,13 @@ func Commit(label string) string { s := sha1.Sum([]byte(label)); return hex.Enco
 type Fault int
 
 const (
-	Cut     Fault = iota + 1 // drop the connection after the given bytes of the body, once
-	Stall                    // send the given bytes, then stall until the client goes away, once; see Stalled
-	Corrupt                  // flip a byte in the middle, every time
-	Short                    // send 10 bytes fewer than the headers announce, every time
-	Flaky                    // drop the connection after the given bytes of the body, every time
-	Endless                  // send the content, then more bytes without end (no Content-Length), every time
+	Cut         Fault = iota + 1 // drop the connection after the given bytes of the body, once
+	Stall                        // send the given bytes, then stall until the client goes away, once; see Stalled
+	Corrupt                      // flip a byte in the middle, every time
+	Short                        // send 10 bytes fewer than the headers announce, every time
+	Flaky                        // drop the connection after the given bytes of the body, every time
+	RedirectGet                  // answer a GET (not a HEAD) of a Git file on the hub with a 302 to the CDN, every time
+	Endless                      // send the content, then more bytes without end (no Content-Length), every time
 )
 
 type fault struct {
@@ -308,6 +309,14 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", `"`+GitOID(f.Data)+`"`)
+	s.mu.Lock()
+	redirect := s.faults[f.Name].kind == RedirectGet && r.Method == http.MethodGet
+	s.mu.Unlock()
+	if redirect {
+		w.Header().Set("Location", s.cdn.URL+"/blobs/"+f.SHA256()+"?X-Amz-Signature=test")
+		w.WriteHeader(http.StatusFound)
+		return
+	}
 	s.serveContent(w, r, f)
 }
 
@@ -361,7 +370,7 @@ func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 	for _, rp := range s.repos {
 		for _, files := range rp.commits {
 			for _, f := range files {
-				if f.LFS && f.SHA256() == sha {
+				if f.SHA256() == sha {
 					found = &f
 				}
 			}
