@@ -43,7 +43,11 @@ func (p *puller) fetch(ctx context.Context, f remoteFile, bar *progress.Bar) err
 			return fmt.Errorf("hub: %w", err)
 		}
 	}
-	unlock, err := lockFile(ctx, lock)
+	unlock, err := lockFile(ctx, lock, func() {
+		// A wait can last as long as another download: it is said, never silent.
+		p.log.Warn("another download of this file is under way (gollm or huggingface_hub); waiting for it to finish",
+			"model", p.name.String(), "file", f.name, "lock", lock)
+	})
 	if err != nil {
 		return fmt.Errorf("hub: %s: %w", f.name, err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"github.com/gollm/gollm/weights/hub/hubtest"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -619,4 +621,64 @@ func TestPullMisbehavingServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPullWaitsForLock holds a blob's lock as another process downloading it would, and checks that
+// Pull says that it waits (so that a long wait is not silent), then finishes once the lock is
+// released; a lock file that no one holds (left by a killed process) does not stop it.
+func TestPullWaitsForLock(t *testing.T) {
+	files := hubtest.DefaultModel(t)
+	weightsFile := files[slices.IndexFunc(files, func(f hubtest.File) bool { return f.Name == "model.safetensors" })]
+	for _, tc := range []struct {
+		name     string
+		hold     bool
+		wantWait bool
+	}{
+		{name: "held by another download", hold: true, wantWait: true},
+		{name: "left by a killed process", hold: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := isolate(t)
+			h := hubtest.New(t)
+			h.Add("org/m", hubtest.Commit("one"), false, files, "main")
+			lock := filepath.Join(cache, ".locks", "models--org--m", weightsFile.ETag()+".lock")
+			if err := os.MkdirAll(filepath.Dir(lock), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(lock, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.hold {
+				unlock, err := lockFile(context.Background(), lock, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.AfterFunc(500*time.Millisecond, unlock)
+			}
+			var logged strings.Builder
+			var mu sync.Mutex
+			opts := options(h)
+			opts.Log = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+			if _, err := Pull(context.Background(), "org/m", opts); err != nil {
+				t.Fatal(err)
+			}
+			checkLayout(t, cache, "org/m", hubtest.Commit("one"), []string{"main"}, wanted(files))
+			mu.Lock()
+			defer mu.Unlock()
+			if waited := strings.Contains(logged.String(), "waiting"); waited != tc.wantWait {
+				t.Errorf("log %q: said it waited %v, want %v", logged.String(), waited, tc.wantWait)
+			}
+		})
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
