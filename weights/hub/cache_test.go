@@ -166,6 +166,8 @@ func TestCacheDir(t *testing.T) {
 		{"HUGGINGFACE_HUB_CACHE", map[string]string{"HF_HOME": "/h", "HUGGINGFACE_HUB_CACHE": "/old"}, "/old"},
 		{"HF_HUB_CACHE", map[string]string{"HF_HOME": "/h", "HUGGINGFACE_HUB_CACHE": "/old", "HF_HUB_CACHE": "/new"}, "/new"},
 		{"HF_HUB_CACHE with variables", map[string]string{"BASE": "/b", "HF_HUB_CACHE": "$BASE/c/${UNSET_FOR_TEST}"}, "/b/c/${UNSET_FOR_TEST}"},
+		{"unset $VARIABLE left as written", map[string]string{"HF_HUB_CACHE": "/c/$UNSET_FOR_TEST/d"}, "/c/$UNSET_FOR_TEST/d"},
+		{"a $ that starts no name", map[string]string{"HF_HUB_CACHE": "/c/a$-b/$1x/$"}, "/c/a$-b/$1x/$"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, v := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"} {

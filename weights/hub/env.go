@@ -3,6 +3,7 @@ package hub
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -33,19 +34,24 @@ func hfHome() string {
 	return filepath.Join(expandPath("~"), ".cache", "huggingface")
 }
 
-// expandPath expands a leading ~ (the user's home) and $VAR or ${VAR}; an unset variable is left as
-// written, as in Python's os.path.expandvars.
+// envVar is what Python's os.path.expandvars replaces: $NAME (letters, digits, '_') or ${ANYTHING}.
+var envVar = regexp.MustCompile(`\$(\w+|\{[^}]*\})`)
+
+// expandPath expands a leading ~ (the user's home) and $VAR or ${VAR} as Python's os.path.expanduser
+// and expandvars do, so that a path names the folder huggingface_hub would use: an unset variable,
+// or a $ that starts no name, is left exactly as written.
 func expandPath(p string) string {
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		if home, err := os.UserHomeDir(); err == nil {
 			p = home + p[1:]
 		}
 	}
-	return os.Expand(p, func(v string) string {
-		if val, ok := os.LookupEnv(v); ok {
+	return envVar.ReplaceAllStringFunc(p, func(m string) string {
+		name := strings.TrimSuffix(strings.TrimPrefix(m[1:], "{"), "}")
+		if val, ok := os.LookupEnv(name); ok {
 			return val
 		}
-		return "${" + v + "}"
+		return m
 	})
 }
 
