@@ -12,7 +12,10 @@ import (
 //	             one block per call
 //	llama3_json  {"name": "f", "parameters": {...}} as the whole output (Llama 3.1 and later), an
 //	             optional <|python_tag|> before it, calls separated by ";"
-//	mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] (Mistral)
+//	mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] (Mistral 7B v0.3, Nemo: tokenizers
+//	             before v11), or [TOOL_CALLS]f[ARGS]{...} per call (Mistral Small 3.1+, Magistral,
+//	             Devstral: v11 and later; a [CALL_ID]id between the name and [ARGS] is skipped);
+//	             what follows the tag decides: "[" a list, a name's byte a call of the newer form
 //
 // A parser is fed the output's text piece by piece (feed) and then told it ended (finish); it
 // reports events: content, the start of a call (its name), and pieces of a call's arguments, each
@@ -24,10 +27,13 @@ import (
 // The rules, in every form: the content is the text before the first call, its trailing white space
 // dropped (in a stream, white space is held back until something else follows it); once a call has
 // begun, text outside calls is dropped, as vLLM drops it (Hermes' blocks after such text are still
-// calls; Llama's calls end at text other than ";", Mistral's at the end of the list). A call is reported once its name is known
-// and its arguments begin (arguments written before the name are held until the name ends); a call
-// object without arguments gets "{}". Text that looked like a call but is not one (broken JSON, no
-// name) before any call began is content after all; after a call began, it ends the parsing.
+// calls; Llama's calls end at text other than ";", Mistral's at the end of the list, or in its newer
+// form at text other than the next call's tag). A call is reported once its name is known and its
+// arguments begin (arguments written before the name are held until the name ends); a call object
+// without arguments gets "{}". Mistral's newer form has its name up to [ARGS], then one JSON object
+// or array as the arguments, ended by its closing bracket. Text that looked like a call but is not
+// one (broken JSON, no name, a name not followed by [ARGS]) before any call began is content after
+// all; after a call began, it ends the parsing.
 
 // Tool-call parser names (Config.ToolCallParser, gollm serve --tool-call-parser).
 const (
@@ -106,7 +112,10 @@ type driverState uint8
 const (
 	dContent  driverState = iota // content, watching for the tag (hermes, mistral)
 	dLead                        // llama3_json: before the first non-space byte (and an optional <|python_tag|>)
-	dAfterTag                    // after the tag: white space, then "[" (mistral) or the call object
+	dAfterTag                    // after the tag: white space, then "[" or a name (mistral) or the call object
+	dName                        // mistral's newer form: in the name, before [ARGS] (or [CALL_ID])
+	dNameTag                     // mistral's newer form: in [ARGS] or [CALL_ID] after the name (or the id)
+	dCallID                      // mistral's newer form: in the call id after [CALL_ID]
 	dCall                        // in a call object (scanner)
 	dClose                       // hermes: after a call object, expecting </tool_call>
 	dNext                        // after a call: white space, then the next call's tag or separator
@@ -125,8 +134,11 @@ type formParser struct {
 	match         int    // bytes of the tag (or closing tag, python tag) matched so far
 	raw           []byte // the output since the current call attempt began (its text, for a fallback to content)
 	sc            callScanner
-	calls         int  // calls begun
-	inList        bool // mistral: inside the [ ... ] list
+	calls         int    // calls begun
+	inList        bool   // mistral: inside the [ ... ] list
+	name          []byte // mistral's newer form: the call's name so far
+	nameTag       string // mistral's newer form: the tag after the name being matched ([ARGS] or [CALL_ID])
+	haveID        bool   // mistral's newer form: the call's [CALL_ID] was passed
 	out           []toolEvent
 }
 
@@ -170,7 +182,7 @@ func (p *formParser) finish() []toolEvent {
 		if !p.sc.started {
 			p.fallback(false)
 		}
-	case dAfterTag:
+	case dAfterTag, dName, dNameTag, dCallID:
 		if p.calls == 0 {
 			p.fallback(false)
 		}
@@ -305,15 +317,66 @@ func (p *formParser) step(c byte) {
 		switch {
 		case isSpace(c):
 		case p.form == ToolParserMistral && !p.inList:
-			if c != '[' {
+			switch {
+			case c == '[' && p.calls == 0: // the list (after a call of the newer form, more of those only)
+				p.inList = true
+			case isNameByte(c): // a call of the newer form
+				p.name = append(p.name[:0], c)
+				p.haveID = false
+				p.st = dName
+			default:
 				p.fallback(true)
-				return
 			}
-			p.inList = true
 		case c == '{':
 			p.raw = p.raw[:len(p.raw)-1]
 			p.startCall()
 			p.callByte(c)
+		default:
+			p.fallback(true)
+		}
+	case dName:
+		p.raw = append(p.raw, c)
+		switch {
+		case isNameByte(c):
+			p.name = append(p.name, c)
+		case c == '[':
+			p.match, p.nameTag, p.st = 1, "", dNameTag
+		default:
+			p.fallback(true)
+		}
+	case dNameTag:
+		p.raw = append(p.raw, c)
+		if p.nameTag == "" { // the byte after "[" decides which tag it is
+			p.nameTag = argsTag
+			if c == callIDTag[1] && !p.haveID {
+				p.nameTag = callIDTag
+			}
+		}
+		if c != p.nameTag[p.match] {
+			p.fallback(true)
+			return
+		}
+		if p.match++; p.match < len(p.nameTag) {
+			return
+		}
+		p.match = 0
+		if p.nameTag == callIDTag {
+			p.haveID = true
+			p.st = dCallID
+			return
+		}
+		// The arguments' value follows: the scanner takes it as the value of an arguments key whose
+		// call's name is known.
+		p.startCall()
+		p.sc.haveName, p.sc.nameStr = true, string(p.name)
+		p.sc.key = append(p.sc.key[:0], "arguments"...)
+		p.sc.st = sValue
+	case dCallID:
+		p.raw = append(p.raw, c)
+		switch {
+		case isNameByte(c):
+		case c == '[':
+			p.match, p.nameTag, p.st = 1, argsTag, dNameTag
 		default:
 			p.fallback(true)
 		}
@@ -374,6 +437,18 @@ func (p *formParser) step(c byte) {
 	}
 }
 
+// The tags of Mistral's newer form between a call's name and its arguments.
+const (
+	argsTag   = "[ARGS]"
+	callIDTag = "[CALL_ID]"
+)
+
+// isNameByte reports whether c may be in a function's name (or a call id) of Mistral's newer form:
+// what OpenAI allows in a function's name.
+func isNameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
 // startCall begins scanning a call object.
 func (p *formParser) startCall() {
 	p.st = dCall
@@ -383,7 +458,14 @@ func (p *formParser) startCall() {
 // callByte feeds the call scanner one byte and moves on when the object ends or breaks.
 func (p *formParser) callByte(c byte) {
 	p.raw = append(p.raw, c)
-	switch p.sc.push(c, p) {
+	newForm := p.form == ToolParserMistral && !p.inList
+	var res scanResult
+	if newForm && p.sc.st == sValue && !isSpace(c) && c != '{' && c != '[' {
+		res = scanError // the newer form's arguments are an object or an array
+	} else if res = p.sc.push(c, p); newForm && res == scanMore && p.sc.st == sAfter {
+		res = scanDone // the arguments' closing bracket ends the call
+	}
+	switch res {
 	case scanMore:
 	case scanDone:
 		p.sc.flush(p)
@@ -403,6 +485,9 @@ func (p *formParser) callByte(c byte) {
 			p.st = dClose
 		case ToolParserMistral:
 			p.st = dListNext
+			if newForm {
+				p.st = dNext
+			}
 		default:
 			p.st = dNext
 		}

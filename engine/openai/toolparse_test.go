@@ -150,6 +150,43 @@ func TestToolParsers(t *testing.T) {
 			parsed{Content: "[TOOL_CALLS]", Calls: []parsedCall{{"f", `{"a": 1}`}}}},
 		{"mistral tag without list is content", ToolParserMistral, false, "[TOOL_CALLS]a", parsed{Content: "[TOOL_CALLS]a"}},
 		{"mistral content", ToolParserMistral, false, "[TOOL] no", parsed{Content: "[TOOL] no"}},
+		{"mistral args one call", ToolParserMistral, false, `[TOOL_CALLS]get_weather[ARGS]` + weather,
+			parsed{Calls: []parsedCall{{"get_weather", weather}}}},
+		{"mistral args two calls", ToolParserMistral, false,
+			`[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}`,
+			parsed{Calls: []parsedCall{{"get_weather", `{"city": "Paris"}`}, {"get_time", "{}"}}}},
+		{"mistral args text before, white space between calls", ToolParserMistral, false,
+			"Let me look.\n[TOOL_CALLS]a-1[ARGS] {\"x\": 1}\n [TOOL_CALLS]b_2[ARGS][1, 2]",
+			parsed{Content: "Let me look.", Calls: []parsedCall{{"a-1", `{"x": 1}`}, {"b_2", "[1, 2]"}}}},
+		{"mistral args nested, brackets and tags in strings", ToolParserMistral, false,
+			`[TOOL_CALLS]f[ARGS]{"a": [{"b": "}]\"[TOOL_CALLS]g[ARGS]{"}], "c": {}}`,
+			parsed{Calls: []parsedCall{{"f", `{"a": [{"b": "}]\"[TOOL_CALLS]g[ARGS]{"}], "c": {}}`}}}},
+		{"mistral args call id skipped", ToolParserMistral, false,
+			`[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"q": 1}[TOOL_CALLS]g[ARGS]{}`,
+			parsed{Calls: []parsedCall{{"f", `{"q": 1}`}, {"g", "{}"}}}},
+		{"mistral args after a forced tag", ToolParserMistral, true, `f[ARGS]{"a": true}`,
+			parsed{Calls: []parsedCall{{"f", `{"a": true}`}}}},
+		{"mistral args text after calls is dropped", ToolParserMistral, false,
+			`[TOOL_CALLS]f[ARGS]{} Done. [TOOL_CALLS]g[ARGS]{}`, parsed{Calls: []parsedCall{{"f", "{}"}}}},
+		{"mistral args then a list ends the parsing", ToolParserMistral, false,
+			`[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS][{"name": "g", "arguments": {}}]`, parsed{Calls: []parsedCall{{"f", "{}"}}}},
+		{"mistral args cut in the name", ToolParserMistral, false, "ok [TOOL_CALLS]get_wea",
+			parsed{Content: "ok [TOOL_CALLS]get_wea"}},
+		{"mistral args cut in [ARGS]", ToolParserMistral, false, "ok [TOOL_CALLS]f[AR", parsed{Content: "ok [TOOL_CALLS]f[AR"}},
+		{"mistral args cut before the arguments", ToolParserMistral, false, "[TOOL_CALLS]f[ARGS] ",
+			parsed{Content: "[TOOL_CALLS]f[ARGS] "}},
+		{"mistral args cut in the arguments", ToolParserMistral, false, `Hi [TOOL_CALLS]f[ARGS]{"city": "Par`,
+			parsed{Content: "Hi", Calls: []parsedCall{{"f", `{"city": "Par`}}}},
+		{"mistral args second call cut in its name", ToolParserMistral, false, `[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g`,
+			parsed{Calls: []parsedCall{{"f", "{}"}}}},
+		{"mistral name without [ARGS] is content", ToolParserMistral, false, `[TOOL_CALLS]f{"a": 1} and more`,
+			parsed{Content: `[TOOL_CALLS]f{"a": 1} and more`}},
+		{"mistral name with another tag is content", ToolParserMistral, false, `[TOOL_CALLS]f[ARG]{} [TOOL_CALLS]g[ARGS]{}`,
+			parsed{Content: "[TOOL_CALLS]f[ARG]{}", Calls: []parsedCall{{"g", "{}"}}}},
+		{"mistral args not a container is content", ToolParserMistral, false, `[TOOL_CALLS]f[ARGS]"x"`,
+			parsed{Content: `[TOOL_CALLS]f[ARGS]"x"`}},
+		{"mistral args name with a space is content", ToolParserMistral, false, `[TOOL_CALLS]get weather[ARGS]{}`,
+			parsed{Content: `[TOOL_CALLS]get weather[ARGS]{}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i, pieces := range splits(tc.text, uint64(len(tc.name))) {
@@ -165,13 +202,15 @@ func TestToolParsers(t *testing.T) {
 // FuzzToolParsers: whatever the text and however it is split, each parser's events are in order
 // and add up to the same content and calls as the whole text fed at once; the content and the calls'
 // text come from the output (content is a prefix of it up to trailing white space, or all of it).
-// Seeds: calls of every form, well formed and broken.
+// Seeds: calls of every form (Mistral's two), well formed and broken.
 func FuzzToolParsers(f *testing.F) {
 	for _, s := range []string{
 		"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"x\\\"}\"]}}\n</tool_call>",
 		"Hi\n<tool_call>{\"arguments\": 1, \"name\": \"g\"}</tool_call><tool_call>{\"name\":\"h\"}",
 		`<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"z": "y"}}`,
 		`[TOOL_CALLS][{"name": "f", "arguments": {"q": "[TOOL_CALLS]"}}, {"name": "g"}]`,
+		`ok [TOOL_CALLS]f[ARGS]{"a": [1, "]}[ARGS]"]} [TOOL_CALLS]g[CALL_ID]x1[ARGS][]`,
+		"[TOOL_CALLS]f[AR [TOOL_CALLS]g[ARGS]{\"b\": {}}[TOOL_CALLS]h[ARGS]{",
 		"<tool_call><tool_call>{\"name\": 1}", "{\"name\": \"\\u00e9\", \"parameters\": tru", "",
 	} {
 		f.Add(s, uint64(1))
@@ -204,8 +243,8 @@ func FuzzToolParsers(f *testing.F) {
 	})
 }
 
-// TestToolParsersRoundTrip: calls of random names and arguments, written in each form (as the chat
-// templates write them, with json.Marshal's arguments), parse back to themselves, however split.
+// TestToolParsersRoundTrip: calls of random names and arguments, written in each form (Mistral's two
+// in turn; as the chat templates write them, with json.Marshal's arguments), parse back to themselves, however split.
 func TestToolParsersRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := range 200 {
@@ -231,6 +270,12 @@ func TestToolParsersRoundTrip(t *testing.T) {
 					fmt.Fprintf(&sb, "{\"name\": %q, \"parameters\": %s}", c.Name, c.Args)
 				}
 			case ToolParserMistral:
+				if i%2 == 1 { // the newer form, as its templates write it
+					for _, c := range want.Calls {
+						fmt.Fprintf(&sb, "[TOOL_CALLS]%s[ARGS]%s", c.Name, c.Args)
+					}
+					break
+				}
 				sb.WriteString("[TOOL_CALLS][")
 				for k, c := range want.Calls {
 					if k > 0 {

@@ -29,8 +29,10 @@ import (
 // function's parameters schema: Hermes' <tool_call> blocks (up to maxParallelCalls of them, or one
 // when parallel_tool_calls is false), Llama 3.1's one JSON object, Mistral's [TOOL_CALLS] list
 // ([TOOL_CALLS], a special token no constraint can write, ends the prompt instead: the first token
-// the model would have had to pick). A function's strict flag is accepted: constrained calls always
-// validate, and "auto" does not constrain.
+// the model would have had to pick). Mistral's newer form, name[ARGS]{...}, needs [ARGS], another
+// special token, between a name and its arguments, so constrained calls are written as the list for
+// those models too (its parser reads both forms). A function's strict flag is accepted: constrained
+// calls always validate, and "auto" does not constrain.
 
 // maxParallelCalls bounds the calls of a constrained output with parallel_tool_calls.
 const maxParallelCalls = 8
@@ -366,8 +368,8 @@ func historyToolCalls(i int, calls []chatToolCall) ([]json.RawMessage, *apiError
 	return out, nil
 }
 
-// newToolCallID returns a new call id: "call_" and 24 alphanumerics, or for Mistral's form the nine
-// alphanumerics its template wants back.
+// newToolCallID returns a new call id: "call_" and 24 alphanumerics, or for Mistral's forms the nine
+// alphanumerics their templates want back (those that render ids check them; the others ignore them).
 func newToolCallID(mistral bool) string {
 	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 	n := 24

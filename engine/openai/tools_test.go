@@ -141,6 +141,8 @@ func TestToolCallWire(t *testing.T) {
 		{"hermes_length", ToolParserHermes, []string{"<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"ci"}, engine.FinishLength},
 		{"llama3_json", ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", ", "\"parameters\": {\"city\": \"Os", "lo\"}}"}, ""},
 		{"mistral", ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro", "me\"}}, {\"name\": \"get_time\", \"arguments\": {}}]"}, ""},
+		{"mistral_args", ToolParserMistral, []string{"Checking.[TOOL_CALLS]get_wea", "ther[AR", "GS]{\"city\": \"Ro", "me\"}[TOOL_CALLS]get_time[ARGS]{}"}, ""},
+		{"mistral_args_length", ToolParserMistral, []string{"[TOOL_CALLS]get_weather[ARGS]{\"ci", "ty\": \"Ro"}, engine.FinishLength},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := templateConfig(t)
@@ -226,6 +228,7 @@ func TestDetectToolParser(t *testing.T) {
 	for _, tc := range []struct{ template, want string }{
 		{`{{ '<tool_call>' }}`, ToolParserHermes},
 		{`[TOOL_CALLS]`, ToolParserMistral},
+		{`{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}`, ToolParserMistral},
 		{`{{- "<|python_tag|>" }}`, ToolParserLlama3JSON},
 		{`{"name": function name, "parameters": dictionary of argument name and its value}`, ToolParserLlama3JSON},
 		{`{{ messages }}`, ""},
@@ -387,6 +390,7 @@ func TestParallelToolCallsFalse(t *testing.T) {
 			"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"}},
 		{ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; ", "{\"name\": \"get_time\", \"parameters\": {}}"}},
 		{ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, ", "{\"name\": \"get_time\", \"arguments\": {}}]"}},
+		{ToolParserMistral, []string{"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "[TOOL_CALLS]get_time[ARGS]{}"}},
 	} {
 		for _, parallel := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/parallel=%v", tc.parser, parallel), func(t *testing.T) {
