@@ -383,17 +383,17 @@ func TestParallelToolCallsFalse(t *testing.T) {
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},` +
 		`{"type":"function","function":{"name":"get_time"}}]`
 	for _, tc := range []struct {
-		parser string
-		script []string
+		name, parser string
+		script       []string
 	}{
-		{ToolParserHermes, []string{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n",
+		{"hermes", ToolParserHermes, []string{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n",
 			"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"}},
-		{ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; ", "{\"name\": \"get_time\", \"parameters\": {}}"}},
-		{ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, ", "{\"name\": \"get_time\", \"arguments\": {}}]"}},
-		{ToolParserMistral, []string{"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "[TOOL_CALLS]get_time[ARGS]{}"}},
+		{"llama3_json", ToolParserLlama3JSON, []string{"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; ", "{\"name\": \"get_time\", \"parameters\": {}}"}},
+		{"mistral-list", ToolParserMistral, []string{"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, ", "{\"name\": \"get_time\", \"arguments\": {}}]"}},
+		{"mistral-args", ToolParserMistral, []string{"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "[TOOL_CALLS]get_time[ARGS]{}"}},
 	} {
 		for _, parallel := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/parallel=%v", tc.parser, parallel), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/parallel=%v", tc.name, parallel), func(t *testing.T) {
 				cfg := templateConfig(t)
 				cfg.ToolCallParser = tc.parser
 				_, ts := newFakeServer(t, cfg, &fakeEngine{maxLen: 512, script: tc.script})
