@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -189,7 +190,15 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 	case "indent":
 		return indentFilter(v, args, kw)
 	case "wordcount":
-		return int64(len(strings.Fields(str(v)))), nil
+		return wordcount(str(v)), nil
+	case "format":
+		return formatFilter(v, args, kw)
+	case "truncate":
+		return truncate(v, args, kw)
+	case "center":
+		return stringMethod(str(v), "center")([]value{arg(args, kw, 0, "width", int64(80))}, nil)
+	case "striptags":
+		return striptags(str(v)), nil
 	case "sum":
 		items, err := iterate(v)
 		if err != nil {
@@ -698,8 +707,15 @@ func runTest(name string, v value, args []value) (bool, error) {
 		if op == "" {
 			op = name
 		}
-		if name == "sameas" && (v == nil || b == nil) {
-			return v == nil && b == nil, nil
+		if name == "sameas" {
+			// Python's "is": containers are the same object; None, True and False are singletons;
+			// other values are taken as identical when of one type and equal (Python's small ints
+			// and interned strings).
+			switch v.(type) {
+			case *list, *dict, *function:
+				return sameContainer(v, b) || v == b, nil
+			}
+			return reflect.TypeOf(v) == reflect.TypeOf(b) && equal(v, b), nil
 		}
 		res, err := binary(op, v, b)
 		if err != nil {

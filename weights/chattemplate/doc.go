@@ -5,9 +5,9 @@
 // whitespace control (trim_blocks and lstrip_blocks on, as in transformers), {{ expressions }},
 // if/elif/else, for (with loop.*, else, filters, break and continue), set (names, namespace
 // attributes, blocks), macro, filter blocks and raw, the usual operators with Jinja2's precedence,
-// slicing, Python string, list and dict methods (startswith, split, strip, items, get, ...), the
-// filters and tests templates use (trim, tojson, length, map, selectattr, defined, string, ...), and
-// the globals transformers adds (raise_exception, strftime_now, namespace, range). Rendering matches
+// slicing, Python string, list and dict methods (startswith, split, strip, items, get, ...) and
+// printf-style % formatting of strings, the filters and tests templates use (trim, tojson, length,
+// map, selectattr, defined, string, format, truncate, ...), and the globals transformers adds (raise_exception, strftime_now, namespace, range). Rendering matches
 // transformers' own renderer as reproduced by the npm package @huggingface/jinja; the tests compare
 // real templates against it byte for byte, tool use included: Input.Tools and a message's ToolCalls,
 // ToolCallID and Name reach the template as transformers passes them (tools as a list of dicts, an

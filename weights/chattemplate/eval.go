@@ -583,6 +583,10 @@ func binary(op string, l, r value) (value, error) {
 		return in == (op == "in"), nil
 	case "~":
 		return str(l) + str(r), nil
+	case "%":
+		if s, ok := l.(string); ok {
+			return percentFormat(s, r)
+		}
 	case "+":
 		switch x := l.(type) {
 		case string:

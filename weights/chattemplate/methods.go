@@ -109,21 +109,7 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 		}
 	case "splitlines":
 		return func(args []value, kw *dict) (value, error) {
-			out := &list{}
-			rest := s
-			for rest != "" {
-				i := strings.IndexAny(rest, "\n\r")
-				if i < 0 {
-					out.items = append(out.items, rest)
-					break
-				}
-				out.items = append(out.items, rest[:i])
-				if strings.HasPrefix(rest[i:], "\r\n") {
-					i++
-				}
-				rest = rest[i+1:]
-			}
-			return out, nil
+			return splitLines(s, truthy(arg(args, kw, 0, "keepends", false))), nil
 		}
 	case "upper", "lower", "title", "capitalize", "swapcase", "casefold":
 		return func(args []value, kw *dict) (value, error) {
@@ -158,25 +144,36 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s needs a string", name)
 			}
-			var i int
-			switch name {
-			case "count":
-				if sub == "" {
-					return int64(runeLen(s) + 1), nil
-				}
-				return int64(strings.Count(s, sub)), nil
-			case "find", "index":
-				i = strings.Index(s, sub)
-			default:
-				i = strings.LastIndex(s, sub)
+			runes := []rune(s)
+			start, end, inRange, err := subRange(runes, args, kw)
+			if err != nil {
+				return nil, err
 			}
-			if i < 0 {
-				if name == "index" || name == "rindex" {
-					return nil, errors.New("substring not found")
+			i := -1
+			if inRange {
+				in := string(runes[start:end])
+				switch name {
+				case "count":
+					if sub == "" {
+						return int64(end - start + 1), nil
+					}
+					return int64(strings.Count(in, sub)), nil
+				case "find", "index":
+					i = strings.Index(in, sub)
+				default:
+					i = strings.LastIndex(in, sub)
 				}
-				return int64(-1), nil
+				if i >= 0 {
+					i = start + runeLen(in[:i])
+				}
 			}
-			return int64(runeLen(s[:i])), nil
+			switch {
+			case name == "count":
+				return int64(0), nil
+			case i < 0 && (name == "index" || name == "rindex"):
+				return nil, errors.New("substring not found")
+			}
+			return int64(i), nil
 		}
 	case "join":
 		return func(args []value, kw *dict) (value, error) {
@@ -194,8 +191,19 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 			}
 			return strings.Join(parts, s), nil
 		}
-	case "isdigit", "isnumeric", "isdecimal", "isalpha", "isalnum", "isspace", "islower", "isupper":
+	case "isdigit", "isnumeric", "isdecimal", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle", "isascii":
 		return func(args []value, kw *dict) (value, error) {
+			switch name {
+			case "isascii":
+				for i := 0; i < len(s); i++ {
+					if s[i] >= 0x80 {
+						return false, nil
+					}
+				}
+				return true, nil
+			case "istitle":
+				return pyIsTitle(s), nil
+			}
 			if s == "" {
 				return false, nil
 			}
@@ -208,12 +216,16 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 			for _, r := range s {
 				var ok bool
 				switch name {
-				case "isdigit", "isnumeric", "isdecimal":
-					ok = unicode.IsDigit(r)
+				case "isdecimal":
+					ok = pyIsDecimal(r)
+				case "isdigit":
+					ok = pyIsDigit(r)
+				case "isnumeric":
+					ok = pyIsNumeric(r)
 				case "isalpha":
 					ok = unicode.IsLetter(r)
 				case "isalnum":
-					ok = unicode.IsLetter(r) || unicode.IsDigit(r)
+					ok = pyIsAlnum(r)
 				case "isspace":
 					ok = isSpace(r)
 				}
@@ -222,6 +234,38 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 				}
 			}
 			return true, nil
+		}
+	case "zfill":
+		return func(args []value, kw *dict) (value, error) {
+			width, ok := arg(args, kw, 0, "width", nil).(int64)
+			if !ok {
+				return nil, errors.New("zfill needs an integer width")
+			}
+			return zfill(s, width), nil
+		}
+	case "partition", "rpartition":
+		return func(args []value, kw *dict) (value, error) {
+			sep, ok := arg(args, kw, 0, "sep", nil).(string)
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%s needs a string", name)
+			case sep == "":
+				return nil, errors.New("empty separator")
+			}
+			out := &list{tuple: true}
+			i := strings.Index(s, sep)
+			if name == "rpartition" {
+				i = strings.LastIndex(s, sep)
+			}
+			switch {
+			case i >= 0:
+				out.items = []value{s[:i], sep, s[i+len(sep):]}
+			case name == "partition":
+				out.items = []value{s, "", ""}
+			default:
+				out.items = []value{"", "", s}
+			}
+			return out, nil
 		}
 	case "center", "ljust", "rjust":
 		return func(args []value, kw *dict) (value, error) {
@@ -354,6 +398,14 @@ func dictMethod(d *dict, name string) func(args []value, kw *dict) (value, error
 	switch name {
 	case "items":
 		return func([]value, *dict) (value, error) { return dictItems(d), nil }
+	case "copy":
+		return func([]value, *dict) (value, error) {
+			c := newDict()
+			for _, k := range d.keys {
+				c.set(k, d.m[k])
+			}
+			return c, nil
+		}
 	case "keys":
 		return func([]value, *dict) (value, error) {
 			out := &list{}
@@ -416,6 +468,11 @@ func listMethod(l *list, name string) func(args []value, kw *dict) (value, error
 			l.items = append(l.items[:i], l.items[i+1:]...)
 			return v, nil
 		}
+	case "copy":
+		if l.tuple {
+			return nil
+		}
+		return func([]value, *dict) (value, error) { return &list{items: append([]value{}, l.items...)}, nil }
 	case "index", "count":
 		return func(args []value, kw *dict) (value, error) {
 			if len(args) == 0 {
