@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"reflect"
 	"sort"
 	"strconv"
@@ -168,13 +169,15 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 		return toFloatFilter(v, arg(args, kw, 0, "default", 0.0))
 	case "abs":
 		switch x := v.(type) {
-		case int64:
-			if x < 0 {
-				return -x, nil
+		case int64, *big.Int:
+			if c, _ := cmpNumbers(x, int64(0)); c < 0 {
+				return intArith("-", int64(0), x)
 			}
 			return x, nil
 		case float64:
 			return math.Abs(x), nil
+		case bool:
+			return boolInt(x), nil
 		}
 		return nil, fmt.Errorf("bad operand type for abs(): %s", typeName(v))
 	case "round":
@@ -304,27 +307,46 @@ func htmlEscape(s string) string {
 
 func toInt(v, def value) (value, error) {
 	switch x := v.(type) {
-	case int64:
+	case int64, *big.Int:
 		return x, nil
 	case float64:
-		return int64(x), nil
+		return floatToInt(x, def)
 	case bool:
 		return boolInt(x), nil
 	case string:
 		if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
 			return n, nil
 		}
+		if b, ok := new(big.Int).SetString(strings.TrimSpace(x), 10); ok {
+			return normInt(b)
+		}
 		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
-			return int64(f), nil
+			return floatToInt(f, def)
 		}
 	}
 	return def, nil
+}
+
+// floatToInt is Python's int(f): truncated toward zero, exact however large; the default for
+// infinities and NaN (Jinja2's int filter falls back to it).
+func floatToInt(f float64, def value) (value, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return def, nil
+	}
+	f = math.Trunc(f)
+	if f >= -(1<<63) && f < 1<<63 {
+		return int64(f), nil
+	}
+	b, _ := big.NewFloat(f).Int(nil)
+	return normInt(b)
 }
 
 func toFloatFilter(v, def value) (value, error) {
 	switch x := v.(type) {
 	case int64:
 		return float64(x), nil
+	case *big.Int:
+		return bigToFloat(x)
 	case float64:
 		return x, nil
 	case bool:
@@ -389,12 +411,31 @@ func roundFilter(v value, args []value, kw *dict) (value, error) {
 	if b, ok := v.(bool); ok {
 		v = boolInt(b)
 	}
-	f, ok := toFloat(v)
-	if !ok {
-		return nil, fmt.Errorf("round needs a number, got %s", typeName(v))
-	}
 	prec, _ := arg(args, kw, 0, "precision", int64(0)).(int64)
 	method := str(arg(args, kw, 1, "method", "common"))
+	if n, ok := v.(int64); ok && prec < -18 {
+		v = big.NewInt(n) // 10**-prec is past int64
+	}
+	if b, ok := v.(*big.Int); ok && method == "common" {
+		if prec >= 0 {
+			return normInt(b)
+		}
+		// Halves to even at 10**-prec, exactly.
+		unit := new(big.Int).Exp(big.NewInt(10), big.NewInt(min(-prec, maxIntBits)), nil)
+		q, r := new(big.Int).QuoRem(b, unit, new(big.Int))
+		if r.Sign() < 0 {
+			q.Sub(q, big.NewInt(1))
+			r.Add(r, unit)
+		}
+		if c := new(big.Int).Lsh(r, 1).Cmp(unit); c > 0 || c == 0 && q.Bit(0) == 1 {
+			q.Add(q, big.NewInt(1))
+		}
+		return normInt(q.Mul(q, unit))
+	}
+	f, err := floatOf(v)
+	if err != nil {
+		return nil, fmt.Errorf("round needs a number, got %s", typeName(v))
+	}
 	p := math.Pow(10, float64(prec))
 	switch method {
 	case "ceil":
@@ -406,7 +447,7 @@ func roundFilter(v value, args []value, kw *dict) (value, error) {
 		return nil, errors.New("round: method must be common, ceil or floor")
 	}
 	if n, isInt := v.(int64); isInt {
-		if prec >= 0 || prec < -18 {
+		if prec >= 0 {
 			return n, nil
 		}
 		unit := int64(math.Pow10(int(-prec)))
@@ -638,14 +679,9 @@ func runTest(name string, v value, args []value) (bool, error) {
 		_, ok := v.(string)
 		return ok, nil
 	case "number":
-		switch v.(type) {
-		case int64, float64:
-			return true, nil
-		}
-		return false, nil
+		return isNumber(v), nil
 	case "integer":
-		_, ok := v.(int64)
-		return ok, nil
+		return isInt(v), nil
 	case "float":
 		_, ok := v.(float64)
 		return ok, nil
@@ -677,11 +713,10 @@ func runTest(name string, v value, args []value) (bool, error) {
 		_, ok := v.(*function)
 		return ok, nil
 	case "odd", "even":
-		n, ok := v.(int64)
-		if !ok {
+		if !isInt(v) {
 			return false, fmt.Errorf("test %s needs an integer, got %s", name, typeName(v))
 		}
-		return (n%2 != 0) == (name == "odd"), nil
+		return (toBig(v).Bit(0) == 1) == (name == "odd"), nil
 	case "divisibleby":
 		d, err := a0()
 		if err != nil {

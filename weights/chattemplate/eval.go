@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strings"
 	"unicode/utf8"
 )
@@ -456,8 +457,8 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 			return !truthy(v), nil
 		case "-":
 			switch x := v.(type) {
-			case int64:
-				return -x, nil
+			case int64, *big.Int:
+				return intArith("-", int64(0), x)
 			case float64:
 				return -x, nil
 			case bool:
@@ -466,7 +467,7 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 			return nil, fmt.Errorf("chattemplate: bad operand type for unary -: %s", typeName(v))
 		default:
 			switch v.(type) {
-			case int64, float64:
+			case int64, *big.Int, float64:
 				return v, nil
 			case bool:
 				return boolInt(v.(bool)), nil
@@ -603,14 +604,20 @@ func binary(op string, l, r value) (value, error) {
 		switch r.(type) {
 		case string, *list: // n * seq repeats seq, as seq * n does
 			switch l.(type) {
-			case int64, bool:
+			case int64, *big.Int, bool:
 				l, r = r, l
 			}
 		}
-		if b, ok := r.(bool); ok {
+		switch r.(type) {
+		case bool:
 			switch l.(type) {
 			case string, *list:
-				r = boolInt(b)
+				r = boolInt(r.(bool))
+			}
+		case *big.Int:
+			switch l.(type) {
+			case string, *list:
+				return nil, errors.New("cannot fit 'int' into an index-sized integer")
 			}
 		}
 		if s, ok := l.(string); ok {
@@ -644,29 +651,39 @@ func arithmetic(op string, l, r value) (value, error) {
 	if b, ok := r.(bool); ok {
 		r = boolInt(b)
 	}
-	li, lInt := l.(int64)
-	ri, rInt := r.(int64)
-	lf, lNum := toFloat(l)
-	rf, rNum := toFloat(r)
-	if !lNum || !rNum {
+	if !isNumber(l) || !isNumber(r) {
 		return nil, fmt.Errorf("unsupported operand types for %s: %s and %s", op, typeName(l), typeName(r))
 	}
-	bothInt := lInt && rInt
+	if isInt(l) && isInt(r) {
+		switch op {
+		case "/":
+			return intDivide(l, r)
+		case "**":
+			if y, ok := r.(int64); ok && y < 0 {
+				break // a float, below
+			}
+			if y, ok := r.(*big.Int); ok && y.Sign() < 0 {
+				break
+			}
+			return intArith(op, l, r)
+		default:
+			return intArith(op, l, r)
+		}
+	}
+	lf, err := floatOf(l)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := floatOf(r)
+	if err != nil {
+		return nil, err
+	}
 	switch op {
 	case "+":
-		if bothInt {
-			return li + ri, nil
-		}
 		return lf + rf, nil
 	case "-":
-		if bothInt {
-			return li - ri, nil
-		}
 		return lf - rf, nil
 	case "*":
-		if bothInt {
-			return li * ri, nil
-		}
 		return lf * rf, nil
 	case "/":
 		if rf == 0 {
@@ -675,26 +692,12 @@ func arithmetic(op string, l, r value) (value, error) {
 		return lf / rf, nil
 	case "//":
 		if rf == 0 {
-			return nil, errors.New("integer division or modulo by zero")
-		}
-		if bothInt {
-			q := li / ri
-			if (li%ri != 0) && ((li < 0) != (ri < 0)) {
-				q--
-			}
-			return q, nil
+			return nil, errors.New("float floor division by zero")
 		}
 		return math.Floor(lf / rf), nil
 	case "%":
 		if rf == 0 {
-			return nil, errors.New("integer division or modulo by zero")
-		}
-		if bothInt {
-			m := li % ri
-			if m != 0 && (m < 0) != (ri < 0) {
-				m += ri
-			}
-			return m, nil
+			return nil, errors.New("float modulo")
 		}
 		m := math.Mod(lf, rf)
 		if m != 0 && (m < 0) != (rf < 0) {
@@ -702,16 +705,52 @@ func arithmetic(op string, l, r value) (value, error) {
 		}
 		return m, nil
 	case "**":
-		if bothInt && ri >= 0 {
-			out := int64(1)
-			for range ri {
-				out *= li
-			}
-			return out, nil
+		if lf == 0 && rf < 0 {
+			return nil, errors.New("0.0 cannot be raised to a negative power")
 		}
 		return math.Pow(lf, rf), nil
 	}
 	return nil, fmt.Errorf("unknown operator %s", op)
+}
+
+// intDivide is Python's int / int: the correctly rounded quotient as a float.
+func intDivide(l, r value) (value, error) {
+	a, aSmall := l.(int64)
+	b, bSmall := r.(int64)
+	if aSmall && bSmall && b != 0 && abs64(a) <= 1<<53 && abs64(b) <= 1<<53 {
+		return float64(a) / float64(b), nil // exact operands: one rounding, as Python's
+	}
+	y := toBig(r)
+	if y.Sign() == 0 {
+		return nil, errors.New("division by zero")
+	}
+	f, _ := new(big.Rat).SetFrac(toBig(l), y).Float64()
+	if math.IsInf(f, 0) {
+		return nil, errors.New("integer division result too large for a float")
+	}
+	return f, nil
+}
+
+// isNumber reports whether v is an int or a float (bool excluded).
+func isNumber(v value) bool {
+	switch v.(type) {
+	case int64, *big.Int, float64:
+		return true
+	}
+	return false
+}
+
+// floatOf converts a number to a float, as Python does when an operation mixes ints and floats.
+func floatOf(v value) (float64, error) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), nil
+	case *big.Int:
+		return bigToFloat(x)
+	case float64:
+		return x, nil
+	}
+	return 0, fmt.Errorf("%s is not a number", typeName(v))
 }
 
 func toFloat(v value) (float64, bool) {
@@ -892,6 +931,12 @@ func (r *renderer) evalSlice(e *sliceExpr, sc *scope) (value, error) {
 			return nil, nil
 		case int64:
 			return &n, nil
+		case *big.Int: // past any length: clamped, as Python clamps
+			c := int64(math.MaxInt64)
+			if n.Sign() < 0 {
+				c = math.MinInt64 + 1
+			}
+			return &c, nil
 		}
 		return nil, fmt.Errorf("chattemplate: slice indices must be integers or None, not %s", typeName(v))
 	}

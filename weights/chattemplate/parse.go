@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"fmt"
+	"math/big"
 	"strconv"
 )
 
@@ -742,7 +743,14 @@ func (p *parser) parsePrimary() (expr, error) {
 		}
 		return &literal{v: s}, nil
 	case tokInt:
-		n, err := strconv.ParseInt(t.text, 10, 64)
+		if n, err := strconv.ParseInt(t.text, 10, 64); err == nil {
+			return &literal{v: n}, nil
+		}
+		b, ok := new(big.Int).SetString(t.text, 10)
+		if !ok {
+			return nil, fmt.Errorf("chattemplate: offset %d: bad integer %q", t.pos, t.text)
+		}
+		n, err := normInt(b)
 		if err != nil {
 			return nil, fmt.Errorf("chattemplate: offset %d: %w", t.pos, err)
 		}

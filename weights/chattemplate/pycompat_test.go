@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -72,5 +73,37 @@ func TestStringFormattingErrors(t *testing.T) {
 		{"empty partition separator", "{{ 'a'.partition('') }}", "empty separator"},
 		{"index not found", "{{ 'abcb'.index('a', 1) }}", "substring not found"},
 		{"unknown filter", "{{ 'x' | nosuchfilter }}", `unknown filter "nosuchfilter"`},
+	})
+}
+
+// TestBigIntegers: ints are unbounded as in Python: arithmetic past int64 goes on exactly, integer
+// literals and JSON integers of any size keep their value, and each prints all its digits.
+func TestBigIntegers(t *testing.T) {
+	vars := map[string]any{"n": json.Number("100000000000000000000"), "m": json.Number("-18446744073709551617")}
+	renderCases(t, vars, []struct{ name, src, want string }{
+		{"powers past int64", "{{ 2 ** 64 }} {{ 10 ** 20 }} {{ 3 ** 40 }} {{ (2 ** 64) ** 2 }} {{ (-2) ** 63 }} {{ (-1) ** 1000000000000 }} {{ 2 ** -1 }}", "18446744073709551616 100000000000000000000 12157665459056928801 340282366920938463463374607431768211456 -9223372036854775808 1 0.5"},
+		{"sums and products past int64", "{{ 9223372036854775807 + 1 }} {{ -9223372036854775808 - 1 }} {{ 4294967296 * 4294967296 }} {{ -(-9223372036854775808) }} {{ -9223372036854775808 // -1 }} {{ 2 ** 63 - 1 }}", "9223372036854775808 -9223372036854775809 18446744073709551616 9223372036854775808 9223372036854775808 9223372036854775807"},
+		{"floor division and modulo", "{{ (2 ** 64) // 3 }} {{ -(2 ** 64) // 3 }} {{ -(2 ** 64) % 7 }} {{ (2 ** 64) % -7 }} {{ (10 ** 40) // (10 ** 39) }}", "6148914691236517205 -6148914691236517206 5 -5 10"},
+		{"true division and floats", "{{ 2 ** 64 / 2 }} {{ n / 3 }} {{ 2 ** 64 * 1.5 }} {{ 9007199254740993 / 1 }} {{ n + 0.5 }}", "9.223372036854776e+18 3.333333333333333e+19 2.7670116110564327e+19 9007199254740992.0 1e+20"},
+		{"literals", "{{ 100000000000000000000 }} {{ 9223372036854775808 }} {{ -9223372036854775809 }}", "100000000000000000000 9223372036854775808 -9223372036854775809"},
+		{"context integers", "{{ n }} {{ m }} {{ [n] | tojson }} {{ {'a': n} }} {{ n + 1 }} {{ n - n }} {{ (n - n) is integer }}", "100000000000000000000 -18446744073709551617 [100000000000000000000] {'a': 100000000000000000000} 100000000000000000001 0 True"},
+		{"comparisons", "{{ n > 1.5 }} {{ n == 10 ** 20 }} {{ n == 1e20 }} {{ n < m }} {{ [n, 1, m] | sort }} {{ [n, 3] | max }} {{ n in [10 ** 20] }} {{ 2 ** 64 == 2.0 ** 64 }} {{ 2 ** 64 + 1 > 2.0 ** 64 }}", "True True True False [-18446744073709551617, 1, 100000000000000000000] 100000000000000000000 True True True"},
+		{"filters and tests", "{{ n | abs }} {{ m | abs }} {{ -9223372036854775808 | abs }} {{ n is number }} {{ n is integer }} {{ n is odd }} {{ m is odd }} {{ n | string }} {{ n | float }} {{ 1e20 | int }} {{ '100000000000000000000' | int }} {{ [n, 2] | sum }}", "100000000000000000000 18446744073709551617 9223372036854775808 True True False True 100000000000000000000 1e+20 100000000000000000000 100000000000000000000 100000000000000000002"},
+		{"round", "{{ n | round }} {{ (15 * 10 ** 19) | round(-20) }} {{ (25 * 10 ** 19) | round(-20) }} {{ (-25 * 10 ** 19) | round(-20) }} {{ 19 | round(-20) }} {{ 5 | round(-30) }}", "100000000000000000000 200000000000000000000 200000000000000000000 -200000000000000000000 0 0"},
+		{"formatting", "{{ '%d %x %.1f %s %r' % (n, n, n, n, m) }} {{ '%d' % 1e30 }} {{ 'abc'[:n] }} {{ 'abc'[-n:] }}", "100000000000000000000 56bc75e2d63100000 100000000000000000000.0 100000000000000000000 -18446744073709551617 1000000000000000019884624838656 abc abc"},
+	})
+}
+
+// TestBigIntegerErrors: what Python refuses, or an integer past 4300 digits (which Python refuses to
+// print), fails the render; none gives a wrong number.
+func TestBigIntegerErrors(t *testing.T) {
+	renderErrors(t, []struct{ name, src, want string }{
+		{"too many digits", "{{ 2 ** 100000 }}", "integer too large"},
+		{"huge exponent", "{{ 7 ** 999999999999 }}", "integer too large"},
+		{"too large for a float", "{{ 10 ** 400 + 1.5 }}", "int too large to convert to float"},
+		{"quotient too large for a float", "{{ 10 ** 400 / 3 }}", "too large for a float"},
+		{"zero to a negative power", "{{ 0 ** -1 }}", "cannot be raised to a negative power"},
+		{"repetition", "{{ 'x' * 2 ** 64 }}", "index-sized integer"},
+		{"range", "{{ range(2 ** 64) | length }}", "range argument too large"},
 	})
 }

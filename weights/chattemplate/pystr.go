@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode"
@@ -213,6 +214,11 @@ func formatOne(conv byte, spec fmtSpec, v value) (string, error) {
 			f = float64(boolInt(x))
 		case int64:
 			f = float64(x)
+		case *big.Int:
+			var err error
+			if f, err = bigToFloat(x); err != nil {
+				return "", err
+			}
 		case float64:
 			f = x
 		default:
@@ -260,6 +266,16 @@ func formatInt(conv byte, v value) (string, error) {
 		n = boolInt(x)
 	case int64:
 		n = x
+	case *big.Int:
+		base := map[byte]int{'x': 16, 'X': 16, 'o': 8}[conv]
+		if base == 0 {
+			base = 10
+		}
+		s := x.Text(base)
+		if conv == 'X' {
+			s = strings.ToUpper(s)
+		}
+		return s, nil
 	case float64:
 		if conv == 'x' || conv == 'X' || conv == 'o' {
 			return "", fmt.Errorf("%%%c format: an integer is required, not float", conv)
@@ -267,11 +283,8 @@ func formatInt(conv byte, v value) (string, error) {
 		if math.IsInf(x, 0) || math.IsNaN(x) {
 			return "", fmt.Errorf("cannot convert float %s to integer", formatFloat(x))
 		}
-		t := math.Trunc(x)
-		if t < -(1<<63) || t >= 1<<63 {
-			return strconv.FormatFloat(t, 'f', 0, 64), nil
-		}
-		n = int64(t)
+		i, _ := floatToInt(x, nil)
+		return repr(i), nil
 	default:
 		if conv == 'x' || conv == 'X' || conv == 'o' {
 			return "", fmt.Errorf("%%%c format: an integer is required, not %s", conv, typeName(v))

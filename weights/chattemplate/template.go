@@ -203,6 +203,9 @@ func rangeFunc(args []value, _ *dict) (value, error) {
 	ints := make([]int64, len(args))
 	for i, a := range args {
 		n, ok := a.(int64)
+		if !ok && isInt(a) {
+			return nil, errors.New("range argument too large")
+		}
 		if !ok {
 			return nil, fmt.Errorf("range needs integers, got %s", typeName(a))
 		}

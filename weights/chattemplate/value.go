@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"reflect"
 	"sort"
 	"strconv"
@@ -13,8 +14,8 @@ import (
 	"unicode"
 )
 
-// value is a template value: nil (None), undefined, bool, int64, float64, string, *list, *dict,
-// *function.
+// value is a template value: nil (None), undefined, bool, int64 or *big.Int (an int, see
+// normInt), float64, string, *list, *dict, *function.
 type value = any
 
 // undefined is the value of a missing name, attribute or item. It renders as the empty string, is
@@ -74,6 +75,11 @@ func fromGo(v any) (value, error) {
 		if n, err := x.Int64(); err == nil {
 			return n, nil
 		}
+		if !strings.ContainsAny(string(x), ".eE") { // an integer past int64: exact, as in Python
+			if b, ok := new(big.Int).SetString(string(x), 10); ok {
+				return normInt(b)
+			}
+		}
 		f, err := x.Float64()
 		if err != nil {
 			return nil, fmt.Errorf("number %s: %w", x, err)
@@ -123,7 +129,7 @@ func typeName(v value) string {
 		return "Undefined"
 	case bool:
 		return "bool"
-	case int64:
+	case int64, *big.Int:
 		return "int"
 	case float64:
 		return "float"
@@ -228,6 +234,8 @@ func reprPath(v value, path []value) string {
 		return "False"
 	case int64:
 		return strconv.FormatInt(x, 10)
+	case *big.Int:
+		return x.String()
 	case float64:
 		return formatFloat(x)
 	case string:
@@ -343,6 +351,14 @@ func equalDepth(a, b value, depth int) bool {
 	if sameContainer(a, b) {
 		return true // Python compares items by identity first
 	}
+	if _, ok := a.(*big.Int); ok {
+		c, ok := cmpNumbers(a, b)
+		return ok && c == 0
+	}
+	if _, ok := b.(*big.Int); ok {
+		c, ok := cmpNumbers(a, b)
+		return ok && c == 0
+	}
 	switch x := a.(type) {
 	case int64:
 		switch y := b.(type) {
@@ -404,6 +420,15 @@ func equalDepth(a, b value, depth int) bool {
 	return reflect.TypeOf(a) == reflect.TypeOf(b) && a == b
 }
 
+// isSmallNumber reports whether v is an int64 or a float64.
+func isSmallNumber(v value) bool {
+	switch v.(type) {
+	case int64, float64:
+		return true
+	}
+	return false
+}
+
 func boolInt(b bool) int64 {
 	if b {
 		return 1
@@ -424,6 +449,9 @@ func compareDepth(a, b value, depth int) (int, error) {
 	}
 	if b, ok := b.(bool); ok {
 		return compareDepth(a, boolInt(b), depth+1)
+	}
+	if c, ok := cmpNumbers(a, b); ok && (!isSmallNumber(a) || !isSmallNumber(b)) {
+		return c, nil
 	}
 	switch x := a.(type) {
 	case int64:
@@ -519,6 +547,8 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 		}
 	case int64:
 		b.WriteString(strconv.FormatInt(x, 10))
+	case *big.Int:
+		b.WriteString(x.String())
 	case float64:
 		switch {
 		case math.IsNaN(x):
