@@ -47,18 +47,34 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 			if name == "endswith" {
 				has = strings.HasSuffix
 			}
+			runes := []rune(s)
+			start, end, inRange, err := subRange(runes, args, kw)
+			if err != nil {
+				return nil, err
+			}
+			in := string(runes[start:end])
+			var prefixes []value
 			switch p := arg(args, kw, 0, "prefix", nil).(type) {
 			case string:
-				return has(s, p), nil
+				prefixes = []value{p}
 			case *list:
-				for _, e := range p.items {
-					if ps, ok := e.(string); ok && has(s, ps) {
-						return true, nil
-					}
+				if !p.tuple {
+					return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not list", name)
 				}
-				return false, nil
+				prefixes = p.items
+			default:
+				return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not %s", name, typeName(p))
 			}
-			return nil, fmt.Errorf("%s needs a string or a tuple of strings", name)
+			for _, e := range prefixes {
+				ps, ok := e.(string)
+				if !ok {
+					return nil, fmt.Errorf("tuple for %s must only contain str, not %s", name, typeName(e))
+				}
+				if inRange && has(in, ps) {
+					return true, nil
+				}
+			}
+			return false, nil
 		}
 	case "strip", "lstrip", "rstrip":
 		return func(args []value, kw *dict) (value, error) {

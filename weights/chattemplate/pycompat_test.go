@@ -107,3 +107,16 @@ func TestBigIntegerErrors(t *testing.T) {
 		{"range", "{{ range(2 ** 64) | length }}", "range argument too large"},
 	})
 }
+
+// TestStartsWithBounds: str.startswith and endswith take Python's optional start and end (slice
+// bounds in code points) and a tuple of prefixes, any of which may match.
+func TestStartsWithBounds(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"start and end", "{{ 'Hello'.startswith('e', 1) }} {{ 'Hello'.startswith('H', 1) }} {{ 'Hello'.endswith('l', 0, 4) }} {{ 'Hello'.endswith('lo', -2) }} {{ 'Hello'.startswith('', 5) }} {{ 'Hello'.startswith('', 6) }} {{ 'héllo'.startswith('l', 2) }} {{ 'Hello'.endswith('H', 0, 1) }} {{ 'abc'.startswith('a', none, 2) }}", "True False True True True False True True True"},
+		{"tuples of prefixes", "{{ 'Hello'.startswith(('x', 'He')) }} {{ 'Hello'.endswith(('x', 'y')) }} {{ 'Hello'.startswith(('l', 'e'), 1) }} {{ 'Hello'.endswith(()) }}", "True False True False"},
+	})
+	renderErrors(t, []struct{ name, src, want string }{
+		{"a list is not a tuple", "{{ 'a'.startswith(['a']) }}", "must be str or a tuple of str, not list"},
+		{"not a string", "{{ 'a'.endswith(1) }}", "must be str or a tuple of str, not int"},
+	})
+}
