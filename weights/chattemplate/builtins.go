@@ -678,9 +678,10 @@ func runTest(name string, v value, args []value) (bool, error) {
 	case "string":
 		_, ok := v.(string)
 		return ok, nil
-	case "number":
-		return isNumber(v), nil
-	case "integer":
+	case "number": // Jinja2's number test is isinstance(v, Number): bool is an int
+		_, isBool := v.(bool)
+		return isNumber(v) || isBool, nil
+	case "integer": // Jinja2's integer test excludes bool
 		return isInt(v), nil
 	case "float":
 		_, ok := v.(float64)

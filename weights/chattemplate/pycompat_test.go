@@ -120,3 +120,11 @@ func TestStartsWithBounds(t *testing.T) {
 		{"not a string", "{{ 'a'.endswith(1) }}", "must be str or a tuple of str, not int"},
 	})
 }
+
+// TestNumberTests: Jinja2's number test accepts bool (a Python bool is an int); its integer and
+// float tests take neither bool nor the other kind of number.
+func TestNumberTests(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"bool is a number", "{{ true is number }} {{ false is number }} {{ true is integer }} {{ true is float }} {{ 1 is integer }} {{ 1.0 is float }} {{ 1.0 is integer }} {{ 1 is float }} {{ none is number }} {{ '1' is number }}", "True True False False True True False False False False"},
+	})
+}
