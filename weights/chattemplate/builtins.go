@@ -63,7 +63,7 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 	case "capitalize":
 		return capitalize(str(v)), nil
 	case "title":
-		return title(str(v)), nil
+		return titleFilter(str(v)), nil
 	case "string":
 		return str(v), nil
 	case "safe", "e", "escape", "forceescape":
@@ -283,6 +283,28 @@ func capitalize(s string) string {
 	return string(runes)
 }
 
+// titleFilter is Jinja2's title filter: a word begins after whitespace, '-', '(', '{', '[' or '<'
+// (not after an apostrophe, as in str.title); its first character is uppercased, the rest lowercased.
+func titleFilter(s string) string {
+	var b strings.Builder
+	start := true
+	for _, r := range s {
+		if isSpace(r) || strings.ContainsRune("-({[<", r) {
+			b.WriteRune(r)
+			start = true
+			continue
+		}
+		if start {
+			b.WriteRune(unicode.ToUpper(r))
+		} else {
+			b.WriteRune(unicode.ToLower(r))
+		}
+		start = false
+	}
+	return b.String()
+}
+
+// title is Python's str.title: a letter after a letter is lowercased, any other letter uppercased.
 func title(s string) string {
 	runes := []rune(s)
 	prevLetter := false

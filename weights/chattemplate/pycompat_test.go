@@ -128,3 +128,12 @@ func TestNumberTests(t *testing.T) {
 		{"bool is a number", "{{ true is number }} {{ false is number }} {{ true is integer }} {{ true is float }} {{ 1 is integer }} {{ 1.0 is float }} {{ 1.0 is integer }} {{ 1 is float }} {{ none is number }} {{ '1' is number }}", "True True False False True True False False False False"},
 	})
 }
+
+// TestTitle: Jinja2's title filter begins words only after whitespace, '-', '(', '{', '[' and '<',
+// where Python's str.title method begins one after any character that is not a letter.
+func TestTitle(t *testing.T) {
+	renderCases(t, nil, []struct{ name, src, want string }{
+		{"filter", `{{ "it's o'neil" | title }}|{{ 'x-y (ab) [cd] {ef} <gh> a.b 3rd mcDONALD' | title }}|{{ 'hello\tworld\nnew' | title }}|{{ "'quoted' words" | title }}|{{ 'ÉCOLE élève' | title }}`, "It's O'neil|X-Y (Ab) [Cd] {Ef} <Gh> A.b 3rd Mcdonald|Hello\tWorld\nNew|'quoted' Words|École Élève"},
+		{"method", `{{ "it's o'neil".title() }}|{{ 'x-y (ab) a.b 3rd mcDONALD'.title() }}`, "It'S O'Neil|X-Y (Ab) A.B 3Rd Mcdonald"},
+	})
+}
