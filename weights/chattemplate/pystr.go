@@ -523,6 +523,7 @@ func subRange(runes []rune, args []value, kw *dict) (start, end int, ok bool, er
 }
 
 // pyDigitExtra holds the characters outside Nd that Python's isdigit accepts (Numeric_Type Digit).
+// It and pyNumericExtra are what testdata/pynumeric.py prints from Python's unicodedata.
 var pyDigitExtra = &unicode.RangeTable{
 	LatinOffset: 2,
 	R16: []unicode.Range16{
