@@ -97,16 +97,7 @@ func TestMatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := compileT(t, tc.spec, v)
-			for _, s := range tc.accept {
-				if !g.match([]byte(s)) {
-					t.Errorf("rejects %q", s)
-				}
-			}
-			for _, s := range tc.reject {
-				if g.match([]byte(s)) {
-					t.Errorf("accepts %q", s)
-				}
-			}
+			checkMatches(t, g, tc.accept, tc.reject)
 			rng := rand.New(rand.NewPCG(1, 2))
 			for range 5 {
 				text, ok := randomWalk(t, g, rng, 60, 0.3)

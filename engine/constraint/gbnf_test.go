@@ -33,16 +33,7 @@ func TestGBNFRepetitionBlanks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := compileT(t, Spec{Kind: GBNF, Text: tc.src}, v)
-			for _, s := range tc.accept {
-				if !g.match([]byte(s)) {
-					t.Errorf("rejects %q", s)
-				}
-			}
-			for _, s := range tc.reject {
-				if g.match([]byte(s)) {
-					t.Errorf("accepts %q", s)
-				}
-			}
+			checkMatches(t, g, tc.accept, tc.reject)
 		})
 	}
 	for _, src := range []string{

@@ -42,6 +42,21 @@ func compileT(t testing.TB, spec Spec, v *Vocabulary) *Grammar {
 	return g
 }
 
+// checkMatches fails t for each string of accept that g rejects and each of reject that it accepts.
+func checkMatches(t testing.TB, g *Grammar, accept, reject []string) {
+	t.Helper()
+	for _, s := range accept {
+		if !g.match([]byte(s)) {
+			t.Errorf("rejects %q", s)
+		}
+	}
+	for _, s := range reject {
+		if g.match([]byte(s)) {
+			t.Errorf("accepts %q", s)
+		}
+	}
+}
+
 // bruteMask is the mask by definition: the tokens Accept takes.
 func bruteMask(m *Matcher) []uint64 {
 	v := m.g.vocab

@@ -57,16 +57,7 @@ func TestRepeatLoopPrivate(t *testing.T) {
 				}
 			}
 			g := compileT(t, tc.spec, v)
-			for _, s := range tc.accept {
-				if !g.match([]byte(s)) {
-					t.Errorf("rejects %q", s)
-				}
-			}
-			for _, s := range tc.reject {
-				if g.match([]byte(s)) {
-					t.Errorf("accepts %q", s)
-				}
-			}
+			checkMatches(t, g, tc.accept, tc.reject)
 		})
 	}
 }
