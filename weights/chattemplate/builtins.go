@@ -365,12 +365,8 @@ func floatToInt(f float64, def value) (value, error) {
 
 func toFloatFilter(v, def value) (value, error) {
 	switch x := v.(type) {
-	case int64:
-		return float64(x), nil
-	case *big.Int:
-		return bigToFloat(x)
-	case float64:
-		return x, nil
+	case int64, *big.Int, float64:
+		return floatOf(x)
 	case bool:
 		return float64(boolInt(x)), nil
 	case string:
