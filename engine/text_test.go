@@ -5,13 +5,10 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/gollm/gollm/weights/tokenizer"
 )
 
 func ids(s string) []int32 {
@@ -506,17 +503,7 @@ func TestAbortKeepsHeldBackText(t *testing.T) {
 // character spelled by byte tokens belongs to the token that ends their run: at the end of the
 // output, its last byte.
 func TestLogprobTextsLlama2(t *testing.T) {
-	const path = "../weights/tokenizer/testdata/npm/generated/llama2/tokenizer.json"
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("GOLLM_REQUIRE_TESTDATA") == "1" {
-			t.Fatalf("test data missing (.ci/setup.d fetches it): %v", err)
-		}
-		t.Skipf("test data missing: %v", err)
-	}
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := loadEngineTestTokenizer(t, "generated/llama2/tokenizer.json")
 	prompt := tok.Encode("The capital of", true)
 	all := tok.Encode("The capital of France is Paris, où 😀", true)
 	if !slices.Equal(all[:len(prompt)], prompt) {
