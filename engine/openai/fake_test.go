@@ -332,3 +332,21 @@ func serveBlocked(t *testing.T, drain time.Duration) (f *fakeEngine, srv *Server
 	go func() { served <- srv.Serve(ctx, ln, drain) }()
 	return f, srv, ln, cancel, served
 }
+
+// wireError is the error object of a response body: {"error": {"message", "param", ...}}.
+type wireError struct {
+	Message string  `json:"message"`
+	Param   *string `json:"param"`
+}
+
+// decodeAPIError decodes a response body's error object, failing t when the body is not one.
+func decodeAPIError(t *testing.T, body []byte) wireError {
+	t.Helper()
+	var e struct {
+		Error wireError `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	return e.Error
+}

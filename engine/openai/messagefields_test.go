@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -21,16 +20,8 @@ func TestMessageRequiredFields(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			status, _, body := call(t, "POST", ts.URL+"/v1/chat/completions", "", tc.body)
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Param   *string `json:"param"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(body, &e); err != nil {
-				t.Fatalf("%v: %s", err, body)
-			}
-			if status != 400 || e.Error.Param == nil || *e.Error.Param != tc.param || !strings.Contains(e.Error.Message, "required") {
+			e := decodeAPIError(t, body)
+			if status != 400 || e.Param == nil || *e.Param != tc.param || !strings.Contains(e.Message, "required") {
 				t.Errorf("%d %s; want 400 saying %q is required", status, body, tc.param)
 			}
 		})

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -35,16 +34,8 @@ func TestInvalidUTF8(t *testing.T) {
 				}
 				return
 			}
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Param   *string `json:"param"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal(body, &e); err != nil {
-				t.Fatalf("%v: %s", err, body)
-			}
-			if status != 400 || !strings.Contains(e.Error.Message, "UTF-8") || e.Error.Param == nil || *e.Error.Param != tc.param {
+			e := decodeAPIError(t, body)
+			if status != 400 || !strings.Contains(e.Message, "UTF-8") || e.Param == nil || *e.Param != tc.param {
 				t.Errorf("%d %s; want 400 about UTF-8 naming %q", status, body, tc.param)
 			}
 		})
