@@ -415,7 +415,6 @@ var decodeVariants = []struct {
 	{"fp8-regs", tweak(func(t *gemvTuning) { t.FP8Staged = -1 }), attention.CUDATuning{}},
 	{"fp8-staged", tweak(func(t *gemvTuning) { t.FP8Staged = 1 }), attention.CUDATuning{}},
 	{"fp8-noout16", tweak(func(t *gemvTuning) { t.FP8NoOut16 = true }), attention.CUDATuning{}},
-	{"fp8-quantin", tweak(func(t *gemvTuning) { t.FP8QuantIn = true }), attention.CUDATuning{}},
 	{"ks16", tweak(func(t *gemvTuning) { t.MaxKS = 16 }), attention.CUDATuning{}},
 	{"ks4", tweak(func(t *gemvTuning) { t.MaxKS = 4 }), attention.CUDATuning{}},
 	{"fp8-gemm64", tweak(func(t *gemvTuning) { t.FP8GemmRows = 64 }), attention.CUDATuning{}},

@@ -49,9 +49,6 @@ type fp8State struct {
 	// load it.
 	mma    [4]*cuda.Function
 	mmaMod *cuda.Module
-	// mmaQ is MatMulE4M3mmaQ_nt1_<dtype> (the same module): mma[0] quantizing its own input rows of the
-	// compute dtype (opPlan.fp8QuantIn); nil where mma is.
-	mmaQ *cuda.Function
 	// gemm is GemmBulk_e4m3_nt<NT> (kernels/gemm_sm90.cu, module gemmMod), by 16-token tiles (1 … 4): the
 	// products of 9-64 rows on Hopper's e4m3 wgmma (pathFP8Gemm); nil elsewhere, or where the driver did
 	// not load it. gemmShare is the shared memory a block may have.
@@ -212,7 +209,7 @@ func (b *cudaBackend) loadFP8() error {
 		b.fp8.lt = nil
 	}
 	if info := b.dev.Info(); info.Major == 9 && info.Minor == 0 {
-		if err := b.loadFP8MMA(tn); err != nil {
+		if err := b.loadFP8MMA(); err != nil {
 			slog.Warn("cuda backend: no e4m3 mma kernel; the FP8 kernel converts its codes to f16", "err", err)
 		}
 		if err := b.loadFP8Gemm(); err != nil {
@@ -240,9 +237,8 @@ func (b *cudaBackend) loadForms(name string) (f fp8Forms, err error) {
 	return f, err
 }
 
-// loadFP8MMA loads the Hopper FP8 product (kernels.FP8SM90PTX), compiled by the driver, with its form for
-// the compute dtype tn that quantizes its input.
-func (b *cudaBackend) loadFP8MMA(tn string) error {
+// loadFP8MMA loads the Hopper FP8 product (kernels.FP8SM90PTX), compiled by the driver.
+func (b *cudaBackend) loadFP8MMA() error {
 	mod, err := b.dev.LoadModule(kernels.FP8SM90PTX)
 	if err != nil {
 		return err
@@ -253,14 +249,7 @@ func (b *cudaBackend) loadFP8MMA(tn string) error {
 			return errors.Join(err, mod.Unload())
 		}
 	}
-	q, err := mod.Function("MatMulE4M3mmaQ_nt1_" + tn)
-	if err == nil {
-		err = q.SetMaxDynamicShared(fp8QuantInShareOf(b.dev.Info()))
-	}
-	if err != nil {
-		return errors.Join(err, mod.Unload())
-	}
-	b.fp8.mma, b.fp8.mmaQ, b.fp8.mmaMod = fns, q, mod
+	b.fp8.mma, b.fp8.mmaMod = fns, mod
 	return nil
 }
 
@@ -428,7 +417,7 @@ func (b *cudaBackend) freeFP8() error {
 	err := b.freeFP8Workspace()
 	if b.fp8.mmaMod != nil {
 		err = errors.Join(err, b.fp8.mmaMod.Unload())
-		b.fp8.mma, b.fp8.mmaQ, b.fp8.mmaMod = [4]*cuda.Function{}, nil, nil
+		b.fp8.mma, b.fp8.mmaMod = [4]*cuda.Function{}, nil
 	}
 	if b.fp8.gemmMod != nil {
 		err = errors.Join(err, b.fp8.gemmMod.Unload())
@@ -473,9 +462,6 @@ func fp8Split(tiles, chunks, kBlocks, sms int) int {
 func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 	f, rows := a.w.fp8, p.rows
 	x16 := readsX16(p.mm.path, rows, b.fp8.mma[0] != nil)
-	if p.fp8QuantIn {
-		return b.launchFP8QuantIn(op, a, rows)
-	}
 	// Quantized here unless the op before it wrote the quantized rows (runFusedE4M3).
 	if !p.fp8Quantized {
 		q := fp8QuantizeParams{Codes: b.fp8.codes, Scales: b.fp8.scales, X: a.x.ptr, InputScale: f.inputScale,
@@ -560,51 +546,6 @@ func (b *cudaBackend) runFP8(op *stepOp, a *opArgs, p *opPlan) error {
 		fn = b.fp8.mma[nt]
 	}
 	return launchDependent(b, fn, cuda.Dim3{X: chunks, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, 0, &params)
-}
-
-// fp8QuantInShareOf is the dynamic shared memory a block of MatMulE4M3mmaQ may have on a device of info:
-// a third of a block's limit, as three blocks an SM (its __launch_bounds__) share an SM's memory.
-func fp8QuantInShareOf(info cuda.Info) int { return info.SharedPerBlockOptin / 3 }
-
-// fp8QuantInShare is fp8QuantInShareOf where the kernel is loaded, else 0 (stepFacts.fp8QuantInShare).
-func (b *cudaBackend) fp8QuantInShare() int {
-	if b.fp8.mmaQ == nil {
-		return 0
-	}
-	return fp8QuantInShareOf(b.dev.Info())
-}
-
-// fp8QParams mirrors MatMulE4M3QParams of kernels/fp8.cuh.
-type fp8QParams struct {
-	MM                   fp8Params
-	X                    cuda.DevicePtr
-	InputScale, MinScale float32
-	K                    int32
-}
-
-// launchFP8QuantIn queues the FP8 product of at most fp8TileRows rows on the Hopper kernel that
-// quantizes its own input (MatMulE4M3mmaQ_nt1, opPlan.fp8QuantIn): a.x holds the rows in the compute
-// dtype; each block quantizes them into its shared memory as QuantizeE4M3 would.
-func (b *cudaBackend) launchFP8QuantIn(op *stepOp, a *opArgs, rows int) error {
-	f := a.w.fp8
-	if b.fp8.mmaQ == nil || rows > fp8TileRows {
-		return fmt.Errorf("cuda backend: FP8 product quantizing its input at %d rows: not loaded or too many rows", rows)
-	}
-	share := fp8QuantInBytes(rows, f.colsPad)
-	if most := b.fp8QuantInShare(); share > most {
-		return fmt.Errorf("cuda backend: FP8 product quantizing its input: %d rows of %d codes need %d bytes of shared memory, %d allowed",
-			rows, f.colsPad, share, most)
-	}
-	tiles := f.rowsPad / 16
-	ks := fp8Split(tiles, 1, f.colsPad/64, b.dev.Info().NumSMs)
-	rb := 8 / ks
-	q := fp8QParams{MM: fp8Params{Y: a.d.ptr, W: a.w.ptr, SW: f.scales, M: int32(rows), N: int32(op.out),
-		KP: int32(f.colsPad), KS: int32(ks), Tiles: int32(tiles)}, X: a.x.ptr, InputScale: f.inputScale,
-		MinScale: fp8MinScale, K: int32(op.in)}
-	if a.bias != nil {
-		q.MM.Bias = a.bias.ptr
-	}
-	return launchDependent(b, b.fp8.mmaQ, cuda.Dim3{X: 1, Y: (tiles + rb - 1) / rb}, cuda.Dim3{X: 256}, share, &q)
 }
 
 // fp8StageStatic is room for the staged kernels' static shared memory (their reductions' scratch), which

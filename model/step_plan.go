@@ -118,11 +118,6 @@ type gemvTuning struct {
 	// SwiGLU after the product could apply them (opPlan.fp8Unscaled).
 	FP8NoFuse      bool
 	FP8NoScaleFold bool
-	// FP8QuantIn lets an FP8 product whose input no producer quantizes (the O product after attention)
-	// quantize its input itself where its kernel can (opPlan.fp8QuantIn) instead of a QuantizeE4M3 pass
-	// before it. It is opt-in until the device benchmark (decode variant fp8-quantin) and
-	// TestCUDAFP8QuantIn have run on Hopper.
-	FP8QuantIn bool
 	// FP8NoOut16 keeps the unscaled gate/up sums float32 where cuBLASLt could write them in bfloat16
 	// for the quantizing SwiGLU (opPlan.fp8Out16).
 	FP8NoOut16 bool
@@ -226,9 +221,6 @@ type stepFacts struct {
 	// fp8LtScaled: it applies the row and column scales itself (else ScaleE4M3 or the op after the
 	// product does: opPlan.fp8Unscaled).
 	fp8Lt, fp8LtScaled bool
-	// fp8QuantInShare: the shared memory a block of the FP8 kernel's form that quantizes its own input
-	// (MatMulE4M3mmaQ_nt1_<dtype>) may have, where it is loaded; 0 where not.
-	fp8QuantInShare int
 	// fp8MMA: the FP8 kernel runs on Hopper's e4m3 mma (kernels/fp8_sm90.cu), which reads the input's
 	// codes, not their f16 values.
 	fp8MMA bool
@@ -379,12 +371,6 @@ func (f *stepFacts) fp8ReadsX16(path matmulPath, rows int) bool {
 // codes): the planner asks it through the step's facts, runFP8 with the backend's loaded kernels.
 func readsX16(path matmulPath, rows int, mma bool) bool {
 	return path == pathFP8 && rows <= fp8TileRows && !mma
-}
-
-// fp8QuantInBytes is the shared memory of the FP8 kernel that quantizes its own input (opPlan.fp8QuantIn)
-// at rows rows of k values: their scales (32 bytes), then their codes, a row every kp + 16 bytes.
-func fp8QuantInBytes(rows, k int) int {
-	return 32 + rows*((k+63)/64*64+16)
 }
 
 // fp8GemmMaxRows is the most token rows an FP8 product runs on the skinny GEMM's e4m3 kernel (fp8Path):
@@ -744,9 +730,6 @@ type opPlan struct {
 	// quantized already.
 	fp8Out       int
 	fp8Quantized bool
-	// fp8QuantIn (MatMul): the FP8 product quantizes its own input rows (the Hopper kernel at one token
-	// tile: MatMulE4M3mmaQ), where no producer did (fp8Quantized unset); no QuantizeE4M3 runs.
-	fp8QuantIn bool
 	// MatMul on cuBLASLt without its own scaling: fp8Unscaled, it leaves its sums unscaled for the op
 	// after it (opLinks.scaleInto), which applies the scales as it reads them; Norm, SwiGLU, RoPE:
 	// fp8ScaleFrom is that product (-1: none). One read and write of the product's output less
@@ -955,8 +938,6 @@ func (p *stepPlanner) planOp(i, rows int) opPlan {
 		}
 	case opMatMul:
 		plan.mm, plan.afterAttention, plan.bias = p.mm(i, rows), l.afterAttention, op.bias && !op.fp8
-		plan.fp8QuantIn = op.fp8 && !plan.fp8Quantized && plan.mm.path == pathFP8 && rows <= fp8TileRows && f.fp8MMA &&
-			fp8QuantInBytes(rows, op.in) <= f.fp8QuantInShare && f.tune.FP8QuantIn
 		if r := l.biasRoPE; plan.bias && r >= 0 && p.ropeInAttention(p.links[r].target, rows, p.ops[r].window) {
 			plan.bias = false // decode attention adds it as it rotates
 		}
@@ -1064,7 +1045,7 @@ func (t *gemvTuning) hash(h uint64) uint64 {
 		name string
 	}{{t.NoFuse, "nofuse"}, {t.PDL, "pdl-tuning"}, {t.Gemm, "gemm"}, {t.NoNormFold, "nonormfold"},
 		{t.NoAttnRoPE, "noattnrope"}, {t.SplitRows, "splitrows"}, {t.FP8NoFuse, "fp8nofuse"}, {t.FP8NoGemm, "fp8nogemm"}, {t.FP8NoScaleFold, "fp8noscalefold"},
-		{t.FP8NoOut16, "fp8noout16"}, {t.FP8QuantIn, "fp8quantin"}} {
+		{t.FP8NoOut16, "fp8noout16"}} {
 		if f.on {
 			h = fnvString(h, f.name)
 		}

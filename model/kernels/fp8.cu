@@ -195,6 +195,23 @@ struct FusedE4M3Params {
 	int cols, kp;
 };
 
+// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule):
+// input_scale where static (non-zero), else max|v|/448, at least min_scale, NaN where a value is.
+__device__ __forceinline__ float row_scale(float amax, bool nan, float input_scale, float min_scale, float *scratch,
+                                           int *nan_seen) {
+	if (input_scale != 0.f) return input_scale;
+	if (threadIdx.x == 0) *nan_seen = 0;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	__syncthreads();
+	if (nan) atomicOr(nan_seen, 1);
+	if (lane == 0) scratch[warp] = amax;
+	__syncthreads();
+	amax = lane < warps ? scratch[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), min_scale);
+}
+
 // fused_e4m3 runs value(i) (the row's i-th float value) twice around the scale.
 template <typename F> __device__ __forceinline__ void fused_e4m3(const FusedE4M3Params &p, F value, float *scratch) {
 	__shared__ int nan_seen;

@@ -58,70 +58,7 @@ struct CvtMma {
 	}
 };
 
-// row_scale returns the row's scale from each thread's largest |v| and NaN flag (QuantizeE4M3's rule):
-// input_scale where static (non-zero), else max|v|/448, at least min_scale, NaN where a value is.
-__device__ __forceinline__ float row_scale(float amax, bool nan, float input_scale, float min_scale, float *scratch,
-                                           int *nan_seen) {
-	if (input_scale != 0.f) return input_scale;
-	if (threadIdx.x == 0) *nan_seen = 0;
-	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-	__syncthreads();
-	if (nan) atomicOr(nan_seen, 1);
-	if (lane == 0) scratch[warp] = amax;
-	__syncthreads();
-	amax = lane < warps ? scratch[lane] : 0.f;
-	for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-	return *nan_seen ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, 448.f), min_scale);
-}
-
-// MatMulE4M3QParams is the product of MatMulE4M3Params whose kernel quantizes its own input (QIN below):
-// x is the input rows in the compute dtype T [m][k], quantized as QuantizeE4M3 would (input_scale when
-// static, else per row from max|x|, at least min_scale); xq and sx of the product are not read.
-struct MatMulE4M3QParams {
-	MatMulE4M3Params mm;
-	const void *x; // [m][k] of T
-	float input_scale, min_scale;
-	int k;
-};
-
-// quantize_rows is QIN's prologue: block-wide, each of the block's rows token rows (from row0) of q.x
-// quantized into xs (a row every kp + 16 bytes: the pad spreads the rows' 16-byte loads over the banks)
-// and its scale into sx, exactly as QuantizeE4M3 computes them. Every thread takes part.
-template <typename T>
-__device__ __forceinline__ void quantize_rows(const MatMulE4M3QParams &q, int row0, int rows, unsigned char *xs, float *sx) {
-	__shared__ float scratch[32];
-	__shared__ int nan_seen;
-	const int kp = q.mm.kp;
-	for (int r = 0; r < rows; r++) {
-		const T *x = reinterpret_cast<const T *>(q.x) + (long long)(row0 + r) * q.k;
-		float amax = 0.f;
-		bool nan = false;
-		if (q.input_scale == 0.f) {
-			for (int i = threadIdx.x; i < q.k; i += blockDim.x) {
-				const float v = fabsf(Num<T>::load(x[i]));
-				nan |= v != v;
-				amax = fmaxf(amax, v);
-			}
-		}
-		const float s = row_scale(amax, nan, q.input_scale, q.min_scale, scratch, &nan_seen);
-		const E4M3Quotient div(s);
-		unsigned char *dst = xs + r * (kp + 16);
-		for (int i = threadIdx.x; i < kp; i += blockDim.x) dst[i] = i < q.k ? div.code(Num<T>::load(x[i])) : 0;
-		if (threadIdx.x == 0) sx[r] = s;
-		__syncthreads(); // every read of nan_seen and scratch done before the next row's reset
-	}
-}
-
-// matmul_e4m3 is the product's body. With QIN (one token tile, an MMA that reads codes: the Hopper
-// kernel) the block first quantizes its token rows of the T input into shared memory (quantize_rows,
-// dynamic shared memory of 32 + rows · (kp + 16) bytes) and its warps read their codes there, so that no
-// QuantizeE4M3 runs before it: where the input's producer cannot quantize it (attention's output, whose
-// scale needs every head of a token), the product does, each block for itself. Its weights' first loads
-// still go out before pdl_wait.
-template <int NT, int U, typename MMA, bool QIN = false, typename T = float>
-__device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const MatMulE4M3QParams *q = nullptr) {
-	static_assert(!QIN || (NT == 1 && !MMA::x16_one_tile), "a kernel quantizing its input runs one tile of codes");
+template <int NT, int U, typename MMA> __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p) {
 	// One token tile reads the input as f16 values (QuantizeE4M3's x16): converting the codes in every
 	// warp that reads them (each weight tile's) costs as much issue time as the weights' own conversions.
 	constexpr bool X16 = MMA::x16_one_tile && NT == 1;
@@ -141,16 +78,8 @@ __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const Mat
 	const unsigned char *wlo = w + (long long)lo * p.kp + 16 * c;
 	const unsigned char *whi = w + (long long)hi * p.kp + 16 * c;
 	const unsigned char *xr[NT];
-	// QIN: the rows' scales (8 floats), then their codes [rows][kp + 16], in dynamic shared memory.
-	extern __shared__ __align__(16) unsigned char qin_smem[];
-	float *qin_sx = reinterpret_cast<float *>(qin_smem);
-	unsigned char *qin_codes = qin_smem + 32;
-	if constexpr (QIN) {
-		xr[0] = qin_codes + (long long)min(g, min(8, p.m - row0) - 1) * (p.kp + 16) + 16 * c;
-	} else {
 #pragma unroll
-		for (int j = 0; j < NT; j++) xr[j] = x + ((long long)min(row0 + 8 * j + g, p.m - 1) * p.kp + 16 * c) * XW;
-	}
+	for (int j = 0; j < NT; j++) xr[j] = x + ((long long)min(row0 + 8 * j + g, p.m - 1) * p.kp + 16 * c) * XW;
 
 	float acc[NT][4];
 #pragma unroll
@@ -173,7 +102,6 @@ __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const Mat
 		}
 	}
 	pdl_wait();
-	if constexpr (QIN) quantize_rows<T>(*q, row0, min(8, p.m - row0), qin_codes, qin_sx);
 	for (; full; kb += U * p.ks) { // U whole k-blocks: every load issued before their mma
 		if (kb != s) {
 #pragma unroll
@@ -197,10 +125,8 @@ __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const Mat
 #pragma unroll
 			for (int u = 0; u < U; u++)
 #pragma unroll
-				for (int j = 0; j < NT; j++) {
-					const uint4 *a = reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64);
-					xv[u][j][0] = QIN ? *a : __ldg(a);
-				}
+				for (int j = 0; j < NT; j++)
+					xv[u][j][0] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (long long)(kb + u * p.ks) * 64));
 #pragma unroll
 			for (int u = 0; u < U; u++) MMA::template run<NT, X16>(acc, wl[u], wh[u], xv[u]);
 		}
@@ -213,10 +139,7 @@ __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const Mat
 #pragma unroll
 		for (int j = 0; j < NT; j++)
 #pragma unroll
-			for (int h = 0; h < XW; h++) {
-				const uint4 *a = reinterpret_cast<const uint4 *>(xr[j] + off * XW) + h;
-				xv[j][h] = QIN ? *a : __ldg(a);
-			}
+			for (int h = 0; h < XW; h++) xv[j][h] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + off * XW) + h);
 		MMA::template run<NT, X16>(acc, wl, wh, xv);
 	}
 	pdl_launch_dependents();
@@ -244,7 +167,7 @@ __device__ __forceinline__ void matmul_e4m3(const MatMulE4M3Params &p, const Mat
 		for (int e = 0; e < 2; e++) {
 			const int t = row0 + 8 * j + 2 * c + e;
 			if (t >= p.m) continue;
-			const float sx = QIN ? qin_sx[t - row0] : p.sx[t];
+			const float sx = p.sx[t];
 			float *y = p.y + (long long)t * p.n;
 			if (lo < p.n) {
 				float v = acc[j][e] * (sx * swl);

@@ -45,15 +45,6 @@ struct E4M3Mma {
 extern "C" __global__ void __launch_bounds__(256, 3) MatMulE4M3mma_nt1(const MatMulE4M3Params p) {
 	matmul_e4m3<1, 4, E4M3Mma>(p);
 }
-// One token tile whose input the kernel quantizes itself (matmul_e4m3's QIN), by the input's dtype: the
-// product after attention, whose output no producer can quantize.
-#define FP8_MMA_Q(TN, T)                                                                                      \
-	extern "C" __global__ void __launch_bounds__(256, 3) MatMulE4M3mmaQ_nt1_##TN(const MatMulE4M3QParams q) { \
-		matmul_e4m3<1, 4, E4M3Mma, true, T>(q.mm, &q);                                                      \
-	}
-FP8_MMA_Q(f32, float)
-FP8_MMA_Q(bf16, __nv_bfloat16)
-FP8_MMA_Q(f16, __half)
 #define FP8_MMA(NT, U)                                                                                        \
 	extern "C" __global__ void __launch_bounds__(256) MatMulE4M3mma_nt##NT(const MatMulE4M3Params p) {     \
 		matmul_e4m3<NT, U, E4M3Mma>(p);                                                                    \

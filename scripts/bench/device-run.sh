@@ -101,8 +101,7 @@
 #               and the FP8 prefill of Qwen2.5-7B and Llama-3-8B with each quantizing form (prefill-forms.txt:
 #               the staged kernels against the loops and the register forms), BenchmarkCUDADecode's
 #               FP8 step at batch 1 with its per-op profile (decode-profile.txt) and at batch 16 with
-#               and without the e4m3 GEMM (default, fp8-lt), TestCUDAFP8QuantIn and batch 1 with and without
-#               the O product quantizing its input (default, fp8-quantin), gollm bench latency of llama3-8b (random
+#               and without the e4m3 GEMM (default, fp8-lt), gollm bench latency of llama3-8b (random
 #               weights, prompt 1024, 128 out, batch 1, 16 and 64) in bf16, with --quantization fp8 and
 #               with an FP8 KV cache too, and scripts/bench/fp8_peer.py (torch, e4m3 weights through
 #               _scaled_mm); then a table with the gaps. Targets: FP8 decode step ≤ 2.1 ms at batch 1;
@@ -439,14 +438,6 @@ section_fp8() {
 		timeout 100 "$bin/model.test" -test.run XXX -test.bench '^BenchmarkCUDADecode$/.*/^batch=16$/^(default|fp8-lt)$' -test.benchtime 1x) \
 		>"$d/decode-b16.txt" 2>&1
 	stamp "fp8 BenchmarkCUDADecode batch 16, e4m3 GEMM and cuBLASLt" $?
-	# The O product quantizing its own input (opt-in until measured): bitwise against the separate pass,
-	# then the batch-1 step with and without it.
-	(cd "$root/model" && timeout 200 "$bin/model.test" -test.run '^TestCUDAFP8QuantIn$' -test.count 1) >"$d/quantin-test.txt" 2>&1
-	stamp "fp8 TestCUDAFP8QuantIn" $?
-	(cd "$root/model" && GOLLM_BENCH_MODELS=llama-3-8b GOLLM_BENCH_CONTEXT=1088 GOLLM_BENCH_BATCHES=1 GOLLM_BENCH_QUANTIZATION=fp8 \
-		timeout 100 "$bin/model.test" -test.run XXX -test.bench '^BenchmarkCUDADecode$/.*/^batch=1$/^(default|fp8-quantin)$' -test.benchtime 200x -test.count 3) \
-		>"$d/decode-quantin.txt" 2>&1
-	stamp "fp8 BenchmarkCUDADecode batch 1, O quantizing its input" $?
 	fp8_e2e "$d"
 }
 
