@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode"
+	"unicode/utf8"
 )
 
 // RaiseError is the error a template raises itself with raise_exception(message), typically to
@@ -57,11 +57,11 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 		}
 		return strings.TrimFunc(s, isSpace), nil
 	case "upper":
-		return strings.ToUpper(str(v)), nil
+		return pyUpper(str(v)), nil
 	case "lower":
-		return strings.ToLower(str(v)), nil
+		return pyLower(str(v)), nil
 	case "capitalize":
-		return capitalize(str(v)), nil
+		return pyCapitalize(str(v)), nil
 	case "title":
 		return titleFilter(str(v)), nil
 	case "string":
@@ -93,13 +93,11 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 			return nil, err
 		}
 		sep := str(arg(args, kw, 0, "d", ""))
-		attr := arg(args, kw, 1, "attribute", nil)
+		get := attrGetter(arg(args, kw, 1, "attribute", nil), nil)
 		parts := make([]string, len(items))
 		for i, it := range items {
-			if attr != nil {
-				if it, err = getItem(it, attr); err != nil {
-					return nil, err
-				}
+			if it, err = get(it); err != nil {
+				return nil, err
 			}
 			parts[i] = str(it)
 		}
@@ -208,12 +206,10 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 			return nil, err
 		}
 		var total value = arg(args, kw, 1, "start", int64(0))
-		attr := arg(args, kw, 0, "attribute", nil)
+		get := attrGetter(arg(args, kw, 0, "attribute", nil), nil)
 		for _, it := range items {
-			if attr != nil {
-				if it, err = getItem(it, attr); err != nil {
-					return nil, err
-				}
+			if it, err = get(it); err != nil {
+				return nil, err
 			}
 			if total, err = arithmetic("+", total, it); err != nil {
 				return nil, err
@@ -222,6 +218,23 @@ func filter(r *renderer, name string, v value, args []value, kw *dict) (value, e
 		return total, nil
 	case "map":
 		return mapFilter(r, v, args, kw)
+	case "groupby":
+		return groupby(v, args, kw)
+	case "wordwrap":
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("wordwrap needs a string, got %s", typeName(v))
+		}
+		width, ok := arg(args, kw, 0, "width", int64(79)).(int64)
+		if !ok {
+			return nil, errors.New("wordwrap: width must be an integer")
+		}
+		wrapstring := arg(args, kw, 2, "wrapstring", nil)
+		if wrapstring == nil {
+			wrapstring = "\n"
+		}
+		return wordwrap(s, width, truthy(arg(args, kw, 1, "break_long_words", true)),
+			truthy(arg(args, kw, 3, "break_on_hyphens", true)), str(wrapstring))
 	case "select", "reject", "selectattr", "rejectattr":
 		return selectFilter(name, v, args)
 	case "batch":
@@ -269,58 +282,33 @@ func length(v value) (value, error) {
 func dictItems(d *dict) *list {
 	out := &list{}
 	for _, k := range d.keys {
-		out.items = append(out.items, &list{items: []value{k, d.m[k]}, tuple: true})
+		out.items = append(out.items, &list{items: []value{k, d.at(k)}, tuple: true})
 	}
 	return out
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	runes := []rune(strings.ToLower(s))
-	runes[0] = unicode.ToUpper(runes[0])
-	return string(runes)
-}
-
 // titleFilter is Jinja2's title filter: a word begins after whitespace, '-', '(', '{', '[' or '<'
-// (not after an apostrophe, as in str.title); its first character is uppercased, the rest lowercased.
+// (not after an apostrophe, as in str.title); its first character is uppercased (str.upper, not
+// titlecased), the rest of it lowercased as a string of its own (str.lower).
 func titleFilter(s string) string {
+	isSep := func(r rune) bool { return isSpace(r) || strings.ContainsRune("-({[<", r) }
 	var b strings.Builder
-	start := true
-	for _, r := range s {
-		if isSpace(r) || strings.ContainsRune("-({[<", r) {
-			b.WriteRune(r)
-			start = true
-			continue
+	for s != "" {
+		r, size := utf8.DecodeRuneInString(s)
+		sep := isSep(r)
+		n := strings.IndexFunc(s, func(r rune) bool { return isSep(r) != sep })
+		if n < 0 {
+			n = len(s)
 		}
-		if start {
-			b.WriteRune(unicode.ToUpper(r))
+		if sep {
+			b.WriteString(s[:n]) // these characters have no case
 		} else {
-			b.WriteRune(unicode.ToLower(r))
+			b.WriteString(pyUpper(s[:size]))
+			b.WriteString(pyLower(s[size:n]))
 		}
-		start = false
+		s = s[n:]
 	}
 	return b.String()
-}
-
-// title is Python's str.title: a letter after a letter is lowercased, any other letter uppercased.
-func title(s string) string {
-	runes := []rune(s)
-	prevLetter := false
-	for i, r := range runes {
-		if unicode.IsLetter(r) {
-			if prevLetter {
-				runes[i] = unicode.ToLower(r)
-			} else {
-				runes[i] = unicode.ToUpper(r)
-			}
-			prevLetter = true
-		} else {
-			prevLetter = false
-		}
-	}
-	return string(runes)
 }
 
 func htmlEscape(s string) string {
@@ -394,7 +382,7 @@ func dictsort(d *dict, args []value, kw *dict) (value, error) {
 			keys[i] = p.(*list).items[1]
 		}
 		if s, ok := keys[i].(string); ok && !caseSensitive {
-			keys[i] = strings.ToLower(s)
+			keys[i] = pyLower(s)
 		}
 	}
 	order := make([]int, len(pairs))
@@ -507,15 +495,14 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		caseSensitive = truthy(arg(args, kw, 0, "case_sensitive", false))
 		attr = arg(args, kw, 1, "attribute", nil)
 	}
+	get := attrGetter(attr, nil)
 	key := func(x value) (value, error) {
-		if attr != nil {
-			var err error
-			if x, err = getItem(x, attr); err != nil {
-				return nil, err
-			}
+		x, err := get(x)
+		if err != nil {
+			return nil, err
 		}
 		if s, ok := x.(string); ok && !caseSensitive {
-			return strings.ToLower(s), nil
+			return pyLower(s), nil
 		}
 		return x, nil
 	}
@@ -526,19 +513,16 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		}
 	}
 	switch name {
-	case "unique":
+	case "unique": // a set of the keys, as in Jinja2: they must be hashable
 		out := &list{}
-		var seen []value
+		seen := map[any]bool{}
 		for i, it := range items {
-			dup := false
-			for _, s := range seen {
-				if equal(s, keys[i]) {
-					dup = true
-					break
-				}
+			h, err := hashKey(keys[i])
+			if err != nil {
+				return nil, err
 			}
-			if !dup {
-				seen = append(seen, keys[i])
+			if !seen[h] {
+				seen[h] = true
 				out.items = append(out.items, it)
 			}
 		}
@@ -584,6 +568,92 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 	return out, nil
 }
 
+// attrGetter is Jinja2's make_attrgetter: a function that looks attribute up in an item, an item or
+// attribute name (item first, as obj[name] does) or a dotted path of them ("a.b"), whose parts of
+// digits are list indexes ("messages.0"); where def is not None, it stands for each part not found.
+// A nil attribute gives the item itself.
+func attrGetter(attribute, def value) func(value) (value, error) {
+	var parts []value
+	switch a := attribute.(type) {
+	case nil:
+	case string:
+		for _, p := range strings.Split(a, ".") {
+			if n, err := strconv.ParseInt(p, 10, 64); err == nil && strings.Trim(p, "0123456789") == "" {
+				parts = append(parts, n)
+			} else {
+				parts = append(parts, p)
+			}
+		}
+	default:
+		parts = []value{a}
+	}
+	return func(x value) (value, error) {
+		for _, p := range parts {
+			var err error
+			if x, err = getItem(x, p); err != nil {
+				return nil, err
+			}
+			if _, undef := x.(undefined); undef && def != nil {
+				x = def
+			}
+		}
+		return x, nil
+	}
+}
+
+// groupby is Jinja2's groupby(attribute, default=None, case_sensitive=False): the items sorted by
+// their attribute (strings lowercased unless case_sensitive), in (grouper, list) tuples of the items
+// with equal ones; grouper is the first item's attribute, as it is.
+func groupby(v value, args []value, kw *dict) (value, error) {
+	items, err := iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	get := attrGetter(arg(args, kw, 0, "attribute", nil), arg(args, kw, 1, "default", nil))
+	caseSensitive := truthy(arg(args, kw, 2, "case_sensitive", false))
+	keys := make([]value, len(items))
+	for i, it := range items {
+		if keys[i], err = get(it); err != nil {
+			return nil, err
+		}
+		if s, ok := keys[i].(string); ok && !caseSensitive {
+			keys[i] = pyLower(s)
+		}
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		c, cerr := compare(keys[order[a]], keys[order[b]])
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		return c < 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &list{}
+	var group *list
+	var groupKey value
+	for _, i := range order {
+		if group == nil || !equal(keys[i], groupKey) {
+			grouper, err := get(items[i])
+			if err != nil {
+				return nil, err
+			}
+			groupKey, group = keys[i], &list{}
+			out.items = append(out.items, &list{items: []value{grouper, group}, tuple: true, fields: groupFields})
+		}
+		group.items = append(group.items, items[i])
+	}
+	return out, nil
+}
+
+// groupFields name the items of groupby's tuples (Jinja2's _GroupTuple).
+var groupFields = []string{"grouper", "list"}
+
 func indentFilter(v value, args []value, kw *dict) (value, error) {
 	s := str(v)
 	width := "    "
@@ -615,15 +685,12 @@ func mapFilter(r *renderer, v value, args []value, kw *dict) (value, error) {
 	}
 	out := &list{}
 	if kw != nil && hasKey(kw, "attribute") {
-		attr := kw.m["attribute"]
-		def, hasDef := kw.get("default")
+		def, _ := kw.get("default")
+		get := attrGetter(kw.m["attribute"], def)
 		for _, it := range items {
-			x, err := getItem(it, attr)
+			x, err := get(it)
 			if err != nil {
 				return nil, err
-			}
-			if _, undef := x.(undefined); undef && hasDef {
-				x = def
 			}
 			out.items = append(out.items, x)
 		}
@@ -658,7 +725,7 @@ func selectFilter(name string, v value, args []value) (value, error) {
 			if len(args) == 0 {
 				return nil, errors.New("missing attribute")
 			}
-			if x, err = getItem(it, args[0]); err != nil {
+			if x, err = attrGetter(args[0], nil)(it); err != nil {
 				return nil, err
 			}
 			rest = args[1:]
@@ -747,11 +814,9 @@ func runTest(name string, v value, args []value) (bool, error) {
 		}
 		return equal(m, int64(0)), nil
 	case "lower":
-		s := str(v)
-		return s == strings.ToLower(s), nil
+		return pyIsLowerString(str(v)), nil
 	case "upper":
-		s := str(v)
-		return s == strings.ToUpper(s), nil
+		return pyIsUpperString(str(v)), nil
 	case "eq", "equalto", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=", "in", "sameas":
 		b, err := a0()
 		if err != nil {

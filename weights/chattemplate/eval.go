@@ -114,7 +114,7 @@ func (r *renderer) exec(out *strings.Builder, n node, sc *scope) error {
 		// scope around the block, with its own parameters bound.
 		caller := &function{name: "caller", call: func(args []value, kw *dict) (value, error) {
 			s := newScope(sc)
-			if err := r.bindParams("caller", n.params, n.defaults, args, kw, s); err != nil {
+			if err := r.bindParams("caller", &n.sig, args, kw, s); err != nil {
 				return nil, err
 			}
 			var b strings.Builder
@@ -273,21 +273,7 @@ func (r *renderer) macro(n *macroNode, defScope *scope) *function {
 		r.calls++
 		defer func() { r.calls-- }()
 		s := newScope(defScope)
-		if c, ok := defScope.lookup("caller"); ok {
-			s.vars["caller"] = c
-		}
-		if kw != nil && hasKey(kw, "caller") && !contains(n.params, "caller") {
-			// A {% call %} block passes itself as caller.
-			s.vars["caller"] = kw.m["caller"]
-			rest := newDict()
-			for _, k := range kw.keys {
-				if k != "caller" {
-					rest.set(k, kw.m[k])
-				}
-			}
-			kw = rest
-		}
-		if err := r.bindParams("macro "+n.name, n.params, n.defaults, args, kw, s); err != nil {
+		if err := r.bindParams("macro "+n.name, &n.sig, args, kw, s); err != nil {
 			return nil, err
 		}
 		var b strings.Builder
@@ -298,35 +284,82 @@ func (r *renderer) macro(n *macroNode, defScope *scope) *function {
 	}}
 }
 
-// bindParams binds a macro's (or a call block's caller's) parameters in s: positional arguments,
-// then keyword arguments, then defaults (evaluated in s, so they may use earlier parameters); a
-// parameter left without a value is undefined.
-func (r *renderer) bindParams(what string, params []string, defaults []expr, args []value, kw *dict, s *scope) error {
-	if len(args) > len(params) {
-		return fmt.Errorf("chattemplate: %s takes %d arguments, got %d", what, len(params), len(args))
-	}
-	for i, p := range params {
-		switch {
-		case i < len(args):
-			s.vars[p] = args[i]
-		case kw != nil && hasKey(kw, p):
-			s.vars[p] = kw.m[p]
-		case defaults[i] != nil:
-			v, err := r.eval(defaults[i], s)
-			if err != nil {
-				return err
-			}
-			s.vars[p] = v
-		default:
-			s.vars[p] = undefined{name: p}
-		}
-	}
+// bindParams binds a macro's (or a call block's caller's) parameters in s as Jinja2's Macro does:
+// the positional arguments first; the parameters after them from the keyword arguments, else their
+// defaults (evaluated in s, so they may use earlier parameters), else undefined; then caller,
+// kwargs and varargs where the body reads them. Keyword arguments left over (one for a parameter
+// already given positionally among them) are an error unless the body reads kwargs, positional
+// arguments past the parameters unless it reads varargs.
+func (r *renderer) bindParams(what string, sig *signature, args []value, kw *dict, s *scope) error {
+	rest := newDict() // the keyword arguments not bound to a parameter
 	if kw != nil {
-		for _, k := range kw.keys {
-			if !contains(params, k) {
-				return fmt.Errorf("chattemplate: %s has no parameter %q", what, k)
+		rest.update(kw)
+	}
+	take := func(name string) (value, bool) {
+		v, ok := rest.get(name)
+		if ok {
+			delete(rest.m, name)
+			for i, k := range rest.keys {
+				if k == name {
+					rest.keys = append(rest.keys[:i:i], rest.keys[i+1:]...)
+					break
+				}
 			}
 		}
+		return v, ok
+	}
+	foundCaller := len(args) >= len(sig.params) && contains(sig.params, "caller")
+	var missing []int
+	for i, p := range sig.params {
+		if i < len(args) {
+			s.vars[p] = args[i]
+			continue
+		}
+		if p == "caller" {
+			foundCaller = true
+		}
+		if v, ok := take(p); ok {
+			s.vars[p] = v
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	if sig.usesCaller && !foundCaller {
+		c, ok := take("caller")
+		if !ok || c == nil {
+			c = undefined{name: "caller"}
+		}
+		s.vars["caller"] = c
+	}
+	switch {
+	case sig.usesKwargs:
+		s.vars["kwargs"] = rest
+	case hasKey(rest, "caller"):
+		return fmt.Errorf("chattemplate: %s was invoked with two values for the special caller argument", what)
+	case len(rest.keys) > 0:
+		return fmt.Errorf("chattemplate: %s has no parameter %q", what, rest.keys[0])
+	}
+	switch {
+	case sig.usesVarargs:
+		extra := &list{tuple: true}
+		if len(args) > len(sig.params) {
+			extra.items = append(extra.items, args[len(sig.params):]...)
+		}
+		s.vars["varargs"] = extra
+	case len(args) > len(sig.params):
+		return fmt.Errorf("chattemplate: %s takes %d arguments, got %d", what, len(sig.params), len(args))
+	}
+	for _, i := range missing {
+		p := sig.params[i]
+		if sig.defaults[i] == nil {
+			s.vars[p] = undefined{name: p}
+			continue
+		}
+		v, err := r.eval(sig.defaults[i], s)
+		if err != nil {
+			return err
+		}
+		s.vars[p] = v
 	}
 	return nil
 }
@@ -381,7 +414,9 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 			if err != nil {
 				return nil, err
 			}
-			d.set(str(k), v)
+			if err := d.setKey(k, v); err != nil {
+				return nil, err
+			}
 		}
 		return d, nil
 	case *attrExpr:
@@ -780,12 +815,8 @@ func membership(l, r value) (bool, error) {
 		}
 		return false, nil
 	case *dict:
-		s, ok := l.(string)
-		if !ok {
-			return false, nil
-		}
-		_, in := c.m[s]
-		return in, nil
+		_, in, err := c.lookup(l)
+		return in, err
 	case undefined, nil:
 		return false, fmt.Errorf("argument of type %s is not iterable", typeName(r))
 	}
@@ -846,6 +877,12 @@ func getAttr(obj value, name string) (value, error) {
 		return nil, fmt.Errorf("chattemplate: %q is undefined (reading its attribute %q)", x.name, name)
 	case *loopInfo:
 		return x.attr(name), nil
+	case *list:
+		for i, f := range x.fields {
+			if f == name {
+				return x.items[i], nil
+			}
+		}
 	}
 	if m := method(obj, name); m != nil {
 		return m, nil
@@ -866,10 +903,10 @@ func getItem(obj value, idx value) (value, error) {
 	case *loopInfo:
 		return x.attr(str(idx)), nil
 	case *dict:
+		if v, ok, _ := x.lookup(idx); ok { // an unhashable key is not there
+			return v, nil
+		}
 		if k, ok := idx.(string); ok {
-			if v, ok := x.m[k]; ok {
-				return v, nil
-			}
 			if m := method(obj, k); m != nil {
 				return m, nil
 			}
@@ -879,11 +916,17 @@ func getItem(obj value, idx value) (value, error) {
 		if i, ok := index(idx, len(x.items)); ok {
 			return x.items[i], nil
 		}
+		if k, ok := idx.(string); ok {
+			return getAttr(obj, k)
+		}
 		return undefined{}, nil
 	case string:
 		runes := []rune(x)
 		if i, ok := index(idx, len(runes)); ok {
 			return string(runes[i]), nil
+		}
+		if k, ok := idx.(string); ok {
+			return getAttr(obj, k)
 		}
 		return undefined{}, nil
 	}

@@ -131,20 +131,17 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 		return func(args []value, kw *dict) (value, error) {
 			switch name {
 			case "upper":
-				return strings.ToUpper(s), nil
-			case "lower", "casefold":
-				return strings.ToLower(s), nil
+				return pyUpper(s), nil
+			case "lower":
+				return pyLower(s), nil
+			case "casefold":
+				return pyCasefold(s), nil
 			case "title":
-				return title(s), nil
+				return pyTitle(s), nil
 			case "capitalize":
-				return capitalize(s), nil
+				return pyCapitalize(s), nil
 			}
-			return strings.Map(func(r rune) rune {
-				if unicode.IsUpper(r) {
-					return unicode.ToLower(r)
-				}
-				return unicode.ToUpper(r)
-			}, s), nil
+			return pySwapcase(s), nil
 		}
 	case "replace":
 		return func(args []value, kw *dict) (value, error) {
@@ -225,9 +222,9 @@ func stringMethod(s, name string) func(args []value, kw *dict) (value, error) {
 			}
 			switch name {
 			case "islower":
-				return strings.ToLower(s) == s && strings.ToUpper(s) != s, nil
+				return pyIsLowerString(s), nil
 			case "isupper":
-				return strings.ToUpper(s) == s && strings.ToLower(s) != s, nil
+				return pyIsUpperString(s), nil
 			}
 			for _, r := range s {
 				var ok bool
@@ -417,24 +414,18 @@ func dictMethod(d *dict, name string) func(args []value, kw *dict) (value, error
 	case "copy":
 		return func([]value, *dict) (value, error) {
 			c := newDict()
-			for _, k := range d.keys {
-				c.set(k, d.m[k])
-			}
+			c.update(d)
 			return c, nil
 		}
 	case "keys":
 		return func([]value, *dict) (value, error) {
-			out := &list{}
-			for _, k := range d.keys {
-				out.items = append(out.items, k)
-			}
-			return out, nil
+			return &list{items: append([]value(nil), d.keys...)}, nil
 		}
 	case "values":
 		return func([]value, *dict) (value, error) {
 			out := &list{}
 			for _, k := range d.keys {
-				out.items = append(out.items, d.m[k])
+				out.items = append(out.items, d.at(k))
 			}
 			return out, nil
 		}
@@ -443,7 +434,11 @@ func dictMethod(d *dict, name string) func(args []value, kw *dict) (value, error
 			if len(args) == 0 {
 				return nil, errors.New("get needs a key")
 			}
-			if v, ok := d.m[str(args[0])]; ok {
+			v, ok, err := d.lookup(args[0])
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				return v, nil
 			}
 			return arg(args, kw, 1, "default", nil), nil

@@ -34,17 +34,14 @@ type (
 		filters []*filterExpr
 	}
 	macroNode struct {
-		name     string
-		params   []string
-		defaults []expr // nil where a parameter has no default
-		body     []node
+		name string
+		sig  signature
+		body []node
 	}
 	callBlockNode struct {
 		call *callExpr
-		// params and defaults are caller's parameters: {% call(a, b=1) m() %}.
-		params   []string
-		defaults []expr
-		body     []node
+		sig  signature // caller's: {% call(a, b=1) m() %}
+		body []node
 	}
 	filterBlockNode struct {
 		filters []*filterExpr
@@ -53,6 +50,26 @@ type (
 	breakNode    struct{}
 	continueNode struct{}
 )
+
+// signature is the parameter list of a macro, or of a call block's caller, and which of Jinja2's
+// special names its body reads: caller, varargs (a tuple of the positional arguments past the
+// parameters) and kwargs (a dict of the keyword arguments that are no parameter's). As in Jinja2, a
+// macro takes extra arguments only where its body reads varargs or kwargs, and the caller a call
+// block passes only where it reads caller (or kwargs).
+type signature struct {
+	params   []string
+	defaults []expr // nil where a parameter has no default
+	// usesCaller, usesVarargs and usesKwargs: the body reads the name (as Jinja2 finds it: loaded,
+	// in nested macros too, before any assignment to it) and it is no parameter.
+	usesCaller, usesVarargs, usesKwargs bool
+}
+
+// specialNames are the names a macro's body may read for what its call passes beyond its parameters.
+var specialNames = [...]string{"caller", "varargs", "kwargs"}
+
+// nameUse records, for each of the specialNames, whether a body read it before anything assigned
+// it (1) or the other way round (2).
+type nameUse [len(specialNames)]int8
 
 type (
 	literal  struct{ v value }
@@ -120,6 +137,42 @@ type parser struct {
 	// depth is the nesting of the block or expression being parsed, bounded by maxNesting so that
 	// a pathological template fails to parse instead of exhausting the stack.
 	depth int
+	// uses holds, for each macro or call block being parsed (innermost last), the specialNames
+	// its body has read or assigned so far.
+	uses []*nameUse
+}
+
+// noteName records that name is read (load) or assigned in the macro bodies being parsed: the
+// first of the two counts, as for Jinja2's find_undeclared.
+func (p *parser) noteName(name string, load bool) {
+	for i, special := range specialNames {
+		if name != special {
+			continue
+		}
+		for _, u := range p.uses {
+			if u[i] == 0 {
+				u[i] = 2
+				if load {
+					u[i] = 1
+				}
+			}
+		}
+	}
+}
+
+// parseSignatureBody parses a macro's or call block's body up to its end tag, and sets in sig
+// which special names it reads.
+func (p *parser) parseSignatureBody(sig *signature, end string) ([]node, error) {
+	u := &nameUse{}
+	p.uses = append(p.uses, u)
+	body, _, err := p.parseBody(end)
+	p.uses = p.uses[:len(p.uses)-1]
+	if err != nil {
+		return nil, err
+	}
+	uses := func(i int) bool { return u[i] == 1 && !contains(sig.params, specialNames[i]) }
+	sig.usesCaller, sig.usesVarargs, sig.usesKwargs = u[0] == 1, uses(1), uses(2)
+	return body, nil
 }
 
 // maxNesting is the deepest nesting of blocks, or of an expression's parts, a template may have.
@@ -225,7 +278,7 @@ func (p *parser) parseStatement(kw token) (node, error) {
 		n := &callBlockNode{}
 		if p.acceptOp("(") {
 			var err error
-			if n.params, n.defaults, err = p.parseParams(); err != nil {
+			if n.sig.params, n.sig.defaults, err = p.parseParams(); err != nil {
 				return nil, err
 			}
 		}
@@ -241,7 +294,7 @@ func (p *parser) parseStatement(kw token) (node, error) {
 		if err := p.expectEnd(); err != nil {
 			return nil, err
 		}
-		if n.body, _, err = p.parseBody("endcall"); err != nil {
+		if n.body, err = p.parseSignatureBody(&n.sig, "endcall"); err != nil {
 			return nil, err
 		}
 		return n, p.expectEnd()
@@ -329,6 +382,7 @@ func (p *parser) parseFor(pos int) (node, error) {
 			return nil, p.syntaxError("expected a loop variable")
 		}
 		n.targets = append(n.targets, t.text)
+		p.noteName(t.text, false)
 		if !p.acceptOp(",") {
 			break
 		}
@@ -381,6 +435,8 @@ func (p *parser) parseSet() (node, error) {
 			}
 			target = &attrExpr{obj: target, name: attr.text}
 		}
+		_, isName := target.(*nameExpr)
+		p.noteName(t.text, !isName) // ns.x = ... reads ns
 		n.targets = append(n.targets, target)
 		if !p.acceptOp(",") {
 			break
@@ -423,13 +479,13 @@ func (p *parser) parseMacro() (node, error) {
 		return nil, err
 	}
 	var err error
-	if n.params, n.defaults, err = p.parseParams(); err != nil {
+	if n.sig.params, n.sig.defaults, err = p.parseParams(); err != nil {
 		return nil, err
 	}
 	if err := p.expectEnd(); err != nil {
 		return nil, err
 	}
-	body, _, err := p.parseBody("endmacro")
+	body, err := p.parseSignatureBody(&n.sig, "endmacro")
 	if err != nil {
 		return nil, err
 	}
@@ -446,6 +502,7 @@ func (p *parser) parseParams() (params []string, defaults []expr, err error) {
 			return nil, nil, p.syntaxError("expected a parameter name")
 		}
 		params = append(params, t.text)
+		p.noteName(t.text, false)
 		var def expr
 		if p.acceptOp("=") {
 			if def, err = p.parseCond(); err != nil {
@@ -735,6 +792,7 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "none", "None":
 			return &literal{v: nil}, nil
 		}
+		p.noteName(t.text, true)
 		return &nameExpr{name: t.text, pos: t.pos}, nil
 	case tokString:
 		s := t.text

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -130,10 +131,54 @@ func TestNumberTests(t *testing.T) {
 }
 
 // TestTitle: Jinja2's title filter begins words only after whitespace, '-', '(', '{', '[' and '<',
-// where Python's str.title method begins one after any character that is not a letter.
+// where Python's str.title method begins one after any character that is not cased.
 func TestTitle(t *testing.T) {
 	renderCases(t, nil, []struct{ name, src, want string }{
 		{"filter", `{{ "it's o'neil" | title }}|{{ 'x-y (ab) [cd] {ef} <gh> a.b 3rd mcDONALD' | title }}|{{ 'hello\tworld\nnew' | title }}|{{ "'quoted' words" | title }}|{{ 'ÉCOLE élève' | title }}`, "It's O'neil|X-Y (Ab) [Cd] {Ef} <Gh> A.b 3rd Mcdonald|Hello\tWorld\nNew|'quoted' Words|École Élève"},
 		{"method", `{{ "it's o'neil".title() }}|{{ 'x-y (ab) a.b 3rd mcDONALD'.title() }}`, "It'S O'Neil|X-Y (Ab) A.B 3Rd Mcdonald"},
 	})
+}
+
+// pyCasesPath is written by testdata/pycases.py: templates rendered by Python's Jinja2 with
+// transformers' settings, each with its output or the error it raised.
+const pyCasesPath = "testdata/pycases.json"
+
+// TestPythonCases renders the templates of testdata/pycases.json and wants Python's output, or an
+// error where Python raised one (the error's text may differ).
+func TestPythonCases(t *testing.T) {
+	data, err := os.ReadFile(pyCasesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases struct {
+		Cases []struct {
+			Name, Template string
+			Output, Error  *string
+		}
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatalf("%s: %v", pyCasesPath, err)
+	}
+	for _, tc := range cases.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			out, err := renderString(tc.Template)
+			switch {
+			case tc.Error != nil && err == nil:
+				t.Errorf("%q: output %q, want an error (Python: %s)", tc.Template, out, *tc.Error)
+			case tc.Error == nil && err != nil:
+				t.Errorf("%q: %v, want %q", tc.Template, err, *tc.Output)
+			case tc.Output != nil && out != *tc.Output:
+				t.Errorf("%q:\n got %q\nwant %q", tc.Template, out, *tc.Output)
+			}
+		})
+	}
+}
+
+// renderString parses and executes source without variables.
+func renderString(source string) (string, error) {
+	tpl, err := Parse(source)
+	if err != nil {
+		return "", err
+	}
+	return tpl.Execute(nil)
 }

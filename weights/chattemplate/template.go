@@ -86,15 +86,11 @@ func Parse(source string) (*Template, error) {
 			d.namespace = true
 			for _, a := range args {
 				if src, ok := a.(*dict); ok {
-					for _, k := range src.keys {
-						d.set(k, src.m[k])
-					}
+					d.update(src)
 				}
 			}
 			if kw != nil {
-				for _, k := range kw.keys {
-					d.set(k, kw.m[k])
-				}
+				d.update(kw)
 			}
 			return d, nil
 		}},
@@ -102,9 +98,7 @@ func Parse(source string) (*Template, error) {
 		"dict": &function{name: "dict", call: func(args []value, kw *dict) (value, error) {
 			d := newDict()
 			if kw != nil {
-				for _, k := range kw.keys {
-					d.set(k, kw.m[k])
-				}
+				d.update(kw)
 			}
 			return d, nil
 		}},

@@ -26,18 +26,22 @@ type undefined struct{ name string }
 type list struct {
 	items []value
 	tuple bool
+	// fields name the items of a named tuple, attributes besides indexes.
+	fields []string
 }
 
-// dict is a Python dict with string keys, in insertion order (tojson and items() keep it).
+// dict is a Python dict in insertion order (tojson and items() keep it). Its keys are strings, or
+// other hashable values as in a template's dict literal {1: 'a', none: 'b'}: numbers, None, tuples.
 type dict struct {
-	keys []string
-	m    map[string]value
+	keys []value       // each key as it was first set
+	m    map[any]value // the values by hashKey of their key: a string key is itself
 	// namespace marks the object namespace() returns: its attributes can be set.
 	namespace bool
 }
 
-func newDict() *dict { return &dict{m: map[string]value{}} }
+func newDict() *dict { return &dict{m: map[any]value{}} }
 
+// set sets the value of the string key k.
 func (d *dict) set(k string, v value) {
 	if _, ok := d.m[k]; !ok {
 		d.keys = append(d.keys, k)
@@ -45,9 +49,103 @@ func (d *dict) set(k string, v value) {
 	d.m[k] = v
 }
 
+// setKey sets the value of key k, which must be hashable; a key equal to one already there (1 and
+// 1.0 and True) keeps the first one and takes the new value, as in Python.
+func (d *dict) setKey(k, v value) error {
+	h, err := hashKey(k)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.m[h]; !ok {
+		d.keys = append(d.keys, k)
+	}
+	d.m[h] = v
+	return nil
+}
+
+// get returns the value of the string key k.
 func (d *dict) get(k string) (value, bool) {
 	v, ok := d.m[k]
 	return v, ok
+}
+
+// lookup returns the value of key k; an unhashable k is an error.
+func (d *dict) lookup(k value) (value, bool, error) {
+	h, err := hashKey(k)
+	if err != nil {
+		return nil, false, err
+	}
+	v, ok := d.m[h]
+	return v, ok, nil
+}
+
+// at returns the value of k, one of d.keys.
+func (d *dict) at(k value) value {
+	h, _ := hashKey(k)
+	return d.m[h]
+}
+
+// update sets each key of src in d.
+func (d *dict) update(src *dict) {
+	for _, k := range src.keys {
+		d.setKey(k, src.at(k)) // src's keys are hashable
+	}
+}
+
+// bigKey, floatKey and tupleKey are the hashKey of an int past int64, of a float that is no int,
+// and of a tuple; undefinedKey is that of undefined (Jinja2's Undefined objects are equal and hash
+// alike).
+type (
+	bigKey       string
+	tupleKey     string
+	undefinedKey struct{}
+)
+
+// hashKey is the Go map key of a Python dict key: keys that are equal in Python (1, 1.0 and True;
+// 0, -0.0 and False; 2 ** 70 and 2.0 ** 70) give the same one, others different ones. A list or
+// dict (or a tuple holding one) is unhashable, an error as in Python.
+func hashKey(k value) (any, error) {
+	switch x := k.(type) {
+	case string, nil, int64, *function:
+		return x, nil
+	case bool:
+		return boolInt(x), nil
+	case *big.Int:
+		if x.IsInt64() {
+			return x.Int64(), nil
+		}
+		return bigKey(x.String()), nil
+	case float64:
+		if x != math.Trunc(x) || math.IsInf(x, 0) {
+			return x, nil
+		}
+		if x >= -(1<<63) && x < 1<<63 {
+			return int64(x), nil
+		}
+		b, _ := big.NewFloat(x).Int(nil)
+		return bigKey(b.String()), nil
+	case undefined:
+		return undefinedKey{}, nil
+	case *list:
+		if !x.tuple {
+			break
+		}
+		var b strings.Builder
+		for _, it := range x.items {
+			h, err := hashKey(it)
+			if err != nil {
+				return nil, err
+			}
+			switch h := h.(type) {
+			case *function:
+				fmt.Fprintf(&b, "%T %p;", h, h)
+			default:
+				fmt.Fprintf(&b, "%T %q;", h, fmt.Sprint(h))
+			}
+		}
+		return tupleKey(b.String()), nil
+	}
+	return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
 }
 
 // function is a callable: a global, a method bound to its receiver, or a macro.
@@ -226,7 +324,7 @@ func reprPath(v value, path []value) string {
 	case nil:
 		return "None"
 	case undefined:
-		return ""
+		return "Undefined"
 	case bool:
 		if x {
 			return "True"
@@ -255,7 +353,7 @@ func reprPath(v value, path []value) string {
 	case *dict:
 		parts := make([]string, len(x.keys))
 		for i, k := range x.keys {
-			parts[i] = pyQuote(k) + ": " + reprPath(x.m[k], path)
+			parts[i] = reprPath(k, path) + ": " + reprPath(x.at(k), path)
 		}
 		if x.namespace {
 			return "<Namespace {" + strings.Join(parts, ", ") + "}>"
@@ -405,8 +503,8 @@ func equalDepth(a, b value, depth int) bool {
 			return false
 		}
 		for _, k := range x.keys {
-			w, ok := y.m[k]
-			if !ok || !equalDepth(x.m[k], w, depth+1) {
+			w, ok, _ := y.lookup(k)
+			if !ok || !equalDepth(x.at(k), w, depth+1) {
 				return false
 			}
 		}
@@ -505,11 +603,7 @@ func iterate(v value) ([]value, error) {
 	case *list:
 		return x.items, nil
 	case *dict:
-		out := make([]value, len(x.keys))
-		for i, k := range x.keys {
-			out[i] = k
-		}
-		return out, nil
+		return append([]value(nil), x.keys...), nil
 	case string:
 		var out []value
 		for _, r := range x {
@@ -586,8 +680,10 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 		}
 		keys := x.keys
 		if sortKeys {
-			keys = append([]string(nil), keys...)
-			sort.Strings(keys)
+			var err error
+			if keys, err = sortedValues(keys); err != nil {
+				return err
+			}
 		}
 		b.WriteByte('{')
 		for i, k := range keys {
@@ -595,9 +691,13 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 				b.WriteString(itemSep)
 			}
 			newline(depth + 1)
-			writeJSONString(b, k)
+			s, err := jsonKey(k)
+			if err != nil {
+				return err
+			}
+			writeJSONString(b, s)
 			b.WriteString(": ")
-			if err := toJSON(b, x.m[k], indent, depth+1, sortKeys); err != nil {
+			if err := toJSON(b, x.at(k), indent, depth+1, sortKeys); err != nil {
 				return err
 			}
 		}
@@ -607,6 +707,36 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
+}
+
+// jsonKey is the string Python's json.dumps writes for a dict key: a string as it is, a number as
+// Python prints it, true, false and null; other keys are an error.
+func jsonKey(k value) (string, error) {
+	switch x := k.(type) {
+	case string:
+		return x, nil
+	case nil:
+		return "null", nil
+	case bool, int64, *big.Int, float64:
+		var b strings.Builder
+		err := toJSON(&b, x, "", 0, false)
+		return b.String(), err
+	}
+	return "", fmt.Errorf("keys must be str, int, float, bool or None, not %s", typeName(k))
+}
+
+// sortedValues returns vs sorted by Python's <, stably; values Python cannot order are an error.
+func sortedValues(vs []value) ([]value, error) {
+	out := append([]value(nil), vs...)
+	var err error
+	sort.SliceStable(out, func(i, j int) bool {
+		c, cerr := compare(out[i], out[j])
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		return c < 0
+	})
+	return out, err
 }
 
 // writeJSONString quotes s as Python's json module does with ensure_ascii=False: only ", \ and
