@@ -98,6 +98,12 @@ func (c *peerCollective) allReduceSum(b *cudaBackend, p cuda.DevicePtr, n int) e
 	if err := c.g.err(); err != nil {
 		return err
 	}
+	return c.launch(b, p, n)
+}
+
+// launch queues the one-shot kernel over p[0, n) (n ≤ c.limit) whether or not the group has failed, as a
+// captured graph's replay does.
+func (c *peerCollective) launch(b *cudaBackend, p cuda.DevicePtr, n int) error {
 	g := c.g
 	params := allReduceParams{X: p, Epoch: g.epoch[c.rank], Abort: g.hostDev, Failed: g.hostDev + 4, N: int64(n),
 		Cap: int64(g.cap), TimeoutNS: uint64(g.timeout.Nanoseconds()), Rank: int32(c.rank), Ranks: int32(len(g.devs)),

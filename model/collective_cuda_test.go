@@ -196,7 +196,8 @@ func TestCUDAPeerAllReduce(t *testing.T) {
 
 // TestCUDAPeerAllReduceNoHang has one rank of two call the one-shot all-reduce alone: its kernel must
 // return once the group is aborted (a peer failed), and, with no abort, once its wait passes the
-// group's timeout; either way the group then reports the failure and refuses further calls.
+// group's timeout; either way the group then reports the failure and refuses further calls, and a kernel
+// launched without asking (a captured graph's replay) returns at once.
 func TestCUDAPeerAllReduceNoHang(t *testing.T) {
 	for _, tc := range []struct {
 		name, want string
@@ -222,16 +223,7 @@ func TestCUDAPeerAllReduceNoHang(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 				c.abort(nil)
 			}
-			done := make(chan error, 1)
-			go func() { done <- bs[0].stream.Synchronize() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("the kernel still waits 20 s on")
-			}
+			syncWithin(t, bs[0], "the kernel")
 			t.Logf("returned after %v", time.Since(start))
 			err = g.err()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -240,7 +232,29 @@ func TestCUDAPeerAllReduceNoHang(t *testing.T) {
 			if err := c.allReduceSum(bs[0], buf, 1024); err == nil {
 				t.Error("a failed group took another call")
 			}
+			// A graph's replay launches the kernel without asking the host: its wait must end at once
+			// however long the timeout, the peer never arriving.
+			g.timeout = time.Hour
+			if err := c.launch(bs[0], buf, 1024); err != nil {
+				t.Fatal(err)
+			}
+			syncWithin(t, bs[0], "a kernel launched after the group failed")
 		})
+	}
+}
+
+// syncWithin waits for b's stream, failing the test when what still runs 20 s on.
+func syncWithin(t *testing.T, b *cudaBackend, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- b.stream.Synchronize() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s still waits 20 s on", what)
 	}
 }
 

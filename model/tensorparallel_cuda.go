@@ -74,19 +74,15 @@ func newCUDAGroup(cfg *weights.Config, opts Options, comms []tp.Communicator) (_
 		return nil, err
 	}
 	if tpShareGPU {
-		// Every graph step's sums one-shot (its rows at most maxGraphBatch), larger ones through the host.
-		g.sharing = size
-		limit := maxGraphBatch * cfg.HiddenSize
-		if how != "nccl" {
-			if peers, err = newPeerGroup(devs, limit); err != nil {
-				return nil, err
-			}
+		// Every sum through the host. The one-shot kernel needs a GPU a rank: ranks on one GPU share its
+		// primary context, where one rank's synchronizing driver call (cuMemFree) waits for another rank's
+		// kernel, which waits for the first rank's next launch.
+		if how == "peer" {
+			return nil, fmt.Errorf("GOLLM_TP_ALLREDUCE=peer: the one-shot all-reduce needs a GPU a rank, and %d ranks share one", size)
 		}
+		g.sharing = size
 		for r := range colls {
 			colls[r] = &hostCollective{comm: comms[r]}
-			if peers != nil {
-				colls[r] = &peerCollective{g: peers, rank: r, limit: limit, fallback: colls[r]}
-			}
 		}
 	} else {
 		lib, err := cuda.LoadNCCL()

@@ -88,10 +88,8 @@ func wholeSteps(t *testing.T, cfg *weights.Config, get tensorGetter, dt weights.
 
 // TestCUDATensorParallel runs the mixed steps of tpPlanSteps (prefills, a chunk beside decodes, rounds
 // of decodes) through a model on the GPU whole and sharded over 2 and 4 ranks sharing the GPU, in
-// float32 and bfloat16, and compares every logits row. The ranks sum one-shot through the GPU's memory
-// (peerCollective; the decode steps' graphs capture it) or, with GOLLM_TP_ALLREDUCE=nccl, through host
-// memory (no graphs), the prefill steps too large for the one-shot buffers through host memory either
-// way. The shards' sums
+// float32 and bfloat16, and compares every logits row. Ranks sharing a GPU sum through host memory (no
+// graphs), and refuse the one-shot kernel by name (GOLLM_TP_ALLREDUCE=peer). The shards' sums
 // differ from the whole model's only in the order of their float32 additions (1e-4); in bfloat16 the
 // whole model also folds its norms into the products and accumulates into the residual, which no rank
 // does across an all-reduce, and the roundings those move put rows up to about 3e-2 apart (one rank over
@@ -108,24 +106,18 @@ func TestCUDATensorParallel(t *testing.T) {
 			r := newRandomModel(tc.cfg, weights.DTypeBF16, 5)
 			steps, want := wholeSteps(t, tc.cfg, r.get, dt.dtype, "")
 			for _, size := range []int{2, 4} {
-				for _, mode := range []string{"auto", "nccl"} {
-					t.Run(fmt.Sprintf("%s/%v/tp%d/%s", tc.name, dt.dtype, size, mode), func(t *testing.T) {
-						t.Setenv("GOLLM_TP_ALLREDUCE", mode)
-						m := loadTP(t, tc.cfg, r.get, dt.dtype, size, true, "")
-						compareTP(t, m, steps, want, dt.tol)
-						compareGreedyTP(t, m, steps)
-						for rank := range size {
-							st := rankCUDA(m, rank).Stats()
-							if graphs := st.Captured + st.Replayed; mode == "nccl" && graphs != 0 {
-								t.Errorf("rank %d: %d graphs captured, %d replayed; the host sums cannot be captured", rank,
-									st.Captured, st.Replayed)
-							} else if mode == "auto" && (st.Captured == 0 || st.Replayed == 0) {
-								t.Errorf("rank %d: %d graphs captured, %d replayed: the decode steps with the one-shot sums did not run as graphs",
-									rank, st.Captured, st.Replayed)
-							}
+				t.Run(fmt.Sprintf("%s/%v/tp%d", tc.name, dt.dtype, size), func(t *testing.T) {
+					t.Setenv("GOLLM_TP_ALLREDUCE", "auto")
+					m := loadTP(t, tc.cfg, r.get, dt.dtype, size, true, "")
+					compareTP(t, m, steps, want, dt.tol)
+					compareGreedyTP(t, m, steps)
+					for rank := range size {
+						if st := rankCUDA(m, rank).Stats(); st.Captured+st.Replayed != 0 {
+							t.Errorf("rank %d: %d graphs captured, %d replayed; the host sums cannot be captured", rank,
+								st.Captured, st.Replayed)
 						}
-					})
-				}
+					}
+				})
 			}
 		}
 	}
@@ -210,29 +202,25 @@ func tpRuns(sizes []int) []struct {
 	return out
 }
 
-// TestCUDATensorParallelRankFails makes rank 1 of 2 fail part way through a step, after rank 0 has
-// begun waiting for it in an all-reduce (the one-shot kernel's wait, or the host sum's): the step must
-// fail on every rank within seconds (no rank left waiting for its peer), and every later step must fail
-// too.
+// TestCUDATensorParallelRankFails makes rank 1 of 2 sharing the GPU fail part way through a step, after
+// rank 0 has begun waiting for it in an all-reduce (the host sum's; the one-shot kernel's wait is
+// TestCUDAPeerAllReduceNoHang's): the step must fail on every rank within seconds (no rank left waiting
+// for its peer), and every later step must fail too.
 func TestCUDATensorParallelRankFails(t *testing.T) {
 	gpuDevice(t)
 	cfg := cudaReferenceConfig(64)
 	r := newRandomModel(cfg, weights.DTypeBF16, 5)
-	for _, mode := range []string{"auto", "nccl"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Setenv("GOLLM_TP_ALLREDUCE", mode)
-			m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, "")
-			checkRankFailure(t, m, func(on bool) {
-				rankCUDA(m, 1).failOp = 0
-				if on {
-					rankCUDA(m, 1).failOp = 12 // past the first two all-reduces, which rank 0 then waits for
-				}
-			}, "failed on purpose")
-		})
-	}
+	m := loadTP(t, cfg, r.get, weights.DTypeBF16, 2, true, "")
+	checkRankFailure(t, m, func(on bool) {
+		rankCUDA(m, 1).failOp = 0
+		if on {
+			rankCUDA(m, 1).failOp = 12 // past the first two all-reduces, which rank 0 then waits for
+		}
+	}, "failed on purpose")
 }
 
-// TestCUDATensorParallelRefusals checks that a group larger than the GPUs present is refused by name.
+// TestCUDATensorParallelRefusals checks that the one-shot all-reduce on ranks sharing a GPU and a group
+// larger than the GPUs present are refused by name.
 func TestCUDATensorParallelRefusals(t *testing.T) {
 	gpuDevice(t)
 	count, err := cu.NumDevices()
@@ -242,10 +230,23 @@ func TestCUDATensorParallelRefusals(t *testing.T) {
 	cfg := cudaReferenceConfig(64)
 	cfg.NumAttentionHeads = 16
 	size := 16
+	r := newRandomModel(cfg, weights.DTypeBF16, 5)
+	t.Run("peer on a shared GPU", func(t *testing.T) {
+		t.Setenv("GOLLM_TP_ALLREDUCE", "peer")
+		tpShareGPU = true
+		defer func() { tpShareGPU = false }()
+		m, err := loadContext(context.Background(), cfg, r.get, Options{NumBlocks: 64, Device: DeviceCUDA, TensorParallel: 2},
+			nil, false)
+		if err == nil {
+			m.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "GOLLM_TP_ALLREDUCE=peer: the one-shot all-reduce needs a GPU a rank") {
+			t.Errorf("peer all-reduce with 2 ranks on one GPU: err = %v", err)
+		}
+	})
 	if count >= size {
 		t.Skipf("%d GPUs: a group of %d fits", count, size)
 	}
-	r := newRandomModel(cfg, weights.DTypeBF16, 5)
 	_, err = loadContext(context.Background(), cfg, r.get, Options{NumBlocks: 64, Device: DeviceCUDA, TensorParallel: size},
 		nil, false)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("exceeds the %d GPUs present", count)) {
@@ -411,8 +412,8 @@ func TestCUDAPickBest(t *testing.T) {
 }
 
 // TestCUDAGoldenTensorParallel runs every golden checkpoint at TP 2 on the GPU in float32 (rank r on GPU
-// r where there are two, else both sharing GPU 0), each way of summing (one-shot for the decode steps'
-// sums, and NCCL or host memory for all): its four prompts prefilled in one step against transformers'
+// r where there are two, each way of summing: one-shot for the decode steps' sums, and NCCL for all;
+// else both sharing GPU 0, summing through host memory): its four prompts prefilled in one step against transformers'
 // last logits (TestCUDAGolden's float32 bounds), then 32 greedy tokens decoded together, picked on the ranks' GPUs, which must be
 // transformers' and those of the model run whole on the GPU.
 func TestCUDAGoldenTensorParallel(t *testing.T) {
@@ -423,7 +424,11 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 	}
 	share := count < 2
 	for _, gc := range readGoldens(t) {
-		for _, mode := range []string{"auto", "nccl"} {
+		modes := []string{"auto", "nccl"}
+		if share {
+			modes = []string{"auto"} // ranks sharing a GPU sum through the host whatever the mode
+		}
+		for _, mode := range modes {
 			t.Run(fmt.Sprintf("%s/tp2/%s", gc.name, mode), func(t *testing.T) {
 				t.Setenv("GOLLM_TP_ALLREDUCE", mode)
 				whole, _ := loadGoldenOnGPU(t, gc, cudaMode{name: "f32", dtype: weights.DTypeF32})
@@ -461,7 +466,7 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 					}
 				}
 				for r := range 2 {
-					if st := rankCUDA(m, r).Stats(); mode == "auto" && (st.Captured == 0 || st.Replayed == 0) {
+					if st := rankCUDA(m, r).Stats(); mode == "auto" && !share && (st.Captured == 0 || st.Replayed == 0) {
 						t.Errorf("rank %d: %d graphs captured, %d replayed: the decode steps did not run as graphs", r, st.Captured,
 							st.Replayed)
 					}

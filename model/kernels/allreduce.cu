@@ -20,8 +20,10 @@
 // ahead (it cannot pass call e + 1's wait before this rank arrives at e + 1).
 //
 // The wait never hangs: after a while it reads the group's abort word (host memory mapped into every GPU,
-// set by the host when a rank fails), and past timeout_ns of waiting it sets the failed word (the same
-// memory) and returns; either way x is left unsummed and the host reports the failure.
+// set by the host when a rank fails) and failed word (the same memory), and past timeout_ns of waiting it
+// sets the failed word and returns; either way x is left unsummed and the host reports the failure. Every
+// wait of every rank that reads a set word returns within microseconds, this call's and every later one's, so a
+// failed group's step ends in about one timeout, not one a call.
 #include "common.cuh"
 
 #define ALLREDUCE_MAX_RANKS 8
@@ -105,7 +107,9 @@ extern "C" __global__ void __launch_bounds__(512) AllReduceOneShot(const AllRedu
 				start = now;
 				continue;
 			}
-			if (*(volatile const unsigned *)p.abort_word != 0) {
+			// Another rank's wait that timed out ends this one too: a rank that gave up leaves its
+			// epoch behind, so the group's counts no longer agree and no later wait could be met.
+			if (*(volatile const unsigned *)p.abort_word != 0 || *(volatile const unsigned *)p.failed != 0) {
 				s_failed = 1;
 				break;
 			}

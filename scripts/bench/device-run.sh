@@ -44,7 +44,7 @@
 #               (docs/hardening.md)
 #   tp          tensor parallelism on the GPUs present (NCCL from GOLLM_NCCL, else PyTorch's nvidia-nccl
 #               wheel): internal/cuda's NCCL tests, the one-shot all-reduce's and model's TP tests (on one
-#               GPU: one NCCL rank, and TP 2 and 4 sharing it, one-shot and through host memory),
+#               GPU: one NCCL rank, one-shot kernels with ranks sharing it, and TP 2 and 4 sharing it through host memory),
 #               BenchmarkCUDAAllReduce (one-shot beside NCCL) and BenchmarkCUDATensorParallelStep
 #               (Llama-3-8B's decode step whole and as one NCCL rank, batch 1 and 64): docs/bench/tp-h200.md
 #   tpgroup     Llama-3-70B sharded over each of TP_SIZES (default 2 4 8) the machine has GPUs for, decode
