@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gollm/gollm/model"
 	"github.com/gollm/gollm/weights/tokenizer"
@@ -48,22 +47,12 @@ func loadEngineTestTokenizer(t *testing.T, path string) *tokenizer.Tokenizer {
 	return tok
 }
 
-// newPlanEngine starts an engine over tok and a planModel, closed at the end of the test.
+// newPlanEngine starts an engine over tok and a planModel, closed at the end of the test (a plain
+// Config: the loop pipelines as it would for this model, unlike newEngine's).
 func newPlanEngine(t *testing.T, tok Tokenizer, vocab int) (*Engine, *planModel) {
 	t.Helper()
 	m := &planModel{countingModel: newCountingModel(vocab, 1000, 4, 64)}
-	e, err := New(m, tok, Config{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return e, m
+	return startEngine(t, m, tok, Config{}), m
 }
 
 // runPlan has m generate plan after prompt through e, and returns what the stream gave, failing the

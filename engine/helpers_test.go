@@ -121,16 +121,24 @@ func collect(t testing.TB, s *Stream) result {
 	}
 }
 
-// newEngine starts an engine and closes it at the end of the test.
+// newEngine starts an engine over m and byteTokenizer, on the pipelined loop, closed at the end of the
+// test.
 func newEngine(t testing.TB, m Model, cfg Config) *Engine {
+	t.Helper()
+	// The pipelined loop on the CPU model too (which would not pipeline: Config.pipelineHostPicks), so
+	// that its planning, feeding and undoing are tested without a GPU.
+	cfg.pipelineHostPicks = true
+	return startEngine(t, m, byteTokenizer{}, cfg)
+}
+
+// startEngine starts an engine over m and tok with cfg as given (a quiet logger unless cfg has one)
+// and closes it at the end of the test: newEngine's and newPlanEngine's start and cleanup.
+func startEngine(t testing.TB, m Model, tok Tokenizer, cfg Config) *Engine {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
-	// The pipelined loop on the CPU model too (which would not pipeline: Config.pipelineHostPicks), so
-	// that its planning, feeding and undoing are tested without a GPU.
-	cfg.pipelineHostPicks = true
-	e, err := New(m, byteTokenizer{}, cfg)
+	e, err := New(m, tok, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

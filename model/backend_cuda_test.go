@@ -166,20 +166,9 @@ func TestCUDAGolden(t *testing.T) {
 				g := gc.golden
 				p := newModelPager(m, newRand(uint64(len(gc.name))))
 				got, worst := goldenGreedyOnGPU(t, m, p, gc, tol)
-				matched, total := 0, 0
-				for i, pr := range g.Prompts {
-					n := 0
-					for n < len(pr.GreedyIDs) && got[i][n] == pr.GreedyIDs[n] {
-						n++
-					}
-					matched, total = matched+n, total+len(pr.GreedyIDs)
-					// With every logit within tol, no choice whose margin exceeds 2·tol can flip: the float32
-					// modes must match everywhere, the 16-bit mode where transformers' margins allow it.
-					if n < len(pr.GreedyIDs) && (!native || pr.MinMargin > 2*tol) {
-						t.Errorf("prompt of %d tokens: greedy token %d is %d, transformers says %d (margin %.3g)\n got %v\nwant %v",
-							len(pr.PromptIDs), n, got[i][n], pr.GreedyIDs[n], pr.MinMargin, got[i], pr.GreedyIDs)
-					}
-				}
+				// With every logit within tol, no choice whose margin exceeds 2·tol can flip: the float32 modes must
+				// match everywhere, the 16-bit mode where transformers' margins allow it.
+				matched, total := checkGreedyIDs(t, g, got, func(minMargin float64) bool { return native && minMargin <= 2*tol })
 				st := backend.Stats()
 				t.Logf("%s %s: worst last-logits diff %.3g; greedy tokens matching transformers before the first miss %d/%d; steps eager %d, captured %d, replayed %d",
 					gc.name, mode.name, worst, matched, total, st.Eager, st.Captured, st.Replayed)
@@ -749,40 +738,11 @@ func TestCUDAStepAfterFailure(t *testing.T) {
 	}
 }
 
-// goldenGreedyOnGPU prefills gc's prompts in one step on m (sequences 0 to len-1 of p), checks their last logits against
-// transformers' within tol, and decodes the golden's tokens greedily (ForwardGreedy, picked on the
-// device), returning each prompt's tokens and the worst last-logits difference.
+// goldenGreedyOnGPU is goldenGreedy on m with the decode steps' tokens picked on the device
+// (ForwardGreedy): it prefills gc's prompts in one step on m (sequences 0 to len-1 of p), checks their
+// last logits against transformers' within tol, and decodes the golden's tokens greedily, returning
+// each prompt's tokens and the worst last-logits difference.
 func goldenGreedyOnGPU(t *testing.T, m *Model, p *pager, gc cudaGoldenCase, tol float64) ([][]int32, float64) {
 	t.Helper()
-	g := gc.golden
-	chunks := make([]chunk, len(g.Prompts))
-	for i, pr := range g.Prompts {
-		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
-	}
-	logits, err := m.Forward(p.step(chunks...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var worst float64
-	got := make([][]int32, len(g.Prompts))
-	for i, pr := range g.Prompts {
-		diff := maxAbsDiff(logits[i], pr.LastLogits)
-		worst = math.Max(worst, diff)
-		if diff > tol {
-			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
-		}
-		got[i] = append(got[i], argmax(logits[i]))
-		chunks[i].tokens = []int32{got[i][0]}
-	}
-	for step := 1; step < g.NewTokens; step++ {
-		ids, err := m.ForwardGreedy(p.step(chunks...))
-		if err != nil {
-			t.Fatalf("decode step %d: %v", step, err)
-		}
-		for i := range chunks {
-			got[i] = append(got[i], ids[i])
-			chunks[i].tokens = []int32{ids[i]}
-		}
-	}
-	return got, worst
+	return goldenGreedy(t, m, p, gc.golden, tol, m.ForwardGreedy)
 }
