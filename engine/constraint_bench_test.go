@@ -85,11 +85,7 @@ func BenchmarkConstrainedStep(b *testing.B) {
 //     step's forward, which the device runs meanwhile).
 func benchConstrainedSteps(b *testing.B, m maskedModel, tok Tokenizer, g *constraint.Grammar, prompt []int32, batch, tokens int, mode string) {
 	timer := &stepTimer{inner: m}
-	e, err := New(timer, tok, Config{MaxNumSeqs: batch, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close(context.Background())
+	e := startEngine(b, timer, tok, Config{MaxNumSeqs: batch})
 	var steps int64
 	var elapsed time.Duration
 	var ph stepPhases

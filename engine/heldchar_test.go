@@ -65,33 +65,10 @@ func runPlan(t *testing.T, e *Engine, m *planModel, prompt, plan []int32, req Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := collectStreamed(t, s)
+	r := collect(t, s)
 	if !strings.HasPrefix(r.text, r.streamed) {
 		t.Errorf("streamed %q before the end, final text %q", r.streamed, r.text)
 	}
-	return r.result
-}
-
-// collectStreamed is collect that also keeps the text streamed before the last output.
-func collectStreamed(t *testing.T, s *Stream) (r struct {
-	result
-	streamed string
-}) {
-	t.Helper()
-	var text strings.Builder
-	for {
-		o, err := s.Recv(context.Background())
-		if err != nil {
-			break
-		}
-		if o.Finished() {
-			r.streamed = text.String()
-			r.reason, r.stop = o.FinishReason, o.StopString
-		}
-		r.ids = append(r.ids, o.TokenIDs...)
-		text.WriteString(o.Text)
-	}
-	r.text = text.String()
 	return r
 }
 

@@ -91,6 +91,7 @@ type result struct {
 	logprobs []Logprobs
 	outputs  int
 	err      error
+	streamed string // the text delivered before the finishing output
 }
 
 // collect reads a stream to its end (with a generous deadline that only a deadlock reaches).
@@ -112,12 +113,13 @@ func collect(t testing.TB, s *Stream) result {
 			return r
 		}
 		r.outputs++
+		if o.Finished() {
+			r.streamed = text.String()
+			r.reason, r.stop, r.usage, r.err = o.FinishReason, o.StopString, o.Usage, o.Err
+		}
 		r.ids = append(r.ids, o.TokenIDs...)
 		text.WriteString(o.Text)
 		r.logprobs = append(r.logprobs, o.Logprobs...)
-		if o.Finished() {
-			r.reason, r.stop, r.usage, r.err = o.FinishReason, o.StopString, o.Usage, o.Err
-		}
 	}
 }
 
@@ -143,21 +145,24 @@ func startEngine(t testing.TB, m Model, tok Tokenizer, cfg Config) *Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
+		if err := closeEngine(e); err != nil {
 			t.Errorf("close: %v", err)
 		}
 	})
 	return e
 }
 
+// closeEngine closes e, draining, with a minute's deadline that only a hung engine reaches.
+func closeEngine(e *Engine) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return e.Close(ctx)
+}
+
 // closeAndCheckPool closes e (draining) and checks that its KV pool holds no block and is consistent.
 func closeAndCheckPool(t testing.TB, e *Engine) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := e.Close(ctx); err != nil {
+	if err := closeEngine(e); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	// The loop has exited: the pool is ours to read.

@@ -824,19 +824,11 @@ func TestHostPicksNotPipelined(t *testing.T) {
 	if m.PicksAsync() {
 		t.Fatal("the CPU model says its picks are asynchronous")
 	}
-	e, err := New(m, byteTokenizer{}, Config{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := startEngine(t, m, byteTokenizer{}, Config{})
 	released := false
-	defer func() {
+	defer func() { // before startEngine's cleanup closes e, which waits for the blocked step
 		if !released {
 			close(m.release)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
 		}
 	}()
 	s, err := e.Add(context.Background(), Request{PromptIDs: []int32{1, 2, 3}, MaxTokens: 4, IgnoreEOS: true})

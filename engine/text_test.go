@@ -517,10 +517,7 @@ func TestLogprobTextsLlama2(t *testing.T) {
 		}
 		m.script[id] = all[len(prompt)+i]
 	}
-	e, err := New(m, tok, Config{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := startEngine(t, m, tok, Config{})
 	s, err := e.Add(context.Background(), Request{PromptIDs: prompt, MaxTokens: len(gen), Logprobs: true, TopLogprobs: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -3,12 +3,9 @@
 package model
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -81,50 +78,13 @@ func nativeTolerance(g golden) float64 {
 	return 1e-3
 }
 
-type cudaGoldenCase struct {
-	name   string
-	dir    string
-	golden golden
-}
-
-func readGoldens(t *testing.T) []cudaGoldenCase {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no goldens under %s (%v)", goldenDir, err)
-	}
-	var cases []cudaGoldenCase
-	for _, path := range paths {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var g golden
-		if err := json.Unmarshal(raw, &g); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		cases = append(cases, cudaGoldenCase{name: filepath.Base(filepath.Dir(path)), dir: filepath.Dir(path), golden: g})
-	}
-	return cases
-}
-
 // loadGoldenOnGPU opens a golden checkpoint on the CUDA backend in mode.
-func loadGoldenOnGPU(t *testing.T, gc cudaGoldenCase, mode cudaMode) (*Model, *cudaBackend) {
+func loadGoldenOnGPU(t *testing.T, gc goldenFile, mode cudaMode) (*Model, *cudaBackend) {
 	t.Helper()
-	folder, err := weights.Open(gc.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { folder.Close() })
-	const blockSize = 16
-	numBlocks := 0
-	for _, p := range gc.golden.Prompts {
-		// Every KV group's pages (as loadGoldens sizes the CPU's).
-		numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+gc.golden.NewTokens)/blockSize + 1)
-	}
+	folder, opts := openGoldenCheckpoint(t, gc)
 	var backend *cudaBackend
 	cfg := mode.config(gpuDevice(t), folder.Config.DType)
-	m, err := LoadOn(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize}, func(s Shape) (Backend, error) {
+	m, err := LoadOn(folder, opts, func(s Shape) (Backend, error) {
 		b, err := newCUDABackend(s, cfg)
 		backend = b
 		return b, err
@@ -154,10 +114,7 @@ func TestCUDAGolden(t *testing.T) {
 				continue // the same as mode f32
 			}
 			t.Run(gc.name+"/"+mode.name, func(t *testing.T) {
-				tol := 1e-3
-				if gc.golden.DType != "float32" {
-					tol = 2e-2
-				}
+				tol := goldenTolerance(gc.golden)
 				chunkTol := 1e-4
 				if native {
 					tol, chunkTol = nativeTolerance(gc.golden), nativeTolerance(gc.golden)
@@ -187,26 +144,7 @@ func TestCUDAGolden(t *testing.T) {
 				}
 
 				// Chunked prefill: each chunk attends to the prefix that earlier steps cached.
-				for i, pr := range g.Prompts {
-					whole, err := m.Forward(p.step(chunk{seq: 100 + 2*i, tokens: pr.PromptIDs}))
-					if err != nil {
-						t.Fatal(err)
-					}
-					var last [][]float32
-					for start := 0; start < len(pr.PromptIDs); start += 5 {
-						end := min(start+5, len(pr.PromptIDs))
-						if last, err = m.Forward(p.step(chunk{seq: 101 + 2*i, tokens: pr.PromptIDs[start:end]})); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if diff := maxAbsDiff(last[0], pr.LastLogits); diff > tol {
-						t.Errorf("prompt of %d tokens in chunks of 5: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
-					}
-					if diff := maxAbsDiff(last[0], float64s(whole[0])); diff > chunkTol {
-						t.Errorf("prompt of %d tokens: chunked and whole prefill logits differ by %g > %g", len(pr.PromptIDs),
-							diff, chunkTol)
-					}
-				}
+				checkChunkedPrefill(t, m, p, g, 100, tol, chunkTol)
 			})
 		}
 	}
@@ -742,7 +680,7 @@ func TestCUDAStepAfterFailure(t *testing.T) {
 // (ForwardGreedy): it prefills gc's prompts in one step on m (sequences 0 to len-1 of p), checks their
 // last logits against transformers' within tol, and decodes the golden's tokens greedily, returning
 // each prompt's tokens and the worst last-logits difference.
-func goldenGreedyOnGPU(t *testing.T, m *Model, p *pager, gc cudaGoldenCase, tol float64) ([][]int32, float64) {
+func goldenGreedyOnGPU(t *testing.T, m *Model, p *pager, gc goldenFile, tol float64) ([][]int32, float64) {
 	t.Helper()
 	return goldenGreedy(t, m, p, gc.golden, tol, m.ForwardGreedy)
 }

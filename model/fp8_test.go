@@ -225,30 +225,21 @@ func fp8RefModel(t *testing.T, f *weights.Folder, kv []KVScale) (*randomModel, r
 }
 
 // runPrompts prefills prompts side by side in one step, then decodes steps greedy tokens for all of
-// them together, and returns every step's logits rows (per sequence) and the tokens each sequence has
-// seen, for a reference to check.
+// them together (greedyRun, argmax on the host), and returns every step's logits rows (per sequence)
+// and the tokens each sequence has seen, for a reference to check.
 func runPrompts(t *testing.T, m *Model, prompts [][]int32, steps int) (logits [][][]float32, seen [][]int32) {
 	t.Helper()
-	p := newModelPager(m, newRand(5))
-	chunks := make([]chunk, len(prompts))
-	seen = make([][]int32, len(prompts))
-	for i, pr := range prompts {
-		chunks[i] = chunk{seq: i, tokens: pr}
-		seen[i] = slices.Clone(pr)
-	}
-	for step := range steps + 1 {
-		out, err := m.Forward(p.step(chunks...))
+	picks := greedyRun(t, newModelPager(m, newRand(5)), prompts, steps+1, func(_ int, s *Step) ([]int32, error) {
+		out, err := m.Forward(s)
 		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
+			return nil, err
 		}
 		logits = append(logits, out)
-		for i := range chunks {
-			next := argmax(out[i])
-			chunks[i].tokens = []int32{next}
-			if step < steps {
-				seen[i] = append(seen[i], next)
-			}
-		}
+		return argmaxRows(out), nil
+	})
+	seen = make([][]int32, len(prompts))
+	for i, pr := range prompts {
+		seen[i] = slices.Concat(pr, picks[i][:steps]) // the last step's picks were never fed
 	}
 	return logits, seen
 }

@@ -44,6 +44,66 @@ type goldenCase struct {
 	tol    float64 // max abs logit error allowed
 }
 
+// goldenFile is one case under goldenDir: its name, its checkpoint's folder and its golden.json.
+type goldenFile struct {
+	name   string
+	dir    string
+	golden golden
+}
+
+// readGoldens reads every case's golden.json under goldenDir. The goldens are committed, so their
+// absence is a failure.
+func readGoldens(t *testing.T) []goldenFile {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no goldens under %s (%v): run scripts/goldens/make_goldens.py", goldenDir, err)
+	}
+	var files []goldenFile
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g golden
+		if err := json.Unmarshal(raw, &g); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		dir := filepath.Dir(path)
+		files = append(files, goldenFile{name: filepath.Base(dir), dir: dir, golden: g})
+	}
+	return files
+}
+
+// openGoldenCheckpoint opens gf's checkpoint, closed at the end of the test, and returns it with the KV
+// pool every golden suite loads it with: pages of 16 tokens, room for the batched greedy run and the
+// whole and chunked prefills of every prompt, in every KV group (the pager gives the sliding groups'
+// pages back, but not at once).
+func openGoldenCheckpoint(t *testing.T, gf goldenFile) (*weights.Folder, Options) {
+	t.Helper()
+	folder, err := weights.Open(gf.dir)
+	if err != nil {
+		t.Fatalf("%s: %v", gf.dir, err)
+	}
+	t.Cleanup(func() { folder.Close() })
+	const blockSize = 16
+	numBlocks := 0
+	for _, p := range gf.golden.Prompts {
+		numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+gf.golden.NewTokens)/blockSize + 1)
+	}
+	return folder, Options{NumBlocks: numBlocks, BlockSize: blockSize}
+}
+
+// goldenTolerance is the largest logit error allowed against g's transformers logits when computing in
+// float32 (the CPU backend, the GPU's float32 modes): 1e-3 for a float32 checkpoint, 2e-2 for one
+// stored in 16 bits.
+func goldenTolerance(g golden) float64 {
+	if g.DType == "float32" {
+		return 1e-3
+	}
+	return 2e-2
+}
+
 // loadGoldens opens every case under goldenDir with weights.Open and Load. The goldens are committed,
 // so their absence is a failure.
 func loadGoldens(t *testing.T) []goldenCase {
@@ -54,43 +114,16 @@ func loadGoldens(t *testing.T) []goldenCase {
 // loadGoldensTP is loadGoldens with the models sharded over tensorParallel ranks (0: whole).
 func loadGoldensTP(t *testing.T, tensorParallel int) []goldenCase {
 	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(goldenDir, "*", "golden.json"))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no goldens under %s (%v): run scripts/goldens/make_goldens.py", goldenDir, err)
-	}
 	var cases []goldenCase
-	for _, path := range dirs {
-		dir := filepath.Dir(path)
-		raw, err := os.ReadFile(path)
+	for _, gf := range readGoldens(t) {
+		folder, opts := openGoldenCheckpoint(t, gf)
+		opts.TensorParallel = tensorParallel
+		m, err := Load(folder, opts)
 		if err != nil {
-			t.Fatal(err)
-		}
-		var g golden
-		if err := json.Unmarshal(raw, &g); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		folder, err := weights.Open(dir)
-		if err != nil {
-			t.Fatalf("%s: %v", dir, err)
-		}
-		t.Cleanup(func() { folder.Close() })
-		const blockSize = 16
-		numBlocks := 0
-		for _, p := range g.Prompts {
-			// Room for the batched greedy run and the whole and chunked prefills of every prompt, in
-			// every KV group (the pager gives the sliding groups' pages back, but not at once).
-			numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+g.NewTokens)/blockSize + 1)
-		}
-		m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: blockSize, TensorParallel: tensorParallel})
-		if err != nil {
-			t.Fatalf("%s: %v", dir, err)
+			t.Fatalf("%s: %v", gf.dir, err)
 		}
 		t.Cleanup(func() { m.Close() })
-		tol := 2e-2
-		if g.DType == "float32" {
-			tol = 1e-3
-		}
-		cases = append(cases, goldenCase{name: filepath.Base(dir), model: m, golden: g, tol: tol})
+		cases = append(cases, goldenCase{name: gf.name, model: m, golden: gf.golden, tol: goldenTolerance(gf.golden)})
 	}
 	return cases
 }
@@ -111,6 +144,15 @@ func argmax(v []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// argmaxRows is argmax of each row.
+func argmaxRows(rows [][]float32) []int32 {
+	ids := make([]int32, len(rows))
+	for i, row := range rows {
+		ids[i] = argmax(row)
+	}
+	return ids
 }
 
 // TestGoldenGreedy prefills all four prompts of a case in one step (ragged lengths 1, 7, 33, 300 side by
@@ -140,11 +182,7 @@ func checkGoldenGreedy(t *testing.T, gc goldenCase) {
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]int32, len(logits))
-		for i, row := range logits {
-			ids[i] = argmax(row)
-		}
-		return ids, nil
+		return argmaxRows(logits), nil
 	})
 	t.Logf("%s (%s, %s config, transformers %s): worst last-logits diff %.3g", gc.name, g.DType, g.Style,
 		g.TransformersVersion, worst)
@@ -159,36 +197,53 @@ func checkGoldenGreedy(t *testing.T, gc goldenCase) {
 // TestGoldenGreedy (CPU) and TestCUDAGolden (through goldenGreedyOnGPU) share it.
 func goldenGreedy(t *testing.T, m *Model, p *pager, g golden, tol float64, decode func(*Step) ([]int32, error)) ([][]int32, float64) {
 	t.Helper()
-	chunks := make([]chunk, len(g.Prompts))
+	prompts := make([][]int32, len(g.Prompts))
 	for i, pr := range g.Prompts {
-		chunks[i] = chunk{seq: i, tokens: pr.PromptIDs}
-	}
-	logits, err := m.Forward(p.step(chunks...))
-	if err != nil {
-		t.Fatal(err)
+		prompts[i] = pr.PromptIDs
 	}
 	var worst float64
-	got := make([][]int32, len(g.Prompts))
-	for i, pr := range g.Prompts {
-		diff := maxAbsDiff(logits[i], pr.LastLogits)
-		worst = math.Max(worst, diff)
-		if diff > tol {
-			t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+	got := greedyRun(t, p, prompts, g.NewTokens, func(step int, s *Step) ([]int32, error) {
+		if step > 0 {
+			return decode(s)
 		}
-		got[i] = append(got[i], argmax(logits[i]))
-		chunks[i].tokens = []int32{got[i][0]}
-	}
-	for step := 1; step < g.NewTokens; step++ {
-		ids, err := decode(p.step(chunks...))
+		logits, err := m.Forward(s)
 		if err != nil {
-			t.Fatalf("decode step %d: %v", step, err)
+			return nil, err
+		}
+		for i, pr := range g.Prompts {
+			diff := maxAbsDiff(logits[i], pr.LastLogits)
+			worst = math.Max(worst, diff)
+			if diff > tol {
+				t.Errorf("prompt of %d tokens: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+			}
+		}
+		return argmaxRows(logits), nil
+	})
+	return got, worst
+}
+
+// greedyRun runs steps steps of greedy generation for prompts side by side, as sequences 0 to len-1 of
+// p: the first step prefills every prompt, each later one feeds every sequence its last pick. pick runs
+// the step it is given (step 0: the prefill) and returns each sequence's next token. greedyRun returns
+// each sequence's steps picks. goldenGreedy and runPrompts share it.
+func greedyRun(t *testing.T, p *pager, prompts [][]int32, steps int, pick func(step int, s *Step) ([]int32, error)) [][]int32 {
+	t.Helper()
+	chunks := make([]chunk, len(prompts))
+	for i, pr := range prompts {
+		chunks[i] = chunk{seq: i, tokens: pr}
+	}
+	got := make([][]int32, len(prompts))
+	for step := range steps {
+		ids, err := pick(step, p.step(chunks...))
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
 		}
 		for i := range chunks {
 			got[i] = append(got[i], ids[i])
 			chunks[i].tokens = []int32{ids[i]}
 		}
 	}
-	return got, worst
+	return got
 }
 
 // checkGreedyIDs compares each prompt's greedy tokens got (from goldenGreedy) with transformers',
@@ -217,30 +272,37 @@ func checkGreedyIDs(t *testing.T, g golden, got [][]int32, excused func(minMargi
 func TestGoldenChunkedPrefill(t *testing.T) {
 	for _, gc := range loadGoldens(t) {
 		t.Run(gc.name, func(t *testing.T) {
-			m, g := gc.model, gc.golden
-			p := newModelPager(m, newRand(99))
-			for i, pr := range g.Prompts {
-				whole, err := m.Forward(p.step(chunk{seq: 2 * i, tokens: pr.PromptIDs}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var logits [][]float32
-				for start := 0; start < len(pr.PromptIDs); start += 5 {
-					end := min(start+5, len(pr.PromptIDs))
-					if logits, err = m.Forward(p.step(chunk{seq: 2*i + 1, tokens: pr.PromptIDs[start:end]})); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if diff := maxAbsDiff(logits[0], pr.LastLogits); diff > gc.tol {
-					t.Errorf("prompt of %d tokens in chunks of 5: last logits max abs diff %g > %g",
-						len(pr.PromptIDs), diff, gc.tol)
-				}
-				// Chunking changes only the order of float32 sums inside attention.
-				if diff := maxAbsDiff(logits[0], float64s(whole[0])); diff > 1e-4 {
-					t.Errorf("prompt of %d tokens: chunked and whole prefill logits differ by %g", len(pr.PromptIDs), diff)
-				}
-			}
+			// Chunking changes only the order of float32 sums inside attention.
+			checkChunkedPrefill(t, gc.model, newModelPager(gc.model, newRand(99)), gc.golden, 0, gc.tol, 1e-4)
 		})
+	}
+}
+
+// checkChunkedPrefill prefills each of g's prompts on m twice, as sequences seq+2i (whole, in one step)
+// and seq+2i+1 of p (in chunks of 5 tokens, each attending to the prefix that earlier steps cached),
+// and checks the chunked prefill's last logits against transformers' within tol and against the whole
+// prefill's within chunkTol. TestGoldenChunkedPrefill (CPU) and TestCUDAGolden share it.
+func checkChunkedPrefill(t *testing.T, m *Model, p *pager, g golden, seq int, tol, chunkTol float64) {
+	t.Helper()
+	for i, pr := range g.Prompts {
+		whole, err := m.Forward(p.step(chunk{seq: seq + 2*i, tokens: pr.PromptIDs}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last [][]float32
+		for start := 0; start < len(pr.PromptIDs); start += 5 {
+			end := min(start+5, len(pr.PromptIDs))
+			if last, err = m.Forward(p.step(chunk{seq: seq + 2*i + 1, tokens: pr.PromptIDs[start:end]})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if diff := maxAbsDiff(last[0], pr.LastLogits); diff > tol {
+			t.Errorf("prompt of %d tokens in chunks of 5: last logits max abs diff %g > %g", len(pr.PromptIDs), diff, tol)
+		}
+		if diff := maxAbsDiff(last[0], float64s(whole[0])); diff > chunkTol {
+			t.Errorf("prompt of %d tokens: chunked and whole prefill logits differ by %g > %g", len(pr.PromptIDs),
+				diff, chunkTol)
+		}
 	}
 }
 

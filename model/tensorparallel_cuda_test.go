@@ -432,18 +432,10 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/tp2/%s", gc.name, mode), func(t *testing.T) {
 				t.Setenv("GOLLM_TP_ALLREDUCE", mode)
 				whole, _ := loadGoldenOnGPU(t, gc, cudaMode{name: "f32", dtype: weights.DTypeF32})
-				folder, err := weights.Open(gc.dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { folder.Close() })
-				numBlocks := 0
-				for _, p := range gc.golden.Prompts {
-					numBlocks += 3 * len(KVLayoutOf(folder.Config).Windows) * ((len(p.PromptIDs)+gc.golden.NewTokens)/16 + 1)
-				}
+				folder, opts := openGoldenCheckpoint(t, gc)
+				opts.Device, opts.DType, opts.TensorParallel = DeviceCUDA, "float32", 2
 				tpShareGPU = share
-				m, err := Load(folder, Options{NumBlocks: numBlocks, BlockSize: 16, Device: DeviceCUDA, DType: "float32",
-					TensorParallel: 2})
+				m, err := Load(folder, opts)
 				tpShareGPU = false
 				if err != nil {
 					t.Fatal(err)
@@ -453,10 +445,7 @@ func TestCUDAGoldenTensorParallel(t *testing.T) {
 						t.Error(err)
 					}
 				})
-				tol := 1e-3 // TestCUDAGolden's bounds for its float32 mode
-				if gc.golden.DType != "float32" {
-					tol = 2e-2
-				}
+				tol := goldenTolerance(gc.golden) // TestCUDAGolden's bounds for its float32 mode
 				want, _ := goldenGreedyOnGPU(t, whole, newModelPager(whole, newRand(uint64(len(gc.name)))), gc, tol)
 				got, _ := goldenGreedyOnGPU(t, m, newModelPager(m, newRand(uint64(len(gc.name)))), gc, tol)
 				for i, pr := range gc.golden.Prompts {
