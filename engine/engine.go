@@ -106,7 +106,8 @@ type MaskModel interface {
 // model runs that step).
 type Constraint interface {
 	// Mask sets dst, one bit per token id (bit id%64 of dst[id/64]), to the tokens allowed next.
-	// Special tokens are never set: the engine adds the request's EOS and stop token ids when
+	// Special tokens are never set but where the constraint writes them (a special-token terminal:
+	// constraint.Spec.SpecialTokens): the engine adds the request's EOS and stop token ids when
 	// Complete.
 	Mask(dst []uint64)
 	// Accept advances over the token drawn; an error means the constraint does not allow it.

@@ -2,6 +2,8 @@ package constraint
 
 import (
 	"container/list"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,12 +21,9 @@ type Cache struct {
 }
 
 type cacheKey struct {
-	kind                      Kind
-	text                      string
-	prefix, suffix, separator string
-	maxRepeat                 int
-	opts                      Options
-	vocab                     *Vocabulary
+	spec  string // specKey
+	opts  Options
+	vocab *Vocabulary
 }
 
 type cacheEntry struct {
@@ -41,11 +40,9 @@ func NewCache(capacity int) *Cache {
 
 // Compile returns the compiled spec for vocab, compiling it on a miss (see Compile).
 func (c *Cache) Compile(spec Spec, vocab *Vocabulary, opts Options) (*Grammar, error) {
-	text := spec.Text
-	if spec.Kind == Choice {
-		text = choiceKey(spec.Choices)
-	}
-	key := cacheKey{spec.Kind, text, spec.Prefix, spec.Suffix, spec.Separator, spec.MaxRepeat, opts, vocab}
+	var sb strings.Builder
+	specKey(&sb, spec)
+	key := cacheKey{sb.String(), opts, vocab}
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.order.MoveToFront(el)
@@ -74,13 +71,35 @@ func (c *Cache) Len() int {
 	return c.order.Len()
 }
 
-// choiceKey encodes a list of choices unambiguously: each with its length.
-func choiceKey(choices []string) string {
-	var sb strings.Builder
-	for _, s := range choices {
+// specKey encodes spec unambiguously: each string with its length, each list with its count, the
+// special tokens in order of their texts.
+func specKey(sb *strings.Builder, spec Spec) {
+	str := func(s string) {
 		sb.WriteString(strconv.Itoa(len(s)))
 		sb.WriteByte(':')
 		sb.WriteString(s)
 	}
-	return sb.String()
+	num := func(n int) {
+		sb.WriteString(strconv.Itoa(n))
+		sb.WriteByte(';')
+	}
+	str(string(spec.Kind))
+	str(spec.Text)
+	num(len(spec.Choices))
+	for _, c := range spec.Choices {
+		str(c)
+	}
+	str(spec.Prefix)
+	str(spec.Suffix)
+	str(spec.Separator)
+	num(spec.MaxRepeat)
+	num(len(spec.SpecialTokens))
+	for _, text := range slices.Sorted(maps.Keys(spec.SpecialTokens)) {
+		str(text)
+		num(int(spec.SpecialTokens[text]))
+	}
+	num(len(spec.Alternatives))
+	for _, a := range spec.Alternatives {
+		specKey(sb, a)
+	}
 }

@@ -3,8 +3,11 @@ package constraint
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Sentinel errors; a server answers each with a 400 that carries the message (it names what is
@@ -39,6 +42,10 @@ const (
 	// GBNF: Spec.Text is a grammar in llama.cpp's GBNF (see gbnf.go for the features); the output is
 	// a string of its root rule.
 	GBNF Kind = "grammar"
+	// AnyOf: the output is that of one of Spec.Alternatives, each a Spec of its own (its Prefix,
+	// Suffix and repetition included). Tool calls whose functions each have a name before their
+	// arguments are one use: "get_weather" [ARGS] {its parameters} or "get_time" [ARGS] {...}.
+	AnyOf Kind = "any_of"
 )
 
 // Spec says what to constrain the output to.
@@ -52,6 +59,14 @@ type Spec struct {
 	// use: "<tool_call>\n" {JSON} "\n</tool_call>", separated by "\n".
 	Prefix, Suffix, Separator string
 	MaxRepeat                 int
+	// Alternatives are AnyOf's constraints.
+	Alternatives []Spec
+	// SpecialTokens are special-token terminals: each occurrence of one of these texts in Prefix,
+	// Suffix or Separator (here and in Alternatives, which add their own) stands for one token,
+	// that special token id, not for the text's bytes. The ids must be special tokens of the
+	// vocabulary (ids its TokenSource gives no bytes for): control tokens that no text encodes to,
+	// such as Mistral's [TOOL_CALLS] and [ARGS], which a constraint can then write anywhere.
+	SpecialTokens map[string]int32
 }
 
 // DefaultMaxWhitespace is the whitespace allowed between two JSON tokens when Options leaves it
@@ -100,6 +115,9 @@ func Compile(spec Spec, vocab *Vocabulary, opts Options) (*Grammar, error) {
 
 // compileLazy compiles spec without filling the mask cache (entries are then computed on first use).
 func compileLazy(spec Spec, vocab *Vocabulary, opts Options) (*Grammar, error) {
+	if err := checkSpecial(spec, vocab); err != nil {
+		return nil, fmt.Errorf("constraint: %s: %w", spec.Kind, err)
+	}
 	ir, err := buildIR(spec, opts)
 	if err != nil {
 		return nil, fmt.Errorf("constraint: %s: %w", spec.Kind, err)
@@ -131,22 +149,117 @@ func newGrammar(a *automaton, vocab *Vocabulary) *Grammar {
 // maxSpecRepeat bounds Spec.MaxRepeat.
 const maxSpecRepeat = 64
 
+// maxSpecDepth bounds the nesting of Spec.Alternatives.
+const maxSpecDepth = 16
+
 // buildIR runs spec's front end, then wraps its root in Prefix, Suffix and the repetition.
 func buildIR(spec Spec, opts Options) (*grammar, error) {
-	g, err := buildKind(spec, opts)
+	return buildSpec(spec, opts, nil, 0)
+}
+
+// buildSpec is buildIR for a spec nested depth deep in Alternatives, under the special tokens of
+// the specs around it.
+func buildSpec(spec Spec, opts Options, special map[string]int32, depth int) (*grammar, error) {
+	if depth > maxSpecDepth {
+		return nil, fmt.Errorf("%w: alternatives nested more than %d deep", ErrTooLarge, maxSpecDepth)
+	}
+	if len(spec.SpecialTokens) > 0 {
+		special = maps.Clone(special)
+		if special == nil {
+			special = map[string]int32{}
+		}
+		maps.Copy(special, spec.SpecialTokens)
+	}
+	var g *grammar
+	var err error
+	if spec.Kind == AnyOf {
+		g, err = anyOfGrammar(spec.Alternatives, opts, special, depth)
+	} else {
+		g, err = buildKind(spec, opts)
+	}
 	if err != nil || (spec.Prefix == "" && spec.Suffix == "" && spec.MaxRepeat <= 1) {
 		return g, err
 	}
 	if spec.MaxRepeat > maxSpecRepeat {
 		return nil, fmt.Errorf("%w: max repeat %d above %d", ErrTooLarge, spec.MaxRepeat, maxSpecRepeat)
 	}
-	one := seqExpr(litExpr(spec.Prefix), refExpr(g.root), litExpr(spec.Suffix))
+	var lits [3]*expr
+	for i, s := range []string{spec.Prefix, spec.Suffix, spec.Separator} {
+		if lits[i], err = literalExpr(s, special); err != nil {
+			return nil, err
+		}
+	}
+	one := seqExpr(lits[0], refExpr(g.root), lits[1])
 	body := one
 	if spec.MaxRepeat > 1 {
-		body = seqExpr(one, repeatExpr(seqExpr(litExpr(spec.Separator), one), 0, spec.MaxRepeat-1))
+		body = seqExpr(one, repeatExpr(seqExpr(lits[2], one), 0, spec.MaxRepeat-1))
 	}
 	g.root = g.add("wrapped", body)
 	return g, nil
+}
+
+// anyOfGrammar matches the output of one of alts.
+func anyOfGrammar(alts []Spec, opts Options, special map[string]int32, depth int) (*grammar, error) {
+	if len(alts) == 0 {
+		return nil, fmt.Errorf("%w: any_of needs at least one alternative", ErrSyntax)
+	}
+	g := &grammar{}
+	subs := make([]*expr, len(alts))
+	for i, a := range alts {
+		h, err := buildSpec(a, opts, special, depth+1)
+		if err != nil {
+			return nil, fmt.Errorf("alternative %d (%s): %w", i, a.Kind, err)
+		}
+		subs[i] = refExpr(g.include(h, fmt.Sprintf("alternative %d", i)))
+	}
+	g.root = g.add("any of", altExpr(subs...))
+	return g, nil
+}
+
+// literalExpr matches the text s, each occurrence of a text of special (the longest, where they
+// overlap) being that special token instead.
+func literalExpr(s string, special map[string]int32) (*expr, error) {
+	if !utf8.ValidString(s) {
+		return nil, fmt.Errorf("%w: literal %q is not UTF-8", ErrSyntax, s)
+	}
+	var parts []*expr
+	start := 0
+	for i := 0; i < len(s); {
+		n, id := 0, int32(0)
+		for text, tid := range special {
+			if len(text) > n && strings.HasPrefix(s[i:], text) {
+				n, id = len(text), tid
+			}
+		}
+		if n == 0 {
+			i++
+			continue
+		}
+		parts = append(parts, litExpr(s[start:i]), litExpr(string(specialBytes(id))))
+		i += n
+		start = i
+	}
+	parts = append(parts, litExpr(s[start:]))
+	return seqExpr(parts...), nil
+}
+
+// checkSpecial checks that the special tokens of spec (and of its alternatives) are special tokens of
+// vocab, named by UTF-8 texts.
+func checkSpecial(spec Spec, vocab *Vocabulary) error {
+	for text, id := range spec.SpecialTokens {
+		if text == "" || !utf8.ValidString(text) {
+			return fmt.Errorf("%w: special token text %q", ErrSyntax, text)
+		}
+		if !vocab.special(id) {
+			return fmt.Errorf("%w: special token %q: id %d is not a special token of the vocabulary", ErrSyntax, text, id)
+		}
+	}
+	for _, a := range spec.Alternatives {
+		if err := checkSpecial(a, vocab); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildKind runs spec's front end.
@@ -173,6 +286,9 @@ func choiceGrammar(choices []string) (*grammar, error) {
 	}
 	alts := make([]*expr, len(choices))
 	for i, c := range choices {
+		if !utf8.ValidString(c) {
+			return nil, fmt.Errorf("%w: choice %q is not UTF-8", ErrSyntax, c)
+		}
 		alts[i] = litExpr(c)
 	}
 	g := &grammar{}
@@ -221,10 +337,13 @@ func (m *Matcher) cur() *config { return &m.history[len(m.history)-1] }
 func (m *Matcher) Accept(id int32) error {
 	v := m.g.vocab
 	if id < 0 || int(id) >= v.size || v.tokens[id] == nil {
-		return fmt.Errorf("constraint: token %d is not allowed here (special or outside the vocabulary)", id)
+		return fmt.Errorf("constraint: token %d is never allowed (empty, not UTF-8, or outside the vocabulary)", id)
 	}
 	end := m.st.advanceBytes(m.cur(), v.tokens[id], &m.x, &m.y)
 	if end == nil {
+		if v.special(id) {
+			return fmt.Errorf("constraint: special token %d is not allowed here", id)
+		}
 		return fmt.Errorf("constraint: token %d (%q) is not allowed here", id, v.tokens[id])
 	}
 	m.history = append(m.history, end.clone())
@@ -249,8 +368,8 @@ func (m *Matcher) Rollback(n int) {
 func (m *Matcher) NumAccepted() int { return len(m.history) - 1 }
 
 // Mask sets dst (bit id%64 of word id/64 for token id; Vocabulary.MaskWords long, ids past a
-// shorter dst are left out) to the tokens allowed next, special tokens excluded: the caller allows
-// EOS when Complete.
+// shorter dst are left out) to the tokens allowed next, special tokens excluded but where the
+// constraint names them (Spec.SpecialTokens): the caller allows EOS when Complete.
 func (m *Matcher) Mask(dst []uint64) {
 	clear(dst)
 	c := m.cur()

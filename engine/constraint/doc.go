@@ -21,7 +21,10 @@
 //	err = m.Accept(id)  // after drawing
 //
 // The languages and their limits are documented beside their front ends: schema.go (JSON Schema
-// keywords), regex.go (the ECMAScript subset), gbnf.go (llama.cpp's GBNF). JSON output allows at
+// keywords), regex.go (the ECMAScript subset), gbnf.go (llama.cpp's GBNF). Specs compose: a
+// prefix, suffix and repetition around one (Spec.Prefix...), one of several (AnyOf), and special
+// tokens written mid-output, where their text appears in those literals (Spec.SpecialTokens; vocab.go
+// says how a special token, which adds no bytes, is a terminal of a grammar over bytes). JSON output allows at
 // most Options.MaxWhitespace whitespace characters between tokens (DefaultMaxWhitespace), so that
 // only an unbounded string, number or array can run a request to its max_tokens.
 package constraint

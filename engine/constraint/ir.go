@@ -76,6 +76,54 @@ func (g *grammar) add(name string, body *expr) int {
 	return i
 }
 
+// include adds h's rules to g, named under prefix, their references moved along, and returns the
+// index of h's root among them.
+func (g *grammar) include(h *grammar, prefix string) int {
+	off := len(g.rules)
+	memo := map[*expr]*expr{}
+	for _, r := range h.rules {
+		g.rules = append(g.rules, rule{name: prefix + ": " + r.name, body: shiftRefs(r.body, off, memo)})
+	}
+	return off + h.root
+}
+
+// shiftRefs returns e with its references to rule i made references to rule i+off (e itself when
+// it has none); memo maps the exprs done, so that shared ones stay shared.
+func shiftRefs(e *expr, off int, memo map[*expr]*expr) *expr {
+	if e == nil || off == 0 {
+		return e
+	}
+	if c, ok := memo[e]; ok {
+		return c
+	}
+	out := e
+	switch e.kind {
+	case kRef:
+		c := *e
+		c.rule += off
+		out = &c
+	case kSeq, kAlt, kRepeat:
+		c := *e
+		c.subs = make([]*expr, len(e.subs))
+		for i, s := range e.subs {
+			c.subs[i] = shiftRefs(s, off, memo)
+		}
+		out = &c
+	case kGraph:
+		gr := *e.g
+		gr.edges = make([]graphEdge, len(e.g.edges))
+		for i, ed := range e.g.edges {
+			ed.label = shiftRefs(ed.label, off, memo)
+			gr.edges[i] = ed
+		}
+		c := *e
+		c.g = &gr
+		out = &c
+	}
+	memo[e] = out
+	return out
+}
+
 var (
 	emptyExpr   = &expr{kind: kEmpty}
 	nothingExpr = &expr{kind: kNothing}

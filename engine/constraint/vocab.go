@@ -9,7 +9,8 @@ import (
 
 // TokenSource gives the bytes of each token id: what the token adds to the output text.
 // *tokenizer.Tokenizer satisfies it (TokenBytes reports false for special tokens, which a
-// constraint never allows; EOS is the engine's to allow, when the constraint is complete).
+// constraint allows only where it names them: Spec.SpecialTokens; EOS is the engine's to allow,
+// when the constraint is complete).
 type TokenSource interface {
 	TokenBytes(id int32) ([]byte, bool)
 }
@@ -56,19 +57,41 @@ type trieNode struct {
 	tokLo, tokHi int32
 }
 
+// Special tokens as grammar terminals. A grammar is over bytes, and a special token adds none to
+// the text; so each id src gives no bytes for (a special token, or a padding row) stands in the
+// vocabulary for specialBytes(id): the byte specialEscape, which no UTF-8 text has, then the id. A
+// special-token terminal of a grammar (Spec.SpecialTokens) is a literal of those bytes. Every front
+// end admits only UTF-8 text (a literal that is not is refused), so the escape byte is nowhere else
+// in a grammar, and the tokens whose bytes have it (byte-fallback or byte-level tokens that no UTF-8
+// text is made of) are left out: no other token, nor a run of them, can spell a special token's
+// bytes, and a special token is allowed exactly where a grammar names it.
+const specialEscape = 0xFF
+
+// specialBytes is what special token id stands for in a grammar.
+func specialBytes(id int32) []byte {
+	return []byte{specialEscape, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+}
+
 // NewVocabulary reads the bytes of ids [0, size) from src; size is the model's vocabulary (it may
-// exceed the tokenizer's, for padding rows). Ids without bytes (special, missing or empty) are
-// never allowed by a constraint.
+// exceed the tokenizer's, for padding rows). Ids without bytes (special or missing) are allowed
+// only where a constraint names them (Spec.SpecialTokens); empty tokens, and tokens with a byte no
+// UTF-8 text has (0xFF), never.
 func NewVocabulary(src TokenSource, size int) (*Vocabulary, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("constraint: vocabulary size %d", size)
 	}
 	v := &Vocabulary{size: size, tokens: make([][]byte, size)}
 	for id := range size {
-		if b, ok := src.TokenBytes(int32(id)); ok && len(b) > 0 {
+		b, ok := src.TokenBytes(int32(id))
+		switch {
+		case !ok:
+			v.tokens[id] = specialBytes(int32(id))
+		case len(b) == 0 || bytes.IndexByte(b, specialEscape) >= 0:
+			continue
+		default:
 			v.tokens[id] = slices.Clone(b)
-			v.order = append(v.order, int32(id))
 		}
+		v.order = append(v.order, int32(id))
 	}
 	for _, id := range v.order {
 		v.maxLen = max(v.maxLen, len(v.tokens[id]))
@@ -100,6 +123,15 @@ func NewVocabulary(src TokenSource, size int) (*Vocabulary, error) {
 		v.nodes[n].end = int32(len(v.nodes))
 	}
 	return v, nil
+}
+
+// special reports whether id is a special token of v: one its source gives no bytes for.
+func (v *Vocabulary) special(id int32) bool {
+	if id < 0 || int(id) >= v.size {
+		return false
+	}
+	b := v.tokens[id]
+	return len(b) > 0 && b[0] == specialEscape
 }
 
 // Size returns the number of token ids a mask covers.

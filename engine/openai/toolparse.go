@@ -93,7 +93,7 @@ func newToolParser(name string, afterTag bool) toolParser {
 	case ToolParserHermes:
 		p.tag, p.closeTag, p.argsKeys = "<tool_call>", "</tool_call>", []string{"arguments", "parameters"}
 	case ToolParserMistral:
-		p.tag, p.argsKeys = "[TOOL_CALLS]", []string{"arguments", "parameters"}
+		p.tag, p.argsKeys = mistralTag, []string{"arguments", "parameters"}
 	case ToolParserLlama3JSON:
 		p.argsKeys = []string{"parameters", "arguments"}
 		p.st = dLead
@@ -436,6 +436,9 @@ func (p *formParser) step(c byte) {
 		}
 	}
 }
+
+// mistralTag opens Mistral's calls: its list, or each call of its newer form.
+const mistralTag = "[TOOL_CALLS]"
 
 // The tags of Mistral's newer form between a call's name and its arguments.
 const (

@@ -28,10 +28,12 @@ import (
 // constrain it (engine/constraint) to calls in the model's form whose arguments are valid under the
 // function's parameters schema: Hermes' <tool_call> blocks (up to maxParallelCalls of them, or one
 // when parallel_tool_calls is false), Llama 3.1's one JSON object, Mistral's [TOOL_CALLS] list
-// ([TOOL_CALLS], a special token no constraint can write, ends the prompt instead: the first token
-// the model would have had to pick). Mistral's newer form, name[ARGS]{...}, needs [ARGS], another
-// special token, between a name and its arguments, so constrained calls are written as the list for
-// those models too (its parser reads both forms). A function's strict flag is accepted: constrained
+// ([TOOL_CALLS], when a special token, ends the prompt instead: the first token the model would have
+// had to pick), or, for tokenizers whose vocabulary has [ARGS] as a special token (Mistral Small
+// 3.1+, Magistral, Devstral: the models trained on it), Mistral's newer form: after the
+// [TOOL_CALLS] that ends the prompt, name[ARGS]{arguments} per call, the calls after the first
+// each after its own [TOOL_CALLS], those tokens written by the constraint as special-token
+// terminals (constraint.Spec.SpecialTokens). A function's strict flag is accepted: constrained
 // calls always validate, and "auto" does not constrain.
 
 // maxParallelCalls bounds the calls of a constrained output with parallel_tool_calls.
@@ -212,10 +214,7 @@ func (tu *toolUse) toolSchema(argsKey string) (call, defs string, err error) {
 		if tu.choice == "function" && t.Function.Name != tu.named {
 			continue
 		}
-		params := []byte(`{"type":"object","properties":{},"additionalProperties":false}`)
-		if p := bytes.TrimSpace(t.Function.Parameters); present(p) {
-			params = p
-		}
+		params := t.Function.params()
 		def := fmt.Sprintf("gollm_tool_%d", i)
 		rebased, err := rebaseRefs(params, "#/$defs/"+def)
 		if err != nil {
@@ -233,14 +232,32 @@ func (tu *toolUse) toolSchema(argsKey string) (call, defs string, err error) {
 	return call, strings.Join(members, ","), nil
 }
 
+// params returns the function's parameters schema: an object without properties when it has none.
+func (f *toolFunction) params() []byte {
+	if p := bytes.TrimSpace(f.Parameters); present(p) {
+		return p
+	}
+	return []byte(`{"type":"object","properties":{},"additionalProperties":false}`)
+}
+
+// specialToken returns the id of text when the tokenizer encodes it as one special token (one
+// that decodes to nothing when special tokens are skipped), else -1 and false.
+func (s *Server) specialToken(text string) (int32, bool) {
+	if ids := s.tok.Encode(text, false); len(ids) == 1 && s.tok.Decode(ids, true) == "" {
+		return ids[0], true
+	}
+	return -1, false
+}
+
 // withDefs adds $defs members defs to the schema object schema.
 func withDefs(schema, defs string) string {
 	return `{"$defs":{` + defs + `},` + strings.TrimPrefix(schema, "{")
 }
 
-// constraint returns the constraint of a "required" or named tool_choice, in the form of tu's parser.
-// forced is the token id to end the prompt with (Mistral's [TOOL_CALLS], when it is one special
-// token), -1 for none.
+// constraint returns the constraint of a "required" or named tool_choice, in the form of tu's parser
+// (for Mistral's, the newer name[ARGS]{...} form when the tokenizer has [ARGS] as a special token,
+// else the list). forced is the token id to end the prompt with (Mistral's [TOOL_CALLS], when it
+// is one special token), -1 for none.
 func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32, aerr *apiError) {
 	param := "tools" // a compile error names a keyword of a parameters schema
 	calls := 1
@@ -262,12 +279,31 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 		// Llama 3.1 calls one function at a time (its template refuses more in the history).
 		spec.Text = withDefs(call, defs)
 	case ToolParserMistral:
-		spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
-		if ids := s.tok.Encode("[TOOL_CALLS]", false); len(ids) == 1 && s.tok.Decode(ids, true) == "" {
-			forced = ids[0]
+		tag, tagSpecial := s.specialToken(mistralTag)
+		args, argsSpecial := s.specialToken(argsTag)
+		switch {
+		case tagSpecial && argsSpecial:
+			// The newer form: [TOOL_CALLS] ends the prompt; then name[ARGS]{arguments} (each
+			// function's own parameters schema, a document of its own), the next calls each after
+			// a [TOOL_CALLS] of the constraint's.
+			spec = constraint.Spec{Kind: constraint.AnyOf, Separator: mistralTag, MaxRepeat: calls,
+				SpecialTokens: map[string]int32{mistralTag: tag, argsTag: args}}
+			for _, t := range tu.tools {
+				if tu.choice == "function" && t.Function.Name != tu.named {
+					continue
+				}
+				spec.Alternatives = append(spec.Alternatives, constraint.Spec{Kind: constraint.JSONSchema,
+					Text: string(t.Function.params()), Prefix: t.Function.Name + argsTag})
+			}
+			forced, err = tag, nil
 			tu.afterTag = true
-		} else {
-			spec.Prefix = "[TOOL_CALLS]"
+		case tagSpecial:
+			spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
+			forced = tag
+			tu.afterTag = true
+		default:
+			spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
+			spec.Prefix = mistralTag
 		}
 	}
 	if err != nil {

@@ -1,14 +1,17 @@
 package openai
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gollm/gollm/engine"
@@ -424,5 +427,286 @@ func TestParallelToolCallsFalse(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// mistralTokenizer is byteTokenizer with Mistral's control tokens: [TOOL_CALLS] (258) and, with
+// args (a tokenizer of v11 or later), [ARGS] (259), each encoded from its text and decoded to it
+// unless special tokens are skipped. It is its own constraint.TokenSource: bytes for 0-255 only.
+type mistralTokenizer struct{ args bool }
+
+const (
+	mistralToolCallsID = 258
+	mistralArgsID      = 259
+)
+
+func (m mistralTokenizer) special(text string) (string, int32, bool) {
+	switch {
+	case strings.HasPrefix(text, mistralTag):
+		return mistralTag, mistralToolCallsID, true
+	case m.args && strings.HasPrefix(text, argsTag):
+		return argsTag, mistralArgsID, true
+	}
+	return "", -1, false
+}
+
+func (m mistralTokenizer) Encode(text string, addSpecial bool) []int32 {
+	var ids []int32
+	if addSpecial {
+		ids = append(ids, 256)
+	}
+	for len(text) > 0 {
+		if tag, id, ok := m.special(text); ok {
+			ids, text = append(ids, id), text[len(tag):]
+			continue
+		}
+		ids, text = append(ids, int32(text[0])), text[1:]
+	}
+	return ids
+}
+
+func (m mistralTokenizer) Decode(ids []int32, skipSpecial bool) string {
+	var b strings.Builder
+	for _, id := range ids {
+		switch {
+		case id < 256:
+			b.WriteByte(byte(id))
+		case skipSpecial:
+		case id == mistralToolCallsID:
+			b.WriteString(mistralTag)
+		case id == mistralArgsID && m.args:
+			b.WriteString(argsTag)
+		default:
+			fmt.Fprintf(&b, "<%d>", id)
+		}
+	}
+	return b.String()
+}
+
+func (mistralTokenizer) TokenBytes(id int32) ([]byte, bool) {
+	return []byte{byte(id)}, id >= 0 && id < 256
+}
+
+// mistralTools are the tools of the Mistral tests: get_weather needs a city, get_time takes nothing.
+const mistralTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}}},` +
+	`{"type":"function","function":{"name":"get_time"}}]`
+
+// TestMistralToolConstraint: a forced call (tool_choice "required" or named) of Mistral's form ends
+// the prompt with [TOOL_CALLS] and constrains the output after it: for a tokenizer with [ARGS]
+// (v11 and later) to name[ARGS]{arguments} calls, each after the first behind its own [TOOL_CALLS]
+// (both special tokens, not their text), refusing the list; for an older one to the list, refusing
+// the newer form. Names are the tools' (the named one's only), arguments valid under its schema.
+func TestMistralToolConstraint(t *testing.T) {
+	var req chatRequest
+	if err := json.Unmarshal([]byte(`{`+mistralTools+`}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	weather := `get_weather[ARGS]{"city": "Paris"}`
+	list := `[{"name": "get_weather", "arguments": {"city": "Paris"}}]`
+	for _, tc := range []struct {
+		name     string
+		args     bool
+		choice   string
+		parallel bool
+		good     []string
+		bad      []string
+	}{
+		{"args/required", true, "required", true,
+			[]string{weather, `get_time[ARGS]{}`, weather + `[TOOL_CALLS]get_time[ARGS]{}`, `get_weather[ARGS] {"city":"Rome"}[TOOL_CALLS]` + weather},
+			[]string{"", list, `get_weather[ARGS]{}`, `get_weather[ARGS]{"city": 1}`, `get_weather[ARGS]{"city": "Paris", "x": 1}`,
+				`run[ARGS]{}`, `get_weather{"city": "Paris"}`, weather + `get_time[ARGS]{}`, weather + `[TOOL_CALLS]`,
+				`[TOOL_CALLS]` + weather, `get_time[ARGS][]`}},
+		{"args/required/single", true, "required", false,
+			[]string{weather, `get_time[ARGS]{}`}, []string{weather + `[TOOL_CALLS]get_time[ARGS]{}`}},
+		{"args/named", true, "get_weather", true,
+			[]string{weather}, []string{`get_time[ARGS]{}`, weather + `[TOOL_CALLS]` + weather, list}},
+		{"list/required", false, "required", true,
+			[]string{list, `[{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]`},
+			[]string{weather, `get_time[ARGS]{}`, `[{"name": "run", "arguments": {}}]`, `[]`}},
+		{"list/named", false, "get_time", true,
+			[]string{`[{"name": "get_time", "arguments": {}}]`}, []string{list, `get_time[ARGS]{}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := mistralTokenizer{args: tc.args}
+			vocab, err := constraint.NewVocabulary(tok, 260)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tu := &toolUse{tools: req.Tools, choice: tc.choice, parallel: tc.parallel, parser: ToolParserMistral, forced: -1}
+			if tc.choice != "required" {
+				tu.choice, tu.named = "function", tc.choice
+			}
+			s := &Server{tok: tok}
+			oc, forced, aerr := s.toolConstraint(tu)
+			if aerr != nil || forced != mistralToolCallsID || !tu.afterTag {
+				t.Fatalf("%v, forced %d, afterTag %v", aerr, forced, tu.afterTag)
+			}
+			g, err := constraint.Compile(oc.spec, vocab, oc.opts)
+			if err != nil {
+				t.Fatalf("%v\n%+v", err, oc.spec)
+			}
+			accepts := func(ids []int32) bool {
+				m := g.NewMatcher()
+				mask := make([]uint64, vocab.MaskWords())
+				for _, id := range ids {
+					m.Mask(mask)
+					if mask[id/64]&(1<<(id%64)) == 0 {
+						return false
+					}
+					if err := m.Accept(id); err != nil {
+						t.Fatalf("token %d in the mask but refused: %v", id, err)
+					}
+				}
+				return m.Complete()
+			}
+			for _, text := range tc.good {
+				ids := tok.Encode(text, false)
+				if !accepts(ids) {
+					t.Errorf("refuses %q (%v)", text, ids)
+				}
+				if tc.args && strings.Contains(text, argsTag) && accepts((byteTokenizer{}).Encode(text, false)) {
+					t.Errorf("accepts %q with [ARGS] and [TOOL_CALLS] written as text", text)
+				}
+				p := parsePieces(t, ToolParserMistral, true, []string{tok.Decode(ids, false)})
+				if len(p.Calls) == 0 || p.Content != "" {
+					t.Errorf("the parser reads %+v in %q", p, text)
+				}
+			}
+			for _, text := range tc.bad {
+				if accepts(tok.Encode(text, false)) {
+					t.Errorf("accepts %q", text)
+				}
+			}
+		})
+	}
+}
+
+// forcingEngine is a model that writes script's tokens while the request's constraint allows them
+// (each must be in its mask, and is accepted), each with its text as the tokenizer decodes it; it
+// finishes with FinishStop at the script's end or when the constraint is done, and with
+// FinishError when the constraint refuses a token (refused counts them).
+type forcingEngine struct {
+	tok    mistralTokenizer
+	script []int32
+
+	mu       sync.Mutex
+	requests []engine.Request
+	refused  int
+}
+
+func (f *forcingEngine) Add(ctx context.Context, req engine.Request) (Stream, error) {
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.mu.Unlock()
+	ch := make(chan engine.Output, len(f.script)+1)
+	usage := engine.Usage{PromptTokens: len(req.PromptIDs)}
+	c := req.Constraint
+	for i, id := range f.script {
+		if c != nil {
+			mask := make([]uint64, (mistralArgsID+64)/64)
+			c.Mask(mask)
+			if mask[id/64]&(1<<(id%64)) == 0 || c.Accept(id) != nil {
+				f.mu.Lock()
+				f.refused++
+				f.mu.Unlock()
+				ch <- engine.Output{FinishReason: engine.FinishError, Err: fmt.Errorf("token %d refused", id), Usage: usage}
+				break
+			}
+		}
+		usage.CompletionTokens++
+		o := engine.Output{TokenIDs: []int32{id}, Text: f.tok.Decode([]int32{id}, !req.KeepSpecialTokens), Usage: usage}
+		if i == len(f.script)-1 || c != nil && c.Done() {
+			o.FinishReason = engine.FinishStop
+			ch <- o
+			break
+		}
+		ch <- o
+	}
+	close(ch)
+	return &fakeStream{ch: ch}, nil
+}
+
+func (f *forcingEngine) Stats() engine.Stats { return engine.Stats{} }
+
+func (f *forcingEngine) MaxModelLen() int { return 4096 }
+
+// TestMistralForcedToolCalls: through the server, a forced call for a Mistral tokenizer with [ARGS]
+// ends the prompt with [TOOL_CALLS] and lets a model write name[ARGS]{...} calls (the special tokens
+// drawn as tokens, kept in the text for the parser), which come back as tool_calls, complete or
+// streamed; the list form is refused there, and for an older tokenizer it is the reverse.
+func TestMistralForcedToolCalls(t *testing.T) {
+	argsForm := `get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}`
+	listForm := `[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {}}]`
+	for _, tc := range []struct {
+		name   string
+		args   bool
+		choice string
+		script string
+		calls  []string // the calls' names; none: the engine refuses a token
+	}{
+		{"args/required", true, `"required"`, argsForm, []string{"get_weather", "get_time"}},
+		{"args/named", true, `{"type":"function","function":{"name":"get_weather"}}`, `get_weather[ARGS]{"city": "Paris"}`, []string{"get_weather"}},
+		{"args/named/other", true, `{"type":"function","function":{"name":"get_weather"}}`, `get_time[ARGS]{}`, nil},
+		{"args/list refused", true, `"required"`, listForm, nil},
+		{"list/required", false, `"required"`, listForm, []string{"get_weather", "get_time"}},
+		{"list/args refused", false, `"required"`, `get_time[ARGS]{}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := mistralTokenizer{args: tc.args}
+			vocab, err := constraint.NewVocabulary(tok, 260)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := templateConfig(t)
+			cfg.ToolCallParser, cfg.Vocabulary, cfg.VocabSize, cfg.ModelName, cfg.Logger = ToolParserMistral, vocab, 260, "fake-model", quietLogger()
+			f := &forcingEngine{tok: tok, script: tok.Encode(tc.script, false)}
+			srv, err := New(f, tok, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			body := `{"messages":[{"role":"user","content":"Weather in Paris?"}],` + mistralTools + `,"tool_choice":` + tc.choice
+			for _, stream := range []bool{false, true} {
+				status, _, data := call(t, "POST", ts.URL+"/v1/chat/completions", "", body+fmt.Sprintf(`,"stream":%v}`, stream))
+				f.mu.Lock()
+				req, refused := f.requests[len(f.requests)-1], f.refused
+				f.refused = 0
+				f.mu.Unlock()
+				if p := req.PromptIDs; p[len(p)-1] != mistralToolCallsID || !req.KeepSpecialTokens || req.Constraint == nil {
+					t.Fatalf("prompt ends with %d, KeepSpecialTokens %v, constraint %v", p[len(p)-1], req.KeepSpecialTokens, req.Constraint != nil)
+				}
+				if tc.calls == nil {
+					if refused == 0 {
+						t.Errorf("stream=%v: the constraint took %q: %d %s", stream, tc.script, status, data)
+					}
+					continue
+				}
+				if status != 200 || refused != 0 {
+					t.Fatalf("stream=%v: %d, %d refused: %s", stream, status, refused, data)
+				}
+				var calls []toolCallOut
+				var finish string
+				if stream {
+					_, calls, finish = streamedMessage(t, sseEvents(t, data))
+				} else {
+					var resp chatResponse
+					if err := json.Unmarshal(data, &resp); err != nil {
+						t.Fatal(err)
+					}
+					calls, finish = resp.Choices[0].Message.ToolCalls, *resp.Choices[0].FinishReason
+				}
+				var names []string
+				for _, c := range calls {
+					names = append(names, c.Function.Name)
+					if !json.Valid([]byte(c.Function.Arguments)) {
+						t.Errorf("stream=%v: arguments %q", stream, c.Function.Arguments)
+					}
+				}
+				if !reflect.DeepEqual(names, tc.calls) || finish != "tool_calls" || calls[0].Function.Name == "get_weather" && calls[0].Function.Arguments != `{"city": "Paris"}` {
+					t.Errorf("stream=%v: calls %+v, finish %q; want %v: %s", stream, calls, finish, tc.calls, data)
+				}
+			}
+		})
 	}
 }
