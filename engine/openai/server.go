@@ -176,6 +176,10 @@ type Server struct {
 	// (Config.ToolCallParser, or the one the chat template teaches), "" when none.
 	constraints *constraint.Cache
 	toolParser  string
+	// mistralTag and mistralArgs are the ids of Mistral's [TOOL_CALLS] and [ARGS] as special tokens,
+	// -1 for none, found once (mistralTokens).
+	mistralOnce             sync.Once
+	mistralTag, mistralArgs int32
 
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
 	abortCtx  context.Context

@@ -249,6 +249,16 @@ func (s *Server) specialToken(text string) (int32, bool) {
 	return -1, false
 }
 
+// mistralTokens returns the ids of Mistral's [TOOL_CALLS] and [ARGS] where the tokenizer has each
+// as one special token, -1 where not; the tokenizer is the server's, so they are found once.
+func (s *Server) mistralTokens() (tag, args int32) {
+	s.mistralOnce.Do(func() {
+		s.mistralTag, _ = s.specialToken(mistralTag)
+		s.mistralArgs, _ = s.specialToken(argsTag)
+	})
+	return s.mistralTag, s.mistralArgs
+}
+
 // withDefs adds $defs members defs to the schema object schema.
 func withDefs(schema, defs string) string {
 	return `{"$defs":{` + defs + `},` + strings.TrimPrefix(schema, "{")
@@ -270,6 +280,26 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 	if tu.parser == ToolParserLlama3JSON {
 		argsKey = "parameters"
 	}
+	tag, args := int32(-1), int32(-1)
+	if tu.parser == ToolParserMistral {
+		tag, args = s.mistralTokens()
+	}
+	if tag >= 0 && args >= 0 {
+		// Mistral's newer form: [TOOL_CALLS] ends the prompt; then name[ARGS]{arguments} (each
+		// function's own parameters schema, a document of its own), the next calls each after a
+		// [TOOL_CALLS] of the constraint's.
+		spec = constraint.Spec{Kind: constraint.AnyOf, Separator: mistralTag, MaxRepeat: calls,
+			SpecialTokens: map[string]int32{mistralTag: tag, argsTag: args}}
+		for _, t := range tu.tools {
+			if tu.choice == "function" && t.Function.Name != tu.named {
+				continue
+			}
+			spec.Alternatives = append(spec.Alternatives, constraint.Spec{Kind: constraint.JSONSchema,
+				Text: string(t.Function.params()), Prefix: t.Function.Name + argsTag})
+		}
+		tu.afterTag = true
+		return &outputConstraint{param: param, spec: spec}, tag, nil
+	}
 	call, defs, err := tu.toolSchema(argsKey)
 	switch tu.parser {
 	case ToolParserHermes:
@@ -279,30 +309,11 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 		// Llama 3.1 calls one function at a time (its template refuses more in the history).
 		spec.Text = withDefs(call, defs)
 	case ToolParserMistral:
-		tag, tagSpecial := s.specialToken(mistralTag)
-		args, argsSpecial := s.specialToken(argsTag)
-		switch {
-		case tagSpecial && argsSpecial:
-			// The newer form: [TOOL_CALLS] ends the prompt; then name[ARGS]{arguments} (each
-			// function's own parameters schema, a document of its own), the next calls each after
-			// a [TOOL_CALLS] of the constraint's.
-			spec = constraint.Spec{Kind: constraint.AnyOf, Separator: mistralTag, MaxRepeat: calls,
-				SpecialTokens: map[string]int32{mistralTag: tag, argsTag: args}}
-			for _, t := range tu.tools {
-				if tu.choice == "function" && t.Function.Name != tu.named {
-					continue
-				}
-				spec.Alternatives = append(spec.Alternatives, constraint.Spec{Kind: constraint.JSONSchema,
-					Text: string(t.Function.params()), Prefix: t.Function.Name + argsTag})
-			}
-			forced, err = tag, nil
-			tu.afterTag = true
-		case tagSpecial:
-			spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
+		spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
+		if tag >= 0 {
 			forced = tag
 			tu.afterTag = true
-		default:
-			spec.Text = withDefs(fmt.Sprintf(`{"type":"array","minItems":1,"maxItems":%d,"items":%s}`, calls, call), defs)
+		} else {
 			spec.Prefix = mistralTag
 		}
 	}
