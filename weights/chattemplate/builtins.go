@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/big"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -311,9 +310,10 @@ func titleFilter(s string) string {
 	return b.String()
 }
 
-func htmlEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s)
-}
+func htmlEscape(s string) string { return htmlEscaper.Replace(s) }
+
+// htmlEscaper is markupsafe's escaping, built once: a Replacer is safe for concurrent use.
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;")
 
 func toInt(v, def value) (value, error) {
 	switch x := v.(type) {
@@ -385,21 +385,7 @@ func dictsort(d *dict, args []value, kw *dict) (value, error) {
 			keys[i] = pyLower(s)
 		}
 	}
-	order := make([]int, len(pairs))
-	for i := range order {
-		order[i] = i
-	}
-	var err error
-	sort.SliceStable(order, func(a, b int) bool {
-		c, cerr := compare(keys[order[a]], keys[order[b]])
-		if cerr != nil && err == nil {
-			err = cerr
-		}
-		if reverse {
-			return c > 0
-		}
-		return c < 0
-	})
+	order, err := sortOrder(keys, reverse)
 	if err != nil {
 		return nil, err
 	}
@@ -543,23 +529,9 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		}
 		return items[best], nil
 	}
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
-	}
-	var cmpErr error
-	sort.SliceStable(order, func(a, b int) bool {
-		c, err := compare(keys[order[a]], keys[order[b]])
-		if err != nil && cmpErr == nil {
-			cmpErr = err
-		}
-		if reverse {
-			return c > 0
-		}
-		return c < 0
-	})
-	if cmpErr != nil {
-		return nil, cmpErr
+	order, err := sortOrder(keys, reverse)
+	if err != nil {
+		return nil, err
 	}
 	out := &list{items: make([]value, len(items))}
 	for i, o := range order {
@@ -620,17 +592,7 @@ func groupby(v value, args []value, kw *dict) (value, error) {
 			keys[i] = pyLower(s)
 		}
 	}
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		c, cerr := compare(keys[order[a]], keys[order[b]])
-		if cerr != nil && err == nil {
-			err = cerr
-		}
-		return c < 0
-	})
+	order, err := sortOrder(keys, false)
 	if err != nil {
 		return nil, err
 	}

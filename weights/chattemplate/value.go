@@ -739,6 +739,27 @@ func sortedValues(vs []value) ([]value, error) {
 	return out, err
 }
 
+// sortOrder returns the indexes of keys in the order of a stable sort by Python's < (or >, where
+// reverse); keys Python cannot order are an error.
+func sortOrder(keys []value, reverse bool) ([]int, error) {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	var err error
+	sort.SliceStable(order, func(a, b int) bool {
+		c, cerr := compare(keys[order[a]], keys[order[b]])
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		if reverse {
+			return c > 0
+		}
+		return c < 0
+	})
+	return order, err
+}
+
 // writeJSONString quotes s as Python's json module does with ensure_ascii=False: only ", \ and
 // control characters are escaped.
 func writeJSONString(b *strings.Builder, s string) {
