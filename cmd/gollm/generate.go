@@ -132,11 +132,14 @@ func checkEngineFlags(o *generateOptions, stderr io.Writer) error {
 // load itself cannot stop at once. Tests replace it to hold a load where it starts.
 var loadModel = llm.Load
 
-// loadHint is what the user can do about a model that does not fit, in flags.
-func loadHint(err error) string {
+// loadHint is what the user can do about a model that does not fit, in flags; kvBlocks is the
+// --kv-blocks given (0: the cache sized from the memory the weights leave).
+func loadHint(err error, kvBlocks int) string {
 	switch { // the KV pages asked for: llm.ErrDoesNotFit wraps model.ErrKVTooLarge then
-	case errors.Is(err, model.ErrKVTooLarge):
+	case errors.Is(err, model.ErrKVTooLarge) && kvBlocks > 0:
 		return " (give fewer --kv-blocks, or leave --kv-blocks out to size the cache from memory)"
+	case errors.Is(err, model.ErrKVTooLarge): // sized from memory: the weights left none for one page
+		return " (the weights leave no memory for the KV cache: load fewer bytes of weights with --quantization fp8, or use a device with more memory)"
 	case errors.Is(err, llm.ErrDoesNotFit):
 		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
 	}
@@ -266,7 +269,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintln(stderr, "gollm generate: interrupted while loading the model")
 			return 130
 		}
-		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err))
+		fmt.Fprintf(stderr, "gollm generate: %v%s\n", err, loadHint(err, o.kvBlocks))
 		return 1
 	}
 	g := &generator{model: m, tok: m.Tokenizer(), engine: m.Engine(), loadTime: time.Since(start)}

@@ -513,16 +513,23 @@ func TestLoadProgressLogLines(t *testing.T) {
 
 func TestLoadHint(t *testing.T) {
 	for _, tc := range []struct {
-		err  error
-		want string
+		err      error
+		kvBlocks int
+		want     string
 	}{
-		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), "--max-model-len"},
+		{fmt.Errorf("llm: the weights need more: %w", llm.ErrDoesNotFit), 0, "--max-model-len"},
 		// Too many KV pages asked for: Load's error wraps both.
-		{fmt.Errorf("llm: KVBlocks 9: %w: %w", llm.ErrDoesNotFit, model.ErrKVTooLarge), "give fewer --kv-blocks"},
-		{errors.New("weights: config.json: no such file"), ""},
+		{fmt.Errorf("llm: KVBlocks 9: %w: %w", llm.ErrDoesNotFit, model.ErrKVTooLarge), 9, "give fewer --kv-blocks"},
+		// No --kv-blocks, and the weights leave no memory for one page: fewer pages cannot help.
+		{fmt.Errorf("llm: %w: %w", llm.ErrDoesNotFit, model.ErrKVTooLarge), 0, "--quantization fp8"},
+		{errors.New("weights: config.json: no such file"), 0, ""},
 	} {
-		if got := loadHint(tc.err); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("loadHint(%v) = %q, want %q", tc.err, got, tc.want)
+		got := loadHint(tc.err, tc.kvBlocks)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("loadHint(%v, %d) = %q, want %q", tc.err, tc.kvBlocks, got, tc.want)
+		}
+		if tc.kvBlocks == 0 && strings.Contains(got, "fewer --kv-blocks") {
+			t.Errorf("loadHint(%v, 0) = %q: no --kv-blocks was given", tc.err, got)
 		}
 	}
 }

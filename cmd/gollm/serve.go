@@ -159,7 +159,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if err := serve(ctx, &o, tpl, stderr); err != nil {
-		fmt.Fprintf(stderr, "gollm serve: %v%s\n", err, loadHint(err))
+		fmt.Fprintf(stderr, "gollm serve: %v%s\n", err, loadHint(err, o.gen.kvBlocks))
 		return 1
 	}
 	return 0
