@@ -128,10 +128,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // b0, b1 as PTX lays the fragments out. The skinny product (gemv.cu) and the tensor-core prefill
 // attention (../../attention/prefill.cu) use it.
 // load_stream is a 16-byte load of bytes read once (weights streamed by a product): through the
-// non-coherent path, not allocated in L1.
+// non-coherent path, not allocated in L1, and with L2's 256-byte prefetch (L2::256B). A warp's load of a
+// weight tile touches 64-128 bytes of each of 16 rows, and the warps beside it the bytes next to them:
+// fetching each row's 256-byte span from memory at once gives the memory larger bursts and keeps more
+// bytes in flight for the same loads, which the skinny products at one token row need to reach the
+// bandwidth (docs/bench/gemm-h200.md).
 __device__ __forceinline__ uint4 load_stream(const void *p) {
 	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	             : "l"(p));
 	return v;
