@@ -442,7 +442,7 @@ section_fp8() {
 }
 
 # fp8_e2e DIR: gollm bench latency of llama3-8b in bf16, FP8 and FP8 with an FP8 KV cache, the torch
-# FP8 peer beside it, and the table of gaps (the fp8 and fp8e2e sections).
+# peer in bf16 and FP8 beside it, and the table of gaps (the fp8 and fp8e2e sections).
 fp8_e2e() {
 	local d=$1 q extra
 	for q in bf16 fp8 fp8kv; do
@@ -453,7 +453,7 @@ fp8_e2e() {
 			--input-len 1024 --output-len 128 "${extra[@]}" --json >"$d/latency-$q.jsonl" 2>"$d/latency-$q.log"
 		stamp "fp8 bench latency llama3-8b $q" $?
 	done
-	PYTHONUNBUFFERED=1 timeout 230 python3 scripts/bench/fp8_peer.py --batches 1,64 --dtypes fp8 --iters 30 --json "$d/peer.json" \
+	PYTHONUNBUFFERED=1 timeout 230 python3 scripts/bench/fp8_peer.py --batches 1,64 --dtypes bf16,fp8 --iters 30 --json "$d/peer.json" \
 		>"$d/peer.txt" 2>"$d/peer.log"
 	stamp "fp8 fp8_peer.py" $?
 	sed 's/^/  /' "$d/peer.txt" | tee -a "$out/summary.txt"
@@ -471,13 +471,16 @@ def rows(name):
                 out[r["batch"]] = r
     return out
 bf, fp, kv = rows("latency-bf16.jsonl"), rows("latency-fp8.jsonl"), rows("latency-fp8kv.jsonl")
-peer = {}
+peer, peer16 = {}, {}
 if os.path.exists(os.path.join(raw, "peer.json")):
-    peer = {r["batch"]: r for r in json.load(open(os.path.join(raw, "peer.json"))) if r["dtype"] == "fp8"}
+    runs = json.load(open(os.path.join(raw, "peer.json")))
+    peer = {r["batch"]: r for r in runs if r["dtype"] == "fp8"}
+    peer16 = {r["batch"]: r for r in runs if r["dtype"] == "bf16"}
 print("\n== FP8 weights, Llama-3-8B shape, random weights, prompt 1024, 128 out (decode step p50 ms)")
-print(f"{'batch':>5} {'gollm bf16':>11} {'gollm fp8':>10} {'fp8 roof':>9} {'% roof':>7} {'torch fp8':>10} {'fp8/torch':>10} {'bf16/fp8':>9} {'fp8+fp8 KV':>11} {'its roof':>9}")
+print(f"{'batch':>5} {'gollm bf16':>11} {'torch bf16':>11} {'bf16/torch':>11} {'gollm fp8':>10} {'fp8 roof':>9} {'% roof':>7} {'torch fp8':>10} {'fp8/torch':>10} {'bf16/fp8':>9} {'fp8+fp8 KV':>11} {'its roof':>9}")
 for b in sorted(set(bf) | set(fp)):
     x, y, t = bf.get(b), fp.get(b), peer.get(b)
+    t16 = peer16[b]["step_ms"] if b in peer16 else float("nan")
     xs = x["decode_step"]["p50_ms"] if x else float("nan")
     ys = y["decode_step"]["p50_ms"] if y else float("nan")
     roof = y["roofline"]["step_ms"] if y else float("nan")
@@ -487,7 +490,7 @@ for b in sorted(set(bf) | set(fp)):
     zroof = z["roofline"]["step_ms"] if z else float("nan")
     flag = "  > 2.1 ms" if b == 1 and not ys <= 2.1 else ""
     flag += "  > 3.6 ms" if b == 64 and not zs <= 3.6 else ""
-    print(f"{b:>5} {xs:>11.3f} {ys:>10.3f} {roof:>9.3f} {100 * roof / ys:>6.0f}% {ts:>10.3f} {ys / ts:>10.3f} {xs / ys:>9.3f} {zs:>11.3f} {zroof:>9.3f}{flag}")
+    print(f"{b:>5} {xs:>11.3f} {t16:>11.3f} {xs / t16:>11.3f} {ys:>10.3f} {roof:>9.3f} {100 * roof / ys:>6.0f}% {ts:>10.3f} {ys / ts:>10.3f} {xs / ys:>9.3f} {zs:>11.3f} {zroof:>9.3f}{flag}")
 if 1 in bf and 1 in fp:
     a, c = bf[1]["prefill_ms"], fp[1]["prefill_ms"]
     print(f"prefill of 1024 tokens (batch 1): bf16 {a:.1f} ms, fp8 {c:.1f} ms, {a / c:.2f}x" + ("" if a / c >= 1.6 else "  < 1.6x"))
