@@ -481,16 +481,35 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		caseSensitive = truthy(arg(args, kw, 0, "case_sensitive", false))
 		attr = arg(args, kw, 1, "attribute", nil)
 	}
+	fold := func(x value) value {
+		if s, ok := x.(string); ok && !caseSensitive {
+			return pyLower(s)
+		}
+		return x
+	}
 	get := attrGetter(attr, nil)
 	key := func(x value) (value, error) {
 		x, err := get(x)
-		if err != nil {
-			return nil, err
+		return fold(x), err
+	}
+	if a, ok := attr.(string); ok && name == "sort" && strings.Contains(a, ",") {
+		// sort's attribute names several keys, comma-separated (Jinja2's make_multi_attrgetter): the
+		// items sort by the list of them.
+		var gets []func(value) (value, error)
+		for _, part := range strings.Split(a, ",") {
+			gets = append(gets, attrGetter(part, nil))
 		}
-		if s, ok := x.(string); ok && !caseSensitive {
-			return pyLower(s), nil
+		key = func(x value) (value, error) {
+			k := &list{items: make([]value, len(gets))}
+			for i, g := range gets {
+				v, err := g(x)
+				if err != nil {
+					return nil, err
+				}
+				k.items[i] = fold(v)
+			}
+			return k, nil
 		}
-		return x, nil
 	}
 	keys := make([]value, len(items))
 	for i, it := range items {

@@ -410,7 +410,11 @@ func pyFormat(s string, args []value, kw *dict) (value, error) {
 func dictMethod(d *dict, name string) func(args []value, kw *dict) (value, error) {
 	switch name {
 	case "items":
-		return func([]value, *dict) (value, error) { return dictItems(d), nil }
+		return func([]value, *dict) (value, error) {
+			items := dictItems(d)
+			items.view = "dict_items"
+			return items, nil
+		}
 	case "copy":
 		return func([]value, *dict) (value, error) {
 			c := newDict()
@@ -419,11 +423,11 @@ func dictMethod(d *dict, name string) func(args []value, kw *dict) (value, error
 		}
 	case "keys":
 		return func([]value, *dict) (value, error) {
-			return &list{items: append([]value(nil), d.keys...)}, nil
+			return &list{items: append([]value(nil), d.keys...), view: "dict_keys"}, nil
 		}
 	case "values":
 		return func([]value, *dict) (value, error) {
-			out := &list{}
+			out := &list{view: "dict_values"}
 			for _, k := range d.keys {
 				out.items = append(out.items, d.at(k))
 			}

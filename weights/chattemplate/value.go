@@ -28,6 +28,9 @@ type list struct {
 	tuple bool
 	// fields name the items of a named tuple, attributes besides indexes.
 	fields []string
+	// view names a dict view (dict_keys, dict_values, dict_items: what a dict's keys, values and items
+	// methods return), which prints as Python prints it and is not JSON-serializable.
+	view string
 }
 
 // dict is a Python dict in insertion order (tojson and items() keep it). Its keys are strings, or
@@ -349,6 +352,9 @@ func reprPath(v value, path []value) string {
 			}
 			return "(" + strings.Join(parts, ", ") + ")"
 		}
+		if x.view != "" {
+			return x.view + "([" + strings.Join(parts, ", ") + "])"
+		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case *dict:
 		parts := make([]string, len(x.keys))
@@ -631,7 +637,9 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 		return errors.New("tojson: circular reference or nesting too deep")
 	}
 	switch x := v.(type) {
-	case nil, undefined:
+	case undefined: // json.dumps of jinja2's Undefined raises, as transformers' tojson does
+		return errors.New("tojson: Object of type Undefined is not JSON serializable")
+	case nil:
 		b.WriteString("null")
 	case bool:
 		if x {
@@ -657,6 +665,9 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 	case string:
 		writeJSONString(b, x)
 	case *list:
+		if x.view != "" {
+			return fmt.Errorf("tojson: Object of type %s is not JSON serializable", x.view)
+		}
 		if len(x.items) == 0 {
 			b.WriteString("[]")
 			return nil
