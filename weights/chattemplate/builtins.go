@@ -492,12 +492,16 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		x, err := get(x)
 		return fold(x), err
 	}
-	if a, ok := attr.(string); ok && name == "sort" && strings.Contains(a, ",") {
-		// sort's attribute names several keys, comma-separated (Jinja2's make_multi_attrgetter): the
-		// items sort by the list of them.
-		var gets []func(value) (value, error)
-		for _, part := range strings.Split(a, ",") {
-			gets = append(gets, attrGetter(part, nil))
+	if name == "sort" {
+		// sort keys each item by a list (Jinja2's make_multi_attrgetter): of the keys its attribute names,
+		// comma-separated, or of the one. Lists compare their items for equality first, so equal items
+		// that cannot be ordered (None, dicts, undefined attributes) still sort, as in Python.
+		gets := []func(value) (value, error){get}
+		if a, ok := attr.(string); ok {
+			gets = gets[:0]
+			for _, part := range strings.Split(a, ",") {
+				gets = append(gets, attrGetter(part, nil))
+			}
 		}
 		key = func(x value) (value, error) {
 			k := &list{items: make([]value, len(gets))}

@@ -44,6 +44,9 @@ func TestExecute(t *testing.T) {
 		{"default", "{{ missing | default('dflt') }} {{ '' | default('e', true) }} {{ n | d(0) }}", "dflt e 3"},
 		{"tojson", "{{ d | tojson }} {{ xs | tojson }} {{ 'é\"\\n' | tojson }} {{ none | tojson }} {{ {'k': [1, 2.5, true]} | tojson(indent=2) }}",
 			"{\"a\": 1, \"b\": 2} [\"a\", \"b\", \"c\"] \"é\\\"\\n\" null {\n  \"k\": [\n    1,\n    2.5,\n    true\n  ]\n}"},
+		// Undefined is null in tojson (Python raises): a tool without parameters renders as vLLM, which
+		// model_dump()s its tools, renders it.
+		{"tojson undefined", "{{ missing | tojson }} {{ {'p': d.missing} | tojson }} {{ [missing] | tojson }}", "null {\"p\": null} [null]"},
 		{"map selectattr", "{{ msgs | map(attribute='role') | join(',') }} {{ msgs | selectattr('role', 'equalto', 'user') | list | length }} {{ msgs | rejectattr('role', 'eq', 'user') | map(attribute='content') | first }}",
 			"user,assistant 1 yo"},
 		{"tests", "{{ s is string }} {{ n is number }} {{ missing is defined }} {{ none is none }} {{ xs is iterable }} {{ d is mapping }} {{ n is odd }} {{ 6 is divisibleby 3 }} {{ n is not string }}",

@@ -637,9 +637,10 @@ func toJSON(b *strings.Builder, v value, indent string, depth int, sortKeys bool
 		return errors.New("tojson: circular reference or nesting too deep")
 	}
 	switch x := v.(type) {
-	case undefined: // json.dumps of jinja2's Undefined raises, as transformers' tojson does
-		return errors.New("tojson: Object of type Undefined is not JSON serializable")
-	case nil:
+	case nil, undefined:
+		// An undefined value is null, where json.dumps of Jinja2's Undefined raises: a request's tool
+		// without a description or parameters renders as vLLM renders it (its tools are model_dump()ed,
+		// absent fields None), not as an error.
 		b.WriteString("null")
 	case bool:
 		if x {

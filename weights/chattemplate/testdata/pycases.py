@@ -99,12 +99,14 @@ CASES = [
     ("unique unhashable", "{{ [[1], [1]] | unique | list }}"),
     ("map attribute default", "{{ [{'a': 1}, {}, {'a': none}] | map(attribute='a', default='d') | list }}|{{ [{'a': {'b': 1}}, {'a': {}}] | map(attribute='a.b', default=0) | list }}|{{ [[1, 2], [3]] | map(attribute='1', default='-') | list }}|{{ [{'a': 1}, {}] | map(attribute='a') | list }}"),
     ("selectattr tests", "{% set xs = [{'n': 1, 'r': 'user'}, {'n': 2}, {'n': 3, 'r': 'tool'}, {'n': 4, 'r': none}] %}{{ xs | selectattr('r') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'defined') | map(attribute='n') | list }}|{{ xs | rejectattr('r', 'defined') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'equalto', 'tool') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'in', ['user', 'tool']) | map(attribute='n') | list }}|{{ xs | rejectattr('r', 'none') | map(attribute='n') | list }}|{{ xs | selectattr('n', 'odd') | map(attribute='n') | list }}|{{ xs | selectattr('n', 'gt', 2) | map(attribute='n') | list }}|{{ xs | selectattr('r', 'string') | map(attribute='n') | list }}"),
-    # dict views print as Python's repr of them; tojson of an undefined value raises (json.dumps).
+    # dict views print as Python's repr of them, and tojson refuses them as json.dumps does.
     ("dict views repr", "{{ {1: 2, 'a': none}.keys() }}|{{ {1: 2}.values() }}|{{ {1: 2}.items() }}|{{ ({1: 2}.keys()) | list }}|{{ {}.keys() }}|{{ {'a': [1, 'b']}.values() }}"),
-    ("tojson undefined", "{{ nothing | tojson }}"),
-    ("tojson undefined in dict", "{{ {'a': nothing} | tojson }}"),
-    ("tojson undefined in list", "{{ [1, nothing] | tojson }}"),
-    # sort's attribute may name several keys, comma-separated, each a dotted path.
+    ("dict view tojson", "{{ {1: 2}.keys() | tojson }}"),
+    ("dict view tojson nested", "{{ {'a': {1: 2}.items()} | tojson }}"),
+    # sort's attribute may name several keys, comma-separated, each a dotted path; sort keys by the list
+    # of them even with one (make_multi_attrgetter), so equal items that cannot be ordered still sort.
+    ("sort equal unorderable", "{{ [{}, {}] | sort(attribute='a') }}|{{ [none, none] | sort }}|{{ [{'a': 1}, {'a': 1}] | sort }}|{{ ['B', 'a'] | sort(attribute='') }}|{{ [[1, none], [1, none]] | sort }}"),
+    ("sort unorderable", "{{ [none, 1] | sort }}"),
     ("sort several attributes", "{{ [{'a': 2, 'b': 1}, {'a': 1, 'b': 2}, {'a': 1, 'b': 1}] | sort(attribute='a,b') }}|{{ [{'a': 2, 'b': 'X'}, {'a': 1, 'b': 'y'}, {'a': 1, 'b': 'x'}] | sort(attribute='a,b', reverse=true) }}|{{ [{'a': {'c': 2}, 'b': 1}, {'a': {'c': 1}, 'b': 2}] | sort(attribute='a.c,b') }}|{{ [{'a': 1, 'b': 'B'}, {'a': 1, 'b': 'a'}] | sort(attribute='a,b', case_sensitive=true) }}"),
 ]
 
