@@ -139,7 +139,7 @@ func loadHint(err error, kvBlocks int) string {
 	case errors.Is(err, model.ErrKVTooLarge) && kvBlocks > 0:
 		return " (give fewer --kv-blocks, or leave --kv-blocks out to size the cache from memory)"
 	case errors.Is(err, model.ErrKVTooLarge): // sized from memory: the weights left none for one page
-		return " (the weights leave no memory for the KV cache: load fewer bytes of weights with --quantization fp8, or use a device with more memory)"
+		return " (the weights leave no memory for the KV cache: load fewer bytes of weights a GPU with --quantization fp8 or --tensor-parallel-size, or use a device with more memory)"
 	case errors.Is(err, llm.ErrDoesNotFit):
 		return " (choose the KV cache's size with --kv-blocks, or a smaller --max-model-len)"
 	}
