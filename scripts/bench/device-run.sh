@@ -453,7 +453,7 @@ fp8_e2e() {
 			--input-len 1024 --output-len 128 "${extra[@]}" --json >"$d/latency-$q.jsonl" 2>"$d/latency-$q.log"
 		stamp "fp8 bench latency llama3-8b $q" $?
 	done
-	PYTHONUNBUFFERED=1 timeout 230 python3 scripts/bench/fp8_peer.py --batches 1,64 --dtypes bf16,fp8 --iters 30 --json "$d/peer.json" \
+	PYTHONUNBUFFERED=1 timeout 320 python3 scripts/bench/fp8_peer.py --batches 1,64 --dtypes fp8,bf16 --iters 30 --json "$d/peer.json" \
 		>"$d/peer.txt" 2>"$d/peer.log"
 	stamp "fp8 fp8_peer.py" $?
 	sed 's/^/  /' "$d/peer.txt" | tee -a "$out/summary.txt"
