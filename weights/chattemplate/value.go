@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/big"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -494,8 +495,19 @@ func equalDepth(a, b value, depth int) bool {
 		return false
 	case *list:
 		y, ok := b.(*list)
-		if !ok || len(x.items) != len(y.items) || x.tuple != y.tuple {
+		if !ok || len(x.items) != len(y.items) || x.tuple != y.tuple || x.view != y.view {
 			return false
+		}
+		switch x.view {
+		case "dict_values": // compared by identity (sameContainer, above)
+			return false
+		case "dict_keys", "dict_items": // set-like: the same members in any order
+			for _, e := range x.items {
+				if !slices.ContainsFunc(y.items, func(f value) bool { return equalDepth(e, f, depth+1) }) {
+					return false
+				}
+			}
+			return true
 		}
 		for i := range x.items {
 			if !equalDepth(x.items[i], y.items[i], depth+1) {

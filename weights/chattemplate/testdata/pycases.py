@@ -101,6 +101,7 @@ CASES = [
     ("selectattr tests", "{% set xs = [{'n': 1, 'r': 'user'}, {'n': 2}, {'n': 3, 'r': 'tool'}, {'n': 4, 'r': none}] %}{{ xs | selectattr('r') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'defined') | map(attribute='n') | list }}|{{ xs | rejectattr('r', 'defined') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'equalto', 'tool') | map(attribute='n') | list }}|{{ xs | selectattr('r', 'in', ['user', 'tool']) | map(attribute='n') | list }}|{{ xs | rejectattr('r', 'none') | map(attribute='n') | list }}|{{ xs | selectattr('n', 'odd') | map(attribute='n') | list }}|{{ xs | selectattr('n', 'gt', 2) | map(attribute='n') | list }}|{{ xs | selectattr('r', 'string') | map(attribute='n') | list }}"),
     # dict views print as Python's repr of them, and tojson refuses them as json.dumps does.
     ("dict views repr", "{{ {1: 2, 'a': none}.keys() }}|{{ {1: 2}.values() }}|{{ {1: 2}.items() }}|{{ ({1: 2}.keys()) | list }}|{{ {}.keys() }}|{{ {'a': [1, 'b']}.values() }}"),
+    ("dict views equality", "{% set d = {1: 2, 3: 4} %}{{ d.keys() == [1, 3] }} {{ d.keys() == {3: 0, 1: 0}.keys() }} {{ d.keys() == {1: 0}.keys() }} {{ d.items() == {3: 4, 1: 2}.items() }} {{ d.items() == {3: 5, 1: 2}.items() }} {{ d.values() == d.values() }} {{ d.values() == [2, 4] }} {{ d.keys() == d.items() }}"),
     ("dict view tojson", "{{ {1: 2}.keys() | tojson }}"),
     ("dict view tojson nested", "{{ {'a': {1: 2}.items()} | tojson }}"),
     # sort's attribute may name several keys, comma-separated, each a dotted path; sort keys by the list
