@@ -237,24 +237,18 @@ func pyCasefold(s string) string {
 // pyIsLowerString and pyIsUpperString are Python's str.islower and str.isupper: some cased character,
 // and none of the other case (titlecase characters count as upper for islower and as lower for
 // isupper).
-func pyIsLowerString(s string) bool {
-	cased := false
-	for _, r := range s {
-		if pyIsUpper(r) || unicode.IsTitle(r) {
-			return false
-		}
-		cased = cased || pyIsLower(r)
-	}
-	return cased
-}
+func pyIsLowerString(s string) bool { return pyCasedOnly(s, pyIsLower, pyIsUpper) }
 
-func pyIsUpperString(s string) bool {
+func pyIsUpperString(s string) bool { return pyCasedOnly(s, pyIsUpper, pyIsLower) }
+
+// pyCasedOnly reports whether s has a character of case is and none of case other or titlecase.
+func pyCasedOnly(s string, is, other func(rune) bool) bool {
 	cased := false
 	for _, r := range s {
-		if pyIsLower(r) || unicode.IsTitle(r) {
+		if other(r) || unicode.IsTitle(r) {
 			return false
 		}
-		cased = cased || pyIsUpper(r)
+		cased = cased || is(r)
 	}
 	return cased
 }
