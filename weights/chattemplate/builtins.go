@@ -381,9 +381,7 @@ func dictsort(d *dict, args []value, kw *dict) (value, error) {
 		if by == "value" {
 			keys[i] = p.(*list).items[1]
 		}
-		if s, ok := keys[i].(string); ok && !caseSensitive {
-			keys[i] = pyLower(s)
-		}
+		keys[i] = foldCase(keys[i], caseSensitive)
 	}
 	order, err := sortOrder(keys, reverse)
 	if err != nil {
@@ -481,16 +479,10 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 		caseSensitive = truthy(arg(args, kw, 0, "case_sensitive", false))
 		attr = arg(args, kw, 1, "attribute", nil)
 	}
-	fold := func(x value) value {
-		if s, ok := x.(string); ok && !caseSensitive {
-			return pyLower(s)
-		}
-		return x
-	}
 	get := attrGetter(attr, nil)
 	key := func(x value) (value, error) {
 		x, err := get(x)
-		return fold(x), err
+		return foldCase(x, caseSensitive), err
 	}
 	if name == "sort" {
 		// sort keys each item by a list (Jinja2's make_multi_attrgetter): of the keys its attribute names,
@@ -510,7 +502,7 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 				if err != nil {
 					return nil, err
 				}
-				k.items[i] = fold(v)
+				k.items[i] = foldCase(v, caseSensitive)
 			}
 			return k, nil
 		}
@@ -563,6 +555,15 @@ func sortFilter(name string, v value, args []value, kw *dict) (value, error) {
 	return out, nil
 }
 
+// foldCase is a sort or group key as Jinja2's ignore_case makes it: a string lowercased unless
+// caseSensitive, any other value as it is.
+func foldCase(v value, caseSensitive bool) value {
+	if s, ok := v.(string); ok && !caseSensitive {
+		return pyLower(s)
+	}
+	return v
+}
+
 // attrGetter is Jinja2's make_attrgetter: a function that looks attribute up in an item, an item or
 // attribute name (item first, as obj[name] does) or a dotted path of them ("a.b"), whose parts of
 // digits are list indexes ("messages.0"); where def is not None, it stands for each part not found.
@@ -606,14 +607,12 @@ func groupby(v value, args []value, kw *dict) (value, error) {
 	}
 	get := attrGetter(arg(args, kw, 0, "attribute", nil), arg(args, kw, 1, "default", nil))
 	caseSensitive := truthy(arg(args, kw, 2, "case_sensitive", false))
-	keys := make([]value, len(items))
+	raw, keys := make([]value, len(items)), make([]value, len(items))
 	for i, it := range items {
-		if keys[i], err = get(it); err != nil {
+		if raw[i], err = get(it); err != nil {
 			return nil, err
 		}
-		if s, ok := keys[i].(string); ok && !caseSensitive {
-			keys[i] = pyLower(s)
-		}
+		keys[i] = foldCase(raw[i], caseSensitive)
 	}
 	order, err := sortOrder(keys, false)
 	if err != nil {
@@ -624,10 +623,7 @@ func groupby(v value, args []value, kw *dict) (value, error) {
 	var groupKey value
 	for _, i := range order {
 		if group == nil || !equal(keys[i], groupKey) {
-			grouper, err := get(items[i])
-			if err != nil {
-				return nil, err
-			}
+			grouper := raw[i]
 			groupKey, group = keys[i], &list{}
 			out.items = append(out.items, &list{items: []value{grouper, group}, tuple: true, fields: groupFields})
 		}
@@ -702,15 +698,19 @@ func selectFilter(name string, v value, args []value) (value, error) {
 	}
 	byAttr := strings.HasSuffix(name, "attr")
 	keep := strings.HasPrefix(name, "select")
+	var get func(value) (value, error)
+	if byAttr && len(items) > 0 { // as Jinja2: no attribute is an error only where there are items
+		if len(args) == 0 {
+			return nil, errors.New("missing attribute")
+		}
+		get = attrGetter(args[0], nil)
+	}
 	out := &list{}
 	for _, it := range items {
 		x := it
 		rest := args
 		if byAttr {
-			if len(args) == 0 {
-				return nil, errors.New("missing attribute")
-			}
-			if x, err = attrGetter(args[0], nil)(it); err != nil {
+			if x, err = get(it); err != nil {
 				return nil, err
 			}
 			rest = args[1:]

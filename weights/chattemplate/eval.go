@@ -916,19 +916,11 @@ func getItem(obj value, idx value) (value, error) {
 		if i, ok := index(idx, len(x.items)); ok {
 			return x.items[i], nil
 		}
-		if k, ok := idx.(string); ok {
-			return getAttr(obj, k)
-		}
-		return undefined{}, nil
 	case string:
 		runes := []rune(x)
 		if i, ok := index(idx, len(runes)); ok {
 			return string(runes[i]), nil
 		}
-		if k, ok := idx.(string); ok {
-			return getAttr(obj, k)
-		}
-		return undefined{}, nil
 	}
 	if k, ok := idx.(string); ok {
 		return getAttr(obj, k)

@@ -751,15 +751,11 @@ func jsonKey(k value) (string, error) {
 
 // sortedValues returns vs sorted by Python's <, stably; values Python cannot order are an error.
 func sortedValues(vs []value) ([]value, error) {
-	out := append([]value(nil), vs...)
-	var err error
-	sort.SliceStable(out, func(i, j int) bool {
-		c, cerr := compare(out[i], out[j])
-		if cerr != nil && err == nil {
-			err = cerr
-		}
-		return c < 0
-	})
+	order, err := sortOrder(vs, false)
+	out := make([]value, len(vs))
+	for i, o := range order {
+		out[i] = vs[o]
+	}
 	return out, err
 }
 
