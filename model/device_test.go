@@ -35,10 +35,7 @@ func TestForwardGreedyMatchesForward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := make([]int32, len(logits))
-		for i, row := range logits {
-			want[i] = argmax(row)
-		}
+		want := argmaxRows(logits)
 		if !slices.Equal(ids, want) {
 			t.Fatalf("step %d: ForwardGreedy %v, argmax of Forward %v", step, ids, want)
 		}
