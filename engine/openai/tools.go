@@ -205,13 +205,18 @@ func (tu *toolUse) constrained() bool {
 	return tu.parser != "" && (tu.choice == "required" || tu.choice == "function")
 }
 
+// offers reports whether the model may call t: every tool, or only the one tool_choice names.
+func (tu *toolUse) offers(t chatTool) bool {
+	return tu.choice != "function" || t.Function.Name == tu.named
+}
+
 // toolSchema returns the JSON Schema of a call tu allows (an object whose argsKey holds the
 // arguments) without its $defs, and the members of those $defs (each function's parameters, their
 // own references rebased to where they live), which the document's root must hold.
 func (tu *toolUse) toolSchema(argsKey string) (call, defs string, err error) {
 	var alts, members []string
 	for i, t := range tu.tools {
-		if tu.choice == "function" && t.Function.Name != tu.named {
+		if !tu.offers(t) {
 			continue
 		}
 		params := t.Function.params()
@@ -276,10 +281,6 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 	}
 	forced = -1
 	spec := constraint.Spec{Kind: constraint.JSONSchema}
-	argsKey := "arguments"
-	if tu.parser == ToolParserLlama3JSON {
-		argsKey = "parameters"
-	}
 	tag, args := int32(-1), int32(-1)
 	if tu.parser == ToolParserMistral {
 		tag, args = s.mistralTokens()
@@ -291,7 +292,7 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 		spec = constraint.Spec{Kind: constraint.AnyOf, Separator: mistralTag, MaxRepeat: calls,
 			SpecialTokens: map[string]int32{mistralTag: tag, argsTag: args}}
 		for _, t := range tu.tools {
-			if tu.choice == "function" && t.Function.Name != tu.named {
+			if !tu.offers(t) {
 				continue
 			}
 			spec.Alternatives = append(spec.Alternatives, constraint.Spec{Kind: constraint.JSONSchema,
@@ -299,6 +300,10 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 		}
 		tu.afterTag = true
 		return &outputConstraint{param: param, spec: spec}, tag, nil
+	}
+	argsKey := "arguments"
+	if tu.parser == ToolParserLlama3JSON {
+		argsKey = "parameters"
 	}
 	call, defs, err := tu.toolSchema(argsKey)
 	switch tu.parser {
