@@ -177,8 +177,7 @@ type Server struct {
 	constraints *constraint.Cache
 	toolParser  string
 	// mistralTag and mistralArgs are the ids of Mistral's [TOOL_CALLS] and [ARGS] as special tokens,
-	// -1 for none, found once (mistralTokens).
-	mistralOnce             sync.Once
+	// -1 for none (mistralTokens, at New; -1 unless toolParser is Mistral's).
 	mistralTag, mistralArgs int32
 
 	// abortCtx ends when in-flight requests must be aborted (the shutdown deadline passed).
@@ -214,6 +213,10 @@ func New(eng Engine, tok Tokenizer, cfg Config) (*Server, error) {
 	}
 	if s.toolParser != "" && !slices.Contains(ToolParsers, s.toolParser) {
 		return nil, fmt.Errorf("server: tool-call parser %q: want one of %s", s.toolParser, strings.Join(ToolParsers, ", "))
+	}
+	s.mistralTag, s.mistralArgs = -1, -1
+	if s.toolParser == ToolParserMistral {
+		s.mistralTag, s.mistralArgs = mistralTokens(tok)
 	}
 	s.origins = newOriginPolicy(&cfg)
 	s.abortCtx, s.abortAll = context.WithCancel(context.Background())

@@ -245,23 +245,19 @@ func (f *toolFunction) params() []byte {
 	return []byte(`{"type":"object","properties":{},"additionalProperties":false}`)
 }
 
-// specialToken returns the id of text when the tokenizer encodes it as one special token (one
-// that decodes to nothing when special tokens are skipped), else -1 and false.
-func (s *Server) specialToken(text string) (int32, bool) {
-	if ids := s.tok.Encode(text, false); len(ids) == 1 && s.tok.Decode(ids, true) == "" {
-		return ids[0], true
+// specialToken returns the id of text when tok encodes it as one special token (one that decodes to
+// nothing when special tokens are skipped), else -1.
+func specialToken(tok Tokenizer, text string) int32 {
+	if ids := tok.Encode(text, false); len(ids) == 1 && tok.Decode(ids, true) == "" {
+		return ids[0]
 	}
-	return -1, false
+	return -1
 }
 
-// mistralTokens returns the ids of Mistral's [TOOL_CALLS] and [ARGS] where the tokenizer has each
-// as one special token, -1 where not; the tokenizer is the server's, so they are found once.
-func (s *Server) mistralTokens() (tag, args int32) {
-	s.mistralOnce.Do(func() {
-		s.mistralTag, _ = s.specialToken(mistralTag)
-		s.mistralArgs, _ = s.specialToken(argsTag)
-	})
-	return s.mistralTag, s.mistralArgs
+// mistralTokens returns the ids of Mistral's [TOOL_CALLS] and [ARGS] where tok has each as one
+// special token, -1 where not (New keeps them for a server of the Mistral tool parser).
+func mistralTokens(tok Tokenizer) (tag, args int32) {
+	return specialToken(tok, mistralTag), specialToken(tok, argsTag)
 }
 
 // withDefs adds $defs members defs to the schema object schema.
@@ -283,7 +279,7 @@ func (s *Server) toolConstraint(tu *toolUse) (oc *outputConstraint, forced int32
 	spec := constraint.Spec{Kind: constraint.JSONSchema}
 	tag, args := int32(-1), int32(-1)
 	if tu.parser == ToolParserMistral {
-		tag, args = s.mistralTokens()
+		tag, args = s.mistralTag, s.mistralArgs
 	}
 	if tag >= 0 && args >= 0 {
 		// Mistral's newer form: [TOOL_CALLS] ends the prompt; then name[ARGS]{arguments} (each

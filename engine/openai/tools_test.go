@@ -292,6 +292,7 @@ func TestToolConstraint(t *testing.T) {
 				tu.choice, tu.named = "function", tc.choice
 			}
 			s := &Server{tok: byteTokenizer{}}
+			s.mistralTag, s.mistralArgs = mistralTokens(s.tok)
 			oc, forced, aerr := s.toolConstraint(tu)
 			if aerr != nil || forced != -1 {
 				t.Fatalf("%v, forced %d", aerr, forced)
@@ -537,6 +538,7 @@ func TestMistralToolConstraint(t *testing.T) {
 				tu.choice, tu.named = "function", tc.choice
 			}
 			s := &Server{tok: tok}
+			s.mistralTag, s.mistralArgs = mistralTokens(tok)
 			oc, forced, aerr := s.toolConstraint(tu)
 			if aerr != nil || forced != mistralToolCallsID || !tu.afterTag {
 				t.Fatalf("%v, forced %d, afterTag %v", aerr, forced, tu.afterTag)
